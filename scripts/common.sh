@@ -1,0 +1,17 @@
+# Sourced by the scripts: paths, and a build that happens only when something changed.
+MK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MK_BUILD="${MK_BUILD:-$MK_ROOT/build}"
+[ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
+
+mk_build() {
+  if [ ! -f "$MK_BUILD/build.ninja" ]; then
+    meson setup "$MK_BUILD" "$MK_ROOT" "$@" >"$MK_ROOT/.meson-setup.log" 2>&1 || {
+      cat "$MK_ROOT/.meson-setup.log"; return 1; }
+  fi
+  ninja -C "$MK_BUILD" >"$MK_BUILD/.ninja.log" 2>&1 || { tail -50 "$MK_BUILD/.ninja.log"; return 1; }
+}
+
+# 0 when a usable NVIDIA GPU is present.
+mk_have_gpu() {
+  command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'
+}

@@ -1,0 +1,137 @@
+/*
+ * What every transport offers (DESIGN.md "Transports"): two-sided messaging with NCCL's
+ * net semantics, which the net plugin maps one to one, and one-sided operations (put,
+ * put-with-signal) that the cross-node fused ops need.
+ *
+ * Contract, for every function:
+ *  - returns 0 or a negative errno (plugin/mk_err.h lists the meanings); never blocks
+ *    for a peer; never aborts;
+ *  - thread safety: NCCL's service thread (listen/connect/accept/reg/dereg) and progress
+ *    thread (isend/irecv/test/iflush) may call into the same comm concurrently;
+ *  - a dead peer turns every pending and later operation on its comms into -ECONNRESET
+ *    (or -ETIMEDOUT during a handshake); nothing waits forever.
+ */
+#ifndef MK_TRANSPORT_H_
+#define MK_TRANSPORT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mk_config.h"
+
+#define MK_HANDLE_MAX 128     /* NCCL_NET_HANDLE_MAXSIZE */
+#define MK_MAX_RECVS 8        /* grouped receives per irecv */
+#define MK_MAX_REQUESTS 32    /* per comm: NCCL_NET_MAX_REQUESTS (times maxRecvs on a send comm) */
+
+#define MK_PTR_HOST 0x1
+#define MK_PTR_CUDA 0x2
+#define MK_PTR_DMABUF 0x4
+
+struct mk_transport_ops;
+
+/* First member of every transport's comm, so that generic code finds the ops. */
+struct mk_comm {
+  const struct mk_transport_ops* ops;
+  int dev;
+};
+
+/* First member of every transport's request. */
+struct mk_request {
+  struct mk_comm* comm;
+};
+
+struct mk_mr; /* opaque, per transport */
+
+/* What a remote peer needs to write into a registered region (one-sided ops). It travels
+ * between processes as plain bytes; `base` is the address the initiator names for offset 0
+ * (the virtual address, or 0 when the provider addresses by offset). */
+struct mk_rkey {
+  uint64_t base;
+  uint64_t key;
+  uint64_t size;
+};
+
+struct mk_dev_props {
+  char name[64];
+  char pci_path[256];      /* "" when the device has no PCI function (software provider) */
+  uint64_t guid;
+  int ptr_support;         /* MK_PTR_* */
+  int reg_is_global;
+  int force_flush;
+  int speed_mbps;
+  int port;
+  float latency_us;
+  int max_comms;
+  int max_recvs;
+  size_t max_p2p_bytes;
+  size_t max_coll_bytes;
+};
+
+struct mk_transport_ops {
+  size_t size;       /* sizeof(struct mk_transport_ops), checked at selection */
+  const char* name;  /* "ofi", "ib" */
+
+  /* Once per process: load the library (dlopen) and discover devices. -ENODEV when the
+   * transport is unusable here (no library, no provider, no device). */
+  int (*init)(void);
+  void (*fini)(void);
+  int (*devices)(int* ndev);
+  int (*get_properties)(int dev, struct mk_dev_props* props);
+
+  /* Connection setup. handle is MK_HANDLE_MAX bytes, filled by listen and shipped by NCCL.
+   * connect/accept are state machines: 0 with *out == NULL means "call again". A corrupt
+   * or foreign handle is -EBADMSG. traffic_class is -1 when undefined. */
+  int (*listen)(int dev, void* handle, void** listen_comm);
+  int (*connect)(int dev, const void* handle, int traffic_class, struct mk_comm** send_comm);
+  int (*accept)(void* listen_comm, struct mk_comm** recv_comm);
+  int (*close_listen)(void* listen_comm);
+  int (*close)(struct mk_comm* comm);  /* send or receive comm */
+
+  /* Registration on a comm's domain. With reg_is_global the region is usable by every comm
+   * of the device, and registering the same range again is a cache hit. type is MK_PTR_*. */
+  int (*reg_mr)(struct mk_comm* comm, void* data, size_t size, int type, struct mk_mr** mr);
+  int (*reg_mr_dmabuf)(struct mk_comm* comm, void* data, size_t size, int type,
+                       uint64_t offset, int fd, struct mk_mr** mr);
+  int (*dereg_mr)(struct mk_comm* comm, struct mk_mr* mr);
+
+  /* Two-sided, NCCL net semantics: strict in-order matching per comm; tags pick the buffer
+   * of the first pending grouped receive. *req == NULL with 0 means "not now, retry"
+   * (the receiver has not posted yet, or the request pool is full). A send larger than the
+   * matching receive buffer is -EMSGSIZE. optional: NCCL_NET_OPTIONAL_RECV_COMPLETION. */
+  int (*isend)(struct mk_comm* send_comm, void* data, size_t size, int tag, struct mk_mr* mr,
+               struct mk_request** req);
+  int (*irecv)(struct mk_comm* recv_comm, int n, void** data, const size_t* sizes,
+               const int* tags, struct mk_mr** mrs, int optional, struct mk_request** req);
+  int (*iflush)(struct mk_comm* recv_comm, int n, void** data, const int* sizes,
+                struct mk_mr** mrs, struct mk_request** req);
+  /* done=1 frees the request; sizes (may be NULL) gets the bytes of each buffer. */
+  int (*test)(struct mk_request* req, int* done, size_t* sizes);
+
+  /* One-sided. mr_rkey describes a region registered with remote access for a peer.
+   * put writes size bytes from src (inside src_mr) to dst.base + dst_off on the peer of
+   * send_comm. put_signal does the same and then writes the 8-byte value at
+   * sig.base + sig_off, never visible before the data. progress drives a comm's
+   * target-side work on providers with manual progress (call it while waiting for a
+   * signal). */
+  int (*mr_rkey)(struct mk_mr* mr, struct mk_rkey* out);
+  int (*iput)(struct mk_comm* send_comm, const void* src, size_t size, struct mk_mr* src_mr,
+              const struct mk_rkey* dst, uint64_t dst_off, struct mk_request** req);
+  int (*iput_signal)(struct mk_comm* send_comm, const void* src, size_t size,
+                     struct mk_mr* src_mr, const struct mk_rkey* dst, uint64_t dst_off,
+                     const struct mk_rkey* sig, uint64_t sig_off, uint64_t value,
+                     struct mk_request** req);
+  int (*progress)(struct mk_comm* comm);
+};
+
+/* The transport NCCL_MK_TRANSPORT names (auto: ib when it initialises with devices, else
+ * ofi), initialised once. -ENODEV when none can run here. */
+int mk_transport_get(const struct mk_transport_ops** ops);
+
+#if MK_HAVE_OFI
+extern const struct mk_transport_ops mk_ofi_ops;
+#endif
+#if MK_HAVE_VERBS
+extern const struct mk_transport_ops mk_ib_ops;
+#endif
+
+#endif /* MK_TRANSPORT_H_ */
