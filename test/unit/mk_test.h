@@ -1,0 +1,55 @@
+/*
+ * The smallest test harness: CHECK macros that print file:line and count failures, and
+ * MK_TEST_SKIP for tests that cannot run here (exit 77: meson's skip). A test's main ends
+ * with `return mk_test_result();`.
+ */
+#ifndef MK_TEST_H_
+#define MK_TEST_H_
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int mk_test_failures;
+
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      mk_test_failures++;                                                      \
+    }                                                                          \
+  } while (0)
+
+#define CHECK_EQ(a, b)                                                                   \
+  do {                                                                                   \
+    long long mk_a_ = (long long)(a), mk_b_ = (long long)(b);                            \
+    if (mk_a_ != mk_b_) {                                                                \
+      fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %lld, %s == %lld\n", __FILE__,      \
+              __LINE__, #a, mk_a_, #b, mk_b_);                                           \
+      mk_test_failures++;                                                                \
+    }                                                                                    \
+  } while (0)
+
+#define CHECK_STR(a, b)                                                                  \
+  do {                                                                                   \
+    const char *mk_a_ = (a), *mk_b_ = (b);                                               \
+    if (!mk_a_ || !mk_b_ || strcmp(mk_a_, mk_b_) != 0) {                                 \
+      fprintf(stderr, "%s:%d: CHECK_STR failed: \"%s\" != \"%s\"\n", __FILE__, __LINE__, \
+              mk_a_ ? mk_a_ : "(null)", mk_b_ ? mk_b_ : "(null)");                       \
+      mk_test_failures++;                                                                \
+    }                                                                                    \
+  } while (0)
+
+#define MK_TEST_SKIP(...)                \
+  do {                                   \
+    fprintf(stdout, "SKIP: " __VA_ARGS__); \
+    fprintf(stdout, "\n");               \
+    exit(77);                            \
+  } while (0)
+
+static inline int mk_test_result(void) {
+  if (mk_test_failures) fprintf(stderr, "%d check(s) failed\n", mk_test_failures);
+  return mk_test_failures ? 1 : 0;
+}
+
+#endif /* MK_TEST_H_ */
