@@ -11,6 +11,7 @@ static const struct mk_transport_ops* selected;
 static int select_rc = -ENODEV;
 static pthread_once_t select_once = PTHREAD_ONCE_INIT;
 
+#if MK_HAVE_OFI || MK_HAVE_VERBS
 static int transport_try(const struct mk_transport_ops* ops) {
   if (ops->size != sizeof(*ops)) {
     MK_WARN("transport %s was built against another transport.h", ops->name);
@@ -26,6 +27,7 @@ static int transport_try(const struct mk_transport_ops* ops) {
   MK_INFO(MK_NCCL_SUBSYS_INIT | MK_NCCL_SUBSYS_NET, "using transport %s", ops->name);
   return 0;
 }
+#endif
 
 static void transport_select(void) {
   const char* want = mk_param_str(MK_PARAM_TRANSPORT);

@@ -1,0 +1,337 @@
+/* nccl-tests-style driver: arguments, the launcher, the timed loop and the table. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "coll_perf.h"
+
+static const struct coll_desc* coll; /* MK_COLL_NAME, set in main */
+
+struct rank_ctx {
+  int dev, rank;
+  ncclComm_t comm;
+  cudaStream_t stream;
+  cudaEvent_t start, stop;
+  void *send, *recv;   /* out-of-place buffers */
+  double *scratch;     /* 2 doubles for the cross-rank reductions of the results */
+};
+
+#define CUDA_OK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+  fprintf(stderr, "%s:%d CUDA %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); return -1; } } while (0)
+#define NCCL_OK(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) { \
+  fprintf(stderr, "%s:%d NCCL %s\n", __FILE__, __LINE__, ncclGetErrorString(r_)); return -1; } } while (0)
+
+static size_t parse_size(const char* s) {
+  char* end;
+  double v = strtod(s, &end);
+  switch (*end) {
+    case 'G': case 'g': v *= 1 << 30; break;
+    case 'M': case 'm': v *= 1 << 20; break;
+    case 'K': case 'k': v *= 1 << 10; break;
+  }
+  return (size_t)v;
+}
+
+static void usage(const char* prog) {
+  fprintf(stderr, "usage: %s [-b minbytes] [-e maxbytes] [-f factor] [-g gpus/process] "
+          "[-p processes on this host | -N total processes -P this process] [-n iters] "
+          "[-w warmup] [-c checks] [-d float|double|half|bfloat16|int32|int64] "
+          "[-o sum|max|min] [-J file.json]\n", prog);
+}
+
+static int parse_args(int argc, char** argv, struct perf_args* a) {
+  *a = (struct perf_args){.min_bytes = 32 << 20, .max_bytes = 32 << 20, .step_factor = 2,
+                          .gpus_per_proc = 1, .nprocs = 1, .iters = 20, .warmup = 5,
+                          .check = 1, .dtype = ncclFloat32, .op = ncclSum};
+  int c, launched = 0;
+  while ((c = getopt(argc, argv, "b:e:f:g:p:N:P:n:w:c:d:o:J:I:")) != -1) {
+    switch (c) {
+      case 'b': a->min_bytes = parse_size(optarg); break;
+      case 'e': a->max_bytes = parse_size(optarg); break;
+      case 'f': a->step_factor = (size_t)atol(optarg); break;
+      case 'g': a->gpus_per_proc = atoi(optarg); break;
+      case 'p': a->nprocs = atoi(optarg); break;
+      case 'N': a->nprocs = atoi(optarg); launched = 1; break;
+      case 'P': a->proc = atoi(optarg); launched = 1; break;
+      case 'n': a->iters = atoi(optarg); break;
+      case 'w': a->warmup = atoi(optarg); break;
+      case 'c': a->check = atoi(optarg); break;
+      case 'd': if (coll_parse_type(optarg, &a->dtype)) return -1; break;
+      case 'o': if (coll_parse_op(optarg, &a->op)) return -1; break;
+      case 'J': a->json_path = optarg; break;
+      case 'I': snprintf(a->id_hex, sizeof(a->id_hex), "%s", optarg); launched = 1; break;
+      default: return -1;
+    }
+  }
+  if (a->gpus_per_proc < 1 || a->gpus_per_proc > MK_PERF_MAX_GPUS || a->nprocs < 1 ||
+      a->iters < 1 || a->warmup < 0 || a->step_factor < 2 || a->min_bytes > a->max_bytes ||
+      a->proc < 0 || a->proc >= a->nprocs)
+    return -1;
+  return launched;
+}
+
+static void id_to_hex(const ncclUniqueId* id, char* hex) {
+  for (size_t i = 0; i < sizeof(*id); i++) sprintf(hex + 2 * i, "%02x", (uint8_t)id->internal[i]);
+}
+
+static void hex_to_id(const char* hex, ncclUniqueId* id) {
+  memset(id, 0, sizeof(*id));
+  for (size_t i = 0; i < sizeof(*id) && hex[2 * i] && hex[2 * i + 1]; i++) {
+    unsigned v;
+    sscanf(hex + 2 * i, "%2x", &v);
+    id->internal[i] = (char)v;
+  }
+}
+
+/* -p N: this process made the NCCL id (so it hosts NCCL's bootstrap root) and runs the
+ * ranks as children of itself, each told its index and the id on its command line. */
+static int launch_local_procs(int argc, char** argv, struct perf_args* a) {
+  ncclUniqueId id;
+  NCCL_OK(ncclGetUniqueId(&id));
+  id_to_hex(&id, a->id_hex);
+  pid_t pids[64];
+  int n = a->nprocs < 64 ? a->nprocs : 64;
+  for (int p = 0; p < n; p++) {
+    pids[p] = fork();
+    if (pids[p] == 0) {
+      char** args = calloc((size_t)argc + 8, sizeof(char*));
+      char pbuf[16], nbuf[16];
+      snprintf(pbuf, sizeof(pbuf), "%d", p);
+      snprintf(nbuf, sizeof(nbuf), "%d", n);
+      int k = 0;
+      for (int i = 0; i < argc; i++) args[k++] = argv[i];
+      args[k++] = "-N"; args[k++] = nbuf; args[k++] = "-P"; args[k++] = pbuf;
+      args[k++] = "-I"; args[k++] = a->id_hex;
+      execv("/proc/self/exe", args);
+      _exit(127);
+    }
+  }
+  int worst = 0;
+  for (int p = 0; p < n; p++) {
+    int status = 0;
+    waitpid(pids[p], &status, 0);
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (rc > worst) worst = rc;
+  }
+  return worst;
+}
+
+static int init_ranks(const struct perf_args* a, struct rank_ctx* rk, int nranks) {
+  ncclUniqueId id;
+  if (a->id_hex[0]) hex_to_id(a->id_hex, &id);
+  else NCCL_OK(ncclGetUniqueId(&id)); /* single process, or NCCL_COMM_ID across hosts */
+  int ndev = 0;
+  CUDA_OK(cudaGetDeviceCount(&ndev));
+  NCCL_OK(ncclGroupStart());
+  for (int g = 0; g < a->gpus_per_proc; g++) {
+    rk[g].rank = a->proc * a->gpus_per_proc + g;
+    rk[g].dev = rk[g].rank % ndev;
+    CUDA_OK(cudaSetDevice(rk[g].dev));
+    NCCL_OK(ncclCommInitRank(&rk[g].comm, nranks, id, rk[g].rank));
+  }
+  NCCL_OK(ncclGroupEnd());
+  return 0;
+}
+
+static int alloc_ranks(const struct perf_args* a, struct rank_ctx* rk, int nranks) {
+  size_t es = coll_type_size(a->dtype), sc, rc;
+  coll->counts(a->max_bytes, es, nranks, &sc, &rc);
+  for (int g = 0; g < a->gpus_per_proc; g++) {
+    CUDA_OK(cudaSetDevice(rk[g].dev));
+    CUDA_OK(cudaStreamCreateWithFlags(&rk[g].stream, cudaStreamNonBlocking));
+    CUDA_OK(cudaEventCreate(&rk[g].start));
+    CUDA_OK(cudaEventCreate(&rk[g].stop));
+    CUDA_OK(cudaMalloc(&rk[g].send, (sc > rc ? sc : rc) * es + 256));
+    CUDA_OK(cudaMalloc(&rk[g].recv, (sc > rc ? sc : rc) * es + 256));
+    CUDA_OK(cudaMalloc((void**)&rk[g].scratch, 2 * sizeof(double)));
+  }
+  return 0;
+}
+
+struct run_bufs { void* send[MK_PERF_MAX_GPUS]; void* recv[MK_PERF_MAX_GPUS]; };
+
+/* Buffers of one placement: out-of-place, or NCCL's in-place layout for this collective. */
+static void placement(const struct perf_args* a, struct rank_ctx* rk, int inplace, size_t sc,
+                      size_t rc, struct run_bufs* b) {
+  size_t es = coll_type_size(a->dtype);
+  for (int g = 0; g < a->gpus_per_proc; g++) {
+    char* base = rk[g].recv;
+    b->send[g] = inplace ? base : rk[g].send;
+    b->recv[g] = base;
+    if (inplace && coll->inplace == INPLACE_SEND_AT_RANK)
+      b->send[g] = base + (size_t)rk[g].rank * sc * es;
+    if (inplace && coll->inplace == INPLACE_RECV_AT_RANK)
+      b->send[g] = base, b->recv[g] = base + (size_t)rk[g].rank * rc * es;
+  }
+}
+
+static int launch_all(const struct perf_args* a, struct rank_ctx* rk, const struct run_bufs* b,
+                      size_t sc, int nranks) {
+  NCCL_OK(ncclGroupStart());
+  for (int g = 0; g < a->gpus_per_proc; g++) {
+    CUDA_OK(cudaSetDevice(rk[g].dev));
+    NCCL_OK(coll->run(b->send[g], b->recv[g], sc, a->dtype, a->op, rk[g].comm, rk[g].stream,
+                        rk[g].rank, nranks));
+  }
+  NCCL_OK(ncclGroupEnd());
+  return 0;
+}
+
+/* Reduces one double per local GPU across every rank (max or sum) with NCCL itself. */
+static int global_reduce(const struct perf_args* a, struct rank_ctx* rk, const double* local,
+                         ncclRedOp_t op, double* out) {
+  NCCL_OK(ncclGroupStart());
+  for (int g = 0; g < a->gpus_per_proc; g++) {
+    CUDA_OK(cudaSetDevice(rk[g].dev));
+    CUDA_OK(cudaMemcpyAsync(rk[g].scratch, &local[g], sizeof(double), cudaMemcpyHostToDevice,
+                            rk[g].stream));
+    NCCL_OK(ncclAllReduce(rk[g].scratch, rk[g].scratch + 1, 1, ncclFloat64, op, rk[g].comm,
+                          rk[g].stream));
+  }
+  NCCL_OK(ncclGroupEnd());
+  CUDA_OK(cudaSetDevice(rk[0].dev));
+  CUDA_OK(cudaMemcpyAsync(out, rk[0].scratch + 1, sizeof(double), cudaMemcpyDeviceToHost,
+                          rk[0].stream));
+  for (int g = 0; g < a->gpus_per_proc; g++) CUDA_OK(cudaStreamSynchronize(rk[g].stream));
+  return 0;
+}
+
+static int check_placement(const struct perf_args* a, struct rank_ctx* rk,
+                           const struct run_bufs* b, size_t sc, size_t rc, int nranks,
+                           int inplace, double* wrong) {
+  double local[MK_PERF_MAX_GPUS] = {0};
+  size_t es = coll_type_size(a->dtype);
+  for (int it = 0; it < a->check; it++) {
+    int seed = it * 7919 + (int)sc + inplace;
+    for (int g = 0; g < a->gpus_per_proc; g++) {
+      CUDA_OK(cudaSetDevice(rk[g].dev));
+      if (coll_poison(rk[g].recv, (sc > rc ? sc : rc) * es) ||
+          coll_fill(b->send[g], sc, rk[g].rank, a->dtype, seed))
+        return -1;
+    }
+    if (launch_all(a, rk, b, sc, nranks)) return -1;
+    for (int g = 0; g < a->gpus_per_proc; g++) {
+      CUDA_OK(cudaSetDevice(rk[g].dev));
+      CUDA_OK(cudaStreamSynchronize(rk[g].stream));
+      long w = coll_count_wrong(coll, b->recv[g], rc, rk[g].rank, nranks, a->op, a->dtype, seed);
+      if (w < 0) return -1;
+      local[g] += (double)w;
+    }
+  }
+  return global_reduce(a, rk, local, ncclSum, wrong);
+}
+
+static int time_placement(const struct perf_args* a, struct rank_ctx* rk,
+                          const struct run_bufs* b, size_t sc, int nranks, double* usec) {
+  for (int i = 0; i < a->warmup; i++)
+    if (launch_all(a, rk, b, sc, nranks)) return -1;
+  for (int g = 0; g < a->gpus_per_proc; g++) {
+    CUDA_OK(cudaSetDevice(rk[g].dev));
+    CUDA_OK(cudaEventRecord(rk[g].start, rk[g].stream));
+  }
+  for (int i = 0; i < a->iters; i++)
+    if (launch_all(a, rk, b, sc, nranks)) return -1;
+  double local[MK_PERF_MAX_GPUS];
+  for (int g = 0; g < a->gpus_per_proc; g++) {
+    CUDA_OK(cudaSetDevice(rk[g].dev));
+    CUDA_OK(cudaEventRecord(rk[g].stop, rk[g].stream));
+    CUDA_OK(cudaEventSynchronize(rk[g].stop));
+    float ms = 0;
+    CUDA_OK(cudaEventElapsedTime(&ms, rk[g].start, rk[g].stop));
+    local[g] = 1000.0 * ms / a->iters;
+  }
+  return global_reduce(a, rk, local, ncclMax, usec);
+}
+
+struct row { double usec, algbw, busbw, wrong; };
+
+static int measure_size(const struct perf_args* a, struct rank_ctx* rk, int nranks,
+                        size_t bytes, struct row out[2]) {
+  size_t sc, rc;
+  coll->counts(bytes, coll_type_size(a->dtype), nranks, &sc, &rc);
+  for (int inplace = 0; inplace < 2; inplace++) {
+    struct row* r = &out[inplace];
+    *r = (struct row){-1, 0, 0, -1};
+    if (inplace && coll->inplace == INPLACE_NONE) continue;
+    struct run_bufs b;
+    placement(a, rk, inplace, sc, rc, &b);
+    if (a->check && check_placement(a, rk, &b, sc, rc, nranks, inplace, &r->wrong)) return -1;
+    if (time_placement(a, rk, &b, sc, nranks, &r->usec)) return -1;
+    size_t real_bytes = (coll->inplace == INPLACE_RECV_AT_RANK ? sc : rc) *
+                        coll_type_size(a->dtype);
+    r->algbw = real_bytes / r->usec / 1e3;
+    r->busbw = r->algbw * coll->bus_factor(nranks);
+  }
+  return 0;
+}
+
+static void print_half(const struct row* r) {
+  if (r->usec < 0) { printf("  %10s %7s %7s %6s", "N/A", "N/A", "N/A", "N/A"); return; }
+  if (r->wrong < 0) printf("  %10.2f %7.2f %7.2f %6s", r->usec, r->algbw, r->busbw, "N/A");
+  else printf("  %10.2f %7.2f %7.2f %6.0f", r->usec, r->algbw, r->busbw, r->wrong);
+}
+
+static int run_rank_process(const struct perf_args* a) {
+  int nranks = a->nprocs * a->gpus_per_proc;
+  struct rank_ctx rk[MK_PERF_MAX_GPUS] = {0};
+  if (init_ranks(a, rk, nranks) || alloc_ranks(a, rk, nranks)) return 1;
+  int leader = a->proc == 0;
+  FILE* json = leader && a->json_path ? fopen(a->json_path, "w") : NULL;
+  if (leader) {
+    printf("# %s: %d ranks (%d process(es) x %d GPU(s)), type %s, op %s, %d iters, %d warmup\n",
+           coll->name, nranks, a->nprocs, a->gpus_per_proc, coll_type_name(a->dtype),
+           coll_op_name(a->op), a->iters, a->warmup);
+    printf("#%11s %12s %8s %6s %5s  %10s %7s %7s %6s  %10s %7s %7s %6s\n", "size", "count",
+           "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+           "busbw", "#wrong");
+    printf("#%11s %12s %8s %6s %5s  %10s %7s %7s %6s  %10s %7s %7s %6s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "out", "(us)", "(GB/s)",
+           "(GB/s)", "in");
+    if (json) fprintf(json, "[\n");
+  }
+  double bw_sum = 0, wrong_total = 0;
+  int rows = 0, rc = 0;
+  size_t es = coll_type_size(a->dtype);
+  for (size_t bytes = a->min_bytes; bytes <= a->max_bytes; bytes *= a->step_factor) {
+    struct row r[2];
+    if (measure_size(a, rk, nranks, bytes, r)) { rc = 1; break; }
+    for (int k = 0; k < 2; k++)
+      if (r[k].usec >= 0) bw_sum += r[k].busbw, rows++, wrong_total += r[k].wrong > 0 ? r[k].wrong : 0;
+    if (!leader) continue;
+    printf("%12zu %12zu %8s %6s %5d", bytes, bytes / es, coll_type_name(a->dtype),
+           coll->reduces ? coll_op_name(a->op) : "none", -1);
+    print_half(&r[0]);
+    print_half(&r[1]);
+    printf("\n");
+    fflush(stdout);
+    if (json)
+      fprintf(json, "%s  {\"collective\": \"%s\", \"bytes\": %zu, \"ranks\": %d, \"type\": \"%s\", "
+              "\"time_us\": %.3f, \"algbw\": %.3f, \"busbw\": %.3f, \"wrong\": %.0f, "
+              "\"time_us_inplace\": %.3f, \"busbw_inplace\": %.3f}\n", bytes == a->min_bytes ? "" : ",",
+              coll->name, bytes, nranks, coll_type_name(a->dtype), r[0].usec, r[0].algbw,
+              r[0].busbw, r[0].wrong, r[1].usec, r[1].busbw);
+  }
+  if (leader) {
+    printf("# Out of bounds values : %.0f %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth    : %g\n", rows ? bw_sum / rows : 0.0);
+    if (json) fprintf(json, "]\n"), fclose(json);
+  }
+  for (int g = 0; g < a->gpus_per_proc; g++) ncclCommDestroy(rk[g].comm);
+  return rc ? rc : wrong_total > 0 ? 2 : 0;
+}
+
+int main(int argc, char** argv) {
+  coll = coll_find(MK_COLL_NAME);
+  if (!coll) return 2;
+  struct perf_args a;
+  int launched = parse_args(argc, argv, &a);
+  if (launched < 0) {
+    usage(argv[0]);
+    return 2;
+  }
+  if (!launched && a.nprocs > 1) return launch_local_procs(argc, argv, &a);
+  return run_rank_process(&a);
+}
