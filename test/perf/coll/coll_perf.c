@@ -39,7 +39,8 @@ static void usage(const char* prog) {
   fprintf(stderr, "usage: %s [-b minbytes] [-e maxbytes] [-f factor] [-g gpus/process] "
           "[-p processes on this host | -N total processes -P this process] [-n iters] "
           "[-w warmup] [-c checks] [-d float|double|half|bfloat16|int32|int64] "
-          "[-o sum|max|min] [-J file.json]\n", prog);
+          "[-o sum|max|min] [-J file.json] [-H: with -p, a distinct NCCL_HOSTID per process, so "
+          "NCCL sees one node per process]\n", prog);
 }
 
 static int parse_args(int argc, char** argv, struct perf_args* a) {
@@ -47,7 +48,7 @@ static int parse_args(int argc, char** argv, struct perf_args* a) {
                           .gpus_per_proc = 1, .nprocs = 1, .iters = 20, .warmup = 5,
                           .check = 1, .dtype = ncclFloat32, .op = ncclSum};
   int c, launched = 0;
-  while ((c = getopt(argc, argv, "b:e:f:g:p:N:P:n:w:c:d:o:J:I:")) != -1) {
+  while ((c = getopt(argc, argv, "b:e:f:g:p:N:P:n:w:c:d:o:J:I:H")) != -1) {
     switch (c) {
       case 'b': a->min_bytes = parse_size(optarg); break;
       case 'e': a->max_bytes = parse_size(optarg); break;
@@ -63,6 +64,7 @@ static int parse_args(int argc, char** argv, struct perf_args* a) {
       case 'o': if (coll_parse_op(optarg, &a->op)) return -1; break;
       case 'J': a->json_path = optarg; break;
       case 'I': snprintf(a->id_hex, sizeof(a->id_hex), "%s", optarg); launched = 1; break;
+      case 'H': a->distinct_hosts = 1; break;
       default: return -1;
     }
   }
@@ -105,6 +107,11 @@ static int launch_local_procs(int argc, char** argv, struct perf_args* a) {
       for (int i = 0; i < argc; i++) args[k++] = argv[i];
       args[k++] = "-N"; args[k++] = nbuf; args[k++] = "-P"; args[k++] = pbuf;
       args[k++] = "-I"; args[k++] = a->id_hex;
+      if (a->distinct_hosts) {
+        char host[32];
+        snprintf(host, sizeof(host), "mk-perf-host-%d", p);
+        setenv("NCCL_HOSTID", host, 1);
+      }
       execv("/proc/self/exe", args);
       _exit(127);
     }

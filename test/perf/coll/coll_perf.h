@@ -22,6 +22,7 @@ struct perf_args {
   ncclDataType_t dtype;   /* -d */
   ncclRedOp_t op;         /* -o */
   const char* json_path;  /* -J */
+  int distinct_hosts;     /* -H */
   char id_hex[2 * sizeof(ncclUniqueId) + 1];
 };
 

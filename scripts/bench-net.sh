@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The net plugin against NCCL's Socket transport on 2 GPUs of one host, forced through the
+# network path (no P2P, no SHM, one NCCL "node" per process), in one run. Prints busbw per
+# size for each and the ratios. usage: scripts/bench-net.sh [collective] [maxbytes]
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+mk_build
+coll="${1:-all_reduce}"
+max="${2:-256M}"
+out="${OUT:-$MK_BUILD/bench-net}"
+mkdir -p "$out"
+bin="$MK_BUILD/test/perf/coll/${coll}_perf"
+export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_TUNER_PLUGIN=none
+run() { # label, then environment assignments
+  local label=$1; shift
+  echo "== $label"
+  env "$@" "$bin" -p 2 -g 1 -H -b 8 -e "$max" -f 4 -n 20 -w 5 -c 1 -J "$out/$label.json"
+}
+run mk NCCL_NET_PLUGIN="$MK_BUILD/libnccl-net-mk.so" NCCL_NET=mk \
+    NCCL_MK_SOCKET_IFNAME="${NCCL_MK_SOCKET_IFNAME:-lo}"
+run socket NCCL_NET_PLUGIN=none NCCL_NET=Socket
+run socket4x4 NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4
+echo "== busbw (GB/s), $coll, 2 GPUs through the network path"
+python3 "$MK_ROOT/scripts/bench-compare.py" mk="$out/mk.json" socket="$out/socket.json" \
+    socket4x4="$out/socket4x4.json"
