@@ -1,0 +1,158 @@
+/*
+ * Host launcher for the GEMM core: validation, TMA descriptors (driver entry point resolved
+ * through the runtime, so libcuda is never linked), and the persistent launch.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include "gemm.cuh"
+extern "C" {
+#include "mk_err.h"
+#include "mk_log.h"
+}
+
+/* The compiled configuration: 128x256x64 tiles, 4 stages, epilogue in 128-column passes. */
+typedef mk_gemm_cfg<128, 256, 64, 4, 128> mk_gemm_default_cfg;
+
+#define MK_GEMM_DEFAULT_TIMEOUT_MS 30000u
+#define MK_GEMM_DEFAULT_GROUP_M 8
+
+static PFN_cuTensorMapEncodeTiled_v12000 gemm_encode_tiled(void) {
+  /* NOTES: a benign race: concurrent first calls resolve the same pointer. */
+  static PFN_cuTensorMapEncodeTiled_v12000 fn;
+  if (!fn) {
+    void* p = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+  }
+  return fn;
+}
+
+static int gemm_misaligned(const void* p) { return ((uintptr_t)p & 15) != 0; }
+
+#define GEMM_REJECT(...)      \
+  do {                        \
+    MK_WARN(__VA_ARGS__);     \
+    return -EINVAL;           \
+  } while (0)
+
+static int gemm_validate(const struct mk_gemm_args* a) {
+  if (!a) GEMM_REJECT("mk_gemm_launch: args is NULL");
+  if (a->m < 1) GEMM_REJECT("mk_gemm_launch: m = %d, must be >= 1", a->m);
+  if (a->n < 8 || a->n % 8) GEMM_REJECT("mk_gemm_launch: n = %d, must be a positive multiple of 8", a->n);
+  if (a->k < 8 || a->k % 8) GEMM_REJECT("mk_gemm_launch: k = %d, must be a positive multiple of 8", a->k);
+  if (!a->a || gemm_misaligned(a->a)) GEMM_REJECT("mk_gemm_launch: a = %p, must be non-NULL and 16-byte aligned", a->a);
+  if (!a->b || gemm_misaligned(a->b)) GEMM_REJECT("mk_gemm_launch: b = %p, must be non-NULL and 16-byte aligned", a->b);
+  if (!a->c || gemm_misaligned(a->c)) GEMM_REJECT("mk_gemm_launch: c = %p, must be non-NULL and 16-byte aligned", a->c);
+  if (a->epilogue < MK_GEMM_STORE || a->epilogue > MK_GEMM_ADD_F32)
+    GEMM_REJECT("mk_gemm_launch: epilogue = %d is not an enum mk_gemm_epilogue", a->epilogue);
+  if (a->num_sms < 0) GEMM_REJECT("mk_gemm_launch: num_sms = %d, must be >= 0", a->num_sms);
+  if (a->raster_group_m < 0) GEMM_REJECT("mk_gemm_launch: raster_group_m = %d, must be >= 0", a->raster_group_m);
+  if (a->group_offsets && a->num_groups < 1)
+    GEMM_REJECT("mk_gemm_launch: num_groups = %d with group_offsets set, must be >= 1", a->num_groups);
+  if (a->group_offsets && (a->ready_flags || a->row_block_order))
+    GEMM_REJECT("mk_gemm_launch: ready_flags/row_block_order are not supported with group_offsets");
+  if (((uintptr_t)a->ready_flags | (uintptr_t)a->tile_flags | (uintptr_t)a->tile_start_ns) & 7)
+    GEMM_REJECT("mk_gemm_launch: ready_flags, tile_flags and tile_start_ns must be 8-byte aligned");
+  return 0;
+}
+
+/* A row-major bf16 [rows, k] operand as a 2D tensor map: box = k_box x rows_box, 128B swizzle,
+ * zero fill outside the tensor (partial tiles at M, N, K edges). */
+static int gemm_make_tmap(CUtensorMap* map, const void* ptr, long rows, int k, int rows_box, int k_box) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = gemm_encode_tiled();
+  if (!encode) {
+    MK_WARN("mk_gemm_launch: cuTensorMapEncodeTiled not found in the CUDA driver");
+    return -ENOTSUP;
+  }
+  cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
+  cuuint64_t strides[1] = {(cuuint64_t)k * 2};
+  cuuint32_t box[2] = {(cuuint32_t)k_box, (cuuint32_t)rows_box};
+  cuuint32_t estr[2] = {1, 1};
+  CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void*)ptr, dims, strides, box, estr,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    MK_WARN("mk_gemm_launch: cuTensorMapEncodeTiled failed (%d) for %ld x %d at %p", (int)r, rows, k, ptr);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+/* Returns the SM count of the current device, or -ENOTSUP when it is not sm_90. */
+static int gemm_device_sms(int* sms) {
+  int dev, major, minor;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    MK_WARN("mk_gemm_launch: no usable CUDA device");
+    return -ENOTSUP;
+  }
+  if (major != 9 || minor != 0) {
+    MK_WARN("mk_gemm_launch: device %d is sm_%d%d; the GEMM core is built for sm_90a (Hopper) only", dev, major, minor);
+    return -ENOTSUP;
+  }
+  return 0;
+}
+
+extern "C" void mk_gemm_tile_shape(int* block_m, int* block_n) {
+  *block_m = mk_gemm_default_cfg::BM;
+  *block_n = mk_gemm_default_cfg::BN;
+}
+
+extern "C" long mk_gemm_max_tiles(const struct mk_gemm_args* a) {
+  const long bm = mk_gemm_default_cfg::BM, bn = mk_gemm_default_cfg::BN;
+  long tiles_m = (a->m + bm - 1) / bm + (a->group_offsets ? a->num_groups : 0);
+  return tiles_m * ((a->n + bn - 1) / bn);
+}
+
+extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream) {
+  typedef mk_gemm_default_cfg Cfg;
+  MK_CHECK(gemm_validate(a));
+  int sms = 0;
+  MK_CHECK(gemm_device_sms(&sms));
+  const int groups = a->group_offsets ? a->num_groups : 1;
+  CUtensorMap tmap_a, tmap_b;
+  MK_CHECK(gemm_make_tmap(&tmap_a, a->a, a->m, a->k, Cfg::BM, Cfg::BK));
+  MK_CHECK(gemm_make_tmap(&tmap_b, a->b, (long)groups * a->n, a->k, Cfg::BN, Cfg::BK));
+
+  struct mk_gemm_params p = {};
+  p.m = a->m;
+  p.n = a->n;
+  p.k = a->k;
+  p.epilogue = a->epilogue;
+  p.c = a->c;
+  p.num_k_blocks = (a->k + Cfg::BK - 1) / Cfg::BK;
+  p.group_m = a->raster_group_m ? a->raster_group_m : MK_GEMM_DEFAULT_GROUP_M;
+  p.num_groups = groups;
+  p.group_offsets = a->group_offsets;
+  p.row_block_order = a->row_block_order;
+  p.ready_flags = a->ready_flags;
+  p.ready_target = a->ready_target;
+  p.tile_flags = a->tile_flags;
+  p.tile_start_ns = a->tile_start_ns;
+  p.err = a->err;
+  p.err_tag = a->err_tag;
+  p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_GEMM_DEFAULT_TIMEOUT_MS) * 1000000ull;
+
+  long tiles = mk_gemm_max_tiles(a);
+  int grid = a->num_sms ? (a->num_sms < sms ? a->num_sms : sms) : sms;
+  if (!a->group_offsets && tiles < grid) grid = (int)tiles;
+
+  cudaError_t e = cudaFuncSetAttribute(mk_gemm_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+  if (e == cudaSuccess) {
+    mk_gemm_kernel<Cfg><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_a, tmap_b, p);
+    e = cudaGetLastError();
+  }
+  if (e != cudaSuccess) {
+    MK_WARN("mk_gemm_launch: launch failed: %s", cudaGetErrorString(e));
+    return -EIO;
+  }
+  return 0;
+}

@@ -1,0 +1,268 @@
+/*
+ * Persistent warp-specialised bf16 GEMM for sm_90a: C[M,N] = A[M,K] . B[N,K]^T.
+ *
+ * One CTA per SM, 3 warp groups: WG0 is the producer (one thread issues TMA loads into a
+ * STAGES-deep ring of shared memory completed on mbarriers), WG1 and WG2 are consumers, each
+ * owning 64 rows of the BM x BN tile and issuing wgmma m64n{BN}k16 with both operands in
+ * shared memory (128-byte swizzle). The epilogue stages bf16 through swizzled shared memory and
+ * writes 16-byte vectors with row/column clipping (any M; N, K multiples of 8).
+ * See gemm.h for the fusion hooks.
+ */
+#ifndef MK_GEMM_CUH_
+#define MK_GEMM_CUH_
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include "gemm.h"
+#include "ptx.cuh"
+#include "sched.cuh"
+
+struct mk_gemm_params {
+  int m, n, k;
+  int epilogue;
+  void* c;
+  int num_k_blocks;
+  int group_m;
+  int num_groups;
+  const int* group_offsets;
+  const int* row_block_order;
+  const uint64_t* ready_flags;
+  uint64_t ready_target;
+  uint64_t* tile_flags;
+  uint64_t* tile_start_ns;
+  struct mk_gemm_error* err;
+  uint32_t err_tag;
+  uint64_t timeout_ns;
+};
+
+template <int BM_, int BN_, int BK_, int STAGES_, int EPI_COLS_>
+struct mk_gemm_cfg {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_, EPI_COLS = EPI_COLS_;
+  static constexpr int CONSUMERS = 2;
+  static constexpr int THREADS = 128 * (1 + CONSUMERS);
+  static constexpr int A_STAGE = BM * BK * 2;
+  static constexpr int B_STAGE = BN * BK * 2;
+  static constexpr int C_STAGE_WG = 64 * EPI_COLS * 2; /* one consumer's staging buffer */
+  static constexpr int OFF_B = STAGES * A_STAGE;
+  static constexpr int OFF_C = OFF_B + STAGES * B_STAGE;
+  static constexpr int OFF_BAR = OFF_C + CONSUMERS * C_STAGE_WG;
+  static constexpr int SMEM_USED = OFF_BAR + 2 * STAGES * 8 + 16;
+  static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
+  static_assert(BM == 64 * CONSUMERS, "each consumer warp group owns 64 rows");
+  static_assert(BN == 256 || BN == 128, "wgmma wrappers exist for n = 128 and 256");
+  static_assert(BK * 2 == 128, "a K-block row must be one 128-byte swizzle row");
+  static_assert(BN % EPI_COLS == 0 && EPI_COLS % 64 == 0, "epilogue passes are whole 64-column atoms");
+  static_assert(A_STAGE % 1024 == 0 && B_STAGE % 1024 == 0 && C_STAGE_WG % 1024 == 0,
+                "128B-swizzled tiles must stay 1024-byte aligned");
+  static_assert(SMEM_BYTES <= 232448, "over the 227 KB of dynamic shared memory per block");
+};
+
+/* ---- producer ------------------------------------------------------------------------------ */
+
+/* Waits until ready_flags[mb] >= target. Returns 0 on timeout or when another CTA gave up. */
+__device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, int mb, int tile) {
+  const uint64_t* flag = p.ready_flags + mb;
+  uint64_t seen = ld_acquire_sys_u64(flag);
+  uint64_t t0 = globaltimer_ns();
+  while (seen < p.ready_target) {
+    __nanosleep(64);
+    seen = ld_acquire_sys_u64(flag);
+    if (seen >= p.ready_target) break;
+    if (p.err && ld_relaxed_sys_u32(&p.err->aborted)) return 0;
+    if (globaltimer_ns() - t0 > p.timeout_ns) {
+      if (p.err) {
+        /* NOTES: two CTAs timing out together may both write; either record is right. */
+        p.err->tag = p.err_tag;
+        p.err->tile = (uint32_t)tile;
+        p.err->flag_index = (uint32_t)mb;
+        p.err->expected = p.ready_target;
+        p.err->seen = seen;
+        fence_acq_rel_sys();
+        *(volatile uint32_t*)&p.err->aborted = 1;
+      }
+      return 0;
+    }
+  }
+  /* The data behind the flag is next read by TMA (async proxy). */
+  fence_proxy_async_global();
+  return 1;
+}
+
+template <class Cfg>
+__device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
+                                              const struct mk_gemm_params& p, uint8_t* smem,
+                                              uint64_t* full, uint64_t* empty, volatile uint32_t* abort_flag) {
+  struct mk_sched s;
+  sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, p.num_groups, p.group_offsets, p.row_block_order);
+  int stage = 0;
+  uint32_t phase = 0;
+  int ready_mb = -1; /* last row-block seen ready: flags only grow within a launch */
+  struct mk_tile t;
+  for (int id = blockIdx.x; sched_tile(&s, p.m, id, &t); id += gridDim.x) {
+    if (p.ready_flags && t.mb != ready_mb) {
+      if (!gemm_wait_row_block(p, t.mb, t.linear)) {
+        /* Abort at a tile boundary: every stage loaded so far has been or will be consumed
+         * in order, so the consumers drain the ring, then find this data-less arrival with
+         * abort_flag naming this tile, and leave. No copy is in flight when the CTA exits. */
+        *abort_flag = (uint32_t)id + 1;
+        mbarrier_wait_parity(&empty[stage], phase ^ 1);
+        mbarrier_arrive(&full[stage]);
+        return;
+      }
+      ready_mb = t.mb;
+    }
+    if (p.tile_start_ns) p.tile_start_ns[t.linear] = globaltimer_ns();
+    const int b_row0 = t.group * p.n + t.col0;
+    for (int kb = 0; kb < p.num_k_blocks; kb++) {
+      mbarrier_wait_parity(&empty[stage], phase ^ 1);
+      mbarrier_arrive_expect_tx(&full[stage], Cfg::A_STAGE + Cfg::B_STAGE);
+      cp_async_bulk_tensor_2d_load(smem + stage * Cfg::A_STAGE, tmap_a, kb * Cfg::BK, t.row0, &full[stage]);
+      cp_async_bulk_tensor_2d_load(smem + Cfg::OFF_B + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row0, &full[stage]);
+      if (++stage == Cfg::STAGES) { stage = 0; phase ^= 1; }
+    }
+  }
+}
+
+/* ---- consumers ----------------------------------------------------------------------------- */
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *(uint32_t*)&v;
+}
+
+/* Byte offset of (row, col) in a staging buffer of 64-column atoms, each 64 rows x 128 bytes
+ * with the 128-byte swizzle (16-byte chunk index XOR row % 8): conflict-free for both the
+ * accumulator-fragment writes and the 16-byte row reads. */
+__device__ __forceinline__ uint32_t stage_offset(int row, int col) {
+  return (uint32_t)((col >> 6) * 8192 + row * 128 + ((((col & 63) >> 3) ^ (row & 7)) << 4) + (col & 7) * 2);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void gemm_epilogue_bf16(const float* acc, uint8_t* cstage, const struct mk_tile& t,
+                                                   int wg, const struct mk_gemm_params& p) {
+  const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  const int r0 = warp * 16 + (lane >> 2);
+  const uint32_t base = smem_addr(cstage);
+  const int add = p.epilogue == MK_GEMM_ADD_BF16;
+  constexpr int CHUNKS_ROW = Cfg::EPI_COLS / 8;
+#pragma unroll
+  for (int pass = 0; pass < Cfg::BN / Cfg::EPI_COLS; pass++) {
+    bar_sync(1 + wg, 128); /* the previous pass's reads are done */
+#pragma unroll
+    for (int j = 0; j < CHUNKS_ROW; j++) {
+      const int jj = pass * CHUNKS_ROW + j;
+      const int col = j * 8 + (lane & 3) * 2;
+      st_shared_b32(base + stage_offset(r0, col), pack_bf16x2(acc[4 * jj], acc[4 * jj + 1]));
+      st_shared_b32(base + stage_offset(r0 + 8, col), pack_bf16x2(acc[4 * jj + 2], acc[4 * jj + 3]));
+    }
+    bar_sync(1 + wg, 128);
+#pragma unroll 4
+    for (int i = 0; i < 64 * CHUNKS_ROW / 128; i++) {
+      const int c = tid + 128 * i, r = c / CHUNKS_ROW, cc = c % CHUNKS_ROW;
+      const uint4 v = ld_shared_v4_b32(base + stage_offset(r, cc * 8));
+      const int grow = t.row0 + wg * 64 + r, gcol = t.col0 + pass * Cfg::EPI_COLS + cc * 8;
+      if (grow < t.row_end && gcol < p.n) {
+        __nv_bfloat16* dst = (__nv_bfloat16*)p.c + (size_t)grow * p.n + gcol;
+        if (add) red_global_add_noftz_v4_bf16x2(dst, v);
+        else st_global_v4_b32(dst, v);
+      }
+    }
+  }
+}
+
+/* fp32 accumulation target: straight from the fragments, two floats per reduction. */
+template <class Cfg>
+__device__ __forceinline__ void gemm_epilogue_add_f32(const float* acc, const struct mk_tile& t, int wg,
+                                                      const struct mk_gemm_params& p) {
+  const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  const int row = t.row0 + wg * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+  for (int jj = 0; jj < Cfg::BN / 8; jj++) {
+    const int col = t.col0 + jj * 8 + (lane & 3) * 2;
+    if (col < p.n) {
+      if (row < t.row_end) red_global_add_v2_f32((float*)p.c + (size_t)row * p.n + col, acc[4 * jj], acc[4 * jj + 1]);
+      if (row + 8 < t.row_end)
+        red_global_add_v2_f32((float*)p.c + (size_t)(row + 8) * p.n + col, acc[4 * jj + 2], acc[4 * jj + 3]);
+    }
+  }
+}
+
+/* After both consumers' stores of a tile: make them visible at system scope, then raise. */
+__device__ __forceinline__ void gemm_raise_tile_flag(const struct mk_tile& t, const struct mk_gemm_params& p) {
+  fence_acq_rel_sys();
+  bar_sync(3, 256);
+  if (threadIdx.x == 128) red_release_sys_add_u64(p.tile_flags + t.linear, 1);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_params& p, uint8_t* smem,
+                                              uint64_t* full, uint64_t* empty, volatile uint32_t* abort_flag) {
+  float acc[Cfg::BN / 2];
+  struct mk_sched s;
+  sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, p.num_groups, p.group_offsets, p.row_block_order);
+  const uint32_t a_base = smem_addr(smem) + wg * 64 * 128;
+  const uint32_t b_base = smem_addr(smem + Cfg::OFF_B);
+  uint8_t* cstage = smem + Cfg::OFF_C + wg * Cfg::C_STAGE_WG;
+  const int lane = threadIdx.x & 31;
+  int stage = 0;
+  uint32_t phase = 0;
+  struct mk_tile t;
+  for (int id = blockIdx.x; sched_tile(&s, p.m, id, &t); id += gridDim.x) {
+    for (int kb = 0; kb < p.num_k_blocks; kb++) {
+      mbarrier_wait_parity(&full[stage], phase);
+      if (kb == 0 && *abort_flag == (uint32_t)id + 1) return; /* see gemm_producer */
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < Cfg::BK / 16; k++) {
+        const uint64_t da = wgmma_desc_sw128(a_base + stage * Cfg::A_STAGE + k * 32);
+        const uint64_t db = wgmma_desc_sw128(b_base + stage * Cfg::B_STAGE + k * 32);
+        if constexpr (Cfg::BN == 256) wgmma_m64n256k16_bf16(acc, da, db, (kb > 0 || k > 0) ? 1 : 0);
+        else wgmma_m64n128k16_bf16(acc, da, db, (kb > 0 || k > 0) ? 1 : 0);
+      }
+      wgmma_commit_group();
+      wgmma_wait_group<0>();
+      wgmma_fence_operands<Cfg::BN / 2>(acc);
+      if (lane == 0) mbarrier_arrive(&empty[stage]);
+      if (++stage == Cfg::STAGES) { stage = 0; phase ^= 1; }
+    }
+    if (p.epilogue == MK_GEMM_ADD_F32) gemm_epilogue_add_f32<Cfg>(acc, t, wg, p);
+    else gemm_epilogue_bf16<Cfg>(acc, cstage, t, wg, p);
+    if (p.tile_flags) gemm_raise_tile_flag(t, p);
+  }
+}
+
+/* ---- the kernel ---------------------------------------------------------------------------- */
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
+mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+               const __grid_constant__ struct mk_gemm_params p) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = (uint8_t*)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  uint64_t* full = (uint64_t*)(smem + Cfg::OFF_BAR);
+  uint64_t* empty = full + Cfg::STAGES;
+  volatile uint32_t* abort_flag = (volatile uint32_t*)(empty + Cfg::STAGES);
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    prefetch_tensormap(&tmap_a);
+    prefetch_tensormap(&tmap_b);
+    for (int i = 0; i < Cfg::STAGES; i++) {
+      mbarrier_init(&full[i], 1);
+      mbarrier_init(&empty[i], Cfg::CONSUMERS * 4); /* one arrival per consumer warp */
+    }
+    *abort_flag = 0;
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  /* NOTES: setmaxnreg needs the roles as the two branches of one if/else. 40 + 2 x 232 per
+   * thread x 128 fits the 64K-register file at one CTA per SM. */
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) gemm_producer<Cfg>(&tmap_a, &tmap_b, p, smem, full, empty, abort_flag);
+  } else {
+    setmaxnreg_inc<232>();
+    gemm_consumer<Cfg>(wg - 1, p, smem, full, empty, abort_flag);
+  }
+}
+
+#endif /* MK_GEMM_CUH_ */

@@ -1,0 +1,80 @@
+/*
+ * The GEMM core (host interface, C): C[M,N] = A[M,K] . B[N,K]^T, row-major bf16 operands,
+ * fp32 accumulation, one persistent warp-specialised kernel (sm_90a only).
+ *
+ * Fusion hooks, each free when its pointer is NULL:
+ *  - ready_flags: before loading A rows of row-block mb, the producer waits (ld.acquire.sys,
+ *    then a proxy fence) until ready_flags[mb] >= ready_target; bounded by timeout_ms, after
+ *    which it fills *err and the kernel exits cleanly (no trap). row_block_order picks the
+ *    order row-blocks are visited in (e.g. local shard first).
+ *  - epilogue: STORE writes bf16 into c (local or peer pointer); ADD_BF16 adds into a bf16 c
+ *    with red.add.noftz.bf16x2 (each addition rounds to bf16: for k summands the error grows
+ *    like k * 2^-9 relative; order is not deterministic); ADD_F32 adds into an fp32 c with
+ *    red.add.f32 (fp32 rounding per addition).
+ *  - tile_flags: after a tile's stores are visible at system scope, tile_flags[tile] += 1
+ *    (red.release.sys), tile = tile_base(group) + mb * tiles_n + nb.
+ *  - num_sms: the number of CTAs (one per SM) of the persistent grid; 0 = all SMs.
+ *  - grouped (MoE): group_offsets (device, num_groups + 1 row prefix sums, [0] = 0,
+ *    [num_groups] = m) gives each group's contiguous rows of A and C; B holds the groups'
+ *    weights stacked as [num_groups, N, K]. Groups may be empty.
+ */
+#ifndef MK_GEMM_H_
+#define MK_GEMM_H_
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum mk_gemm_epilogue {
+  MK_GEMM_STORE = 0,    /* c: bf16 [m, n] */
+  MK_GEMM_ADD_BF16 = 1, /* c: bf16 [m, n], c += A.B^T */
+  MK_GEMM_ADD_F32 = 2,  /* c: float [m, n], c += A.B^T */
+};
+
+/* Written by the kernel when a wait times out; device or host-mapped memory. */
+struct mk_gemm_error {
+  uint32_t aborted;    /* 1 once any CTA gave up */
+  uint32_t tag;        /* args.err_tag (the caller's rank/op encoding) */
+  uint32_t tile;       /* linear tile that was waiting */
+  uint32_t flag_index; /* index into ready_flags */
+  uint64_t expected;
+  uint64_t seen;
+};
+
+struct mk_gemm_args {
+  int m, n, k;
+  const void* a; /* bf16 [m, k] */
+  const void* b; /* bf16 [n, k]; [num_groups, n, k] when grouped */
+  void* c;       /* see enum mk_gemm_epilogue */
+  int epilogue;  /* enum mk_gemm_epilogue */
+  int num_sms;        /* 0: every SM */
+  int raster_group_m; /* row-blocks per raster group; 0: default (8) */
+  const int* row_block_order;  /* device, ceil(m / block_m) entries, a permutation; optional */
+  const uint64_t* ready_flags; /* device or peer, one per row-block; optional */
+  uint64_t ready_target;
+  uint64_t* tile_flags;        /* device or peer, mk_gemm_max_tiles() entries; optional */
+  uint64_t* tile_start_ns;     /* debug: %globaltimer when the producer starts each tile */
+  struct mk_gemm_error* err;   /* optional */
+  uint32_t err_tag;
+  uint32_t timeout_ms;         /* 0: 30000 */
+  int num_groups;              /* grouped mode when group_offsets != NULL */
+  const int* group_offsets;
+};
+
+/* Launches on `stream`. Returns 0, -EINVAL (bad argument, nothing launched, a WARN names
+ * it), -ENOTSUP (not an sm_90 device) or -EIO (launch failure). */
+int mk_gemm_launch(const struct mk_gemm_args* args, cudaStream_t stream);
+
+/* Tile shape of the compiled kernel, and an upper bound on tile indices for tile_flags and
+ * tile_start_ns (exact in plain mode). */
+void mk_gemm_tile_shape(int* block_m, int* block_n);
+long mk_gemm_max_tiles(const struct mk_gemm_args* args);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MK_GEMM_H_ */

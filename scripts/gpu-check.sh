@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|all]
+#   quick: every GPU test once at small sizes (< 3 minutes)
+#   gemm:  the GEMM tests at large sizes, then gemm_perf
+# The build is made elsewhere (no GPU needed) and carried: MK_BUILD names it (default build).
+# Logs go to MK_CHECK_LOGS (default $OUT/gpu-check when OUT is set, else /tmp/gpu-check).
+# To add a tier: write a tier_NAME function that calls `step NAME COMMAND...` and add it to
+# the case at the bottom.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+B=${MK_BUILD:-build}
+LOGS=${MK_CHECK_LOGS:-${OUT:+$OUT/gpu-check}}
+LOGS=${LOGS:-/tmp/gpu-check}
+mkdir -p "$LOGS"
+ROWS=()
+FAILED=0
+
+# step NAME CMD...: runs CMD, logs it, records pass / FAIL / skip (exit 77) and seconds.
+step() {
+  local name=$1; shift
+  local t0=$SECONDS rc
+  timeout "${MK_STEP_TIMEOUT:-480}" "$@" >"$LOGS/$name.log" 2>&1
+  rc=$?
+  local st=pass
+  if [ $rc -eq 77 ]; then st=skip; elif [ $rc -ne 0 ]; then st=FAIL; FAILED=$((FAILED + 1)); fi
+  ROWS+=("$(printf '%-48s %-5s %5ss' "$name" "$st" $((SECONDS - t0)))")
+  if [ "$st" = FAIL ]; then echo "---- $name (rc $rc), last lines:"; tail -n 15 "$LOGS/$name.log"; fi
+}
+
+GEMM_TESTS="odd_shapes:gemm_matches_float64_on_odd_shapes cublas:gemm_matches_cublaslt
+negative_control:gemm_checker_rejects_one_bad_element ready_flags:gemm_waits_for_row_block_flags
+timeout:gemm_times_out_cleanly_on_a_missing_flag row_block_order:gemm_follows_row_block_order
+epilogues:gemm_stores_or_adds_into_another_buffer tile_flags:gemm_raises_tile_flags_after_stores
+num_sms:gemm_is_correct_with_any_sm_count grouped:gemm_grouped_handles_uneven_and_empty_groups
+bad_input:gemm_rejects_bad_input_untouched"
+
+tier_quick() {
+  local t
+  for t in $GEMM_TESTS; do step "${t#*:}" "$B/test/gpu/test_gemm" "${t%%:*}"; done
+}
+
+tier_gemm() {
+  local t
+  for t in odd_shapes cublas grouped; do step "gemm_large_$t" "$B/test/gpu/test_gemm" "$t" large; done
+  step gemm_perf "$B/test/perf/gemm/gemm_perf"
+  grep -A 40 '^     M' "$LOGS/gemm_perf.log" || true
+}
+
+tier=${1:-quick}
+case $tier in
+  quick) tier_quick ;;
+  gemm) tier_gemm ;;
+  all) tier_quick; tier_gemm ;;
+  *) echo "usage: $0 [quick|gemm|all]" >&2; exit 2 ;;
+esac
+
+echo
+echo "gpu-check $tier on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) (logs: $LOGS)"
+printf '%s\n' "${ROWS[@]}"
+echo "failed: $FAILED"
+[ $FAILED -eq 0 ]

@@ -1,0 +1,347 @@
+/*
+ * Tests of the fusion hooks (included by test_gemm.cu): ready flags and their timeout, the
+ * row-block order, epilogue modes, per-tile flags, the SM count, the grouped variant and the
+ * rejection of bad input.
+ */
+#include "ptx.cuh"
+
+static int sm_count(void) {
+  int sms;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  return sms;
+}
+
+static int all_bytes_ff(const void* dev, size_t bytes) {
+  std::vector<unsigned char> h(bytes);
+  CUDA_OK(cudaMemcpy(h.data(), dev, bytes, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < bytes; i++)
+    if (h[i] != 0xFF) return 0;
+  return 1;
+}
+
+/* Sleeps delay_ns, records the time, then raises flags[0..count) to value (release.sys). */
+static __global__ void delayed_raise_kernel(uint64_t* flags, int count, uint64_t value, uint64_t delay_ns, uint64_t* t_raise) {
+  uint64_t t0 = globaltimer_ns();
+  while (globaltimer_ns() - t0 < delay_ns) __nanosleep(1000);
+  *t_raise = globaltimer_ns();
+  fence_acq_rel_sys();
+  for (int i = 0; i < count; i++) st_release_sys_u64(flags + i, value);
+}
+
+static void test_ready_flags(void) {
+  const int m = 1024, n = 2048, k = 4096, bms = 8, tiles = 64, late_from = 4;
+  const uint64_t delay_ns = 20000000;
+  struct problem p;
+  problem_alloc(&p, m, n, k, 1, 2);
+  uint64_t *flags, *starts, *t_raise;
+  CUDA_OK(cudaMalloc(&flags, bms * 8));
+  CUDA_OK(cudaMalloc(&starts, tiles * 8));
+  CUDA_OK(cudaMalloc(&t_raise, 8));
+  std::vector<uint64_t> init(bms, 0);
+  for (int i = 0; i < late_from; i++) init[i] = 7;
+  CUDA_OK(cudaMemcpy(flags, init.data(), bms * 8, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(starts, 0, tiles * 8));
+  cudaStream_t s1, s2;
+  CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  CUDA_OK(cudaDeviceSynchronize());
+  delayed_raise_kernel<<<1, 1, 0, s1>>>(flags + late_from, bms - late_from, 7, delay_ns, t_raise);
+  struct mk_gemm_args g = problem_args(&p);
+  g.ready_flags = flags;
+  g.ready_target = 7;
+  g.tile_start_ns = starts;
+  g.num_sms = sm_count() - 4; /* leave room for the raising kernel */
+  EXPECT(mk_gemm_launch(&g, s2) == 0, "launch");
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint64_t> st(tiles);
+  uint64_t tr;
+  CUDA_OK(cudaMemcpy(st.data(), starts, tiles * 8, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&tr, t_raise, 8, cudaMemcpyDeviceToHost));
+  int early_ok = 0, late_ok = 0;
+  uint64_t first = ~0ull;
+  for (int t = 0; t < tiles; t++) first = st[t] < first ? st[t] : first;
+  for (int t = 0; t < tiles; t++) {
+    const int mb = t / (n / 256);
+    if (mb < late_from) early_ok += st[t] != 0 && st[t] < tr;
+    else late_ok += st[t] >= tr;
+  }
+  printf("  flag raised %.3f ms after the first tile; early tiles before it: %d/%d, late tiles after it: %d/%d\n",
+         (double)(tr - first) * 1e-6, early_ok, tiles / 2, late_ok, tiles / 2);
+  EXPECT(early_ok == tiles / 2, "tiles of ready row-blocks waited");
+  EXPECT(late_ok == tiles / 2, "tiles of late row-blocks started before their flag");
+  ref_gemm_f64<double>(p.a, p.b, NULL, NULL, p.ref, m, n, k);
+  expect_close_bf16(&p, "with ready flags");
+  cudaStreamDestroy(s1);
+  cudaStreamDestroy(s2);
+  cudaFree(flags); cudaFree(starts); cudaFree(t_raise);
+  problem_free(&p);
+}
+
+static void test_timeout(void) {
+  struct problem p;
+  problem_alloc(&p, 512, 512, 512, 1, 2);
+  uint64_t* flags;
+  CUDA_OK(cudaMalloc(&flags, 4 * 8));
+  CUDA_OK(cudaMemset(flags, 0, 4 * 8));
+  struct mk_gemm_error* err;
+  CUDA_OK(cudaHostAlloc((void**)&err, sizeof(*err), cudaHostAllocMapped));
+  memset(err, 0, sizeof(*err));
+  struct mk_gemm_args g = problem_args(&p);
+  g.ready_flags = flags;
+  g.ready_target = 1;
+  g.timeout_ms = 50;
+  g.err = err;
+  g.err_tag = 0xABC;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  EXPECT(mk_gemm_launch(&g, 0) == 0, "launch");
+  cudaError_t e = cudaDeviceSynchronize();
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+  printf("  kernel returned %s after %.1f ms: aborted=%u tag=%x tile=%u flag=%u expected=%llu seen=%llu\n",
+         cudaGetErrorString(e), ms, err->aborted, err->tag, err->tile, err->flag_index,
+         (unsigned long long)err->expected, (unsigned long long)err->seen);
+  EXPECT(e == cudaSuccess, "the kernel must exit cleanly");
+  EXPECT(err->aborted == 1 && err->tag == 0xABC && err->flag_index < 4 && err->expected == 1 && err->seen == 0,
+         "error record");
+  EXPECT(ms < 2000, "timed out after %.0f ms, limit 50", ms);
+  CUDA_OK(cudaFreeHost(err));
+  cudaFree(flags);
+  problem_free(&p);
+  run_f64_case(300, 264, 512, 0); /* the context still works */
+}
+
+static void test_row_block_order(void) {
+  const int m = 1024, n = 512, k = 256, bms = 8, tn = 2;
+  const int order[bms] = {5, 2, 7, 0, 1, 6, 3, 4};
+  struct problem p;
+  problem_alloc(&p, m, n, k, 1, 2);
+  int* d_order;
+  uint64_t* starts;
+  CUDA_OK(cudaMalloc(&d_order, sizeof(order)));
+  CUDA_OK(cudaMemcpy(d_order, order, sizeof(order), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMalloc(&starts, bms * tn * 8));
+  struct mk_gemm_args g = problem_args(&p);
+  g.row_block_order = d_order;
+  g.raster_group_m = 1;
+  g.num_sms = 1; /* one CTA: tiles start in visiting order */
+  g.tile_start_ns = starts;
+  EXPECT(launch_sync(&g) == 0, "launch");
+  std::vector<uint64_t> st(bms * tn);
+  CUDA_OK(cudaMemcpy(st.data(), starts, st.size() * 8, cudaMemcpyDeviceToHost));
+  int in_order = 1;
+  uint64_t prev = 0;
+  for (int pos = 0; pos < bms; pos++)
+    for (int nb = 0; nb < tn; nb++) {
+      uint64_t t = st[order[pos] * tn + nb];
+      if (t < prev) in_order = 0;
+      prev = t;
+    }
+  printf("  tiles started in the given row-block order: %s\n", in_order ? "yes" : "no");
+  EXPECT(in_order, "row_block_order not followed");
+  ref_gemm_f64<double>(p.a, p.b, NULL, NULL, p.ref, m, n, k);
+  expect_close_bf16(&p, "row_block_order");
+  poison(p.c, (size_t)m * n * 2);
+  g.raster_group_m = 0; g.num_sms = 0; g.tile_start_ns = NULL;
+  EXPECT(launch_sync(&g) == 0, "launch");
+  expect_close_bf16(&p, "row_block_order, grouped");
+  cudaFree(d_order); cudaFree(starts);
+  problem_free(&p);
+}
+
+static void test_epilogues(void) {
+  const int m = 1000, n = 1000, k = 1000;
+  const size_t mn = (size_t)m * n;
+  struct problem p;
+  problem_alloc(&p, m, n, k, 1, 4); /* c sized for fp32 */
+  /* "peer" store: the destination is another buffer; the first stays untouched */
+  void* other;
+  CUDA_OK(cudaMalloc(&other, mn * 2));
+  poison(other, mn * 2);
+  poison(p.c, mn * 2);
+  struct mk_gemm_args g = problem_args(&p);
+  g.c = other;
+  EXPECT(launch_sync(&g) == 0, "launch");
+  ref_gemm_f64<double>(p.a, p.b, NULL, NULL, p.ref, m, n, k);
+  struct check_result r = check_close((const __nv_bfloat16*)other, p.ref, mn, TOL);
+  printf("  store into a second buffer: rel=%.3e %s\n", r.rel, r.pass ? "ok" : "FAIL");
+  EXPECT(r.pass && all_bytes_ff(p.c, mn * 2), "store to another pointer");
+  /* add into bf16 */
+  void* base;
+  CUDA_OK(cudaMalloc(&base, mn * 4));
+  fill_random_bf16(base, mn, p.seed + 7, 4.0f);
+  CUDA_OK(cudaMemcpy(other, base, mn * 2, cudaMemcpyDeviceToDevice));
+  g.epilogue = MK_GEMM_ADD_BF16;
+  EXPECT(launch_sync(&g) == 0, "launch");
+  ref_gemm_f64<__nv_bfloat16>(p.a, p.b, (const __nv_bfloat16*)base, NULL, p.ref, m, n, k);
+  r = check_close((const __nv_bfloat16*)other, p.ref, mn, TOL);
+  printf("  add into bf16: rel=%.3e %s\n", r.rel, r.pass ? "ok" : "FAIL");
+  EXPECT(r.pass, "ADD_BF16");
+  /* two GEMMs adding into one fp32 buffer at once, on two streams */
+  struct problem q;
+  problem_alloc(&q, m, n, k, 1, 2);
+  fill_random_f32(base, mn, p.seed + 9, 4.0f);
+  CUDA_OK(cudaMemcpy(p.c, base, mn * 4, cudaMemcpyDeviceToDevice));
+  cudaStream_t s1, s2;
+  CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  CUDA_OK(cudaDeviceSynchronize());
+  g.c = p.c;
+  g.epilogue = MK_GEMM_ADD_F32;
+  g.num_sms = sm_count() / 2;
+  struct mk_gemm_args g2 = g;
+  g2.a = q.a;
+  g2.b = q.b;
+  EXPECT(mk_gemm_launch(&g, s1) == 0 && mk_gemm_launch(&g2, s2) == 0, "launch");
+  CUDA_OK(cudaDeviceSynchronize());
+  ref_gemm_f64<float>(p.a, p.b, (const float*)base, NULL, q.ref, m, n, k);
+  ref_gemm_f64<double>(q.a, q.b, q.ref, NULL, p.ref, m, n, k);
+  r = check_close((const float*)p.c, p.ref, mn, TOL);
+  printf("  two concurrent adds into fp32: rel=%.3e %s\n", r.rel, r.pass ? "ok" : "FAIL");
+  EXPECT(r.pass, "ADD_F32 concurrent");
+  cudaStreamDestroy(s1); cudaStreamDestroy(s2);
+  cudaFree(base); cudaFree(other);
+  problem_free(&q);
+  problem_free(&p);
+}
+
+/* One block per tile: waits for its flag (acquire.sys), then copies the tile out. */
+static __global__ void copy_tiles_when_raised(const uint64_t* flags, const __nv_bfloat16* c, __nv_bfloat16* out,
+                                              int m, int n, int bm, int bn, int tiles_n, int* timeouts) {
+  const int t = blockIdx.x, mb = t / tiles_n, nb = t % tiles_n;
+  __shared__ int ok;
+  if (threadIdx.x == 0) {
+    uint64_t t0 = globaltimer_ns();
+    ok = 1;
+    while (ld_acquire_sys_u64(flags + t) < 1)
+      if (globaltimer_ns() - t0 > 5000000000ull) { ok = 0; atomicAdd(timeouts, 1); break; }
+  }
+  __syncthreads();
+  if (!ok) return;
+  for (int i = threadIdx.x; i < bm * bn; i += blockDim.x) {
+    const int r = mb * bm + i / bn, col = nb * bn + i % bn;
+    if (r < m && col < n) out[(size_t)r * n + col] = ((const volatile __nv_bfloat16*)c)[(size_t)r * n + col];
+  }
+}
+
+static void test_tile_flags(void) {
+  const int m = 1000, n = 1000, k = 2048;
+  int bm, bn;
+  mk_gemm_tile_shape(&bm, &bn);
+  const int tiles_n = (n + bn - 1) / bn, tiles = ((m + bm - 1) / bm) * tiles_n;
+  struct problem p;
+  problem_alloc(&p, m, n, k, 1, 2);
+  struct mk_gemm_args g = problem_args(&p);
+  EXPECT(mk_gemm_max_tiles(&g) == tiles, "mk_gemm_max_tiles");
+  uint64_t* flags;
+  void* mirror;
+  int* timeouts;
+  CUDA_OK(cudaMalloc(&flags, tiles * 8));
+  CUDA_OK(cudaMemset(flags, 0, tiles * 8));
+  CUDA_OK(cudaMalloc(&mirror, (size_t)m * n * 2));
+  poison(mirror, (size_t)m * n * 2);
+  CUDA_OK(cudaMalloc(&timeouts, 4));
+  CUDA_OK(cudaMemset(timeouts, 0, 4));
+  cudaStream_t s1, s2;
+  CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  CUDA_OK(cudaDeviceSynchronize());
+  /* the reader runs first, on SMs the GEMM leaves free, and copies each tile once raised */
+  copy_tiles_when_raised<<<tiles, 256, 0, s1>>>(flags, (const __nv_bfloat16*)p.c, (__nv_bfloat16*)mirror, m, n, bm, bn, tiles_n, timeouts);
+  g.tile_flags = flags;
+  g.num_sms = sm_count() - tiles - 2;
+  EXPECT(mk_gemm_launch(&g, s2) == 0, "launch");
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT(mk_gemm_launch(&g, s2) == 0, "launch");
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint64_t> h(tiles);
+  int to;
+  CUDA_OK(cudaMemcpy(h.data(), flags, tiles * 8, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&to, timeouts, 4, cudaMemcpyDeviceToHost));
+  int twos = 0;
+  for (int t = 0; t < tiles; t++) twos += h[t] == 2;
+  printf("  %d/%d tile flags == 2 after two launches; reader timeouts %d\n", twos, tiles, to);
+  EXPECT(twos == tiles && to == 0, "tile flags");
+  ref_gemm_f64<double>(p.a, p.b, NULL, NULL, p.ref, m, n, k);
+  expect_close_bf16(&p, "with tile flags");
+  struct check_result r = check_close((const __nv_bfloat16*)mirror, p.ref, (size_t)m * n, TOL);
+  printf("  tiles read right after their flag: rel=%.3e nonfinite=%ld %s\n", r.rel, r.nonfinite, r.pass ? "ok" : "FAIL");
+  EXPECT(r.pass, "a tile read after its flag was incomplete");
+  cudaStreamDestroy(s1); cudaStreamDestroy(s2);
+  cudaFree(flags); cudaFree(mirror); cudaFree(timeouts);
+  problem_free(&p);
+}
+
+static void test_num_sms(void) {
+  const int counts[] = {1, 3, 66, 100000};
+  for (int i = 0; i < 4; i++) run_f64_case(2048, 1024, 512, counts[i]);
+}
+
+static void test_grouped(int large) {
+  std::vector<int> sizes = {300, 0, 1, 128, 1000, 0, 257, 129};
+  int n = 520, k = 264;
+  if (large) {
+    sizes.clear();
+    for (int i = 0; i < 16; i++) sizes.push_back(i == 5 ? 0 : 200 + (i * 997) % 1500);
+    n = 4096;
+    k = 2048;
+  }
+  const int groups = (int)sizes.size();
+  std::vector<int> offs(groups + 1, 0);
+  for (int i = 0; i < groups; i++) offs[i + 1] = offs[i] + sizes[i];
+  const int m = offs[groups];
+  std::vector<int> row_group(m);
+  for (int gi = 0; gi < groups; gi++)
+    for (int r = offs[gi]; r < offs[gi + 1]; r++) row_group[r] = gi;
+  struct problem p;
+  problem_alloc(&p, m, n, k, groups, 2);
+  int *d_offs, *d_rg;
+  CUDA_OK(cudaMalloc(&d_offs, offs.size() * 4));
+  CUDA_OK(cudaMalloc(&d_rg, m * 4));
+  CUDA_OK(cudaMemcpy(d_offs, offs.data(), offs.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_rg, row_group.data(), m * 4, cudaMemcpyHostToDevice));
+  struct mk_gemm_args g = problem_args(&p);
+  g.num_groups = groups;
+  g.group_offsets = d_offs;
+  EXPECT(launch_sync(&g) == 0, "launch");
+  ref_gemm_f64<double>(p.a, p.b, NULL, d_rg, p.ref, m, n, k);
+  char what[64];
+  snprintf(what, sizeof(what), "grouped, %d groups", groups);
+  expect_close_bf16(&p, what);
+  cudaFree(d_offs); cudaFree(d_rg);
+  problem_free(&p);
+}
+
+static void test_bad_input(void) {
+  struct problem p;
+  problem_alloc(&p, 256, 256, 256, 1, 2);
+  const struct mk_gemm_args ok = problem_args(&p);
+  struct mk_gemm_args bad[14];
+  const char* why[14];
+  int nb = 0;
+  for (int i = 0; i < 14; i++) bad[i] = ok;
+  bad[nb].m = 0; why[nb++] = "m = 0";
+  bad[nb].n = 12; why[nb++] = "n = 12";
+  bad[nb].n = 0; why[nb++] = "n = 0";
+  bad[nb].k = 7; why[nb++] = "k = 7";
+  bad[nb].a = NULL; why[nb++] = "a = NULL";
+  bad[nb].a = (const char*)p.a + 2; why[nb++] = "a misaligned";
+  bad[nb].b = (const char*)p.b + 8; why[nb++] = "b misaligned";
+  bad[nb].c = (char*)p.c + 4; why[nb++] = "c misaligned";
+  bad[nb].epilogue = 7; why[nb++] = "epilogue = 7";
+  bad[nb].num_sms = -1; why[nb++] = "num_sms = -1";
+  bad[nb].group_offsets = (const int*)p.ref; bad[nb].num_groups = 0; why[nb++] = "num_groups = 0";
+  bad[nb].ready_flags = (const uint64_t*)((char*)p.ref + 4); why[nb++] = "ready_flags misaligned";
+  bad[nb].group_offsets = (const int*)p.ref; bad[nb].num_groups = 2;
+  bad[nb].ready_flags = (const uint64_t*)p.ref; why[nb++] = "ready_flags with groups";
+  for (int i = 0; i < nb; i++) {
+    int rc = mk_gemm_launch(&bad[i], 0);
+    EXPECT(rc == -EINVAL, "%s: rc = %d, want -EINVAL", why[i], rc);
+  }
+  EXPECT(mk_gemm_launch(NULL, 0) == -EINVAL, "NULL args");
+  CUDA_OK(cudaDeviceSynchronize());
+  int untouched = all_bytes_ff(p.c, (size_t)256 * 256 * 2);
+  printf("  %d bad argument sets rejected; output untouched: %s\n", nb + 1, untouched ? "yes" : "no");
+  EXPECT(untouched, "output written after a rejected launch");
+  problem_free(&p);
+}

@@ -1,0 +1,103 @@
+/*
+ * gemm_perf: our GEMM core against cuBLASLt on the same random inputs in the same run,
+ * interleaved, median of ITERS timed runs each after warm-up; input sets rotate when they
+ * would fit in L2. Prints M N K, both TFLOP/s, the ratio and the agreement of the outputs,
+ * then the median and min ratio. Usage: gemm_perf [quick] [iters].
+ */
+#include <algorithm>
+#include <string.h>
+#include <vector>
+#include "gemm.h"
+#include "gemm_check.cuh"
+
+struct shape { int m, n, k; };
+
+static float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct result { struct shape s; double ours, lt, rel; };
+
+static struct result bench_shape(struct shape s, int iters, size_t l2_bytes) {
+  const size_t ab = ((size_t)s.m * s.k + (size_t)s.n * s.k) * 2;
+  int sets = (int)std::min<size_t>(4, std::max<size_t>(1, (3 * l2_bytes + ab - 1) / ab));
+  std::vector<void*> a(sets), b(sets);
+  for (int i = 0; i < sets; i++) {
+    CUDA_OK(cudaMalloc(&a[i], (size_t)s.m * s.k * 2));
+    CUDA_OK(cudaMalloc(&b[i], (size_t)s.n * s.k * 2));
+    fill_random_bf16(a[i], (size_t)s.m * s.k, 1000 + 2 * i, 1.0f);
+    fill_random_bf16(b[i], (size_t)s.n * s.k, 1001 + 2 * i, 1.0f);
+  }
+  void *c_ours, *c_lt;
+  CUDA_OK(cudaMalloc(&c_ours, (size_t)s.m * s.n * 2));
+  CUDA_OK(cudaMalloc(&c_lt, (size_t)s.m * s.n * 2));
+  poison(c_ours, (size_t)s.m * s.n * 2);
+  poison(c_lt, (size_t)s.m * s.n * 2);
+  struct lt_gemm lt;
+  lt_gemm_init(&lt, s.m, s.n, s.k);
+  struct mk_gemm_args g;
+  memset(&g, 0, sizeof(g));
+  g.m = s.m; g.n = s.n; g.k = s.k; g.c = c_ours;
+  cudaEvent_t ev[4];
+  for (int i = 0; i < 4; i++) CUDA_OK(cudaEventCreate(&ev[i]));
+  std::vector<float> t_ours, t_lt;
+  for (int it = -3; it < iters; it++) {
+    const int set = (it + 3) % sets;
+    g.a = a[set]; g.b = b[set];
+    CUDA_OK(cudaEventRecord(ev[0]));
+    if (mk_gemm_launch(&g, 0) != 0) exit(1);
+    CUDA_OK(cudaEventRecord(ev[1]));
+    lt_gemm_run(&lt, a[set], b[set], c_lt, 0);
+    CUDA_OK(cudaEventRecord(ev[2]));
+    CUDA_OK(cudaEventSynchronize(ev[2]));
+    float ms0, ms1;
+    CUDA_OK(cudaEventElapsedTime(&ms0, ev[0], ev[1]));
+    CUDA_OK(cudaEventElapsedTime(&ms1, ev[1], ev[2]));
+    if (it >= 0) { t_ours.push_back(ms0); t_lt.push_back(ms1); }
+  }
+  struct check_result r = check_close((const __nv_bfloat16*)c_ours, (const __nv_bfloat16*)c_lt, (size_t)s.m * s.n, 1e-2);
+  const double flop = 2.0 * s.m * s.n * s.k;
+  struct result res = {s, flop / (median(t_ours) * 1e-3) * 1e-12, flop / (median(t_lt) * 1e-3) * 1e-12, r.pass ? r.rel : -1};
+  lt_gemm_fini(&lt);
+  for (int i = 0; i < 4; i++) cudaEventDestroy(ev[i]);
+  for (int i = 0; i < sets; i++) { cudaFree(a[i]); cudaFree(b[i]); }
+  cudaFree(c_ours); cudaFree(c_lt);
+  return res;
+}
+
+int main(int argc, char** argv) {
+  gpu_or_skip();
+  const int quick = argc > 1 && !strcmp(argv[1], "quick");
+  const int iters = argc > 2 ? atoi(argv[2]) : 25;
+  cudaDeviceProp prop;
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  std::vector<struct shape> shapes;
+  const int ms[] = {2048, 4096, 8192, 16384};
+  const int nk[][2] = {{8192, 8192}, {14336, 8192}, {8192, 14336}, {28672, 8192}, {26624, 16384}};
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 5; j++)
+      if (!quick || (ms[i] == 4096 && j < 2)) shapes.push_back({ms[i], nk[j][0], nk[j][1]});
+  printf("gemm_perf on %s (%d SMs), median of %d runs each, interleaved\n", prop.name, prop.multiProcessorCount, iters);
+  std::vector<struct result> rs;
+  for (size_t i = 0; i < shapes.size(); i++) {
+    rs.push_back(bench_shape(shapes[i], iters, prop.l2CacheSize));
+    const struct result& r = rs.back();
+    printf("  %6d %6d %6d  ours %6.1f  cublas %6.1f  ratio %.3f  rel %.1e\n", r.s.m, r.s.n, r.s.k, r.ours, r.lt, r.ours / r.lt, r.rel);
+    fflush(stdout);
+  }
+  std::vector<float> ratios;
+  int wrong = 0;
+  printf("\n%6s %6s %6s %10s %10s %7s %8s\n", "M", "N", "K", "ours TF/s", "cuBLAS", "ratio", "#wrong");
+  for (size_t i = 0; i < rs.size(); i++) {
+    const struct result& r = rs[i];
+    ratios.push_back((float)(r.ours / r.lt));
+    wrong += r.rel < 0;
+    printf("%6d %6d %6d %10.1f %10.1f %7.3f %8d\n", r.s.m, r.s.n, r.s.k, r.ours, r.lt, r.ours / r.lt, r.rel < 0);
+  }
+  std::vector<float> sorted = ratios;
+  std::sort(sorted.begin(), sorted.end());
+  printf("ratio ours/cuBLAS: median %.3f  min %.3f  (%zu shapes, %d disagree with cuBLAS)\n",
+         sorted[sorted.size() / 2], sorted[0], sorted.size(), wrong);
+  return wrong ? 1 : 0;
+}
