@@ -14,8 +14,11 @@ extern "C" {
 #include "mk_log.h"
 }
 
-/* The compiled configuration: 128x256x64 tiles, 4 stages, epilogue in 128-column passes. */
-typedef mk_gemm_cfg<128, 256, 64, 4, 128> mk_gemm_default_cfg;
+/* The compiled configurations. Default: 128x256x64 tiles, 4 stages, epilogue in 128-column
+ * passes, one wgmma group in flight. The others exist for gemm_perf's A/B runs (gemm_tune.h). */
+typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1> mk_gemm_default_cfg;
+typedef mk_gemm_cfg<128, 256, 64, 4, 128, 0> mk_gemm_cfg_wait0;
+typedef mk_gemm_cfg<128, 256, 64, 3, 256, 1> mk_gemm_cfg_3stage;
 
 #define MK_GEMM_DEFAULT_TIMEOUT_MS 30000u
 #define MK_GEMM_DEFAULT_GROUP_M 8
@@ -112,8 +115,8 @@ extern "C" long mk_gemm_max_tiles(const struct mk_gemm_args* a) {
   return tiles_m * ((a->n + bn - 1) / bn);
 }
 
-extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream) {
-  typedef mk_gemm_default_cfg Cfg;
+template <class Cfg>
+static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   MK_CHECK(gemm_validate(a));
   int sms = 0;
   MK_CHECK(gemm_device_sms(&sms));
@@ -152,6 +155,36 @@ extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream)
   }
   if (e != cudaSuccess) {
     MK_WARN("mk_gemm_launch: launch failed: %s", cudaGetErrorString(e));
+    return -EIO;
+  }
+  return 0;
+}
+
+extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream) {
+  return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream);
+}
+
+extern "C" int mk_gemm_launch_variant(const struct mk_gemm_args* a, cudaStream_t stream, int variant) {
+  switch (variant) {
+    case 0: return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream);
+    case 1: return gemm_launch_cfg<mk_gemm_cfg_wait0>(a, stream);
+    case 2: return gemm_launch_cfg<mk_gemm_cfg_3stage>(a, stream);
+    default: return -EINVAL;
+  }
+}
+
+/* Loads the kernel now: under lazy module loading the first launch otherwise waits for the
+ * kernels already running, which deadlocks a caller that overlaps the GEMM with a kernel
+ * waiting on its flags. */
+extern "C" int mk_gemm_prepare(void) {
+  int sms;
+  MK_CHECK(gemm_device_sms(&sms));
+  cudaFuncAttributes attr;
+  cudaError_t e = cudaFuncSetAttribute(mk_gemm_kernel<mk_gemm_default_cfg>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, mk_gemm_default_cfg::SMEM_BYTES);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, mk_gemm_kernel<mk_gemm_default_cfg>);
+  if (e != cudaSuccess) {
+    MK_WARN("mk_gemm_prepare: %s", cudaGetErrorString(e));
     return -EIO;
   }
   return 0;

@@ -35,9 +35,13 @@ struct mk_gemm_params {
   uint64_t timeout_ns;
 };
 
-template <int BM_, int BN_, int BK_, int STAGES_, int EPI_COLS_>
+/* MMA_INFLIGHT: wgmma groups left in flight when a K-block is done (0 or 1): with 1, the
+ * stage of K-block kb is released once kb+1's group is issued, so issue never stalls. */
+template <int BM_, int BN_, int BK_, int STAGES_, int EPI_COLS_, int MMA_INFLIGHT_>
 struct mk_gemm_cfg {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_, EPI_COLS = EPI_COLS_;
+  static constexpr int MMA_INFLIGHT = MMA_INFLIGHT_;
+  static_assert(MMA_INFLIGHT == 0 || MMA_INFLIGHT == 1, "0 or 1 wgmma group in flight");
   static constexpr int CONSUMERS = 2;
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int A_STAGE = BM * BK * 2;
@@ -204,13 +208,16 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
   const uint32_t b_base = smem_addr(smem + Cfg::OFF_B);
   uint8_t* cstage = smem + Cfg::OFF_C + wg * Cfg::C_STAGE_WG;
   const int lane = threadIdx.x & 31;
-  int stage = 0;
+  int stage = 0, prev_stage = 0;
   uint32_t phase = 0;
   struct mk_tile t;
   for (int id = blockIdx.x; sched_tile(&s, p.m, id, &t); id += gridDim.x) {
+    /* NOTES: checked outside the K loop, where no wgmma is in flight; inside it, ptxas
+     * injects a warpgroup.wait (C7517) that serialises the wgmma groups. */
+    mbarrier_wait_parity(&full[stage], phase);
+    if (*abort_flag == (uint32_t)id + 1) return; /* see gemm_producer */
     for (int kb = 0; kb < p.num_k_blocks; kb++) {
-      mbarrier_wait_parity(&full[stage], phase);
-      if (kb == 0 && *abort_flag == (uint32_t)id + 1) return; /* see gemm_producer */
+      if (kb > 0) mbarrier_wait_parity(&full[stage], phase);
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < Cfg::BK / 16; k++) {
@@ -220,11 +227,21 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
         else wgmma_m64n128k16_bf16(acc, da, db, (kb > 0 || k > 0) ? 1 : 0);
       }
       wgmma_commit_group();
-      wgmma_wait_group<0>();
-      wgmma_fence_operands<Cfg::BN / 2>(acc);
-      if (lane == 0) mbarrier_arrive(&empty[stage]);
+      if (Cfg::MMA_INFLIGHT == 0) {
+        wgmma_wait_group<0>();
+        if (lane == 0) mbarrier_arrive(&empty[stage]);
+      } else {
+        wgmma_wait_group<1>(); /* K-block kb-1 is done: release its stage */
+        if (kb > 0 && lane == 0) mbarrier_arrive(&empty[prev_stage]);
+        prev_stage = stage;
+      }
       if (++stage == Cfg::STAGES) { stage = 0; phase ^= 1; }
     }
+    if (Cfg::MMA_INFLIGHT) {
+      wgmma_wait_group<0>();
+      if (lane == 0) mbarrier_arrive(&empty[prev_stage]);
+    }
+    wgmma_fence_operands<Cfg::BN / 2>(acc);
     if (p.epilogue == MK_GEMM_ADD_F32) gemm_epilogue_add_f32<Cfg>(acc, t, wg, p);
     else gemm_epilogue_bf16<Cfg>(acc, cstage, t, wg, p);
     if (p.tile_flags) gemm_raise_tile_flag(t, p);

@@ -68,6 +68,11 @@ struct mk_gemm_args {
  * it), -ENOTSUP (not an sm_90 device) or -EIO (launch failure). */
 int mk_gemm_launch(const struct mk_gemm_args* args, cudaStream_t stream);
 
+/* Loads the kernel's module now. Call once before launching the GEMM next to a kernel that
+ * waits on it (ready or tile flags): under lazy loading a first launch waits for running
+ * kernels. Returns 0, -ENOTSUP or -EIO. */
+int mk_gemm_prepare(void);
+
 /* Tile shape of the compiled kernel, and an upper bound on tile indices for tile_flags and
  * tile_start_ns (exact in plain mode). */
 void mk_gemm_tile_shape(int* block_m, int* block_n);

@@ -41,6 +41,7 @@ static void test_ready_flags(void) {
   for (int i = 0; i < late_from; i++) init[i] = 7;
   CUDA_OK(cudaMemcpy(flags, init.data(), bms * 8, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(starts, 0, tiles * 8));
+  EXPECT(mk_gemm_prepare() == 0, "mk_gemm_prepare");
   cudaStream_t s1, s2;
   CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
@@ -242,6 +243,7 @@ static void test_tile_flags(void) {
   poison(mirror, (size_t)m * n * 2);
   CUDA_OK(cudaMalloc(&timeouts, 4));
   CUDA_OK(cudaMemset(timeouts, 0, 4));
+  EXPECT(mk_gemm_prepare() == 0, "mk_gemm_prepare");
   cudaStream_t s1, s2;
   CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));

@@ -2,12 +2,13 @@
  * gemm_perf: our GEMM core against cuBLASLt on the same random inputs in the same run,
  * interleaved, median of ITERS timed runs each after warm-up; input sets rotate when they
  * would fit in L2. Prints M N K, both TFLOP/s, the ratio and the agreement of the outputs,
- * then the median and min ratio. Usage: gemm_perf [quick] [iters].
+ * then the median and min ratio. Usage: gemm_perf [quick|full] [iters] [variants] [group_m]
+ * (variants: comma-separated configuration numbers of gemm.cu, first is reported; default 0).
  */
 #include <algorithm>
 #include <string.h>
 #include <vector>
-#include "gemm.h"
+#include "gemm_tune.h"
 #include "gemm_check.cuh"
 
 struct shape { int m, n, k; };
@@ -17,7 +18,10 @@ static float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
-struct result { struct shape s; double ours, lt, rel; };
+#define MAX_VARIANTS 4
+static int variants[MAX_VARIANTS] = {0}, num_variants = 1, group_m = 0;
+
+struct result { struct shape s; double ours[MAX_VARIANTS], lt, rel; };
 
 static struct result bench_shape(struct shape s, int iters, size_t l2_bytes) {
   const size_t ab = ((size_t)s.m * s.k + (size_t)s.n * s.k) * 2;
@@ -39,28 +43,37 @@ static struct result bench_shape(struct shape s, int iters, size_t l2_bytes) {
   struct mk_gemm_args g;
   memset(&g, 0, sizeof(g));
   g.m = s.m; g.n = s.n; g.k = s.k; g.c = c_ours;
-  cudaEvent_t ev[4];
-  for (int i = 0; i < 4; i++) CUDA_OK(cudaEventCreate(&ev[i]));
-  std::vector<float> t_ours, t_lt;
+  g.raster_group_m = group_m;
+  cudaEvent_t ev[MAX_VARIANTS + 2];
+  for (int i = 0; i < MAX_VARIANTS + 2; i++) CUDA_OK(cudaEventCreate(&ev[i]));
+  std::vector<float> t_ours[MAX_VARIANTS], t_lt;
   for (int it = -3; it < iters; it++) {
     const int set = (it + 3) % sets;
     g.a = a[set]; g.b = b[set];
     CUDA_OK(cudaEventRecord(ev[0]));
-    if (mk_gemm_launch(&g, 0) != 0) exit(1);
-    CUDA_OK(cudaEventRecord(ev[1]));
+    for (int v = 0; v < num_variants; v++) {
+      if (mk_gemm_launch_variant(&g, 0, variants[v]) != 0) exit(1);
+      CUDA_OK(cudaEventRecord(ev[v + 1]));
+    }
     lt_gemm_run(&lt, a[set], b[set], c_lt, 0);
-    CUDA_OK(cudaEventRecord(ev[2]));
-    CUDA_OK(cudaEventSynchronize(ev[2]));
-    float ms0, ms1;
-    CUDA_OK(cudaEventElapsedTime(&ms0, ev[0], ev[1]));
-    CUDA_OK(cudaEventElapsedTime(&ms1, ev[1], ev[2]));
-    if (it >= 0) { t_ours.push_back(ms0); t_lt.push_back(ms1); }
+    CUDA_OK(cudaEventRecord(ev[num_variants + 1]));
+    CUDA_OK(cudaEventSynchronize(ev[num_variants + 1]));
+    float ms;
+    for (int v = 0; v <= num_variants; v++) {
+      CUDA_OK(cudaEventElapsedTime(&ms, ev[v], ev[v + 1]));
+      if (it >= 0) (v < num_variants ? t_ours[v] : t_lt).push_back(ms);
+    }
   }
+  /* the output checked is the last variant's */
   struct check_result r = check_close((const __nv_bfloat16*)c_ours, (const __nv_bfloat16*)c_lt, (size_t)s.m * s.n, 1e-2);
   const double flop = 2.0 * s.m * s.n * s.k;
-  struct result res = {s, flop / (median(t_ours) * 1e-3) * 1e-12, flop / (median(t_lt) * 1e-3) * 1e-12, r.pass ? r.rel : -1};
+  struct result res;
+  res.s = s;
+  for (int v = 0; v < num_variants; v++) res.ours[v] = flop / (median(t_ours[v]) * 1e-3) * 1e-12;
+  res.lt = flop / (median(t_lt) * 1e-3) * 1e-12;
+  res.rel = r.pass ? r.rel : -1;
   lt_gemm_fini(&lt);
-  for (int i = 0; i < 4; i++) cudaEventDestroy(ev[i]);
+  for (int i = 0; i < MAX_VARIANTS + 2; i++) cudaEventDestroy(ev[i]);
   for (int i = 0; i < sets; i++) { cudaFree(a[i]); cudaFree(b[i]); }
   cudaFree(c_ours); cudaFree(c_lt);
   return res;
@@ -70,6 +83,12 @@ int main(int argc, char** argv) {
   gpu_or_skip();
   const int quick = argc > 1 && !strcmp(argv[1], "quick");
   const int iters = argc > 2 ? atoi(argv[2]) : 25;
+  if (argc > 3) {
+    num_variants = 0;
+    for (const char* p = argv[3]; *p && num_variants < MAX_VARIANTS; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
+      variants[num_variants++] = atoi(p);
+  }
+  group_m = argc > 4 ? atoi(argv[4]) : 0;
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   std::vector<struct shape> shapes;
@@ -78,12 +97,15 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 5; j++)
       if (!quick || (ms[i] == 4096 && j < 2)) shapes.push_back({ms[i], nk[j][0], nk[j][1]});
-  printf("gemm_perf on %s (%d SMs), median of %d runs each, interleaved\n", prop.name, prop.multiProcessorCount, iters);
+  printf("gemm_perf on %s (%d SMs), median of %d runs each, interleaved; variant %d, group_m %d\n", prop.name,
+         prop.multiProcessorCount, iters, variants[0], group_m);
   std::vector<struct result> rs;
   for (size_t i = 0; i < shapes.size(); i++) {
     rs.push_back(bench_shape(shapes[i], iters, prop.l2CacheSize));
     const struct result& r = rs.back();
-    printf("  %6d %6d %6d  ours %6.1f  cublas %6.1f  ratio %.3f  rel %.1e\n", r.s.m, r.s.n, r.s.k, r.ours, r.lt, r.ours / r.lt, r.rel);
+    printf("  %6d %6d %6d  cublas %6.1f  rel %.1e  ours:", r.s.m, r.s.n, r.s.k, r.lt, r.rel);
+    for (int v = 0; v < num_variants; v++) printf("  v%d %6.1f (%.3f)", variants[v], r.ours[v], r.ours[v] / r.lt);
+    printf("\n");
     fflush(stdout);
   }
   std::vector<float> ratios;
@@ -91,9 +113,9 @@ int main(int argc, char** argv) {
   printf("\n%6s %6s %6s %10s %10s %7s %8s\n", "M", "N", "K", "ours TF/s", "cuBLAS", "ratio", "#wrong");
   for (size_t i = 0; i < rs.size(); i++) {
     const struct result& r = rs[i];
-    ratios.push_back((float)(r.ours / r.lt));
+    ratios.push_back((float)(r.ours[0] / r.lt));
     wrong += r.rel < 0;
-    printf("%6d %6d %6d %10.1f %10.1f %7.3f %8d\n", r.s.m, r.s.n, r.s.k, r.ours, r.lt, r.ours / r.lt, r.rel < 0);
+    printf("%6d %6d %6d %10.1f %10.1f %7.3f %8d\n", r.s.m, r.s.n, r.s.k, r.ours[0], r.lt, r.ours[0] / r.lt, r.rel < 0);
   }
   std::vector<float> sorted = ratios;
   std::sort(sorted.begin(), sorted.end());

@@ -1,0 +1,78 @@
+/* The edge of the fused ops' per-communicator calls: argument checks, then negative errno
+ * to ncclResult_t. */
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "fused_comm.h"
+#include "mk_err.h"
+#include "mk_log.h"
+#include "mk_param.h"
+
+NCCL_MK_API ncclResult_t ncclMkConfigDefaults(ncclMkConfig* config) {
+  if (!config) {
+    MK_WARN("ncclMkConfigDefaults: config is NULL");
+    return ncclInvalidArgument;
+  }
+  memset(config, 0, sizeof(*config));
+  config->size = sizeof(*config);
+  config->version = NCCL_MK_VERSION;
+  config->max_m = 8192;
+  config->max_n = 8192;
+  config->max_k = 8192;
+  return ncclSuccess;
+}
+
+static int config_check(const ncclMkConfig* c) {
+  if (c->size != sizeof(ncclMkConfig)) {
+    MK_WARN("ncclMkCommInit: config.size is %zu, this library expects %zu: fill the config "
+            "with ncclMkConfigDefaults", c->size, sizeof(ncclMkConfig));
+    return -EINVAL;
+  }
+  if (!c->max_m || !c->max_n || !c->max_k || c->max_n % 8 || c->max_k % 8) {
+    MK_WARN("ncclMkCommInit: config max_m/max_n/max_k (%zu/%zu/%zu) must be positive, max_n "
+            "and max_k multiples of 8", c->max_m, c->max_n, c->max_k);
+    return -EINVAL;
+  }
+  if (c->comm_sms < 0 || c->timeout_ms < 0) {
+    MK_WARN("ncclMkCommInit: comm_sms (%d) and timeout_ms (%d) must not be negative",
+            c->comm_sms, c->timeout_ms);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+NCCL_MK_API ncclResult_t ncclMkCommInit(ncclComm_t comm, const ncclMkConfig* config) {
+  ncclMkConfig cfg;
+  if (!comm) {
+    MK_WARN("ncclMkCommInit: comm is NULL");
+    return ncclInvalidArgument;
+  }
+  if (config) cfg = *config; else ncclMkConfigDefaults(&cfg);
+  int rc = config_check(&cfg);
+  if (!cfg.timeout_ms) cfg.timeout_ms = (int)mk_param_int(MK_PARAM_TIMEOUT_MS);
+  if (!rc) rc = mk_fused_comm_create(comm, &cfg);
+  return mk_result_from_errno(rc);
+}
+
+NCCL_MK_API ncclResult_t ncclMkCommRelease(ncclComm_t comm) {
+  if (!comm) {
+    MK_WARN("ncclMkCommRelease: comm is NULL");
+    return ncclInvalidArgument;
+  }
+  return mk_result_from_errno(mk_fused_comm_destroy(comm));
+}
+
+NCCL_MK_API ncclResult_t ncclMkCommGetAsyncError(ncclComm_t comm, ncclResult_t* result,
+                                                 char* msg, size_t msg_len) {
+  struct mk_fused_comm* fc;
+  if (!comm || !result) {
+    MK_WARN("ncclMkCommGetAsyncError: %s is NULL", comm ? "result" : "comm");
+    return ncclInvalidArgument;
+  }
+  if (msg && msg_len) msg[0] = '\0';
+  int rc = mk_fused_comm_get(comm, NULL, &fc);
+  if (rc) return mk_result_from_errno(rc);
+  *result = mk_result_from_errno(mk_fused_comm_health(fc, msg, msg_len));
+  return ncclSuccess;
+}

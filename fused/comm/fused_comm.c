@@ -1,0 +1,212 @@
+/* The registry of fused-op communicators, their creation and release. */
+#include "fused_comm.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mk_err.h"
+#include "mk_log.h"
+
+#define MK_FUSED_MAX_COMMS 1024
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mk_fused_comm* registry[MK_FUSED_MAX_COMMS];
+
+int mk_cuda_check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return 0;
+  cudaGetLastError(); /* clear it: nothing sticky was left by a failed API call */
+  MK_WARN("%s failed: %s", what, cudaGetErrorString(err));
+  if (err == cudaErrorMemoryAllocation) return -ENOMEM;
+  if (err == cudaErrorStreamCaptureUnsupported || err == cudaErrorStreamCaptureInvalidated ||
+      err == cudaErrorStreamCaptureImplicit)
+    return -ENOTSUP;
+  return -EIO;
+}
+
+int mk_stream_capturing(cudaStream_t stream) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &st) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+static struct mk_fused_comm** registry_slot(ncclComm_t comm) {
+  for (int i = 0; i < MK_FUSED_MAX_COMMS; i++)
+    if (registry[i] && registry[i]->nccl == comm) return &registry[i];
+  return NULL;
+}
+
+static int registry_add(struct mk_fused_comm* fc) {
+  pthread_mutex_lock(&registry_lock);
+  int rc = -ENOSPC;
+  if (registry_slot(fc->nccl)) {
+    rc = -EEXIST;
+  } else {
+    for (int i = 0; i < MK_FUSED_MAX_COMMS && rc == -ENOSPC; i++)
+      if (!registry[i]) registry[i] = fc, rc = 0;
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return rc;
+}
+
+static void fused_comm_free(struct mk_fused_comm* fc) {
+  mk_peer_close(fc);
+  if (fc->internal) cudaStreamDestroy(fc->internal);
+  cudaFree(fc->sym);
+  cudaFree(fc->records_dev);
+  cudaFree(fc->scratch);
+  cudaFreeHost(fc->records_host);
+  cudaFreeHost(fc->err);
+  free(fc->peer_sym);
+  free(fc->peer_opened);
+  free(fc);
+}
+
+static int fused_comm_alloc(struct mk_fused_comm* fc) {
+  size_t nr = (size_t)fc->nranks;
+  fc->peer_sym = calloc(nr, sizeof(void*));
+  fc->peer_opened = calloc(nr, sizeof(int));
+  if (!fc->peer_sym || !fc->peer_opened) return -ENOMEM;
+  fc->sym_bytes = MK_FUSED_FLAG_BYTES;
+  MK_CHECK(mk_cuda_check(cudaStreamCreateWithFlags(&fc->internal, cudaStreamNonBlocking),
+                         "cudaStreamCreate"));
+  MK_CHECK(mk_cuda_check(cudaMalloc(&fc->sym, fc->sym_bytes), "cudaMalloc (workspace)"));
+  MK_CHECK(mk_cuda_check(cudaMemset(fc->sym, 0, fc->sym_bytes), "cudaMemset (workspace)"));
+  MK_CHECK(mk_cuda_check(cudaMalloc((void**)&fc->records_dev,
+                                    (nr + 1) * sizeof(struct mk_peer_record)),
+                         "cudaMalloc (records)"));
+  MK_CHECK(mk_cuda_check(cudaHostAlloc((void**)&fc->records_host,
+                                       nr * sizeof(struct mk_peer_record), cudaHostAllocDefault),
+                         "cudaHostAlloc (records)"));
+  MK_CHECK(mk_cuda_check(cudaHostAlloc((void**)&fc->err, sizeof(*fc->err),
+                                       cudaHostAllocMapped), "cudaHostAlloc (error record)"));
+  memset(fc->err, 0, sizeof(*fc->err));
+  return 0;
+}
+
+static int device_is_hopper(int dev) {
+  struct cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return 0;
+  if (prop.major == 9 && prop.minor == 0) return 1;
+  MK_WARN("fused ops need a Hopper GPU (sm_90); device %d is %s (sm_%d%d)", dev, prop.name,
+          prop.major, prop.minor);
+  return 0;
+}
+
+static int fused_comm_identify(struct mk_fused_comm* fc) {
+  const struct mk_nccl_api* api = fc->api;
+  MK_CHECK(mk_nccl_check(api->comm_count(fc->nccl, &fc->nranks), "ncclCommCount"));
+  MK_CHECK(mk_nccl_check(api->comm_user_rank(fc->nccl, &fc->rank), "ncclCommUserRank"));
+  MK_CHECK(mk_nccl_check(api->comm_cu_device(fc->nccl, &fc->dev), "ncclCommCuDevice"));
+  return device_is_hopper(fc->dev) ? 0 : -ENOTSUP;
+}
+
+int mk_fused_comm_create(ncclComm_t comm, const ncclMkConfig* cfg) {
+  struct mk_fused_comm* fc = calloc(1, sizeof(*fc));
+  if (!fc) return -ENOMEM;
+  fc->nccl = comm;
+  fc->cfg = *cfg;
+  int rc, prev_dev = -1;
+  cudaGetDevice(&prev_dev);
+  MK_CHECK_GOTO(mk_nccl_api_get(&fc->api), rc, fail);
+  MK_CHECK_GOTO(fused_comm_identify(fc), rc, fail);
+  MK_CHECK_GOTO(mk_cuda_check(cudaSetDevice(fc->dev), "cudaSetDevice"), rc, fail);
+  MK_CHECK_GOTO(fused_comm_alloc(fc), rc, fail);
+  MK_CHECK_GOTO(mk_peer_exchange_post(fc), rc, fail);
+  rc = mk_peer_exchange_finish(fc);
+  if (rc == -EAGAIN) rc = 0; /* inside the caller's group: finished at first use */
+  MK_CHECK_GOTO(rc, rc, fail);
+  MK_CHECK_GOTO(registry_add(fc), rc, fail);
+  if (prev_dev >= 0) cudaSetDevice(prev_dev);
+  return 0;
+fail:
+  if (rc == -EEXIST) MK_WARN("ncclMkCommInit: this communicator is already initialised");
+  fused_comm_free(fc);
+  if (prev_dev >= 0) cudaSetDevice(prev_dev);
+  return rc == -EEXIST ? -ENOTSUP : rc;
+}
+
+int mk_fused_comm_destroy(ncclComm_t comm) {
+  pthread_mutex_lock(&registry_lock);
+  struct mk_fused_comm** slot = registry_slot(comm);
+  struct mk_fused_comm* fc = slot ? *slot : NULL;
+  if (slot) *slot = NULL;
+  pthread_mutex_unlock(&registry_lock);
+  if (!fc) {
+    MK_WARN("ncclMkCommRelease: communicator %p has no ncclMkCommInit", (void*)comm);
+    return -EINVAL;
+  }
+  int prev_dev = -1;
+  cudaGetDevice(&prev_dev);
+  cudaSetDevice(fc->dev);
+  cudaStreamSynchronize(fc->internal);
+  fused_comm_free(fc);
+  if (prev_dev >= 0) cudaSetDevice(prev_dev);
+  return 0;
+}
+
+int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm** out) {
+  pthread_mutex_lock(&registry_lock);
+  struct mk_fused_comm** slot = registry_slot(comm);
+  struct mk_fused_comm* fc = slot ? *slot : NULL;
+  pthread_mutex_unlock(&registry_lock);
+  if (!fc) {
+    MK_WARN("communicator %p has no ncclMkCommInit", (void*)comm);
+    return -ENOTSUP;
+  }
+  if (fc->exchange_pending) {
+    if (mk_stream_capturing(stream)) {
+      MK_WARN("the first fused call after ncclMkCommInit inside ncclGroupStart/End must be "
+              "made outside graph capture");
+      return -ENOTSUP;
+    }
+    int rc = mk_peer_exchange_finish(fc);
+    if (rc == -EAGAIN) {
+      MK_WARN("ncclMkCommInit's exchange has not run: was ncclGroupEnd called?");
+      return -ENOTSUP;
+    }
+    MK_CHECK(rc);
+  }
+  *out = fc;
+  return 0;
+}
+
+int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {
+  volatile struct mk_gemm_error* e = fc->err;
+  if (!fc->broken && !e->aborted) return 0;
+  if (!fc->broken)
+    MK_WARN("rank %d: a fused kernel timed out (op/rank tag 0x%x, tile %u, flag %u, expected "
+            "%" PRIu64 ", seen %" PRIu64 "); the communicator is broken", fc->rank, e->tag,
+            e->tile, e->flag_index, e->expected, e->seen);
+  fc->broken = 1;
+  if (msg && len)
+    snprintf(msg, len, "rank %d: fused op 0x%x timed out at tile %u waiting for flag %u: "
+             "expected %" PRIu64 ", seen %" PRIu64, fc->rank, e->tag, e->tile, e->flag_index,
+             e->expected, e->seen);
+  return -ECONNRESET;
+}
+
+int mk_fused_scratch(struct mk_fused_comm* fc, cudaStream_t stream, size_t bytes, void** out) {
+  if (bytes > fc->scratch_bytes) {
+    if (mk_stream_capturing(stream)) {
+      MK_WARN("this call needs %zu bytes of workspace, %zu are prepared, and it cannot grow "
+              "inside graph capture: run the largest shape once before capture, or raise "
+              "ncclMkConfig's max_m/max_n/max_k", bytes, fc->scratch_bytes);
+      return -ENOTSUP;
+    }
+    MK_CHECK(mk_cuda_check(cudaStreamSynchronize(stream), "stream sync before growing"));
+    cudaFree(fc->scratch);
+    fc->scratch = NULL;
+    fc->scratch_bytes = 0;
+    MK_CHECK(mk_cuda_check(cudaMalloc(&fc->scratch, bytes), "cudaMalloc (scratch)"));
+    fc->scratch_bytes = bytes;
+  }
+  *out = fc->scratch;
+  return 0;
+}

@@ -1,0 +1,77 @@
+/*
+ * Per-communicator state of the fused ops (DESIGN.md "Fused-op state is created
+ * explicitly"): found by the caller's ncclComm_t, made by ncclMkCommInit, freed by
+ * ncclMkCommRelease.
+ *
+ * Symmetric workspace layout (every rank allocates the same size; local peers map it):
+ *   flags: MK_FUSED_FLAG_BYTES of uint64 flags, zeroed at init
+ *   data:  the rest (sized by the ops as they land)
+ */
+#ifndef MK_FUSED_COMM_H_
+#define MK_FUSED_COMM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemm.h"
+#include "nccl_api.h"
+#include "nccl_mk.h"
+
+#define MK_FUSED_FLAG_BYTES (64 << 10)
+
+/* What each rank tells the others at init (gathered with ncclAllGather). */
+struct mk_peer_record {
+  uint64_t host_hash; /* same value = same host (hostname and boot id) */
+  int32_t pid;
+  int32_t dev;
+  uint64_t sym_ptr;   /* the workspace's address in its own process */
+  uint64_t sym_bytes;
+  cudaIpcMemHandle_t sym_handle;
+};
+
+struct mk_fused_comm {
+  ncclComm_t nccl;
+  const struct mk_nccl_api* api;
+  int rank, nranks, dev;
+  ncclMkConfig cfg;
+  cudaStream_t internal;        /* the init exchange */
+  void* sym;                    /* symmetric workspace, MK_FUSED_FLAG_BYTES + data */
+  size_t sym_bytes;
+  void** peer_sym;              /* [nranks]: a local peer's workspace, NULL if remote */
+  int* peer_opened;             /* [nranks]: 1 when peer_sym came from cudaIpcOpenMemHandle */
+  int local_size;               /* ranks reachable by load/store, self included */
+  int exchange_pending;         /* the gathered records are not read yet */
+  struct mk_peer_record* records_dev;
+  struct mk_peer_record* records_host; /* pinned, [nranks] */
+  void* scratch;                /* local scratch of the reference path; grows outside capture */
+  size_t scratch_bytes;
+  struct mk_gemm_error* err;    /* host-mapped: kernels report timeouts here */
+  int broken;
+};
+
+/* ncclMkCommInit's work; 0 or negative errno. */
+int mk_fused_comm_create(ncclComm_t comm, const ncclMkConfig* cfg);
+/* ncclMkCommRelease's work. */
+int mk_fused_comm_destroy(ncclComm_t comm);
+/* The state of `comm`, with the exchange finished if it still was pending (which needs to
+ * be outside graph capture: `stream` is the caller's, used only to detect capture).
+ * -ENOTSUP with a WARN when the comm was never initialised. */
+int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm** out);
+/* -ECONNRESET once a kernel reported a timeout (and *msg describes it), else 0. */
+int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len);
+/* Grows the reference path's scratch to `bytes` (outside capture only). */
+int mk_fused_scratch(struct mk_fused_comm* fc, cudaStream_t stream, size_t bytes, void** out);
+
+/* peer_mem.c: the exchange of workspaces between the ranks of a host. */
+int mk_peer_exchange_post(struct mk_fused_comm* fc);
+/* 0 when done (or already done), -EAGAIN when the caller's NCCL group has not launched the
+ * exchange yet, other negative errno on failure. */
+int mk_peer_exchange_finish(struct mk_fused_comm* fc);
+void mk_peer_close(struct mk_fused_comm* fc);
+
+/* 1 when `stream` (or the legacy stream when NULL) is being captured into a graph. */
+int mk_stream_capturing(cudaStream_t stream);
+/* CUDA error as negative errno with a WARN naming the call. */
+int mk_cuda_check(cudaError_t err, const char* what);
+
+#endif /* MK_FUSED_COMM_H_ */

@@ -1,0 +1,76 @@
+#include "nccl_api.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+
+#include "mk_log.h"
+
+static struct mk_nccl_api api;
+static int api_rc = -ENOTSUP;
+static pthread_once_t api_once = PTHREAD_ONCE_INIT;
+
+/* Where NCCL lives: a program linked with it exports the symbols globally; PyTorch loads
+ * it privately, but RTLD_NOLOAD finds that copy by soname without loading a second one. */
+static void* nccl_find_library(void) {
+  if (dlsym(RTLD_DEFAULT, "ncclGetVersion")) return RTLD_DEFAULT;
+  void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
+  return lib;
+}
+
+struct nccl_sym {
+  const char* name;
+  void** slot;
+};
+
+static void api_resolve(void) {
+  void* lib = nccl_find_library();
+  if (!lib) {
+    MK_WARN("fused ops: no NCCL in this process and libnccl.so.2 cannot be loaded");
+    return;
+  }
+  const struct nccl_sym syms[] = {
+      {"ncclGetVersion", (void**)&api.get_version},
+      {"ncclGetErrorString", (void**)&api.get_error_string},
+      {"ncclCommCount", (void**)&api.comm_count},
+      {"ncclCommUserRank", (void**)&api.comm_user_rank},
+      {"ncclCommCuDevice", (void**)&api.comm_cu_device},
+      {"ncclGroupStart", (void**)&api.group_start},
+      {"ncclGroupEnd", (void**)&api.group_end},
+      {"ncclAllGather", (void**)&api.all_gather},
+      {"ncclReduceScatter", (void**)&api.reduce_scatter},
+      {"ncclAllReduce", (void**)&api.all_reduce},
+  };
+  for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+    *syms[i].slot = dlsym(lib, syms[i].name);
+    if (!*syms[i].slot) {
+      MK_WARN("fused ops: NCCL in this process has no %s", syms[i].name);
+      return;
+    }
+  }
+  if (api.get_version(&api.version) != ncclSuccess || api.version < MK_NCCL_MIN_VERSION) {
+    MK_WARN("fused ops: NCCL version %d is older than 2.19", api.version);
+    return;
+  }
+  MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops use NCCL %d found in the process", api.version);
+  api_rc = 0;
+}
+
+int mk_nccl_api_get(const struct mk_nccl_api** out) {
+  pthread_once(&api_once, api_resolve);
+  if (api_rc == 0) *out = &api;
+  return api_rc;
+}
+
+int mk_nccl_check(ncclResult_t res, const char* what) {
+  if (res == ncclSuccess) return 0;
+  MK_WARN("%s failed: %s", what, api.get_error_string ? api.get_error_string(res) : "?");
+  switch (res) {
+    case ncclInvalidArgument: return -EINVAL;
+    case ncclInvalidUsage: return -ENOTSUP;
+    case ncclRemoteError: return -ECONNRESET;
+    default: return -EIO;
+  }
+}

@@ -1,0 +1,68 @@
+#include "op_check.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "mk_log.h"
+
+static int pointer_check(const char* op, const char* name, const void* p, int required) {
+  if (!p) {
+    if (!required) return 0;
+    MK_WARN("%s: %s is NULL", op, name);
+    return -EINVAL;
+  }
+  if ((uintptr_t)p % 16) {
+    MK_WARN("%s: %s (%p) is not 16-byte aligned", op, name, p);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+static int shape_check(const struct mk_op_call* c, int nranks) {
+  if (c->type != ncclBfloat16) {
+    MK_WARN("%s: type %d is not supported; bf16 (ncclBfloat16) only", c->name, (int)c->type);
+    return -ENOTSUP;
+  }
+  if (c->m < 1 || c->n < 8 || c->k < 8 || c->n % 8 || c->k % 8) {
+    MK_WARN("%s: M=%zu N=%zu K=%zu: M must be at least 1, N and K positive multiples of 8",
+            c->name, c->m, c->n, c->k);
+    return -EINVAL;
+  }
+  if (c->m > INT32_MAX || c->n > INT32_MAX || c->k > INT32_MAX) {
+    MK_WARN("%s: M=%zu N=%zu K=%zu: each must be below 2^31", c->name, c->m, c->n, c->k);
+    return -EINVAL;
+  }
+  if (c->m_split && c->m % (size_t)nranks) {
+    MK_WARN("%s: M=%zu is not a multiple of the %d ranks", c->name, c->m, nranks);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int mk_op_check(const struct mk_op_call* c, struct mk_fused_comm** out) {
+  struct mk_fused_comm* fc;
+  if (!c->comm) {
+    MK_WARN("%s: comm is NULL", c->name);
+    return -EINVAL;
+  }
+  for (int i = 0; i < c->nptrs; i++) {
+    int rc = pointer_check(c->name, c->ptr_names[i], c->ptrs[i], 1);
+    if (rc) return rc;
+  }
+  int rc = pointer_check(c->name, c->optional_name, c->optional_ptr, 0);
+  if (!rc) rc = mk_fused_comm_get(c->comm, c->stream, &fc);
+  if (!rc) rc = shape_check(c, fc->nranks);
+  if (!rc) rc = mk_fused_comm_health(fc, NULL, 0);
+  if (!rc) rc = mk_cuda_check(cudaSetDevice(fc->dev), "cudaSetDevice");
+  if (!rc) *out = fc;
+  return rc;
+}
+
+void mk_op_gemm_args(const struct mk_fused_comm* fc, enum mk_op_id op, struct mk_gemm_args* g) {
+  memset(g, 0, sizeof(*g));
+  g->epilogue = MK_GEMM_STORE;
+  g->err = fc->err;
+  g->err_tag = ((uint32_t)fc->rank << 8) | (uint32_t)op;
+  g->timeout_ms = (uint32_t)fc->cfg.timeout_ms;
+}

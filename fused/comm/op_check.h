@@ -1,0 +1,32 @@
+/* The checks every fused op makes before anything is launched (DESIGN.md "Bad input"). */
+#ifndef MK_OP_CHECK_H_
+#define MK_OP_CHECK_H_
+
+#include <stddef.h>
+
+#include "fused_comm.h"
+
+enum mk_op_id { MK_OP_AG_GEMM = 1, MK_OP_GEMM_RS = 2, MK_OP_GEMM_AR = 3 };
+
+struct mk_op_call {
+  enum mk_op_id op;
+  const char* name;          /* for messages: "ncclMkAllGatherGemm" */
+  size_t m, n, k;
+  ncclDataType_t type;
+  int m_split;               /* 1: M must be a multiple of the rank count */
+  const void* ptrs[4];       /* required pointers (NULL entries past nptrs) */
+  const char* ptr_names[4];
+  int nptrs;
+  const void* optional_ptr;  /* checked for alignment only */
+  const char* optional_name;
+  ncclComm_t comm;
+  cudaStream_t stream;
+};
+
+/* 0 with *fc set, or negative errno after a one-line WARN naming the problem. */
+int mk_op_check(const struct mk_op_call* call, struct mk_fused_comm** fc);
+
+/* The GEMM arguments shared by the ops: bf16 C = A . B^T with the comm's error record. */
+void mk_op_gemm_args(const struct mk_fused_comm* fc, enum mk_op_id op, struct mk_gemm_args* g);
+
+#endif /* MK_OP_CHECK_H_ */

@@ -1,0 +1,122 @@
+/*
+ * The workspace exchange of ncclMkCommInit. Each rank gathers every rank's record with
+ * ncclAllGather on its own communicator, then maps the workspaces of the ranks on its
+ * host: a direct pointer for a peer in the same process (IPC handles cannot be opened by
+ * the process that made them), cudaIpcOpenMemHandle otherwise.
+ *
+ * The gather may be held back by the caller's ncclGroupStart/End (one thread driving
+ * several GPUs): then it runs at the caller's ncclGroupEnd, and the records are read at
+ * the first later call. The gathered slots are poisoned first, so an idle stream with our
+ * slot still poisoned means "not run yet".
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fused_comm.h"
+#include "mk_log.h"
+
+static uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  const unsigned char* p = data;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+/* Hostname and boot id: two containers with the same hostname on different machines
+ * differ in boot id; two processes of one boot share it. */
+static uint64_t host_hash(void) {
+  char buf[256] = {0};
+  uint64_t h = 0xcbf29ce484222325ULL;
+  gethostname(buf, sizeof(buf) - 1);
+  h = fnv1a(h, buf, strlen(buf));
+  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    memset(buf, 0, sizeof(buf));
+    if (fgets(buf, sizeof(buf), f)) h = fnv1a(h, buf, strlen(buf));
+    fclose(f);
+  }
+  return h;
+}
+
+/* The gathered slots start as 0xff bytes, so a slot the gather has not written reads as
+ * this host hash. records_dev has nranks + 1 slots: the last is our send buffer. */
+static const uint64_t record_poison = ~0ULL;
+
+int mk_peer_exchange_post(struct mk_fused_comm* fc) {
+  struct mk_peer_record mine;
+  memset(&mine, 0, sizeof(mine));
+  mine.host_hash = host_hash();
+  mine.pid = (int32_t)getpid();
+  mine.dev = fc->dev;
+  mine.sym_ptr = (uint64_t)(uintptr_t)fc->sym;
+  mine.sym_bytes = fc->sym_bytes;
+  int rc = mk_cuda_check(cudaIpcGetMemHandle(&mine.sym_handle, fc->sym), "cudaIpcGetMemHandle");
+  size_t rec = sizeof(struct mk_peer_record);
+  struct mk_peer_record* send = fc->records_dev + fc->nranks;
+  if (!rc)
+    rc = mk_cuda_check(cudaMemset(fc->records_dev, 0xff, (size_t)fc->nranks * rec),
+                       "record poison");
+  if (!rc)
+    rc = mk_cuda_check(cudaMemcpy(send, &mine, rec, cudaMemcpyHostToDevice), "record upload");
+  if (rc) return rc;
+  rc = mk_nccl_check(fc->api->group_start(), "ncclGroupStart");
+  if (rc) return rc;
+  rc = mk_nccl_check(fc->api->all_gather(send, fc->records_dev, rec, ncclUint8, fc->nccl,
+                                         fc->internal), "ncclAllGather (workspace exchange)");
+  int end = mk_nccl_check(fc->api->group_end(), "ncclGroupEnd");
+  fc->exchange_pending = 1;
+  return rc ? rc : end;
+}
+
+static int peer_map(struct mk_fused_comm* fc, int p, const struct mk_peer_record* mine) {
+  const struct mk_peer_record* r = &fc->records_host[p];
+  if (r->host_hash != mine->host_hash || r->sym_bytes != fc->sym_bytes) return 0;
+  if (r->pid == mine->pid) {
+    if (r->dev != fc->dev) {
+      cudaError_t err = cudaDeviceEnablePeerAccess(r->dev, 0);
+      if (err == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+      else if (err != cudaSuccess) return mk_cuda_check(err, "cudaDeviceEnablePeerAccess");
+    }
+    fc->peer_sym[p] = (void*)(uintptr_t)r->sym_ptr;
+    return 1;
+  }
+  int rc = mk_cuda_check(cudaIpcOpenMemHandle(&fc->peer_sym[p], r->sym_handle,
+                                              cudaIpcMemLazyEnablePeerAccess),
+                         "cudaIpcOpenMemHandle");
+  if (rc) return rc;
+  fc->peer_opened[p] = 1;
+  return 1;
+}
+
+int mk_peer_exchange_finish(struct mk_fused_comm* fc) {
+  if (!fc->exchange_pending) return 0;
+  int rc = mk_cuda_check(cudaStreamSynchronize(fc->internal), "workspace exchange");
+  if (!rc)
+    rc = mk_cuda_check(cudaMemcpy(fc->records_host, fc->records_dev,
+                                  (size_t)fc->nranks * sizeof(struct mk_peer_record),
+                                  cudaMemcpyDeviceToHost), "record download");
+  if (rc) return rc;
+  const struct mk_peer_record* mine = &fc->records_host[fc->rank];
+  if (mine->host_hash == record_poison) return -EAGAIN; /* caller's group not ended yet */
+  fc->local_size = 0;
+  for (int p = 0; p < fc->nranks; p++) {
+    if (p == fc->rank) {
+      fc->peer_sym[p] = fc->sym;
+      fc->local_size++;
+      continue;
+    }
+    rc = peer_map(fc, p, mine);
+    if (rc < 0) return rc;
+    fc->local_size += rc;
+  }
+  fc->exchange_pending = 0;
+  MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d of %d, %d on this host reachable by "
+          "load/store", fc->rank, fc->nranks, fc->local_size);
+  return 0;
+}
+
+void mk_peer_close(struct mk_fused_comm* fc) {
+  for (int p = 0; fc->peer_sym && p < fc->nranks; p++)
+    if (fc->peer_opened[p]) cudaIpcCloseMemHandle(fc->peer_sym[p]);
+}
