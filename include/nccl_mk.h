@@ -11,7 +11,9 @@
 #ifndef NCCL_MK_H_
 #define NCCL_MK_H_
 
+#include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,6 +37,92 @@ extern "C" {
  * Returns ncclSuccess, or ncclInvalidArgument if version is NULL.
  */
 NCCL_MK_API ncclResult_t ncclMkGetVersion(int* version);
+
+/* ---- fused operations ------------------------------------------------------------------
+ *
+ * Conventions (every op): row-major bf16 operands, fp32 accumulation, bf16 output,
+ * C = A . B^T with both A and B K-contiguous (B is a Linear layer's weight, [N, K]).
+ * Shapes are per rank: N is the number of output columns this rank computes, K the
+ * reduction length it holds. N and K multiples of 8; pointers 16-byte aligned; every
+ * rank issues the fused ops on a communicator in the same order, with the same shapes,
+ * like NCCL collectives. Calls are asynchronous on `stream` and can be captured in a CUDA
+ * graph. Hopper (sm_90) GPUs only for now; elsewhere ncclInvalidUsage.
+ *
+ * Return codes shared by the ops: ncclSuccess; ncclInvalidArgument (a NULL pointer, a
+ * misaligned pointer, a shape that breaks the rules above; nothing was launched and the
+ * outputs are untouched; a WARN names the argument); ncclInvalidUsage (the communicator
+ * has no ncclMkCommInit, an unsupported type or GPU, or inside graph capture a shape larger
+ * than the prepared workspace); ncclRemoteError (an earlier call timed out waiting for a
+ * peer: the communicator is broken, see ncclMkCommGetAsyncError); ncclSystemError /
+ * ncclUnhandledCudaError (allocation or launch failures).
+ */
+
+/* Per-communicator configuration: fill with ncclMkConfigDefaults, then change fields. */
+typedef struct {
+  size_t size;            /* sizeof(ncclMkConfig): lets later versions add fields */
+  unsigned int version;   /* NCCL_MK_VERSION of the header the caller compiled with */
+  size_t max_m;           /* largest M (total rows of C) any call will use; default 16384 */
+  size_t max_n;           /* largest per-rank N; default 28672 */
+  size_t max_k;           /* largest per-rank K; default 28672 */
+  int comm_sms;           /* SMs given to communication; 0: chosen per shape */
+  size_t chunk_bytes;     /* communication chunk; 0: chosen per shape */
+  int timeout_ms;         /* bound on every wait inside a kernel; 0: NCCL_MK_TIMEOUT_MS */
+  int reserved[16];
+} ncclMkConfig;
+
+/* Fills *config with the defaults above. ncclInvalidArgument if config is NULL. */
+NCCL_MK_API ncclResult_t ncclMkConfigDefaults(ncclMkConfig* config);
+
+/*
+ * ncclMkCommInit: prepares `comm` for fused ops: workspaces sized from config (NULL: the
+ * defaults), shared with the peers of this host through CUDA IPC (direct pointers between
+ * GPUs of one process). Collective over `comm`, like ncclCommInitRank: every rank calls it.
+ * Must be called outside graph capture; safe inside ncclGroupStart/End when one thread
+ * drives several GPUs (the caller's group is respected). Calling it again on the same comm
+ * is ncclInvalidUsage. Returns ncclSuccess, ncclInvalidArgument (comm NULL, bad config
+ * size/fields), ncclInvalidUsage (already initialised, inside capture, no NCCL 2.19+ in the
+ * process, not a Hopper GPU), ncclSystemError/ncclUnhandledCudaError (allocation, IPC).
+ */
+NCCL_MK_API ncclResult_t ncclMkCommInit(ncclComm_t comm, const ncclMkConfig* config);
+
+/* Frees what ncclMkCommInit made. Not collective; call before ncclCommDestroy. Returns
+ * ncclSuccess or ncclInvalidArgument (comm not initialised for fused ops). */
+NCCL_MK_API ncclResult_t ncclMkCommRelease(ncclComm_t comm);
+
+/*
+ * ncclMkCommGetAsyncError: ncclSuccess in *result while the communicator is healthy;
+ * ncclRemoteError once a kernel gave up waiting for a peer, and then `msg` (if not NULL)
+ * gets a one-line account: rank, op, tile, flag, expected and seen values. Every later
+ * fused call on the comm returns that error. Does not synchronise the stream.
+ */
+NCCL_MK_API ncclResult_t ncclMkCommGetAsyncError(ncclComm_t comm, ncclResult_t* result,
+                                                 char* msg, size_t msg_len);
+
+/*
+ * ncclMkAllGatherGemm: C[M, N] = AllGather(A_r)[M, K] . B[N, K]^T.
+ * a_shard: this rank's rows, [M / nranks, K]; b: [N, K]; c: [M, N].
+ * a_gathered: optional ([M, K]); when not NULL it receives the gathered A (backward needs it).
+ * M must be a multiple of the number of ranks.
+ */
+NCCL_MK_API ncclResult_t ncclMkAllGatherGemm(const void* a_shard, const void* b, void* c,
+                                             void* a_gathered, size_t m, size_t n, size_t k,
+                                             ncclDataType_t type, ncclComm_t comm,
+                                             cudaStream_t stream);
+
+/*
+ * ncclMkGemmReduceScatter: C_r[M / nranks, N] = rows r of sum over ranks of A[M, K] . B[N, K]^T.
+ * a: [M, K] (this rank's K-slice of the full reduction), b: [N, K], c_shard: [M / nranks, N].
+ * M must be a multiple of the number of ranks.
+ */
+NCCL_MK_API ncclResult_t ncclMkGemmReduceScatter(const void* a, const void* b, void* c_shard,
+                                                 size_t m, size_t n, size_t k,
+                                                 ncclDataType_t type, ncclComm_t comm,
+                                                 cudaStream_t stream);
+
+/* ncclMkGemmAllReduce: C[M, N] = sum over ranks of A[M, K] . B[N, K]^T on every rank. */
+NCCL_MK_API ncclResult_t ncclMkGemmAllReduce(const void* a, const void* b, void* c, size_t m,
+                                             size_t n, size_t k, ncclDataType_t type,
+                                             ncclComm_t comm, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

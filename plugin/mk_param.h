@@ -23,6 +23,8 @@
     "give up on a connection handshake after this many milliseconds")                          \
   X(INT, NET_SPEED_MBPS, "NCCL_MK_NET_SPEED_MBPS", "0", 0, 100000000, "",                      \
     "link speed reported to NCCL; 0 reads it from the provider or sysfs")                      \
+  X(INT, TIMEOUT_MS, "NCCL_MK_TIMEOUT_MS", "60000", 1, 86400000, "",                           \
+    "bound on every wait inside a fused kernel; expiry breaks the communicator")               \
   X(STR, NCCL_DEBUG, "NCCL_DEBUG", "", 0, 0, "",                                               \
     "NCCL's own log level; read so that logging works before NCCL hands us its logger")
 

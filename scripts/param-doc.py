@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints README's table of environment variables from the one registry,
 plugin/mk_param.h. With --check README.md, exits 1 if README's table (between the
-PARAMS-BEGIN/PARAMS-END markers) differs from the registry."""
+PARAMS-BEGIN/PARAMS-END markers) differs from the registry; --update README.md rewrites it."""
 import pathlib
 import re
 import sys
@@ -26,7 +26,15 @@ def table():
     return "\n".join(rows)
 
 
+SECTION = re.compile(r"(<!-- PARAMS-BEGIN -->\n)(.*?)(\n<!-- PARAMS-END -->)", re.S)
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--update":
+        path = pathlib.Path(sys.argv[2])
+        text = SECTION.sub(lambda m: m.group(1) + table() + m.group(3), path.read_text())
+        path.write_text(text)
+        return 0
     if len(sys.argv) == 3 and sys.argv[1] == "--check":
         readme = pathlib.Path(sys.argv[2]).read_text()
         m = re.search(r"<!-- PARAMS-BEGIN -->\n(.*?)\n<!-- PARAMS-END -->", readme, re.S)

@@ -87,6 +87,11 @@ static int fused_comm_alloc(struct mk_fused_comm* fc) {
   MK_CHECK(mk_cuda_check(cudaHostAlloc((void**)&fc->err, sizeof(*fc->err),
                                        cudaHostAllocMapped), "cudaHostAlloc (error record)"));
   memset(fc->err, 0, sizeof(*fc->err));
+  /* The reference path's scratch for the largest configured shapes, so that calls inside
+   * graph capture never need to grow it. */
+  const ncclMkConfig* c = &fc->cfg;
+  fc->scratch_bytes = c->max_m * (c->max_n > c->max_k ? c->max_n : c->max_k) * 2;
+  MK_CHECK(mk_cuda_check(cudaMalloc(&fc->scratch, fc->scratch_bytes), "cudaMalloc (scratch)"));
   return 0;
 }
 

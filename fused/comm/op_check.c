@@ -54,9 +54,18 @@ int mk_op_check(const struct mk_op_call* c, struct mk_fused_comm** out) {
   if (!rc) rc = mk_fused_comm_get(c->comm, c->stream, &fc);
   if (!rc) rc = shape_check(c, fc->nranks);
   if (!rc) rc = mk_fused_comm_health(fc, NULL, 0);
-  if (!rc) rc = mk_cuda_check(cudaSetDevice(fc->dev), "cudaSetDevice");
   if (!rc) *out = fc;
   return rc;
+}
+
+int mk_op_device_enter(const struct mk_fused_comm* fc, int* prev) {
+  *prev = -1;
+  cudaGetDevice(prev);
+  return mk_cuda_check(cudaSetDevice(fc->dev), "cudaSetDevice");
+}
+
+void mk_op_device_leave(int prev) {
+  if (prev >= 0) cudaSetDevice(prev);
 }
 
 void mk_op_gemm_args(const struct mk_fused_comm* fc, enum mk_op_id op, struct mk_gemm_args* g) {

@@ -26,6 +26,10 @@ struct mk_op_call {
 /* 0 with *fc set, or negative errno after a one-line WARN naming the problem. */
 int mk_op_check(const struct mk_op_call* call, struct mk_fused_comm** fc);
 
+/* Makes the comm's GPU current for the launch and restores the caller's afterwards. */
+int mk_op_device_enter(const struct mk_fused_comm* fc, int* prev);
+void mk_op_device_leave(int prev);
+
 /* The GEMM arguments shared by the ops: bf16 C = A . B^T with the comm's error record. */
 void mk_op_gemm_args(const struct mk_fused_comm* fc, enum mk_op_id op, struct mk_gemm_args* g);
 

@@ -2,14 +2,21 @@
  * The NCCL types shared by every plugin ABI version, written from
  * ../shared/reference/nccl-abi.md. Never include NCCL internals.
  *
- * ncclResult_t comes from the public <nccl.h> when a translation unit included it first
- * (the fused-op code does); otherwise it is declared here with the same values.
+ * ncclResult_t comes from NCCL's public <nccl.h> where it is installed (the build finds it),
+ * so plugin and fused-op code agree on one type; otherwise it is declared here with the
+ * same values.
  */
 #ifndef MK_ABI_NCCL_TYPES_H_
 #define MK_ABI_NCCL_TYPES_H_
 
 #include <stddef.h>
 #include <stdint.h>
+
+#if defined(__has_include)
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#endif
+#endif
 
 #ifndef NCCL_H_
 typedef enum {

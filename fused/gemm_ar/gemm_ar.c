@@ -1,0 +1,34 @@
+/*
+ * ncclMkGemmAllReduce. Today's path is the reference one: the GEMM core writes this rank's
+ * partial C into c, then NCCL's all-reduce sums it in place. The fused kernel replaces the
+ * sequence where it is faster.
+ */
+#include "mk_err.h"
+#include "op_check.h"
+
+static int gemm_ar_reference(struct mk_fused_comm* fc, const void* a, const void* b, void* c,
+                             size_t m, size_t n, size_t k, cudaStream_t stream) {
+  struct mk_gemm_args g;
+  mk_op_gemm_args(fc, MK_OP_GEMM_AR, &g);
+  g.m = (int)m, g.n = (int)n, g.k = (int)k;
+  g.a = a, g.b = b, g.c = c;
+  MK_CHECK(mk_gemm_launch(&g, stream));
+  return mk_nccl_check(fc->api->all_reduce(c, c, m * n, ncclBfloat16, ncclSum, fc->nccl,
+                                            stream), "ncclAllReduce");
+}
+
+NCCL_MK_API ncclResult_t ncclMkGemmAllReduce(const void* a, const void* b, void* c, size_t m,
+                                             size_t n, size_t k, ncclDataType_t type,
+                                             ncclComm_t comm, cudaStream_t stream) {
+  struct mk_op_call call = {
+      .op = MK_OP_GEMM_AR, .name = "ncclMkGemmAllReduce", .m = m, .n = n, .k = k,
+      .type = type, .m_split = 0, .ptrs = {a, b, c}, .ptr_names = {"a", "b", "c"},
+      .nptrs = 3, .comm = comm, .stream = stream};
+  struct mk_fused_comm* fc;
+  int prev, rc = mk_op_check(&call, &fc);
+  if (rc) return mk_result_from_errno(rc);
+  rc = mk_op_device_enter(fc, &prev);
+  if (!rc) rc = gemm_ar_reference(fc, a, b, c, m, n, k, stream);
+  mk_op_device_leave(prev);
+  return mk_result_from_errno(rc);
+}
