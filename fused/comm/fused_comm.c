@@ -113,6 +113,13 @@ static int fused_comm_identify(struct mk_fused_comm* fc) {
 }
 
 int mk_fused_comm_create(ncclComm_t comm, const ncclMkConfig* cfg) {
+  pthread_mutex_lock(&registry_lock);
+  int known = registry_slot(comm) != NULL;
+  pthread_mutex_unlock(&registry_lock);
+  if (known) { /* before any collective: a second init must not post an exchange */
+    MK_WARN("ncclMkCommInit: this communicator is already initialised");
+    return -ENOTSUP;
+  }
   struct mk_fused_comm* fc = calloc(1, sizeof(*fc));
   if (!fc) return -ENOMEM;
   fc->nccl = comm;

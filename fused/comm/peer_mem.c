@@ -89,8 +89,20 @@ static int peer_map(struct mk_fused_comm* fc, int p, const struct mk_peer_record
   return 1;
 }
 
+static int peer_exchange_read(struct mk_fused_comm* fc);
+
+/* Peer access is enabled from the current device: make it the comm's for the mapping. */
 int mk_peer_exchange_finish(struct mk_fused_comm* fc) {
   if (!fc->exchange_pending) return 0;
+  int prev = -1;
+  cudaGetDevice(&prev);
+  int rc = mk_cuda_check(cudaSetDevice(fc->dev), "cudaSetDevice");
+  if (!rc) rc = peer_exchange_read(fc);
+  if (prev >= 0) cudaSetDevice(prev);
+  return rc;
+}
+
+static int peer_exchange_read(struct mk_fused_comm* fc) {
   int rc = mk_cuda_check(cudaStreamSynchronize(fc->internal), "workspace exchange");
   if (!rc)
     rc = mk_cuda_check(cudaMemcpy(fc->records_host, fc->records_dev,

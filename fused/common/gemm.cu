@@ -115,6 +115,19 @@ extern "C" long mk_gemm_max_tiles(const struct mk_gemm_args* a) {
   return tiles_m * ((a->n + bn - 1) / bn);
 }
 
+/* Raises the kernel's dynamic shared-memory limit once per device (and loads its module).
+ * NOTES: not per launch: kept off the launch path, which may run beside waiting kernels. */
+template <class Cfg>
+static cudaError_t gemm_set_smem_limit(void) {
+  static unsigned char done[64];
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess || (dev < 64 && __atomic_load_n(&done[dev], __ATOMIC_ACQUIRE))) return e;
+  e = cudaFuncSetAttribute(mk_gemm_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+  if (e == cudaSuccess && dev < 64) __atomic_store_n(&done[dev], 1, __ATOMIC_RELEASE);
+  return e;
+}
+
 template <class Cfg>
 static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   MK_CHECK(gemm_validate(a));
@@ -148,7 +161,7 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   int grid = a->num_sms ? (a->num_sms < sms ? a->num_sms : sms) : sms;
   if (!a->group_offsets && tiles < grid) grid = (int)tiles;
 
-  cudaError_t e = cudaFuncSetAttribute(mk_gemm_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+  cudaError_t e = gemm_set_smem_limit<Cfg>();
   if (e == cudaSuccess) {
     mk_gemm_kernel<Cfg><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_a, tmap_b, p);
     e = cudaGetLastError();
@@ -180,8 +193,11 @@ extern "C" int mk_gemm_prepare(void) {
   int sms;
   MK_CHECK(gemm_device_sms(&sms));
   cudaFuncAttributes attr;
-  cudaError_t e = cudaFuncSetAttribute(mk_gemm_kernel<mk_gemm_default_cfg>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, mk_gemm_default_cfg::SMEM_BYTES);
+  if (!gemm_encode_tiled()) {
+    MK_WARN("mk_gemm_prepare: cuTensorMapEncodeTiled not found in the CUDA driver");
+    return -ENOTSUP;
+  }
+  cudaError_t e = gemm_set_smem_limit<mk_gemm_default_cfg>();
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, mk_gemm_kernel<mk_gemm_default_cfg>);
   if (e != cudaSuccess) {
     MK_WARN("mk_gemm_prepare: %s", cudaGetErrorString(e));

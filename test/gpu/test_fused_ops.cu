@@ -1,0 +1,403 @@
+/*
+ * The fused operations on 2 ranks against a float64 reference: correctness on odd and
+ * small shapes, bad input rejected before launch with outputs untouched, CUDA-graph
+ * capture and replays with fresh inputs, back-to-back calls with a randomly delayed rank,
+ * ncclMkCommInit inside ncclGroupStart/End from one thread driving 2 GPUs, and a negative
+ * control for the checker.
+ *
+ * usage: test_fused_ops <correctness|bad_input|graph|back_to_back|negative_control|group_init>
+ * Without -P the binary starts one process per GPU itself (group_init uses one process).
+ */
+#include <nccl.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include "gemm_check.cuh"
+#include "nccl_mk.h"
+
+#define NCCL_OK(call)                                                                  \
+  do {                                                                                 \
+    ncclResult_t r_ = (call);                                                          \
+    if (r_ != ncclSuccess) {                                                           \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
+      exit(1);                                                                         \
+    }                                                                                  \
+  } while (0)
+
+static const int NR = 2;
+static uint64_t g_seed; /* drawn by the launcher, the same on every rank, printed */
+static const double TOL = 1e-2;
+
+struct rank_env {
+  int rank;
+  ncclComm_t comm;
+  cudaStream_t stream;
+  int failures;
+};
+
+struct shape { size_t m, n, k; };
+static const struct shape odd_shapes[] = {{2 * 1, 8, 8}, {2 * 127, 72, 1000}, {2 * 64, 256, 256},
+                                          {2 * 4097, 64, 72}, {2 * 256, 1000, 136}};
+
+static uint64_t seed_of(uint64_t base, int rank, int which) { return base * 1000 + rank * 10 + which; }
+
+static void expect(struct rank_env* e, int ok, const char* what, double rel) {
+  if (!ok) {
+    fprintf(stderr, "rank %d: %s failed (rel err %g)\n", e->rank, what, rel);
+    e->failures++;
+  }
+}
+
+/* C[M,N] = gather(A_p)[M,K] . B_r^T; also checks the gathered A bit for bit. */
+static void check_ag(struct rank_env* e, struct shape s, uint64_t base, void* c, void* ag,
+                     int corrupt) {
+  size_t rows = s.m / NR;
+  void *full, *b;
+  double* ref;
+  CUDA_OK(cudaMalloc(&full, s.m * s.k * 2));
+  CUDA_OK(cudaMalloc(&b, s.n * s.k * 2));
+  CUDA_OK(cudaMalloc(&ref, s.m * s.n * 8));
+  for (int p = 0; p < NR; p++)
+    fill_random_bf16((char*)full + p * rows * s.k * 2, rows * s.k, seed_of(base, p, 1), 1.0f);
+  fill_random_bf16(b, s.n * s.k, seed_of(base, e->rank, 2), 1.0f);
+  ref_gemm_f64<double>(full, b, NULL, NULL, ref, (int)s.m, (int)s.n, (int)s.k);
+  if (corrupt) { /* one element becomes 32768: far outside the tolerance */
+    const uint16_t big = 0x4700;
+    CUDA_OK(cudaMemcpy((char*)c + 2 * (s.m * s.n / 2), &big, 2, cudaMemcpyHostToDevice));
+  }
+  struct check_result r = check_close((const __nv_bfloat16*)c, ref, s.m * s.n, TOL);
+  expect(e, r.pass != corrupt, corrupt ? "negative control (AG)" : "AG+GEMM output", r.rel);
+  if (ag) {
+    struct check_result g = check_close((const __nv_bfloat16*)ag, (const __nv_bfloat16*)full,
+                                        s.m * s.k, 1e-12);
+    expect(e, g.pass, "AG+GEMM gathered A", g.rel);
+  }
+  cudaFree(full), cudaFree(b), cudaFree(ref);
+}
+
+/* Sum over ranks of A_p . B_p^T, rows [row0, row0 + rows). */
+static double* ref_sum(struct shape s, uint64_t base, size_t row0, size_t rows) {
+  void *a, *b;
+  double* ref;
+  CUDA_OK(cudaMalloc(&a, s.m * s.k * 2));
+  CUDA_OK(cudaMalloc(&b, s.n * s.k * 2));
+  CUDA_OK(cudaMalloc(&ref, rows * s.n * 8));
+  for (int p = 0; p < NR; p++) {
+    fill_random_bf16(a, s.m * s.k, seed_of(base, p, 1), 1.0f);
+    fill_random_bf16(b, s.n * s.k, seed_of(base, p, 2), 1.0f);
+    ref_gemm_f64<double>((char*)a + row0 * s.k * 2, b, p ? ref : NULL, NULL, ref, (int)rows,
+                         (int)s.n, (int)s.k);
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  cudaFree(a), cudaFree(b);
+  return ref;
+}
+
+static void check_sum(struct rank_env* e, struct shape s, uint64_t base, void* c, int rs) {
+  size_t rows = rs ? s.m / NR : s.m, row0 = rs ? e->rank * rows : 0;
+  double* ref = ref_sum(s, base, row0, rows);
+  struct check_result r = check_close((const __nv_bfloat16*)c, ref, rows * s.n, TOL);
+  expect(e, r.pass, rs ? "GEMM+RS output" : "GEMM+AR output", r.rel);
+  cudaFree(ref);
+}
+
+struct op_bufs { void *a_shard, *a, *b, *c_ag, *ag, *c_rs, *c_ar; };
+
+static void bufs_alloc(struct op_bufs* o, struct shape s) {
+  CUDA_OK(cudaMalloc(&o->a_shard, s.m / NR * s.k * 2));
+  CUDA_OK(cudaMalloc(&o->a, s.m * s.k * 2));
+  CUDA_OK(cudaMalloc(&o->b, s.n * s.k * 2));
+  CUDA_OK(cudaMalloc(&o->c_ag, s.m * s.n * 2));
+  CUDA_OK(cudaMalloc(&o->ag, s.m * s.k * 2));
+  CUDA_OK(cudaMalloc(&o->c_rs, s.m / NR * s.n * 2));
+  CUDA_OK(cudaMalloc(&o->c_ar, s.m * s.n * 2));
+}
+
+static void bufs_free(struct op_bufs* o) {
+  cudaFree(o->a_shard), cudaFree(o->a), cudaFree(o->b), cudaFree(o->c_ag), cudaFree(o->ag);
+  cudaFree(o->c_rs), cudaFree(o->c_ar);
+}
+
+/* Fresh inputs for `base` and poisoned outputs; synchronous. */
+static void bufs_fill(struct rank_env* e, struct op_bufs* o, struct shape s, uint64_t base) {
+  fill_random_bf16(o->a_shard, s.m / NR * s.k, seed_of(base, e->rank, 1), 1.0f);
+  fill_random_bf16(o->a, s.m * s.k, seed_of(base, e->rank, 1), 1.0f);
+  fill_random_bf16(o->b, s.n * s.k, seed_of(base, e->rank, 2), 1.0f);
+  poison(o->c_ag, s.m * s.n * 2), poison(o->ag, s.m * s.k * 2);
+  poison(o->c_rs, s.m / NR * s.n * 2), poison(o->c_ar, s.m * s.n * 2);
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+static void run_ops(struct rank_env* e, struct op_bufs* o, struct shape s) {
+  NCCL_OK(ncclMkAllGatherGemm(o->a_shard, o->b, o->c_ag, o->ag, s.m, s.n, s.k, ncclBfloat16,
+                              e->comm, e->stream));
+  NCCL_OK(ncclMkGemmReduceScatter(o->a, o->b, o->c_rs, s.m, s.n, s.k, ncclBfloat16, e->comm,
+                                  e->stream));
+  NCCL_OK(ncclMkGemmAllReduce(o->a, o->b, o->c_ar, s.m, s.n, s.k, ncclBfloat16, e->comm,
+                              e->stream));
+}
+
+static void check_ops(struct rank_env* e, struct op_bufs* o, struct shape s, uint64_t base) {
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  check_ag(e, s, base, o->c_ag, o->ag, 0);
+  check_sum(e, s, base, o->c_rs, 1);
+  check_sum(e, s, base, o->c_ar, 0);
+}
+
+static void scenario_correctness(struct rank_env* e) {
+  for (size_t i = 0; i < sizeof(odd_shapes) / sizeof(odd_shapes[0]); i++) {
+    struct shape s = odd_shapes[i];
+    struct op_bufs o;
+    bufs_alloc(&o, s);
+    uint64_t base = g_seed + i * 7;
+    bufs_fill(e, &o, s, base);
+    run_ops(e, &o, s);
+    check_ops(e, &o, s, base);
+    printf("rank %d: M=%zu N=%zu K=%zu checked\n", e->rank, s.m, s.n, s.k);
+    bufs_free(&o);
+  }
+}
+
+static int all_bytes_are(const void* dev, size_t bytes, unsigned char v) {
+  unsigned char* h = (unsigned char*)malloc(bytes);
+  CUDA_OK(cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost));
+  size_t i = 0;
+  while (i < bytes && h[i] == v) i++;
+  free(h);
+  return i == bytes;
+}
+
+/* Every bad call returns its error before launching anything: the outputs stay poisoned. */
+static void scenario_bad_input(struct rank_env* e) {
+  struct shape s = {2 * 64, 64, 64};
+  struct op_bufs o;
+  bufs_alloc(&o, s);
+  bufs_fill(e, &o, s, g_seed);
+  void* c = o.c_ag;
+  struct { ncclResult_t got, want; const char* what; } cases[] = {
+      {ncclMkAllGatherGemm(NULL, o.b, c, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream),
+       ncclInvalidArgument, "NULL a_shard"},
+      {ncclMkAllGatherGemm(o.a_shard, o.b, c, NULL, s.m, 12, s.k, ncclBfloat16, e->comm, e->stream),
+       ncclInvalidArgument, "N not a multiple of 8"},
+      {ncclMkAllGatherGemm(o.a_shard, o.b, c, NULL, s.m + 1, s.n, s.k, ncclBfloat16, e->comm,
+                           e->stream), ncclInvalidArgument, "M not a multiple of the ranks"},
+      {ncclMkAllGatherGemm(o.a_shard, (char*)o.b + 2, c, NULL, s.m, s.n, s.k, ncclBfloat16,
+                           e->comm, e->stream), ncclInvalidArgument, "misaligned b"},
+      {ncclMkAllGatherGemm(o.a_shard, o.b, c, NULL, s.m, s.n, s.k, ncclFloat32, e->comm, e->stream),
+       ncclInvalidUsage, "unsupported type"},
+      {ncclMkAllGatherGemm(o.a_shard, o.b, c, NULL, s.m, s.n, s.k, ncclBfloat16,
+                           (ncclComm_t)&o, e->stream), ncclInvalidUsage, "comm without ncclMkCommInit"},
+      {ncclMkGemmReduceScatter(o.a, o.b, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream),
+       ncclInvalidArgument, "NULL c_shard"},
+      {ncclMkGemmAllReduce(o.a, o.b, c, s.m, s.n, 0, ncclBfloat16, e->comm, e->stream),
+       ncclInvalidArgument, "K = 0"},
+      {ncclMkCommInit(e->comm, NULL), ncclInvalidUsage, "second ncclMkCommInit"},
+      {ncclMkCommInit(NULL, NULL), ncclInvalidArgument, "NULL comm"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    if (cases[i].got != cases[i].want) {
+      fprintf(stderr, "rank %d: %s: got %d, want %d\n", e->rank, cases[i].what,
+              (int)cases[i].got, (int)cases[i].want);
+      e->failures++;
+    }
+  CUDA_OK(cudaDeviceSynchronize());
+  expect(e, all_bytes_are(c, s.m * s.n * 2, 0xFF), "outputs untouched after bad calls", 0);
+  expect(e, all_bytes_are(o.c_rs, s.m / NR * s.n * 2, 0xFF), "c_shard untouched", 0);
+  bufs_free(&o);
+}
+
+/* The three ops captured once, replayed with fresh inputs written into the same buffers. */
+static void scenario_graph(struct rank_env* e) {
+  struct shape s = {2 * 128, 256, 512};
+  struct op_bufs o;
+  bufs_alloc(&o, s);
+  bufs_fill(e, &o, s, g_seed);
+  run_ops(e, &o, s); /* warm-up outside capture */
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeGlobal));
+  run_ops(e, &o, s);
+  CUDA_OK(cudaStreamEndCapture(e->stream, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 5; rep++) {
+    uint64_t base = g_seed + 1000 + rep;
+    bufs_fill(e, &o, s, base);
+    CUDA_OK(cudaGraphLaunch(exec, e->stream));
+    check_ops(e, &o, s, base);
+  }
+  printf("rank %d: 5 graph replays checked\n", e->rank);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  bufs_free(&o);
+}
+
+/* 20 calls in a row into 20 outputs, inputs changed between calls, one rank delayed at
+ * random before each call; every output checked afterwards. */
+static void scenario_back_to_back(struct rank_env* e) {
+  enum { CALLS = 20 };
+  struct shape s = {2 * 64, 128, 256};
+  void *a[CALLS], *b[CALLS], *c[CALLS];
+  srand((unsigned)g_seed + e->rank);
+  for (int i = 0; i < CALLS; i++) {
+    CUDA_OK(cudaMalloc(&a[i], s.m / NR * s.k * 2));
+    CUDA_OK(cudaMalloc(&b[i], s.n * s.k * 2));
+    CUDA_OK(cudaMalloc(&c[i], s.m * s.n * 2));
+    fill_random_bf16(a[i], s.m / NR * s.k, seed_of(g_seed + i, e->rank, 1), 1.0f);
+    fill_random_bf16(b[i], s.n * s.k, seed_of(g_seed + i, e->rank, 2), 1.0f);
+    poison(c[i], s.m * s.n * 2);
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  for (int i = 0; i < CALLS; i++) {
+    if (e->rank == 1) usleep((useconds_t)(rand() % 3000));
+    NCCL_OK(ncclMkAllGatherGemm(a[i], b[i], c[i], NULL, s.m, s.n, s.k, ncclBfloat16, e->comm,
+                                e->stream));
+  }
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  for (int i = 0; i < CALLS; i++) check_ag(e, s, g_seed + i, c[i], NULL, 0);
+  for (int i = 0; i < CALLS; i++) cudaFree(a[i]), cudaFree(b[i]), cudaFree(c[i]);
+}
+
+static void scenario_negative_control(struct rank_env* e) {
+  struct shape s = {2 * 64, 128, 128};
+  struct op_bufs o;
+  bufs_alloc(&o, s);
+  bufs_fill(e, &o, s, g_seed);
+  run_ops(e, &o, s);
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  check_ag(e, s, g_seed, o.c_ag, NULL, 1); /* one element corrupted: the check must fail */
+  bufs_free(&o);
+}
+
+static void run_scenario(struct rank_env* e, const char* name) {
+  ncclResult_t async = ncclSuccess;
+  char msg[256];
+  if (!strcmp(name, "correctness") || !strcmp(name, "group_init")) scenario_correctness(e);
+  else if (!strcmp(name, "bad_input")) scenario_bad_input(e);
+  else if (!strcmp(name, "graph")) scenario_graph(e);
+  else if (!strcmp(name, "back_to_back")) scenario_back_to_back(e);
+  else if (!strcmp(name, "negative_control")) scenario_negative_control(e);
+  else { fprintf(stderr, "unknown scenario %s\n", name); e->failures++; }
+  NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
+  expect(e, async == ncclSuccess, "no asynchronous error", 0);
+}
+
+static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
+  struct rank_env e = {rank, NULL, NULL, 0};
+  CUDA_OK(cudaSetDevice(rank));
+  CUDA_OK(cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking));
+  NCCL_OK(ncclCommInitRank(&e.comm, NR, *id, rank));
+  ncclMkConfig cfg;
+  NCCL_OK(ncclMkConfigDefaults(&cfg));
+  cfg.max_m = 2 * 4097, cfg.max_n = 1024, cfg.max_k = 1024;
+  NCCL_OK(ncclMkCommInit(e.comm, &cfg));
+  run_scenario(&e, scenario);
+  NCCL_OK(ncclMkCommRelease(e.comm));
+  ncclCommDestroy(e.comm);
+  printf("rank %d: %s: %d failure(s)\n", rank, scenario, e.failures);
+  return e.failures ? 1 : 0;
+}
+
+struct thread_arg { struct rank_env* e; const char* scenario; };
+
+static void* thread_main(void* p) {
+  struct thread_arg* t = (struct thread_arg*)p;
+  CUDA_OK(cudaSetDevice(t->e->rank));
+  run_scenario(t->e, t->scenario);
+  return NULL;
+}
+
+/* One process, one thread initialising both GPUs inside ncclGroupStart/End (the exchange
+ * completes at first use), then one thread per GPU running the ops. */
+static int group_init_main(void) {
+  ncclComm_t comms[2];
+  int devs[2] = {0, 1};
+  NCCL_OK(ncclCommInitAll(comms, 2, devs));
+  NCCL_OK(ncclGroupStart());
+  for (int r = 0; r < 2; r++) NCCL_OK(ncclMkCommInit(comms[r], NULL));
+  NCCL_OK(ncclGroupEnd());
+  struct rank_env env[2];
+  pthread_t th[2];
+  struct thread_arg args[2];
+  for (int r = 0; r < 2; r++) {
+    env[r] = (struct rank_env){r, comms[r], NULL, 0};
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamCreateWithFlags(&env[r].stream, cudaStreamNonBlocking));
+    args[r] = (struct thread_arg){&env[r], "group_init"};
+    pthread_create(&th[r], NULL, thread_main, &args[r]);
+  }
+  int failures = 0;
+  for (int r = 0; r < 2; r++) {
+    pthread_join(th[r], NULL);
+    failures += env[r].failures;
+    NCCL_OK(ncclMkCommRelease(comms[r]));
+    ncclCommDestroy(comms[r]);
+  }
+  printf("group_init: %d failure(s)\n", failures);
+  return failures ? 1 : 0;
+}
+
+static void id_hex(const ncclUniqueId* id, char* hex) {
+  for (size_t i = 0; i < sizeof(*id); i++) sprintf(hex + 2 * i, "%02x", (unsigned char)id->internal[i]);
+}
+
+static void hex_id(const char* hex, ncclUniqueId* id) {
+  for (size_t i = 0; i < sizeof(*id); i++) {
+    unsigned v = 0;
+    sscanf(hex + 2 * i, "%2x", &v);
+    id->internal[i] = (char)v;
+  }
+}
+
+/* Starts one process per GPU; the parent made the NCCL id and hosts its bootstrap root. */
+static int launch(char** argv) {
+  ncclUniqueId id;
+  char hex[2 * sizeof(id) + 1], seed[32];
+  NCCL_OK(ncclGetUniqueId(&id));
+  id_hex(&id, hex);
+  snprintf(seed, sizeof(seed), "%llu", (unsigned long long)g_seed);
+  pid_t pids[NR];
+  for (int r = 0; r < NR; r++) {
+    char rank[8];
+    snprintf(rank, sizeof(rank), "%d", r);
+    if ((pids[r] = fork()) == 0) {
+      char* args[] = {argv[0], argv[1], (char*)"-P", rank, (char*)"-I", hex, (char*)"-S", seed, NULL};
+      execv("/proc/self/exe", args);
+      _exit(127);
+    }
+  }
+  int worst = 0;
+  for (int r = 0; r < NR; r++) {
+    int st = 0;
+    waitpid(pids[r], &st, 0);
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    if (rc > worst) worst = rc;
+  }
+  return worst;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s <scenario> [-P rank -I id -S seed]\n", argv[0]);
+    return 2;
+  }
+  alarm(300); /* a bug must not hang the suite */
+  if (argc == 8 && !strcmp(argv[2], "-P")) {
+    ncclUniqueId id;
+    hex_id(argv[5], &id);
+    g_seed = strtoull(argv[7], NULL, 10);
+    return rank_main(argv[1], atoi(argv[3]), &id);
+  }
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < NR) {
+    printf("SKIP: needs %d GPUs, found %d\n", NR, n);
+    return 77;
+  }
+  gpu_or_skip();
+  g_seed = (uint64_t)time(NULL) % 100000;
+  printf("seed %llu\n", (unsigned long long)g_seed);
+  if (!strcmp(argv[1], "group_init")) return group_init_main();
+  return launch(argv);
+}
