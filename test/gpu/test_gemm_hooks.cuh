@@ -22,6 +22,7 @@ static int all_bytes_ff(const void* dev, size_t bytes) {
 /* Sleeps delay_ns, records the time, then raises flags[0..count) to value (release.sys). */
 static __global__ void delayed_raise_kernel(uint64_t* flags, int count, uint64_t value, uint64_t delay_ns, uint64_t* t_raise) {
   uint64_t t0 = globaltimer_ns();
+  t_raise[1] = t0;
   while (globaltimer_ns() - t0 < delay_ns) __nanosleep(1000);
   *t_raise = globaltimer_ns();
   fence_acq_rel_sys();
@@ -36,12 +37,13 @@ static void test_ready_flags(void) {
   uint64_t *flags, *starts, *t_raise;
   CUDA_OK(cudaMalloc(&flags, bms * 8));
   CUDA_OK(cudaMalloc(&starts, tiles * 8));
-  CUDA_OK(cudaMalloc(&t_raise, 8));
+  CUDA_OK(cudaMalloc(&t_raise, 16));
   std::vector<uint64_t> init(bms, 0);
   for (int i = 0; i < late_from; i++) init[i] = 7;
   CUDA_OK(cudaMemcpy(flags, init.data(), bms * 8, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(starts, 0, tiles * 8));
   EXPECT(mk_gemm_prepare() == 0, "mk_gemm_prepare");
+  if (getenv("MK_TEST_WARMUP")) run_f64_case(256, 256, 256, 0);
   cudaStream_t s1, s2;
   CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
@@ -55,12 +57,15 @@ static void test_ready_flags(void) {
   EXPECT(mk_gemm_launch(&g, s2) == 0, "launch");
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<uint64_t> st(tiles);
-  uint64_t tr;
+  uint64_t tr, tr2[2];
   CUDA_OK(cudaMemcpy(st.data(), starts, tiles * 8, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(&tr, t_raise, 8, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(tr2, t_raise, 16, cudaMemcpyDeviceToHost));
+  tr = tr2[0];
   int early_ok = 0, late_ok = 0;
   uint64_t first = ~0ull;
   for (int t = 0; t < tiles; t++) first = st[t] < first ? st[t] : first;
+  printf("  raising kernel started at 0, first tile at %+.3f ms, flags raised at %+.3f ms\n",
+         ((double)first - (double)tr2[1]) * 1e-6, ((double)tr - (double)tr2[1]) * 1e-6);
   for (int t = 0; t < tiles; t++) {
     const int mb = t / (n / 256);
     if (mb < late_from) early_ok += st[t] != 0 && st[t] < tr;
