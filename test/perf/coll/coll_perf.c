@@ -1,5 +1,6 @@
 /* nccl-tests-style driver: arguments, the launcher, the timed loop and the table. */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,8 @@ static void usage(const char* prog) {
           "[-p processes on this host | -N total processes -P this process] [-n iters] "
           "[-w warmup] [-c checks] [-d float|double|half|bfloat16|int32|int64] "
           "[-o sum|max|min] [-J file.json] [-H: with -p, a distinct NCCL_HOSTID per process, so "
-          "NCCL sees one node per process]\n", prog);
+          "NCCL sees one node per process] [-X: corrupt one received element before checking, "
+          "the checker's negative control: the run must report it]\n", prog);
 }
 
 static int parse_args(int argc, char** argv, struct perf_args* a) {
@@ -48,7 +50,7 @@ static int parse_args(int argc, char** argv, struct perf_args* a) {
                           .gpus_per_proc = 1, .nprocs = 1, .iters = 20, .warmup = 5,
                           .check = 1, .dtype = ncclFloat32, .op = ncclSum};
   int c, launched = 0;
-  while ((c = getopt(argc, argv, "b:e:f:g:p:N:P:n:w:c:d:o:J:I:H")) != -1) {
+  while ((c = getopt(argc, argv, "b:e:f:g:p:N:P:n:w:c:d:o:J:I:HX")) != -1) {
     switch (c) {
       case 'b': a->min_bytes = parse_size(optarg); break;
       case 'e': a->max_bytes = parse_size(optarg); break;
@@ -65,6 +67,7 @@ static int parse_args(int argc, char** argv, struct perf_args* a) {
       case 'J': a->json_path = optarg; break;
       case 'I': snprintf(a->id_hex, sizeof(a->id_hex), "%s", optarg); launched = 1; break;
       case 'H': a->distinct_hosts = 1; break;
+      case 'X': a->corrupt = 1; break;
       default: return -1;
     }
   }
@@ -158,6 +161,26 @@ static int alloc_ranks(const struct perf_args* a, struct rank_ctx* rk, int nrank
   return 0;
 }
 
+/* Waits for a rank's stream like nccl-tests does: polling, so that an error NCCL reports
+ * asynchronously (a dead peer, a plugin error) ends the run instead of hanging it. */
+static int wait_stream(struct rank_ctx* r) {
+  for (;;) {
+    cudaError_t q = cudaStreamQuery(r->stream);
+    if (q == cudaSuccess) return 0;
+    if (q != cudaErrorNotReady) CUDA_OK(q);
+    ncclResult_t async = ncclSuccess;
+    NCCL_OK(ncclCommGetAsyncError(r->comm, &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+      fprintf(stderr, "rank %d: NCCL reported %s; aborting the communicator\n", r->rank,
+              ncclGetErrorString(async));
+      ncclCommAbort(r->comm);
+      r->comm = NULL;
+      return -1;
+    }
+    sched_yield();
+  }
+}
+
 struct run_bufs { void* send[MK_PERF_MAX_GPUS]; void* recv[MK_PERF_MAX_GPUS]; };
 
 /* Buffers of one placement: out-of-place, or NCCL's in-place layout for this collective. */
@@ -202,7 +225,8 @@ static int global_reduce(const struct perf_args* a, struct rank_ctx* rk, const d
   CUDA_OK(cudaSetDevice(rk[0].dev));
   CUDA_OK(cudaMemcpyAsync(out, rk[0].scratch + 1, sizeof(double), cudaMemcpyDeviceToHost,
                           rk[0].stream));
-  for (int g = 0; g < a->gpus_per_proc; g++) CUDA_OK(cudaStreamSynchronize(rk[g].stream));
+  for (int g = 0; g < a->gpus_per_proc; g++)
+    if (wait_stream(&rk[g])) return -1;
   return 0;
 }
 
@@ -222,7 +246,9 @@ static int check_placement(const struct perf_args* a, struct rank_ctx* rk,
     if (launch_all(a, rk, b, sc, nranks)) return -1;
     for (int g = 0; g < a->gpus_per_proc; g++) {
       CUDA_OK(cudaSetDevice(rk[g].dev));
-      CUDA_OK(cudaStreamSynchronize(rk[g].stream));
+      if (wait_stream(&rk[g])) return -1;
+      if (a->corrupt && rk[g].rank == 0 && coll_poison(b->recv[g], coll_type_size(a->dtype)))
+        return -1;
       long w = coll_count_wrong(coll, b->recv[g], rc, rk[g].rank, nranks, a->op, a->dtype, seed);
       if (w < 0) return -1;
       local[g] += (double)w;
@@ -245,7 +271,7 @@ static int time_placement(const struct perf_args* a, struct rank_ctx* rk,
   for (int g = 0; g < a->gpus_per_proc; g++) {
     CUDA_OK(cudaSetDevice(rk[g].dev));
     CUDA_OK(cudaEventRecord(rk[g].stop, rk[g].stream));
-    CUDA_OK(cudaEventSynchronize(rk[g].stop));
+    if (wait_stream(&rk[g])) return -1;
     float ms = 0;
     CUDA_OK(cudaEventElapsedTime(&ms, rk[g].start, rk[g].stop));
     local[g] = 1000.0 * ms / a->iters;
@@ -326,7 +352,8 @@ static int run_rank_process(const struct perf_args* a) {
     printf("# Avg bus bandwidth    : %g\n", rows ? bw_sum / rows : 0.0);
     if (json) fprintf(json, "]\n"), fclose(json);
   }
-  for (int g = 0; g < a->gpus_per_proc; g++) ncclCommDestroy(rk[g].comm);
+  for (int g = 0; g < a->gpus_per_proc; g++)
+    if (rk[g].comm) ncclCommDestroy(rk[g].comm);
   return rc ? rc : wrong_total > 0 ? 2 : 0;
 }
 

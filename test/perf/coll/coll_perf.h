@@ -23,6 +23,7 @@ struct perf_args {
   ncclRedOp_t op;         /* -o */
   const char* json_path;  /* -J */
   int distinct_hosts;     /* -H */
+  int corrupt;            /* -X */
   char id_hex[2 * sizeof(ncclUniqueId) + 1];
 };
 
