@@ -6,16 +6,16 @@
  * control for the checker.
  *
  * usage: test_fused_ops <correctness|bad_input|graph|back_to_back|negative_control|group_init>
- * Without -P the binary starts one process per GPU itself (group_init uses one process).
+ * The binary starts one process per GPU itself (group_init: one process, two GPUs).
  */
 #include <nccl.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/wait.h>
 
 #include "gemm_check.cuh"
 #include "nccl_mk.h"
+#include "perf_launch.h"
 
 #define NCCL_OK(call)                                                                  \
   do {                                                                                 \
@@ -27,7 +27,7 @@
   } while (0)
 
 static const int NR = 2;
-static uint64_t g_seed; /* drawn by the launcher, the same on every rank, printed */
+static uint64_t g_seed; /* from the NCCL id: fresh each run, the same on every rank, printed */
 static const double TOL = 1e-2;
 
 struct rank_env {
@@ -286,6 +286,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
 
 static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
   struct rank_env e = {rank, NULL, NULL, 0};
+  printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
   CUDA_OK(cudaSetDevice(rank));
   CUDA_OK(cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking));
   NCCL_OK(ncclCommInitRank(&e.comm, NR, *id, rank));
@@ -339,56 +340,24 @@ static int group_init_main(void) {
   return failures ? 1 : 0;
 }
 
-static void id_hex(const ncclUniqueId* id, char* hex) {
-  for (size_t i = 0; i < sizeof(*id); i++) sprintf(hex + 2 * i, "%02x", (unsigned char)id->internal[i]);
-}
-
-static void hex_id(const char* hex, ncclUniqueId* id) {
-  for (size_t i = 0; i < sizeof(*id); i++) {
-    unsigned v = 0;
-    sscanf(hex + 2 * i, "%2x", &v);
-    id->internal[i] = (char)v;
-  }
-}
-
-/* Starts one process per GPU; the parent made the NCCL id and hosts its bootstrap root. */
-static int launch(char** argv) {
-  ncclUniqueId id;
-  char hex[2 * sizeof(id) + 1], seed[32];
-  NCCL_OK(ncclGetUniqueId(&id));
-  id_hex(&id, hex);
-  snprintf(seed, sizeof(seed), "%llu", (unsigned long long)g_seed);
-  pid_t pids[NR];
-  for (int r = 0; r < NR; r++) {
-    char rank[8];
-    snprintf(rank, sizeof(rank), "%d", r);
-    if ((pids[r] = fork()) == 0) {
-      char* args[] = {argv[0], argv[1], (char*)"-P", rank, (char*)"-I", hex, (char*)"-S", seed, NULL};
-      execv("/proc/self/exe", args);
-      _exit(127);
-    }
-  }
-  int worst = 0;
-  for (int r = 0; r < NR; r++) {
-    int st = 0;
-    waitpid(pids[r], &st, 0);
-    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-    if (rc > worst) worst = rc;
-  }
-  return worst;
+/* The seed comes from the NCCL id: random per run, the same on every rank. */
+static uint64_t seed_from_id(const char* hex) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const char* p = hex; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+  return h % 100000;
 }
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s <scenario> [-P rank -I id -S seed]\n", argv[0]);
+    fprintf(stderr, "usage: %s <scenario>\n", argv[0]);
     return 2;
   }
   alarm(300); /* a bug must not hang the suite */
-  if (argc == 8 && !strcmp(argv[2], "-P")) {
+  if (argc == 8 && !strcmp(argv[4], "-P")) { /* a child: <scenario> -N n -P rank -I id */
     ncclUniqueId id;
-    hex_id(argv[5], &id);
-    g_seed = strtoull(argv[7], NULL, 10);
-    return rank_main(argv[1], atoi(argv[3]), &id);
+    perf_hex_to_id(argv[7], &id);
+    g_seed = seed_from_id(argv[7]);
+    return rank_main(argv[1], atoi(argv[5]), &id);
   }
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < NR) {
@@ -396,8 +365,10 @@ int main(int argc, char** argv) {
     return 77;
   }
   gpu_or_skip();
-  g_seed = (uint64_t)time(NULL) % 100000;
-  printf("seed %llu\n", (unsigned long long)g_seed);
-  if (!strcmp(argv[1], "group_init")) return group_init_main();
-  return launch(argv);
+  if (!strcmp(argv[1], "group_init")) {
+    g_seed = (uint64_t)time(NULL) % 100000;
+    printf("seed %llu\n", (unsigned long long)g_seed);
+    return group_init_main();
+  }
+  return perf_launch_local(2, argv, NR, 0);
 }

@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "coll_perf.h"
+#include "perf_launch.h"
 
 static const struct coll_desc* coll; /* MK_COLL_NAME, set in main */
 
@@ -78,60 +78,9 @@ static int parse_args(int argc, char** argv, struct perf_args* a) {
   return launched;
 }
 
-static void id_to_hex(const ncclUniqueId* id, char* hex) {
-  for (size_t i = 0; i < sizeof(*id); i++) sprintf(hex + 2 * i, "%02x", (uint8_t)id->internal[i]);
-}
-
-static void hex_to_id(const char* hex, ncclUniqueId* id) {
-  memset(id, 0, sizeof(*id));
-  for (size_t i = 0; i < sizeof(*id) && hex[2 * i] && hex[2 * i + 1]; i++) {
-    unsigned v;
-    sscanf(hex + 2 * i, "%2x", &v);
-    id->internal[i] = (char)v;
-  }
-}
-
-/* -p N: this process made the NCCL id (so it hosts NCCL's bootstrap root) and runs the
- * ranks as children of itself, each told its index and the id on its command line. */
-static int launch_local_procs(int argc, char** argv, struct perf_args* a) {
-  ncclUniqueId id;
-  NCCL_OK(ncclGetUniqueId(&id));
-  id_to_hex(&id, a->id_hex);
-  pid_t pids[64];
-  int n = a->nprocs < 64 ? a->nprocs : 64;
-  for (int p = 0; p < n; p++) {
-    pids[p] = fork();
-    if (pids[p] == 0) {
-      char** args = calloc((size_t)argc + 8, sizeof(char*));
-      char pbuf[16], nbuf[16];
-      snprintf(pbuf, sizeof(pbuf), "%d", p);
-      snprintf(nbuf, sizeof(nbuf), "%d", n);
-      int k = 0;
-      for (int i = 0; i < argc; i++) args[k++] = argv[i];
-      args[k++] = "-N"; args[k++] = nbuf; args[k++] = "-P"; args[k++] = pbuf;
-      args[k++] = "-I"; args[k++] = a->id_hex;
-      if (a->distinct_hosts) {
-        char host[32];
-        snprintf(host, sizeof(host), "mk-perf-host-%d", p);
-        setenv("NCCL_HOSTID", host, 1);
-      }
-      execv("/proc/self/exe", args);
-      _exit(127);
-    }
-  }
-  int worst = 0;
-  for (int p = 0; p < n; p++) {
-    int status = 0;
-    waitpid(pids[p], &status, 0);
-    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (rc > worst) worst = rc;
-  }
-  return worst;
-}
-
 static int init_ranks(const struct perf_args* a, struct rank_ctx* rk, int nranks) {
   ncclUniqueId id;
-  if (a->id_hex[0]) hex_to_id(a->id_hex, &id);
+  if (a->id_hex[0]) perf_hex_to_id(a->id_hex, &id);
   else NCCL_OK(ncclGetUniqueId(&id)); /* single process, or NCCL_COMM_ID across hosts */
   int ndev = 0;
   CUDA_OK(cudaGetDeviceCount(&ndev));
@@ -366,6 +315,7 @@ int main(int argc, char** argv) {
     usage(argv[0]);
     return 2;
   }
-  if (!launched && a.nprocs > 1) return launch_local_procs(argc, argv, &a);
+  if (!launched && a.nprocs > 1)
+    return perf_launch_local(argc, argv, a.nprocs, a.distinct_hosts);
   return run_rank_process(&a);
 }

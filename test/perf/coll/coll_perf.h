@@ -24,7 +24,7 @@ struct perf_args {
   const char* json_path;  /* -J */
   int distinct_hosts;     /* -H */
   int corrupt;            /* -X */
-  char id_hex[2 * sizeof(ncclUniqueId) + 1];
+  char id_hex[2 * sizeof(ncclUniqueId) + 1]; /* -I, given by the launcher */
 };
 
 /* How one collective sizes its buffers and what each rank expects. Sizes follow

@@ -1,0 +1,28 @@
+/*
+ * Starting one process per GPU on this host without MPI: the launcher makes the NCCL id
+ * (so it hosts NCCL's bootstrap root), then runs copies of its own binary with
+ * "-N <nprocs> -P <index> -I <id in hex>" appended. Used by the harnesses and GPU tests.
+ */
+#ifndef MK_PERF_LAUNCH_H_
+#define MK_PERF_LAUNCH_H_
+
+#include <nccl.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PERF_ID_HEX_LEN (2 * sizeof(ncclUniqueId) + 1)
+
+/* Runs nprocs children and returns the worst exit status (128 + signal for a killed one).
+ * distinct_hosts: each child gets its own NCCL_HOSTID, so NCCL sees one node per process. */
+int perf_launch_local(int argc, char** argv, int nprocs, int distinct_hosts);
+
+void perf_id_to_hex(const ncclUniqueId* id, char* hex);
+void perf_hex_to_id(const char* hex, ncclUniqueId* id);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MK_PERF_LAUNCH_H_ */
