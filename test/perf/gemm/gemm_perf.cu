@@ -2,7 +2,7 @@
  * gemm_perf: our GEMM core against cuBLASLt on the same random inputs in the same run,
  * interleaved, median of ITERS timed runs each after warm-up; input sets rotate when they
  * would fit in L2. Prints M N K, both TFLOP/s, the ratio and the agreement of the outputs,
- * then the median and min ratio. Usage: gemm_perf [quick|full] [iters] [variants] [group_m]
+ * then the median and min ratio. Usage: gemm_perf [quick|full] [iters] [variants] [group_m] [num_sms]
  * (variants: comma-separated configuration numbers of gemm.cu, first is reported; default 0).
  */
 #include <algorithm>
@@ -19,7 +19,7 @@ static float median(std::vector<float> v) {
 }
 
 #define MAX_VARIANTS 4
-static int variants[MAX_VARIANTS] = {0}, num_variants = 1, group_m = 0;
+static int variants[MAX_VARIANTS] = {0}, num_variants = 1, group_m = 0, num_sms = 0;
 
 struct result { struct shape s; double ours[MAX_VARIANTS], lt, rel; };
 
@@ -44,6 +44,7 @@ static struct result bench_shape(struct shape s, int iters, size_t l2_bytes) {
   memset(&g, 0, sizeof(g));
   g.m = s.m; g.n = s.n; g.k = s.k; g.c = c_ours;
   g.raster_group_m = group_m;
+  g.num_sms = num_sms;
   cudaEvent_t ev[MAX_VARIANTS + 2];
   for (int i = 0; i < MAX_VARIANTS + 2; i++) CUDA_OK(cudaEventCreate(&ev[i]));
   std::vector<float> t_ours[MAX_VARIANTS], t_lt;
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
       variants[num_variants++] = atoi(p);
   }
   group_m = argc > 4 ? atoi(argv[4]) : 0;
+  num_sms = argc > 5 ? atoi(argv[5]) : 0;
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   std::vector<struct shape> shapes;

@@ -1,0 +1,277 @@
+/*
+ * ag_gemm_perf, gemm_rs_perf, gemm_ar_perf: a fused op against the sequential baseline
+ * (NCCL collective then cuBLASLt on one stream), in the same run, interleaved, on the same
+ * inputs. Also times our GEMM alone and the collective alone, for the overlap efficiency
+ * E = (T_gemm + T_comm - T_fused) / min(T_gemm, T_comm). Medians of -n timed iterations after
+ * -w warm-ups, the max over ranks; TFLOP/s = 2 M N K / t per rank; the fused output is
+ * checked against the baseline's (relative error < 1e-2).
+ *
+ * usage: <op>_perf [-p procs] [-M list] [-N list] [-K list] [-n iters] [-w warmup] [-J json]
+ * lists are comma-separated; defaults are the shapes of DESIGN.md for the op.
+ */
+#include <nccl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gemm.h"
+#include "gemm_check.cuh"
+#include "nccl_mk.h"
+#include "perf_launch.h"
+
+#define NCCL_OK(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) { \
+  fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); exit(1); } } while (0)
+
+enum op { AG, RS, AR };
+static const char* op_names[] = {"ag_gemm", "gemm_rs", "gemm_ar"};
+
+struct opts {
+  enum op op;
+  int nprocs, proc, iters, warmup;
+  size_t ms[16], ns[16], ks[16];
+  int nm, nn, nk;
+  const char* json;
+  char id[PERF_ID_HEX_LEN];
+};
+
+struct rank {
+  int r, n;
+  ncclComm_t comm;
+  cudaStream_t s;
+  void *a, *b, *c, *c_base, *a_full, *partial;
+  struct lt_gemm lt;
+  double* scratch;
+};
+
+static int parse_list(const char* s, size_t* out) {
+  int n = 0;
+  for (const char* p = s; *p && n < 16; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
+    out[n++] = strtoull(p, NULL, 10);
+  return n;
+}
+
+static void default_shapes(struct opts* o) {
+  size_t ms[] = {2048, 4096, 8192, 16384}, wide[] = {8192, 14336, 28672};
+  o->nm = 4, o->nn = o->nk = 1;
+  memcpy(o->ms, ms, sizeof(ms));
+  if (o->op == AG) memcpy(o->ns, wide, sizeof(wide)), o->nn = 3, o->ks[0] = 8192;
+  else memcpy(o->ks, wide, sizeof(wide)), o->nk = 3, o->ns[0] = 8192;
+}
+
+static int parse(int argc, char** argv, struct opts* o) {
+  int c, launched = 0;
+  o->nprocs = 2, o->iters = 20, o->warmup = 5;
+  default_shapes(o);
+  while ((c = getopt(argc, argv, "p:M:N:K:n:w:J:P:I:")) != -1) {
+    switch (c) {
+      case 'p': o->nprocs = atoi(optarg); break;
+      case 'M': o->nm = parse_list(optarg, o->ms); break;
+      case 'N': o->nn = parse_list(optarg, o->ns); break;
+      case 'K': o->nk = parse_list(optarg, o->ks); break;
+      case 'n': o->iters = atoi(optarg); break;
+      case 'w': o->warmup = atoi(optarg); break;
+      case 'J': o->json = optarg; break;
+      case 'P': o->proc = atoi(optarg), launched = 1; break;
+      case 'I': snprintf(o->id, sizeof(o->id), "%s", optarg), launched = 1; break;
+      default: return -1;
+    }
+  }
+  return o->iters < 1 || o->nprocs < 1 ? -1 : launched;
+}
+
+/* One call of each variant; all on the rank's stream. */
+static void run_fused(struct rank* k, enum op op, size_t m, size_t n, size_t kk) {
+  if (op == AG)
+    NCCL_OK(ncclMkAllGatherGemm(k->a, k->b, k->c, NULL, m, n, kk, ncclBfloat16, k->comm, k->s));
+  else if (op == RS)
+    NCCL_OK(ncclMkGemmReduceScatter(k->a, k->b, k->c, m, n, kk, ncclBfloat16, k->comm, k->s));
+  else
+    NCCL_OK(ncclMkGemmAllReduce(k->a, k->b, k->c, m, n, kk, ncclBfloat16, k->comm, k->s));
+}
+
+static void run_comm(struct rank* k, enum op op, size_t m, size_t n, size_t kk) {
+  size_t rows = m / k->n;
+  if (op == AG) NCCL_OK(ncclAllGather(k->a, k->a_full, rows * kk, ncclBfloat16, k->comm, k->s));
+  else if (op == RS)
+    NCCL_OK(ncclReduceScatter(k->partial, k->c_base, rows * n, ncclBfloat16, ncclSum, k->comm, k->s));
+  else NCCL_OK(ncclAllReduce(k->c_base, k->c_base, m * n, ncclBfloat16, ncclSum, k->comm, k->s));
+}
+
+static void run_gemm_cublas(struct rank* k, enum op op) {
+  const void* a = op == AG ? k->a_full : k->a;
+  lt_gemm_run(&k->lt, a, k->b, op == RS ? k->partial : k->c_base, k->s);
+}
+
+static void run_baseline(struct rank* k, enum op op, size_t m, size_t n, size_t kk) {
+  if (op == AG) run_comm(k, op, m, n, kk), run_gemm_cublas(k, op);
+  else run_gemm_cublas(k, op), run_comm(k, op, m, n, kk);
+}
+
+static void run_gemm_ours(struct rank* k, enum op op, size_t m, size_t n, size_t kk) {
+  struct mk_gemm_args g;
+  memset(&g, 0, sizeof(g));
+  g.m = (int)m, g.n = (int)n, g.k = (int)kk;
+  g.a = op == AG ? k->a_full : k->a, g.b = k->b, g.c = op == RS ? k->partial : k->c_base;
+  if (mk_gemm_launch(&g, k->s)) exit(1);
+}
+
+enum { V_FUSED, V_BASE, V_GEMM, V_COMM, NV };
+
+static int cmp_double(const void* x, const void* y) {
+  double a = *(const double*)x, b = *(const double*)y;
+  return a < b ? -1 : a > b;
+}
+
+static double median(double* v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void run_variant(struct rank* k, enum op op, int v, size_t m, size_t n, size_t kk) {
+  if (v == V_FUSED) run_fused(k, op, m, n, kk);
+  else if (v == V_BASE) run_baseline(k, op, m, n, kk);
+  else if (v == V_GEMM) run_gemm_ours(k, op, m, n, kk);
+  else run_comm(k, op, m, n, kk);
+}
+
+static void alloc_shape(struct rank* k, enum op op, size_t m, size_t n, size_t kk) {
+  size_t rows = m / k->n, a_rows = op == AG ? rows : m, c_rows = op == RS ? rows : m;
+  CUDA_OK(cudaMalloc(&k->a, a_rows * kk * 2));
+  CUDA_OK(cudaMalloc(&k->b, n * kk * 2));
+  CUDA_OK(cudaMalloc(&k->c, c_rows * n * 2));
+  CUDA_OK(cudaMalloc(&k->c_base, m * n * 2));
+  CUDA_OK(cudaMalloc(&k->a_full, op == AG ? m * kk * 2 : 16));
+  CUDA_OK(cudaMalloc(&k->partial, op == RS ? m * n * 2 : 16));
+  fill_random_bf16(k->a, a_rows * kk, 11 + k->r, 1.0f);
+  fill_random_bf16(k->b, n * kk, 101 + k->r, 1.0f);
+  CUDA_OK(cudaDeviceSynchronize());
+  lt_gemm_init(&k->lt, (int)m, (int)n, (int)kk);
+}
+
+static void free_shape(struct rank* k) {
+  lt_gemm_fini(&k->lt);
+  cudaFree(k->a), cudaFree(k->b), cudaFree(k->c), cudaFree(k->c_base);
+  cudaFree(k->a_full), cudaFree(k->partial);
+}
+
+/* Medians over the iterations, variants interleaved, then the max over ranks. */
+static void time_shape(struct rank* k, const struct opts* o, size_t m, size_t n, size_t kk,
+                       double med[NV]) {
+  double* t = (double*)malloc(sizeof(double) * NV * o->iters);
+  cudaEvent_t ev[NV][2];
+  for (int v = 0; v < NV; v++) {
+    CUDA_OK(cudaEventCreate(&ev[v][0]));
+    CUDA_OK(cudaEventCreate(&ev[v][1]));
+  }
+  for (int i = 0; i < o->warmup; i++)
+    for (int v = 0; v < NV; v++) run_variant(k, o->op, v, m, n, kk);
+  for (int i = 0; i < o->iters; i++) {
+    for (int v = 0; v < NV; v++) {
+      CUDA_OK(cudaEventRecord(ev[v][0], k->s));
+      run_variant(k, o->op, v, m, n, kk);
+      CUDA_OK(cudaEventRecord(ev[v][1], k->s));
+    }
+    CUDA_OK(cudaStreamSynchronize(k->s));
+    for (int v = 0; v < NV; v++) {
+      float ms;
+      CUDA_OK(cudaEventElapsedTime(&ms, ev[v][0], ev[v][1]));
+      t[v * o->iters + i] = ms;
+    }
+  }
+  double local[NV];
+  for (int v = 0; v < NV; v++) local[v] = median(t + v * o->iters, o->iters);
+  CUDA_OK(cudaMemcpy(k->scratch, local, sizeof(local), cudaMemcpyHostToDevice));
+  NCCL_OK(ncclAllReduce(k->scratch, k->scratch, NV, ncclFloat64, ncclMax, k->comm, k->s));
+  CUDA_OK(cudaMemcpyAsync(med, k->scratch, sizeof(local), cudaMemcpyDeviceToHost, k->s));
+  CUDA_OK(cudaStreamSynchronize(k->s));
+  for (int v = 0; v < NV; v++) cudaEventDestroy(ev[v][0]), cudaEventDestroy(ev[v][1]);
+  free(t);
+}
+
+/* The fused output against the baseline's, both from the same inputs. */
+static struct check_result check_shape(struct rank* k, enum op op, size_t m, size_t n, size_t kk) {
+  size_t rows = op == RS ? m / k->n : m;
+  poison(k->c, rows * n * 2);
+  run_fused(k, op, m, n, kk);
+  run_baseline(k, op, m, n, kk);
+  CUDA_OK(cudaStreamSynchronize(k->s));
+  return check_close((const __nv_bfloat16*)k->c, (const __nv_bfloat16*)k->c_base, rows * n, 1e-2);
+}
+
+static void print_row(const struct rank* k, const struct opts* o, size_t m, size_t n, size_t kk,
+                      const double med[NV], struct check_result cr, FILE* json) {
+  double flop = 2.0 * m * n * kk, tf = flop / (med[V_FUSED] * 1e9), tb = flop / (med[V_BASE] * 1e9);
+  double lo = med[V_GEMM] < med[V_COMM] ? med[V_GEMM] : med[V_COMM];
+  double e = (med[V_GEMM] + med[V_COMM] - med[V_FUSED]) / lo;
+  printf("%6zu %6zu %6zu  %9.3f %7.1f  %9.3f %7.1f  %6.3f  %9.3f %9.3f  %6.2f  %8.1e %s\n", m, n, kk,
+         med[V_FUSED], tf, med[V_BASE], tb, med[V_BASE] / med[V_FUSED], med[V_GEMM], med[V_COMM], e,
+         cr.rel, cr.pass ? "ok" : "WRONG");
+  fflush(stdout);
+  if (json)
+    fprintf(json, "{\"op\": \"%s\", \"ranks\": %d, \"m\": %zu, \"n\": %zu, \"k\": %zu, \"fused_ms\": %.4f, "
+            "\"baseline_ms\": %.4f, \"gemm_ms\": %.4f, \"comm_ms\": %.4f, \"speedup\": %.4f, "
+            "\"overlap_e\": %.4f, \"rel_err\": %.3e, \"ok\": %d}\n", op_names[o->op], k->n, m, n, kk,
+            med[V_FUSED], med[V_BASE], med[V_GEMM], med[V_COMM], med[V_BASE] / med[V_FUSED], e,
+            cr.rel, cr.pass);
+}
+
+static int rank_main(const struct opts* o) {
+  struct rank k;
+  memset(&k, 0, sizeof(k));
+  ncclUniqueId id;
+  perf_hex_to_id(o->id, &id);
+  k.r = o->proc, k.n = o->nprocs;
+  CUDA_OK(cudaSetDevice(k.r));
+  CUDA_OK(cudaStreamCreateWithFlags(&k.s, cudaStreamNonBlocking));
+  CUDA_OK(cudaMalloc((void**)&k.scratch, NV * sizeof(double)));
+  NCCL_OK(ncclCommInitRank(&k.comm, k.n, id, k.r));
+  ncclMkConfig cfg;
+  NCCL_OK(ncclMkConfigDefaults(&cfg));
+  for (int i = 0; i < o->nm; i++) cfg.max_m = cfg.max_m > o->ms[i] ? cfg.max_m : o->ms[i];
+  for (int i = 0; i < o->nn; i++) cfg.max_n = cfg.max_n > o->ns[i] ? cfg.max_n : o->ns[i];
+  for (int i = 0; i < o->nk; i++) cfg.max_k = cfg.max_k > o->ks[i] ? cfg.max_k : o->ks[i];
+  NCCL_OK(ncclMkCommInit(k.comm, &cfg));
+  FILE* json = k.r == 0 && o->json ? fopen(o->json, "w") : NULL;
+  if (k.r == 0)
+    printf("# %s on %d ranks, bf16, medians of %d (warm-up %d), times in ms, max over ranks\n"
+           "#    M      N      K      fused  TFLOP/s   baseline TFLOP/s speedup     gemm      comm  "
+           "E      rel_err\n", op_names[o->op], k.n, o->iters, o->warmup);
+  int wrong = 0;
+  for (int im = 0; im < o->nm; im++)
+    for (int in = 0; in < o->nn; in++)
+      for (int ik = 0; ik < o->nk; ik++) {
+        size_t m = o->ms[im], n = o->ns[in], kk = o->ks[ik];
+        double med[NV];
+        alloc_shape(&k, o->op, m, n, kk);
+        struct check_result cr = check_shape(&k, o->op, m, n, kk);
+        time_shape(&k, o, m, n, kk, med);
+        if (k.r == 0) print_row(&k, o, m, n, kk, med, cr, json);
+        wrong += !cr.pass;
+        free_shape(&k);
+      }
+  if (json) fclose(json);
+  NCCL_OK(ncclMkCommRelease(k.comm));
+  ncclCommDestroy(k.comm);
+  return wrong ? 2 : 0;
+}
+
+int main(int argc, char** argv) {
+  struct opts o;
+  memset(&o, 0, sizeof(o));
+  const char* base = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+  o.op = !strncmp(base, "ag_gemm", 7) ? AG : !strncmp(base, "gemm_rs", 7) ? RS : AR;
+  int launched = parse(argc, argv, &o);
+  if (launched < 0) {
+    fprintf(stderr, "usage: %s [-p procs] [-M list] [-N list] [-K list] [-n iters] [-w warmup] "
+            "[-J json]\n", argv[0]);
+    return 2;
+  }
+  if (!launched) {
+    int ngpu = 0;
+    if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < o.nprocs) {
+      printf("needs %d GPUs, found %d\n", o.nprocs, ngpu);
+      return 77;
+    }
+    return perf_launch_local(argc, argv, o.nprocs, 0);
+  }
+  return rank_main(&o);
+}
