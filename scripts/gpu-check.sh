@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|all]
+# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|fused|net|all]
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes, then gemm_perf
+#   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
+#   net:   the net plugin under real NCCL on 2 GPUs (scripts/net-gpu-tests.sh), then
+#          scripts/bench-net.sh
 # The build is made elsewhere (no GPU needed) and carried: MK_BUILD names it (default build).
 # Logs go to MK_CHECK_LOGS (default $OUT/gpu-check when OUT is set, else /tmp/gpu-check).
 # To add a tier: write a tier_NAME function that calls `step NAME COMMAND...` and add it to
@@ -46,12 +49,39 @@ tier_gemm() {
   grep -A 40 '^     M' "$LOGS/gemm_perf.log" || true
 }
 
+FUSED_TESTS="correctness:fused_ops_match_float64_on_odd_shapes bad_input:fused_ops_reject_bad_input_untouched
+graph:fused_ops_replay_in_cuda_graphs_with_fresh_inputs back_to_back:fused_ops_back_to_back_with_a_delayed_rank
+negative_control:fused_checker_rejects_one_bad_element group_init:fused_init_inside_nccl_group_one_thread_two_gpus"
+
+# The fused ops on 2 GPUs (skipped with fewer), then their benchmarks at the shapes of
+# DESIGN.md (MK_FUSED_SHAPES=small for a short run).
+tier_fused() {
+  local t
+  for t in $FUSED_TESTS; do step "${t#*:}" "$B/test/gpu/test_fused_ops" "${t%%:*}"; done
+  local m="2048,4096,8192,16384"
+  [ "${MK_FUSED_SHAPES:-}" = small ] && m="4096"
+  for op in ag_gemm gemm_rs gemm_ar; do
+    step "${op}_perf" "$B/test/perf/fused/${op}_perf" -M "$m" -n 20 -w 3 -J "$LOGS/${op}_perf.json"
+    grep -A 20 '^#    M' "$LOGS/${op}_perf.log" || true
+  done
+}
+
+# The net plugin under real NCCL on 2 GPUs, then the busbw comparison with NCCL's Socket.
+tier_net() {
+  step net_gpu_tests env MK_CHECK_LOGS="$LOGS/net" "$(dirname "$0")/net-gpu-tests.sh"
+  grep -E '^(pass|FAIL) ' "$LOGS/net_gpu_tests.log" | grep -c '^pass' | sed 's/^/net checks passed: /'
+  step bench_net env OUT="$LOGS/bench-net" MK_SKIP_BUILD=1 "$(dirname "$0")/bench-net.sh" all_reduce 256M
+  sed -n '/== busbw/,$p' "$LOGS/bench_net.log"
+}
+
 tier=${1:-quick}
 case $tier in
   quick) tier_quick ;;
   gemm) tier_gemm ;;
-  all) tier_quick; tier_gemm ;;
-  *) echo "usage: $0 [quick|gemm|all]" >&2; exit 2 ;;
+  fused) tier_fused ;;
+  net) tier_net ;;
+  all) tier_quick; tier_gemm; tier_fused; tier_net ;;
+  *) echo "usage: $0 [quick|gemm|fused|net|all]" >&2; exit 2 ;;
 esac
 
 echo
