@@ -23,6 +23,8 @@
     "give up on a connection handshake after this many milliseconds")                          \
   X(INT, NET_SPEED_MBPS, "NCCL_MK_NET_SPEED_MBPS", "0", 0, 100000000, "",                      \
     "link speed reported to NCCL; 0 reads it from the provider or sysfs")                      \
+  X(STR, TUNER_FILE, "NCCL_MK_TUNER_FILE", "", 0, 0, "",                                     \
+    "tuning file from scripts/tune.sh; empty or unreadable leaves NCCL's own choices")         \
   X(STR, NCCL_DEBUG, "NCCL_DEBUG", "", 0, 0, "",                                               \
     "NCCL's own log level; read so that logging works before NCCL hands us its logger")
 
