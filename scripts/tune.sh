@@ -126,7 +126,21 @@ check_tuned() {
   done
 }
 
+# Fails on a misspelt name now, not an hour into the measurements.
+check_names() {
+  local x
+  for x in $algos; do nccl_algo "$x" >/dev/null; done
+  for x in $protos; do nccl_proto "$x" >/dev/null; done
+  for x in $channels; do
+    if ! [[ "$x" =~ ^[0-9]+$ ]] || [ "$x" -gt 64 ]; then
+      echo "tune.sh: bad channel count '$x' (0..64)" >&2
+      exit 2
+    fi
+  done
+}
+
 main() {
+  check_names
   require_gpus
   mk_build
   work="$(dirname "$out")/runs-$(date +%Y%m%d-%H%M%S)"
