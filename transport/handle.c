@@ -11,7 +11,7 @@
 enum { OFF_MAGIC = 0, OFF_VERSION = 4, OFF_FAMILY = 6, OFF_PORT = 8, OFF_ADDR = 12,
        OFF_NONCE = 28, OFF_SUM = 36, SUM_LEN = 36, ENC_FAMILY_V4 = 4, ENC_FAMILY_V6 = 6 };
 
-_Static_assert(OFF_SUM + 4 <= MK_HANDLE_ENCODED_SIZE, "handle layout");
+_Static_assert(OFF_SUM + 4 == MK_HANDLE_ENCODED_SIZE, "handle layout");
 
 uint32_t mk_fnv1a32(const void* data, size_t len) {
   const uint8_t* p = data;

@@ -13,7 +13,7 @@
 
 #define MK_HANDLE_MAGIC 0x4b4d434eu /* "NCMK" */
 #define MK_HANDLE_VERSION 1
-#define MK_HANDLE_ENCODED_SIZE 44   /* bytes actually used inside the MK_HANDLE_MAX buffer */
+#define MK_HANDLE_ENCODED_SIZE 40   /* bytes actually used inside the MK_HANDLE_MAX buffer */
 
 struct mk_handle {
   struct sockaddr_storage addr; /* AF_INET or AF_INET6, with port */
