@@ -99,6 +99,7 @@ struct ofi_req {
   uint64_t signal_addr, signal_key;
   uint64_t flags;              /* FI_DELIVERY_COMPLETE when the provider has it */
   int signal_waiting;          /* put_signal: data done, signal not posted yet (EAGAIN) */
+  int cts_waiting;             /* recv: clear-to-send not posted yet (EAGAIN) */
 };
 
 struct ofi_ctrl_buf {
@@ -137,6 +138,7 @@ struct ofi_comm {
   void* ctrl_desc;
   uint32_t ctrl_unposted;     /* bit k: ctrl[k] could not be reposted yet (EAGAIN) */
   int signals_waiting;        /* put_signal requests whose signal write got EAGAIN */
+  int cts_waiting;            /* receive requests whose clear-to-send got EAGAIN */
   struct ofi_cts_slot slots[MK_MAX_REQUESTS];
 };
 
@@ -157,6 +159,7 @@ void* ofi_mr_desc(struct mk_mr* mr);
 int ofi_mr_check(struct ofi_comm* c, struct mk_mr* mr, const void* data, size_t size);
 /* ofi_data.c */
 void ofi_req_release(struct ofi_comm* c, struct ofi_req* r);
+int ofi_cts_post(struct ofi_comm* c, struct ofi_req* r);
 
 static inline int ofi_rc(ssize_t fi_rc) { return fi_rc < 0 ? (int)fi_rc : 0; }
 

@@ -66,9 +66,10 @@ static int ofi_cq_error(struct ofi_comm* c) {
 static int ofi_retry_deferred(struct ofi_comm* c) {
   for (unsigned k = 0; c->ctrl_unposted && k < MK_MAX_REQUESTS; k++)
     if (c->ctrl_unposted & (1u << k)) MK_CHECK(ofi_ctrl_post(c, k));
-  for (uint32_t i = 0; c->signals_waiting && i < c->pool.count; i++) {
+  for (uint32_t i = 0; (c->signals_waiting || c->cts_waiting) && i < c->pool.count; i++) {
     struct ofi_req* r = mk_req_pool_slot(&c->pool, i);
     if (r->signal_waiting) MK_CHECK(ofi_signal_post(c, r));
+    if (r->cts_waiting) MK_CHECK(ofi_cts_post(c, r));
   }
   return 0;
 }

@@ -93,18 +93,38 @@ int ofi_isend(struct mk_comm* comm, void* data, size_t size, int tag, struct mk_
 }
 
 /* Posting after earlier posts of the same receive succeeded cannot be abandoned, so an
- * EAGAIN here is waited out (progressing the CQ frees provider resources), bounded. */
-static int ofi_post_retry(struct ofi_comm* c, int is_cts, void* buf, size_t len, void* desc,
-                          uint64_t tag, struct ofi_op* op) {
+ * EAGAIN here is waited out (progressing the CQ frees provider resources), bounded. Receive
+ * posts need only local resources, never the peer. */
+static int ofi_trecv_retry(struct ofi_comm* c, void* buf, size_t len, void* desc, uint64_t tag,
+                           struct ofi_op* op) {
   uint64_t deadline = ofi_now_ns() + (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
   for (;;) {
-    ssize_t rc = is_cts ? fi_tsend(c->ep, buf, len, desc, c->peer, tag, &op->ctx)
-                        : fi_trecv(c->ep, buf, len, desc, FI_ADDR_UNSPEC, tag, 0, &op->ctx);
+    ssize_t rc = fi_trecv(c->ep, buf, len, desc, FI_ADDR_UNSPEC, tag, 0, &op->ctx);
     if (rc != -FI_EAGAIN) return ofi_rc(rc);
     int p = ofi_cq_progress(c);
     if (p < 0) return p;
     if (ofi_now_ns() > deadline) return -ETIMEDOUT;
   }
+}
+
+/* The clear-to-send may meet EAGAIN while the provider waits for the peer (connection
+ * setup, flow control): then it is deferred and retried from ofi_cq_progress, so irecv
+ * never waits for the peer. */
+int ofi_cts_post(struct ofi_comm* c, struct ofi_req* r) {
+  ssize_t rc = fi_tsend(c->ep, &r->cts, sizeof(r->cts), c->pool_desc, c->peer, MK_OFI_TAG_CTRL,
+                        &r->ops[r->n].ctx);
+  if (rc == -FI_EAGAIN) {
+    if (!r->cts_waiting) c->cts_waiting++;
+    r->cts_waiting = 1;
+    return 0;
+  }
+  if (r->cts_waiting) c->cts_waiting--;
+  r->cts_waiting = 0;
+  if (rc != 0) {
+    MK_WARN("ofi: posting a clear-to-send failed: %s", ofi_sym.strerror((int)-rc));
+    return (int)rc;
+  }
+  return 0;
 }
 
 static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** data,
@@ -120,7 +140,7 @@ static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** da
       if (rc == -FI_EAGAIN) return 1; /* nothing posted: the caller may retry */
       MK_CHECK(ofi_rc(rc));
     } else {
-      MK_CHECK(ofi_post_retry(c, 0, data[i], sizes[i], ofi_mr_desc(mr), tag, &r->ops[i]));
+      MK_CHECK(ofi_trecv_retry(c, data[i], sizes[i], ofi_mr_desc(mr), tag, &r->ops[i]));
     }
     r->pending++;
     r->cts.sizes[i] = sizes[i];
@@ -130,9 +150,8 @@ static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** da
   r->cts.seq = seq;
   r->cts.n = (uint32_t)n;
   r->ops[n] = (struct ofi_op){.req = r, .kind = OFI_OP_CTS_SEND, .idx = (uint8_t)n};
-  MK_CHECK(ofi_post_retry(c, 1, &r->cts, sizeof(r->cts), c->pool_desc, MK_OFI_TAG_CTRL,
-                          &r->ops[n]));
   r->pending++;
+  MK_CHECK(ofi_cts_post(c, r));
   c->seq++;
   return 0;
 }
