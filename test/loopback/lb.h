@@ -56,6 +56,8 @@ int lb_recv(struct lb_ctx* ctx, int n, void** bufs, const size_t* sizes, const i
  * wrong bytes and prints the first. */
 void lb_fill(void* buf, size_t len, uint64_t seed, uint64_t stream);
 size_t lb_check(const void* buf, size_t len, uint64_t seed, uint64_t stream, const char* what);
+/* 1 when buf holds exactly the expected bytes; stops at the first difference, silently. */
+int lb_check_quiet(const void* buf, size_t len, uint64_t seed, uint64_t stream);
 void* lb_alloc(size_t len);
 double lb_now(void);
 

@@ -214,7 +214,8 @@ static int ofi_put_common(struct mk_comm* comm, const void* src, size_t size, st
     rc = ofi_put_start(c, r, src, size, src_mr, dst, dst_off);
     if (rc == 0) *req = &r->base;
     else mk_req_pool_free(&c->pool, r);
-    if (rc == -FI_EAGAIN) rc = 0; /* not now: the caller retries */
+    if (rc == -FI_EAGAIN) /* not now (e.g. the connection is still forming): retry later */
+      rc = ofi_cq_progress(c) < 0 ? c->error : 0;
     else if (rc < 0) MK_WARN("ofi: posting an RMA write failed: %s", ofi_sym.strerror(-rc));
   }
   pthread_mutex_unlock(&c->lock);
