@@ -45,6 +45,8 @@ int lb_close(struct lb_ctx* ctx);
 /* Small messages between the two processes, outside the transport. */
 void lb_tell(struct lb_ctx* ctx, uint64_t v);
 uint64_t lb_hear(struct lb_ctx* ctx);
+/* 1 when the peer process has sent something (lb_hear will not block). */
+int lb_peer_spoke(struct lb_ctx* ctx);
 /* Spins test() until done; returns its error. sizes may be NULL. */
 int lb_wait(struct lb_ctx* ctx, struct mk_request* req, size_t* sizes);
 /* isend / irecv retried while the transport says "not now". */

@@ -3,6 +3,7 @@
 #include "mk_config.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,11 @@ static void pipe_read(int fd, void* buf, size_t len) {
 }
 
 void lb_tell(struct lb_ctx* ctx, uint64_t v) { pipe_write(ctx->to_peer, &v, sizeof(v)); }
+
+int lb_peer_spoke(struct lb_ctx* ctx) {
+  struct pollfd p = {.fd = ctx->from_peer, .events = POLLIN};
+  return poll(&p, 1, 0) > 0;
+}
 
 uint64_t lb_hear(struct lb_ctx* ctx) {
   uint64_t v;

@@ -23,17 +23,29 @@ static int ofi_cts_arrived(struct ofi_comm* c, unsigned k) {
   return ofi_ctrl_post(c, k);
 }
 
+/* An error completion we did not ask for: cancellations (we cancel only at close, and never
+ * read the CQ after that) and connection errors mean the peer or its connection is gone. */
+static int ofi_completion_errno(struct ofi_comm* c, int fi_err) {
+  switch (fi_err) {
+    case FI_ECANCELED: case FI_ECONNRESET: case FI_ECONNABORTED: case FI_ENOTCONN:
+    case FI_ECONNREFUSED: case FI_EHOSTUNREACH: case FI_ETIMEDOUT:
+      if (!c->error) c->error = -ECONNRESET; /* the comm is gone: every later op fails */
+      return -ECONNRESET;
+    default:
+      return -EIO;
+  }
+}
+
 static int ofi_op_done(struct ofi_comm* c, struct ofi_op* op, size_t len, int err) {
   if (op->kind == OFI_OP_CTRL_RECV) {
     if (err) {
-      if (err == -FI_ECANCELED) return 0;
       MK_WARN("ofi: control receive failed: %s", ofi_sym.strerror(-err));
-      return -ECONNRESET;
+      return ofi_completion_errno(c, -err);
     }
     return ofi_cts_arrived(c, op->idx);
   }
   struct ofi_req* r = op->req;
-  if (err && !r->error) r->error = err == -FI_ECANCELED ? -ECANCELED : -ECONNRESET;
+  if (err && !r->error) r->error = ofi_completion_errno(c, -err);
   if (op->kind == OFI_OP_RECV) r->sizes[op->idx] = len;
   if (op->kind == OFI_OP_PUT && r->ops[1].kind == OFI_OP_SIGNAL) {
     r->pending--;
@@ -55,8 +67,7 @@ static int ofi_cq_error(struct ofi_comm* c) {
   ssize_t n = fi_cq_readerr(c->cq, &e, 0);
   if (n == -FI_EAGAIN) return 0;
   if (n < 0) return (int)n;
-  if (e.err != FI_ECANCELED)
-    MK_WARN("ofi: operation failed: %s (provider: %s)", ofi_sym.strerror(e.err),
+  MK_WARN("ofi: operation failed: %s (provider: %s)", ofi_sym.strerror(e.err),
             fi_cq_strerror(c->cq, e.prov_errno, e.err_data, NULL, 0));
   if (!e.op_context) return -EIO;
   return ofi_op_done(c, (struct ofi_op*)e.op_context, e.len, -(int)e.err);
@@ -76,13 +87,13 @@ static int ofi_retry_deferred(struct ofi_comm* c) {
 
 int ofi_cq_progress(struct ofi_comm* c) {
   struct fi_cq_tagged_entry e[OFI_CQ_BATCH];
-  int handled = 0;
+  int handled = 0, rc;
   if (c->error) return c->error;
   for (;;) {
     ssize_t n = fi_cq_read(c->cq, e, OFI_CQ_BATCH);
     if (n == -FI_EAGAIN) break;
     if (n == -FI_EAVAIL) {
-      MK_CHECK_GOTO(ofi_cq_error(c), c->error, fail);
+      MK_CHECK_GOTO(ofi_cq_error(c), rc, fail);
       handled++;
       continue;
     }
@@ -92,13 +103,14 @@ int ofi_cq_progress(struct ofi_comm* c) {
       return c->error;
     }
     for (ssize_t i = 0; i < n; i++)
-      MK_CHECK_GOTO(ofi_op_done(c, (struct ofi_op*)e[i].op_context, e[i].len, 0), c->error, fail);
+      MK_CHECK_GOTO(ofi_op_done(c, (struct ofi_op*)e[i].op_context, e[i].len, 0), rc, fail);
     handled += (int)n;
     if (n < OFI_CQ_BATCH) break;
   }
-  MK_CHECK_GOTO(ofi_retry_deferred(c), c->error, fail);
+  MK_CHECK_GOTO(ofi_retry_deferred(c), rc, fail);
   return handled;
 fail:
+  if (!c->error) c->error = rc;
   return c->error;
 }
 

@@ -70,7 +70,9 @@ static void ofi_dev_add(const struct fi_info* i, int delivery_complete) {
   dev->mr_allocated = !!(m & FI_MR_ALLOCATED);
   dev->hmem = !!(i->caps & FI_HMEM);
   dev->delivery_complete = delivery_complete;
-  dev->max_msg_size = i->ep_attr->max_msg_size;
+  /* Larger is never a real message: treat it as a bad size (and advertise at most this). */
+  dev->max_msg_size = i->ep_attr->max_msg_size < MK_OFI_MAX_P2P_BYTES ? i->ep_attr->max_msg_size
+                                                                       : MK_OFI_MAX_P2P_BYTES;
   dev->next_key = 1;
   ofi.ndev++;
   MK_INFO(MK_NCCL_SUBSYS_INIT | MK_NCCL_SUBSYS_NET,
