@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <string.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -15,10 +16,12 @@ extern "C" {
 }
 
 /* The compiled configurations. Default: 128x256x64 tiles, 4 stages, epilogue in 128-column
- * passes, one wgmma group in flight. The others exist for gemm_perf's A/B runs (gemm_tune.h). */
-typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1> mk_gemm_default_cfg;
-typedef mk_gemm_cfg<128, 256, 64, 4, 128, 0> mk_gemm_cfg_wait0;
-typedef mk_gemm_cfg<128, 256, 64, 3, 256, 1> mk_gemm_cfg_3stage;
+ * passes, one wgmma group in flight, clusters of 2 CTAs sharing B; the single-CTA form serves
+ * calls with ready flags. The others exist for gemm_perf's A/B runs (gemm_tune.h). */
+typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1, 2> mk_gemm_default_cfg; /* clusters of 2 along M */
+typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1, 1> mk_gemm_single_cfg;  /* with ready flags */
+typedef mk_gemm_cfg<128, 256, 64, 4, 128, 0, 1> mk_gemm_cfg_wait0;
+typedef mk_gemm_cfg<128, 256, 64, 3, 256, 1, 1> mk_gemm_cfg_3stage;
 
 #define MK_GEMM_DEFAULT_TIMEOUT_MS 30000u
 #define MK_GEMM_DEFAULT_GROUP_M 8
@@ -115,56 +118,110 @@ extern "C" long mk_gemm_max_tiles(const struct mk_gemm_args* a) {
   return tiles_m * ((a->n + bn - 1) / bn);
 }
 
-/* Raises the kernel's dynamic shared-memory limit once per device (and loads its module).
- * NOTES: not per launch: kept off the launch path, which may run beside waiting kernels. */
+/* Once per device and configuration: raise the kernel's dynamic shared-memory limit (this
+ * also loads its module) and find how many CTAs can be resident at once, whole clusters only.
+ * NOTES: kept off the launch path: a cudaFuncSetAttribute per launch was seen to wait for the
+ * kernels already running, which serialised the GEMM behind a kernel meant to run beside it. */
 template <class Cfg>
-static cudaError_t gemm_set_smem_limit(void) {
-  static unsigned char done[64];
+static cudaError_t gemm_prepare_cfg(int sms, int* max_ctas) {
+  static int resident[64]; /* 0: not known yet */
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess || (dev < 64 && __atomic_load_n(&done[dev], __ATOMIC_ACQUIRE))) return e;
+  if (e != cudaSuccess) return e;
+  if (dev < 64 && __atomic_load_n(&resident[dev], __ATOMIC_ACQUIRE)) {
+    *max_ctas = resident[dev];
+    return cudaSuccess;
+  }
   e = cudaFuncSetAttribute(mk_gemm_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
-  if (e == cudaSuccess && dev < 64) __atomic_store_n(&done[dev], 1, __ATOMIC_RELEASE);
-  return e;
+  if (e != cudaSuccess) return e;
+  int n = sms;
+  if (Cfg::CLUSTER_M > 1) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = Cfg::CLUSTER_M;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(Cfg::CLUSTER_M * (sms / Cfg::CLUSTER_M));
+    cfg.blockDim = dim3(Cfg::THREADS);
+    cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    e = cudaOccupancyMaxActiveClusters(&clusters, mk_gemm_kernel<Cfg>, &cfg);
+    if (e != cudaSuccess) return e;
+    n = clusters * Cfg::CLUSTER_M;
+  }
+  MK_INFO(MK_NCCL_SUBSYS_INIT, "mk_gemm: device %d, %d-CTA clusters, %d CTAs resident of %d SMs, %d B smem",
+          dev, Cfg::CLUSTER_M, n, sms, Cfg::SMEM_BYTES);
+  if (n < Cfg::CLUSTER_M) return cudaErrorInvalidConfiguration;
+  if (dev < 64) __atomic_store_n(&resident[dev], n, __ATOMIC_RELEASE);
+  *max_ctas = n;
+  return cudaSuccess;
+}
+
+static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args* a, int bk) {
+  memset(p, 0, sizeof(*p));
+  p->m = a->m;
+  p->n = a->n;
+  p->k = a->k;
+  p->epilogue = a->epilogue;
+  p->c = a->c;
+  p->num_k_blocks = (a->k + bk - 1) / bk;
+  p->group_m = a->raster_group_m ? a->raster_group_m : MK_GEMM_DEFAULT_GROUP_M;
+  p->num_groups = a->group_offsets ? a->num_groups : 1;
+  p->group_offsets = a->group_offsets;
+  p->row_block_order = a->row_block_order;
+  p->ready_flags = a->ready_flags;
+  p->ready_target = a->ready_target;
+  p->tile_flags = a->tile_flags;
+  p->tile_start_ns = a->tile_start_ns;
+  p->err = a->err;
+  p->err_tag = a->err_tag;
+  p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_GEMM_DEFAULT_TIMEOUT_MS) * 1000000ull;
+}
+
+/* CTAs in the persistent grid: num_sms (or all), no more than can be resident, no more than
+ * there is work for, a whole number of clusters. */
+template <class Cfg>
+static int gemm_grid_size(const struct mk_gemm_args* a, int max_ctas) {
+  int grid = a->num_sms && a->num_sms < max_ctas ? a->num_sms : max_ctas;
+  if (!a->group_offsets) {
+    const long bm = Cfg::BM, bn = Cfg::BN;
+    const long slots = ((a->m + bm * Cfg::CLUSTER_M - 1) / (bm * Cfg::CLUSTER_M)) * ((a->n + bn - 1) / bn);
+    if (slots * Cfg::CLUSTER_M < grid) grid = (int)(slots * Cfg::CLUSTER_M);
+  }
+  grid -= grid % Cfg::CLUSTER_M;
+  return grid < Cfg::CLUSTER_M ? Cfg::CLUSTER_M : grid;
 }
 
 template <class Cfg>
 static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   MK_CHECK(gemm_validate(a));
-  int sms = 0;
+  int sms = 0, max_ctas = 0;
   MK_CHECK(gemm_device_sms(&sms));
   const int groups = a->group_offsets ? a->num_groups : 1;
   CUtensorMap tmap_a, tmap_b;
   MK_CHECK(gemm_make_tmap(&tmap_a, a->a, a->m, a->k, Cfg::BM, Cfg::BK));
-  MK_CHECK(gemm_make_tmap(&tmap_b, a->b, (long)groups * a->n, a->k, Cfg::BN, Cfg::BK));
+  MK_CHECK(gemm_make_tmap(&tmap_b, a->b, (long)groups * a->n, a->k, Cfg::B_ROWS_PER_CTA, Cfg::BK));
+  struct mk_gemm_params p;
+  gemm_fill_params(&p, a, Cfg::BK);
 
-  struct mk_gemm_params p = {};
-  p.m = a->m;
-  p.n = a->n;
-  p.k = a->k;
-  p.epilogue = a->epilogue;
-  p.c = a->c;
-  p.num_k_blocks = (a->k + Cfg::BK - 1) / Cfg::BK;
-  p.group_m = a->raster_group_m ? a->raster_group_m : MK_GEMM_DEFAULT_GROUP_M;
-  p.num_groups = groups;
-  p.group_offsets = a->group_offsets;
-  p.row_block_order = a->row_block_order;
-  p.ready_flags = a->ready_flags;
-  p.ready_target = a->ready_target;
-  p.tile_flags = a->tile_flags;
-  p.tile_start_ns = a->tile_start_ns;
-  p.err = a->err;
-  p.err_tag = a->err_tag;
-  p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_GEMM_DEFAULT_TIMEOUT_MS) * 1000000ull;
-
-  long tiles = mk_gemm_max_tiles(a);
-  int grid = a->num_sms ? (a->num_sms < sms ? a->num_sms : sms) : sms;
-  if (!a->group_offsets && tiles < grid) grid = (int)tiles;
-
-  cudaError_t e = gemm_set_smem_limit<Cfg>();
+  cudaError_t e = gemm_prepare_cfg<Cfg>(sms, &max_ctas);
   if (e == cudaSuccess) {
-    mk_gemm_kernel<Cfg><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_a, tmap_b, p);
-    e = cudaGetLastError();
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = Cfg::CLUSTER_M;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(gemm_grid_size<Cfg>(a, max_ctas));
+    cfg.blockDim = dim3(Cfg::THREADS);
+    cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
+    cfg.stream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = Cfg::CLUSTER_M > 1 ? 1 : 0;
+    e = cudaLaunchKernelEx(&cfg, mk_gemm_kernel<Cfg>, tmap_a, tmap_b, p);
   }
   if (e != cudaSuccess) {
     MK_WARN("mk_gemm_launch: launch failed: %s", cudaGetErrorString(e));
@@ -173,32 +230,39 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   return 0;
 }
 
+/* Clusters of two need every wait in the producer to end the same way in both CTAs; the ready
+ * flags' timeout cannot promise that, and a single CTA cannot form a pair. */
+static int gemm_use_pairs(const struct mk_gemm_args* a) {
+  return a && !a->ready_flags && a->num_sms != 1;
+}
+
 extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream) {
-  return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream);
+  if (gemm_use_pairs(a)) return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream);
+  return gemm_launch_cfg<mk_gemm_single_cfg>(a, stream);
 }
 
 extern "C" int mk_gemm_launch_variant(const struct mk_gemm_args* a, cudaStream_t stream, int variant) {
   switch (variant) {
-    case 0: return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream);
-    case 1: return gemm_launch_cfg<mk_gemm_cfg_wait0>(a, stream);
-    case 2: return gemm_launch_cfg<mk_gemm_cfg_3stage>(a, stream);
+    case 0: return mk_gemm_launch(a, stream);
+    case 1: return gemm_launch_cfg<mk_gemm_single_cfg>(a, stream);
+    case 2: return gemm_launch_cfg<mk_gemm_cfg_wait0>(a, stream);
+    case 3: return gemm_launch_cfg<mk_gemm_cfg_3stage>(a, stream);
     default: return -EINVAL;
   }
 }
 
-/* Loads the kernel now: under lazy module loading the first launch otherwise waits for the
+/* Loads the kernels now: under lazy module loading the first launch otherwise waits for the
  * kernels already running, which deadlocks a caller that overlaps the GEMM with a kernel
  * waiting on its flags. */
 extern "C" int mk_gemm_prepare(void) {
-  int sms;
+  int sms, n;
   MK_CHECK(gemm_device_sms(&sms));
-  cudaFuncAttributes attr;
   if (!gemm_encode_tiled()) {
     MK_WARN("mk_gemm_prepare: cuTensorMapEncodeTiled not found in the CUDA driver");
     return -ENOTSUP;
   }
-  cudaError_t e = gemm_set_smem_limit<mk_gemm_default_cfg>();
-  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, mk_gemm_kernel<mk_gemm_default_cfg>);
+  cudaError_t e = gemm_prepare_cfg<mk_gemm_default_cfg>(sms, &n);
+  if (e == cudaSuccess) e = gemm_prepare_cfg<mk_gemm_single_cfg>(sms, &n);
   if (e != cudaSuccess) {
     MK_WARN("mk_gemm_prepare: %s", cudaGetErrorString(e));
     return -EIO;

@@ -37,10 +37,14 @@ struct mk_gemm_params {
 
 /* MMA_INFLIGHT: wgmma groups left in flight when a K-block is done (0 or 1): with 1, the
  * stage of K-block kb is released once kb+1's group is issued, so issue never stalls. */
-template <int BM_, int BN_, int BK_, int STAGES_, int EPI_COLS_, int MMA_INFLIGHT_>
+/* CLUSTER_M: CTAs per cluster along M (1 or 2); a pair shares its B tile, each CTA loading
+ * half of it and multicasting it to both, which halves B's L2-to-SM traffic. */
+template <int BM_, int BN_, int BK_, int STAGES_, int EPI_COLS_, int MMA_INFLIGHT_, int CLUSTER_M_>
 struct mk_gemm_cfg {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_, EPI_COLS = EPI_COLS_;
-  static constexpr int MMA_INFLIGHT = MMA_INFLIGHT_;
+  static constexpr int MMA_INFLIGHT = MMA_INFLIGHT_, CLUSTER_M = CLUSTER_M_;
+  static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of 1 or 2 CTAs along M");
+  static constexpr int B_ROWS_PER_CTA = BN / CLUSTER_M; /* rows of the B tile each CTA loads */
   static_assert(MMA_INFLIGHT == 0 || MMA_INFLIGHT == 1, "0 or 1 wgmma group in flight");
   static constexpr int CONSUMERS = 2;
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
@@ -97,12 +101,17 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
                                               const struct mk_gemm_params& p, uint8_t* smem,
                                               uint64_t* full, uint64_t* empty, volatile uint32_t* abort_flag) {
   struct mk_sched s;
-  sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, p.num_groups, p.group_offsets, p.row_block_order);
+  const int rank = Cfg::CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;
+  sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
+             p.row_block_order);
   int stage = 0;
   uint32_t phase = 0;
   int ready_mb = -1; /* last row-block seen ready: flags only grow within a launch */
   struct mk_tile t;
-  for (int id = blockIdx.x; sched_tile(&s, p.m, id, &t); id += gridDim.x) {
+  const int first_slot = blockIdx.x / Cfg::CLUSTER_M, slot_step = gridDim.x / Cfg::CLUSTER_M;
+  for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
+    /* ASSUMPTION: ready flags only with CLUSTER_M == 1 (the launcher picks it): an abort in
+     * one CTA of a pair would leave its partner waiting for the multicast half. */
     if (p.ready_flags && t.mb != ready_mb) {
       if (!gemm_wait_row_block(p, t.mb, t.linear)) {
         /* Abort at a tile boundary: every stage loaded so far has been or will be consumed
@@ -115,13 +124,20 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
       }
       ready_mb = t.mb;
     }
-    if (p.tile_start_ns) p.tile_start_ns[t.linear] = globaltimer_ns();
-    const int b_row0 = t.group * p.n + t.col0;
+    if (p.tile_start_ns && t.valid) p.tile_start_ns[t.linear] = globaltimer_ns();
+    const int b_row = t.b_row0 + rank * Cfg::B_ROWS_PER_CTA;
+    uint8_t* b_dst = smem + Cfg::OFF_B + rank * Cfg::B_ROWS_PER_CTA * 128;
     for (int kb = 0; kb < p.num_k_blocks; kb++) {
+      /* with clusters, empty[stage] also counts the partner's consumers: its half of B
+       * lands in our stage and ours in its */
       mbarrier_wait_parity(&empty[stage], phase ^ 1);
       mbarrier_arrive_expect_tx(&full[stage], Cfg::A_STAGE + Cfg::B_STAGE);
       cp_async_bulk_tensor_2d_load(smem + stage * Cfg::A_STAGE, tmap_a, kb * Cfg::BK, t.row0, &full[stage]);
-      cp_async_bulk_tensor_2d_load(smem + Cfg::OFF_B + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row0, &full[stage]);
+      if (Cfg::CLUSTER_M == 1)
+        cp_async_bulk_tensor_2d_load(b_dst + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row, &full[stage]);
+      else
+        cp_async_bulk_tensor_2d_load_multicast(b_dst + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row, &full[stage],
+                                               (uint16_t)((1u << Cfg::CLUSTER_M) - 1));
       if (++stage == Cfg::STAGES) { stage = 0; phase ^= 1; }
     }
   }
@@ -198,12 +214,28 @@ __device__ __forceinline__ void gemm_raise_tile_flag(const struct mk_tile& t, co
   if (threadIdx.x == 128) red_release_sys_add_u64(p.tile_flags + t.linear, 1);
 }
 
+/* One arrival per consumer warp on the stage's empty barrier of every CTA of the cluster. */
+template <class Cfg>
+__device__ __forceinline__ void gemm_release_stage(uint64_t* empty_bar) {
+  if (Cfg::CLUSTER_M == 1) {
+    mbarrier_arrive(empty_bar);
+  } else {
+    const uint32_t rank = cluster_ctarank();
+    mbarrier_arrive(empty_bar);
+#pragma unroll
+    for (int r = 1; r < Cfg::CLUSTER_M; r++)
+      mbarrier_arrive_cluster(mapa_shared_cluster(smem_addr(empty_bar), (rank + r) % Cfg::CLUSTER_M));
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_params& p, uint8_t* smem,
                                               uint64_t* full, uint64_t* empty, volatile uint32_t* abort_flag) {
   float acc[Cfg::BN / 2];
   struct mk_sched s;
-  sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, p.num_groups, p.group_offsets, p.row_block_order);
+  const int rank = Cfg::CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;
+  sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
+             p.row_block_order);
   const uint32_t a_base = smem_addr(smem) + wg * 64 * 128;
   const uint32_t b_base = smem_addr(smem + Cfg::OFF_B);
   uint8_t* cstage = smem + Cfg::OFF_C + wg * Cfg::C_STAGE_WG;
@@ -211,7 +243,8 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
   int stage = 0, prev_stage = 0;
   uint32_t phase = 0;
   struct mk_tile t;
-  for (int id = blockIdx.x; sched_tile(&s, p.m, id, &t); id += gridDim.x) {
+  const int first_slot = blockIdx.x / Cfg::CLUSTER_M, slot_step = gridDim.x / Cfg::CLUSTER_M;
+  for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     /* NOTES: checked outside the K loop, where no wgmma is in flight; inside it, ptxas
      * injects a warpgroup.wait (C7517) that serialises the wgmma groups. */
     mbarrier_wait_parity(&full[stage], phase);
@@ -229,19 +262,20 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
       wgmma_commit_group();
       if (Cfg::MMA_INFLIGHT == 0) {
         wgmma_wait_group<0>();
-        if (lane == 0) mbarrier_arrive(&empty[stage]);
+        if (lane == 0) gemm_release_stage<Cfg>(&empty[stage]);
       } else {
         wgmma_wait_group<1>(); /* K-block kb-1 is done: release its stage */
-        if (kb > 0 && lane == 0) mbarrier_arrive(&empty[prev_stage]);
+        if (kb > 0 && lane == 0) gemm_release_stage<Cfg>(&empty[prev_stage]);
         prev_stage = stage;
       }
       if (++stage == Cfg::STAGES) { stage = 0; phase ^= 1; }
     }
     if (Cfg::MMA_INFLIGHT) {
       wgmma_wait_group<0>();
-      if (lane == 0) mbarrier_arrive(&empty[prev_stage]);
+      if (lane == 0) gemm_release_stage<Cfg>(&empty[prev_stage]);
     }
     wgmma_fence_operands<Cfg::BN / 2>(acc);
+    if (!t.valid) continue; /* a cluster partner past the last row-block */
     if (p.epilogue == MK_GEMM_ADD_F32) gemm_epilogue_add_f32<Cfg>(acc, t, wg, p);
     else gemm_epilogue_bf16<Cfg>(acc, cstage, t, wg, p);
     if (p.tile_flags) gemm_raise_tile_flag(t, p);
@@ -265,12 +299,14 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
     prefetch_tensormap(&tmap_b);
     for (int i = 0; i < Cfg::STAGES; i++) {
       mbarrier_init(&full[i], 1);
-      mbarrier_init(&empty[i], Cfg::CONSUMERS * 4); /* one arrival per consumer warp */
+      mbarrier_init(&empty[i], Cfg::CLUSTER_M * Cfg::CONSUMERS * 4); /* one arrival per consumer warp */
     }
     *abort_flag = 0;
     fence_mbarrier_init();
   }
-  __syncthreads();
+  /* the partner's multicasts and arrivals target our barriers: initialised first */
+  if (Cfg::CLUSTER_M > 1) barrier_cluster_arrive_wait();
+  else __syncthreads();
   /* NOTES: setmaxnreg needs the roles as the two branches of one if/else. 40 + 2 x 232 per
    * thread x 128 fits the 64K-register file at one CTA per SM. */
   if (wg == 0) {
@@ -280,6 +316,8 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
     setmaxnreg_inc<232>();
     gemm_consumer<Cfg>(wg - 1, p, smem, full, empty, abort_flag);
   }
+  /* no CTA leaves while its partner may still multicast into it or arrive on its barriers */
+  if (Cfg::CLUSTER_M > 1) barrier_cluster_arrive_wait();
 }
 
 #endif /* MK_GEMM_CUH_ */

@@ -52,6 +52,34 @@ __device__ __forceinline__ void prefetch_tensormap(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(tmap) : "memory");
 }
 
+/* ---- clusters (distributed shared memory) ------------------------------------------------ */
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+/* The address of the same shared-memory location in CTA `rank` of the cluster. */
+__device__ __forceinline__ uint32_t mapa_shared_cluster(uint32_t addr, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+/* NOTES: default semantics (release, CTA scope), as CUTLASS does: the arrival only orders this
+ * thread's completed wgmma reads of the stage, and a .release.cluster arrive costs a fence. */
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t cluster_addr) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
+}
+__device__ __forceinline__ void barrier_cluster_arrive_wait() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+/* The box lands at the same offset in every CTA of cta_mask, each CTA's mbarrier at `bar`'s
+ * offset receiving the bytes. */
+__device__ __forceinline__ void cp_async_bulk_tensor_2d_load_multicast(void* dst, const void* tmap, int c0, int c1,
+                                                                       uint64_t* bar, uint16_t cta_mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;"
+               ::"r"(smem_addr(dst)), "l"(tmap), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(cta_mask) : "memory");
+}
+
 /* ---- proxy and memory fences ------------------------------------------------------------- */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async;" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }

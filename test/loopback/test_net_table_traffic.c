@@ -180,5 +180,5 @@ int main(int argc, char** argv) {
   if (sc) CHECK_EQ(c->closeSend(sc), ncclSuccess);
   if (rc) CHECK_EQ(c->closeRecv(rc), ncclSuccess);
   CHECK_EQ(c->closeListen(lc), ncclSuccess);
-  return mk_test_result();
+  return MK_TEST_RESULT();
 }

@@ -1,7 +1,7 @@
 /*
- * The smallest test harness: CHECK macros that print file:line and count failures, and
- * MK_TEST_SKIP for tests that cannot run here (exit 77: meson's skip). A test's main ends
- * with `return mk_test_result();`.
+ * Minimal assertions for the C tests: each failed CHECK prints file:line and the expression
+ * and is counted; REQUIRE also stops the test. End main with `return MK_TEST_RESULT();`.
+ * A test that cannot run on this machine calls MK_TEST_SKIP("why") (exit 77: meson's skip).
  */
 #ifndef MK_TEST_H_
 #define MK_TEST_H_
@@ -12,22 +12,22 @@
 
 static int mk_test_failures;
 
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
+#define CHECK(cond)                                                        \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      mk_test_failures++;                                                      \
-    }                                                                          \
+      mk_test_failures++;                                                  \
+    }                                                                      \
   } while (0)
 
-#define CHECK_EQ(a, b)                                                                   \
-  do {                                                                                   \
-    long long mk_a_ = (long long)(a), mk_b_ = (long long)(b);                            \
-    if (mk_a_ != mk_b_) {                                                                \
-      fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %lld, %s == %lld\n", __FILE__,      \
-              __LINE__, #a, mk_a_, #b, mk_b_);                                           \
-      mk_test_failures++;                                                                \
-    }                                                                                    \
+#define CHECK_EQ(a, b)                                                             \
+  do {                                                                             \
+    long long mk_a_ = (long long)(a), mk_b_ = (long long)(b);                      \
+    if (mk_a_ != mk_b_) {                                                          \
+      fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %s (%lld vs %lld)\n", __FILE__, \
+              __LINE__, #a, #b, mk_a_, mk_b_);                                     \
+      mk_test_failures++;                                                          \
+    }                                                                              \
   } while (0)
 
 #define CHECK_STR(a, b)                                                                  \
@@ -40,16 +40,21 @@ static int mk_test_failures;
     }                                                                                    \
   } while (0)
 
-#define MK_TEST_SKIP(...)                \
-  do {                                   \
-    fprintf(stdout, "SKIP: " __VA_ARGS__); \
-    fprintf(stdout, "\n");               \
-    exit(77);                            \
+#define REQUIRE(cond)                                                        \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond); \
+      exit(1);                                                               \
+    }                                                                        \
   } while (0)
 
-static inline int mk_test_result(void) {
-  if (mk_test_failures) fprintf(stderr, "%d check(s) failed\n", mk_test_failures);
-  return mk_test_failures ? 1 : 0;
-}
+#define MK_TEST_SKIP(why)                      \
+  do {                                         \
+    fprintf(stderr, "SKIP: %s\n", (why));      \
+    exit(77);                                  \
+  } while (0)
+
+#define MK_TEST_RESULT() (mk_test_failures ? (fprintf(stderr, "%d check(s) failed\n", \
+                                                      mk_test_failures), 1) : 0)
 
 #endif /* MK_TEST_H_ */

@@ -39,5 +39,5 @@ int main(void) {
   CHECK_EQ(propagates_goto(0, &cleaned), 7);
   CHECK_EQ(cleaned, 1);
   CHECK_STR(mk_result_string(ncclRemoteError), "remote error");
-  return mk_test_result();
+  return MK_TEST_RESULT();
 }

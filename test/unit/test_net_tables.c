@@ -139,5 +139,5 @@ int main(int argc, char** argv) {
   if (!strcmp(v, "v10")) drive_v10(dlsym(lib, "ncclNetPlugin_v10"), expect_devices);
   if (!strcmp(v, "v9")) drive_v9(dlsym(lib, "ncclNetPlugin_v9"), expect_devices);
   if (!strcmp(v, "v8")) drive_v8(dlsym(lib, "ncclNetPlugin_v8"), expect_devices);
-  return mk_test_result();
+  return MK_TEST_RESULT();
 }

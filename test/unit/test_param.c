@@ -55,5 +55,5 @@ int main(void) {
   bad_values_keep_the_default();
   choices_match_case_insensitively();
   env_names_carry_the_prefix();
-  return mk_test_result();
+  return MK_TEST_RESULT();
 }

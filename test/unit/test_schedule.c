@@ -72,5 +72,5 @@ int main(void) {
   CHECK_EQ(mk_sched_blocks_per_shard(4096, 128), 32);
   CHECK_EQ(mk_sched_blocks_per_shard(4097, 128), 33);
   CHECK_EQ(mk_sched_blocks_per_shard(1, 128), 1);
-  return mk_test_result();
+  return MK_TEST_RESULT();
 }

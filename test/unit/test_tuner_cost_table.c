@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
     without_a_file_nothing_ever_changes();
     null_arguments_succeed_without_a_file();
     fused_defaults_come_from_the_same_file(0);
-    return mk_test_result();
+    return MK_TEST_RESULT();
   }
   measured_choice_is_forced_for_each_collective();
   interpolation_between_measured_sizes_picks_the_right_entry();
@@ -254,5 +254,5 @@ int main(int argc, char** argv) {
   null_and_odd_arguments_never_fail_or_crash();
   smaller_or_larger_tables_are_indexed_by_their_own_shape();
   fused_defaults_come_from_the_same_file(1);
-  return mk_test_result();
+  return MK_TEST_RESULT();
 }

@@ -227,5 +227,5 @@ int main(int argc, char** argv) {
   good_file_loads_every_record(argv[1]);
   empty_and_comment_only_files_give_an_empty_model(argv[1]);
   missing_file_is_enoent();
-  return mk_test_result();
+  return MK_TEST_RESULT();
 }

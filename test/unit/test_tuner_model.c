@@ -189,5 +189,5 @@ int main(void) {
   empty_or_null_model_chooses_nothing();
   fused_defaults_take_nearest_m_then_fastest();
   fused_defaults_without_a_match_are_enoent();
-  return mk_test_result();
+  return MK_TEST_RESULT();
 }

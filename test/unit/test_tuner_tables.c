@@ -84,5 +84,5 @@ int main(int argc, char** argv) {
   const ncclTuner_v4_t* v4 = dlsym(lib, "ncclTunerPlugin_v4");
   if (v5) drive_v5(v5);
   if (v4) drive_v4(v4);
-  return mk_test_result();
+  return MK_TEST_RESULT();
 }

@@ -56,5 +56,5 @@ int main(void) {
     CHECK(workers[i].forced_ring_simple);
     CHECK_EQ(ncclTunerPlugin_v5.finalize(workers[i].ctx), ncclSuccess);
   }
-  return mk_test_result();
+  return MK_TEST_RESULT();
 }

@@ -1,0 +1,77 @@
+/*
+ * Two-process loopback harness over the real transport: the parent listens and receives,
+ * a forked child connects and sends (NCCL's roles); the listen handle, the random seed and
+ * small sync messages travel through pipes. Both processes run under alarm() watchdogs, so
+ * a bug fails the test instead of hanging CI.
+ */
+#ifndef MK_LB_H_
+#define MK_LB_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "transport.h"
+
+struct lb_ctx {
+  const struct mk_transport_ops* ops;
+  int is_sender;
+  int to_peer, from_peer; /* pipes */
+  pid_t child;            /* in the parent */
+  uint64_t seed;
+  int dev;
+  void* listen_comm;
+  struct mk_comm* comm;
+  unsigned char handle[MK_HANDLE_MAX];
+};
+
+typedef int (*lb_fn)(struct lb_ctx* ctx);
+
+struct lb_case {
+  const char* name;
+  lb_fn receiver; /* parent */
+  lb_fn sender;   /* child */
+  int timeout_s;
+  int child_may_die; /* the case kills its child on purpose */
+};
+
+/* Runs one case; returns the process exit code (0 pass, 1 fail, 77 skip). */
+int lb_run(const struct lb_case* c);
+
+/* Connection: the receiver listens (sends the handle) and accepts; the sender connects. */
+int lb_accept(struct lb_ctx* ctx);
+int lb_connect(struct lb_ctx* ctx);
+int lb_close(struct lb_ctx* ctx);
+/* Small messages between the two processes, outside the transport. */
+void lb_tell(struct lb_ctx* ctx, uint64_t v);
+uint64_t lb_hear(struct lb_ctx* ctx);
+/* 1 when the peer process has sent something (lb_hear will not block). */
+int lb_peer_spoke(struct lb_ctx* ctx);
+/* Spins test() until done; returns its error. sizes may be NULL. */
+int lb_wait(struct lb_ctx* ctx, struct mk_request* req, size_t* sizes);
+/* isend / irecv retried while the transport says "not now". */
+int lb_send(struct lb_ctx* ctx, void* buf, size_t size, int tag, struct mk_mr* mr,
+            struct mk_request** req);
+int lb_recv(struct lb_ctx* ctx, int n, void** bufs, const size_t* sizes, const int* tags,
+            struct mk_mr** mrs, struct mk_request** req);
+/* Deterministic pseudo-random bytes from (seed, stream); check returns the number of
+ * wrong bytes and prints the first. */
+void lb_fill(void* buf, size_t len, uint64_t seed, uint64_t stream);
+size_t lb_check(const void* buf, size_t len, uint64_t seed, uint64_t stream, const char* what);
+/* 1 when buf holds exactly the expected bytes; stops at the first difference, silently. */
+int lb_check_quiet(const void* buf, size_t len, uint64_t seed, uint64_t stream);
+void* lb_alloc(size_t len);
+double lb_now(void);
+
+#define LB_EXPECT(cond)                                                         \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
+      fprintf(stderr, "[%s] %s:%d: failed: %s\n", ctx->is_sender ? "sender" : "receiver", \
+              __FILE__, __LINE__, #cond);                                       \
+      return 1;                                                                 \
+    }                                                                           \
+  } while (0)
+
+#define LB_OK(call) LB_EXPECT((call) == 0)
+
+#endif /* MK_LB_H_ */

@@ -1,0 +1,227 @@
+#include "lb.h"
+
+#include "mk_config.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+double lb_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void* lb_alloc(size_t len) {
+  void* p = NULL;
+  if (posix_memalign(&p, 4096, len ? len : 1) != 0) {
+    fprintf(stderr, "out of memory (%zu bytes)\n", len);
+    exit(1);
+  }
+  return p;
+}
+
+static void pipe_write(int fd, const void* buf, size_t len) {
+  const char* p = buf;
+  while (len) {
+    ssize_t n = write(fd, p, len);
+    if (n <= 0 && errno != EINTR) exit(1);
+    if (n > 0) { p += n; len -= (size_t)n; }
+  }
+}
+
+static void pipe_read(int fd, void* buf, size_t len) {
+  char* p = buf;
+  while (len) {
+    ssize_t n = read(fd, p, len);
+    if (n == 0) { fprintf(stderr, "peer process went away\n"); exit(1); }
+    if (n < 0 && errno != EINTR) exit(1);
+    if (n > 0) { p += n; len -= (size_t)n; }
+  }
+}
+
+void lb_tell(struct lb_ctx* ctx, uint64_t v) { pipe_write(ctx->to_peer, &v, sizeof(v)); }
+
+int lb_peer_spoke(struct lb_ctx* ctx) {
+  struct pollfd p = {.fd = ctx->from_peer, .events = POLLIN};
+  return poll(&p, 1, 0) > 0;
+}
+
+uint64_t lb_hear(struct lb_ctx* ctx) {
+  uint64_t v;
+  pipe_read(ctx->from_peer, &v, sizeof(v));
+  return v;
+}
+
+int lb_accept(struct lb_ctx* ctx) {
+  int rc = ctx->ops->listen(ctx->dev, ctx->handle, &ctx->listen_comm);
+  if (rc) return rc;
+  pipe_write(ctx->to_peer, ctx->handle, sizeof(ctx->handle));
+  ctx->comm = NULL;
+  while (!ctx->comm)
+    if ((rc = ctx->ops->accept(ctx->listen_comm, &ctx->comm)) != 0) return rc;
+  return 0;
+}
+
+int lb_connect(struct lb_ctx* ctx) {
+  pipe_read(ctx->from_peer, ctx->handle, sizeof(ctx->handle));
+  int rc;
+  ctx->comm = NULL;
+  while (!ctx->comm)
+    if ((rc = ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm)) != 0) return rc;
+  return 0;
+}
+
+int lb_close(struct lb_ctx* ctx) {
+  int rc = ctx->comm ? ctx->ops->close(ctx->comm) : 0;
+  ctx->comm = NULL;
+  if (ctx->listen_comm) ctx->ops->close_listen(ctx->listen_comm);
+  ctx->listen_comm = NULL;
+  return rc;
+}
+
+int lb_wait(struct lb_ctx* ctx, struct mk_request* req, size_t* sizes) {
+  int done = 0, rc = 0;
+  while (!done && rc == 0) rc = ctx->ops->test(req, &done, sizes);
+  return rc;
+}
+
+int lb_send(struct lb_ctx* ctx, void* buf, size_t size, int tag, struct mk_mr* mr,
+            struct mk_request** req) {
+  int rc;
+  *req = NULL;
+  while ((rc = ctx->ops->isend(ctx->comm, buf, size, tag, mr, req)) == 0 && !*req) {}
+  return rc;
+}
+
+int lb_recv(struct lb_ctx* ctx, int n, void** bufs, const size_t* sizes, const int* tags,
+            struct mk_mr** mrs, struct mk_request** req) {
+  int rc;
+  *req = NULL;
+  while ((rc = ctx->ops->irecv(ctx->comm, n, bufs, sizes, tags, mrs, 0, req)) == 0 && !*req) {}
+  return rc;
+}
+
+/* splitmix64 over (seed, stream, word index): cheap, fast, and seekable. */
+static uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+void lb_fill(void* buf, size_t len, uint64_t seed, uint64_t stream) {
+  uint64_t base = mix(seed ^ mix(stream));
+  unsigned char* p = buf;
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint64_t w = mix(base + i);
+    memcpy(p + i, &w, 8);
+  }
+  uint64_t w = mix(base + i);
+  memcpy(p + i, &w, len - i);
+}
+
+int lb_check_quiet(const void* buf, size_t len, uint64_t seed, uint64_t stream) {
+  uint64_t base = mix(seed ^ mix(stream));
+  const unsigned char* p = buf;
+  for (size_t i = 0; i < len; i += 8) {
+    uint64_t w = mix(base + i);
+    if (memcmp(p + i, &w, len - i < 8 ? len - i : 8) != 0) return 0;
+  }
+  return 1;
+}
+
+size_t lb_check(const void* buf, size_t len, uint64_t seed, uint64_t stream, const char* what) {
+  uint64_t base = mix(seed ^ mix(stream));
+  const unsigned char* p = buf;
+  size_t bad = 0, first = (size_t)-1;
+  for (size_t i = 0; i < len; i += 8) {
+    uint64_t w = mix(base + i);
+    size_t n = len - i < 8 ? len - i : 8;
+    if (memcmp(p + i, &w, n) == 0) continue;
+    const unsigned char* e = (const unsigned char*)&w;
+    for (size_t k = 0; k < n; k++)
+      if (p[i + k] != e[k]) {
+        if (first == (size_t)-1) first = i + k;
+        bad++;
+      }
+  }
+  if (bad)
+    fprintf(stderr, "%s: %zu wrong byte(s) of %zu, first at offset %zu\n", what, bad, len, first);
+  return bad;
+}
+
+static int lb_role(const struct lb_case* c, struct lb_ctx* ctx) {
+  int rc = ctx->ops->init();
+  if (rc == -ENODEV) return 77;
+  if (rc) return 1;
+  int ndev = 0;
+  if (ctx->ops->devices(&ndev) || ndev < 1) return 77;
+  rc = (ctx->is_sender ? c->sender : c->receiver)(ctx);
+  ctx->ops->fini();
+  return rc;
+}
+
+static int lb_reap(const struct lb_case* c, pid_t child, int parent_rc) {
+  int status = 0;
+  if (waitpid(child, &status, 0) < 0) return 1;
+  if (parent_rc == 77) {
+    fprintf(stderr, "SKIP: no usable libfabric provider/device here\n");
+    return 77;
+  }
+  if (WIFSIGNALED(status) && !c->child_may_die) {
+    fprintf(stderr, "sender died of signal %d%s\n", WTERMSIG(status),
+            WTERMSIG(status) == SIGALRM ? " (watchdog: it hung)" : "");
+    return 1;
+  }
+  int child_rc = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+  if (parent_rc == 77 || child_rc == 77) {
+    fprintf(stderr, "SKIP: no usable libfabric provider/device here\n");
+    return 77;
+  }
+  return parent_rc || child_rc ? 1 : 0;
+}
+
+int lb_run(const struct lb_case* c) {
+  setenv("NCCL_MK_SOCKET_IFNAME", "lo", 0);
+  setenv("NCCL_MK_OFI_PROVIDER", "tcp;ofi_rxm", 0);
+  const char* s = getenv("LB_SEED");
+  uint64_t seed = s ? strtoull(s, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
+  printf("case %s: seed %llu (rerun with LB_SEED=%llu)\n", c->name, (unsigned long long)seed,
+         (unsigned long long)seed);
+  fflush(stdout);
+  int p2c[2], c2p[2];
+  if (pipe(p2c) || pipe(c2p)) return 1;
+  struct lb_ctx ctx = {.ops = &mk_ofi_ops, .seed = seed};
+  pid_t child = fork();
+  if (child < 0) return 1;
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed parent */
+    alarm((unsigned)c->timeout_s);
+    ctx.is_sender = 1;
+    ctx.to_peer = c2p[1];
+    ctx.from_peer = p2c[0];
+    close(p2c[1]);
+    close(c2p[0]);
+    _exit(lb_role(c, &ctx));
+  }
+  alarm((unsigned)c->timeout_s + 5);
+  ctx.child = child;
+  ctx.to_peer = p2c[1];
+  ctx.from_peer = c2p[0];
+  close(p2c[0]);
+  close(c2p[1]);
+  int rc = lb_role(c, &ctx);
+  if (rc == 1) kill(child, SIGKILL); /* a failed receiver must not leave its sender waiting */
+  rc = lb_reap(c, child, rc);
+  printf("case %s: %s\n", c->name, rc == 0 ? "PASS" : rc == 77 ? "SKIP" : "FAIL");
+  return rc;
+}

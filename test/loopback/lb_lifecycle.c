@@ -1,0 +1,217 @@
+/* Lifecycle: reconnect on one listen comm, close with requests in flight, a killed peer,
+ * a handshake that never completes, and bad arguments. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lb.h"
+#include "mk_param.h"
+
+static int one_message(struct lb_ctx* ctx, uint64_t stream) {
+  unsigned char buf[4096];
+  size_t len = sizeof(buf), got = 0;
+  struct mk_request* req;
+  int tag = 3;
+  if (ctx->is_sender) {
+    lb_fill(buf, len, ctx->seed, stream);
+    LB_OK(lb_send(ctx, buf, len, tag, NULL, &req));
+    return lb_wait(ctx, req, NULL);
+  }
+  void* d = buf;
+  LB_OK(lb_recv(ctx, 1, &d, &len, &tag, NULL, &req));
+  LB_OK(lb_wait(ctx, req, &got));
+  LB_EXPECT(got == len && lb_check(buf, len, ctx->seed, stream, "message") == 0);
+  return 0;
+}
+
+static int reconnect_recv(struct lb_ctx* ctx) {
+  static unsigned char spare[1 << 20];
+  LB_OK(lb_accept(ctx));
+  LB_OK(one_message(ctx, 1));
+  /* leave two receives in flight, then close: they are cancelled, nothing crashes */
+  void* d = spare;
+  size_t len = sizeof(spare);
+  int tag = 3;
+  struct mk_request* req;
+  LB_OK(lb_recv(ctx, 1, &d, &len, &tag, NULL, &req));
+  LB_OK(lb_recv(ctx, 1, &d, &len, &tag, NULL, &req));
+  LB_OK(ctx->ops->close(ctx->comm));
+  ctx->comm = NULL;
+  for (int round = 2; round <= 4; round++) { /* same listen comm, new connections */
+    while (!ctx->comm) LB_OK(ctx->ops->accept(ctx->listen_comm, &ctx->comm));
+    LB_OK(one_message(ctx, (uint64_t)round));
+    LB_OK(ctx->ops->close(ctx->comm));
+    ctx->comm = NULL;
+  }
+  return lb_close(ctx);
+}
+
+static int reconnect_send(struct lb_ctx* ctx) {
+  LB_OK(lb_connect(ctx));
+  LB_OK(one_message(ctx, 1));
+  LB_OK(lb_close(ctx));
+  for (int round = 2; round <= 4; round++) { /* the same handle again */
+    while (!ctx->comm) LB_OK(ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm));
+    LB_OK(one_message(ctx, (uint64_t)round));
+    LB_OK(lb_close(ctx));
+  }
+  return 0;
+}
+
+/* The sender is SIGKILLed with a 256 MiB message half way: the receiver's test must fail
+ * with -ECONNRESET within a bound, and so must a later receive. */
+#define KILL_LEN (256u << 20)
+#define KILL_BOUND_S 5.0
+static int killed_recv(struct lb_ctx* ctx) {
+  LB_OK(lb_accept(ctx));
+  unsigned char* buf = lb_alloc(KILL_LEN);
+  void* d = buf;
+  size_t len = KILL_LEN;
+  int tag = 1, done = 0, rc = 0;
+  struct mk_request* req;
+  LB_OK(lb_recv(ctx, 1, &d, &len, &tag, NULL, &req));
+  while (!lb_peer_spoke(ctx)) LB_OK(ctx->ops->test(req, &done, NULL)); /* data moves */
+  LB_EXPECT(!done);
+  LB_EXPECT(lb_hear(ctx) == 1); /* the sender is mid-transfer */
+  kill(ctx->child, SIGKILL);
+  double t0 = lb_now();
+  while (rc == 0 && !done && lb_now() - t0 < 30) rc = ctx->ops->test(req, &done, NULL);
+  double dt = lb_now() - t0;
+  printf("  survivor saw rc=%d (%s) after %.3f s\n", rc, strerror(-rc), dt);
+  LB_EXPECT(rc == -ECONNRESET && dt < KILL_BOUND_S);
+  struct mk_request* later = NULL;
+  rc = ctx->ops->irecv(ctx->comm, 1, &d, &len, &tag, NULL, 0, &later);
+  printf("  a later irecv gave rc=%d\n", rc);
+  LB_EXPECT(rc == -ECONNRESET);
+  LB_EXPECT(later == NULL);
+  free(buf);
+  return lb_close(ctx) == 0 ? 0 : 1;
+}
+
+static int killed_send(struct lb_ctx* ctx) {
+  LB_OK(lb_connect(ctx));
+  unsigned char* buf = lb_alloc(KILL_LEN);
+  memset(buf, 1, KILL_LEN);
+  struct mk_request* req;
+  int done = 0;
+  LB_OK(lb_send(ctx, buf, KILL_LEN, 1, NULL, &req));
+  for (int i = 0; i < 200; i++) LB_OK(ctx->ops->test(req, &done, NULL));
+  lb_tell(ctx, 1);
+  for (;;) pause(); /* killed here, mid-transfer */
+}
+
+/* A listener that never accepts: connect gives up with -ETIMEDOUT after the bound. */
+static int timeout_recv(struct lb_ctx* ctx) {
+  LB_OK(ctx->ops->listen(ctx->dev, ctx->handle, &ctx->listen_comm));
+  lb_tell(ctx, 0);
+  for (size_t off = 0; off < sizeof(ctx->handle); off += 8) {
+    uint64_t w;
+    memcpy(&w, ctx->handle + off, 8);
+    lb_tell(ctx, w);
+  }
+  LB_EXPECT(lb_hear(ctx) == 1);
+  return lb_close(ctx);
+}
+
+static int timeout_send(struct lb_ctx* ctx) {
+  setenv("NCCL_MK_CONNECT_TIMEOUT_MS", "500", 1);
+  mk_param_reload();
+  LB_EXPECT(lb_hear(ctx) == 0);
+  for (size_t off = 0; off < sizeof(ctx->handle); off += 8) {
+    uint64_t w = lb_hear(ctx);
+    memcpy(ctx->handle + off, &w, 8);
+  }
+  int rc = 0;
+  double t0 = lb_now();
+  while (rc == 0 && !ctx->comm) rc = ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm);
+  double dt = lb_now() - t0;
+  printf("  connect gave rc=%d (%s) after %.3f s\n", rc, strerror(-rc), dt);
+  LB_EXPECT(rc == -ETIMEDOUT && dt >= 0.4 && dt < 5);
+  unsigned char junk[MK_HANDLE_MAX];
+  memset(junk, 0x11, sizeof(junk));
+  LB_EXPECT(ctx->ops->connect(ctx->dev, junk, -1, &ctx->comm) == -EBADMSG);
+  LB_EXPECT(ctx->comm == NULL);
+  lb_tell(ctx, 1);
+  return 0;
+}
+
+/* Bad arguments: -EINVAL, *req stays NULL, canary untouched, and the comms stay in step
+ * (the next good message lands where it should). An oversized send is -EMSGSIZE. */
+static int badargs_recv(struct lb_ctx* ctx) {
+  LB_OK(lb_accept(ctx));
+  const struct mk_transport_ops* o = ctx->ops;
+  static unsigned char canary[4096];
+  memset(canary, 0xcd, sizeof(canary));
+  uint64_t junk_mr[8] = {0};
+  void* d = canary;
+  size_t len = sizeof(canary), huge = (size_t)-1;
+  int tag = 5, neg = -1, done = 0;
+  void* null_data = NULL;
+  struct mk_request* req = NULL;
+  struct mk_mr* bad_mr = (struct mk_mr*)junk_mr;
+  struct mk_mr* mr = NULL;
+  LB_EXPECT(o->irecv(ctx->comm, 0, &d, &len, &tag, NULL, 0, &req) == -EINVAL && !req);
+  LB_EXPECT(o->irecv(ctx->comm, 9, &d, &len, &tag, NULL, 0, &req) == -EINVAL && !req);
+  LB_EXPECT(o->irecv(ctx->comm, -1, &d, &len, &tag, NULL, 0, &req) == -EINVAL && !req);
+  LB_EXPECT(o->irecv(ctx->comm, 1, &d, NULL, &tag, NULL, 0, &req) == -EINVAL && !req);
+  LB_EXPECT(o->irecv(ctx->comm, 1, &null_data, &len, &tag, NULL, 0, &req) == -EINVAL && !req);
+  LB_EXPECT(o->irecv(ctx->comm, 1, &d, &huge, &tag, NULL, 0, &req) == -EINVAL && !req);
+  LB_EXPECT(o->irecv(ctx->comm, 1, &d, &len, &tag, &bad_mr, 0, &req) == -EINVAL && !req);
+  LB_EXPECT(o->irecv(NULL, 1, &d, &len, &tag, NULL, 0, &req) == -EINVAL && !req);
+  LB_EXPECT(o->iflush(ctx->comm, 1, &d, &neg, NULL, &req) == -EINVAL && !req);
+  LB_EXPECT(o->test(NULL, &done, NULL) == -EINVAL);
+  LB_EXPECT(o->reg_mr(ctx->comm, NULL, 10, MK_PTR_HOST, &mr) == -EINVAL && !mr);
+  LB_EXPECT(o->reg_mr(ctx->comm, canary, 0, MK_PTR_HOST, &mr) == -EINVAL && !mr);
+  LB_EXPECT(o->reg_mr(ctx->comm, canary, 10, 77, &mr) == -EINVAL && !mr);
+  LB_EXPECT(o->dereg_mr(ctx->comm, bad_mr) == -EINVAL);
+  LB_EXPECT(o->mr_rkey(bad_mr, NULL) == -EINVAL);
+  struct mk_rkey k = {.base = 0, .key = 1, .size = 100};
+  LB_EXPECT(o->iput(ctx->comm, canary, 10, NULL, &k, 95, &req) == -EINVAL && !req);
+  LB_EXPECT(o->iput(ctx->comm, canary, 10, NULL, NULL, 0, &req) == -EINVAL && !req);
+  LB_EXPECT(o->iput_signal(ctx->comm, canary, 10, NULL, &k, 0, &k, 96, 1, &req) == -EINVAL && !req);
+  for (size_t i = 0; i < sizeof(canary); i++) LB_EXPECT(canary[i] == 0xcd);
+  lb_tell(ctx, 1);
+  /* the first good receive takes the first good send */
+  unsigned char buf[100];
+  size_t cap = sizeof(buf), got = 0;
+  d = buf;
+  LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
+  LB_OK(lb_wait(ctx, req, &got));
+  LB_EXPECT(got == 100 && lb_check(buf, 100, ctx->seed, 5, "good message") == 0);
+  LB_EXPECT(lb_hear(ctx) == 2);
+  return lb_close(ctx);
+}
+
+static int badargs_send(struct lb_ctx* ctx) {
+  LB_OK(lb_connect(ctx));
+  const struct mk_transport_ops* o = ctx->ops;
+  uint64_t junk_mr[8] = {0};
+  unsigned char buf[200];
+  struct mk_request* req = NULL;
+  lb_fill(buf, sizeof(buf), ctx->seed, 5);
+  LB_EXPECT(lb_hear(ctx) == 1);
+  LB_EXPECT(o->isend(ctx->comm, NULL, 10, 5, NULL, &req) == -EINVAL && !req);
+  LB_EXPECT(o->isend(ctx->comm, buf, 10, 5, (struct mk_mr*)junk_mr, &req) == -EINVAL && !req);
+  LB_EXPECT(o->isend(NULL, buf, 10, 5, NULL, &req) == -EINVAL && !req);
+  LB_EXPECT(o->isend(ctx->comm, buf, (size_t)-1, 5, NULL, &req) == -EINVAL && !req);
+  /* wait for the receive to be posted, then try too much, then the right size */
+  int rc;
+  while ((rc = o->isend(ctx->comm, buf, 200, 5, NULL, &req)) == 0 && !req) {}
+  LB_EXPECT(rc == -EMSGSIZE && !req);
+  LB_EXPECT(o->isend(ctx->comm, buf, 100, 6, NULL, &req) == -EINVAL && !req); /* no such tag */
+  LB_OK(lb_send(ctx, buf, 100, 5, NULL, &req));
+  LB_OK(lb_wait(ctx, req, NULL));
+  lb_tell(ctx, 2);
+  return lb_close(ctx);
+}
+
+const struct lb_case lb_cases_lifecycle[] = {
+    {"reconnect_on_same_listen_comm_and_close_in_flight", reconnect_recv, reconnect_send, 30, 0},
+    {"killed_peer_gives_econnreset_within_bound", killed_recv, killed_send, 40, 1},
+    {"connect_times_out_when_never_accepted", timeout_recv, timeout_send, 30, 0},
+    {"bad_arguments_einval_nothing_written", badargs_recv, badargs_send, 30, 0},
+    {NULL, NULL, NULL, 0, 0},
+};

@@ -1,0 +1,166 @@
+/*
+ * Private structures of the libfabric transport. Object model (DESIGN.md "Transports"):
+ * device = one fabric + domain, opened on first use and shared by its comms, with the
+ * domain's registration cache; comm = one RDM endpoint + CQ + AV of its own (progress of one
+ * comm never contends with another), a mutex (NCCL's service thread may register while the
+ * progress thread sends), and the side-channel socket kept open as dead-peer detector.
+ */
+#ifndef MK_OFI_H_
+#define MK_OFI_H_
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+
+#include "mr_cache.h"
+#include "proto.h"
+#include "req_pool.h"
+#include "sock.h"
+#include "transport.h"
+
+#define MK_OFI_MAX_DEVS 16
+#define MK_OFI_MAX_P2P_BYTES (1ull << 40) /* 1 TiB cap on what we advertise */
+#define MK_OFI_FALLBACK_SPEED_MBPS 10000   /* NCCL's socket transport assumes the same */
+#define MK_OFI_BYE_GRACE_NS 1000000000ull  /* after "bye", in-flight data may still land */
+#define MK_OFI_PEER_CHECK_NS 1000000ull    /* dead-peer check at most once per ms */
+
+/* The libfabric functions we call by symbol: everything else goes through the providers'
+ * ops tables (the header's inline helpers), so the .so has no load-time link to libfabric. */
+struct ofi_syms {
+  void* lib;
+  int (*getinfo)(uint32_t version, const char* node, const char* service, uint64_t flags,
+                 const struct fi_info* hints, struct fi_info** info);
+  void (*freeinfo)(struct fi_info* info);
+  struct fi_info* (*dupinfo)(const struct fi_info* info);
+  int (*fabric)(struct fi_fabric_attr* attr, struct fid_fabric** fabric, void* context);
+  const char* (*strerror)(int errnum);
+  uint32_t (*version)(void);
+};
+extern struct ofi_syms ofi_sym;
+int ofi_syms_load(void);
+void ofi_syms_unload(void);
+/* fi_allocinfo() is an inline calling fi_dupinfo: this is the same through the table. */
+static inline struct fi_info* ofi_allocinfo(void) { return ofi_sym.dupinfo(NULL); }
+
+struct ofi_dev {
+  struct fi_info* info; /* this device's entry (our own copy) */
+  char name[64];
+  pthread_mutex_t lock; /* opening the domain */
+  struct fid_fabric* fabric;
+  struct fid_domain* domain;
+  struct mk_mr_cache mr_cache;
+  uint64_t next_key;    /* user-chosen MR keys when the provider does not pick them */
+  /* What the provider reported, which drives behaviour. */
+  int mr_local, mr_virt_addr, mr_prov_key, mr_allocated, hmem, delivery_complete;
+  size_t max_msg_size;
+};
+
+struct ofi_state {
+  uint32_t api_version;
+  int ndev;
+  struct ofi_dev devs[MK_OFI_MAX_DEVS];
+};
+extern struct ofi_state ofi;
+
+int ofi_dev_open(struct ofi_dev* dev);
+
+struct ofi_req;
+
+/* What a completion means; one per posted libfabric operation. */
+enum ofi_op_kind { OFI_OP_SEND, OFI_OP_RECV, OFI_OP_CTS_SEND, OFI_OP_CTRL_RECV, OFI_OP_PUT,
+                   OFI_OP_SIGNAL };
+
+struct ofi_op {
+  struct fi_context2 ctx; /* first: libfabric hands this pointer back in the CQ entry */
+  struct ofi_req* req;    /* NULL for the send comm's control receives */
+  uint8_t kind;
+  uint8_t idx;
+};
+
+enum ofi_req_kind { OFI_REQ_SEND, OFI_REQ_RECV, OFI_REQ_PUT };
+
+struct ofi_req {
+  struct mk_request base;
+  int kind;
+  int pending;                 /* posted operations without a completion yet */
+  int error;                   /* first error reported by a completion */
+  int n;
+  size_t sizes[MK_MAX_RECVS];  /* recv: bytes that landed; send/put: bytes sent */
+  struct ofi_op ops[MK_MAX_RECVS + 1];
+  struct mk_ofi_cts cts;       /* recv: the clear-to-send we post (lives until it completes) */
+  uint64_t signal_value;       /* put_signal: the 8 bytes written after the data */
+  uint64_t signal_addr, signal_key;
+  uint64_t flags;              /* FI_DELIVERY_COMPLETE when the provider has it */
+  int signal_waiting;          /* put_signal: data done, signal not posted yet (EAGAIN) */
+  int cts_waiting;             /* recv: clear-to-send not posted yet (EAGAIN) */
+};
+
+struct ofi_ctrl_buf {
+  struct ofi_op op;
+  struct mk_ofi_cts cts;
+};
+
+/* A clear-to-send the sender has received, indexed by seq % MK_MAX_REQUESTS. */
+struct ofi_cts_slot {
+  int valid;
+  uint32_t matched; /* bit i: entry i has been given a send */
+  struct mk_ofi_cts cts;
+};
+
+struct ofi_comm {
+  struct mk_comm base;
+  int is_send;
+  struct ofi_dev* dev;
+  pthread_mutex_t lock;
+  struct fid_ep* ep;
+  struct fid_cq* cq;
+  struct fid_av* av;
+  fi_addr_t peer;
+  uint8_t addr[MK_OFI_ADDR_MAX];
+  size_t addr_len;
+  int sock;
+  int error;                  /* sticky: once the peer is gone every op returns it */
+  enum mk_peer_state peer_state;
+  uint64_t last_check_ns, bye_ns;
+  struct mk_req_pool pool;
+  struct fid_mr* pool_mr;     /* FI_MR_LOCAL: our own buffers inside requests */
+  void* pool_desc;
+  uint32_t seq;               /* recv: next receive; send: receive the next send goes to */
+  struct ofi_ctrl_buf* ctrl;  /* send: MK_MAX_REQUESTS posted clear-to-send receives */
+  struct fid_mr* ctrl_mr;
+  void* ctrl_desc;
+  uint32_t ctrl_unposted;     /* bit k: ctrl[k] could not be reposted yet (EAGAIN) */
+  int signals_waiting;        /* put_signal requests whose signal write got EAGAIN */
+  int cts_waiting;            /* receive requests whose clear-to-send got EAGAIN */
+  struct ofi_cts_slot slots[MK_MAX_REQUESTS];
+};
+
+/* ofi_ep.c: a comm's endpoint resources. */
+int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out);
+void ofi_comm_destroy(struct ofi_comm* c);
+int ofi_comm_set_peer(struct ofi_comm* c, const uint8_t* addr, size_t len);
+int ofi_ctrl_post(struct ofi_comm* c, unsigned k);
+uint64_t ofi_now_ns(void);
+/* ofi_cq.c: reads the CQ and dispatches completions; returns how many it handled. */
+int ofi_cq_progress(struct ofi_comm* c);
+/* Rate-limited dead-peer check for an op that is waiting; returns c->error. */
+int ofi_peer_check(struct ofi_comm* c);
+/* ofi_rma.c: the signal write of a put_signal, once its data write has completed. */
+int ofi_signal_post(struct ofi_comm* c, struct ofi_req* r);
+/* ofi_rma.c: registrations. */
+void* ofi_mr_desc(struct mk_mr* mr);
+int ofi_mr_check(struct ofi_comm* c, struct mk_mr* mr, const void* data, size_t size);
+/* ofi_data.c */
+void ofi_req_release(struct ofi_comm* c, struct ofi_req* r);
+int ofi_cts_post(struct ofi_comm* c, struct ofi_req* r);
+
+static inline int ofi_rc(ssize_t fi_rc) { return fi_rc < 0 ? (int)fi_rc : 0; }
+
+#endif /* MK_OFI_H_ */

@@ -1,0 +1,283 @@
+/*
+ * Connection setup over a TCP side channel: listen puts {address, nonce} into the handle;
+ * connect and accept are non-blocking state machines that exchange one hello each way
+ * {magic, version, nonce, fabric address} and insert the peer into the comm's AV. The
+ * socket then stays open for the comm's lifetime: EOF without "bye" means the peer died.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "handle.h"
+#include "mk_err.h"
+#include "mk_log.h"
+#include "mk_param.h"
+#include "ofi.h"
+
+#define OFI_LISTEN_MAGIC 0x4c494f46u /* "FOIL" */
+
+struct ofi_handshake {
+  int fd;
+  int connecting;  /* connector: TCP connect still in progress */
+  int out_ready;   /* acceptor: our hello is prepared once the peer's arrived */
+  struct mk_ofi_hello out, in;
+  size_t out_off, in_off;
+  uint64_t nonce, deadline_ns;
+  struct ofi_comm* comm;
+};
+
+struct ofi_listen {
+  uint32_t magic;
+  int dev;
+  int fd;
+  uint64_t nonce;
+  struct ofi_handshake* hs; /* the accept in progress, if any */
+};
+
+/* In-progress connects, keyed by the caller's handle buffer (NCCL calls connect again with
+ * the same buffer until it returns a comm). */
+struct ofi_pending {
+  const void* handle;
+  struct mk_handle decoded;
+  struct ofi_handshake* hs;
+  struct ofi_pending* next;
+};
+static struct ofi_pending* pending_head;
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct ofi_handshake* ofi_hs_new(int fd, struct ofi_comm* c, uint64_t nonce, int connector) {
+  struct ofi_handshake* hs = calloc(1, sizeof(*hs));
+  if (!hs) return NULL;
+  hs->fd = fd;
+  hs->comm = c;
+  hs->nonce = nonce;
+  hs->connecting = connector;
+  hs->out_ready = connector;
+  hs->deadline_ns = ofi_now_ns() + (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
+  hs->out = (struct mk_ofi_hello){.magic = MK_OFI_HELLO_MAGIC, .version = MK_OFI_PROTO_VERSION,
+                                  .addr_len = (uint16_t)c->addr_len, .nonce = nonce};
+  memcpy(hs->out.addr, c->addr, c->addr_len);
+  return hs;
+}
+
+static void ofi_hs_free(struct ofi_handshake* hs, int keep) {
+  if (!hs) return;
+  if (!keep) {
+    if (hs->fd >= 0) close(hs->fd);
+    ofi_comm_destroy(hs->comm);
+  }
+  free(hs);
+}
+
+static int ofi_hello_check(const struct ofi_handshake* hs) {
+  const struct mk_ofi_hello* h = &hs->in;
+  if (h->magic != MK_OFI_HELLO_MAGIC || h->nonce != hs->nonce) {
+    MK_WARN("ofi: a connection with a foreign hello (not our peer) was dropped");
+    return -EBADMSG;
+  }
+  if (h->version != MK_OFI_PROTO_VERSION) {
+    MK_WARN("ofi: peer speaks protocol %u, we speak %d", h->version, MK_OFI_PROTO_VERSION);
+    return -EPROTO;
+  }
+  return h->addr_len && h->addr_len <= MK_OFI_ADDR_MAX ? 0 : -EBADMSG;
+}
+
+/* 1: handshake complete, 0: call again, <0: failed. */
+static int ofi_hs_step(struct ofi_handshake* hs) {
+  int rc;
+  if (hs->connecting) {
+    rc = mk_sock_connect_poll(hs->fd);
+    if (rc < 0) return rc;
+    if (rc == 0) goto wait;
+    hs->connecting = 0;
+  }
+  if (hs->in_off < sizeof(hs->in)) {
+    rc = mk_sock_recv_some(hs->fd, &hs->in, sizeof(hs->in), &hs->in_off);
+    if (rc < 0) return rc;
+    if (rc == 1) {
+      MK_CHECK(ofi_hello_check(hs));
+      MK_CHECK(ofi_comm_set_peer(hs->comm, hs->in.addr, hs->in.addr_len));
+      hs->out_ready = 1; /* the acceptor answers once it knows who called */
+    }
+  }
+  if (hs->out_ready) MK_CHECK(mk_sock_send_some(hs->fd, &hs->out, sizeof(hs->out), &hs->out_off));
+  if (hs->in_off == sizeof(hs->in) && hs->out_off == sizeof(hs->out)) return 1;
+wait:
+  if (ofi_now_ns() > hs->deadline_ns) {
+    MK_WARN("ofi: connection handshake did not finish within NCCL_MK_CONNECT_TIMEOUT_MS=%lld",
+            (long long)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS));
+    return -ETIMEDOUT;
+  }
+  return 0;
+}
+
+static int ofi_dev_get(int dev, struct ofi_dev** out) {
+  if (dev < 0 || dev >= ofi.ndev) {
+    MK_WARN("ofi: device %d does not exist (%d devices)", dev, ofi.ndev);
+    return -EINVAL;
+  }
+  *out = &ofi.devs[dev];
+  return 0;
+}
+
+int ofi_listen(int dev, void* handle, void** listen_comm) {
+  struct ofi_dev* d;
+  if (!handle || !listen_comm) return -EINVAL;
+  *listen_comm = NULL;
+  MK_CHECK(ofi_dev_get(dev, &d));
+  struct mk_handle h;
+  struct sockaddr_storage addr;
+  MK_CHECK(mk_sock_pick_addr(&addr, NULL, 0));
+  struct ofi_listen* lc = calloc(1, sizeof(*lc));
+  if (!lc) return -ENOMEM;
+  int rc;
+  MK_CHECK_GOTO(mk_sock_listen(&addr, &lc->fd, &h.addr), rc, fail);
+  if (getrandom(&lc->nonce, sizeof(lc->nonce), 0) != sizeof(lc->nonce))
+    lc->nonce = ofi_now_ns() ^ ((uint64_t)getpid() << 32);
+  h.nonce = lc->nonce;
+  MK_CHECK_GOTO(mk_handle_encode(&h, handle, MK_HANDLE_MAX), rc, fail_fd);
+  lc->magic = OFI_LISTEN_MAGIC;
+  lc->dev = dev;
+  *listen_comm = lc;
+  return 0;
+fail_fd:
+  close(lc->fd);
+fail:
+  free(lc);
+  return rc;
+}
+
+static struct ofi_pending* ofi_pending_take(const void* handle) {
+  pthread_mutex_lock(&pending_lock);
+  struct ofi_pending* p = NULL;
+  for (struct ofi_pending** pp = &pending_head; *pp; pp = &(*pp)->next) {
+    if ((*pp)->handle != handle) continue;
+    p = *pp;
+    *pp = p->next;
+    break;
+  }
+  pthread_mutex_unlock(&pending_lock);
+  return p;
+}
+
+static void ofi_pending_put(struct ofi_pending* p) {
+  pthread_mutex_lock(&pending_lock);
+  p->next = pending_head;
+  pending_head = p;
+  pthread_mutex_unlock(&pending_lock);
+}
+
+static int ofi_connect_start(struct ofi_dev* d, const void* handle, const struct mk_handle* h,
+                             struct ofi_pending** out) {
+  struct ofi_comm* c = NULL;
+  int fd = -1, rc;
+  struct ofi_pending* p = calloc(1, sizeof(*p));
+  if (!p) return -ENOMEM;
+  MK_CHECK_GOTO(ofi_comm_create(d, 1, &c), rc, fail);
+  MK_CHECK_GOTO(mk_sock_connect_start(&h->addr, &fd), rc, fail);
+  p->hs = ofi_hs_new(fd, c, h->nonce, 1);
+  if (!p->hs) {
+    rc = -ENOMEM;
+    goto fail;
+  }
+  p->handle = handle;
+  p->decoded = *h;
+  *out = p;
+  return 0;
+fail:
+  if (fd >= 0) close(fd);
+  ofi_comm_destroy(c);
+  free(p);
+  return rc;
+}
+
+int ofi_connect(int dev, const void* handle, int traffic_class, struct mk_comm** send_comm) {
+  struct ofi_dev* d;
+  struct mk_handle h;
+  if (!handle || !send_comm) return -EINVAL;
+  *send_comm = NULL;
+  MK_CHECK(ofi_dev_get(dev, &d));
+  MK_CHECK(mk_handle_decode(handle, MK_HANDLE_MAX, &h));
+  struct ofi_pending* p = ofi_pending_take(handle);
+  if (p && (p->decoded.nonce != h.nonce || memcmp(&p->decoded.addr, &h.addr, sizeof(h.addr)))) {
+    ofi_hs_free(p->hs, 0); /* the buffer now holds another handle: start over */
+    free(p);
+    p = NULL;
+  }
+  if (!p) MK_CHECK(ofi_connect_start(d, handle, &h, &p));
+  int rc = ofi_hs_step(p->hs);
+  if (rc == 0) {
+    ofi_pending_put(p);
+    return 0;
+  }
+  if (rc == 1) {
+    p->hs->comm->sock = p->hs->fd;
+    *send_comm = &p->hs->comm->base;
+  } else {
+    MK_WARN("ofi connect: handshake with the listener failed: %s", strerror(-rc));
+  }
+  ofi_hs_free(p->hs, rc == 1);
+  free(p);
+  return rc < 0 ? rc : 0;
+}
+
+/* An accepted socket: build the receive comm and start its handshake. */
+static int ofi_accept_start(struct ofi_listen* lc, int fd) {
+  struct ofi_comm* c = NULL;
+  int rc = ofi_comm_create(&ofi.devs[lc->dev], 0, &c);
+  if (rc == 0) {
+    lc->hs = ofi_hs_new(fd, c, lc->nonce, 0);
+    if (lc->hs) return 0;
+    rc = -ENOMEM;
+  }
+  ofi_comm_destroy(c);
+  close(fd);
+  return rc;
+}
+
+int ofi_accept(void* listen_comm, struct mk_comm** recv_comm) {
+  struct ofi_listen* lc = listen_comm;
+  if (!lc || lc->magic != OFI_LISTEN_MAGIC || !recv_comm) return -EINVAL;
+  *recv_comm = NULL;
+  if (!lc->hs) {
+    int fd;
+    MK_CHECK(mk_sock_accept(lc->fd, &fd));
+    if (fd < 0) return 0;
+    MK_CHECK(ofi_accept_start(lc, fd));
+  }
+  int rc = ofi_hs_step(lc->hs);
+  if (rc == 0) return 0;
+  if (rc == 1) {
+    lc->hs->comm->sock = lc->hs->fd;
+    *recv_comm = &lc->hs->comm->base;
+  }
+  ofi_hs_free(lc->hs, rc == 1);
+  lc->hs = NULL;
+  /* Something that is not our peer dialled the port: drop it and keep listening. */
+  if (rc == -EBADMSG || rc == -ECONNRESET) return 0;
+  return rc < 0 ? rc : 0;
+}
+
+int ofi_close_listen(void* listen_comm) {
+  struct ofi_listen* lc = listen_comm;
+  if (!lc || lc->magic != OFI_LISTEN_MAGIC) return -EINVAL;
+  ofi_hs_free(lc->hs, 0);
+  close(lc->fd);
+  lc->magic = 0;
+  free(lc);
+  return 0;
+}
+
+int ofi_close(struct mk_comm* comm) {
+  struct ofi_comm* c = (struct ofi_comm*)comm;
+  if (!comm || comm->ops != &mk_ofi_ops) return -EINVAL;
+  uint32_t inflight = mk_req_pool_in_use(&c->pool);
+  if (inflight)
+    MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: closing a comm with %u requests in flight (cancelled)",
+            inflight);
+  mk_sock_close_graceful(c->sock); /* "bye": the peer lets in-flight data drain */
+  c->sock = -1;
+  ofi_comm_destroy(c);
+  return 0;
+}

@@ -1,0 +1,126 @@
+/* A comm's own endpoint, CQ, AV, request pool and (send side) control-message ring. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mk_err.h"
+#include "mk_log.h"
+#include "ofi.h"
+
+#define OFI_CQ_SIZE 4096 /* > every operation a comm can have posted at once */
+
+uint64_t ofi_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* FI_MR_LOCAL: buffers we hand to the provider ourselves need a descriptor too. */
+static int ofi_internal_reg(struct ofi_comm* c, void* buf, size_t len, struct fid_mr** mr,
+                            void** desc) {
+  if (!c->dev->mr_local) return 0;
+  uint64_t key = __atomic_fetch_add(&c->dev->next_key, 1, __ATOMIC_RELAXED);
+  int rc = fi_mr_reg(c->dev->domain, buf, len, FI_SEND | FI_RECV | FI_WRITE, 0, key, 0, mr, NULL);
+  if (rc != 0) {
+    MK_WARN("ofi: cannot register internal buffers: %s", ofi_sym.strerror(-rc));
+    return rc;
+  }
+  *desc = fi_mr_desc(*mr);
+  return 0;
+}
+
+static int ofi_ep_open(struct ofi_comm* c) {
+  struct ofi_dev* dev = c->dev;
+  struct fi_cq_attr cq_attr = {.size = OFI_CQ_SIZE, .format = FI_CQ_FORMAT_TAGGED,
+                               .wait_obj = FI_WAIT_NONE};
+  struct fi_av_attr av_attr = {.type = FI_AV_TABLE, .count = 4};
+  int rc = fi_endpoint(dev->domain, dev->info, &c->ep, NULL);
+  if (rc == 0) rc = fi_cq_open(dev->domain, &cq_attr, &c->cq, NULL);
+  if (rc == 0) rc = fi_av_open(dev->domain, &av_attr, &c->av, NULL);
+  if (rc == 0) rc = fi_ep_bind(c->ep, &c->cq->fid, FI_TRANSMIT | FI_RECV);
+  if (rc == 0) rc = fi_ep_bind(c->ep, &c->av->fid, 0);
+  if (rc == 0) rc = fi_enable(c->ep);
+  c->addr_len = sizeof(c->addr);
+  if (rc == 0) rc = fi_getname(&c->ep->fid, c->addr, &c->addr_len);
+  if (rc != 0) MK_WARN("ofi dev %s: cannot open an endpoint: %s", dev->name, ofi_sym.strerror(-rc));
+  return rc;
+}
+
+int ofi_ctrl_post(struct ofi_comm* c, unsigned k) {
+  struct ofi_ctrl_buf* b = &c->ctrl[k];
+  b->op.req = NULL;
+  b->op.kind = OFI_OP_CTRL_RECV;
+  b->op.idx = (uint8_t)k;
+  ssize_t rc = fi_trecv(c->ep, &b->cts, sizeof(b->cts), c->ctrl_desc, FI_ADDR_UNSPEC,
+                        MK_OFI_TAG_CTRL, 0, &b->op.ctx);
+  if (rc == -FI_EAGAIN) {
+    c->ctrl_unposted |= 1u << k;
+    return 0;
+  }
+  c->ctrl_unposted &= ~(1u << k);
+  if (rc != 0) MK_WARN("ofi: cannot post a control receive: %s", ofi_sym.strerror((int)-rc));
+  return ofi_rc(rc);
+}
+
+static int ofi_ctrl_setup(struct ofi_comm* c) {
+  size_t len = sizeof(struct ofi_ctrl_buf) * MK_MAX_REQUESTS;
+  c->ctrl = calloc(1, len);
+  if (!c->ctrl) return -ENOMEM;
+  MK_CHECK(ofi_internal_reg(c, c->ctrl, len, &c->ctrl_mr, &c->ctrl_desc));
+  for (unsigned k = 0; k < MK_MAX_REQUESTS; k++) MK_CHECK(ofi_ctrl_post(c, k));
+  return 0;
+}
+
+int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
+  int rc;
+  *out = NULL;
+  MK_CHECK(ofi_dev_open(dev));
+  struct ofi_comm* c = calloc(1, sizeof(*c));
+  if (!c) return -ENOMEM;
+  c->base.ops = &mk_ofi_ops;
+  c->base.dev = (int)(dev - ofi.devs);
+  c->is_send = is_send;
+  c->dev = dev;
+  c->sock = -1;
+  c->peer = FI_ADDR_NOTAVAIL;
+  pthread_mutex_init(&c->lock, NULL);
+  uint32_t nreq = is_send ? MK_MAX_REQUESTS * MK_MAX_RECVS : MK_MAX_REQUESTS;
+  MK_CHECK_GOTO(mk_req_pool_init(&c->pool, nreq, sizeof(struct ofi_req)), rc, fail);
+  MK_CHECK_GOTO(ofi_ep_open(c), rc, fail);
+  MK_CHECK_GOTO(ofi_internal_reg(c, c->pool.slots, c->pool.slot_size * nreq, &c->pool_mr,
+                                 &c->pool_desc), rc, fail);
+  if (is_send) MK_CHECK_GOTO(ofi_ctrl_setup(c), rc, fail);
+  *out = c;
+  return 0;
+fail:
+  ofi_comm_destroy(c);
+  return rc;
+}
+
+/* Reverse order of creation. Closing the endpoint first discards whatever is still posted,
+ * so no provider write can land in memory freed below. */
+void ofi_comm_destroy(struct ofi_comm* c) {
+  if (!c) return;
+  if (c->ep) fi_close(&c->ep->fid);
+  if (c->ctrl_mr) fi_close(&c->ctrl_mr->fid);
+  if (c->pool_mr) fi_close(&c->pool_mr->fid);
+  if (c->av) fi_close(&c->av->fid);
+  if (c->cq) fi_close(&c->cq->fid);
+  free(c->ctrl);
+  mk_req_pool_fini(&c->pool);
+  if (c->sock >= 0) close(c->sock);
+  pthread_mutex_destroy(&c->lock);
+  free(c);
+}
+
+int ofi_comm_set_peer(struct ofi_comm* c, const uint8_t* addr, size_t len) {
+  if (len == 0 || len > MK_OFI_ADDR_MAX) return -EBADMSG;
+  int n = fi_av_insert(c->av, addr, 1, &c->peer, 0, NULL);
+  if (n != 1) {
+    MK_WARN("ofi: cannot insert the peer's fabric address (%s)",
+            ofi_sym.strerror(n < 0 ? -n : FI_EINVAL));
+    return n < 0 ? n : -EIO;
+  }
+  return 0;
+}
