@@ -15,13 +15,14 @@ extern "C" {
 #include "mk_log.h"
 }
 
-/* The compiled configurations. Default: 128x256x64 tiles, 4 stages, epilogue in 128-column
- * passes, one wgmma group in flight, clusters of 2 CTAs sharing B; the single-CTA form serves
- * calls with ready flags. The others exist for gemm_perf's A/B runs (gemm_tune.h). */
-typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1, 2> mk_gemm_default_cfg; /* clusters of 2 along M */
-typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1, 1> mk_gemm_single_cfg;  /* with ready flags */
-typedef mk_gemm_cfg<128, 256, 64, 4, 128, 0, 1> mk_gemm_cfg_wait0;
-typedef mk_gemm_cfg<128, 256, 64, 3, 256, 1, 1> mk_gemm_cfg_3stage;
+/* The compiled configurations. Default: 128x256x64 tiles, 3 stages, one wgmma group in flight,
+ * one CTA per cluster, the epilogue written out by the producer warp group's spare warps while
+ * the consumers start the next tile (measured best: bench/NOTES.md "GEMM core"). The others
+ * stay for gemm_perf's A/B runs and are tested through MK_GEMM_VARIANT (gemm_tune.h). */
+typedef mk_gemm_cfg<128, 256, 64, 3, 256, 1, 1, 1> mk_gemm_default_cfg; /* overlapped epilogue */
+typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1, 1, 0> mk_gemm_cfg_sync1;   /* epilogue by the consumers */
+typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1, 2, 0> mk_gemm_cfg_sync2;   /* same, clusters of 2 */
+typedef mk_gemm_cfg<128, 256, 64, 3, 256, 1, 2, 1> mk_gemm_cfg_async2;
 
 #define MK_GEMM_DEFAULT_TIMEOUT_MS 30000u
 #define MK_GEMM_DEFAULT_GROUP_M 8
@@ -237,16 +238,17 @@ static int gemm_use_pairs(const struct mk_gemm_args* a) {
 }
 
 extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream) {
-  if (gemm_use_pairs(a)) return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream);
-  return gemm_launch_cfg<mk_gemm_single_cfg>(a, stream);
+  return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream);
 }
 
 extern "C" int mk_gemm_launch_variant(const struct mk_gemm_args* a, cudaStream_t stream, int variant) {
   switch (variant) {
-    case 0: return mk_gemm_launch(a, stream);
-    case 1: return gemm_launch_cfg<mk_gemm_single_cfg>(a, stream);
-    case 2: return gemm_launch_cfg<mk_gemm_cfg_wait0>(a, stream);
-    case 3: return gemm_launch_cfg<mk_gemm_cfg_3stage>(a, stream);
+    case 0: return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream);
+    case 1: return gemm_launch_cfg<mk_gemm_cfg_sync1>(a, stream);
+    case 2: return gemm_use_pairs(a) ? gemm_launch_cfg<mk_gemm_cfg_sync2>(a, stream)
+                                     : gemm_launch_cfg<mk_gemm_cfg_sync1>(a, stream);
+    case 3: return gemm_use_pairs(a) ? gemm_launch_cfg<mk_gemm_cfg_async2>(a, stream)
+                                     : gemm_launch_cfg<mk_gemm_default_cfg>(a, stream);
     default: return -EINVAL;
   }
 }
@@ -262,7 +264,6 @@ extern "C" int mk_gemm_prepare(void) {
     return -ENOTSUP;
   }
   cudaError_t e = gemm_prepare_cfg<mk_gemm_default_cfg>(sms, &n);
-  if (e == cudaSuccess) e = gemm_prepare_cfg<mk_gemm_single_cfg>(sms, &n);
   if (e != cudaSuccess) {
     MK_WARN("mk_gemm_prepare: %s", cudaGetErrorString(e));
     return -EIO;

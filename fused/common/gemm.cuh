@@ -39,10 +39,15 @@ struct mk_gemm_params {
  * stage of K-block kb is released once kb+1's group is issued, so issue never stalls. */
 /* CLUSTER_M: CTAs per cluster along M (1 or 2); a pair shares its B tile, each CTA loading
  * half of it and multicasting it to both, which halves B's L2-to-SM traffic. */
-template <int BM_, int BN_, int BK_, int STAGES_, int EPI_COLS_, int MMA_INFLIGHT_, int CLUSTER_M_>
+/* ASYNC_EPI: the consumers only convert the tile into shared memory and go on to the next
+ * tile; warps 1-3 of the producer warp group write it out (and raise its flag), so global
+ * stores overlap the next tile's wgmma. Needs the whole tile staged (EPI_COLS == BN). */
+template <int BM_, int BN_, int BK_, int STAGES_, int EPI_COLS_, int MMA_INFLIGHT_, int CLUSTER_M_, int ASYNC_EPI_>
 struct mk_gemm_cfg {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_, EPI_COLS = EPI_COLS_;
-  static constexpr int MMA_INFLIGHT = MMA_INFLIGHT_, CLUSTER_M = CLUSTER_M_;
+  static constexpr int MMA_INFLIGHT = MMA_INFLIGHT_, CLUSTER_M = CLUSTER_M_, ASYNC_EPI = ASYNC_EPI_;
+  static_assert(!ASYNC_EPI || EPI_COLS == BN, "the storer warps take whole tiles");
+  static constexpr int STORER_THREADS = 96;
   static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of 1 or 2 CTAs along M");
   static constexpr int B_ROWS_PER_CTA = BN / CLUSTER_M; /* rows of the B tile each CTA loads */
   static_assert(MMA_INFLIGHT == 0 || MMA_INFLIGHT == 1, "0 or 1 wgmma group in flight");
@@ -54,7 +59,7 @@ struct mk_gemm_cfg {
   static constexpr int OFF_B = STAGES * A_STAGE;
   static constexpr int OFF_C = OFF_B + STAGES * B_STAGE;
   static constexpr int OFF_BAR = OFF_C + CONSUMERS * C_STAGE_WG;
-  static constexpr int SMEM_USED = OFF_BAR + 2 * STAGES * 8 + 16;
+  static constexpr int SMEM_USED = OFF_BAR + (2 * STAGES + 2 * CONSUMERS) * 8 + 16;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
   static_assert(BM == 64 * CONSUMERS, "each consumer warp group owns 64 rows");
   static_assert(BN == 256 || BN == 128, "wgmma wrappers exist for n = 128 and 256");
@@ -214,6 +219,67 @@ __device__ __forceinline__ void gemm_raise_tile_flag(const struct mk_tile& t, co
   if (threadIdx.x == 128) red_release_sys_add_u64(p.tile_flags + t.linear, 1);
 }
 
+/* ASYNC_EPI, consumer side: the whole 64 x BN bf16 tile into the swizzled staging buffer,
+ * once the storer warps have finished reading the previous one. */
+template <class Cfg>
+__device__ __forceinline__ void gemm_stage_tile(const float* acc, uint8_t* cstage, uint64_t* c_full, uint64_t* c_empty,
+                                                uint32_t c_phase) {
+  const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  const int r0 = warp * 16 + (lane >> 2);
+  const uint32_t base = smem_addr(cstage);
+  mbarrier_wait_parity(c_empty, c_phase ^ 1);
+#pragma unroll
+  for (int j = 0; j < Cfg::BN / 8; j++) {
+    const int col = j * 8 + (lane & 3) * 2;
+    st_shared_b32(base + stage_offset(r0, col), pack_bf16x2(acc[4 * j], acc[4 * j + 1]));
+    st_shared_b32(base + stage_offset(r0 + 8, col), pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
+  }
+  mbarrier_arrive(c_full); /* release: our shared stores happen before the storers' reads */
+}
+
+/* ASYNC_EPI, storer side (warps 1-3 of warp group 0): walk the same tiles, write each
+ * consumer's staged half out with 16-byte stores (clipped), hand the buffer back, and raise the
+ * tile's flag once both halves are visible at system scope. */
+template <class Cfg>
+__device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint8_t* smem, uint64_t* c_full,
+                                            uint64_t* c_empty, volatile uint32_t* abort_flag) {
+  if (p.epilogue == MK_GEMM_ADD_F32) return;
+  struct mk_sched s;
+  const int rank = Cfg::CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;
+  sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
+             p.row_block_order);
+  const int stid = threadIdx.x - 32, add = p.epilogue == MK_GEMM_ADD_BF16;
+  constexpr int CHUNKS_ROW = Cfg::BN / 8;
+  uint32_t c_phase = 0;
+  struct mk_tile t;
+  const int first_slot = blockIdx.x / Cfg::CLUSTER_M, slot_step = gridDim.x / Cfg::CLUSTER_M;
+  for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
+    if (!t.valid) continue;
+    for (int w = 0; w < Cfg::CONSUMERS; w++) {
+      mbarrier_wait_parity(&c_full[w], c_phase);
+      if (*abort_flag == (uint32_t)id + 1) return;
+      const uint32_t base = smem_addr(smem + Cfg::OFF_C + w * Cfg::C_STAGE_WG);
+      for (int c = stid; c < 64 * CHUNKS_ROW; c += Cfg::STORER_THREADS) {
+        const int r = c / CHUNKS_ROW, cc = c % CHUNKS_ROW;
+        const int grow = t.row0 + w * 64 + r, gcol = t.col0 + cc * 8;
+        if (grow < t.row_end && gcol < p.n) {
+          const uint4 v = ld_shared_v4_b32(base + stage_offset(r, cc * 8));
+          __nv_bfloat16* dst = (__nv_bfloat16*)p.c + (size_t)grow * p.n + gcol;
+          if (add) red_global_add_noftz_v4_bf16x2(dst, v);
+          else st_global_v4_b32(dst, v);
+        }
+      }
+      mbarrier_arrive(&c_empty[w]);
+    }
+    c_phase ^= 1;
+    if (p.tile_flags) {
+      fence_acq_rel_sys();
+      bar_sync(4, Cfg::STORER_THREADS);
+      if (stid == 0) red_release_sys_add_u64(p.tile_flags + t.linear, 1);
+    }
+  }
+}
+
 /* One arrival per consumer warp on the stage's empty barrier of every CTA of the cluster. */
 template <class Cfg>
 __device__ __forceinline__ void gemm_release_stage(uint64_t* empty_bar) {
@@ -230,8 +296,11 @@ __device__ __forceinline__ void gemm_release_stage(uint64_t* empty_bar) {
 
 template <class Cfg>
 __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_params& p, uint8_t* smem,
-                                              uint64_t* full, uint64_t* empty, volatile uint32_t* abort_flag) {
+                                              uint64_t* full, uint64_t* empty, uint64_t* c_full, uint64_t* c_empty,
+                                              volatile uint32_t* abort_flag) {
   float acc[Cfg::BN / 2];
+  const bool async_epi = Cfg::ASYNC_EPI && p.epilogue != MK_GEMM_ADD_F32; /* fp32 adds go from registers */
+  uint32_t c_phase = 0;
   struct mk_sched s;
   const int rank = Cfg::CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;
   sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
@@ -248,7 +317,13 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
     /* NOTES: checked outside the K loop, where no wgmma is in flight; inside it, ptxas
      * injects a warpgroup.wait (C7517) that serialises the wgmma groups. */
     mbarrier_wait_parity(&full[stage], phase);
-    if (*abort_flag == (uint32_t)id + 1) return; /* see gemm_producer */
+    if (*abort_flag == (uint32_t)id + 1) { /* see gemm_producer */
+      if (async_epi) { /* tell the storer warps too, once they are done with our last tile */
+        mbarrier_wait_parity(&c_empty[wg], c_phase ^ 1);
+        mbarrier_arrive(&c_full[wg]);
+      }
+      return;
+    }
     for (int kb = 0; kb < p.num_k_blocks; kb++) {
       if (kb > 0) mbarrier_wait_parity(&full[stage], phase);
       wgmma_fence();
@@ -276,6 +351,11 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
     }
     wgmma_fence_operands<Cfg::BN / 2>(acc);
     if (!t.valid) continue; /* a cluster partner past the last row-block */
+    if (async_epi) {
+      gemm_stage_tile<Cfg>(acc, cstage, &c_full[wg], &c_empty[wg], c_phase);
+      c_phase ^= 1;
+      continue;
+    }
     if (p.epilogue == MK_GEMM_ADD_F32) gemm_epilogue_add_f32<Cfg>(acc, t, wg, p);
     else gemm_epilogue_bf16<Cfg>(acc, cstage, t, wg, p);
     if (p.tile_flags) gemm_raise_tile_flag(t, p);
@@ -292,7 +372,9 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
   uint8_t* smem = (uint8_t*)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
   uint64_t* full = (uint64_t*)(smem + Cfg::OFF_BAR);
   uint64_t* empty = full + Cfg::STAGES;
-  volatile uint32_t* abort_flag = (volatile uint32_t*)(empty + Cfg::STAGES);
+  uint64_t* c_full = empty + Cfg::STAGES; /* per consumer: its tile is staged */
+  uint64_t* c_empty = c_full + Cfg::CONSUMERS; /* per consumer: the storers are done with it */
+  volatile uint32_t* abort_flag = (volatile uint32_t*)(c_empty + Cfg::CONSUMERS);
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     prefetch_tensormap(&tmap_a);
@@ -300,6 +382,10 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
     for (int i = 0; i < Cfg::STAGES; i++) {
       mbarrier_init(&full[i], 1);
       mbarrier_init(&empty[i], Cfg::CLUSTER_M * Cfg::CONSUMERS * 4); /* one arrival per consumer warp */
+    }
+    for (int i = 0; i < Cfg::CONSUMERS; i++) {
+      mbarrier_init(&c_full[i], 128);
+      mbarrier_init(&c_empty[i], Cfg::STORER_THREADS);
     }
     *abort_flag = 0;
     fence_mbarrier_init();
@@ -312,9 +398,10 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) gemm_producer<Cfg>(&tmap_a, &tmap_b, p, smem, full, empty, abort_flag);
+    else if (Cfg::ASYNC_EPI && threadIdx.x >= 32) gemm_storer<Cfg>(p, smem, c_full, c_empty, abort_flag);
   } else {
     setmaxnreg_inc<232>();
-    gemm_consumer<Cfg>(wg - 1, p, smem, full, empty, abort_flag);
+    gemm_consumer<Cfg>(wg - 1, p, smem, full, empty, c_full, c_empty, abort_flag);
   }
   /* no CTA leaves while its partner may still multicast into it or arrive on its barriers */
   if (Cfg::CLUSTER_M > 1) barrier_cluster_arrive_wait();

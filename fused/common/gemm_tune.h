@@ -1,4 +1,7 @@
-/* For gemm_perf only: launch one of the compiled configurations by number (see gemm.cu). */
+/* For gemm_perf and the tests only: launch one of the compiled configurations by number.
+ * 0: the default (mk_gemm_launch); 1: epilogue by the consumers, 4 stages; 2: as 1 with 2-CTA
+ * clusters multicasting B; 3: the default with 2-CTA clusters. 2 and 3 fall back to single
+ * CTAs with ready flags or num_sms == 1. */
 #ifndef MK_GEMM_TUNE_H_
 #define MK_GEMM_TUNE_H_
 #include "gemm.h"

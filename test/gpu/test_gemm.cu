@@ -9,11 +9,18 @@
 #include <time.h>
 #include <vector>
 #include "gemm.h"
+#include "gemm_tune.h"
 #include "gemm_check.cuh"
 
 static int failures;
 static uint64_t seed_counter;
 static const double TOL = 1e-2;
+
+/* MK_GEMM_VARIANT=n runs every test on configuration n of gemm.cu (default: mk_gemm_launch). */
+static int test_variant = -1;
+static int gemm_launch(const struct mk_gemm_args* g, cudaStream_t s) {
+  return test_variant < 0 ? mk_gemm_launch(g, s) : mk_gemm_launch_variant(g, s, test_variant);
+}
 
 static uint64_t next_seed(void) { return ++seed_counter * 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL); }
 
@@ -56,7 +63,7 @@ static struct mk_gemm_args problem_args(const struct problem* p) {
   return g;
 }
 static int launch_sync(const struct mk_gemm_args* g) {
-  int rc = mk_gemm_launch(g, 0);
+  int rc = gemm_launch(g, 0);
   if (rc == 0) CUDA_OK(cudaDeviceSynchronize());
   return rc;
 }
@@ -177,9 +184,10 @@ static void test_checker_negative_control(void) {
 
 int main(int argc, char** argv) {
   gpu_or_skip();
+  if (getenv("MK_GEMM_VARIANT")) test_variant = atoi(getenv("MK_GEMM_VARIANT"));
   const char* what = argc > 1 ? argv[1] : "";
   const int large = argc > 2 && !strcmp(argv[2], "large");
-  printf("%s%s\n", what, large ? " (large)" : "");
+  printf("%s%s, configuration %d\n", what, large ? " (large)" : "", test_variant);
   if (!strcmp(what, "odd_shapes")) test_odd_shapes(large);
   else if (!strcmp(what, "cublas")) test_cublas(large);
   else if (!strcmp(what, "negative_control")) test_checker_negative_control();
