@@ -103,6 +103,9 @@ NCCL_MK_API ncclResult_t ncclMkCommGetAsyncError(ncclComm_t comm, ncclResult_t* 
  * a_shard: this rank's rows, [M / nranks, K]; b: [N, K]; c: [M, N].
  * a_gathered: optional ([M, K]); when not NULL it receives the gathered A (backward needs it).
  * M must be a multiple of the number of ranks.
+ * Not between ncclGroupStart and ncclGroupEnd: inside a group NCCL defers its collectives to
+ * ncclGroupEnd (NCCL's rule for every stream operation that depends on one), which would
+ * put the gather after the GEMM. GEMM+ReduceScatter and GEMM+AllReduce may be grouped.
  */
 NCCL_MK_API ncclResult_t ncclMkAllGatherGemm(const void* a_shard, const void* b, void* c,
                                              void* a_gathered, size_t m, size_t n, size_t k,
