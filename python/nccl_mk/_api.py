@@ -40,7 +40,7 @@ def init(group: Optional[dist.ProcessGroup] = None, *, device=None, max_m: Optio
 
     Collective: every rank calls it at the same point. Optional: the first fused call does
     it with the library's defaults. Call it yourself to size the workspaces (max_m = total
-    rows of C, max_n and max_k per rank; defaults 16384, 28672, 28672) and before any CUDA
+    rows of C, max_n and max_k per rank; default: ncclMkConfigDefaults) and before any CUDA
     graph capture, where workspaces cannot be created or grown."""
     _comm.init(group, device, max_m, max_n, max_k, comm_sms, timeout_ms)
 

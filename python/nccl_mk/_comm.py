@@ -113,7 +113,7 @@ def init(group: Optional[dist.ProcessGroup] = None, device=None, max_m: Optional
 
     Collective: every rank of the group calls it (or makes its first fused call) at the
     same point. max_m (total rows of C), max_n and max_k (per rank) size the workspaces;
-    None keeps the library's defaults (16384, 28672, 28672). A second call on a prepared
+    None keeps the library's defaults (ncclMkConfigDefaults). A second call on a prepared
     group returns the existing state if it fits the requested limits."""
     group = resolve_group(group)
     dev = _device_index(device)
