@@ -130,7 +130,9 @@ def load(path: Optional[str] = None) -> ctypes.CDLL:
     candidate that loads. Raises OSError listing every place tried."""
     with _lock:
         if path is not None:
-            path = os.path.abspath(path) if os.sep in path else path
+            # A file (even a bare name in the current folder) by its absolute path; a bare
+            # name that is no file goes to the dynamic linker's search.
+            path = os.path.abspath(path) if os.sep in path or os.path.isfile(path) else path
             if _loaded["lib"] is not None and _loaded["path"] != path:
                 raise OSError(f"nccl_mk: {_loaded['path']} is already loaded; cannot switch "
                               f"to {path} in the same process")
