@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|fused|net|all]
+# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|fused|net|torch|all]
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes, then gemm_perf
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
 #   net:   the net plugin under real NCCL on 2 GPUs (scripts/net-gpu-tests.sh), then
 #          scripts/bench-net.sh
+#   torch: the PyTorch package on 2 GPUs (test/gpu/test_torch_ops.py), then
+#          scripts/bench-torch.py (MK_FUSED_SHAPES=small for M=4096 only)
 # The build is made elsewhere (no GPU needed) and carried: MK_BUILD names it (default build).
 # Logs go to MK_CHECK_LOGS (default $OUT/gpu-check when OUT is set, else /tmp/gpu-check).
 # To add a tier: write a tier_NAME function that calls `step NAME COMMAND...` and add it to
@@ -74,14 +76,25 @@ tier_net() {
   sed -n '/== busbw/,$p' "$LOGS/bench_net.log"
 }
 
+# The PyTorch package (python/nccl_mk) on 2 GPUs, then the head-to-head with PyTorch.
+tier_torch() {
+  step torch_ops python3 test/gpu/test_torch_ops.py
+  local m="2048,4096,8192,16384"
+  [ "${MK_FUSED_SHAPES:-}" = small ] && m="4096"
+  step bench_torch python3 -m torch.distributed.run --nproc-per-node 2 scripts/bench-torch.py \
+    --m "$m" --json "$LOGS/bench_torch.json"
+  grep -E '^ *(op|ag|rs|ar|#) ' "$LOGS/bench_torch.log" || true
+}
+
 tier=${1:-quick}
 case $tier in
   quick) tier_quick ;;
   gemm) tier_gemm ;;
   fused) tier_fused ;;
   net) tier_net ;;
-  all) tier_quick; tier_gemm; tier_fused; tier_net ;;
-  *) echo "usage: $0 [quick|gemm|fused|net|all]" >&2; exit 2 ;;
+  torch) tier_torch ;;
+  all) tier_quick; tier_gemm; tier_fused; tier_net; tier_torch ;;
+  *) echo "usage: $0 [quick|gemm|fused|net|torch|all]" >&2; exit 2 ;;
 esac
 
 echo

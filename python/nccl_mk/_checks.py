@@ -1,0 +1,205 @@
+"""Argument checks for the fused ops, on duck-typed tensor descriptions.
+
+Why a module of its own, with no torch import: the C library rejects bad input too, but only
+with an ncclResult_t and a WARN line in NCCL's log; a Python user needs an exception that
+names the argument, raised before anything is launched. Keeping the rules here, on plain
+shape/dtype/device/pointer facts, lets CI (no torch, no GPU) test every rule.
+
+The rules are those of include/nccl_mk.h: bf16, 2-D row-major (contiguous) tensors on one
+CUDA device, data pointers 16-byte aligned, C = A . B^T with B [N, K] like a Linear weight,
+N and K positive multiples of 8, every dimension below 2^31, M a multiple of the rank count
+where rows are split across ranks.
+"""
+
+from typing import NamedTuple, Optional, Sequence, Tuple
+
+ALIGNMENT = 16
+DIM_MULTIPLE = 8
+MAX_DIM = 2**31 - 1
+SUPPORTED_DTYPE = "bfloat16"
+
+
+class TensorInfo(NamedTuple):
+    """What the checks need to know about one tensor argument."""
+
+    name: str                  # the argument's name, as the user wrote it
+    shape: Tuple[int, ...]
+    dtype: str                 # "bfloat16", "float32", ... (torch's name without "torch.")
+    device: str                # "cuda:0", "cpu", ...
+    contiguous: bool           # row-major with no gaps
+    data_ptr: Optional[int]    # None where unknown (fake tensors): alignment/overlap unchecked
+    itemsize: int = 2
+
+
+class ArgumentError(ValueError):
+    """A bad argument to a fused op; `argument` names it, `op` names the op."""
+
+    def __init__(self, op: str, argument: str, message: str):
+        super().__init__(f"nccl_mk.{op}: {argument}: {message}")
+        self.op = op
+        self.argument = argument
+
+
+def _tensor(op: str, t: TensorInfo) -> None:
+    """Checks one tensor on its own: dtype, device, rank, contiguity, alignment."""
+    if t.dtype != SUPPORTED_DTYPE:
+        raise ArgumentError(op, t.name, f"has dtype {t.dtype}; the fused ops take "
+                            f"{SUPPORTED_DTYPE} only")
+    if not t.device.startswith("cuda"):
+        raise ArgumentError(op, t.name, f"is on {t.device}; the fused ops need CUDA tensors")
+    if len(t.shape) != 2:
+        raise ArgumentError(op, t.name, f"must be 2-D (rows, cols), got shape {tuple(t.shape)}")
+    if not t.contiguous:
+        raise ArgumentError(op, t.name, "is not contiguous (row-major); pass .contiguous() "
+                            "(a weight is passed as [N, K], as stored by Linear, not w.t())")
+    if t.data_ptr is not None and t.data_ptr % ALIGNMENT:
+        raise ArgumentError(op, t.name, f"data pointer {t.data_ptr:#x} is not {ALIGNMENT}-byte "
+                            "aligned (a view that starts at an odd offset?); pass .clone()")
+
+
+def _same_device(op: str, tensors: Sequence[TensorInfo]) -> None:
+    first = tensors[0]
+    for t in tensors[1:]:
+        if t.device != first.device:
+            raise ArgumentError(op, t.name, f"is on {t.device} but {first.name} is on "
+                                f"{first.device}; all tensors must be on one GPU")
+
+
+def _dims(op: str, m: int, n: int, k: int, m_name: str, n_name: str, k_name: str) -> None:
+    """N and K positive multiples of 8, M positive, all below 2^31 (the kernel's int index)."""
+    if m < 1:
+        raise ArgumentError(op, m_name, f"has {m} rows; M must be at least 1")
+    for value, name, what in ((n, n_name, "N"), (k, k_name, "K")):
+        if value < DIM_MULTIPLE or value % DIM_MULTIPLE:
+            raise ArgumentError(op, name, f"{what}={value} must be a positive multiple of "
+                                f"{DIM_MULTIPLE}")
+    for value, name, what in ((m, m_name, "M"), (n, n_name, "N"), (k, k_name, "K")):
+        if value > MAX_DIM:
+            raise ArgumentError(op, name, f"{what}={value} must be below 2^31")
+
+
+def _k_matches(op: str, a: TensorInfo, b: TensorInfo) -> None:
+    if a.shape[1] != b.shape[1]:
+        hint = (" (b looks transposed: pass the weight as [N, K])"
+                if b.shape[0] == a.shape[1] else "")
+        raise ArgumentError(op, b.name, f"has K={b.shape[1]} (shape {tuple(b.shape)}) but "
+                            f"{a.name} has K={a.shape[1]}; b is [N, K]{hint}")
+
+
+def _extent(t: TensorInfo) -> Tuple[int, int]:
+    size = t.itemsize
+    for d in t.shape:
+        size *= d
+    return t.data_ptr, t.data_ptr + size
+
+
+def _output(op: str, out: TensorInfo, expected: Tuple[int, ...],
+            inputs: Sequence[TensorInfo]) -> None:
+    """An output: the tensor rules, the expected shape, and no overlap with any input."""
+    _tensor(op, out)
+    if tuple(out.shape) != tuple(expected):
+        raise ArgumentError(op, out.name, f"has shape {tuple(out.shape)}, expected "
+                            f"{tuple(expected)}")
+    if out.data_ptr is None:
+        return
+    lo, hi = _extent(out)
+    for t in inputs:
+        if t.data_ptr is None:
+            continue
+        t_lo, t_hi = _extent(t)
+        if lo < t_hi and t_lo < hi:
+            raise ArgumentError(op, out.name, f"overlaps {t.name} in memory; outputs must not "
+                                "alias inputs")
+
+
+def _nranks(nranks: int) -> None:
+    if nranks < 1:
+        raise ValueError(f"nccl_mk: the process group has {nranks} ranks")
+
+
+def all_gather_gemm_shapes(a_shard: Sequence[int], b: Sequence[int],
+                           nranks: int) -> Tuple[Tuple[int, int], Tuple[int, int]]:
+    """Shapes of (out, gathered) for AllGather+GEMM: ([M, N], [M, K]), M = rows * nranks."""
+    m = a_shard[0] * nranks
+    return (m, b[0]), (m, a_shard[1])
+
+
+def gemm_reduce_scatter_shape(a: Sequence[int], b: Sequence[int],
+                              nranks: int) -> Tuple[int, int]:
+    """Shape of this rank's output for GEMM+ReduceScatter: [M / nranks, N]."""
+    return a[0] // nranks, b[0]
+
+
+def gemm_all_reduce_shape(a: Sequence[int], b: Sequence[int]) -> Tuple[int, int]:
+    """Shape of the output for GEMM+AllReduce: [M, N] on every rank."""
+    return a[0], b[0]
+
+
+def check_all_gather_gemm(a_shard: TensorInfo, b: TensorInfo, out: Optional[TensorInfo],
+                          gathered: Optional[TensorInfo], nranks: int) -> Tuple[int, int, int]:
+    """Checks AllGather+GEMM's arguments; returns (M, N, K) with M the gathered rows."""
+    op = "all_gather_gemm"
+    _nranks(nranks)
+    for t in (a_shard, b):
+        _tensor(op, t)
+    _same_device(op, [a_shard, b])
+    _k_matches(op, a_shard, b)
+    m, n, k = a_shard.shape[0] * nranks, b.shape[0], b.shape[1]
+    _dims(op, m, n, k, a_shard.name, b.name, b.name)
+    out_shape, gathered_shape = all_gather_gemm_shapes(a_shard.shape, b.shape, nranks)
+    outputs = [t for t in (out, gathered) if t is not None]
+    for t, shape in ((out, out_shape), (gathered, gathered_shape)):
+        if t is not None:
+            _output(op, t, shape, [a_shard, b])
+    if len(outputs) == 2:
+        _output(op, gathered, gathered_shape, [out])
+    _same_device(op, [a_shard] + outputs)
+    return m, n, k
+
+
+def check_gemm_reduce_scatter(a: TensorInfo, b: TensorInfo, out: Optional[TensorInfo],
+                              nranks: int) -> Tuple[int, int, int]:
+    """Checks GEMM+ReduceScatter's arguments; returns (M, N, K), M the rows of a."""
+    op = "gemm_reduce_scatter"
+    _nranks(nranks)
+    for t in (a, b):
+        _tensor(op, t)
+    _same_device(op, [a, b])
+    _k_matches(op, a, b)
+    m, n, k = a.shape[0], b.shape[0], a.shape[1]
+    _dims(op, m, n, k, a.name, b.name, a.name)
+    if m % nranks:
+        raise ArgumentError(op, a.name, f"has M={m} rows, not a multiple of the {nranks} ranks "
+                            "(each rank receives M / nranks rows)")
+    if out is not None:
+        _output(op, out, gemm_reduce_scatter_shape(a.shape, b.shape, nranks), [a, b])
+        _same_device(op, [a, out])
+    return m, n, k
+
+
+def check_gemm_all_reduce(a: TensorInfo, b: TensorInfo,
+                          out: Optional[TensorInfo]) -> Tuple[int, int, int]:
+    """Checks GEMM+AllReduce's arguments; returns (M, N, K)."""
+    op = "gemm_all_reduce"
+    for t in (a, b):
+        _tensor(op, t)
+    _same_device(op, [a, b])
+    _k_matches(op, a, b)
+    m, n, k = a.shape[0], b.shape[0], a.shape[1]
+    _dims(op, m, n, k, a.name, b.name, a.name)
+    if out is not None:
+        _output(op, out, gemm_all_reduce_shape(a.shape, b.shape), [a, b])
+        _same_device(op, [a, out])
+    return m, n, k
+
+
+def check_fits(op: str, m: int, n: int, k: int, max_m: int, max_n: int, max_k: int) -> None:
+    """Inside CUDA graph capture the workspaces cannot grow: the shape must fit the limits
+    given to nccl_mk.init (outside capture the library grows them itself)."""
+    for value, limit, what in ((m, max_m, "m"), (n, max_n, "n"), (k, max_k, "k")):
+        if value > limit:
+            raise ArgumentError(op, what.upper(), f"{what.upper()}={value} exceeds max_{what}="
+                                f"{limit} given to nccl_mk.init, and workspaces cannot grow "
+                                f"inside CUDA graph capture: call nccl_mk.init(group, "
+                                f"max_{what}={value}) before capturing (or run the op once "
+                                "outside capture)")

@@ -1,0 +1,178 @@
+"""The fused ops as torch custom ops (namespace nccl_mk), and the Python functions over them.
+
+Why custom ops: a registered op with a fake (meta) implementation is traced by
+torch.compile as one opaque node with known output shapes, and its real implementation runs
+on the current CUDA stream, so it is captured by CUDA graphs like any kernel. Functional
+ops (new outputs) are what torch.compile prefers; the *_out ops write into caller buffers
+(mutates_args), for users who manage their own memory.
+
+Each real implementation checks every argument (nccl_mk._checks) before calling C, so a
+bad call raises an ArgumentError naming the argument and leaves the outputs untouched.
+Forward only: no autograd formula is registered.
+"""
+
+import ctypes
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _checks, _comm, _lib
+
+
+def _info(name: str, t: Optional[Tensor], fake: bool = False) -> Optional[_checks.TensorInfo]:
+    """The facts the checks need; fake tensors have no data pointer (not checked then)."""
+    if t is None:
+        return None
+    return _checks.TensorInfo(name, tuple(t.shape), str(t.dtype).replace("torch.", ""),
+                              str(t.device), t.is_contiguous(), None if fake else t.data_ptr(),
+                              t.element_size())
+
+
+def _ptr(t: Optional[Tensor]) -> ctypes.c_void_p:
+    return ctypes.c_void_p(t.data_ptr() if t is not None else None)
+
+
+def _stream(device: torch.device) -> ctypes.c_void_p:
+    return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+
+
+def _group_size(group_name: str) -> int:
+    return _comm.group_from_name(group_name).size()
+
+
+def _launch(op: str, c_name: str, a: Tensor, m: int, n: int, k: int, group_name: str, call):
+    """Shared tail of every op: the prepared communicator, the capture limit, the C call on
+    the current stream, the error with the communicator's async state."""
+    group = _comm.group_from_name(group_name)
+    state = _comm.get(group, a.device.index)
+    capturing = _comm.check_capture_fits(state, op, m, n, k)
+    rc = call(ctypes.c_void_p(state.ptr), _stream(a.device))
+    _lib.check(f"nccl_mk.{op} ({c_name})", rc, state.ptr)
+    if not capturing:
+        state.shapes_run.add((op, m, n, k))
+
+
+# ---- AllGather + GEMM --------------------------------------------------------------------
+
+def _all_gather_gemm_into(a_shard: Tensor, b: Tensor, out: Tensor, gathered: Optional[Tensor],
+                          group_name: str) -> None:
+    m, n, k = _checks.check_all_gather_gemm(
+        _info("a_shard", a_shard), _info("b", b), _info("out", out), _info("gathered", gathered),
+        _group_size(group_name))
+    lib = _lib.load()
+    _launch("all_gather_gemm", "ncclMkAllGatherGemm", a_shard, m, n, k, group_name,
+            lambda comm, stream: lib.ncclMkAllGatherGemm(
+                _ptr(a_shard), _ptr(b), _ptr(out), _ptr(gathered), m, n, k,
+                _lib.NCCL_BFLOAT16, comm, stream))
+
+
+@torch.library.custom_op("nccl_mk::all_gather_gemm", mutates_args=())
+def all_gather_gemm_op(a_shard: Tensor, b: Tensor, group_name: str,
+                       return_gathered: bool) -> Tuple[Tensor, Tensor]:
+    """(C [M, N], gathered A [M, K] or an empty tensor) for A_r [M/n, K], B [N, K]."""
+    _checks.check_all_gather_gemm(_info("a_shard", a_shard), _info("b", b), None, None,
+                                  _group_size(group_name))
+    out_shape, gathered_shape = _checks.all_gather_gemm_shapes(a_shard.shape, b.shape,
+                                                               _group_size(group_name))
+    out = a_shard.new_empty(out_shape)
+    gathered = a_shard.new_empty(gathered_shape if return_gathered else (0,))
+    _all_gather_gemm_into(a_shard, b, out, gathered if return_gathered else None, group_name)
+    return out, gathered
+
+
+@all_gather_gemm_op.register_fake
+def _(a_shard, b, group_name, return_gathered):
+    _checks.check_all_gather_gemm(_info("a_shard", a_shard, True), _info("b", b, True), None,
+                                  None, _group_size(group_name))
+    m = a_shard.shape[0] * _group_size(group_name)
+    return (a_shard.new_empty((m, b.shape[0])),
+            a_shard.new_empty((m, a_shard.shape[1]) if return_gathered else (0,)))
+
+
+@torch.library.custom_op("nccl_mk::all_gather_gemm_out", mutates_args=("out", "gathered"))
+def all_gather_gemm_out_op(a_shard: Tensor, b: Tensor, out: Tensor, gathered: Optional[Tensor],
+                           group_name: str) -> None:
+    """Writes C into out and, when given, the gathered A into gathered."""
+    _all_gather_gemm_into(a_shard, b, out, gathered, group_name)
+
+
+@all_gather_gemm_out_op.register_fake
+def _(a_shard, b, out, gathered, group_name):
+    _checks.check_all_gather_gemm(_info("a_shard", a_shard, True), _info("b", b, True),
+                                  _info("out", out, True), _info("gathered", gathered, True),
+                                  _group_size(group_name))
+
+
+# ---- GEMM + ReduceScatter ----------------------------------------------------------------
+
+def _gemm_reduce_scatter_into(a: Tensor, b: Tensor, out: Tensor, group_name: str) -> None:
+    m, n, k = _checks.check_gemm_reduce_scatter(_info("a", a), _info("b", b), _info("out", out),
+                                                _group_size(group_name))
+    lib = _lib.load()
+    _launch("gemm_reduce_scatter", "ncclMkGemmReduceScatter", a, m, n, k, group_name,
+            lambda comm, stream: lib.ncclMkGemmReduceScatter(
+                _ptr(a), _ptr(b), _ptr(out), m, n, k, _lib.NCCL_BFLOAT16, comm, stream))
+
+
+@torch.library.custom_op("nccl_mk::gemm_reduce_scatter", mutates_args=())
+def gemm_reduce_scatter_op(a: Tensor, b: Tensor, group_name: str) -> Tensor:
+    """This rank's rows [M/n, N] of the sum over ranks of A [M, K] . B [N, K]^T."""
+    _checks.check_gemm_reduce_scatter(_info("a", a), _info("b", b), None, _group_size(group_name))
+    out = a.new_empty(_checks.gemm_reduce_scatter_shape(a.shape, b.shape, _group_size(group_name)))
+    _gemm_reduce_scatter_into(a, b, out, group_name)
+    return out
+
+
+@gemm_reduce_scatter_op.register_fake
+def _(a, b, group_name):
+    _checks.check_gemm_reduce_scatter(_info("a", a, True), _info("b", b, True), None,
+                                      _group_size(group_name))
+    return a.new_empty((a.shape[0] // _group_size(group_name), b.shape[0]))
+
+
+@torch.library.custom_op("nccl_mk::gemm_reduce_scatter_out", mutates_args=("out",))
+def gemm_reduce_scatter_out_op(a: Tensor, b: Tensor, out: Tensor, group_name: str) -> None:
+    _gemm_reduce_scatter_into(a, b, out, group_name)
+
+
+@gemm_reduce_scatter_out_op.register_fake
+def _(a, b, out, group_name):
+    _checks.check_gemm_reduce_scatter(_info("a", a, True), _info("b", b, True),
+                                      _info("out", out, True), _group_size(group_name))
+
+
+# ---- GEMM + AllReduce --------------------------------------------------------------------
+
+def _gemm_all_reduce_into(a: Tensor, b: Tensor, out: Tensor, group_name: str) -> None:
+    m, n, k = _checks.check_gemm_all_reduce(_info("a", a), _info("b", b), _info("out", out))
+    lib = _lib.load()
+    _launch("gemm_all_reduce", "ncclMkGemmAllReduce", a, m, n, k, group_name,
+            lambda comm, stream: lib.ncclMkGemmAllReduce(
+                _ptr(a), _ptr(b), _ptr(out), m, n, k, _lib.NCCL_BFLOAT16, comm, stream))
+
+
+@torch.library.custom_op("nccl_mk::gemm_all_reduce", mutates_args=())
+def gemm_all_reduce_op(a: Tensor, b: Tensor, group_name: str) -> Tensor:
+    """The sum over ranks of A [M, K] . B [N, K]^T, [M, N] on every rank."""
+    _checks.check_gemm_all_reduce(_info("a", a), _info("b", b), None)
+    out = a.new_empty(_checks.gemm_all_reduce_shape(a.shape, b.shape))
+    _gemm_all_reduce_into(a, b, out, group_name)
+    return out
+
+
+@gemm_all_reduce_op.register_fake
+def _(a, b, group_name):
+    _checks.check_gemm_all_reduce(_info("a", a, True), _info("b", b, True), None)
+    return a.new_empty((a.shape[0], b.shape[0]))
+
+
+@torch.library.custom_op("nccl_mk::gemm_all_reduce_out", mutates_args=("out",))
+def gemm_all_reduce_out_op(a: Tensor, b: Tensor, out: Tensor, group_name: str) -> None:
+    _gemm_all_reduce_into(a, b, out, group_name)
+
+
+@gemm_all_reduce_out_op.register_fake
+def _(a, b, out, group_name):
+    _checks.check_gemm_all_reduce(_info("a", a, True), _info("b", b, True),
+                                  _info("out", out, True))
