@@ -134,6 +134,10 @@ static cudaError_t gemm_prepare_cfg(int sms, int* max_ctas) {
     return cudaSuccess;
   }
   e = cudaFuncSetAttribute(mk_gemm_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+  cudaFuncAttributes fa;
+  /* NOTES: seen on the H200: a configuration first launched without this query waited for a
+   * running kernel at a later launch; with it (as mk_gemm_prepare did) it did not. */
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, mk_gemm_kernel<Cfg>);
   if (e != cudaSuccess) return e;
   int n = sms;
   if (Cfg::CLUSTER_M > 1) {

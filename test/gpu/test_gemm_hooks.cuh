@@ -49,7 +49,6 @@ static void test_ready_flags(void) {
   CUDA_OK(cudaMemcpy(flags, init.data(), bms * 8, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(starts, 0, tiles * 8));
   prepare_for_overlap();
-  if (getenv("MK_TEST_WARMUP")) run_f64_case(256, 256, 256, 0);
   cudaStream_t s1, s2;
   CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
