@@ -2,7 +2,7 @@
 """nccl-mk's fused ops against PyTorch, in one run on the same inputs (DESIGN.md "How to
 measure"):
 
-    torchrun --nproc-per-node 2 scripts/bench-torch.py [--ops ag,rs,ar] [--m 4096,8192]
+    torchrun --nproc-per-node 2 scripts/bench-torch.py [--ops ag,rs,ar] [--rows 4096,8192]
              [--nk 8192x8192] [--iters 20] [--warmup 5] [--json FILE] [--no-symm]
 
 Variants, interleaved iteration by iteration, timed with CUDA events on the current stream:
@@ -42,7 +42,8 @@ RS_NK = "8192x8192,8192x14336,8192x28672"
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ops", default="ag,rs,ar", help="subset of ag,rs,ar")
-    p.add_argument("--m", default="2048,4096,8192,16384", help="M values (total rows of C)")
+    p.add_argument("--rows", default="2048,4096,8192,16384",
+                   help="M values (total rows of C); not --m, which torchrun would take as its own")
     p.add_argument("--nk", default=None,
                    help=f"NxK pairs (default: AG {AG_NK}; RS/AR {RS_NK})")
     p.add_argument("--iters", type=int, default=20)
@@ -192,7 +193,7 @@ def main():
             use_symm = False
             if rank == 0:
                 print(f"symm_mem unavailable, skipped: {type(e).__name__}: {e}", flush=True)
-    ms = [int(v) for v in args.m.split(",")]
+    ms = [int(v) for v in args.rows.split(",")]
     ops = [o for o in args.ops.split(",") if o]
     if any(m % world for m in ms):
         sys.exit(f"bench-torch: every M must be a multiple of the {world} ranks")

@@ -82,7 +82,7 @@ tier_torch() {
   local m="2048,4096,8192,16384"
   [ "${MK_FUSED_SHAPES:-}" = small ] && m="4096"
   step bench_torch python3 -m torch.distributed.run --nproc-per-node 2 scripts/bench-torch.py \
-    --m "$m" --json "$LOGS/bench_torch.json"
+    --rows "$m" --json "$LOGS/bench_torch.json"
   grep -E '^ *(op|ag|rs|ar|#) ' "$LOGS/bench_torch.log" || true
 }
 

@@ -38,44 +38,56 @@ run_coll() { # name, lib dir, proto, collective, max bytes
   result "$name" $rc
 }
 
-for entry in $(nccl_libs); do
-  label=${entry%%=*} dir=${entry#*=}
-  for proto in Simple LL LL128; do
-    max=256M; [ "$proto" != Simple ] && max=8M  # LL/LL128 carry flags with the data: slow
-    for coll in all_reduce all_gather reduce_scatter alltoall sendrecv; do
-      run_coll "${label}_${proto}_${coll}" "$dir" "$proto" "$coll" "$max"
+
+check_collectives() {
+  for entry in $(nccl_libs); do
+    label=${entry%%=*} dir=${entry#*=}
+    for proto in Simple LL LL128; do
+      max=256M; [ "$proto" != Simple ] && max=8M  # LL/LL128 carry flags with the data: slow
+      for coll in all_reduce all_gather reduce_scatter alltoall sendrecv; do
+        run_coll "${label}_${proto}_${coll}" "$dir" "$proto" "$coll" "$max"
+      done
     done
   done
-done
+}
 
 # NCCL says which transport it used: our lines carry NET/MK and NCCL names NET/mk.
-name=nccl_debug_shows_our_transport
-env "${NET_ENV[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "$B/test/perf/coll/all_reduce_perf" \
-  -p 2 -H -b 1M -e 1M -n 1 -w 0 >"$LOGS/$name.log" 2>&1
-grep -q "NET/MK" "$LOGS/$name.log" && grep -qi "via NET/mk" "$LOGS/$name.log"
-result $name $?
+check_debug_line() {
+  name=nccl_debug_shows_our_transport
+  env "${NET_ENV[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "$B/test/perf/coll/all_reduce_perf" \
+    -p 2 -H -b 1M -e 1M -n 1 -w 0 >"$LOGS/$name.log" 2>&1
+  grep -q "NET/MK" "$LOGS/$name.log" && grep -qi "via NET/mk" "$LOGS/$name.log"
+  result $name $?
+}
 
 # The checker's negative control: one corrupted element must be reported.
-name=harness_checker_reports_a_corrupted_element
-env "${NET_ENV[@]}" "$B/test/perf/coll/all_reduce_perf" -p 2 -H -b 1M -e 1M -n 1 -w 0 -X \
-  >"$LOGS/$name.log" 2>&1
-rc=$?
-[ $rc -ne 0 ] && grep -q "FAILED" "$LOGS/$name.log"
-result $name $?
+check_negative_control() {
+  name=harness_checker_reports_a_corrupted_element
+  env "${NET_ENV[@]}" "$B/test/perf/coll/all_reduce_perf" -p 2 -H -b 1M -e 1M -n 1 -w 0 -X \
+    >"$LOGS/$name.log" 2>&1
+  rc=$?
+  [ $rc -ne 0 ] && grep -q "FAILED" "$LOGS/$name.log"
+  result $name $?
+}
 
 # A rank killed mid-run: the survivor must end with an error, not hang.
-name=killed_rank_ends_the_other_with_an_error
-( env "${NET_ENV[@]}" timeout 120 "$B/test/perf/coll/all_reduce_perf" -p 2 -H -b 64M -e 64M \
-    -n 100000 -w 0 -c 0 >"$LOGS/$name.log" 2>&1; echo "exit $?" >>"$LOGS/$name.log" ) &
-sleep 20
-victim=$(pgrep -f "all_reduce_perf.*-P 1" | head -1)
-[ -n "$victim" ] && kill -9 "$victim"
-wait
 # The launcher's own status is the victim's; what counts is that the survivor said why it
-# stopped (NCCL's asynchronous error or a failed call) before the 120 s timeout.
-! grep -q "exit 124" "$LOGS/$name.log" && [ -n "$victim" ] &&
-  grep -qE "NCCL reported|NCCL (remote|system|internal|unhandled)" "$LOGS/$name.log"
-result $name $?
+# stopped (NCCL's asynchronous error or a failed call) before the 60 s timeout.
+check_killed_rank() {
+  name=killed_rank_ends_the_other_with_an_error
+  ( env "${NET_ENV[@]}" timeout 60 "$B/test/perf/coll/all_reduce_perf" -p 2 -H -b 64M -e 64M \
+      -n 100000 -w 0 -c 0 >"$LOGS/$name.log" 2>&1; echo "exit $?" >>"$LOGS/$name.log" ) &
+  sleep 8
+  victim=$(pgrep -f "all_reduce_perf.*-P 1" | head -1)
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait
+  ! grep -q "exit 124" "$LOGS/$name.log" && [ -n "$victim" ] &&
+    grep -qE "NCCL reported|NCCL (remote|system|internal|unhandled)" "$LOGS/$name.log"
+  result $name $?
+}
+
+# usage: net-gpu-tests.sh [collectives|debug_line|negative_control|killed_rank ...]
+for c in ${@:-collectives debug_line negative_control killed_rank}; do "check_$c"; done
 
 echo "$PASS passed, $FAIL failed"
 [ $FAIL -eq 0 ]

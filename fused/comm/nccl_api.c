@@ -12,12 +12,16 @@ static int api_rc = -ENOTSUP;
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 
 /* Where NCCL lives: a program linked with it exports the symbols globally; PyTorch loads
- * it privately, but RTLD_NOLOAD finds that copy by soname without loading a second one. */
-static void* nccl_find_library(void) {
-  if (dlsym(RTLD_DEFAULT, "ncclGetVersion")) return RTLD_DEFAULT;
-  void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
-  if (!lib) lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
-  return lib;
+ * it privately, but RTLD_NOLOAD finds that copy by soname without loading a second one.
+ * 0 with *lib set (RTLD_DEFAULT is a null handle, hence the separate status), or -1. */
+static int nccl_find_library(void** lib) {
+  if (dlsym(RTLD_DEFAULT, "ncclGetVersion")) {
+    *lib = RTLD_DEFAULT;
+    return 0;
+  }
+  *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
+  if (!*lib) *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
+  return *lib ? 0 : -1;
 }
 
 struct nccl_sym {
@@ -26,8 +30,8 @@ struct nccl_sym {
 };
 
 static void api_resolve(void) {
-  void* lib = nccl_find_library();
-  if (!lib) {
+  void* lib = NULL;
+  if (nccl_find_library(&lib) < 0) {
     MK_WARN("fused ops: no NCCL in this process and libnccl.so.2 cannot be loaded");
     return;
   }
