@@ -75,8 +75,9 @@ check_negative_control() {
 # stopped (NCCL's asynchronous error or a failed call) before the 60 s timeout.
 check_killed_rank() {
   name=killed_rank_ends_the_other_with_an_error
+  # Short timed loops (-n 10), repeated: the host waits often, watching NCCL's errors.
   ( env "${NET_ENV[@]}" timeout 60 "$B/test/perf/coll/all_reduce_perf" -p 2 -H -b 64M -e 64M \
-      -n 100000 -w 0 -c 0 >"$LOGS/$name.log" 2>&1; echo "exit $?" >>"$LOGS/$name.log" ) &
+      -n 10 -R 100000 -w 0 -c 0 >"$LOGS/$name.log" 2>&1; echo "exit $?" >>"$LOGS/$name.log" ) &
   sleep 8
   victim=$(pgrep -f "all_reduce_perf.*-P 1" | head -1)
   [ -n "$victim" ] && kill -9 "$victim"

@@ -353,11 +353,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   alarm(300); /* a bug must not hang the suite */
-  if (argc == 8 && !strcmp(argv[4], "-P")) { /* a child: <scenario> -N n -P rank -I id */
+  if (argc == 6 && !strcmp(argv[2], "-P")) { /* a child: <scenario> -P rank -I id */
     ncclUniqueId id;
-    perf_hex_to_id(argv[7], &id);
-    g_seed = seed_from_id(argv[7]);
-    return rank_main(argv[1], atoi(argv[5]), &id);
+    perf_hex_to_id(argv[5], &id);
+    g_seed = seed_from_id(argv[5]);
+    return rank_main(argv[1], atoi(argv[3]), &id);
   }
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < NR) {

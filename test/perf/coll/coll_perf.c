@@ -42,15 +42,16 @@ static void usage(const char* prog) {
           "[-w warmup] [-c checks] [-d float|double|half|bfloat16|int32|int64] "
           "[-o sum|max|min] [-J file.json] [-H: with -p, a distinct NCCL_HOSTID per process, so "
           "NCCL sees one node per process] [-X: corrupt one received element before checking, "
-          "the checker's negative control: the run must report it]\n", prog);
+          "the checker's negative control: the run must report it] [-R N: time each size N times, "
+          "each a wait that watches NCCL's asynchronous errors (long runs)]\n", prog);
 }
 
 static int parse_args(int argc, char** argv, struct perf_args* a) {
   *a = (struct perf_args){.min_bytes = 32 << 20, .max_bytes = 32 << 20, .step_factor = 2,
                           .gpus_per_proc = 1, .nprocs = 1, .iters = 20, .warmup = 5,
-                          .check = 1, .dtype = ncclFloat32, .op = ncclSum};
+                          .check = 1, .dtype = ncclFloat32, .op = ncclSum, .repeats = 1};
   int c, launched = 0;
-  while ((c = getopt(argc, argv, "b:e:f:g:p:N:P:n:w:c:d:o:J:I:HX")) != -1) {
+  while ((c = getopt(argc, argv, "b:e:f:g:p:N:P:n:w:c:d:o:J:I:HXR:")) != -1) {
     switch (c) {
       case 'b': a->min_bytes = parse_size(optarg); break;
       case 'e': a->max_bytes = parse_size(optarg); break;
@@ -68,12 +69,13 @@ static int parse_args(int argc, char** argv, struct perf_args* a) {
       case 'I': snprintf(a->id_hex, sizeof(a->id_hex), "%s", optarg); launched = 1; break;
       case 'H': a->distinct_hosts = 1; break;
       case 'X': a->corrupt = 1; break;
+      case 'R': a->repeats = atoi(optarg); break;
       default: return -1;
     }
   }
   if (a->gpus_per_proc < 1 || a->gpus_per_proc > MK_PERF_MAX_GPUS || a->nprocs < 1 ||
       a->iters < 1 || a->warmup < 0 || a->step_factor < 2 || a->min_bytes > a->max_bytes ||
-      a->proc < 0 || a->proc >= a->nprocs)
+      a->proc < 0 || a->proc >= a->nprocs || a->repeats < 1)
     return -1;
   return launched;
 }
@@ -241,7 +243,8 @@ static int measure_size(const struct perf_args* a, struct rank_ctx* rk, int nran
     struct run_bufs b;
     placement(a, rk, inplace, sc, rc, &b);
     if (a->check && check_placement(a, rk, &b, sc, rc, nranks, inplace, &r->wrong)) return -1;
-    if (time_placement(a, rk, &b, sc, nranks, &r->usec)) return -1;
+    for (int rep = 0; rep < a->repeats; rep++) /* the last repetition is reported */
+      if (time_placement(a, rk, &b, sc, nranks, &r->usec)) return -1;
     size_t real_bytes = (coll->inplace == INPLACE_RECV_AT_RANK ? sc : rc) *
                         coll_type_size(a->dtype);
     r->algbw = real_bytes / r->usec / 1e3;

@@ -24,6 +24,7 @@ struct perf_args {
   const char* json_path;  /* -J */
   int distinct_hosts;     /* -H */
   int corrupt;            /* -X */
+  int repeats;            /* -R */
   char id_hex[2 * sizeof(ncclUniqueId) + 1]; /* -I, given by the launcher */
 };
 

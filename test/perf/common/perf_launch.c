@@ -20,15 +20,13 @@ void perf_hex_to_id(const char* hex, ncclUniqueId* id) {
   }
 }
 
-static void exec_child(int argc, char** argv, int p, int n, const char* hex, int distinct) {
+static void exec_child(int argc, char** argv, int p, const char* hex, int distinct) {
   char** args = calloc((size_t)argc + 8, sizeof(char*));
-  char pbuf[16], nbuf[16], host[32];
+  char pbuf[16], host[32];
   snprintf(pbuf, sizeof(pbuf), "%d", p);
-  snprintf(nbuf, sizeof(nbuf), "%d", n);
   int k = 0;
   for (int i = 0; i < argc; i++) args[k++] = argv[i];
-  args[k++] = (char*)"-N", args[k++] = nbuf, args[k++] = (char*)"-P", args[k++] = pbuf;
-  args[k++] = (char*)"-I", args[k++] = (char*)hex;
+  args[k++] = (char*)"-P", args[k++] = pbuf, args[k++] = (char*)"-I", args[k++] = (char*)hex;
   if (distinct) {
     snprintf(host, sizeof(host), "mk-perf-host-%d", p);
     setenv("NCCL_HOSTID", host, 1);
@@ -48,7 +46,7 @@ int perf_launch_local(int argc, char** argv, int nprocs, int distinct_hosts) {
   pid_t pids[64];
   int n = nprocs < 64 ? nprocs : 64;
   for (int p = 0; p < n; p++)
-    if ((pids[p] = fork()) == 0) exec_child(argc, argv, p, n, hex, distinct_hosts);
+    if ((pids[p] = fork()) == 0) exec_child(argc, argv, p, hex, distinct_hosts);
   int worst = 0;
   for (int p = 0; p < n; p++) {
     int status = 0;

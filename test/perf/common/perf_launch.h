@@ -1,7 +1,7 @@
 /*
  * Starting one process per GPU on this host without MPI: the launcher makes the NCCL id
  * (so it hosts NCCL's bootstrap root), then runs copies of its own binary with
- * "-N <nprocs> -P <index> -I <id in hex>" appended. Used by the harnesses and GPU tests.
+ * "-P <index> -I <id in hex>" appended (the process count is in the caller's own arguments). Used by the harnesses and GPU tests.
  */
 #ifndef MK_PERF_LAUNCH_H_
 #define MK_PERF_LAUNCH_H_
