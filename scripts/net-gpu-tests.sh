@@ -83,7 +83,8 @@ check_killed_rank() {
   [ -n "$victim" ] && kill -9 "$victim"
   wait
   ! grep -q "exit 124" "$LOGS/$name.log" && [ -n "$victim" ] &&
-    grep -qE "NCCL reported|NCCL (remote|system|internal|unhandled)" "$LOGS/$name.log"
+    grep -qE "NCCL reported|NCCL (remote|system|internal|unhandled)" "$LOGS/$name.log" &&
+    ! grep -qE "terminated with signal|Segmentation fault" "$LOGS/$name.log"
   result $name $?
 }
 

@@ -144,6 +144,8 @@ struct ofi_comm {
 
 /* ofi_ep.c: a comm's endpoint resources. */
 int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out);
+/* Closes the provider objects of a comm (endpoint first), leaving the comm itself. */
+void ofi_comm_close_fabric(struct ofi_comm* c);
 void ofi_comm_destroy(struct ofi_comm* c);
 int ofi_comm_set_peer(struct ofi_comm* c, const uint8_t* addr, size_t len);
 int ofi_ctrl_post(struct ofi_comm* c, unsigned k);

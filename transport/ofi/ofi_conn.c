@@ -269,15 +269,22 @@ int ofi_close_listen(void* listen_comm) {
   return 0;
 }
 
+/* NCCL may close a comm from its service thread while its progress thread is still inside
+ * test() on it (ncclCommAbort after a peer died): take the comm's lock so the provider
+ * objects are never torn down under a running operation. */
 int ofi_close(struct mk_comm* comm) {
   struct ofi_comm* c = (struct ofi_comm*)comm;
   if (!comm || comm->ops != &mk_ofi_ops) return -EINVAL;
+  pthread_mutex_lock(&c->lock);
+  comm->ops = NULL; /* a late call through a stale pointer fails its check, not the provider */
   uint32_t inflight = mk_req_pool_in_use(&c->pool);
   if (inflight)
     MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: closing a comm with %u requests in flight (cancelled)",
             inflight);
   mk_sock_close_graceful(c->sock); /* "bye": the peer lets in-flight data drain */
   c->sock = -1;
+  ofi_comm_close_fabric(c);
+  pthread_mutex_unlock(&c->lock);
   ofi_comm_destroy(c);
   return 0;
 }

@@ -100,13 +100,18 @@ fail:
 
 /* Reverse order of creation. Closing the endpoint first discards whatever is still posted,
  * so no provider write can land in memory freed below. */
-void ofi_comm_destroy(struct ofi_comm* c) {
-  if (!c) return;
+void ofi_comm_close_fabric(struct ofi_comm* c) {
   if (c->ep) fi_close(&c->ep->fid);
   if (c->ctrl_mr) fi_close(&c->ctrl_mr->fid);
   if (c->pool_mr) fi_close(&c->pool_mr->fid);
   if (c->av) fi_close(&c->av->fid);
   if (c->cq) fi_close(&c->cq->fid);
+  c->ep = NULL, c->ctrl_mr = NULL, c->pool_mr = NULL, c->av = NULL, c->cq = NULL;
+}
+
+void ofi_comm_destroy(struct ofi_comm* c) {
+  if (!c) return;
+  ofi_comm_close_fabric(c);
   free(c->ctrl);
   mk_req_pool_fini(&c->pool);
   if (c->sock >= 0) close(c->sock);
