@@ -281,11 +281,13 @@ int ofi_close(struct mk_comm* comm) {
   if (inflight)
     MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: closing a comm with %u requests in flight (cancelled)",
             inflight);
+  int peer_dead = c->error == -ECONNRESET || mk_sock_peer_state(c->sock) == MK_PEER_DEAD;
   mk_sock_close_graceful(c->sock); /* "bye": the peer lets in-flight data drain */
   c->sock = -1;
-  if (c->error == -ECONNRESET) {
+  if (peer_dead) {
     /* NOTES: libfabric 1.17's tcp;ofi_rxm crashed (SIGSEGV inside fi_close of the endpoint)
-     * in 2 of 3 NCCL aborts after a peer was killed (bench/NOTES.md). A dead peer's comm and
+     * in 3 of 5 NCCL aborts after a peer was killed (bench/NOTES.md), also on comms where no
+     * operation had noticed the death yet. A dead peer's comm and
      * its provider objects are left allocated: a bounded leak per dead connection instead
      * of a crashed job. Its ops pointer is cleared, so nothing can use it again. */
     MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: peer of comm %p is dead; its endpoint is left open",
