@@ -1,0 +1,52 @@
+#!/bin/sh
+# /init of the soft-RoCE VM (scripts/rxe-vm.sh): bring up rxe0 on lo and rxe1 on dummy0, run
+# the loopback cases over verbs (or the benchmarks), print RESULT lines, power off.
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+mkdir -p /dev/infiniband /tmp
+echo "INFO guest up at $(cut -d' ' -f1 /proc/uptime) s"
+for m in crc32_generic rdma_rxe dummy; do modprobe $m || echo "INFO modprobe $m failed"; done
+ip link set lo up
+ip link set dummy0 up 2>/dev/null || { ip link add dummy0 type dummy; ip link set dummy0 up; }
+ip addr add 10.77.0.1/24 dev dummy0
+rdma link add rxe0 type rxe netdev lo || echo "INFO rdma link add rxe0 failed"
+rdma link add rxe1 type rxe netdev dummy0 || echo "INFO rdma link add rxe1 failed"
+sleep 1
+ibv_devinfo -l | sed 's/^/INFO /'
+cd /mk
+export NCCL_MK_TRANSPORT=ib NCCL_MK_SOCKET_IFNAME=lo NCCL_MK_IB_TIMEOUT=14
+
+run() { # name, then env assignments and the case
+  name="$1"; shift
+  t0=$(cut -d' ' -f1 /proc/uptime)
+  env "$@" > /tmp/out 2>&1
+  rc=$?
+  t1=$(cut -d' ' -f1 /proc/uptime)
+  sed 's/^/  /' /tmp/out | tail -25
+  case $rc in 0) r=PASS;; 77) r=SKIP;; *) r=FAIL;; esac
+  echo "RESULT $r $name (rc $rc, $(awk "BEGIN{print $t1-$t0}") s)"
+}
+
+if [ "$(cat /mk/mode)" = bench ]; then
+  . /mk/bench.sh 2>/dev/null || /mk/ib_bench_all
+else
+  for c in sizes_0B_to_64MiB_intact depth_32_recvs_and_256_sends_in_flight \
+           grouped_recv_tags_pick_buffers ordering_3000_messages \
+           integrity_checker_catches_one_corrupt_byte put_lands_every_byte \
+           put_signal_never_before_data reconnect_on_same_listen_comm_and_close_in_flight \
+           killed_peer_gives_econnreset_within_bound connect_times_out_when_never_accepted \
+           bad_arguments_einval_nothing_written iflush_reads_back_received_buffers; do
+    run "ib_$c" ./loopback $c
+  done
+  for c in sizes_0B_to_64MiB_intact grouped_recv_tags_pick_buffers put_signal_never_before_data \
+           ordering_3000_messages; do
+    run "ib_qps4_$c" NCCL_MK_IB_QPS=4 ./loopback $c
+  done
+  run ib_vdevice_over_two_devices_intact ./loopback vdevice_over_two_devices_intact
+  run ib_qps2_vdevice_over_two_devices_intact NCCL_MK_IB_QPS=2 ./loopback vdevice_over_two_devices_intact
+  run ib_device_removed_mid_transfer_errors LB_DEVICE_REMOVE_CMD="rdma link delete rxe0" \
+      ./loopback device_removed_mid_transfer_errors
+  rdma link show | sed 's/^/INFO after removal: /'
+fi
+echo "INFO all done at $(cut -d' ' -f1 /proc/uptime) s"
+poweroff -f
