@@ -44,8 +44,15 @@ else
   done
   run ib_vdevice_over_two_devices_intact ./loopback vdevice_over_two_devices_intact
   run ib_qps2_vdevice_over_two_devices_intact NCCL_MK_IB_QPS=2 ./loopback vdevice_over_two_devices_intact
-  run ib_device_removed_mid_transfer_errors LB_DEVICE_REMOVE_CMD="rdma link delete rxe0" \
+  # rxe has no ucontext disassociation: `rdma link delete` alone waits in the kernel until
+  # the users close the device and sends them no event. Taking the netdev down first raises
+  # IBV_EVENT_PORT_ERR, which the transport turns into errors; then the delete completes.
+  run ib_device_removed_mid_transfer_errors LB_DEV=1 \
+      LB_DEVICE_REMOVE_CMD="ip link set dummy0 down; rdma link delete rxe1" \
       ./loopback device_removed_mid_transfer_errors
+  sleep 1
+  if rdma link show | grep -q rxe1; then echo "RESULT FAIL rxe1_deleted_after_comms_closed";
+  else echo "RESULT PASS rxe1_deleted_after_comms_closed"; fi
   rdma link show | sed 's/^/INFO after removal: /'
 fi
 echo "INFO all done at $(cut -d' ' -f1 /proc/uptime) s"

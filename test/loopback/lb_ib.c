@@ -88,8 +88,9 @@ static int vdev_send(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
-/* LB_DEVICE_REMOVE_CMD (e.g. "rdma link delete rxe0") runs while 8 MiB messages stream:
- * both ends must get an error within a bound, not hang. */
+/* LB_DEVICE_REMOVE_CMD runs (in the background: on soft-RoCE `rdma link delete` blocks in the
+ * kernel until every process has closed the device) while 8 MiB messages stream over device
+ * LB_DEV: both ends must get an error within a bound, not hang, and then close cleanly. */
 #define RM_LEN (8 * MiB)
 #define RM_BOUND_S 15.0
 static int remove_loop(struct lb_ctx* ctx, int is_recv) {
@@ -109,7 +110,9 @@ static int remove_loop(struct lb_ctx* ctx, int is_recv) {
       printf("  running: %s\n", cmd);
       fflush(stdout);
       t_rm = lb_now();
-      LB_EXPECT(system(cmd) == 0);
+      char bg[512];
+      snprintf(bg, sizeof(bg), "(%s) &", cmd);
+      LB_EXPECT(system(bg) == 0);
     }
     if (t_rm && lb_now() - t_rm > RM_BOUND_S) break;
   }
@@ -127,11 +130,13 @@ static int remove_recv(struct lb_ctx* ctx) {
     fprintf(stderr, "set LB_DEVICE_REMOVE_CMD to run this case (the VM does)\n");
     return 77;
   }
+  ctx->dev = getenv("LB_DEV") ? atoi(getenv("LB_DEV")) : 0;
   LB_OK(lb_accept(ctx));
   return remove_loop(ctx, 1);
 }
 static int remove_send(struct lb_ctx* ctx) {
   if (!getenv("LB_DEVICE_REMOVE_CMD")) return 77;
+  ctx->dev = getenv("LB_DEV") ? atoi(getenv("LB_DEV")) : 0;
   LB_OK(lb_connect(ctx));
   return remove_loop(ctx, 0);
 }
