@@ -59,7 +59,7 @@ copy_with_libs /usr/bin/rdma /usr/bin/ibv_devinfo /usr/bin/ib_write_bw /usr/bin/
 mkdir -p "$root/etc/libibverbs.d" && cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
 cp "$MK_BUILD/test/loopback/loopback" "$root/mk/" && copy_with_libs "$MK_BUILD/test/loopback/loopback"
 cp "$MK_BUILD"/libnccl-net-mk.so "$root/mk/"
-[ -x "$MK_BUILD/test/perf/net/ib_bench" ] && cp "$MK_BUILD/test/perf/net/ib_bench" "$root/mk/"
+cp "$MK_ROOT/scripts/rxe-vm-bench.sh" "$root/mk/bench.sh"
 
 kmods="$cache/kernel/lib/modules/$kver"
 modlist=""
@@ -97,6 +97,16 @@ fail=$(tr -d '\r' < "$log" | grep -c '^RESULT FAIL')
 skip=$(tr -d '\r' < "$log" | grep -c '^RESULT SKIP')
 if ! tr -d '\r' < "$log" | grep -q '^INFO all done'; then
   echo "rxe-vm: the VM did not finish its run (timeout ${vm_timeout}s or crash)"; fail=$((fail + 1))
+fi
+if [ "$mode" = bench ]; then # medians per (what, size), and our ratio to perftest
+  tr -d '\r' < "$log" | grep '^BENCH' | sort -k2,2 -k3,3n | awk '
+    { k = $2 " " $3; v[k] = v[k] " " $4; if (NF > 4) a[k] = a[k] " " $5 }
+    function med(s,   n, x, i, j, t) { n = split(s, x, " ");
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (x[j] < x[i]) { t = x[i]; x[i] = x[j]; x[j] = t }
+      return n % 2 ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2 }
+    END { for (k in v) { m[k] = med(v[k]); printf "MEDIAN %s: %s (runs:%s)\n", k, m[k], v[k] }
+          for (k in m) if (k ~ /^mk_/) { p = k; sub(/^mk_/, "perftest_", p);
+            if (p in m) printf "RATIO %s: %.2f x perftest\n", k, m[k] / m[p] } }' | sort
 fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

@@ -74,9 +74,16 @@ static int ib_wr_data(struct ib_comm* c, struct ib_group* g, const struct ib_cts
 
 /* Every entry has its send: data on every QP, then one WRITE_WITH_IMM per QP (QP 0's carries
  * the sizes). RC places one QP's writes in order, so each imm follows its QP's data. */
-static int ib_group_post(struct ib_comm* c, struct ib_group* g, const struct ib_cts* e) {
+static int ib_group_post(struct ib_comm* c, struct ib_group* g, struct ib_cts* fifo) {
   enum { CAP = MK_MAX_RECVS * IB_WR_PER_PIECE + 1 };
   uint32_t gidx = c->seq % IB_GROUPS, slot = c->seq % IB_FIFO_DEPTH;
+  /* Consume the slot BEFORE posting: once the data lands, the receiver may at once write the
+   * clear-to-send of receive seq + 32 into this same slot (soft-RoCE on lo can complete the
+   * whole exchange inside ibv_post_send), and clearing after the post would erase it. */
+  struct ib_cts e[MK_MAX_RECVS];
+  memcpy(e, fifo, sizeof(e[0]) * g->nreqs);
+  for (uint32_t i = 0; i < g->nreqs; i++) __atomic_store_n(&fifo[i].marker, 0, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
   for (int q = 0; q < c->nqps; q++) {
     struct ibv_send_wr wr[CAP], *bad = NULL;
     struct ibv_sge sge[CAP];
@@ -106,7 +113,6 @@ static int ib_group_post(struct ib_comm* c, struct ib_group* g, const struct ib_
     }
     g->pending++;
   }
-  for (uint32_t i = 0; i < g->nreqs; i++) __atomic_store_n((uint32_t*)&e[i].marker, 0, __ATOMIC_RELAXED);
   return 0;
 }
 
