@@ -14,10 +14,12 @@
 /* Like lb_wait, but yields the CPU between polls, as NCCL's progress thread does when idle:
  * on a small VM the soft-RoCE kernel work needs the same CPUs. */
 static int bench_wait(struct lb_ctx* ctx, struct mk_request* req) {
+  static int spin = -1;
+  if (spin < 0) spin = getenv("LB_BENCH_SPIN") != NULL;
   int done = 0, rc = 0;
   while (!done && rc == 0) {
     rc = ctx->ops->test(req, &done, NULL);
-    if (!done) sched_yield();
+    if (!done && !spin) sched_yield();
   }
   return rc;
 }
