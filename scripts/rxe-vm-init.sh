@@ -5,7 +5,7 @@ export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mkdir -p /dev/infiniband /tmp
 echo "INFO guest up at $(cut -d' ' -f1 /proc/uptime) s"
-for m in crc32_generic rdma_rxe dummy; do modprobe $m || echo "INFO modprobe $m failed"; done
+for m in crc32_generic rdma_rxe rdma_ucm dummy; do modprobe $m || echo "INFO modprobe $m failed"; done
 ip link set lo up
 # rxe's packets to lo go through the per-CPU backlog (1000 packets by default, a quarter of a
 # 1 MiB burst... of four): a drop costs a go-back-N retransmission after the ACK timeout.
@@ -42,7 +42,7 @@ else
     run "ib_$c" ./loopback $c
   done
   for c in sizes_0B_to_64MiB_intact grouped_recv_tags_pick_buffers put_signal_never_before_data \
-           ordering_3000_messages; do
+           ordering_3000_messages depth_32_recvs_and_256_sends_in_flight; do
     run "ib_qps4_$c" NCCL_MK_IB_QPS=4 ./loopback $c
   done
   # 32 receives of 1 MiB in flight: the case that found a FIFO-slot race (a clear-to-send
@@ -51,6 +51,16 @@ else
       ./loopback bench_bw
   run ib_vdevice_over_two_devices_intact ./loopback vdevice_over_two_devices_intact
   run ib_qps2_vdevice_over_two_devices_intact NCCL_MK_IB_QPS=2 ./loopback vdevice_over_two_devices_intact
+  # Informational, not counted: libfabric's verbs;ofi_rxm provider through our ofi transport
+  # on the same soft-RoCE device (rxe0 on lo).
+  for c in lo:sizes_0B_to_64MiB_intact dummy0:sizes_0B_to_64MiB_intact dummy0:put_signal_never_before_data; do
+    i=${c%%:*}; c=${c#*:}
+    env NCCL_MK_TRANSPORT=ofi NCCL_MK_OFI_PROVIDER="verbs;ofi_rxm" FI_LOG_LEVEL=warn FI_VERBS_IFACE=$i \
+        timeout 120 ./loopback $c > /tmp/out 2>&1
+    rc=$?
+    sed 's/^/  /' /tmp/out | tail -8
+    echo "INFO ofi verbs;ofi_rxm (FI_VERBS_IFACE=$i) $c: rc $rc"
+  done
   # rxe has no ucontext disassociation: `rdma link delete` alone waits in the kernel until
   # the users close the device and sends them no event. Taking the netdev down first raises
   # IBV_EVENT_PORT_ERR, which the transport turns into errors; then the delete completes.

@@ -72,7 +72,7 @@ add_mod() { # a module and, recursively, what it depends on
   deps="$(modinfo -b "$cache/kernel" -k "$kver" -F depends "$m" 2>/dev/null | tr , ' ')"
   for d in $deps; do add_mod "$d"; done
 }
-for m in rdma_rxe ib_uverbs crc32_generic dummy; do add_mod "$m"; done
+for m in rdma_rxe ib_uverbs rdma_ucm crc32_generic dummy; do add_mod "$m"; done
 for f in $modlist; do
   rel="${f#$cache/kernel}"; mkdir -p "$root$(dirname "$rel")"; cp "$f" "$root$rel"
 done

@@ -47,6 +47,14 @@ static void ib_group_done(struct ib_comm* c, uint32_t gidx, int err) {
   if (g->pending <= 0) g->used = 0;
 }
 
+/* One expected completion of r arrived. A receive is complete after its clear-to-send write
+ * and one write-with-immediate per QP, in any order (the clear-to-send's own completion can
+ * come last, after the data); its sizes are read from the sizes slot only then. */
+static void ib_req_part_done(struct ib_comm* c, struct ib_req* r) {
+  if (--r->pending > 0 || r->kind != IB_REQ_RECV || r->error) return;
+  for (int i = 0; i < r->n; i++) r->sizes[i] = c->ctrl->sizes[r->seq % IB_FIFO_DEPTH][i];
+}
+
 static void ib_recv_done(struct ib_comm* c, const struct ibv_wc* wc) {
   uint32_t seq = ntohl(wc->imm_data);
   struct ib_req* r = c->recv_by_slot[seq % IB_FIFO_DEPTH];
@@ -55,8 +63,7 @@ static void ib_recv_done(struct ib_comm* c, const struct ibv_wc* wc) {
     c->error = -EPROTO;
     return;
   }
-  if (--r->pending == 0)
-    for (int i = 0; i < r->n; i++) r->sizes[i] = c->ctrl->sizes[seq % IB_FIFO_DEPTH][i];
+  ib_req_part_done(c, r);
 }
 
 static void ib_wc_dispatch(struct ib_comm* c, const struct ibv_wc* wc) {
@@ -71,8 +78,8 @@ static void ib_wc_dispatch(struct ib_comm* c, const struct ibv_wc* wc) {
     struct ib_req* r = mk_req_pool_slot(&c->pool, idx);
     if (!r || !r->kind) return;
     if (err && !r->error) r->error = err;
-    r->pending--;
-    if (err && r->kind == IB_REQ_RECV) r->pending = 0; /* its data will never come */
+    if (err && r->kind == IB_REQ_RECV) r->pending = 1; /* its data will never come */
+    ib_req_part_done(c, r);
   }
 }
 
