@@ -133,6 +133,9 @@ int ib_make_vdevice(int ndevs, const int* devs, int* new_dev);
 int ib_vdev_get(int dev, struct ib_vdev** out);
 static inline struct ib_nic* ib_port_nic(int port) { return &ib.nics[ib.ports[port].nic]; }
 int ib_query_port(struct ibv_context* ctx, uint8_t port, struct ibv_port_attr* attr);
+/* Pure helpers, unit-tested: NCCL_IB_HCA-style selection, and Mbit/s of an active port. */
+int ib_hca_match(const char* list, const char* name, int port);
+int ib_port_speed(const struct ibv_port_attr* a);
 
 /* A clear-to-send entry: one buffer of a posted receive. 64 bytes; `marker` = seq + 1 is
  * written last by the NIC only within one entry's bytes in practice, and the sender checks

@@ -24,8 +24,7 @@ uint64_t ib_now_ns(void) {
 
 /* NCCL_IB_HCA syntax: "^" excludes, "=" matches names exactly (else by prefix), entries are
  * name[:port] separated by commas. 1 when (name, port) is selected. */
-static int ib_hca_selected(const char* name, int port) {
-  const char* list = mk_param_str(MK_PARAM_IB_HCA);
+int ib_hca_match(const char* list, const char* name, int port) {
   if (!list[0]) return 1;
   int exclude = 0, exact = 0;
   if (*list == '^') { exclude = 1; list++; }
@@ -45,7 +44,7 @@ static int ib_hca_selected(const char* name, int port) {
 }
 
 /* Mbit/s from the port's active_speed and active_width enumerations. */
-static int ib_port_speed(const struct ibv_port_attr* a) {
+int ib_port_speed(const struct ibv_port_attr* a) {
   int lane;
   switch (a->active_speed) {
     case 1: lane = 2500; break;    case 2: lane = 5000; break;
@@ -185,7 +184,7 @@ static int ib_nic_open(struct ibv_device* d) {
   for (int port = 1; port <= n->attr.phys_port_cnt; port++) {
     struct ibv_port_attr a;
     if (ib_query_port(n->ctx, (uint8_t)port, &a) || a.state != IBV_PORT_ACTIVE) continue;
-    if (!ib_hca_selected(n->name, port)) continue;
+    if (!ib_hca_match(mk_param_str(MK_PARAM_IB_HCA), n->name, port)) continue;
     ib_port_add(nic, port, &a);
   }
   if (ib.nports == before) { /* nothing usable: give the NIC back */
