@@ -61,6 +61,7 @@ mkdir -p "$root/etc/libibverbs.d" && cp /etc/libibverbs.d/rxe.driver "$root/etc/
 cp "$MK_BUILD/test/loopback/loopback" "$root/mk/" && copy_with_libs "$MK_BUILD/test/loopback/loopback"
 cp "$MK_BUILD"/libnccl-net-mk.so "$root/mk/"
 cp "$MK_ROOT/scripts/rxe-vm-bench.sh" "$root/mk/bench.sh"
+[ -n "${RXE_VM_EXTRA_BIN:-}" ] && cp "$RXE_VM_EXTRA_BIN" "$root/mk/"  # A/B: another build
 
 kmods="$cache/kernel/lib/modules/$kver"
 modlist=""
