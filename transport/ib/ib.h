@@ -14,13 +14,10 @@
  *  1. irecv posts one receive WR per QP, then RDMA-writes n clear-to-send entries
  *     {addr, size, rkeys per rail, tag, seq marker} into the sender's FIFO slot seq % 32.
  *  2. isend waits for that slot, matches its tag, and once every entry of the slot has a send,
- *     RDMA-writes each entry's data striped over the QPs (128-byte aligned chunks), ending on
- *     every QP with a WRITE_WITH_IMM. A single receive (n = 1): the last data write of each
- *     QP is itself the WRITE_WITH_IMM and imm = size (one packet per small message, as NCCL).
- *     Grouped (n > 1): a separate WRITE_WITH_IMM per QP, imm = seq; QP 0's carries the n sizes
- *     into the receiver's sizes slot. RC executes one QP's operations in order, so the k-th
- *     receive completion on QP q belongs to the k-th receive and means all of q's chunks have
- *     landed; a receive completes after one per QP.
+ *     RDMA-writes each entry's data striped over the QPs (128-byte aligned chunks), then on
+ *     every QP a WRITE_WITH_IMM (imm = seq); the one on QP 0 carries the n sizes into the
+ *     receiver's sizes slot. RC executes one QP's operations in order, so a receive completion
+ *     on QP q means all of q's chunks have landed; the receive completes after all nqps.
  */
 #ifndef MK_IB_H_
 #define MK_IB_H_
@@ -44,8 +41,7 @@
 #define IB_GROUPS (2 * IB_FIFO_DEPTH)         /* sender-side in-flight receive groups */
 #define IB_CHUNK_ALIGN 128                     /* LL/LL128 lines stay inside one chunk */
 #define IB_MAX_WR_BYTES (1ull << 30)           /* one work request moves at most 1 GiB */
-#define IB_WR_PER_PIECE 4                      /* work requests per entry and QP */
-#define IB_MAX_MSG 0xffffffffull               /* a single receive's size travels as the imm */
+#define IB_WR_PER_PIECE 4                      /* so a message is at most 4 GiB per QP */
 #define IB_SQ_DEPTH 2048
 #define IB_CQ_DEPTH 4096
 #define IB_PROTO_VERSION 1
@@ -238,7 +234,6 @@ struct ib_comm {
   uint32_t seq;                    /* recv: next receive; send: next receive to match */
   int recvs_active;
   struct ib_req* recv_by_slot[IB_FIFO_DEPTH];
-  uint32_t recv_next[IB_MAX_QPS];  /* recv: the receive the next imm on QP q belongs to */
   struct ib_group groups[IB_GROUPS];
   uint32_t next_put_qp;
 };

@@ -52,22 +52,17 @@ static void ib_group_done(struct ib_comm* c, uint32_t gidx, int err) {
  * come last, after the data); its sizes are read from the sizes slot only then. */
 static void ib_req_part_done(struct ib_comm* c, struct ib_req* r) {
   if (--r->pending > 0 || r->kind != IB_REQ_RECV || r->error) return;
-  for (int i = 0; r->n > 1 && i < r->n; i++)
-    r->sizes[i] = c->ctrl->sizes[r->seq % IB_FIFO_DEPTH][i];
+  for (int i = 0; i < r->n; i++) r->sizes[i] = c->ctrl->sizes[r->seq % IB_FIFO_DEPTH][i];
 }
 
-/* Receives complete on each QP in posting order, so the completion's QP names its receive;
- * imm is the size (single receive) or the sequence number (grouped, checked). */
-static void ib_recv_done(struct ib_comm* c, const struct ibv_wc* wc, uint32_t q) {
-  uint32_t seq = q < (uint32_t)c->nqps ? c->recv_next[q]++ : 0, imm = ntohl(wc->imm_data);
+static void ib_recv_done(struct ib_comm* c, const struct ibv_wc* wc) {
+  uint32_t seq = ntohl(wc->imm_data);
   struct ib_req* r = c->recv_by_slot[seq % IB_FIFO_DEPTH];
-  if (q >= (uint32_t)c->nqps || !r || r->seq != seq || r->pending <= 0 ||
-      (r->n > 1 && imm != seq)) {
-    MK_WARN("ib: a receive completion on QP %u matches no pending receive (%u)", q, seq);
+  if (!r || r->seq != seq || r->pending <= 0) {
+    MK_WARN("ib: a completion for receive %u that is not pending", seq);
     c->error = -EPROTO;
     return;
   }
-  if (r->n == 1) r->sizes[0] = imm;
   ib_req_part_done(c, r);
 }
 
@@ -78,7 +73,7 @@ static void ib_wc_dispatch(struct ib_comm* c, const struct ibv_wc* wc) {
   if (kind == IB_WR_GROUP) {
     ib_group_done(c, idx, err);
   } else if (kind == IB_WR_RECV) {
-    if (!err) ib_recv_done(c, wc, idx);
+    if (!err) ib_recv_done(c, wc);
   } else if (kind == IB_WR_CTS || kind == IB_WR_PUT || kind == IB_WR_FLUSH) {
     struct ib_req* r = mk_req_pool_slot(&c->pool, idx);
     if (!r || !r->kind) return;

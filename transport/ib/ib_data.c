@@ -92,25 +92,18 @@ static int ib_group_post(struct ib_comm* c, struct ib_group* g, struct ib_cts* f
     int lrail = q % c->nrails;
     uint32_t rrail = c->remote.qps[q].rail;
     struct ibv_send_wr* f = &wr[nw];
-    if (g->nreqs == 1 && nw > 0) { /* the last data write carries the completion */
-      f = &wr[--nw];
-      f->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    } else {
-      *f = (struct ibv_send_wr){.num_sge = 0, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM};
-      f->wr.rdma.remote_addr = c->remote.ctrl_addr + offsetof(struct ib_ctrl, sizes) +
-                               slot * sizeof(c->ctrl->sizes[0]);
-      f->wr.rdma.rkey = c->remote.rails[rrail].ctrl_rkey;
-      if (q == 0 && g->nreqs > 1) {
-        sge[nw] = (struct ibv_sge){.addr = (uintptr_t)c->ctrl->sizes_out[gidx],
-                                   .length = g->nreqs * sizeof(uint64_t),
-                                   .lkey = c->ctrl_mr[lrail]->lkey};
-        f->sg_list = &sge[nw];
-        f->num_sge = 1;
-      }
+    *f = (struct ibv_send_wr){.wr_id = ib_wr_id(IB_WR_GROUP, gidx), .num_sge = 0,
+                              .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
+                              .imm_data = htonl(g->seq)};
+    f->wr.rdma.remote_addr = c->remote.ctrl_addr + offsetof(struct ib_ctrl, sizes) +
+                             slot * sizeof(c->ctrl->sizes[0]);
+    f->wr.rdma.rkey = c->remote.rails[rrail].ctrl_rkey;
+    if (q == 0) {
+      sge[nw] = (struct ibv_sge){.addr = (uintptr_t)c->ctrl->sizes_out[gidx],
+                                 .length = g->nreqs * sizeof(uint64_t), .lkey = c->ctrl_mr[lrail]->lkey};
+      f->sg_list = &sge[nw];
+      f->num_sge = 1;
     }
-    f->wr_id = ib_wr_id(IB_WR_GROUP, gidx);
-    f->send_flags = IBV_SEND_SIGNALED;
-    f->imm_data = htonl(g->nreqs == 1 ? (uint32_t)c->ctrl->sizes_out[gidx][0] : g->seq);
     for (int k = 0; k < nw; k++) wr[k].next = &wr[k + 1];
     int rc = ibv_post_send(c->qps[q], wr, &bad);
     if (rc) {
@@ -172,7 +165,7 @@ int ib_isend(struct mk_comm* comm, void* data, size_t size, int tag, struct mk_m
              struct mk_request** req) {
   struct ib_comm* c = ib_comm_of(comm, 1);
   if (req) *req = NULL;
-  if (!c || !req || (!data && size) || size > IB_MAX_MSG ||
+  if (!c || !req || (!data && size) || size > IB_MAX_WR_BYTES * IB_WR_PER_PIECE ||
       ib_mr_check(mr, data, size) < 0) {
     MK_WARN("ib isend: bad argument (comm %p, data %p, size %zu, mr %p)", (void*)comm, data,
             size, (void*)mr);
@@ -216,7 +209,7 @@ static int ib_recv_post(struct ib_comm* c, struct ib_req* r, int n, void** data,
     for (int rail = 0; mr && rail < c->nrails; rail++) ib_mr_keys(mr, rail, NULL, &e->rkeys[rail]);
   }
   for (int q = 0; q < c->nqps; q++) {
-    struct ibv_recv_wr wr = {.wr_id = ib_wr_id(IB_WR_RECV, (uint32_t)q), .num_sge = 0}, *bad = NULL;
+    struct ibv_recv_wr wr = {.wr_id = ib_wr_id(IB_WR_RECV, 0), .num_sge = 0}, *bad = NULL;
     int rc = ibv_post_recv(c->qps[q], &wr, &bad);
     if (rc) {
       MK_WARN("ib: posting a receive on QP %d failed: %s", q, strerror(rc));
@@ -232,7 +225,7 @@ static int ib_irecv_check(struct ib_comm* c, int n, void** data, const size_t* s
                           const int* tags, struct mk_mr** mrs) {
   if (!c || n < 1 || n > MK_MAX_RECVS || !data || !sizes || !tags) return -EINVAL;
   for (int i = 0; i < n; i++) {
-    if ((!data[i] && sizes[i]) || sizes[i] > IB_MAX_MSG) return -EINVAL;
+    if ((!data[i] && sizes[i]) || sizes[i] > IB_MAX_WR_BYTES * IB_WR_PER_PIECE) return -EINVAL;
     if (ib_mr_check(mrs ? mrs[i] : NULL, data[i], sizes[i]) < 0) return -EINVAL;
   }
   return 0;

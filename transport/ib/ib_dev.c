@@ -297,8 +297,7 @@ int ib_get_properties(int dev, struct mk_dev_props* props) {
   props->max_comms = n0->attr.max_qp;
   props->max_recvs = MK_MAX_RECVS;
   uint64_t wr = n0->attr.max_mr_size < IB_MAX_WR_BYTES ? n0->attr.max_mr_size : IB_MAX_WR_BYTES;
-  uint64_t max = wr * IB_WR_PER_PIECE < IB_MAX_MSG ? wr * IB_WR_PER_PIECE : IB_MAX_MSG;
-  props->max_p2p_bytes = props->max_coll_bytes = (size_t)max;
+  props->max_p2p_bytes = props->max_coll_bytes = (size_t)(wr * IB_WR_PER_PIECE);
   return 0;
 }
 

@@ -68,7 +68,7 @@ static int ib_signal_wr(struct ib_comm* c, struct ib_req* r, uint64_t value, uin
 static int ib_put_check(struct ib_comm* c, const void* src, size_t size, struct mk_mr* src_mr,
                         const struct mk_rkey* dst, uint64_t dst_off, const struct mk_rkey* sig,
                         uint64_t sig_off, int want_sig) {
-  if (!c || (!src && size) || size > IB_MAX_MSG ||
+  if (!c || (!src && size) || size > IB_MAX_WR_BYTES * IB_WR_PER_PIECE ||
       !ib_rkey_fits(dst, dst_off, size) || ib_mr_check(src_mr, src, size) < 0 ||
       (want_sig && !ib_rkey_fits(sig, sig_off, sizeof(uint64_t)))) {
     MK_WARN("ib put: bad argument (comm %p, src %p, size %zu, dst off %llu of %llu, signal off "
