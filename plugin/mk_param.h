@@ -27,6 +27,24 @@
     "bound on every wait inside a fused kernel; expiry breaks the communicator")               \
   X(STR, TUNER_FILE, "NCCL_MK_TUNER_FILE", "", 0, 0, "",                                     \
     "tuning file from scripts/tune.sh; empty or unreadable leaves NCCL's own choices")         \
+  X(STR, IB_HCA, "NCCL_MK_IB_HCA", "", 0, 0, "",                                               \
+    "verbs ports to use, like NCCL_IB_HCA: name[:port],...; ^ excludes, = matches exactly")    \
+  X(INT, IB_GID_INDEX, "NCCL_MK_IB_GID_INDEX", "-1", -1, 65535, "",                            \
+    "RoCE GID index; -1 picks a RoCE v2 IPv4-mapped GID, else v2, else the first valid")       \
+  X(INT, IB_QPS, "NCCL_MK_IB_QPS", "1", 1, 8, "",                                              \
+    "RC QPs per connection and rail; every message is striped across them")                   \
+  X(INT, IB_TIMEOUT, "NCCL_MK_IB_TIMEOUT", "20", 1, 31, "",                                    \
+    "QP local ACK timeout exponent: 4.096 us * 2^value (20 is about 4.3 s)")                   \
+  X(INT, IB_RETRY_CNT, "NCCL_MK_IB_RETRY_CNT", "7", 0, 7, "",                                  \
+    "QP transport retries before a send fails with a retry-exceeded completion")              \
+  X(INT, IB_TC, "NCCL_MK_IB_TC", "0", 0, 255, "",                                              \
+    "RoCE traffic class when NCCL gives none")                                                 \
+  X(INT, IB_SL, "NCCL_MK_IB_SL", "0", 0, 15, "",                                               \
+    "InfiniBand service level")                                                                \
+  X(INT, IB_RELAXED_ORDERING, "NCCL_MK_IB_RELAXED_ORDERING", "2", 0, 2, "",                    \
+    "register data buffers with relaxed ordering: 0 never, 1 always, 2 when the library has it") \
+  X(INT, IB_MERGE_NICS, "NCCL_MK_IB_MERGE_NICS", "1", 0, 1, "",                                \
+    "present the ports of one NIC as one virtual device")                                      \
   X(STR, NCCL_DEBUG, "NCCL_DEBUG", "", 0, 0, "",                                               \
     "NCCL's own log level; read so that logging works before NCCL hands us its logger")
 

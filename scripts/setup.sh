@@ -4,7 +4,11 @@
 set -euo pipefail
 
 pkgs=(meson ninja-build pkg-config gcc binutils python3 libfabric-dev libfabric-bin
-      libibverbs-dev)
+      libibverbs-dev
+      # the soft-RoCE VM for the verbs transport (scripts/rxe-vm.sh): the kernel itself is
+      # downloaded into the build folder, never installed on the host
+      rdma-core ibverbs-utils ibverbs-providers perftest iproute2 qemu-system-x86
+      busybox-static cpio kmod)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

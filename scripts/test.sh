@@ -8,6 +8,8 @@ mk_build || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
 
 suites=(unit loopback)
 skipped=()
+# The soft-RoCE VM (verbs transport on a real RDMA device, ~30 s); RXE_VM=0 leaves it out.
+if [ "${RXE_VM:-1}" != 0 ]; then suites+=(vm); else skipped+=("vm: RXE_VM=0"); fi
 if mk_have_gpu; then
   suites+=(gpu)
 else

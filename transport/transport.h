@@ -26,6 +26,10 @@
 #define MK_PTR_HOST 0x1
 #define MK_PTR_CUDA 0x2
 #define MK_PTR_DMABUF 0x4
+/* Optional bit for reg_mr's type: the region holds flags or signals (put_signal targets), so
+ * it must be registered with strict PCIe ordering (no relaxed ordering). Transports that
+ * never use relaxed ordering may ignore it. */
+#define MK_PTR_FORCE_SO 0x100
 
 struct mk_transport_ops;
 
@@ -121,6 +125,10 @@ struct mk_transport_ops {
                      const struct mk_rkey* sig, uint64_t sig_off, uint64_t value,
                      struct mk_request** req);
   int (*progress)(struct mk_comm* comm);
+
+  /* Optional (NULL when unsupported), appended last so older transports stay valid: a new
+   * device made of the listed devices' ports (NCCL's makeVDevice); *new_dev gets its index. */
+  int (*make_vdevice)(int ndevs, const int* devs, int* new_dev);
 };
 
 /* The transport NCCL_MK_TRANSPORT names (auto: ib when it initialises with devices, else

@@ -35,6 +35,8 @@ struct lb_case {
   int child_may_die; /* the case kills its child on purpose */
 };
 
+/* NCCL_MK_TRANSPORT's transport (ofi when unset), or NULL when it is not built. */
+const struct mk_transport_ops* lb_transport(void);
 /* Runs one case; returns the process exit code (0 pass, 1 fail, 77 skip). */
 int lb_run(const struct lb_case* c);
 

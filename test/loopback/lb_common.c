@@ -159,6 +159,18 @@ size_t lb_check(const void* buf, size_t len, uint64_t seed, uint64_t stream, con
   return bad;
 }
 
+/* The transport under test: NCCL_MK_TRANSPORT=ib runs the same cases over verbs. */
+const struct mk_transport_ops* lb_transport(void) {
+  const char* t = getenv("NCCL_MK_TRANSPORT");
+#if MK_HAVE_VERBS
+  if (t && strcmp(t, "ib") == 0) return &mk_ib_ops;
+#endif
+#if MK_HAVE_OFI
+  if (!t || strcmp(t, "ofi") == 0 || strcmp(t, "auto") == 0) return &mk_ofi_ops;
+#endif
+  return NULL;
+}
+
 static int lb_role(const struct lb_case* c, struct lb_ctx* ctx) {
   int rc = ctx->ops->init();
   if (rc == -ENODEV) return 77;
@@ -174,7 +186,8 @@ static int lb_reap(const struct lb_case* c, pid_t child, int parent_rc) {
   int status = 0;
   if (waitpid(child, &status, 0) < 0) return 1;
   if (parent_rc == 77) {
-    fprintf(stderr, "SKIP: no usable libfabric provider/device here\n");
+    fprintf(stderr, "SKIP: no usable %s device here (or the case needs what this machine lacks)\n",
+            lb_transport()->name);
     return 77;
   }
   if (WIFSIGNALED(status) && !c->child_may_die) {
@@ -184,7 +197,8 @@ static int lb_reap(const struct lb_case* c, pid_t child, int parent_rc) {
   }
   int child_rc = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
   if (parent_rc == 77 || child_rc == 77) {
-    fprintf(stderr, "SKIP: no usable libfabric provider/device here\n");
+    fprintf(stderr, "SKIP: no usable %s device here (or the case needs what this machine lacks)\n",
+            lb_transport()->name);
     return 77;
   }
   return parent_rc || child_rc ? 1 : 0;
@@ -193,6 +207,11 @@ static int lb_reap(const struct lb_case* c, pid_t child, int parent_rc) {
 int lb_run(const struct lb_case* c) {
   setenv("NCCL_MK_SOCKET_IFNAME", "lo", 0);
   setenv("NCCL_MK_OFI_PROVIDER", "tcp;ofi_rxm", 0);
+  const struct mk_transport_ops* ops = lb_transport();
+  if (!ops) {
+    fprintf(stderr, "SKIP: transport %s is not built into this library\n", getenv("NCCL_MK_TRANSPORT"));
+    return 77;
+  }
   const char* s = getenv("LB_SEED");
   uint64_t seed = s ? strtoull(s, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
   printf("case %s: seed %llu (rerun with LB_SEED=%llu)\n", c->name, (unsigned long long)seed,
@@ -200,7 +219,7 @@ int lb_run(const struct lb_case* c) {
   fflush(stdout);
   int p2c[2], c2p[2];
   if (pipe(p2c) || pipe(c2p)) return 1;
-  struct lb_ctx ctx = {.ops = &mk_ofi_ops, .seed = seed};
+  struct lb_ctx ctx = {.ops = ops, .seed = seed};
   pid_t child = fork();
   if (child < 0) return 1;
   if (child == 0) {

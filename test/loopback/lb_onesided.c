@@ -80,7 +80,9 @@ static int signal_target(struct lb_ctx* ctx) {
   struct mk_mr *mr, *smr;
   struct mk_rkey k, sk;
   LB_OK(ctx->ops->reg_mr(ctx->comm, region, REGION, MK_PTR_HOST, &mr));
-  LB_OK(ctx->ops->reg_mr(ctx->comm, (void*)sig, 4096, MK_PTR_HOST, &smr));
+  /* a signal region: strict ordering where the transport would use relaxed ordering */
+  int sig_type = MK_PTR_HOST | (strcmp(ctx->ops->name, "ib") == 0 ? MK_PTR_FORCE_SO : 0);
+  LB_OK(ctx->ops->reg_mr(ctx->comm, (void*)sig, 4096, sig_type, &smr));
   LB_OK(ctx->ops->mr_rkey(mr, &k));
   LB_OK(ctx->ops->mr_rkey(smr, &sk));
   tell_rkey(ctx, &k);

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 ALLOWED_NEEDED = re.compile(r"^(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[-\w]*)\.so")
-FORBIDDEN_UNDEFINED = re.compile(r"^(fi_|ibv_|cu[A-Z]|cuda[A-Z]|nccl[A-Z]|cublas)")
+FORBIDDEN_UNDEFINED = re.compile(r"^(fi_|ibv_|rdma_|cu[A-Z]|cuda[A-Z]|nccl[A-Z]|cublas)")
 ALLOWED_EXPORTS = re.compile(r"^(ncclNetPlugin_v(8|9|10|11)|ncclTunerPlugin_v[45]|ncclMk[A-Z]\w*)$")
 
 

@@ -1,0 +1,171 @@
+/* Benchmarks over the loopback harness (not part of the test suites; scripts/rxe-vm.sh bench
+ * runs them beside perftest). LB_BENCH_SIZE bytes, LB_BENCH_ITERS messages.
+ *  bench_bw:  the receiver keeps LB_BENCH_WINDOW receives posted, the sender streams; the
+ *             sender prints MiB/s from its first isend to its last completion.
+ *  bench_lat: ping-pong over two comms (one each way), receives pre-posted; prints the
+ *             median and mean of round trip / 2 in microseconds, like ib_write_lat. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+
+#include "lb.h"
+
+/* Like lb_wait, but yields the CPU between polls, as NCCL's progress thread does when idle:
+ * on a small VM the soft-RoCE kernel work needs the same CPUs. */
+static int bench_wait(struct lb_ctx* ctx, struct mk_request* req) {
+  static int spin = -1;
+  if (spin < 0) spin = getenv("LB_BENCH_SPIN") != NULL;
+  int done = 0, rc = 0;
+  while (!done && rc == 0) {
+    rc = ctx->ops->test(req, &done, NULL);
+    if (!done && !spin) sched_yield();
+  }
+  return rc;
+}
+
+static size_t env_size(const char* name, size_t def) {
+  const char* v = getenv(name);
+  return v ? (size_t)strtoull(v, NULL, 0) : def;
+}
+
+static int bw_recv(struct lb_ctx* ctx) {
+  size_t len = env_size("LB_BENCH_SIZE", 1 << 20), iters = env_size("LB_BENCH_ITERS", 200);
+  int window = (int)env_size("LB_BENCH_WINDOW", 32), tag = 0;
+  LB_OK(lb_accept(ctx));
+  unsigned char* buf = lb_alloc(len * (size_t)window);
+  struct mk_mr* mr;
+  LB_OK(ctx->ops->reg_mr(ctx->comm, buf, len * (size_t)window, MK_PTR_HOST, &mr));
+  struct mk_request** reqs = calloc((size_t)window, sizeof(*reqs));
+  for (size_t m = 0; m < iters + (size_t)window; m++) {
+    int w = (int)(m % (size_t)window);
+    if (m >= (size_t)window) LB_OK(bench_wait(ctx, reqs[w]));
+    if (m < iters) {
+      void* d = buf + (size_t)w * len;
+      LB_OK(lb_recv(ctx, 1, &d, &len, &tag, &mr, &reqs[w]));
+    }
+  }
+  lb_tell(ctx, 1);
+  LB_OK(ctx->ops->dereg_mr(ctx->comm, mr));
+  free(reqs);
+  free(buf);
+  return lb_close(ctx);
+}
+
+static int bw_send(struct lb_ctx* ctx) {
+  size_t len = env_size("LB_BENCH_SIZE", 1 << 20), iters = env_size("LB_BENCH_ITERS", 200);
+  int window = (int)env_size("LB_BENCH_WINDOW", 32);
+  LB_OK(lb_connect(ctx));
+  unsigned char* buf = lb_alloc(len);
+  memset(buf, 3, len);
+  struct mk_mr* mr;
+  LB_OK(ctx->ops->reg_mr(ctx->comm, buf, len, MK_PTR_HOST, &mr));
+  struct mk_request** reqs = calloc((size_t)window, sizeof(*reqs));
+  double t0 = lb_now();
+  for (size_t m = 0; m < iters + (size_t)window; m++) {
+    int w = (int)(m % (size_t)window);
+    if (m >= (size_t)window) LB_OK(bench_wait(ctx, reqs[w]));
+    if (m < iters) LB_OK(lb_send(ctx, buf, len, 0, mr, &reqs[w]));
+  }
+  double dt = lb_now() - t0;
+  printf("BENCH mk_bw %zu %.1f\n", len, (double)len * (double)iters / dt / 1048576.0);
+  fflush(stdout);
+  LB_EXPECT(lb_hear(ctx) == 1);
+  LB_OK(ctx->ops->dereg_mr(ctx->comm, mr));
+  free(reqs);
+  free(buf);
+  return lb_close(ctx);
+}
+
+/* The reverse comm: this side listens, the peer connects (handle through the pipe). */
+static int lat_reverse(struct lb_ctx* ctx, void** lc, struct mk_comm** back) {
+  unsigned char h[MK_HANDLE_MAX];
+  *back = NULL;
+  if (ctx->is_sender) {
+    LB_OK(ctx->ops->listen(ctx->dev, h, lc));
+    for (size_t off = 0; off < sizeof(h); off += 8) {
+      uint64_t w;
+      memcpy(&w, h + off, 8);
+      lb_tell(ctx, w);
+    }
+    while (!*back) LB_OK(ctx->ops->accept(*lc, back));
+  } else {
+    for (size_t off = 0; off < sizeof(h); off += 8) {
+      uint64_t w = lb_hear(ctx);
+      memcpy(h + off, &w, 8);
+    }
+    while (!*back) LB_OK(ctx->ops->connect(ctx->dev, h, -1, back));
+  }
+  return 0;
+}
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+/* One side of the ping-pong: `rx` receives, `tx` sends; the initiator sends first. */
+static int lat_side(struct lb_ctx* ctx, struct mk_comm* rx, struct mk_comm* tx, int initiator) {
+  size_t len = env_size("LB_BENCH_SIZE", 2), iters = env_size("LB_BENCH_ITERS", 1000);
+  unsigned char sbuf[4096], rbuf[4096];
+  struct mk_mr *smr, *rmr;
+  if (len > sizeof(sbuf)) len = sizeof(sbuf);
+  LB_OK(ctx->ops->reg_mr(tx, sbuf, sizeof(sbuf), MK_PTR_HOST, &smr));
+  LB_OK(ctx->ops->reg_mr(rx, rbuf, sizeof(rbuf), MK_PTR_HOST, &rmr));
+  double* t = calloc(iters, sizeof(double));
+  struct mk_request *rreq = NULL, *sreq = NULL;
+  int tag = 0;
+  void* d = rbuf;
+  struct mk_comm* keep = ctx->comm;
+  ctx->comm = rx;
+  LB_OK(lb_recv(ctx, 1, &d, &len, &tag, &rmr, &rreq));
+  for (size_t i = 0; i < iters; i++) {
+    double t0 = lb_now();
+    if (!initiator) {
+      ctx->comm = rx;
+      LB_OK(bench_wait(ctx, rreq));
+      if (i + 1 < iters) LB_OK(lb_recv(ctx, 1, &d, &len, &tag, &rmr, &rreq));
+    }
+    ctx->comm = tx;
+    LB_OK(lb_send(ctx, sbuf, len, 0, smr, &sreq));
+    LB_OK(bench_wait(ctx, sreq));
+    if (initiator) {
+      ctx->comm = rx;
+      LB_OK(bench_wait(ctx, rreq));
+      if (i + 1 < iters) LB_OK(lb_recv(ctx, 1, &d, &len, &tag, &rmr, &rreq));
+    }
+    t[i] = (lb_now() - t0) * 1e6 / 2;
+  }
+  if (initiator) {
+    double sum = 0;
+    for (size_t i = 0; i < iters; i++) sum += t[i];
+    qsort(t, iters, sizeof(double), cmp_double);
+    printf("BENCH mk_lat %zu %.2f %.2f\n", len, t[iters / 2], sum / (double)iters);
+    fflush(stdout);
+  }
+  free(t);
+  ctx->ops->dereg_mr(tx, smr);
+  ctx->ops->dereg_mr(rx, rmr);
+  ctx->comm = keep;
+  return 0;
+}
+
+static int lat_run(struct lb_ctx* ctx) {
+  LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
+  void* lc = NULL;
+  struct mk_comm* back;
+  LB_OK(lat_reverse(ctx, &lc, &back));
+  int rc = ctx->is_sender ? lat_side(ctx, back, ctx->comm, 1) : lat_side(ctx, ctx->comm, back, 0);
+  lb_tell(ctx, 9);
+  LB_EXPECT(lb_hear(ctx) == 9);
+  ctx->ops->close(back);
+  if (lc) ctx->ops->close_listen(lc);
+  lb_close(ctx);
+  return rc;
+}
+
+const struct lb_case lb_cases_bench[] = {
+    {"bench_bw", bw_recv, bw_send, 300, 0},
+    {"bench_lat", lat_run, lat_run, 300, 0},
+    {NULL, NULL, NULL, 0, 0},
+};

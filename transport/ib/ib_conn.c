@@ -1,0 +1,306 @@
+/*
+ * Connection setup over the TCP side channel. listen puts {address, nonce} in the handle.
+ * connect and accept are non-blocking state machines:
+ *   connector: TCP connect, create QPs, send hello -> receive the acceptor's hello, move QPs
+ *              to RTS, send one "ready" byte -> comm;
+ *   acceptor:  receive the hello (nonce checked), create as many QPs, move them to RTS, send
+ *              its hello -> wait for "ready" -> comm.
+ * "ready" makes sure the connector's QPs are at RTR before the acceptor may write into them
+ * (a write to a QP still in INIT is dropped and only recovered by the ~4 s retry timer).
+ * The socket stays open: EOF without "bye" later means the peer died.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "handle.h"
+#include "ib.h"
+#include "mk_err.h"
+#include "mk_log.h"
+#include "mk_param.h"
+
+#define IB_LISTEN_MAGIC 0x4c4e4249u
+#define IB_READY 'R'
+
+struct ib_handshake {
+  int fd;
+  int connector;
+  int connecting;      /* connector: TCP connect in progress */
+  int dev;
+  int tc;
+  uint64_t nonce, deadline_ns;
+  struct ib_comm* comm; /* connector: from the start; acceptor: once the hello is in */
+  struct ib_hello in;
+  size_t in_off, out_off, ready_off;
+  int out_ready;       /* our hello is prepared */
+  char ready;
+};
+
+struct ib_listen {
+  uint32_t magic;
+  int dev;
+  int fd;
+  uint64_t nonce;
+  struct ib_handshake* hs;
+};
+
+struct ib_pending {
+  const void* handle;
+  struct mk_handle decoded;
+  struct ib_handshake* hs;
+  struct ib_pending* next;
+};
+static struct ib_pending* pending_head;
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct ib_handshake* ib_hs_new(int fd, int dev, int tc, uint64_t nonce, int connector) {
+  struct ib_handshake* hs = calloc(1, sizeof(*hs));
+  if (!hs) return NULL;
+  hs->fd = fd;
+  hs->dev = dev;
+  hs->tc = tc;
+  hs->nonce = nonce;
+  hs->connector = hs->connecting = connector;
+  hs->ready = IB_READY;
+  hs->deadline_ns = ib_now_ns() + (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
+  return hs;
+}
+
+static void ib_hs_free(struct ib_handshake* hs, int keep) {
+  if (!hs) return;
+  if (!keep) {
+    if (hs->fd >= 0) close(hs->fd);
+    ib_comm_destroy(hs->comm);
+  }
+  free(hs);
+}
+
+/* Builds the comm and our hello: the connector picks nqps, the acceptor follows. */
+static int ib_hs_build(struct ib_handshake* hs, int nqps) {
+  struct ib_vdev* v;
+  MK_CHECK(ib_vdev_get(hs->dev, &v));
+  MK_CHECK(ib_comm_create(v, hs->connector, hs->tc, &hs->comm));
+  if (nqps > IB_MAX_QPS) nqps = IB_MAX_QPS;
+  MK_CHECK(ib_comm_plan_qps(hs->comm, nqps));
+  hs->comm->local.nonce = hs->nonce;
+  hs->out_ready = 1;
+  return 0;
+}
+
+static int ib_hs_hello_in(struct ib_handshake* hs) {
+  int rc = ib_hello_valid(&hs->in, hs->nonce);
+  if (rc) {
+    if (rc == -EBADMSG) MK_WARN("ib: a connection with a foreign hello (not our peer) was dropped");
+    return rc;
+  }
+  if (!hs->connector) MK_CHECK(ib_hs_build(hs, hs->in.nqps));
+  hs->comm->remote = hs->in;
+  return ib_comm_connect_qps(hs->comm);
+}
+
+/* 1: complete, 0: call again, <0: failed. */
+static int ib_hs_step(struct ib_handshake* hs) {
+  int rc;
+  if (hs->connecting) {
+    rc = mk_sock_connect_poll(hs->fd);
+    if (rc < 0) return rc;
+    if (rc == 0) goto wait;
+    hs->connecting = 0;
+  }
+  if (hs->out_ready)
+    MK_CHECK(mk_sock_send_some(hs->fd, &hs->comm->local, sizeof(struct ib_hello), &hs->out_off));
+  if (hs->in_off < sizeof(hs->in)) {
+    rc = mk_sock_recv_some(hs->fd, &hs->in, sizeof(hs->in), &hs->in_off);
+    if (rc < 0) return rc;
+    if (rc == 1) {
+      MK_CHECK(ib_hs_hello_in(hs));
+      if (hs->out_ready)
+        MK_CHECK(mk_sock_send_some(hs->fd, &hs->comm->local, sizeof(struct ib_hello), &hs->out_off));
+    }
+  }
+  int hellos_done = hs->in_off == sizeof(hs->in) && hs->out_off == sizeof(struct ib_hello);
+  if (hellos_done && hs->ready_off == 0) {
+    char b = 0;
+    size_t off = 0;
+    rc = hs->connector ? mk_sock_send_some(hs->fd, &hs->ready, 1, &off)
+                       : mk_sock_recv_some(hs->fd, &b, 1, &off);
+    if (rc < 0) return rc;
+    if (rc == 1 && !hs->connector && b != IB_READY) return -EBADMSG;
+    if (rc == 1) return 1;
+  }
+wait:
+  if (ib_now_ns() > hs->deadline_ns) {
+    MK_WARN("ib: connection handshake did not finish within NCCL_MK_CONNECT_TIMEOUT_MS=%lld",
+            (long long)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS));
+    return -ETIMEDOUT;
+  }
+  return 0;
+}
+
+int ib_listen(int dev, void* handle, void** listen_comm) {
+  struct ib_vdev* v;
+  if (!handle || !listen_comm) {
+    MK_WARN("ib listen: bad argument (handle %p, listen_comm %p)", handle, (void*)listen_comm);
+    return -EINVAL;
+  }
+  *listen_comm = NULL;
+  MK_CHECK(ib_vdev_get(dev, &v));
+  struct mk_handle h;
+  struct sockaddr_storage addr;
+  MK_CHECK(mk_sock_pick_addr(&addr, NULL, 0));
+  struct ib_listen* lc = calloc(1, sizeof(*lc));
+  if (!lc) return -ENOMEM;
+  int rc;
+  MK_CHECK_GOTO(mk_sock_listen(&addr, &lc->fd, &h.addr), rc, fail);
+  if (getrandom(&lc->nonce, sizeof(lc->nonce), 0) != sizeof(lc->nonce))
+    lc->nonce = ib_now_ns() ^ ((uint64_t)getpid() << 32);
+  h.nonce = lc->nonce;
+  MK_CHECK_GOTO(mk_handle_encode(&h, handle, MK_HANDLE_MAX), rc, fail_fd);
+  lc->magic = IB_LISTEN_MAGIC;
+  lc->dev = dev;
+  *listen_comm = lc;
+  return 0;
+fail_fd:
+  close(lc->fd);
+fail:
+  free(lc);
+  return rc;
+}
+
+static struct ib_pending* ib_pending_take(const void* handle) {
+  pthread_mutex_lock(&pending_lock);
+  struct ib_pending* p = NULL;
+  for (struct ib_pending** pp = &pending_head; *pp; pp = &(*pp)->next) {
+    if ((*pp)->handle != handle) continue;
+    p = *pp;
+    *pp = p->next;
+    break;
+  }
+  pthread_mutex_unlock(&pending_lock);
+  return p;
+}
+
+static void ib_pending_put(struct ib_pending* p) {
+  pthread_mutex_lock(&pending_lock);
+  p->next = pending_head;
+  pending_head = p;
+  pthread_mutex_unlock(&pending_lock);
+}
+
+static int ib_connect_start(int dev, int tc, const void* handle, const struct mk_handle* h,
+                            struct ib_pending** out) {
+  int fd = -1, rc;
+  struct ib_pending* p = calloc(1, sizeof(*p));
+  if (!p) return -ENOMEM;
+  MK_CHECK_GOTO(mk_sock_connect_start(&h->addr, &fd), rc, fail);
+  p->hs = ib_hs_new(fd, dev, tc, h->nonce, 1);
+  if (!p->hs) {
+    close(fd);
+    rc = -ENOMEM;
+    goto fail;
+  }
+  struct ib_vdev* v = &ib.devs[dev];
+  MK_CHECK_GOTO(ib_hs_build(p->hs, (int)mk_param_int(MK_PARAM_IB_QPS) * v->nrails), rc, fail_hs);
+  p->handle = handle;
+  p->decoded = *h;
+  *out = p;
+  return 0;
+fail_hs:
+  ib_hs_free(p->hs, 0);
+fail:
+  free(p);
+  return rc;
+}
+
+int ib_connect(int dev, const void* handle, int traffic_class, struct mk_comm** send_comm) {
+  struct ib_vdev* v;
+  struct mk_handle h;
+  if (!handle || !send_comm) {
+    MK_WARN("ib connect: bad argument (handle %p, send_comm %p)", handle, (void*)send_comm);
+    return -EINVAL;
+  }
+  *send_comm = NULL;
+  MK_CHECK(ib_vdev_get(dev, &v));
+  MK_CHECK(mk_handle_decode(handle, MK_HANDLE_MAX, &h));
+  struct ib_pending* p = ib_pending_take(handle);
+  if (p && (p->decoded.nonce != h.nonce || memcmp(&p->decoded.addr, &h.addr, sizeof(h.addr)))) {
+    ib_hs_free(p->hs, 0); /* the buffer now holds another handle: start over */
+    free(p);
+    p = NULL;
+  }
+  if (!p) MK_CHECK(ib_connect_start(dev, traffic_class, handle, &h, &p));
+  int rc = ib_hs_step(p->hs);
+  if (rc == 0) {
+    ib_pending_put(p);
+    return 0;
+  }
+  if (rc == 1) {
+    p->hs->comm->sock = p->hs->fd;
+    p->hs->comm->base.dev = dev;
+    *send_comm = &p->hs->comm->base;
+  } else {
+    MK_WARN("ib connect: handshake with the listener failed: %s", strerror(-rc));
+  }
+  ib_hs_free(p->hs, rc == 1);
+  free(p);
+  return rc < 0 ? rc : 0;
+}
+
+int ib_accept(void* listen_comm, struct mk_comm** recv_comm) {
+  struct ib_listen* lc = listen_comm;
+  if (!lc || lc->magic != IB_LISTEN_MAGIC || !recv_comm) {
+    MK_WARN("ib accept: bad argument (listen_comm %p)", listen_comm);
+    return -EINVAL;
+  }
+  *recv_comm = NULL;
+  if (!lc->hs) {
+    int fd;
+    MK_CHECK(mk_sock_accept(lc->fd, &fd));
+    if (fd < 0) return 0;
+    lc->hs = ib_hs_new(fd, lc->dev, -1, lc->nonce, 0);
+    if (!lc->hs) {
+      close(fd);
+      return -ENOMEM;
+    }
+  }
+  int rc = ib_hs_step(lc->hs);
+  if (rc == 0) return 0;
+  if (rc == 1) {
+    lc->hs->comm->sock = lc->hs->fd;
+    lc->hs->comm->base.dev = lc->dev;
+    *recv_comm = &lc->hs->comm->base;
+  }
+  ib_hs_free(lc->hs, rc == 1);
+  lc->hs = NULL;
+  /* Something that is not our peer dialled the port: drop it and keep listening. */
+  if (rc == -EBADMSG || rc == -ECONNRESET) return 0;
+  return rc < 0 ? rc : 0;
+}
+
+int ib_close_listen(void* listen_comm) {
+  struct ib_listen* lc = listen_comm;
+  if (!lc || lc->magic != IB_LISTEN_MAGIC) {
+    MK_WARN("ib close_listen: bad argument %p", listen_comm);
+    return -EINVAL;
+  }
+  ib_hs_free(lc->hs, 0);
+  close(lc->fd);
+  lc->magic = 0;
+  free(lc);
+  return 0;
+}
+
+int ib_close(struct mk_comm* comm) {
+  struct ib_comm* c = (struct ib_comm*)comm;
+  if (!comm || comm->ops != &mk_ib_ops) {
+    MK_WARN("ib close: bad comm %p", (void*)comm);
+    return -EINVAL;
+  }
+  uint32_t inflight = mk_req_pool_in_use(&c->pool);
+  if (inflight)
+    MK_INFO(MK_NCCL_SUBSYS_NET, "ib: closing a comm with %u requests in flight (cancelled)",
+            inflight);
+  ib_comm_destroy(c); /* sends "bye" on the side channel: the peer lets in-flight data drain */
+  return 0;
+}
