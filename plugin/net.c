@@ -260,6 +260,29 @@ ncclResult_t mk_net_close_listen(void* listen_comm) {
   return mk_result_from_errno(net_ops->close_listen(listen_comm));
 }
 
+/* NCCL merges devices (ports of one NIC) only where the transport can: the others answer
+ * ncclInvalidUsage, which NCCL never triggers for them since it merges by PCI path. */
+ncclResult_t mk_net_make_vdevice(int* d, ncclNetVDeviceProps_v11_t* props) {
+  if (!d || !props || props->ndevs < 1 || props->ndevs > NCCL_NET_MAX_DEVS_PER_NIC || !net_ops)
+    return ncclInvalidArgument;
+  if (!net_ops->make_vdevice) {
+    MK_WARN("makeVDevice: transport %s cannot merge devices", net_ops->name);
+    return ncclInvalidUsage;
+  }
+  if (net_ndev >= MK_NET_MAX_DEVS) return ncclInvalidUsage;
+  int dev = -1;
+  int rc = net_ops->make_vdevice(props->ndevs, props->devs, &dev);
+  if (rc == 0 && dev != net_ndev) rc = -EPROTO; /* devices are numbered densely */
+  if (rc == 0) rc = net_ops->get_properties(dev, &net_props[dev]);
+  if (rc == 0) {
+    net_ndev = dev + 1;
+    *d = dev;
+    MK_INFO(MK_NET_SUBSYS, "dev %d: virtual device %s over %d device(s)", dev,
+            net_props[dev].name, props->ndevs);
+  }
+  return mk_result_from_errno(rc);
+}
+
 ncclResult_t mk_net_set_net_attr(void* ctx, ncclNetAttr_v11_t* attr) {
   struct mk_net_ctx* c = ctx;
   if (!c || !attr) return ncclInvalidArgument;
@@ -291,7 +314,7 @@ MK_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     .closeListen = mk_net_close_listen,
     .getDeviceMr = NULL,
     .irecvConsumed = NULL,
-    .makeVDevice = NULL,
+    .makeVDevice = mk_net_make_vdevice,
     .finalize = mk_net_finalize,
     .setNetAttr = mk_net_set_net_attr,
 };

@@ -39,6 +39,7 @@ ncclResult_t mk_net_close_send(void* send_comm);
 ncclResult_t mk_net_close_recv(void* recv_comm);
 ncclResult_t mk_net_close_listen(void* listen_comm);
 ncclResult_t mk_net_set_net_attr(void* ctx, ncclNetAttr_v11_t* attr);
+ncclResult_t mk_net_make_vdevice(int* d, ncclNetVDeviceProps_v11_t* props);
 
 /* The context that the per-process (v10 and older) tables use for every connection. */
 struct mk_net_ctx* mk_net_shared_ctx(void);

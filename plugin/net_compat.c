@@ -82,7 +82,7 @@ MK_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
     .closeListen = mk_net_close_listen,
     .getDeviceMr = NULL,
     .irecvConsumed = NULL,
-    .makeVDevice = NULL,
+    .makeVDevice = mk_net_make_vdevice,
 };
 
 /* ---- v9 (2.24-2.25) ----------------------------------------------------------------- */
@@ -117,7 +117,7 @@ MK_EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
     .closeListen = mk_net_close_listen,
     .getDeviceMr = NULL,
     .irecvConsumed = NULL,
-    .makeVDevice = NULL,
+    .makeVDevice = mk_net_make_vdevice,
 };
 
 /* ---- v8 (2.20-2.23): int sizes ------------------------------------------------------ */

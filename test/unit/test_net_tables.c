@@ -77,6 +77,13 @@ static void drive_v11(const ncclNet_v11_t* t, int expect_devices) {
   int garbage[16] = {0};
   void* req = NULL;
   CHECK_EQ(t->isend(garbage, NULL, 0, 0, NULL, NULL, &req), ncclInvalidArgument);
+  /* libfabric devices never merge: a clear refusal, not a crash */
+  ncclNetVDeviceProps_v11_t vp = {.ndevs = 1, .devs = {0}};
+  int vd = -1;
+  CHECK(t->makeVDevice != NULL);
+  CHECK_EQ(t->makeVDevice(&vd, NULL), ncclInvalidArgument);
+  ncclResult_t vres = t->makeVDevice(&vd, &vp);
+  CHECK(vres == ncclInvalidUsage || vres == ncclSuccess);
   ncclNetAttr_v11_t attr;
   memset(&attr, 0xff, sizeof(attr));
   CHECK_EQ(t->setNetAttr(ctx, &attr), ncclSuccess);
