@@ -20,6 +20,8 @@
   X(INT, OFI_STREAMS, "NCCL_MK_OFI_STREAMS", "4", 1, 8, "",                                  \
     "ofi: endpoints per comm; large messages are striped over them, each progressed by a "    \
     "thread of its own (1 = one endpoint, no helper threads)")                                 \
+  X(INT, OFI_STREAM_THREADS, "NCCL_MK_OFI_STREAM_THREADS", "1", 0, 1, "",                    \
+    "ofi: 1 gives streams 1.. a progress thread each; 0 leaves them all to NCCL's thread")    \
   X(INT, OFI_STRIPE_MIN, "NCCL_MK_OFI_STRIPE_MIN", "262144", 0, 1099511627776, "",            \
     "ofi: receive buffers larger than this many bytes are striped over the streams")           \
   X(STR, SOCKET_IFNAME, "NCCL_MK_SOCKET_IFNAME", "", 0, 0, "",                                 \

@@ -178,6 +178,8 @@ void ofi_streams_stop(struct ofi_comm* c);
 /* Around posting an operation on st: wakes its thread, undone when the post failed. */
 void ofi_stream_busy(struct ofi_stream* st);
 void ofi_stream_idle(struct ofi_stream* st);
+/* One batch of st's completions; how many were handled. Errors land in st->error. */
+int ofi_stream_poll(struct ofi_stream* st);
 /* Completion accounting shared by both progress paths. */
 void ofi_req_complete(struct ofi_req* r, const struct ofi_op* op, size_t len, int err);
 int ofi_errno_of(int fi_err);

@@ -16,6 +16,7 @@
 
 #include "mk_err.h"
 #include "mk_log.h"
+#include "mk_param.h"
 #include "ofi.h"
 
 #define OFI_CQ_SIZE 4096     /* > every operation a stream can have posted at once */
@@ -120,32 +121,38 @@ static void ofi_stream_error(struct ofi_stream* st) {
   ofi_stream_idle(st);
 }
 
+int ofi_stream_poll(struct ofi_stream* st) {
+  struct fi_cq_tagged_entry e[OFI_STREAM_BATCH];
+  ssize_t n = fi_cq_read(st->cq, e, OFI_STREAM_BATCH);
+  if (n == -FI_EAGAIN) return 0;
+  if (n == -FI_EAVAIL) {
+    ofi_stream_error(st);
+    return 1;
+  }
+  if (n < 0) {
+    ofi_stream_fail(st, -EIO);
+    return 0;
+  }
+  for (ssize_t i = 0; i < n; i++) {
+    struct ofi_op* op = e[i].op_context;
+    ofi_req_complete(op->req, op, e[i].len, 0);
+    ofi_stream_idle(st);
+  }
+  return (int)n;
+}
+
 static void* ofi_stream_thread(void* arg) {
   struct ofi_stream* st = arg;
-  struct fi_cq_tagged_entry e[OFI_STREAM_BATCH];
   int spins = 0;
   while (ofi_stream_wait(st)) {
-    ssize_t n = fi_cq_read(st->cq, e, OFI_STREAM_BATCH);
-    if (n > 0) {
-      for (ssize_t i = 0; i < n; i++) {
-        struct ofi_op* op = e[i].op_context;
-        ofi_req_complete(op->req, op, e[i].len, 0);
-        ofi_stream_idle(st);
-      }
-      spins = 0;
-    } else if (n == -FI_EAVAIL) {
-      ofi_stream_error(st);
-    } else if (n == -FI_EAGAIN) {
-      if (++spins >= OFI_STREAM_SPINS) sched_yield(), spins = 0;
-    } else {
-      ofi_stream_fail(st, -EIO);
-      sched_yield();
-    }
+    if (ofi_stream_poll(st) > 0) spins = 0;
+    else if (++spins >= OFI_STREAM_SPINS) sched_yield(), spins = 0;
   }
   return NULL;
 }
 
 int ofi_streams_start(struct ofi_comm* c) {
+  if (!mk_param_int(MK_PARAM_OFI_STREAM_THREADS)) return 0; /* test() polls them all */
   for (int k = 1; k < c->nstreams; k++) {
     struct ofi_stream* st = &c->st[k];
     st->has_thread = 1;
