@@ -301,6 +301,7 @@ int ofi_close(struct mk_comm* comm) {
   int peer_dead = c->error == -ECONNRESET || mk_sock_peer_state(c->sock) == MK_PEER_DEAD;
   mk_sock_close_graceful(c->sock); /* "bye": the peer lets in-flight data drain */
   c->sock = -1;
+  ofi_streams_stop(c); /* joined in both cases: no thread outlives its comm */
   if (peer_dead) {
     /* NOTES: libfabric 1.17's tcp;ofi_rxm crashed (SIGSEGV inside fi_close of the endpoint)
      * in 3 of 5 NCCL aborts after a peer was killed (bench/NOTES.md), also on comms where no
