@@ -136,6 +136,7 @@ struct ofi_stream {
   size_t addr_len;
   pthread_t thread;
   int has_thread;             /* streams 1..: started once the handshake is done */
+  int can_wait;               /* its CQ has a wait object: the thread may sleep in sread */
   pthread_mutex_t mu;         /* only to sleep on cv when nothing is posted */
   pthread_cond_t cv;
   int active;                 /* atomic: posted operations not completed yet */
@@ -179,7 +180,7 @@ void ofi_streams_stop(struct ofi_comm* c);
 void ofi_stream_busy(struct ofi_stream* st);
 void ofi_stream_idle(struct ofi_stream* st);
 /* One batch of st's completions; how many were handled. Errors land in st->error. */
-int ofi_stream_poll(struct ofi_stream* st);
+int ofi_stream_poll(struct ofi_stream* st, int block);
 /* Completion accounting shared by both progress paths. */
 void ofi_req_complete(struct ofi_req* r, const struct ofi_op* op, size_t len, int err);
 int ofi_errno_of(int fi_err);

@@ -126,7 +126,7 @@ int ofi_cq_progress(struct ofi_comm* c) {
     if (n < OFI_CQ_BATCH) break;
   }
   for (int k = 1; k < c->nstreams; k++) /* streams without a thread of their own */
-    if (!c->st[k].has_thread) handled += ofi_stream_poll(&c->st[k]);
+    if (!c->st[k].has_thread) handled += ofi_stream_poll(&c->st[k], 0);
   MK_CHECK_GOTO(ofi_retry_deferred(c), rc, fail);
   return handled;
 fail:

@@ -21,16 +21,32 @@
 
 #define OFI_CQ_SIZE 4096     /* > every operation a stream can have posted at once */
 #define OFI_STREAM_BATCH 16
-#define OFI_STREAM_SPINS 64  /* empty polls before yielding the core (2-core hosts) */
+#define OFI_STREAM_SPINS 64  /* empty polls before sleeping (or yielding) */
+#define OFI_STREAM_WAIT_MS 1 /* bounds a sleep that a missed wake-up would make longer */
+
+/* Streams 1.. get a CQ with a file-descriptor wait object when the provider has one, so
+ * that their thread can sleep in fi_cq_sread until a socket has data instead of spinning
+ * (spinning helpers starve the thread that has bytes to copy when cores are few). */
+static int ofi_stream_cq_open(struct ofi_comm* c, struct ofi_stream* st) {
+  struct fi_cq_attr attr = {.size = OFI_CQ_SIZE, .format = FI_CQ_FORMAT_TAGGED,
+                            .wait_obj = FI_WAIT_NONE};
+  if (st != &c->st[0]) {
+    attr.wait_obj = FI_WAIT_FD;
+    if (fi_cq_open(c->dev->domain, &attr, &st->cq, NULL) == 0) {
+      st->can_wait = 1;
+      return 0;
+    }
+    attr.wait_obj = FI_WAIT_NONE;
+  }
+  return fi_cq_open(c->dev->domain, &attr, &st->cq, NULL);
+}
 
 int ofi_stream_open(struct ofi_comm* c, struct ofi_stream* st) {
   struct ofi_dev* dev = c->dev;
-  struct fi_cq_attr cq_attr = {.size = OFI_CQ_SIZE, .format = FI_CQ_FORMAT_TAGGED,
-                               .wait_obj = FI_WAIT_NONE};
   struct fi_av_attr av_attr = {.type = FI_AV_TABLE, .count = 4};
   st->peer = FI_ADDR_NOTAVAIL;
   int rc = fi_endpoint(dev->domain, dev->info, &st->ep, NULL);
-  if (rc == 0) rc = fi_cq_open(dev->domain, &cq_attr, &st->cq, NULL);
+  if (rc == 0) rc = ofi_stream_cq_open(c, st);
   if (rc == 0) rc = fi_av_open(dev->domain, &av_attr, &st->av, NULL);
   if (rc == 0) rc = fi_ep_bind(st->ep, &st->cq->fid, FI_TRANSMIT | FI_RECV);
   if (rc == 0) rc = fi_ep_bind(st->ep, &st->av->fid, 0);
@@ -121,9 +137,11 @@ static void ofi_stream_error(struct ofi_stream* st) {
   ofi_stream_idle(st);
 }
 
-int ofi_stream_poll(struct ofi_stream* st) {
+int ofi_stream_poll(struct ofi_stream* st, int block) {
   struct fi_cq_tagged_entry e[OFI_STREAM_BATCH];
-  ssize_t n = fi_cq_read(st->cq, e, OFI_STREAM_BATCH);
+  ssize_t n = block && st->can_wait
+                  ? fi_cq_sread(st->cq, e, OFI_STREAM_BATCH, NULL, OFI_STREAM_WAIT_MS)
+                  : fi_cq_read(st->cq, e, OFI_STREAM_BATCH);
   if (n == -FI_EAGAIN) return 0;
   if (n == -FI_EAVAIL) {
     ofi_stream_error(st);
@@ -145,8 +163,8 @@ static void* ofi_stream_thread(void* arg) {
   struct ofi_stream* st = arg;
   int spins = 0;
   while (ofi_stream_wait(st)) {
-    if (ofi_stream_poll(st) > 0) spins = 0;
-    else if (++spins >= OFI_STREAM_SPINS) sched_yield(), spins = 0;
+    if (ofi_stream_poll(st, spins >= OFI_STREAM_SPINS) > 0) spins = 0;
+    else if (++spins >= OFI_STREAM_SPINS && !st->can_wait) sched_yield(), spins = 0;
   }
   return NULL;
 }
