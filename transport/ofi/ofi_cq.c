@@ -20,7 +20,7 @@ static int ofi_cts_arrived(struct ofi_comm* c, unsigned k) {
   }
   for (uint32_t i = 0; i < cts->n; i++) { /* the stripes must fit inside the buffer */
     unsigned nst = cts->nstripes[i];
-    if (nst < 1 || nst > (unsigned)c->nstreams ||
+    if (nst < 1 || nst > (unsigned)c->nstreams || cts->stream0[i] >= c->nstreams ||
         (nst > 1 && (cts->chunk[i] == 0 || cts->chunk[i] * (nst - 1) >= cts->sizes[i]))) {
       MK_WARN("ofi: clear-to-send %u entry %u: %u stripes of %llu bytes do not fit %d streams",
               cts->seq, i, nst, (unsigned long long)cts->chunk[i], c->nstreams);

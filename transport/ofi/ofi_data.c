@@ -12,6 +12,8 @@
 #include "mk_param.h"
 #include "ofi.h"
 
+#define OFI_ROTATE_MIN (64u << 10) /* bytes; see ofi_recv_stripes */
+
 static struct ofi_comm* ofi_comm_of(struct mk_comm* comm, int is_send) {
   struct ofi_comm* c = (struct ofi_comm*)comm;
   return comm && comm->ops == &mk_ofi_ops && c->is_send == is_send ? c : NULL;
@@ -59,7 +61,7 @@ static int ofi_stripe_post_retry(struct ofi_comm* c, unsigned k, int is_send, vo
  * 1: nothing could be posted (retry later); <0: the comm is out of step with its peer. */
 static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct mk_ofi_cts* cts,
                             int i, char* data, size_t size, void* desc) {
-  unsigned nst = cts->nstripes[i];
+  unsigned nst = cts->nstripes[i], s0 = cts->stream0[i];
   uint64_t chunk = cts->chunk[i];
   r->pending = (int)nst; /* before any post: stream threads may complete stripes at once */
   for (unsigned k = 0; k < nst; k++) {
@@ -68,12 +70,13 @@ static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct 
     struct ofi_op* op = &r->ops[OFI_OP_AT(0, k)];
     *op = (struct ofi_op){.req = r, .kind = OFI_OP_SEND, .idx = (uint8_t)i, .stripe = (uint8_t)k};
     uint64_t tag = mk_ofi_tag_data(cts->seq, (unsigned)i, k);
+    unsigned st = (s0 + k) % (unsigned)c->nstreams;
     if (k == 0) {
-      ssize_t rc = ofi_stripe_post(c, 0, 1, buf, len, desc, tag, op);
+      ssize_t rc = ofi_stripe_post(c, st, 1, buf, len, desc, tag, op);
       if (rc == -FI_EAGAIN) return 1;
       if (rc != 0) return (int)rc;
     } else {
-      int rc = ofi_stripe_post_retry(c, k, 1, buf, len, desc, tag, op);
+      int rc = ofi_stripe_post_retry(c, st, 1, buf, len, desc, tag, op);
       if (rc < 0) return c->error = rc; /* half posted: the request stays with the provider */
     }
   }
@@ -168,7 +171,12 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
   uint8_t nst;
   uint64_t chunk;
   mk_ofi_stripe_plan(size, c->nstreams, c->stripe_min, &nst, &chunk);
+  /* Buffers above OFI_ROTATE_MIN start on a rotating stream, so that several messages in
+   * flight (NCCL keeps up to 8 steps per connection) spread over the streams even when each
+   * is too small to be striped; smaller ones stay on stream 0, NCCL's own thread. */
+  unsigned s0 = c->nstreams > 1 && size > OFI_ROTATE_MIN ? (c->seq + (unsigned)i) % c->nstreams : 0;
   for (unsigned k = 0; k < nst; k++) {
+    unsigned st = (s0 + k) % (unsigned)c->nstreams;
     size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
     struct ofi_op* op = &r->ops[OFI_OP_AT(i, k)];
     *op = (struct ofi_op){.req = r, .kind = OFI_OP_RECV, .idx = (uint8_t)i, .stripe = (uint8_t)k};
@@ -176,10 +184,10 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
     __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED); /* before: it may complete at once */
     int rc;
     if (first && k == 0) {
-      rc = (int)ofi_stripe_post(c, 0, 0, data, len, desc, tag, op);
+      rc = (int)ofi_stripe_post(c, st, 0, data, len, desc, tag, op);
       if (rc == -FI_EAGAIN) rc = 1; /* nothing posted: the caller may retry */
     } else {
-      rc = ofi_stripe_post_retry(c, k, 0, data + (size_t)k * chunk, len, desc, tag, op);
+      rc = ofi_stripe_post_retry(c, st, 0, data + (size_t)k * chunk, len, desc, tag, op);
     }
     if (rc != 0) {
       __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELAXED);
@@ -188,6 +196,7 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
   }
   r->cts.nstripes[i] = nst;
   r->cts.chunk[i] = chunk;
+  r->cts.stream0[i] = (uint8_t)s0;
   return 0;
 }
 

@@ -10,8 +10,9 @@
  *
  * Version 2 (striping): a comm owns up to MK_OFI_MAX_STREAMS endpoints ("streams"); the hello
  * carries every stream's address and both ends use min(ours, theirs) streams. The receiver
- * decides how each buffer is striped and says so in the clear-to-send (nstripes, chunk):
- * stripe k covers [k*chunk, min(size, (k+1)*chunk)) of the buffer. The sender puts the bytes
+ * decides how each buffer is striped and says so in the clear-to-send (nstripes, chunk,
+ * stream0): stripe k covers [k*chunk, min(size, (k+1)*chunk)) of the buffer and rides
+ * stream (stream0 + k) % streams. The sender puts the bytes
  * of its message that fall in stripe k into stripe k, a zero-length message when none do, so
  * every posted stripe completes and the received size is the sum of the stripe lengths.
  */
@@ -68,7 +69,8 @@ struct mk_ofi_cts {
   uint64_t sizes[MK_MAX_RECVS];
   int32_t tags[MK_MAX_RECVS];
   uint64_t chunk[MK_MAX_RECVS];   /* stripe length (the last stripe may be shorter) */
-  uint8_t nstripes[MK_MAX_RECVS]; /* 1: not striped, everything on stream 0 */
+  uint8_t nstripes[MK_MAX_RECVS]; /* 1: not striped */
+  uint8_t stream0[MK_MAX_RECVS];  /* stream of stripe 0; stripe k rides (stream0 + k) % streams */
 };
 
 /* How a receiver cuts a buffer of size bytes over nstreams streams: not at all up to
@@ -95,6 +97,6 @@ static inline uint64_t mk_ofi_stripe_len(uint64_t size, uint64_t chunk, unsigned
 }
 
 _Static_assert(sizeof(struct mk_ofi_hello) == 536, "hello layout");
-_Static_assert(sizeof(struct mk_ofi_cts) == 184, "cts layout");
+_Static_assert(sizeof(struct mk_ofi_cts) == 192, "cts layout");
 
 #endif /* MK_OFI_PROTO_H_ */
