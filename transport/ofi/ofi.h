@@ -4,9 +4,10 @@
  * domain's registration cache; comm = 1..MK_OFI_MAX_STREAMS "streams", each an RDM endpoint
  * + CQ + AV of its own (progress of one never contends with another), a mutex (NCCL's
  * service thread may register while the progress thread sends), and the side-channel socket
- * kept open as dead-peer detector. Stream 0 carries everything small and all control; it is
- * progressed by NCCL's thread inside test(), as with one stream. Streams 1.. carry only
- * stripes of large messages and each has a helper thread that progresses its CQ while it has
+ * kept open as dead-peer detector. Stream 0 carries everything up to 64 KiB and all
+ * control; it is progressed by NCCL's thread inside test(), as with one stream. Larger
+ * messages start on a rotating stream and those above NCCL_MK_OFI_STRIPE_MIN are striped
+ * over all; streams 1.. each have a helper thread that progresses its CQ while it has
  * operations posted (manual data progress: the bytes are copied inside fi_cq_read, so one
  * thread per stream is what spreads the copies over cores).
  */
