@@ -17,6 +17,13 @@
     "net plugin transport; auto picks ib when verbs devices are present, else ofi")            \
   X(STR, OFI_PROVIDER, "NCCL_MK_OFI_PROVIDER", "", 0, 0, "",                                   \
     "libfabric provider; empty picks efa when present, else tcp;ofi_rxm")                      \
+  X(INT, OFI_STREAMS, "NCCL_MK_OFI_STREAMS", "1", 1, 8, "",                                  \
+    "ofi: endpoints per comm; large messages are striped over them, each progressed by a "    \
+    "thread of its own (1, the default until measured under NCCL: one endpoint, no threads)") \
+  X(INT, OFI_STREAM_THREADS, "NCCL_MK_OFI_STREAM_THREADS", "1", 0, 1, "",                    \
+    "ofi: 1 gives streams 1.. a progress thread each; 0 leaves them all to NCCL's thread")    \
+  X(INT, OFI_STRIPE_MIN, "NCCL_MK_OFI_STRIPE_MIN", "262144", 0, 1099511627776, "",            \
+    "ofi: receive buffers larger than this many bytes are striped over the streams")           \
   X(STR, SOCKET_IFNAME, "NCCL_MK_SOCKET_IFNAME", "", 0, 0, "",                                 \
     "interface for connection setup; empty picks the first non-loopback interface that is up") \
   X(INT, CONNECT_TIMEOUT_MS, "NCCL_MK_CONNECT_TIMEOUT_MS", "30000", 1, 3600000, "",            \

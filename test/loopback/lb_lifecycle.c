@@ -1,5 +1,6 @@
 /* Lifecycle: reconnect on one listen comm, close with requests in flight, a killed peer,
  * a handshake that never completes, and bad arguments. */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -208,7 +209,54 @@ static int badargs_send(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* Threads of this process (/proc/self/task). */
+static int thread_count(void) {
+  DIR* d = opendir("/proc/self/task");
+  int n = 0;
+  if (!d) return -1;
+  for (struct dirent* e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/* A comm with S streams runs S-1 helper threads while open, and close joins them all: after
+ * close the process has exactly the threads it had before the connection. A first
+ * connection warms up whatever libfabric starts once per process. */
+static int threads_role(struct lb_ctx* ctx) {
+  static unsigned char big[4 << 20];
+  int streams = (int)mk_param_int(MK_PARAM_OFI_STREAMS);
+  int helpers = mk_param_int(MK_PARAM_OFI_STREAM_THREADS) ? streams - 1 : 0;
+  LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
+  LB_OK(one_message(ctx, 1));
+  LB_OK(ctx->ops->close(ctx->comm));
+  ctx->comm = NULL;
+  int base = thread_count();
+  if (ctx->is_sender)
+    while (!ctx->comm) LB_OK(ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm));
+  else
+    while (!ctx->comm) LB_OK(ctx->ops->accept(ctx->listen_comm, &ctx->comm));
+  int open_n = thread_count();
+  size_t len = sizeof(big), got = 0;
+  struct mk_request* req;
+  int tag = 3;
+  void* d = big;
+  if (ctx->is_sender) LB_OK(lb_send(ctx, big, len, tag, NULL, &req));
+  else LB_OK(lb_recv(ctx, 1, &d, &len, &tag, NULL, &req));
+  LB_OK(lb_wait(ctx, req, &got));
+  LB_OK(ctx->ops->close(ctx->comm));
+  ctx->comm = NULL;
+  int closed = thread_count();
+  printf("  [%s] streams %d: %d threads before, %d open, %d after close\n",
+         ctx->is_sender ? "sender" : "receiver", streams, base, open_n, closed);
+  LB_EXPECT(open_n - base == helpers);
+  LB_EXPECT(closed == base);
+  lb_tell(ctx, 7); /* the peer's comm is closed only after ours: no "bye" race */
+  LB_EXPECT(lb_hear(ctx) == 7);
+  return lb_close(ctx);
+}
+
 const struct lb_case lb_cases_lifecycle[] = {
+    {"close_joins_every_stream_thread", threads_role, threads_role, 30, 0},
     {"reconnect_on_same_listen_comm_and_close_in_flight", reconnect_recv, reconnect_send, 30, 0},
     {"killed_peer_gives_econnreset_within_bound", killed_recv, killed_send, 40, 1},
     {"connect_times_out_when_never_accepted", timeout_recv, timeout_send, 30, 0},

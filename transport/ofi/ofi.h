@@ -1,9 +1,15 @@
 /*
  * Private structures of the libfabric transport. Object model (DESIGN.md "Transports"):
  * device = one fabric + domain, opened on first use and shared by its comms, with the
- * domain's registration cache; comm = one RDM endpoint + CQ + AV of its own (progress of one
- * comm never contends with another), a mutex (NCCL's service thread may register while the
- * progress thread sends), and the side-channel socket kept open as dead-peer detector.
+ * domain's registration cache; comm = 1..MK_OFI_MAX_STREAMS "streams", each an RDM endpoint
+ * + CQ + AV of its own (progress of one never contends with another), a mutex (NCCL's
+ * service thread may register while the progress thread sends), and the side-channel socket
+ * kept open as dead-peer detector. Stream 0 carries everything up to 64 KiB and all
+ * control; it is progressed by NCCL's thread inside test(), as with one stream. Larger
+ * messages start on a rotating stream and those above NCCL_MK_OFI_STRIPE_MIN are striped
+ * over all; streams 1.. each have a helper thread that progresses its CQ while it has
+ * operations posted (manual data progress: the bytes are copied inside fi_cq_read, so one
+ * thread per stream is what spreads the copies over cores).
  */
 #ifndef MK_OFI_H_
 #define MK_OFI_H_
@@ -81,19 +87,26 @@ struct ofi_op {
   struct fi_context2 ctx; /* first: libfabric hands this pointer back in the CQ entry */
   struct ofi_req* req;    /* NULL for the send comm's control receives */
   uint8_t kind;
-  uint8_t idx;
+  uint8_t idx;            /* entry of a grouped receive */
+  uint8_t stripe;         /* stripe of that entry = the stream it was posted on */
 };
+
+/* Data ops: entry i, stripe k at OFI_OP_AT(i, k); the clear-to-send after all of them. */
+#define OFI_OP_AT(i, k) ((i) * MK_OFI_MAX_STREAMS + (k))
+#define OFI_OP_CTS_AT (MK_MAX_RECVS * MK_OFI_MAX_STREAMS)
 
 enum ofi_req_kind { OFI_REQ_SEND, OFI_REQ_RECV, OFI_REQ_PUT };
 
 struct ofi_req {
   struct mk_request base;
   int kind;
-  int pending;                 /* posted operations without a completion yet */
-  int error;                   /* first error reported by a completion */
+  int pending;                 /* posted operations without a completion yet (atomic: the
+                                  stream threads complete stripes) */
+  int error;                   /* first error reported by a completion (atomic, first wins) */
   int n;
-  size_t sizes[MK_MAX_RECVS];  /* recv: bytes that landed; send/put: bytes sent */
-  struct ofi_op ops[MK_MAX_RECVS + 1];
+  size_t sizes[MK_MAX_RECVS];  /* recv: bytes that landed, summed over stripes (atomic);
+                                  send/put: bytes sent */
+  struct ofi_op ops[OFI_OP_CTS_AT + 1];
   struct mk_ofi_cts cts;       /* recv: the clear-to-send we post (lives until it completes) */
   uint64_t signal_value;       /* put_signal: the 8 bytes written after the data */
   uint64_t signal_addr, signal_key;
@@ -114,17 +127,32 @@ struct ofi_cts_slot {
   struct mk_ofi_cts cts;
 };
 
-struct ofi_comm {
-  struct mk_comm base;
-  int is_send;
-  struct ofi_dev* dev;
-  pthread_mutex_t lock;
+/* One endpoint of a comm. Fields below `thread` are shared with its helper thread. */
+struct ofi_stream {
   struct fid_ep* ep;
   struct fid_cq* cq;
   struct fid_av* av;
   fi_addr_t peer;
   uint8_t addr[MK_OFI_ADDR_MAX];
   size_t addr_len;
+  pthread_t thread;
+  int has_thread;             /* streams 1..: started once the handshake is done */
+  int can_wait;               /* its CQ has a wait object: the thread may sleep in sread */
+  pthread_mutex_t mu;         /* only to sleep on cv when nothing is posted */
+  pthread_cond_t cv;
+  int active;                 /* atomic: posted operations not completed yet */
+  int stop;                   /* atomic: close asks the thread to leave */
+  int error;                  /* atomic: the connection failed (-ECONNRESET / -EIO) */
+};
+
+struct ofi_comm {
+  struct mk_comm base;
+  int is_send;
+  struct ofi_dev* dev;
+  pthread_mutex_t lock;
+  int nstreams;               /* opened; after the handshake, the number both ends use */
+  struct ofi_stream st[MK_OFI_MAX_STREAMS];
+  uint64_t stripe_min;        /* recv: NCCL_MK_OFI_STRIPE_MIN, read once */
   int sock;
   int error;                  /* sticky: once the peer is gone every op returns it */
   enum mk_peer_state peer_state;
@@ -142,12 +170,28 @@ struct ofi_comm {
   struct ofi_cts_slot slots[MK_MAX_REQUESTS];
 };
 
+/* ofi_stream.c: per-stream endpoints and their helper threads. */
+int ofi_stream_open(struct ofi_comm* c, struct ofi_stream* st);
+void ofi_stream_close_ep(struct ofi_stream* st);
+void ofi_stream_close_rest(struct ofi_stream* st);
+int ofi_streams_start(struct ofi_comm* c);
+/* Asks every helper thread to leave and joins it; safe to call twice. */
+void ofi_streams_stop(struct ofi_comm* c);
+/* Around posting an operation on st: wakes its thread, undone when the post failed. */
+void ofi_stream_busy(struct ofi_stream* st);
+void ofi_stream_idle(struct ofi_stream* st);
+/* One batch of st's completions; how many were handled. Errors land in st->error. */
+int ofi_stream_poll(struct ofi_stream* st, int block);
+/* Completion accounting shared by both progress paths. */
+void ofi_req_complete(struct ofi_req* r, const struct ofi_op* op, size_t len, int err);
+int ofi_errno_of(int fi_err);
+
 /* ofi_ep.c: a comm's endpoint resources. */
 int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out);
 /* Closes the provider objects of a comm (endpoint first), leaving the comm itself. */
 void ofi_comm_close_fabric(struct ofi_comm* c);
 void ofi_comm_destroy(struct ofi_comm* c);
-int ofi_comm_set_peer(struct ofi_comm* c, const uint8_t* addr, size_t len);
+int ofi_comm_set_peer(struct ofi_comm* c, int k, const uint8_t* addr, size_t len);
 int ofi_ctrl_post(struct ofi_comm* c, unsigned k);
 uint64_t ofi_now_ns(void);
 /* ofi_cq.c: reads the CQ and dispatches completions; returns how many it handled. */

@@ -56,8 +56,9 @@ static struct ofi_handshake* ofi_hs_new(int fd, struct ofi_comm* c, uint64_t non
   hs->out_ready = connector;
   hs->deadline_ns = ofi_now_ns() + (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
   hs->out = (struct mk_ofi_hello){.magic = MK_OFI_HELLO_MAGIC, .version = MK_OFI_PROTO_VERSION,
-                                  .addr_len = (uint16_t)c->addr_len, .nonce = nonce};
-  memcpy(hs->out.addr, c->addr, c->addr_len);
+                                  .addr_len = (uint16_t)c->st[0].addr_len, .nonce = nonce,
+                                  .nstreams = (uint32_t)c->nstreams};
+  for (int k = 0; k < c->nstreams; k++) memcpy(hs->out.addr[k], c->st[k].addr, c->st[k].addr_len);
   return hs;
 }
 
@@ -80,7 +81,22 @@ static int ofi_hello_check(const struct ofi_handshake* hs) {
     MK_WARN("ofi: peer speaks protocol %u, we speak %d", h->version, MK_OFI_PROTO_VERSION);
     return -EPROTO;
   }
+  if (h->nstreams < 1 || h->nstreams > MK_OFI_MAX_STREAMS) return -EBADMSG;
   return h->addr_len && h->addr_len <= MK_OFI_ADDR_MAX ? 0 : -EBADMSG;
+}
+
+/* Both ends use min(ours, theirs) streams (NCCL_MK_OFI_STREAMS may differ between hosts):
+ * our extra endpoints are closed, and each stream learns its peer endpoint. */
+static int ofi_hs_peers(struct ofi_handshake* hs) {
+  struct ofi_comm* c = hs->comm;
+  int n = (int)hs->in.nstreams < c->nstreams ? (int)hs->in.nstreams : c->nstreams;
+  for (int k = n; k < c->nstreams; k++) {
+    ofi_stream_close_ep(&c->st[k]);
+    ofi_stream_close_rest(&c->st[k]);
+  }
+  c->nstreams = n;
+  for (int k = 0; k < n; k++) MK_CHECK(ofi_comm_set_peer(c, k, hs->in.addr[k], hs->in.addr_len));
+  return 0;
 }
 
 /* 1: handshake complete, 0: call again, <0: failed. */
@@ -97,12 +113,13 @@ static int ofi_hs_step(struct ofi_handshake* hs) {
     if (rc < 0) return rc;
     if (rc == 1) {
       MK_CHECK(ofi_hello_check(hs));
-      MK_CHECK(ofi_comm_set_peer(hs->comm, hs->in.addr, hs->in.addr_len));
+      MK_CHECK(ofi_hs_peers(hs));
       hs->out_ready = 1; /* the acceptor answers once it knows who called */
     }
   }
   if (hs->out_ready) MK_CHECK(mk_sock_send_some(hs->fd, &hs->out, sizeof(hs->out), &hs->out_off));
-  if (hs->in_off == sizeof(hs->in) && hs->out_off == sizeof(hs->out)) return 1;
+  if (hs->in_off == sizeof(hs->in) && hs->out_off == sizeof(hs->out))
+    return ofi_streams_start(hs->comm) < 0 ? -EAGAIN : 1;
 wait:
   if (ofi_now_ns() > hs->deadline_ns) {
     MK_WARN("ofi: connection handshake did not finish within NCCL_MK_CONNECT_TIMEOUT_MS=%lld",
@@ -284,6 +301,7 @@ int ofi_close(struct mk_comm* comm) {
   int peer_dead = c->error == -ECONNRESET || mk_sock_peer_state(c->sock) == MK_PEER_DEAD;
   mk_sock_close_graceful(c->sock); /* "bye": the peer lets in-flight data drain */
   c->sock = -1;
+  ofi_streams_stop(c); /* joined in both cases: no thread outlives its comm */
   if (peer_dead) {
     /* NOTES: libfabric 1.17's tcp;ofi_rxm crashed (SIGSEGV inside fi_close of the endpoint)
      * in 3 of 5 NCCL aborts after a peer was killed (bench/NOTES.md), also on comms where no

@@ -1,4 +1,5 @@
-/* Completion dispatch and dead-peer detection for one comm. Caller holds c->lock. */
+/* Completion dispatch of stream 0 and dead-peer detection for one comm. Caller holds
+ * c->lock. Streams 1.. are read by their own threads (ofi_stream.c). */
 #include <string.h>
 
 #include "mk_err.h"
@@ -17,6 +18,15 @@ static int ofi_cts_arrived(struct ofi_comm* c, unsigned k) {
             c->seq, c->seq + MK_MAX_REQUESTS - 1);
     return -EPROTO;
   }
+  for (uint32_t i = 0; i < cts->n; i++) { /* the stripes must fit inside the buffer */
+    unsigned nst = cts->nstripes[i];
+    if (nst < 1 || nst > (unsigned)c->nstreams || cts->stream0[i] >= c->nstreams ||
+        (nst > 1 && (cts->chunk[i] == 0 || cts->chunk[i] * (nst - 1) >= cts->sizes[i]))) {
+      MK_WARN("ofi: clear-to-send %u entry %u: %u stripes of %llu bytes do not fit %d streams",
+              cts->seq, i, nst, (unsigned long long)cts->chunk[i], c->nstreams);
+      return -EPROTO;
+    }
+  }
   s->cts = *cts;
   s->matched = 0;
   s->valid = 1;
@@ -26,14 +36,9 @@ static int ofi_cts_arrived(struct ofi_comm* c, unsigned k) {
 /* An error completion we did not ask for: cancellations (we cancel only at close, and never
  * read the CQ after that) and connection errors mean the peer or its connection is gone. */
 static int ofi_completion_errno(struct ofi_comm* c, int fi_err) {
-  switch (fi_err) {
-    case FI_ECANCELED: case FI_ECONNRESET: case FI_ECONNABORTED: case FI_ENOTCONN:
-    case FI_ECONNREFUSED: case FI_EHOSTUNREACH: case FI_ETIMEDOUT:
-      if (!c->error) c->error = -ECONNRESET; /* the comm is gone: every later op fails */
-      return -ECONNRESET;
-    default:
-      return -EIO;
-  }
+  int e = ofi_errno_of(fi_err);
+  if (e == -ECONNRESET && !c->error) c->error = e; /* the comm is gone: every later op fails */
+  return e;
 }
 
 static int ofi_op_done(struct ofi_comm* c, struct ofi_op* op, size_t len, int err) {
@@ -45,30 +50,34 @@ static int ofi_op_done(struct ofi_comm* c, struct ofi_op* op, size_t len, int er
     return ofi_cts_arrived(c, op->idx);
   }
   struct ofi_req* r = op->req;
+  if (op->kind == OFI_OP_SEND || op->kind == OFI_OP_RECV) { /* may race a stream thread */
+    if (err) ofi_completion_errno(c, -err);
+    ofi_req_complete(r, op, len, err);
+    return 0;
+  }
   if (err && !r->error) r->error = ofi_completion_errno(c, -err);
-  if (op->kind == OFI_OP_RECV) r->sizes[op->idx] = len;
   if (op->kind == OFI_OP_PUT && r->ops[1].kind == OFI_OP_SIGNAL) {
-    r->pending--;
+    __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELEASE);
     if (err) {
-      r->pending--; /* the signal will never be posted */
+      __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELEASE); /* the signal will never be posted */
       return 0;
     }
     r->signal_waiting = 1; /* the signal goes out only now that the data is delivered */
     c->signals_waiting++;
     return ofi_signal_post(c, r);
   }
-  r->pending--;
+  __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELEASE);
   return 0;
 }
 
 static int ofi_cq_error(struct ofi_comm* c) {
   struct fi_cq_err_entry e;
   memset(&e, 0, sizeof(e));
-  ssize_t n = fi_cq_readerr(c->cq, &e, 0);
+  ssize_t n = fi_cq_readerr(c->st[0].cq, &e, 0);
   if (n == -FI_EAGAIN) return 0;
   if (n < 0) return (int)n;
   MK_WARN("ofi: operation failed: %s (provider: %s)", ofi_sym.strerror(e.err),
-            fi_cq_strerror(c->cq, e.prov_errno, e.err_data, NULL, 0));
+            fi_cq_strerror(c->st[0].cq, e.prov_errno, e.err_data, NULL, 0));
   if (!e.op_context) return -EIO;
   return ofi_op_done(c, (struct ofi_op*)e.op_context, e.len, -(int)e.err);
 }
@@ -85,12 +94,21 @@ static int ofi_retry_deferred(struct ofi_comm* c) {
   return 0;
 }
 
+/* A stream thread saw its connection fail: the comm fails as a whole. */
+static int ofi_streams_error(struct ofi_comm* c) {
+  for (int k = 1; k < c->nstreams && !c->error; k++) {
+    int e = __atomic_load_n(&c->st[k].error, __ATOMIC_ACQUIRE);
+    if (e) c->error = e;
+  }
+  return c->error;
+}
+
 int ofi_cq_progress(struct ofi_comm* c) {
   struct fi_cq_tagged_entry e[OFI_CQ_BATCH];
   int handled = 0, rc;
-  if (c->error) return c->error;
+  if (c->error || ofi_streams_error(c)) return c->error;
   for (;;) {
-    ssize_t n = fi_cq_read(c->cq, e, OFI_CQ_BATCH);
+    ssize_t n = fi_cq_read(c->st[0].cq, e, OFI_CQ_BATCH);
     if (n == -FI_EAGAIN) break;
     if (n == -FI_EAVAIL) {
       MK_CHECK_GOTO(ofi_cq_error(c), rc, fail);
@@ -107,6 +125,8 @@ int ofi_cq_progress(struct ofi_comm* c) {
     handled += (int)n;
     if (n < OFI_CQ_BATCH) break;
   }
+  for (int k = 1; k < c->nstreams; k++) /* streams without a thread of their own */
+    if (!c->st[k].has_thread) handled += ofi_stream_poll(&c->st[k], 0);
   MK_CHECK_GOTO(ofi_retry_deferred(c), rc, fail);
   return handled;
 fail:

@@ -12,6 +12,8 @@
 #include "mk_param.h"
 #include "ofi.h"
 
+#define OFI_ROTATE_MIN (64u << 10) /* bytes; see ofi_recv_stripes */
+
 static struct ofi_comm* ofi_comm_of(struct mk_comm* comm, int is_send) {
   struct ofi_comm* c = (struct ofi_comm*)comm;
   return comm && comm->ops == &mk_ofi_ops && c->is_send == is_send ? c : NULL;
@@ -28,6 +30,59 @@ static int ofi_cts_match(const struct ofi_cts_slot* s, int tag) {
   return -1;
 }
 
+/* Posts one operation on stream k, telling its thread (if any) that work is coming. */
+static ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, int is_send, void* buf,
+                               size_t len, void* desc, uint64_t tag, struct ofi_op* op) {
+  struct ofi_stream* st = &c->st[k];
+  ofi_stream_busy(st);
+  ssize_t rc = is_send ? fi_tsend(st->ep, buf, len, desc, st->peer, tag, &op->ctx)
+                       : fi_trecv(st->ep, buf, len, desc, FI_ADDR_UNSPEC, tag, 0, &op->ctx);
+  if (rc != 0) ofi_stream_idle(st);
+  return rc;
+}
+
+/* Posting after earlier posts of the same message succeeded cannot be abandoned, so an
+ * EAGAIN here is waited out (progressing frees provider resources; streams 1.. progress in
+ * their threads), bounded. */
+static int ofi_stripe_post_retry(struct ofi_comm* c, unsigned k, int is_send, void* buf,
+                                 size_t len, void* desc, uint64_t tag, struct ofi_op* op) {
+  uint64_t deadline = ofi_now_ns() + (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
+  for (;;) {
+    ssize_t rc = ofi_stripe_post(c, k, is_send, buf, len, desc, tag, op);
+    if (rc != -FI_EAGAIN) return ofi_rc(rc);
+    int p = ofi_cq_progress(c);
+    if (p < 0) return p;
+    if (ofi_now_ns() > deadline) return -ETIMEDOUT;
+  }
+}
+
+/* The stripes of one send, as the receiver cut its buffer (the clear-to-send says how):
+ * stripe k carries the bytes of the message inside [k*chunk, (k+1)*chunk), possibly none.
+ * 1: nothing could be posted (retry later); <0: the comm is out of step with its peer. */
+static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct mk_ofi_cts* cts,
+                            int i, char* data, size_t size, void* desc) {
+  unsigned nst = cts->nstripes[i], s0 = cts->stream0[i];
+  uint64_t chunk = cts->chunk[i];
+  r->pending = (int)nst; /* before any post: stream threads may complete stripes at once */
+  for (unsigned k = 0; k < nst; k++) {
+    size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
+    char* buf = len ? data + (size_t)k * chunk : data;
+    struct ofi_op* op = &r->ops[OFI_OP_AT(0, k)];
+    *op = (struct ofi_op){.req = r, .kind = OFI_OP_SEND, .idx = (uint8_t)i, .stripe = (uint8_t)k};
+    uint64_t tag = mk_ofi_tag_data(cts->seq, (unsigned)i, k);
+    unsigned st = (s0 + k) % (unsigned)c->nstreams;
+    if (k == 0) {
+      ssize_t rc = ofi_stripe_post(c, st, 1, buf, len, desc, tag, op);
+      if (rc == -FI_EAGAIN) return 1;
+      if (rc != 0) return (int)rc;
+    } else {
+      int rc = ofi_stripe_post_retry(c, st, 1, buf, len, desc, tag, op);
+      if (rc < 0) return c->error = rc; /* half posted: the request stays with the provider */
+    }
+  }
+  return 0;
+}
+
 static int ofi_send_post(struct ofi_comm* c, struct ofi_cts_slot* s, int i, void* data,
                          size_t size, struct mk_mr* mr, struct ofi_req** out) {
   struct ofi_req* r = mk_req_pool_alloc(&c->pool);
@@ -35,15 +90,12 @@ static int ofi_send_post(struct ofi_comm* c, struct ofi_cts_slot* s, int i, void
   r->kind = OFI_REQ_SEND;
   r->n = 1;
   r->sizes[0] = size;
-  r->pending = 1;
-  r->ops[0] = (struct ofi_op){.req = r, .kind = OFI_OP_SEND, .idx = (uint8_t)i};
-  ssize_t rc = fi_tsend(c->ep, data, size, ofi_mr_desc(mr), c->peer,
-                        mk_ofi_tag_data(s->cts.seq, (unsigned)i), &r->ops[0].ctx);
-  if (rc != 0) {
-    mk_req_pool_free(&c->pool, r);
-    if (rc == -FI_EAGAIN) return 0;
-    MK_WARN("ofi: posting a send of %zu bytes failed: %s", size, ofi_sym.strerror((int)-rc));
-    return (int)rc;
+  int rc = ofi_send_stripes(c, r, &s->cts, i, data, size, ofi_mr_desc(mr));
+  if (rc == 1 || (rc < 0 && !c->error)) mk_req_pool_free(&c->pool, r); /* nothing posted */
+  if (rc == 1) return 0;
+  if (rc < 0) {
+    MK_WARN("ofi: posting a send of %zu bytes failed: %s", size, strerror(-rc));
+    return rc;
   }
   s->matched |= 1u << i;
   if (s->matched == (1u << s->cts.n) - 1) { /* every buffer of this receive has its send */
@@ -92,27 +144,12 @@ int ofi_isend(struct mk_comm* comm, void* data, size_t size, int tag, struct mk_
   return rc;
 }
 
-/* Posting after earlier posts of the same receive succeeded cannot be abandoned, so an
- * EAGAIN here is waited out (progressing the CQ frees provider resources), bounded. Receive
- * posts need only local resources, never the peer. */
-static int ofi_trecv_retry(struct ofi_comm* c, void* buf, size_t len, void* desc, uint64_t tag,
-                           struct ofi_op* op) {
-  uint64_t deadline = ofi_now_ns() + (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
-  for (;;) {
-    ssize_t rc = fi_trecv(c->ep, buf, len, desc, FI_ADDR_UNSPEC, tag, 0, &op->ctx);
-    if (rc != -FI_EAGAIN) return ofi_rc(rc);
-    int p = ofi_cq_progress(c);
-    if (p < 0) return p;
-    if (ofi_now_ns() > deadline) return -ETIMEDOUT;
-  }
-}
-
 /* The clear-to-send may meet EAGAIN while the provider waits for the peer (connection
  * setup, flow control): then it is deferred and retried from ofi_cq_progress, so irecv
  * never waits for the peer. */
 int ofi_cts_post(struct ofi_comm* c, struct ofi_req* r) {
-  ssize_t rc = fi_tsend(c->ep, &r->cts, sizeof(r->cts), c->pool_desc, c->peer, MK_OFI_TAG_CTRL,
-                        &r->ops[r->n].ctx);
+  ssize_t rc = fi_tsend(c->st[0].ep, &r->cts, sizeof(r->cts), c->pool_desc, c->st[0].peer,
+                        MK_OFI_TAG_CTRL, &r->ops[OFI_OP_CTS_AT].ctx);
   if (rc == -FI_EAGAIN) {
     if (!r->cts_waiting) c->cts_waiting++;
     r->cts_waiting = 1;
@@ -127,30 +164,56 @@ int ofi_cts_post(struct ofi_comm* c, struct ofi_req* r) {
   return 0;
 }
 
+/* The stripes of entry i (ofi_stripe_plan), each posted on its own stream. first: this is
+ * the first post of the receive, which may still be abandoned on EAGAIN (returns 1). */
+static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* data,
+                            size_t size, void* desc, int first) {
+  uint8_t nst;
+  uint64_t chunk;
+  mk_ofi_stripe_plan(size, c->nstreams, c->stripe_min, &nst, &chunk);
+  /* Buffers above OFI_ROTATE_MIN start on a rotating stream, so that several messages in
+   * flight (NCCL keeps up to 8 steps per connection) spread over the streams even when each
+   * is too small to be striped; smaller ones stay on stream 0, NCCL's own thread. */
+  unsigned s0 = c->nstreams > 1 && size > OFI_ROTATE_MIN ? (c->seq + (unsigned)i) % c->nstreams : 0;
+  for (unsigned k = 0; k < nst; k++) {
+    unsigned st = (s0 + k) % (unsigned)c->nstreams;
+    size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
+    struct ofi_op* op = &r->ops[OFI_OP_AT(i, k)];
+    *op = (struct ofi_op){.req = r, .kind = OFI_OP_RECV, .idx = (uint8_t)i, .stripe = (uint8_t)k};
+    uint64_t tag = mk_ofi_tag_data(c->seq, (unsigned)i, k);
+    __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED); /* before: it may complete at once */
+    int rc;
+    if (first && k == 0) {
+      rc = (int)ofi_stripe_post(c, st, 0, data, len, desc, tag, op);
+      if (rc == -FI_EAGAIN) rc = 1; /* nothing posted: the caller may retry */
+    } else {
+      rc = ofi_stripe_post_retry(c, st, 0, data + (size_t)k * chunk, len, desc, tag, op);
+    }
+    if (rc != 0) {
+      __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELAXED);
+      return rc;
+    }
+  }
+  r->cts.nstripes[i] = nst;
+  r->cts.chunk[i] = chunk;
+  r->cts.stream0[i] = (uint8_t)s0;
+  return 0;
+}
+
 static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** data,
                          const size_t* sizes, const int* tags, struct mk_mr** mrs) {
-  uint32_t seq = c->seq;
   for (int i = 0; i < n; i++) {
-    struct mk_mr* mr = mrs ? mrs[i] : NULL;
-    r->ops[i] = (struct ofi_op){.req = r, .kind = OFI_OP_RECV, .idx = (uint8_t)i};
-    uint64_t tag = mk_ofi_tag_data(seq, (unsigned)i);
-    if (i == 0) {
-      ssize_t rc = fi_trecv(c->ep, data[0], sizes[0], ofi_mr_desc(mr), FI_ADDR_UNSPEC, tag, 0,
-                            &r->ops[0].ctx);
-      if (rc == -FI_EAGAIN) return 1; /* nothing posted: the caller may retry */
-      MK_CHECK(ofi_rc(rc));
-    } else {
-      MK_CHECK(ofi_trecv_retry(c, data[i], sizes[i], ofi_mr_desc(mr), tag, &r->ops[i]));
-    }
-    r->pending++;
+    int rc = ofi_recv_stripes(c, r, i, data[i], sizes[i], ofi_mr_desc(mrs ? mrs[i] : NULL),
+                              i == 0);
+    if (rc != 0) return rc;
     r->cts.sizes[i] = sizes[i];
     r->cts.tags[i] = tags[i];
   }
   r->cts.magic = MK_OFI_CTS_MAGIC;
-  r->cts.seq = seq;
+  r->cts.seq = c->seq;
   r->cts.n = (uint32_t)n;
-  r->ops[n] = (struct ofi_op){.req = r, .kind = OFI_OP_CTS_SEND, .idx = (uint8_t)n};
-  r->pending++;
+  r->ops[OFI_OP_CTS_AT] = (struct ofi_op){.req = r, .kind = OFI_OP_CTS_SEND, .idx = (uint8_t)n};
+  __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED);
   MK_CHECK(ofi_cts_post(c, r));
   c->seq++;
   return 0;
@@ -224,10 +287,10 @@ int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
   *done = 0;
   pthread_mutex_lock(&c->lock);
   int rc = ofi_cq_progress(c);
-  if (rc >= 0 && r->pending == 0) {
+  if (rc >= 0 && __atomic_load_n(&r->pending, __ATOMIC_ACQUIRE) == 0) {
     *done = 1;
     if (sizes) memcpy(sizes, r->sizes, sizeof(size_t) * (size_t)r->n);
-    rc = r->error;
+    rc = __atomic_load_n(&r->error, __ATOMIC_RELAXED);
     ofi_req_release(c, r);
   } else if (rc == 0) {
     rc = ofi_peer_check(c); /* waiting without progress: is the peer still there? */

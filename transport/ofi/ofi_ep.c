@@ -1,4 +1,4 @@
-/* A comm's own endpoint, CQ, AV, request pool and (send side) control-message ring. */
+/* A comm's streams (endpoint, CQ, AV each), request pool and (send side) control ring. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -6,9 +6,8 @@
 
 #include "mk_err.h"
 #include "mk_log.h"
+#include "mk_param.h"
 #include "ofi.h"
-
-#define OFI_CQ_SIZE 4096 /* > every operation a comm can have posted at once */
 
 uint64_t ofi_now_ns(void) {
   struct timespec t;
@@ -30,29 +29,12 @@ static int ofi_internal_reg(struct ofi_comm* c, void* buf, size_t len, struct fi
   return 0;
 }
 
-static int ofi_ep_open(struct ofi_comm* c) {
-  struct ofi_dev* dev = c->dev;
-  struct fi_cq_attr cq_attr = {.size = OFI_CQ_SIZE, .format = FI_CQ_FORMAT_TAGGED,
-                               .wait_obj = FI_WAIT_NONE};
-  struct fi_av_attr av_attr = {.type = FI_AV_TABLE, .count = 4};
-  int rc = fi_endpoint(dev->domain, dev->info, &c->ep, NULL);
-  if (rc == 0) rc = fi_cq_open(dev->domain, &cq_attr, &c->cq, NULL);
-  if (rc == 0) rc = fi_av_open(dev->domain, &av_attr, &c->av, NULL);
-  if (rc == 0) rc = fi_ep_bind(c->ep, &c->cq->fid, FI_TRANSMIT | FI_RECV);
-  if (rc == 0) rc = fi_ep_bind(c->ep, &c->av->fid, 0);
-  if (rc == 0) rc = fi_enable(c->ep);
-  c->addr_len = sizeof(c->addr);
-  if (rc == 0) rc = fi_getname(&c->ep->fid, c->addr, &c->addr_len);
-  if (rc != 0) MK_WARN("ofi dev %s: cannot open an endpoint: %s", dev->name, ofi_sym.strerror(-rc));
-  return rc;
-}
-
 int ofi_ctrl_post(struct ofi_comm* c, unsigned k) {
   struct ofi_ctrl_buf* b = &c->ctrl[k];
   b->op.req = NULL;
   b->op.kind = OFI_OP_CTRL_RECV;
   b->op.idx = (uint8_t)k;
-  ssize_t rc = fi_trecv(c->ep, &b->cts, sizeof(b->cts), c->ctrl_desc, FI_ADDR_UNSPEC,
+  ssize_t rc = fi_trecv(c->st[0].ep, &b->cts, sizeof(b->cts), c->ctrl_desc, FI_ADDR_UNSPEC,
                         MK_OFI_TAG_CTRL, 0, &b->op.ctx);
   if (rc == -FI_EAGAIN) {
     c->ctrl_unposted |= 1u << k;
@@ -83,11 +65,22 @@ int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
   c->is_send = is_send;
   c->dev = dev;
   c->sock = -1;
-  c->peer = FI_ADDR_NOTAVAIL;
   pthread_mutex_init(&c->lock, NULL);
+  for (int k = 0; k < MK_OFI_MAX_STREAMS; k++) {
+    pthread_mutex_init(&c->st[k].mu, NULL);
+    pthread_cond_init(&c->st[k].cv, NULL);
+  }
   uint32_t nreq = is_send ? MK_MAX_REQUESTS * MK_MAX_RECVS : MK_MAX_REQUESTS;
   MK_CHECK_GOTO(mk_req_pool_init(&c->pool, nreq, sizeof(struct ofi_req)), rc, fail);
-  MK_CHECK_GOTO(ofi_ep_open(c), rc, fail);
+  c->nstreams = (int)mk_param_int(MK_PARAM_OFI_STREAMS);
+  c->stripe_min = (uint64_t)mk_param_int(MK_PARAM_OFI_STRIPE_MIN);
+  for (int k = 0; k < c->nstreams; k++) {
+    MK_CHECK_GOTO(ofi_stream_open(c, &c->st[k]), rc, fail);
+    if (c->st[k].addr_len != c->st[0].addr_len || c->st[k].addr_len > MK_OFI_ADDR_MAX) {
+      rc = -EPROTO; /* the hello carries one address length for all */
+      goto fail;
+    }
+  }
   MK_CHECK_GOTO(ofi_internal_reg(c, c->pool.slots, c->pool.slot_size * nreq, &c->pool_mr,
                                  &c->pool_desc), rc, fail);
   if (is_send) MK_CHECK_GOTO(ofi_ctrl_setup(c), rc, fail);
@@ -101,12 +94,12 @@ fail:
 /* Reverse order of creation. Closing the endpoint first discards whatever is still posted,
  * so no provider write can land in memory freed below. */
 void ofi_comm_close_fabric(struct ofi_comm* c) {
-  if (c->ep) fi_close(&c->ep->fid);
+  ofi_streams_stop(c); /* no thread may be inside fi_cq_read of what goes below */
+  for (int k = 0; k < MK_OFI_MAX_STREAMS; k++) ofi_stream_close_ep(&c->st[k]);
   if (c->ctrl_mr) fi_close(&c->ctrl_mr->fid);
   if (c->pool_mr) fi_close(&c->pool_mr->fid);
-  if (c->av) fi_close(&c->av->fid);
-  if (c->cq) fi_close(&c->cq->fid);
-  c->ep = NULL, c->ctrl_mr = NULL, c->pool_mr = NULL, c->av = NULL, c->cq = NULL;
+  for (int k = 0; k < MK_OFI_MAX_STREAMS; k++) ofi_stream_close_rest(&c->st[k]);
+  c->ctrl_mr = NULL, c->pool_mr = NULL;
 }
 
 void ofi_comm_destroy(struct ofi_comm* c) {
@@ -115,13 +108,17 @@ void ofi_comm_destroy(struct ofi_comm* c) {
   free(c->ctrl);
   mk_req_pool_fini(&c->pool);
   if (c->sock >= 0) close(c->sock);
+  for (int k = 0; k < MK_OFI_MAX_STREAMS; k++) {
+    pthread_mutex_destroy(&c->st[k].mu);
+    pthread_cond_destroy(&c->st[k].cv);
+  }
   pthread_mutex_destroy(&c->lock);
   free(c);
 }
 
-int ofi_comm_set_peer(struct ofi_comm* c, const uint8_t* addr, size_t len) {
+int ofi_comm_set_peer(struct ofi_comm* c, int k, const uint8_t* addr, size_t len) {
   if (len == 0 || len > MK_OFI_ADDR_MAX) return -EBADMSG;
-  int n = fi_av_insert(c->av, addr, 1, &c->peer, 0, NULL);
+  int n = fi_av_insert(c->st[k].av, addr, 1, &c->st[k].peer, 0, NULL);
   if (n != 1) {
     MK_WARN("ofi: cannot insert the peer's fabric address (%s)",
             ofi_sym.strerror(n < 0 ? -n : FI_EINVAL));

@@ -129,9 +129,9 @@ static int ofi_write_post(struct ofi_comm* c, struct ofi_op* op, const void* buf
                           void* desc, uint64_t addr, uint64_t key, uint64_t flags) {
   struct iovec iov = {.iov_base = (void*)buf, .iov_len = len};
   struct fi_rma_iov rma = {.addr = addr, .len = len, .key = key};
-  struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = c->peer,
+  struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = c->st[0].peer,
                            .rma_iov = &rma, .rma_iov_count = 1, .context = &op->ctx};
-  return ofi_rc(fi_writemsg(c->ep, &msg, FI_COMPLETION | flags));
+  return ofi_rc(fi_writemsg(c->st[0].ep, &msg, FI_COMPLETION | flags));
 }
 
 int ofi_signal_post(struct ofi_comm* c, struct ofi_req* r) {

@@ -4,8 +4,17 @@
  *
  * 64-bit tags (every bit is matched, ignore mask 0):
  *   bit 63      kind: 0 data, 1 control (clear-to-send)
+ *   bits 39..36 stripe index of a striped entry (0 when not striped; stripe k rides stream k)
  *   bits 35..32 entry index inside a grouped receive (0..MK_MAX_RECVS-1)
  *   bits 31..0  receive sequence number (wraps; at most MK_MAX_REQUESTS are ever live)
+ *
+ * Version 2 (striping): a comm owns up to MK_OFI_MAX_STREAMS endpoints ("streams"); the hello
+ * carries every stream's address and both ends use min(ours, theirs) streams. The receiver
+ * decides how each buffer is striped and says so in the clear-to-send (nstripes, chunk,
+ * stream0): stripe k covers [k*chunk, min(size, (k+1)*chunk)) of the buffer and rides
+ * stream (stream0 + k) % streams. The sender puts the bytes
+ * of its message that fall in stripe k into stripe k, a zero-length message when none do, so
+ * every posted stripe completes and the received size is the sum of the stripe lengths.
  */
 #ifndef MK_OFI_PROTO_H_
 #define MK_OFI_PROTO_H_
@@ -14,17 +23,24 @@
 
 #include "transport.h"
 
-#define MK_OFI_PROTO_VERSION 1
+#define MK_OFI_PROTO_VERSION 2
 #define MK_OFI_HELLO_MAGIC 0x4f4b4d48u /* "HMKO" */
 #define MK_OFI_CTS_MAGIC 0x5354434du   /* "MCTS" */
 #define MK_OFI_ADDR_MAX 64             /* fabric address bytes carried in the hello */
+#define MK_OFI_MAX_STREAMS 8           /* endpoints per comm (NCCL_MK_OFI_STREAMS bound) */
 
 #define MK_OFI_TAG_CTRL (1ull << 63)
 #define MK_OFI_TAG_IDX_SHIFT 32
 #define MK_OFI_TAG_IDX_MASK 0xfull
+#define MK_OFI_TAG_STRIPE_SHIFT 36
+#define MK_OFI_TAG_STRIPE_MASK 0xfull
 
-static inline uint64_t mk_ofi_tag_data(uint32_t seq, unsigned idx) {
-  return ((uint64_t)(idx & MK_OFI_TAG_IDX_MASK) << MK_OFI_TAG_IDX_SHIFT) | seq;
+static inline uint64_t mk_ofi_tag_data(uint32_t seq, unsigned idx, unsigned stripe) {
+  return ((uint64_t)(stripe & MK_OFI_TAG_STRIPE_MASK) << MK_OFI_TAG_STRIPE_SHIFT) |
+         ((uint64_t)(idx & MK_OFI_TAG_IDX_MASK) << MK_OFI_TAG_IDX_SHIFT) | seq;
+}
+static inline unsigned mk_ofi_tag_stripe(uint64_t tag) {
+  return (unsigned)((tag >> MK_OFI_TAG_STRIPE_SHIFT) & MK_OFI_TAG_STRIPE_MASK);
 }
 static inline int mk_ofi_tag_is_ctrl(uint64_t tag) { return (tag & MK_OFI_TAG_CTRL) != 0; }
 static inline uint32_t mk_ofi_tag_seq(uint64_t tag) { return (uint32_t)tag; }
@@ -37,9 +53,11 @@ static inline unsigned mk_ofi_tag_idx(uint64_t tag) {
 struct mk_ofi_hello {
   uint32_t magic;
   uint16_t version;
-  uint16_t addr_len;
+  uint16_t addr_len;            /* of each address (one provider: all the same length) */
   uint64_t nonce;               /* the listen handle's nonce, echoed by both sides */
-  uint8_t addr[MK_OFI_ADDR_MAX]; /* fi_getname of the sender's endpoint */
+  uint32_t nstreams;            /* endpoints the sender of the hello opened (1..MAX) */
+  uint32_t pad;
+  uint8_t addr[MK_OFI_MAX_STREAMS][MK_OFI_ADDR_MAX]; /* fi_getname of each endpoint */
 };
 
 /* Clear-to-send: the receiver posted receive seq with n buffers. */
@@ -50,9 +68,35 @@ struct mk_ofi_cts {
   uint32_t pad;
   uint64_t sizes[MK_MAX_RECVS];
   int32_t tags[MK_MAX_RECVS];
+  uint64_t chunk[MK_MAX_RECVS];   /* stripe length (the last stripe may be shorter) */
+  uint8_t nstripes[MK_MAX_RECVS]; /* 1: not striped */
+  uint8_t stream0[MK_MAX_RECVS];  /* stream of stripe 0; stripe k rides (stream0 + k) % streams */
 };
 
-_Static_assert(sizeof(struct mk_ofi_hello) == 80, "hello layout");
-_Static_assert(sizeof(struct mk_ofi_cts) == 112, "cts layout");
+/* How a receiver cuts a buffer of size bytes over nstreams streams: not at all up to
+ * stripe_min bytes (and below two pages), else into equal 4 KiB-multiple chunks (page-aligned
+ * pieces of page-aligned buffers copy fastest), the last one shorter. */
+static inline void mk_ofi_stripe_plan(uint64_t size, int nstreams, uint64_t stripe_min,
+                                      uint8_t* nstripes, uint64_t* chunk) {
+  if (nstreams <= 1 || size <= stripe_min || size < 2 * 4096) {
+    *nstripes = 1;
+    *chunk = size;
+    return;
+  }
+  uint64_t c = (size + (uint64_t)nstreams - 1) / (uint64_t)nstreams;
+  c = (c + 4095) & ~4095ull;
+  *nstripes = (uint8_t)((size + c - 1) / c);
+  *chunk = c;
+}
+
+/* Bytes of a send of size bytes that fall into stripe k (of chunk bytes each): a prefix, so
+ * the stripe lengths add up to size whatever it is. */
+static inline uint64_t mk_ofi_stripe_len(uint64_t size, uint64_t chunk, unsigned k) {
+  uint64_t off = (uint64_t)k * chunk;
+  return off >= size ? 0 : size - off < chunk ? size - off : chunk;
+}
+
+_Static_assert(sizeof(struct mk_ofi_hello) == 536, "hello layout");
+_Static_assert(sizeof(struct mk_ofi_cts) == 192, "cts layout");
 
 #endif /* MK_OFI_PROTO_H_ */

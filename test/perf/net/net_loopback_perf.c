@@ -3,7 +3,11 @@
  * same transfers go (a) through our transport (isend/irecv, a window of messages in flight)
  * and (b) through a plain TCP socket pair between the same two processes, interleaved
  * iteration by iteration. Prints GB/s (median, min-max over >= 20 iterations), the ratio,
- * and ping-pong latency for small messages. Usage: net_loopback_perf [iterations]
+ * and ping-pong latency for small messages.
+ * Usage: net_loopback_perf [iterations] [streams,streams,...]
+ * With a list of stream counts (e.g. 1,2,4), "ours" is measured once per count, each on a
+ * comm pair created with NCCL_MK_OFI_STREAMS set to it, all interleaved iteration by
+ * iteration with the socket pair, so the variants see the same machine load.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -14,14 +18,20 @@
 #include <unistd.h>
 
 #include "lb.h"
+#include "mk_param.h"
 #include "sock.h"
 
 #define MAX_WINDOW 8
+#define MAX_VARIANTS 4
 #define SOCK_TIMEOUT_MS 60000
 
 static int iters = 20;
+static int nvariants = 1;
+static int variant_streams[MAX_VARIANTS] = {0}; /* 0: whatever the environment says */
 
 struct perf {
+  struct mk_comm* fwd[MAX_VARIANTS]; /* sender -> receiver, one per stream count */
+  void* fwd_listen[MAX_VARIANTS];
   struct mk_comm* back;     /* receiver -> sender: acknowledgements and pongs */
   void* back_listen;
   int fd;                   /* the socket pair */
@@ -91,30 +101,30 @@ static void report(const char* label, double* v, int n, double scale) {
 
 static int bandwidth(struct lb_ctx* ctx, struct perf* p, size_t s) {
   int w = window_for(s), reps = reps_for(s, w);
-  double ours[256], sock[256];
+  double ours[MAX_VARIANTS][256], sock[256];
   for (int i = 0; i < w; i++) {
     p->buf[i] = lb_alloc(s);
     memset(p->buf[i], i + 1, s);
     LB_OK(ctx->ops->reg_mr(ctx->comm, p->buf[i], s, MK_PTR_HOST, &p->mr[i]));
   }
   for (int it = -2; it < iters; it++) { /* two warm-up iterations */
-    double t0 = lb_now();
-    LB_OK(ours_iter(ctx, p, s, w, reps));
+    for (int v = 0; v < nvariants; v++) {
+      ctx->comm = p->fwd[v];
+      double t0 = lb_now();
+      LB_OK(ours_iter(ctx, p, s, w, reps));
+      if (it >= 0) ours[v][it] = (double)s * w * reps / (lb_now() - t0) / 1e9;
+    }
     double t1 = lb_now();
     LB_OK(sock_iter(ctx, p, s, w, reps));
-    double t2 = lb_now();
-    if (it >= 0) {
-      ours[it] = (double)s * w * reps / (t1 - t0) / 1e9;
-      sock[it] = (double)s * w * reps / (t2 - t1) / 1e9;
-    }
+    if (it >= 0) sock[it] = (double)s * w * reps / (lb_now() - t1) / 1e9;
   }
+  ctx->comm = p->fwd[0];
   if (ctx->is_sender) {
-    qsort(ours, (size_t)iters, sizeof(double), cmp_double);
-    qsort(sock, (size_t)iters, sizeof(double), cmp_double);
     printf("%12zu %3d", s, w);
-    report("ours", ours, iters, 1);
+    for (int v = 0; v < nvariants; v++) report("ours", ours[v], iters, 1);
     report("sock", sock, iters, 1);
-    printf(" %6.2f\n", ours[iters / 2] / sock[iters / 2]);
+    for (int v = 0; v < nvariants; v++) printf(" %6.2f", ours[v][iters / 2] / sock[iters / 2]);
+    printf("\n");
     fflush(stdout);
   }
   for (int i = 0; i < w; i++) {
@@ -126,13 +136,16 @@ static int bandwidth(struct lb_ctx* ctx, struct perf* p, size_t s) {
 
 /* Ping-pong of 8-byte messages; one sample = mean half round trip over 100 exchanges. */
 static int latency(struct lb_ctx* ctx, struct perf* p) {
-  double ours[256], sock[256];
+  double ours[MAX_VARIANTS][256], sock[256];
   uint64_t v = 0;
   for (int it = -2; it < iters; it++) {
-    double t0 = lb_now();
-    for (int k = 0; k < 100; k++) {
-      LB_OK(small_msg(ctx, ctx->comm, ctx->is_sender));
-      LB_OK(small_msg(ctx, p->back, !ctx->is_sender));
+    for (int x = 0; x < nvariants; x++) {
+      double t0 = lb_now();
+      for (int k = 0; k < 100; k++) {
+        LB_OK(small_msg(ctx, p->fwd[x], ctx->is_sender));
+        LB_OK(small_msg(ctx, p->back, !ctx->is_sender));
+      }
+      if (it >= 0) ours[x][it] = (lb_now() - t0) / 200 * 1e6;
     }
     double t1 = lb_now();
     for (int k = 0; k < 100; k++) {
@@ -144,15 +157,14 @@ static int latency(struct lb_ctx* ctx, struct perf* p) {
         LB_OK(mk_sock_send_all(p->fd, &v, 8, SOCK_TIMEOUT_MS));
       }
     }
-    double t2 = lb_now();
-    if (it >= 0) {
-      ours[it] = (t1 - t0) / 200 * 1e6;
-      sock[it] = (t2 - t1) / 200 * 1e6;
-    }
+    if (it >= 0) sock[it] = (lb_now() - t1) / 200 * 1e6;
   }
   if (ctx->is_sender) {
-    printf("\n# latency, 8-byte ping-pong, half round trip (us): median [min-max]\n#      ours");
-    report("ours", ours, iters, 1);
+    printf("\n# latency, 8-byte ping-pong, half round trip (us): median [min-max]");
+    for (int x = 0; x < nvariants; x++) {
+      printf("\n# ours s=%d", variant_streams[x]);
+      report("ours", ours[x], iters, 1);
+    }
     printf("\n#    socket");
     report("sock", sock, iters, 1);
     printf("\n");
@@ -162,10 +174,31 @@ static int latency(struct lb_ctx* ctx, struct perf* p) {
 }
 
 /* Second transport comm in the other direction, and the socket pair. */
+/* NCCL_MK_OFI_STREAMS is read when a comm is created: set it around each creation. */
+static void use_streams(int v) {
+  char n[16];
+  if (!variant_streams[v]) return;
+  snprintf(n, sizeof(n), "%d", variant_streams[v]);
+  setenv("NCCL_MK_OFI_STREAMS", n, 1);
+  mk_param_reload();
+}
+
+static int fwd_setup(struct lb_ctx* ctx, struct perf* p) {
+  for (int v = 0; v < nvariants; v++) {
+    use_streams(v);
+    LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
+    p->fwd[v] = ctx->comm;
+    p->fwd_listen[v] = ctx->listen_comm;
+    ctx->listen_comm = NULL;
+  }
+  ctx->comm = p->fwd[0];
+  return 0;
+}
+
 static int perf_setup(struct lb_ctx* ctx, struct perf* p) {
   uint64_t w;
+  LB_OK(fwd_setup(ctx, p));
   if (ctx->is_sender) {
-    LB_OK(lb_connect(ctx));
     unsigned char h[MK_HANDLE_MAX];
     LB_OK(ctx->ops->listen(ctx->dev, h, &p->back_listen));
     for (size_t o = 0; o < sizeof(h); o += 8) memcpy(&w, h + o, 8), lb_tell(ctx, w);
@@ -180,7 +213,6 @@ static int perf_setup(struct lb_ctx* ctx, struct perf* p) {
     while ((rc = mk_sock_connect_poll(p->fd)) == 0) poll(NULL, 0, 1);
     return rc == 1 ? 0 : 1;
   }
-  LB_OK(lb_accept(ctx));
   unsigned char h[MK_HANDLE_MAX];
   for (size_t o = 0; o < sizeof(h); o += 8) w = lb_hear(ctx), memcpy(h + o, &w, 8);
   while (!p->back) LB_OK(ctx->ops->connect(ctx->dev, h, -1, &p->back));
@@ -207,7 +239,9 @@ static int perf_role(struct lb_ctx* ctx) {
     printf("# nccl-mk transport loopback: ofi (%s) vs a TCP socket pair, %d iterations/point\n",
            getenv("NCCL_MK_OFI_PROVIDER"), iters);
     printf("# GB/s = 1e9 bytes/s, median [min-max]; win = messages in flight\n");
-    printf("#       size win   ours GB/s  [   min -    max]  socket GB/s [   min -    max]  ratio\n");
+    printf("# columns: size, win, ours per stream count (");
+    for (int v = 0; v < nvariants; v++) printf("%s%d", v ? "," : "", variant_streams[v]);
+    printf("; 0 = environment), socket, then ours/socket per stream count\n");
   }
   for (size_t s = 8; s <= (256u << 20); s = s == (128u << 20) ? (256u << 20) : s * 4)
     LB_OK(bandwidth(ctx, &p, s));
@@ -215,12 +249,30 @@ static int perf_role(struct lb_ctx* ctx) {
   close(p.fd);
   ctx->ops->close(p.back);
   if (p.back_listen) ctx->ops->close_listen(p.back_listen);
-  return lb_close(ctx);
+  for (int v = 0; v < nvariants; v++) {
+    ctx->ops->close(p.fwd[v]);
+    if (p.fwd_listen[v]) ctx->ops->close_listen(p.fwd_listen[v]);
+  }
+  ctx->comm = NULL;
+  return 0;
+}
+
+/* "1,2,4" -> variant_streams */
+static void parse_streams(const char* list) {
+  nvariants = 0;
+  for (const char* q = list; *q && nvariants < MAX_VARIANTS; q++) {
+    int n = atoi(q);
+    if (n >= 1 && n <= 8) variant_streams[nvariants++] = n;
+    while (q[1] && q[1] != ',') q++;
+    if (q[1] == ',') q++;
+  }
+  if (!nvariants) nvariants = 1, variant_streams[0] = 0;
 }
 
 int main(int argc, char** argv) {
   if (argc > 1) iters = atoi(argv[1]);
   if (iters < 1 || iters > 256) iters = 20;
+  if (argc > 2) parse_streams(argv[2]);
   struct lb_case c = {"net_loopback_perf", perf_role, perf_role, 1200, 0};
   return lb_run(&c);
 }

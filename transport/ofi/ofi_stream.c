@@ -1,0 +1,199 @@
+/*
+ * Streams: the endpoints of a comm, and the helper threads that progress streams 1.. .
+ *
+ * Why threads: tcp;ofi_rxm has manual data progress, so payload bytes are copied through the
+ * kernel inside fi_cq_read of the endpoint's CQ. With one endpoint progressed by NCCL's one
+ * proxy thread, a comm moves at most what one core copies. Each extra stream has a thread
+ * that reads its own CQ while the stream has operations posted, and sleeps on a condition
+ * variable otherwise (no core burnt while idle). Stream 0 stays with NCCL's thread (test()),
+ * so small messages take exactly the single-stream path, with no thread hand-off.
+ *
+ * Helper threads never take the comm lock: a completion only touches its own op and request
+ * (atomics), and stream errors are picked up by NCCL's thread through st->error.
+ */
+#include <sched.h>
+#include <string.h>
+
+#include "mk_err.h"
+#include "mk_log.h"
+#include "mk_param.h"
+#include "ofi.h"
+
+#define OFI_CQ_SIZE 4096     /* > every operation a stream can have posted at once */
+#define OFI_STREAM_BATCH 16
+#define OFI_STREAM_SPINS 64  /* empty polls before sleeping (or yielding) */
+#define OFI_STREAM_WAIT_MS 1 /* bounds a sleep that a missed wake-up would make longer */
+
+/* Streams 1.. get a CQ with a file-descriptor wait object when the provider has one, so
+ * that their thread can sleep in fi_cq_sread until a socket has data instead of spinning
+ * (spinning helpers starve the thread that has bytes to copy when cores are few). */
+static int ofi_stream_cq_open(struct ofi_comm* c, struct ofi_stream* st) {
+  struct fi_cq_attr attr = {.size = OFI_CQ_SIZE, .format = FI_CQ_FORMAT_TAGGED,
+                            .wait_obj = FI_WAIT_NONE};
+  if (st != &c->st[0]) {
+    attr.wait_obj = FI_WAIT_FD;
+    if (fi_cq_open(c->dev->domain, &attr, &st->cq, NULL) == 0) {
+      st->can_wait = 1;
+      return 0;
+    }
+    attr.wait_obj = FI_WAIT_NONE;
+  }
+  return fi_cq_open(c->dev->domain, &attr, &st->cq, NULL);
+}
+
+int ofi_stream_open(struct ofi_comm* c, struct ofi_stream* st) {
+  struct ofi_dev* dev = c->dev;
+  struct fi_av_attr av_attr = {.type = FI_AV_TABLE, .count = 4};
+  st->peer = FI_ADDR_NOTAVAIL;
+  int rc = fi_endpoint(dev->domain, dev->info, &st->ep, NULL);
+  if (rc == 0) rc = ofi_stream_cq_open(c, st);
+  if (rc == 0) rc = fi_av_open(dev->domain, &av_attr, &st->av, NULL);
+  if (rc == 0) rc = fi_ep_bind(st->ep, &st->cq->fid, FI_TRANSMIT | FI_RECV);
+  if (rc == 0) rc = fi_ep_bind(st->ep, &st->av->fid, 0);
+  if (rc == 0) rc = fi_enable(st->ep);
+  st->addr_len = sizeof(st->addr);
+  if (rc == 0) rc = fi_getname(&st->ep->fid, st->addr, &st->addr_len);
+  if (rc != 0) MK_WARN("ofi dev %s: cannot open an endpoint: %s", dev->name, ofi_sym.strerror(-rc));
+  return rc;
+}
+
+/* The endpoint goes first (it discards whatever is still posted), the rest after the
+ * comm's registrations: the same order as with one endpoint. */
+void ofi_stream_close_ep(struct ofi_stream* st) {
+  if (st->ep) fi_close(&st->ep->fid);
+  st->ep = NULL;
+}
+
+void ofi_stream_close_rest(struct ofi_stream* st) {
+  if (st->av) fi_close(&st->av->fid);
+  if (st->cq) fi_close(&st->cq->fid);
+  st->av = NULL, st->cq = NULL;
+}
+
+int ofi_errno_of(int fi_err) {
+  switch (fi_err) {
+    case FI_ECANCELED: case FI_ECONNRESET: case FI_ECONNABORTED: case FI_ENOTCONN:
+    case FI_ECONNREFUSED: case FI_EHOSTUNREACH: case FI_ETIMEDOUT:
+      return -ECONNRESET;
+    default:
+      return -EIO;
+  }
+}
+
+/* One data operation (a stripe of a send or receive) is over. Everything a later test()
+ * reads is written before the release of `pending`. */
+void ofi_req_complete(struct ofi_req* r, const struct ofi_op* op, size_t len, int err) {
+  if (err) {
+    int expected = 0, e = ofi_errno_of(-err);
+    __atomic_compare_exchange_n(&r->error, &expected, e, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  }
+  if (op->kind == OFI_OP_RECV) __atomic_add_fetch(&r->sizes[op->idx], len, __ATOMIC_RELAXED);
+  __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELEASE);
+}
+
+void ofi_stream_busy(struct ofi_stream* st) {
+  if (!st->has_thread) return;
+  if (__atomic_fetch_add(&st->active, 1, __ATOMIC_ACQ_REL) == 0) {
+    pthread_mutex_lock(&st->mu); /* the thread checks `active` under mu before sleeping */
+    pthread_cond_signal(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+  }
+}
+
+void ofi_stream_idle(struct ofi_stream* st) {
+  if (st->has_thread) __atomic_sub_fetch(&st->active, 1, __ATOMIC_ACQ_REL);
+}
+
+/* 1 when there is work, 0 when asked to stop. */
+static int ofi_stream_wait(struct ofi_stream* st) {
+  if (__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE)) return 0;
+  if (__atomic_load_n(&st->active, __ATOMIC_ACQUIRE) > 0) return 1;
+  pthread_mutex_lock(&st->mu);
+  while (!__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) &&
+         __atomic_load_n(&st->active, __ATOMIC_ACQUIRE) == 0)
+    pthread_cond_wait(&st->cv, &st->mu);
+  pthread_mutex_unlock(&st->mu);
+  return !__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE);
+}
+
+static void ofi_stream_fail(struct ofi_stream* st, int err) {
+  int expected = 0;
+  __atomic_compare_exchange_n(&st->error, &expected, err, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
+/* An error entry: its op fails (and with a connection error, the whole stream). */
+static void ofi_stream_error(struct ofi_stream* st) {
+  struct fi_cq_err_entry e;
+  memset(&e, 0, sizeof(e));
+  ssize_t n = fi_cq_readerr(st->cq, &e, 0);
+  if (n == -FI_EAGAIN) return;
+  if (n < 0 || !e.op_context) {
+    ofi_stream_fail(st, -EIO);
+    return;
+  }
+  MK_WARN("ofi: striped operation failed: %s", ofi_sym.strerror(e.err));
+  ofi_stream_fail(st, ofi_errno_of(e.err));
+  ofi_req_complete(((struct ofi_op*)e.op_context)->req, e.op_context, e.len, -(int)e.err);
+  ofi_stream_idle(st);
+}
+
+int ofi_stream_poll(struct ofi_stream* st, int block) {
+  struct fi_cq_tagged_entry e[OFI_STREAM_BATCH];
+  ssize_t n = block && st->can_wait
+                  ? fi_cq_sread(st->cq, e, OFI_STREAM_BATCH, NULL, OFI_STREAM_WAIT_MS)
+                  : fi_cq_read(st->cq, e, OFI_STREAM_BATCH);
+  if (n == -FI_EAGAIN) return 0;
+  if (n == -FI_EAVAIL) {
+    ofi_stream_error(st);
+    return 1;
+  }
+  if (n < 0) {
+    ofi_stream_fail(st, -EIO);
+    return 0;
+  }
+  for (ssize_t i = 0; i < n; i++) {
+    struct ofi_op* op = e[i].op_context;
+    ofi_req_complete(op->req, op, e[i].len, 0);
+    ofi_stream_idle(st);
+  }
+  return (int)n;
+}
+
+static void* ofi_stream_thread(void* arg) {
+  struct ofi_stream* st = arg;
+  int spins = 0;
+  while (ofi_stream_wait(st)) {
+    if (ofi_stream_poll(st, spins >= OFI_STREAM_SPINS) > 0) spins = 0;
+    else if (++spins >= OFI_STREAM_SPINS && !st->can_wait) sched_yield(), spins = 0;
+  }
+  return NULL;
+}
+
+int ofi_streams_start(struct ofi_comm* c) {
+  if (!mk_param_int(MK_PARAM_OFI_STREAM_THREADS)) return 0; /* test() polls them all */
+  for (int k = 1; k < c->nstreams; k++) {
+    struct ofi_stream* st = &c->st[k];
+    st->has_thread = 1;
+    int rc = pthread_create(&st->thread, NULL, ofi_stream_thread, st);
+    if (rc != 0) {
+      st->has_thread = 0;
+      MK_WARN("ofi: cannot start a stream progress thread: %s", strerror(rc));
+      ofi_streams_stop(c);
+      return -rc;
+    }
+  }
+  return 0;
+}
+
+void ofi_streams_stop(struct ofi_comm* c) {
+  for (int k = 1; k < MK_OFI_MAX_STREAMS; k++) {
+    struct ofi_stream* st = &c->st[k];
+    if (!st->has_thread) continue;
+    pthread_mutex_lock(&st->mu);
+    __atomic_store_n(&st->stop, 1, __ATOMIC_RELEASE);
+    pthread_cond_signal(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+    pthread_join(st->thread, NULL);
+    st->has_thread = 0;
+  }
+}
