@@ -287,18 +287,21 @@ static void proxy_fail(struct mk_proxy* p, int err, uint32_t kind, int peer,
                        const struct proxy_op* op) {
   struct mk_proxy_queue* q = p->conf.queue;
   uint64_t completed = __atomic_load_n(&q->completed, __ATOMIC_RELAXED);
+  struct mk_proxy_error* e = &p->err;
   if (op)
-    mk_proxy_error_raise(&q->proxy_err, err, p->conf.rank, op->d.peer, kind, op->d.tag,
-                         op->ticket, op->d.op, op->d.flag_off, op->d.flag_value, completed);
+    mk_proxy_error_raise(e, err, p->conf.rank, op->d.peer, kind, op->d.tag, op->ticket,
+                         op->d.op, op->d.flag_off, op->d.flag_value, completed);
   else
-    mk_proxy_error_raise(&q->proxy_err, err, p->conf.rank, peer, kind, 0, ~0ull, 0, 0, 0,
-                         completed);
-  p->err = q->proxy_err; /* the proxy is this record's only writer: ours is the first */
-  char msg[256];
-  mk_proxy_error_format(&p->err, msg, sizeof(msg));
-  MK_WARN("%s", msg);
+    mk_proxy_error_raise(e, err, p->conf.rank, peer, kind, 0, ~0ull, 0, 0, 0, completed);
+  /* the host's view first, then the queue's: whoever sees the queue's record also finds
+   * mk_proxy_error() set */
   __atomic_store_n(&p->failed, 1, __ATOMIC_RELEASE);
-  if (p->conf.on_error) p->conf.on_error(p->conf.on_error_arg, &p->err);
+  mk_proxy_error_raise(&q->proxy_err, e->err, e->rank, e->peer, e->kind, e->tag, e->seq, e->op,
+                       e->flag_off, e->expected, e->seen);
+  char msg[256];
+  mk_proxy_error_format(e, msg, sizeof(msg));
+  MK_WARN("%s", msg);
+  if (p->conf.on_error) p->conf.on_error(p->conf.on_error_arg, e);
 }
 
 static struct proxy_op* fifo_at(struct mk_proxy* p, uint64_t i) {
