@@ -32,6 +32,8 @@
     "link speed reported to NCCL; 0 reads it from the provider or sysfs")                      \
   X(INT, TIMEOUT_MS, "NCCL_MK_TIMEOUT_MS", "60000", 1, 86400000, "",                           \
     "bound on every wait inside a fused kernel; expiry breaks the communicator")               \
+  X(INT, LOCAL_SIZE, "NCCL_MK_LOCAL_SIZE", "0", 0, 1048576, "",                               \
+    "ranks per emulated node; 0 = every rank with peer access")                                \
   X(STR, TUNER_FILE, "NCCL_MK_TUNER_FILE", "", 0, 0, "",                                     \
     "tuning file from scripts/tune.sh; empty or unreadable leaves NCCL's own choices")         \
   X(STR, IB_HCA, "NCCL_MK_IB_HCA", "", 0, 0, "",                                               \

@@ -16,6 +16,8 @@
 
 #include "fused_comm.h"
 #include "mk_log.h"
+#include "mk_param.h"
+#include "proxy.h"
 
 static uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
   const unsigned char* p = data;
@@ -69,9 +71,13 @@ int mk_peer_exchange_post(struct mk_fused_comm* fc) {
   return rc ? rc : end;
 }
 
+/* A peer is in the local team when it is on this host and, with NCCL_MK_LOCAL_SIZE > 0, in
+ * the same emulated node (consecutive groups of that many ranks); others are remote, for
+ * the proxy (fused/proxy) to reach through the transport. */
 static int peer_map(struct mk_fused_comm* fc, int p, const struct mk_peer_record* mine) {
   const struct mk_peer_record* r = &fc->records_host[p];
   if (r->host_hash != mine->host_hash || r->sym_bytes != fc->sym_bytes) return 0;
+  if (!mk_local_team_same(fc->rank, p, (int)mk_param_int(MK_PARAM_LOCAL_SIZE))) return 0;
   if (r->pid == mine->pid) {
     if (r->dev != fc->dev) {
       cudaError_t err = cudaDeviceEnablePeerAccess(r->dev, 0);

@@ -1,0 +1,394 @@
+/*
+ * proxy_loopback CASE: the proxy (fused/proxy) between two real processes over the
+ * transport (libfabric tcp;ofi_rxm on 127.0.0.1). Each process is a rank with the other
+ * outside its local team; the main thread is the CPU stand-in for the kernel: it writes
+ * data into its workspace, publishes descriptors and polls flags, and never calls the
+ * transport itself (the proxy thread does, including the progress that lands the peer's
+ * writes). Record exchanges, which NCCL's all-gather does in production, go over the pipes.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lb.h"
+#include "proxy.h"
+#include "queue.h"
+
+#define SEC 1000000000ull
+#define WAIT_NS (30 * SEC) /* producer waits: generous, the machine is shared */
+
+struct px {
+  int rank, peer;
+  struct mk_proxy_queue* q;
+  struct mk_proxy_producer prod;
+  unsigned char* data;
+  size_t data_bytes;
+  uint64_t* flags;
+  size_t flags_bytes;
+  struct mk_proxy* p;
+  struct mk_proxy_keys keys[2];
+};
+
+static void tell_bytes(struct lb_ctx* ctx, const void* buf, size_t len) {
+  for (size_t off = 0; off < len; off += 8) {
+    uint64_t w;
+    memcpy(&w, (const char*)buf + off, 8);
+    lb_tell(ctx, w);
+  }
+}
+
+static void hear_bytes(struct lb_ctx* ctx, void* buf, size_t len) {
+  for (size_t off = 0; off < len; off += 8) {
+    uint64_t w = lb_hear(ctx);
+    memcpy((char*)buf + off, &w, 8);
+  }
+}
+
+static int count_threads(void) {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  struct dirent* e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+static int thread_alive(int tid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/self/task/%d", tid);
+  return access(path, F_OK) == 0;
+}
+
+/* Both ranks: queue, regions, proxy, the two record exchanges. The thread is not started. */
+static int px_setup(struct lb_ctx* ctx, struct px* x, uint32_t depth, int inflight,
+                    size_t data_bytes, size_t nflags) {
+  x->rank = ctx->is_sender ? 1 : 0;
+  x->peer = 1 - x->rank;
+  x->q = lb_alloc(mk_proxy_queue_bytes(depth));
+  LB_OK(mk_proxy_queue_init(x->q, depth));
+  mk_proxy_producer_init(&x->prod, x->q, x->rank);
+  x->data_bytes = data_bytes;
+  x->data = lb_alloc(data_bytes);
+  memset(x->data, 0, data_bytes);
+  x->flags_bytes = nflags * 8;
+  x->flags = lb_alloc(x->flags_bytes);
+  memset(x->flags, 0, x->flags_bytes);
+  unsigned char remote[2] = {1, 1}; /* NCCL_MK_LOCAL_SIZE=1: every peer is remote */
+  struct mk_proxy_conf conf = {
+      .ops = NULL, .dev = ctx->dev, .rank = x->rank, .nranks = 2, .remote = remote,
+      .data = x->data, .data_bytes = data_bytes, .data_type = MK_PTR_HOST,
+      .flags = x->flags, .flags_bytes = x->flags_bytes, .flags_type = MK_PTR_HOST,
+      .queue = x->q, .max_inflight = inflight};
+  LB_OK(mk_proxy_create(&conf, &x->p));
+  struct mk_proxy_addr addrs[2];
+  LB_OK(mk_proxy_addr(x->p, &addrs[x->rank]));
+  tell_bytes(ctx, &addrs[x->rank], sizeof(addrs[0]));
+  hear_bytes(ctx, &addrs[x->peer], sizeof(addrs[0]));
+  LB_OK(mk_proxy_connect(x->p, addrs));
+  LB_OK(mk_proxy_keys(x->p, &x->keys[x->rank]));
+  tell_bytes(ctx, &x->keys[x->rank], sizeof(x->keys[0]));
+  hear_bytes(ctx, &x->keys[x->peer], sizeof(x->keys[0]));
+  return 0;
+}
+
+static void px_free(struct px* x) {
+  free(x->q);
+  free(x->data);
+  free(x->flags);
+}
+
+/* Shutdown in two steps, so that neither proxy sees the other's close as a death. */
+static int px_stop(struct lb_ctx* ctx, struct px* x, int threads_running) {
+  lb_tell(ctx, 100);
+  LB_EXPECT(lb_hear(ctx) == 100);
+  LB_OK(mk_proxy_quiesce(x->p));
+  int tid = mk_proxy_tid(x->p); /* set by the thread's first statement: read after the join */
+  lb_tell(ctx, 101);
+  LB_EXPECT(lb_hear(ctx) == 101);
+  LB_OK(mk_proxy_stop(x->p));
+  x->p = NULL;
+  int left = count_threads();
+  printf("  [rank %d] threads: %d while the proxy ran, %d after mk_proxy_stop; proxy tid %d %s\n",
+         ctx->is_sender, threads_running, left, tid, thread_alive(tid) ? "ALIVE" : "gone");
+  LB_EXPECT(tid > 0 && !thread_alive(tid));
+  LB_EXPECT(left <= threads_running - 1);
+  return 0;
+}
+
+/* ---- put+signal stream: both ranks send and receive at once ---- */
+
+#define CH (64u << 10)  /* largest chunk */
+#define KSLOTS 32u      /* landing slots at the receiver; flags [0, K) data, [K, 2K) acks */
+#define SSLOTS 32u      /* staging slots at the sender */
+#define NCHUNKS 2000u
+#define DEPTH 16u
+#define INFLIGHT 8
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static size_t chunk_len(uint64_t seed, int rank, uint64_t i) {
+  uint64_t h = mix64(seed ^ mix64(((uint64_t)rank << 32) | i));
+  if (i % 10 == 9) return CH;
+  return 1 + (size_t)(h % CH);
+}
+
+static uint64_t chunk_stream(int rank, uint64_t i) { return ((uint64_t)rank << 32) | i; }
+
+/* Chunk j, three ways: put+signal; every 5th as a plain put then a (fenced) signal-only
+ * descriptor, so the flag covers an earlier descriptor's data; every 7th put+signal with
+ * the fence bit. */
+static int send_chunk(struct lb_ctx* ctx, struct px* x, uint64_t j, uint64_t* stage_ticket,
+                      uint64_t* bytes) {
+  uint32_t k = (uint32_t)(j % KSLOTS), s = (uint32_t)(j % SSLOTS);
+  size_t len = chunk_len(ctx->seed, x->rank, j);
+  lb_fill(x->data + (size_t)s * CH, len, ctx->seed, chunk_stream(x->rank, j));
+  struct mk_proxy_desc d = {.op = MK_PROXY_PUT_SIGNAL, .peer = x->peer,
+                            .src_off = (uint64_t)s * CH,
+                            .dst_off = (uint64_t)(SSLOTS + k) * CH, .size = len,
+                            .flag_off = (uint64_t)k * 8, .flag_value = j / KSLOTS + 1,
+                            .tag = (uint32_t)j};
+  if (j % 7 == 3) d.op |= MK_PROXY_FENCE;
+  uint64_t t;
+  if (j % 5 == 1) {
+    struct mk_proxy_desc put = d;
+    put.op = MK_PROXY_PUT;
+    LB_OK(mk_proxy_publish(&x->prod, &put, WAIT_NS, &t));
+    d.op = MK_PROXY_SIGNAL;
+    d.size = 0;
+    LB_OK(mk_proxy_publish(&x->prod, &d, WAIT_NS, NULL));
+  } else {
+    LB_OK(mk_proxy_publish(&x->prod, &d, WAIT_NS, &t));
+  }
+  stage_ticket[s] = t + 1; /* the staging slot is free once completed > t */
+  *bytes += len;
+  return 0;
+}
+
+static int stream_rank(struct lb_ctx* ctx) {
+  struct px x;
+  LB_OK(px_setup(ctx, &x, DEPTH, INFLIGHT, (size_t)(SSLOTS + KSLOTS) * CH, 2 * KSLOTS));
+  uint64_t stage_ticket[SSLOTS] = {0}, sent_bytes = 0, j = 0, i = 0;
+  /* Before the proxy runs: fill the ring, then it must say "full". */
+  while (x.prod.tail < DEPTH - 1) LB_OK(send_chunk(ctx, &x, j++, stage_ticket, &sent_bytes));
+  struct mk_proxy_desc extra = {.op = MK_PROXY_SIGNAL, .peer = x.peer, .flag_off = 8 * KSLOTS};
+  while (x.prod.tail < DEPTH) LB_OK(mk_proxy_try_publish(&x.prod, &extra, NULL)); /* ack 0: no-op */
+  LB_EXPECT(mk_proxy_try_publish(&x.prod, &extra, NULL) == -EAGAIN);
+  int threads_before = count_threads();
+  LB_OK(mk_proxy_start(x.p, x.keys));
+  int threads_running = count_threads();
+  LB_EXPECT(threads_running == threads_before + 1);
+
+  uint64_t flags_seen_early = 0, checked_bytes = 0;
+  double t0 = lb_now();
+  while (j < NCHUNKS || i < NCHUNKS) {
+    int did = 0;
+    if (i < NCHUNKS) { /* receive: the flag, then every byte behind it */
+      uint32_t k = (uint32_t)(i % KSLOTS);
+      uint64_t r = i / KSLOTS + 1;
+      uint64_t v = mk_pq_load_acquire(&x.flags[k]);
+      LB_EXPECT(v <= r); /* never ahead of what we acknowledged */
+      if (v == r) {
+        size_t len = chunk_len(ctx->seed, x.peer, i);
+        if (lb_check(x.data + (size_t)(SSLOTS + k) * CH, len, ctx->seed,
+                     chunk_stream(x.peer, i), "data under its flag")) {
+          fprintf(stderr, "  chunk %" PRIu64 " (slot %u, round %" PRIu64 ") seen before its data\n",
+                  i, k, r);
+          flags_seen_early++;
+          return 1;
+        }
+        checked_bytes += len;
+        struct mk_proxy_desc ack = {.op = MK_PROXY_SIGNAL, .peer = x.peer,
+                                    .flag_off = (uint64_t)(KSLOTS + k) * 8, .flag_value = r};
+        LB_OK(mk_proxy_publish(&x.prod, &ack, WAIT_NS, NULL));
+        i++;
+        did = 1;
+      }
+    }
+    if (j < NCHUNKS) { /* send, when the peer has freed the landing slot and ours is free */
+      uint32_t k = (uint32_t)(j % KSLOTS), s = (uint32_t)(j % SSLOTS);
+      uint64_t r = j / KSLOTS + 1;
+      int acked = r == 1 || mk_pq_load_acquire(&x.flags[KSLOTS + k]) >= r - 1;
+      int staged = mk_pq_load_acquire(&x.q->completed) >= stage_ticket[s];
+      if (acked && staged) {
+        LB_OK(send_chunk(ctx, &x, j++, stage_ticket, &sent_bytes));
+        did = 1;
+      }
+    }
+    char msg[256];
+    if (mk_proxy_error(x.p, msg, sizeof(msg))) {
+      fprintf(stderr, "  unexpected proxy error: %s\n", msg);
+      return 1;
+    }
+    if (lb_now() - t0 > 90) {
+      fprintf(stderr, "  stuck: sent %" PRIu64 ", received %" PRIu64 ", consumed %" PRIu64
+              ", completed %" PRIu64 ", tail %" PRIu64 "\n", j, i, x.q->consumed,
+              x.q->completed, x.prod.tail);
+      return 1;
+    }
+    if (!did) sched_yield();
+  }
+  LB_OK(mk_proxy_wait_completed(&x.prod, x.prod.tail - 1, WAIT_NS));
+  double dt = lb_now() - t0;
+  uint64_t counted = mk_proxy_sent_bytes(x.p, x.peer), ops = mk_proxy_sent_ops(x.p, x.peer);
+  printf("  [rank %d] %u chunks each way in %.2f s: put %" PRIu64 " bytes, proxy counted %"
+         PRIu64 " bytes in %" PRIu64 " descriptors (%" PRIu64 " published, %" PRIu64
+         " laps of the ring, %" PRIu64 " publishes waited for a slot); checked %" PRIu64
+         " bytes received\n", x.rank, NCHUNKS, dt, sent_bytes, counted, ops, x.prod.tail,
+         x.prod.tail / DEPTH, x.prod.full_waits, checked_bytes);
+  LB_EXPECT(flags_seen_early == 0);
+  LB_EXPECT(counted == sent_bytes);
+  LB_EXPECT(ops == x.prod.tail);
+  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.rank) == 0);
+  LB_EXPECT(x.prod.tail / DEPTH > 100);
+  LB_OK(px_stop(ctx, &x, threads_running));
+  px_free(&x);
+  return 0;
+}
+
+/* ---- a peer killed mid-run ---- */
+
+#define KILL_CHUNK (256u << 10)
+#define KILL_BOUND_S 10.0
+
+static int killed_survivor(struct lb_ctx* ctx) {
+  struct px x;
+  LB_OK(px_setup(ctx, &x, DEPTH, INFLIGHT, 8 * (size_t)KILL_CHUNK, 64));
+  LB_OK(mk_proxy_start(x.p, x.keys));
+  int threads_running = count_threads();
+  LB_EXPECT(lb_hear(ctx) == 1); /* the victim's proxy runs */
+  lb_fill(x.data, 4 * (size_t)KILL_CHUNK, ctx->seed, 1);
+  uint64_t n = 0;
+  int rc = 0;
+  double t_kill = 0;
+  for (;;) {
+    struct mk_proxy_desc d = {.op = MK_PROXY_PUT_SIGNAL, .peer = x.peer,
+                              .src_off = (n % 4) * KILL_CHUNK, .dst_off = (4 + n % 4) * KILL_CHUNK,
+                              .size = KILL_CHUNK, .flag_off = (n % 8) * 8, .flag_value = n + 1,
+                              .tag = 0x13};
+    rc = mk_proxy_publish(&x.prod, &d, WAIT_NS, NULL);
+    if (rc) break;
+    n++;
+    if (!t_kill && mk_proxy_sent_ops(x.p, x.peer) >= 20) { /* traffic flows: kill it now */
+      kill(ctx->child, SIGKILL);
+      t_kill = lb_now();
+    }
+    LB_EXPECT(!t_kill || lb_now() - t_kill < 60);
+  }
+  double dt = lb_now() - t_kill;
+  char msg[256];
+  int err = mk_proxy_error(x.p, msg, sizeof(msg));
+  printf("  producer's publish gave rc=%d (%s) %.3f s after the kill; proxy: %s\n", rc,
+         strerror(-rc), dt, err ? msg : "(no error)");
+  LB_EXPECT(t_kill > 0);
+  LB_EXPECT(rc == -ECONNRESET && err == -ECONNRESET);
+  LB_EXPECT(dt < KILL_BOUND_S);
+  const struct mk_proxy_error* e = &x.q->proxy_err;
+  LB_EXPECT(e->aborted == 1 && e->kind == MK_PROXY_ERR_TRANSPORT && e->rank == 0 && e->peer == 1);
+  LB_EXPECT(e->seq == ~0ull || (e->seq < x.prod.tail && e->tag == 0x13 && e->op == MK_PROXY_PUT_SIGNAL));
+  LB_EXPECT(strstr(msg, "rank 0") && strstr(msg, "peer 1"));
+  /* any other wait of the producer also ends at once */
+  double t1 = lb_now();
+  LB_EXPECT(mk_proxy_wait_flag(x.q, &x.flags[0], 0, 1, WAIT_NS, 0, 0) == -ECONNRESET);
+  LB_EXPECT(mk_proxy_wait_completed(&x.prod, x.prod.tail - 1, WAIT_NS) == -ECONNRESET);
+  LB_EXPECT(lb_now() - t1 < 1.0);
+  int tid = mk_proxy_tid(x.p);
+  LB_EXPECT(mk_proxy_stop(x.p) == -ECONNRESET); /* joins, reports what ended it */
+  int left = count_threads();
+  printf("  threads: %d while the proxy ran, %d after mk_proxy_stop\n", threads_running, left);
+  LB_EXPECT(!thread_alive(tid) && left <= threads_running - 1);
+  px_free(&x);
+  return 0;
+}
+
+static int killed_victim(struct lb_ctx* ctx) {
+  struct px x;
+  LB_OK(px_setup(ctx, &x, DEPTH, INFLIGHT, 8 * (size_t)KILL_CHUNK, 64));
+  LB_OK(mk_proxy_start(x.p, x.keys));
+  lb_tell(ctx, 1);
+  for (;;) pause(); /* its proxy lands the survivor's writes until the kill */
+}
+
+/* ---- stop with work in flight: drained, joined, nothing left ----
+ * The parent publishes 48 puts of 1 MiB and stops at once: mk_proxy_stop waits for what is
+ * in flight (the peer's proxy keeps progressing meanwhile: with manual progress a put
+ * completes only while its target progresses), joins and leaves no thread. */
+
+static int stop_initiator(struct lb_ctx* ctx) {
+  struct px x;
+  LB_OK(px_setup(ctx, &x, 64, 16, 16u << 20, 64));
+  int before = count_threads();
+  LB_OK(mk_proxy_start(x.p, x.keys));
+  int running = count_threads();
+  LB_EXPECT(running == before + 1);
+  lb_fill(x.data, 8u << 20, ctx->seed, 1);
+  for (int n = 0; n < 48; n++) {
+    struct mk_proxy_desc d = {.op = MK_PROXY_PUT, .peer = x.peer, .src_off = (n % 8) * (1u << 20),
+                              .dst_off = (8 + n % 8) * (1u << 20), .size = 1u << 20};
+    LB_OK(mk_proxy_publish(&x.prod, &d, WAIT_NS, NULL));
+  }
+  /* the thread has taken a full window (16 in flight), but not everything has completed */
+  while (__atomic_load_n(&x.q->consumed, __ATOMIC_ACQUIRE) < 16) sched_yield();
+  uint64_t done_at_stop = __atomic_load_n(&x.q->completed, __ATOMIC_ACQUIRE);
+  double t0 = lb_now();
+  LB_OK(mk_proxy_quiesce(x.p));
+  int tid = mk_proxy_tid(x.p);
+  uint64_t done = __atomic_load_n(&x.q->completed, __ATOMIC_ACQUIRE);
+  printf("  stop with %" PRIu64 " published, %" PRIu64 " completed: joined after %.3f s with "
+         "%" PRIu64 " completed (%" PRIu64 " bytes counted)\n", x.prod.tail, done_at_stop,
+         lb_now() - t0, done, mk_proxy_sent_bytes(x.p, x.peer));
+  /* every descriptor the thread had taken completed; the rest were never read */
+  LB_EXPECT(done == x.q->consumed && done >= 16);
+  if (done_at_stop >= x.prod.tail) printf("  (all had completed before the stop this time)\n");
+  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.peer) == done * (1u << 20));
+  LB_EXPECT(tid > 0 && !thread_alive(tid));
+  LB_EXPECT(count_threads() == running - 1);
+  lb_tell(ctx, 1); /* the peer may stop now */
+  LB_EXPECT(lb_hear(ctx) == 2);
+  LB_OK(mk_proxy_stop(x.p));
+  printf("  threads: %d before start, %d while the proxy ran, %d after mk_proxy_stop\n", before,
+         running, count_threads());
+  LB_EXPECT(count_threads() <= before);
+  px_free(&x);
+  return 0;
+}
+
+static int stop_target(struct lb_ctx* ctx) {
+  struct px x;
+  LB_OK(px_setup(ctx, &x, 64, 16, 16u << 20, 64));
+  LB_OK(mk_proxy_start(x.p, x.keys));
+  LB_EXPECT(lb_hear(ctx) == 1);
+  LB_OK(mk_proxy_quiesce(x.p));
+  lb_tell(ctx, 2);
+  LB_OK(mk_proxy_stop(x.p));
+  px_free(&x);
+  return 0;
+}
+
+static const struct lb_case cases[] = {
+    {"proxy_put_signal_stream_flags_never_before_data_and_byte_counters_exact", stream_rank,
+     stream_rank, 150, 0},
+    {"proxy_killed_peer_gives_async_error_within_bound_and_stops", killed_survivor, killed_victim,
+     90, 1},
+    {"proxy_stop_joins_thread_with_puts_in_flight", stop_initiator, stop_target, 60, 0},
+    {NULL, NULL, NULL, 0, 0},
+};
+
+int main(int argc, char** argv) {
+  for (const struct lb_case* c = cases; c->name; c++)
+    if (argc > 1 && strcmp(argv[1], c->name) == 0) return lb_run(c);
+  fprintf(stderr, "usage: %s CASE; cases:\n", argv[0]);
+  for (const struct lb_case* c = cases; c->name; c++) fprintf(stderr, "  %s\n", c->name);
+  return 1;
+}
