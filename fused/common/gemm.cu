@@ -18,7 +18,7 @@ extern "C" {
 /* The compiled configurations. Default: 128x256x64 tiles, 3 stages, one wgmma group in flight,
  * one CTA per cluster, the epilogue written out by the producer warp group's spare warps while
  * the consumers start the next tile (measured best: bench/NOTES.md "GEMM core"). The others
- * stay for gemm_perf's A/B runs and are tested through MK_GEMM_VARIANT (gemm_tune.h). */
+ * stay for gemm_perf's A/B runs and are tested as `test_gemm <test> small <n>` (gemm_tune.h). */
 typedef mk_gemm_cfg<128, 256, 64, 3, 256, 1, 1, 1> mk_gemm_default_cfg; /* overlapped epilogue */
 typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1, 1, 0> mk_gemm_cfg_sync1;   /* epilogue by the consumers */
 typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1, 2, 0> mk_gemm_cfg_sync2;   /* same, clusters of 2 */

@@ -16,7 +16,7 @@ static int failures;
 static uint64_t seed_counter;
 static const double TOL = 1e-2;
 
-/* MK_GEMM_VARIANT=n runs every test on configuration n of gemm.cu (default: mk_gemm_launch). */
+/* A third argument n runs the test on configuration n of gemm.cu (default: mk_gemm_launch). */
 static int test_variant = -1;
 static int gemm_launch(const struct mk_gemm_args* g, cudaStream_t s) {
   return test_variant < 0 ? mk_gemm_launch(g, s) : mk_gemm_launch_variant(g, s, test_variant);
@@ -184,9 +184,9 @@ static void test_checker_negative_control(void) {
 
 int main(int argc, char** argv) {
   gpu_or_skip();
-  if (getenv("MK_GEMM_VARIANT")) test_variant = atoi(getenv("MK_GEMM_VARIANT"));
   const char* what = argc > 1 ? argv[1] : "";
   const int large = argc > 2 && !strcmp(argv[2], "large");
+  if (argc > 3) test_variant = atoi(argv[3]); /* test_gemm <test> small|large <configuration> */
   printf("%s%s, configuration %d\n", what, large ? " (large)" : "", test_variant);
   if (!strcmp(what, "odd_shapes")) test_odd_shapes(large);
   else if (!strcmp(what, "cublas")) test_cublas(large);

@@ -37,6 +37,8 @@ struct lb_case {
 
 /* NCCL_MK_TRANSPORT's transport (ofi when unset), or NULL when it is not built. */
 const struct mk_transport_ops* lb_transport(void);
+/* The harness's own settings (LB_*), read in one place. */
+const char* lb_env(const char* name);
 /* Runs one case; returns the process exit code (0 pass, 1 fail, 77 skip). */
 int lb_run(const struct lb_case* c);
 

@@ -15,7 +15,7 @@
  * on a small VM the soft-RoCE kernel work needs the same CPUs. */
 static int bench_wait(struct lb_ctx* ctx, struct mk_request* req) {
   static int spin = -1;
-  if (spin < 0) spin = getenv("LB_BENCH_SPIN") != NULL;
+  if (spin < 0) spin = lb_env("LB_BENCH_SPIN") != NULL;
   int done = 0, rc = 0;
   while (!done && rc == 0) {
     rc = ctx->ops->test(req, &done, NULL);
@@ -25,7 +25,7 @@ static int bench_wait(struct lb_ctx* ctx, struct mk_request* req) {
 }
 
 static size_t env_size(const char* name, size_t def) {
-  const char* v = getenv(name);
+  const char* v = lb_env(name);
   return v ? (size_t)strtoull(v, NULL, 0) : def;
 }
 

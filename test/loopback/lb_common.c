@@ -1,4 +1,5 @@
 #include "lb.h"
+#include "mk_param.h"
 
 #include "mk_config.h"
 
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -159,14 +161,18 @@ size_t lb_check(const void* buf, size_t len, uint64_t seed, uint64_t stream, con
   return bad;
 }
 
+/* The harness's own knobs (LB_SEED, LB_DEV, LB_BENCH_*...): read here only. The library's
+ * NCCL_MK_* variables go through the registry like everywhere else. */
+const char* lb_env(const char* name) { return getenv(name); }
+
 /* The transport under test: NCCL_MK_TRANSPORT=ib runs the same cases over verbs. */
 const struct mk_transport_ops* lb_transport(void) {
-  const char* t = getenv("NCCL_MK_TRANSPORT");
+  const char* t = mk_param_str(MK_PARAM_TRANSPORT);
 #if MK_HAVE_VERBS
-  if (t && strcmp(t, "ib") == 0) return &mk_ib_ops;
+  if (strcasecmp(t, "ib") == 0) return &mk_ib_ops;
 #endif
 #if MK_HAVE_OFI
-  if (!t || strcmp(t, "ofi") == 0 || strcmp(t, "auto") == 0) return &mk_ofi_ops;
+  if (strcasecmp(t, "ofi") == 0 || strcasecmp(t, "auto") == 0) return &mk_ofi_ops;
 #endif
   return NULL;
 }
@@ -209,10 +215,11 @@ int lb_run(const struct lb_case* c) {
   setenv("NCCL_MK_OFI_PROVIDER", "tcp;ofi_rxm", 0);
   const struct mk_transport_ops* ops = lb_transport();
   if (!ops) {
-    fprintf(stderr, "SKIP: transport %s is not built into this library\n", getenv("NCCL_MK_TRANSPORT"));
+    fprintf(stderr, "SKIP: transport %s is not built into this library\n",
+            mk_param_str(MK_PARAM_TRANSPORT));
     return 77;
   }
-  const char* s = getenv("LB_SEED");
+  const char* s = lb_env("LB_SEED");
   uint64_t seed = s ? strtoull(s, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
   printf("case %s: seed %llu (rerun with LB_SEED=%llu)\n", c->name, (unsigned long long)seed,
          (unsigned long long)seed);

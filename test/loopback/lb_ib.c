@@ -96,7 +96,7 @@ static int vdev_send(struct lb_ctx* ctx) {
 static int remove_loop(struct lb_ctx* ctx, int is_recv) {
   unsigned char* buf = lb_alloc(RM_LEN);
   memset(buf, 7, RM_LEN);
-  const char* cmd = getenv("LB_DEVICE_REMOVE_CMD");
+  const char* cmd = lb_env("LB_DEVICE_REMOVE_CMD");
   double t_rm = 0;
   int rc = 0;
   for (int m = 0; rc == 0 && m < 100000; m++) {
@@ -126,17 +126,17 @@ static int remove_loop(struct lb_ctx* ctx, int is_recv) {
   return 0;
 }
 static int remove_recv(struct lb_ctx* ctx) {
-  if (!getenv("LB_DEVICE_REMOVE_CMD")) {
+  if (!lb_env("LB_DEVICE_REMOVE_CMD")) {
     fprintf(stderr, "set LB_DEVICE_REMOVE_CMD to run this case (the VM does)\n");
     return 77;
   }
-  ctx->dev = getenv("LB_DEV") ? atoi(getenv("LB_DEV")) : 0;
+  ctx->dev = lb_env("LB_DEV") ? atoi(lb_env("LB_DEV")) : 0;
   LB_OK(lb_accept(ctx));
   return remove_loop(ctx, 1);
 }
 static int remove_send(struct lb_ctx* ctx) {
-  if (!getenv("LB_DEVICE_REMOVE_CMD")) return 77;
-  ctx->dev = getenv("LB_DEV") ? atoi(getenv("LB_DEV")) : 0;
+  if (!lb_env("LB_DEVICE_REMOVE_CMD")) return 77;
+  ctx->dev = lb_env("LB_DEV") ? atoi(lb_env("LB_DEV")) : 0;
   LB_OK(lb_connect(ctx));
   return remove_loop(ctx, 0);
 }

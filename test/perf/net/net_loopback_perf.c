@@ -237,7 +237,7 @@ static int perf_role(struct lb_ctx* ctx) {
   LB_OK(perf_setup(ctx, &p));
   if (ctx->is_sender) {
     printf("# nccl-mk transport loopback: ofi (%s) vs a TCP socket pair, %d iterations/point\n",
-           getenv("NCCL_MK_OFI_PROVIDER"), iters);
+           mk_param_str(MK_PARAM_OFI_PROVIDER), iters);
     printf("# GB/s = 1e9 bytes/s, median [min-max]; win = messages in flight\n");
     printf("# columns: size, win, ours per stream count (");
     for (int v = 0; v < nvariants; v++) printf("%s%d", v ? "," : "", variant_streams[v]);
