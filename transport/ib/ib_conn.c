@@ -11,7 +11,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "handle.h"
@@ -19,6 +18,7 @@
 #include "mk_err.h"
 #include "mk_log.h"
 #include "mk_param.h"
+#include "side_channel.h"
 
 #define IB_LISTEN_MAGIC 0x4c4e4249u
 #define IB_READY 'R'
@@ -38,21 +38,12 @@ struct ib_handshake {
 };
 
 struct ib_listen {
-  uint32_t magic;
-  int dev;
-  int fd;
-  uint64_t nonce;
-  struct ib_handshake* hs;
+  struct mk_side_listen side;
+  struct ib_handshake* hs; /* the accept in progress, if any */
 };
 
-struct ib_pending {
-  const void* handle;
-  struct mk_handle decoded;
-  struct ib_handshake* hs;
-  struct ib_pending* next;
-};
-static struct ib_pending* pending_head;
-static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+/* In-progress connects; their state is a struct ib_handshake. */
+static struct mk_pending_list pending = MK_PENDING_LIST_INIT;
 
 static struct ib_handshake* ib_hs_new(int fd, int dev, int tc, uint64_t nonce, int connector) {
   struct ib_handshake* hs = calloc(1, sizeof(*hs));
@@ -146,68 +137,38 @@ int ib_listen(int dev, void* handle, void** listen_comm) {
   }
   *listen_comm = NULL;
   MK_CHECK(ib_vdev_get(dev, &v));
-  struct mk_handle h;
-  struct sockaddr_storage addr;
-  MK_CHECK(mk_sock_pick_addr(&addr, NULL, 0));
   struct ib_listen* lc = calloc(1, sizeof(*lc));
   if (!lc) return -ENOMEM;
-  int rc;
-  MK_CHECK_GOTO(mk_sock_listen(&addr, &lc->fd, &h.addr), rc, fail);
-  if (getrandom(&lc->nonce, sizeof(lc->nonce), 0) != sizeof(lc->nonce))
-    lc->nonce = ib_now_ns() ^ ((uint64_t)getpid() << 32);
-  h.nonce = lc->nonce;
-  MK_CHECK_GOTO(mk_handle_encode(&h, handle, MK_HANDLE_MAX), rc, fail_fd);
-  lc->magic = IB_LISTEN_MAGIC;
-  lc->dev = dev;
+  int rc = mk_side_listen_open(&lc->side, IB_LISTEN_MAGIC, dev, handle);
+  if (rc < 0) {
+    free(lc);
+    return rc;
+  }
   *listen_comm = lc;
   return 0;
-fail_fd:
-  close(lc->fd);
-fail:
-  free(lc);
-  return rc;
-}
-
-static struct ib_pending* ib_pending_take(const void* handle) {
-  pthread_mutex_lock(&pending_lock);
-  struct ib_pending* p = NULL;
-  for (struct ib_pending** pp = &pending_head; *pp; pp = &(*pp)->next) {
-    if ((*pp)->handle != handle) continue;
-    p = *pp;
-    *pp = p->next;
-    break;
-  }
-  pthread_mutex_unlock(&pending_lock);
-  return p;
-}
-
-static void ib_pending_put(struct ib_pending* p) {
-  pthread_mutex_lock(&pending_lock);
-  p->next = pending_head;
-  pending_head = p;
-  pthread_mutex_unlock(&pending_lock);
 }
 
 static int ib_connect_start(int dev, int tc, const void* handle, const struct mk_handle* h,
-                            struct ib_pending** out) {
+                            struct mk_pending_connect** out) {
   int fd = -1, rc;
-  struct ib_pending* p = calloc(1, sizeof(*p));
+  struct mk_pending_connect* p = calloc(1, sizeof(*p));
   if (!p) return -ENOMEM;
   MK_CHECK_GOTO(mk_sock_connect_start(&h->addr, &fd), rc, fail);
-  p->hs = ib_hs_new(fd, dev, tc, h->nonce, 1);
-  if (!p->hs) {
+  struct ib_handshake* hs = ib_hs_new(fd, dev, tc, h->nonce, 1);
+  if (!hs) {
     close(fd);
     rc = -ENOMEM;
     goto fail;
   }
+  p->state = hs;
   struct ib_vdev* v = &ib.devs[dev];
-  MK_CHECK_GOTO(ib_hs_build(p->hs, (int)mk_param_int(MK_PARAM_IB_QPS) * v->nrails), rc, fail_hs);
+  MK_CHECK_GOTO(ib_hs_build(hs, (int)mk_param_int(MK_PARAM_IB_QPS) * v->nrails), rc, fail_hs);
   p->handle = handle;
   p->decoded = *h;
   *out = p;
   return 0;
 fail_hs:
-  ib_hs_free(p->hs, 0);
+  ib_hs_free(hs, 0);
 fail:
   free(p);
   return rc;
@@ -223,42 +184,43 @@ int ib_connect(int dev, const void* handle, int traffic_class, struct mk_comm** 
   *send_comm = NULL;
   MK_CHECK(ib_vdev_get(dev, &v));
   MK_CHECK(mk_handle_decode(handle, MK_HANDLE_MAX, &h));
-  struct ib_pending* p = ib_pending_take(handle);
+  struct mk_pending_connect* p = mk_pending_take(&pending, handle);
   if (p && (p->decoded.nonce != h.nonce || memcmp(&p->decoded.addr, &h.addr, sizeof(h.addr)))) {
-    ib_hs_free(p->hs, 0); /* the buffer now holds another handle: start over */
+    ib_hs_free(p->state, 0); /* the buffer now holds another handle: start over */
     free(p);
     p = NULL;
   }
   if (!p) MK_CHECK(ib_connect_start(dev, traffic_class, handle, &h, &p));
-  int rc = ib_hs_step(p->hs);
+  struct ib_handshake* hs = p->state;
+  int rc = ib_hs_step(hs);
   if (rc == 0) {
-    ib_pending_put(p);
+    mk_pending_put(&pending, p);
     return 0;
   }
   if (rc == 1) {
-    p->hs->comm->sock = p->hs->fd;
-    p->hs->comm->base.dev = dev;
-    *send_comm = &p->hs->comm->base;
+    hs->comm->sock = hs->fd;
+    hs->comm->base.dev = dev;
+    *send_comm = &hs->comm->base;
   } else {
     MK_WARN("ib connect: handshake with the listener failed: %s", strerror(-rc));
   }
-  ib_hs_free(p->hs, rc == 1);
+  ib_hs_free(hs, rc == 1);
   free(p);
   return rc < 0 ? rc : 0;
 }
 
 int ib_accept(void* listen_comm, struct mk_comm** recv_comm) {
   struct ib_listen* lc = listen_comm;
-  if (!lc || lc->magic != IB_LISTEN_MAGIC || !recv_comm) {
+  if (!mk_side_listen_valid(&lc->side, IB_LISTEN_MAGIC) || !recv_comm) {
     MK_WARN("ib accept: bad argument (listen_comm %p)", listen_comm);
     return -EINVAL;
   }
   *recv_comm = NULL;
   if (!lc->hs) {
     int fd;
-    MK_CHECK(mk_sock_accept(lc->fd, &fd));
+    MK_CHECK(mk_sock_accept(lc->side.fd, &fd));
     if (fd < 0) return 0;
-    lc->hs = ib_hs_new(fd, lc->dev, -1, lc->nonce, 0);
+    lc->hs = ib_hs_new(fd, lc->side.dev, -1, lc->side.nonce, 0);
     if (!lc->hs) {
       close(fd);
       return -ENOMEM;
@@ -268,7 +230,7 @@ int ib_accept(void* listen_comm, struct mk_comm** recv_comm) {
   if (rc == 0) return 0;
   if (rc == 1) {
     lc->hs->comm->sock = lc->hs->fd;
-    lc->hs->comm->base.dev = lc->dev;
+    lc->hs->comm->base.dev = lc->side.dev;
     *recv_comm = &lc->hs->comm->base;
   }
   ib_hs_free(lc->hs, rc == 1);
@@ -280,13 +242,12 @@ int ib_accept(void* listen_comm, struct mk_comm** recv_comm) {
 
 int ib_close_listen(void* listen_comm) {
   struct ib_listen* lc = listen_comm;
-  if (!lc || lc->magic != IB_LISTEN_MAGIC) {
+  if (!mk_side_listen_valid(&lc->side, IB_LISTEN_MAGIC)) {
     MK_WARN("ib close_listen: bad argument %p", listen_comm);
     return -EINVAL;
   }
   ib_hs_free(lc->hs, 0);
-  close(lc->fd);
-  lc->magic = 0;
+  mk_side_listen_close(&lc->side);
   free(lc);
   return 0;
 }

@@ -6,7 +6,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "handle.h"
@@ -14,6 +13,7 @@
 #include "mk_log.h"
 #include "mk_param.h"
 #include "ofi.h"
+#include "side_channel.h"
 
 #define OFI_LISTEN_MAGIC 0x4c494f46u /* "FOIL" */
 
@@ -28,23 +28,12 @@ struct ofi_handshake {
 };
 
 struct ofi_listen {
-  uint32_t magic;
-  int dev;
-  int fd;
-  uint64_t nonce;
+  struct mk_side_listen side;
   struct ofi_handshake* hs; /* the accept in progress, if any */
 };
 
-/* In-progress connects, keyed by the caller's handle buffer (NCCL calls connect again with
- * the same buffer until it returns a comm). */
-struct ofi_pending {
-  const void* handle;
-  struct mk_handle decoded;
-  struct ofi_handshake* hs;
-  struct ofi_pending* next;
-};
-static struct ofi_pending* pending_head;
-static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+/* In-progress connects; their state is a struct ofi_handshake. */
+static struct mk_pending_list pending = MK_PENDING_LIST_INIT;
 
 static struct ofi_handshake* ofi_hs_new(int fd, struct ofi_comm* c, uint64_t nonce, int connector) {
   struct ofi_handshake* hs = calloc(1, sizeof(*hs));
@@ -143,58 +132,27 @@ int ofi_listen(int dev, void* handle, void** listen_comm) {
   if (!handle || !listen_comm) return -EINVAL;
   *listen_comm = NULL;
   MK_CHECK(ofi_dev_get(dev, &d));
-  struct mk_handle h;
-  struct sockaddr_storage addr;
-  MK_CHECK(mk_sock_pick_addr(&addr, NULL, 0));
   struct ofi_listen* lc = calloc(1, sizeof(*lc));
   if (!lc) return -ENOMEM;
-  int rc;
-  MK_CHECK_GOTO(mk_sock_listen(&addr, &lc->fd, &h.addr), rc, fail);
-  if (getrandom(&lc->nonce, sizeof(lc->nonce), 0) != sizeof(lc->nonce))
-    lc->nonce = ofi_now_ns() ^ ((uint64_t)getpid() << 32);
-  h.nonce = lc->nonce;
-  MK_CHECK_GOTO(mk_handle_encode(&h, handle, MK_HANDLE_MAX), rc, fail_fd);
-  lc->magic = OFI_LISTEN_MAGIC;
-  lc->dev = dev;
+  int rc = mk_side_listen_open(&lc->side, OFI_LISTEN_MAGIC, dev, handle);
+  if (rc < 0) {
+    free(lc);
+    return rc;
+  }
   *listen_comm = lc;
   return 0;
-fail_fd:
-  close(lc->fd);
-fail:
-  free(lc);
-  return rc;
-}
-
-static struct ofi_pending* ofi_pending_take(const void* handle) {
-  pthread_mutex_lock(&pending_lock);
-  struct ofi_pending* p = NULL;
-  for (struct ofi_pending** pp = &pending_head; *pp; pp = &(*pp)->next) {
-    if ((*pp)->handle != handle) continue;
-    p = *pp;
-    *pp = p->next;
-    break;
-  }
-  pthread_mutex_unlock(&pending_lock);
-  return p;
-}
-
-static void ofi_pending_put(struct ofi_pending* p) {
-  pthread_mutex_lock(&pending_lock);
-  p->next = pending_head;
-  pending_head = p;
-  pthread_mutex_unlock(&pending_lock);
 }
 
 static int ofi_connect_start(struct ofi_dev* d, const void* handle, const struct mk_handle* h,
-                             struct ofi_pending** out) {
+                             struct mk_pending_connect** out) {
   struct ofi_comm* c = NULL;
   int fd = -1, rc;
-  struct ofi_pending* p = calloc(1, sizeof(*p));
+  struct mk_pending_connect* p = calloc(1, sizeof(*p));
   if (!p) return -ENOMEM;
   MK_CHECK_GOTO(ofi_comm_create(d, 1, &c), rc, fail);
   MK_CHECK_GOTO(mk_sock_connect_start(&h->addr, &fd), rc, fail);
-  p->hs = ofi_hs_new(fd, c, h->nonce, 1);
-  if (!p->hs) {
+  p->state = ofi_hs_new(fd, c, h->nonce, 1);
+  if (!p->state) {
     rc = -ENOMEM;
     goto fail;
   }
@@ -216,25 +174,26 @@ int ofi_connect(int dev, const void* handle, int traffic_class, struct mk_comm**
   *send_comm = NULL;
   MK_CHECK(ofi_dev_get(dev, &d));
   MK_CHECK(mk_handle_decode(handle, MK_HANDLE_MAX, &h));
-  struct ofi_pending* p = ofi_pending_take(handle);
+  struct mk_pending_connect* p = mk_pending_take(&pending, handle);
   if (p && (p->decoded.nonce != h.nonce || memcmp(&p->decoded.addr, &h.addr, sizeof(h.addr)))) {
-    ofi_hs_free(p->hs, 0); /* the buffer now holds another handle: start over */
+    ofi_hs_free(p->state, 0); /* the buffer now holds another handle: start over */
     free(p);
     p = NULL;
   }
   if (!p) MK_CHECK(ofi_connect_start(d, handle, &h, &p));
-  int rc = ofi_hs_step(p->hs);
+  struct ofi_handshake* hs = p->state;
+  int rc = ofi_hs_step(hs);
   if (rc == 0) {
-    ofi_pending_put(p);
+    mk_pending_put(&pending, p);
     return 0;
   }
   if (rc == 1) {
-    p->hs->comm->sock = p->hs->fd;
-    *send_comm = &p->hs->comm->base;
+    hs->comm->sock = hs->fd;
+    *send_comm = &hs->comm->base;
   } else {
     MK_WARN("ofi connect: handshake with the listener failed: %s", strerror(-rc));
   }
-  ofi_hs_free(p->hs, rc == 1);
+  ofi_hs_free(hs, rc == 1);
   free(p);
   return rc < 0 ? rc : 0;
 }
@@ -242,9 +201,9 @@ int ofi_connect(int dev, const void* handle, int traffic_class, struct mk_comm**
 /* An accepted socket: build the receive comm and start its handshake. */
 static int ofi_accept_start(struct ofi_listen* lc, int fd) {
   struct ofi_comm* c = NULL;
-  int rc = ofi_comm_create(&ofi.devs[lc->dev], 0, &c);
+  int rc = ofi_comm_create(&ofi.devs[lc->side.dev], 0, &c);
   if (rc == 0) {
-    lc->hs = ofi_hs_new(fd, c, lc->nonce, 0);
+    lc->hs = ofi_hs_new(fd, c, lc->side.nonce, 0);
     if (lc->hs) return 0;
     rc = -ENOMEM;
   }
@@ -255,11 +214,11 @@ static int ofi_accept_start(struct ofi_listen* lc, int fd) {
 
 int ofi_accept(void* listen_comm, struct mk_comm** recv_comm) {
   struct ofi_listen* lc = listen_comm;
-  if (!lc || lc->magic != OFI_LISTEN_MAGIC || !recv_comm) return -EINVAL;
+  if (!mk_side_listen_valid(&lc->side, OFI_LISTEN_MAGIC) || !recv_comm) return -EINVAL;
   *recv_comm = NULL;
   if (!lc->hs) {
     int fd;
-    MK_CHECK(mk_sock_accept(lc->fd, &fd));
+    MK_CHECK(mk_sock_accept(lc->side.fd, &fd));
     if (fd < 0) return 0;
     MK_CHECK(ofi_accept_start(lc, fd));
   }
@@ -278,10 +237,9 @@ int ofi_accept(void* listen_comm, struct mk_comm** recv_comm) {
 
 int ofi_close_listen(void* listen_comm) {
   struct ofi_listen* lc = listen_comm;
-  if (!lc || lc->magic != OFI_LISTEN_MAGIC) return -EINVAL;
+  if (!mk_side_listen_valid(&lc->side, OFI_LISTEN_MAGIC)) return -EINVAL;
   ofi_hs_free(lc->hs, 0);
-  close(lc->fd);
-  lc->magic = 0;
+  mk_side_listen_close(&lc->side);
   free(lc);
   return 0;
 }
