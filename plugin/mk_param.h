@@ -32,6 +32,10 @@
     "link speed reported to NCCL; 0 reads it from the provider or sysfs")                      \
   X(INT, TIMEOUT_MS, "NCCL_MK_TIMEOUT_MS", "60000", 1, 86400000, "",                           \
     "bound on every wait inside a fused kernel; expiry breaks the communicator")               \
+  X(INT, TRACE, "NCCL_MK_TRACE", "0", 0, 1, "",                                              \
+    "1 records every CTA's tiles, chunks and waits in fused kernels (scripts/mk-trace)")      \
+  X(STR, TRACE_DIR, "NCCL_MK_TRACE_DIR", "", 0, 0, "",                                        \
+    "where NCCL_MK_TRACE writes mk-trace.rank<R>.call<C>.trace and hang reports; empty: cwd") \
   X(STR, TUNER_FILE, "NCCL_MK_TUNER_FILE", "", 0, 0, "",                                     \
     "tuning file from scripts/tune.sh; empty or unreadable leaves NCCL's own choices")         \
   X(STR, IB_HCA, "NCCL_MK_IB_HCA", "", 0, 0, "",                                               \
