@@ -3,7 +3,8 @@
  *
  *   unit_trace               the C checks
  *   unit_trace write PATH    writes the synthetic buffer to PATH for test_mk_trace.py, which
- *                            checks that scripts/mk-trace reads back exactly these events */
+ *                            checks that scripts/mk-trace reads back exactly these events
+ *   unit_trace hang PATH     writes the planted hang's report (rank 1, tile 40, flag 9) */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,7 @@ static struct mk_trace_buf* hung_buffer(struct mk_trace_hang* h) {
   struct mk_trace_buf* b = synthetic_buffer();
   uint32_t prod = 2 * MK_TRACE_LANES + MK_TRACE_LANE_PRODUCER;
   uint32_t cons = 2 * MK_TRACE_LANES + MK_TRACE_LANE_CONSUMER0;
-  memset(mk_trace_rings(b) + prod, 0, sizeof(uint32_t)); /* count = 0 */
+  for (uint32_t l = 0; l < MK_TRACE_LANES; l++) mk_trace_rings(b)[prod + l].count = 0; /* CTA 2 only has these */
   struct mk_trace_event tile39 = {5000, 900, MK_TRACE_PRODUCER, MK_TRACE_TILE, MK_TRACE_NO_PEER, 39, 8, 3, 3};
   struct mk_trace_event mma39 = {5100, 1500, MK_TRACE_CONSUMER, MK_TRACE_TILE, MK_TRACE_NO_PEER, 39, 8, 3, 3};
   struct mk_trace_event wait40 = {6000, 0xffffffffu, MK_TRACE_PRODUCER, MK_TRACE_WAIT, MK_TRACE_NO_PEER, 40, 9, 3, 2};
@@ -117,7 +118,8 @@ static void stuck_ring_falls_back_to_the_tile_and_wraps_epochs(void) {
   struct mk_trace_hang h;
   struct mk_trace_buf* b = hung_buffer(&h);
   /* A wait that ended satisfied is not a timeout, even across a 32-bit wrap. */
-  struct mk_trace_event* ev = mk_trace_events(b) + (size_t)(2 * MK_TRACE_LANES) * CAP + 2;
+  struct mk_trace_event* ev = mk_trace_events(b) + (size_t)(2 * MK_TRACE_LANES) * CAP + 1; /* wait40 */
+  CHECK_EQ(ev->kind, MK_TRACE_WAIT);
   ev->expected = 0xffffffffu, ev->seen = 0;
   CHECK_EQ(mk_trace_find_stuck_ring(b, &h), 2 * MK_TRACE_LANES); /* by tile 40 */
   ev->id = 41;
@@ -131,6 +133,16 @@ int main(int argc, char** argv) {
     int rc = mk_trace_write(b, argv[2]);
     free(b);
     return rc == 0 ? 0 : 1;
+  }
+  if (argc == 3 && strcmp(argv[1], "hang") == 0) {
+    struct mk_trace_hang h;
+    struct mk_trace_buf* b = hung_buffer(&h);
+    char out[4096];
+    mk_trace_hang_report(b, &h, 8, out, sizeof(out));
+    free(b);
+    FILE* f = fopen(argv[2], "w");
+    if (!f || fputs(out, f) < 0) return 1;
+    return fclose(f) == 0 ? 0 : 1;
   }
   header_and_layout_are_what_the_file_format_says();
   wrapped_ring_counts_its_dropped_events();
