@@ -34,6 +34,10 @@
     "bound on every wait inside a fused kernel; expiry breaks the communicator")               \
   X(INT, LOCAL_SIZE, "NCCL_MK_LOCAL_SIZE", "0", 0, 1048576, "",                               \
     "ranks per emulated node; 0 = every rank with peer access")                                \
+  X(INT, TRACE, "NCCL_MK_TRACE", "0", 0, 1, "",                                              \
+    "1 records every CTA's tiles, chunks and waits in fused kernels (scripts/mk-trace)")      \
+  X(STR, TRACE_DIR, "NCCL_MK_TRACE_DIR", "", 0, 0, "",                                        \
+    "where NCCL_MK_TRACE writes mk-trace.rank<R>.call<C>.trace and hang reports; empty: cwd") \
   X(STR, TUNER_FILE, "NCCL_MK_TUNER_FILE", "", 0, 0, "",                                     \
     "tuning file from scripts/tune.sh; empty or unreadable leaves NCCL's own choices")         \
   X(STR, IB_HCA, "NCCL_MK_IB_HCA", "", 0, 0, "",                                               \

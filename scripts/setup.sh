@@ -8,7 +8,9 @@ pkgs=(meson ninja-build pkg-config gcc binutils python3 libfabric-dev libfabric-
       # the soft-RoCE VM for the verbs transport (scripts/rxe-vm.sh): the kernel itself is
       # downloaded into the build folder, never installed on the host
       rdma-core ibverbs-utils ibverbs-providers perftest iproute2 qemu-system-x86
-      busybox-static cpio kmod)
+      busybox-static cpio kmod
+      # scripts/mk-trace png (numpy comes with it); Debian's build is seen by /usr/bin/python3
+      python3-matplotlib)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -57,6 +57,7 @@ static int registry_add(struct mk_fused_comm* fc) {
 
 static void fused_comm_free(struct mk_fused_comm* fc) {
   mk_peer_close(fc);
+  mk_trace_comm_close(fc);
   if (fc->internal) cudaStreamDestroy(fc->internal);
   cudaFree(fc->sym);
   cudaFree(fc->records_dev);
@@ -92,7 +93,7 @@ static int fused_comm_alloc(struct mk_fused_comm* fc) {
   const ncclMkConfig* c = &fc->cfg;
   fc->scratch_bytes = c->max_m * (c->max_n > c->max_k ? c->max_n : c->max_k) * 2;
   MK_CHECK(mk_cuda_check(cudaMalloc(&fc->scratch, fc->scratch_bytes), "cudaMalloc (scratch)"));
-  return 0;
+  return mk_trace_comm_open(fc);
 }
 
 static int device_is_hopper(int dev) {
@@ -192,6 +193,12 @@ int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm
 int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {
   volatile struct mk_gemm_error* e = fc->err;
   if (!fc->broken && !e->aborted) return 0;
+  if (!fc->broken && fc->trace) {
+    /* ASSUMPTION: the op that launched the kernel fills in the peer when it wires tracing
+     * in; until then the report names the CTA and its events, and the peer is unknown. */
+    struct mk_gemm_error copy = *(struct mk_gemm_error*)e;
+    mk_trace_comm_hang(fc, &copy, -1, 0);
+  }
   if (!fc->broken)
     MK_WARN("rank %d: a fused kernel timed out (op/rank tag 0x%x, tile %u, flag %u, expected "
             "%" PRIu64 ", seen %" PRIu64 "); the communicator is broken", fc->rank, e->tag,

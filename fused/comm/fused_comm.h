@@ -47,6 +47,7 @@ struct mk_fused_comm {
   size_t scratch_bytes;
   struct mk_gemm_error* err;    /* host-mapped: kernels report timeouts here */
   int broken;
+  struct mk_trace_state* trace; /* NCCL_MK_TRACE=1 only (trace_comm.c), else NULL */
 };
 
 /* ncclMkCommInit's work; 0 or negative errno. */
@@ -61,6 +62,19 @@ int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm
 int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len);
 /* Grows the reference path's scratch to `bytes` (outside capture only). */
 int mk_fused_scratch(struct mk_fused_comm* fc, cudaStream_t stream, size_t bytes, void** out);
+
+/* trace_comm.c: the trace buffer (NCCL_MK_TRACE). open/close at init/release (no-ops when
+ * tracing is off). Around a traced launch: begin gives the pointer to pass to the kernel
+ * (NULL when off), end copies the events out and writes this rank's file. hang writes the
+ * hang report for a timed-out wait (peer -1 when the op cannot name the peer). */
+struct mk_trace_buf;
+int mk_trace_comm_open(struct mk_fused_comm* fc);
+void mk_trace_comm_close(struct mk_fused_comm* fc);
+int mk_trace_comm_begin(struct mk_fused_comm* fc, uint32_t op, uint32_t m, uint32_t n,
+                        cudaStream_t stream, struct mk_trace_buf** dev);
+int mk_trace_comm_end(struct mk_fused_comm* fc, cudaStream_t stream);
+int mk_trace_comm_hang(struct mk_fused_comm* fc, const struct mk_gemm_error* e, int peer,
+                       uint64_t peer_progress);
 
 /* peer_mem.c: the exchange of workspaces between the ranks of a host. */
 int mk_peer_exchange_post(struct mk_fused_comm* fc);

@@ -1,0 +1,202 @@
+"""Checks and numbers over the traces of all ranks of one call."""
+import collections
+
+from .fmt import COMM_ROLES, COMPUTE_ROLES
+
+
+def arrivals(traces):
+    """{(rank, flag): ns} when the data behind `flag` on `rank` was announced: the end of a
+    comm-send chunk of another rank aimed at it (peer = rank), or of a comm-recv chunk the
+    rank pulled itself. Several chunks behind one flag: the last one counts."""
+    out = {}
+    for t in traces:
+        for e in t.events:
+            if e.kind != "chunk" or e.dur == 0xFFFFFFFF:
+                continue
+            if e.role == "comm-send" and e.peer >= 0:
+                key = (e.peer, e.flag)
+            elif e.role == "comm-recv":
+                key = (t.rank, e.flag)
+            else:
+                continue
+            out[key] = max(out.get(key, 0), e.end)
+    return out
+
+
+def check_tiles_once(traces):
+    """Problems (strings): a tile recorded twice by the same lane kind, or tile sets that
+    differ between the producer, the consumer warp groups and the storer, or ids with gaps."""
+    problems = []
+    for t in traces:
+        per_lane = collections.defaultdict(collections.Counter)
+        for e in t.events:
+            if e.kind == "tile":
+                per_lane[(e.role, e.lane if e.role == "consumer" else 0)][e.id] += 1
+        sets = {}
+        for (role, lane), ids in sorted(per_lane.items()):
+            dup = sorted(i for i, c in ids.items() if c > 1)
+            if dup:
+                problems.append(f"rank {t.rank}: {role} records tile(s) {dup[:8]} more than once")
+            sets[(role, lane)] = set(ids)
+        if not sets:
+            problems.append(f"rank {t.rank}: no tiles recorded")
+            continue
+        ref_key = ("producer", 0) if ("producer", 0) in sets else next(iter(sets))
+        ref = sets[ref_key]
+        for key, s in sets.items():
+            if s != ref:
+                problems.append(f"rank {t.rank}: {key[0]} (lane {key[1]}) has tiles "
+                                f"{sorted(s ^ ref)[:8]} that {ref_key[0]} does not agree on")
+        if ref and ref != set(range(max(ref) + 1)):
+            missing = sorted(set(range(max(ref) + 1)) - ref)
+            problems.append(f"rank {t.rank}: tiles {missing[:8]} never appear")
+    return problems
+
+
+def check_arrivals_first(traces, slack_ns=0):
+    """Problems: a producer tile (or the wait ending before it) that starts before the chunk
+    behind its flag arrived. This is the check that a missing flag wait would fail."""
+    arr = arrivals(traces)
+    problems = []
+    for t in traces:
+        for e in t.events:
+            if e.role != "producer" or e.kind != "tile":
+                continue
+            got = arr.get((t.rank, e.flag))
+            if got is not None and e.start + slack_ns < got:
+                problems.append(f"rank {t.rank}: tile {e.id} (cta {e.cta}) started "
+                                f"{(got - e.start) / 1e3:.1f} us before flag {e.flag}'s chunk "
+                                "arrived")
+    return problems
+
+
+def _union(intervals):
+    merged = []
+    for s, e in sorted(intervals):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    return merged
+
+
+def _overlap(a, b):
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0, hi - lo)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def summarize(traces):
+    """Per rank: span, busy/wait time per role, and overlap = the share of communication time
+    during which some SM was computing (1.0: communication completely hidden)."""
+    ranks = []
+    for t in traces:
+        if not t.events:
+            continue
+        t0, t1 = min(e.start for e in t.events), max(e.end for e in t.events)
+        roles = collections.defaultdict(lambda: collections.Counter())
+        for e in t.events:
+            c = roles[e.role]
+            c["wait_ns" if e.kind == "wait" else "busy_ns"] += e.dur
+            c["waits" if e.kind == "wait" else "items"] += 1
+            c["timeouts"] += e.timed_out
+        comp = _union([(e.start, e.end) for e in t.events
+                       if e.role in ("consumer",) and e.kind == "tile"])
+        comm = _union([(e.start, e.end) for e in t.events
+                       if e.role in COMM_ROLES and e.kind == "chunk"])
+        comm_ns = sum(e - s for s, e in comm)
+        ranks.append({"rank": t.rank, "op": t.op_name, "span_ns": t1 - t0, "roles": roles,
+                      "compute_ns": sum(e - s for s, e in comp), "comm_ns": comm_ns,
+                      "overlap": _overlap(comp, comm) / comm_ns if comm_ns else None,
+                      "dropped": t.dropped})
+    return ranks
+
+
+def critical_path(traces):
+    """The chain of events that ends last, walked backwards: on a producer lane each event
+    waits for the previous one, except that a wait which ended on a chunk's arrival hands the
+    blame to that chunk (possibly on another rank), whose lane is then followed. Returns the
+    events oldest first. A heuristic: it follows recorded dependencies only."""
+    arr_event = {}
+    lanes = collections.defaultdict(list)
+    for t in traces:
+        for e in t.events:
+            lanes[(e.rank, e.cta, e.lane)].append(e)
+            if e.kind == "chunk":
+                key = (e.peer, e.flag) if e.role == "comm-send" else (e.rank, e.flag)
+                if key not in arr_event or e.end > arr_event[key].end:
+                    arr_event[key] = e
+    for evs in lanes.values():
+        evs.sort(key=lambda e: e.start)
+    every = [e for evs in lanes.values() for e in evs]
+    if not every:
+        return []
+    cur = max(every, key=lambda e: e.end)
+    if cur.role in ("consumer", "storer"):  # the tile's producer side leads to its waits
+        prod = [e for e in lanes[(cur.rank, cur.cta, 0)] if e.kind == "tile" and e.id == cur.id]
+        path = [cur]
+        cur = prod[0] if prod else cur
+    else:
+        path = []
+    while cur is not None and len(path) < 10000:
+        path.append(cur)
+        if cur.kind == "wait" and not cur.timed_out:
+            src = arr_event.get((cur.rank, cur.flag))
+            if src is not None and src.end >= cur.start:
+                cur = src
+                continue
+        lane = lanes[(cur.rank, cur.cta, cur.lane)]
+        i = lane.index(cur)
+        cur = lane[i - 1] if i > 0 else None
+    return list(reversed(path))
+
+
+def format_summary(traces):
+    lines = []
+    for r in summarize(traces):
+        span = r["span_ns"] / 1e3
+        lines.append(f"rank {r['rank']} ({r['op']}): {span:.1f} us from first to last event"
+                     + (f", {r['dropped']} events lost (ring full)" if r["dropped"] else ""))
+        lines.append(f"  {'role':<10} {'items':>6} {'busy us':>10} {'waits':>6} {'wait us':>10}"
+                     f" {'timeouts':>8}")
+        for role in COMPUTE_ROLES + COMM_ROLES:
+            c = r["roles"].get(role)
+            if c:
+                lines.append(f"  {role:<10} {c['items']:>6} {c['busy_ns'] / 1e3:>10.1f} "
+                             f"{c['waits']:>6} {c['wait_ns'] / 1e3:>10.1f} {c['timeouts']:>8}")
+        ov = "n/a (no communication recorded)" if r["overlap"] is None else \
+            f"{100 * r['overlap']:.0f}% of {r['comm_ns'] / 1e3:.1f} us"
+        lines.append(f"  compute (consumer busy on any SM) {r['compute_ns'] / 1e3:.1f} us; "
+                     f"communication hidden under compute: {ov}")
+    path = critical_path(traces)
+    if path:
+        lines.append("critical path (oldest first; consecutive events of one lane folded):")
+        for first, last, evs in _fold(path):
+            waited = sum(e.dur for e in evs if e.kind == "wait")
+            items = [e for e in evs if e.kind != "wait"] or evs
+            ids = f"{items[0].id}" if len(items) == 1 else f"{items[0].id}..{items[-1].id}"
+            what = f"{first.role} {items[0].kind}{'s' if len(items) > 1 else ''} {ids}"
+            if waited:
+                what += f" (waited {waited / 1e3:.1f} us)"
+            lines.append(f"  rank {first.rank} cta {first.cta:<3} {what:<44} "
+                         f"{(last.end - first.start) / 1e3:>9.1f} us")
+        t0 = min(e.start for t in traces for e in t.events)
+        lines.append(f"  ends at {(path[-1].end - t0) / 1e3:.1f} us")
+    return "\n".join(lines)
+
+
+def _fold(path):
+    """Consecutive events of one lane as (first, last, events)."""
+    segs = []
+    for e in path:
+        if segs and (segs[-1][0].rank, segs[-1][0].cta, segs[-1][0].lane) == (e.rank, e.cta, e.lane):
+            segs[-1] = (segs[-1][0], e, segs[-1][2] + [e])
+        else:
+            segs.append((e, e, [e]))
+    return segs

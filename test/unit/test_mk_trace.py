@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""scripts/mk-trace without a GPU: the synthetic AllGather+GEMM trace, the checkers (with a
+negative control), the Perfetto JSON, the PNG from the stored trace, the C writer's file read
+back, and hang reports.
+
+usage: test_mk_trace.py CASE MK_TRACE UNIT_TRACE [DATA_DIR]"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+CASE, TOOL, UNIT_TRACE = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
+DATA = sys.argv[4] if len(sys.argv) > 4 else None
+sys.path.insert(0, os.path.dirname(TOOL))
+from mktrace import analysis, fmt, hang, synth  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL {what}", file=sys.stderr)
+
+
+def tool(*args, ok=(0,)):
+    r = subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True)
+    if r.returncode not in ok:
+        print(r.stdout, r.stderr, file=sys.stderr)
+        check(False, f"mk-trace {' '.join(args)} exited {r.returncode}")
+    return r
+
+
+def synth_traces(tmp, **kw):
+    paths, stuck = synth.write_files(tmp, **kw)
+    return paths, [fmt.read(p) for p in paths], stuck
+
+
+def synth_parses_tiles_once_arrivals_first(tmp):
+    paths, traces, _ = synth_traces(tmp)
+    check([t.rank for t in traces] == [0, 1], "one trace per rank")
+    for t in traces:
+        tiles = [e.id for e in t.events if e.role == "producer" and e.kind == "tile"]
+        check(sorted(tiles) == list(range(64)), f"rank {t.rank}: every tile exactly once")
+    check(analysis.check_tiles_once(traces) == [], "tile checker finds nothing wrong")
+    check(len(analysis.arrivals(traces)) == 32, "16 remote chunks arrive on each rank")
+    check(analysis.check_arrivals_first(traces) == [], "arrivals precede their tiles")
+    waits = [e for t in traces for e in t.events if e.kind == "wait" and e.dur > 1000]
+    check(len(waits) > 0, "some tiles really waited for their chunk (a useful picture)")
+    check("ok: 2 rank(s)" in tool("check", *paths).stdout, "mk-trace check passes")
+
+
+def arrival_checker_catches_early_tile(tmp):
+    _, traces, _ = synth_traces(tmp)
+    arr = analysis.arrivals(traces)
+    # Negative control: move one consuming tile before its chunk arrived, as a kernel that
+    # skipped the flag wait would.
+    t1 = traces[1]
+    victim = next(e for e in t1.events if e.role == "producer" and e.kind == "tile"
+                  and (1, e.flag) in arr)
+    victim.start = arr[(1, victim.flag)] - 5000
+    problems = analysis.check_arrivals_first(traces)
+    check(len(problems) == 1 and f"tile {victim.id}" in problems[0] and "rank 1" in problems[0],
+          f"the early tile is reported: {problems}")
+    # And a duplicated tile is reported by the other checker.
+    dup = next(e for e in traces[0].events if e.role == "storer")
+    traces[0].events.append(fmt.Event(**{**dup.__dict__, "start": dup.start + 10}))
+    check(any("more than once" in p for p in analysis.check_tiles_once(traces)),
+          "a tile stored twice is reported")
+    paths = [os.path.join(tmp, "bad0.trace"), os.path.join(tmp, "bad1.trace")]
+    lanes = [[[[] for _ in range(fmt.LANES)] for _ in range(t.ctas)] for t in traces]
+    for t in traces:
+        for e in t.events:
+            lanes[t.rank][e.cta][e.lane].append(e)
+    for t in traces:
+        for ring in lanes[t.rank]:
+            for evs in ring:
+                evs.sort(key=lambda e: e.start)
+        fmt.write(paths[t.rank], t.rank, 2, 1, t.ctas, lanes[t.rank])
+    r = tool("check", *paths, ok=(1,))
+    check("started" in r.stdout and "FAIL" in r.stdout, "mk-trace check exits 1 and says why")
+
+
+def perfetto_json_has_a_process_per_rank_and_track_per_sm_role(tmp):
+    paths, traces, _ = synth_traces(tmp)
+    out = os.path.join(tmp, "out.json")
+    tool("perfetto", *paths, "-o", out)
+    with open(out) as f:
+        doc = json.load(f)
+    ev = doc["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+    check(len(procs) == 2 and all("AllGather+GEMM" in n for n in procs.values()),
+          f"a named process per rank: {procs}")
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+    # 6 compute CTAs x 4 lanes + 2 comm CTAs, per rank
+    check(len(threads) == 2 * (6 * 4 + 2), f"one track per SM and role: {len(threads)}")
+    check(any("producer" in n for n in threads.values()) and
+          any("comm" in n for n in threads.values()), "tracks are named by SM and role")
+    spans = [e for e in ev if e["ph"] == "X"]
+    check(len(spans) == sum(len(t.events) for t in traces), "every event is a complete event")
+    check(all((e["pid"], e["tid"]) in threads for e in spans), "every event is on a named track")
+    check(min(e["ts"] for e in spans) == 0, "times start at 0 unless --absolute")
+    flows = [e for e in ev if e["ph"] in ("s", "f")]
+    check(len(flows) == 2 * 32, "an arrival arrow per remote chunk")
+
+
+def png_renders_stored_trace(tmp):
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        if not os.path.exists("/usr/bin/python3") or sys.executable == "/usr/bin/python3":
+            print("SKIP: matplotlib missing (scripts/setup.sh installs python3-matplotlib)")
+            sys.exit(77)
+        probe = subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"])
+        if probe.returncode != 0:
+            print("SKIP: matplotlib missing (scripts/setup.sh installs python3-matplotlib)")
+            sys.exit(77)
+    stored = sorted(os.path.join(DATA, f) for f in os.listdir(DATA)
+                    if f.startswith("mk-trace-small.rank"))
+    check(len(stored) == 2, f"the stored small trace is there: {stored}")
+    out = os.path.join(tmp, "timeline.png")
+    tool("png", *stored, "-o", out)
+    with open(out, "rb") as f:
+        data = f.read()
+    check(data[:8] == b"\x89PNG\r\n\x1a\n", "a PNG signature")
+    check(len(data) > 20000, f"a non-trivial picture ({len(data)} bytes)")
+    w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    check(w >= 800 and h >= 300, f"a readable size ({w} x {h})")
+
+
+def c_writer_round_trips_through_mk_trace(tmp):
+    path = os.path.join(tmp, "c.trace")
+    subprocess.run([UNIT_TRACE, "write", path], check=True)
+    t = fmt.read(path)
+    cap, lanes = 8, fmt.LANES
+    check((t.rank, t.nranks, t.op, t.call, t.ctas, t.capacity) == (1, 2, 1, 7, 3, cap),
+          "header fields as the C test set them")
+    check(t.dropped == 5, f"the wrapped ring's lost events are counted ({t.dropped})")
+
+    def count_of(ring):  # the C test's formula
+        return cap + 5 if ring == 0 else 3 if ring % 4 == 1 else 0
+    want = []
+    for ring in range(3 * lanes):
+        n = count_of(ring)
+        for j in range(max(0, n - cap), n):  # the newest `cap`, oldest first
+            want.append((ring // lanes, ring % lanes, 100 + ring // lanes,
+                         1000000 * ring + 100 * j, 50 + j, j, ring))
+    got = [(e.cta, e.lane, e.sm, e.start, e.dur, e.id, e.flag) for e in t.events]
+    check(got == want, "every event read back as written, ring after ring, oldest first")
+    check(all(e.role == "producer" and e.kind == "tile" and e.peer == -1 for e in t.events),
+          "role, kind and 'no peer' decode")
+    tool("summary", path)
+
+
+def hang_report_names_rank_tile_flag(tmp):
+    # From the C library's report of a planted hang.
+    report = os.path.join(tmp, "hang.txt")
+    subprocess.run([UNIT_TRACE, "hang", report], check=True)
+    with open(report) as f:
+        r = hang.parse_report(f.read())
+    check((r["rank"], r["tile"], r["flag"], r["cta"], r["peer"]) == (1, 40, 9, 2, 0),
+          f"C report fields: {r}")
+    out = tool("hang", report).stdout
+    check("HANG on rank 1" in out and "tile 40" in out and "flag 9" in out and
+          "<-- stuck" in out and "rank 0" in out, f"rendered C report:\n{out}")
+    # From the traces of a synthetic run where rank 0 never sends the chunk behind flag 5.
+    paths, _, stuck = synth_traces(tmp, hang=(1, 5))
+    tile, flag = stuck[1]
+    out = tool("hang", *paths).stdout
+    check(f"HANG on rank 1 " in out and f"tile {tile} " in out and f"flag {flag} " in out,
+          f"rendered trace hang names rank 1, tile {tile}, flag {flag}:\n{out}")
+    check("raised by rank 0, which had sent 5 chunk(s)" in out, "the peer and its progress")
+    check(os.path.exists(paths[0]) and tool("hang", paths[0], ok=(1,)).returncode == 1,
+          "a trace without a timeout is no hang")
+
+
+def summary_reports_overlap_and_critical_path(tmp):
+    paths, traces, _ = synth_traces(tmp)
+    out = tool("summary", *paths).stdout
+    for want in ("rank 0 (AllGather+GEMM)", "producer", "consumer", "comm-send",
+                 "communication hidden under compute:", "critical path"):
+        check(want in out, f"summary shows {want!r}")
+    s = analysis.summarize(traces)
+    check(all(0.5 < r["overlap"] <= 1.0 for r in s), f"overlap is a share: {[r['overlap'] for r in s]}")
+    path = analysis.critical_path(traces)
+    check(path and path[-1].end == max(e.end for t in traces for e in t.events),
+          "the critical path ends with the last event")
+    check(any(e.role == "comm-send" for e in path),
+          "this comm-bound synthetic run's critical path goes through the chunks")
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as tmp:
+        globals()[CASE](tmp)
+    if failures:
+        print(f"{len(failures)} check(s) failed", file=sys.stderr)
+        sys.exit(1)
+    print("ok")
