@@ -193,50 +193,51 @@ static int accept_step(struct mk_proxy* p, struct accepted* a) {
   return 1;
 }
 
-int mk_proxy_connect(struct mk_proxy* p, const struct mk_proxy_addr* all) {
-  const int n = p->conf.nranks, me = p->conf.rank;
-  if (!p->nremote) return 0;
-  for (int r = 0; r < n; r++)
-    if (p->remote[r] && (all[r].magic != MK_PROXY_RECORD_MAGIC || all[r].rank != r)) {
-      MK_WARN("proxy rank %d: rank %d's address record is corrupt", me, r);
-      return -EBADMSG;
+/* One pass over the remote ranks we dial: connect, send our hello, test it. 1 while any is
+ * not done, 0 when all are, negative errno on failure. */
+static int proxy_dial_step(struct mk_proxy* p, const struct mk_proxy_addr* all) {
+  int pending = 0, rc = 0;
+  for (int r = 0; r < p->conf.nranks && !rc; r++) {
+    struct proxy_peer* q = &p->peers[r];
+    if (!p->remote[r] || q->hello_done) continue;
+    pending = 1;
+    if (!q->send) {
+      rc = p->ops->connect(p->conf.dev, all[r].handle, -1, &q->send);
+      if (rc || !q->send) continue;
     }
+    if (!q->hello_req) {
+      rc = p->ops->isend(q->send, &p->hello_msg, sizeof(p->hello_msg), HELLO_TAG, NULL,
+                         &q->hello_req);
+      if (rc || !q->hello_req) continue;
+    }
+    int done = 0;
+    rc = p->ops->test(q->hello_req, &done, NULL);
+    if (!rc && done) q->hello_done = 1, q->hello_req = NULL;
+  }
+  return rc ? rc : pending;
+}
+
+/* Dials every remote rank and accepts each one's connection until all have named
+ * themselves. Returns 0 or negative errno; *nnamed counts the accepted, named peers. */
+static int proxy_connect_all(struct mk_proxy* p, const struct mk_proxy_addr* all, int* nnamed) {
   struct accepted* acc = calloc((size_t)p->nremote, sizeof(*acc));
   if (!acc) return -ENOMEM;
-  int naccepted = 0, nnamed = 0, rc = 0;
+  int naccepted = 0, rc = 0;
+  *nnamed = 0;
   uint64_t deadline = now_ns() + 2 * (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
   for (;;) {
-    int pending = 0;
-    for (int r = 0; r < n && !rc; r++) {
-      struct proxy_peer* q = &p->peers[r];
-      if (!p->remote[r] || q->hello_done) continue;
-      pending = 1;
-      if (!q->send) {
-        rc = p->ops->connect(p->conf.dev, all[r].handle, -1, &q->send);
-        if (rc || !q->send) continue;
-      }
-      if (!q->hello_req) {
-        rc = p->ops->isend(q->send, &p->hello_msg, sizeof(p->hello_msg), HELLO_TAG, NULL,
-                           &q->hello_req);
-        if (rc || !q->hello_req) continue;
-      }
-      int done = 0;
-      rc = p->ops->test(q->hello_req, &done, NULL);
-      if (!rc && done) q->hello_done = 1, q->hello_req = NULL;
-    }
+    int pending = proxy_dial_step(p, all);
+    if (pending < 0) rc = pending;
     if (!rc && naccepted < p->nremote) {
-      pending = 1;
       rc = p->ops->accept(p->listen_comm, &acc[naccepted].comm);
       if (!rc && acc[naccepted].comm) naccepted++;
     }
     for (int i = 0; i < naccepted && !rc; i++) {
       int named = accept_step(p, &acc[i]);
       if (named < 0) rc = named;
-      nnamed += named > 0;
+      *nnamed += named > 0;
     }
-    if (rc) break;
-    if (!pending && nnamed == p->nremote) break;
-    if (nnamed < p->nremote) pending = 1;
+    if (rc || (pending == 0 && *nnamed == p->nremote)) break;
     if (now_ns() > deadline) {
       rc = -ETIMEDOUT;
       break;
@@ -246,12 +247,11 @@ int mk_proxy_connect(struct mk_proxy* p, const struct mk_proxy_addr* all) {
   for (int i = 0; i < p->nremote; i++) /* comms that never named themselves */
     if (acc[i].comm) p->ops->close(acc[i].comm);
   free(acc);
-  if (rc) {
-    MK_WARN("proxy rank %d: connecting to %d remote rank(s) failed: %s (%d of them accepted)",
-            me, p->nremote, strerror(-rc), nnamed);
-    return rc;
-  }
-  /* One registration of each region, usable on every comm of the device. */
+  return rc;
+}
+
+/* One registration of each region, usable on every comm of the device. */
+static int proxy_register_regions(struct mk_proxy* p) {
   struct mk_dev_props props;
   MK_CHECK(p->ops->get_properties(p->conf.dev, &props));
   if (!props.reg_is_global) {
@@ -259,12 +259,31 @@ int mk_proxy_connect(struct mk_proxy* p, const struct mk_proxy_addr* all) {
             "for every peer (not supported yet)", p->ops->name);
     return -ENOTSUP;
   }
-  for (int r = 0; r < n && !p->mr_comm; r++)
+  for (int r = 0; r < p->conf.nranks && !p->mr_comm; r++)
     if (p->remote[r]) p->mr_comm = p->peers[r].send;
   MK_CHECK(p->ops->reg_mr(p->mr_comm, p->conf.data, p->conf.data_bytes, p->conf.data_type,
                           &p->data_mr));
   MK_CHECK(p->ops->reg_mr(p->mr_comm, p->conf.flags, p->conf.flags_bytes, p->conf.flags_type,
                           &p->flags_mr));
+  return 0;
+}
+
+int mk_proxy_connect(struct mk_proxy* p, const struct mk_proxy_addr* all) {
+  const int n = p->conf.nranks, me = p->conf.rank;
+  if (!p->nremote) return 0;
+  for (int r = 0; r < n; r++)
+    if (p->remote[r] && (all[r].magic != MK_PROXY_RECORD_MAGIC || all[r].rank != r)) {
+      MK_WARN("proxy rank %d: rank %d's address record is corrupt", me, r);
+      return -EBADMSG;
+    }
+  int nnamed = 0;
+  int rc = proxy_connect_all(p, all, &nnamed);
+  if (rc) {
+    MK_WARN("proxy rank %d: connecting to %d remote rank(s) failed: %s (%d of them accepted)",
+            me, p->nremote, strerror(-rc), nnamed);
+    return rc;
+  }
+  MK_CHECK(proxy_register_regions(p));
   MK_INFO(MK_NCCL_SUBSYS_INIT | MK_NCCL_SUBSYS_NET, "proxy rank %d: connected to %d remote "
           "rank(s) over %s", me, p->nremote, p->ops->name);
   return 0;
