@@ -88,8 +88,9 @@ static int killed_recv(struct lb_ctx* ctx) {
   printf("  a later irecv gave rc=%d\n", rc);
   LB_EXPECT(rc == -ECONNRESET);
   LB_EXPECT(later == NULL);
+  int closed = lb_close(ctx); /* before the buffer goes: stripes may still be posted into it */
   free(buf);
-  return lb_close(ctx) == 0 ? 0 : 1;
+  return closed == 0 ? 0 : 1;
 }
 
 static int killed_send(struct lb_ctx* ctx) {

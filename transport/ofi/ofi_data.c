@@ -291,6 +291,9 @@ int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
     *done = 1;
     if (sizes) memcpy(sizes, r->sizes, sizeof(size_t) * (size_t)r->n);
     rc = __atomic_load_n(&r->error, __ATOMIC_RELAXED);
+    /* A stripe's stream thread may fail the request after this thread last looked at the
+     * streams: a lost connection still makes the whole comm fail from here on. */
+    if (rc == -ECONNRESET && !c->error) c->error = rc;
     ofi_req_release(c, r);
   } else if (rc == 0) {
     rc = ofi_peer_check(c); /* waiting without progress: is the peer still there? */
