@@ -1,11 +1,18 @@
 /*
- * ncclMkAllGatherGemm. Today's path is the reference one (DESIGN.md: a generic path under
- * every fast path, also the oracle of the tests): NCCL's all-gather into the gathered-A
- * buffer, then the GEMM core on the same stream. The fused persistent kernel replaces the
- * sequence where it is faster.
+ * ncclMkAllGatherGemm. Two paths:
+ *  - reference (DESIGN.md: a generic path under every fast path, also the oracle of the
+ *    tests): NCCL's all-gather into the gathered-A buffer, then the GEMM core;
+ *  - overlapped (NCCL_MK_FUSED=1, every rank on this host): a few CTAs push this rank's
+ *    shard into every peer's workspace block by block while the GEMM, on the other SMs,
+ *    starts each row-block as soon as its flag says the rows are there (ag_push.h).
+ *    NOTES: not yet run on a GPU; off by default until test_fused_ops passes with it.
  */
+#include "ag_push.h"
 #include "mk_err.h"
+#include "mk_log.h"
 #include "op_check.h"
+
+#define MK_AG_DEFAULT_COMM_CTAS 8 /* 16-byte stores from 4 SMs already near NVLink's limit */
 
 static int ag_gemm_reference(struct mk_fused_comm* fc, const void* a_shard, const void* b,
                              void* c, void* a_gathered, size_t m, size_t n, size_t k,
@@ -22,6 +29,49 @@ static int ag_gemm_reference(struct mk_fused_comm* fc, const void* a_shard, cons
   return mk_gemm_launch(&g, stream);
 }
 
+static int ag_gemm_fused_fits(const struct mk_fused_comm* fc, size_t m, size_t k) {
+  size_t shard_rows = m / (size_t)fc->nranks;
+  return fc->fused && fc->local_size == fc->nranks && fc->nranks <= MK_AG_MAX_RANKS &&
+         shard_rows % MK_AG_BLOCK_ROWS == 0 && m / MK_AG_BLOCK_ROWS <= MK_AG_MAX_BLOCKS &&
+         m <= fc->cfg.max_m && k <= fc->cfg.max_k;
+}
+
+/* The push kernel on the side stream, between a fork and a join around the GEMM. */
+static int ag_gemm_push(struct mk_fused_comm* fc, const void* a_shard, size_t m, size_t k,
+                        int ctas, cudaStream_t stream) {
+  struct mk_ag_push_args pa = {.a_shard = a_shard, .shard_rows = m / (size_t)fc->nranks, .k = k,
+                               .rank = fc->rank, .nranks = fc->nranks, .err = fc->err,
+                               .err_tag = ((uint32_t)fc->rank << 8) | MK_OP_AG_GEMM,
+                               .timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000u};
+  for (int p = 0; p < fc->nranks; p++) pa.ws[p] = fc->peer_sym[p];
+  MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_fork, stream), "cudaEventRecord (fork)"));
+  MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
+  MK_CHECK(mk_ag_push_launch(&pa, ctas, fc->side));
+  return mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)");
+}
+
+static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const void* b, void* c,
+                         void* a_gathered, size_t m, size_t n, size_t k, cudaStream_t stream) {
+  char* ws = fc->sym;
+  int ctas = fc->cfg.comm_sms ? fc->cfg.comm_sms : MK_AG_DEFAULT_COMM_CTAS;
+  MK_CHECK(mk_ag_begin_launch(ws, fc->rank, fc->nranks, m / (size_t)fc->nranks, stream));
+  MK_CHECK(ag_gemm_push(fc, a_shard, m, k, ctas, stream));
+  struct mk_gemm_args g;
+  mk_op_gemm_args(fc, MK_OP_AG_GEMM, &g);
+  g.m = (int)m, g.n = (int)n, g.k = (int)k;
+  g.a = ws + MK_AG_DATA_OFFSET, g.b = b, g.c = c;
+  g.num_sms = fc->num_sms - ctas;
+  g.ready_flags = (const uint64_t*)ws + MK_AG_FLAG0;
+  g.ready_target_ptr = (const uint64_t*)ws + MK_AG_WORD_CALL;
+  g.row_block_order = (const int*)(ws + MK_AG_ORDER_OFFSET);
+  MK_CHECK(mk_gemm_launch(&g, stream));
+  MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
+  MK_CHECK(mk_ag_finish_launch(ws, stream));
+  if (!a_gathered) return 0;
+  return mk_cuda_check(cudaMemcpyAsync(a_gathered, ws + MK_AG_DATA_OFFSET, m * k * 2,
+                                       cudaMemcpyDeviceToDevice, stream), "gathered A copy");
+}
+
 NCCL_MK_API ncclResult_t ncclMkAllGatherGemm(const void* a_shard, const void* b, void* c,
                                              void* a_gathered, size_t m, size_t n, size_t k,
                                              ncclDataType_t type, ncclComm_t comm,
@@ -35,7 +85,10 @@ NCCL_MK_API ncclResult_t ncclMkAllGatherGemm(const void* a_shard, const void* b,
   int prev, rc = mk_op_check(&call, &fc);
   if (rc) return mk_result_from_errno(rc);
   rc = mk_op_device_enter(fc, &prev);
-  if (!rc) rc = ag_gemm_reference(fc, a_shard, b, c, a_gathered, m, n, k, stream);
+  if (!rc && ag_gemm_fused_fits(fc, m, k))
+    rc = ag_gemm_fused(fc, a_shard, b, c, a_gathered, m, n, k, stream);
+  else if (!rc)
+    rc = ag_gemm_reference(fc, a_shard, b, c, a_gathered, m, n, k, stream);
   mk_op_device_leave(prev);
   return mk_result_from_errno(rc);
 }

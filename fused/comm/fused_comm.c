@@ -10,6 +10,7 @@
 
 #include "mk_err.h"
 #include "mk_log.h"
+#include "mk_param.h"
 
 #define MK_FUSED_MAX_COMMS 1024
 
@@ -59,6 +60,9 @@ static void fused_comm_free(struct mk_fused_comm* fc) {
   mk_peer_close(fc);
   mk_trace_comm_close(fc);
   if (fc->internal) cudaStreamDestroy(fc->internal);
+  if (fc->side) cudaStreamDestroy(fc->side);
+  if (fc->ev_fork) cudaEventDestroy(fc->ev_fork);
+  if (fc->ev_join) cudaEventDestroy(fc->ev_join);
   cudaFree(fc->sym);
   cudaFree(fc->records_dev);
   cudaFree(fc->scratch);
@@ -74,9 +78,18 @@ static int fused_comm_alloc(struct mk_fused_comm* fc) {
   fc->peer_sym = calloc(nr, sizeof(void*));
   fc->peer_opened = calloc(nr, sizeof(int));
   if (!fc->peer_sym || !fc->peer_opened) return -ENOMEM;
-  fc->sym_bytes = MK_FUSED_FLAG_BYTES;
+  fc->fused = (int)mk_param_int(MK_PARAM_FUSED);
+  fc->sym_bytes = MK_FUSED_FLAG_BYTES + (fc->fused ? fc->cfg.max_m * fc->cfg.max_k * 2 : 0);
   MK_CHECK(mk_cuda_check(cudaStreamCreateWithFlags(&fc->internal, cudaStreamNonBlocking),
                          "cudaStreamCreate"));
+  MK_CHECK(mk_cuda_check(cudaStreamCreateWithFlags(&fc->side, cudaStreamNonBlocking),
+                         "cudaStreamCreate (side)"));
+  MK_CHECK(mk_cuda_check(cudaEventCreateWithFlags(&fc->ev_fork, cudaEventDisableTiming),
+                         "cudaEventCreate"));
+  MK_CHECK(mk_cuda_check(cudaEventCreateWithFlags(&fc->ev_join, cudaEventDisableTiming),
+                         "cudaEventCreate"));
+  MK_CHECK(mk_cuda_check(cudaDeviceGetAttribute(&fc->num_sms, cudaDevAttrMultiProcessorCount,
+                                                fc->dev), "cudaDeviceGetAttribute"));
   MK_CHECK(mk_cuda_check(cudaMalloc(&fc->sym, fc->sym_bytes), "cudaMalloc (workspace)"));
   MK_CHECK(mk_cuda_check(cudaMemset(fc->sym, 0, fc->sym_bytes), "cudaMemset (workspace)"));
   MK_CHECK(mk_cuda_check(cudaMalloc((void**)&fc->records_dev,

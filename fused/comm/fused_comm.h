@@ -4,8 +4,9 @@
  * ncclMkCommRelease.
  *
  * Symmetric workspace layout (every rank allocates the same size; local peers map it):
- *   flags: MK_FUSED_FLAG_BYTES of uint64 flags, zeroed at init
- *   data:  the rest (sized by the ops as they land)
+ *   flags: MK_FUSED_FLAG_BYTES of words, flags and schedules, zeroed at init
+ *          (fused/ag_gemm/ag_push.h gives AllGather+GEMM's layout)
+ *   data:  max_m × max_k × 2 B with NCCL_MK_FUSED=1 (AllGather+GEMM's gathered A), else none
  */
 #ifndef MK_FUSED_COMM_H_
 #define MK_FUSED_COMM_H_
@@ -35,6 +36,10 @@ struct mk_fused_comm {
   int rank, nranks, dev;
   ncclMkConfig cfg;
   cudaStream_t internal;        /* the init exchange */
+  cudaStream_t side;            /* the fused ops' communication kernels */
+  cudaEvent_t ev_fork, ev_join; /* main stream -> side stream -> main stream */
+  int num_sms;                  /* the GPU's multiprocessors */
+  int fused;                    /* NCCL_MK_FUSED: the overlapped paths, data area allocated */
   void* sym;                    /* symmetric workspace, MK_FUSED_FLAG_BYTES + data */
   size_t sym_bytes;
   void** peer_sym;              /* [nranks]: a local peer's workspace, NULL if remote */

@@ -64,8 +64,10 @@ static int gemm_validate(const struct mk_gemm_args* a) {
     GEMM_REJECT("mk_gemm_launch: num_groups = %d with group_offsets set, must be >= 1", a->num_groups);
   if (a->group_offsets && (a->ready_flags || a->row_block_order))
     GEMM_REJECT("mk_gemm_launch: ready_flags/row_block_order are not supported with group_offsets");
-  if (((uintptr_t)a->ready_flags | (uintptr_t)a->tile_flags | (uintptr_t)a->tile_start_ns) & 7)
-    GEMM_REJECT("mk_gemm_launch: ready_flags, tile_flags and tile_start_ns must be 8-byte aligned");
+  if (((uintptr_t)a->ready_flags | (uintptr_t)a->ready_target_ptr | (uintptr_t)a->tile_flags |
+       (uintptr_t)a->tile_start_ns) & 7)
+    GEMM_REJECT("mk_gemm_launch: ready_flags, ready_target_ptr, tile_flags and tile_start_ns must be "
+                "8-byte aligned");
   return 0;
 }
 
@@ -179,6 +181,7 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   p->row_block_order = a->row_block_order;
   p->ready_flags = a->ready_flags;
   p->ready_target = a->ready_target;
+  p->ready_target_ptr = a->ready_target_ptr;
   p->tile_flags = a->tile_flags;
   p->tile_start_ns = a->tile_start_ns;
   p->err = a->err;

@@ -28,6 +28,7 @@ struct mk_gemm_params {
   const int* row_block_order;
   const uint64_t* ready_flags;
   uint64_t ready_target;
+  const uint64_t* ready_target_ptr;
   uint64_t* tile_flags;
   uint64_t* tile_start_ns;
   struct mk_gemm_error* err;
@@ -73,14 +74,15 @@ struct mk_gemm_cfg {
 /* ---- producer ------------------------------------------------------------------------------ */
 
 /* Waits until ready_flags[mb] >= target. Returns 0 on timeout or when another CTA gave up. */
-__device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, int mb, int tile) {
+__device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, int mb, int tile,
+                                                uint64_t target) {
   const uint64_t* flag = p.ready_flags + mb;
   uint64_t seen = ld_acquire_sys_u64(flag);
   uint64_t t0 = globaltimer_ns();
-  while (seen < p.ready_target) {
+  while (seen < target) {
     __nanosleep(64);
     seen = ld_acquire_sys_u64(flag);
-    if (seen >= p.ready_target) break;
+    if (seen >= target) break;
     if (p.err && ld_relaxed_sys_u32(&p.err->aborted)) return 0;
     if (globaltimer_ns() - t0 > p.timeout_ns) {
       if (p.err) {
@@ -88,7 +90,7 @@ __device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, 
         p.err->tag = p.err_tag;
         p.err->tile = (uint32_t)tile;
         p.err->flag_index = (uint32_t)mb;
-        p.err->expected = p.ready_target;
+        p.err->expected = target;
         p.err->seen = seen;
         fence_acq_rel_sys();
         *(volatile uint32_t*)&p.err->aborted = 1;
@@ -112,13 +114,15 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
   int stage = 0;
   uint32_t phase = 0;
   int ready_mb = -1; /* last row-block seen ready: flags only grow within a launch */
+  const uint64_t ready_target =
+      p.ready_target_ptr ? ld_acquire_sys_u64(p.ready_target_ptr) : p.ready_target;
   struct mk_tile t;
   const int first_slot = blockIdx.x / Cfg::CLUSTER_M, slot_step = gridDim.x / Cfg::CLUSTER_M;
   for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     /* ASSUMPTION: ready flags only with CLUSTER_M == 1 (the launcher picks it): an abort in
      * one CTA of a pair would leave its partner waiting for the multicast half. */
     if (p.ready_flags && t.mb != ready_mb) {
-      if (!gemm_wait_row_block(p, t.mb, t.linear)) {
+      if (!gemm_wait_row_block(p, t.mb, t.linear, ready_target)) {
         /* Abort at a tile boundary: every stage loaded so far has been or will be consumed
          * in order, so the consumers drain the ring, then find this data-less arrival with
          * abort_flag naming this tile, and leave. No copy is in flight when the CTA exits. */

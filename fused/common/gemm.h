@@ -55,6 +55,10 @@ struct mk_gemm_args {
   const int* row_block_order;  /* device, ceil(m / block_m) entries, a permutation; optional */
   const uint64_t* ready_flags; /* device or peer, one per row-block; optional */
   uint64_t ready_target;
+  /* When set, the target is read from this device word when the kernel starts (and
+   * ready_target is ignored): a CUDA graph replays frozen arguments, so a call counter
+   * that advances on the device keeps replays waiting for the right round. */
+  const uint64_t* ready_target_ptr;
   uint64_t* tile_flags;        /* device or peer, mk_gemm_max_tiles() entries; optional */
   uint64_t* tile_start_ns;     /* debug: %globaltimer when the producer starts each tile */
   struct mk_gemm_error* err;   /* optional */
