@@ -74,8 +74,10 @@ struct mk_gemm_cfg {
 /* ---- producer ------------------------------------------------------------------------------ */
 
 /* Waits until ready_flags[mb] >= target. Returns 0 on timeout or when another CTA gave up. */
-__device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, int mb, int tile,
-                                                uint64_t target) {
+__device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, int mb, int tile) {
+  /* NOTES: the device word does not change during a launch; reading it here rather than
+   * once per CTA keeps the producer free of a live register (its budget is 40). */
+  const uint64_t target = p.ready_target_ptr ? ld_acquire_sys_u64(p.ready_target_ptr) : p.ready_target;
   const uint64_t* flag = p.ready_flags + mb;
   uint64_t seen = ld_acquire_sys_u64(flag);
   uint64_t t0 = globaltimer_ns();
@@ -114,15 +116,13 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
   int stage = 0;
   uint32_t phase = 0;
   int ready_mb = -1; /* last row-block seen ready: flags only grow within a launch */
-  const uint64_t ready_target =
-      p.ready_target_ptr ? ld_acquire_sys_u64(p.ready_target_ptr) : p.ready_target;
   struct mk_tile t;
   const int first_slot = blockIdx.x / Cfg::CLUSTER_M, slot_step = gridDim.x / Cfg::CLUSTER_M;
   for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     /* ASSUMPTION: ready flags only with CLUSTER_M == 1 (the launcher picks it): an abort in
      * one CTA of a pair would leave its partner waiting for the multicast half. */
     if (p.ready_flags && t.mb != ready_mb) {
-      if (!gemm_wait_row_block(p, t.mb, t.linear, ready_target)) {
+      if (!gemm_wait_row_block(p, t.mb, t.linear)) {
         /* Abort at a tile boundary: every stage loaded so far has been or will be consumed
          * in order, so the consumers drain the ring, then find this data-less arrival with
          * abort_flag naming this tile, and leave. No copy is in flight when the CTA exits. */
