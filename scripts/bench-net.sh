@@ -2,6 +2,7 @@
 # The net plugin against NCCL's Socket transport on 2 GPUs of one host, forced through the
 # network path (no P2P, no SHM, one NCCL "node" per process), in one run. Prints busbw per
 # size for each and the ratios. usage: scripts/bench-net.sh [collective] [maxbytes]
+# MK_STREAMS="1 2 4 8" runs ours once per NCCL_MK_OFI_STREAMS value (default: the library's).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 mk_build
@@ -16,10 +17,18 @@ run() { # label, then environment assignments
   echo "== $label"
   env "$@" "$bin" -p 2 -g 1 -H -b 8 -e "$max" -f 4 -n 20 -w 5 -c 1 -J "$out/$label.json"
 }
-run mk NCCL_NET_PLUGIN="$MK_BUILD/libnccl-net-mk.so" NCCL_NET=mk \
-    NCCL_MK_SOCKET_IFNAME="${NCCL_MK_SOCKET_IFNAME:-lo}"
+ours=()
+for s in ${MK_STREAMS:-default}; do
+  label=mk; [ "$s" != default ] && label="mk_s$s"
+  streams=(); [ "$s" != default ] && streams=(NCCL_MK_OFI_STREAMS="$s")
+  run "$label" NCCL_NET_PLUGIN="$MK_BUILD/libnccl-net-mk.so" NCCL_NET=mk "${streams[@]}" \
+      NCCL_MK_SOCKET_IFNAME="${NCCL_MK_SOCKET_IFNAME:-lo}"
+  ours+=("$label=$out/$label.json")
+done
 run socket NCCL_NET_PLUGIN=none NCCL_NET=Socket
 run socket4x4 NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4
 echo "== busbw (GB/s), $coll, 2 GPUs through the network path"
-python3 "$MK_ROOT/scripts/bench-compare.py" mk="$out/mk.json" socket="$out/socket.json" \
-    socket4x4="$out/socket4x4.json"
+for o in "${ours[@]}"; do
+  python3 "$MK_ROOT/scripts/bench-compare.py" "$o" socket="$out/socket.json" \
+      socket4x4="$out/socket4x4.json"
+done
