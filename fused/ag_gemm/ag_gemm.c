@@ -41,7 +41,7 @@ static int ag_gemm_push(struct mk_fused_comm* fc, const void* a_shard, size_t m,
                         int ctas, cudaStream_t stream) {
   struct mk_ag_push_args pa = {.a_shard = a_shard, .shard_rows = m / (size_t)fc->nranks, .k = k,
                                .rank = fc->rank, .nranks = fc->nranks, .err = fc->err,
-                               .err_tag = ((uint32_t)fc->rank << 8) | MK_OP_AG_GEMM,
+                               .err_tag = mk_op_err_tag(fc, MK_OP_AG_GEMM),
                                .timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000u};
   for (int p = 0; p < fc->nranks; p++) pa.ws[p] = fc->peer_sym[p];
   MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_fork, stream), "cudaEventRecord (fork)"));

@@ -68,10 +68,14 @@ void mk_op_device_leave(int prev) {
   if (prev >= 0) cudaSetDevice(prev);
 }
 
+uint32_t mk_op_err_tag(const struct mk_fused_comm* fc, enum mk_op_id op) {
+  return ((uint32_t)fc->rank << 8) | (uint32_t)op;
+}
+
 void mk_op_gemm_args(const struct mk_fused_comm* fc, enum mk_op_id op, struct mk_gemm_args* g) {
   memset(g, 0, sizeof(*g));
   g->epilogue = MK_GEMM_STORE;
   g->err = fc->err;
-  g->err_tag = ((uint32_t)fc->rank << 8) | (uint32_t)op;
+  g->err_tag = mk_op_err_tag(fc, op);
   g->timeout_ms = (uint32_t)fc->cfg.timeout_ms;
 }

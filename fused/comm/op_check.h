@@ -30,6 +30,9 @@ int mk_op_check(const struct mk_op_call* call, struct mk_fused_comm** fc);
 int mk_op_device_enter(const struct mk_fused_comm* fc, int* prev);
 void mk_op_device_leave(int prev);
 
+/* The tag kernels write into the error record: rank << 8 | op. */
+uint32_t mk_op_err_tag(const struct mk_fused_comm* fc, enum mk_op_id op);
+
 /* The GEMM arguments shared by the ops: bf16 C = A . B^T with the comm's error record. */
 void mk_op_gemm_args(const struct mk_fused_comm* fc, enum mk_op_id op, struct mk_gemm_args* g);
 
