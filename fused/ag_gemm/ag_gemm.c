@@ -5,7 +5,7 @@
  *  - overlapped (NCCL_MK_FUSED=1, every rank on this host): a few CTAs push this rank's
  *    shard into every peer's workspace block by block while the GEMM, on the other SMs,
  *    starts each row-block as soon as its flag says the rows are there (ag_push.h).
- *    NOTES: not yet run on a GPU; off by default until test_fused_ops passes with it.
+ *    test_fused_ops passes with it on 2 H200s; off by default until it beats the reference.
  */
 #include "ag_push.h"
 #include "mk_err.h"
@@ -38,11 +38,12 @@ static int ag_gemm_fused_fits(const struct mk_fused_comm* fc, size_t m, size_t k
 
 /* The push kernel on the side stream, between a fork and a join around the GEMM. */
 static int ag_gemm_push(struct mk_fused_comm* fc, const void* a_shard, size_t m, size_t k,
-                        int ctas, cudaStream_t stream) {
+                        int ctas, struct mk_trace_buf* trace, cudaStream_t stream) {
   struct mk_ag_push_args pa = {.a_shard = a_shard, .shard_rows = m / (size_t)fc->nranks, .k = k,
                                .rank = fc->rank, .nranks = fc->nranks, .err = fc->err,
                                .err_tag = mk_op_err_tag(fc, MK_OP_AG_GEMM),
-                               .timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000u};
+                               .timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000u,
+                               .trace = trace, .trace_cta0 = (uint32_t)(fc->num_sms - ctas)};
   for (int p = 0; p < fc->nranks; p++) pa.ws[p] = fc->peer_sym[p];
   MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_fork, stream), "cudaEventRecord (fork)"));
   MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
@@ -54,8 +55,10 @@ static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const vo
                          void* a_gathered, size_t m, size_t n, size_t k, cudaStream_t stream) {
   char* ws = fc->sym;
   int ctas = fc->cfg.comm_sms ? fc->cfg.comm_sms : MK_AG_DEFAULT_COMM_CTAS;
+  struct mk_trace_buf* trace;
+  MK_CHECK(mk_trace_comm_begin(fc, MK_OP_AG_GEMM, (uint32_t)m, (uint32_t)n, stream, &trace));
   MK_CHECK(mk_ag_begin_launch(ws, fc->rank, fc->nranks, m / (size_t)fc->nranks, stream));
-  MK_CHECK(ag_gemm_push(fc, a_shard, m, k, ctas, stream));
+  MK_CHECK(ag_gemm_push(fc, a_shard, m, k, ctas, trace, stream));
   struct mk_gemm_args g;
   mk_op_gemm_args(fc, MK_OP_AG_GEMM, &g);
   g.m = (int)m, g.n = (int)n, g.k = (int)k;
@@ -64,9 +67,11 @@ static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const vo
   g.ready_flags = (const uint64_t*)ws + MK_AG_FLAG0;
   g.ready_target_ptr = (const uint64_t*)ws + MK_AG_WORD_CALL;
   g.row_block_order = (const int*)(ws + MK_AG_ORDER_OFFSET);
+  g.trace = trace;
   MK_CHECK(mk_gemm_launch(&g, stream));
   MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
   MK_CHECK(mk_ag_finish_launch(ws, stream));
+  MK_CHECK(mk_trace_comm_end(fc, stream));
   if (!a_gathered) return 0;
   return mk_cuda_check(cudaMemcpyAsync(a_gathered, ws + MK_AG_DATA_OFFSET, m * k * 2,
                                        cudaMemcpyDeviceToDevice, stream), "gathered A copy");

@@ -1,22 +1,32 @@
-/* The push, order and finish kernels of the fused AllGather+GEMM (see ag_push.h).
- * NOTES: compiled, not yet run on a GPU. */
+/* The push, order and finish kernels of the fused AllGather+GEMM (see ag_push.h). */
 #include <errno.h>
 
 #include "ag_push.h"
 #include "ptx.cuh"
 #include "schedule.h"
+#include "trace.h"
+
+static_assert(MK_AG_ORDER_OFFSET + MK_AG_MAX_BLOCKS * 4 <= MK_AG_COUNT_OFFSET &&
+                  MK_AG_COUNT_OFFSET + MK_AG_MAX_BLOCKS * 4 <= MK_AG_DATA_OFFSET,
+              "order and count tables overlap");
 
 static __device__ __forceinline__ uint64_t* ag_words(void* ws) { return (uint64_t*)ws; }
 
 /* Bounded wait for a peer's word to reach `want`; on expiry writes the error record. */
 static __device__ int ag_wait_word(const uint64_t* word, uint64_t want,
                                    const struct mk_ag_push_args& a, uint32_t what) {
-  uint64_t seen = ld_acquire_sys_u64(word), t0 = globaltimer_ns();
-  while (seen < want) {
-    __nanosleep(128);
+  uint64_t seen = ld_acquire_sys_u64(word);
+  if (seen >= want) return 1;
+  const uint64_t t0 = globaltimer_ns();
+  uint32_t sleep_ns = MK_WAIT_MIN_SLEEP_NS;
+  for (uint32_t polls = 1;; polls++) {
+    __nanosleep(sleep_ns);
+    sleep_ns = sleep_ns < MK_WAIT_MAX_SLEEP_NS ? 2 * sleep_ns : MK_WAIT_MAX_SLEEP_NS;
     seen = ld_acquire_sys_u64(word);
-    if (a.err && ld_relaxed_sys_u32(&a.err->aborted)) return 0;
-    if (seen < want && globaltimer_ns() - t0 > a.timeout_ns) {
+    if (seen >= want) break;
+    if (polls % MK_WAIT_CLOCK_POLLS) continue;
+    if (polls % MK_WAIT_ABORT_POLLS == 0 && a.err && ld_relaxed_sys_u32(&a.err->aborted)) return 0;
+    if (globaltimer_ns() - t0 > a.timeout_ns) {
       if (a.err) {
         a.err->tag = a.err_tag;
         a.err->tile = what;
@@ -26,43 +36,74 @@ static __device__ int ag_wait_word(const uint64_t* word, uint64_t want,
         fence_acq_rel_sys();
         *(volatile uint32_t*)&a.err->aborted = 1;
       }
-      return 0;
+      break;
     }
   }
-  return 1;
+  mk_trace_emit(a.trace, a.trace_cta0 + blockIdx.x, MK_TRACE_LANE_COMM, t0, MK_TRACE_COMM_SEND, MK_TRACE_WAIT,
+                MK_TRACE_NO_PEER, what, MK_AG_WORD_DONE, want, seen);
+  return seen >= want;
 }
 
-/* Copies one row-block of this rank's shard into destination d's gathered buffer, then
- * raises d's flag for it. All threads of the CTA take part. */
-static __device__ void ag_push_block(const struct mk_ag_push_args& a, int d, int b, uint64_t e) {
+/* This CTA's slice of the 16-byte vectors [lo, hi), four loads in flight per thread. */
+static __device__ void ag_copy_slice(uint4* dst, const uint4* src, size_t lo, size_t hi) {
+  constexpr int UNROLL = 4;
+  for (size_t i = lo + threadIdx.x; i < hi; i += UNROLL * blockDim.x) {
+    uint4 v[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++)
+      if (i + u * blockDim.x < hi) v[u] = ld_global_nc_v4(src + i + u * blockDim.x);
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++)
+      if (i + u * blockDim.x < hi) dst[i + u * blockDim.x] = v[u];
+  }
+}
+
+/* Work item `item` (block b of this rank's shard, for destination d): every CTA copies its
+ * slice into d's gathered A; the last CTA to finish raises d's flag for the row-block to e.
+ * Ordering: each CTA's stores, bar.sync, fence.sys, then an acq_rel add on the item's
+ * counter; the last adder's fence.sys and st.release.sys of the flag therefore come after
+ * every CTA's stores, so the flag is never seen before the rows. */
+static __device__ void ag_push_item(const struct mk_ag_push_args& a, int d, int b, int item, uint64_t e) {
+  const uint64_t t0 = a.trace ? globaltimer_ns() : 0;
   const size_t row0 = (size_t)b * MK_AG_BLOCK_ROWS;
   const size_t rows = a.shard_rows - row0 < MK_AG_BLOCK_ROWS ? a.shard_rows - row0 : MK_AG_BLOCK_ROWS;
   const size_t nvec = rows * a.k * 2 / 16; /* k is a multiple of 8: whole 16-byte vectors */
+  const size_t per_cta = (nvec + gridDim.x - 1) / gridDim.x;
+  const size_t lo = per_cta * blockIdx.x, hi = lo + per_cta < nvec ? lo + per_cta : nvec;
   const uint4* src = (const uint4*)((const char*)a.a_shard + row0 * a.k * 2);
   char* gathered = (char*)a.ws[d] + MK_AG_DATA_OFFSET;
   uint4* dst = (uint4*)(gathered + ((size_t)a.rank * a.shard_rows + row0) * a.k * 2);
-  for (size_t i = threadIdx.x; i < nvec; i += blockDim.x) dst[i] = src[i];
-  __syncthreads(); /* every thread's stores happen before thread 0's release below */
-  if (threadIdx.x == 0) {
-    const int mb = a.rank * (int)(a.shard_rows / MK_AG_BLOCK_ROWS) + b;
+  ag_copy_slice(dst, src, lo, hi);
+  __syncthreads(); /* every thread's stores happen before thread 0's fence below */
+  if (threadIdx.x != 0) return;
+  const int mb = a.rank * (int)(a.shard_rows / MK_AG_BLOCK_ROWS) + b;
+  uint32_t* count = (uint32_t*)((char*)a.ws[a.rank] + MK_AG_COUNT_OFFSET) + item;
+  fence_acq_rel_sys();
+  const int last = atom_add_acq_rel_gpu_u32(count, 1) == gridDim.x - 1;
+  if (last) {
+    *count = 0; /* no CTA adds to it again in this call; the next call is a later kernel */
     fence_acq_rel_sys();
     st_release_sys_u64(ag_words(a.ws[d]) + MK_AG_FLAG0 + mb, e);
   }
+  mk_trace_emit(a.trace, a.trace_cta0 + blockIdx.x, MK_TRACE_LANE_COMM, t0, MK_TRACE_COMM_SEND, MK_TRACE_CHUNK,
+                (uint32_t)d, (uint32_t)mb, (uint32_t)mb, last ? e : 0, last ? e : 0);
 }
 
-/* Work item i: destination mk_sched_ag_dest(rank, step) for step = i / blocks (step 0 is this
- * rank itself, so the local shard lands first), block i % blocks. */
+/* Items in order: destination mk_sched_ag_dest(rank, step) for step = item / blocks (step 0
+ * is this rank itself, so the local shard lands first), block item % blocks; every CTA takes
+ * a slice of every item, so row-blocks complete one after another at the full rate. */
 static __global__ void ag_push_kernel(const struct mk_ag_push_args a) {
   const int blocks = (int)(a.shard_rows / MK_AG_BLOCK_ROWS);
   const uint64_t e = ag_words(a.ws[a.rank])[MK_AG_WORD_CALL]; /* set by the begin kernel */
   __shared__ int ok;
-  for (int i = blockIdx.x; i < blocks * a.nranks; i += gridDim.x) {
-    const int d = mk_sched_ag_dest(a.rank, a.nranks, i / blocks);
-    if (threadIdx.x == 0) /* d's GEMM of the previous call no longer reads its buffer */
-      ok = ag_wait_word(ag_words(a.ws[d]) + MK_AG_WORD_DONE, e - 1, a, (uint32_t)i);
-    __syncthreads();
-    if (!ok) return;
-    ag_push_block(a, d, i % blocks, e);
+  for (int item = 0; item < blocks * a.nranks; item++) {
+    const int d = mk_sched_ag_dest(a.rank, a.nranks, item / blocks);
+    if (item % blocks == 0) { /* a new destination: its GEMM of the previous call is done */
+      if (threadIdx.x == 0) ok = ag_wait_word(ag_words(a.ws[d]) + MK_AG_WORD_DONE, e - 1, a, (uint32_t)item);
+      __syncthreads();
+      if (!ok) return;
+    }
+    ag_push_item(a, d, item % blocks, item, e);
   }
 }
 

@@ -1,16 +1,15 @@
 /*
  * The communication half of the fused AllGather+GEMM (C interface to ag_push.cu).
  *
- * NOTES: written and compiled, NOT YET RUN ON A GPU: the path is off unless NCCL_MK_FUSED=1,
- * and issue 6 stays open until test_fused_ops passes with it on.
- *
  * Per call e on rank r (all ranks on one host, direct peer pointers):
  *   begin kernel   call = done + 1 (= e), and the GEMM's row-block order: own shard
  *                  first, then ring arrival order
  *   push kernel    (side stream, a few CTAs) for each destination d, once d's GEMM of call e-1
  *                  is done (done[d] >= e-1), copies each 128-row block of r's shard into d's
- *                  gathered A and then raises d's flag for it to e (bar.sync, then thread 0:
- *                  fence.acq_rel.sys + st.release.sys: a flag is never seen before its rows)
+ *                  gathered A, every CTA a slice of it, and the last CTA done with the block
+ *                  raises d's flag for it to e (per CTA: bar.sync, fence.sys, acq_rel add on
+ *                  the block's counter; the last: fence.sys + st.release.sys of the flag, so
+ *                  a flag is never seen before its rows)
  *   GEMM           (main stream, the other SMs) waits flag[mb] >= call per row-block
  *                  (acquire + proxy fence in the GEMM core), reads A from the gathered buffer
  *   finish kernel  after both: done = e (release.sys: peers may write our buffer again)
@@ -22,6 +21,8 @@
  *   words:    32 KiB of u64   [0] done, [1] call, [MK_AG_FLAG0 + mb] row-block flags
  *             (all zero at init: the first call is 1)
  *   order:    MK_AG_MAX_BLOCKS × 4 B   the GEMM's row-block order (own rank only)
+ *   counts:   MK_AG_MAX_BLOCKS × 4 B   CTAs done with each push item (own CTAs only; the
+ *                                      last one resets it to 0)
  *   gathered: max_m × max_k × 2 B      A, gathered (starts at MK_AG_DATA_OFFSET)
  */
 #ifndef MK_AG_PUSH_H_
@@ -45,6 +46,7 @@ extern "C" {
 #define MK_AG_MAX_BLOCKS 4032         /* flags in the 32 KiB word area */
 #define MK_AG_WORDS_BYTES (32u << 10)
 #define MK_AG_ORDER_OFFSET MK_AG_WORDS_BYTES
+#define MK_AG_COUNT_OFFSET (48u << 10)
 #define MK_AG_DATA_OFFSET (64u << 10)
 
 struct mk_ag_push_args {
@@ -55,6 +57,8 @@ struct mk_ag_push_args {
   struct mk_gemm_error* err;             /* host-mapped error record */
   uint32_t err_tag;
   uint64_t timeout_ns;
+  struct mk_trace_buf* trace;            /* NCCL_MK_TRACE, else NULL */
+  uint32_t trace_cta0;                   /* ring of CTA 0 (after the GEMM's CTAs) */
 };
 
 /* The begin kernel on `stream`. 0 or -EIO. */

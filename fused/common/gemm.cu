@@ -184,6 +184,7 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   p->ready_target_ptr = a->ready_target_ptr;
   p->tile_flags = a->tile_flags;
   p->tile_start_ns = a->tile_start_ns;
+  p->trace = a->trace;
   p->err = a->err;
   p->err_tag = a->err_tag;
   p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_GEMM_DEFAULT_TIMEOUT_MS) * 1000000ull;

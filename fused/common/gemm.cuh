@@ -16,6 +16,7 @@
 #include "gemm.h"
 #include "ptx.cuh"
 #include "sched.cuh"
+#include "trace.h"
 
 struct mk_gemm_params {
   int m, n, k;
@@ -31,6 +32,7 @@ struct mk_gemm_params {
   const uint64_t* ready_target_ptr;
   uint64_t* tile_flags;
   uint64_t* tile_start_ns;
+  struct mk_trace_buf* trace;
   struct mk_gemm_error* err;
   uint32_t err_tag;
   uint64_t timeout_ns;
@@ -73,6 +75,14 @@ struct mk_gemm_cfg {
 
 /* ---- producer ------------------------------------------------------------------------------ */
 
+/* NCCL_MK_TRACE: a ready-flag wait. Not inlined, like the wait itself: the producer thread
+ * runs on 40 registers. */
+__device__ __noinline__ void gemm_trace_wait_event(const struct mk_gemm_params& p, int tile, int mb, uint64_t t0,
+                                                   uint64_t target, uint64_t seen) {
+  mk_trace_emit(p.trace, blockIdx.x, MK_TRACE_LANE_PRODUCER, t0, MK_TRACE_PRODUCER, MK_TRACE_WAIT, MK_TRACE_NO_PEER,
+                (uint32_t)tile, (uint32_t)mb, target, seen);
+}
+
 /* Waits until ready_flags[mb] >= target. Returns 0 on timeout or when another CTA gave up. */
 __device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, int mb, int tile) {
   /* NOTES: the device word does not change during a launch; reading it here rather than
@@ -80,25 +90,33 @@ __device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, 
   const uint64_t target = p.ready_target_ptr ? ld_acquire_sys_u64(p.ready_target_ptr) : p.ready_target;
   const uint64_t* flag = p.ready_flags + mb;
   uint64_t seen = ld_acquire_sys_u64(flag);
-  uint64_t t0 = globaltimer_ns();
-  while (seen < target) {
-    __nanosleep(64);
-    seen = ld_acquire_sys_u64(flag);
-    if (seen >= target) break;
-    if (p.err && ld_relaxed_sys_u32(&p.err->aborted)) return 0;
-    if (globaltimer_ns() - t0 > p.timeout_ns) {
-      if (p.err) {
-        /* NOTES: two CTAs timing out together may both write; either record is right. */
-        p.err->tag = p.err_tag;
-        p.err->tile = (uint32_t)tile;
-        p.err->flag_index = (uint32_t)mb;
-        p.err->expected = target;
-        p.err->seen = seen;
-        fence_acq_rel_sys();
-        *(volatile uint32_t*)&p.err->aborted = 1;
+  if (seen < target) {
+    const uint64_t t0 = globaltimer_ns();
+    uint32_t sleep_ns = MK_WAIT_MIN_SLEEP_NS;
+    for (uint32_t polls = 1;; polls++) {
+      __nanosleep(sleep_ns);
+      sleep_ns = sleep_ns < MK_WAIT_MAX_SLEEP_NS ? 2 * sleep_ns : MK_WAIT_MAX_SLEEP_NS;
+      seen = ld_acquire_sys_u64(flag);
+      if (seen >= target) break;
+      if (polls % MK_WAIT_CLOCK_POLLS) continue;
+      if (polls % MK_WAIT_ABORT_POLLS == 0 && p.err && ld_relaxed_sys_u32(&p.err->aborted)) return 0;
+      if (globaltimer_ns() - t0 > p.timeout_ns) {
+        if (p.err) {
+          /* NOTES: two CTAs timing out together may both write; either record is right. */
+          p.err->tag = p.err_tag;
+          p.err->tile = (uint32_t)tile;
+          p.err->flag_index = (uint32_t)mb;
+          p.err->expected = target;
+          p.err->seen = seen;
+          fence_acq_rel_sys();
+          *(volatile uint32_t*)&p.err->aborted = 1;
+        }
+        break;
       }
-      return 0;
     }
+    /* only the waits that held a tile back: the others are noise on the picture */
+    if (p.trace) gemm_trace_wait_event(p, tile, mb, t0, target, seen);
+    if (seen < target) return 0;
   }
   /* The data behind the flag is next read by TMA (async proxy). */
   fence_proxy_async_global();
@@ -298,11 +316,25 @@ __device__ __forceinline__ void gemm_release_stage(uint64_t* empty_bar) {
   }
 }
 
+/* NCCL_MK_TRACE: one event per tile and consumer warp group, from its first data to its
+ * epilogue's end. Not inlined: it stays out of the register budget of the wgmma loop. */
+__device__ __noinline__ void gemm_trace_tile_event(const struct mk_gemm_params& p, int wg, int tile, int mb,
+                                                   uint64_t from) {
+  mk_trace_emit(p.trace, blockIdx.x, MK_TRACE_LANE_CONSUMER0 + wg, from, MK_TRACE_CONSUMER, MK_TRACE_TILE,
+                MK_TRACE_NO_PEER, (uint32_t)tile, (uint32_t)mb, 0, 0);
+}
+
+__device__ __forceinline__ void gemm_trace_tile(const struct mk_gemm_params& p, int wg, const struct mk_tile& t,
+                                                uint64_t from) {
+  if (p.trace && (threadIdx.x & 127) == 0) gemm_trace_tile_event(p, wg, t.linear, t.mb, from);
+}
+
 template <class Cfg>
 __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_params& p, uint8_t* smem,
                                               uint64_t* full, uint64_t* empty, uint64_t* c_full, uint64_t* c_empty,
                                               volatile uint32_t* abort_flag) {
   float acc[Cfg::BN / 2];
+  __shared__ uint64_t traced_from[Cfg::CONSUMERS]; /* NCCL_MK_TRACE: when each one's tile began */
   const bool async_epi = Cfg::ASYNC_EPI && p.epilogue != MK_GEMM_ADD_F32; /* fp32 adds go from registers */
   uint32_t c_phase = 0;
   struct mk_sched s;
@@ -321,6 +353,8 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
     /* NOTES: checked outside the K loop, where no wgmma is in flight; inside it, ptxas
      * injects a warpgroup.wait (C7517) that serialises the wgmma groups. */
     mbarrier_wait_parity(&full[stage], phase);
+    /* the tile's first data is in; kept in shared memory, not in a register the wgmma needs */
+    if (p.trace && (threadIdx.x & 127) == 0) traced_from[wg] = globaltimer_ns();
     if (*abort_flag == (uint32_t)id + 1) { /* see gemm_producer */
       if (async_epi) { /* tell the storer warps too, once they are done with our last tile */
         mbarrier_wait_parity(&c_empty[wg], c_phase ^ 1);
@@ -358,11 +392,13 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
     if (async_epi) {
       gemm_stage_tile<Cfg>(acc, cstage, &c_full[wg], &c_empty[wg], c_phase);
       c_phase ^= 1;
+      gemm_trace_tile(p, wg, t, traced_from[wg]);
       continue;
     }
     if (p.epilogue == MK_GEMM_ADD_F32) gemm_epilogue_add_f32<Cfg>(acc, t, wg, p);
     else gemm_epilogue_bf16<Cfg>(acc, cstage, t, wg, p);
     if (p.tile_flags) gemm_raise_tile_flag(t, p);
+    gemm_trace_tile(p, wg, t, traced_from[wg]);
   }
 }
 

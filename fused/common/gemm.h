@@ -28,6 +28,8 @@
 extern "C" {
 #endif
 
+struct mk_trace_buf;
+
 enum mk_gemm_epilogue {
   MK_GEMM_STORE = 0,    /* c: bf16 [m, n] */
   MK_GEMM_ADD_BF16 = 1, /* c: bf16 [m, n], c += A.B^T */
@@ -61,6 +63,7 @@ struct mk_gemm_args {
   const uint64_t* ready_target_ptr;
   uint64_t* tile_flags;        /* device or peer, mk_gemm_max_tiles() entries; optional */
   uint64_t* tile_start_ns;     /* debug: %globaltimer when the producer starts each tile */
+  struct mk_trace_buf* trace;  /* NCCL_MK_TRACE: events into rings 0..grid-1 (trace.h); optional */
   struct mk_gemm_error* err;   /* optional */
   uint32_t err_tag;
   uint32_t timeout_ms;         /* 0: 30000 */

@@ -9,6 +9,18 @@
 
 #include <stdint.h>
 
+/* Bounded waits on a flag sleep between polls, doubling from MIN to MAX nanoseconds, read the
+ * clock (for the timeout) every CLOCK_POLLS polls and the abort word every ABORT_POLLS.
+ * NOTES: the abort word is in host memory (the host reads the error record while the kernel
+ * runs). Measured on 2 H200s (bench/NOTES.md, AllGather+GEMM): ~110 waiting GEMM CTAs reading
+ * it every few hundred ns made a copy kernel on the other SMs of the GPU 50x slower, in device
+ * memory alone; reading it every ~64 us did not. So a wait notices another CTA's abort within
+ * ~0.3 ms, and sees its flag at most MAX ns late. */
+#define MK_WAIT_MIN_SLEEP_NS 32u
+#define MK_WAIT_MAX_SLEEP_NS 1024u
+#define MK_WAIT_CLOCK_POLLS 16u
+#define MK_WAIT_ABORT_POLLS 256u
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return (uint32_t)__cvta_generic_to_shared(p);
 }
@@ -99,6 +111,16 @@ __device__ __forceinline__ uint32_t ld_relaxed_sys_u32(const uint32_t* p) {
 }
 __device__ __forceinline__ void st_release_sys_u64(uint64_t* p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t atom_add_acq_rel_gpu_u32(uint32_t* p, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+__device__ __forceinline__ uint4 ld_global_nc_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
 }
 __device__ __forceinline__ void red_release_sys_add_u64(uint64_t* p, uint64_t v) {
   asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");

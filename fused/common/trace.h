@@ -227,6 +227,16 @@ __device__ __forceinline__ void mk_trace_wait(struct mk_trace_writer* w, uint64_
                                               uint32_t id, uint32_t flag, uint64_t expected, uint64_t seen) {
   if (w->ev) mk_trace_put(w, start, role, MK_TRACE_WAIT, MK_TRACE_NO_PEER, id, flag, expected, seen);
 }
+/* One event from a writer that keeps no handle (a role whose registers are scarce, such as
+ * the GEMM's producer thread): opens its ring, appends, stores the count. One load more than
+ * mk_trace_put; nothing at all when b is NULL. */
+__device__ __forceinline__ void mk_trace_emit(struct mk_trace_buf* b, uint32_t cta, uint32_t lane,
+                                              uint64_t start, uint32_t role, uint32_t kind, uint32_t peer,
+                                              uint32_t id, uint32_t flag, uint64_t expected, uint64_t seen) {
+  if (b == 0) return;
+  struct mk_trace_writer w = mk_trace_open(b, cta, lane);
+  mk_trace_put(&w, start, role, kind, peer, id, flag, expected, seen);
+}
 #endif /* __CUDACC__ */
 
 /* ---- host side (trace.c): pure functions, no CUDA ------------------------------------------ */
