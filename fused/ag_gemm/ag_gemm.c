@@ -12,7 +12,9 @@
 #include "mk_log.h"
 #include "op_check.h"
 
-#define MK_AG_DEFAULT_COMM_CTAS 8 /* 16-byte stores from 4 SMs already near NVLink's limit */
+/* 4 leaves the GEMM 128 of the H200's 132 SMs: the DESIGN.md shapes have a multiple of 128
+ * tiles, so 128 CTAs run as few waves as 132, where 124 ran one more (bench/NOTES.md). */
+#define MK_AG_DEFAULT_COMM_CTAS 4
 
 static int ag_gemm_reference(struct mk_fused_comm* fc, const void* a_shard, const void* b,
                              void* c, void* a_gathered, size_t m, size_t n, size_t k,
@@ -51,6 +53,22 @@ static int ag_gemm_push(struct mk_fused_comm* fc, const void* a_shard, size_t m,
   return mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)");
 }
 
+/* The caller's gathered A: the peers' rows from the workspace, the own shard from a_shard (the
+ * workspace never holds it). */
+static int ag_gemm_copy_gathered(const struct mk_fused_comm* fc, const void* a_shard, const char* gathered,
+                                 void* a_gathered, size_t m, size_t k, cudaStream_t stream) {
+  const size_t shard = m / (size_t)fc->nranks * k * 2, own = (size_t)fc->rank * shard, total = m * k * 2;
+  char* out = a_gathered;
+  if (own) MK_CHECK(mk_cuda_check(cudaMemcpyAsync(out, gathered, own, cudaMemcpyDeviceToDevice, stream),
+                                  "gathered A copy"));
+  MK_CHECK(mk_cuda_check(cudaMemcpyAsync(out + own, a_shard, shard, cudaMemcpyDeviceToDevice, stream),
+                         "gathered A copy"));
+  if (own + shard < total)
+    MK_CHECK(mk_cuda_check(cudaMemcpyAsync(out + own + shard, gathered + own + shard, total - own - shard,
+                                           cudaMemcpyDeviceToDevice, stream), "gathered A copy"));
+  return 0;
+}
+
 static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const void* b, void* c,
                          void* a_gathered, size_t m, size_t n, size_t k, cudaStream_t stream) {
   char* ws = fc->sym;
@@ -63,6 +81,9 @@ static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const vo
   mk_op_gemm_args(fc, MK_OP_AG_GEMM, &g);
   g.m = (int)m, g.n = (int)n, g.k = (int)k;
   g.a = ws + MK_AG_DATA_OFFSET, g.b = b, g.c = c;
+  g.a_local = a_shard;
+  g.a_local_row0 = (int)(m / (size_t)fc->nranks) * fc->rank;
+  g.a_local_rows = (int)(m / (size_t)fc->nranks);
   g.num_sms = fc->num_sms - ctas;
   g.ready_flags = (const uint64_t*)ws + MK_AG_FLAG0;
   g.ready_target_ptr = (const uint64_t*)ws + MK_AG_WORD_CALL;
@@ -72,9 +93,8 @@ static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const vo
   MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
   MK_CHECK(mk_ag_finish_launch(ws, stream));
   MK_CHECK(mk_trace_comm_end(fc, stream));
-  if (!a_gathered) return 0;
-  return mk_cuda_check(cudaMemcpyAsync(a_gathered, ws + MK_AG_DATA_OFFSET, m * k * 2,
-                                       cudaMemcpyDeviceToDevice, stream), "gathered A copy");
+  return a_gathered ? ag_gemm_copy_gathered(fc, a_shard, ws + MK_AG_DATA_OFFSET, a_gathered, m, k, stream)
+                    : 0;
 }
 
 NCCL_MK_API ncclResult_t ncclMkAllGatherGemm(const void* a_shard, const void* b, void* c,

@@ -89,14 +89,14 @@ static __device__ void ag_push_item(const struct mk_ag_push_args& a, int d, int 
                 (uint32_t)d, (uint32_t)mb, (uint32_t)mb, last ? e : 0, last ? e : 0);
 }
 
-/* Items in order: destination mk_sched_ag_dest(rank, step) for step = item / blocks (step 0
- * is this rank itself, so the local shard lands first), block item % blocks; every CTA takes
+/* Items in order: destination mk_sched_ag_dest(rank, step) for step = item / blocks, from
+ * step 1 (this rank's own GEMM reads its shard in place), block item % blocks; every CTA takes
  * a slice of every item, so row-blocks complete one after another at the full rate. */
 static __global__ void ag_push_kernel(const struct mk_ag_push_args a) {
   const int blocks = (int)(a.shard_rows / MK_AG_BLOCK_ROWS);
   const uint64_t e = ag_words(a.ws[a.rank])[MK_AG_WORD_CALL]; /* set by the begin kernel */
   __shared__ int ok;
-  for (int item = 0; item < blocks * a.nranks; item++) {
+  for (int item = blocks; item < blocks * a.nranks; item++) {
     const int d = mk_sched_ag_dest(a.rank, a.nranks, item / blocks);
     if (item % blocks == 0) { /* a new destination: its GEMM of the previous call is done */
       if (threadIdx.x == 0) ok = ag_wait_word(ag_words(a.ws[d]) + MK_AG_WORD_DONE, e - 1, a, (uint32_t)item);

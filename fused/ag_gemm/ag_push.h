@@ -4,14 +4,15 @@
  * Per call e on rank r (all ranks on one host, direct peer pointers):
  *   begin kernel   call = done + 1 (= e), and the GEMM's row-block order: own shard
  *                  first, then ring arrival order
- *   push kernel    (side stream, a few CTAs) for each destination d, once d's GEMM of call e-1
+ *   push kernel    (side stream, a few CTAs) for each peer d, once d's GEMM of call e-1
  *                  is done (done[d] >= e-1), copies each 128-row block of r's shard into d's
  *                  gathered A, every CTA a slice of it, and the last CTA done with the block
  *                  raises d's flag for it to e (per CTA: bar.sync, fence.sys, acq_rel add on
  *                  the block's counter; the last: fence.sys + st.release.sys of the flag, so
  *                  a flag is never seen before its rows)
- *   GEMM           (main stream, the other SMs) waits flag[mb] >= call per row-block
- *                  (acquire + proxy fence in the GEMM core), reads A from the gathered buffer
+ *   GEMM           (main stream, the other SMs) reads its own shard in place (a_local) and
+ *                  the peers' rows from the gathered buffer, waiting flag[mb] >= call for
+ *                  each of their row-blocks (acquire + proxy fence in the GEMM core)
  *   finish kernel  after both: done = e (release.sys: peers may write our buffer again)
  * Every word that changes between calls lives in device memory, so a CUDA graph of the call
  * replays correctly. One gathered buffer suffices: a peer writes it for call e only after our
@@ -23,7 +24,8 @@
  *   order:    MK_AG_MAX_BLOCKS × 4 B   the GEMM's row-block order (own rank only)
  *   counts:   MK_AG_MAX_BLOCKS × 4 B   CTAs done with each push item (own CTAs only; the
  *                                      last one resets it to 0)
- *   gathered: max_m × max_k × 2 B      A, gathered (starts at MK_AG_DATA_OFFSET)
+ *   gathered: max_m × max_k × 2 B      A, gathered (starts at MK_AG_DATA_OFFSET); the own
+ *                                      shard's rows are never written
  */
 #ifndef MK_AG_PUSH_H_
 #define MK_AG_PUSH_H_

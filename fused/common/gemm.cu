@@ -64,6 +64,14 @@ static int gemm_validate(const struct mk_gemm_args* a) {
     GEMM_REJECT("mk_gemm_launch: num_groups = %d with group_offsets set, must be >= 1", a->num_groups);
   if (a->group_offsets && (a->ready_flags || a->row_block_order))
     GEMM_REJECT("mk_gemm_launch: ready_flags/row_block_order are not supported with group_offsets");
+  if (a->a_local && (gemm_misaligned(a->a_local) || a->a_local_rows < 1 || a->a_local_row0 < 0 ||
+                     a->a_local_row0 + (long)a->a_local_rows > a->m || a->group_offsets ||
+                     a->a_local_row0 % mk_gemm_default_cfg::BM ||
+                     ((a->a_local_row0 + a->a_local_rows) % mk_gemm_default_cfg::BM &&
+                      a->a_local_row0 + a->a_local_rows != a->m)))
+    GEMM_REJECT("mk_gemm_launch: a_local = %p rows [%d, +%d) of m = %d: must be 16-byte aligned, "
+                "start and end on %d-row boundaries (or at m), not grouped", a->a_local,
+                a->a_local_row0, a->a_local_rows, a->m, mk_gemm_default_cfg::BM);
   if (((uintptr_t)a->ready_flags | (uintptr_t)a->ready_target_ptr | (uintptr_t)a->tile_flags |
        (uintptr_t)a->tile_start_ns) & 7)
     GEMM_REJECT("mk_gemm_launch: ready_flags, ready_target_ptr, tile_flags and tile_start_ns must be "
@@ -179,6 +187,8 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   p->num_groups = a->group_offsets ? a->num_groups : 1;
   p->group_offsets = a->group_offsets;
   p->row_block_order = a->row_block_order;
+  p->a_local_row0 = a->a_local ? a->a_local_row0 : 0;
+  p->a_local_row_end = a->a_local ? a->a_local_row0 + a->a_local_rows : 0;
   p->ready_flags = a->ready_flags;
   p->ready_target = a->ready_target;
   p->ready_target_ptr = a->ready_target_ptr;
@@ -210,8 +220,10 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   int sms = 0, max_ctas = 0;
   MK_CHECK(gemm_device_sms(&sms));
   const int groups = a->group_offsets ? a->num_groups : 1;
-  CUtensorMap tmap_a, tmap_b;
+  CUtensorMap tmap_a, tmap_a_local, tmap_b;
   MK_CHECK(gemm_make_tmap(&tmap_a, a->a, a->m, a->k, Cfg::BM, Cfg::BK));
+  if (a->a_local) MK_CHECK(gemm_make_tmap(&tmap_a_local, a->a_local, a->a_local_rows, a->k, Cfg::BM, Cfg::BK));
+  else tmap_a_local = tmap_a;
   MK_CHECK(gemm_make_tmap(&tmap_b, a->b, (long)groups * a->n, a->k, Cfg::B_ROWS_PER_CTA, Cfg::BK));
   struct mk_gemm_params p;
   gemm_fill_params(&p, a, Cfg::BK);
@@ -230,7 +242,7 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
     cfg.stream = stream;
     cfg.attrs = &attr;
     cfg.numAttrs = Cfg::CLUSTER_M > 1 ? 1 : 0;
-    e = cudaLaunchKernelEx(&cfg, mk_gemm_kernel<Cfg>, tmap_a, tmap_b, p);
+    e = cudaLaunchKernelEx(&cfg, mk_gemm_kernel<Cfg>, tmap_a, tmap_a_local, tmap_b, p);
   }
   if (e != cudaSuccess) {
     MK_WARN("mk_gemm_launch: launch failed: %s", cudaGetErrorString(e));

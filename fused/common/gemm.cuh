@@ -27,6 +27,7 @@ struct mk_gemm_params {
   int num_groups;
   const int* group_offsets;
   const int* row_block_order;
+  int a_local_row0, a_local_row_end; /* rows read through tmap_a_local; end 0: none */
   const uint64_t* ready_flags;
   uint64_t ready_target;
   const uint64_t* ready_target_ptr;
@@ -124,7 +125,8 @@ __device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, 
 }
 
 template <class Cfg>
-__device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
+__device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const CUtensorMap* tmap_a_local,
+                                              const CUtensorMap* tmap_b,
                                               const struct mk_gemm_params& p, uint8_t* smem,
                                               uint64_t* full, uint64_t* empty, volatile uint32_t* abort_flag) {
   struct mk_sched s;
@@ -139,7 +141,8 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
   for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     /* ASSUMPTION: ready flags only with CLUSTER_M == 1 (the launcher picks it): an abort in
      * one CTA of a pair would leave its partner waiting for the multicast half. */
-    if (p.ready_flags && t.mb != ready_mb) {
+    const bool local = t.row0 >= p.a_local_row0 && t.row0 < p.a_local_row_end;
+    if (p.ready_flags && t.mb != ready_mb && !local) {
       if (!gemm_wait_row_block(p, t.mb, t.linear)) {
         /* Abort at a tile boundary: every stage loaded so far has been or will be consumed
          * in order, so the consumers drain the ring, then find this data-less arrival with
@@ -153,13 +156,15 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
     }
     if (p.tile_start_ns && t.valid) p.tile_start_ns[t.linear] = globaltimer_ns();
     const int b_row = t.b_row0 + rank * Cfg::B_ROWS_PER_CTA;
+    const CUtensorMap* a_map = local ? tmap_a_local : tmap_a;
+    const int a_row = local ? t.row0 - p.a_local_row0 : t.row0;
     uint8_t* b_dst = smem + Cfg::OFF_B + rank * Cfg::B_ROWS_PER_CTA * 128;
     for (int kb = 0; kb < p.num_k_blocks; kb++) {
       /* with clusters, empty[stage] also counts the partner's consumers: its half of B
        * lands in our stage and ours in its */
       mbarrier_wait_parity(&empty[stage], phase ^ 1);
       mbarrier_arrive_expect_tx(&full[stage], Cfg::A_STAGE + Cfg::B_STAGE);
-      cp_async_bulk_tensor_2d_load(smem + stage * Cfg::A_STAGE, tmap_a, kb * Cfg::BK, t.row0, &full[stage]);
+      cp_async_bulk_tensor_2d_load(smem + stage * Cfg::A_STAGE, a_map, kb * Cfg::BK, a_row, &full[stage]);
       if (Cfg::CLUSTER_M == 1)
         cp_async_bulk_tensor_2d_load(b_dst + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row, &full[stage]);
       else
@@ -406,7 +411,8 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
-mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_a_local,
+               const __grid_constant__ CUtensorMap tmap_b,
                const __grid_constant__ struct mk_gemm_params p) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = (uint8_t*)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -418,6 +424,7 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     prefetch_tensormap(&tmap_a);
+    prefetch_tensormap(&tmap_a_local);
     prefetch_tensormap(&tmap_b);
     for (int i = 0; i < Cfg::STAGES; i++) {
       mbarrier_init(&full[i], 1);
@@ -437,7 +444,7 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
    * thread x 128 fits the 64K-register file at one CTA per SM. */
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) gemm_producer<Cfg>(&tmap_a, &tmap_b, p, smem, full, empty, abort_flag);
+    if (threadIdx.x == 0) gemm_producer<Cfg>(&tmap_a, &tmap_a_local, &tmap_b, p, smem, full, empty, abort_flag);
     else if (Cfg::ASYNC_EPI && threadIdx.x >= 32) gemm_storer<Cfg>(p, smem, c_full, c_empty, abort_flag);
   } else {
     setmaxnreg_inc<232>();

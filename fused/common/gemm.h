@@ -49,6 +49,12 @@ struct mk_gemm_error {
 struct mk_gemm_args {
   int m, n, k;
   const void* a; /* bf16 [m, k] */
+  /* Rows [a_local_row0, a_local_row0 + a_local_rows) of A are read from a_local (bf16
+   * [a_local_rows, k]) instead of a, and never wait for a ready flag: in AllGather+GEMM, this
+   * rank's own shard, which then needs no copy. Both ends on a row-block boundary (or m).
+   * Optional (NULL). */
+  const void* a_local;
+  int a_local_row0, a_local_rows;
   const void* b; /* bf16 [n, k]; [num_groups, n, k] when grouped */
   void* c;       /* see enum mk_gemm_epilogue */
   int epilogue;  /* enum mk_gemm_epilogue */

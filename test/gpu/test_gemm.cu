@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(what, "num_sms")) test_num_sms();
   else if (!strcmp(what, "grouped")) test_grouped(large);
   else if (!strcmp(what, "bad_input")) test_bad_input();
+  else if (!strcmp(what, "a_local")) test_a_local();
   else {
     fprintf(stderr, "unknown test '%s'\n", what);
     return 2;

@@ -324,14 +324,53 @@ static void test_grouped(int large) {
   problem_free(&p);
 }
 
+/* Rows [row0, row0 + rows) come from a_local (A's own rows there are poison) and never wait:
+ * their flags stay 0 while every other row-block's is raised; a wait would time out. */
+static void run_a_local_case(int m, int row0, int rows) {
+  const int n = 520, k = 264, bms = (m + 127) / 128;
+  struct problem p;
+  problem_alloc(&p, m, n, k, 1, 2);
+  ref_gemm_f64<double>(p.a, p.b, NULL, NULL, p.ref, m, n, k);
+  void* a_local;
+  uint64_t* flags;
+  struct mk_gemm_error* err;
+  CUDA_OK(cudaMalloc(&a_local, (size_t)rows * k * 2));
+  CUDA_OK(cudaMemcpy(a_local, (char*)p.a + (size_t)row0 * k * 2, (size_t)rows * k * 2, cudaMemcpyDeviceToDevice));
+  poison((char*)p.a + (size_t)row0 * k * 2, (size_t)rows * k * 2);
+  std::vector<uint64_t> init(bms, 1);
+  for (int mb = row0 / 128; mb < (row0 + rows + 127) / 128; mb++) init[mb] = 0;
+  CUDA_OK(cudaMalloc(&flags, bms * 8));
+  CUDA_OK(cudaMemcpy(flags, init.data(), bms * 8, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaHostAlloc((void**)&err, sizeof(*err), cudaHostAllocMapped));
+  memset(err, 0, sizeof(*err));
+  struct mk_gemm_args g = problem_args(&p);
+  g.a_local = a_local, g.a_local_row0 = row0, g.a_local_rows = rows;
+  g.ready_flags = flags, g.ready_target = 1, g.timeout_ms = 200, g.err = err;
+  EXPECT(launch_sync(&g) == 0, "launch");
+  EXPECT(err->aborted == 0, "a local row-block waited for its flag (flag %u)", err->flag_index);
+  char what[64];
+  snprintf(what, sizeof(what), "a_local rows [%d, %d)", row0, row0 + rows);
+  expect_close_bf16(&p, what);
+  CUDA_OK(cudaFreeHost(err));
+  cudaFree(flags);
+  cudaFree(a_local);
+  problem_free(&p);
+}
+
+static void test_a_local(void) {
+  run_a_local_case(1000, 256, 384); /* in the middle */
+  run_a_local_case(1000, 768, 232); /* to the end, a partial row-block */
+  run_a_local_case(1000, 0, 1000);  /* all of A */
+}
+
 static void test_bad_input(void) {
   struct problem p;
   problem_alloc(&p, 256, 256, 256, 1, 2);
   const struct mk_gemm_args ok = problem_args(&p);
-  struct mk_gemm_args bad[14];
-  const char* why[14];
+  struct mk_gemm_args bad[18];
+  const char* why[18];
   int nb = 0;
-  for (int i = 0; i < 14; i++) bad[i] = ok;
+  for (int i = 0; i < 18; i++) bad[i] = ok;
   bad[nb].m = 0; why[nb++] = "m = 0";
   bad[nb].n = 12; why[nb++] = "n = 12";
   bad[nb].n = 0; why[nb++] = "n = 0";
@@ -346,6 +385,10 @@ static void test_bad_input(void) {
   bad[nb].ready_flags = (const uint64_t*)((char*)p.ref + 4); why[nb++] = "ready_flags misaligned";
   bad[nb].group_offsets = (const int*)p.ref; bad[nb].num_groups = 2;
   bad[nb].ready_flags = (const uint64_t*)p.ref; why[nb++] = "ready_flags with groups";
+  bad[nb].a_local = p.a; bad[nb].a_local_row0 = 64; bad[nb].a_local_rows = 128; why[nb++] = "a_local off a row-block";
+  bad[nb].a_local = p.a; bad[nb].a_local_row0 = 128; bad[nb].a_local_rows = 256; why[nb++] = "a_local past m";
+  bad[nb].a_local = p.a; bad[nb].a_local_row0 = 0; bad[nb].a_local_rows = 0; why[nb++] = "a_local with 0 rows";
+  bad[nb].a_local = (const char*)p.a + 2; bad[nb].a_local_rows = 128; why[nb++] = "a_local misaligned";
   for (int i = 0; i < nb; i++) {
     int rc = gemm_launch(&bad[i], 0);
     EXPECT(rc == -EINVAL, "%s: rc = %d, want -EINVAL", why[i], rc);
