@@ -60,9 +60,10 @@ negative_control:fused_checker_rejects_one_bad_element group_init:fused_init_ins
 tier_fused() {
   local t
   for t in $FUSED_TESTS; do step "${t#*:}" "$B/test/gpu/test_fused_ops" "${t%%:*}"; done
-  # AllGather+GEMM's overlapped path (NCCL_MK_FUSED=1): shapes with 128-row shards take it.
+  # The reference path (NCCL_MK_FUSED=0: NCCL's collective, then the GEMM core) that the
+  # overlapped AllGather+GEMM (the default, for shapes with 128-row shards) falls back to.
   for t in correctness graph back_to_back group_init; do
-    step "fused_ops_${t}_on_the_overlapped_path" env NCCL_MK_FUSED=1 "$B/test/gpu/test_fused_ops" "$t"
+    step "fused_ops_${t}_on_the_reference_path" env NCCL_MK_FUSED=0 "$B/test/gpu/test_fused_ops" "$t"
   done
   local m="2048,4096,8192,16384"
   [ "${MK_FUSED_SHAPES:-}" = small ] && m="4096"
@@ -70,8 +71,8 @@ tier_fused() {
     step "${op}_perf" "$B/test/perf/fused/${op}_perf" -M "$m" -n 20 -w 3 -J "$LOGS/${op}_perf.json"
     grep -A 20 '^#    M' "$LOGS/${op}_perf.log" || true
   done
-  step ag_gemm_perf_overlapped env NCCL_MK_FUSED=1 "$B/test/perf/fused/ag_gemm_perf" -M "$m" -n 20 -w 3
-  grep -A 20 '^#    M' "$LOGS/ag_gemm_perf_overlapped.log" || true
+  step ag_gemm_perf_reference env NCCL_MK_FUSED=0 "$B/test/perf/fused/ag_gemm_perf" -M "$m" -n 20 -w 3
+  grep -A 20 '^#    M' "$LOGS/ag_gemm_perf_reference.log" || true
 }
 
 # The net plugin under real NCCL on 2 GPUs, then the busbw comparison with NCCL's Socket.

@@ -15,6 +15,7 @@
 /* 4 leaves the GEMM 128 of the H200's 132 SMs: the DESIGN.md shapes have a multiple of 128
  * tiles, so 128 CTAs run as few waves as 132, where 124 ran one more (bench/NOTES.md). */
 #define MK_AG_DEFAULT_COMM_CTAS 4
+_Static_assert(MK_AG_DATA_OFFSET == MK_FUSED_FLAG_BYTES, "the data area follows the flags");
 
 static int ag_gemm_reference(struct mk_fused_comm* fc, const void* a_shard, const void* b,
                              void* c, void* a_gathered, size_t m, size_t n, size_t k,

@@ -5,6 +5,7 @@
 #include "ptx.cuh"
 #include "schedule.h"
 #include "trace.h"
+#include "wait.cuh"
 
 static_assert(MK_AG_ORDER_OFFSET + MK_AG_MAX_BLOCKS * 4 <= MK_AG_COUNT_OFFSET &&
                   MK_AG_COUNT_OFFSET + MK_AG_MAX_BLOCKS * 4 <= MK_AG_DATA_OFFSET,
@@ -12,35 +13,14 @@ static_assert(MK_AG_ORDER_OFFSET + MK_AG_MAX_BLOCKS * 4 <= MK_AG_COUNT_OFFSET &&
 
 static __device__ __forceinline__ uint64_t* ag_words(void* ws) { return (uint64_t*)ws; }
 
-/* Bounded wait for a peer's word to reach `want`; on expiry writes the error record. */
+/* Bounded wait for a peer's done word (wait.cuh), traced when it blocked. */
 static __device__ int ag_wait_word(const uint64_t* word, uint64_t want,
                                    const struct mk_ag_push_args& a, uint32_t what) {
-  uint64_t seen = ld_acquire_sys_u64(word);
-  if (seen >= want) return 1;
-  const uint64_t t0 = globaltimer_ns();
-  uint32_t sleep_ns = MK_WAIT_MIN_SLEEP_NS;
-  for (uint32_t polls = 1;; polls++) {
-    __nanosleep(sleep_ns);
-    sleep_ns = sleep_ns < MK_WAIT_MAX_SLEEP_NS ? 2 * sleep_ns : MK_WAIT_MAX_SLEEP_NS;
-    seen = ld_acquire_sys_u64(word);
-    if (seen >= want) break;
-    if (polls % MK_WAIT_CLOCK_POLLS) continue;
-    if (polls % MK_WAIT_ABORT_POLLS == 0 && a.err && ld_relaxed_sys_u32(&a.err->aborted)) return 0;
-    if (globaltimer_ns() - t0 > a.timeout_ns) {
-      if (a.err) {
-        a.err->tag = a.err_tag;
-        a.err->tile = what;
-        a.err->flag_index = MK_AG_WORD_DONE;
-        a.err->expected = want;
-        a.err->seen = seen;
-        fence_acq_rel_sys();
-        *(volatile uint32_t*)&a.err->aborted = 1;
-      }
-      break;
-    }
-  }
-  mk_trace_emit(a.trace, a.trace_cta0 + blockIdx.x, MK_TRACE_LANE_COMM, t0, MK_TRACE_COMM_SEND, MK_TRACE_WAIT,
-                MK_TRACE_NO_PEER, what, MK_AG_WORD_DONE, want, seen);
+  const uint64_t t0 = a.trace ? globaltimer_ns() : 0;
+  const uint64_t seen = mk_wait_geq(word, want, a.err, a.err_tag, what, MK_AG_WORD_DONE, a.timeout_ns);
+  if (a.trace && mk_trace_timer_ns() - t0 > 1000)
+    mk_trace_emit(a.trace, a.trace_cta0 + blockIdx.x, MK_TRACE_LANE_COMM, t0, MK_TRACE_COMM_SEND, MK_TRACE_WAIT,
+                  MK_TRACE_NO_PEER, what, MK_AG_WORD_DONE, want, seen);
   return seen >= want;
 }
 

@@ -19,7 +19,7 @@
  * GEMM of call e-1 finished (the done counter).
  *
  * Workspace of each rank (symmetric, mapped by its local peers):
- *   words:    32 KiB of u64   [0] done, [1] call, [MK_AG_FLAG0 + mb] row-block flags
+ *   words:    32 KiB of u64   [0] done, [1] call (shared by all ops), [MK_AG_FLAG0 + mb] flags
  *             (all zero at init: the first call is 1)
  *   order:    MK_AG_MAX_BLOCKS × 4 B   the GEMM's row-block order (own rank only)
  *   counts:   MK_AG_MAX_BLOCKS × 4 B   CTAs done with each push item (own CTAs only; the
@@ -49,7 +49,7 @@ extern "C" {
 #define MK_AG_WORDS_BYTES (32u << 10)
 #define MK_AG_ORDER_OFFSET MK_AG_WORDS_BYTES
 #define MK_AG_COUNT_OFFSET (48u << 10)
-#define MK_AG_DATA_OFFSET (64u << 10)
+#define MK_AG_DATA_OFFSET (128u << 10) /* = MK_FUSED_FLAG_BYTES */
 
 struct mk_ag_push_args {
   const void* a_shard;                   /* this rank's rows: [shard_rows, k] bf16 */

@@ -79,7 +79,8 @@ static int fused_comm_alloc(struct mk_fused_comm* fc) {
   fc->peer_opened = calloc(nr, sizeof(int));
   if (!fc->peer_sym || !fc->peer_opened) return -ENOMEM;
   fc->fused = (int)mk_param_int(MK_PARAM_FUSED);
-  fc->sym_bytes = MK_FUSED_FLAG_BYTES + (fc->fused ? fc->cfg.max_m * fc->cfg.max_k * 2 : 0);
+  size_t widest = fc->cfg.max_k > fc->cfg.max_n ? fc->cfg.max_k : fc->cfg.max_n;
+  fc->sym_bytes = MK_FUSED_FLAG_BYTES + (fc->fused ? fc->cfg.max_m * widest * 2 : 0);
   MK_CHECK(mk_cuda_check(cudaStreamCreateWithFlags(&fc->internal, cudaStreamNonBlocking),
                          "cudaStreamCreate"));
   MK_CHECK(mk_cuda_check(cudaStreamCreateWithFlags(&fc->side, cudaStreamNonBlocking),

@@ -4,9 +4,13 @@
  * ncclMkCommRelease.
  *
  * Symmetric workspace layout (every rank allocates the same size; local peers map it):
- *   flags: MK_FUSED_FLAG_BYTES of words, flags and schedules, zeroed at init
- *          (fused/ag_gemm/ag_push.h gives AllGather+GEMM's layout)
- *   data:  max_m × max_k × 2 B with NCCL_MK_FUSED=1 (AllGather+GEMM's gathered A), else none
+ *   flags: MK_FUSED_FLAG_BYTES of words, flags and schedules, zeroed at init:
+ *          [0, 64 KiB)   the call counters (shared by every overlapped op: a peer writes our
+ *                        data area only after our previous call, of any op, is done) and
+ *                        AllGather+GEMM's flags and tables (fused/ag_gemm/ag_push.h)
+ *          [64, 96 KiB)  GEMM+ReduceScatter's row-block counters (fused/gemm_rs/rs_reduce.h)
+ *   data:  max_m × max(max_k, max_n) × 2 B with NCCL_MK_FUSED=1 (AllGather+GEMM's gathered A,
+ *          GEMM+ReduceScatter's partial sums from the peers), else none
  */
 #ifndef MK_FUSED_COMM_H_
 #define MK_FUSED_COMM_H_
@@ -18,7 +22,7 @@
 #include "nccl_api.h"
 #include "nccl_mk.h"
 
-#define MK_FUSED_FLAG_BYTES (64 << 10)
+#define MK_FUSED_FLAG_BYTES (128 << 10)
 
 /* What each rank tells the others at init (gathered with ncclAllGather). */
 struct mk_peer_record {

@@ -193,6 +193,7 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   p->ready_target = a->ready_target;
   p->ready_target_ptr = a->ready_target_ptr;
   p->tile_flags = a->tile_flags;
+  p->tile_flags_by_row_block = a->tile_flags_by_row_block;
   p->tile_start_ns = a->tile_start_ns;
   p->trace = a->trace;
   p->err = a->err;

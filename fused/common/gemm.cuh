@@ -32,6 +32,7 @@ struct mk_gemm_params {
   uint64_t ready_target;
   const uint64_t* ready_target_ptr;
   uint64_t* tile_flags;
+  int tile_flags_by_row_block;
   uint64_t* tile_start_ns;
   struct mk_trace_buf* trace;
   struct mk_gemm_error* err;
@@ -243,7 +244,7 @@ __device__ __forceinline__ void gemm_epilogue_add_f32(const float* acc, const st
 __device__ __forceinline__ void gemm_raise_tile_flag(const struct mk_tile& t, const struct mk_gemm_params& p) {
   fence_acq_rel_sys();
   bar_sync(3, 256);
-  if (threadIdx.x == 128) red_release_sys_add_u64(p.tile_flags + t.linear, 1);
+  if (threadIdx.x == 128) red_release_sys_add_u64(p.tile_flags + (p.tile_flags_by_row_block ? t.mb : t.linear), 1);
 }
 
 /* ASYNC_EPI, consumer side: the whole 64 x BN bf16 tile into the swizzled staging buffer,
@@ -302,7 +303,7 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
     if (p.tile_flags) {
       fence_acq_rel_sys();
       bar_sync(4, Cfg::STORER_THREADS);
-      if (stid == 0) red_release_sys_add_u64(p.tile_flags + t.linear, 1);
+      if (stid == 0) red_release_sys_add_u64(p.tile_flags + (p.tile_flags_by_row_block ? t.mb : t.linear), 1);
     }
   }
 }

@@ -12,7 +12,8 @@
  *    like k * 2^-9 relative; order is not deterministic); ADD_F32 adds into an fp32 c with
  *    red.add.f32 (fp32 rounding per addition).
  *  - tile_flags: after a tile's stores are visible at system scope, tile_flags[tile] += 1
- *    (red.release.sys), tile = tile_base(group) + mb * tiles_n + nb.
+ *    (red.release.sys), tile = tile_base(group) + mb * tiles_n + nb; or tile_flags[mb] += 1
+ *    with tile_flags_by_row_block (a row-block is complete at tiles_n = ceil(n / block_n)).
  *  - num_sms: the number of CTAs (one per SM) of the persistent grid; 0 = all SMs.
  *  - grouped (MoE): group_offsets (device, num_groups + 1 row prefix sums, [0] = 0,
  *    [num_groups] = m) gives each group's contiguous rows of A and C; B holds the groups'
@@ -68,6 +69,7 @@ struct mk_gemm_args {
    * that advances on the device keeps replays waiting for the right round. */
   const uint64_t* ready_target_ptr;
   uint64_t* tile_flags;        /* device or peer, mk_gemm_max_tiles() entries; optional */
+  int tile_flags_by_row_block; /* 1: tile_flags[mb] += 1 per tile of row-block mb instead */
   uint64_t* tile_start_ns;     /* debug: %globaltimer when the producer starts each tile */
   struct mk_trace_buf* trace;  /* NCCL_MK_TRACE: events into rings 0..grid-1 (trace.h); optional */
   struct mk_gemm_error* err;   /* optional */

@@ -1,11 +1,15 @@
 /*
- * ncclMkGemmReduceScatter. Today's path is the reference one: the GEMM core writes this
- * rank's partial C into the scratch, then NCCL's reduce-scatter sums the partials into each
- * rank's rows. The fused kernel (output tiles sent to their owners as they are produced)
- * replaces the sequence where it is faster.
+ * ncclMkGemmReduceScatter. Two paths:
+ *  - reference: the GEMM core writes this rank's partial C into the scratch, then NCCL's
+ *    reduce-scatter sums the partials into each rank's rows;
+ *  - overlapped (NCCL_MK_FUSED=1, every rank on this host, 128-row shards): the GEMM's
+ *    epilogue stores each peer's rows straight into that peer's workspace as the tiles are
+ *    produced, and a reduce kernel adds them to this rank's own rows (rs_reduce.h).
  */
+#include "ag_push.h"
 #include "mk_err.h"
 #include "op_check.h"
+#include "rs_reduce.h"
 
 static int gemm_rs_reference(struct mk_fused_comm* fc, const void* a, const void* b,
                              void* c_shard, size_t m, size_t n, size_t k, cudaStream_t stream) {
@@ -22,6 +26,53 @@ static int gemm_rs_reference(struct mk_fused_comm* fc, const void* a, const void
                        "ncclReduceScatter");
 }
 
+static int gemm_rs_fused_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k) {
+  const size_t shard = m / (size_t)fc->nranks, widest = fc->cfg.max_k > fc->cfg.max_n ? fc->cfg.max_k : fc->cfg.max_n;
+  return fc->fused && fc->local_size == fc->nranks && fc->nranks <= MK_RS_MAX_RANKS &&
+         shard % MK_AG_BLOCK_ROWS == 0 && m / MK_AG_BLOCK_ROWS <= MK_RS_MAX_COUNTERS &&
+         m <= fc->cfg.max_m && n <= fc->cfg.max_n && k <= fc->cfg.max_k && m * n <= fc->cfg.max_m * widest;
+}
+
+/* The GEMM of owner d's rows: into d's slot for this rank (a peer) or into c_shard (self). */
+static int gemm_rs_owner_gemm(struct mk_fused_comm* fc, const void* a, const void* b, void* c_shard,
+                              size_t m, size_t n, size_t k, int d, cudaStream_t stream) {
+  const size_t shard = m / (size_t)fc->nranks, blocks = shard / MK_AG_BLOCK_ROWS;
+  struct mk_gemm_args g;
+  mk_op_gemm_args(fc, MK_OP_GEMM_RS, &g);
+  g.m = (int)shard, g.n = (int)n, g.k = (int)k;
+  g.a = (const char*)a + (size_t)d * shard * k * 2, g.b = b, g.c = c_shard;
+  if (d != fc->rank) {
+    char* ws = fc->peer_sym[d];
+    g.c = ws + MK_AG_DATA_OFFSET + (size_t)fc->rank * shard * n * 2;
+    g.tile_flags = (uint64_t*)(ws + MK_RS_COUNT_OFFSET) + (size_t)fc->rank * blocks;
+    g.tile_flags_by_row_block = 1;
+  }
+  return mk_gemm_launch(&g, stream);
+}
+
+static int gemm_rs_fused(struct mk_fused_comm* fc, const void* a, const void* b, void* c_shard, size_t m,
+                         size_t n, size_t k, cudaStream_t stream) {
+  const size_t shard = m / (size_t)fc->nranks;
+  const uint32_t tag = mk_op_err_tag(fc, MK_OP_GEMM_RS);
+  const uint64_t timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000u;
+  int bm, bn;
+  mk_gemm_tile_shape(&bm, &bn);
+  MK_CHECK(mk_rs_begin_launch(fc->peer_sym, fc->rank, fc->nranks, fc->err, tag, timeout_ns, stream));
+  for (int s = 1; s <= fc->nranks; s++) /* the next rank's rows first, this rank's last */
+    MK_CHECK(gemm_rs_owner_gemm(fc, a, b, c_shard, m, n, k, (fc->rank + s) % fc->nranks, stream));
+  char* ws = fc->sym;
+  struct mk_rs_reduce_args ra = {.c_shard = c_shard, .slots = ws + MK_AG_DATA_OFFSET,
+                                 .counts = (const uint64_t*)(ws + MK_RS_COUNT_OFFSET),
+                                 .shard_rows = shard, .n = n, .rank = fc->rank, .nranks = fc->nranks,
+                                 .tiles_n = (uint32_t)((n + (size_t)bn - 1) / (size_t)bn), .err = fc->err,
+                                 .err_tag = tag, .timeout_ns = timeout_ns};
+  MK_CHECK(mk_rs_reduce_launch(&ra, stream));
+  /* counters back to 0 before done = e lets the peers write for the next call */
+  MK_CHECK(mk_cuda_check(cudaMemsetAsync(ws + MK_RS_COUNT_OFFSET, 0, (size_t)fc->nranks * (shard / MK_AG_BLOCK_ROWS) * 8,
+                                         stream), "cudaMemsetAsync (counters)"));
+  return mk_ag_finish_launch(ws, stream);
+}
+
 NCCL_MK_API ncclResult_t ncclMkGemmReduceScatter(const void* a, const void* b, void* c_shard,
                                                  size_t m, size_t n, size_t k,
                                                  ncclDataType_t type, ncclComm_t comm,
@@ -34,7 +85,8 @@ NCCL_MK_API ncclResult_t ncclMkGemmReduceScatter(const void* a, const void* b, v
   int prev, rc = mk_op_check(&call, &fc);
   if (rc) return mk_result_from_errno(rc);
   rc = mk_op_device_enter(fc, &prev);
-  if (!rc) rc = gemm_rs_reference(fc, a, b, c_shard, m, n, k, stream);
+  if (!rc && gemm_rs_fused_fits(fc, m, n, k)) rc = gemm_rs_fused(fc, a, b, c_shard, m, n, k, stream);
+  else if (!rc) rc = gemm_rs_reference(fc, a, b, c_shard, m, n, k, stream);
   mk_op_device_leave(prev);
   return mk_result_from_errno(rc);
 }

@@ -1,0 +1,43 @@
+/*
+ * The bounded wait of the communication kernels: until *word >= want (acquire at system
+ * scope), sleeping between polls as ptx.cuh's MK_WAIT_* say. On expiry it fills the error
+ * record (tag, what, flag_index, want, seen) and raises its abort word; it also gives up
+ * early when another CTA raised that word. Returns the last value seen (>= want: success).
+ * Called by one thread.
+ */
+#ifndef MK_WAIT_CUH_
+#define MK_WAIT_CUH_
+
+#include "gemm.h"
+#include "ptx.cuh"
+
+static __device__ __noinline__ uint64_t mk_wait_geq(const uint64_t* word, uint64_t want, struct mk_gemm_error* err,
+                                             uint32_t err_tag, uint32_t what, uint32_t flag_index,
+                                             uint64_t timeout_ns) {
+  uint64_t seen = ld_acquire_sys_u64(word);
+  if (seen >= want) return seen;
+  const uint64_t t0 = globaltimer_ns();
+  uint32_t sleep_ns = MK_WAIT_MIN_SLEEP_NS;
+  for (uint32_t polls = 1;; polls++) {
+    __nanosleep(sleep_ns);
+    sleep_ns = sleep_ns < MK_WAIT_MAX_SLEEP_NS ? 2 * sleep_ns : MK_WAIT_MAX_SLEEP_NS;
+    seen = ld_acquire_sys_u64(word);
+    if (seen >= want) return seen;
+    if (polls % MK_WAIT_CLOCK_POLLS) continue;
+    if (polls % MK_WAIT_ABORT_POLLS == 0 && err && ld_relaxed_sys_u32(&err->aborted)) return seen;
+    if (globaltimer_ns() - t0 > timeout_ns) {
+      if (err) {
+        err->tag = err_tag;
+        err->tile = what;
+        err->flag_index = flag_index;
+        err->expected = want;
+        err->seen = seen;
+        fence_acq_rel_sys();
+        *(volatile uint32_t*)&err->aborted = 1;
+      }
+      return seen;
+    }
+  }
+}
+
+#endif /* MK_WAIT_CUH_ */
