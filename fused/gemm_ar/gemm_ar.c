@@ -1,10 +1,24 @@
 /*
- * ncclMkGemmAllReduce. Today's path is the reference one: the GEMM core writes this rank's
- * partial C into c, then NCCL's all-reduce sums it in place. The fused kernel replaces the
- * sequence where it is faster.
+ * ncclMkGemmAllReduce. Two paths:
+ *  - reference: the GEMM core writes this rank's partial C into c, then NCCL's all-reduce
+ *    sums it in place;
+ *  - overlapped (where GEMM+ReduceScatter's overlapped path fits, m a multiple of
+ *    nranks x 128): that path reduces this rank's rows of c while the GEMM runs, then NCCL's
+ *    all-gather, in place, gives every rank the others' rows (half an all-reduce's traffic
+ *    left after the GEMM).
  */
+#include "gemm_rs.h"
 #include "mk_err.h"
 #include "op_check.h"
+
+static int gemm_ar_overlapped(struct mk_fused_comm* fc, const void* a, const void* b, void* c, size_t m,
+                              size_t n, size_t k, cudaStream_t stream) {
+  const size_t shard_elems = m / (size_t)fc->nranks * n;
+  char* own = (char*)c + (size_t)fc->rank * shard_elems * 2;
+  MK_CHECK(mk_gemm_rs_overlapped(fc, a, b, own, m, n, k, stream));
+  return mk_nccl_check(fc->api->all_gather(own, c, shard_elems, ncclBfloat16, fc->nccl, stream),
+                       "ncclAllGather");
+}
 
 static int gemm_ar_reference(struct mk_fused_comm* fc, const void* a, const void* b, void* c,
                              size_t m, size_t n, size_t k, cudaStream_t stream) {
@@ -28,7 +42,8 @@ NCCL_MK_API ncclResult_t ncclMkGemmAllReduce(const void* a, const void* b, void*
   int prev, rc = mk_op_check(&call, &fc);
   if (rc) return mk_result_from_errno(rc);
   rc = mk_op_device_enter(fc, &prev);
-  if (!rc) rc = gemm_ar_reference(fc, a, b, c, m, n, k, stream);
+  if (!rc && mk_gemm_rs_fits(fc, m, n, k)) rc = gemm_ar_overlapped(fc, a, b, c, m, n, k, stream);
+  else if (!rc) rc = gemm_ar_reference(fc, a, b, c, m, n, k, stream);
   mk_op_device_leave(prev);
   return mk_result_from_errno(rc);
 }

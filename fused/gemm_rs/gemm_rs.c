@@ -7,6 +7,7 @@
  *    produced, and a reduce kernel adds them to this rank's own rows (rs_reduce.h).
  */
 #include "ag_push.h"
+#include "gemm_rs.h"
 #include "mk_err.h"
 #include "op_check.h"
 #include "rs_reduce.h"
@@ -26,9 +27,9 @@ static int gemm_rs_reference(struct mk_fused_comm* fc, const void* a, const void
                        "ncclReduceScatter");
 }
 
-static int gemm_rs_fused_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k) {
+int mk_gemm_rs_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k) {
   const size_t shard = m / (size_t)fc->nranks, widest = fc->cfg.max_k > fc->cfg.max_n ? fc->cfg.max_k : fc->cfg.max_n;
-  return fc->fused && fc->local_size == fc->nranks && fc->nranks <= MK_RS_MAX_RANKS &&
+  return fc->fused && fc->local_size == fc->nranks && fc->nranks <= MK_RS_MAX_RANKS && m % (size_t)fc->nranks == 0 &&
          shard % MK_AG_BLOCK_ROWS == 0 && m / MK_AG_BLOCK_ROWS <= MK_RS_MAX_COUNTERS &&
          m <= fc->cfg.max_m && n <= fc->cfg.max_n && k <= fc->cfg.max_k && m * n <= fc->cfg.max_m * widest;
 }
@@ -50,8 +51,8 @@ static int gemm_rs_owner_gemm(struct mk_fused_comm* fc, const void* a, const voi
   return mk_gemm_launch(&g, stream);
 }
 
-static int gemm_rs_fused(struct mk_fused_comm* fc, const void* a, const void* b, void* c_shard, size_t m,
-                         size_t n, size_t k, cudaStream_t stream) {
+int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b, void* c_shard, size_t m,
+                          size_t n, size_t k, cudaStream_t stream) {
   const size_t shard = m / (size_t)fc->nranks;
   const uint32_t tag = mk_op_err_tag(fc, MK_OP_GEMM_RS);
   const uint64_t timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000u;
@@ -85,7 +86,7 @@ NCCL_MK_API ncclResult_t ncclMkGemmReduceScatter(const void* a, const void* b, v
   int prev, rc = mk_op_check(&call, &fc);
   if (rc) return mk_result_from_errno(rc);
   rc = mk_op_device_enter(fc, &prev);
-  if (!rc && gemm_rs_fused_fits(fc, m, n, k)) rc = gemm_rs_fused(fc, a, b, c_shard, m, n, k, stream);
+  if (!rc && mk_gemm_rs_fits(fc, m, n, k)) rc = mk_gemm_rs_overlapped(fc, a, b, c_shard, m, n, k, stream);
   else if (!rc) rc = gemm_rs_reference(fc, a, b, c_shard, m, n, k, stream);
   mk_op_device_leave(prev);
   return mk_result_from_errno(rc);
