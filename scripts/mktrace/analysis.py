@@ -4,11 +4,12 @@ import collections
 from .fmt import COMM_ROLES, COMPUTE_ROLES
 
 
-def arrivals(traces):
-    """{(rank, flag): ns} when the data behind `flag` on `rank` was announced: the end of a
-    comm-send chunk of another rank aimed at it (peer = rank), or of a comm-recv chunk the
-    rank pulled itself. Several chunks behind one flag: the last one counts."""
-    out = {}
+def arrival_events(traces):
+    """{(rank, flag): the chunk event whose end announced the data behind `flag` on `rank`}:
+    a comm-send chunk of another rank aimed at it (peer = rank), or a comm-recv chunk the rank
+    pulled itself. Several chunks behind one flag (one per comm CTA): the one that raised the
+    flag (expected != 0) if recorded, else any; of those, the one that ended last."""
+    best = {}
     for t in traces:
         for e in t.events:
             if e.kind != "chunk" or e.dur == 0xFFFFFFFF:
@@ -19,8 +20,32 @@ def arrivals(traces):
                 key = (t.rank, e.flag)
             else:
                 continue
-            out[key] = max(out.get(key, 0), e.end)
-    return out
+            score = (e.expected != 0, e.end)
+            if key not in best or score > best[key][0]:
+                best[key] = (score, e)
+    return {k: e for k, (_, e) in best.items()}
+
+
+def arrivals(traces):
+    """{(rank, flag): ns} when the data behind `flag` on `rank` arrived (arrival_events' end)."""
+    return {k: e.end for k, e in arrival_events(traces).items()}
+
+
+def first_uses(traces, arr=None):
+    """{(rank, flag): the first tile on `rank` that used the arrived data behind `flag`}.
+    Consumer tile events (flag = the A row-block the tile used: what real traces hold); a flag
+    no consumer tile names falls back to producer tile events (older and synthetic traces)."""
+    arr = arrivals(traces) if arr is None else arr
+    found = {"consumer": {}, "producer": {}}
+    for t in traces:
+        for e in t.events:
+            key = (t.rank, e.flag)
+            if e.kind != "tile" or e.role not in found or key not in arr:
+                continue
+            best = found[e.role]
+            if key not in best or e.start < best[key].start:
+                best[key] = e
+    return {**found["producer"], **found["consumer"]}
 
 
 def check_tiles_once(traces):

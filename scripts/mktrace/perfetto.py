@@ -1,7 +1,7 @@
 """Chrome/Perfetto trace JSON, the format PyTorch's profiler writes (traceEvents with complete
 "X" events in microseconds): one process per rank, one thread (track) per SM and role, plus a
 flow arrow from each remote chunk's arrival to the first tile that consumed it."""
-from .analysis import arrivals
+from .analysis import arrival_events, first_uses
 from .fmt import LANE_NAMES
 
 PID_BASE = 9000  # clear of the small pids; PyTorch's own tracks use the OS pids
@@ -45,23 +45,11 @@ def build(traces, absolute=False):
 
 
 def _flows(traces, t0):
-    """Arrival (end of the chunk event) -> start of the first producer tile that used its flag."""
-    arr = arrivals(traces)
-    senders = {}
-    for t in traces:
-        for e in t.events:
-            if e.kind == "chunk":
-                key = (e.peer, e.flag) if e.role == "comm-send" else (t.rank, e.flag)
-                senders[key] = e
-    first_use = {}
-    for t in traces:
-        for e in t.events:
-            if e.role == "producer" and e.kind == "tile" and (t.rank, e.flag) in arr:
-                k = (t.rank, e.flag)
-                if k not in first_use or e.start < first_use[k].start:
-                    first_use[k] = e
+    """Arrival (end of the chunk event that raised the flag) -> start of the first tile that
+    used its row-block (analysis.first_uses: consumer tiles, else producer tiles)."""
+    senders = arrival_events(traces)
     flows = []
-    for n, (key, use) in enumerate(sorted(first_use.items())):
+    for n, (key, use) in enumerate(sorted(first_uses(traces).items())):
         src = senders[key]
         common = {"name": "arrival", "cat": "flag", "id": n + 1}
         flows.append(dict(common, ph="s", pid=PID_BASE + src.rank, tid=track_id(src),

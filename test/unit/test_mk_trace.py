@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/mk-trace without a GPU: the synthetic AllGather+GEMM trace, the checkers (with a
-negative control), the Perfetto JSON, the PNG from the stored trace, the C writer's file read
-back, and hang reports.
+negative control), the Perfetto JSON, the PNG from the stored trace and from a real-size one
+(132 SMs per rank, consumer tiles only, as real traces hold), the C writer's file read back,
+and hang reports.
 
 usage: test_mk_trace.py CASE MK_TRACE UNIT_TRACE [DATA_DIR]"""
 import json
@@ -13,7 +14,7 @@ import tempfile
 CASE, TOOL, UNIT_TRACE = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
 DATA = sys.argv[4] if len(sys.argv) > 4 else None
 sys.path.insert(0, os.path.dirname(TOOL))
-from mktrace import analysis, fmt, hang, synth  # noqa: E402
+from mktrace import analysis, fmt, hang, perfetto, synth  # noqa: E402
 
 failures = []
 
@@ -105,27 +106,35 @@ def perfetto_json_has_a_process_per_rank_and_track_per_sm_role(tmp):
     check(len(flows) == 2 * 32, "an arrival arrow per remote chunk")
 
 
-def png_renders_stored_trace(tmp):
+def need_matplotlib():
+    """mk-trace png re-runs itself under /usr/bin/python3 when this python3 lacks matplotlib."""
     try:
         import matplotlib  # noqa: F401
+        return
     except ImportError:
-        if not os.path.exists("/usr/bin/python3") or sys.executable == "/usr/bin/python3":
-            print("SKIP: matplotlib missing (scripts/setup.sh installs python3-matplotlib)")
-            sys.exit(77)
-        probe = subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"])
-        if probe.returncode != 0:
-            print("SKIP: matplotlib missing (scripts/setup.sh installs python3-matplotlib)")
-            sys.exit(77)
+        pass
+    if not os.path.exists("/usr/bin/python3") or sys.executable == "/usr/bin/python3" or \
+            subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"]).returncode != 0:
+        print("SKIP: matplotlib missing (scripts/setup.sh installs python3-matplotlib)")
+        sys.exit(77)
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    check(data[:8] == b"\x89PNG\r\n\x1a\n", "a PNG signature")
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def png_renders_stored_trace(tmp):
+    need_matplotlib()
     stored = sorted(os.path.join(DATA, f) for f in os.listdir(DATA)
                     if f.startswith("mk-trace-small.rank"))
     check(len(stored) == 2, f"the stored small trace is there: {stored}")
     out = os.path.join(tmp, "timeline.png")
     tool("png", *stored, "-o", out)
-    with open(out, "rb") as f:
-        data = f.read()
-    check(data[:8] == b"\x89PNG\r\n\x1a\n", "a PNG signature")
-    check(len(data) > 20000, f"a non-trivial picture ({len(data)} bytes)")
-    w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    check(os.path.getsize(out) > 20000, f"a non-trivial picture ({os.path.getsize(out)} bytes)")
+    w, h = png_size(out)
     check(w >= 800 and h >= 300, f"a readable size ({w} x {h})")
 
 
@@ -188,6 +197,73 @@ def summary_reports_overlap_and_critical_path(tmp):
           "the critical path ends with the last event")
     check(any(e.role == "comm-send" for e in path),
           "this comm-bound synthetic run's critical path goes through the chunks")
+
+
+def real_size_traces(tmp, keep=lambda e: True):
+    """A synthetic trace the size of a real 2 x H200 run (128 GEMM + 4 push CTAs per rank,
+    4096 x 8192: 16 remote row-blocks per rank), written back with only the events `keep`
+    accepts. Real traces hold no producer tiles: the producer lane records only its waits."""
+    paths, traces, _ = synth_traces(tmp, compute_ctas=128, comm_ctas=4, n=8192)
+    for path, t in zip(paths, traces):
+        lanes = [[[] for _ in range(fmt.LANES)] for _ in range(t.ctas)]
+        for e in t.events:
+            if keep(e):
+                lanes[e.cta][e.lane].append(e)
+        fmt.write(path, t.rank, t.nranks, t.op, t.ctas, lanes, m=t.m, n=t.n,
+                  sms={cta: sm for _, sm, cta, _, _ in t.rings})
+    return paths, [fmt.read(p) for p in paths]
+
+
+def no_producer_tiles(e):
+    return not (e.role == "producer" and e.kind == "tile")
+
+
+def first_use_links_come_from_consumer_tiles(tmp):
+    paths, traces = real_size_traces(tmp, keep=no_producer_tiles)
+    check(all(len({e.sm for e in t.events}) == 132 for t in traces), "132 SMs per rank")
+    arr = analysis.arrivals(traces)
+    uses = analysis.first_uses(traces)
+    check(len(arr) == 32 and set(uses) == set(arr),
+          f"every arrived row-block has a first use: {len(uses)} of {len(arr)}")
+    for (rank, flag), use in sorted(uses.items()):
+        tiles = [e for e in traces[rank].events if e.role == "consumer" and e.kind == "tile"
+                 and e.flag == flag]
+        check(use.role == "consumer" and use.rank == rank and use.flag == flag and
+              use.start == min(e.start for e in tiles),
+              f"rank {rank} flag {flag}: the earliest consumer tile of that row-block")
+    doc = perfetto.build(traces)
+    check(sum(e["ph"] == "s" for e in doc["traceEvents"]) == 32,
+          "Perfetto draws the same 32 arrival arrows")
+    # Negative control: without consumer tiles for a row-block there is nothing to link.
+    victim = sorted(uses)[-1]
+    gone = [e for e in traces[victim[0]].events if e.role == "consumer" and e.flag == victim[1]]
+    traces[victim[0]].events = [e for e in traces[victim[0]].events if e not in gone]
+    check(victim not in analysis.first_uses(traces), f"{victim}: no consumer tile, no link")
+    # Older traces and synth's producer tiles: the fallback when no consumer tile names a flag.
+    os.mkdir(os.path.join(tmp, "prod"))
+    _, traces = real_size_traces(os.path.join(tmp, "prod"),
+                                 keep=lambda e: not (e.role == "consumer" and e.kind == "tile"))
+    uses = analysis.first_uses(traces)
+    check(len(uses) == 32 and all(u.role == "producer" for u in uses.values()),
+          "producer tiles are the fallback")
+
+
+def png_of_132_sm_trace_has_bounded_height(tmp):
+    need_matplotlib()
+    paths, traces = real_size_traces(tmp, keep=no_producer_tiles)
+    out = os.path.join(tmp, "real-size.png")
+    r = tool("png", *paths, "-o", out)
+    w, h = png_size(out)
+    # A row per (SM, lane) made this 1320 x 9319 px; a row per SM in a capped figure
+    check(600 <= h <= 1600 and w >= 1200, f"one readable picture ({w} x {h} px)")
+    check(f"({w} x {h} px)" in r.stdout, f"the tool reports the size:\n{r.stdout}")
+    for rank in (0, 1):
+        check(f"rank {rank}: 132 SM rows, 16 arrivals, 16 linked" in r.stdout,
+              f"rank {rank}: a row per SM, every arrival linked to a consumer tile:\n{r.stdout}")
+    from mktrace import png
+    check(sum(png.panel_inches(132, 8) for _ in range(8)) + png.HEAD_IN + png.FOOT_IN
+          <= png.MAX_IN, "8 ranks of 132 SMs stay within the cap too")
+    check(png.panel_inches(4, 2) < png.panel_inches(132, 2), "a panel grows with its SMs")
 
 
 if __name__ == "__main__":
