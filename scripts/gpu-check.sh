@@ -85,6 +85,8 @@ tier_net() {
 
 # The PyTorch package (python/nccl_mk) on 2 GPUs, then the head-to-head with PyTorch.
 tier_torch() {
+  # the package finds the library on the loader's path when the build is not ./build
+  export LD_LIBRARY_PATH="$(cd "$B" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   step torch_ops python3 test/gpu/test_torch_ops.py
   local m="2048,4096,8192,16384"
   [ "${MK_FUSED_SHAPES:-}" = small ] && m="4096"

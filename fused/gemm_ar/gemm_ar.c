@@ -11,6 +11,11 @@
 #include "mk_err.h"
 #include "op_check.h"
 
+/* Below this many rows the overlapped path lost to the reference on 2 H200s (0.90-0.98x at
+ * M = 2048, 4096; 1.02-1.04x from 8192, bench/NOTES.md): the all-gather left after the GEMM
+ * costs about what the overlap saves. */
+#define MK_AR_OVERLAP_MIN_M 8192
+
 static int gemm_ar_overlapped(struct mk_fused_comm* fc, const void* a, const void* b, void* c, size_t m,
                               size_t n, size_t k, cudaStream_t stream) {
   const size_t shard_elems = m / (size_t)fc->nranks * n;
@@ -42,7 +47,8 @@ NCCL_MK_API ncclResult_t ncclMkGemmAllReduce(const void* a, const void* b, void*
   int prev, rc = mk_op_check(&call, &fc);
   if (rc) return mk_result_from_errno(rc);
   rc = mk_op_device_enter(fc, &prev);
-  if (!rc && mk_gemm_rs_fits(fc, m, n, k)) rc = gemm_ar_overlapped(fc, a, b, c, m, n, k, stream);
+  if (!rc && m >= MK_AR_OVERLAP_MIN_M && mk_gemm_rs_fits(fc, m, n, k))
+    rc = gemm_ar_overlapped(fc, a, b, c, m, n, k, stream);
   else if (!rc) rc = gemm_ar_reference(fc, a, b, c, m, n, k, stream);
   mk_op_device_leave(prev);
   return mk_result_from_errno(rc);

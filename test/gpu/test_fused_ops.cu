@@ -39,7 +39,8 @@ struct rank_env {
 
 struct shape { size_t m, n, k; };
 static const struct shape odd_shapes[] = {{2 * 1, 8, 8}, {2 * 127, 72, 1000}, {2 * 64, 256, 256},
-                                          {2 * 4097, 64, 72}, {2 * 256, 1000, 136}};
+                                          {2 * 4097, 64, 72}, {2 * 256, 1000, 136},
+                                          {8192, 264, 136} /* GEMM+AllReduce's overlapped path */};
 
 static uint64_t seed_of(uint64_t base, int rank, int which) { return base * 1000 + rank * 10 + which; }
 
