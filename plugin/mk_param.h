@@ -31,8 +31,8 @@
   X(INT, NET_SPEED_MBPS, "NCCL_MK_NET_SPEED_MBPS", "0", 0, 100000000, "",                      \
     "link speed reported to NCCL; 0 reads it from the provider or sysfs")                      \
   X(INT, FUSED, "NCCL_MK_FUSED", "1", 0, 1, "",                                                \
-    "1: AllGather+GEMM overlaps the gather with the GEMM when all ranks share a host (a "       \
-    "max_m x max_k bf16 workspace); 0: NCCL's all-gather, then the GEMM")                       \
+    "1: the fused ops overlap communication with the GEMM when all ranks share a host (a "     \
+    "max_m x max(max_k, max_n) bf16 workspace); 0: NCCL's collective, then the GEMM")           \
   X(INT, TIMEOUT_MS, "NCCL_MK_TIMEOUT_MS", "60000", 1, 86400000, "",                           \
     "bound on every wait inside a fused kernel; expiry breaks the communicator")               \
   X(INT, LOCAL_SIZE, "NCCL_MK_LOCAL_SIZE", "0", 0, 1048576, "",                               \
