@@ -71,6 +71,13 @@ tier_fused() {
     step "${op}_perf" "$B/test/perf/fused/${op}_perf" -M "$m" -n 20 -w 3 -J "$LOGS/${op}_perf.json"
     grep -A 20 '^#    M' "$LOGS/${op}_perf.log" || true
   done
+  # A traced AllGather+GEMM call on its overlapped path: every tile once, no tile before the
+  # row-block it reads arrived (scripts/mk-trace check), and the picture.
+  step trace_of_a_real_ag_gemm_call_passes_mk_trace_check bash -c "rm -rf '$LOGS/trace' &&
+    mkdir -p '$LOGS/trace' && NCCL_MK_TRACE=1 NCCL_MK_TRACE_DIR='$LOGS/trace' \
+    '$B/test/perf/fused/ag_gemm_perf' -M 4096 -N 8192 -n 2 -w 1 >/dev/null &&
+    scripts/mk-trace check '$LOGS'/trace/mk-trace.rank*.call3.trace &&
+    scripts/mk-trace summary '$LOGS'/trace/mk-trace.rank*.call3.trace"
   step ag_gemm_perf_reference env NCCL_MK_FUSED=0 "$B/test/perf/fused/ag_gemm_perf" -M "$m" -n 20 -w 3
   grep -A 20 '^#    M' "$LOGS/ag_gemm_perf_reference.log" || true
 }

@@ -23,6 +23,9 @@
  * events); more is kept as the newest (header.dropped says how many were lost). */
 #define MK_TRACE_CAPACITY 1024u
 
+/* trace_clock.cu: host CLOCK_REALTIME - this GPU's %globaltimer, in ns. 0 or -1. */
+int mk_trace_clock_offset(cudaStream_t stream, int64_t* offset_ns);
+
 struct mk_trace_state {
   struct mk_trace_buf* dev; /* device buffer the kernel writes */
   struct mk_trace_buf* host; /* pinned copy */
@@ -46,6 +49,9 @@ int mk_trace_comm_open(struct mk_fused_comm* fc) {
   memset(t->host, 0, t->bytes);
   mk_trace_init_header(t->host, (uint32_t)fc->rank, (uint32_t)fc->nranks, 0, (uint32_t)sms,
                        MK_TRACE_CAPACITY);
+  int64_t offset = 0;
+  if (mk_trace_clock_offset(fc->internal, &offset) == 0) t->host->h.clock_offset_ns = offset;
+  else MK_WARN("trace: rank %d could not read its GPU clock; its times are not aligned", fc->rank);
   MK_INFO(MK_NCCL_SUBSYS_ALL, "trace: rank %d records %u events per lane on %d SMs (%zu bytes) "
           "into %s", fc->rank, MK_TRACE_CAPACITY, sms, t->bytes,
           mk_param_str(MK_PARAM_TRACE_DIR)[0] ? mk_param_str(MK_PARAM_TRACE_DIR) : ".");

@@ -79,13 +79,14 @@ def check_tiles_once(traces):
 
 
 def check_arrivals_first(traces, slack_ns=0):
-    """Problems: a producer tile (or the wait ending before it) that starts before the chunk
-    behind its flag arrived. This is the check that a missing flag wait would fail."""
+    """Problems: a producer or consumer tile that starts before the chunk behind its flag
+    arrived (real traces have consumer tiles only: their flag is the row-block they read).
+    This is the check that a missing flag wait would fail."""
     arr = arrivals(traces)
     problems = []
     for t in traces:
         for e in t.events:
-            if e.role != "producer" or e.kind != "tile":
+            if e.role not in ("producer", "consumer") or e.kind != "tile":
                 continue
             got = arr.get((t.rank, e.flag))
             if got is not None and e.start + slack_ns < got:

@@ -248,6 +248,20 @@ def first_use_links_come_from_consumer_tiles(tmp):
           "producer tiles are the fallback")
 
 
+def arrival_checker_catches_early_consumer_tile(tmp):
+    """Real traces have consumer tiles only: one that starts before its row-block arrived is
+    reported, and an intact trace passes."""
+    _, traces = real_size_traces(tmp, keep=no_producer_tiles)
+    check(analysis.check_arrivals_first(traces) == [], "the intact trace passes")
+    arr = analysis.arrivals(traces)
+    victim = next(e for e in traces[0].events if e.role == "consumer" and e.kind == "tile"
+                  and (0, e.flag) in arr)
+    victim.start = arr[(0, victim.flag)] - 5000
+    problems = analysis.check_arrivals_first(traces)
+    check(len(problems) == 1 and f"tile {victim.id}" in problems[0] and "rank 0" in problems[0],
+          f"the early consumer tile is reported: {problems}")
+
+
 def png_of_132_sm_trace_has_bounded_height(tmp):
     need_matplotlib()
     paths, traces = real_size_traces(tmp, keep=no_producer_tiles)
