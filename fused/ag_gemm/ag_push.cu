@@ -16,11 +16,11 @@ static __device__ __forceinline__ uint64_t* ag_words(void* ws) { return (uint64_
 /* Bounded wait for a peer's done word (wait.cuh), traced when it blocked. */
 static __device__ int ag_wait_word(const uint64_t* word, uint64_t want,
                                    const struct mk_ag_push_args& a, uint32_t what) {
-  const uint64_t t0 = a.trace ? globaltimer_ns() : 0;
+  if (ld_acquire_sys_u64(word) >= want) return 1;
+  const uint64_t t0 = globaltimer_ns();
   const uint64_t seen = mk_wait_geq(word, want, a.err, a.err_tag, what, MK_AG_WORD_DONE, a.timeout_ns);
-  if (a.trace && mk_trace_timer_ns() - t0 > 1000)
-    mk_trace_emit(a.trace, a.trace_cta0 + blockIdx.x, MK_TRACE_LANE_COMM, t0, MK_TRACE_COMM_SEND, MK_TRACE_WAIT,
-                  MK_TRACE_NO_PEER, what, MK_AG_WORD_DONE, want, seen);
+  mk_trace_emit(a.trace, a.trace_cta0 + blockIdx.x, MK_TRACE_LANE_COMM, t0, MK_TRACE_COMM_SEND, MK_TRACE_WAIT,
+                MK_TRACE_NO_PEER, what, MK_AG_WORD_DONE, want, seen);
   return seen >= want;
 }
 

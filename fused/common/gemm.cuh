@@ -85,7 +85,8 @@ __device__ __noinline__ void gemm_trace_wait_event(const struct mk_gemm_params& 
                 (uint32_t)tile, (uint32_t)mb, target, seen);
 }
 
-/* Waits until ready_flags[mb] >= target. Returns 0 on timeout or when another CTA gave up. */
+/* Waits until ready_flags[mb] >= target. Returns 0 on timeout or when another CTA gave up.
+ * The loop of wait.cuh's mk_wait_geq, kept here for the producer's register budget. */
 __device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, int mb, int tile) {
   /* NOTES: the device word does not change during a launch; reading it here rather than
    * once per CTA keeps the producer free of a live register (its budget is 40). */
@@ -240,11 +241,16 @@ __device__ __forceinline__ void gemm_epilogue_add_f32(const float* acc, const st
   }
 }
 
+/* The flag a finished tile adds 1 to (gemm.h: per tile, or per row-block). */
+__device__ __forceinline__ uint64_t* gemm_tile_flag(const struct mk_tile& t, const struct mk_gemm_params& p) {
+  return p.tile_flags + (p.tile_flags_by_row_block ? t.mb : t.linear);
+}
+
 /* After both consumers' stores of a tile: make them visible at system scope, then raise. */
 __device__ __forceinline__ void gemm_raise_tile_flag(const struct mk_tile& t, const struct mk_gemm_params& p) {
   fence_acq_rel_sys();
   bar_sync(3, 256);
-  if (threadIdx.x == 128) red_release_sys_add_u64(p.tile_flags + (p.tile_flags_by_row_block ? t.mb : t.linear), 1);
+  if (threadIdx.x == 128) red_release_sys_add_u64(gemm_tile_flag(t, p), 1);
 }
 
 /* ASYNC_EPI, consumer side: the whole 64 x BN bf16 tile into the swizzled staging buffer,
@@ -303,7 +309,7 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
     if (p.tile_flags) {
       fence_acq_rel_sys();
       bar_sync(4, Cfg::STORER_THREADS);
-      if (stid == 0) red_release_sys_add_u64(p.tile_flags + (p.tile_flags_by_row_block ? t.mb : t.linear), 1);
+      if (stid == 0) red_release_sys_add_u64(gemm_tile_flag(t, p), 1);
     }
   }
 }

@@ -3,7 +3,9 @@
  * scope), sleeping between polls as ptx.cuh's MK_WAIT_* say. On expiry it fills the error
  * record (tag, what, flag_index, want, seen) and raises its abort word; it also gives up
  * early when another CTA raised that word. Returns the last value seen (>= want: success).
- * Called by one thread.
+ * Called by one thread. NOTES: the GEMM core's producer keeps its own copy of this loop
+ * (gemm_wait_row_block): calling this one from there, inlined or not, made the 40-register
+ * producer spill.
  */
 #ifndef MK_WAIT_CUH_
 #define MK_WAIT_CUH_

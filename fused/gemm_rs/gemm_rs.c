@@ -28,10 +28,11 @@ static int gemm_rs_reference(struct mk_fused_comm* fc, const void* a, const void
 }
 
 int mk_gemm_rs_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k) {
-  const size_t shard = m / (size_t)fc->nranks, widest = fc->cfg.max_k > fc->cfg.max_n ? fc->cfg.max_k : fc->cfg.max_n;
+  const size_t shard = m / (size_t)fc->nranks;
   return fc->fused && fc->local_size == fc->nranks && fc->nranks <= MK_RS_MAX_RANKS && m % (size_t)fc->nranks == 0 &&
          shard % MK_AG_BLOCK_ROWS == 0 && m / MK_AG_BLOCK_ROWS <= MK_RS_MAX_COUNTERS &&
-         m <= fc->cfg.max_m && n <= fc->cfg.max_n && k <= fc->cfg.max_k && m * n <= fc->cfg.max_m * widest;
+         m <= fc->cfg.max_m && n <= fc->cfg.max_n && k <= fc->cfg.max_k &&
+         m * n * 2 <= fc->sym_bytes - MK_FUSED_FLAG_BYTES; /* the peers' slots fit the data area */
 }
 
 /* The GEMM of owner d's rows: into d's slot for this rank (a peer) or into c_shard (self). */
