@@ -41,6 +41,9 @@
     "1 records every CTA's tiles, chunks and waits in fused kernels (scripts/mk-trace)")      \
   X(STR, TRACE_DIR, "NCCL_MK_TRACE_DIR", "", 0, 0, "",                                        \
     "where NCCL_MK_TRACE writes mk-trace.rank<R>.call<C>.trace and hang reports; empty: cwd") \
+  X(INT, DEBUG_DROP_FLAG, "NCCL_MK_DEBUG_DROP_FLAG", "-1", -1, 1048576, "",                   \
+    "testing only: AllGather+GEMM's push never raises the peers' flag of this row-block, so "  \
+    "they time out and write a hang report; -1: off")                                           \
   X(STR, TUNER_FILE, "NCCL_MK_TUNER_FILE", "", 0, 0, "",                                     \
     "tuning file from scripts/tune.sh; empty or unreadable leaves NCCL's own choices")         \
   X(STR, IB_HCA, "NCCL_MK_IB_HCA", "", 0, 0, "",                                               \

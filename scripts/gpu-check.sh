@@ -49,17 +49,23 @@ tier_gemm() {
   for t in odd_shapes cublas grouped; do step "gemm_large_$t" "$B/test/gpu/test_gemm" "$t" large; done
   step gemm_perf "$B/test/perf/gemm/gemm_perf"
   grep -A 40 '^     M' "$LOGS/gemm_perf.log" || true
+  step gemm_trace_overhead "$B/test/perf/gemm/gemm_perf" trace
+  cat "$LOGS/gemm_trace_overhead.log"
 }
 
 FUSED_TESTS="correctness:fused_ops_match_float64_on_odd_shapes bad_input:fused_ops_reject_bad_input_untouched
 graph:fused_ops_replay_in_cuda_graphs_with_fresh_inputs back_to_back:fused_ops_back_to_back_with_a_delayed_rank
-negative_control:fused_checker_rejects_one_bad_element group_init:fused_init_inside_nccl_group_one_thread_two_gpus"
+negative_control:fused_checker_rejects_one_bad_element group_init:fused_init_inside_nccl_group_one_thread_two_gpus
+hang_report:planted_missing_flag_gives_a_hang_report_naming_rank_tile_flag_and_peer"
 
 # The fused ops on 2 GPUs (skipped with fewer), then their benchmarks at the shapes of
 # DESIGN.md (MK_FUSED_SHAPES=small for a short run).
 tier_fused() {
   local t
   for t in $FUSED_TESTS; do step "${t#*:}" "$B/test/gpu/test_fused_ops" "${t%%:*}"; done
+  # The planted hang's report file, rendered by scripts/mk-trace (the test left it in /tmp).
+  step hang_report_renders_with_mk_trace bash -c \
+    'f=$(ls -t /tmp/mk-hang-report.*/*.hang.txt | head -1) && scripts/mk-trace hang "$f"'
   # The reference path (NCCL_MK_FUSED=0: NCCL's collective, then the GEMM core) that the
   # overlapped AllGather+GEMM (the default, for shapes with 128-row shards) falls back to.
   for t in correctness graph back_to_back group_init; do

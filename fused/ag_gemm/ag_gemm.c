@@ -8,10 +8,15 @@
  *    soon as its flag says the rows are there (ag_push.h). 1.02-1.20x the reference's
  *    NCCL + cuBLASLt on 2 H200s (bench/NOTES.md).
  */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "ag_push.h"
 #include "mk_err.h"
 #include "mk_log.h"
+#include "mk_param.h"
 #include "op_check.h"
+#include "schedule.h"
 
 /* 4 leaves the GEMM 128 of the H200's 132 SMs: the DESIGN.md shapes have a multiple of 128
  * tiles, so 128 CTAs run as few waves as 132, where 124 ran one more (bench/NOTES.md). */
@@ -47,7 +52,8 @@ static int ag_gemm_push(struct mk_fused_comm* fc, const void* a_shard, size_t m,
                                .rank = fc->rank, .nranks = fc->nranks, .err = fc->err,
                                .err_tag = mk_op_err_tag(fc, MK_OP_AG_GEMM),
                                .timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000u,
-                               .trace = trace, .trace_cta0 = (uint32_t)(fc->num_sms - ctas)};
+                               .trace = trace, .trace_cta0 = (uint32_t)(fc->num_sms - ctas),
+                               .drop_flag_block = (int)mk_param_int(MK_PARAM_DEBUG_DROP_FLAG)};
   for (int p = 0; p < fc->nranks; p++) pa.ws[p] = fc->peer_sym[p];
   MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_fork, stream), "cudaEventRecord (fork)"));
   MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
@@ -78,6 +84,7 @@ static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const vo
   struct mk_trace_buf* trace;
   MK_CHECK(mk_trace_comm_begin(fc, MK_OP_AG_GEMM, (uint32_t)m, (uint32_t)n, stream, &trace));
   MK_CHECK(mk_ag_begin_launch(ws, fc->rank, fc->nranks, m / (size_t)fc->nranks, stream));
+  fc->ag_shard_blocks = (int)(m / (size_t)fc->nranks / MK_AG_BLOCK_ROWS);
   MK_CHECK(ag_gemm_push(fc, a_shard, m, k, ctas, trace, stream));
   struct mk_gemm_args g;
   mk_op_gemm_args(fc, MK_OP_AG_GEMM, &g);
@@ -97,6 +104,36 @@ static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const vo
   MK_CHECK(mk_trace_comm_end(fc, stream));
   return a_gathered ? ag_gemm_copy_gathered(fc, a_shard, ws + MK_AG_DATA_OFFSET, a_gathered, m, k, stream)
                     : 0;
+}
+
+/* A GEMM row-block wait owes its rows to the shard's owner: progress = that shard's row-blocks
+ * whose flag reached the awaited call. A push wait (MK_AG_ERR_TAG_PUSH, tile = push item)
+ * waits for a destination's done word: progress = the last call that peer finished. */
+int mk_ag_gemm_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uint64_t* progress,
+                         char* what, size_t what_len) {
+  const int blocks = fc->ag_shard_blocks;
+  if (blocks <= 0) return -1;
+  if (e->tag & MK_AG_ERR_TAG_PUSH) {
+    int peer = mk_sched_ag_dest(fc->rank, fc->nranks, (int)(e->tile / (uint32_t)blocks));
+    if (!fc->peer_sym[peer] || cudaMemcpy(progress, (uint64_t*)fc->peer_sym[peer] + MK_AG_WORD_DONE, 8,
+                                          cudaMemcpyDeviceToHost) != cudaSuccess)
+      return -1;
+    snprintf(what, what_len, "the last call it finished");
+    return peer;
+  }
+  const int peer = (int)(e->flag_index / (uint32_t)blocks);
+  if (peer >= fc->nranks) return -1;
+  uint64_t* flags = malloc((size_t)blocks * 8);
+  if (!flags || cudaMemcpy(flags, (uint64_t*)fc->sym + MK_AG_FLAG0 + (size_t)peer * blocks, (size_t)blocks * 8,
+                           cudaMemcpyDeviceToHost) != cudaSuccess) {
+    free(flags);
+    return -1;
+  }
+  *progress = 0;
+  for (int b = 0; b < blocks; b++) *progress += flags[b] >= e->expected;
+  free(flags);
+  snprintf(what, what_len, "row-blocks of its shard arrived, of %d", blocks);
+  return peer;
 }
 
 NCCL_MK_API ncclResult_t ncclMkAllGatherGemm(const void* a_shard, const void* b, void* c,

@@ -18,7 +18,7 @@ static __device__ int ag_wait_word(const uint64_t* word, uint64_t want,
                                    const struct mk_ag_push_args& a, uint32_t what) {
   if (ld_acquire_sys_u64(word) >= want) return 1;
   const uint64_t t0 = globaltimer_ns();
-  const uint64_t seen = mk_wait_geq(word, want, a.err, a.err_tag, what, MK_AG_WORD_DONE, a.timeout_ns);
+  const uint64_t seen = mk_wait_geq(word, want, a.err, a.err_tag | MK_AG_ERR_TAG_PUSH, what, MK_AG_WORD_DONE, a.timeout_ns);
   mk_trace_emit(a.trace, a.trace_cta0 + blockIdx.x, MK_TRACE_LANE_COMM, t0, MK_TRACE_COMM_SEND, MK_TRACE_WAIT,
                 MK_TRACE_NO_PEER, what, MK_AG_WORD_DONE, want, seen);
   return seen >= want;
@@ -63,7 +63,7 @@ static __device__ void ag_push_item(const struct mk_ag_push_args& a, int d, int 
   if (last) {
     *count = 0; /* no CTA adds to it again in this call; the next call is a later kernel */
     fence_acq_rel_sys();
-    st_release_sys_u64(ag_words(a.ws[d]) + MK_AG_FLAG0 + mb, e);
+    if (mb != a.drop_flag_block) st_release_sys_u64(ag_words(a.ws[d]) + MK_AG_FLAG0 + mb, e);
   }
   mk_trace_emit(a.trace, a.trace_cta0 + blockIdx.x, MK_TRACE_LANE_COMM, t0, MK_TRACE_COMM_SEND, MK_TRACE_CHUNK,
                 (uint32_t)d, (uint32_t)mb, (uint32_t)mb, last ? e : 0, last ? e : 0);

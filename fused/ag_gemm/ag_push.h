@@ -61,7 +61,13 @@ struct mk_ag_push_args {
   uint64_t timeout_ns;
   struct mk_trace_buf* trace;            /* NCCL_MK_TRACE, else NULL */
   uint32_t trace_cta0;                   /* ring of CTA 0 (after the GEMM's CTAs) */
+  int drop_flag_block;                   /* NCCL_MK_DEBUG_DROP_FLAG: a row-block whose flag is
+                                          * never raised (tests of hang reports); -1 off */
 };
+
+/* The push's own waits (for a peer's done word) report with this bit in the error tag, so a
+ * hang report tells them from the GEMM's row-block waits; their `tile` is the push item. */
+#define MK_AG_ERR_TAG_PUSH 0x80u
 
 /* The begin kernel on `stream`. 0 or -EIO. */
 int mk_ag_begin_launch(void* own_ws, int rank, int nranks, size_t shard_rows, cudaStream_t stream);

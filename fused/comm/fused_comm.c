@@ -11,6 +11,7 @@
 #include "mk_err.h"
 #include "mk_log.h"
 #include "mk_param.h"
+#include "op_check.h"
 
 #define MK_FUSED_MAX_COMMS 1024
 
@@ -207,11 +208,18 @@ int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm
 int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {
   volatile struct mk_gemm_error* e = fc->err;
   if (!fc->broken && !e->aborted) return 0;
-  if (!fc->broken && fc->trace) {
-    /* ASSUMPTION: the op that launched the kernel fills in the peer when it wires tracing
-     * in; until then the report names the CTA and its events, and the peer is unknown. */
+  if (!fc->broken) {
+    /* The peer is known for AllGather+GEMM's waits; the other ops report it unknown. */
     struct mk_gemm_error copy = *(struct mk_gemm_error*)e;
-    mk_trace_comm_hang(fc, &copy, -1, 0);
+    uint64_t progress = 0;
+    char what[96] = "";
+    int prev, peer = -1;
+    if (!mk_op_device_enter(fc, &prev)) {
+      if ((copy.tag & 0x7fu) == MK_OP_AG_GEMM)
+        peer = mk_ag_gemm_hang_peer(fc, &copy, &progress, what, sizeof(what));
+      mk_trace_comm_hang(fc, &copy, peer, progress, what[0] ? what : NULL);
+    }
+    mk_op_device_leave(prev);
   }
   if (!fc->broken)
     MK_WARN("rank %d: a fused kernel timed out (op/rank tag 0x%x, tile %u, flag %u, expected "

@@ -57,6 +57,8 @@ struct mk_fused_comm {
   struct mk_gemm_error* err;    /* host-mapped: kernels report timeouts here */
   int broken;
   struct mk_trace_state* trace; /* NCCL_MK_TRACE=1 only (trace_comm.c), else NULL */
+  int ag_shard_blocks;          /* row-blocks per shard of the last overlapped AllGather+GEMM
+                                 * (a hang report names the peer that owed a row-block) */
 };
 
 /* ncclMkCommInit's work; 0 or negative errno. */
@@ -83,7 +85,11 @@ int mk_trace_comm_begin(struct mk_fused_comm* fc, uint32_t op, uint32_t m, uint3
                         cudaStream_t stream, struct mk_trace_buf** dev);
 int mk_trace_comm_end(struct mk_fused_comm* fc, cudaStream_t stream);
 int mk_trace_comm_hang(struct mk_fused_comm* fc, const struct mk_gemm_error* e, int peer,
-                       uint64_t peer_progress);
+                       uint64_t peer_progress, const char* progress_what);
+/* ag_gemm.c: the peer an overlapped AllGather+GEMM's timed-out wait depended on, with its
+ * progress as this rank sees it (*what says what it counts); -1 when unknown. */
+int mk_ag_gemm_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uint64_t* progress,
+                         char* what, size_t what_len);
 
 /* peer_mem.c: the exchange of workspaces between the ranks of a host. */
 int mk_peer_exchange_post(struct mk_fused_comm* fc);

@@ -111,18 +111,22 @@ int mk_trace_comm_end(struct mk_fused_comm* fc, cudaStream_t stream) {
 }
 
 int mk_trace_comm_hang(struct mk_fused_comm* fc, const struct mk_gemm_error* e, int peer,
-                       uint64_t peer_progress) {
+                       uint64_t peer_progress, const char* progress_what) {
   struct mk_trace_state* t = fc->trace;
-  struct mk_trace_hang h = {(uint32_t)fc->rank, e->tag & 0xffu, e->tile, e->flag_index,
-                            e->expected, e->seen, peer, peer_progress};
+  struct mk_trace_hang h = {(uint32_t)fc->rank, e->tag & 0x7fu, e->tile, e->flag_index,
+                            e->expected, e->seen, peer, peer_progress, progress_what};
   /* The kernel exited cleanly on the timeout, so the buffer is complete; the internal
    * stream avoids waiting on whatever the caller queued behind the kernel. */
   if (t) MK_CHECK(trace_copy_out(t, fc->internal));
   char report[8192];
   mk_trace_hang_report(t ? t->host : NULL, &h, 16, report, sizeof(report));
+  if (!t) { /* no file unless asked for: the log has it all */
+    MK_WARN("hang report:\n%s", report);
+    return 0;
+  }
   char path[4096];
-  mk_trace_file_name(mk_param_str(MK_PARAM_TRACE_DIR), (uint32_t)fc->rank,
-                     t ? t->host->h.call : 0, path, sizeof(path) - 16);
+  mk_trace_file_name(mk_param_str(MK_PARAM_TRACE_DIR), (uint32_t)fc->rank, t->host->h.call, path,
+                     sizeof(path) - 16);
   strcat(path, ".hang.txt");
   FILE* f = fopen(path, "w");
   if (f) {

@@ -189,7 +189,8 @@ int mk_trace_hang_report(struct mk_trace_buf* b, const struct mk_trace_hang* h, 
   rb_printf(&rb, "stuck: tile %" PRIu32 " waiting for flag %" PRIu32 ": expected %" PRIu64 ", seen %" PRIu64 "\n",
             h->tile, h->flag, h->expected, h->seen);
   if (h->peer >= 0)
-    rb_printf(&rb, "peer: rank %" PRId32 " progress %" PRIu64 " (chunks it has sent)\n", h->peer, h->peer_progress);
+    rb_printf(&rb, "peer: rank %" PRId32 " progress %" PRIu64 " (%s)\n", h->peer, h->peer_progress,
+              h->progress_what ? h->progress_what : "chunks it has sent");
   else
     rb_printf(&rb, "peer: unknown\n");
   int ring = b ? mk_trace_find_stuck_ring(b, h) : -1;

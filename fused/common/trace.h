@@ -261,7 +261,8 @@ struct mk_trace_hang {
   uint32_t rank, op, tile, flag;
   uint64_t expected, seen;
   int32_t peer;           /* the rank whose data the flag announces; -1 unknown */
-  uint64_t peer_progress; /* that peer's progress counter (chunks it has sent) */
+  uint64_t peer_progress; /* that peer's progress counter */
+  const char* progress_what; /* what peer_progress counts; NULL: "chunks it has sent" */
 };
 /* The ring (cta x lanes + lane) whose newest event is the timed-out wait on h->flag, else the
  * one whose newest event names h->tile; -1 when no ring matches. */

@@ -2,15 +2,19 @@
  * The fused operations on 2 ranks against a float64 reference: correctness on odd and
  * small shapes, bad input rejected before launch with outputs untouched, CUDA-graph
  * capture and replays with fresh inputs, back-to-back calls with a randomly delayed rank,
- * ncclMkCommInit inside ncclGroupStart/End from one thread driving 2 GPUs, and a negative
- * control for the checker.
+ * ncclMkCommInit inside ncclGroupStart/End from one thread driving 2 GPUs, a planted missing
+ * flag that must end in a hang report naming the right rank, tile, flag and peer, and a
+ * negative control for the checker.
  *
- * usage: test_fused_ops <correctness|bad_input|graph|back_to_back|negative_control|group_init>
+ * usage: test_fused_ops <correctness|bad_input|graph|back_to_back|negative_control|group_init|
+ *                        hang_report>
  * The binary starts one process per GPU itself (group_init: one process, two GPUs).
  */
+#include <glob.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gemm_check.cuh"
@@ -272,7 +276,78 @@ static void scenario_negative_control(struct rank_env* e) {
   bufs_free(&o);
 }
 
+/* The planted fault: rank 1's push never raises rank 0's flag for row-block HANG_BLOCK (its
+ * shard's third), so rank 0's GEMM times out on it (NCCL_MK_DEBUG_DROP_FLAG, set per rank by
+ * hang_report_env before the library reads its parameters) while rank 1 completes. */
+enum { HANG_M = 2 * 512, HANG_N = 256, HANG_K = 256, HANG_BLOCK = 6 };
+
+static const char* hang_dir(void) {
+  static char dir[256];
+  if (!dir[0]) snprintf(dir, sizeof(dir), "/tmp/mk-hang-report.%llu", (unsigned long long)g_seed);
+  return dir;
+}
+
+static void hang_report_env(int rank) {
+  char v[16];
+  snprintf(v, sizeof(v), "%d", rank == 1 ? (int)HANG_BLOCK : -1);
+  setenv("NCCL_MK_DEBUG_DROP_FLAG", v, 1);
+  setenv("NCCL_MK_TIMEOUT_MS", "3000", 1);
+  setenv("NCCL_MK_TRACE", "1", 1);
+  setenv("NCCL_MK_TRACE_DIR", hang_dir(), 1);
+  mkdir(hang_dir(), 0755);
+}
+
+static int file_has(const char* text, const char* want, struct rank_env* e) {
+  int ok = strstr(text, want) != NULL;
+  if (!ok) fprintf(stderr, "rank %d: the hang report lacks \"%s\"\n", e->rank, want);
+  return ok;
+}
+
+/* Rank 0: the async error names the tile and flag, and the report file names the rank, the
+ * tile, the flag, the peer that owed it (rank 1, 3 of its 4 row-blocks arrived) and the CTA.
+ * Rank 1: no error (every flag it waited for was raised). */
+static void scenario_hang_report(struct rank_env* e) {
+  struct shape s = {HANG_M, HANG_N, HANG_K};
+  struct op_bufs o;
+  bufs_alloc(&o, s);
+  bufs_fill(e, &o, s, g_seed);
+  NCCL_OK(ncclMkAllGatherGemm(o.a_shard, o.b, o.c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  ncclResult_t async = ncclSuccess;
+  char msg[256] = "";
+  NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
+  printf("rank %d: async %d: %s\n", e->rank, (int)async, msg);
+  bufs_free(&o);
+  if (e->rank == 1) {
+    expect(e, async == ncclSuccess, "the rank that dropped the flag has no error", 0);
+    return;
+  }
+  expect(e, async != ncclSuccess, "the waiting rank reports an asynchronous error", 0);
+  expect(e, strstr(msg, "tile 6 waiting for flag 6") != NULL, "the error names tile and flag 6", 0);
+  char pattern[320], text[16384] = "";
+  snprintf(pattern, sizeof(pattern), "%s/mk-trace.rank0.call*.trace.hang.txt", hang_dir());
+  glob_t g;
+  if (glob(pattern, 0, NULL, &g) || g.gl_pathc != 1) {
+    expect(e, 0, "exactly one hang report file on rank 0", 0);
+    return;
+  }
+  FILE* f = fopen(g.gl_pathv[0], "r");
+  size_t len = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+  text[len] = '\0';
+  if (f) fclose(f);
+  printf("rank 0: %s:\n%s", g.gl_pathv[0], text);
+  globfree(&g);
+  int ok = file_has(text, "rank 0 op 1 ", e) && file_has(text, "stuck: tile 6 waiting for flag 6:", e) &&
+           file_has(text, "peer: rank 1 progress 3 (row-blocks of its shard arrived, of 4)", e) &&
+           file_has(text, "\ncta: ", e);
+  expect(e, ok, "the hang report names rank 0, tile 6, flag 6, peer 1 and the stuck CTA", 0);
+}
+
 static void run_scenario(struct rank_env* e, const char* name) {
+  if (!strcmp(name, "hang_report")) { /* ends with an asynchronous error on purpose */
+    scenario_hang_report(e);
+    return;
+  }
   ncclResult_t async = ncclSuccess;
   char msg[256];
   if (!strcmp(name, "correctness") || !strcmp(name, "group_init")) scenario_correctness(e);
@@ -288,6 +363,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
 static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
   struct rank_env e = {rank, NULL, NULL, 0};
   printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
+  if (!strcmp(scenario, "hang_report")) hang_report_env(rank);
   CUDA_OK(cudaSetDevice(rank));
   CUDA_OK(cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking));
   NCCL_OK(ncclCommInitRank(&e.comm, NR, *id, rank));

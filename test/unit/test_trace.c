@@ -90,7 +90,7 @@ static void hang_report_names_rank_tile_flag_cta_and_peer(void) {
   CHECK(strstr(out, "nccl-mk hang report v1\n") == out);
   CHECK(strstr(out, "rank 1 op 1 call 7\n") != NULL);
   CHECK(strstr(out, "stuck: tile 40 waiting for flag 9: expected 3, seen 2\n") != NULL);
-  CHECK(strstr(out, "peer: rank 0 progress 5") != NULL);
+  CHECK(strstr(out, "peer: rank 0 progress 5 (chunks it has sent)\n") != NULL);
   CHECK(strstr(out, "cta: 2 sm 102 lane 0\n") != NULL);
   /* Oldest first, across lanes: the producer's tile 39, the consumer's, then the wait. */
   const char* t39 = strstr(out, "producer  tile      39");
@@ -112,6 +112,10 @@ static void hang_report_without_trace_says_how_to_get_one(void) {
   CHECK(strstr(out, "stuck: tile 17 waiting for flag 4") != NULL);
   CHECK(strstr(out, "peer: unknown") != NULL);
   CHECK(strstr(out, "NCCL_MK_TRACE=1") != NULL);
+  /* An op that knows what its peer's progress counts says so (AllGather+GEMM: row-blocks). */
+  struct mk_trace_hang known = {0, 1, 6, 6, 1, 0, 1, 3, "row-blocks of its shard arrived, of 4"};
+  mk_trace_hang_report(NULL, &known, 8, out, sizeof(out));
+  CHECK(strstr(out, "peer: rank 1 progress 3 (row-blocks of its shard arrived, of 4)\n") != NULL);
 }
 
 static void stuck_ring_falls_back_to_the_tile_and_wraps_epochs(void) {

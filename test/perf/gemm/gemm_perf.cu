@@ -4,12 +4,16 @@
  * would fit in L2. Prints M N K, both TFLOP/s, the ratio and the agreement of the outputs,
  * then the median and min ratio. Usage: gemm_perf [quick|full] [iters] [variants] [group_m] [num_sms]
  * (variants: comma-separated configuration numbers of gemm.cu, first is reported; default 0).
+ * `gemm_perf trace [iters]`: what the trace hooks cost: the same GEMM with its trace pointer
+ * NULL (off) and with a trace buffer (on), interleaved, in rounds; prints both medians, the
+ * difference and the run-to-run spread (max - min of the off rounds' medians).
  */
 #include <algorithm>
 #include <string.h>
 #include <vector>
 #include "gemm_tune.h"
 #include "gemm_check.cuh"
+#include "trace.h"
 
 struct shape { int m, n, k; };
 
@@ -80,8 +84,74 @@ static struct result bench_shape(struct shape s, int iters, size_t l2_bytes) {
   return res;
 }
 
+/* A device trace buffer for `ctas` CTAs, header and ring table filled as the library does. */
+static struct mk_trace_buf* trace_buffer_alloc(int ctas) {
+  const uint32_t nrings = (uint32_t)ctas * MK_TRACE_LANES, capacity = 1024;
+  const size_t bytes = mk_trace_buf_bytes(nrings, capacity);
+  std::vector<char> host(bytes, 0);
+  mk_trace_init_header((struct mk_trace_buf*)host.data(), 0, 1, 0, (uint32_t)ctas, capacity);
+  struct mk_trace_buf* dev;
+  CUDA_OK(cudaMalloc((void**)&dev, bytes));
+  CUDA_OK(cudaMemcpy(dev, host.data(), bytes, cudaMemcpyHostToDevice));
+  return dev;
+}
+
+static int trace_overhead(int iters, int sms) {
+  const struct shape shapes[] = {{4096, 8192, 8192}, {8192, 8192, 8192}, {2048, 8192, 8192}};
+  const int rounds = 7;
+  struct mk_trace_buf* trace = trace_buffer_alloc(sms);
+  printf("trace overhead: GEMM core, trace off vs on, interleaved, %d rounds x %d runs\n", rounds, iters);
+  printf("%6s %6s %6s %9s %9s %8s %9s %s\n", "M", "N", "K", "off ms", "on ms", "on-off", "spread", "within");
+  for (const struct shape& s : shapes) {
+    void *a, *b, *c;
+    CUDA_OK(cudaMalloc(&a, (size_t)s.m * s.k * 2));
+    CUDA_OK(cudaMalloc(&b, (size_t)s.n * s.k * 2));
+    CUDA_OK(cudaMalloc(&c, (size_t)s.m * s.n * 2));
+    fill_random_bf16(a, (size_t)s.m * s.k, 1, 1.0f);
+    fill_random_bf16(b, (size_t)s.n * s.k, 2, 1.0f);
+    struct mk_gemm_args g;
+    memset(&g, 0, sizeof(g));
+    g.m = s.m, g.n = s.n, g.k = s.k, g.a = a, g.b = b, g.c = c;
+    cudaEvent_t ev[3];
+    for (int i = 0; i < 3; i++) CUDA_OK(cudaEventCreate(&ev[i]));
+    std::vector<float> off_rounds, on_rounds;
+    for (int r = 0; r < rounds; r++) {
+      std::vector<float> off, on;
+      for (int it = -2; it < iters; it++) {
+        CUDA_OK(cudaEventRecord(ev[0]));
+        g.trace = NULL;
+        if (mk_gemm_launch(&g, 0)) return 1;
+        CUDA_OK(cudaEventRecord(ev[1]));
+        g.trace = trace;
+        if (mk_gemm_launch(&g, 0)) return 1;
+        CUDA_OK(cudaEventRecord(ev[2]));
+        CUDA_OK(cudaEventSynchronize(ev[2]));
+        float t0, t1;
+        CUDA_OK(cudaEventElapsedTime(&t0, ev[0], ev[1]));
+        CUDA_OK(cudaEventElapsedTime(&t1, ev[1], ev[2]));
+        if (it >= 0) off.push_back(t0), on.push_back(t1);
+      }
+      off_rounds.push_back(median(off)), on_rounds.push_back(median(on));
+    }
+    const float off = median(off_rounds), on = median(on_rounds);
+    const float spread = *std::max_element(off_rounds.begin(), off_rounds.end()) -
+                         *std::min_element(off_rounds.begin(), off_rounds.end());
+    printf("%6d %6d %6d %9.4f %9.4f %+8.4f %9.4f %s\n", s.m, s.n, s.k, off, on, on - off, spread,
+           fabsf(on - off) <= spread ? "yes" : "no");
+    for (int i = 0; i < 3; i++) cudaEventDestroy(ev[i]);
+    cudaFree(a), cudaFree(b), cudaFree(c);
+  }
+  cudaFree(trace);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   gpu_or_skip();
+  if (argc > 1 && !strcmp(argv[1], "trace")) {
+    cudaDeviceProp p;
+    CUDA_OK(cudaGetDeviceProperties(&p, 0));
+    return trace_overhead(argc > 2 ? atoi(argv[2]) : 20, p.multiProcessorCount);
+  }
   const int quick = argc > 1 && !strcmp(argv[1], "quick");
   const int iters = argc > 2 ? atoi(argv[2]) : 25;
   if (argc > 3) {
