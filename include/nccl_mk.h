@@ -67,7 +67,13 @@ typedef struct {
   int comm_sms;           /* SMs given to communication; 0: chosen per shape */
   size_t chunk_bytes;     /* communication chunk; 0: chosen per shape */
   int timeout_ms;         /* bound on every wait inside a kernel; 0: NCCL_MK_TIMEOUT_MS */
-  int reserved[16];
+  /* MoE (ncclMkMoeDispatchGemm / ncclMkMoeGemmCombine); 0 in moe_max_tokens: no MoE workspace */
+  int moe_max_tokens;     /* largest tokens per rank of a dispatch; default 0 */
+  int moe_max_hidden;     /* largest hidden size; default 0 */
+  int moe_max_topk;       /* largest experts per token; default 0 */
+  int moe_max_recv_rows;  /* bound on the (token, local expert) rows one rank receives; 0: the
+                           * worst case, nranks * moe_max_tokens * moe_max_topk */
+  int reserved[12];
 } ncclMkConfig;
 
 /* Fills *config with the defaults above. ncclInvalidArgument if config is NULL. */
@@ -126,6 +132,67 @@ NCCL_MK_API ncclResult_t ncclMkGemmReduceScatter(const void* a, const void* b, v
 NCCL_MK_API ncclResult_t ncclMkGemmAllReduce(const void* a, const void* b, void* c, size_t m,
                                              size_t n, size_t k, ncclDataType_t type,
                                              ncclComm_t comm, cudaStream_t stream);
+
+/* ---- MoE expert parallelism --------------------------------------------------------------
+ *
+ * Every rank of the communicator is one expert-parallel rank. With E experts in all, rank r
+ * owns the E_local = E / nranks consecutive experts [r * E_local, (r + 1) * E_local). A token
+ * goes once to each rank that owns at least one of its experts; there it becomes one row per
+ * (token, local expert), rows grouped by local expert. Routing is read on the GPU: no call
+ * synchronises with the host, so a whole MoE layer can be captured in a CUDA graph. Expert
+ * ids outside [0, E) in topk_idx mask their slot (it gets no row and adds nothing).
+ * Needs ncclMkConfig.moe_* at ncclMkCommInit and, for now, every rank on one host
+ * (ncclInvalidUsage otherwise). Return codes as for the dense ops; ncclRemoteError also
+ * when a dispatch received more rows than moe_max_recv_rows (the layout is then empty).
+ */
+typedef struct ncclMkMoeLayout* ncclMkMoeLayout_t;
+
+/* A routing layout for `comm` (device memory sized from its config): written by a dispatch,
+ * read by the combine of the same tokens. Not collective. ncclSuccess, ncclInvalidArgument
+ * (NULL argument), ncclInvalidUsage (no ncclMkCommInit or no MoE workspace configured),
+ * ncclSystemError (allocation). */
+NCCL_MK_API ncclResult_t ncclMkMoeLayoutCreate(ncclComm_t comm, ncclMkMoeLayout_t* layout);
+/* Frees a layout; its last dispatch and combine must have completed. */
+NCCL_MK_API ncclResult_t ncclMkMoeLayoutDestroy(ncclMkMoeLayout_t layout);
+
+/* What a layout holds after a dispatch, as device pointers (valid once the dispatch ran). */
+typedef struct {
+  const int* group_offsets;  /* [experts_local + 1]: local expert j owns rows
+                              * [group_offsets[j], group_offsets[j + 1]) of act */
+  const int* row_source;     /* [max_recv_rows][3]: each row's source rank, token index on
+                              * that rank and top-k slot */
+  const unsigned long long* rows_sent; /* rows this rank sent to other ranks (deduplicated) */
+  int max_recv_rows;
+  int experts_local;         /* of the last dispatch */
+} ncclMkMoeLayoutInfo;
+NCCL_MK_API ncclResult_t ncclMkMoeLayoutGetInfo(ncclMkMoeLayout_t layout, ncclMkMoeLayoutInfo* info);
+
+/*
+ * ncclMkMoeDispatchGemm: dispatch x to the experts' ranks and run the first grouped GEMM.
+ * x: [tokens, hidden]; topk_idx: int32 [tokens, topk] (global expert ids); w1: the local
+ * experts' first weight, [E_local, inter, hidden] (gate and up fused: inter = 2I);
+ * act: [max_recv_rows, inter], row i = (its token's x) . w1[its expert]^T, rows grouped by
+ * local expert as `layout` says; rows past the last are not written.
+ * num_experts: E, a multiple of nranks; hidden and inter multiples of 8.
+ */
+NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_idx, const void* w1,
+                                               void* act, size_t tokens, size_t hidden, size_t inter,
+                                               int topk, int num_experts, ncclMkMoeLayout_t layout,
+                                               ncclDataType_t type, ncclComm_t comm,
+                                               cudaStream_t stream);
+
+/*
+ * ncclMkMoeGemmCombine: the second grouped GEMM on the rows of the layout's dispatch, each
+ * output row sent back to its token's rank, and there
+ * out[t] = sum over slots s of topk_weights[t, s] * row(t, s) (fp32 sum, one bf16 rounding).
+ * act: [max_recv_rows, inter] (the first GEMM's output after the activation); w2: [E_local,
+ * hidden, inter]; topk_weights: float [tokens, topk]; out: [tokens, hidden]. tokens, topk and
+ * the expert count are the dispatch's. A token all of whose slots are masked gets zeros.
+ */
+NCCL_MK_API ncclResult_t ncclMkMoeGemmCombine(const void* act, const void* w2, const float* topk_weights,
+                                              void* out, size_t tokens, size_t hidden, size_t inter,
+                                              ncclMkMoeLayout_t layout, ncclDataType_t type,
+                                              ncclComm_t comm, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

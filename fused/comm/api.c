@@ -23,6 +23,22 @@ NCCL_MK_API ncclResult_t ncclMkConfigDefaults(ncclMkConfig* config) {
   return ncclSuccess;
 }
 
+/* moe_max_tokens 0: no MoE; else a hidden size (multiple of 8) and 1..16 experts per token. */
+static int moe_config_check(const ncclMkConfig* c) {
+  if (c->moe_max_tokens < 0 || c->moe_max_recv_rows < 0) {
+    MK_WARN("ncclMkCommInit: moe_max_tokens (%d) and moe_max_recv_rows (%d) must not be negative",
+            c->moe_max_tokens, c->moe_max_recv_rows);
+    return -EINVAL;
+  }
+  if (c->moe_max_tokens && (c->moe_max_hidden < 8 || c->moe_max_hidden % 8 || c->moe_max_topk < 1 ||
+                            c->moe_max_topk > 16 || c->moe_max_tokens > (1 << 20))) {
+    MK_WARN("ncclMkCommInit: with moe_max_tokens = %d (at most 2^20), moe_max_hidden (%d) must be a positive "
+            "multiple of 8 and moe_max_topk (%d) in 1..16", c->moe_max_tokens, c->moe_max_hidden, c->moe_max_topk);
+    return -EINVAL;
+  }
+  return 0;
+}
+
 static int config_check(const ncclMkConfig* c) {
   if (c->size != sizeof(ncclMkConfig)) {
     MK_WARN("ncclMkCommInit: config.size is %zu, this library expects %zu: fill the config "
@@ -39,7 +55,7 @@ static int config_check(const ncclMkConfig* c) {
             c->comm_sms, c->timeout_ms);
     return -EINVAL;
   }
-  return 0;
+  return moe_config_check(c);
 }
 
 NCCL_MK_API ncclResult_t ncclMkCommInit(ncclComm_t comm, const ncclMkConfig* config) {

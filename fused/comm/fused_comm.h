@@ -11,6 +11,7 @@
  *          [64, 96 KiB)  GEMM+ReduceScatter's row-block counters (fused/gemm_rs/rs_reduce.h)
  *   data:  max_m × max(max_k, max_n) × 2 B with NCCL_MK_FUSED=1 (AllGather+GEMM's gathered A,
  *          GEMM+ReduceScatter's partial sums from the peers), else none
+ *   moe:   the MoE ops' area (fused/moe/moe.h) when ncclMkConfig.moe_max_tokens > 0
  */
 #ifndef MK_FUSED_COMM_H_
 #define MK_FUSED_COMM_H_
@@ -57,6 +58,7 @@ struct mk_fused_comm {
   struct mk_gemm_error* err;    /* host-mapped: kernels report timeouts here */
   int broken;
   struct mk_trace_state* trace; /* NCCL_MK_TRACE=1 only (trace_comm.c), else NULL */
+  size_t moe_offset, moe_bytes; /* the MoE area in sym (fused/moe/moe.h); 0 bytes: none */
   int ag_shard_blocks;          /* row-blocks per shard of the last overlapped AllGather+GEMM
                                  * (a hang report names the peer that owed a row-block) */
 };

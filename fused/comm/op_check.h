@@ -6,7 +6,13 @@
 
 #include "fused_comm.h"
 
-enum mk_op_id { MK_OP_AG_GEMM = 1, MK_OP_GEMM_RS = 2, MK_OP_GEMM_AR = 3 };
+enum mk_op_id {
+  MK_OP_AG_GEMM = 1,
+  MK_OP_GEMM_RS = 2,
+  MK_OP_GEMM_AR = 3,
+  MK_OP_MOE_DISPATCH = 4,
+  MK_OP_MOE_COMBINE = 5
+};
 
 struct mk_op_call {
   enum mk_op_id op;

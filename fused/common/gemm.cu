@@ -62,8 +62,8 @@ static int gemm_validate(const struct mk_gemm_args* a) {
   if (a->raster_group_m < 0) GEMM_REJECT("mk_gemm_launch: raster_group_m = %d, must be >= 0", a->raster_group_m);
   if (a->group_offsets && a->num_groups < 1)
     GEMM_REJECT("mk_gemm_launch: num_groups = %d with group_offsets set, must be >= 1", a->num_groups);
-  if (a->group_offsets && (a->ready_flags || a->row_block_order))
-    GEMM_REJECT("mk_gemm_launch: ready_flags/row_block_order are not supported with group_offsets");
+  if (a->group_offsets && a->row_block_order)
+    GEMM_REJECT("mk_gemm_launch: row_block_order is not supported with group_offsets");
   if (a->a_local && (gemm_misaligned(a->a_local) || a->a_local_rows < 1 || a->a_local_row0 < 0 ||
                      a->a_local_row0 + (long)a->a_local_rows > a->m || a->group_offsets ||
                      a->a_local_row0 % mk_gemm_default_cfg::BM ||

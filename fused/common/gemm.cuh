@@ -144,8 +144,9 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
     /* ASSUMPTION: ready flags only with CLUSTER_M == 1 (the launcher picks it): an abort in
      * one CTA of a pair would leave its partner waiting for the multicast half. */
     const bool local = t.row0 >= p.a_local_row0 && t.row0 < p.a_local_row_end;
-    if (p.ready_flags && t.mb != ready_mb && !local) {
-      if (!gemm_wait_row_block(p, t.mb, t.linear)) {
+    const int ready_index = p.group_offsets ? t.group : t.mb; /* grouped: one flag per group */
+    if (p.ready_flags && ready_index != ready_mb && !local) {
+      if (!gemm_wait_row_block(p, ready_index, t.linear)) {
         /* Abort at a tile boundary: every stage loaded so far has been or will be consumed
          * in order, so the consumers drain the ring, then find this data-less arrival with
          * abort_flag naming this tile, and leave. No copy is in flight when the CTA exits. */
@@ -154,7 +155,7 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
         mbarrier_arrive(&full[stage]);
         return;
       }
-      ready_mb = t.mb;
+      ready_mb = ready_index;
     }
     if (p.tile_start_ns && t.valid) p.tile_start_ns[t.linear] = globaltimer_ns();
     const int b_row = t.b_row0 + rank * Cfg::B_ROWS_PER_CTA;

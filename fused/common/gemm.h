@@ -16,8 +16,11 @@
  *    with tile_flags_by_row_block (a row-block is complete at tiles_n = ceil(n / block_n)).
  *  - num_sms: the number of CTAs (one per SM) of the persistent grid; 0 = all SMs.
  *  - grouped (MoE): group_offsets (device, num_groups + 1 row prefix sums, [0] = 0,
- *    [num_groups] = m) gives each group's contiguous rows of A and C; B holds the groups'
- *    weights stacked as [num_groups, N, K]. Groups may be empty.
+ *    [num_groups] <= m) gives each group's contiguous rows of A and C; B holds the groups'
+ *    weights stacked as [num_groups, N, K]. Groups may be empty; rows past the last group
+ *    are not touched (m is then a capacity: offsets written on the device need no host sync).
+ *    With ready_flags, grouped mode waits per group: ready_flags[group] >= target before
+ *    any row of the group is loaded.
  */
 #ifndef MK_GEMM_H_
 #define MK_GEMM_H_

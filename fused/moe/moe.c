@@ -1,0 +1,275 @@
+/*
+ * ncclMkMoeDispatchGemm, ncclMkMoeGemmCombine and their layouts (the kernels and the protocol
+ * are in moe.h). Every rank must share this host: peers are reached by load/store.
+ *
+ * NCCL_MK_MOE_OVERLAP=1 runs the dispatch's comm kernel on a few SMs beside the grouped GEMM,
+ * which starts each expert once its rows are in; 0 gives the dispatch every SM, then runs
+ * the GEMM on every SM (no waits).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ag_push.h"
+#include "mk_err.h"
+#include "mk_log.h"
+#include "mk_param.h"
+#include "moe.h"
+#include "op_check.h"
+
+#define MOE_PUSH_CTAS 4
+#define MOE_EXPAND_CTAS 8
+
+struct ncclMkMoeLayout {
+  ncclComm_t comm;
+  int* group_offsets;             /* [MK_MOE_MAX_LOCAL_EXPERTS + 1] */
+  int* row_source;                /* [max_recv_rows][3] */
+  int* slot_dest;                 /* [max_tokens][max_topk] */
+  unsigned long long* rows_sent;
+  int max_recv_rows;
+  int dispatched, tokens, topk, num_experts, e_local; /* the last dispatch's (host) */
+};
+
+static size_t moe_take(size_t* at, size_t bytes) {
+  size_t off = *at;
+  *at += (bytes + 255) & ~(size_t)255;
+  return off;
+}
+
+size_t mk_moe_geom_layout(struct mk_moe_geom* g) {
+  const size_t nr = (size_t)g->nranks, t = (size_t)g->max_tokens, h = (size_t)g->max_hidden;
+  const size_t meta = (size_t)(1 + g->max_topk) * 4, chunks = (t + MK_MOE_CHUNK_ROWS - 1) / MK_MOE_CHUNK_ROWS;
+  size_t at = 0;
+  g->counts_flag = moe_take(&at, MK_MOE_MAX_RANKS * 8);
+  g->comb_flag = moe_take(&at, (size_t)MK_MOE_MAX_RANKS * MK_MOE_SCATTER_CTAS * 8);
+  g->counts = moe_take(&at, (size_t)MK_MOE_MAX_RANKS * MK_MOE_COUNT_STRIDE * 4);
+  g->chunk_flag = moe_take(&at, (size_t)MK_MOE_MAX_RANKS * chunks * 8);
+  g->meta = moe_take(&at, nr * t * meta);
+  g->recv = moe_take(&at, nr * t * h * 2);
+  g->comb = moe_take(&at, t * (size_t)g->max_topk * h * 2);
+  g->ready = moe_take(&at, MK_MOE_MAX_LOCAL_EXPERTS * 8);
+  g->rows_done = moe_take(&at, MK_MOE_MAX_LOCAL_EXPERTS * 4);
+  g->send_counts = moe_take(&at, (size_t)MK_MOE_MAX_RANKS * MK_MOE_COUNT_STRIDE * 4);
+  g->send_list = moe_take(&at, nr * t * 4);
+  g->send_meta = moe_take(&at, nr * t * meta);
+  g->seg = moe_take(&at, (size_t)MK_MOE_MAX_LOCAL_EXPERTS * MK_MOE_MAX_RANKS * 4);
+  g->rows = moe_take(&at, (size_t)g->max_recv_rows * h * 2);
+  g->bytes = at;
+  return at;
+}
+
+static struct mk_moe_geom moe_geom(const struct mk_fused_comm* fc) {
+  struct mk_moe_geom g = {.nranks = fc->nranks, .max_tokens = fc->cfg.moe_max_tokens,
+                          .max_hidden = fc->cfg.moe_max_hidden, .max_topk = fc->cfg.moe_max_topk,
+                          .max_recv_rows = fc->cfg.moe_max_recv_rows};
+  mk_moe_geom_layout(&g);
+  return g;
+}
+
+NCCL_MK_API ncclResult_t ncclMkMoeLayoutCreate(ncclComm_t comm, ncclMkMoeLayout_t* layout) {
+  if (!comm || !layout) {
+    MK_WARN("ncclMkMoeLayoutCreate: %s is NULL", comm ? "layout" : "comm");
+    return ncclInvalidArgument;
+  }
+  struct mk_fused_comm* fc;
+  int prev, rc = mk_fused_comm_get(comm, NULL, &fc);
+  if (rc) return mk_result_from_errno(rc);
+  if (!fc->moe_bytes) {
+    MK_WARN("ncclMkMoeLayoutCreate: the communicator has no MoE workspace: set ncclMkConfig.moe_max_tokens, "
+            "moe_max_hidden and moe_max_topk before ncclMkCommInit");
+    return ncclInvalidUsage;
+  }
+  struct ncclMkMoeLayout* l = calloc(1, sizeof(*l));
+  if (!l) return ncclSystemError;
+  l->comm = comm;
+  l->max_recv_rows = fc->cfg.moe_max_recv_rows;
+  rc = mk_op_device_enter(fc, &prev);
+  const size_t slots = (size_t)fc->cfg.moe_max_tokens * fc->cfg.moe_max_topk;
+  if (!rc) rc = mk_cuda_check(cudaMalloc((void**)&l->group_offsets, (MK_MOE_MAX_LOCAL_EXPERTS + 1) * 4), "cudaMalloc (layout)");
+  if (!rc) rc = mk_cuda_check(cudaMalloc((void**)&l->row_source, (size_t)l->max_recv_rows * 12), "cudaMalloc (layout)");
+  if (!rc) rc = mk_cuda_check(cudaMalloc((void**)&l->slot_dest, slots * 4), "cudaMalloc (layout)");
+  if (!rc) rc = mk_cuda_check(cudaMalloc((void**)&l->rows_sent, 8), "cudaMalloc (layout)");
+  if (!rc) rc = mk_cuda_check(cudaMemset(l->group_offsets, 0, (MK_MOE_MAX_LOCAL_EXPERTS + 1) * 4), "cudaMemset");
+  if (!rc) rc = mk_cuda_check(cudaMemset(l->rows_sent, 0, 8), "cudaMemset");
+  mk_op_device_leave(prev);
+  if (rc) {
+    ncclMkMoeLayoutDestroy(l);
+    return mk_result_from_errno(rc);
+  }
+  *layout = l;
+  return ncclSuccess;
+}
+
+NCCL_MK_API ncclResult_t ncclMkMoeLayoutDestroy(ncclMkMoeLayout_t l) {
+  if (!l) {
+    MK_WARN("ncclMkMoeLayoutDestroy: layout is NULL");
+    return ncclInvalidArgument;
+  }
+  cudaFree(l->group_offsets);
+  cudaFree(l->row_source);
+  cudaFree(l->slot_dest);
+  cudaFree(l->rows_sent);
+  free(l);
+  return ncclSuccess;
+}
+
+NCCL_MK_API ncclResult_t ncclMkMoeLayoutGetInfo(ncclMkMoeLayout_t l, ncclMkMoeLayoutInfo* info) {
+  if (!l || !info) {
+    MK_WARN("ncclMkMoeLayoutGetInfo: %s is NULL", l ? "info" : "layout");
+    return ncclInvalidArgument;
+  }
+  info->group_offsets = l->group_offsets;
+  info->row_source = l->row_source;
+  info->rows_sent = l->rows_sent;
+  info->max_recv_rows = l->max_recv_rows;
+  info->experts_local = l->e_local;
+  return ncclSuccess;
+}
+
+/* What both ops check beyond mk_op_check: the layout, the workspace, the MoE shape limits. */
+static int moe_check(const char* op, const struct mk_fused_comm* fc, ncclMkMoeLayout_t l, ncclComm_t comm,
+                     size_t tokens, size_t hidden, int topk, int num_experts) {
+  const ncclMkConfig* c = &fc->cfg;
+  if (!l || l->comm != comm) {
+    MK_WARN("%s: layout %s", op, l ? "was made for another communicator" : "is NULL");
+    return -EINVAL;
+  }
+  if (fc->local_size != fc->nranks || fc->nranks > MK_MOE_MAX_RANKS) {
+    MK_WARN("%s: every rank must share this host (%d of %d do), at most %d ranks", op, fc->local_size,
+            fc->nranks, MK_MOE_MAX_RANKS);
+    return -ENOTSUP;
+  }
+  if (!fc->moe_bytes) {
+    MK_WARN("%s: no MoE workspace: set ncclMkConfig.moe_max_* before ncclMkCommInit", op);
+    return -ENOTSUP;
+  }
+  if (tokens > (size_t)c->moe_max_tokens || hidden > (size_t)c->moe_max_hidden || topk < 1 ||
+      topk > c->moe_max_topk || topk > MK_MOE_MAX_TOPK) {
+    MK_WARN("%s: tokens %zu, hidden %zu, topk %d exceed the configured moe_max_tokens %d, moe_max_hidden %d, "
+            "moe_max_topk %d (topk at most %d)", op, tokens, hidden, topk, c->moe_max_tokens, c->moe_max_hidden,
+            c->moe_max_topk, MK_MOE_MAX_TOPK);
+    return -EINVAL;
+  }
+  if (num_experts < fc->nranks || num_experts % fc->nranks || num_experts / fc->nranks > MK_MOE_MAX_LOCAL_EXPERTS) {
+    MK_WARN("%s: num_experts %d must be a positive multiple of the %d ranks, at most %d per rank", op, num_experts,
+            fc->nranks, MK_MOE_MAX_LOCAL_EXPERTS);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+static void moe_args_fill(struct mk_fused_comm* fc, ncclMkMoeLayout_t l, enum mk_op_id op, struct mk_moe_args* a) {
+  memset(a, 0, sizeof(*a));
+  a->g = moe_geom(fc);
+  a->rank = fc->rank, a->nranks = fc->nranks;
+  for (int p = 0; p < fc->nranks; p++) {
+    a->moe[p] = (char*)fc->peer_sym[p] + fc->moe_offset;
+    a->words[p] = (uint64_t*)fc->peer_sym[p];
+  }
+  a->tokens = l->tokens, a->topk = l->topk, a->num_experts = l->num_experts, a->e_local = l->e_local;
+  a->group_offsets = l->group_offsets, a->row_source = l->row_source, a->slot_dest = l->slot_dest;
+  a->rows_sent = l->rows_sent;
+  a->err = fc->err;
+  a->err_tag = mk_op_err_tag(fc, op);
+  a->timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000u;
+}
+
+/* The grouped GEMM over the layout's groups; m is the capacity (the offsets end earlier). */
+static void moe_gemm_args(struct mk_fused_comm* fc, enum mk_op_id op, const struct mk_moe_args* a,
+                          struct mk_gemm_args* g) {
+  mk_op_gemm_args(fc, op, g);
+  g->m = a->g.max_recv_rows;
+  g->num_groups = a->e_local;
+  g->group_offsets = a->group_offsets;
+}
+
+static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, const void* w1, void* act,
+                               size_t inter, cudaStream_t stream) {
+  const int overlap = (int)mk_param_int(MK_PARAM_MOE_OVERLAP);
+  a->push_ctas = overlap ? MOE_PUSH_CTAS : fc->num_sms / 4;
+  a->expand_ctas = overlap ? MOE_EXPAND_CTAS : fc->num_sms - a->push_ctas;
+  MK_CHECK(mk_moe_begin_launch(a, 1, stream));
+  MK_CHECK(mk_moe_route_launch(a, stream));
+  MK_CHECK(mk_moe_counts_launch(a, stream));
+  struct mk_gemm_args g;
+  moe_gemm_args(fc, MK_OP_MOE_DISPATCH, a, &g);
+  g.n = (int)inter, g.k = a->hidden;
+  g.a = a->moe[a->rank] + a->g.rows, g.b = w1, g.c = act;
+  if (overlap) {
+    g.ready_flags = (const uint64_t*)(a->moe[a->rank] + a->g.ready);
+    g.ready_target_ptr = a->words[a->rank] + MK_AG_WORD_CALL;
+    g.num_sms = fc->num_sms - a->push_ctas - a->expand_ctas;
+  }
+  MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_fork, stream), "cudaEventRecord (fork)"));
+  MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
+  MK_CHECK(mk_moe_comm_launch(a, fc->side));
+  MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)"));
+  if (!overlap) MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
+  MK_CHECK(mk_gemm_launch(&g, stream));
+  if (overlap) MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
+  return mk_moe_finish_launch(a, stream);
+}
+
+NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_idx, const void* w1, void* act,
+                                               size_t tokens, size_t hidden, size_t inter, int topk,
+                                               int num_experts, ncclMkMoeLayout_t layout, ncclDataType_t type,
+                                               ncclComm_t comm, cudaStream_t stream) {
+  struct mk_op_call call = {
+      .op = MK_OP_MOE_DISPATCH, .name = "ncclMkMoeDispatchGemm", .m = tokens, .n = inter, .k = hidden,
+      .type = type, .ptrs = {x, topk_idx, w1, act}, .ptr_names = {"x", "topk_idx", "w1", "act"}, .nptrs = 4,
+      .comm = comm, .stream = stream};
+  struct mk_fused_comm* fc;
+  int prev, rc = mk_op_check(&call, &fc);
+  if (!rc) rc = moe_check(call.name, fc, layout, comm, tokens, hidden, topk, num_experts);
+  if (rc) return mk_result_from_errno(rc);
+  layout->dispatched = 1, layout->tokens = (int)tokens, layout->topk = topk;
+  layout->num_experts = num_experts, layout->e_local = num_experts / fc->nranks;
+  struct mk_moe_args a;
+  moe_args_fill(fc, layout, MK_OP_MOE_DISPATCH, &a);
+  a.hidden = (int)hidden;
+  a.x = x, a.topk_idx = topk_idx;
+  rc = mk_op_device_enter(fc, &prev);
+  if (!rc) rc = moe_dispatch_launch(fc, &a, w1, act, inter, stream);
+  mk_op_device_leave(prev);
+  return mk_result_from_errno(rc);
+}
+
+static int moe_combine_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, const void* act, const void* w2,
+                              size_t inter, cudaStream_t stream) {
+  MK_CHECK(mk_moe_begin_launch(a, 0, stream));
+  struct mk_gemm_args g;
+  moe_gemm_args(fc, MK_OP_MOE_COMBINE, a, &g);
+  g.n = a->hidden, g.k = (int)inter;
+  g.a = act, g.b = w2, g.c = a->moe[a->rank] + a->g.rows;
+  MK_CHECK(mk_gemm_launch(&g, stream));
+  MK_CHECK(mk_moe_scatter_launch(a, stream));
+  MK_CHECK(mk_moe_reduce_launch(a, stream));
+  return mk_moe_finish_launch(a, stream);
+}
+
+NCCL_MK_API ncclResult_t ncclMkMoeGemmCombine(const void* act, const void* w2, const float* topk_weights, void* out,
+                                              size_t tokens, size_t hidden, size_t inter, ncclMkMoeLayout_t layout,
+                                              ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
+  struct mk_op_call call = {
+      .op = MK_OP_MOE_COMBINE, .name = "ncclMkMoeGemmCombine", .m = tokens, .n = hidden, .k = inter,
+      .type = type, .ptrs = {act, w2, topk_weights, out}, .ptr_names = {"act", "w2", "topk_weights", "out"},
+      .nptrs = 4, .comm = comm, .stream = stream};
+  struct mk_fused_comm* fc;
+  int prev, rc = mk_op_check(&call, &fc);
+  if (!rc && layout && (!layout->dispatched || (size_t)layout->tokens != tokens)) {
+    MK_WARN("%s: tokens %zu, but the layout's dispatch %s %d", call.name, tokens,
+            layout->dispatched ? "had" : "has not run: tokens", layout->tokens);
+    rc = -EINVAL;
+  }
+  if (!rc) rc = moe_check(call.name, fc, layout, comm, tokens, hidden, layout ? layout->topk : 1,
+                          layout ? layout->num_experts : fc->nranks);
+  if (rc) return mk_result_from_errno(rc);
+  struct mk_moe_args a;
+  moe_args_fill(fc, layout, MK_OP_MOE_COMBINE, &a);
+  a.hidden = (int)hidden;
+  a.topk_weights = topk_weights, a.out = out;
+  rc = mk_op_device_enter(fc, &prev);
+  if (!rc) rc = moe_combine_launch(fc, &a, act, w2, inter, stream);
+  mk_op_device_leave(prev);
+  return mk_result_from_errno(rc);
+}

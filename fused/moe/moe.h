@@ -1,0 +1,100 @@
+/*
+ * MoE expert parallelism on peer memory (C interface to moe_dispatch.cu and moe_combine.cu).
+ *
+ * Dispatch, call e on rank s (every rank on this host; ncclMkMoeDispatchGemm in moe.c):
+ *   begin     call = done + 1; zero this call's counters
+ *   route     per token: once per destination rank d that owns one of its experts, a place
+ *             u in d's list (atomic), and per (token, slot) with an expert j on d a place
+ *             pos among s's rows for (d, j) (atomic: the order inside a group is not fixed,
+ *             each row says where it came from)
+ *   counts    for each d, once d finished call e-1: s's counts into d's counts[s], then
+ *             counts_flag[s] = e; waits for every source's counts, then writes the group
+ *             offsets (expert j's rows: sources in rank order) for the GEMM and the expand
+ *   comm      (side stream, the SMs the GEMM leaves) push CTAs copy s's listed tokens and
+ *             their slots into each peer's recv[s] / meta[s], 32-row chunks, raising
+ *             chunk_flag[s][c] = e after each; expand CTAs take every source's chunks (own
+ *             first: read in place), copy each row to its (expert, source, pos) place in the
+ *             GEMM's A, and the last row of expert j raises ready[j] = e
+ *   GEMM      grouped over the local experts, each group waiting for ready[j] >= e
+ *   finish    done = e (peers may write this rank's areas again)
+ * Combine, call e: begin; the grouped GEMM into y; scatter: every row of y to its source's
+ * comb[token][slot] (waiting for that source's done >= e-1), then per CTA
+ * comb_flag[d][cta] = e on every rank; reduce: once every flag is e, out[t] = sum over valid
+ * slots of weight * comb[t][slot] in fp32; finish.
+ *
+ * MoE area of each rank's symmetric workspace (after the dense ops' data area), offsets in
+ * struct mk_moe_geom: written by peers: counts_flag, comb_flag, counts, chunk_flag, meta,
+ * recv, comb; this rank only: ready, rows_done, send_counts, send_list, send_meta, seg, rows
+ * (the GEMM's A in a dispatch, y in a combine).
+ */
+#ifndef MK_MOE_H_
+#define MK_MOE_H_
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MK_MOE_MAX_RANKS 8
+#define MK_MOE_MAX_LOCAL_EXPERTS 256
+#define MK_MOE_MAX_TOPK 16
+#define MK_MOE_COUNT_STRIDE (1 + MK_MOE_MAX_LOCAL_EXPERTS) /* [0] tokens, [1 + j] rows of expert j */
+#define MK_MOE_CHUNK_ROWS 32
+#define MK_MOE_SCATTER_CTAS 128 /* fixed on every rank: the reduce waits for this many flags */
+#define MK_MOE_POS_BITS 20      /* a meta slot: local expert << 20 | pos, or -1 */
+#define MK_MOE_ERR_OVERFLOW 0x40u /* error-tag bit: more rows arrived than max_recv_rows */
+
+/* Sizes fixed at init and byte offsets inside the MoE area. */
+struct mk_moe_geom {
+  int nranks, max_tokens, max_hidden, max_topk, max_recv_rows;
+  size_t counts_flag, comb_flag, counts, chunk_flag, meta, recv, comb;
+  size_t ready, rows_done, send_counts, send_list, send_meta, seg, rows;
+  size_t bytes;
+};
+
+/* Fills the offsets from the sizes (g->nranks ... max_recv_rows set); returns g->bytes. */
+size_t mk_moe_geom_layout(struct mk_moe_geom* g);
+
+/* Everything a dispatch's or combine's kernels need. */
+struct mk_moe_args {
+  struct mk_moe_geom g;
+  int rank, nranks;
+  char* moe[MK_MOE_MAX_RANKS];       /* each rank's MoE area as this GPU addresses it */
+  uint64_t* words[MK_MOE_MAX_RANKS]; /* each rank's call words (done, call) */
+  int tokens, hidden, topk, num_experts, e_local;
+  const void* x;                     /* dispatch: [tokens, hidden] */
+  const int* topk_idx;               /* dispatch: [tokens, topk] */
+  const float* topk_weights;         /* combine: [tokens, topk] */
+  void* out;                         /* combine: [tokens, hidden] */
+  /* the layout (device) */
+  int* group_offsets;                /* [e_local + 1] */
+  int* row_source;                   /* [max_recv_rows][3] */
+  int* slot_dest;                    /* [max_tokens][max_topk]: destination rank or -1 */
+  unsigned long long* rows_sent;
+  struct mk_gemm_error* err;
+  uint32_t err_tag;
+  uint64_t timeout_ns;
+  int push_ctas, expand_ctas;
+};
+
+/* Each returns 0 or -EIO (launch failure). Dispatch: */
+int mk_moe_begin_launch(const struct mk_moe_args* a, int zero_counters, cudaStream_t stream);
+int mk_moe_route_launch(const struct mk_moe_args* a, cudaStream_t stream);
+int mk_moe_counts_launch(const struct mk_moe_args* a, cudaStream_t stream);
+int mk_moe_comm_launch(const struct mk_moe_args* a, cudaStream_t stream);
+/* Combine: */
+int mk_moe_scatter_launch(const struct mk_moe_args* a, cudaStream_t stream);
+int mk_moe_reduce_launch(const struct mk_moe_args* a, cudaStream_t stream);
+/* done = call (both). */
+int mk_moe_finish_launch(const struct mk_moe_args* a, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MK_MOE_H_ */

@@ -1,0 +1,264 @@
+/* The kernels of the MoE dispatch (moe.h): begin, route, counts, the push/expand comm kernel
+ * and finish (also the combine's). */
+#include <errno.h>
+
+#include "ag_push.h" /* the call words, shared by every op of a communicator */
+#include "moe.h"
+#include "ptx.cuh"
+#include "wait.cuh"
+
+#define MOE_THREADS 512
+#define MOE_WARPS (MOE_THREADS / 32)
+
+static __device__ __forceinline__ int* moe_ints(char* area, size_t off) { return (int*)(area + off); }
+static __device__ __forceinline__ uint64_t* moe_words(char* area, size_t off) { return (uint64_t*)(area + off); }
+static __device__ __forceinline__ uint64_t moe_call(const struct mk_moe_args& a) {
+  return *(volatile uint64_t*)(a.words[a.rank] + MK_AG_WORD_CALL);
+}
+static __device__ __forceinline__ int moe_chunks_max(const struct mk_moe_geom& g) {
+  return (g.max_tokens + MK_MOE_CHUNK_ROWS - 1) / MK_MOE_CHUNK_ROWS;
+}
+
+/* A warp copies one row of `hidden` bf16 (a multiple of 8: whole 16-byte vectors). Rows a peer
+ * wrote during this kernel are read through L2 (ld.cg), never the non-coherent path. */
+static __device__ __forceinline__ void moe_copy_row(void* dst, const void* src, int hidden, bool peer_written) {
+  const int lane = threadIdx.x & 31;
+  uint4* d = (uint4*)dst;
+  const uint4* s = (const uint4*)src;
+  for (int v = lane; v < hidden / 8; v += 32) d[v] = peer_written ? __ldcg(s + v) : ld_global_nc_v4(s + v);
+}
+
+/* call = done + 1; with zero_counters also this call's route counters, expert row counters
+ * and rows_sent. */
+static __global__ void moe_begin_kernel(const struct mk_moe_args a, int zero_counters) {
+  uint64_t* words = a.words[a.rank];
+  if (threadIdx.x == 0) words[MK_AG_WORD_CALL] = words[MK_AG_WORD_DONE] + 1;
+  if (!zero_counters) return;
+  char* own = a.moe[a.rank];
+  int* send_counts = moe_ints(own, a.g.send_counts);
+  for (int i = threadIdx.x; i < a.nranks * MK_MOE_COUNT_STRIDE; i += blockDim.x) send_counts[i] = 0;
+  uint32_t* rows_done = (uint32_t*)(own + a.g.rows_done);
+  for (int j = threadIdx.x; j < a.e_local; j += blockDim.x) rows_done[j] = 0;
+  if (threadIdx.x == 0) *a.rows_sent = 0;
+}
+
+/* One thread per token: a place in each destination's list (once per destination), and per
+ * slot with an expert there, a place among this rank's rows for that expert. */
+static __global__ void moe_route_kernel(const struct mk_moe_args a) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= a.tokens) return;
+  char* own = a.moe[a.rank];
+  int* send_counts = moe_ints(own, a.g.send_counts);
+  const int stride = 1 + a.g.max_topk;
+  int expert[MK_MOE_MAX_TOPK], dest[MK_MOE_MAX_TOPK];
+  for (int s = 0; s < a.topk; s++) {
+    const int e = a.topk_idx[(size_t)t * a.topk + s];
+    const bool valid = e >= 0 && e < a.num_experts;
+    expert[s] = valid ? e % a.e_local : -1;
+    dest[s] = valid ? e / a.e_local : -1;
+    a.slot_dest[(size_t)t * a.g.max_topk + s] = dest[s];
+  }
+  for (int s = 0; s < a.topk; s++) {
+    const int d = dest[s];
+    bool first = d >= 0;
+    for (int p = 0; p < s && first; p++) first = dest[p] != d;
+    if (!first) continue;
+    int* counts = send_counts + d * MK_MOE_COUNT_STRIDE;
+    const int u = atomicAdd(&counts[0], 1);
+    moe_ints(own, a.g.send_list)[(size_t)d * a.g.max_tokens + u] = t;
+    int* meta = moe_ints(own, a.g.send_meta) + ((size_t)d * a.g.max_tokens + u) * stride;
+    meta[0] = t;
+    for (int q = 0; q < a.topk; q++)
+      meta[1 + q] = dest[q] == d ? (expert[q] << MK_MOE_POS_BITS) | atomicAdd(&counts[1 + expert[q]], 1) : -1;
+  }
+}
+
+/* Thread d: once d finished the previous call, this rank's counts for d into d's counts[rank],
+ * then d's counts_flag[rank] = call. 1 on success. */
+static __device__ int moe_counts_publish(const struct mk_moe_args& a, int d, uint64_t e) {
+  if (d != a.rank && mk_wait_geq(a.words[d] + MK_AG_WORD_DONE, e - 1, a.err, a.err_tag, 0, MK_AG_WORD_DONE,
+                                 a.timeout_ns) < e - 1)
+    return 0;
+  const int* src = moe_ints(a.moe[a.rank], a.g.send_counts) + d * MK_MOE_COUNT_STRIDE;
+  int* dst = moe_ints(a.moe[d], a.g.counts) + a.rank * MK_MOE_COUNT_STRIDE;
+  for (int i = 0; i <= a.e_local; i++) dst[i] = src[i];
+  fence_acq_rel_sys();
+  st_release_sys_u64(moe_words(a.moe[d], a.g.counts_flag) + a.rank, e);
+  return 1;
+}
+
+/* Expert j's rows: sources in rank order. seg[j][src] = rows of j from sources before src. */
+static __device__ int moe_expert_rows(const struct mk_moe_args& a, int j) {
+  char* own = a.moe[a.rank];
+  const int* counts = moe_ints(own, a.g.counts);
+  int* seg = moe_ints(own, a.g.seg) + j * MK_MOE_MAX_RANKS;
+  int rows = 0;
+  for (int src = 0; src < a.nranks; src++) {
+    seg[src] = rows;
+    rows += *(volatile const int*)&counts[src * MK_MOE_COUNT_STRIDE + 1 + j];
+  }
+  return rows;
+}
+
+/* One CTA: counts to every rank, every source's counts back, then the group offsets. On a
+ * timeout or more rows than fit, the offsets say "no rows" (the GEMM and the expand do
+ * nothing) and the error record says why. */
+static __global__ void moe_counts_kernel(const struct mk_moe_args a) {
+  __shared__ int rows[MK_MOE_MAX_LOCAL_EXPERTS];
+  const uint64_t e = moe_call(a);
+  int ok = 1;
+  if (threadIdx.x < a.nranks) ok = moe_counts_publish(a, threadIdx.x, e);
+  ok = __syncthreads_and(ok);
+  if (ok && threadIdx.x < a.nranks)
+    ok = mk_wait_geq(moe_words(a.moe[a.rank], a.g.counts_flag) + threadIdx.x, e, a.err, a.err_tag, 1,
+                     threadIdx.x, a.timeout_ns) >= e;
+  ok = __syncthreads_and(ok);
+  for (int j = threadIdx.x; j < a.e_local; j += blockDim.x) rows[j] = ok ? moe_expert_rows(a, j) : 0;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  long total = 0;
+  for (int j = 0; j < a.e_local; j++) total += rows[j];
+  if (total > a.g.max_recv_rows) {
+    a.err->tag = a.err_tag | MK_MOE_ERR_OVERFLOW;
+    a.err->tile = 0;
+    a.err->flag_index = 0;
+    a.err->expected = (uint64_t)a.g.max_recv_rows;
+    a.err->seen = (uint64_t)total;
+    fence_acq_rel_sys();
+    *(volatile uint32_t*)&a.err->aborted = 1;
+  }
+  const bool empty = total > a.g.max_recv_rows;
+  int off = 0;
+  for (int j = 0; j < a.e_local; j++) {
+    a.group_offsets[j] = off;
+    off += empty ? 0 : rows[j];
+  }
+  a.group_offsets[a.e_local] = off;
+}
+
+/* Push CTAs: for each peer (ring order), this rank's listed tokens and their slots into the
+ * peer's recv[rank] / meta[rank], a chunk per CTA at a time, then the chunk's flag. */
+static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e) {
+  char* own = a.moe[a.rank];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, stride = 1 + a.g.max_topk;
+  const size_t row_bytes = (size_t)a.hidden * 2;
+  for (int step = 1; step < a.nranks; step++) {
+    const int d = (a.rank + step) % a.nranks;
+    char* peer = a.moe[d];
+    const int n = moe_ints(own, a.g.send_counts)[d * MK_MOE_COUNT_STRIDE];
+    const size_t base = (size_t)a.rank * a.g.max_tokens; /* our slot in the peer's arrays */
+    for (int c = blockIdx.x; c * MK_MOE_CHUNK_ROWS < n; c += a.push_ctas) {
+      const int u0 = c * MK_MOE_CHUNK_ROWS, u1 = min(n, u0 + MK_MOE_CHUNK_ROWS);
+      for (int u = u0 + warp; u < u1; u += MOE_WARPS) {
+        const size_t mine = (size_t)d * a.g.max_tokens + u;
+        const int t = moe_ints(own, a.g.send_list)[mine];
+        moe_copy_row(peer + a.g.recv + (base + u) * row_bytes, (const char*)a.x + (size_t)t * row_bytes, a.hidden,
+                     false);
+        if (lane < stride)
+          moe_ints(peer, a.g.meta)[(base + u) * stride + lane] = moe_ints(own, a.g.send_meta)[mine * stride + lane];
+      }
+      __syncthreads(); /* every thread's stores before thread 0's fence */
+      if (threadIdx.x == 0) {
+        fence_acq_rel_sys();
+        st_release_sys_u64(moe_words(peer, a.g.chunk_flag) + (size_t)a.rank * moe_chunks_max(a.g) + c, e);
+        atomicAdd(a.rows_sent, (unsigned long long)(u1 - u0));
+      }
+    }
+  }
+}
+
+/* A warp's row: one copy per slot with a local expert, each at its (expert, source, pos)
+ * place; the last row of an expert raises its ready flag for the GEMM. */
+static __device__ void moe_expand_row(const struct mk_moe_args& a, int src, const int* meta, const void* row,
+                                      bool peer_written, uint64_t e) {
+  char* own = a.moe[a.rank];
+  const int lane = threadIdx.x & 31;
+  const int t = peer_written ? __ldcg(meta) : meta[0];
+  for (int s = 0; s < a.topk; s++) {
+    const int v = peer_written ? __ldcg(meta + 1 + s) : meta[1 + s];
+    if (v < 0) continue;
+    const int j = v >> MK_MOE_POS_BITS, pos = v & ((1 << MK_MOE_POS_BITS) - 1);
+    const int dst = a.group_offsets[j] + moe_ints(own, a.g.seg)[j * MK_MOE_MAX_RANKS + src] + pos;
+    moe_copy_row(own + a.g.rows + (size_t)dst * a.hidden * 2, row, a.hidden, peer_written);
+    if (lane < 3) a.row_source[(size_t)dst * 3 + lane] = lane == 0 ? src : lane == 1 ? t : s;
+    __syncwarp();
+    if (lane == 0) {
+      __threadfence();
+      const uint32_t done = atomicAdd((uint32_t*)(own + a.g.rows_done) + j, 1u) + 1;
+      if ((int)done == a.group_offsets[j + 1] - a.group_offsets[j]) {
+        __threadfence();
+        st_release_sys_u64(moe_words(own, a.g.ready) + j, e);
+      }
+    }
+  }
+}
+
+/* Expand CTAs: every source's chunks (own first, read in place; then the ranks that push to us
+ * first), each after its flag. */
+static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e) {
+  char* own = a.moe[a.rank];
+  if (a.group_offsets[a.e_local] == 0) return; /* nothing arrives, or the counts step gave up */
+  const int xi = blockIdx.x - a.push_ctas, warp = threadIdx.x / 32, stride = 1 + a.g.max_topk;
+  const size_t row_bytes = (size_t)a.hidden * 2;
+  __shared__ int ok;
+  for (int step = 0; step < a.nranks; step++) {
+    const int src = (a.rank - step + a.nranks) % a.nranks;
+    const bool self = src == a.rank;
+    const int n = *(volatile int*)&moe_ints(own, a.g.counts)[src * MK_MOE_COUNT_STRIDE];
+    for (int c = xi; c * MK_MOE_CHUNK_ROWS < n; c += a.expand_ctas) {
+      if (!self) {
+        if (threadIdx.x == 0)
+          ok = mk_wait_geq(moe_words(own, a.g.chunk_flag) + (size_t)src * moe_chunks_max(a.g) + c, e, a.err,
+                           a.err_tag, 2, (uint32_t)(src * moe_chunks_max(a.g) + c), a.timeout_ns) >= e;
+        __syncthreads();
+        if (!ok) return;
+      }
+      const int u0 = c * MK_MOE_CHUNK_ROWS, u1 = min(n, u0 + MK_MOE_CHUNK_ROWS);
+      for (int u = u0 + warp; u < u1; u += MOE_WARPS) {
+        const size_t slot = (size_t)src * a.g.max_tokens + u;
+        const int* meta = self ? moe_ints(own, a.g.send_meta) + slot * stride : moe_ints(own, a.g.meta) + slot * stride;
+        const void* row = self ? (const char*)a.x + (size_t)meta[0] * row_bytes : own + a.g.recv + slot * row_bytes;
+        moe_expand_row(a, src, meta, row, !self, e);
+      }
+      __syncthreads(); /* `ok` is rewritten for the next chunk */
+    }
+  }
+}
+
+static __global__ void __launch_bounds__(MOE_THREADS) moe_comm_kernel(const struct mk_moe_args a) {
+  const uint64_t e = moe_call(a);
+  if ((int)blockIdx.x < a.push_ctas) moe_push(a, e);
+  else moe_expand(a, e);
+}
+
+static __global__ void moe_finish_kernel(uint64_t* words) {
+  fence_acq_rel_sys();
+  st_release_sys_u64(words + MK_AG_WORD_DONE, words[MK_AG_WORD_CALL]);
+}
+
+static int moe_launched(void) { return cudaGetLastError() == cudaSuccess ? 0 : -EIO; }
+
+extern "C" int mk_moe_begin_launch(const struct mk_moe_args* a, int zero_counters, cudaStream_t stream) {
+  moe_begin_kernel<<<1, 256, 0, stream>>>(*a, zero_counters);
+  return moe_launched();
+}
+
+extern "C" int mk_moe_route_launch(const struct mk_moe_args* a, cudaStream_t stream) {
+  moe_route_kernel<<<(a->tokens + 127) / 128, 128, 0, stream>>>(*a);
+  return moe_launched();
+}
+
+extern "C" int mk_moe_counts_launch(const struct mk_moe_args* a, cudaStream_t stream) {
+  moe_counts_kernel<<<1, 256, 0, stream>>>(*a);
+  return moe_launched();
+}
+
+extern "C" int mk_moe_comm_launch(const struct mk_moe_args* a, cudaStream_t stream) {
+  moe_comm_kernel<<<a->push_ctas + a->expand_ctas, MOE_THREADS, 0, stream>>>(*a);
+  return moe_launched();
+}
+
+extern "C" int mk_moe_finish_launch(const struct mk_moe_args* a, cudaStream_t stream) {
+  moe_finish_kernel<<<1, 1, 0, stream>>>(a->words[a->rank]);
+  return moe_launched();
+}
