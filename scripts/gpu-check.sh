@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|fused|net|torch|all]
+# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|fused|moe|net|torch|all]
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes, then gemm_perf
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
+#   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=0), then moe_perf
 #   net:   the net plugin under real NCCL on 2 GPUs (scripts/net-gpu-tests.sh), then
 #          scripts/bench-net.sh
 #   torch: the PyTorch package on 2 GPUs (test/gpu/test_torch_ops.py), then
@@ -88,6 +89,26 @@ tier_fused() {
   grep -A 20 '^#    M' "$LOGS/ag_gemm_perf_reference.log" || true
 }
 
+MOE_TESTS="correctness:moe_dispatch_and_combine_match_float64_on_random_and_skewed_routings
+graph:moe_ops_replay_in_cuda_graphs_with_changed_routing bad_input:moe_ops_reject_bad_input_untouched
+negative_control:moe_checker_rejects_one_bad_element"
+
+# The MoE ops on 2 GPUs (skipped with fewer), on the overlapped dispatch (the default) and on
+# NCCL_MK_MOE_OVERLAP=0, then moe_perf on the Mixtral, DeepSeek-V3 and decode shapes against
+# NCCL all-to-all + per-expert cuBLASLt (MK_FUSED_SHAPES=small for fewer iterations).
+tier_moe() {
+  local t n=20
+  [ "${MK_FUSED_SHAPES:-}" = small ] && n=5
+  for t in $MOE_TESTS; do step "${t#*:}" "$B/test/gpu/test_moe" "${t%%:*}"; done
+  for t in correctness graph; do
+    step "moe_ops_${t}_without_overlap" env NCCL_MK_MOE_OVERLAP=0 "$B/test/gpu/test_moe" "$t"
+  done
+  step moe_perf "$B/test/perf/fused/moe_perf" -n "$n" -w 3 -J "$LOGS/moe_perf.json"
+  grep -A 4 '^# shape' "$LOGS/moe_perf.log" || true
+  step moe_perf_without_overlap env NCCL_MK_MOE_OVERLAP=0 "$B/test/perf/fused/moe_perf" -n "$n" -w 3
+  grep -A 4 '^# shape' "$LOGS/moe_perf_without_overlap.log" || true
+}
+
 # The net plugin under real NCCL on 2 GPUs, then the busbw comparison with NCCL's Socket.
 tier_net() {
   step net_gpu_tests env MK_CHECK_LOGS="$LOGS/net" "$(dirname "$0")/net-gpu-tests.sh"
@@ -113,10 +134,11 @@ case $tier in
   quick) tier_quick ;;
   gemm) tier_gemm ;;
   fused) tier_fused ;;
+  moe) tier_moe ;;
   net) tier_net ;;
   torch) tier_torch ;;
-  all) tier_quick; tier_gemm; tier_fused; tier_net; tier_torch ;;
-  *) echo "usage: $0 [quick|gemm|fused|net|torch|all]" >&2; exit 2 ;;
+  all) tier_quick; tier_gemm; tier_fused; tier_moe; tier_net; tier_torch ;;
+  *) echo "usage: $0 [quick|gemm|fused|moe|net|torch|all]" >&2; exit 2 ;;
 esac
 
 echo

@@ -5,6 +5,7 @@
 
 #include "ag_push.h"
 #include "moe.h"
+#include "moe_copy.cuh"
 #include "ptx.cuh"
 #include "wait.cuh"
 
@@ -21,15 +22,14 @@ static __global__ void __launch_bounds__(MOE_THREADS) moe_scatter_kernel(const s
     ok = mk_wait_geq(a.words[threadIdx.x] + MK_AG_WORD_DONE, e - 1, a.err, a.err_tag, 3, MK_AG_WORD_DONE,
                      a.timeout_ns) >= e - 1;
   if (!__syncthreads_and(ok)) return;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, total = a.group_offsets[a.e_local];
+  const int warp = threadIdx.x / 32, total = a.group_offsets[a.e_local];
   const size_t row_bytes = (size_t)a.hidden * 2;
   const char* y = a.moe[a.rank] + a.g.rows;
   for (int r = blockIdx.x * MOE_WARPS + warp; r < total; r += gridDim.x * MOE_WARPS) {
     const int src = a.row_source[(size_t)r * 3], t = a.row_source[(size_t)r * 3 + 1];
     const int slot = a.row_source[(size_t)r * 3 + 2];
-    uint4* dst = (uint4*)(a.moe[src] + a.g.comb + ((size_t)t * a.g.max_topk + slot) * row_bytes);
-    const uint4* s = (const uint4*)(y + (size_t)r * row_bytes);
-    for (int v = lane; v < a.hidden / 8; v += 32) dst[v] = ld_global_nc_v4(s + v);
+    moe_copy_row<false>(a.moe[src] + a.g.comb + ((size_t)t * a.g.max_topk + slot) * row_bytes,
+                        y + (size_t)r * row_bytes, a.hidden);
   }
   __syncthreads(); /* every thread's stores before the fences below */
   if ((int)threadIdx.x < a.nranks) {

@@ -4,6 +4,7 @@
 
 #include "ag_push.h" /* the call words, shared by every op of a communicator */
 #include "moe.h"
+#include "moe_copy.cuh"
 #include "ptx.cuh"
 #include "wait.cuh"
 
@@ -17,15 +18,6 @@ static __device__ __forceinline__ uint64_t moe_call(const struct mk_moe_args& a)
 }
 static __device__ __forceinline__ int moe_chunks_max(const struct mk_moe_geom& g) {
   return (g.max_tokens + MK_MOE_CHUNK_ROWS - 1) / MK_MOE_CHUNK_ROWS;
-}
-
-/* A warp copies one row of `hidden` bf16 (a multiple of 8: whole 16-byte vectors). Rows a peer
- * wrote during this kernel are read through L2 (ld.cg), never the non-coherent path. */
-static __device__ __forceinline__ void moe_copy_row(void* dst, const void* src, int hidden, bool peer_written) {
-  const int lane = threadIdx.x & 31;
-  uint4* d = (uint4*)dst;
-  const uint4* s = (const uint4*)src;
-  for (int v = lane; v < hidden / 8; v += 32) d[v] = peer_written ? __ldcg(s + v) : ld_global_nc_v4(s + v);
 }
 
 /* call = done + 1; with zero_counters also this call's route counters, expert row counters
@@ -152,8 +144,8 @@ static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e) {
       for (int u = u0 + warp; u < u1; u += MOE_WARPS) {
         const size_t mine = (size_t)d * a.g.max_tokens + u;
         const int t = moe_ints(own, a.g.send_list)[mine];
-        moe_copy_row(peer + a.g.recv + (base + u) * row_bytes, (const char*)a.x + (size_t)t * row_bytes, a.hidden,
-                     false);
+        moe_copy_row<false>(peer + a.g.recv + (base + u) * row_bytes, (const char*)a.x + (size_t)t * row_bytes,
+                            a.hidden);
         if (lane < stride)
           moe_ints(peer, a.g.meta)[(base + u) * stride + lane] = moe_ints(own, a.g.send_meta)[mine * stride + lane];
       }
@@ -167,28 +159,35 @@ static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e) {
   }
 }
 
-/* A warp's row: one copy per slot with a local expert, each at its (expert, source, pos)
- * place; the last row of an expert raises its ready flag for the GEMM. */
+/* A warp's row: read once, written at each (expert, source, pos) place of its slots with a
+ * local expert; the last row of an expert raises its ready flag for the GEMM. */
 static __device__ void moe_expand_row(const struct mk_moe_args& a, int src, const int* meta, const void* row,
                                       bool peer_written, uint64_t e) {
   char* own = a.moe[a.rank];
   const int lane = threadIdx.x & 31;
   const int t = peer_written ? __ldcg(meta) : meta[0];
+  uint4* dst[MK_MOE_MAX_TOPK];
+  int expert[MK_MOE_MAX_TOPK], n = 0;
   for (int s = 0; s < a.topk; s++) {
     const int v = peer_written ? __ldcg(meta + 1 + s) : meta[1 + s];
     if (v < 0) continue;
     const int j = v >> MK_MOE_POS_BITS, pos = v & ((1 << MK_MOE_POS_BITS) - 1);
-    const int dst = a.group_offsets[j] + moe_ints(own, a.g.seg)[j * MK_MOE_MAX_RANKS + src] + pos;
-    moe_copy_row(own + a.g.rows + (size_t)dst * a.hidden * 2, row, a.hidden, peer_written);
-    if (lane < 3) a.row_source[(size_t)dst * 3 + lane] = lane == 0 ? src : lane == 1 ? t : s;
-    __syncwarp();
-    if (lane == 0) {
+    const int r = a.group_offsets[j] + moe_ints(own, a.g.seg)[j * MK_MOE_MAX_RANKS + src] + pos;
+    if (lane < 3) a.row_source[(size_t)r * 3 + lane] = lane == 0 ? src : lane == 1 ? t : s;
+    dst[n] = (uint4*)(own + a.g.rows + (size_t)r * a.hidden * 2);
+    expert[n++] = j;
+  }
+  if (peer_written) moe_copy_row_to<true>(dst, n, (const uint4*)row, a.hidden);
+  else moe_copy_row_to<false>(dst, n, (const uint4*)row, a.hidden);
+  __syncwarp();
+  if (lane != 0) return;
+  __threadfence();
+  for (int i = 0; i < n; i++) {
+    const int j = expert[i];
+    const uint32_t done = atomicAdd((uint32_t*)(own + a.g.rows_done) + j, 1u) + 1;
+    if ((int)done == a.group_offsets[j + 1] - a.group_offsets[j]) {
       __threadfence();
-      const uint32_t done = atomicAdd((uint32_t*)(own + a.g.rows_done) + j, 1u) + 1;
-      if ((int)done == a.group_offsets[j + 1] - a.group_offsets[j]) {
-        __threadfence();
-        st_release_sys_u64(moe_words(own, a.g.ready) + j, e);
-      }
+      st_release_sys_u64(moe_words(own, a.g.ready) + j, e);
     }
   }
 }

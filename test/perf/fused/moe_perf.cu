@@ -1,0 +1,800 @@
+/*
+ * moe_perf: ncclMkMoeDispatchGemm (dispatch + the first grouped GEMM) against the sequential
+ * baseline, in the same run, interleaved, on the same inputs (uniform random routing):
+ *   baseline  a routing kernel (per destination: its tokens' places and per-expert row
+ *             counts), a permutation kernel into one contiguous send buffer, NCCL all-to-all
+ *             of the counts, a host synchronisation to read them, NCCL all-to-all of the
+ *             deduplicated token rows (and their top-k ids), a permutation kernel into the
+ *             per-expert layout, then one cuBLASLt GEMM per local expert; all timed together;
+ *   floor     our grouped GEMM alone on the baseline's per-expert rows, and one read of the
+ *             local experts' w1 (what any dispatch + GEMM must at least spend).
+ * Medians of -n timed iterations after -w warm-ups, the max over ranks. The fused act rows
+ * are checked against the baseline's, matched through the layout's row_source (per row,
+ * ||fused - baseline|| / ||baseline|| < 1e-2): #wrong counts rows that differ or are missing.
+ * rows_sent (the layout's, summed over ranks) is printed beside the host's deduplicated count.
+ *
+ * usage: moe_perf [-p procs] [-s mixtral|deepseek|decode|all] [-n iters] [-w warmup] [-J json]
+ */
+#include <nccl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gemm.h"
+#include "gemm_check.cuh"
+#include "nccl_mk.h"
+#include "perf_launch.h"
+
+#define NCCL_OK(call)                                                                        \
+  do {                                                                                       \
+    ncclResult_t r_ = (call);                                                                \
+    if (r_ != ncclSuccess) {                                                                 \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
+      exit(1);                                                                               \
+    }                                                                                        \
+  } while (0)
+
+enum { MAX_RANKS = 8, MAX_LOCAL_EXPERTS = 256, MAX_PLANS = 1024 };
+
+struct moe_shape {
+  const char* name;
+  /* tokens per rank; inter = I, as the reference figures of the MoE issue were measured
+   * (gate and up fused would be 2 I: twice the GEMM and the weights, the same dispatch) */
+  int tokens, hidden, inter, experts, topk;
+};
+static const struct moe_shape shapes[] = {
+    {"mixtral", 4096, 4096, 14336, 8, 2},
+    {"deepseek", 4096, 7168, 2048, 256, 8},
+    {"decode", 128, 7168, 2048, 256, 8},
+};
+enum { NSHAPES = sizeof(shapes) / sizeof(shapes[0]) };
+
+struct opts {
+  int nprocs, proc, iters, warmup, shape; /* shape -1: all */
+  const char* json;
+  char id[PERF_ID_HEX_LEN];
+};
+
+/* cuBLASLt plans per row count m: one handle, descriptor and workspace; the heuristic runs
+ * once per distinct m (the routing is fixed across iterations, as a framework's cache is). */
+struct lt_plan {
+  int m;
+  cublasLtMatrixLayout_t la, lc;
+  cublasLtMatmulAlgo_t algo;
+};
+struct lt_plans {
+  cublasLtHandle_t h;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t lw; /* the weight [n, k], taken transposed */
+  void* ws;
+  size_t ws_size;
+  int n, k, count;
+  struct lt_plan plan[MAX_PLANS];
+};
+
+/* The baseline's buffers (el: experts per rank, k: top-k). */
+struct baseline {
+  int* send_pos;            /* [NR][T]: token t's place among the tokens sent to d, or -1 */
+  int *send_hdr, *recv_hdr; /* [NR][1 + el]: tokens, then rows for each expert of the receiver */
+  int *h_send_hdr, *h_recv_hdr; /* pinned copies */
+  void *send_x, *recv_x;        /* [NR * T][h] */
+  int *send_meta, *recv_meta;   /* [NR * T][1 + k]: token index, then its top-k ids */
+  int* row_pos;                 /* [NR * T][k]: a received slot's place among its expert's rows */
+  int* offsets;                 /* [el + 1]: each expert's rows */
+  int* h_rows;                  /* [el]: rows per expert on the host */
+  void *a_rows, *c;             /* [rows_cap][h], [rows_cap][inter] */
+  int* row_src;                 /* [rows_cap][3]: source rank, token, slot */
+  int recv_tokens, rows;
+  struct lt_plans lt;
+};
+
+struct rank {
+  int r, n;
+  ncclComm_t comm;
+  cudaStream_t s;
+  ncclMkMoeLayout_t layout;
+  double* scratch;
+  struct moe_shape sh;
+  size_t max_recv_rows;
+  void *x, *w1, *act;
+  int* topk_idx;
+  int* idx_host;
+  unsigned* sink;
+  struct baseline b;
+};
+
+/* ---- routing (host) ----------------------------------------------------------------------- */
+
+static uint64_t host_mix(uint64_t* s) {
+  uint64_t x = (*s += 0x9E3779B97F4A7C15ull);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/* topk distinct experts per token, uniform. */
+static void uniform_routing(int tokens, int topk, int experts, uint64_t seed, int* idx) {
+  int* pool = (int*)malloc(sizeof(int) * experts);
+  for (int t = 0; t < tokens; t++) {
+    for (int x = 0; x < experts; x++) pool[x] = x;
+    for (int s = 0, n = experts; s < topk; s++) {
+      int p = (int)(host_mix(&seed) % (uint64_t)n);
+      idx[(size_t)t * topk + s] = pool[p], pool[p] = pool[--n];
+    }
+  }
+  free(pool);
+}
+
+/* One row per (token, other rank owning one of its experts). */
+static unsigned long long dedup_routed(const struct moe_shape* sh, int me, int nranks,
+                                       const int* idx) {
+  int el = sh->experts / nranks;
+  unsigned long long n = 0;
+  for (int t = 0; t < sh->tokens; t++) {
+    unsigned mask = 0;
+    for (int s = 0; s < sh->topk; s++) {
+      int d = idx[(size_t)t * sh->topk + s] / el;
+      if (d != me) mask |= 1u << d;
+    }
+    n += (unsigned long long)__builtin_popcount(mask);
+  }
+  return n;
+}
+
+/* ---- baseline kernels --------------------------------------------------------------------- */
+
+/* Exclusive place of each flagged thread among the block's flagged threads, after the
+ * *running places of earlier rounds; every thread of the block calls it. */
+static __device__ int block_place(int flag, int* warp_sum, int* running) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  unsigned ballot = __ballot_sync(0xffffffffu, flag);
+  int before = __popc(ballot & ((1u << lane) - 1));
+  if (lane == 0) warp_sum[warp] = __popc(ballot);
+  __syncthreads();
+  int base = *running;
+  for (int w = 0; w < warp; w++) base += warp_sum[w];
+  __syncthreads();
+  if (threadIdx.x == blockDim.x - 1) *running = base + before + flag;
+  __syncthreads();
+  return base + before;
+}
+
+/* Block d: which tokens go to rank d (in token order) and how many rows each of d's experts
+ * gets from this rank. */
+static __global__ void plan_sends_kernel(const int* topk_idx, int tokens, int topk, int el,
+                                         int* send_pos, int* send_hdr) {
+  __shared__ int rows[MAX_LOCAL_EXPERTS], warp_sum[32], running;
+  const int d = blockIdx.x;
+  for (int j = threadIdx.x; j < el; j += blockDim.x) rows[j] = 0;
+  if (threadIdx.x == 0) running = 0;
+  __syncthreads();
+  for (int t0 = 0; t0 < tokens; t0 += blockDim.x) {
+    int t = t0 + threadIdx.x, to_d = 0;
+    for (int s = 0; t < tokens && s < topk; s++) {
+      int x = topk_idx[(size_t)t * topk + s];
+      if (x / el == d) to_d = 1, atomicAdd(&rows[x - d * el], 1);
+    }
+    int pos = block_place(to_d, warp_sum, &running);
+    if (t < tokens) send_pos[(size_t)d * tokens + t] = to_d ? pos : -1;
+  }
+  if (threadIdx.x == 0) send_hdr[d * (1 + el)] = running;
+  for (int j = threadIdx.x; j < el; j += blockDim.x) send_hdr[d * (1 + el) + 1 + j] = rows[j];
+}
+
+/* Block (t, d): token t's row and top-k ids into d's part of the contiguous send buffers. */
+static __global__ void gather_sends_kernel(const uint4* x, const int* topk_idx, int tokens,
+                                           int hidden, int topk, int el, const int* send_pos,
+                                           const int* send_hdr, uint4* send_x, int* send_meta) {
+  const int t = blockIdx.x, d = blockIdx.y, pos = send_pos[(size_t)d * tokens + t];
+  if (pos < 0) return;
+  size_t at = pos;
+  for (int p = 0; p < d; p++) at += send_hdr[p * (1 + el)];
+  const int v = hidden / 8; /* 16-byte vectors per row */
+  for (int i = threadIdx.x; i < v; i += blockDim.x) send_x[at * v + i] = x[(size_t)t * v + i];
+  if (threadIdx.x <= topk)
+    send_meta[at * (1 + topk) + threadIdx.x] =
+        threadIdx.x ? topk_idx[(size_t)t * topk + threadIdx.x - 1] : t;
+}
+
+/* offsets[j] = rows of experts before j, summed over every source (one thread: el <= 256). */
+static __global__ void expert_offsets_kernel(const int* recv_hdr, int nranks, int el,
+                                             int* offsets) {
+  int at = 0;
+  for (int j = 0; j < el; j++) {
+    offsets[j] = at;
+    for (int p = 0; p < nranks; p++) at += recv_hdr[p * (1 + el) + 1 + j];
+  }
+  offsets[el] = at;
+}
+
+/* Block j: the place of every received slot of expert expert0 + j among that expert's rows. */
+static __global__ void plan_rows_kernel(const int* recv_meta, int recv_tokens, int topk,
+                                        int expert0, int* row_pos) {
+  __shared__ int warp_sum[32], running;
+  const int expert = expert0 + blockIdx.x;
+  if (threadIdx.x == 0) running = 0;
+  __syncthreads();
+  for (int r0 = 0; r0 < recv_tokens; r0 += blockDim.x) {
+    int r = r0 + threadIdx.x, slot = -1;
+    for (int s = 0; r < recv_tokens && s < topk; s++)
+      if (recv_meta[(size_t)r * (1 + topk) + 1 + s] == expert) slot = s;
+    int pos = block_place(slot >= 0, warp_sum, &running);
+    if (slot >= 0) row_pos[(size_t)r * topk + slot] = pos;
+  }
+}
+
+/* Block (r, s): received token r's row into its expert's rows, with where it came from. */
+static __global__ void gather_rows_kernel(const uint4* recv_x, const int* recv_meta,
+                                          const int* recv_hdr, int hidden, int topk, int expert0,
+                                          int el, const int* row_pos, const int* offsets,
+                                          uint4* a_rows, int* row_src) {
+  const int r = blockIdx.x, s = blockIdx.y;
+  const int j = recv_meta[(size_t)r * (1 + topk) + 1 + s] - expert0;
+  if (j < 0 || j >= el) return;
+  const size_t row = (size_t)offsets[j] + row_pos[(size_t)r * topk + s];
+  const int v = hidden / 8;
+  for (int i = threadIdx.x; i < v; i += blockDim.x) a_rows[row * v + i] = recv_x[(size_t)r * v + i];
+  if (threadIdx.x == 0) {
+    int src = 0, end = recv_hdr[0];
+    while (r >= end) end += recv_hdr[++src * (1 + el)];
+    int* to = row_src + 3 * row;
+    to[0] = src, to[1] = recv_meta[(size_t)r * (1 + topk)], to[2] = s;
+  }
+}
+
+/* Reads n 16-byte words; the sink is written only on an impossible value (keeps the loads). */
+static __global__ void read_bytes_kernel(const uint4* p, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    uint4 v = __ldcs(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9E3779B9u) *sink = acc;
+}
+
+/* ---- cuBLASLt, one GEMM per expert -------------------------------------------------------- */
+
+/* C[m, n] = A[m, k] . W[n, k]^T in column-major terms (gemm_check.cuh's lt_gemm). */
+static void lt_plans_init(struct lt_plans* P, int n, int k) {
+  memset(P, 0, sizeof(*P));
+  P->n = n, P->k = k, P->ws_size = 64u << 20;
+  CUDA_OK(cudaMalloc(&P->ws, P->ws_size));
+  LT_OK(cublasLtCreate(&P->h));
+  LT_OK(cublasLtMatmulDescCreate(&P->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+  LT_OK(cublasLtMatmulDescSetAttribute(P->op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)));
+  LT_OK(cublasLtMatmulDescSetAttribute(P->op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof(nt)));
+  LT_OK(cublasLtMatrixLayoutCreate(&P->lw, CUDA_R_16BF, k, n, k));
+}
+
+static const struct lt_plan* lt_plan_for(struct lt_plans* P, int m) {
+  for (int i = 0; i < P->count; i++)
+    if (P->plan[i].m == m) return &P->plan[i];
+  if (P->count == MAX_PLANS) {
+    fprintf(stderr, "moe_perf: more than %d distinct expert sizes\n", MAX_PLANS);
+    exit(1);
+  }
+  struct lt_plan* q = &P->plan[P->count++];
+  q->m = m;
+  LT_OK(cublasLtMatrixLayoutCreate(&q->la, CUDA_R_16BF, P->k, m, P->k));
+  LT_OK(cublasLtMatrixLayoutCreate(&q->lc, CUDA_R_16BF, P->n, m, P->n));
+  cublasLtMatmulPreference_t pref;
+  LT_OK(cublasLtMatmulPreferenceCreate(&pref));
+  LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &P->ws_size, sizeof(P->ws_size)));
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  LT_OK(cublasLtMatmulAlgoGetHeuristic(P->h, P->op, P->lw, q->la, q->lc, q->lc, pref, 1, &res,
+                                       &found));
+  if (!found) {
+    fprintf(stderr, "cublasLt: no algorithm for %d x %d x %d\n", m, P->n, P->k);
+    exit(1);
+  }
+  q->algo = res.algo;
+  cublasLtMatmulPreferenceDestroy(pref);
+  return q;
+}
+
+static void lt_plan_run(struct lt_plans* P, int m, const void* a, const void* w, void* c,
+                        cudaStream_t s) {
+  const struct lt_plan* q = lt_plan_for(P, m);
+  const float one = 1.0f, zero = 0.0f;
+  LT_OK(cublasLtMatmul(P->h, P->op, &one, w, P->lw, a, q->la, &zero, c, q->lc, c, q->lc, &q->algo,
+                       P->ws, P->ws_size, s));
+}
+
+static void lt_plans_fini(struct lt_plans* P) {
+  for (int i = 0; i < P->count; i++)
+    cublasLtMatrixLayoutDestroy(P->plan[i].la), cublasLtMatrixLayoutDestroy(P->plan[i].lc);
+  cublasLtMatrixLayoutDestroy(P->lw);
+  cublasLtMatmulDescDestroy(P->op);
+  cublasLtDestroy(P->h);
+  cudaFree(P->ws);
+}
+
+/* ---- buffers ------------------------------------------------------------------------------ */
+
+static size_t rows_cap(const struct rank* k) {
+  int el = k->sh.experts / k->n;
+  return (size_t)k->n * k->sh.tokens * (k->sh.topk < el ? k->sh.topk : el);
+}
+
+static void baseline_alloc(struct rank* k) {
+  struct baseline* b = &k->b;
+  const size_t nt = (size_t)k->n * k->sh.tokens, h = k->sh.hidden, tk = k->sh.topk,
+               el = k->sh.experts / k->n;
+  const size_t hdr = k->n * (1 + el) * sizeof(int), cap = rows_cap(k);
+  CUDA_OK(cudaMalloc(&b->send_pos, nt * sizeof(int)));
+  CUDA_OK(cudaMalloc(&b->send_hdr, hdr));
+  CUDA_OK(cudaMalloc(&b->recv_hdr, hdr));
+  CUDA_OK(cudaMallocHost(&b->h_send_hdr, hdr));
+  CUDA_OK(cudaMallocHost(&b->h_recv_hdr, hdr));
+  CUDA_OK(cudaMalloc(&b->send_x, nt * h * 2));
+  CUDA_OK(cudaMalloc(&b->recv_x, nt * h * 2));
+  CUDA_OK(cudaMalloc(&b->send_meta, nt * (1 + tk) * sizeof(int)));
+  CUDA_OK(cudaMalloc(&b->recv_meta, nt * (1 + tk) * sizeof(int)));
+  CUDA_OK(cudaMalloc(&b->row_pos, nt * tk * sizeof(int)));
+  CUDA_OK(cudaMalloc(&b->offsets, (el + 1) * sizeof(int)));
+  b->h_rows = (int*)calloc(el, sizeof(int));
+  CUDA_OK(cudaMalloc(&b->a_rows, cap * h * 2));
+  CUDA_OK(cudaMalloc(&b->c, cap * k->sh.inter * 2));
+  CUDA_OK(cudaMalloc(&b->row_src, cap * 3 * sizeof(int)));
+  lt_plans_init(&b->lt, k->sh.inter, k->sh.hidden);
+}
+
+static void baseline_free(struct baseline* b) {
+  lt_plans_fini(&b->lt);
+  cudaFree(b->send_pos), cudaFree(b->send_hdr), cudaFree(b->recv_hdr);
+  cudaFreeHost(b->h_send_hdr), cudaFreeHost(b->h_recv_hdr);
+  cudaFree(b->send_x), cudaFree(b->recv_x), cudaFree(b->send_meta), cudaFree(b->recv_meta);
+  cudaFree(b->row_pos), cudaFree(b->offsets), cudaFree(b->a_rows), cudaFree(b->c),
+      cudaFree(b->row_src);
+  free(b->h_rows);
+}
+
+/* Inputs (x, w1 and the routing from per-rank seeds) and every variant's buffers. */
+static void alloc_shape(struct rank* k, const struct moe_shape* sh) {
+  k->sh = *sh;
+  const size_t t = sh->tokens, h = sh->hidden, el = sh->experts / k->n, tk = t * sh->topk;
+  CUDA_OK(cudaMalloc(&k->x, t * h * 2));
+  CUDA_OK(cudaMalloc(&k->w1, el * sh->inter * h * 2));
+  CUDA_OK(cudaMalloc(&k->act, k->max_recv_rows * sh->inter * 2)); /* [max_recv_rows, inter] */
+  CUDA_OK(cudaMalloc(&k->topk_idx, tk * sizeof(int)));
+  k->idx_host = (int*)malloc(tk * sizeof(int));
+  uniform_routing(sh->tokens, sh->topk, sh->experts, 7919u * (k->r + 1) + sh->experts, k->idx_host);
+  CUDA_OK(cudaMemcpy(k->topk_idx, k->idx_host, tk * sizeof(int), cudaMemcpyHostToDevice));
+  fill_random_bf16(k->x, t * h, 11 + k->r, 1.0f);
+  fill_random_bf16(k->w1, el * sh->inter * h, 101 + k->r, 1.0f);
+  CUDA_OK(cudaDeviceSynchronize());
+  baseline_alloc(k);
+}
+
+static void free_shape(struct rank* k) {
+  baseline_free(&k->b);
+  cudaFree(k->x), cudaFree(k->w1), cudaFree(k->act), cudaFree(k->topk_idx);
+  free(k->idx_host);
+}
+
+/* ---- the variants ------------------------------------------------------------------------- */
+
+static void run_fused_with(struct rank* k, int inter) {
+  const struct moe_shape* sh = &k->sh;
+  NCCL_OK(ncclMkMoeDispatchGemm(k->x, k->topk_idx, k->w1, k->act, sh->tokens, sh->hidden, inter,
+                                sh->topk, sh->experts, k->layout, ncclBfloat16, k->comm, k->s));
+}
+
+static void run_fused(struct rank* k) { run_fused_with(k, k->sh.inter); }
+
+/* The dispatch's own cost: the fused op with an 8-column GEMM (w1's first 8 rows per expert). */
+static void run_dispatch(struct rank* k) { run_fused_with(k, 8); }
+
+/* Baseline, part 1: plan the sends, pack the send buffers, exchange the counts. */
+static void baseline_pack_and_count(struct rank* k) {
+  struct baseline* b = &k->b;
+  const int t = k->sh.tokens, el = k->sh.experts / k->n, n1 = 1 + el;
+  plan_sends_kernel<<<k->n, 1024, 0, k->s>>>(k->topk_idx, t, k->sh.topk, el, b->send_pos,
+                                             b->send_hdr);
+  gather_sends_kernel<<<dim3(t, k->n), 128, 0, k->s>>>(
+      (const uint4*)k->x, k->topk_idx, t, k->sh.hidden, k->sh.topk, el, b->send_pos, b->send_hdr,
+      (uint4*)b->send_x, b->send_meta);
+  CUDA_OK(cudaGetLastError());
+  NCCL_OK(ncclGroupStart());
+  for (int p = 0; p < k->n; p++) {
+    NCCL_OK(ncclSend(b->send_hdr + p * n1, n1, ncclInt32, p, k->comm, k->s));
+    NCCL_OK(ncclRecv(b->recv_hdr + p * n1, n1, ncclInt32, p, k->comm, k->s));
+  }
+  NCCL_OK(ncclGroupEnd());
+}
+
+/* Part 2: the host waits for the counts (the sizes of everything after), then the token
+ * rows and their top-k ids go to their ranks. */
+static void baseline_sync_and_exchange(struct rank* k) {
+  struct baseline* b = &k->b;
+  const int el = k->sh.experts / k->n, n1 = 1 + el, m1 = 1 + k->sh.topk;
+  const size_t hdr = k->n * n1 * sizeof(int), h = k->sh.hidden;
+  CUDA_OK(cudaMemcpyAsync(b->h_send_hdr, b->send_hdr, hdr, cudaMemcpyDeviceToHost, k->s));
+  CUDA_OK(cudaMemcpyAsync(b->h_recv_hdr, b->recv_hdr, hdr, cudaMemcpyDeviceToHost, k->s));
+  CUDA_OK(cudaStreamSynchronize(k->s));
+  size_t so = 0, ro = 0;
+  memset(b->h_rows, 0, el * sizeof(int));
+  NCCL_OK(ncclGroupStart());
+  for (int p = 0; p < k->n; p++) {
+    size_t sc = b->h_send_hdr[p * n1], rc = b->h_recv_hdr[p * n1];
+    for (int j = 0; j < el; j++) b->h_rows[j] += b->h_recv_hdr[p * n1 + 1 + j];
+    NCCL_OK(ncclSend((char*)b->send_x + so * h * 2, sc * h, ncclBfloat16, p, k->comm, k->s));
+    NCCL_OK(ncclRecv((char*)b->recv_x + ro * h * 2, rc * h, ncclBfloat16, p, k->comm, k->s));
+    NCCL_OK(ncclSend(b->send_meta + so * m1, sc * m1, ncclInt32, p, k->comm, k->s));
+    NCCL_OK(ncclRecv(b->recv_meta + ro * m1, rc * m1, ncclInt32, p, k->comm, k->s));
+    so += sc, ro += rc;
+  }
+  NCCL_OK(ncclGroupEnd());
+  b->recv_tokens = (int)ro;
+  b->rows = 0;
+  for (int j = 0; j < el; j++) b->rows += b->h_rows[j];
+}
+
+/* Part 3: the received rows into the per-expert layout, then one cuBLASLt GEMM per expert. */
+static void baseline_expand_and_gemm(struct rank* k) {
+  struct baseline* b = &k->b;
+  const int el = k->sh.experts / k->n, r = b->recv_tokens;
+  expert_offsets_kernel<<<1, 1, 0, k->s>>>(b->recv_hdr, k->n, el, b->offsets);
+  if (r > 0) {
+    plan_rows_kernel<<<el, 1024, 0, k->s>>>(b->recv_meta, r, k->sh.topk, k->r * el, b->row_pos);
+    gather_rows_kernel<<<dim3(r, k->sh.topk), 128, 0, k->s>>>(
+        (const uint4*)b->recv_x, b->recv_meta, b->recv_hdr, k->sh.hidden, k->sh.topk, k->r * el, el,
+        b->row_pos, b->offsets, (uint4*)b->a_rows, b->row_src);
+  }
+  CUDA_OK(cudaGetLastError());
+  const size_t h = k->sh.hidden, in = k->sh.inter;
+  size_t off = 0;
+  for (int j = 0; j < el; j++) {
+    if (b->h_rows[j])
+      lt_plan_run(&b->lt, b->h_rows[j], (char*)b->a_rows + off * h * 2,
+                  (char*)k->w1 + j * in * h * 2, (char*)b->c + off * in * 2, k->s);
+    off += b->h_rows[j];
+  }
+}
+
+static void run_baseline(struct rank* k) {
+  baseline_pack_and_count(k);
+  baseline_sync_and_exchange(k);
+  baseline_expand_and_gemm(k);
+}
+
+/* The floor's GEMM: our grouped GEMM on the baseline's per-expert rows (no communication). */
+static void run_gemm_ours(struct rank* k) {
+  if (k->b.rows < 1) return;
+  struct mk_gemm_args g;
+  memset(&g, 0, sizeof(g));
+  g.m = k->b.rows, g.n = k->sh.inter, g.k = k->sh.hidden;
+  g.a = k->b.a_rows, g.b = k->w1, g.c = k->b.c;
+  g.num_groups = k->sh.experts / k->n, g.group_offsets = k->b.offsets;
+  if (mk_gemm_launch(&g, k->s)) exit(1);
+}
+
+static size_t w1_bytes(const struct rank* k) {
+  return (size_t)(k->sh.experts / k->n) * k->sh.inter * k->sh.hidden * 2;
+}
+
+static void run_weight_read(struct rank* k) {
+  read_bytes_kernel<<<1056, 512, 0, k->s>>>((const uint4*)k->w1, w1_bytes(k) / 16, k->sink);
+  CUDA_OK(cudaGetLastError());
+}
+
+enum { V_FUSED, V_BASE, V_GEMM, V_WREAD, V_DISPATCH, NV };
+static const char* variant_names[] = {"fused", "baseline", "gemm", "w1_read", "dispatch"};
+
+/* Holds the GPU for `ns` so that the host can queue the next variant before it starts. */
+static __global__ void delay_kernel(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
+}
+
+/* Before each timed variant: the ranks' GPUs aligned by a one-element all-reduce, then 300 us
+ * of delay while the host queues the variant. Without it, a variant that follows the
+ * baseline's host synchronisation starts when each rank's host gets there, and the fused op,
+ * which waits for its peers, would be charged for the other host's lag. */
+static void align_ranks(struct rank* k) {
+  NCCL_OK(ncclAllReduce(k->scratch, k->scratch, 1, ncclFloat64, ncclSum, k->comm, k->s));
+  static long long delay_ns = -1;
+  if (delay_ns < 0) delay_ns = getenv("MOE_PERF_DELAY_US") ? atoll(getenv("MOE_PERF_DELAY_US")) * 1000 : 300000;
+  delay_kernel<<<1, 1, 0, k->s>>>((unsigned long long)delay_ns);
+  CUDA_OK(cudaGetLastError());
+}
+
+static void run_variant(struct rank* k, int v) {
+  if (v == V_FUSED) run_fused(k);
+  else if (v == V_BASE) run_baseline(k);
+  else if (v == V_GEMM) run_gemm_ours(k);
+  else if (v == V_DISPATCH) run_dispatch(k);
+  else run_weight_read(k);
+}
+
+/* ---- the check: fused rows against the baseline's, matched through row_source ------------- */
+
+static __global__ void index_rows_kernel(const int* row_src, int rows, int tokens, int topk,
+                                         int* index) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += gridDim.x * blockDim.x) {
+    const int* s = row_src + 3 * (size_t)i;
+    index[((size_t)s[0] * tokens + s[1]) * topk + s[2]] = i;
+  }
+}
+
+static __device__ double block_sum(double v, double* shared) {
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double s = 0;
+  if (threadIdx.x == 0)
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += shared[i];
+  __syncthreads();
+  return s;
+}
+
+/* A fused row is wrong when the baseline has no row for its (source, token, slot), or when
+ * they differ: ||fused - baseline|| / ||baseline|| >= 1e-2 or a non-finite value. */
+static __global__ void compare_rows_kernel(const __nv_bfloat16* act, const int* row_source,
+                                           int rows, const __nv_bfloat16* base, const int* index,
+                                           int nranks, int tokens, int topk, int cols,
+                                           unsigned long long* wrong) {
+  __shared__ double shared[32];
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int* s = row_source + 3 * (size_t)r;
+    int known =
+        s[0] >= 0 && s[0] < nranks && s[1] >= 0 && s[1] < tokens && s[2] >= 0 && s[2] < topk;
+    int b = known ? index[((size_t)s[0] * tokens + s[1]) * topk + s[2]] : -1;
+    if (b < 0) { /* the same for the whole block */
+      if (threadIdx.x == 0) atomicAdd(wrong, 1ull);
+      continue;
+    }
+    double d2 = 0, r2 = 0, bad = 0;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      double o = __bfloat162float(act[(size_t)r * cols + c]),
+             x = __bfloat162float(base[(size_t)b * cols + c]);
+      bad += !isfinite(o);
+      d2 += (o - x) * (o - x), r2 += x * x;
+    }
+    d2 = block_sum(d2, shared), r2 = block_sum(r2, shared), bad = block_sum(bad, shared);
+    if (threadIdx.x == 0 && (bad > 0 || !(sqrt(d2 / r2) < 1e-2))) atomicAdd(wrong, 1ull);
+  }
+}
+
+struct shape_check {
+  unsigned long long rows_sent, routed, wrong;
+  int fused_rows;
+};
+
+static unsigned long long count_wrong_rows(struct rank* k, const ncclMkMoeLayoutInfo* info,
+                                           int fused_rows) {
+  const size_t slots = (size_t)k->n * k->sh.tokens * k->sh.topk;
+  int* index;
+  unsigned long long *d_wrong, wrong = 0;
+  CUDA_OK(cudaMalloc(&index, slots * sizeof(int)));
+  CUDA_OK(cudaMalloc(&d_wrong, sizeof(*d_wrong)));
+  CUDA_OK(cudaMemset(index, 0xFF, slots * sizeof(int)));
+  CUDA_OK(cudaMemset(d_wrong, 0, sizeof(*d_wrong)));
+  if (k->b.rows)
+    index_rows_kernel<<<1024, 256>>>(k->b.row_src, k->b.rows, k->sh.tokens, k->sh.topk, index);
+  const int grid = fused_rows < 65535 ? fused_rows : 65535;
+  if (fused_rows)
+    compare_rows_kernel<<<grid, 256>>>((const __nv_bfloat16*)k->act, info->row_source, fused_rows,
+                                       (const __nv_bfloat16*)k->b.c, index, k->n, k->sh.tokens,
+                                       k->sh.topk, k->sh.inter, d_wrong);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaMemcpy(&wrong, d_wrong, sizeof(wrong), cudaMemcpyDeviceToHost));
+  cudaFree(index), cudaFree(d_wrong);
+  return wrong + (unsigned long long)abs(fused_rows - k->b.rows); /* rows only one side has */
+}
+
+/* One fused dispatch (act poisoned first) and one baseline on the same inputs. */
+static struct shape_check check_shape(struct rank* k) {
+  struct shape_check c;
+  const int el = k->sh.experts / k->n;
+  CUDA_OK(cudaMemsetAsync(k->act, 0xFF, k->max_recv_rows * k->sh.inter * 2, k->s));
+  run_fused(k);
+  run_baseline(k);
+  CUDA_OK(cudaStreamSynchronize(k->s));
+  ncclMkMoeLayoutInfo info;
+  NCCL_OK(ncclMkMoeLayoutGetInfo(k->layout, &info));
+  CUDA_OK(cudaMemcpy(&c.fused_rows, info.group_offsets + el, sizeof(int), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&c.rows_sent, info.rows_sent, sizeof(c.rows_sent), cudaMemcpyDeviceToHost));
+  if (c.fused_rows < 0 || (size_t)c.fused_rows > k->max_recv_rows) { /* offsets are garbage */
+    fprintf(stderr, "rank %d: the layout says %d rows\n", k->r, c.fused_rows);
+    c.fused_rows = 0;
+  }
+  c.wrong = count_wrong_rows(k, &info, c.fused_rows);
+  c.routed = dedup_routed(&k->sh, k->r, k->n, k->idx_host);
+  return c;
+}
+
+/* ---- timing and the table ----------------------------------------------------------------- */
+
+static int cmp_double(const void* x, const void* y) {
+  double a = *(const double*)x, b = *(const double*)y;
+  return a < b ? -1 : a > b;
+}
+
+static double median(double* v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Sums (or maxima) of `count` doubles over the ranks, through the scratch buffer. */
+static void reduce_over_ranks(struct rank* k, double* v, int count, ncclRedOp_t op) {
+  CUDA_OK(cudaMemcpy(k->scratch, v, count * sizeof(double), cudaMemcpyHostToDevice));
+  NCCL_OK(ncclAllReduce(k->scratch, k->scratch, count, ncclFloat64, op, k->comm, k->s));
+  CUDA_OK(cudaMemcpyAsync(v, k->scratch, count * sizeof(double), cudaMemcpyDeviceToHost, k->s));
+  CUDA_OK(cudaStreamSynchronize(k->s));
+}
+
+/* Medians over the iterations, variants interleaved, then the max over ranks. */
+static void time_shape(struct rank* k, const struct opts* o, double med[NV]) {
+  double* t = (double*)malloc(sizeof(double) * NV * o->iters);
+  cudaEvent_t ev[NV][2];
+  for (int v = 0; v < NV; v++) {
+    CUDA_OK(cudaEventCreate(&ev[v][0]));
+    CUDA_OK(cudaEventCreate(&ev[v][1]));
+  }
+  for (int i = 0; i < o->warmup; i++)
+    for (int v = 0; v < NV; v++) run_variant(k, v);
+  for (int i = 0; i < o->iters; i++) {
+    for (int v = 0; v < NV; v++) {
+      align_ranks(k);
+      CUDA_OK(cudaEventRecord(ev[v][0], k->s));
+      run_variant(k, v);
+      CUDA_OK(cudaEventRecord(ev[v][1], k->s));
+    }
+    CUDA_OK(cudaStreamSynchronize(k->s));
+    for (int v = 0; v < NV; v++) {
+      float ms;
+      CUDA_OK(cudaEventElapsedTime(&ms, ev[v][0], ev[v][1]));
+      t[v * o->iters + i] = ms;
+    }
+  }
+  for (int v = 0; v < NV; v++) med[v] = median(t + v * o->iters, o->iters);
+  reduce_over_ranks(k, med, NV, ncclMax);
+  for (int v = 0; v < NV; v++) cudaEventDestroy(ev[v][0]), cudaEventDestroy(ev[v][1]);
+  free(t);
+}
+
+static void print_header(const struct rank* k, const struct opts* o) {
+  printf("# moe_perf on %d ranks: dispatch + first grouped GEMM, bf16, uniform routing\n"
+         "# medians of %d (warm-up %d), times in ms (max over ranks), TFLOP/s per GPU;\n"
+         "# rows, rows_sent, routed and #wrong summed over ranks; speedup = baseline / fused;\n"
+         "# f/gemm = fused / our grouped GEMM alone; w1_read: one read of the local experts' w1;\n"
+         "# dispatch: the fused op with an 8-column GEMM (the dispatch's own cost)\n",
+         k->n, o->iters, o->warmup);
+  printf("# shape        T     h  inter    E  k    rows     fused TFLOP/s  baseline speedup"
+         "      gemm f/gemm   w1_read    GB/s  dispatch  rows_sent     routed  #wrong\n");
+}
+
+/* sums: rows_sent, routed, #wrong, fused rows (over ranks). */
+static void print_row(const struct rank* k, const double med[NV], const double sums[4],
+                      FILE* json) {
+  const struct moe_shape* sh = &k->sh;
+  double flop = 2.0 * sums[3] * sh->inter * sh->hidden / k->n; /* per GPU, on average */
+  double tf = flop / (med[V_FUSED] * 1e9), gbs = (double)w1_bytes(k) / (med[V_WREAD] * 1e6);
+  double speedup = med[V_BASE] / med[V_FUSED], over_gemm = med[V_FUSED] / med[V_GEMM];
+  printf("%-9s %6d %5d %6d %4d %2d %7.0f  %8.3f %7.1f  %8.3f %7.3f  %8.3f %6.2f  %8.3f %7.0f",
+         sh->name, sh->tokens, sh->hidden, sh->inter, sh->experts, sh->topk, sums[3], med[V_FUSED],
+         tf, med[V_BASE], speedup, med[V_GEMM], over_gemm, med[V_WREAD], gbs);
+  printf("  %8.3f  %9.0f %9.0f%s  %6.0f\n", med[V_DISPATCH], sums[0], sums[1], sums[0] == sums[1] ? " " : "!",
+         sums[2]);
+  fflush(stdout);
+  if (!json) return;
+  fprintf(json, "{\"op\": \"moe_dispatch_gemm\", \"shape\": \"%s\", \"ranks\": %d, \"tokens\": %d",
+          sh->name, k->n, sh->tokens);
+  fprintf(json, ", \"hidden\": %d, \"inter\": %d, \"experts\": %d, \"topk\": %d, \"rows\": %.0f",
+          sh->hidden, sh->inter, sh->experts, sh->topk, sums[3]);
+  for (int v = 0; v < NV; v++) fprintf(json, ", \"%s_ms\": %.4f", variant_names[v], med[v]);
+  fprintf(json, ", \"tflops\": %.1f, \"speedup\": %.4f, \"fused_over_gemm\": %.4f", tf, speedup,
+          over_gemm);
+  fprintf(json, ", \"w1_read_gbs\": %.0f, \"rows_sent\": %.0f, \"routed\": %.0f", gbs, sums[0],
+          sums[1]);
+  fprintf(json, ", \"wrong\": %.0f}\n", sums[2]);
+}
+
+/* One shape: check, time, print; returns 1 when something was wrong. */
+static int run_shape(struct rank* k, const struct opts* o, const struct moe_shape* sh, FILE* json) {
+  alloc_shape(k, sh);
+  struct shape_check c = check_shape(k);
+  double med[NV];
+  double sums[4] = {(double)c.rows_sent, (double)c.routed, (double)c.wrong, (double)c.fused_rows};
+  time_shape(k, o, med);
+  reduce_over_ranks(k, sums, 4, ncclSum);
+  if (k->r == 0) print_row(k, med, sums, json);
+  free_shape(k);
+  return sums[2] > 0 || sums[0] != sums[1];
+}
+
+static void moe_config(const struct opts* o, int nranks, ncclMkConfig* cfg, size_t* max_recv_rows) {
+  NCCL_OK(ncclMkConfigDefaults(cfg));
+  for (int i = 0; i < NSHAPES; i++) {
+    if (o->shape >= 0 && i != o->shape) continue;
+    const struct moe_shape* s = &shapes[i];
+    if (s->tokens > cfg->moe_max_tokens) cfg->moe_max_tokens = s->tokens;
+    if (s->hidden > cfg->moe_max_hidden) cfg->moe_max_hidden = s->hidden;
+    if (s->topk > cfg->moe_max_topk) cfg->moe_max_topk = s->topk;
+  }
+  /* moe_max_recv_rows 0: the worst case, which act must hold */
+  *max_recv_rows = (size_t)nranks * cfg->moe_max_tokens * cfg->moe_max_topk;
+}
+
+static int rank_main(const struct opts* o) {
+  struct rank k;
+  memset(&k, 0, sizeof(k));
+  ncclUniqueId id;
+  perf_hex_to_id(o->id, &id);
+  k.r = o->proc, k.n = o->nprocs;
+  CUDA_OK(cudaSetDevice(k.r));
+  CUDA_OK(cudaStreamCreateWithFlags(&k.s, cudaStreamNonBlocking));
+  CUDA_OK(cudaMalloc((void**)&k.scratch, 8 * sizeof(double)));
+  CUDA_OK(cudaMalloc((void**)&k.sink, sizeof(unsigned)));
+  NCCL_OK(ncclCommInitRank(&k.comm, k.n, id, k.r));
+  ncclMkConfig cfg;
+  moe_config(o, k.n, &cfg, &k.max_recv_rows);
+  NCCL_OK(ncclMkCommInit(k.comm, &cfg));
+  NCCL_OK(ncclMkMoeLayoutCreate(k.comm, &k.layout));
+  FILE* json = k.r == 0 && o->json ? fopen(o->json, "w") : NULL;
+  if (k.r == 0) print_header(&k, o);
+  int bad = 0;
+  for (int i = 0; i < NSHAPES; i++)
+    if (o->shape < 0 || i == o->shape) bad += run_shape(&k, o, &shapes[i], json);
+  if (json) fclose(json);
+  ncclResult_t async = ncclSuccess;
+  NCCL_OK(ncclMkCommGetAsyncError(k.comm, &async, NULL, 0));
+  NCCL_OK(ncclMkMoeLayoutDestroy(k.layout));
+  NCCL_OK(ncclMkCommRelease(k.comm));
+  ncclCommDestroy(k.comm);
+  return bad || async != ncclSuccess ? 2 : 0;
+}
+
+static int shape_index(const char* name) {
+  if (!strcmp(name, "all")) return -1;
+  for (int i = 0; i < NSHAPES; i++)
+    if (!strcmp(name, shapes[i].name)) return i;
+  return -2;
+}
+
+static int parse(int argc, char** argv, struct opts* o) {
+  int c, launched = 0;
+  o->nprocs = 2, o->iters = 5, o->warmup = 2, o->shape = -1;
+  while ((c = getopt(argc, argv, "p:s:n:w:J:P:I:")) != -1) {
+    /* clang-format off */
+    switch (c) {
+      case 'p': o->nprocs = atoi(optarg); break;
+      case 's': o->shape = shape_index(optarg); break;
+      case 'n': o->iters = atoi(optarg); break;
+      case 'w': o->warmup = atoi(optarg); break;
+      case 'J': o->json = optarg; break;
+      case 'P': o->proc = atoi(optarg), launched = 1; break;
+      case 'I': snprintf(o->id, sizeof(o->id), "%s", optarg), launched = 1; break;
+      default: return -1;
+    }
+    /* clang-format on */
+  }
+  if (o->iters < 1 || o->warmup < 0 || o->nprocs < 1 || o->nprocs > MAX_RANKS || o->shape < -1)
+    return -1;
+  return launched;
+}
+
+int main(int argc, char** argv) {
+  struct opts o;
+  memset(&o, 0, sizeof(o));
+  int launched = parse(argc, argv, &o);
+  if (launched < 0) {
+    fprintf(stderr, "usage: %s [-p procs] [-s mixtral|deepseek|decode|all] [-n iters] [-w warmup]"
+            " [-J json]\n", argv[0]);
+    return 2;
+  }
+  if (!launched) {
+    int ngpu = 0;
+    if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < o.nprocs) {
+      printf("needs %d GPUs, found %d\n", o.nprocs, ngpu);
+      return 77;
+    }
+    return perf_launch_local(argc, argv, o.nprocs, 0);
+  }
+  return rank_main(&o);
+}
