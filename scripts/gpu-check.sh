@@ -100,13 +100,14 @@ tier_moe() {
   local t n=20
   [ "${MK_FUSED_SHAPES:-}" = small ] && n=5
   for t in $MOE_TESTS; do step "${t#*:}" "$B/test/gpu/test_moe" "${t%%:*}"; done
+  # The same with the dispatch beside the GEMM (NCCL_MK_MOE_OVERLAP=1; the default is 0).
   for t in correctness graph; do
-    step "moe_ops_${t}_without_overlap" env NCCL_MK_MOE_OVERLAP=0 "$B/test/gpu/test_moe" "$t"
+    step "moe_ops_${t}_with_overlap" env NCCL_MK_MOE_OVERLAP=1 "$B/test/gpu/test_moe" "$t"
   done
   step moe_perf "$B/test/perf/fused/moe_perf" -n "$n" -w 3 -J "$LOGS/moe_perf.json"
   grep -A 4 '^# shape' "$LOGS/moe_perf.log" || true
-  step moe_perf_without_overlap env NCCL_MK_MOE_OVERLAP=0 "$B/test/perf/fused/moe_perf" -n "$n" -w 3
-  grep -A 4 '^# shape' "$LOGS/moe_perf_without_overlap.log" || true
+  step moe_perf_with_overlap env NCCL_MK_MOE_OVERLAP=1 "$B/test/perf/fused/moe_perf" -n "$n" -w 3
+  grep -A 4 '^# shape' "$LOGS/moe_perf_with_overlap.log" || true
 }
 
 # The net plugin under real NCCL on 2 GPUs, then the busbw comparison with NCCL's Socket.

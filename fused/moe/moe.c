@@ -2,9 +2,11 @@
  * ncclMkMoeDispatchGemm, ncclMkMoeGemmCombine and their layouts (the kernels and the protocol
  * are in moe.h). Every rank must share this host: peers are reached by load/store.
  *
- * NCCL_MK_MOE_OVERLAP=1 runs the dispatch's comm kernel on a few SMs beside the grouped GEMM,
- * which starts each expert once its rows are in; 0 gives the dispatch every SM, then runs
- * the GEMM on every SM (no waits).
+ * NCCL_MK_MOE_OVERLAP=0 (the default) gives the dispatch's comm kernel every SM, then runs the
+ * grouped GEMM on every SM; 1 runs the comm kernel on 12 SMs beside the GEMM, which starts each
+ * expert once its rows are in. On 2 H200s the first is faster at every shape measured
+ * (bench/NOTES.md): an expert's rows come from every source, so experts become ready late,
+ * and the GEMM then runs on 120 SMs throughout.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -11,8 +11,8 @@
  *             counts_flag[s] = e; waits for every source's counts, then writes the group
  *             offsets (expert j's rows: sources in rank order) for the GEMM and the expand
  *   comm      (side stream, the SMs the GEMM leaves) push CTAs copy s's listed tokens and
- *             their slots into each peer's recv[s] / meta[s], 32-row chunks, raising
- *             chunk_flag[s][c] = e after each; expand CTAs take every source's chunks (own
+ *             their slots into each peer's recv[s] / meta[s], 16-row chunks, raising
+ *             chunk_flag[s][c] = e after each; expand warps take every source's rows (own
  *             first: read in place), copy each row to its (expert, source, pos) place in the
  *             GEMM's A, and the last row of expert j raises ready[j] = e
  *   GEMM      grouped over the local experts, each group waiting for ready[j] >= e
@@ -44,7 +44,7 @@ extern "C" {
 #define MK_MOE_MAX_LOCAL_EXPERTS 256
 #define MK_MOE_MAX_TOPK 16
 #define MK_MOE_COUNT_STRIDE (1 + MK_MOE_MAX_LOCAL_EXPERTS) /* [0] tokens, [1 + j] rows of expert j */
-#define MK_MOE_CHUNK_ROWS 32
+#define MK_MOE_CHUNK_ROWS 16 /* one row per warp of a push CTA */
 #define MK_MOE_SCATTER_CTAS 128 /* fixed on every rank: the reduce waits for this many flags */
 #define MK_MOE_POS_BITS 20      /* a meta slot: local expert << 20 | pos, or -1 */
 #define MK_MOE_ERR_OVERFLOW 0x40u /* error-tag bit: more rows arrived than max_recv_rows */

@@ -65,17 +65,22 @@ static __global__ void moe_route_kernel(const struct mk_moe_args a) {
   }
 }
 
-/* Thread d: once d finished the previous call, this rank's counts for d into d's counts[rank],
- * then d's counts_flag[rank] = call. 1 on success. */
+/* Warp d: once d finished the previous call, this rank's counts for d into d's counts[rank],
+ * then d's counts_flag[rank] = call. 1 on success (the same in every lane). */
 static __device__ int moe_counts_publish(const struct mk_moe_args& a, int d, uint64_t e) {
-  if (d != a.rank && mk_wait_geq(a.words[d] + MK_AG_WORD_DONE, e - 1, a.err, a.err_tag, 0, MK_AG_WORD_DONE,
-                                 a.timeout_ns) < e - 1)
-    return 0;
+  const int lane = threadIdx.x & 31;
+  uint64_t done = e;
+  if (d != a.rank && lane == 0)
+    done = mk_wait_geq(a.words[d] + MK_AG_WORD_DONE, e - 1, a.err, a.err_tag, 0, MK_AG_WORD_DONE, a.timeout_ns);
+  if (__shfl_sync(0xffffffffu, done, 0) < e - 1) return 0;
   const int* src = moe_ints(a.moe[a.rank], a.g.send_counts) + d * MK_MOE_COUNT_STRIDE;
   int* dst = moe_ints(a.moe[d], a.g.counts) + a.rank * MK_MOE_COUNT_STRIDE;
-  for (int i = 0; i <= a.e_local; i++) dst[i] = src[i];
-  fence_acq_rel_sys();
-  st_release_sys_u64(moe_words(a.moe[d], a.g.counts_flag) + a.rank, e);
+  for (int i = lane; i <= a.e_local; i += 32) dst[i] = src[i];
+  __syncwarp();
+  if (lane == 0) {
+    fence_acq_rel_sys();
+    st_release_sys_u64(moe_words(a.moe[d], a.g.counts_flag) + a.rank, e);
+  }
   return 1;
 }
 
@@ -99,7 +104,7 @@ static __global__ void moe_counts_kernel(const struct mk_moe_args a) {
   __shared__ int rows[MK_MOE_MAX_LOCAL_EXPERTS];
   const uint64_t e = moe_call(a);
   int ok = 1;
-  if (threadIdx.x < a.nranks) ok = moe_counts_publish(a, threadIdx.x, e);
+  if ((int)threadIdx.x / 32 < a.nranks) ok = moe_counts_publish(a, threadIdx.x / 32, e);
   ok = __syncthreads_and(ok);
   if (ok && threadIdx.x < a.nranks)
     ok = mk_wait_geq(moe_words(a.moe[a.rank], a.g.counts_flag) + threadIdx.x, e, a.err, a.err_tag, 1,
@@ -192,34 +197,39 @@ static __device__ void moe_expand_row(const struct mk_moe_args& a, int src, cons
   }
 }
 
-/* Expand CTAs: every source's chunks (own first, read in place; then the ranks that push to us
- * first), each after its flag. */
+/* Lane 0 waits for chunk c of src's rows; the warp learns whether it came. */
+static __device__ bool moe_chunk_arrived(const struct mk_moe_args& a, int src, int c, uint64_t e) {
+  const uint32_t index = (uint32_t)(src * moe_chunks_max(a.g) + c);
+  uint64_t seen = 0;
+  if ((threadIdx.x & 31) == 0)
+    seen = mk_wait_geq(moe_words(a.moe[a.rank], a.g.chunk_flag) + index, e, a.err, a.err_tag, 2, index,
+                       a.timeout_ns);
+  return __shfl_sync(0xffffffffu, seen, 0) >= e;
+}
+
+/* Expand warps: every source's rows (own first, read in place; then the ranks that push to us
+ * first), row u to warp u mod warps, each peer row once its chunk's flag is up. Spreading rows
+ * over every warp (not chunks over CTAs) keeps all of them busy when few tokens arrive. */
 static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e) {
   char* own = a.moe[a.rank];
   if (a.group_offsets[a.e_local] == 0) return; /* nothing arrives, or the counts step gave up */
-  const int xi = blockIdx.x - a.push_ctas, warp = threadIdx.x / 32, stride = 1 + a.g.max_topk;
+  const int warps = a.expand_ctas * MOE_WARPS, stride = 1 + a.g.max_topk;
+  const int w = (blockIdx.x - a.push_ctas) * MOE_WARPS + threadIdx.x / 32;
   const size_t row_bytes = (size_t)a.hidden * 2;
-  __shared__ int ok;
   for (int step = 0; step < a.nranks; step++) {
     const int src = (a.rank - step + a.nranks) % a.nranks;
     const bool self = src == a.rank;
     const int n = *(volatile int*)&moe_ints(own, a.g.counts)[src * MK_MOE_COUNT_STRIDE];
-    for (int c = xi; c * MK_MOE_CHUNK_ROWS < n; c += a.expand_ctas) {
-      if (!self) {
-        if (threadIdx.x == 0)
-          ok = mk_wait_geq(moe_words(own, a.g.chunk_flag) + (size_t)src * moe_chunks_max(a.g) + c, e, a.err,
-                           a.err_tag, 2, (uint32_t)(src * moe_chunks_max(a.g) + c), a.timeout_ns) >= e;
-        __syncthreads();
-        if (!ok) return;
+    int arrived = -1; /* the last chunk seen arrived: flags only grow within a call */
+    for (int u = w; u < n; u += warps) {
+      if (!self && u / MK_MOE_CHUNK_ROWS != arrived) {
+        if (!moe_chunk_arrived(a, src, u / MK_MOE_CHUNK_ROWS, e)) return;
+        arrived = u / MK_MOE_CHUNK_ROWS;
       }
-      const int u0 = c * MK_MOE_CHUNK_ROWS, u1 = min(n, u0 + MK_MOE_CHUNK_ROWS);
-      for (int u = u0 + warp; u < u1; u += MOE_WARPS) {
-        const size_t slot = (size_t)src * a.g.max_tokens + u;
-        const int* meta = self ? moe_ints(own, a.g.send_meta) + slot * stride : moe_ints(own, a.g.meta) + slot * stride;
-        const void* row = self ? (const char*)a.x + (size_t)meta[0] * row_bytes : own + a.g.recv + slot * row_bytes;
-        moe_expand_row(a, src, meta, row, !self, e);
-      }
-      __syncthreads(); /* `ok` is rewritten for the next chunk */
+      const size_t slot = (size_t)src * a.g.max_tokens + u;
+      const int* meta = self ? moe_ints(own, a.g.send_meta) + slot * stride : moe_ints(own, a.g.meta) + slot * stride;
+      const void* row = self ? (const char*)a.x + (size_t)meta[0] * row_bytes : own + a.g.recv + slot * row_bytes;
+      moe_expand_row(a, src, meta, row, !self, e);
     }
   }
 }
