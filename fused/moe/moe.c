@@ -51,6 +51,8 @@ size_t mk_moe_geom_layout(struct mk_moe_geom* g) {
   g->comb = moe_take(&at, t * (size_t)g->max_topk * h * 2);
   g->ready = moe_take(&at, MK_MOE_MAX_LOCAL_EXPERTS * 8);
   g->rows_done = moe_take(&at, MK_MOE_MAX_LOCAL_EXPERTS * 4);
+  g->route_done = moe_take(&at, 4);
+  g->offsets_ready = moe_take(&at, 8);
   g->send_counts = moe_take(&at, (size_t)MK_MOE_MAX_RANKS * MK_MOE_COUNT_STRIDE * 4);
   g->send_list = moe_take(&at, nr * t * 4);
   g->send_meta = moe_take(&at, nr * t * meta);
@@ -190,9 +192,10 @@ static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, 
   const int overlap = (int)mk_param_int(MK_PARAM_MOE_OVERLAP);
   a->push_ctas = overlap ? MOE_PUSH_CTAS : fc->num_sms / 4;
   a->expand_ctas = overlap ? MOE_EXPAND_CTAS : fc->num_sms - a->push_ctas;
+  const int ctas = a->push_ctas + a->expand_ctas;
   MK_CHECK(mk_moe_begin_launch(a, 1, stream));
-  MK_CHECK(mk_moe_route_launch(a, stream));
-  MK_CHECK(mk_moe_counts_launch(a, stream));
+  /* beside the GEMM, its scheduler needs the offsets before it starts: route first */
+  if (overlap) MK_CHECK(mk_moe_dispatch_launch(a, MK_MOE_PHASE_ROUTE, fc->num_sms, stream));
   struct mk_gemm_args g;
   moe_gemm_args(fc, MK_OP_MOE_DISPATCH, a, &g);
   g.n = (int)inter, g.k = a->hidden;
@@ -204,7 +207,8 @@ static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, 
   }
   MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_fork, stream), "cudaEventRecord (fork)"));
   MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
-  MK_CHECK(mk_moe_comm_launch(a, fc->side));
+  MK_CHECK(mk_moe_dispatch_launch(a, overlap ? MK_MOE_PHASE_COMM : MK_MOE_PHASE_ROUTE | MK_MOE_PHASE_COMM, ctas,
+                                  fc->side));
   MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)"));
   if (!overlap) MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
   MK_CHECK(mk_gemm_launch(&g, stream));

@@ -1,16 +1,18 @@
 /*
  * MoE expert parallelism on peer memory (C interface to moe_dispatch.cu and moe_combine.cu).
  *
- * Dispatch, call e on rank s (every rank on this host; ncclMkMoeDispatchGemm in moe.c):
- *   begin     call = done + 1; zero this call's counters
- *   route     per token: once per destination rank d that owns one of its experts, a place
- *             u in d's list (atomic), and per (token, slot) with an expert j on d a place
- *             pos among s's rows for (d, j) (atomic: the order inside a group is not fixed,
- *             each row says where it came from)
- *   counts    for each d, once d finished call e-1: s's counts into d's counts[s], then
- *             counts_flag[s] = e; waits for every source's counts, then writes the group
- *             offsets (expert j's rows: sources in rank order) for the GEMM and the expand
- *   comm      (side stream, the SMs the GEMM leaves) push CTAs copy s's listed tokens and
+ * Dispatch, call e on rank s (every rank on this host; ncclMkMoeDispatchGemm in moe.c): a
+ * begin kernel (call = done + 1; zero this call's counters), then one dispatch kernel whose
+ * phases are
+ *   route     every CTA its share of the tokens: once per destination rank d that owns one
+ *             of its experts, a place u in d's list, and per (token, slot) with an expert j
+ *             on d a place pos among s's rows for (d, j) (atomics: the order inside a group
+ *             is not fixed, each row says where it came from)
+ *   counts    the last CTA to finish routing, for each d once d finished call e-1: s's
+ *             counts into d's counts[s], then counts_flag[s] = e; waits for every source's
+ *             counts, writes the group offsets (expert j's rows: sources in rank order) and
+ *             offsets_ready = e for the other CTAs
+ *   comm      push CTAs copy s's listed tokens and
  *             their slots into each peer's recv[s] / meta[s], 16-row chunks, raising
  *             chunk_flag[s][c] = e after each; expand warps take every source's rows (own
  *             first: read in place), copy each row to its (expert, source, pos) place in the
@@ -53,7 +55,7 @@ extern "C" {
 struct mk_moe_geom {
   int nranks, max_tokens, max_hidden, max_topk, max_recv_rows;
   size_t counts_flag, comb_flag, counts, chunk_flag, meta, recv, comb;
-  size_t ready, rows_done, send_counts, send_list, send_meta, seg, rows;
+  size_t ready, rows_done, route_done, offsets_ready, send_counts, send_list, send_meta, seg, rows;
   size_t bytes;
 };
 
@@ -84,9 +86,9 @@ struct mk_moe_args {
 
 /* Each returns 0 or -EIO (launch failure). Dispatch: */
 int mk_moe_begin_launch(const struct mk_moe_args* a, int zero_counters, cudaStream_t stream);
-int mk_moe_route_launch(const struct mk_moe_args* a, cudaStream_t stream);
-int mk_moe_counts_launch(const struct mk_moe_args* a, cudaStream_t stream);
-int mk_moe_comm_launch(const struct mk_moe_args* a, cudaStream_t stream);
+#define MK_MOE_PHASE_ROUTE 1 /* route, counts exchange, offsets */
+#define MK_MOE_PHASE_COMM 2  /* push and expand (push_ctas + expand_ctas CTAs) */
+int mk_moe_dispatch_launch(const struct mk_moe_args* a, int phases, int ctas, cudaStream_t stream);
 /* Combine: */
 int mk_moe_scatter_launch(const struct mk_moe_args* a, cudaStream_t stream);
 int mk_moe_reduce_launch(const struct mk_moe_args* a, cudaStream_t stream);

@@ -34,35 +34,84 @@ static __global__ void moe_begin_kernel(const struct mk_moe_args a, int zero_cou
   if (threadIdx.x == 0) *a.rows_sent = 0;
 }
 
-/* One thread per token: a place in each destination's list (once per destination), and per
- * slot with an expert there, a place among this rank's rows for that expert. */
-static __global__ void moe_route_kernel(const struct mk_moe_args a) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= a.tokens) return;
-  char* own = a.moe[a.rank];
-  int* send_counts = moe_ints(own, a.g.send_counts);
-  const int stride = 1 + a.g.max_topk;
-  int expert[MK_MOE_MAX_TOPK], dest[MK_MOE_MAX_TOPK];
+/* Token t's slots: local expert and destination rank of each (-1: masked). */
+static __device__ void moe_token_slots(const struct mk_moe_args& a, int t, int* expert, int* dest) {
   for (int s = 0; s < a.topk; s++) {
     const int e = a.topk_idx[(size_t)t * a.topk + s];
     const bool valid = e >= 0 && e < a.num_experts;
     expert[s] = valid ? e % a.e_local : -1;
     dest[s] = valid ? e / a.e_local : -1;
-    a.slot_dest[(size_t)t * a.g.max_topk + s] = dest[s];
   }
+}
+
+/* Token t once per destination d that owns one of its experts: counts only (base NULL), or a
+ * place u = base + a count in d's list and, per slot with an expert j on d, a place among
+ * this rank's rows for (d, j), written to send_list / send_meta. */
+static __device__ void moe_route_token(const struct mk_moe_args& a, int t, int* cnt, const int* base) {
+  char* own = a.moe[a.rank];
+  const int stride = 1 + a.g.max_topk;
+  int expert[MK_MOE_MAX_TOPK], dest[MK_MOE_MAX_TOPK];
+  moe_token_slots(a, t, expert, dest);
+  if (base)
+    for (int s = 0; s < a.topk; s++) a.slot_dest[(size_t)t * a.g.max_topk + s] = dest[s];
   for (int s = 0; s < a.topk; s++) {
     const int d = dest[s];
     bool first = d >= 0;
     for (int p = 0; p < s && first; p++) first = dest[p] != d;
     if (!first) continue;
-    int* counts = send_counts + d * MK_MOE_COUNT_STRIDE;
-    const int u = atomicAdd(&counts[0], 1);
-    moe_ints(own, a.g.send_list)[(size_t)d * a.g.max_tokens + u] = t;
-    int* meta = moe_ints(own, a.g.send_meta) + ((size_t)d * a.g.max_tokens + u) * stride;
+    int* c = cnt + d * MK_MOE_COUNT_STRIDE;
+    const int u = atomicAdd(&c[0], 1);
+    if (!base) {
+      for (int q = 0; q < a.topk; q++)
+        if (dest[q] == d) atomicAdd(&c[1 + expert[q]], 1);
+      continue;
+    }
+    const int* b = base + d * MK_MOE_COUNT_STRIDE;
+    const size_t slot = (size_t)d * a.g.max_tokens + b[0] + u;
+    moe_ints(own, a.g.send_list)[slot] = t;
+    int* meta = moe_ints(own, a.g.send_meta) + slot * stride;
     meta[0] = t;
     for (int q = 0; q < a.topk; q++)
-      meta[1 + q] = dest[q] == d ? (expert[q] << MK_MOE_POS_BITS) | atomicAdd(&counts[1 + expert[q]], 1) : -1;
+      meta[1 + q] = dest[q] == d ? (expert[q] << MK_MOE_POS_BITS) | (b[1 + expert[q]] + atomicAdd(&c[1 + expert[q]], 1))
+                                 : -1;
   }
+}
+
+/* This CTA's share of the tokens in two passes over counters in shared memory (fast atomics):
+ * count, reserve the CTA's places with one global atomic per counter, place. Places are
+ * unique; their order is not fixed (each row of the layout says where it came from). */
+static __device__ void moe_route_block(const struct mk_moe_args& a) {
+  __shared__ int cnt[MK_MOE_MAX_RANKS * MK_MOE_COUNT_STRIDE], base[MK_MOE_MAX_RANKS * MK_MOE_COUNT_STRIDE];
+  int* global = moe_ints(a.moe[a.rank], a.g.send_counts);
+  const int n = a.nranks * MK_MOE_COUNT_STRIDE, per = (a.tokens + gridDim.x - 1) / gridDim.x;
+  const int t0 = blockIdx.x * per, t1 = min(a.tokens, t0 + per);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) cnt[i] = 0;
+  __syncthreads();
+  for (int t = t0 + threadIdx.x; t < t1; t += blockDim.x) moe_route_token(a, t, cnt, NULL);
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    base[i] = cnt[i] ? atomicAdd(&global[i], cnt[i]) : 0;
+    cnt[i] = 0;
+  }
+  __syncthreads();
+  for (int t = t0 + threadIdx.x; t < t1; t += blockDim.x) moe_route_token(a, t, cnt, base);
+}
+
+/* After its route: 1 in the CTA that finished last (it then sees every CTA's counts). */
+static __device__ bool moe_route_last_block(const struct mk_moe_args& a) {
+  __shared__ int last;
+  __syncthreads(); /* every thread's writes before thread 0's fence */
+  if (threadIdx.x == 0) {
+    uint32_t* done = (uint32_t*)(a.moe[a.rank] + a.g.route_done);
+    __threadfence();
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
+    if (last) {
+      *done = 0; /* for the next call: no CTA adds to it again in this one */
+      __threadfence();
+    }
+  }
+  __syncthreads();
+  return last;
 }
 
 /* Warp d: once d finished the previous call, this rank's counts for d into d's counts[rank],
@@ -97,12 +146,23 @@ static __device__ int moe_expert_rows(const struct mk_moe_args& a, int j) {
   return rows;
 }
 
-/* One CTA: counts to every rank, every source's counts back, then the group offsets. On a
- * timeout or more rows than fit, the offsets say "no rows" (the GEMM and the expand do
- * nothing) and the error record says why. */
-static __global__ void moe_counts_kernel(const struct mk_moe_args a) {
+/* More rows arrive than the layout holds: the error record says so (the comm breaks). */
+static __device__ void moe_report_overflow(const struct mk_moe_args& a, long total) {
+  a.err->tag = a.err_tag | MK_MOE_ERR_OVERFLOW;
+  a.err->tile = 0;
+  a.err->flag_index = 0;
+  a.err->expected = (uint64_t)a.g.max_recv_rows;
+  a.err->seen = (uint64_t)total;
+  fence_acq_rel_sys();
+  *(volatile uint32_t*)&a.err->aborted = 1;
+}
+
+/* The last routing CTA: counts to every rank, every source's counts back, then the group
+ * offsets and offsets_ready = call for the other CTAs. On a timeout or more rows than fit,
+ * the offsets say "no rows" (the GEMM and the expand do nothing) and the error record says
+ * why. Needs at least nranks warps and e_local <= MK_MOE_MAX_LOCAL_EXPERTS. */
+static __device__ void moe_counts(const struct mk_moe_args& a, uint64_t e) {
   __shared__ int rows[MK_MOE_MAX_LOCAL_EXPERTS];
-  const uint64_t e = moe_call(a);
   int ok = 1;
   if ((int)threadIdx.x / 32 < a.nranks) ok = moe_counts_publish(a, threadIdx.x / 32, e);
   ok = __syncthreads_and(ok);
@@ -111,26 +171,28 @@ static __global__ void moe_counts_kernel(const struct mk_moe_args a) {
                      threadIdx.x, a.timeout_ns) >= e;
   ok = __syncthreads_and(ok);
   for (int j = threadIdx.x; j < a.e_local; j += blockDim.x) rows[j] = ok ? moe_expert_rows(a, j) : 0;
-  __syncthreads();
+  __syncthreads(); /* rows and seg written before thread 0 publishes the offsets */
   if (threadIdx.x != 0) return;
   long total = 0;
   for (int j = 0; j < a.e_local; j++) total += rows[j];
-  if (total > a.g.max_recv_rows) {
-    a.err->tag = a.err_tag | MK_MOE_ERR_OVERFLOW;
-    a.err->tile = 0;
-    a.err->flag_index = 0;
-    a.err->expected = (uint64_t)a.g.max_recv_rows;
-    a.err->seen = (uint64_t)total;
-    fence_acq_rel_sys();
-    *(volatile uint32_t*)&a.err->aborted = 1;
-  }
-  const bool empty = total > a.g.max_recv_rows;
+  const bool overflow = total > a.g.max_recv_rows;
+  if (overflow) moe_report_overflow(a, total);
   int off = 0;
   for (int j = 0; j < a.e_local; j++) {
     a.group_offsets[j] = off;
-    off += empty ? 0 : rows[j];
+    off += overflow ? 0 : rows[j];
   }
   a.group_offsets[a.e_local] = off;
+  fence_acq_rel_sys();
+  st_release_sys_u64(moe_words(a.moe[a.rank], a.g.offsets_ready), e);
+}
+
+/* Every CTA before it pushes or expands: the last routing CTA published the offsets. */
+static __device__ bool moe_offsets_ready(const struct mk_moe_args& a, uint64_t e) {
+  uint64_t seen = e;
+  if (threadIdx.x == 0)
+    seen = mk_wait_geq(moe_words(a.moe[a.rank], a.g.offsets_ready), e, a.err, a.err_tag, 5, 0, a.timeout_ns);
+  return __syncthreads_and(seen >= e);
 }
 
 /* Push CTAs: for each peer (ring order), this rank's listed tokens and their slots into the
@@ -234,8 +296,18 @@ static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e) {
   }
 }
 
-static __global__ void __launch_bounds__(MOE_THREADS) moe_comm_kernel(const struct mk_moe_args a) {
+/* The dispatch in one kernel: every CTA routes its share of the tokens, the last one exchanges
+ * the counts and publishes the offsets, then push and expand CTAs move the rows. `phases`
+ * (MK_MOE_PHASE_*) runs a part: with the GEMM beside the comm phase, the route phase runs
+ * first on the GEMM's stream, whose scheduler reads the offsets when it starts. Every CTA
+ * must be resident at once (CTAs wait for the last one): grid <= the SMs left free. */
+static __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const struct mk_moe_args a, int phases) {
   const uint64_t e = moe_call(a);
+  if (phases & MK_MOE_PHASE_ROUTE) {
+    moe_route_block(a);
+    if (moe_route_last_block(a)) moe_counts(a, e);
+  }
+  if (!(phases & MK_MOE_PHASE_COMM) || !moe_offsets_ready(a, e)) return;
   if ((int)blockIdx.x < a.push_ctas) moe_push(a, e);
   else moe_expand(a, e);
 }
@@ -252,18 +324,8 @@ extern "C" int mk_moe_begin_launch(const struct mk_moe_args* a, int zero_counter
   return moe_launched();
 }
 
-extern "C" int mk_moe_route_launch(const struct mk_moe_args* a, cudaStream_t stream) {
-  moe_route_kernel<<<(a->tokens + 127) / 128, 128, 0, stream>>>(*a);
-  return moe_launched();
-}
-
-extern "C" int mk_moe_counts_launch(const struct mk_moe_args* a, cudaStream_t stream) {
-  moe_counts_kernel<<<1, 256, 0, stream>>>(*a);
-  return moe_launched();
-}
-
-extern "C" int mk_moe_comm_launch(const struct mk_moe_args* a, cudaStream_t stream) {
-  moe_comm_kernel<<<a->push_ctas + a->expand_ctas, MOE_THREADS, 0, stream>>>(*a);
+extern "C" int mk_moe_dispatch_launch(const struct mk_moe_args* a, int phases, int ctas, cudaStream_t stream) {
+  moe_dispatch_kernel<<<ctas, MOE_THREADS, 0, stream>>>(*a, phases);
   return moe_launched();
 }
 
