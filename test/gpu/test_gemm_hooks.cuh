@@ -324,6 +324,60 @@ static void test_grouped(int large) {
   problem_free(&p);
 }
 
+/* Grouped mode waits per group: groups 0 and 2 are ready at launch, group 3's flag is raised
+ * 20 ms later (group 1 is empty and waits for nothing). Every tile of group 3 must start after
+ * the raise, every other tile before it, and the result must be right. */
+static void test_grouped_ready_flags(void) {
+  const std::vector<int> sizes = {300, 0, 200, 129};
+  const int n = 512, k = 256, groups = 4, tiles_n = n / 256;
+  std::vector<int> offs(groups + 1, 0), row_group;
+  for (int i = 0; i < groups; i++) offs[i + 1] = offs[i] + sizes[i];
+  const int m = offs[groups];
+  for (int gi = 0; gi < groups; gi++) row_group.insert(row_group.end(), sizes[gi], gi);
+  std::vector<int> tile_group; /* linear tile -> group, as the scheduler numbers them */
+  for (int gi = 0; gi < groups; gi++) tile_group.insert(tile_group.end(), (sizes[gi] + 127) / 128 * tiles_n, gi);
+  const int tiles = (int)tile_group.size();
+  struct problem p;
+  problem_alloc(&p, m, n, k, groups, 2);
+  int *d_offs, *d_rg;
+  uint64_t *flags, *starts, *t_raise;
+  CUDA_OK(cudaMalloc(&d_offs, offs.size() * 4));
+  CUDA_OK(cudaMalloc(&d_rg, m * 4));
+  CUDA_OK(cudaMalloc(&flags, groups * 8));
+  CUDA_OK(cudaMalloc(&starts, tiles * 8));
+  CUDA_OK(cudaMalloc(&t_raise, 16));
+  CUDA_OK(cudaMemcpy(d_offs, offs.data(), offs.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_rg, row_group.data(), m * 4, cudaMemcpyHostToDevice));
+  const uint64_t init[4] = {5, 0, 5, 0};
+  CUDA_OK(cudaMemcpy(flags, init, sizeof(init), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(starts, 0, tiles * 8));
+  prepare_for_overlap();
+  cudaStream_t s1, s2;
+  CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  CUDA_OK(cudaDeviceSynchronize());
+  delayed_raise_kernel<<<1, 1, 0, s1>>>(flags + 3, 1, 5, 20000000, t_raise);
+  struct mk_gemm_args g = problem_args(&p);
+  g.num_groups = groups, g.group_offsets = d_offs;
+  g.ready_flags = flags, g.ready_target = 5, g.tile_start_ns = starts;
+  g.num_sms = sm_count() - 4; /* leave room for the raising kernel */
+  EXPECT(gemm_launch(&g, s2) == 0, "launch");
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint64_t> st(tiles);
+  uint64_t tr[2];
+  CUDA_OK(cudaMemcpy(st.data(), starts, tiles * 8, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(tr, t_raise, 16, cudaMemcpyDeviceToHost));
+  int in_order = 0;
+  for (int t = 0; t < tiles; t++) in_order += tile_group[t] == 3 ? st[t] >= tr[0] : st[t] != 0 && st[t] < tr[0];
+  printf("  %d of %d tiles started on the right side of group 3's flag\n", in_order, tiles);
+  EXPECT(in_order == tiles, "group 3's tiles wait for its flag, the others do not");
+  ref_gemm_f64<double>(p.a, p.b, NULL, d_rg, p.ref, m, n, k);
+  expect_close_bf16(&p, "grouped, with ready flags");
+  cudaStreamDestroy(s1), cudaStreamDestroy(s2);
+  cudaFree(d_offs), cudaFree(d_rg), cudaFree(flags), cudaFree(starts), cudaFree(t_raise);
+  problem_free(&p);
+}
+
 /* Rows [row0, row0 + rows) come from a_local (A's own rows there are poison) and never wait:
  * their flags stay 0 while every other row-block's is raised; a wait would time out. */
 static void run_a_local_case(int m, int row0, int rows) {
@@ -384,7 +438,7 @@ static void test_bad_input(void) {
   bad[nb].group_offsets = (const int*)p.ref; bad[nb].num_groups = 0; why[nb++] = "num_groups = 0";
   bad[nb].ready_flags = (const uint64_t*)((char*)p.ref + 4); why[nb++] = "ready_flags misaligned";
   bad[nb].group_offsets = (const int*)p.ref; bad[nb].num_groups = 2;
-  bad[nb].ready_flags = (const uint64_t*)p.ref; why[nb++] = "ready_flags with groups";
+  bad[nb].row_block_order = (const int*)p.ref; why[nb++] = "row_block_order with groups";
   bad[nb].a_local = p.a; bad[nb].a_local_row0 = 64; bad[nb].a_local_rows = 128; why[nb++] = "a_local off a row-block";
   bad[nb].a_local = p.a; bad[nb].a_local_row0 = 128; bad[nb].a_local_rows = 256; why[nb++] = "a_local past m";
   bad[nb].a_local = p.a; bad[nb].a_local_row0 = 0; bad[nb].a_local_rows = 0; why[nb++] = "a_local with 0 rows";
