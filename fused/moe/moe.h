@@ -8,11 +8,11 @@
  *             of its experts, a place u in d's list, and per (token, slot) with an expert j
  *             on d a place pos among s's rows for (d, j) (atomics: the order inside a group
  *             is not fixed, each row says where it came from)
- *   counts    the last CTA to finish routing, for each d once d finished call e-1: s's
- *             counts into d's counts[s], then counts_flag[s] = e; waits for every source's
- *             counts, writes the group offsets (expert j's rows: sources in rank order) and
- *             offsets_ready = e for the other CTAs
- *   comm      push CTAs copy s's listed tokens and
+ *   counts    the last CTA to finish routing raises routed = e (the push starts), then, for
+ *             each d once d finished call e-1: s's counts into d's counts[s], then
+ *             counts_flag[s] = e; waits for every source's counts, writes the group offsets
+ *             (expert j's rows: sources in rank order) and offsets_ready = e (the expand starts)
+ *   comm      push CTAs (for each d once d finished call e-1) copy s's listed tokens and
  *             their slots into each peer's recv[s] / meta[s], 16-row chunks, raising
  *             chunk_flag[s][c] = e after each; expand warps take every source's rows (own
  *             first: read in place), copy each row to its (expert, source, pos) place in the
@@ -55,7 +55,7 @@ extern "C" {
 struct mk_moe_geom {
   int nranks, max_tokens, max_hidden, max_topk, max_recv_rows;
   size_t counts_flag, comb_flag, counts, chunk_flag, meta, recv, comb;
-  size_t ready, rows_done, route_done, offsets_ready, send_counts, send_list, send_meta, seg, rows;
+  size_t ready, rows_done, route_done, routed, offsets_ready, send_counts, send_list, send_meta, seg, rows;
   size_t bytes;
 };
 

@@ -20,6 +20,14 @@ static __device__ __forceinline__ int moe_chunks_max(const struct mk_moe_geom& g
   return (g.max_tokens + MK_MOE_CHUNK_ROWS - 1) / MK_MOE_CHUNK_ROWS;
 }
 
+/* Thread 0 waits until *word >= want (bounded); the CTA learns whether it got there. */
+static __device__ bool moe_cta_wait(const struct mk_moe_args& a, const uint64_t* word, uint64_t want, uint32_t what,
+                                    uint32_t index) {
+  uint64_t seen = want;
+  if (threadIdx.x == 0) seen = mk_wait_geq(word, want, a.err, a.err_tag, what, index, a.timeout_ns);
+  return __syncthreads_and(seen >= want);
+}
+
 /* call = done + 1; with zero_counters also this call's route counters, expert row counters
  * and rows_sent. */
 static __global__ void moe_begin_kernel(const struct mk_moe_args a, int zero_counters) {
@@ -187,16 +195,19 @@ static __device__ void moe_counts(const struct mk_moe_args& a, uint64_t e) {
   st_release_sys_u64(moe_words(a.moe[a.rank], a.g.offsets_ready), e);
 }
 
-/* Every CTA before it pushes or expands: the last routing CTA published the offsets. */
-static __device__ bool moe_offsets_ready(const struct mk_moe_args& a, uint64_t e) {
-  uint64_t seen = e;
-  if (threadIdx.x == 0)
-    seen = mk_wait_geq(moe_words(a.moe[a.rank], a.g.offsets_ready), e, a.err, a.err_tag, 5, 0, a.timeout_ns);
-  return __syncthreads_and(seen >= e);
+/* Push CTAs: the last routing CTA said every token is placed (before it exchanges counts). */
+static __device__ bool moe_routed(const struct mk_moe_args& a, uint64_t e) {
+  return moe_cta_wait(a, moe_words(a.moe[a.rank], a.g.routed), e, 5, 0);
 }
 
-/* Push CTAs: for each peer (ring order), this rank's listed tokens and their slots into the
- * peer's recv[rank] / meta[rank], a chunk per CTA at a time, then the chunk's flag. */
+/* Expand CTAs: the last routing CTA published the offsets. */
+static __device__ bool moe_offsets_ready(const struct mk_moe_args& a, uint64_t e) {
+  return moe_cta_wait(a, moe_words(a.moe[a.rank], a.g.offsets_ready), e, 5, 1);
+}
+
+/* Push CTAs: for each peer (ring order), once it finished the previous call, this rank's
+ * listed tokens and their slots into the peer's recv[rank] / meta[rank], a chunk per CTA at a
+ * time, then the chunk's flag. Runs while the last routing CTA exchanges the counts. */
 static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e) {
   char* own = a.moe[a.rank];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, stride = 1 + a.g.max_topk;
@@ -204,6 +215,7 @@ static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e) {
   for (int step = 1; step < a.nranks; step++) {
     const int d = (a.rank + step) % a.nranks;
     char* peer = a.moe[d];
+    if (!moe_cta_wait(a, a.words[d] + MK_AG_WORD_DONE, e - 1, 0, MK_AG_WORD_DONE)) return;
     const int n = moe_ints(own, a.g.send_counts)[d * MK_MOE_COUNT_STRIDE];
     const size_t base = (size_t)a.rank * a.g.max_tokens; /* our slot in the peer's arrays */
     for (int c = blockIdx.x; c * MK_MOE_CHUNK_ROWS < n; c += a.push_ctas) {
@@ -226,12 +238,13 @@ static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e) {
   }
 }
 
-/* A warp's row: read once, written at each (expert, source, pos) place of its slots with a
- * local expert; the last row of an expert raises its ready flag for the GEMM. */
-static __device__ void moe_expand_row(const struct mk_moe_args& a, int src, const int* meta, const void* row,
-                                      bool peer_written, uint64_t e) {
+/* Vectors [part * nvec / parts, ...) of a row, by a warp: read once, written at each
+ * (expert, source, pos) place of its slots with a local expert. Every part adds one to its
+ * experts' counters; the part that completes an expert (rows x parts) raises its ready flag. */
+static __device__ void moe_expand_part(const struct mk_moe_args& a, int src, const int* meta, const void* row,
+                                       bool peer_written, int part, int parts, uint64_t e) {
   char* own = a.moe[a.rank];
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, nvec = a.hidden / 8;
   const int t = peer_written ? __ldcg(meta) : meta[0];
   uint4* dst[MK_MOE_MAX_TOPK];
   int expert[MK_MOE_MAX_TOPK], n = 0;
@@ -240,64 +253,72 @@ static __device__ void moe_expand_row(const struct mk_moe_args& a, int src, cons
     if (v < 0) continue;
     const int j = v >> MK_MOE_POS_BITS, pos = v & ((1 << MK_MOE_POS_BITS) - 1);
     const int r = a.group_offsets[j] + moe_ints(own, a.g.seg)[j * MK_MOE_MAX_RANKS + src] + pos;
-    if (lane < 3) a.row_source[(size_t)r * 3 + lane] = lane == 0 ? src : lane == 1 ? t : s;
+    if (part == 0 && lane < 3) a.row_source[(size_t)r * 3 + lane] = lane == 0 ? src : lane == 1 ? t : s;
     dst[n] = (uint4*)(own + a.g.rows + (size_t)r * a.hidden * 2);
     expert[n++] = j;
   }
-  if (peer_written) moe_copy_row_to<true>(dst, n, (const uint4*)row, a.hidden);
-  else moe_copy_row_to<false>(dst, n, (const uint4*)row, a.hidden);
-  __syncwarp();
+  const int v0 = (int)((long)nvec * part / parts), v1 = (int)((long)nvec * (part + 1) / parts);
+  if (peer_written) moe_copy_row_to<true>(dst, n, (const uint4*)row, v0, v1, lane, 32);
+  else moe_copy_row_to<false>(dst, n, (const uint4*)row, v0, v1, lane, 32);
+  __syncwarp(); /* every lane's stores before lane 0's fence */
   if (lane != 0) return;
   __threadfence();
   for (int i = 0; i < n; i++) {
     const int j = expert[i];
     const uint32_t done = atomicAdd((uint32_t*)(own + a.g.rows_done) + j, 1u) + 1;
-    if ((int)done == a.group_offsets[j + 1] - a.group_offsets[j]) {
+    if ((int)done == (a.group_offsets[j + 1] - a.group_offsets[j]) * parts) {
       __threadfence();
       st_release_sys_u64(moe_words(own, a.g.ready) + j, e);
     }
   }
 }
 
-/* Lane 0 waits for chunk c of src's rows; the warp learns whether it came. */
-static __device__ bool moe_chunk_arrived(const struct mk_moe_args& a, int src, int c, uint64_t e) {
-  const uint32_t index = (uint32_t)(src * moe_chunks_max(a.g) + c);
-  uint64_t seen = 0;
-  if ((threadIdx.x & 31) == 0)
-    seen = mk_wait_geq(moe_words(a.moe[a.rank], a.g.chunk_flag) + index, e, a.err, a.err_tag, 2, index,
-                       a.timeout_ns);
-  return __shfl_sync(0xffffffffu, seen, 0) >= e;
+/* Warps per row: 1 when rows outnumber the expand warps; else up to 16 warps split each row,
+ * so a small dispatch (decode: a few rows per source) is short too. */
+static __device__ int moe_expand_parts(const struct mk_moe_args& a, int warps) {
+  const int* counts = moe_ints(a.moe[a.rank], a.g.counts);
+  int rows = 0;
+  for (int src = 0; src < a.nranks; src++) rows += *(volatile const int*)&counts[src * MK_MOE_COUNT_STRIDE];
+  int parts = 1;
+  while (parts < 16 && rows * parts * 2 <= warps) parts *= 2;
+  return parts;
 }
 
 /* Expand warps: every source's rows (own first, read in place; then the ranks that push to us
- * first), row u to warp u mod warps, each peer row once its chunk's flag is up. Spreading rows
- * over every warp (not chunks over CTAs) keeps all of them busy when few tokens arrive. */
+ * first), part p of row u to warp (u * parts + p) mod warps, each peer row once its chunk's flag
+ * is up. */
 static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e) {
   char* own = a.moe[a.rank];
   if (a.group_offsets[a.e_local] == 0) return; /* nothing arrives, or the counts step gave up */
   const int warps = a.expand_ctas * MOE_WARPS, stride = 1 + a.g.max_topk;
-  const int w = (blockIdx.x - a.push_ctas) * MOE_WARPS + threadIdx.x / 32;
+  const int w = (blockIdx.x - a.push_ctas) * MOE_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int parts = moe_expand_parts(a, warps);
   const size_t row_bytes = (size_t)a.hidden * 2;
   for (int step = 0; step < a.nranks; step++) {
     const int src = (a.rank - step + a.nranks) % a.nranks;
     const bool self = src == a.rank;
     const int n = *(volatile int*)&moe_ints(own, a.g.counts)[src * MK_MOE_COUNT_STRIDE];
     int arrived = -1; /* the last chunk seen arrived: flags only grow within a call */
-    for (int u = w; u < n; u += warps) {
-      if (!self && u / MK_MOE_CHUNK_ROWS != arrived) {
-        if (!moe_chunk_arrived(a, src, u / MK_MOE_CHUNK_ROWS, e)) return;
-        arrived = u / MK_MOE_CHUNK_ROWS;
+    for (int i = w; i < n * parts; i += warps) {
+      const int u = i / parts, c = u / MK_MOE_CHUNK_ROWS, flag = src * moe_chunks_max(a.g) + c;
+      if (!self && c != arrived) {
+        uint64_t seen = e;
+        if (lane == 0)
+          seen = mk_wait_geq(moe_words(own, a.g.chunk_flag) + flag, e, a.err, a.err_tag, 2, (uint32_t)flag,
+                             a.timeout_ns);
+        if (__shfl_sync(0xffffffffu, seen, 0) < e) return;
+        arrived = c;
       }
       const size_t slot = (size_t)src * a.g.max_tokens + u;
       const int* meta = self ? moe_ints(own, a.g.send_meta) + slot * stride : moe_ints(own, a.g.meta) + slot * stride;
       const void* row = self ? (const char*)a.x + (size_t)meta[0] * row_bytes : own + a.g.recv + slot * row_bytes;
-      moe_expand_row(a, src, meta, row, !self, e);
+      moe_expand_part(a, src, meta, row, !self, i % parts, parts, e);
     }
   }
 }
 
-/* The dispatch in one kernel: every CTA routes its share of the tokens, the last one exchanges
- * the counts and publishes the offsets, then push and expand CTAs move the rows. `phases`
+/* The dispatch in one kernel: every CTA routes its share of the tokens; the last one says so
+ * (push CTAs start), exchanges the counts and publishes the offsets (expand CTAs start). `phases`
  * (MK_MOE_PHASE_*) runs a part: with the GEMM beside the comm phase, the route phase runs
  * first on the GEMM's stream, whose scheduler reads the offsets when it starts. Every CTA
  * must be resident at once (CTAs wait for the last one): grid <= the SMs left free. */
@@ -305,11 +326,17 @@ static __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const 
   const uint64_t e = moe_call(a);
   if (phases & MK_MOE_PHASE_ROUTE) {
     moe_route_block(a);
-    if (moe_route_last_block(a)) moe_counts(a, e);
+    if (moe_route_last_block(a)) {
+      if (threadIdx.x == 0) st_release_sys_u64(moe_words(a.moe[a.rank], a.g.routed), e); /* after its fence */
+      moe_counts(a, e);
+    }
   }
-  if (!(phases & MK_MOE_PHASE_COMM) || !moe_offsets_ready(a, e)) return;
-  if ((int)blockIdx.x < a.push_ctas) moe_push(a, e);
-  else moe_expand(a, e);
+  if (!(phases & MK_MOE_PHASE_COMM)) return;
+  if ((int)blockIdx.x < a.push_ctas) {
+    if (moe_routed(a, e)) moe_push(a, e);
+  } else if (moe_offsets_ready(a, e)) {
+    moe_expand(a, e);
+  }
 }
 
 static __global__ void moe_finish_kernel(uint64_t* words) {
