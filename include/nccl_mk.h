@@ -73,7 +73,9 @@ typedef struct {
   int moe_max_topk;       /* largest experts per token; default 0 */
   int moe_max_recv_rows;  /* bound on the (token, local expert) rows one rank receives; 0: the
                            * worst case, nranks * moe_max_tokens * moe_max_topk */
-  int reserved[12];
+  int moe_dispatch_fp8;   /* 1: dispatched rows move as e4m3 with one scale per token (half the
+                           * bytes; see ncclMkMoeDispatchGemm); 0 (default): bf16 */
+  int reserved[11];
 } ncclMkConfig;
 
 /* Fills *config with the defaults above. ncclInvalidArgument if config is NULL. */
@@ -172,7 +174,11 @@ NCCL_MK_API ncclResult_t ncclMkMoeLayoutGetInfo(ncclMkMoeLayout_t layout, ncclMk
  * x: [tokens, hidden]; topk_idx: int32 [tokens, topk] (global expert ids); w1: the local
  * experts' first weight, [E_local, inter, hidden] (gate and up fused: inter = 2I);
  * act: [max_recv_rows, inter], row i = (its token's x) . w1[its expert]^T, rows grouped by
- * local expert as `layout` says; rows past the last are not written.
+ * local expert as `layout` says; rows past the last are not written. With
+ * ncclMkConfig.moe_dispatch_fp8, x rows (every one, also those a rank keeps) are quantized per
+ * token before they move and dequantized before the GEMM: amax = max |x_i|, inv = 448 / amax,
+ * scale = amax / 448 (0 for a zero row), q_i = e4m3(x_i * inv) (round to nearest, saturating),
+ * the GEMM reads bf16(float(q_i) * scale).
  * num_experts: E, a multiple of nranks; hidden and inter multiples of 8.
  */
 NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_idx, const void* w1,

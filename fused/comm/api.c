@@ -25,6 +25,10 @@ NCCL_MK_API ncclResult_t ncclMkConfigDefaults(ncclMkConfig* config) {
 
 /* moe_max_tokens 0: no MoE; else a hidden size (multiple of 8) and 1..16 experts per token. */
 static int moe_config_check(const ncclMkConfig* c) {
+  if (c->moe_dispatch_fp8 != 0 && c->moe_dispatch_fp8 != 1) {
+    MK_WARN("ncclMkCommInit: moe_dispatch_fp8 is %d, must be 0 or 1", c->moe_dispatch_fp8);
+    return -EINVAL;
+  }
   if (c->moe_max_tokens < 0 || c->moe_max_recv_rows < 0) {
     MK_WARN("ncclMkCommInit: moe_max_tokens (%d) and moe_max_recv_rows (%d) must not be negative",
             c->moe_max_tokens, c->moe_max_recv_rows);

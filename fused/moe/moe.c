@@ -40,7 +40,7 @@ static size_t moe_take(size_t* at, size_t bytes) {
 
 size_t mk_moe_geom_layout(struct mk_moe_geom* g) {
   const size_t nr = (size_t)g->nranks, t = (size_t)g->max_tokens, h = (size_t)g->max_hidden;
-  const size_t meta = (size_t)(1 + g->max_topk) * 4, chunks = (t + MK_MOE_CHUNK_ROWS - 1) / MK_MOE_CHUNK_ROWS;
+  const size_t meta = (size_t)(MK_MOE_META_HEAD + g->max_topk) * 4, chunks = (t + MK_MOE_CHUNK_ROWS - 1) / MK_MOE_CHUNK_ROWS;
   size_t at = 0;
   g->counts_flag = moe_take(&at, MK_MOE_MAX_RANKS * 8);
   g->comb_flag = moe_take(&at, (size_t)MK_MOE_MAX_RANKS * MK_MOE_SCATTER_CTAS * 8);
@@ -174,6 +174,7 @@ static void moe_args_fill(struct mk_fused_comm* fc, ncclMkMoeLayout_t l, enum mk
   a->tokens = l->tokens, a->topk = l->topk, a->num_experts = l->num_experts, a->e_local = l->e_local;
   a->group_offsets = l->group_offsets, a->row_source = l->row_source, a->slot_dest = l->slot_dest;
   a->rows_sent = l->rows_sent;
+  a->fp8 = fc->cfg.moe_dispatch_fp8;
   a->err = fc->err;
   a->err_tag = mk_op_err_tag(fc, op);
   a->timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000u;

@@ -49,6 +49,7 @@ extern "C" {
 #define MK_MOE_CHUNK_ROWS 16 /* one row per warp of a push CTA */
 #define MK_MOE_SCATTER_CTAS 128 /* fixed on every rank: the reduce waits for this many flags */
 #define MK_MOE_POS_BITS 20      /* a meta slot: local expert << 20 | pos, or -1 */
+#define MK_MOE_META_HEAD 2      /* a token's meta: [0] token, [1] fp8 scale (float bits), then slots */
 #define MK_MOE_ERR_OVERFLOW 0x40u /* error-tag bit: more rows arrived than max_recv_rows */
 
 /* Sizes fixed at init and byte offsets inside the MoE area. */
@@ -69,6 +70,7 @@ struct mk_moe_args {
   char* moe[MK_MOE_MAX_RANKS];       /* each rank's MoE area as this GPU addresses it */
   uint64_t* words[MK_MOE_MAX_RANKS]; /* each rank's call words (done, call) */
   int tokens, hidden, topk, num_experts, e_local;
+  int fp8;                           /* dispatch rows as e4m3 with a scale per token */
   const void* x;                     /* dispatch: [tokens, hidden] */
   const int* topk_idx;               /* dispatch: [tokens, topk] */
   const float* topk_weights;         /* combine: [tokens, topk] */

@@ -5,6 +5,7 @@
 #include "ag_push.h" /* the call words, shared by every op of a communicator */
 #include "moe.h"
 #include "moe_copy.cuh"
+#include "moe_fp8.cuh"
 #include "ptx.cuh"
 #include "wait.cuh"
 
@@ -57,7 +58,7 @@ static __device__ void moe_token_slots(const struct mk_moe_args& a, int t, int* 
  * this rank's rows for (d, j), written to send_list / send_meta. */
 static __device__ void moe_route_token(const struct mk_moe_args& a, int t, int* cnt, const int* base) {
   char* own = a.moe[a.rank];
-  const int stride = 1 + a.g.max_topk;
+  const int stride = MK_MOE_META_HEAD + a.g.max_topk;
   int expert[MK_MOE_MAX_TOPK], dest[MK_MOE_MAX_TOPK];
   moe_token_slots(a, t, expert, dest);
   if (base)
@@ -80,7 +81,7 @@ static __device__ void moe_route_token(const struct mk_moe_args& a, int t, int* 
     int* meta = moe_ints(own, a.g.send_meta) + slot * stride;
     meta[0] = t;
     for (int q = 0; q < a.topk; q++)
-      meta[1 + q] = dest[q] == d ? (expert[q] << MK_MOE_POS_BITS) | (b[1 + expert[q]] + atomicAdd(&c[1 + expert[q]], 1))
+      meta[MK_MOE_META_HEAD + q] = dest[q] == d ? (expert[q] << MK_MOE_POS_BITS) | (b[1 + expert[q]] + atomicAdd(&c[1 + expert[q]], 1))
                                  : -1;
   }
 }
@@ -210,7 +211,7 @@ static __device__ bool moe_offsets_ready(const struct mk_moe_args& a, uint64_t e
  * time, then the chunk's flag. Runs while the last routing CTA exchanges the counts. */
 static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e) {
   char* own = a.moe[a.rank];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, stride = 1 + a.g.max_topk;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, stride = MK_MOE_META_HEAD + a.g.max_topk;
   const size_t row_bytes = (size_t)a.hidden * 2;
   for (int step = 1; step < a.nranks; step++) {
     const int d = (a.rank + step) % a.nranks;
@@ -223,10 +224,13 @@ static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e) {
       for (int u = u0 + warp; u < u1; u += MOE_WARPS) {
         const size_t mine = (size_t)d * a.g.max_tokens + u;
         const int t = moe_ints(own, a.g.send_list)[mine];
-        moe_copy_row<false>(peer + a.g.recv + (base + u) * row_bytes, (const char*)a.x + (size_t)t * row_bytes,
-                            a.hidden);
+        const char* x_row = (const char*)a.x + (size_t)t * row_bytes;
+        float scale = 0.f;
+        if (a.fp8) scale = moe_quant_row((uint2*)(peer + a.g.recv + (base + u) * row_bytes), (const uint4*)x_row, a.hidden / 8);
+        else moe_copy_row<false>(peer + a.g.recv + (base + u) * row_bytes, x_row, a.hidden);
         if (lane < stride)
-          moe_ints(peer, a.g.meta)[(base + u) * stride + lane] = moe_ints(own, a.g.send_meta)[mine * stride + lane];
+          moe_ints(peer, a.g.meta)[(base + u) * stride + lane] =
+              lane == 1 ? __float_as_int(scale) : moe_ints(own, a.g.send_meta)[mine * stride + lane];
       }
       __syncthreads(); /* every thread's stores before thread 0's fence */
       if (threadIdx.x == 0) {
@@ -249,7 +253,7 @@ static __device__ void moe_expand_part(const struct mk_moe_args& a, int src, con
   uint4* dst[MK_MOE_MAX_TOPK];
   int expert[MK_MOE_MAX_TOPK], n = 0;
   for (int s = 0; s < a.topk; s++) {
-    const int v = peer_written ? __ldcg(meta + 1 + s) : meta[1 + s];
+    const int v = peer_written ? __ldcg(meta + MK_MOE_META_HEAD + s) : meta[MK_MOE_META_HEAD + s];
     if (v < 0) continue;
     const int j = v >> MK_MOE_POS_BITS, pos = v & ((1 << MK_MOE_POS_BITS) - 1);
     const int r = a.group_offsets[j] + moe_ints(own, a.g.seg)[j * MK_MOE_MAX_RANKS + src] + pos;
@@ -258,8 +262,16 @@ static __device__ void moe_expand_part(const struct mk_moe_args& a, int src, con
     expert[n++] = j;
   }
   const int v0 = (int)((long)nvec * part / parts), v1 = (int)((long)nvec * (part + 1) / parts);
-  if (peer_written) moe_copy_row_to<true>(dst, n, (const uint4*)row, v0, v1, lane, 32);
-  else moe_copy_row_to<false>(dst, n, (const uint4*)row, v0, v1, lane, 32);
+  if (a.fp8 && peer_written) {
+    moe_land_fp8_row_to<true>(dst, n, row, 0.f, __int_as_float(__ldcg(meta + 1)), v0, v1);
+  } else if (a.fp8) { /* own rows: the same rounding as the rows that moved */
+    const float amax = moe_row_amax((const uint4*)row, nvec);
+    moe_land_fp8_row_to<false>(dst, n, row, moe_fp8_inv(amax), moe_fp8_scale(amax), v0, v1);
+  } else if (peer_written) {
+    moe_copy_row_to<true>(dst, n, (const uint4*)row, v0, v1, lane, 32);
+  } else {
+    moe_copy_row_to<false>(dst, n, (const uint4*)row, v0, v1, lane, 32);
+  }
   __syncwarp(); /* every lane's stores before lane 0's fence */
   if (lane != 0) return;
   __threadfence();
@@ -290,7 +302,7 @@ static __device__ int moe_expand_parts(const struct mk_moe_args& a, int warps) {
 static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e) {
   char* own = a.moe[a.rank];
   if (a.group_offsets[a.e_local] == 0) return; /* nothing arrives, or the counts step gave up */
-  const int warps = a.expand_ctas * MOE_WARPS, stride = 1 + a.g.max_topk;
+  const int warps = a.expand_ctas * MOE_WARPS, stride = MK_MOE_META_HEAD + a.g.max_topk;
   const int w = (blockIdx.x - a.push_ctas) * MOE_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
   const int parts = moe_expand_parts(a, warps);
   const size_t row_bytes = (size_t)a.hidden * 2;
