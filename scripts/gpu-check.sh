@@ -3,7 +3,8 @@
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes, then gemm_perf
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
-#   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=0), then moe_perf
+#   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
+#          (also with the overlap, and with the fp8 dispatch: moe_perf -q)
 #   net:   the net plugin under real NCCL on 2 GPUs (scripts/net-gpu-tests.sh), then
 #          scripts/bench-net.sh
 #   torch: the PyTorch package on 2 GPUs (test/gpu/test_torch_ops.py), then
@@ -91,24 +92,30 @@ tier_fused() {
 }
 
 MOE_TESTS="correctness:moe_dispatch_and_combine_match_float64_on_random_and_skewed_routings
+fp8:moe_fp8_dispatch_matches_quantized_float64_reference
 graph:moe_ops_replay_in_cuda_graphs_with_changed_routing bad_input:moe_ops_reject_bad_input_untouched
 negative_control:moe_checker_rejects_one_bad_element"
 
-# The MoE ops on 2 GPUs (skipped with fewer), on the overlapped dispatch (the default) and on
-# NCCL_MK_MOE_OVERLAP=0, then moe_perf on the Mixtral, DeepSeek-V3 and decode shapes against
-# NCCL all-to-all + per-expert cuBLASLt (MK_FUSED_SHAPES=small for fewer iterations).
+# The MoE ops on 2 GPUs (skipped with fewer), on the default dispatch and on the overlapped one
+# (NCCL_MK_MOE_OVERLAP=1), then moe_perf on the Mixtral, DeepSeek-V3 and decode shapes against
+# NCCL all-to-all + per-expert cuBLASLt, also overlapped and with the fp8 dispatch (-q)
+# (MK_FUSED_SHAPES=small for fewer iterations).
 tier_moe() {
   local t n=20
   [ "${MK_FUSED_SHAPES:-}" = small ] && n=5
   for t in $MOE_TESTS; do step "${t#*:}" "$B/test/gpu/test_moe" "${t%%:*}"; done
   # The same with the dispatch beside the GEMM (NCCL_MK_MOE_OVERLAP=1; the default is 0).
-  for t in correctness graph; do
+  for t in correctness fp8 graph; do
     step "moe_ops_${t}_with_overlap" env NCCL_MK_MOE_OVERLAP=1 "$B/test/gpu/test_moe" "$t"
   done
   step moe_perf "$B/test/perf/fused/moe_perf" -n "$n" -w 3 -J "$LOGS/moe_perf.json"
   grep -A 4 '^# shape' "$LOGS/moe_perf.log" || true
   step moe_perf_with_overlap env NCCL_MK_MOE_OVERLAP=1 "$B/test/perf/fused/moe_perf" -n "$n" -w 3
   grep -A 4 '^# shape' "$LOGS/moe_perf_with_overlap.log" || true
+  # The fp8 dispatch (ncclMkConfig.moe_dispatch_fp8): #wrong against the baseline on x
+  # quantized and dequantized.
+  step moe_perf_fp8 "$B/test/perf/fused/moe_perf" -q -n "$n" -w 3 -J "$LOGS/moe_perf_fp8.json"
+  grep -A 4 '^# shape' "$LOGS/moe_perf_fp8.log" || true
 }
 
 # The net plugin under real NCCL on 2 GPUs, then the busbw comparison with NCCL's Socket.

@@ -12,26 +12,21 @@
  * are checked against the baseline's, matched through the layout's row_source (per row,
  * ||fused - baseline|| / ||baseline|| < 1e-2): #wrong counts rows that differ or are missing.
  * rows_sent (the layout's, summed over ranks) is printed beside the host's deduplicated count.
+ * -q: the fp8 dispatch (ncclMkConfig.moe_dispatch_fp8 = 1); the baseline then reads x's rows
+ * quantized and dequantized as the fused op's GEMM sees them (rounded once before timing, so it
+ * moves the same values as bf16, at the bf16 baseline's cost), which keeps #wrong exact.
  *
- * usage: moe_perf [-p procs] [-s mixtral|deepseek|decode|all] [-n iters] [-w warmup] [-J json]
+ * usage: moe_perf [-p procs] [-s mixtral|deepseek|decode|all] [-n iters] [-w warmup] [-q]
+ *                 [-J json]
  */
 #include <nccl.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "gemm.h"
-#include "gemm_check.cuh"
+#include "moe_check.cuh"
 #include "nccl_mk.h"
 #include "perf_launch.h"
-
-#define NCCL_OK(call)                                                                        \
-  do {                                                                                       \
-    ncclResult_t r_ = (call);                                                                \
-    if (r_ != ncclSuccess) {                                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
-      exit(1);                                                                               \
-    }                                                                                        \
-  } while (0)
 
 enum { MAX_RANKS = 8, MAX_LOCAL_EXPERTS = 256, MAX_PLANS = 1024 };
 
@@ -50,6 +45,7 @@ enum { NSHAPES = sizeof(shapes) / sizeof(shapes[0]) };
 
 struct opts {
   int nprocs, proc, iters, warmup, shape; /* shape -1: all */
+  int fp8;                                /* -q: the fp8 dispatch */
   const char* json;
   char id[PERF_ID_HEX_LEN];
 };
@@ -95,7 +91,9 @@ struct rank {
   double* scratch;
   struct moe_shape sh;
   size_t max_recv_rows;
+  int fp8; /* the communicator's moe_dispatch_fp8 */
   void *x, *w1, *act;
+  void* x_base; /* the baseline's x: x, or (fp8) x quantized and dequantized */
   int* topk_idx;
   int* idx_host;
   unsigned* sink;
@@ -103,13 +101,6 @@ struct rank {
 };
 
 /* ---- routing (host) ----------------------------------------------------------------------- */
-
-static uint64_t host_mix(uint64_t* s) {
-  uint64_t x = (*s += 0x9E3779B97F4A7C15ull);
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 /* topk distinct experts per token, uniform. */
 static void uniform_routing(int tokens, int topk, int experts, uint64_t seed, int* idx) {
@@ -365,12 +356,19 @@ static void alloc_shape(struct rank* k, const struct moe_shape* sh) {
   CUDA_OK(cudaMemcpy(k->topk_idx, k->idx_host, tk * sizeof(int), cudaMemcpyHostToDevice));
   fill_random_bf16(k->x, t * h, 11 + k->r, 1.0f);
   fill_random_bf16(k->w1, el * sh->inter * h, 101 + k->r, 1.0f);
+  k->x_base = k->x;
+  if (k->fp8) {
+    CUDA_OK(cudaMalloc(&k->x_base, t * h * 2));
+    CUDA_OK(cudaMemcpy(k->x_base, k->x, t * h * 2, cudaMemcpyDeviceToDevice));
+    fp8_round_rows(k->x_base, t, sh->hidden, 0);
+  }
   CUDA_OK(cudaDeviceSynchronize());
   baseline_alloc(k);
 }
 
 static void free_shape(struct rank* k) {
   baseline_free(&k->b);
+  if (k->x_base != k->x) cudaFree(k->x_base);
   cudaFree(k->x), cudaFree(k->w1), cudaFree(k->act), cudaFree(k->topk_idx);
   free(k->idx_host);
 }
@@ -395,8 +393,8 @@ static void baseline_pack_and_count(struct rank* k) {
   plan_sends_kernel<<<k->n, 1024, 0, k->s>>>(k->topk_idx, t, k->sh.topk, el, b->send_pos,
                                              b->send_hdr);
   gather_sends_kernel<<<dim3(t, k->n), 128, 0, k->s>>>(
-      (const uint4*)k->x, k->topk_idx, t, k->sh.hidden, k->sh.topk, el, b->send_pos, b->send_hdr,
-      (uint4*)b->send_x, b->send_meta);
+      (const uint4*)k->x_base, k->topk_idx, t, k->sh.hidden, k->sh.topk, el, b->send_pos,
+      b->send_hdr, (uint4*)b->send_x, b->send_meta);
   CUDA_OK(cudaGetLastError());
   NCCL_OK(ncclGroupStart());
   for (int p = 0; p < k->n; p++) {
@@ -519,17 +517,6 @@ static __global__ void index_rows_kernel(const int* row_src, int rows, int token
     const int* s = row_src + 3 * (size_t)i;
     index[((size_t)s[0] * tokens + s[1]) * topk + s[2]] = i;
   }
-}
-
-static __device__ double block_sum(double v, double* shared) {
-  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = v;
-  __syncthreads();
-  double s = 0;
-  if (threadIdx.x == 0)
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += shared[i];
-  __syncthreads();
-  return s;
 }
 
 /* A fused row is wrong when the baseline has no row for its (source, token, slot), or when
@@ -659,12 +646,15 @@ static void time_shape(struct rank* k, const struct opts* o, double med[NV]) {
 }
 
 static void print_header(const struct rank* k, const struct opts* o) {
-  printf("# moe_perf on %d ranks: dispatch + first grouped GEMM, bf16, uniform routing\n"
+  printf("# moe_perf on %d ranks: dispatch + first grouped GEMM, bf16%s, uniform routing\n"
          "# medians of %d (warm-up %d), times in ms (max over ranks), TFLOP/s per GPU;\n"
          "# rows, rows_sent, routed and #wrong summed over ranks; speedup = baseline / fused;\n"
          "# f/gemm = fused / our grouped GEMM alone; w1_read: one read of the local experts' w1;\n"
          "# dispatch: the fused op with an 8-column GEMM (the dispatch's own cost)\n",
-         k->n, o->iters, o->warmup);
+         k->n, k->fp8 ? ", fp8 dispatch" : "", o->iters, o->warmup);
+  if (k->fp8)
+    printf("# fp8 dispatch: rows move as e4m3 with a scale per token; #wrong against the baseline"
+           " on x quantized and dequantized\n");
   printf("# shape        T     h  inter    E  k    rows     fused TFLOP/s  baseline speedup"
          "      gemm f/gemm   w1_read    GB/s  dispatch  rows_sent     routed  #wrong\n");
 }
@@ -687,6 +677,7 @@ static void print_row(const struct rank* k, const double med[NV], const double s
           sh->name, k->n, sh->tokens);
   fprintf(json, ", \"hidden\": %d, \"inter\": %d, \"experts\": %d, \"topk\": %d, \"rows\": %.0f",
           sh->hidden, sh->inter, sh->experts, sh->topk, sums[3]);
+  fprintf(json, ", \"fp8_dispatch\": %d", k->fp8);
   for (int v = 0; v < NV; v++) fprintf(json, ", \"%s_ms\": %.4f", variant_names[v], med[v]);
   fprintf(json, ", \"tflops\": %.1f, \"speedup\": %.4f, \"fused_over_gemm\": %.4f", tf, speedup,
           over_gemm);
@@ -717,6 +708,7 @@ static void moe_config(const struct opts* o, int nranks, ncclMkConfig* cfg, size
     if (s->hidden > cfg->moe_max_hidden) cfg->moe_max_hidden = s->hidden;
     if (s->topk > cfg->moe_max_topk) cfg->moe_max_topk = s->topk;
   }
+  cfg->moe_dispatch_fp8 = o->fp8;
   /* moe_max_recv_rows 0: the worst case, which act must hold */
   *max_recv_rows = (size_t)nranks * cfg->moe_max_tokens * cfg->moe_max_topk;
 }
@@ -726,7 +718,7 @@ static int rank_main(const struct opts* o) {
   memset(&k, 0, sizeof(k));
   ncclUniqueId id;
   perf_hex_to_id(o->id, &id);
-  k.r = o->proc, k.n = o->nprocs;
+  k.r = o->proc, k.n = o->nprocs, k.fp8 = o->fp8;
   CUDA_OK(cudaSetDevice(k.r));
   CUDA_OK(cudaStreamCreateWithFlags(&k.s, cudaStreamNonBlocking));
   CUDA_OK(cudaMalloc((void**)&k.scratch, 8 * sizeof(double)));
@@ -760,13 +752,14 @@ static int shape_index(const char* name) {
 static int parse(int argc, char** argv, struct opts* o) {
   int c, launched = 0;
   o->nprocs = 2, o->iters = 5, o->warmup = 2, o->shape = -1;
-  while ((c = getopt(argc, argv, "p:s:n:w:J:P:I:")) != -1) {
+  while ((c = getopt(argc, argv, "p:s:n:w:qJ:P:I:")) != -1) {
     /* clang-format off */
     switch (c) {
       case 'p': o->nprocs = atoi(optarg); break;
       case 's': o->shape = shape_index(optarg); break;
       case 'n': o->iters = atoi(optarg); break;
       case 'w': o->warmup = atoi(optarg); break;
+      case 'q': o->fp8 = 1; break;
       case 'J': o->json = optarg; break;
       case 'P': o->proc = atoi(optarg), launched = 1; break;
       case 'I': snprintf(o->id, sizeof(o->id), "%s", optarg), launched = 1; break;
@@ -785,7 +778,7 @@ int main(int argc, char** argv) {
   int launched = parse(argc, argv, &o);
   if (launched < 0) {
     fprintf(stderr, "usage: %s [-p procs] [-s mixtral|deepseek|decode|all] [-n iters] [-w warmup]"
-            " [-J json]\n", argv[0]);
+            " [-q] [-J json]\n", argv[0]);
     return 2;
   }
   if (!launched) {
