@@ -6,14 +6,18 @@
 # (NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS) and NCCL_TUNER_PLUGIN=none, so that NCCL's
 # own choice and any earlier tuning file play no part. Combinations NCCL refuses (PAT with
 # several GPUs per node, Tree for all-gather, ...) fail fast and are skipped. Then
-# scripts/tune-write.py turns the JSON results into the tuning file, and a check runs NCCL
-# alone and NCCL with the new file side by side (interleaved) and prints busbw for both.
+# For the fused ops it runs each op's harness (build/test/perf/fused/<op>_perf -F) once per
+# communication SM count over the M values; the fastest count per shape becomes the op's
+# default (a "fused" record). Then scripts/tune-write.py turns the JSON results into the tuning
+# file, and a check (a second run) puts NCCL alone beside NCCL with the new file (busbw,
+# interleaved), and each fused op with the file's choice beside every SM count.
 #
 # usage: scripts/tune.sh [-o FILE] [-g NGPUS] [-c COLLS] [-a ALGOS] [-P PROTOS] [-C CHANNELS]
 #                        [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-r ROUNDS] [-V]
+#                        [-x FUSED_OPS] [-s COMM_SMS] [-M MLIST]
 #   -o  tuning file to write (default build/tune/nccl-mk-tuning.txt)
 #   -g  GPUs (one process each; default: every GPU nvidia-smi lists)
-#   -c  harness collectives (default "all_reduce all_gather reduce_scatter")
+#   -c  harness collectives (default "all_reduce all_gather reduce_scatter"; "none": skip)
 #   -a  algorithms (default "ring tree pat"; also nvls nvls_tree collnet_direct collnet_chain)
 #   -P  protocols (default "ll ll128 simple")
 #   -C  channel counts, 0 = NCCL's own (default "0 2 4 8 16 32")
@@ -21,6 +25,10 @@
 #   -n/-w     timed and warm-up iterations per size (default 20 and 5)
 #   -r  rounds of the final NCCL-vs-tuned check (default 2; 0 skips it)
 #   -V  print each harness command
+#   -x  fused ops to calibrate (default "ag_gemm", the op with a communication SM count; "none")
+#   -s  communication SM counts to try (default "2 4 6 8 12 16")
+#   -M  M values for the fused ops, comma-separated (default 2048,4096,8192,16384; N and K are
+#       the harness's defaults)
 # One host only: for several nodes run the harness with your launcher per combination and
 # call scripts/tune-write.py --nnodes N yourself.
 set -euo pipefail
@@ -30,11 +38,13 @@ out="$MK_BUILD/tune/nccl-mk-tuning.txt"
 ngpus="" colls="all_reduce all_gather reduce_scatter" algos="ring tree pat"
 protos="ll ll128 simple" channels="0 2 4 8 16 32"
 minb=8 maxb=1G factor=2 iters=20 warmup=5 rounds=2 verbose=0
+fused_ops="ag_gemm" fused_sms="2 4 6 8 12 16" fused_m="2048,4096,8192,16384"
 
 usage() { sed -n '/^# usage:/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 
-while getopts "o:g:c:a:P:C:b:e:f:n:w:r:Vh" opt; do
+while getopts "o:g:c:a:P:C:b:e:f:n:w:r:Vx:s:M:h" opt; do
   case $opt in
+    x) fused_ops=$OPTARG ;; s) fused_sms=$OPTARG ;; M) fused_m=$OPTARG ;;
     o) out=$OPTARG ;; g) ngpus=$OPTARG ;; c) colls=$OPTARG ;; a) algos=$OPTARG ;;
     P) protos=$OPTARG ;; C) channels=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;;
     f) factor=$OPTARG ;; n) iters=$OPTARG ;; w) warmup=$OPTARG ;; r) rounds=$OPTARG ;;
@@ -80,9 +90,58 @@ harness() { # coll json log, then environment assignments
   "${cmd[@]}" >"$log" 2>&1
 }
 
+# One fused harness run: op json log comm_sms, then environment assignments.
+fused_harness() {
+  local op=$1 json=$2 log=$3 sms=$4; shift 4
+  local cmd=(env "$@" "$MK_BUILD/test/perf/fused/${op}_perf" -p "$ngpus" -F -S "$sms" -M "$fused_m"
+             -n "$iters" -w "$warmup" -J "$json")
+  [ "$verbose" = 1 ] && echo "  + ${cmd[*]}"
+  "${cmd[@]}" >"$log" 2>&1
+}
+
+# Every communication SM count for every fused op; appends fused=JSON to the specs array.
+measure_fused() {
+  local op sms
+  for op in $fused_ops; do
+    if [ ! -x "$MK_BUILD/test/perf/fused/${op}_perf" ]; then
+      echo "== $op: no harness binary (built only where NCCL and CUDA are found); skipped"
+      continue
+    fi
+    echo "== $op"
+    for sms in $fused_sms; do
+      if fused_harness "$op" "$work/fused-$op-$sms.json" "$work/fused-$op-$sms.log" "$sms" \
+           NCCL_MK_TUNER_FILE=; then
+        specs+=("fused=$work/fused-$op-$sms.json")
+        echo "  $sms communication SMs: measured"
+      else
+        echo "  $sms communication SMs: the run failed; skipped ($work/fused-$op-$sms.log)"
+      fi
+    done
+  done
+}
+
+# A second run: each fused op with the file's choice (-S 0) beside every SM count.
+check_fused() {
+  local op sms
+  for op in $fused_ops; do
+    [ -x "$MK_BUILD/test/perf/fused/${op}_perf" ] || continue
+    local runs=()
+    for sms in $fused_sms; do
+      fused_harness "$op" "$work/check-$op-$sms.json" "$work/check-$op-$sms.log" "$sms" \
+        NCCL_MK_TUNER_FILE= || { echo "check: $op with $sms SMs failed"; return 1; }
+      runs+=("$work/check-$op-$sms.json")
+    done
+    fused_harness "$op" "$work/check-$op-tuned.json" "$work/check-$op-tuned.log" 0 \
+      NCCL_MK_TUNER_FILE="$out" || { echo "check: $op with the tuning file failed"; return 1; }
+    echo "== $op: the file's choice against the best SM count of this run"
+    python3 "$MK_ROOT/scripts/tune-fused-check.py" "$work/check-$op-tuned.json" "${runs[@]}"
+  done
+}
+
 # Runs every combination; appends ALGO/PROTO/NCH=JSON for tune-write.py to the specs array.
 measure_all() {
   local coll algo proto nch label env_args
+  [ "$colls" = none ] && return 0
   for coll in $colls; do
     if [ ! -x "$MK_BUILD/test/perf/coll/${coll}_perf" ]; then
       echo "== $coll: no harness binary (built only where NCCL and CUDA are found); skipped"
@@ -107,6 +166,7 @@ measure_all() {
 # NCCL alone vs NCCL with the new file, interleaved, busbw side by side per round.
 check_tuned() {
   local coll r plugin="$MK_BUILD/libnccl-net-mk.so"
+  [ "$colls" = none ] && return 0
   for coll in $colls; do
     [ -x "$MK_BUILD/test/perf/coll/${coll}_perf" ] || continue
     for r in $(seq 1 "$rounds"); do
@@ -149,6 +209,7 @@ main() {
   export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}" # DESIGN.md: NVLink multicast stays off
   specs=()
   measure_all
+  [ "$fused_ops" = none ] || measure_fused
   if [ "${#specs[@]}" -eq 0 ]; then
     echo "tune.sh: no combination could be measured; see the logs in $work" >&2
     exit 1
@@ -161,7 +222,10 @@ main() {
     --comment "sizes $minb..$maxb x$factor, $iters iterations after $warmup warm-up" \
     "${specs[@]}"
   echo "wrote $out"
-  if [ "$rounds" -gt 0 ]; then check_tuned; fi
+  if [ "$rounds" -gt 0 ]; then
+    check_tuned
+    [ "$fused_ops" = none ] || check_fused
+  fi
   echo "use it: export NCCL_MK_TUNER_FILE=$out (with NCCL_NET_PLUGIN or NCCL_TUNER_PLUGIN" \
        "pointing at libnccl-net-mk.so)"
 }

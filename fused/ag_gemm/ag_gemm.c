@@ -17,10 +17,23 @@
 #include "mk_param.h"
 #include "op_check.h"
 #include "schedule.h"
+#include "tuner.h"
 
 /* 4 leaves the GEMM 128 of the H200's 132 SMs: the DESIGN.md shapes have a multiple of 128
  * tiles, so 128 CTAs run as few waves as 132, where 124 ran one more (bench/NOTES.md). */
 #define MK_AG_DEFAULT_COMM_CTAS 4
+#define MK_AG_MAX_COMM_CTAS 32
+
+/* The push CTAs: the config's comm_sms, else the tuning file's best for this shape
+ * (scripts/tune.sh), else the default; never more than MK_AG_MAX_COMM_CTAS or half the SMs. */
+static int ag_comm_ctas(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k) {
+  int ctas = fc->cfg.comm_sms;
+  if (!ctas && mk_tuner_fused_defaults("allgather_gemm", (int64_t)m, (int64_t)n, (int64_t)k, &ctas, NULL))
+    ctas = MK_AG_DEFAULT_COMM_CTAS;
+  if (ctas > MK_AG_MAX_COMM_CTAS) ctas = MK_AG_MAX_COMM_CTAS;
+  if (ctas > fc->num_sms / 2) ctas = fc->num_sms / 2;
+  return ctas < 1 ? 1 : ctas;
+}
 _Static_assert(MK_AG_DATA_OFFSET == MK_FUSED_FLAG_BYTES, "the data area follows the flags");
 
 static int ag_gemm_reference(struct mk_fused_comm* fc, const void* a_shard, const void* b,
@@ -80,7 +93,7 @@ static int ag_gemm_copy_gathered(const struct mk_fused_comm* fc, const void* a_s
 static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const void* b, void* c,
                          void* a_gathered, size_t m, size_t n, size_t k, cudaStream_t stream) {
   char* ws = fc->sym;
-  int ctas = fc->cfg.comm_sms ? fc->cfg.comm_sms : MK_AG_DEFAULT_COMM_CTAS;
+  const int ctas = ag_comm_ctas(fc, m, n, k);
   struct mk_trace_buf* trace;
   MK_CHECK(mk_trace_comm_begin(fc, MK_OP_AG_GEMM, (uint32_t)m, (uint32_t)n, stream, &trace));
   MK_CHECK(mk_ag_begin_launch(ws, fc->rank, fc->nranks, m / (size_t)fc->nranks, stream));

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """scripts/tune-write.py against the plugin's own parser: two fake harness JSON files
-(as build/test/perf/coll/*_perf -J writes them) go in, and the C parser
+(as build/test/perf/coll/*_perf -J writes them) and two fused sweeps (as
+build/test/perf/fused/*_perf -S N -J writes them) go in, and the C parser
 (tuner_file_dump, built from plugin/tuner_file.c) must read back exactly the expected
 records with no skipped line. Then the negative controls: a corrupted line must be
 reported as skipped, and bad input must make tune-write.py fail.
@@ -24,7 +25,21 @@ RING = [harness_row("all_reduce", 8, 9.5), harness_row("all_reduce", 1048576, 21
         harness_row("all_reduce", 4194304, 60.0, wrong=3)]
 TREE = [harness_row("all_reduce", 8, 7.125), harness_row("all_reduce", 1048576, 30.0)]
 
+def fused_row(op, m, sms, ms, ok=1):
+    return {"op": op, "ranks": 2, "comm_sms": sms, "m": m, "n": 8192, "k": 8192, "fused_ms": ms,
+            "baseline_ms": 1.0, "gemm_ms": 0.8, "comm_ms": 0.2, "speedup": 1.1, "overlap_e": 0.8,
+            "rel_err": 0.0, "ok": ok}
+
+
+# Two sweeps over the same shapes: the fastest correct comm_sms per shape wins, across files;
+# a wrong row never does, however fast.
+SWEEP4 = [fused_row("ag_gemm", 4096, 4, 0.80), fused_row("ag_gemm", 8192, 4, 1.60)]
+SWEEP8 = [fused_row("ag_gemm", 4096, 8, 0.85), fused_row("ag_gemm", 8192, 8, 1.55),
+          fused_row("ag_gemm", 8192, 16, 0.10, ok=0)]
+
 EXPECTED = [
+    "fused allgather_gemm 4096 8192 8192 4 2097152 800.000",
+    "fused allgather_gemm 8192 8192 8192 8 2097152 1550.000",
     "allreduce 2 1 8 ring simple 0 9.500",
     "allreduce 2 1 8 tree ll 8 7.125",
     "allreduce 2 1 1048576 ring simple 0 21.250",
@@ -44,9 +59,12 @@ def main():
         d = pathlib.Path(d)
         (d / "ring.json").write_text(json.dumps(RING))
         (d / "tree.json").write_text(json.dumps(TREE))
+        (d / "s4.json").write_text("".join(json.dumps(r) + "\n" for r in SWEEP4))
+        (d / "s8.json").write_text("".join(json.dumps(r) + "\n" for r in SWEEP8))
         out = d / "tuning.txt"
         w = run([sys.executable, tune_write, "-o", str(out), "--comment", "unit test",
-                 f"Ring/Simple/0={d / 'ring.json'}", f"tree/ll/8={d / 'tree.json'}"])
+                 f"Ring/Simple/0={d / 'ring.json'}", f"tree/ll/8={d / 'tree.json'}",
+                 f"fused={d / 's4.json'}", f"fused={d / 's8.json'}"])
         if w.returncode != 0:
             failures.append(f"tune-write failed: {w.stderr}")
         elif "wrong element" not in w.stderr:

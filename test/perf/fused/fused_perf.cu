@@ -7,7 +7,10 @@
  * checked against the baseline's (relative error < 1e-2).
  *
  * usage: <op>_perf [-p procs] [-M list] [-N list] [-K list] [-n iters] [-w warmup] [-J json]
- * lists are comma-separated; defaults are the shapes of DESIGN.md for the op.
+ *                  [-S comm_sms] [-F]
+ * lists are comma-separated; defaults are the shapes of DESIGN.md for the op. -S sets
+ * ncclMkConfig.comm_sms (0: the library's choice, from NCCL_MK_TUNER_FILE when it has the
+ * shape); -F times the fused op alone (scripts/tune.sh's sweeps; the check still runs).
  */
 #include <nccl.h>
 #include <string.h>
@@ -30,6 +33,7 @@ struct opts {
   size_t ms[16], ns[16], ks[16];
   int nm, nn, nk;
   const char* json;
+  int comm_sms, fused_only;
   char id[PERF_ID_HEX_LEN];
 };
 
@@ -61,7 +65,7 @@ static int parse(int argc, char** argv, struct opts* o) {
   int c, launched = 0;
   o->nprocs = 2, o->iters = 20, o->warmup = 5;
   default_shapes(o);
-  while ((c = getopt(argc, argv, "p:M:N:K:n:w:J:P:I:")) != -1) {
+  while ((c = getopt(argc, argv, "p:M:N:K:n:w:J:P:I:S:F")) != -1) {
     switch (c) {
       case 'p': o->nprocs = atoi(optarg); break;
       case 'M': o->nm = parse_list(optarg, o->ms); break;
@@ -70,12 +74,14 @@ static int parse(int argc, char** argv, struct opts* o) {
       case 'n': o->iters = atoi(optarg); break;
       case 'w': o->warmup = atoi(optarg); break;
       case 'J': o->json = optarg; break;
+      case 'S': o->comm_sms = atoi(optarg); break;
+      case 'F': o->fused_only = 1; break;
       case 'P': o->proc = atoi(optarg), launched = 1; break;
       case 'I': snprintf(o->id, sizeof(o->id), "%s", optarg), launched = 1; break;
       default: return -1;
     }
   }
-  return o->iters < 1 || o->nprocs < 1 ? -1 : launched;
+  return o->iters < 1 || o->nprocs < 1 || o->comm_sms < 0 ? -1 : launched;
 }
 
 /* One call of each variant; all on the rank's stream. */
@@ -156,22 +162,23 @@ static void free_shape(struct rank* k) {
 /* Medians over the iterations, variants interleaved, then the max over ranks. */
 static void time_shape(struct rank* k, const struct opts* o, size_t m, size_t n, size_t kk,
                        double med[NV]) {
-  double* t = (double*)malloc(sizeof(double) * NV * o->iters);
+  const int nv = o->fused_only ? 1 : NV; /* V_FUSED first */
+  double* t = (double*)calloc(NV * o->iters, sizeof(double));
   cudaEvent_t ev[NV][2];
   for (int v = 0; v < NV; v++) {
     CUDA_OK(cudaEventCreate(&ev[v][0]));
     CUDA_OK(cudaEventCreate(&ev[v][1]));
   }
   for (int i = 0; i < o->warmup; i++)
-    for (int v = 0; v < NV; v++) run_variant(k, o->op, v, m, n, kk);
+    for (int v = 0; v < nv; v++) run_variant(k, o->op, v, m, n, kk);
   for (int i = 0; i < o->iters; i++) {
-    for (int v = 0; v < NV; v++) {
+    for (int v = 0; v < nv; v++) {
       CUDA_OK(cudaEventRecord(ev[v][0], k->s));
       run_variant(k, o->op, v, m, n, kk);
       CUDA_OK(cudaEventRecord(ev[v][1], k->s));
     }
     CUDA_OK(cudaStreamSynchronize(k->s));
-    for (int v = 0; v < NV; v++) {
+    for (int v = 0; v < nv; v++) {
       float ms;
       CUDA_OK(cudaEventElapsedTime(&ms, ev[v][0], ev[v][1]));
       t[v * o->iters + i] = ms;
@@ -207,9 +214,9 @@ static void print_row(const struct rank* k, const struct opts* o, size_t m, size
          cr.rel, cr.pass ? "ok" : "WRONG");
   fflush(stdout);
   if (json)
-    fprintf(json, "{\"op\": \"%s\", \"ranks\": %d, \"m\": %zu, \"n\": %zu, \"k\": %zu, \"fused_ms\": %.4f, "
+    fprintf(json, "{\"op\": \"%s\", \"ranks\": %d, \"comm_sms\": %d, \"m\": %zu, \"n\": %zu, \"k\": %zu, \"fused_ms\": %.4f, "
             "\"baseline_ms\": %.4f, \"gemm_ms\": %.4f, \"comm_ms\": %.4f, \"speedup\": %.4f, "
-            "\"overlap_e\": %.4f, \"rel_err\": %.3e, \"ok\": %d}\n", op_names[o->op], k->n, m, n, kk,
+            "\"overlap_e\": %.4f, \"rel_err\": %.3e, \"ok\": %d}\n", op_names[o->op], k->n, o->comm_sms, m, n, kk,
             med[V_FUSED], med[V_BASE], med[V_GEMM], med[V_COMM], med[V_BASE] / med[V_FUSED], e,
             cr.rel, cr.pass);
 }
@@ -229,6 +236,7 @@ static int rank_main(const struct opts* o) {
   for (int i = 0; i < o->nm; i++) cfg.max_m = cfg.max_m > o->ms[i] ? cfg.max_m : o->ms[i];
   for (int i = 0; i < o->nn; i++) cfg.max_n = cfg.max_n > o->ns[i] ? cfg.max_n : o->ns[i];
   for (int i = 0; i < o->nk; i++) cfg.max_k = cfg.max_k > o->ks[i] ? cfg.max_k : o->ks[i];
+  cfg.comm_sms = o->comm_sms;
   NCCL_OK(ncclMkCommInit(k.comm, &cfg));
   FILE* json = k.r == 0 && o->json ? fopen(o->json, "w") : NULL;
   if (k.r == 0)
