@@ -208,16 +208,18 @@ static void print_row(const struct rank* k, const struct opts* o, size_t m, size
                       const double med[NV], struct check_result cr, FILE* json) {
   double flop = 2.0 * m * n * kk, tf = flop / (med[V_FUSED] * 1e9), tb = flop / (med[V_BASE] * 1e9);
   double lo = med[V_GEMM] < med[V_COMM] ? med[V_GEMM] : med[V_COMM];
-  double e = (med[V_GEMM] + med[V_COMM] - med[V_FUSED]) / lo;
+  /* with -F only the fused op was timed: no E or speedup (0 keeps the JSON valid) */
+  double e = lo > 0 ? (med[V_GEMM] + med[V_COMM] - med[V_FUSED]) / lo : 0;
+  double speedup = med[V_BASE] > 0 ? med[V_BASE] / med[V_FUSED] : 0;
   printf("%6zu %6zu %6zu  %9.3f %7.1f  %9.3f %7.1f  %6.3f  %9.3f %9.3f  %6.2f  %8.1e %s\n", m, n, kk,
-         med[V_FUSED], tf, med[V_BASE], tb, med[V_BASE] / med[V_FUSED], med[V_GEMM], med[V_COMM], e,
+         med[V_FUSED], tf, med[V_BASE], tb, speedup, med[V_GEMM], med[V_COMM], e,
          cr.rel, cr.pass ? "ok" : "WRONG");
   fflush(stdout);
   if (json)
     fprintf(json, "{\"op\": \"%s\", \"ranks\": %d, \"comm_sms\": %d, \"m\": %zu, \"n\": %zu, \"k\": %zu, \"fused_ms\": %.4f, "
             "\"baseline_ms\": %.4f, \"gemm_ms\": %.4f, \"comm_ms\": %.4f, \"speedup\": %.4f, "
             "\"overlap_e\": %.4f, \"rel_err\": %.3e, \"ok\": %d}\n", op_names[o->op], k->n, o->comm_sms, m, n, kk,
-            med[V_FUSED], med[V_BASE], med[V_GEMM], med[V_COMM], med[V_BASE] / med[V_FUSED], e,
+            med[V_FUSED], med[V_BASE], med[V_GEMM], med[V_COMM], speedup, e,
             cr.rel, cr.pass);
 }
 
