@@ -194,9 +194,45 @@ static void scenario_negative_control(struct rank_env* e) {
   run_case(e, &c, g_seed, 1);
 }
 
+/* Rank 1 never dispatches (NCCL_MK_TIMEOUT_MS=2000, set by rank_main): rank 0's dispatch
+ * must end (no hang) with an asynchronous error naming the rank and the MoE op, and its next
+ * call must fail at once. Rank 1 waits on an NCCL barrier so that its workspace, which rank 0
+ * still writes, outlives rank 0's call. */
+static void scenario_dead_peer(struct rank_env* e) {
+  const struct moe_case c = {64, 128, 64, 64, 2, 8, UNIFORM};
+  struct moe_bufs b;
+  bufs_alloc(&b, &c);
+  inputs_fill(e, &b, &c, g_seed);
+  ncclResult_t async = ncclSuccess;
+  char msg[256] = "";
+  if (e->rank == 0) {
+    NCCL_OK(ncclMkMoeDispatchGemm(b.x, b.topk_idx, b.w1, b.act, c.tokens, c.hidden, c.inter, c.topk,
+                                  c.experts, e->layout, ncclBfloat16, e->comm, e->stream));
+    CUDA_OK(cudaStreamSynchronize(e->stream));
+    NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
+    printf("rank 0: asynchronous error %d: %s\n", (int)async, msg);
+    expect(e, async == ncclRemoteError, "a dispatch without its peer ends in ncclRemoteError", 0);
+    expect(e, strstr(msg, "rank 0: fused op 0x4 timed out") != NULL, "the error names rank 0 and the dispatch", 0);
+    ncclResult_t again = ncclMkMoeDispatchGemm(b.x, b.topk_idx, b.w1, b.act, c.tokens, c.hidden, c.inter,
+                                               c.topk, c.experts, e->layout, ncclBfloat16, e->comm, e->stream);
+    expect(e, again == ncclRemoteError, "the next call fails at once", 0);
+  }
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  double* one;
+  CUDA_OK(cudaMalloc(&one, sizeof(double)));
+  NCCL_OK(ncclAllReduce(one, one, 1, ncclFloat64, ncclSum, e->comm, e->stream)); /* the barrier */
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  cudaFree(one);
+  bufs_free(&b);
+}
+
 static void run_scenario(struct rank_env* e, const char* name) {
   ncclResult_t async = ncclSuccess;
   char msg[256] = "";
+  if (!strcmp(name, "dead_peer")) { /* ends with an asynchronous error on purpose */
+    scenario_dead_peer(e);
+    return;
+  }
   static const struct {
     const char* name;
     void (*run)(struct rank_env*);
@@ -217,6 +253,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
 static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
   struct rank_env e = {rank, NULL, NULL, NULL, 0, !strcmp(scenario, "fp8")};
   printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
+  if (!strcmp(scenario, "dead_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
   CUDA_OK(cudaSetDevice(rank));
   CUDA_OK(cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking));
   NCCL_OK(ncclCommInitRank(&e.comm, NR, *id, rank));
@@ -243,7 +280,7 @@ static uint64_t seed_from_id(const char* hex) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s <correctness|fp8|graph|bad_input|negative_control>\n", argv[0]);
+    fprintf(stderr, "usage: %s <correctness|fp8|graph|bad_input|negative_control|dead_peer>\n", argv[0]);
     return 2;
   }
   alarm(300);                                /* a bug must not hang the suite */
