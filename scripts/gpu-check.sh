@@ -109,13 +109,13 @@ tier_moe() {
     step "moe_ops_${t}_with_overlap" env NCCL_MK_MOE_OVERLAP=1 "$B/test/gpu/test_moe" "$t"
   done
   step moe_perf "$B/test/perf/fused/moe_perf" -n "$n" -w 3 -J "$LOGS/moe_perf.json"
-  grep -A 4 '^# shape' "$LOGS/moe_perf.log" || true
+  grep -A 6 '^# shape' "$LOGS/moe_perf.log" || true
   step moe_perf_with_overlap env NCCL_MK_MOE_OVERLAP=1 "$B/test/perf/fused/moe_perf" -n "$n" -w 3
-  grep -A 4 '^# shape' "$LOGS/moe_perf_with_overlap.log" || true
+  grep -A 6 '^# shape' "$LOGS/moe_perf_with_overlap.log" || true
   # The fp8 dispatch (ncclMkConfig.moe_dispatch_fp8): #wrong against the baseline on x
   # quantized and dequantized.
   step moe_perf_fp8 "$B/test/perf/fused/moe_perf" -q -n "$n" -w 3 -J "$LOGS/moe_perf_fp8.json"
-  grep -A 4 '^# shape' "$LOGS/moe_perf_fp8.log" || true
+  grep -A 6 '^# shape' "$LOGS/moe_perf_fp8.log" || true
 }
 
 # The net plugin under real NCCL on 2 GPUs, then the busbw comparison with NCCL's Socket.

@@ -101,11 +101,11 @@ struct baseline {
 
 /* The combine's buffers: inputs of both sides, each side's output, the baseline's rows. */
 struct combine {
-  void *w2, *act2;      /* [el][h][inter]; [max_recv_rows][inter] in the fused layout */
-  float* weights;       /* [T][k], in [0.1, 1] */
-  void *out, *out_base; /* [T][h]: the fused op's, the baseline's */
-  void *act2_base, *y;  /* [rows_cap][inter], [rows_cap][h]: the baseline's per-expert rows */
-  void *send_y, *recv_y;       /* [rows_cap][h], [T * k][h]: rows going back, rows come back */
+  void *w2, *act2;       /* [el][h][inter]; [max_recv_rows][inter] in the fused layout */
+  float* weights;        /* [T][k], in [0.1, 1] */
+  void *out, *out_base;  /* [T][h]: the fused op's, the baseline's */
+  void *act2_base, *y;   /* [rows_cap][inter], [rows_cap][h]: the baseline's per-expert rows */
+  void *send_y, *recv_y; /* [rows_cap][h], [T * k][h]: rows going back, rows come back */
   int2 *send_meta, *recv_meta; /* their (token, slot) */
   int* cursor;                 /* [MAX_RANKS]: rows packed so far per source rank */
   int* slot_row;               /* [T][k]: the returned row of each (token, slot), or -1 */
@@ -161,7 +161,7 @@ static unsigned long long dedup_routed(const struct moe_shape* sh, int me, int n
   return n;
 }
 
-/* ---- kernels of the floor and the checks ---------------------------------------------------- */
+/* ---- kernels of the floor and the checks ------------------------------------------------- */
 
 /* Reads n 16-byte words; the sink is written only on an impossible value (keeps the loads). */
 static __global__ void read_bytes_kernel(const uint4* p, size_t n, unsigned* sink) {
@@ -174,7 +174,57 @@ static __global__ void read_bytes_kernel(const uint4* p, size_t n, unsigned* sin
   if (acc == 0x9E3779B9u) *sink = acc;
 }
 
+/* Whether a row differs from its reference (cols bf16 each): ||row - ref|| / ||ref|| >= 1e-2
+ * or a non-finite value; the answer is in thread 0 (every thread of the block must call it). */
+static __device__ int row_differs(const __nv_bfloat16* row, const __nv_bfloat16* ref, int cols,
+                                  double* shared) {
+  double d2 = 0, r2 = 0, bad = 0;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    double o = __bfloat162float(row[c]), x = __bfloat162float(ref[c]);
+    bad += !isfinite(o);
+    d2 += (o - x) * (o - x), r2 += x * x;
+  }
+  d2 = block_sum(d2, shared), r2 = block_sum(r2, shared), bad = block_sum(bad, shared);
+  return bad > 0 || !(sqrt(d2 / r2) < 1e-2);
+}
+
 #include "moe_baseline.cuh"
+
+#include "moe_combine_perf.cuh"
+
+/* ---- buffers ------------------------------------------------------------------------------ */
+
+/* Inputs (x, w1 and the routing from per-rank seeds) and every variant's buffers. */
+static void alloc_shape(struct rank* k, const struct moe_shape* sh) {
+  k->sh = *sh;
+  const size_t t = sh->tokens, h = sh->hidden, el = sh->experts / k->n, tk = t * sh->topk;
+  CUDA_OK(cudaMalloc(&k->x, t * h * 2));
+  CUDA_OK(cudaMalloc(&k->w1, el * sh->inter * h * 2));
+  CUDA_OK(cudaMalloc(&k->act, k->max_recv_rows * sh->inter * 2)); /* [max_recv_rows, inter] */
+  CUDA_OK(cudaMalloc(&k->topk_idx, tk * sizeof(int)));
+  k->idx_host = (int*)malloc(tk * sizeof(int));
+  uniform_routing(sh->tokens, sh->topk, sh->experts, 7919u * (k->r + 1) + sh->experts, k->idx_host);
+  CUDA_OK(cudaMemcpy(k->topk_idx, k->idx_host, tk * sizeof(int), cudaMemcpyHostToDevice));
+  fill_random_bf16(k->x, t * h, 11 + k->r, 1.0f);
+  fill_random_bf16(k->w1, el * sh->inter * h, 101 + k->r, 1.0f);
+  k->x_base = k->x;
+  if (k->fp8) {
+    CUDA_OK(cudaMalloc(&k->x_base, t * h * 2));
+    CUDA_OK(cudaMemcpy(k->x_base, k->x, t * h * 2, cudaMemcpyDeviceToDevice));
+    fp8_round_rows(k->x_base, t, sh->hidden, 0);
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  baseline_alloc(k);
+  combine_alloc(k);
+}
+
+static void free_shape(struct rank* k) {
+  combine_free(&k->cb);
+  baseline_free(&k->b);
+  if (k->x_base != k->x) cudaFree(k->x_base);
+  cudaFree(k->x), cudaFree(k->w1), cudaFree(k->act), cudaFree(k->topk_idx);
+  free(k->idx_host);
+}
 
 /* ---- the variants ------------------------------------------------------------------------- */
 
@@ -209,42 +259,16 @@ static void run_weight_read(struct rank* k) {
   CUDA_OK(cudaGetLastError());
 }
 
-#include "moe_combine_perf.cuh"
-
-/* ---- buffers ------------------------------------------------------------------------------ */
-
-/* Inputs (x, w1 and the routing from per-rank seeds) and every variant's buffers. */
-static void alloc_shape(struct rank* k, const struct moe_shape* sh) {
-  k->sh = *sh;
-  const size_t t = sh->tokens, h = sh->hidden, el = sh->experts / k->n, tk = t * sh->topk;
-  CUDA_OK(cudaMalloc(&k->x, t * h * 2));
-  CUDA_OK(cudaMalloc(&k->w1, el * sh->inter * h * 2));
-  CUDA_OK(cudaMalloc(&k->act, k->max_recv_rows * sh->inter * 2)); /* [max_recv_rows, inter] */
-  CUDA_OK(cudaMalloc(&k->topk_idx, tk * sizeof(int)));
-  k->idx_host = (int*)malloc(tk * sizeof(int));
-  uniform_routing(sh->tokens, sh->topk, sh->experts, 7919u * (k->r + 1) + sh->experts, k->idx_host);
-  CUDA_OK(cudaMemcpy(k->topk_idx, k->idx_host, tk * sizeof(int), cudaMemcpyHostToDevice));
-  fill_random_bf16(k->x, t * h, 11 + k->r, 1.0f);
-  fill_random_bf16(k->w1, el * sh->inter * h, 101 + k->r, 1.0f);
-  k->x_base = k->x;
-  if (k->fp8) {
-    CUDA_OK(cudaMalloc(&k->x_base, t * h * 2));
-    CUDA_OK(cudaMemcpy(k->x_base, k->x, t * h * 2, cudaMemcpyDeviceToDevice));
-    fp8_round_rows(k->x_base, t, sh->hidden, 0);
-  }
-  CUDA_OK(cudaDeviceSynchronize());
-  baseline_alloc(k);
-}
-
-static void free_shape(struct rank* k) {
-  baseline_free(&k->b);
-  if (k->x_base != k->x) cudaFree(k->x_base);
-  cudaFree(k->x), cudaFree(k->w1), cudaFree(k->act), cudaFree(k->topk_idx);
-  free(k->idx_host);
-}
-
-enum { V_FUSED, V_BASE, V_GEMM, V_WREAD, V_DISPATCH, NV };
-static const char* variant_names[] = {"fused", "baseline", "gemm", "w1_read", "dispatch"};
+/* clang-format off */
+enum {
+  V_FUSED, V_BASE, V_GEMM, V_WREAD, V_DISPATCH, /* the dispatch variants */
+  V_COMBINE, V_COMBINE_BASE, V_COMBINE_GEMM,    /* the combine variants, timed apart */
+  NV
+};
+/* clang-format on */
+static const char* variant_names[] = {
+    "fused",   "baseline",         "gemm",        "w1_read", "dispatch",
+    "combine", "combine_baseline", "combine_gemm"};
 
 /* Holds the GPU for `ns` so that the host can queue the next variant before it starts. */
 static __global__ void delay_kernel(unsigned long long ns) {
@@ -270,6 +294,9 @@ static void run_variant(struct rank* k, int v) {
   else if (v == V_BASE) run_baseline(k);
   else if (v == V_GEMM) run_gemm_ours(k);
   else if (v == V_DISPATCH) run_dispatch(k);
+  else if (v == V_COMBINE) run_combine_fused(k);
+  else if (v == V_COMBINE_BASE) run_combine_baseline(k);
+  else if (v == V_COMBINE_GEMM) run_combine_gemm(k);
   else run_weight_read(k);
 }
 
@@ -299,20 +326,13 @@ static __global__ void compare_rows_kernel(const __nv_bfloat16* act, const int* 
       if (threadIdx.x == 0) atomicAdd(wrong, 1ull);
       continue;
     }
-    double d2 = 0, r2 = 0, bad = 0;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-      double o = __bfloat162float(act[(size_t)r * cols + c]),
-             x = __bfloat162float(base[(size_t)b * cols + c]);
-      bad += !isfinite(o);
-      d2 += (o - x) * (o - x), r2 += x * x;
-    }
-    d2 = block_sum(d2, shared), r2 = block_sum(r2, shared), bad = block_sum(bad, shared);
-    if (threadIdx.x == 0 && (bad > 0 || !(sqrt(d2 / r2) < 1e-2))) atomicAdd(wrong, 1ull);
+    const int differs = row_differs(act + (size_t)r * cols, base + (size_t)b * cols, cols, shared);
+    if (threadIdx.x == 0 && differs) atomicAdd(wrong, 1ull);
   }
 }
 
 struct shape_check {
-  unsigned long long rows_sent, routed, wrong;
+  unsigned long long rows_sent, routed, wrong, combine_wrong;
   int fused_rows;
 };
 
@@ -338,7 +358,8 @@ static unsigned long long count_wrong_rows(struct rank* k, const ncclMkMoeLayout
   return wrong + (unsigned long long)abs(fused_rows - k->b.rows); /* rows only one side has */
 }
 
-/* One fused dispatch (act poisoned first) and one baseline on the same inputs. */
+/* One fused dispatch (act poisoned first) and one baseline on the same inputs, then on their
+ * layouts one fused combine and one baseline combine (check_combine). */
 static struct shape_check check_shape(struct rank* k) {
   struct shape_check c;
   const int el = k->sh.experts / k->n;
@@ -356,6 +377,7 @@ static struct shape_check check_shape(struct rank* k) {
   }
   c.wrong = count_wrong_rows(k, &info, c.fused_rows);
   c.routed = dedup_routed(&k->sh, k->r, k->n, k->idx_host);
+  c.combine_wrong = check_combine(k);
   return c;
 }
 
@@ -379,34 +401,43 @@ static void reduce_over_ranks(struct rank* k, double* v, int count, ncclRedOp_t 
   CUDA_OK(cudaStreamSynchronize(k->s));
 }
 
-/* Medians over the iterations, variants interleaved, then the max over ranks. */
-static void time_shape(struct rank* k, const struct opts* o, double med[NV]) {
+/* Medians over the iterations of variants [v0, v1), interleaved, each after align_ranks. */
+static void time_variants(struct rank* k, const struct opts* o, int v0, int v1, double* med) {
   double* t = (double*)malloc(sizeof(double) * NV * o->iters);
   cudaEvent_t ev[NV][2];
-  for (int v = 0; v < NV; v++) {
+  for (int v = v0; v < v1; v++) {
     CUDA_OK(cudaEventCreate(&ev[v][0]));
     CUDA_OK(cudaEventCreate(&ev[v][1]));
   }
   for (int i = 0; i < o->warmup; i++)
-    for (int v = 0; v < NV; v++) run_variant(k, v);
+    for (int v = v0; v < v1; v++) run_variant(k, v);
   for (int i = 0; i < o->iters; i++) {
-    for (int v = 0; v < NV; v++) {
+    for (int v = v0; v < v1; v++) {
       align_ranks(k);
       CUDA_OK(cudaEventRecord(ev[v][0], k->s));
       run_variant(k, v);
       CUDA_OK(cudaEventRecord(ev[v][1], k->s));
     }
     CUDA_OK(cudaStreamSynchronize(k->s));
-    for (int v = 0; v < NV; v++) {
+    for (int v = v0; v < v1; v++) {
       float ms;
       CUDA_OK(cudaEventElapsedTime(&ms, ev[v][0], ev[v][1]));
       t[v * o->iters + i] = ms;
     }
   }
-  for (int v = 0; v < NV; v++) med[v] = median(t + v * o->iters, o->iters);
-  reduce_over_ranks(k, med, NV, ncclMax);
-  for (int v = 0; v < NV; v++) cudaEventDestroy(ev[v][0]), cudaEventDestroy(ev[v][1]);
+  for (int v = v0; v < v1; v++) med[v] = median(t + v * o->iters, o->iters);
+  for (int v = v0; v < v1; v++) cudaEventDestroy(ev[v][0]), cudaEventDestroy(ev[v][1]);
   free(t);
+}
+
+/* The dispatch variants, then the combine variants on the layout of one more fused dispatch
+ * (act2 refilled from it: its row order need not be the last one's); the max over ranks. */
+static void time_shape(struct rank* k, const struct opts* o, double med[NV]) {
+  time_variants(k, o, 0, V_COMBINE, med);
+  run_fused(k);
+  combine_fill_act2(k);
+  time_variants(k, o, V_COMBINE, NV, med);
+  reduce_over_ranks(k, med, NV, ncclMax);
 }
 
 static void print_header(const struct rank* k, const struct opts* o) {
@@ -414,7 +445,10 @@ static void print_header(const struct rank* k, const struct opts* o) {
          "# medians of %d (warm-up %d), times in ms (max over ranks), TFLOP/s per GPU;\n"
          "# rows, rows_sent, routed and #wrong summed over ranks; speedup = baseline / fused;\n"
          "# f/gemm = fused / our grouped GEMM alone; w1_read: one read of the local experts' w1;\n"
-         "# dispatch: the fused op with an 8-column GEMM (the dispatch's own cost)\n",
+         "# dispatch: the fused op with an 8-column GEMM (the dispatch's own cost);\n"
+         "# combine line: ncclMkMoeGemmCombine, the baseline combine (per-expert cuBLASLt, NCCL\n"
+         "# all-to-all back, weighted sum), our grouped GEMM alone on act2 and w2; speedup =\n"
+         "# baseline / fused; #wrong: token rows of out off the baseline's, summed over ranks\n",
          k->n, k->fp8 ? ", fp8 dispatch" : "", o->iters, o->warmup);
   if (k->fp8)
     printf("# fp8 dispatch: rows move as e4m3 with a scale per token; #wrong against the baseline"
@@ -423,8 +457,8 @@ static void print_header(const struct rank* k, const struct opts* o) {
          "      gemm f/gemm   w1_read    GB/s  dispatch  rows_sent     routed  #wrong\n");
 }
 
-/* sums: rows_sent, routed, #wrong, fused rows (over ranks). */
-static void print_row(const struct rank* k, const double med[NV], const double sums[4],
+/* sums: rows_sent, routed, #wrong, fused rows, combine #wrong (over ranks). */
+static void print_row(const struct rank* k, const double med[NV], const double sums[5],
                       FILE* json) {
   const struct moe_shape* sh = &k->sh;
   double flop = 2.0 * sums[3] * sh->inter * sh->hidden / k->n; /* per GPU, on average */
@@ -435,6 +469,11 @@ static void print_row(const struct rank* k, const double med[NV], const double s
          tf, med[V_BASE], speedup, med[V_GEMM], over_gemm, med[V_WREAD], gbs);
   printf("  %8.3f  %9.0f %9.0f%s  %6.0f\n", med[V_DISPATCH], sums[0], sums[1], sums[0] == sums[1] ? " " : "!",
          sums[2]);
+  printf(
+      "  combine: fused %.3f ms, baseline %.3f ms (speedup %.3f), gemm %.3f ms (f/gemm %.2f),"
+      " #wrong %.0f\n",
+      med[V_COMBINE], med[V_COMBINE_BASE], med[V_COMBINE_BASE] / med[V_COMBINE],
+      med[V_COMBINE_GEMM], med[V_COMBINE] / med[V_COMBINE_GEMM], sums[4]);
   fflush(stdout);
   if (!json) return;
   fprintf(json, "{\"op\": \"moe_dispatch_gemm\", \"shape\": \"%s\", \"ranks\": %d, \"tokens\": %d",
@@ -447,7 +486,7 @@ static void print_row(const struct rank* k, const double med[NV], const double s
           over_gemm);
   fprintf(json, ", \"w1_read_gbs\": %.0f, \"rows_sent\": %.0f, \"routed\": %.0f", gbs, sums[0],
           sums[1]);
-  fprintf(json, ", \"wrong\": %.0f}\n", sums[2]);
+  fprintf(json, ", \"wrong\": %.0f, \"combine_wrong\": %.0f}\n", sums[2], sums[4]);
 }
 
 /* One shape: check, time, print; returns 1 when something was wrong. */
@@ -455,12 +494,13 @@ static int run_shape(struct rank* k, const struct opts* o, const struct moe_shap
   alloc_shape(k, sh);
   struct shape_check c = check_shape(k);
   double med[NV];
-  double sums[4] = {(double)c.rows_sent, (double)c.routed, (double)c.wrong, (double)c.fused_rows};
+  double sums[5] = {(double)c.rows_sent, (double)c.routed, (double)c.wrong, (double)c.fused_rows,
+                    (double)c.combine_wrong};
   time_shape(k, o, med);
-  reduce_over_ranks(k, sums, 4, ncclSum);
+  reduce_over_ranks(k, sums, 5, ncclSum);
   if (k->r == 0) print_row(k, med, sums, json);
   free_shape(k);
-  return sums[2] > 0 || sums[0] != sums[1];
+  return sums[2] > 0 || sums[4] > 0 || sums[0] != sums[1];
 }
 
 static void moe_config(const struct opts* o, int nranks, ncclMkConfig* cfg, size_t* max_recv_rows) {
@@ -485,7 +525,7 @@ static int rank_main(const struct opts* o) {
   k.r = o->proc, k.n = o->nprocs, k.fp8 = o->fp8;
   CUDA_OK(cudaSetDevice(k.r));
   CUDA_OK(cudaStreamCreateWithFlags(&k.s, cudaStreamNonBlocking));
-  CUDA_OK(cudaMalloc((void**)&k.scratch, 8 * sizeof(double)));
+  CUDA_OK(cudaMalloc((void**)&k.scratch, 16 * sizeof(double))); /* reduce_over_ranks: <= NV */
   CUDA_OK(cudaMalloc((void**)&k.sink, sizeof(unsigned)));
   NCCL_OK(ncclCommInitRank(&k.comm, k.n, id, k.r));
   ncclMkConfig cfg;
