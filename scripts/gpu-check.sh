@@ -116,6 +116,9 @@ tier_moe() {
   # quantized and dequantized.
   step moe_perf_fp8 "$B/test/perf/fused/moe_perf" -q -n "$n" -w 3 -J "$LOGS/moe_perf_fp8.json"
   grep -A 6 '^# shape' "$LOGS/moe_perf_fp8.log" || true
+  # The combine side (moe_perf -c: written in session 17, first run pending).
+  step moe_perf_with_combine "$B/test/perf/fused/moe_perf" -c -n "$n" -w 3 -J "$LOGS/moe_perf_combine.json"
+  grep -A 6 '^# shape' "$LOGS/moe_perf_with_combine.log" || true
 }
 
 # The net plugin under real NCCL on 2 GPUs, then the busbw comparison with NCCL's Socket.

@@ -33,7 +33,9 @@
  * moe_baseline.cuh (the dispatch baseline), moe_combine_perf.cuh (the combine variants).
  *
  * usage: moe_perf [-p procs] [-s mixtral|deepseek|decode|all] [-n iters] [-w warmup] [-q]
- *                 [-J json]
+ *                 [-c] [-J json]
+ * -c adds the combine line (written in session 17 and not yet run on a GPU: opt-in until it
+ * has been).
  */
 #include <nccl.h>
 #include <string.h>
@@ -62,6 +64,7 @@ enum { NSHAPES = sizeof(shapes) / sizeof(shapes[0]) };
 struct opts {
   int nprocs, proc, iters, warmup, shape; /* shape -1: all */
   int fp8;                                /* -q: the fp8 dispatch */
+  int combine;                            /* -c: the combine variants too */
   const char* json;
   char id[PERF_ID_HEX_LEN];
 };
@@ -121,6 +124,7 @@ struct rank {
   struct moe_shape sh;
   size_t max_recv_rows;
   int fp8; /* the communicator's moe_dispatch_fp8 */
+  int combine; /* -c */
   void *x, *w1, *act;
   void* x_base; /* the baseline's x: x, or (fp8) x quantized and dequantized */
   int* topk_idx;
@@ -215,11 +219,11 @@ static void alloc_shape(struct rank* k, const struct moe_shape* sh) {
   }
   CUDA_OK(cudaDeviceSynchronize());
   baseline_alloc(k);
-  combine_alloc(k);
+  if (k->combine) combine_alloc(k);
 }
 
 static void free_shape(struct rank* k) {
-  combine_free(&k->cb);
+  if (k->combine) combine_free(&k->cb);
   baseline_free(&k->b);
   if (k->x_base != k->x) cudaFree(k->x_base);
   cudaFree(k->x), cudaFree(k->w1), cudaFree(k->act), cudaFree(k->topk_idx);
@@ -377,7 +381,7 @@ static struct shape_check check_shape(struct rank* k) {
   }
   c.wrong = count_wrong_rows(k, &info, c.fused_rows);
   c.routed = dedup_routed(&k->sh, k->r, k->n, k->idx_host);
-  c.combine_wrong = check_combine(k);
+  c.combine_wrong = k->combine ? check_combine(k) : 0;
   return c;
 }
 
@@ -433,10 +437,13 @@ static void time_variants(struct rank* k, const struct opts* o, int v0, int v1, 
 /* The dispatch variants, then the combine variants on the layout of one more fused dispatch
  * (act2 refilled from it: its row order need not be the last one's); the max over ranks. */
 static void time_shape(struct rank* k, const struct opts* o, double med[NV]) {
+  for (int v = 0; v < NV; v++) med[v] = 0;
   time_variants(k, o, 0, V_COMBINE, med);
-  run_fused(k);
-  combine_fill_act2(k);
-  time_variants(k, o, V_COMBINE, NV, med);
+  if (k->combine) {
+    run_fused(k);
+    combine_fill_act2(k);
+    time_variants(k, o, V_COMBINE, NV, med);
+  }
   reduce_over_ranks(k, med, NV, ncclMax);
 }
 
@@ -469,11 +476,11 @@ static void print_row(const struct rank* k, const double med[NV], const double s
          tf, med[V_BASE], speedup, med[V_GEMM], over_gemm, med[V_WREAD], gbs);
   printf("  %8.3f  %9.0f %9.0f%s  %6.0f\n", med[V_DISPATCH], sums[0], sums[1], sums[0] == sums[1] ? " " : "!",
          sums[2]);
-  printf(
-      "  combine: fused %.3f ms, baseline %.3f ms (speedup %.3f), gemm %.3f ms (f/gemm %.2f),"
-      " #wrong %.0f\n",
-      med[V_COMBINE], med[V_COMBINE_BASE], med[V_COMBINE_BASE] / med[V_COMBINE],
-      med[V_COMBINE_GEMM], med[V_COMBINE] / med[V_COMBINE_GEMM], sums[4]);
+  if (k->combine)
+    printf("  combine: fused %.3f ms, baseline %.3f ms (speedup %.3f), gemm %.3f ms (f/gemm %.2f),"
+           " #wrong %.0f\n",
+           med[V_COMBINE], med[V_COMBINE_BASE], med[V_COMBINE_BASE] / med[V_COMBINE],
+           med[V_COMBINE_GEMM], med[V_COMBINE] / med[V_COMBINE_GEMM], sums[4]);
   fflush(stdout);
   if (!json) return;
   fprintf(json, "{\"op\": \"moe_dispatch_gemm\", \"shape\": \"%s\", \"ranks\": %d, \"tokens\": %d",
@@ -522,7 +529,7 @@ static int rank_main(const struct opts* o) {
   memset(&k, 0, sizeof(k));
   ncclUniqueId id;
   perf_hex_to_id(o->id, &id);
-  k.r = o->proc, k.n = o->nprocs, k.fp8 = o->fp8;
+  k.r = o->proc, k.n = o->nprocs, k.fp8 = o->fp8, k.combine = o->combine;
   CUDA_OK(cudaSetDevice(k.r));
   CUDA_OK(cudaStreamCreateWithFlags(&k.s, cudaStreamNonBlocking));
   CUDA_OK(cudaMalloc((void**)&k.scratch, 16 * sizeof(double))); /* reduce_over_ranks: <= NV */
@@ -556,7 +563,7 @@ static int shape_index(const char* name) {
 static int parse(int argc, char** argv, struct opts* o) {
   int c, launched = 0;
   o->nprocs = 2, o->iters = 5, o->warmup = 2, o->shape = -1;
-  while ((c = getopt(argc, argv, "p:s:n:w:qJ:P:I:")) != -1) {
+  while ((c = getopt(argc, argv, "p:s:n:w:qcJ:P:I:")) != -1) {
     /* clang-format off */
     switch (c) {
       case 'p': o->nprocs = atoi(optarg); break;
@@ -564,6 +571,7 @@ static int parse(int argc, char** argv, struct opts* o) {
       case 'n': o->iters = atoi(optarg); break;
       case 'w': o->warmup = atoi(optarg); break;
       case 'q': o->fp8 = 1; break;
+      case 'c': o->combine = 1; break;
       case 'J': o->json = optarg; break;
       case 'P': o->proc = atoi(optarg), launched = 1; break;
       case 'I': snprintf(o->id, sizeof(o->id), "%s", optarg), launched = 1; break;
@@ -582,7 +590,7 @@ int main(int argc, char** argv) {
   int launched = parse(argc, argv, &o);
   if (launched < 0) {
     fprintf(stderr, "usage: %s [-p procs] [-s mixtral|deepseek|decode|all] [-n iters] [-w warmup]"
-            " [-q] [-J json]\n", argv[0]);
+            " [-q] [-c] [-J json]\n", argv[0]);
     return 2;
   }
   if (!launched) {
