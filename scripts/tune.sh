@@ -163,22 +163,31 @@ measure_all() {
   done
 }
 
-# NCCL alone vs NCCL with the new file, interleaved, busbw side by side per round.
+# NCCL loads the tuner and the file: one short run with NCCL_DEBUG=INFO, apart from the timed
+# runs (with INFO on, NCCL logs per collective, which would slow only the tuned side).
+check_tuner_loads() {
+  local coll=$1 plugin=$2 log="$work/check-$1-loads.log"
+  env NCCL_TUNER_PLUGIN="$plugin" NCCL_MK_TUNER_FILE="$out" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING \
+    "$MK_BUILD/test/perf/coll/${coll}_perf" -p "$ngpus" -g 1 -b 8 -e 8 -n 1 -w 1 -c 1 >"$log" 2>&1 || return 1
+  grep -q "NET/MK tuner: loaded tuning file" "$log"
+}
+
+# NCCL alone vs NCCL with the new file, interleaved, busbw side by side per round; both timed
+# runs with the same (default) logging.
 check_tuned() {
   local coll r plugin="$MK_BUILD/libnccl-net-mk.so"
   [ "$colls" = none ] && return 0
   for coll in $colls; do
     [ -x "$MK_BUILD/test/perf/coll/${coll}_perf" ] || continue
+    if ! check_tuner_loads "$coll" "$plugin"; then
+      echo "check: NCCL did not load the tuner from $plugin ($work/check-$coll-loads.log)"
+      return 1
+    fi
     for r in $(seq 1 "$rounds"); do
       harness "$coll" "$work/check-$coll-nccl-$r.json" "$work/check-$coll-nccl-$r.log" \
         NCCL_TUNER_PLUGIN=none || { echo "check: $coll NCCL run failed"; return 1; }
       harness "$coll" "$work/check-$coll-tuned-$r.json" "$work/check-$coll-tuned-$r.log" \
-        NCCL_TUNER_PLUGIN="$plugin" NCCL_MK_TUNER_FILE="$out" NCCL_DEBUG=INFO \
-        NCCL_DEBUG_SUBSYS=INIT,TUNING || { echo "check: $coll tuned run failed"; return 1; }
-      if ! grep -q "NET/MK tuner: loaded tuning file" "$work/check-$coll-tuned-$r.log"; then
-        echo "check: NCCL did not load the tuner from $plugin ($work/check-$coll-tuned-$r.log)"
-        return 1
-      fi
+        NCCL_TUNER_PLUGIN="$plugin" NCCL_MK_TUNER_FILE="$out" || { echo "check: $coll tuned run failed"; return 1; }
       echo "== $coll, round $r: busbw (GB/s), tuned/nccl > 1 means the file helps"
       python3 "$MK_ROOT/scripts/bench-compare.py" tuned="$work/check-$coll-tuned-$r.json" \
         nccl="$work/check-$coll-nccl-$r.json"
