@@ -11,15 +11,8 @@
 #include <nccl.h>
 
 #include "gemm_check.cuh"
+#include "nccl_ok.h"
 
-#define NCCL_OK(call)                                                                        \
-  do {                                                                                       \
-    ncclResult_t r_ = (call);                                                                \
-    if (r_ != ncclSuccess) {                                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
-      exit(1);                                                                               \
-    }                                                                                        \
-  } while (0)
 
 static inline uint64_t host_mix(uint64_t* s) {
   uint64_t x = (*s += 0x9E3779B97F4A7C15ull);

@@ -19,16 +19,9 @@
 
 #include "gemm_check.cuh"
 #include "nccl_mk.h"
+#include "nccl_ok.h"
 #include "perf_launch.h"
 
-#define NCCL_OK(call)                                                                  \
-  do {                                                                                 \
-    ncclResult_t r_ = (call);                                                          \
-    if (r_ != ncclSuccess) {                                                           \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
-      exit(1);                                                                         \
-    }                                                                                  \
-  } while (0)
 
 static const int NR = 2;
 static uint64_t g_seed; /* from the NCCL id: fresh each run, the same on every rank, printed */
@@ -417,13 +410,6 @@ static int group_init_main(void) {
   return failures ? 1 : 0;
 }
 
-/* The seed comes from the NCCL id: random per run, the same on every rank. */
-static uint64_t seed_from_id(const char* hex) {
-  uint64_t h = 1469598103934665603ULL;
-  for (const char* p = hex; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-  return h % 100000;
-}
-
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s <scenario>\n", argv[0]);
@@ -433,7 +419,7 @@ int main(int argc, char** argv) {
   if (argc == 6 && !strcmp(argv[2], "-P")) { /* a child: <scenario> -P rank -I id */
     ncclUniqueId id;
     perf_hex_to_id(argv[5], &id);
-    g_seed = seed_from_id(argv[5]);
+    g_seed = perf_seed_from_id(argv[5]);
     return rank_main(argv[1], atoi(argv[3]), &id);
   }
   int n = 0;

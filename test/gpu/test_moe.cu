@@ -271,13 +271,6 @@ static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
   return e.failures ? 1 : 0;
 }
 
-/* The seed comes from the NCCL id: random per run, the same on every rank. */
-static uint64_t seed_from_id(const char* hex) {
-  uint64_t h = 1469598103934665603ULL;
-  for (const char* p = hex; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-  return h % 100000;
-}
-
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s <correctness|fp8|graph|bad_input|negative_control|dead_peer>\n", argv[0]);
@@ -287,7 +280,7 @@ int main(int argc, char** argv) {
   if (argc == 6 && !strcmp(argv[2], "-P")) { /* a child: <scenario> -P rank -I id */
     ncclUniqueId id;
     perf_hex_to_id(argv[5], &id);
-    g_seed = seed_from_id(argv[5]);
+    g_seed = perf_seed_from_id(argv[5]);
     return rank_main(argv[1], atoi(argv[3]), &id);
   }
   int n = 0;

@@ -21,6 +21,13 @@ int perf_launch_local(int argc, char** argv, int nprocs, int distinct_hosts);
 void perf_id_to_hex(const ncclUniqueId* id, char* hex);
 void perf_hex_to_id(const char* hex, ncclUniqueId* id);
 
+/* A seed from the NCCL id's hex (the tests' inputs): random per run, the same on every rank. */
+static inline unsigned long long perf_seed_from_id(const char* hex) {
+  unsigned long long h = 1469598103934665603ULL;
+  for (const char* p = hex; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+  return h % 100000;
+}
+
 #ifdef __cplusplus
 }
 #endif

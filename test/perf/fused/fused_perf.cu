@@ -19,10 +19,9 @@
 #include "gemm.h"
 #include "gemm_check.cuh"
 #include "nccl_mk.h"
+#include "nccl_ok.h"
 #include "perf_launch.h"
 
-#define NCCL_OK(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) { \
-  fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); exit(1); } } while (0)
 
 enum op { AG, RS, AR };
 static const char* op_names[] = {"ag_gemm", "gemm_rs", "gemm_ar"};
@@ -272,7 +271,7 @@ int main(int argc, char** argv) {
   int launched = parse(argc, argv, &o);
   if (launched < 0) {
     fprintf(stderr, "usage: %s [-p procs] [-M list] [-N list] [-K list] [-n iters] [-w warmup] "
-            "[-J json]\n", argv[0]);
+            "[-J json] [-S comm_sms] [-F]\n", argv[0]);
     return 2;
   }
   if (!launched) {
