@@ -14,10 +14,15 @@
  *             (expert j's rows: sources in rank order) and offsets_ready = e (the expand starts)
  *   comm      push CTAs (for each d once d finished call e-1) copy s's listed tokens and
  *             their slots into each peer's recv[s] / meta[s], 16-row chunks, raising
- *             chunk_flag[s][c] = e after each; expand warps take every source's rows (own
- *             first: read in place), copy each row to its (expert, source, pos) place in the
- *             GEMM's A, and the last row of expert j raises ready[j] = e
- *   GEMM      grouped over the local experts, each group waiting for ready[j] >= e
+ *             chunk_flag[s][c] = e after each (with fp8 dispatch the rows move as e4m3 and
+ *             a scale rides in the token's meta); expand warps take every source's rows (own
+ *             first: read in place; a row split over up to 16 warps when rows are few), copy
+ *             each row to its (expert, source, pos) place in the GEMM's A (dequantizing fp8
+ *             rows; own rows rounded the same way), and the part that completes expert j
+ *             raises ready[j] = e
+ *   GEMM      grouped over the local experts on every SM after the dispatch kernel
+ *             (NCCL_MK_MOE_OVERLAP=1: on the SMs it leaves, each group waiting for
+ *             ready[j] >= e; the route phase then runs first, as its own launch)
  *   finish    done = e (peers may write this rank's areas again)
  * Combine, call e: begin; the grouped GEMM into y; scatter: every row of y to its source's
  * comb[token][slot] (waiting for that source's done >= e-1), then per CTA
@@ -26,8 +31,8 @@
  *
  * MoE area of each rank's symmetric workspace (after the dense ops' data area), offsets in
  * struct mk_moe_geom: written by peers: counts_flag, comb_flag, counts, chunk_flag, meta,
- * recv, comb; this rank only: ready, rows_done, send_counts, send_list, send_meta, seg, rows
- * (the GEMM's A in a dispatch, y in a combine).
+ * recv, comb; this rank only: ready, rows_done, route_done, routed, offsets_ready,
+ * send_counts, send_list, send_meta, seg, rows (the GEMM's A in a dispatch, y in a combine).
  */
 #ifndef MK_MOE_H_
 #define MK_MOE_H_
