@@ -12,7 +12,8 @@
  * proto:      ll ll128 simple
  * Names are matched without regard to case or '_' (so NCCL_ALGO's "NVLSTree" works too).
  * bytes is NCCL's message size (nccl-tests' "size": all-gather's output, reduce-scatter's
- * input); nchannels 0 means NCCL's own channel count was measured (1..64 forces one).
+ * input); nchannels 0 means NCCL's own channel count was measured; 1..64, NCCL's count capped
+ * there (NCCL_MAX_NCHANNELS), which is what a tuner can ask for (NCCL reads it as a maximum).
  * A malformed line is skipped with a WARN naming the file and line.
  */
 #ifndef MK_TUNER_FILE_H_

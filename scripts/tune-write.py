@@ -6,7 +6,7 @@ usage: tune-write.py [-o FILE] [--nnodes N] [--comment TEXT] ALGO/PROTO/NCHANNEL
 
 Each ALGO/PROTO/NCHANNELS argument names one harness run (build/test/perf/coll/<coll>_perf
 -J RESULT.json) made with NCCL_ALGO=ALGO, NCCL_PROTO=PROTO and, when NCHANNELS > 0,
-NCCL_MIN/MAX_NCHANNELS set to it (0: NCCL's own channel count). Every JSON row becomes one line
+NCCL_MAX_NCHANNELS set to it (0: NCCL's own channel count). Every JSON row becomes one line
     collective nranks nnodes bytes algo proto nchannels time_us
 (the format is documented in plugin/tuner_file.h). The out-of-place time is used; rows
 with wrong results are dropped. Each fused=RESULT.json argument is a fused-op run

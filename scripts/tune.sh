@@ -3,7 +3,7 @@
 #
 # For every collective, algorithm, protocol and channel count it runs the collectives
 # harness (build/test/perf/coll/<coll>_perf) over a range of sizes with that choice forced
-# (NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS) and NCCL_TUNER_PLUGIN=none, so that NCCL's
+# (NCCL_ALGO, NCCL_PROTO, NCCL_MAX_NCHANNELS) and NCCL_TUNER_PLUGIN=none, so that NCCL's
 # own choice and any earlier tuning file play no part. Combinations NCCL refuses (PAT with
 # several GPUs per node, Tree for all-gather, ...) fail fast and are skipped. Then
 # For the fused ops it runs each op's harness (build/test/perf/fused/<op>_perf -F) once per
@@ -152,7 +152,9 @@ measure_all() {
       label="$coll-$algo-$proto-$nch"
       env_args=(NCCL_TUNER_PLUGIN=none NCCL_ALGO="$(nccl_algo "$algo")"
                 NCCL_PROTO="$(nccl_proto "$proto")")
-      [ "$nch" -gt 0 ] && env_args+=(NCCL_MIN_NCHANNELS="$nch" NCCL_MAX_NCHANNELS="$nch")
+      # NCCL takes a tuner's channel count as a maximum (nMaxChannels): measure that, a cap,
+      # not a forced count (NCCL_MIN_NCHANNELS), or the file describes runs it cannot repeat.
+      [ "$nch" -gt 0 ] && env_args+=(NCCL_MAX_NCHANNELS="$nch")
       if harness "$coll" "$work/$label.json" "$work/$label.log" "${env_args[@]}"; then
         specs+=("$algo/$proto/$nch=$work/$label.json")
         echo "  $algo/$proto/$nch: measured"
