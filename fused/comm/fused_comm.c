@@ -11,7 +11,6 @@
 #include "mk_err.h"
 #include "mk_log.h"
 #include "mk_param.h"
-#include "moe.h"
 #include "op_check.h"
 
 #define MK_FUSED_MAX_COMMS 1024
@@ -86,11 +85,11 @@ static int fused_comm_alloc(struct mk_fused_comm* fc) {
   if (fc->cfg.moe_max_tokens > 0 && fc->nranks <= MK_MOE_MAX_RANKS) {
     ncclMkConfig* c = &fc->cfg;
     if (!c->moe_max_recv_rows) c->moe_max_recv_rows = fc->nranks * c->moe_max_tokens * c->moe_max_topk;
-    struct mk_moe_geom g = {.nranks = fc->nranks, .max_tokens = c->moe_max_tokens,
-                            .max_hidden = c->moe_max_hidden, .max_topk = c->moe_max_topk,
-                            .max_recv_rows = c->moe_max_recv_rows};
+    fc->moe_geom = (struct mk_moe_geom){.nranks = fc->nranks, .max_tokens = c->moe_max_tokens,
+                                        .max_hidden = c->moe_max_hidden, .max_topk = c->moe_max_topk,
+                                        .max_recv_rows = c->moe_max_recv_rows};
     fc->moe_offset = (fc->sym_bytes + 255) & ~(size_t)255;
-    fc->moe_bytes = mk_moe_geom_layout(&g);
+    fc->moe_bytes = mk_moe_geom_layout(&fc->moe_geom);
     fc->sym_bytes = fc->moe_offset + fc->moe_bytes;
   }
   MK_CHECK(mk_cuda_check(cudaStreamCreateWithFlags(&fc->internal, cudaStreamNonBlocking),

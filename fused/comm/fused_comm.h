@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "gemm.h"
+#include "moe.h"
 #include "nccl_api.h"
 #include "nccl_mk.h"
 
@@ -59,6 +60,7 @@ struct mk_fused_comm {
   int broken;
   struct mk_trace_state* trace; /* NCCL_MK_TRACE=1 only (trace_comm.c), else NULL */
   size_t moe_offset, moe_bytes; /* the MoE area in sym (fused/moe/moe.h); 0 bytes: none */
+  struct mk_moe_geom moe_geom;  /* its layout, from the config at init */
   int ag_shard_blocks;          /* row-blocks per shard of the last overlapped AllGather+GEMM
                                  * (a hang report names the peer that owed a row-block) */
 };

@@ -63,14 +63,6 @@ size_t mk_moe_geom_layout(struct mk_moe_geom* g) {
   return at;
 }
 
-static struct mk_moe_geom moe_geom(const struct mk_fused_comm* fc) {
-  struct mk_moe_geom g = {.nranks = fc->nranks, .max_tokens = fc->cfg.moe_max_tokens,
-                          .max_hidden = fc->cfg.moe_max_hidden, .max_topk = fc->cfg.moe_max_topk,
-                          .max_recv_rows = fc->cfg.moe_max_recv_rows};
-  mk_moe_geom_layout(&g);
-  return g;
-}
-
 NCCL_MK_API ncclResult_t ncclMkMoeLayoutCreate(ncclComm_t comm, ncclMkMoeLayout_t* layout) {
   if (!comm || !layout) {
     MK_WARN("ncclMkMoeLayoutCreate: %s is NULL", comm ? "layout" : "comm");
@@ -165,7 +157,7 @@ static int moe_check(const char* op, const struct mk_fused_comm* fc, ncclMkMoeLa
 
 static void moe_args_fill(struct mk_fused_comm* fc, ncclMkMoeLayout_t l, enum mk_op_id op, struct mk_moe_args* a) {
   memset(a, 0, sizeof(*a));
-  a->g = moe_geom(fc);
+  a->g = fc->moe_geom;
   a->rank = fc->rank, a->nranks = fc->nranks;
   for (int p = 0; p < fc->nranks; p++) {
     a->moe[p] = (char*)fc->peer_sym[p] + fc->moe_offset;

@@ -287,9 +287,7 @@ static __global__ void delay_kernel(unsigned long long ns) {
  * which waits for its peers, would be charged for the other host's lag. */
 static void align_ranks(struct rank* k) {
   NCCL_OK(ncclAllReduce(k->scratch, k->scratch, 1, ncclFloat64, ncclSum, k->comm, k->s));
-  static long long delay_ns = -1;
-  if (delay_ns < 0) delay_ns = getenv("MOE_PERF_DELAY_US") ? atoll(getenv("MOE_PERF_DELAY_US")) * 1000 : 300000;
-  delay_kernel<<<1, 1, 0, k->s>>>((unsigned long long)delay_ns);
+  delay_kernel<<<1, 1, 0, k->s>>>(300000ull);
   CUDA_OK(cudaGetLastError());
 }
 
