@@ -23,6 +23,18 @@
     }                                                                                        \
   } while (0)
 
+static void gpu_or_skip(void);
+
+/* Exit 77 (meson: skipped) unless `want` sm_90 GPUs are present. */
+static void gpus_or_skip(int want) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < want) {
+    printf("SKIP: needs %d GPUs, found %d\n", want, n);
+    exit(77);
+  }
+  gpu_or_skip();
+}
+
 /* Exit 77 (meson: skipped) unless an sm_90 GPU is present. */
 static void gpu_or_skip(void) {
   int n = 0;

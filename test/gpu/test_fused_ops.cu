@@ -416,18 +416,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   alarm(300); /* a bug must not hang the suite */
-  if (argc == 6 && !strcmp(argv[2], "-P")) { /* a child: <scenario> -P rank -I id */
-    ncclUniqueId id;
-    perf_hex_to_id(argv[5], &id);
+  ncclUniqueId id;
+  int rank;
+  if (perf_test_child(argc, argv, &rank, &id)) { /* <scenario> -P rank -I id */
     g_seed = perf_seed_from_id(argv[5]);
-    return rank_main(argv[1], atoi(argv[3]), &id);
+    return rank_main(argv[1], rank, &id);
   }
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n < NR) {
-    printf("SKIP: needs %d GPUs, found %d\n", NR, n);
-    return 77;
-  }
-  gpu_or_skip();
+  gpus_or_skip(NR);
   if (!strcmp(argv[1], "group_init")) {
     g_seed = (uint64_t)time(NULL) % 100000;
     printf("seed %llu\n", (unsigned long long)g_seed);

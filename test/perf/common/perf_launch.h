@@ -7,6 +7,8 @@
 #define MK_PERF_LAUNCH_H_
 
 #include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,6 +22,15 @@ int perf_launch_local(int argc, char** argv, int nprocs, int distinct_hosts);
 
 void perf_id_to_hex(const ncclUniqueId* id, char* hex);
 void perf_hex_to_id(const char* hex, ncclUniqueId* id);
+
+/* In a GPU test started by perf_launch_local: 1 when this process is a child ("<scenario> -P
+ * rank -I id"), with its rank and the NCCL id filled in; else 0. */
+static inline int perf_test_child(int argc, char** argv, int* rank, ncclUniqueId* id) {
+  if (argc != 6 || strcmp(argv[2], "-P") != 0) return 0;
+  perf_hex_to_id(argv[5], id);
+  *rank = atoi(argv[3]);
+  return 1;
+}
 
 /* A seed from the NCCL id's hex (the tests' inputs): random per run, the same on every rank. */
 static inline unsigned long long perf_seed_from_id(const char* hex) {
