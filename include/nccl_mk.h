@@ -43,10 +43,11 @@ NCCL_MK_API ncclResult_t ncclMkGetVersion(int* version);
  * Conventions (every op): row-major bf16 operands, fp32 accumulation, bf16 output,
  * C = A . B^T with both A and B K-contiguous (B is a Linear layer's weight, [N, K]).
  * Shapes are per rank: N is the number of output columns this rank computes, K the
- * reduction length it holds. N and K multiples of 8; pointers 16-byte aligned; every
- * rank issues the fused ops on a communicator in the same order, with the same shapes,
- * like NCCL collectives. Calls are asynchronous on `stream` and can be captured in a CUDA
- * graph. Hopper (sm_90) GPUs only for now; elsewhere ncclInvalidUsage.
+ * reduction length it holds. M at least 1 (the MoE ops' tokens may be 0, see there); N and
+ * K multiples of 8; pointers 16-byte aligned; every rank issues the fused ops on a
+ * communicator in the same order, with the same shapes, like NCCL collectives. Calls are
+ * asynchronous on `stream` and can be captured in a CUDA graph. Hopper (sm_90) GPUs only
+ * for now; elsewhere ncclInvalidUsage.
  *
  * Return codes shared by the ops: ncclSuccess; ncclInvalidArgument (a NULL pointer, a
  * misaligned pointer, a shape that breaks the rules above; nothing was launched and the
@@ -146,6 +147,10 @@ NCCL_MK_API ncclResult_t ncclMkGemmAllReduce(const void* a, const void* b, void*
  * Needs ncclMkConfig.moe_* at ncclMkCommInit and, for now, every rank on one host
  * (ncclInvalidUsage otherwise). Return codes as for the dense ops; ncclRemoteError also
  * when a dispatch received more rows than moe_max_recv_rows (the layout is then empty).
+ * A rank may have tokens = 0 in a call while its peers have some: it must still make the
+ * call (its peers wait for it), receives and serves their rows, and gets nothing back. Its
+ * token-side pointers (x, topk_idx; topk_weights, out) are then not read, not written and
+ * not checked (NULL is fine); the expert-side ones (w1, act; act, w2) are required as ever.
  */
 typedef struct ncclMkMoeLayout* ncclMkMoeLayout_t;
 
@@ -179,7 +184,8 @@ NCCL_MK_API ncclResult_t ncclMkMoeLayoutGetInfo(ncclMkMoeLayout_t layout, ncclMk
  * token before they move and dequantized before the GEMM: amax = max |x_i|, inv = 448 / amax,
  * scale = amax / 448 (0 for a zero row), q_i = e4m3(x_i * inv) (round to nearest, saturating),
  * the GEMM reads bf16(float(q_i) * scale).
- * num_experts: E, a multiple of nranks; hidden and inter multiples of 8.
+ * num_experts: E, a multiple of nranks; hidden and inter multiples of 8; tokens from 0 to
+ * moe_max_tokens (0: x and topk_idx may be NULL, see above).
  */
 NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_idx, const void* w1,
                                                void* act, size_t tokens, size_t hidden, size_t inter,
@@ -193,7 +199,8 @@ NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_id
  * out[t] = sum over slots s of topk_weights[t, s] * row(t, s) (fp32 sum, one bf16 rounding).
  * act: [max_recv_rows, inter] (the first GEMM's output after the activation); w2: [E_local,
  * hidden, inter]; topk_weights: float [tokens, topk]; out: [tokens, hidden]. tokens, topk and
- * the expert count are the dispatch's. A token all of whose slots are masked gets zeros.
+ * the expert count are the dispatch's (another tokens: ncclInvalidArgument); with tokens = 0,
+ * topk_weights and out may be NULL. A token all of whose slots are masked gets zeros.
  */
 NCCL_MK_API ncclResult_t ncclMkMoeGemmCombine(const void* act, const void* w2, const float* topk_weights,
                                               void* out, size_t tokens, size_t hidden, size_t inter,

@@ -19,20 +19,26 @@ static int pointer_check(const char* op, const char* name, const void* p, int re
   return 0;
 }
 
-static int shape_check(const struct mk_op_call* c, int nranks) {
+/* The shape rules that need no communicator: checked before it is looked up, so a bad shape
+ * is ncclInvalidArgument whether or not the comm has ncclMkCommInit. */
+static int shape_check(const struct mk_op_call* c) {
   if (c->type != ncclBfloat16) {
     MK_WARN("%s: type %d is not supported; bf16 (ncclBfloat16) only", c->name, (int)c->type);
     return -ENOTSUP;
   }
-  if (c->m < 1 || c->n < 8 || c->k < 8 || c->n % 8 || c->k % 8) {
-    MK_WARN("%s: M=%zu N=%zu K=%zu: M must be at least 1, N and K positive multiples of 8",
-            c->name, c->m, c->n, c->k);
+  if ((c->m < 1 && !c->m_may_be_zero) || c->n < 8 || c->k < 8 || c->n % 8 || c->k % 8) {
+    MK_WARN("%s: M=%zu N=%zu K=%zu: %s positive multiples of 8", c->name, c->m, c->n, c->k,
+            c->m_may_be_zero ? "N and K must be" : "M must be at least 1, N and K");
     return -EINVAL;
   }
   if (c->m > INT32_MAX || c->n > INT32_MAX || c->k > INT32_MAX) {
     MK_WARN("%s: M=%zu N=%zu K=%zu: each must be below 2^31", c->name, c->m, c->n, c->k);
     return -EINVAL;
   }
+  return 0;
+}
+
+static int split_check(const struct mk_op_call* c, int nranks) {
   if (c->m_split && c->m % (size_t)nranks) {
     MK_WARN("%s: M=%zu is not a multiple of the %d ranks", c->name, c->m, nranks);
     return -EINVAL;
@@ -47,12 +53,14 @@ int mk_op_check(const struct mk_op_call* c, struct mk_fused_comm** out) {
     return -EINVAL;
   }
   for (int i = 0; i < c->nptrs; i++) {
+    if (c->m == 0 && (c->m_rows_ptrs >> i & 1)) continue; /* no rows: never dereferenced */
     int rc = pointer_check(c->name, c->ptr_names[i], c->ptrs[i], 1);
     if (rc) return rc;
   }
   int rc = pointer_check(c->name, c->optional_name, c->optional_ptr, 0);
+  if (!rc) rc = shape_check(c);
   if (!rc) rc = mk_fused_comm_get(c->comm, c->stream, &fc);
-  if (!rc) rc = shape_check(c, fc->nranks);
+  if (!rc) rc = split_check(c, fc->nranks);
   if (!rc) rc = mk_fused_comm_health(fc, NULL, 0);
   if (!rc) *out = fc;
   return rc;

@@ -20,9 +20,11 @@ struct mk_op_call {
   size_t m, n, k;
   ncclDataType_t type;
   int m_split;               /* 1: M must be a multiple of the rank count */
+  int m_may_be_zero;         /* 1: M == 0 is legal (MoE: a rank with no tokens in a micro-batch) */
   const void* ptrs[4];       /* required pointers (NULL entries past nptrs) */
   const char* ptr_names[4];
   int nptrs;
+  unsigned m_rows_ptrs;      /* bit i: ptrs[i] holds M rows; with M == 0 not read, not checked */
   const void* optional_ptr;  /* checked for alignment only */
   const char* optional_name;
   ncclComm_t comm;

@@ -1,6 +1,7 @@
 /*
  * ncclMkMoeDispatchGemm, ncclMkMoeGemmCombine and their layouts (the kernels and the protocol
- * are in moe.h). Every rank must share this host: peers are reached by load/store.
+ * are in moe.h). Every rank must share this host: peers are reached by load/store. A rank may
+ * have 0 tokens in a call (mk_op_call.m_may_be_zero); it still runs every kernel for its peers.
  *
  * NCCL_MK_MOE_OVERLAP=0 (the default) gives the dispatch's comm kernel every SM, then runs the
  * grouped GEMM on every SM; 1 runs the comm kernel on 12 SMs beside the GEMM, which starts each
@@ -216,8 +217,8 @@ NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_id
                                                ncclComm_t comm, cudaStream_t stream) {
   struct mk_op_call call = {
       .op = MK_OP_MOE_DISPATCH, .name = "ncclMkMoeDispatchGemm", .m = tokens, .n = inter, .k = hidden,
-      .type = type, .ptrs = {x, topk_idx, w1, act}, .ptr_names = {"x", "topk_idx", "w1", "act"}, .nptrs = 4,
-      .comm = comm, .stream = stream};
+      .type = type, .m_may_be_zero = 1, .ptrs = {x, topk_idx, w1, act}, .ptr_names = {"x", "topk_idx", "w1", "act"},
+      .nptrs = 4, .m_rows_ptrs = 0x3 /* x, topk_idx */, .comm = comm, .stream = stream};
   struct mk_fused_comm* fc;
   int prev, rc = mk_op_check(&call, &fc);
   if (!rc) rc = moe_check(call.name, fc, layout, comm, tokens, hidden, topk, num_experts);
@@ -252,8 +253,9 @@ NCCL_MK_API ncclResult_t ncclMkMoeGemmCombine(const void* act, const void* w2, c
                                               ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
   struct mk_op_call call = {
       .op = MK_OP_MOE_COMBINE, .name = "ncclMkMoeGemmCombine", .m = tokens, .n = hidden, .k = inter,
-      .type = type, .ptrs = {act, w2, topk_weights, out}, .ptr_names = {"act", "w2", "topk_weights", "out"},
-      .nptrs = 4, .comm = comm, .stream = stream};
+      .type = type, .m_may_be_zero = 1, .ptrs = {act, w2, topk_weights, out},
+      .ptr_names = {"act", "w2", "topk_weights", "out"}, .nptrs = 4, .m_rows_ptrs = 0xc /* topk_weights, out */,
+      .comm = comm, .stream = stream};
   struct mk_fused_comm* fc;
   int prev, rc = mk_op_check(&call, &fc);
   if (!rc && layout && (!layout->dispatched || (size_t)layout->tokens != tokens)) {

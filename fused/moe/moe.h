@@ -24,10 +24,13 @@
  *             (NCCL_MK_MOE_OVERLAP=1: on the SMs it leaves, each group waiting for
  *             ready[j] >= e; the route phase then runs first, as its own launch)
  *   finish    done = e (peers may write this rank's areas again)
+ * A rank with no tokens (T = 0) runs every phase the same way: it routes nothing, sends zero
+ * counts, pushes nothing, and expands and multiplies the rows its peers push to it.
  * Combine, call e: begin; the grouped GEMM into y; scatter: every row of y to its source's
  * comb[token][slot] (waiting for that source's done >= e-1), then per CTA
  * comb_flag[d][cta] = e on every rank; reduce: once every flag is e, out[t] = sum over valid
- * slots of weight * comb[t][slot] in fp32; finish.
+ * slots of weight * comb[t][slot] in fp32; finish. With T = 0 the GEMM and the scatter serve
+ * the peers' rows as ever; the reduce (one CTA) waits for the flags and sums nothing.
  *
  * MoE area of each rank's symmetric workspace (after the dense ops' data area), offsets in
  * struct mk_moe_geom: written by peers: counts_flag, comb_flag, counts, chunk_flag, meta,

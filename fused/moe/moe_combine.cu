@@ -50,7 +50,8 @@ static __device__ __forceinline__ void moe_accumulate8(float* acc, uint4 q, floa
 }
 
 /* A warp per token: out[t] = sum over its valid slots of weight * comb[t][slot], fp32, one
- * rounding; after every rank's every scatter CTA raised its flag for this call. */
+ * rounding; after every rank's every scatter CTA raised its flag for this call (also with no
+ * tokens: then out and topk_weights are never touched). */
 static __global__ void __launch_bounds__(MOE_THREADS) moe_reduce_kernel(const struct mk_moe_args a) {
   const uint64_t e = *(volatile uint64_t*)(a.words[a.rank] + MK_AG_WORD_CALL);
   const uint64_t* flags = (const uint64_t*)(a.moe[a.rank] + a.g.comb_flag);
@@ -84,7 +85,10 @@ extern "C" int mk_moe_scatter_launch(const struct mk_moe_args* a, cudaStream_t s
   return moe_launched();
 }
 
+/* At least one CTA: with no tokens (0 CTAs would be a launch error) it still waits for every
+ * scatter flag like any rank, so a peer that never scatters is reported here too. */
 extern "C" int mk_moe_reduce_launch(const struct mk_moe_args* a, cudaStream_t stream) {
-  moe_reduce_kernel<<<(a->tokens + MOE_WARPS - 1) / MOE_WARPS, MOE_THREADS, 0, stream>>>(*a);
+  const int ctas = a->tokens > 0 ? (a->tokens + MOE_WARPS - 1) / MOE_WARPS : 1;
+  moe_reduce_kernel<<<ctas, MOE_THREADS, 0, stream>>>(*a);
   return moe_launched();
 }

@@ -3,13 +3,13 @@
  * seeds, so every rank regenerates its peers' inputs for the reference) run through
  * ncclMkMoeDispatchGemm and ncclMkMoeGemmCombine on 2 ranks, then checked against float64.
  * Routings: uniform, skewed (one hot expert), empty experts, one rank receiving nothing,
- * masked slots (ids outside [0, E)). Checks on every rank after a dispatch: (a) the layout's
- * rows are exactly the (source, token, slot) triples routed to this rank's experts, each under
- * its expert's group (row order inside a group is not specified, so everything goes through
- * row_source); (b) every act row against x_src[t] . w1[j]^T, per row ||out - ref|| / ||ref|| <
- * 1e-2, rows past the last untouched; (c) rows_sent equals the deduplicated count. After the
- * combine (act2 a hash of (source, token, slot)): every out row against the float64 weighted
- * sum.
+ * masked slots (ids outside [0, E)); any rank may call with tokens = 0 (rank_env.no_tokens).
+ * Checks on every rank after a dispatch: (a) the layout's rows are exactly the (source, token,
+ * slot) triples routed to this rank's experts, each under its expert's group (row order inside
+ * a group is not specified, so everything goes through row_source); (b) every act row against
+ * x_src[t] . w1[j]^T, per row ||out - ref|| / ||ref|| < 1e-2, rows past the last untouched;
+ * (c) rows_sent equals the deduplicated count. After the combine (act2 a hash of (source,
+ * token, slot)): every out row against the float64 weighted sum.
  * On a communicator with ncclMkConfig.moe_dispatch_fp8 (rank_env.fp8), x's rows are shaped
  * (fill_x) and (b) compares act with x_src[t] quantized and dequantized as include/nccl_mk.h
  * says (moe_check.cuh), and also requires at least half of the rows to be further than 1e-2
@@ -38,7 +38,9 @@ struct rank_env {
   cudaStream_t stream;
   ncclMkMoeLayout_t layout;
   int failures;
-  int fp8; /* the communicator's ncclMkConfig.moe_dispatch_fp8 */
+  int fp8;       /* the communicator's ncclMkConfig.moe_dispatch_fp8 */
+  int no_tokens; /* bit p set: in this case rank p calls both ops with tokens = 0 and NULL x,
+                  * topk_idx, topk_weights, out; the reference sees its slots all masked */
 };
 
 enum routing { UNIFORM, SKEWED, EMPTY_EXPERTS, ONE_RANK_EMPTY, MASKED };
@@ -50,6 +52,11 @@ struct moe_case {
   int tokens, hidden, inter, inter2, topk, experts;
   enum routing mode;
 };
+
+/* The tokens rank p passes to the calls (rank_env.no_tokens). */
+static int tokens_of(const struct rank_env* e, const struct moe_case* c, int p) {
+  return e->no_tokens >> p & 1 ? 0 : c->tokens;
+}
 
 
 /* which: 1 x, 2 w1, 3 w2, 4 topk_weights, 5 routing. */
@@ -338,7 +345,11 @@ static void fill_x(void* x, const struct moe_case* c, uint64_t base, int p, int 
 static void inputs_fill(struct rank_env* e, struct moe_bufs* b, const struct moe_case* c,
                         uint64_t base) {
   size_t t = c->tokens, h = c->hidden, el = c->experts / NR, tk = t * c->topk;
-  for (int p = 0; p < NR; p++) make_routing(c, seed_of(base, p, 5), b->idx_all + p * tk);
+  for (int p = 0; p < NR; p++) {
+    make_routing(c, seed_of(base, p, 5), b->idx_all + p * tk);
+    if (!tokens_of(e, c, p)) /* the reference's view of a rank that routes nothing */
+      for (size_t i = 0; i < tk; i++) b->idx_all[p * tk + i] = -1;
+  }
   uint64_t s = seed_of(base, e->rank, 4);
   for (size_t i = 0; i < tk; i++) b->weights_host[i] = (float)(0.1 + 0.9 * host_unit(&s));
   CUDA_OK(
@@ -356,8 +367,10 @@ static void inputs_fill(struct rank_env* e, struct moe_bufs* b, const struct moe
  * layout's device pointers are taken right after the dispatch is enqueued: they must stay
  * the same for the layout's life for a graph to hold them. */
 static void run_dispatch(struct rank_env* e, struct moe_bufs* b, const struct moe_case* c) {
-  NCCL_OK(ncclMkMoeDispatchGemm(b->x, b->topk_idx, b->w1, b->act, c->tokens, c->hidden, c->inter,
-                                c->topk, c->experts, e->layout, ncclBfloat16, e->comm, e->stream));
+  const int t = tokens_of(e, c, e->rank);
+  NCCL_OK(ncclMkMoeDispatchGemm(t ? b->x : NULL, t ? b->topk_idx : NULL, b->w1, b->act, t,
+                                c->hidden, c->inter, c->topk, c->experts, e->layout, ncclBfloat16,
+                                e->comm, e->stream));
   ncclMkMoeLayoutInfo info;
   NCCL_OK(ncclMkMoeLayoutGetInfo(e->layout, &info));
   fill_act2_kernel<<<1024, 256, 0, e->stream>>>((__nv_bfloat16*)b->act2, info.row_source,
@@ -367,8 +380,9 @@ static void run_dispatch(struct rank_env* e, struct moe_bufs* b, const struct mo
 }
 
 static void run_combine(struct rank_env* e, struct moe_bufs* b, const struct moe_case* c) {
-  NCCL_OK(ncclMkMoeGemmCombine(b->act2, b->w2, b->weights, b->out, c->tokens, c->hidden, c->inter2,
-                               e->layout, ncclBfloat16, e->comm, e->stream));
+  const int t = tokens_of(e, c, e->rank);
+  NCCL_OK(ncclMkMoeGemmCombine(b->act2, b->w2, t ? b->weights : NULL, t ? b->out : NULL, t,
+                               c->hidden, c->inter2, e->layout, ncclBfloat16, e->comm, e->stream));
 }
 
 /* ---- checks ------------------------------------------------------------------------------ */
@@ -547,11 +561,13 @@ static double* ref_combine(struct rank_env* e, struct moe_bufs* b, const struct 
   return ref;
 }
 
+/* out's rows of this rank's tokens (none with tokens = 0: out was NULL in the call). */
 static void check_out(struct rank_env* e, struct moe_bufs* b, const struct moe_case* c,
                       uint64_t base, int corrupt) {
+  const int rows = tokens_of(e, c, e->rank);
   double* ref = ref_combine(e, b, c, base);
-  if (corrupt) corrupt_element(b->out, (size_t)c->tokens / 2 * c->hidden + 1);
-  report_rows(e, check_rows(b->out, ref, c->tokens, c->hidden), corrupt, "combine out rows");
+  if (corrupt && rows) corrupt_element(b->out, (size_t)rows / 2 * c->hidden + 1);
+  report_rows(e, check_rows(b->out, ref, rows, c->hidden), corrupt && rows, "combine out rows");
   cudaFree(ref);
 }
 
@@ -587,8 +603,9 @@ static void check_case(struct rank_env* e, struct moe_bufs* b, const struct moe_
   check_act(e, b, c, base, &L, info.row_source, corrupt);
   check_rows_sent(e, b, c, &info, corrupt);
   check_out(e, b, c, base, corrupt);
-  printf("rank %d: T=%d h=%d inter=%d/%d top-%d E=%d %s: %d rows in, checked\n", e->rank, c->tokens,
-         c->hidden, c->inter, c->inter2, c->topk, c->experts, routing_names[c->mode], L.rows);
+  printf("rank %d: T=%d h=%d inter=%d/%d top-%d E=%d %s: %d rows in, checked\n", e->rank,
+         tokens_of(e, c, e->rank), c->hidden, c->inter, c->inter2, c->topk, c->experts,
+         routing_names[c->mode], L.rows);
   layout_free(&L);
 }
 

@@ -6,10 +6,12 @@
  *                     act against the reference on x quantized and dequantized, act rows off
  *                     the unquantized reference (the rows were quantized), combine, rows_sent
  *   graph             dispatch, act2 and combine in a CUDA graph replayed with new routings
+ *   empty_rank_tokens one rank (either, or both) calls with T = 0 and NULL token-side pointers
+ *                     while the other has tokens: both still check against the reference
  *   bad_input         every bad call rejected before it launches anything
  *   negative_control  every checker fails on one planted error
  *
- * usage: test_moe <correctness|fp8|graph|bad_input|negative_control>
+ * usage: test_moe <correctness|fp8|graph|empty_rank_tokens|bad_input|negative_control|dead_peer>
  * The binary starts one process per GPU itself.
  */
 #include <unistd.h>
@@ -44,11 +46,40 @@ static const struct moe_case fp8_cases[] = {
 };
 /* clang-format on */
 
+/* A rank with T = 0 beside one with tokens (no_tokens: bit 0 rank 0, bit 1 rank 1, 3 both):
+ * the empty rank still takes its peer's rows through both GEMMs and sends them back. With
+ * ONE_RANK_EMPTY every row goes to rank 0: all of them to the empty rank (1), or rank 1 has
+ * nothing to send nor receive (2). The last case checks that the calls after are unharmed. */
+struct empty_rank_case {
+  struct moe_case c;
+  int no_tokens;
+};
+/* clang-format off */
+static const struct empty_rank_case empty_rank_cases[] = {
+    {{1, 136, 64, 32, 1, 8, UNIFORM}, 1},            {{1, 136, 64, 32, 1, 8, UNIFORM}, 2},
+    {{300, 256, 128, 64, 2, 8, UNIFORM}, 1},         {{300, 256, 128, 64, 2, 8, UNIFORM}, 2},
+    {{300, 256, 128, 64, 8, 256, MASKED}, 1},        {{300, 136, 128, 72, 8, 256, SKEWED}, 2},
+    {{4096, 256, 128, 64, 2, 8, ONE_RANK_EMPTY}, 1},
+    {{4096, 256, 128, 64, 2, 8, ONE_RANK_EMPTY}, 2},
+    {{4096, 136, 128, 64, 8, 256, SKEWED}, 1},       {{4096, 256, 128, 64, 8, 8, EMPTY_EXPERTS}, 2},
+    {{16384, 256, 128, 64, 8, 256, UNIFORM}, 1},     {{16384, 256, 128, 64, 2, 8, UNIFORM}, 2},
+    {{300, 256, 128, 64, 2, 8, UNIFORM}, 3},         {{300, 256, 128, 64, 2, 8, UNIFORM}, 0},
+};
+/* clang-format on */
+
 /* ---- scenarios ----------------------------------------------------------------------------- */
 
 static void scenario_correctness(struct rank_env* e) {
   for (size_t i = 0; i < sizeof(correctness_cases) / sizeof(correctness_cases[0]); i++)
     run_case(e, &correctness_cases[i], g_seed + i * 7, 0);
+}
+
+static void scenario_empty_rank_tokens(struct rank_env* e) {
+  for (size_t i = 0; i < sizeof(empty_rank_cases) / sizeof(empty_rank_cases[0]); i++) {
+    e->no_tokens = empty_rank_cases[i].no_tokens;
+    run_case(e, &empty_rank_cases[i].c, g_seed + 2000 + i * 7, 0);
+  }
+  e->no_tokens = 0;
 }
 
 static void scenario_fp8(struct rank_env* e) {
@@ -239,6 +270,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
   } scenarios[] = {{"correctness", scenario_correctness},
                    {"fp8", scenario_fp8},
                    {"graph", scenario_graph},
+                   {"empty_rank_tokens", scenario_empty_rank_tokens},
                    {"bad_input", scenario_bad_input},
                    {"negative_control", scenario_negative_control}};
   size_t i = 0, n = sizeof(scenarios) / sizeof(scenarios[0]);
@@ -251,7 +283,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
 }
 
 static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
-  struct rank_env e = {rank, NULL, NULL, NULL, 0, !strcmp(scenario, "fp8")};
+  struct rank_env e = {rank, NULL, NULL, NULL, 0, !strcmp(scenario, "fp8"), 0};
   printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
   if (!strcmp(scenario, "dead_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
   CUDA_OK(cudaSetDevice(rank));
@@ -273,7 +305,9 @@ static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s <correctness|fp8|graph|bad_input|negative_control|dead_peer>\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s <correctness|fp8|graph|empty_rank_tokens|bad_input|negative_control|"
+            "dead_peer>\n", argv[0]);
     return 2;
   }
   alarm(300);                                /* a bug must not hang the suite */

@@ -1,8 +1,9 @@
 /*
  * The MoE API's refusals that need no GPU: bad ncclMkConfig MoE fields (ncclMkCommInit checks
  * the config before it touches the communicator), NULL and misaligned arguments, layouts of a
- * communicator that has no ncclMkCommInit. Every refusal is an ncclResult_t, never a crash;
- * the communicator handle is a made-up pointer that must never be dereferenced.
+ * communicator that has no ncclMkCommInit; tokens = 0 passing the argument checks (token-side
+ * pointers NULL) while the dense ops still refuse M = 0. Every refusal is an ncclResult_t,
+ * never a crash; the communicator handle is a made-up pointer that must never be dereferenced.
  */
 #include <stdint.h>
 
@@ -46,14 +47,24 @@ static void layouts_refuse_bad_arguments(void) {
   CHECK_EQ(ncclMkMoeLayoutGetInfo(NULL, &info), ncclInvalidArgument);
 }
 
-static ncclResult_t dispatch(const void* x, ncclComm_t comm) {
-  return ncclMkMoeDispatchGemm(x, fake_ptr(1), fake_ptr(2), fake_ptr(3), 16, 128, 64, 2, 8,
+static ncclResult_t dispatch_of(const void* x, const int* idx, const void* w1, void* act,
+                                size_t tokens, size_t hidden, ncclComm_t comm) {
+  return ncclMkMoeDispatchGemm(x, idx, w1, act, tokens, hidden, 64, 2, 8,
                                (ncclMkMoeLayout_t)fake_ptr(4), ncclBfloat16, comm, NULL);
 }
 
+static ncclResult_t combine_of(const void* act, const void* w2, const float* w, void* out,
+                               size_t tokens, ncclComm_t comm) {
+  return ncclMkMoeGemmCombine(act, w2, w, out, tokens, 128, 64, (ncclMkMoeLayout_t)fake_ptr(4),
+                              ncclBfloat16, comm, NULL);
+}
+
+static ncclResult_t dispatch(const void* x, ncclComm_t comm) {
+  return dispatch_of(x, fake_ptr(1), fake_ptr(2), fake_ptr(3), 16, 128, comm);
+}
+
 static ncclResult_t combine(const void* act, ncclComm_t comm) {
-  return ncclMkMoeGemmCombine(act, fake_ptr(2), fake_ptr(3), fake_ptr(5), 16, 128, 64,
-                              (ncclMkMoeLayout_t)fake_ptr(4), ncclBfloat16, comm, NULL);
+  return combine_of(act, fake_ptr(2), fake_ptr(3), fake_ptr(5), 16, comm);
 }
 
 static void ops_refuse_bad_arguments(void) {
@@ -66,9 +77,43 @@ static void ops_refuse_bad_arguments(void) {
   CHECK_EQ(combine(fake_ptr(0), fake_comm()), ncclInvalidUsage);
 }
 
+/* A rank with no tokens passes every argument check (ncclInvalidUsage: it reached the comm
+ * lookup, and this comm has no ncclMkCommInit) with NULL token-side pointers; its expert-side
+ * pointers and the shape rules are still checked. */
+static void moe_ops_accept_zero_tokens(void) {
+  void *w = fake_ptr(2), *act = fake_ptr(3);
+  ncclComm_t comm = fake_comm();
+  CHECK_EQ(dispatch_of(fake_ptr(0), fake_ptr(1), w, act, 0, 128, comm), ncclInvalidUsage);
+  CHECK_EQ(dispatch_of(NULL, NULL, w, act, 0, 128, comm), ncclInvalidUsage);
+  CHECK_EQ(dispatch_of(NULL, NULL, w, act, 16, 128, comm), ncclInvalidArgument); /* x, tokens 16 */
+  CHECK_EQ(dispatch_of(NULL, NULL, NULL, act, 0, 128, comm), ncclInvalidArgument); /* w1 */
+  CHECK_EQ(dispatch_of(NULL, NULL, w, NULL, 0, 128, comm), ncclInvalidArgument);   /* act */
+  CHECK_EQ(dispatch_of(NULL, NULL, w, act, 0, 132, comm), ncclInvalidArgument);    /* hidden */
+  CHECK_EQ(combine_of(act, w, fake_ptr(5), fake_ptr(6), 0, comm), ncclInvalidUsage);
+  CHECK_EQ(combine_of(act, w, NULL, NULL, 0, comm), ncclInvalidUsage);
+  CHECK_EQ(combine_of(act, w, NULL, NULL, 16, comm), ncclInvalidArgument); /* weights, tokens 16 */
+  CHECK_EQ(combine_of(NULL, w, NULL, NULL, 0, comm), ncclInvalidArgument);   /* act */
+  CHECK_EQ(combine_of(act, NULL, NULL, NULL, 0, comm), ncclInvalidArgument); /* w2 */
+}
+
+/* The dense ops still refuse M = 0, before the comm lookup; M = 8 reaches it (the control). */
+static void dense_ops_refuse_zero_m(void) {
+  void *a = fake_ptr(0), *b = fake_ptr(1), *c = fake_ptr(2);
+  const ncclDataType_t bf = ncclBfloat16;
+  ncclComm_t comm = fake_comm();
+  CHECK_EQ(ncclMkAllGatherGemm(a, b, c, NULL, 0, 64, 64, bf, comm, NULL), ncclInvalidArgument);
+  CHECK_EQ(ncclMkGemmReduceScatter(a, b, c, 0, 64, 64, bf, comm, NULL), ncclInvalidArgument);
+  CHECK_EQ(ncclMkGemmAllReduce(a, b, c, 0, 64, 64, bf, comm, NULL), ncclInvalidArgument);
+  CHECK_EQ(ncclMkAllGatherGemm(a, b, c, NULL, 8, 64, 64, bf, comm, NULL), ncclInvalidUsage);
+  CHECK_EQ(ncclMkGemmReduceScatter(a, b, c, 8, 64, 64, bf, comm, NULL), ncclInvalidUsage);
+  CHECK_EQ(ncclMkGemmAllReduce(a, b, c, 8, 64, 64, bf, comm, NULL), ncclInvalidUsage);
+}
+
 int main(void) {
   config_fields_are_checked();
   layouts_refuse_bad_arguments();
   ops_refuse_bad_arguments();
+  moe_ops_accept_zero_tokens();
+  dense_ops_refuse_zero_m();
   return MK_TEST_RESULT();
 }
