@@ -113,10 +113,10 @@ static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const vo
   g.trace = trace;
   MK_CHECK(mk_gemm_launch(&g, stream));
   MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
+  /* before done = e: from then on a peer's next call may write into the gathered buffer */
+  if (a_gathered) MK_CHECK(ag_gemm_copy_gathered(fc, a_shard, ws + MK_AG_DATA_OFFSET, a_gathered, m, k, stream));
   MK_CHECK(mk_ag_finish_launch(ws, stream));
-  MK_CHECK(mk_trace_comm_end(fc, stream));
-  return a_gathered ? ag_gemm_copy_gathered(fc, a_shard, ws + MK_AG_DATA_OFFSET, a_gathered, m, k, stream)
-                    : 0;
+  return mk_trace_comm_end(fc, stream);
 }
 
 /* A GEMM row-block wait owes its rows to the shard's owner: progress = that shard's row-blocks
