@@ -8,7 +8,7 @@
  *          [0, 64 KiB)   the call counters (shared by every overlapped op: a peer writes our
  *                        data area only after our previous call, of any op, is done) and
  *                        AllGather+GEMM's flags and tables (fused/ag_gemm/ag_push.h)
- *          [64, 96 KiB)  GEMM+ReduceScatter's row-block counters (fused/gemm_rs/rs_reduce.h)
+ *          [64, 96 KiB)  GEMM+ReduceScatter/AllReduce counters (fused/gemm_rs/rs_comm.h)
  *   data:  max_m × max(max_k, max_n) × 2 B with NCCL_MK_FUSED=1 (AllGather+GEMM's gathered A,
  *          GEMM+ReduceScatter's partial sums from the peers), else none
  *   moe:   the MoE ops' area (fused/moe/moe.h) when ncclMkConfig.moe_max_tokens > 0

@@ -48,6 +48,30 @@ static int gemm_misaligned(const void* p) { return ((uintptr_t)p & 15) != 0; }
     return -EINVAL;           \
   } while (0)
 
+/* The reduce-scatter epilogue's rules (gemm.h); only the ASYNC_EPI configurations have it. */
+static int gemm_validate_rs(const struct mk_gemm_args* a, int bm, int async_epi) {
+  const struct mk_gemm_rs* rs = a->rs;
+  if (!async_epi) GEMM_REJECT("mk_gemm_launch: rs needs a configuration with the storer warps (ASYNC_EPI)");
+  if (rs->nranks < 2 || rs->nranks > MK_GEMM_RS_MAX_RANKS || rs->rank < 0 || rs->rank >= rs->nranks)
+    GEMM_REJECT("mk_gemm_launch: rs rank %d of %d, must be 0 <= rank < nranks, 2 <= nranks <= %d", rs->rank,
+                rs->nranks, MK_GEMM_RS_MAX_RANKS);
+  if (rs->shard_rows < 1 || rs->shard_rows % bm || (long)rs->shard_rows * rs->nranks != a->m)
+    GEMM_REJECT("mk_gemm_launch: rs shard_rows %d, must be a multiple of %d with m = %d = nranks x shard_rows",
+                rs->shard_rows, bm, a->m);
+  if (a->epilogue != MK_GEMM_STORE || a->group_offsets || a->tile_flags)
+    GEMM_REJECT("mk_gemm_launch: rs takes the STORE epilogue, no groups and no tile_flags");
+  const int gather = rs->gather[rs->rank ? 0 : 1] != NULL;
+  for (int d = 0; d < rs->nranks; d++) {
+    if (d == rs->rank) continue;
+    if (!rs->out[d] || !rs->out_counts[d] || !rs->in[d] || !rs->in_counts[d] ||
+        (gather && (!rs->gather[d] || !rs->gather_counts[d])))
+      GEMM_REJECT("mk_gemm_launch: rs pointers of rank %d missing", d);
+    if (gemm_misaligned(rs->out[d]) || gemm_misaligned(rs->in[d]) || (gather && gemm_misaligned(rs->gather[d])))
+      GEMM_REJECT("mk_gemm_launch: rs slots of rank %d must be 16-byte aligned", d);
+  }
+  return 0;
+}
+
 static int gemm_validate(const struct mk_gemm_args* a) {
   if (!a) GEMM_REJECT("mk_gemm_launch: args is NULL");
   if (a->m < 1) GEMM_REJECT("mk_gemm_launch: m = %d, must be >= 1", a->m);
@@ -199,6 +223,10 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   p->err = a->err;
   p->err_tag = a->err_tag;
   p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_GEMM_DEFAULT_TIMEOUT_MS) * 1000000ull;
+  if (a->rs) {
+    p->rs = *a->rs;
+    p->rs_gather = a->rs->gather[a->rs->rank ? 0 : 1] != NULL;
+  }
 }
 
 /* CTAs in the persistent grid: num_sms (or all), no more than can be resident, no more than
@@ -218,6 +246,7 @@ static int gemm_grid_size(const struct mk_gemm_args* a, int max_ctas) {
 template <class Cfg>
 static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   MK_CHECK(gemm_validate(a));
+  if (a->rs) MK_CHECK(gemm_validate_rs(a, Cfg::BM, Cfg::ASYNC_EPI));
   int sms = 0, max_ctas = 0;
   MK_CHECK(gemm_device_sms(&sms));
   const int groups = a->group_offsets ? a->num_groups : 1;
@@ -255,7 +284,7 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
 /* Clusters of two need every wait in the producer to end the same way in both CTAs; the ready
  * flags' timeout cannot promise that, and a single CTA cannot form a pair. */
 static int gemm_use_pairs(const struct mk_gemm_args* a) {
-  return a && !a->ready_flags && a->num_sms != 1;
+  return a && !a->ready_flags && !a->rs && a->num_sms != 1;
 }
 
 extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream) {

@@ -13,10 +13,12 @@
 
 #include <cuda.h>
 #include <cuda_bf16.h>
+#include "bf16x8.cuh"
 #include "gemm.h"
 #include "ptx.cuh"
 #include "sched.cuh"
 #include "trace.h"
+#include "wait.cuh"
 
 struct mk_gemm_params {
   int m, n, k;
@@ -38,6 +40,8 @@ struct mk_gemm_params {
   struct mk_gemm_error* err;
   uint32_t err_tag;
   uint64_t timeout_ns;
+  struct mk_gemm_rs rs; /* shard_rows 0: off */
+  int rs_gather;        /* rs.gather is set (all-reduce) */
 };
 
 /* MMA_INFLIGHT: wgmma groups left in flight when a K-block is done (0 or 1): with 1, the
@@ -78,7 +82,7 @@ struct mk_gemm_cfg {
 /* ---- producer ------------------------------------------------------------------------------ */
 
 /* NCCL_MK_TRACE: a ready-flag wait. Not inlined, like the wait itself: the producer thread
- * runs on 40 registers. */
+ * runs on 64 registers. */
 __device__ __noinline__ void gemm_trace_wait_event(const struct mk_gemm_params& p, int tile, int mb, uint64_t t0,
                                                    uint64_t target, uint64_t seen) {
   mk_trace_emit(p.trace, blockIdx.x, MK_TRACE_LANE_PRODUCER, t0, MK_TRACE_PRODUCER, MK_TRACE_WAIT, MK_TRACE_NO_PEER,
@@ -89,7 +93,7 @@ __device__ __noinline__ void gemm_trace_wait_event(const struct mk_gemm_params& 
  * The loop of wait.cuh's mk_wait_geq, kept here for the producer's register budget. */
 __device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, int mb, int tile) {
   /* NOTES: the device word does not change during a launch; reading it here rather than
-   * once per CTA keeps the producer free of a live register (its budget is 40). */
+   * once per CTA keeps the producer free of a live register (its budget is 64). */
   const uint64_t target = p.ready_target_ptr ? ld_acquire_sys_u64(p.ready_target_ptr) : p.ready_target;
   const uint64_t* flag = p.ready_flags + mb;
   uint64_t seen = ld_acquire_sys_u64(flag);
@@ -272,6 +276,56 @@ __device__ __forceinline__ void gemm_stage_tile(const float* acc, uint8_t* cstag
   mbarrier_arrive(c_full); /* release: our shared stores happen before the storers' reads */
 }
 
+/* ---- reduce-scatter epilogue (gemm.h, rs) ------------------------------------------------- */
+
+/* The rank whose shard a tile's rows are in; -1 without the rs epilogue. */
+__device__ __forceinline__ int gemm_rs_owner(const struct mk_gemm_params& p, const struct mk_tile& t) {
+  return p.rs.shard_rows ? t.row0 / p.rs.shard_rows : -1;
+}
+
+/* One thread: waits until every peer's partial of this rank's row-block mb (of the shard) is
+ * complete. 0 on timeout (the error record names the tile and the counter: src x blocks + mb). */
+__device__ __noinline__ int gemm_rs_wait_peers(const struct mk_gemm_params& p, int mb, int blocks, int tile,
+                                              uint64_t tiles_n) {
+  for (int src = 0; src < p.rs.nranks; src++)
+    if (src != p.rs.rank && mk_wait_geq(p.rs.in_counts[src] + mb, tiles_n, p.err, p.err_tag, (uint32_t)tile,
+                                        (uint32_t)(src * blocks + mb), p.timeout_ns) < tiles_n)
+      return 0;
+  return 1;
+}
+
+/* This rank's own rows, one consumer's staged half of a tile: c = the tile + the peers'
+ * partials (fp32 sum, one rounding), and the same into every peer's gather slot. Not inlined:
+ * the storer warps run on the producer warp group's few registers. */
+template <class Cfg>
+__device__ __noinline__ void gemm_rs_store_own(const struct mk_gemm_params& p, uint32_t base, int stid, int row0,
+                                               int row_end, int col0, size_t shard_off) {
+  constexpr int CHUNKS_ROW = Cfg::BN / 8;
+  for (int c = stid; c < 64 * CHUNKS_ROW; c += Cfg::STORER_THREADS) {
+    const int r = c / CHUNKS_ROW, cc = c % CHUNKS_ROW, gcol = col0 + cc * 8;
+    if (row0 + r >= row_end || gcol >= p.n) continue;
+    const size_t off = shard_off + (size_t)r * p.n + gcol;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    bf16x8_add_to_f32(acc, ld_shared_v4_b32(base + stage_offset(r, cc * 8)));
+    for (int src = 0; src < p.rs.nranks; src++)
+      if (src != p.rs.rank) bf16x8_add_to_f32(acc, ld_global_v4((const __nv_bfloat16*)p.rs.in[src] + off));
+    const uint4 v = f32x8_to_bf16x8(acc);
+    st_global_v4_b32((__nv_bfloat16*)p.c + off, v);
+    if (p.rs_gather)
+      for (int d = 0; d < p.rs.nranks; d++)
+        if (d != p.rs.rank) st_global_v4_b32((__nv_bfloat16*)p.rs.gather[d] + off, v);
+  }
+}
+
+/* After a tile's stores are visible at system scope (one thread): the owner's counter, or
+ * with the gather every peer's. */
+__device__ __forceinline__ void gemm_rs_raise(const struct mk_gemm_params& p, int owner, int mb) {
+  if (owner != p.rs.rank) red_release_sys_add_u64(p.rs.out_counts[owner] + mb, 1);
+  else if (p.rs_gather)
+    for (int d = 0; d < p.rs.nranks; d++)
+      if (d != p.rs.rank) red_release_sys_add_u64(p.rs.gather_counts[d] + mb, 1);
+}
+
 /* ASYNC_EPI, storer side (warps 1-3 of warp group 0): walk the same tiles, write each
  * consumer's staged half out with 16-byte stores (clipped), hand the buffer back, and raise the
  * tile's flag once both halves are visible at system scope. */
@@ -286,31 +340,50 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
   const int stid = threadIdx.x - 32, add = p.epilogue == MK_GEMM_ADD_BF16;
   constexpr int CHUNKS_ROW = Cfg::BN / 8;
   uint32_t c_phase = 0;
+  int rs_failed = 0; /* a peer's partial never came: drain the tiles, store nothing more */
   struct mk_tile t;
   const int first_slot = blockIdx.x / Cfg::CLUSTER_M, slot_step = gridDim.x / Cfg::CLUSTER_M;
   for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     if (!t.valid) continue;
+    const int owner = gemm_rs_owner(p, t);
+    const int shard_row0 = owner >= 0 ? owner * p.rs.shard_rows : 0;
+    if (owner == p.rs.rank && !rs_failed) {
+      const int ok = stid != 0 || gemm_rs_wait_peers(p, (t.row0 - shard_row0) / Cfg::BM, p.rs.shard_rows / Cfg::BM,
+                                                      t.linear, (uint64_t)s.tiles_n);
+      rs_failed = !bar_red_and(4, Cfg::STORER_THREADS, ok);
+    }
     for (int w = 0; w < Cfg::CONSUMERS; w++) {
       mbarrier_wait_parity(&c_full[w], c_phase);
       if (*abort_flag == (uint32_t)id + 1) return;
       const uint32_t base = smem_addr(smem + Cfg::OFF_C + w * Cfg::C_STAGE_WG);
-      for (int c = stid; c < 64 * CHUNKS_ROW; c += Cfg::STORER_THREADS) {
-        const int r = c / CHUNKS_ROW, cc = c % CHUNKS_ROW;
-        const int grow = t.row0 + w * 64 + r, gcol = t.col0 + cc * 8;
-        if (grow < t.row_end && gcol < p.n) {
-          const uint4 v = ld_shared_v4_b32(base + stage_offset(r, cc * 8));
-          __nv_bfloat16* dst = (__nv_bfloat16*)p.c + (size_t)grow * p.n + gcol;
-          if (add) red_global_add_noftz_v4_bf16x2(dst, v);
-          else st_global_v4_b32(dst, v);
+      /* rs: a peer's rows go to its slot (plain stores); this rank's are summed */
+      const int c_row0 = t.row0 + w * 64 - shard_row0;
+      if (owner == p.rs.rank && !rs_failed)
+        gemm_rs_store_own<Cfg>(p, base, stid, t.row0 + w * 64, t.row_end, t.col0, (size_t)c_row0 * p.n);
+      else if (!rs_failed) {
+        __nv_bfloat16* c_base = (__nv_bfloat16*)(owner >= 0 ? p.rs.out[owner] : p.c);
+        for (int c = stid; c < 64 * CHUNKS_ROW; c += Cfg::STORER_THREADS) {
+          const int r = c / CHUNKS_ROW, cc = c % CHUNKS_ROW;
+          const int gcol = t.col0 + cc * 8;
+          if (t.row0 + w * 64 + r < t.row_end && gcol < p.n) {
+            const uint4 v = ld_shared_v4_b32(base + stage_offset(r, cc * 8));
+            __nv_bfloat16* dst = c_base + (size_t)(c_row0 + r) * p.n + gcol;
+            if (add) red_global_add_noftz_v4_bf16x2(dst, v);
+            else st_global_v4_b32(dst, v);
+          }
         }
       }
       mbarrier_arrive(&c_empty[w]);
     }
     c_phase ^= 1;
-    if (p.tile_flags) {
+    const int rs_raise = owner >= 0 && !rs_failed && (owner != p.rs.rank || p.rs_gather);
+    if (p.tile_flags || rs_raise) {
       fence_acq_rel_sys();
       bar_sync(4, Cfg::STORER_THREADS);
-      if (stid == 0) red_release_sys_add_u64(gemm_tile_flag(t, p), 1);
+      if (stid == 0) {
+        if (rs_raise) gemm_rs_raise(p, owner, (t.row0 - shard_row0) / Cfg::BM);
+        else red_release_sys_add_u64(gemm_tile_flag(t, p), 1);
+      }
     }
   }
 }
@@ -448,14 +521,15 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
   /* the partner's multicasts and arrivals target our barriers: initialised first */
   if (Cfg::CLUSTER_M > 1) barrier_cluster_arrive_wait();
   else __syncthreads();
-  /* NOTES: setmaxnreg needs the roles as the two branches of one if/else. 40 + 2 x 232 per
-   * thread x 128 fits the 64K-register file at one CTA per SM. */
+  /* NOTES: setmaxnreg needs the roles as the two branches of one if/else. 64 + 2 x 224 per
+   * thread x 128 fills the 64K-register file at one CTA per SM. The storer warps' reduce-scatter
+   * epilogue spilled at 40 and 48 (the consumers need ~200: 0 spills at 224). */
   if (wg == 0) {
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<56>();
     if (threadIdx.x == 0) gemm_producer<Cfg>(&tmap_a, &tmap_a_local, &tmap_b, p, smem, full, empty, abort_flag);
     else if (Cfg::ASYNC_EPI && threadIdx.x >= 32) gemm_storer<Cfg>(p, smem, c_full, c_empty, abort_flag);
   } else {
-    setmaxnreg_inc<232>();
+    setmaxnreg_inc<224>();
     gemm_consumer<Cfg>(wg - 1, p, smem, full, empty, c_full, c_empty, abort_flag);
   }
   /* no CTA leaves while its partner may still multicast into it or arrive on its barriers */

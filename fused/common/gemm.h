@@ -21,6 +21,14 @@
  *    are not touched (m is then a capacity: offsets written on the device need no host sync).
  *    With ready_flags, grouped mode waits per group: ready_flags[group] >= target before
  *    any row of the group is loaded.
+ *  - rs (reduce-scatter epilogue, struct mk_gemm_rs): rows belong to owners in shards of
+ *    rs->shard_rows. A tile of owner d != rank is stored into d's slot for this rank
+ *    (out[d]) and d's counter for its row-block gets += 1 once the stores are visible; a tile
+ *    of this rank's rows waits until every peer's counter for its row-block is complete
+ *    (= ceil(n / block_n)), then c (this rank's shard, [shard_rows, n]) = the tile + the
+ *    peers' partials (fp32 sum, one bf16 rounding); with gather set (all-reduce) the sum is
+ *    also stored into every peer's gather slot, counted the same way. Plain mode, STORE
+ *    epilogue, no tile_flags; row_block_order should visit the peers' rows first.
  */
 #ifndef MK_GEMM_H_
 #define MK_GEMM_H_
@@ -48,6 +56,21 @@ struct mk_gemm_error {
   uint32_t flag_index; /* index into ready_flags */
   uint64_t expected;
   uint64_t seen;
+};
+
+#define MK_GEMM_RS_MAX_RANKS 8
+
+/* The reduce-scatter epilogue's peers (see above). Arrays are indexed by rank; the entries
+ * of this rank are unused. Counters: one u64 per row-block of a shard. */
+struct mk_gemm_rs {
+  int shard_rows; /* rows per owner, a multiple of block_m; m = nranks * shard_rows */
+  int rank, nranks;
+  void* out[MK_GEMM_RS_MAX_RANKS];                 /* on d: this rank's partial of d's rows */
+  uint64_t* out_counts[MK_GEMM_RS_MAX_RANKS];      /* on d: its counters for this rank */
+  const void* in[MK_GEMM_RS_MAX_RANKS];            /* here: src's partial of this rank's rows */
+  const uint64_t* in_counts[MK_GEMM_RS_MAX_RANKS]; /* here: the counters src raises */
+  void* gather[MK_GEMM_RS_MAX_RANKS];              /* on d: this rank's reduced rows; NULL: off */
+  uint64_t* gather_counts[MK_GEMM_RS_MAX_RANKS];   /* on d: its gather counters for this rank */
 };
 
 struct mk_gemm_args {
@@ -80,6 +103,7 @@ struct mk_gemm_args {
   uint32_t timeout_ms;         /* 0: 30000 */
   int num_groups;              /* grouped mode when group_offsets != NULL */
   const int* group_offsets;
+  const struct mk_gemm_rs* rs; /* reduce-scatter epilogue; optional (copied at launch) */
 };
 
 /* Launches on `stream`. Returns 0, -EINVAL (bad argument, nothing launched, a WARN names

@@ -122,6 +122,13 @@ __device__ __forceinline__ uint4 ld_global_nc_v4(const void* p) {
   asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
+/* A plain 16-byte load, for data a peer wrote during this kernel behind a flag (acquired
+ * first): not through the non-coherent path. */
+__device__ __forceinline__ uint4 ld_global_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ void red_release_sys_add_u64(uint64_t* p, uint64_t v) {
   asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
@@ -154,6 +161,14 @@ __device__ __forceinline__ uint4 ld_shared_v4_b32(uint32_t addr) {
 /* ---- named barriers (bar.sync id, count) ------------------------------------------------- */
 __device__ __forceinline__ void bar_sync(uint32_t id, uint32_t nthreads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+/* bar.sync over nthreads that also ANDs `pred` across them: 1 when every thread passed non-zero. */
+__device__ __forceinline__ int bar_red_and(uint32_t id, uint32_t nthreads, int pred) {
+  int all;
+  asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.s32 p, %1, 0;\n\tbar.red.and.pred q, %2, %3, p;\n\t"
+               "selp.s32 %0, 1, 0, q;\n\t}" : "=r"(all) : "r"(pred), "r"(id), "r"(nthreads) : "memory");
+  return all;
 }
 
 /* ---- register reallocation between warp groups ------------------------------------------- */

@@ -2,15 +2,18 @@
  * ncclMkGemmReduceScatter. Two paths:
  *  - reference: the GEMM core writes this rank's partial C into the scratch, then NCCL's
  *    reduce-scatter sums the partials into each rank's rows;
- *  - overlapped (NCCL_MK_FUSED=1, every rank on this host, 128-row shards): the GEMM's
+ *  - overlapped (NCCL_MK_FUSED=1, every rank on this host, 128-row shards): one GEMM whose
  *    epilogue stores each peer's rows straight into that peer's workspace as the tiles are
- *    produced, and a reduce kernel adds them to this rank's own rows (rs_reduce.h).
+ *    produced and sums the peers' partials into this rank's own rows (rs_comm.h).
+ * The overlapped path is also GEMM+AllReduce's (gemm_ar.c), with the gather.
  */
+#include <string.h>
+
 #include "ag_push.h"
 #include "gemm_rs.h"
 #include "mk_err.h"
 #include "op_check.h"
-#include "rs_reduce.h"
+#include "rs_comm.h"
 
 static int gemm_rs_reference(struct mk_fused_comm* fc, const void* a, const void* b,
                              void* c_shard, size_t m, size_t n, size_t k, cudaStream_t stream) {
@@ -27,52 +30,74 @@ static int gemm_rs_reference(struct mk_fused_comm* fc, const void* a, const void
                        "ncclReduceScatter");
 }
 
-int mk_gemm_rs_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k) {
-  const size_t shard = m / (size_t)fc->nranks;
+/* Slot of peer src in rank d's data area: the peers in rank order, d itself skipped. */
+static size_t gemm_rs_slot(int src, int d) { return (size_t)(src < d ? src : src - 1); }
+
+/* Data bytes of the overlapped path: the peers' partial slots, then their gather slots with
+ * `gather` (on 2 ranks both fit where one m x n copy of C does). */
+static size_t gemm_rs_data_bytes(const struct mk_fused_comm* fc, size_t m, size_t n, int gather) {
+  return (size_t)(fc->nranks - 1) * (m / (size_t)fc->nranks) * n * 2 * (gather ? 2 : 1);
+}
+
+int mk_gemm_rs_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k, int gather) {
+  const size_t shard = m / (size_t)fc->nranks, blocks_all = m / MK_AG_BLOCK_ROWS;
   return fc->fused && fc->local_size == fc->nranks && fc->nranks <= MK_RS_MAX_RANKS && m % (size_t)fc->nranks == 0 &&
-         shard % MK_AG_BLOCK_ROWS == 0 && m / MK_AG_BLOCK_ROWS <= MK_RS_MAX_COUNTERS &&
-         m <= fc->cfg.max_m && n <= fc->cfg.max_n && k <= fc->cfg.max_k &&
-         m * n * 2 <= fc->sym_bytes - MK_FUSED_FLAG_BYTES; /* the peers' slots fit the data area */
+         shard % MK_AG_BLOCK_ROWS == 0 && blocks_all <= MK_AG_MAX_BLOCKS &&
+         blocks_all * (gather ? 2 : 1) <= MK_RS_MAX_COUNTERS && m <= fc->cfg.max_m && n <= fc->cfg.max_n &&
+         k <= fc->cfg.max_k && gemm_rs_data_bytes(fc, m, n, gather) <= fc->sym_bytes - MK_FUSED_FLAG_BYTES;
 }
 
-/* The GEMM of owner d's rows: into d's slot for this rank (a peer) or into c_shard (self). */
-static int gemm_rs_owner_gemm(struct mk_fused_comm* fc, const void* a, const void* b, void* c_shard,
-                              size_t m, size_t n, size_t k, int d, cudaStream_t stream) {
-  const size_t shard = m / (size_t)fc->nranks, blocks = shard / MK_AG_BLOCK_ROWS;
-  struct mk_gemm_args g;
-  mk_op_gemm_args(fc, MK_OP_GEMM_RS, &g);
-  g.m = (int)shard, g.n = (int)n, g.k = (int)k;
-  g.a = (const char*)a + (size_t)d * shard * k * 2, g.b = b, g.c = c_shard;
-  if (d != fc->rank) {
-    char* ws = fc->peer_sym[d];
-    g.c = ws + MK_AG_DATA_OFFSET + (size_t)fc->rank * shard * n * 2;
-    g.tile_flags = (uint64_t*)(ws + MK_RS_COUNT_OFFSET) + (size_t)fc->rank * blocks;
-    g.tile_flags_by_row_block = 1;
+/* The epilogue's peers (rs_comm.h: slots and counters in each workspace). */
+static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, int gather, struct mk_gemm_rs* rs) {
+  const int nr = fc->nranks, r = fc->rank;
+  const size_t shard = m / (size_t)nr, blocks = shard / MK_AG_BLOCK_ROWS, slot = shard * n * 2;
+  const size_t gather0 = (size_t)(nr - 1) * slot; /* the gather slots follow the partial slots */
+  memset(rs, 0, sizeof(*rs));
+  rs->shard_rows = (int)shard, rs->rank = r, rs->nranks = nr;
+  for (int d = 0; d < nr; d++) {
+    if (d == r) continue;
+    char *peer = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET, *own = (char*)fc->sym + MK_AG_DATA_OFFSET;
+    rs->out[d] = peer + gemm_rs_slot(r, d) * slot;
+    rs->out_counts[d] = (uint64_t*)((char*)fc->peer_sym[d] + MK_RS_COUNT_OFFSET) + (size_t)r * blocks;
+    rs->in[d] = own + gemm_rs_slot(d, r) * slot;
+    rs->in_counts[d] = (const uint64_t*)((char*)fc->sym + MK_RS_COUNT_OFFSET) + (size_t)d * blocks;
+    if (!gather) continue;
+    rs->gather[d] = peer + gather0 + gemm_rs_slot(r, d) * slot;
+    rs->gather_counts[d] = (uint64_t*)((char*)fc->peer_sym[d] + MK_RS_COUNT_OFFSET) + (size_t)(nr + r) * blocks;
   }
-  return mk_gemm_launch(&g, stream);
 }
 
-int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b, void* c_shard, size_t m,
-                          size_t n, size_t k, cudaStream_t stream) {
-  const size_t shard = m / (size_t)fc->nranks;
-  const uint32_t tag = mk_op_err_tag(fc, MK_OP_GEMM_RS);
+int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b, void* c, size_t m, size_t n,
+                          size_t k, int gather, cudaStream_t stream) {
+  const size_t shard = m / (size_t)fc->nranks, blocks = shard / MK_AG_BLOCK_ROWS;
+  const enum mk_op_id op = gather ? MK_OP_GEMM_AR : MK_OP_GEMM_RS;
+  const uint32_t tag = mk_op_err_tag(fc, op);
   const uint64_t timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000u;
+  struct mk_rs_begin_args ba = {.rank = fc->rank, .nranks = fc->nranks, .blocks = (int)blocks, .err = fc->err,
+                                .err_tag = tag, .timeout_ns = timeout_ns};
+  for (int p = 0; p < fc->nranks; p++) ba.ws[p] = fc->peer_sym[p];
+  MK_CHECK(mk_rs_begin_launch(&ba, stream));
+  struct mk_gemm_rs rs;
+  gemm_rs_peers(fc, m, n, gather, &rs);
+  struct mk_gemm_args g;
+  mk_op_gemm_args(fc, op, &g);
+  g.m = (int)m, g.n = (int)n, g.k = (int)k;
+  g.a = a, g.b = b, g.rs = &rs;
+  g.c = gather ? (char*)c + (size_t)fc->rank * shard * n * 2 : c; /* c_shard: this rank's rows */
+  g.row_block_order = (const int*)((char*)fc->sym + MK_AG_ORDER_OFFSET);
+  MK_CHECK(mk_gemm_launch(&g, stream));
   int bm, bn;
   mk_gemm_tile_shape(&bm, &bn);
-  MK_CHECK(mk_rs_begin_launch(fc->peer_sym, fc->rank, fc->nranks, fc->err, tag, timeout_ns, stream));
-  for (int s = 1; s <= fc->nranks; s++) /* the next rank's rows first, this rank's last */
-    MK_CHECK(gemm_rs_owner_gemm(fc, a, b, c_shard, m, n, k, (fc->rank + s) % fc->nranks, stream));
-  char* ws = fc->sym;
-  struct mk_rs_reduce_args ra = {.c_shard = c_shard, .slots = ws + MK_AG_DATA_OFFSET,
-                                 .counts = (const uint64_t*)(ws + MK_RS_COUNT_OFFSET),
-                                 .shard_rows = shard, .n = n, .rank = fc->rank, .nranks = fc->nranks,
-                                 .tiles_n = (uint32_t)((n + (size_t)bn - 1) / (size_t)bn), .err = fc->err,
-                                 .err_tag = tag, .timeout_ns = timeout_ns};
-  MK_CHECK(mk_rs_reduce_launch(&ra, stream));
-  /* counters back to 0 before done = e lets the peers write for the next call */
-  MK_CHECK(mk_cuda_check(cudaMemsetAsync(ws + MK_RS_COUNT_OFFSET, 0, (size_t)fc->nranks * (shard / MK_AG_BLOCK_ROWS) * 8,
-                                         stream), "cudaMemsetAsync (counters)"));
-  return mk_ag_finish_launch(ws, stream);
+  if (gather) {
+    char* ws = fc->sym;
+    struct mk_rs_collect_args ca = {
+        .c = c, .gather = ws + MK_AG_DATA_OFFSET + (size_t)(fc->nranks - 1) * shard * n * 2,
+        .counts = (const uint64_t*)(ws + MK_RS_COUNT_OFFSET) + (size_t)fc->nranks * blocks, .shard_rows = shard,
+        .n = n, .rank = fc->rank, .nranks = fc->nranks, .tiles_n = (uint32_t)((n + (size_t)bn - 1) / (size_t)bn),
+        .err = fc->err, .err_tag = tag, .timeout_ns = timeout_ns};
+    MK_CHECK(mk_rs_collect_launch(&ca, stream));
+  }
+  return mk_rs_finish_launch(fc->sym, fc->nranks * (int)blocks * (gather ? 2 : 1), stream);
 }
 
 NCCL_MK_API ncclResult_t ncclMkGemmReduceScatter(const void* a, const void* b, void* c_shard,
@@ -87,7 +112,7 @@ NCCL_MK_API ncclResult_t ncclMkGemmReduceScatter(const void* a, const void* b, v
   int prev, rc = mk_op_check(&call, &fc);
   if (rc) return mk_result_from_errno(rc);
   rc = mk_op_device_enter(fc, &prev);
-  if (!rc && mk_gemm_rs_fits(fc, m, n, k)) rc = mk_gemm_rs_overlapped(fc, a, b, c_shard, m, n, k, stream);
+  if (!rc && mk_gemm_rs_fits(fc, m, n, k, 0)) rc = mk_gemm_rs_overlapped(fc, a, b, c_shard, m, n, k, 0, stream);
   else if (!rc) rc = gemm_rs_reference(fc, a, b, c_shard, m, n, k, stream);
   mk_op_device_leave(prev);
   return mk_result_from_errno(rc);

@@ -1,92 +1,75 @@
-/* The begin and reduce kernels of the overlapped GEMM+ReduceScatter (see rs_reduce.h). */
-#include <cuda_bf16.h>
+/* The begin, collect and finish kernels of the overlapped GEMM+ReduceScatter (see rs_comm.h). */
 #include <errno.h>
 
-#include "ag_push.h" /* the call words, shared by every overlapped op */
-#include "rs_reduce.h"
+#include "ag_push.h" /* the call words and the order table, shared by every overlapped op */
+#include "rs_comm.h"
 #include "wait.cuh"
 
-#define RS_THREADS 512
-#define RS_SPLITS 8 /* CTAs per row-block */
+#define RS_BEGIN_THREADS 256
+#define RS_COLLECT_THREADS 512
+#define RS_COLLECT_SPLITS 8 /* CTAs per row-block */
+#define RS_FINISH_THREADS 1024
 
-struct mk_rs_peers {
-  const uint64_t* words[MK_RS_MAX_RANKS];
-};
-
-static __global__ void rs_begin_kernel(uint64_t* own_words, const struct mk_rs_peers peers, int rank, int nranks,
-                                       struct mk_gemm_error* err, uint32_t err_tag, uint64_t timeout_ns) {
-  const uint64_t e = own_words[MK_AG_WORD_DONE] + 1;
-  own_words[MK_AG_WORD_CALL] = e;
-  for (int p = 0; p < nranks; p++)
-    if (p != rank && mk_wait_geq(peers.words[p] + MK_AG_WORD_DONE, e - 1, err, err_tag, (uint32_t)p,
-                                 MK_AG_WORD_DONE, timeout_ns) < e - 1)
+static __global__ void rs_begin_kernel(const struct mk_rs_begin_args a) {
+  uint64_t* words = (uint64_t*)a.ws[a.rank];
+  int* order = (int*)((char*)a.ws[a.rank] + MK_AG_ORDER_OFFSET);
+  /* position pos visits owner (rank + 1 + pos / blocks) % n: the peers' rows, this rank's last */
+  for (int pos = threadIdx.x; pos < a.nranks * a.blocks; pos += blockDim.x)
+    order[pos] = ((a.rank + 1 + pos / a.blocks) % a.nranks) * a.blocks + pos % a.blocks;
+  if (threadIdx.x) return;
+  const uint64_t e = words[MK_AG_WORD_DONE] + 1;
+  words[MK_AG_WORD_CALL] = e;
+  for (int p = 0; p < a.nranks; p++)
+    if (p != a.rank && mk_wait_geq((const uint64_t*)a.ws[p] + MK_AG_WORD_DONE, e - 1, a.err, a.err_tag,
+                                   (uint32_t)p, MK_AG_WORD_DONE, a.timeout_ns) < e - 1)
       return;
 }
 
-/* Eight bf16 of c += the peers' eight, summed in fp32. */
-static __device__ uint4 rs_sum8(uint4 own, const uint4* const* peer, int npeers, size_t i) {
-  float acc[8];
-  const __nv_bfloat162* o = (const __nv_bfloat162*)&own;
-#pragma unroll
-  for (int j = 0; j < 4; j++) {
-    float2 f = __bfloat1622float2(o[j]);
-    acc[2 * j] = f.x, acc[2 * j + 1] = f.y;
-  }
-  for (int p = 0; p < npeers; p++) {
-    uint4 v = ld_global_nc_v4(peer[p] + i);
-    const __nv_bfloat162* h = (const __nv_bfloat162*)&v;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      float2 f = __bfloat1622float2(h[j]);
-      acc[2 * j] += f.x, acc[2 * j + 1] += f.y;
-    }
-  }
-  uint4 out;
-  __nv_bfloat162* w = (__nv_bfloat162*)&out;
-#pragma unroll
-  for (int j = 0; j < 4; j++) w[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
-  return out;
-}
-
-/* CTA (mb, split): waits for row-block mb from every peer, then sums its slice of it. */
-static __global__ void rs_reduce_kernel(const struct mk_rs_reduce_args a) {
+/* CTA (src, mb, split): waits for src's reduced row-block mb, then copies its slice into c. */
+static __global__ void rs_collect_kernel(const struct mk_rs_collect_args a) {
   const int blocks = (int)(a.shard_rows / MK_AG_BLOCK_ROWS);
-  const int mb = blockIdx.x / RS_SPLITS, split = blockIdx.x % RS_SPLITS;
+  const int item = blockIdx.x / RS_COLLECT_SPLITS, split = blockIdx.x % RS_COLLECT_SPLITS;
+  const int src = (a.rank + 1 + item / blocks) % a.nranks, mb = item % blocks;
   __shared__ int ok;
-  if (threadIdx.x == 0) {
-    ok = 1;
-    for (int src = 0; src < a.nranks && ok; src++)
-      if (src != a.rank)
-        ok = mk_wait_geq(a.counts + src * blocks + mb, a.tiles_n, a.err, a.err_tag, (uint32_t)mb,
-                         (uint32_t)(src * blocks + mb), a.timeout_ns) >= a.tiles_n;
-  }
+  if (threadIdx.x == 0)
+    ok = mk_wait_geq(a.counts + src * blocks + mb, a.tiles_n, a.err, a.err_tag, (uint32_t)mb,
+                     (uint32_t)(a.nranks * blocks + src * blocks + mb), a.timeout_ns) >= a.tiles_n;
   __syncthreads();
   if (!ok) return;
-  /* the counters were raised after the peers' stores, at system scope; ld.acquire above and
+  /* the counter was raised after the peer's stores, at system scope; ld.acquire above and
    * bar.sync order this CTA's loads after them */
-  const uint4* peer[MK_RS_MAX_RANKS];
-  int npeers = 0;
-  const size_t slot_vecs = a.shard_rows * a.n / 8, row0_vec = (size_t)mb * MK_AG_BLOCK_ROWS * a.n / 8;
-  for (int src = 0; src < a.nranks; src++)
-    if (src != a.rank) peer[npeers++] = (const uint4*)a.slots + src * slot_vecs + row0_vec;
-  uint4* own = (uint4*)a.c_shard + row0_vec;
-  const size_t nvec = (size_t)MK_AG_BLOCK_ROWS * a.n / 8, per = (nvec + RS_SPLITS - 1) / RS_SPLITS;
+  const size_t block_vec = (size_t)mb * MK_AG_BLOCK_ROWS * a.n / 8, shard_vecs = a.shard_rows * a.n / 8;
+  const int slot = src < a.rank ? src : src - 1; /* the peers in rank order, this rank skipped */
+  const uint4* from = (const uint4*)a.gather + (size_t)slot * shard_vecs + block_vec;
+  uint4* to = (uint4*)a.c + (size_t)src * shard_vecs + block_vec;
+  const size_t nvec = (size_t)MK_AG_BLOCK_ROWS * a.n / 8, per = (nvec + RS_COLLECT_SPLITS - 1) / RS_COLLECT_SPLITS;
   const size_t lo = per * split, hi = lo + per < nvec ? lo + per : nvec;
-  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) own[i] = rs_sum8(own[i], peer, npeers, i);
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) to[i] = from[i];
+}
+
+static __global__ void rs_finish_kernel(uint64_t* words, int counters) {
+  uint64_t* counts = (uint64_t*)((char*)words + MK_RS_COUNT_OFFSET);
+  for (int i = threadIdx.x; i < counters; i += blockDim.x) counts[i] = 0;
+  __syncthreads();
+  if (threadIdx.x) return;
+  fence_acq_rel_sys();
+  st_release_sys_u64(words + MK_AG_WORD_DONE, words[MK_AG_WORD_CALL]);
 }
 
 static int rs_launched(void) { return cudaGetLastError() == cudaSuccess ? 0 : -EIO; }
 
-extern "C" int mk_rs_begin_launch(void* const* peer_ws, int rank, int nranks, struct mk_gemm_error* err,
-                                  uint32_t err_tag, uint64_t timeout_ns, cudaStream_t stream) {
-  struct mk_rs_peers peers = {};
-  for (int p = 0; p < nranks; p++) peers.words[p] = (const uint64_t*)peer_ws[p];
-  rs_begin_kernel<<<1, 1, 0, stream>>>((uint64_t*)peer_ws[rank], peers, rank, nranks, err, err_tag, timeout_ns);
+extern "C" int mk_rs_begin_launch(const struct mk_rs_begin_args* a, cudaStream_t stream) {
+  rs_begin_kernel<<<1, RS_BEGIN_THREADS, 0, stream>>>(*a);
   return rs_launched();
 }
 
-extern "C" int mk_rs_reduce_launch(const struct mk_rs_reduce_args* a, cudaStream_t stream) {
-  const int blocks = (int)(a->shard_rows / MK_AG_BLOCK_ROWS);
-  rs_reduce_kernel<<<blocks * RS_SPLITS, RS_THREADS, 0, stream>>>(*a);
+extern "C" int mk_rs_collect_launch(const struct mk_rs_collect_args* a, cudaStream_t stream) {
+  const int items = (a->nranks - 1) * (int)(a->shard_rows / MK_AG_BLOCK_ROWS);
+  rs_collect_kernel<<<items * RS_COLLECT_SPLITS, RS_COLLECT_THREADS, 0, stream>>>(*a);
+  return rs_launched();
+}
+
+extern "C" int mk_rs_finish_launch(void* own_ws, int counters, cudaStream_t stream) {
+  rs_finish_kernel<<<1, RS_FINISH_THREADS, 0, stream>>>((uint64_t*)own_ws, counters);
   return rs_launched();
 }

@@ -181,6 +181,7 @@ static void test_checker_negative_control(void) {
 }
 
 #include "test_gemm_hooks.cuh"
+#include "test_gemm_rs_epilogue.cuh"
 
 int main(int argc, char** argv) {
   gpu_or_skip();
@@ -201,6 +202,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(what, "grouped_ready_flags")) test_grouped_ready_flags();
   else if (!strcmp(what, "bad_input")) test_bad_input();
   else if (!strcmp(what, "a_local")) test_a_local();
+  else if (!strcmp(what, "rs_epilogue")) test_rs_epilogue();
   else {
     fprintf(stderr, "unknown test '%s'\n", what);
     return 2;
