@@ -44,6 +44,17 @@ MK_HD void mk_sched_ag_block(int rank, int nranks, int blocks_per_shard, int i, 
  * partial sums, comes last, when those have had the most time to arrive. */
 MK_HD int mk_sched_rs_shard(int rank, int nranks, int i) { return (rank + 1 + i) % nranks; }
 
+/* GEMM+ReduceScatter's row-block order: the row-block of M rank r visits at position pos
+ * (shards in mk_sched_rs_shard order, blocks in order within a shard). */
+MK_HD int mk_sched_rs_row_block(int rank, int nranks, int blocks_per_shard, int pos) {
+  return mk_sched_rs_shard(rank, nranks, pos / blocks_per_shard) * blocks_per_shard + pos % blocks_per_shard;
+}
+
+/* GEMM+ReduceScatter: the slot, in owner d's workspace, that peer src writes its partial (and
+ * for the all-reduce its sums) into: the peers in rank order, d itself skipped, so n - 1
+ * slots hold them all. */
+MK_HD int mk_sched_rs_slot(int src, int owner) { return src < owner ? src : src - 1; }
+
 /* The rank that owns row `row` of an M-row output split evenly over nranks. */
 MK_HD int mk_sched_row_owner(long row, long m, int nranks) {
   return (int)(row / (m / nranks));

@@ -14,6 +14,7 @@
 #include "mk_err.h"
 #include "op_check.h"
 #include "rs_comm.h"
+#include "schedule.h"
 
 static int gemm_rs_reference(struct mk_fused_comm* fc, const void* a, const void* b,
                              void* c_shard, size_t m, size_t n, size_t k, cudaStream_t stream) {
@@ -29,9 +30,6 @@ static int gemm_rs_reference(struct mk_fused_comm* fc, const void* a, const void
                                                ncclSum, fc->nccl, stream),
                        "ncclReduceScatter");
 }
-
-/* Slot of peer src in rank d's data area: the peers in rank order, d itself skipped. */
-static size_t gemm_rs_slot(int src, int d) { return (size_t)(src < d ? src : src - 1); }
 
 /* Data bytes of the overlapped path: the peers' partial slots, then their gather slots with
  * `gather` (on 2 ranks both fit where one m x n copy of C does). */
@@ -57,12 +55,12 @@ static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, in
   for (int d = 0; d < nr; d++) {
     if (d == r) continue;
     char *peer = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET, *own = (char*)fc->sym + MK_AG_DATA_OFFSET;
-    rs->out[d] = peer + gemm_rs_slot(r, d) * slot;
+    rs->out[d] = peer + (size_t)mk_sched_rs_slot(r, d) * slot;
     rs->out_counts[d] = (uint64_t*)((char*)fc->peer_sym[d] + MK_RS_COUNT_OFFSET) + (size_t)r * blocks;
-    rs->in[d] = own + gemm_rs_slot(d, r) * slot;
+    rs->in[d] = own + (size_t)mk_sched_rs_slot(d, r) * slot;
     rs->in_counts[d] = (const uint64_t*)((char*)fc->sym + MK_RS_COUNT_OFFSET) + (size_t)d * blocks;
     if (!gather) continue;
-    rs->gather[d] = peer + gather0 + gemm_rs_slot(r, d) * slot;
+    rs->gather[d] = peer + gather0 + (size_t)mk_sched_rs_slot(r, d) * slot;
     rs->gather_counts[d] = (uint64_t*)((char*)fc->peer_sym[d] + MK_RS_COUNT_OFFSET) + (size_t)(nr + r) * blocks;
   }
 }

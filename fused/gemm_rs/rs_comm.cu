@@ -3,6 +3,7 @@
 
 #include "ag_push.h" /* the call words and the order table, shared by every overlapped op */
 #include "rs_comm.h"
+#include "schedule.h"
 #include "wait.cuh"
 
 #define RS_BEGIN_THREADS 256
@@ -13,9 +14,8 @@
 static __global__ void rs_begin_kernel(const struct mk_rs_begin_args a) {
   uint64_t* words = (uint64_t*)a.ws[a.rank];
   int* order = (int*)((char*)a.ws[a.rank] + MK_AG_ORDER_OFFSET);
-  /* position pos visits owner (rank + 1 + pos / blocks) % n: the peers' rows, this rank's last */
   for (int pos = threadIdx.x; pos < a.nranks * a.blocks; pos += blockDim.x)
-    order[pos] = ((a.rank + 1 + pos / a.blocks) % a.nranks) * a.blocks + pos % a.blocks;
+    order[pos] = mk_sched_rs_row_block(a.rank, a.nranks, a.blocks, pos); /* the peers' rows, this rank's last */
   if (threadIdx.x) return;
   const uint64_t e = words[MK_AG_WORD_DONE] + 1;
   words[MK_AG_WORD_CALL] = e;
@@ -29,7 +29,7 @@ static __global__ void rs_begin_kernel(const struct mk_rs_begin_args a) {
 static __global__ void rs_collect_kernel(const struct mk_rs_collect_args a) {
   const int blocks = (int)(a.shard_rows / MK_AG_BLOCK_ROWS);
   const int item = blockIdx.x / RS_COLLECT_SPLITS, split = blockIdx.x % RS_COLLECT_SPLITS;
-  const int src = (a.rank + 1 + item / blocks) % a.nranks, mb = item % blocks;
+  const int src = mk_sched_rs_shard(a.rank, a.nranks, item / blocks), mb = item % blocks;
   __shared__ int ok;
   if (threadIdx.x == 0)
     ok = mk_wait_geq(a.counts + src * blocks + mb, a.tiles_n, a.err, a.err_tag, (uint32_t)mb,
@@ -39,7 +39,7 @@ static __global__ void rs_collect_kernel(const struct mk_rs_collect_args a) {
   /* the counter was raised after the peer's stores, at system scope; ld.acquire above and
    * bar.sync order this CTA's loads after them */
   const size_t block_vec = (size_t)mb * MK_AG_BLOCK_ROWS * a.n / 8, shard_vecs = a.shard_rows * a.n / 8;
-  const int slot = src < a.rank ? src : src - 1; /* the peers in rank order, this rank skipped */
+  const int slot = mk_sched_rs_slot(src, a.rank);
   const uint4* from = (const uint4*)a.gather + (size_t)slot * shard_vecs + block_vec;
   uint4* to = (uint4*)a.c + (size_t)src * shard_vecs + block_vec;
   const size_t nvec = (size_t)MK_AG_BLOCK_ROWS * a.n / 8, per = (nvec + RS_COLLECT_SPLITS - 1) / RS_COLLECT_SPLITS;

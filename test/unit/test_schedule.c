@@ -53,6 +53,25 @@ static void rs_order_ends_with_own_shard_and_spreads_first_sends(int n) {
   for (int p = 0; p < n; p++) CHECK_EQ(first_hits[p], 1);
 }
 
+static void rs_row_blocks_cover_every_block_once_own_shard_last(int n, int bps) {
+  for (int r = 0; r < n; r++) {
+    int seen[16 * 7] = {0};
+    for (int pos = 0; pos < n * bps; pos++) seen[mk_sched_rs_row_block(r, n, bps, pos)]++;
+    for (int j = 0; j < n * bps; j++) CHECK_EQ(seen[j], 1);
+    for (int pos = (n - 1) * bps; pos < n * bps; pos++) CHECK_EQ(mk_sched_rs_row_block(r, n, bps, pos) / bps, r);
+  }
+}
+
+static void rs_slots_of_an_owner_are_distinct_and_dense(int n) {
+  for (int d = 0; d < n; d++) {
+    int seen[16] = {0};
+    for (int src = 0; src < n; src++)
+      if (src != d) seen[mk_sched_rs_slot(src, d)]++;
+    for (int i = 0; i < n - 1; i++) CHECK_EQ(seen[i], 1);
+    CHECK_EQ(seen[n - 1], 0);
+  }
+}
+
 static void row_owner_splits_rows_evenly(int n) {
   long m = 96L * n;
   int count[16] = {0};
@@ -67,6 +86,9 @@ int main(void) {
     ag_blocks_cover_every_row_block_once_local_first(n, 1);
     ag_blocks_cover_every_row_block_once_local_first(n, 7);
     rs_order_ends_with_own_shard_and_spreads_first_sends(n);
+    rs_row_blocks_cover_every_block_once_own_shard_last(n, 1);
+    rs_row_blocks_cover_every_block_once_own_shard_last(n, 7);
+    rs_slots_of_an_owner_are_distinct_and_dense(n);
     row_owner_splits_rows_evenly(n);
   }
   CHECK_EQ(mk_sched_blocks_per_shard(4096, 128), 32);
