@@ -74,13 +74,15 @@ int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b
   struct mk_rs_begin_args ba = {.rank = fc->rank, .nranks = fc->nranks, .blocks = (int)blocks, .err = fc->err,
                                 .err_tag = tag, .timeout_ns = timeout_ns};
   for (int p = 0; p < fc->nranks; p++) ba.ws[p] = fc->peer_sym[p];
+  struct mk_trace_buf* trace;
+  MK_CHECK(mk_trace_comm_begin(fc, op, (uint32_t)m, (uint32_t)n, stream, &trace));
   MK_CHECK(mk_rs_begin_launch(&ba, stream));
   struct mk_gemm_rs rs;
   gemm_rs_peers(fc, m, n, gather, &rs);
   struct mk_gemm_args g;
   mk_op_gemm_args(fc, op, &g);
   g.m = (int)m, g.n = (int)n, g.k = (int)k;
-  g.a = a, g.b = b, g.rs = &rs;
+  g.a = a, g.b = b, g.rs = &rs, g.trace = trace;
   g.c = gather ? (char*)c + (size_t)fc->rank * shard * n * 2 : c; /* c_shard: this rank's rows */
   g.row_block_order = (const int*)((char*)fc->sym + MK_AG_ORDER_OFFSET);
   MK_CHECK(mk_gemm_launch(&g, stream));
@@ -95,7 +97,8 @@ int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b
         .err = fc->err, .err_tag = tag, .timeout_ns = timeout_ns};
     MK_CHECK(mk_rs_collect_launch(&ca, stream));
   }
-  return mk_rs_finish_launch(fc->sym, fc->nranks * (int)blocks * (gather ? 2 : 1), stream);
+  MK_CHECK(mk_rs_finish_launch(fc->sym, fc->nranks * (int)blocks * (gather ? 2 : 1), stream));
+  return mk_trace_comm_end(fc, stream);
 }
 
 NCCL_MK_API ncclResult_t ncclMkGemmReduceScatter(const void* a, const void* b, void* c_shard,
