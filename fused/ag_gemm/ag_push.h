@@ -44,6 +44,7 @@ extern "C" {
 #define MK_AG_BLOCK_ROWS 128          /* the GEMM core's BM: one flag per row-block */
 #define MK_AG_WORD_DONE 0             /* the last call this rank finished (peers read it) */
 #define MK_AG_WORD_CALL 1             /* the call in progress */
+#define MK_AG_WORD_EXITS 2            /* one-kernel calls: CTAs finished (u32; 0 between calls) */
 #define MK_AG_FLAG0 64                /* first flag word */
 #define MK_AG_MAX_BLOCKS 4032         /* flags in the 32 KiB word area */
 #define MK_AG_WORDS_BYTES (32u << 10)

@@ -68,7 +68,14 @@ static int gemm_validate_rs(const struct mk_gemm_args* a, int bm, int async_epi)
       GEMM_REJECT("mk_gemm_launch: rs pointers of rank %d missing", d);
     if (gemm_misaligned(rs->out[d]) || gemm_misaligned(rs->in[d]) || (gather && gemm_misaligned(rs->gather[d])))
       GEMM_REJECT("mk_gemm_launch: rs slots of rank %d must be 16-byte aligned", d);
+    if (rs->done && (!rs->peer_done[d] || (gather && (!rs->gathered[d] || !rs->gathered_counts[d] ||
+                                                      gemm_misaligned(rs->gathered[d])))))
+      GEMM_REJECT("mk_gemm_launch: rs call bracket: peer_done / gathered slots of rank %d missing or misaligned", d);
   }
+  if (rs->done && (!rs->call || !rs->exits || rs->num_counters < 0 || (rs->num_counters && !rs->counters) ||
+                   (gather && (!rs->c_full || gemm_misaligned(rs->c_full)))))
+    GEMM_REJECT("mk_gemm_launch: rs call bracket needs call, exits, counters (num_counters %d) and, with the "
+                "gather, an aligned c_full", rs->num_counters);
   return 0;
 }
 
@@ -86,8 +93,10 @@ static int gemm_validate(const struct mk_gemm_args* a) {
   if (a->raster_group_m < 0) GEMM_REJECT("mk_gemm_launch: raster_group_m = %d, must be >= 0", a->raster_group_m);
   if (a->group_offsets && a->num_groups < 1)
     GEMM_REJECT("mk_gemm_launch: num_groups = %d with group_offsets set, must be >= 1", a->num_groups);
-  if (a->group_offsets && a->row_block_order)
-    GEMM_REJECT("mk_gemm_launch: row_block_order is not supported with group_offsets");
+  if (a->group_offsets && (a->row_block_order || a->row_block_rotate))
+    GEMM_REJECT("mk_gemm_launch: row_block_order and row_block_rotate are not supported with group_offsets");
+  if (a->row_block_rotate < 0 || a->row_block_rotate >= (a->m + mk_gemm_default_cfg::BM - 1) / mk_gemm_default_cfg::BM)
+    GEMM_REJECT("mk_gemm_launch: row_block_rotate = %d, must be in [0, row-blocks of m = %d)", a->row_block_rotate, a->m);
   if (a->a_local && (gemm_misaligned(a->a_local) || a->a_local_rows < 1 || a->a_local_row0 < 0 ||
                      a->a_local_row0 + (long)a->a_local_rows > a->m || a->group_offsets ||
                      a->a_local_row0 % mk_gemm_default_cfg::BM ||
@@ -211,6 +220,7 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   p->num_groups = a->group_offsets ? a->num_groups : 1;
   p->group_offsets = a->group_offsets;
   p->row_block_order = a->row_block_order;
+  p->row_block_rotate = a->row_block_rotate;
   p->a_local_row0 = a->a_local ? a->a_local_row0 : 0;
   p->a_local_row_end = a->a_local ? a->a_local_row0 + a->a_local_rows : 0;
   p->ready_flags = a->ready_flags;

@@ -29,6 +29,7 @@ struct mk_gemm_params {
   int num_groups;
   const int* group_offsets;
   const int* row_block_order;
+  int row_block_rotate;
   int a_local_row0, a_local_row_end; /* rows read through tmap_a_local; end 0: none */
   const uint64_t* ready_flags;
   uint64_t ready_target;
@@ -138,7 +139,7 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
   struct mk_sched s;
   const int rank = Cfg::CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;
   sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
-             p.row_block_order);
+             p.row_block_order, p.row_block_rotate);
   int stage = 0;
   uint32_t phase = 0;
   int ready_mb = -1; /* last row-block seen ready: flags only grow within a launch */
@@ -317,6 +318,79 @@ __device__ __noinline__ void gemm_rs_store_own(const struct mk_gemm_params& p, u
   }
 }
 
+/* One thread: waits until every peer finished its previous call (its done >= e - 1), so its
+ * slots are free for this call's stores. 0 on timeout (flag_index: the peer). */
+__device__ __noinline__ int gemm_rs_wait_peers_free(const struct mk_gemm_params& p) {
+  const uint64_t e = *(volatile uint64_t*)p.rs.done + 1;
+  for (int d = 0; d < p.rs.nranks; d++)
+    if (d != p.rs.rank && mk_wait_geq(p.rs.peer_done[d], e - 1, p.err, p.err_tag, 0xFFFFFFFFu, (uint32_t)d,
+                                      p.timeout_ns) < e - 1)
+      return 0;
+  return 1;
+}
+
+/* dst[i] = src[i] for i < count, by 128 threads (tid): 4 loads in flight per thread, which
+ * 128 threads alone need not to be latency-bound. */
+__device__ __forceinline__ void mk_copy_v4_unrolled(uint4* dst, const uint4* src, size_t count, int tid) {
+  constexpr int UNROLL = 4, STRIDE = 128;
+  for (size_t i0 = (size_t)tid; i0 < count; i0 += STRIDE * UNROLL) {
+    uint4 v[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++)
+      if (i0 + (size_t)u * STRIDE < count) v[u] = ld_global_v4(src + i0 + (size_t)u * STRIDE);
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++)
+      if (i0 + (size_t)u * STRIDE < count) dst[i0 + (size_t)u * STRIDE] = v[u];
+  }
+}
+
+#define MK_GEMM_RS_COLLECT_SPLITS 8 /* CTAs sharing one row-block's copy */
+
+/* The all-reduce's last step, by the producer warp group (128 threads) once its tiles are stored:
+ * CTA b copies items b, b + grid, ... (a peer's reduced row-block, split 8 ways) from this
+ * rank's gather slots into c_full, each once the peer's counter says it is complete. */
+template <class Cfg>
+__device__ __noinline__ void gemm_rs_collect(const struct mk_gemm_params& p) {
+  const int tid = threadIdx.x, blocks = p.rs.shard_rows / Cfg::BM;
+  const uint64_t tiles_n = (uint64_t)((p.n + Cfg::BN - 1) / Cfg::BN);
+  const int items = (p.rs.nranks - 1) * blocks * MK_GEMM_RS_COLLECT_SPLITS;
+  const size_t block_vecs = (size_t)Cfg::BM * p.n / 8;
+  const size_t per = (block_vecs + MK_GEMM_RS_COLLECT_SPLITS - 1) / MK_GEMM_RS_COLLECT_SPLITS;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const int split = item % MK_GEMM_RS_COLLECT_SPLITS, ib = item / MK_GEMM_RS_COLLECT_SPLITS;
+    const int src = (p.rs.rank + 1 + ib / blocks) % p.rs.nranks, mb = ib % blocks;
+    const int ok = tid != 0 || mk_wait_geq(p.rs.gathered_counts[src] + mb, tiles_n, p.err, p.err_tag, 0xFFFFFFFFu,
+                                           (uint32_t)(src * blocks + mb), p.timeout_ns) >= tiles_n;
+    if (!bar_red_and(5, 128, ok)) return;
+    const size_t lo = per * split, hi = lo + per < block_vecs ? lo + per : block_vecs;
+    const uint4* from = (const uint4*)p.rs.gathered[src] + (size_t)mb * block_vecs;
+    uint4* to = (uint4*)p.rs.c_full + ((size_t)src * blocks + mb) * block_vecs;
+    mk_copy_v4_unrolled(to + lo, from + lo, hi > lo ? hi - lo : 0, tid);
+  }
+}
+
+/* Every thread of every CTA: the last CTA to get here zeroes the counters and ends the call
+ * (done = e), so the peers may write this rank's slots for the next one. Called inside each
+ * role's branch (whole warps: bar.sync 0 counts all 384 threads wherever they wait). */
+__device__ __forceinline__ void gemm_rs_end_call(const struct mk_gemm_params& p) {
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(p.rs.exits, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < p.rs.num_counters; i += blockDim.x) p.rs.counters[i] = 0;
+  __syncthreads();
+  if (threadIdx.x) return;
+  *p.rs.exits = 0;
+  const uint64_t e = *(volatile uint64_t*)p.rs.done + 1;
+  fence_acq_rel_sys();
+  st_release_sys_u64(p.rs.done, e);
+}
+
 /* After a tile's stores are visible at system scope (one thread): the owner's counter, or
  * with the gather every peer's. */
 __device__ __forceinline__ void gemm_rs_raise(const struct mk_gemm_params& p, int owner, int mb) {
@@ -336,11 +410,12 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
   struct mk_sched s;
   const int rank = Cfg::CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;
   sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
-             p.row_block_order);
+             p.row_block_order, p.row_block_rotate);
   const int stid = threadIdx.x - 32, add = p.epilogue == MK_GEMM_ADD_BF16;
   constexpr int CHUNKS_ROW = Cfg::BN / 8;
   uint32_t c_phase = 0;
   int rs_failed = 0; /* a peer's partial never came: drain the tiles, store nothing more */
+  if (p.rs.done) rs_failed = !bar_red_and(4, Cfg::STORER_THREADS, stid != 0 || gemm_rs_wait_peers_free(p));
   struct mk_tile t;
   const int first_slot = blockIdx.x / Cfg::CLUSTER_M, slot_step = gridDim.x / Cfg::CLUSTER_M;
   for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
@@ -426,7 +501,7 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
   struct mk_sched s;
   const int rank = Cfg::CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;
   sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
-             p.row_block_order);
+             p.row_block_order, p.row_block_rotate);
   const uint32_t a_base = smem_addr(smem) + wg * 64 * 128;
   const uint32_t b_base = smem_addr(smem + Cfg::OFF_B);
   uint8_t* cstage = smem + Cfg::OFF_C + wg * Cfg::C_STAGE_WG;
@@ -517,6 +592,7 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
     }
     *abort_flag = 0;
     fence_mbarrier_init();
+    if (blockIdx.x == 0 && p.rs.call) *p.rs.call = *(volatile uint64_t*)p.rs.done + 1;
   }
   /* the partner's multicasts and arrivals target our barriers: initialised first */
   if (Cfg::CLUSTER_M > 1) barrier_cluster_arrive_wait();
@@ -528,9 +604,13 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
     setmaxnreg_dec<56>();
     if (threadIdx.x == 0) gemm_producer<Cfg>(&tmap_a, &tmap_a_local, &tmap_b, p, smem, full, empty, abort_flag);
     else if (Cfg::ASYNC_EPI && threadIdx.x >= 32) gemm_storer<Cfg>(p, smem, c_full, c_empty, abort_flag);
+    /* NOTES: here, not in the consumers: a call from their branch failed register allocation */
+    if (p.rs_gather && p.rs.done) gemm_rs_collect<Cfg>(p);
+    if (p.rs.done) gemm_rs_end_call(p);
   } else {
     setmaxnreg_inc<224>();
     gemm_consumer<Cfg>(wg - 1, p, smem, full, empty, c_full, c_empty, abort_flag);
+    if (p.rs.done) gemm_rs_end_call(p);
   }
   /* no CTA leaves while its partner may still multicast into it or arrive on its barriers */
   if (Cfg::CLUSTER_M > 1) barrier_cluster_arrive_wait();

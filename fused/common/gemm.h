@@ -28,7 +28,9 @@
  *    (= ceil(n / block_n)), then c (this rank's shard, [shard_rows, n]) = the tile + the
  *    peers' partials (fp32 sum, one bf16 rounding); with gather set (all-reduce) the sum is
  *    also stored into every peer's gather slot, counted the same way. Plain mode, STORE
- *    epilogue, no tile_flags; row_block_order should visit the peers' rows first.
+ *    epilogue, no tile_flags; the order should visit the peers' rows first (row_block_rotate =
+ *    the next rank's first row-block). With `done` set the kernel is the whole call (see
+ *    struct mk_gemm_rs: no kernel before or after it).
  */
 #ifndef MK_GEMM_H_
 #define MK_GEMM_H_
@@ -71,6 +73,22 @@ struct mk_gemm_rs {
   const uint64_t* in_counts[MK_GEMM_RS_MAX_RANKS]; /* here: the counters src raises */
   void* gather[MK_GEMM_RS_MAX_RANKS];              /* on d: this rank's reduced rows; NULL: off */
   uint64_t* gather_counts[MK_GEMM_RS_MAX_RANKS];   /* on d: its gather counters for this rank */
+  /* With the gather, this rank's side: src's reduced rows and their counters, copied into
+   * c_full ([m, n]; c is its own shard) by the consumer warps once their tiles are done. */
+  const void* gathered[MK_GEMM_RS_MAX_RANKS];
+  const uint64_t* gathered_counts[MK_GEMM_RS_MAX_RANKS];
+  void* c_full;
+  /* The call bracket, so that no kernel runs before or after this one (NULL done: off, the
+   * caller brackets the call itself). Call e = *done + 1: CTA 0 sets *call = e; no tile is
+   * stored to a peer before every peer_done >= e - 1 (the peer's previous call no longer
+   * reads its slots); the last CTA to finish (*exits counts them) zeroes counters[0 ..
+   * num_counters) and *exits, then sets *done = e (release, system scope). */
+  uint64_t* done;
+  uint64_t* call;
+  const uint64_t* peer_done[MK_GEMM_RS_MAX_RANKS];
+  uint32_t* exits;
+  uint64_t* counters;
+  int num_counters;
 };
 
 struct mk_gemm_args {
@@ -88,6 +106,7 @@ struct mk_gemm_args {
   int num_sms;        /* 0: every SM */
   int raster_group_m; /* row-blocks per raster group; 0: default (8) */
   const int* row_block_order;  /* device, ceil(m / block_m) entries, a permutation; optional */
+  int row_block_rotate;        /* without row_block_order: start at this row-block and wrap */
   const uint64_t* ready_flags; /* device or peer, one per row-block; optional */
   uint64_t ready_target;
   /* When set, the target is read from this device word when the kernel starts (and

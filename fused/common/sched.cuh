@@ -8,7 +8,9 @@
  * Order: slots are rastered in groups of `group_m` row-blocks (column-block outer, row-block
  * inner inside a group), so the CTAs of one wave share a few A row-blocks and B column-blocks
  * in L2. An optional `row_block_order` table maps the position in that order to the row-block
- * actually visited (e.g. the local shard first in AllGather+GEMM).
+ * actually visited (e.g. the local shard first in AllGather+GEMM); without one, `rotate` starts
+ * the walk at row-block `rotate` and wraps (e.g. the next rank's shard first in
+ * GEMM+ReduceScatter), which needs no table in memory.
  *
  * Grouped (MoE) mode: `group_offsets[0..num_groups]` are row prefix sums in device memory; the
  * scheduler walks them, group-major, with a cursor that only moves forward (slot ids increase).
@@ -24,7 +26,8 @@ struct mk_sched {
   int cluster_m, rank;
   int num_groups;             /* 1 in plain mode */
   const int* group_offsets;   /* NULL in plain mode */
-  const int* row_block_order; /* NULL: natural order */
+  const int* row_block_order; /* NULL: natural order, rotated */
+  int rotate;                 /* plain mode without a table: position p visits (p + rotate) % tiles */
   /* cursor over groups */
   int g;
   int g_slot_base; /* slots in the groups before g */
@@ -59,7 +62,7 @@ __device__ __forceinline__ void sched_load_group(struct mk_sched* s, int m, int 
 
 __device__ __forceinline__ void sched_init(struct mk_sched* s, int m, int n, int block_m, int block_n, int group_m,
                                            int cluster_m, int rank, int num_groups, const int* group_offsets,
-                                           const int* row_block_order) {
+                                           const int* row_block_order, int rotate) {
   s->block_m = block_m;
   s->block_n = block_n;
   s->tiles_n = (n + block_n - 1) / block_n;
@@ -69,6 +72,7 @@ __device__ __forceinline__ void sched_init(struct mk_sched* s, int m, int n, int
   s->num_groups = group_offsets ? num_groups : 1;
   s->group_offsets = group_offsets;
   s->row_block_order = row_block_order;
+  s->rotate = rotate;
   s->g = 0;
   s->g_slot_base = 0;
   s->g_tile_base = 0;
@@ -92,7 +96,8 @@ __device__ __forceinline__ int sched_tile(struct mk_sched* s, int m, int n, int 
   const int mpos = (first + within % slots_in_group) * s->cluster_m + s->rank;
   t->valid = mpos < s->g_tiles_m;
   t->nb = within / slots_in_group;
-  t->mb = (s->row_block_order && t->valid) ? s->row_block_order[mpos] : mpos;
+  t->mb = !t->valid ? mpos : s->row_block_order ? s->row_block_order[mpos]
+                             : s->rotate ? (mpos + s->rotate) % s->g_tiles_m : mpos;
   t->group = s->g;
   t->row0 = s->g_row0 + t->mb * s->block_m;
   t->row_end = s->g_row_end;

@@ -50,54 +50,46 @@ static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, in
   const int nr = fc->nranks, r = fc->rank;
   const size_t shard = m / (size_t)nr, blocks = shard / MK_AG_BLOCK_ROWS, slot = shard * n * 2;
   const size_t gather0 = (size_t)(nr - 1) * slot; /* the gather slots follow the partial slots */
+  char* own = (char*)fc->sym;
+  uint64_t* own_counts = (uint64_t*)(own + MK_RS_COUNT_OFFSET);
   memset(rs, 0, sizeof(*rs));
   rs->shard_rows = (int)shard, rs->rank = r, rs->nranks = nr;
   for (int d = 0; d < nr; d++) {
     if (d == r) continue;
-    char *peer = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET, *own = (char*)fc->sym + MK_AG_DATA_OFFSET;
-    rs->out[d] = peer + (size_t)mk_sched_rs_slot(r, d) * slot;
-    rs->out_counts[d] = (uint64_t*)((char*)fc->peer_sym[d] + MK_RS_COUNT_OFFSET) + (size_t)r * blocks;
-    rs->in[d] = own + (size_t)mk_sched_rs_slot(d, r) * slot;
-    rs->in_counts[d] = (const uint64_t*)((char*)fc->sym + MK_RS_COUNT_OFFSET) + (size_t)d * blocks;
+    char* peer = fc->peer_sym[d];
+    uint64_t* peer_counts = (uint64_t*)(peer + MK_RS_COUNT_OFFSET);
+    rs->out[d] = peer + MK_AG_DATA_OFFSET + (size_t)mk_sched_rs_slot(r, d) * slot;
+    rs->out_counts[d] = peer_counts + (size_t)r * blocks;
+    rs->in[d] = own + MK_AG_DATA_OFFSET + (size_t)mk_sched_rs_slot(d, r) * slot;
+    rs->in_counts[d] = own_counts + (size_t)d * blocks;
+    rs->peer_done[d] = (const uint64_t*)peer + MK_AG_WORD_DONE;
     if (!gather) continue;
-    rs->gather[d] = peer + gather0 + (size_t)mk_sched_rs_slot(r, d) * slot;
-    rs->gather_counts[d] = (uint64_t*)((char*)fc->peer_sym[d] + MK_RS_COUNT_OFFSET) + (size_t)(nr + r) * blocks;
+    rs->gather[d] = peer + MK_AG_DATA_OFFSET + gather0 + (size_t)mk_sched_rs_slot(r, d) * slot;
+    rs->gather_counts[d] = peer_counts + (size_t)(nr + r) * blocks;
+    rs->gathered[d] = own + MK_AG_DATA_OFFSET + gather0 + (size_t)mk_sched_rs_slot(d, r) * slot;
+    rs->gathered_counts[d] = own_counts + (size_t)(nr + d) * blocks;
   }
+  rs->done = (uint64_t*)own + MK_AG_WORD_DONE, rs->call = (uint64_t*)own + MK_AG_WORD_CALL;
+  rs->exits = (uint32_t*)((uint64_t*)own + MK_AG_WORD_EXITS);
+  rs->counters = own_counts, rs->num_counters = nr * (int)blocks * (gather ? 2 : 1);
 }
 
 int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b, void* c, size_t m, size_t n,
                           size_t k, int gather, cudaStream_t stream) {
-  const size_t shard = m / (size_t)fc->nranks, blocks = shard / MK_AG_BLOCK_ROWS;
+  const size_t shard = m / (size_t)fc->nranks;
   const enum mk_op_id op = gather ? MK_OP_GEMM_AR : MK_OP_GEMM_RS;
-  const uint32_t tag = mk_op_err_tag(fc, op);
-  const uint64_t timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000u;
-  struct mk_rs_begin_args ba = {.rank = fc->rank, .nranks = fc->nranks, .blocks = (int)blocks, .err = fc->err,
-                                .err_tag = tag, .timeout_ns = timeout_ns};
-  for (int p = 0; p < fc->nranks; p++) ba.ws[p] = fc->peer_sym[p];
   struct mk_trace_buf* trace;
   MK_CHECK(mk_trace_comm_begin(fc, op, (uint32_t)m, (uint32_t)n, stream, &trace));
-  MK_CHECK(mk_rs_begin_launch(&ba, stream));
   struct mk_gemm_rs rs;
   gemm_rs_peers(fc, m, n, gather, &rs);
+  if (gather) rs.c_full = c;
   struct mk_gemm_args g;
-  mk_op_gemm_args(fc, op, &g);
+  mk_op_gemm_args(fc, op, &g); /* error record, tag and timeout */
   g.m = (int)m, g.n = (int)n, g.k = (int)k;
   g.a = a, g.b = b, g.rs = &rs, g.trace = trace;
-  g.c = gather ? (char*)c + (size_t)fc->rank * shard * n * 2 : c; /* c_shard: this rank's rows */
-  g.row_block_order = (const int*)((char*)fc->sym + MK_AG_ORDER_OFFSET);
-  MK_CHECK(mk_gemm_launch(&g, stream));
-  int bm, bn;
-  mk_gemm_tile_shape(&bm, &bn);
-  if (gather) {
-    char* ws = fc->sym;
-    struct mk_rs_collect_args ca = {
-        .c = c, .gather = ws + MK_AG_DATA_OFFSET + (size_t)(fc->nranks - 1) * shard * n * 2,
-        .counts = (const uint64_t*)(ws + MK_RS_COUNT_OFFSET) + (size_t)fc->nranks * blocks, .shard_rows = shard,
-        .n = n, .rank = fc->rank, .nranks = fc->nranks, .tiles_n = (uint32_t)((n + (size_t)bn - 1) / (size_t)bn),
-        .err = fc->err, .err_tag = tag, .timeout_ns = timeout_ns};
-    MK_CHECK(mk_rs_collect_launch(&ca, stream));
-  }
-  MK_CHECK(mk_rs_finish_launch(fc->sym, fc->nranks * (int)blocks * (gather ? 2 : 1), stream));
+  g.c = gather ? (char*)c + (size_t)fc->rank * shard * n * 2 : c; /* this rank's rows */
+  g.row_block_rotate = mk_sched_rs_row_block(fc->rank, fc->nranks, (int)(shard / MK_AG_BLOCK_ROWS), 0);
+  MK_CHECK(mk_gemm_launch(&g, stream)); /* the whole call: rs_comm.h */
   return mk_trace_comm_end(fc, stream);
 }
 

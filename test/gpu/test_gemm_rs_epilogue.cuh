@@ -1,6 +1,8 @@
 /*
  * The reduce-scatter epilogue (gemm.h, rs) on one GPU (included by test_gemm.cu): the peers'
- * workspaces are plain buffers here, their partials and counters written before the launch.
+ * workspaces are plain buffers here, their partials, reduced rows and counters written before
+ * the launch. With the call bracket the launch is the whole call: peers' done words, the
+ * collect of the peers' reduced rows into c_full, counters zeroed and done = e at the end.
  */
 
 static __global__ void add_bf16_to_f64(double* ref, const __nv_bfloat16* x, size_t count) {
@@ -12,50 +14,103 @@ static __global__ void fill_u64(uint64_t* p, int count, uint64_t v) {
   for (int i = threadIdx.x; i < count; i += blockDim.x) p[i] = v;
 }
 
-/* Buffers standing in for the peers: partials in, slots out, gather slots, counters. */
+/* Buffers standing in for this rank's workspace and its peers'. */
 struct rs_fake_peers {
   struct mk_gemm_rs rs;
-  void* bufs[3][MK_GEMM_RS_MAX_RANKS]; /* in, out, gather */
-  uint64_t* counts;                    /* [3][nranks][blocks] */
+  void* bufs[4][MK_GEMM_RS_MAX_RANKS]; /* in, gathered (this rank's), out, gather (the peers') */
+  uint64_t* counts;                    /* [4][nranks][blocks], the same four; own = the first two */
+  uint64_t* words;                     /* [0] done [1] call [2] exits, then each peer's done */
 };
 
+enum { RS_IN, RS_GATHERED, RS_OUT, RS_GATHER };
+
+/* peers_ready: the peers' partials and reduced rows are complete before the launch. */
 static void rs_fake_peers_make(struct rs_fake_peers* f, int rank, int nranks, int shard, int n, int tiles_n,
                                int peers_ready, uint64_t seed) {
   const int blocks = shard / 128;
-  const size_t slot = (size_t)shard * n;
+  const size_t slot = (size_t)shard * n, region = (size_t)nranks * blocks;
   memset(f, 0, sizeof(*f));
   f->rs.shard_rows = shard, f->rs.rank = rank, f->rs.nranks = nranks;
-  CUDA_OK(cudaMalloc(&f->counts, (size_t)3 * nranks * blocks * 8));
-  CUDA_OK(cudaMemset(f->counts, 0, (size_t)3 * nranks * blocks * 8));
+  CUDA_OK(cudaMalloc(&f->counts, 4 * region * 8));
+  CUDA_OK(cudaMemset(f->counts, 0, 4 * region * 8));
+  CUDA_OK(cudaMalloc(&f->words, (3 + MK_GEMM_RS_MAX_RANKS) * 8));
+  CUDA_OK(cudaMemset(f->words, 0, (3 + MK_GEMM_RS_MAX_RANKS) * 8));
   for (int d = 0; d < nranks; d++) {
     if (d == rank) continue;
-    for (int b = 0; b < 3; b++) CUDA_OK(cudaMalloc(&f->bufs[b][d], slot * 2));
-    fill_random_bf16(f->bufs[0][d], slot, seed + d, 4.0f); /* large: a missing partial shows */
-    poison(f->bufs[1][d], slot * 2);
-    poison(f->bufs[2][d], slot * 2);
-    uint64_t* cnt = f->counts + (size_t)d * blocks;
-    if (peers_ready) fill_u64<<<1, 128>>>(cnt, blocks, (uint64_t)tiles_n);
-    f->rs.in[d] = f->bufs[0][d], f->rs.in_counts[d] = cnt;
-    f->rs.out[d] = f->bufs[1][d], f->rs.out_counts[d] = cnt + (size_t)nranks * blocks;
-    f->rs.gather[d] = f->bufs[2][d], f->rs.gather_counts[d] = cnt + (size_t)2 * nranks * blocks;
+    for (int b = 0; b < 4; b++) CUDA_OK(cudaMalloc(&f->bufs[b][d], slot * 2));
+    fill_random_bf16(f->bufs[RS_IN][d], slot, seed + d, 4.0f); /* large: a missing partial shows */
+    fill_random_bf16(f->bufs[RS_GATHERED][d], slot, seed + 100 + d, 1.0f);
+    poison(f->bufs[RS_OUT][d], slot * 2);
+    poison(f->bufs[RS_GATHER][d], slot * 2);
+    uint64_t* cnt[4];
+    for (int b = 0; b < 4; b++) cnt[b] = f->counts + b * region + (size_t)d * blocks;
+    if (peers_ready) {
+      fill_u64<<<1, 128>>>(cnt[RS_IN], blocks, (uint64_t)tiles_n);
+      fill_u64<<<1, 128>>>(cnt[RS_GATHERED], blocks, (uint64_t)tiles_n);
+    }
+    f->rs.in[d] = f->bufs[RS_IN][d], f->rs.in_counts[d] = cnt[RS_IN];
+    f->rs.gathered[d] = f->bufs[RS_GATHERED][d], f->rs.gathered_counts[d] = cnt[RS_GATHERED];
+    f->rs.out[d] = f->bufs[RS_OUT][d], f->rs.out_counts[d] = cnt[RS_OUT];
+    f->rs.gather[d] = f->bufs[RS_GATHER][d], f->rs.gather_counts[d] = cnt[RS_GATHER];
   }
+}
+
+/* The call bracket: this rank's words and counters, peers whose done words read peer_done. */
+static void rs_fake_peers_bracket(struct rs_fake_peers* f, uint64_t done, uint64_t peer_done) {
+  const uint64_t words[3] = {done, 0, 0};
+  CUDA_OK(cudaMemcpy(f->words, words, sizeof words, cudaMemcpyHostToDevice));
+  fill_u64<<<1, 32>>>(f->words + 3, MK_GEMM_RS_MAX_RANKS, peer_done);
+  f->rs.done = f->words, f->rs.call = f->words + 1, f->rs.exits = (uint32_t*)(f->words + 2);
+  for (int d = 0; d < f->rs.nranks; d++)
+    if (d != f->rs.rank) f->rs.peer_done[d] = f->words + 3 + d;
+  f->rs.counters = f->counts, f->rs.num_counters = 2 * f->rs.nranks * (f->rs.shard_rows / 128);
 }
 
 static void rs_fake_peers_free(struct rs_fake_peers* f) {
   for (int d = 0; d < MK_GEMM_RS_MAX_RANKS; d++)
-    for (int b = 0; b < 3; b++) cudaFree(f->bufs[b][d]);
+    for (int b = 0; b < 4; b++) cudaFree(f->bufs[b][d]);
   cudaFree(f->counts);
+  cudaFree(f->words);
 }
 
-/* Every counter of `which` (1 out, 2 gather) of every peer == want. */
+/* Every counter of region `which` for every peer == want. */
 static int rs_counts_all(const struct rs_fake_peers* f, int which, int blocks, uint64_t want) {
   const int nr = f->rs.nranks;
-  std::vector<uint64_t> h((size_t)3 * nr * blocks);
+  std::vector<uint64_t> h((size_t)4 * nr * blocks);
   CUDA_OK(cudaMemcpy(h.data(), f->counts, h.size() * 8, cudaMemcpyDeviceToHost));
   for (int d = 0; d < nr; d++)
     for (int b = 0; d != f->rs.rank && b < blocks; b++)
       if (h[(size_t)which * nr * blocks + (size_t)d * blocks + b] != want) return 0;
   return 1;
+}
+
+static int bytes_equal(const void* x, const void* y, size_t bytes) {
+  std::vector<unsigned char> hx(bytes), hy(bytes);
+  CUDA_OK(cudaMemcpy(hx.data(), x, bytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(hy.data(), y, bytes, cudaMemcpyDeviceToHost));
+  return hx == hy;
+}
+
+/* The peers' slots hold the plain GEMM of their rows; c = own rows + every peer's partial. */
+static void rs_expect_slots_and_sum(struct problem* p, struct rs_fake_peers* f, const void* c_own, int shard,
+                                    const char* label) {
+  const int rank = f->rs.rank, nranks = f->rs.nranks, n = p->n, k = p->k;
+  const size_t slot = (size_t)shard * n;
+  for (int d = 0; d < nranks; d++) {
+    if (d == rank) continue;
+    ref_gemm_f64<double>((const __nv_bfloat16*)p->a + (size_t)d * shard * k, p->b, NULL, NULL, p->ref, shard, n, k);
+    struct check_result r = check_close((const __nv_bfloat16*)f->rs.out[d], p->ref, slot, TOL);
+    printf("  %s: slot of owner %d rel=%.3e %s\n", label, d, r.rel, r.pass ? "ok" : "FAIL");
+    EXPECT(r.pass, "%s: owner %d's slot rel=%.3e", label, d, r.rel);
+  }
+  ref_gemm_f64<double>((const __nv_bfloat16*)p->a + (size_t)rank * shard * k, p->b, NULL, NULL, p->ref, shard, n, k);
+  for (int d = 0; d < nranks; d++)
+    if (d != rank) add_bf16_to_f64<<<256, 256>>>(p->ref, (const __nv_bfloat16*)f->rs.in[d], slot);
+  struct check_result r = check_close((const __nv_bfloat16*)c_own, p->ref, slot, TOL);
+  printf("  %s own rows: rel=%.3e %s\n", label, r.rel, r.pass ? "ok" : "FAIL");
+  EXPECT(r.pass, "%s own rows rel=%.3e", label, r.rel);
+  for (int d = 0; d < nranks; d++)
+    EXPECT(d == rank || bytes_equal(c_own, f->rs.gather[d], slot * 2), "%s: gather slot on %d differs from c", label, d);
 }
 
 static void run_rs_epilogue_case(int rank, int nranks, int n, int k) {
@@ -70,44 +125,63 @@ static void run_rs_epilogue_case(int rank, int nranks, int n, int k) {
   struct mk_gemm_args g = problem_args(&p);
   g.rs = &f.rs;
   EXPECT(launch_sync(&g) == 0, "launch (rank %d of %d)", rank, nranks);
-  const size_t slot = (size_t)shard * n;
   char label[64];
-  for (int d = 0; d < nranks; d++) { /* each peer's slot: the plain GEMM of its rows */
-    if (d == rank) continue;
-    ref_gemm_f64<double>((const __nv_bfloat16*)p.a + (size_t)d * shard * k, p.b, NULL, NULL, p.ref, shard, n, k);
-    struct check_result r = check_close((const __nv_bfloat16*)f.rs.out[d], p.ref, slot, TOL);
-    printf("  rank %d/%d: slot of owner %d rel=%.3e %s\n", rank, nranks, d, r.rel, r.pass ? "ok" : "FAIL");
-    EXPECT(r.pass, "rank %d of %d: owner %d's slot rel=%.3e", rank, nranks, d, r.rel);
-  }
-  /* own rows: the GEMM + every peer's partial */
-  ref_gemm_f64<double>((const __nv_bfloat16*)p.a + (size_t)rank * shard * k, p.b, NULL, NULL, p.ref, shard, n, k);
-  for (int d = 0; d < nranks; d++)
-    if (d != rank) add_bf16_to_f64<<<256, 256>>>(p.ref, (const __nv_bfloat16*)f.rs.in[d], slot);
-  struct check_result r = check_close((const __nv_bfloat16*)p.c, p.ref, slot, TOL);
-  snprintf(label, sizeof label, "rank %d/%d own rows", rank, nranks);
-  printf("  %s: rel=%.3e %s\n", label, r.rel, r.pass ? "ok" : "FAIL");
-  EXPECT(r.pass, "%s rel=%.3e", label, r.rel);
-  std::vector<uint16_t> own(slot), got(slot);
-  CUDA_OK(cudaMemcpy(own.data(), p.c, slot * 2, cudaMemcpyDeviceToHost));
-  for (int d = 0; d < nranks; d++) {
-    if (d == rank) continue;
-    CUDA_OK(cudaMemcpy(got.data(), f.rs.gather[d], slot * 2, cudaMemcpyDeviceToHost));
-    EXPECT(own == got, "%s: gather slot on %d differs from c", label, d);
-  }
-  EXPECT(rs_counts_all(&f, 1, blocks, (uint64_t)tiles_n) && rs_counts_all(&f, 2, blocks, (uint64_t)tiles_n),
+  snprintf(label, sizeof label, "rank %d/%d", rank, nranks);
+  rs_expect_slots_and_sum(&p, &f, p.c, shard, label);
+  EXPECT(rs_counts_all(&f, RS_OUT, blocks, (uint64_t)tiles_n) && rs_counts_all(&f, RS_GATHER, blocks, (uint64_t)tiles_n),
          "%s: every out and gather counter must be %d", label, tiles_n);
   rs_fake_peers_free(&f);
   problem_free(&p);
 }
 
-/* A peer's partial that never comes: the kernel exits cleanly with the error record naming the
- * counter, and this rank's rows are not written. */
-static void run_rs_missing_peer_case(void) {
+/* The whole call in one launch: c is this rank's rows of c_full, the peers' reduced rows are
+ * collected into the others, and the call ends with the counters zeroed and done = e. */
+static void run_rs_bracket_case(int rank, int nranks, int n, int k) {
+  const int shard = 256, m = shard * nranks, blocks = shard / 128;
+  int bm, bn;
+  mk_gemm_tile_shape(&bm, &bn);
+  const int tiles_n = (n + bn - 1) / bn;
+  struct problem p;
+  problem_alloc(&p, m, n, k, 1, 2); /* c: [m, n], the whole all-reduce output */
+  struct rs_fake_peers f;
+  rs_fake_peers_make(&f, rank, nranks, shard, n, tiles_n, 1, p.seed + 7);
+  rs_fake_peers_bracket(&f, 6, 6); /* call 7; the peers finished 6 */
+  const size_t slot = (size_t)shard * n;
+  void* c_own = (__nv_bfloat16*)p.c + (size_t)rank * slot;
+  f.rs.c_full = p.c;
+  struct mk_gemm_args g = problem_args(&p);
+  g.c = c_own, g.rs = &f.rs, g.row_block_rotate = ((rank + 1) % nranks) * blocks;
+  EXPECT(launch_sync(&g) == 0, "launch (rank %d of %d, bracket)", rank, nranks);
+  char label[64];
+  snprintf(label, sizeof label, "bracket rank %d/%d", rank, nranks);
+  rs_expect_slots_and_sum(&p, &f, c_own, shard, label);
+  for (int d = 0; d < nranks; d++)
+    EXPECT(d == rank || bytes_equal((__nv_bfloat16*)p.c + (size_t)d * slot, f.rs.gathered[d], slot * 2),
+           "%s: rows of %d in c differ from its reduced rows", label, d);
+  uint64_t words[3];
+  CUDA_OK(cudaMemcpy(words, f.words, sizeof words, cudaMemcpyDeviceToHost));
+  printf("  %s: done %llu call %llu exits %llu\n", label, (unsigned long long)words[0], (unsigned long long)words[1],
+         (unsigned long long)words[2]);
+  EXPECT(words[0] == 7 && words[1] == 7 && words[2] == 0, "%s: done/call must be 7, exits 0", label);
+  EXPECT(rs_counts_all(&f, RS_IN, blocks, 0) && rs_counts_all(&f, RS_GATHERED, blocks, 0),
+         "%s: this rank's counters must be back to 0", label);
+  EXPECT(rs_counts_all(&f, RS_OUT, blocks, (uint64_t)tiles_n), "%s: the peers' counters must be %d", label, tiles_n);
+  rs_fake_peers_free(&f);
+  problem_free(&p);
+}
+
+/* What never comes (a peer's partial; a peer still in its previous call): the kernel exits
+ * cleanly with the error record naming the counter or the peer, and c is not written. */
+static void run_rs_missing_case(int peer_busy) {
   const int rank = 0, nranks = 2, shard = 256, n = 512, k = 256;
   struct problem p;
   problem_alloc(&p, shard * nranks, n, k, 1, 2);
   struct rs_fake_peers f;
-  rs_fake_peers_make(&f, rank, nranks, shard, n, 2, 0, p.seed + 7);
+  rs_fake_peers_make(&f, rank, nranks, shard, n, 2, peer_busy, p.seed + 7);
+  if (peer_busy) { /* call 6 while the peer has only finished 4 */
+    rs_fake_peers_bracket(&f, 5, 4);
+    f.rs.c_full = p.c;
+  }
   struct mk_gemm_error* err;
   CUDA_OK(cudaHostAlloc((void**)&err, sizeof(*err), cudaHostAllocMapped));
   memset(err, 0, sizeof(*err));
@@ -115,12 +189,16 @@ static void run_rs_missing_peer_case(void) {
   g.rs = &f.rs, g.err = err, g.err_tag = 0x5A, g.timeout_ms = 50;
   EXPECT(gemm_launch(&g, 0) == 0, "launch");
   cudaError_t e = cudaDeviceSynchronize();
-  printf("  missing partial: kernel %s, aborted=%u tag=%x flag=%u expected=%llu seen=%llu\n", cudaGetErrorString(e),
-         err->aborted, err->tag, err->flag_index, (unsigned long long)err->expected, (unsigned long long)err->seen);
-  EXPECT(e == cudaSuccess && err->aborted == 1 && err->tag == 0x5A && err->expected == 2 && err->seen == 0 &&
-             err->flag_index < 2 + (unsigned)shard / 128,
-         "error record of a missing partial");
-  EXPECT(all_bytes_ff(p.c, (size_t)shard * n * 2), "own rows written without the peer's partial");
+  printf("  %s: kernel %s, aborted=%u tag=%x flag=%u expected=%llu seen=%llu\n",
+         peer_busy ? "peer still busy" : "missing partial", cudaGetErrorString(e), err->aborted, err->tag,
+         err->flag_index, (unsigned long long)err->expected, (unsigned long long)err->seen);
+  if (peer_busy)
+    EXPECT(e == cudaSuccess && err->aborted == 1 && err->tag == 0x5A && err->flag_index == 1 && err->expected == 5 &&
+               err->seen == 4, "error record of a busy peer");
+  else
+    EXPECT(e == cudaSuccess && err->aborted == 1 && err->tag == 0x5A && err->expected == 2 && err->seen == 0 &&
+               err->flag_index >= 2 && err->flag_index < 4, "error record of a missing partial");
+  EXPECT(all_bytes_ff(p.c, (size_t)shard * n * 2), "own rows written without the peer");
   CUDA_OK(cudaFreeHost(err));
   rs_fake_peers_free(&f);
   problem_free(&p);
@@ -131,5 +209,8 @@ static void test_rs_epilogue(void) {
   run_rs_epilogue_case(0, 2, 520, 384);
   run_rs_epilogue_case(1, 2, 1000, 200);
   run_rs_epilogue_case(1, 3, 264, 128);
-  run_rs_missing_peer_case();
+  run_rs_bracket_case(0, 2, 520, 384);
+  run_rs_bracket_case(2, 3, 264, 128);
+  run_rs_missing_case(0);
+  run_rs_missing_case(1);
 }

@@ -59,6 +59,9 @@ static void rs_row_blocks_cover_every_block_once_own_shard_last(int n, int bps) 
     for (int pos = 0; pos < n * bps; pos++) seen[mk_sched_rs_row_block(r, n, bps, pos)]++;
     for (int j = 0; j < n * bps; j++) CHECK_EQ(seen[j], 1);
     for (int pos = (n - 1) * bps; pos < n * bps; pos++) CHECK_EQ(mk_sched_rs_row_block(r, n, bps, pos) / bps, r);
+    /* a rotation: the GEMM core walks it as row_block_rotate = the first position's block */
+    for (int pos = 0; pos < n * bps; pos++)
+      CHECK_EQ(mk_sched_rs_row_block(r, n, bps, pos), (pos + mk_sched_rs_row_block(r, n, bps, 0)) % (n * bps));
   }
 }
 
