@@ -68,14 +68,31 @@ static int gemm_validate_rs(const struct mk_gemm_args* a, int bm, int async_epi)
       GEMM_REJECT("mk_gemm_launch: rs pointers of rank %d missing", d);
     if (gemm_misaligned(rs->out[d]) || gemm_misaligned(rs->in[d]) || (gather && gemm_misaligned(rs->gather[d])))
       GEMM_REJECT("mk_gemm_launch: rs slots of rank %d must be 16-byte aligned", d);
-    if (rs->done && (!rs->peer_done[d] || (gather && (!rs->gathered[d] || !rs->gathered_counts[d] ||
-                                                      gemm_misaligned(rs->gathered[d])))))
-      GEMM_REJECT("mk_gemm_launch: rs call bracket: peer_done / gathered slots of rank %d missing or misaligned", d);
+    if (gather && a->call && (!rs->gathered[d] || !rs->gathered_counts[d] || gemm_misaligned(rs->gathered[d])))
+      GEMM_REJECT("mk_gemm_launch: rs gathered slots of rank %d missing or misaligned", d);
   }
-  if (rs->done && (!rs->call || !rs->exits || rs->num_counters < 0 || (rs->num_counters && !rs->counters) ||
-                   (gather && (!rs->c_full || gemm_misaligned(rs->c_full)))))
-    GEMM_REJECT("mk_gemm_launch: rs call bracket needs call, exits, counters (num_counters %d) and, with the "
-                "gather, an aligned c_full", rs->num_counters);
+  if (gather && a->call && (!rs->c_full || gemm_misaligned(rs->c_full)))
+    GEMM_REJECT("mk_gemm_launch: rs with the gather and a call bracket needs an aligned c_full");
+  return 0;
+}
+
+/* The call bracket and the row-scatter epilogue (gemm.h). */
+static int gemm_validate_call(const struct mk_gemm_args* a) {
+  const struct mk_gemm_call* c = a->call;
+  if (c) {
+    if (c->nranks < 1 || c->nranks > MK_GEMM_RS_MAX_RANKS || c->rank < 0 || c->rank >= c->nranks)
+      GEMM_REJECT("mk_gemm_launch: call rank %d of %d out of range", c->rank, c->nranks);
+    if (!c->done || !c->exits || c->num_counters < 0 || (c->num_counters && !c->counters))
+      GEMM_REJECT("mk_gemm_launch: call bracket needs done, exits and counters (num_counters %d)", c->num_counters);
+    for (int d = 0; d < c->nranks; d++)
+      if (d != c->rank && !c->peer_done[d]) GEMM_REJECT("mk_gemm_launch: call bracket: peer_done of rank %d missing", d);
+  }
+  const struct mk_gemm_scatter* sc = a->scatter;
+  if (sc && (!sc->row_dest || sc->row_mult < 0 || a->rs || a->epilogue != MK_GEMM_STORE || a->tile_flags))
+    GEMM_REJECT("mk_gemm_launch: scatter needs row_dest, row_mult >= 0, the STORE epilogue, no rs, no tile_flags");
+  if (sc)
+    for (int d = 0; d < MK_GEMM_RS_MAX_RANKS; d++)
+      if (gemm_misaligned(sc->base[d])) GEMM_REJECT("mk_gemm_launch: scatter base of rank %d must be 16-byte aligned", d);
   return 0;
 }
 
@@ -237,6 +254,8 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
     p->rs = *a->rs;
     p->rs_gather = a->rs->gather[a->rs->rank ? 0 : 1] != NULL;
   }
+  if (a->call) p->call = *a->call;
+  if (a->scatter) p->scatter = *a->scatter;
 }
 
 /* CTAs in the persistent grid: num_sms (or all), no more than can be resident, no more than
@@ -257,6 +276,8 @@ template <class Cfg>
 static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   MK_CHECK(gemm_validate(a));
   if (a->rs) MK_CHECK(gemm_validate_rs(a, Cfg::BM, Cfg::ASYNC_EPI));
+  MK_CHECK(gemm_validate_call(a));
+  if (a->scatter && !Cfg::ASYNC_EPI) GEMM_REJECT("mk_gemm_launch: scatter needs the storer warps (ASYNC_EPI)");
   int sms = 0, max_ctas = 0;
   MK_CHECK(gemm_device_sms(&sms));
   const int groups = a->group_offsets ? a->num_groups : 1;
@@ -294,7 +315,7 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
 /* Clusters of two need every wait in the producer to end the same way in both CTAs; the ready
  * flags' timeout cannot promise that, and a single CTA cannot form a pair. */
 static int gemm_use_pairs(const struct mk_gemm_args* a) {
-  return a && !a->ready_flags && !a->rs && a->num_sms != 1;
+  return a && !a->ready_flags && !a->rs && !a->call && !a->scatter && a->num_sms != 1;
 }
 
 extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream) {

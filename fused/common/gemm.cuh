@@ -43,6 +43,8 @@ struct mk_gemm_params {
   uint64_t timeout_ns;
   struct mk_gemm_rs rs; /* shard_rows 0: off */
   int rs_gather;        /* rs.gather is set (all-reduce) */
+  struct mk_gemm_call call;       /* done NULL: off */
+  struct mk_gemm_scatter scatter; /* row_dest NULL: off */
 };
 
 /* MMA_INFLIGHT: wgmma groups left in flight when a K-block is done (0 or 1): with 1, the
@@ -318,13 +320,13 @@ __device__ __noinline__ void gemm_rs_store_own(const struct mk_gemm_params& p, u
   }
 }
 
-/* One thread: waits until every peer finished its previous call (its done >= e - 1), so its
- * slots are free for this call's stores. 0 on timeout (flag_index: the peer). */
-__device__ __noinline__ int gemm_rs_wait_peers_free(const struct mk_gemm_params& p) {
-  const uint64_t e = *(volatile uint64_t*)p.rs.done + 1;
-  for (int d = 0; d < p.rs.nranks; d++)
-    if (d != p.rs.rank && mk_wait_geq(p.rs.peer_done[d], e - 1, p.err, p.err_tag, 0xFFFFFFFFu, (uint32_t)d,
-                                      p.timeout_ns) < e - 1)
+/* One thread: waits until every peer finished its previous call (its done >= e - 1), so what
+ * this call writes into it is free. 0 on timeout (flag_index: the peer). */
+__device__ __noinline__ int gemm_call_wait_peers_free(const struct mk_gemm_params& p) {
+  const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
+  for (int d = 0; d < p.call.nranks; d++)
+    if (d != p.call.rank && mk_wait_geq(p.call.peer_done[d], e - 1, p.err, p.err_tag, 0xFFFFFFFFu, (uint32_t)d,
+                                        p.timeout_ns) < e - 1)
       return 0;
   return 1;
 }
@@ -369,26 +371,46 @@ __device__ __noinline__ void gemm_rs_collect(const struct mk_gemm_params& p) {
   }
 }
 
-/* Every thread of every CTA: the last CTA to get here zeroes the counters and ends the call
- * (done = e), so the peers may write this rank's slots for the next one. Called inside each
- * role's branch (whole warps: bar.sync 0 counts all 384 threads wherever they wait). */
-__device__ __forceinline__ void gemm_rs_end_call(const struct mk_gemm_params& p) {
+/* Every thread of every CTA: the last CTA to get here zeroes the counters, raises the
+ * notify flags and ends the call (gemm.h struct mk_gemm_call). Called inside each role's
+ * branch (whole warps: bar.sync 0 counts all 384 threads wherever they wait). */
+__device__ __forceinline__ void gemm_call_end(const struct mk_gemm_params& p) {
   __shared__ int last;
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(p.rs.exits, 1u) == gridDim.x - 1;
+    fence_acq_rel_sys(); /* this CTA's stores, to peers too, before its exit is counted */
+    last = atomicAdd(p.call.exits, 1u) == gridDim.x - 1;
   }
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int i = threadIdx.x; i < p.rs.num_counters; i += blockDim.x) p.rs.counters[i] = 0;
+  for (int i = threadIdx.x; i < p.call.num_counters; i += blockDim.x) p.call.counters[i] = 0;
   __syncthreads();
   if (threadIdx.x) return;
-  *p.rs.exits = 0;
-  const uint64_t e = *(volatile uint64_t*)p.rs.done + 1;
+  *p.call.exits = 0;
+  const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
   fence_acq_rel_sys();
-  st_release_sys_u64(p.rs.done, e);
+  for (int d = 0; d < p.call.nranks; d++)
+    if (p.call.notify[d]) st_release_sys_u64(p.call.notify[d], e);
+  if (p.call.set_done) st_release_sys_u64(p.call.done, e);
+}
+
+/* Row-scatter epilogue (gemm.h): one consumer's staged half of a tile, each row to its own
+ * destination. Not inlined: the storer warps' register budget. */
+template <class Cfg>
+__device__ __noinline__ void gemm_scatter_store_half(const struct mk_gemm_params& p, uint32_t base, int stid,
+                                                     int row0, int row_end, int col0) {
+  constexpr int CHUNKS_ROW = Cfg::BN / 8;
+  for (int c = stid; c < 64 * CHUNKS_ROW; c += Cfg::STORER_THREADS) {
+    const int r = c / CHUNKS_ROW, gcol = col0 + (c % CHUNKS_ROW) * 8;
+    if (row0 + r >= row_end || gcol >= p.n) continue;
+    const int* d = p.scatter.row_dest + (size_t)(row0 + r) * 3;
+    const int rank = d[0];
+    if (rank < 0) continue;
+    const size_t row = (size_t)d[1] * p.scatter.row_mult + d[2];
+    st_global_v4_b32((__nv_bfloat16*)p.scatter.base[rank] + row * p.n + gcol,
+                     ld_shared_v4_b32(base + stage_offset(r, (c % CHUNKS_ROW) * 8)));
+  }
 }
 
 /* After a tile's stores are visible at system scope (one thread): the owner's counter, or
@@ -415,7 +437,7 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
   constexpr int CHUNKS_ROW = Cfg::BN / 8;
   uint32_t c_phase = 0;
   int rs_failed = 0; /* a peer's partial never came: drain the tiles, store nothing more */
-  if (p.rs.done) rs_failed = !bar_red_and(4, Cfg::STORER_THREADS, stid != 0 || gemm_rs_wait_peers_free(p));
+  if (p.call.done) rs_failed = !bar_red_and(4, Cfg::STORER_THREADS, stid != 0 || gemm_call_wait_peers_free(p));
   struct mk_tile t;
   const int first_slot = blockIdx.x / Cfg::CLUSTER_M, slot_step = gridDim.x / Cfg::CLUSTER_M;
   for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
@@ -435,6 +457,8 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
       const int c_row0 = t.row0 + w * 64 - shard_row0;
       if (owner == p.rs.rank && !rs_failed)
         gemm_rs_store_own<Cfg>(p, base, stid, t.row0 + w * 64, t.row_end, t.col0, (size_t)c_row0 * p.n);
+      else if (p.scatter.row_dest && !rs_failed)
+        gemm_scatter_store_half<Cfg>(p, base, stid, t.row0 + w * 64, t.row_end, t.col0);
       else if (!rs_failed) {
         __nv_bfloat16* c_base = (__nv_bfloat16*)(owner >= 0 ? p.rs.out[owner] : p.c);
         for (int c = stid; c < 64 * CHUNKS_ROW; c += Cfg::STORER_THREADS) {
@@ -592,7 +616,7 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
     }
     *abort_flag = 0;
     fence_mbarrier_init();
-    if (blockIdx.x == 0 && p.rs.call) *p.rs.call = *(volatile uint64_t*)p.rs.done + 1;
+    if (blockIdx.x == 0 && p.call.call) *p.call.call = *(volatile uint64_t*)p.call.done + 1;
   }
   /* the partner's multicasts and arrivals target our barriers: initialised first */
   if (Cfg::CLUSTER_M > 1) barrier_cluster_arrive_wait();
@@ -605,12 +629,12 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
     if (threadIdx.x == 0) gemm_producer<Cfg>(&tmap_a, &tmap_a_local, &tmap_b, p, smem, full, empty, abort_flag);
     else if (Cfg::ASYNC_EPI && threadIdx.x >= 32) gemm_storer<Cfg>(p, smem, c_full, c_empty, abort_flag);
     /* NOTES: here, not in the consumers: a call from their branch failed register allocation */
-    if (p.rs_gather && p.rs.done) gemm_rs_collect<Cfg>(p);
-    if (p.rs.done) gemm_rs_end_call(p);
+    if (p.rs_gather && p.call.done) gemm_rs_collect<Cfg>(p);
+    if (p.call.done) gemm_call_end(p);
   } else {
     setmaxnreg_inc<224>();
     gemm_consumer<Cfg>(wg - 1, p, smem, full, empty, c_full, c_empty, abort_flag);
-    if (p.rs.done) gemm_rs_end_call(p);
+    if (p.call.done) gemm_call_end(p);
   }
   /* no CTA leaves while its partner may still multicast into it or arrive on its barriers */
   if (Cfg::CLUSTER_M > 1) barrier_cluster_arrive_wait();

@@ -29,8 +29,9 @@
  *    peers' partials (fp32 sum, one bf16 rounding); with gather set (all-reduce) the sum is
  *    also stored into every peer's gather slot, counted the same way. Plain mode, STORE
  *    epilogue, no tile_flags; the order should visit the peers' rows first (row_block_rotate =
- *    the next rank's first row-block). With `done` set the kernel is the whole call (see
- *    struct mk_gemm_rs: no kernel before or after it).
+ *    the next rank's first row-block). With `call` (struct mk_gemm_call) the kernel is the
+ *    whole call: no kernel before or after it.
+ *  - scatter (struct mk_gemm_scatter): every output row to its own destination row.
  */
 #ifndef MK_GEMM_H_
 #define MK_GEMM_H_
@@ -74,21 +75,39 @@ struct mk_gemm_rs {
   void* gather[MK_GEMM_RS_MAX_RANKS];              /* on d: this rank's reduced rows; NULL: off */
   uint64_t* gather_counts[MK_GEMM_RS_MAX_RANKS];   /* on d: its gather counters for this rank */
   /* With the gather, this rank's side: src's reduced rows and their counters, copied into
-   * c_full ([m, n]; c is its own shard) by the consumer warps once their tiles are done. */
+   * c_full ([m, n]; c is its own shard) once this CTA's tiles are stored (needs args.call). */
   const void* gathered[MK_GEMM_RS_MAX_RANKS];
   const uint64_t* gathered_counts[MK_GEMM_RS_MAX_RANKS];
   void* c_full;
-  /* The call bracket, so that no kernel runs before or after this one (NULL done: off, the
-   * caller brackets the call itself). Call e = *done + 1: CTA 0 sets *call = e; no tile is
-   * stored to a peer before every peer_done >= e - 1 (the peer's previous call no longer
-   * reads its slots); the last CTA to finish (*exits counts them) zeroes counters[0 ..
-   * num_counters) and *exits, then sets *done = e (release, system scope). */
+};
+
+/* The call bracket of a one-kernel fused call (args.call, optional), so that no kernel needs
+ * to run before or after this one. Call e = *done + 1 (done changes only at the very end).
+ * CTA 0 sets *call = e (when call is set); no tile is stored before every peer_done >= e - 1
+ * (a peer's previous call no longer reads what this call writes into it); the last CTA to
+ * finish (*exits counts them, back to 0 after) zeroes counters[0 .. num_counters), sets
+ * *notify[d] = e for every non-NULL entry, and with set_done *done = e (all release, system
+ * scope, after every CTA's stores). */
+struct mk_gemm_call {
+  int rank, nranks;
   uint64_t* done;
   uint64_t* call;
   const uint64_t* peer_done[MK_GEMM_RS_MAX_RANKS];
   uint32_t* exits;
   uint64_t* counters;
   int num_counters;
+  uint64_t* notify[MK_GEMM_RS_MAX_RANKS];
+  int set_done;
+};
+
+/* Row-scatter epilogue (args.scatter, optional; plain or grouped, STORE): output row r goes to
+ * base[rank] + (i * row_mult + j) * n bf16 elements, with (rank, i, j) = row_dest[3r .. 3r+2]
+ * (rank < 0: the row is dropped), instead of c. MoE combine: every row back to (source rank,
+ * token, slot). */
+struct mk_gemm_scatter {
+  void* base[MK_GEMM_RS_MAX_RANKS];
+  const int* row_dest;
+  int row_mult;
 };
 
 struct mk_gemm_args {
@@ -123,6 +142,8 @@ struct mk_gemm_args {
   int num_groups;              /* grouped mode when group_offsets != NULL */
   const int* group_offsets;
   const struct mk_gemm_rs* rs; /* reduce-scatter epilogue; optional (copied at launch) */
+  const struct mk_gemm_call* call;       /* one-kernel call bracket; optional (copied) */
+  const struct mk_gemm_scatter* scatter; /* row-scatter epilogue; optional (copied) */
 };
 
 /* Launches on `stream`. Returns 0, -EINVAL (bad argument, nothing launched, a WARN names

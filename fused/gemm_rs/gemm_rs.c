@@ -45,15 +45,18 @@ int mk_gemm_rs_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k
          k <= fc->cfg.max_k && gemm_rs_data_bytes(fc, m, n, gather) <= fc->sym_bytes - MK_FUSED_FLAG_BYTES;
 }
 
-/* The epilogue's peers (rs_comm.h: slots and counters in each workspace). */
-static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, int gather, struct mk_gemm_rs* rs) {
+/* The epilogue's peers and the call bracket (rs_comm.h: words, slots and counters). */
+static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, int gather, struct mk_gemm_rs* rs,
+                          struct mk_gemm_call* call) {
   const int nr = fc->nranks, r = fc->rank;
   const size_t shard = m / (size_t)nr, blocks = shard / MK_AG_BLOCK_ROWS, slot = shard * n * 2;
   const size_t gather0 = (size_t)(nr - 1) * slot; /* the gather slots follow the partial slots */
   char* own = (char*)fc->sym;
   uint64_t* own_counts = (uint64_t*)(own + MK_RS_COUNT_OFFSET);
   memset(rs, 0, sizeof(*rs));
+  memset(call, 0, sizeof(*call));
   rs->shard_rows = (int)shard, rs->rank = r, rs->nranks = nr;
+  call->rank = r, call->nranks = nr;
   for (int d = 0; d < nr; d++) {
     if (d == r) continue;
     char* peer = fc->peer_sym[d];
@@ -62,16 +65,16 @@ static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, in
     rs->out_counts[d] = peer_counts + (size_t)r * blocks;
     rs->in[d] = own + MK_AG_DATA_OFFSET + (size_t)mk_sched_rs_slot(d, r) * slot;
     rs->in_counts[d] = own_counts + (size_t)d * blocks;
-    rs->peer_done[d] = (const uint64_t*)peer + MK_AG_WORD_DONE;
+    call->peer_done[d] = (const uint64_t*)peer + MK_AG_WORD_DONE;
     if (!gather) continue;
     rs->gather[d] = peer + MK_AG_DATA_OFFSET + gather0 + (size_t)mk_sched_rs_slot(r, d) * slot;
     rs->gather_counts[d] = peer_counts + (size_t)(nr + r) * blocks;
     rs->gathered[d] = own + MK_AG_DATA_OFFSET + gather0 + (size_t)mk_sched_rs_slot(d, r) * slot;
     rs->gathered_counts[d] = own_counts + (size_t)(nr + d) * blocks;
   }
-  rs->done = (uint64_t*)own + MK_AG_WORD_DONE, rs->call = (uint64_t*)own + MK_AG_WORD_CALL;
-  rs->exits = (uint32_t*)((uint64_t*)own + MK_AG_WORD_EXITS);
-  rs->counters = own_counts, rs->num_counters = nr * (int)blocks * (gather ? 2 : 1);
+  call->done = (uint64_t*)own + MK_AG_WORD_DONE, call->call = (uint64_t*)own + MK_AG_WORD_CALL;
+  call->exits = (uint32_t*)((uint64_t*)own + MK_AG_WORD_EXITS), call->set_done = 1;
+  call->counters = own_counts, call->num_counters = nr * (int)blocks * (gather ? 2 : 1);
 }
 
 int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b, void* c, size_t m, size_t n,
@@ -81,12 +84,13 @@ int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b
   struct mk_trace_buf* trace;
   MK_CHECK(mk_trace_comm_begin(fc, op, (uint32_t)m, (uint32_t)n, stream, &trace));
   struct mk_gemm_rs rs;
-  gemm_rs_peers(fc, m, n, gather, &rs);
+  struct mk_gemm_call call;
+  gemm_rs_peers(fc, m, n, gather, &rs, &call);
   if (gather) rs.c_full = c;
   struct mk_gemm_args g;
   mk_op_gemm_args(fc, op, &g); /* error record, tag and timeout */
   g.m = (int)m, g.n = (int)n, g.k = (int)k;
-  g.a = a, g.b = b, g.rs = &rs, g.trace = trace;
+  g.a = a, g.b = b, g.rs = &rs, g.call = &call, g.trace = trace;
   g.c = gather ? (char*)c + (size_t)fc->rank * shard * n * 2 : c; /* this rank's rows */
   g.row_block_rotate = mk_sched_rs_row_block(fc->rank, fc->nranks, (int)(shard / MK_AG_BLOCK_ROWS), 0);
   MK_CHECK(mk_gemm_launch(&g, stream)); /* the whole call: rs_comm.h */

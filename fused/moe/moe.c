@@ -44,7 +44,7 @@ size_t mk_moe_geom_layout(struct mk_moe_geom* g) {
   const size_t meta = (size_t)(MK_MOE_META_HEAD + g->max_topk) * 4, chunks = (t + MK_MOE_CHUNK_ROWS - 1) / MK_MOE_CHUNK_ROWS;
   size_t at = 0;
   g->counts_flag = moe_take(&at, MK_MOE_MAX_RANKS * 8);
-  g->comb_flag = moe_take(&at, (size_t)MK_MOE_MAX_RANKS * MK_MOE_SCATTER_CTAS * 8);
+  g->comb_flag = moe_take(&at, (size_t)MK_MOE_MAX_RANKS * 8);
   g->counts = moe_take(&at, (size_t)MK_MOE_MAX_RANKS * MK_MOE_COUNT_STRIDE * 4);
   g->chunk_flag = moe_take(&at, (size_t)MK_MOE_MAX_RANKS * chunks * 8);
   g->meta = moe_take(&at, nr * t * meta);
@@ -235,15 +235,34 @@ NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_id
   return mk_result_from_errno(rc);
 }
 
+/* The combine GEMM's epilogue sends each row to its source (moe.h): the scatter and the
+ * bracket that raises every source's flag once this rank's rows are all there. */
+static void moe_combine_scatter(const struct mk_moe_args* a, struct mk_gemm_scatter* sc, struct mk_gemm_call* call) {
+  memset(sc, 0, sizeof(*sc));
+  memset(call, 0, sizeof(*call));
+  sc->row_dest = a->row_source, sc->row_mult = a->g.max_topk;
+  call->rank = a->rank, call->nranks = a->nranks;
+  call->done = a->words[a->rank] + MK_AG_WORD_DONE;
+  call->exits = (uint32_t*)(a->words[a->rank] + MK_AG_WORD_EXITS);
+  for (int d = 0; d < a->nranks; d++) {
+    sc->base[d] = a->moe[d] + a->g.comb;
+    call->notify[d] = (uint64_t*)(a->moe[d] + a->g.comb_flag) + a->rank;
+    if (d != a->rank) call->peer_done[d] = a->words[d] + MK_AG_WORD_DONE;
+  }
+}
+
 static int moe_combine_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, const void* act, const void* w2,
                               size_t inter, cudaStream_t stream) {
   MK_CHECK(mk_moe_begin_launch(a, 0, stream));
+  struct mk_gemm_scatter sc;
+  struct mk_gemm_call call;
+  moe_combine_scatter(a, &sc, &call);
   struct mk_gemm_args g;
   moe_gemm_args(fc, MK_OP_MOE_COMBINE, a, &g);
   g.n = a->hidden, g.k = (int)inter;
-  g.a = act, g.b = w2, g.c = a->moe[a->rank] + a->g.rows;
+  g.a = act, g.b = w2, g.c = a->moe[a->rank] + a->g.rows; /* unused: every row is scattered */
+  g.scatter = &sc, g.call = &call;
   MK_CHECK(mk_gemm_launch(&g, stream));
-  MK_CHECK(mk_moe_scatter_launch(a, stream));
   MK_CHECK(mk_moe_reduce_launch(a, stream));
   return mk_moe_finish_launch(a, stream);
 }

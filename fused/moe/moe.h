@@ -26,11 +26,13 @@
  *   finish    done = e (peers may write this rank's areas again)
  * A rank with no tokens (T = 0) runs every phase the same way: it routes nothing, sends zero
  * counts, pushes nothing, and expands and multiplies the rows its peers push to it.
- * Combine, call e: begin; the grouped GEMM into y; scatter: every row of y to its source's
- * comb[token][slot] (waiting for that source's done >= e-1), then per CTA
- * comb_flag[d][cta] = e on every rank; reduce: once every flag is e, out[t] = sum over valid
- * slots of weight * comb[t][slot] in fp32; finish. With T = 0 the GEMM and the scatter serve
- * the peers' rows as ever; the reduce (one CTA) waits for the flags and sums nothing.
+ * Combine, call e: begin; the grouped GEMM, whose epilogue stores every row straight into its
+ * source's comb[token][slot] (gemm.h row-scatter; its storer warps first wait until every
+ * source's done >= e-1), and whose last CTA, once every CTA's stores are visible, raises
+ * comb_flag[s] = e on every rank d (the GEMM's call bracket); reduce: once comb_flag[src] is e
+ * for every source, out[t] = sum over valid slots of weight * comb[t][slot] in fp32; finish.
+ * With T = 0 the GEMM serves the peers' rows as ever; the reduce (one CTA) waits for the flags
+ * and sums nothing.
  *
  * MoE area of each rank's symmetric workspace (after the dense ops' data area), offsets in
  * struct mk_moe_geom: written by peers: counts_flag, comb_flag, counts, chunk_flag, meta,
@@ -55,7 +57,6 @@ extern "C" {
 #define MK_MOE_MAX_TOPK 16
 #define MK_MOE_COUNT_STRIDE (1 + MK_MOE_MAX_LOCAL_EXPERTS) /* [0] tokens, [1 + j] rows of expert j */
 #define MK_MOE_CHUNK_ROWS 16 /* one row per warp of a push CTA */
-#define MK_MOE_SCATTER_CTAS 128 /* fixed on every rank: the reduce waits for this many flags */
 #define MK_MOE_POS_BITS 20      /* a meta slot: local expert << 20 | pos, or -1 */
 #define MK_MOE_META_HEAD 2      /* a token's meta: [0] token, [1] fp8 scale (float bits), then slots */
 #define MK_MOE_ERR_OVERFLOW 0x40u /* error-tag bit: more rows arrived than max_recv_rows */
@@ -99,8 +100,7 @@ int mk_moe_begin_launch(const struct mk_moe_args* a, int zero_counters, cudaStre
 #define MK_MOE_PHASE_ROUTE 1 /* route, counts exchange, offsets */
 #define MK_MOE_PHASE_COMM 2  /* push and expand (push_ctas + expand_ctas CTAs) */
 int mk_moe_dispatch_launch(const struct mk_moe_args* a, int phases, int ctas, cudaStream_t stream);
-/* Combine: */
-int mk_moe_scatter_launch(const struct mk_moe_args* a, cudaStream_t stream);
+/* Combine (after the GEMM that scatters the rows): */
 int mk_moe_reduce_launch(const struct mk_moe_args* a, cudaStream_t stream);
 /* done = call (both). */
 int mk_moe_finish_launch(const struct mk_moe_args* a, cudaStream_t stream);

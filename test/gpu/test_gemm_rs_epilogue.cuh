@@ -17,6 +17,7 @@ static __global__ void fill_u64(uint64_t* p, int count, uint64_t v) {
 /* Buffers standing in for this rank's workspace and its peers'. */
 struct rs_fake_peers {
   struct mk_gemm_rs rs;
+  struct mk_gemm_call call;
   void* bufs[4][MK_GEMM_RS_MAX_RANKS]; /* in, gathered (this rank's), out, gather (the peers') */
   uint64_t* counts;                    /* [4][nranks][blocks], the same four; own = the first two */
   uint64_t* words;                     /* [0] done [1] call [2] exits, then each peer's done */
@@ -60,10 +61,12 @@ static void rs_fake_peers_bracket(struct rs_fake_peers* f, uint64_t done, uint64
   const uint64_t words[3] = {done, 0, 0};
   CUDA_OK(cudaMemcpy(f->words, words, sizeof words, cudaMemcpyHostToDevice));
   fill_u64<<<1, 32>>>(f->words + 3, MK_GEMM_RS_MAX_RANKS, peer_done);
-  f->rs.done = f->words, f->rs.call = f->words + 1, f->rs.exits = (uint32_t*)(f->words + 2);
+  struct mk_gemm_call* c = &f->call;
+  c->rank = f->rs.rank, c->nranks = f->rs.nranks, c->set_done = 1;
+  c->done = f->words, c->call = f->words + 1, c->exits = (uint32_t*)(f->words + 2);
   for (int d = 0; d < f->rs.nranks; d++)
-    if (d != f->rs.rank) f->rs.peer_done[d] = f->words + 3 + d;
-  f->rs.counters = f->counts, f->rs.num_counters = 2 * f->rs.nranks * (f->rs.shard_rows / 128);
+    if (d != f->rs.rank) c->peer_done[d] = f->words + 3 + d;
+  c->counters = f->counts, c->num_counters = 2 * f->rs.nranks * (f->rs.shard_rows / 128);
 }
 
 static void rs_fake_peers_free(struct rs_fake_peers* f) {
@@ -150,7 +153,7 @@ static void run_rs_bracket_case(int rank, int nranks, int n, int k) {
   void* c_own = (__nv_bfloat16*)p.c + (size_t)rank * slot;
   f.rs.c_full = p.c;
   struct mk_gemm_args g = problem_args(&p);
-  g.c = c_own, g.rs = &f.rs, g.row_block_rotate = ((rank + 1) % nranks) * blocks;
+  g.c = c_own, g.rs = &f.rs, g.call = &f.call, g.row_block_rotate = ((rank + 1) % nranks) * blocks;
   EXPECT(launch_sync(&g) == 0, "launch (rank %d of %d, bracket)", rank, nranks);
   char label[64];
   snprintf(label, sizeof label, "bracket rank %d/%d", rank, nranks);
@@ -187,6 +190,7 @@ static void run_rs_missing_case(int peer_busy) {
   memset(err, 0, sizeof(*err));
   struct mk_gemm_args g = problem_args(&p);
   g.rs = &f.rs, g.err = err, g.err_tag = 0x5A, g.timeout_ms = 50;
+  if (peer_busy) g.call = &f.call;
   EXPECT(gemm_launch(&g, 0) == 0, "launch");
   cudaError_t e = cudaDeviceSynchronize();
   printf("  %s: kernel %s, aborted=%u tag=%x flag=%u expected=%llu seen=%llu\n",

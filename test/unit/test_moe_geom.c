@@ -17,7 +17,7 @@ static void check_sizes(int nranks, int tokens, int hidden, int topk, int recv_r
   const size_t meta = (size_t)(MK_MOE_META_HEAD + topk) * 4, chunks = (t + MK_MOE_CHUNK_ROWS - 1) / MK_MOE_CHUNK_ROWS;
   const struct region r[] = {
       {"counts_flag", g.counts_flag, MK_MOE_MAX_RANKS * 8},
-      {"comb_flag", g.comb_flag, (size_t)MK_MOE_MAX_RANKS * MK_MOE_SCATTER_CTAS * 8},
+      {"comb_flag", g.comb_flag, (size_t)MK_MOE_MAX_RANKS * 8},
       {"counts", g.counts, (size_t)MK_MOE_MAX_RANKS * MK_MOE_COUNT_STRIDE * 4},
       {"chunk_flag", g.chunk_flag, (size_t)MK_MOE_MAX_RANKS * chunks * 8},
       {"meta", g.meta, nr * t * meta},
