@@ -43,9 +43,13 @@ grouped_ready_flags:gemm_grouped_waits_for_each_groups_flag
 bad_input:gemm_rejects_bad_input_untouched a_local:gemm_reads_local_rows_in_place_without_waiting
 rs_epilogue:gemm_reduce_scatter_epilogue_sums_peers_partials_and_times_out_cleanly"
 
+ATTN_TESTS="reference_matches_cpu:attn_float64_reference_matches_a_cpu_loop
+rank_rows:attn_rank_rows_follow_the_zigzag_and_contiguous_splits"
+
 tier_quick() {
   local t
   for t in $GEMM_TESTS; do step "${t#*:}" "$B/test/gpu/test_gemm" "${t%%:*}"; done
+  for t in $ATTN_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn_ref" "${t%%:*}"; done
 }
 
 tier_gemm() {
@@ -117,7 +121,7 @@ tier_moe() {
   # quantized and dequantized.
   step moe_perf_fp8 "$B/test/perf/fused/moe_perf" -q -n "$n" -w 3 -J "$LOGS/moe_perf_fp8.json"
   grep -A 6 '^# shape' "$LOGS/moe_perf_fp8.log" || true
-  # The combine side (moe_perf -c: written in session 17, first run pending).
+  # The combine side (moe_perf -c): fused combine against cuBLASLt + NCCL all-to-all back + sum.
   step moe_perf_with_combine "$B/test/perf/fused/moe_perf" -c -n "$n" -w 3 -J "$LOGS/moe_perf_combine.json"
   grep -A 6 '^# shape' "$LOGS/moe_perf_with_combine.log" || true
 }
