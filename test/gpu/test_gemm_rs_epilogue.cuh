@@ -1,5 +1,5 @@
 /*
- * The reduce-scatter epilogue (gemm.h, rs) on one GPU (included by test_gemm.cu): the peers'
+ * The reduce-scatter and row-scatter epilogues (gemm.h rs, scatter) on one GPU (included by test_gemm.cu): the peers'
  * workspaces are plain buffers here, their partials, reduced rows and counters written before
  * the launch. With the call bracket the launch is the whole call: peers' done words, the
  * collect of the peers' reduced rows into c_full, counters zeroed and done = e at the end.
@@ -217,4 +217,66 @@ static void test_rs_epilogue(void) {
   run_rs_bracket_case(2, 3, 264, 128);
   run_rs_missing_case(0);
   run_rs_missing_case(1);
+}
+
+/* Row-scatter epilogue with a call bracket (the MoE combine's GEMM): row r goes to rank
+ * dest[3r] at row dest[3r+1] * mult + dest[3r+2] (a third of the rows dropped), and the last
+ * CTA raises both notify words to e without touching done. */
+static void test_scatter_epilogue(void) {
+  const int m = 300, n = 264, k = 128, mult = 4, ranks = 2;
+  struct problem p;
+  problem_alloc(&p, m, n, k, 1, 2);
+  std::vector<int> dest((size_t)m * 3);
+  for (int r = 0; r < m; r++) { /* a permutation of (rank, i, j) over the kept rows */
+    dest[3 * r] = r % 3 == 0 ? -1 : r % 2;
+    dest[3 * r + 1] = (m - 1 - r) / mult, dest[3 * r + 2] = (m - 1 - r) % mult;
+  }
+  int* d_dest;
+  void* base[ranks];
+  uint64_t* words; /* [0] done [1] peer done [2] exits [3..4] notify */
+  CUDA_OK(cudaMalloc(&d_dest, dest.size() * 4));
+  CUDA_OK(cudaMemcpy(d_dest, dest.data(), dest.size() * 4, cudaMemcpyHostToDevice));
+  for (int d = 0; d < ranks; d++) {
+    CUDA_OK(cudaMalloc(&base[d], (size_t)m * n * 2));
+    poison(base[d], (size_t)m * n * 2);
+  }
+  CUDA_OK(cudaMalloc(&words, 5 * 8));
+  const uint64_t w0[5] = {3, 3, 0, 0, 0}; /* call 4; the peer finished 3 */
+  CUDA_OK(cudaMemcpy(words, w0, sizeof w0, cudaMemcpyHostToDevice));
+  struct mk_gemm_scatter sc;
+  struct mk_gemm_call call;
+  memset(&sc, 0, sizeof sc), memset(&call, 0, sizeof call);
+  sc.row_dest = d_dest, sc.row_mult = mult, sc.base[0] = base[0], sc.base[1] = base[1];
+  call.rank = 0, call.nranks = ranks, call.done = words, call.peer_done[1] = words + 1;
+  call.exits = (uint32_t*)(words + 2), call.notify[0] = words + 3, call.notify[1] = words + 4;
+  struct mk_gemm_args g = problem_args(&p);
+  g.scatter = &sc, g.call = &call;
+  EXPECT(launch_sync(&g) == 0, "launch");
+  ref_gemm_f64<double>(p.a, p.b, NULL, NULL, p.ref, m, n, k);
+  std::vector<double> ref((size_t)m * n);
+  CUDA_OK(cudaMemcpy(ref.data(), p.ref, ref.size() * 8, cudaMemcpyDeviceToHost));
+  std::vector<__nv_bfloat16> out[ranks];
+  for (int d = 0; d < ranks; d++) {
+    out[d].resize((size_t)m * n);
+    CUDA_OK(cudaMemcpy(out[d].data(), base[d], (size_t)m * n * 2, cudaMemcpyDeviceToHost));
+  }
+  long bad = 0, kept = 0;
+  for (int r = 0; r < m; r++) {
+    if (dest[3 * r] < 0) continue;
+    kept++;
+    const size_t row = (size_t)dest[3 * r + 1] * mult + dest[3 * r + 2];
+    for (int c = 0; c < n; c++) {
+      const double o = __bfloat162float(out[dest[3 * r]][row * n + c]), e = ref[(size_t)r * n + c];
+      bad += !(fabs(o - e) <= 0.02 * fabs(e) + 0.05);
+    }
+  }
+  uint64_t w[5];
+  CUDA_OK(cudaMemcpy(w, words, sizeof w, cudaMemcpyDeviceToHost));
+  printf("  scatter: %ld rows kept, %ld elements off; done %llu exits %llu notify %llu %llu\n", kept, bad,
+         (unsigned long long)w[0], (unsigned long long)w[2], (unsigned long long)w[3], (unsigned long long)w[4]);
+  EXPECT(bad == 0, "scattered rows differ from the reference (%ld elements)", bad);
+  EXPECT(w[0] == 3 && w[2] == 0 && w[3] == 4 && w[4] == 4, "bracket words: done 3 (not set), exits 0, notify 4");
+  EXPECT(all_bytes_ff(p.c, (size_t)m * n * 2), "c must not be written with the scatter epilogue");
+  cudaFree(d_dest), cudaFree(base[0]), cudaFree(base[1]), cudaFree(words);
+  problem_free(&p);
 }
