@@ -9,12 +9,18 @@
 # For the fused ops it runs each op's harness (build/test/perf/fused/<op>_perf -F) once per
 # communication SM count over the M values; the fastest count per shape becomes the op's
 # default (a "fused" record). Then scripts/tune-write.py turns the JSON results into the tuning
-# file, and a check (a second run) puts NCCL alone beside NCCL with the new file (busbw,
-# interleaved), and each fused op with the file's choice beside every SM count.
+# file, and a check (new runs) puts NCCL alone beside NCCL with the new file, and each fused op
+# with the file's choice beside every SM count.
+# Every collectives run times its -n iterations in batches of -k and takes the median batch
+# (the harness's -T), so that one stall cannot decide a ~10 us size. The check runs NCCL alone
+# and NCCL with the file -r times, interleaved (the order alternates per round), and
+# scripts/tune-check.py prints per size each round's ratio (tuned busbw / NCCL busbw, from the
+# times), the median over rounds, then "geomean: G over M sizes" and, last,
+# "goal: N of M sizes >= 0.97" (the tuner issue's goal; 3 rounds or more for a robust median).
 #
 # usage: scripts/tune.sh [-o FILE] [-g NGPUS] [-c COLLS] [-a ALGOS] [-P PROTOS] [-C CHANNELS]
-#                        [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-r ROUNDS] [-V]
-#                        [-x FUSED_OPS] [-s COMM_SMS] [-M MLIST]
+#                        [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-k BATCH] [-w WARMUP]
+#                        [-r ROUNDS] [-V] [-x FUSED_OPS] [-s COMM_SMS] [-M MLIST]
 #   -o  tuning file to write (default build/tune/nccl-mk-tuning.txt)
 #   -g  GPUs (one process each; default: every GPU nvidia-smi lists)
 #   -c  harness collectives (default "all_reduce all_gather reduce_scatter"; "none": skip)
@@ -23,7 +29,9 @@
 #   -C  channel counts, 0 = NCCL's own (default "0 2 4 8 16 32")
 #   -b/-e/-f  sizes, as the harness takes them (default 8 to 1G, factor 2)
 #   -n/-w     timed and warm-up iterations per size (default 20 and 5)
-#   -r  rounds of the final NCCL-vs-tuned check (default 2; 0 skips it)
+#   -k  iterations per timed batch of the collectives (default 4; -n / -k batches, the median
+#       batch is the size's time; 1: the median of per-iteration times)
+#   -r  rounds of the final NCCL-vs-tuned check (default 3; 0 skips it)
 #   -V  print each harness command
 #   -x  fused ops to calibrate (default "ag_gemm", the op with a communication SM count; "none")
 #   -s  communication SM counts to try (default "2 4 6 8 12 16")
@@ -37,17 +45,18 @@ source "$(dirname "$0")/common.sh"
 out="$MK_BUILD/tune/nccl-mk-tuning.txt"
 ngpus="" colls="all_reduce all_gather reduce_scatter" algos="ring tree pat"
 protos="ll ll128 simple" channels="0 2 4 8 16 32"
-minb=8 maxb=1G factor=2 iters=20 warmup=5 rounds=2 verbose=0
+minb=8 maxb=1G factor=2 iters=20 batch=4 warmup=5 rounds=3 verbose=0
 fused_ops="ag_gemm" fused_sms="2 4 6 8 12 16" fused_m="2048,4096,8192,16384"
 
 usage() { sed -n '/^# usage:/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 
-while getopts "o:g:c:a:P:C:b:e:f:n:w:r:Vx:s:M:h" opt; do
+while getopts "o:g:c:a:P:C:b:e:f:n:k:w:r:Vx:s:M:h" opt; do
   case $opt in
     x) fused_ops=$OPTARG ;; s) fused_sms=$OPTARG ;; M) fused_m=$OPTARG ;;
     o) out=$OPTARG ;; g) ngpus=$OPTARG ;; c) colls=$OPTARG ;; a) algos=$OPTARG ;;
     P) protos=$OPTARG ;; C) channels=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;;
-    f) factor=$OPTARG ;; n) iters=$OPTARG ;; w) warmup=$OPTARG ;; r) rounds=$OPTARG ;;
+    f) factor=$OPTARG ;; n) iters=$OPTARG ;; k) batch=$OPTARG ;; w) warmup=$OPTARG ;;
+    r) rounds=$OPTARG ;;
     V) verbose=1 ;; *) usage ;;
   esac
 done
@@ -82,10 +91,16 @@ require_gpus() {
   fi
 }
 
-harness() { # coll json log, then environment assignments
+# One collectives run: coll json log, then environment assignments. Calibration and check both
+# take the median batch (-T), not the mean over -n: the file's time_us decides which
+# configuration the tuner forces, and a stall in one configuration's mean (the session-18 check
+# saw 50x at 32 B) would rank it by that stall rather than by its per-call time. With both
+# sides timed the same way, the check also judges the quantity the calibration ranked.
+harness() {
   local coll=$1 json=$2 log=$3; shift 3
   local cmd=(env "$@" "$MK_BUILD/test/perf/coll/${coll}_perf" -p "$ngpus" -g 1
-             -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" -c 1 -J "$json")
+             -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -T "$batch" -w "$warmup" -c 1
+             -J "$json")
   [ "$verbose" = 1 ] && echo "  + ${cmd[*]}"
   "${cmd[@]}" >"$log" 2>&1
 }
@@ -174,10 +189,28 @@ check_tuner_loads() {
   grep -q "NET/MK tuner: loaded tuning file" "$log"
 }
 
-# NCCL alone vs NCCL with the new file, interleaved, busbw side by side per round; both timed
-# runs with the same (default) logging.
+# One round of the check: NCCL alone and NCCL with the file, one after the other; odd rounds
+# start with NCCL, even ones with the tuned side, so that neither side always runs first.
+check_round() {
+  local coll=$1 r=$2 plugin=$3 side sides=(nccl tuned)
+  [ $((r % 2)) = 0 ] && sides=(tuned nccl)
+  for side in "${sides[@]}"; do
+    if [ "$side" = nccl ]; then
+      harness "$coll" "$work/check-$coll-nccl-$r.json" "$work/check-$coll-nccl-$r.log" \
+        NCCL_TUNER_PLUGIN=none || { echo "check: $coll NCCL run failed"; return 1; }
+    else
+      harness "$coll" "$work/check-$coll-tuned-$r.json" "$work/check-$coll-tuned-$r.log" \
+        NCCL_TUNER_PLUGIN="$plugin" NCCL_MK_TUNER_FILE="$out" || {
+        echo "check: $coll tuned run failed"; return 1; }
+    fi
+  done
+  echo "  round $r: measured (${sides[0]} first)"
+}
+
+# NCCL alone vs NCCL with the new file, -r interleaved rounds, both timed with the same
+# (default) logging; scripts/tune-check.py combines the rounds per size by their median.
 check_tuned() {
-  local coll r plugin="$MK_BUILD/libnccl-net-mk.so"
+  local coll r plugin="$MK_BUILD/libnccl-net-mk.so" pairs
   [ "$colls" = none ] && return 0
   for coll in $colls; do
     [ -x "$MK_BUILD/test/perf/coll/${coll}_perf" ] || continue
@@ -185,21 +218,27 @@ check_tuned() {
       echo "check: NCCL did not load the tuner from $plugin ($work/check-$coll-loads.log)"
       return 1
     fi
+    echo "== $coll: check, $rounds round(s) of NCCL alone and NCCL with $out"
+    pairs=()
     for r in $(seq 1 "$rounds"); do
-      harness "$coll" "$work/check-$coll-nccl-$r.json" "$work/check-$coll-nccl-$r.log" \
-        NCCL_TUNER_PLUGIN=none || { echo "check: $coll NCCL run failed"; return 1; }
-      harness "$coll" "$work/check-$coll-tuned-$r.json" "$work/check-$coll-tuned-$r.log" \
-        NCCL_TUNER_PLUGIN="$plugin" NCCL_MK_TUNER_FILE="$out" || { echo "check: $coll tuned run failed"; return 1; }
-      echo "== $coll, round $r: busbw (GB/s), tuned/nccl > 1 means the file helps"
-      python3 "$MK_ROOT/scripts/bench-compare.py" tuned="$work/check-$coll-tuned-$r.json" \
-        nccl="$work/check-$coll-nccl-$r.json"
+      check_round "$coll" "$r" "$plugin" || return 1
+      pairs+=(--round "$work/check-$coll-nccl-$r.json" "$work/check-$coll-tuned-$r.json")
     done
+    python3 "$MK_ROOT/scripts/tune-check.py" --label "$coll" "${pairs[@]}" ||
+      { echo "check: $coll: tune-check.py could not compare the runs"; return 1; }
   done
 }
 
-# Fails on a misspelt name now, not an hour into the measurements.
+# Fails on a misspelt name or a bad count now, not an hour into the measurements.
 check_names() {
   local x
+  for x in "$iters" "$batch" "$warmup" "$rounds"; do
+    [[ "$x" =~ ^[0-9]+$ ]] || { echo "tune.sh: '$x' is not a count (-n -k -w -r)" >&2; exit 2; }
+  done
+  if [ "$iters" -lt 1 ] || [ "$batch" -lt 1 ] || [ "$batch" -gt "$iters" ]; then
+    echo "tune.sh: need 1 <= -k BATCH ($batch) <= -n ITERS ($iters)" >&2
+    exit 2
+  fi
   for x in $algos; do nccl_algo "$x" >/dev/null; done
   for x in $protos; do nccl_proto "$x" >/dev/null; done
   for x in $channels; do
@@ -231,6 +270,7 @@ main() {
     --comment "nccl-mk tuning file: scripts/tune.sh on $(hostname), $(date -u +%FT%TZ)" \
     --comment "$ngpus GPU(s): $gpus; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE" \
     --comment "sizes $minb..$maxb x$factor, $iters iterations after $warmup warm-up" \
+    --comment "time_us: per iteration, the median batch of $batch (harness -T $batch)" \
     "${specs[@]}"
   echo "wrote $out"
   if [ "$rounds" -gt 0 ]; then

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "coll_perf.h"
+#include "coll_stats.h"
 #include "perf_launch.h"
 
 static const struct coll_desc* coll; /* MK_COLL_NAME, set in main */
@@ -15,7 +16,8 @@ struct rank_ctx {
   int dev, rank;
   ncclComm_t comm;
   cudaStream_t stream;
-  cudaEvent_t start, stop;
+  cudaEvent_t* marks;  /* the timed loop's events: first and last, or one per batch (-T) */
+  double* batch_us;    /* -T: per-iteration time of each batch */
   void *send, *recv;   /* out-of-place buffers */
   double *scratch;     /* 2 doubles for the cross-rank reductions of the results */
 };
@@ -43,7 +45,9 @@ static void usage(const char* prog) {
           "[-o sum|max|min] [-J file.json] [-H: with -p, a distinct NCCL_HOSTID per process, so "
           "NCCL sees one node per process] [-X: corrupt one received element before checking, "
           "the checker's negative control: the run must report it] [-R N: time each size N times, "
-          "each a wait that watches NCCL's asynchronous errors (long runs)]\n", prog);
+          "each a wait that watches NCCL's asynchronous errors (long runs)] [-T K: time the -n "
+          "iterations in batches of K and report the median batch's time per iteration, which "
+          "one stall cannot move (default: the mean over all -n, as nccl-tests)]\n", prog);
 }
 
 static int parse_args(int argc, char** argv, struct perf_args* a) {
@@ -51,7 +55,7 @@ static int parse_args(int argc, char** argv, struct perf_args* a) {
                           .gpus_per_proc = 1, .nprocs = 1, .iters = 20, .warmup = 5,
                           .check = 1, .dtype = ncclFloat32, .op = ncclSum, .repeats = 1};
   int c, launched = 0;
-  while ((c = getopt(argc, argv, "b:e:f:g:p:N:P:n:w:c:d:o:J:I:HXR:")) != -1) {
+  while ((c = getopt(argc, argv, "b:e:f:g:p:N:P:n:w:c:d:o:J:I:HXR:T:")) != -1) {
     switch (c) {
       case 'b': a->min_bytes = parse_size(optarg); break;
       case 'e': a->max_bytes = parse_size(optarg); break;
@@ -70,12 +74,13 @@ static int parse_args(int argc, char** argv, struct perf_args* a) {
       case 'H': a->distinct_hosts = 1; break;
       case 'X': a->corrupt = 1; break;
       case 'R': a->repeats = atoi(optarg); break;
+      case 'T': a->batch = atoi(optarg); if (a->batch < 1) return -1; break;
       default: return -1;
     }
   }
   if (a->gpus_per_proc < 1 || a->gpus_per_proc > MK_PERF_MAX_GPUS || a->nprocs < 1 ||
       a->iters < 1 || a->warmup < 0 || a->step_factor < 2 || a->min_bytes > a->max_bytes ||
-      a->proc < 0 || a->proc >= a->nprocs || a->repeats < 1)
+      a->proc < 0 || a->proc >= a->nprocs || a->repeats < 1 || a->batch > a->iters)
     return -1;
   return launched;
 }
@@ -97,14 +102,26 @@ static int init_ranks(const struct perf_args* a, struct rank_ctx* rk, int nranks
   return 0;
 }
 
+/* The events of the timed loop (coll_stats.h), created on the rank's device. */
+static int alloc_marks(const struct perf_args* a, struct rank_ctx* r) {
+  int n = coll_mark_count(a->iters, a->batch);
+  r->marks = calloc((size_t)n, sizeof(*r->marks));
+  r->batch_us = calloc((size_t)n, sizeof(*r->batch_us));
+  if (!r->marks || !r->batch_us) {
+    fprintf(stderr, "out of memory for %d timing events\n", n);
+    return -1;
+  }
+  for (int i = 0; i < n; i++) CUDA_OK(cudaEventCreate(&r->marks[i]));
+  return 0;
+}
+
 static int alloc_ranks(const struct perf_args* a, struct rank_ctx* rk, int nranks) {
   size_t es = coll_type_size(a->dtype), sc, rc;
   coll->counts(a->max_bytes, es, nranks, &sc, &rc);
   for (int g = 0; g < a->gpus_per_proc; g++) {
     CUDA_OK(cudaSetDevice(rk[g].dev));
     CUDA_OK(cudaStreamCreateWithFlags(&rk[g].stream, cudaStreamNonBlocking));
-    CUDA_OK(cudaEventCreate(&rk[g].start));
-    CUDA_OK(cudaEventCreate(&rk[g].stop));
+    if (alloc_marks(a, &rk[g])) return -1;
     CUDA_OK(cudaMalloc(&rk[g].send, (sc > rc ? sc : rc) * es + 256));
     CUDA_OK(cudaMalloc(&rk[g].recv, (sc > rc ? sc : rc) * es + 256));
     CUDA_OK(cudaMalloc((void**)&rk[g].scratch, 2 * sizeof(double)));
@@ -208,29 +225,53 @@ static int check_placement(const struct perf_args* a, struct rank_ctx* rk,
   return global_reduce(a, rk, local, ncclSum, wrong);
 }
 
-static int time_placement(const struct perf_args* a, struct rank_ctx* rk,
-                          const struct run_bufs* b, size_t sc, int nranks, double* usec) {
-  for (int i = 0; i < a->warmup; i++)
-    if (launch_all(a, rk, b, sc, nranks)) return -1;
+struct row { double usec, usec_mean, algbw, busbw, wrong; };
+
+/* Records timing event m (coll_mark_index) on every local GPU's stream; m < 0: none. */
+static int record_mark(const struct perf_args* a, struct rank_ctx* rk, int m) {
+  if (m < 0) return 0;
   for (int g = 0; g < a->gpus_per_proc; g++) {
     CUDA_OK(cudaSetDevice(rk[g].dev));
-    CUDA_OK(cudaEventRecord(rk[g].start, rk[g].stream));
+    CUDA_OK(cudaEventRecord(rk[g].marks[m], rk[g].stream));
   }
-  for (int i = 0; i < a->iters; i++)
-    if (launch_all(a, rk, b, sc, nranks)) return -1;
-  double local[MK_PERF_MAX_GPUS];
-  for (int g = 0; g < a->gpus_per_proc; g++) {
-    CUDA_OK(cudaSetDevice(rk[g].dev));
-    CUDA_OK(cudaEventRecord(rk[g].stop, rk[g].stream));
-    if (wait_stream(&rk[g])) return -1;
-    float ms = 0;
-    CUDA_OK(cudaEventElapsedTime(&ms, rk[g].start, rk[g].stop));
-    local[g] = 1000.0 * ms / a->iters;
-  }
-  return global_reduce(a, rk, local, ncclMax, usec);
+  return 0;
 }
 
-struct row { double usec, algbw, busbw, wrong; };
+/* One GPU's time per iteration (us) once its stream is done: the mean over the -n iterations
+ * and, with -T, the median batch's (without -T both are the mean). */
+static int rank_times(const struct perf_args* a, struct rank_ctx* r, double* usec,
+                      double* mean) {
+  int nb = coll_mark_count(a->iters, a->batch) - 1;
+  float ms = 0;
+  CUDA_OK(cudaEventElapsedTime(&ms, r->marks[0], r->marks[nb]));
+  *usec = *mean = 1000.0 * ms / a->iters;
+  if (a->batch < 1) return 0;
+  for (int b = 0; b < nb; b++) {
+    CUDA_OK(cudaEventElapsedTime(&ms, r->marks[b], r->marks[b + 1]));
+    r->batch_us[b] = 1000.0 * ms / coll_batch_iters(a->iters, a->batch, b);
+  }
+  *usec = coll_median(r->batch_us, nb);
+  return 0;
+}
+
+/* The timed loop; the slowest rank's time is reported (its median batch with -T). */
+static int time_placement(const struct perf_args* a, struct rank_ctx* rk,
+                          const struct run_bufs* b, size_t sc, int nranks, struct row* r) {
+  for (int i = 0; i < a->warmup; i++)
+    if (launch_all(a, rk, b, sc, nranks)) return -1;
+  for (int i = 0; i <= a->iters; i++) {
+    if (record_mark(a, rk, coll_mark_index(a->iters, a->batch, i))) return -1;
+    if (i < a->iters && launch_all(a, rk, b, sc, nranks)) return -1;
+  }
+  double usec[MK_PERF_MAX_GPUS], mean[MK_PERF_MAX_GPUS];
+  for (int g = 0; g < a->gpus_per_proc; g++) {
+    CUDA_OK(cudaSetDevice(rk[g].dev));
+    if (wait_stream(&rk[g]) || rank_times(a, &rk[g], &usec[g], &mean[g])) return -1;
+  }
+  if (global_reduce(a, rk, usec, ncclMax, &r->usec)) return -1;
+  r->usec_mean = r->usec;
+  return a->batch < 1 ? 0 : global_reduce(a, rk, mean, ncclMax, &r->usec_mean);
+}
 
 static int measure_size(const struct perf_args* a, struct rank_ctx* rk, int nranks,
                         size_t bytes, struct row out[2]) {
@@ -238,13 +279,13 @@ static int measure_size(const struct perf_args* a, struct rank_ctx* rk, int nran
   coll->counts(bytes, coll_type_size(a->dtype), nranks, &sc, &rc);
   for (int inplace = 0; inplace < 2; inplace++) {
     struct row* r = &out[inplace];
-    *r = (struct row){-1, 0, 0, -1};
+    *r = (struct row){-1, -1, 0, 0, -1};
     if (inplace && coll->inplace == INPLACE_NONE) continue;
     struct run_bufs b;
     placement(a, rk, inplace, sc, rc, &b);
     if (a->check && check_placement(a, rk, &b, sc, rc, nranks, inplace, &r->wrong)) return -1;
     for (int rep = 0; rep < a->repeats; rep++) /* the last repetition is reported */
-      if (time_placement(a, rk, &b, sc, nranks, &r->usec)) return -1;
+      if (time_placement(a, rk, &b, sc, nranks, r)) return -1;
     size_t real_bytes = (coll->inplace == INPLACE_RECV_AT_RANK ? sc : rc) *
                         coll_type_size(a->dtype);
     r->algbw = real_bytes / r->usec / 1e3;
@@ -259,24 +300,43 @@ static void print_half(const struct row* r) {
   else printf("  %10.2f %7.2f %7.2f %6.0f", r->usec, r->algbw, r->busbw, r->wrong);
 }
 
+static void print_header(const struct perf_args* a, int nranks) {
+  printf("# %s: %d ranks (%d process(es) x %d GPU(s)), type %s, op %s, %d iters, %d warmup\n",
+         coll->name, nranks, a->nprocs, a->gpus_per_proc, coll_type_name(a->dtype),
+         coll_op_name(a->op), a->iters, a->warmup);
+  if (a->batch > 0)
+    printf("# time: per iteration, the median of %d batches of %d iterations (-T %d)\n",
+           coll_batch_count(a->iters, a->batch), a->batch, a->batch);
+  printf("#%11s %12s %8s %6s %5s  %10s %7s %7s %6s  %10s %7s %7s %6s\n", "size", "count",
+         "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+         "busbw", "#wrong");
+  printf("#%11s %12s %8s %6s %5s  %10s %7s %7s %6s  %10s %7s %7s %6s\n", "(B)",
+         "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "out", "(us)", "(GB/s)",
+         "(GB/s)", "in");
+}
+
+/* One JSON row; with -T, time_us is the median batch's and time_us_mean the mean. */
+static void json_row(FILE* json, const struct perf_args* a, size_t bytes, int nranks,
+                     const struct row r[2]) {
+  fprintf(json, "%s  {\"collective\": \"%s\", \"bytes\": %zu, \"ranks\": %d, \"type\": \"%s\", "
+          "\"time_us\": %.3f, \"algbw\": %.3f, \"busbw\": %.3f, \"wrong\": %.0f, "
+          "\"time_us_inplace\": %.3f, \"busbw_inplace\": %.3f", bytes == a->min_bytes ? "" : ",",
+          coll->name, bytes, nranks, coll_type_name(a->dtype), r[0].usec, r[0].algbw,
+          r[0].busbw, r[0].wrong, r[1].usec, r[1].busbw);
+  if (a->batch > 0)
+    fprintf(json, ", \"time_stat\": \"median\", \"batch\": %d, \"batches\": %d, "
+            "\"time_us_mean\": %.3f", a->batch, coll_batch_count(a->iters, a->batch), r[0].usec_mean);
+  fprintf(json, "}\n");
+}
+
 static int run_rank_process(const struct perf_args* a) {
   int nranks = a->nprocs * a->gpus_per_proc;
   struct rank_ctx rk[MK_PERF_MAX_GPUS] = {0};
   if (init_ranks(a, rk, nranks) || alloc_ranks(a, rk, nranks)) return 1;
   int leader = a->proc == 0;
   FILE* json = leader && a->json_path ? fopen(a->json_path, "w") : NULL;
-  if (leader) {
-    printf("# %s: %d ranks (%d process(es) x %d GPU(s)), type %s, op %s, %d iters, %d warmup\n",
-           coll->name, nranks, a->nprocs, a->gpus_per_proc, coll_type_name(a->dtype),
-           coll_op_name(a->op), a->iters, a->warmup);
-    printf("#%11s %12s %8s %6s %5s  %10s %7s %7s %6s  %10s %7s %7s %6s\n", "size", "count",
-           "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-           "busbw", "#wrong");
-    printf("#%11s %12s %8s %6s %5s  %10s %7s %7s %6s  %10s %7s %7s %6s\n", "(B)",
-           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "out", "(us)", "(GB/s)",
-           "(GB/s)", "in");
-    if (json) fprintf(json, "[\n");
-  }
+  if (leader) print_header(a, nranks);
+  if (json) fprintf(json, "[\n");
   double bw_sum = 0, wrong_total = 0;
   int rows = 0, rc = 0;
   size_t es = coll_type_size(a->dtype);
@@ -292,12 +352,7 @@ static int run_rank_process(const struct perf_args* a) {
     print_half(&r[1]);
     printf("\n");
     fflush(stdout);
-    if (json)
-      fprintf(json, "%s  {\"collective\": \"%s\", \"bytes\": %zu, \"ranks\": %d, \"type\": \"%s\", "
-              "\"time_us\": %.3f, \"algbw\": %.3f, \"busbw\": %.3f, \"wrong\": %.0f, "
-              "\"time_us_inplace\": %.3f, \"busbw_inplace\": %.3f}\n", bytes == a->min_bytes ? "" : ",",
-              coll->name, bytes, nranks, coll_type_name(a->dtype), r[0].usec, r[0].algbw,
-              r[0].busbw, r[0].wrong, r[1].usec, r[1].busbw);
+    if (json) json_row(json, a, bytes, nranks, r);
   }
   if (leader) {
     printf("# Out of bounds values : %.0f %s\n", wrong_total, wrong_total ? "FAILED" : "OK");

@@ -25,6 +25,7 @@ struct perf_args {
   int distinct_hosts;     /* -H */
   int corrupt;            /* -X */
   int repeats;            /* -R */
+  int batch;              /* -T: iterations per timed batch, 0 = the mean (coll_stats.h) */
   char id_hex[2 * sizeof(ncclUniqueId) + 1]; /* -I, given by the launcher */
 };
 

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""scripts/tune.sh end to end on a fake machine: a fake nvidia-smi lists two GPUs and a fake
+collectives harness (MK_BUILD/test/perf/coll/all_reduce_perf, MK_SKIP_BUILD=1) writes
+synthetic JSON. Checks what the GPU host cannot show cheaply: every timed run gets the robust
+time (-T with tune.sh's -k), the check's rounds alternate which side runs first, and a stall
+that hits one side of one round (50x at 32 B) does not decide the final verdict, which is the
+last line, "goal: N of M sizes >= 0.97". Then bad counts (-k above -n) are refused before
+anything runs.
+
+usage: test_tune_sh_fake_harness.py <scripts/tune.sh>
+"""
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *-L*) echo "GPU 0: NVIDIA H200 (UUID: GPU-fake-0)"; echo "GPU 1: NVIDIA H200 (UUID: GPU-fake-1)" ;;
+  *query-gpu*) echo "NVIDIA H200"; echo "NVIDIA H200" ;;
+esac
+"""
+
+# The fake harness: NCCL's choice takes 10 us + bytes/40000; a forced configuration is faster
+# or slower by a fixed factor; the tuned side is NCCL's time except 20% faster from 128 KiB.
+# The second tuned run stalls at 32 B (50x). Every call is logged as JSON for the test.
+FAKE_HARNESS = r'''#!PYTHON
+import json, os, sys
+args, env = sys.argv[1:], os.environ
+opt = {args[i]: args[i + 1] for i in range(0, len(args) - 1) if args[i].startswith("-")}
+log = os.path.join(env["FAKE_DIR"], "calls.jsonl")
+side = ("load" if env.get("NCCL_DEBUG") == "INFO" else "calib" if env.get("NCCL_ALGO")
+        else "tuned" if env.get("NCCL_MK_TUNER_FILE") else "nccl")
+with open(log, "a") as f:
+    f.write(json.dumps({"side": side, "args": args}) + "\n")
+if side == "load":
+    print("NET/MK tuner: loaded tuning file " + env["NCCL_MK_TUNER_FILE"])
+    sys.exit(0)
+ntuned = sum(1 for l in open(log) if json.loads(l)["side"] == "tuned")
+factor = {"Ring": 1.0, "Tree": 1.1}[env.get("NCCL_ALGO", "Ring")]
+size = lambda s: int(s[:-1]) << {"K": 10, "M": 20, "G": 30}[s[-1]] if s[-1] in "KMG" else int(s)
+rows, b = [], size(opt["-b"])
+while b <= size(opt["-e"]):
+    t = (10.0 + b / 40000.0) * factor
+    if side == "tuned":
+        t = t / 1.2 if b >= 131072 else t
+        t = t * 50 if (ntuned == 2 and b == 32) else t
+    r = {"collective": "all_reduce", "bytes": b, "ranks": 2, "type": "float", "time_us": t,
+         "algbw": b / t / 1e3, "busbw": b / t / 1e3, "wrong": 0, "time_us_inplace": t,
+         "busbw_inplace": b / t / 1e3}
+    if "-T" in opt:
+        r.update({"time_stat": "median", "batch": int(opt["-T"]), "time_us_mean": t})
+    rows.append(r)
+    b *= int(opt["-f"])
+with open(opt["-J"], "w") as f:
+    json.dump(rows, f)
+'''
+
+
+def setup(d):
+    (d / "bin").mkdir()
+    smi = d / "bin" / "nvidia-smi"
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o755)
+    coll = d / "build" / "test" / "perf" / "coll"
+    coll.mkdir(parents=True)
+    harness = coll / "all_reduce_perf"
+    harness.write_text(FAKE_HARNESS.replace("PYTHON", sys.executable, 1))
+    harness.chmod(0o755)
+    return dict(os.environ, PATH=f"{d}/bin:{os.environ['PATH']}", MK_BUILD=f"{d}/build",
+                MK_SKIP_BUILD="1", FAKE_DIR=str(d))
+
+
+def run_tune(tune_sh, env, d, extra):
+    cmd = ["bash", tune_sh, "-o", f"{d}/out.txt", "-c", "all_reduce", "-a", "ring tree",
+           "-P", "simple", "-C", "0", "-b", "8", "-e", "512K", "-f", "4", "-w", "1",
+           "-x", "none"] + extra
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def check_full_run(tune_sh):
+    problems = []
+    with tempfile.TemporaryDirectory() as d:
+        d = pathlib.Path(d)
+        r = run_tune(tune_sh, setup(d), d, ["-n", "10", "-k", "2", "-r", "3"])
+        out = r.stdout
+        if r.returncode != 0:
+            return [f"exit {r.returncode}: {r.stderr[-2000:]}"], out + r.stderr
+        calls = [json.loads(l) for l in (d / "calls.jsonl").read_text().splitlines()]
+        timed = [c for c in calls if c["side"] != "load"]
+        if not timed or any(c["args"][c["args"].index("-T") + 1] != "2" if "-T" in c["args"]
+                            else True for c in timed):
+            problems.append("a timed harness run lacked -T 2 (tune.sh -k 2)")
+        order = [c["side"] for c in calls if c["side"] in ("nccl", "tuned")]
+        if order != ["nccl", "tuned", "tuned", "nccl", "nccl", "tuned"]:
+            problems.append(f"check order {order}: rounds should alternate which side is first")
+        if "time_us: per iteration, the median batch of 2" not in (d / "out.txt").read_text():
+            problems.append("the tuning file does not say how time_us was taken")
+    m = re.search(r"^\s*32\s+\S+\s+\S+\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)", out, re.M)
+    if not m or abs(float(m.group(2)) - 0.02) > 0.001 or abs(float(m.group(4)) - 1.0) > 0.001:
+        problems.append("32 B: round 2 should show 0.020 and the median 1.000")
+    lines = out.strip().splitlines()
+    want = "goal: 9 of 9 sizes >= 0.97"
+    if not any(l == want for l in lines):
+        problems.append(f"no line {want!r}")
+    if not any(l.startswith("geomean: ") for l in lines):
+        problems.append("no geomean line")
+    return problems, out
+
+
+def check_bad_counts(tune_sh):
+    problems = []
+    with tempfile.TemporaryDirectory() as d:
+        d = pathlib.Path(d)
+        env = setup(d)
+        for extra, words in ((["-n", "4", "-k", "8"], "-k BATCH"), (["-r", "x"], "not a count")):
+            r = run_tune(tune_sh, env, d, extra)
+            if r.returncode != 2 or words not in r.stderr:
+                problems.append(f"{extra}: exit {r.returncode}, stderr {r.stderr!r}")
+        if (d / "calls.jsonl").exists() or (d / "out.txt").exists():
+            problems.append("bad counts still ran the harness or wrote the file")
+    return problems, ""
+
+
+def main(argv):
+    failed = 0
+    for name, fn in (("full_run", check_full_run), ("bad_counts", check_bad_counts)):
+        problems, out = fn(argv[0])
+        for p in problems:
+            print(f"FAIL {name}: {p}")
+        if problems:
+            print(out)
+            failed += 1
+        else:
+            print(f"ok {name}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
