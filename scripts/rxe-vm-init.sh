@@ -49,6 +49,14 @@ else
   # erased by the sender), now a stall detector
   run ib_stream_32_in_flight_1MiB LB_BENCH_WINDOW=32 LB_BENCH_SIZE=1048576 LB_BENCH_ITERS=300 \
       ./loopback bench_bw
+  # The cross-node fused ops' proxy over verbs: a CPU stand-in for the kernel publishes
+  # put+signal descriptors, each rank its own node (NCCL_MK_LOCAL_SIZE=1).
+  if [ -x ./proxy_loopback ]; then
+    for c in proxy_put_signal_stream_flags_never_before_data_and_byte_counters_exact \
+             proxy_killed_peer_gives_async_error_within_bound_and_stops proxy_stop_joins_thread_with_puts_in_flight; do
+      run "ib_$c" NCCL_MK_LOCAL_SIZE=1 ./proxy_loopback $c
+    done
+  fi
   run ib_vdevice_over_two_devices_intact ./loopback vdevice_over_two_devices_intact
   run ib_qps2_vdevice_over_two_devices_intact NCCL_MK_IB_QPS=2 ./loopback vdevice_over_two_devices_intact
   # Informational, not counted: libfabric's verbs;ofi_rxm provider through our ofi transport

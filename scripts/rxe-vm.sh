@@ -59,6 +59,9 @@ copy_with_libs /usr/bin/rdma /usr/bin/ibv_devinfo /usr/bin/ib_write_bw /usr/bin/
   "$(ls /usr/lib/x86_64-linux-gnu/libfabric.so.1 2>/dev/null)"
 mkdir -p "$root/etc/libibverbs.d" && cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
 cp "$MK_BUILD/test/loopback/loopback" "$root/mk/" && copy_with_libs "$MK_BUILD/test/loopback/loopback"
+if [ -x "$MK_BUILD/test/loopback/proxy_loopback" ]; then # the fused ops' proxy (issue 13)
+  cp "$MK_BUILD/test/loopback/proxy_loopback" "$root/mk/" && copy_with_libs "$MK_BUILD/test/loopback/proxy_loopback"
+fi
 cp "$MK_BUILD"/libnccl-net-mk.so "$root/mk/"
 cp "$MK_ROOT/scripts/rxe-vm-bench.sh" "$root/mk/bench.sh"
 [ -n "${RXE_VM_EXTRA_BIN:-}" ] && cp "$RXE_VM_EXTRA_BIN" "$root/mk/"  # A/B: another build
