@@ -1,0 +1,130 @@
+/*
+ * The GEMM core's argument rules for its fused hooks (gemm.h: the reduce-scatter epilogue,
+ * the call bracket, the row-scatter epilogue, row_block_rotate), checked without a GPU: a bad
+ * set is refused with -EINVAL before the launcher looks for a device. Every bad set differs
+ * from a good one in one field; the good ones get past validation (-ENOTSUP: no GPU here;
+ * on a machine with a Hopper GPU they are not launched, their pointers are made up).
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gemm.h"
+#include "mk_test.h"
+
+static void* fake(uintptr_t i) { return (void*)(uintptr_t)(0x100000 + 0x10000 * i); }
+
+static int no_gpu; /* the good sets are only launched where nothing can run them */
+
+static struct mk_gemm_args base_args(void) {
+  struct mk_gemm_args g;
+  memset(&g, 0, sizeof g);
+  g.m = 256, g.n = 256, g.k = 256, g.a = fake(1), g.b = fake(2), g.c = fake(3);
+  return g;
+}
+
+static struct mk_gemm_rs base_rs(void) {
+  struct mk_gemm_rs rs;
+  memset(&rs, 0, sizeof rs);
+  rs.shard_rows = 128, rs.rank = 0, rs.nranks = 2;
+  rs.out[1] = fake(4), rs.out_counts[1] = fake(5), rs.in[1] = fake(6), rs.in_counts[1] = fake(7);
+  return rs;
+}
+
+static struct mk_gemm_call base_call(void) {
+  struct mk_gemm_call c;
+  memset(&c, 0, sizeof c);
+  c.rank = 0, c.nranks = 2, c.done = fake(8), c.exits = fake(9), c.peer_done[1] = fake(10);
+  return c;
+}
+
+static void expect_good(const struct mk_gemm_args* g) {
+  if (no_gpu) CHECK_EQ(mk_gemm_launch(g, 0), -ENOTSUP);
+}
+
+static void reduce_scatter_rules(void) {
+  struct mk_gemm_args g = base_args();
+  struct mk_gemm_rs rs = base_rs(), bad;
+  g.rs = &rs;
+  expect_good(&g);
+  g.rs = &bad;
+  bad = rs, bad.shard_rows = 64; /* not a row-block, and m != 2 x shard */
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  bad = rs, bad.nranks = 1;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  bad = rs, bad.in[1] = NULL;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  bad = rs, bad.out[1] = (char*)fake(4) + 8;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  g.rs = &rs, g.epilogue = MK_GEMM_ADD_BF16;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  /* the all-reduce's gather inside a call bracket needs this rank's gathered slots */
+  g.epilogue = MK_GEMM_STORE;
+  struct mk_gemm_call call = base_call();
+  rs.gather[1] = fake(11), rs.gather_counts[1] = fake(12);
+  g.call = &call;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  rs.gathered[1] = fake(13), rs.gathered_counts[1] = fake(14), rs.c_full = fake(15);
+  expect_good(&g);
+  rs.c_full = NULL;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+}
+
+static void call_bracket_rules(void) {
+  struct mk_gemm_args g = base_args();
+  struct mk_gemm_call call = base_call(), bad;
+  g.call = &call;
+  expect_good(&g);
+  g.call = &bad;
+  bad = call, bad.peer_done[1] = NULL;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  bad = call, bad.exits = NULL;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  bad = call, bad.num_counters = 4;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  bad = call, bad.rank = 2;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+}
+
+static void row_scatter_rules(void) {
+  struct mk_gemm_args g = base_args();
+  struct mk_gemm_scatter sc, bad;
+  memset(&sc, 0, sizeof sc);
+  sc.row_dest = fake(16), sc.row_mult = 8, sc.base[0] = fake(17), sc.base[1] = fake(18);
+  g.scatter = &sc;
+  expect_good(&g);
+  g.scatter = &bad;
+  bad = sc, bad.row_dest = NULL;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  bad = sc, bad.row_mult = -1;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  bad = sc, bad.base[1] = (char*)fake(18) + 2;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  g.scatter = &sc, g.epilogue = MK_GEMM_ADD_F32;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  struct mk_gemm_rs rs = base_rs();
+  g.epilogue = MK_GEMM_STORE, g.rs = &rs;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+}
+
+static void rotation_rules(void) {
+  struct mk_gemm_args g = base_args(); /* 256 rows: row-blocks 0 and 1 */
+  g.row_block_rotate = 1;
+  expect_good(&g);
+  g.row_block_rotate = 2;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  g.row_block_rotate = -1;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+  g.row_block_rotate = 1, g.group_offsets = fake(19), g.num_groups = 2;
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
+}
+
+int main(void) {
+  no_gpu = mk_gemm_prepare() == -ENOTSUP;
+  printf("%s\n", no_gpu ? "no sm_90 GPU: good sets launched (expect -ENOTSUP)" : "a GPU: good sets not launched");
+  reduce_scatter_rules();
+  call_bracket_rules();
+  row_scatter_rules();
+  rotation_rules();
+  return MK_TEST_RESULT();
+}
