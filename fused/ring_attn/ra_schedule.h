@@ -2,7 +2,8 @@
  * Ring attention's schedule (issues 11, 12): where each token lives, which KV block a rank
  * works on at each ring step, and which (query chunk, key chunk) pairs the causal mask lets
  * through. Pure functions, callable from host code and from kernels, unit-tested for every
- * rank count from 2 to 16 (test/unit/test_ra_schedule.c).
+ * rank count from 2 to 16 (test/unit/test_ra_schedule.c; the backward's dK/dV path in
+ * test/unit/test_ra_backward_schedule.c).
  *
  * Layout. The global sequence of S tokens is cut into 2n equal chunks of S / (2n) tokens.
  * For causal attention rank r holds chunks r and 2n-1-r ("zigzag"), in that order, as its
@@ -17,6 +18,27 @@
  * Ring. At step s (0 .. n-1) rank r works on the KV block that originated on rank
  * (r - s) mod n: its own at step 0, then the one its predecessor worked on at step s-1.
  * So each block moves one hop per step, from a rank to its successor.
+ *
+ * Backward (issue 12). The KV blocks travel exactly as in the forward pass (mk_ra_kv_source),
+ * and so do the causal mask classes of each step (mk_ra_step_mask): a chunk pair that is NONE
+ * adds nothing to dq, dK or dV either. Each rank keeps its q, out, dout, lse and the dq of its
+ * rows, which it accumulates locally over the n steps and never sends. The dK/dV of block p
+ * (rank p's keys) sum a contribution from every rank, so they must travel; they follow the KV
+ * block: the owner keeps its own step-0 contribution in its dk/dv output, rank p+1 starts a
+ * travelling partial at step 1 (from zero, nothing received), every later holder receives it
+ * from its predecessor together with the KV block and adds its part, and the holder at step
+ * n-1 (rank p-1) sends it one last hop to its successor, the owner, which adds it to its own
+ * sum: then block p's dK/dV are complete, at rank p. That is n-1 transfers of a partial per
+ * block, the fewest possible (each of the n-1 other ranks holds a contribution that must leave
+ * it at least once), all to the ring successor, the same link as the KV blocks; a partial is
+ * in flight while its next holder computes (the holder adds the arrived partial to its own
+ * part of the block's dK/dV, e.g. when it writes each key tile, before sending it on).
+ * Alternatives cost more: a partial that started at the owner (instead of staying there) would
+ * need n hops; a second ring running backward to the owner would carry a part made at step s
+ * over s hops (n(n-1)/2 per block unless the parts merged on the way, which is this design run
+ * in reverse, on a second set of flags); sending each part straight to the owner also costs
+ * n-1 but leaves the ring's neighbour links. Partials are best kept in fp32: a bf16 partial
+ * would be rounded n-1 times.
  */
 #ifndef MK_RA_SCHEDULE_H_
 #define MK_RA_SCHEDULE_H_
@@ -78,6 +100,37 @@ MK_HD int mk_ra_recv_from(int rank, int nranks) { return (rank - 1 + nranks) % n
 /* The successor: the rank r forwards the block it holds to (in the backward pass the partial
  * dK/dV of a block travel the same way and reach the block's owner after the last step). */
 MK_HD int mk_ra_send_to(int rank, int nranks) { return (rank + 1) % nranks; }
+
+/* The rank that works on rank `block`'s KV block at step s: the inverse of mk_ra_kv_source. */
+MK_HD int mk_ra_kv_holder(int block, int nranks, int step) { return (block + step) % nranks; }
+
+/* Whether a rank forwards the KV block it worked on at step s to its successor: not after the
+ * last step (the successor is the block's owner, which has it). */
+MK_HD int mk_ra_kv_forwarded(int nranks, int step) { return step < nranks - 1; }
+
+/* ---- the backward ring: the dK/dV partials (see the comment at the top) ---------------- */
+
+/* No rank: the partial is started, or kept, rather than received or sent. */
+#define MK_RA_NOBODY (-1)
+
+/* Where the dK/dV partial that rank r adds its step-s part to comes from: MK_RA_NOBODY at
+ * step 0 (r's own block: the sum starts in r's dk/dv output) and at step 1 (the travelling
+ * partial starts at zero on its first holder), else r's predecessor, which held the same
+ * block's partial at step s-1 and sent it after that step. */
+MK_HD int mk_ra_dkv_recv_from(int rank, int nranks, int step) {
+  return step < 2 ? MK_RA_NOBODY : mk_ra_recv_from(rank, nranks);
+}
+
+/* Where rank r sends the partial after step s: MK_RA_NOBODY after step 0 (the owner's own part
+ * stays in its dk/dv), else its successor: the next holder, or after step n-1 the owner. */
+MK_HD int mk_ra_dkv_send_to(int rank, int nranks, int step) {
+  return step == 0 ? MK_RA_NOBODY : mk_ra_send_to(rank, nranks);
+}
+
+/* Whether the partial sent after step s ends at the block's owner (which adds it to its own
+ * part, completing the block's dK/dV there): only after the last step. A rank's dk/dv output
+ * is final once it has added the partial its predecessor sent after step n-1. */
+MK_HD int mk_ra_dkv_arrives_home(int nranks, int step) { return step == nranks - 1; }
 
 /* ---- the causal mask, chunk by chunk --------------------------------------------------- */
 

@@ -6,6 +6,7 @@
  *
  * Layouts (row-major, as in ncclMkRingAttention's issue): q, out [B, S, H, D];
  * k, v [B, S, H_kv, D]; lse [B, H, S]. Head h reads kv head h / (H / H_kv) (grouped-query).
+ * The backward (issue 12) takes dout like out and gives dq like q, dk and dv like k and v.
  */
 #ifndef MK_ATTN_CHECK_CUH_
 #define MK_ATTN_CHECK_CUH_
@@ -77,21 +78,194 @@ static __global__ void ref_attn_f64_kernel(const __nv_bfloat16* q, const __nv_bf
   if (tid == 0 && lse) lse[((size_t)b * heads + h) * seq + s] = m + log(l);
 }
 
-/* out [B,S,H,D] and (if lse != NULL) lse [B,H,S] in float64 from bf16 q, k, v of the whole
- * sequence. Exits on a shape it cannot do (it is a test helper). */
-static void ref_attn_f64(const void* q, const void* k, const void* v, double* out, double* lse,
-                         int batch, int seq, int heads, int kv_heads, int d_head, int causal) {
+/* Exits on a shape the references cannot do (they are test helpers). */
+static void attn_ref_check_shape(const char* who, int batch, int seq, int heads, int kv_heads,
+                                 int d_head) {
   if (kv_heads <= 0 || heads % kv_heads || d_head <= 0 || d_head > ATTN_REF_MAX_D || seq <= 0 ||
       batch <= 0 || heads > 65535 || batch > 65535) {
-    fprintf(stderr, "ref_attn_f64: unsupported shape B=%d S=%d H=%d H_kv=%d D=%d\n", batch, seq,
-            heads, kv_heads, d_head);
+    fprintf(stderr, "%s: unsupported shape B=%d S=%d H=%d H_kv=%d D=%d\n", who, batch, seq, heads,
+            kv_heads, d_head);
     exit(1);
   }
+}
+
+/* out [B,S,H,D] and (if lse != NULL) lse [B,H,S] in float64 from bf16 q, k, v of the whole
+ * sequence. */
+static void ref_attn_f64(const void* q, const void* k, const void* v, double* out, double* lse,
+                         int batch, int seq, int heads, int kv_heads, int d_head, int causal) {
+  attn_ref_check_shape("ref_attn_f64", batch, seq, heads, kv_heads, d_head);
   dim3 grid(seq, heads, batch);
   ref_attn_f64_kernel<<<grid, ATTN_REF_THREADS>>>((const __nv_bfloat16*)q, (const __nv_bfloat16*)k,
                                                   (const __nv_bfloat16*)v, out, lse, seq, heads,
                                                   kv_heads, d_head, causal);
   CUDA_OK(cudaGetLastError());
+}
+
+/* ---- the backward ------------------------------------------------------------------------
+ * From scratch, as FlashAttention's backward recomputes it: P = exp(q k^T * scale - lse) (the
+ * softmax weights, from the reference forward's lse), D_i = rowsum(dout * out) over the head
+ * dimension, dP = dout v^T, dS = P * (dP - D_i), dq = dS k * scale, dk = dS^T q * scale,
+ * dv = P^T dout; dk, dv of a kv head sum over the query heads that read it. out is the
+ * reference forward's float64 out (a kernel's D_i comes from its bf16 out: a rounding apart). */
+
+/* Where row i of head h (batch b) starts in a [B, S, heads, width] tensor (q, out, dout, dq;
+ * k, v, dk, dv with heads = H_kv), and its entry of a [B, H, S] one (lse, delta). */
+static __host__ __device__ size_t attn_row_at(int b, int i, int h, int seq, int heads, int width) {
+  return (((size_t)b * seq + i) * heads + h) * width;
+}
+static __host__ __device__ size_t attn_lse_at(int b, int h, int i, int seq, int heads) {
+  return ((size_t)b * heads + h) * seq + i;
+}
+
+/* delta[b, h, i] = sum_d dout[b, i, h, d] * out[b, i, h, d]: one thread per row. */
+static __global__ void ref_attn_bwd_delta_kernel(const __nv_bfloat16* dout, const double* out,
+                                                 double* delta, int batch, int seq, int heads,
+                                                 int d_head) {
+  const size_t rows = (size_t)batch * seq * heads;
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < rows;
+       e += (size_t)gridDim.x * blockDim.x) {
+    const size_t b = e / ((size_t)seq * heads), s = e / heads % seq, h = e % heads; /* [B,S,H] */
+    double acc = 0;
+    for (int d = 0; d < d_head; d++)
+      acc += (double)__bfloat162float(dout[e * d_head + d]) * out[e * d_head + d];
+    delta[attn_lse_at((int)b, (int)h, (int)s, seq, heads)] = acc;
+  }
+}
+
+/* dq: one block per (query row, head, batch), as ref_attn_f64_kernel: dS for ATTN_REF_THREADS
+ * visible keys at a time (one per thread), then dq[d] += dS * k[d] (one d per thread). */
+static __global__ void ref_attn_bwd_dq_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                              const __nv_bfloat16* v, const __nv_bfloat16* dout,
+                                              const double* lse, const double* delta, double* dq,
+                                              int seq, int heads, int kv_heads, int d_head,
+                                              int causal) {
+  __shared__ double qs[ATTN_REF_MAX_D];
+  __shared__ double dos[ATTN_REF_MAX_D];
+  __shared__ double ds[ATTN_REF_THREADS];
+  const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+  const int hk = h / (heads / kv_heads);
+  const double scale = 1.0 / sqrt((double)d_head);
+  const size_t q_row = attn_row_at(b, s, h, seq, heads, d_head);
+  const __nv_bfloat16* kb = k + attn_row_at(b, 0, hk, seq, kv_heads, d_head);
+  const __nv_bfloat16* vb = v + attn_row_at(b, 0, hk, seq, kv_heads, d_head);
+  const size_t kv_stride = (size_t)kv_heads * d_head;
+  const int nk = causal ? s + 1 : seq;
+  const double l = lse[attn_lse_at(b, h, s, seq, heads)];
+  const double dl = delta[attn_lse_at(b, h, s, seq, heads)];
+
+  for (int d = tid; d < d_head; d += ATTN_REF_THREADS) {
+    qs[d] = (double)__bfloat162float(q[q_row + d]);
+    dos[d] = (double)__bfloat162float(dout[q_row + d]);
+  }
+  __syncthreads();
+
+  double acc[ATTN_REF_MAX_D / ATTN_REF_THREADS] = {0};
+  for (int j0 = 0; j0 < nk; j0 += ATTN_REF_THREADS) {
+    const int j = j0 + tid;
+    if (j < nk) {
+      const double p = exp(attn_ref_score(qs, kb + (size_t)j * kv_stride, d_head, scale) - l);
+      ds[tid] = p * (attn_ref_score(dos, vb + (size_t)j * kv_stride, d_head, 1.0) - dl);
+    } else {
+      ds[tid] = 0;
+    }
+    __syncthreads();
+    const int jn = nk - j0 < ATTN_REF_THREADS ? nk - j0 : ATTN_REF_THREADS;
+    for (int jj = 0; jj < jn; jj++) {
+      const __nv_bfloat16* kr = kb + (size_t)(j0 + jj) * kv_stride;
+      for (int i = 0, d = tid; d < d_head; i++, d += ATTN_REF_THREADS)
+        acc[i] += ds[jj] * (double)__bfloat162float(kr[d]);
+    }
+    __syncthreads();
+  }
+  for (int i = 0, d = tid; d < d_head; i++, d += ATTN_REF_THREADS) dq[q_row + d] = acc[i] * scale;
+}
+
+/* dk, dv: one block per (key row, kv head, batch). The (query head, query row) pairs that see
+ * the key (the heads of its group; causal: rows from the key's on) are numbered m = g * nq + i
+ * and taken ATTN_REF_THREADS at a time: P and dS per thread, then dv[d] += P * dout[d] and
+ * dk[d] += dS * q[d] (one d per thread). */
+static __global__ void ref_attn_bwd_dkv_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                               const __nv_bfloat16* v, const __nv_bfloat16* dout,
+                                               const double* lse, const double* delta, double* dk,
+                                               double* dv, int seq, int heads, int kv_heads,
+                                               int d_head, int causal) {
+  __shared__ double ks[ATTN_REF_MAX_D];
+  __shared__ double vs[ATTN_REF_MAX_D];
+  __shared__ double p[ATTN_REF_THREADS];
+  __shared__ double ds[ATTN_REF_THREADS];
+  const int j = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+  const int group = heads / kv_heads;
+  const double scale = 1.0 / sqrt((double)d_head);
+  const size_t kv_row = attn_row_at(b, j, hk, seq, kv_heads, d_head);
+  const int i0 = causal ? j : 0, nq = seq - i0, nm = group * nq;
+
+  for (int d = tid; d < d_head; d += ATTN_REF_THREADS) {
+    ks[d] = (double)__bfloat162float(k[kv_row + d]);
+    vs[d] = (double)__bfloat162float(v[kv_row + d]);
+  }
+  __syncthreads();
+
+  double acc_k[ATTN_REF_MAX_D / ATTN_REF_THREADS] = {0};
+  double acc_v[ATTN_REF_MAX_D / ATTN_REF_THREADS] = {0};
+  for (int m0 = 0; m0 < nm; m0 += ATTN_REF_THREADS) {
+    const int m = m0 + tid;
+    if (m < nm) {
+      const int h = hk * group + m / nq, i = i0 + m % nq;
+      const size_t row = attn_row_at(b, i, h, seq, heads, d_head);
+      const size_t l = attn_lse_at(b, h, i, seq, heads);
+      const double pm = exp(attn_ref_score(ks, q + row, d_head, scale) - lse[l]);
+      p[tid] = pm;
+      ds[tid] = pm * (attn_ref_score(vs, dout + row, d_head, 1.0) - delta[l]);
+    } else {
+      p[tid] = ds[tid] = 0;
+    }
+    __syncthreads();
+    const int mn = nm - m0 < ATTN_REF_THREADS ? nm - m0 : ATTN_REF_THREADS;
+    for (int mm = 0; mm < mn; mm++) {
+      const int h = hk * group + (m0 + mm) / nq, i = i0 + (m0 + mm) % nq;
+      const size_t row = attn_row_at(b, i, h, seq, heads, d_head);
+      const __nv_bfloat16 *qr = q + row, *dor = dout + row;
+      for (int e = 0, d = tid; d < d_head; e++, d += ATTN_REF_THREADS) {
+        acc_k[e] += ds[mm] * (double)__bfloat162float(qr[d]);
+        acc_v[e] += p[mm] * (double)__bfloat162float(dor[d]);
+      }
+    }
+    __syncthreads();
+  }
+  for (int e = 0, d = tid; d < d_head; e++, d += ATTN_REF_THREADS) {
+    dk[kv_row + d] = acc_k[e] * scale;
+    dv[kv_row + d] = acc_v[e];
+  }
+}
+
+/* dq [B,S,H,D], dk and dv [B,S,H_kv,D] in float64 from bf16 q, k, v and dout of the whole
+ * sequence (the gradients of sum(out * dout)); forward recomputed by ref_attn_f64. Synchronous
+ * (it frees its scratch). */
+static void ref_attn_bwd_f64(const void* q, const void* k, const void* v, const void* dout,
+                             double* dq, double* dk, double* dv, int batch, int seq, int heads,
+                             int kv_heads, int d_head, int causal) {
+  attn_ref_check_shape("ref_attn_bwd_f64", batch, seq, heads, kv_heads, d_head);
+  const size_t nq = (size_t)batch * seq * heads * d_head, nl = (size_t)batch * heads * seq;
+  double *out, *lse, *delta;
+  CUDA_OK(cudaMalloc(&out, nq * sizeof(double)));
+  CUDA_OK(cudaMalloc(&lse, nl * sizeof(double)));
+  CUDA_OK(cudaMalloc(&delta, nl * sizeof(double)));
+  ref_attn_f64(q, k, v, out, lse, batch, seq, heads, kv_heads, d_head, causal);
+  ref_attn_bwd_delta_kernel<<<256, 256>>>((const __nv_bfloat16*)dout, out, delta, batch, seq,
+                                          heads, d_head);
+  CUDA_OK(cudaGetLastError());
+  const __nv_bfloat16 *q16 = (const __nv_bfloat16*)q, *k16 = (const __nv_bfloat16*)k;
+  const __nv_bfloat16 *v16 = (const __nv_bfloat16*)v, *do16 = (const __nv_bfloat16*)dout;
+  ref_attn_bwd_dq_kernel<<<dim3(seq, heads, batch), ATTN_REF_THREADS>>>(
+      q16, k16, v16, do16, lse, delta, dq, seq, heads, kv_heads, d_head, causal);
+  CUDA_OK(cudaGetLastError());
+  ref_attn_bwd_dkv_kernel<<<dim3(seq, kv_heads, batch), ATTN_REF_THREADS>>>(
+      q16, k16, v16, do16, lse, delta, dk, dv, seq, heads, kv_heads, d_head, causal);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaFree(out));
+  CUDA_OK(cudaFree(lse));
+  CUDA_OK(cudaFree(delta));
 }
 
 /* ---- a rank's rows ----------------------------------------------------------------------

@@ -4,6 +4,10 @@
  *   reference_matches_cpu: the device float64 reference attention equals a CPU float64 loop
  *     (out and lse) on small shapes: causal and not, H = H_kv and grouped-query heads,
  *     sequences shorter and longer than one batch of keys.
+ *   backward_reference_matches_cpu: the device float64 reference backward (dq, dk, dv) equals
+ *     a CPU float64 loop on small shapes (causal and not, H = H_kv, GQA 2:1 and 8:1, more
+ *     keys and queries than one batch), and is the gradient of sum(out * dout): finite
+ *     differences of the reference forward in one element each of q, k and v agree.
  *   rank_rows: a rank's rows (inputs and reference outputs) are the zigzag chunks r and
  *     2n-1-r, or the contiguous block, written out by hand; the checker rejects another
  *     rank's rows.
@@ -26,6 +30,29 @@ static int failures;
   } while (0)
 
 static double bf(const std::vector<__nv_bfloat16>& x, size_t i) { return (double)__bfloat162float(x[i]); }
+
+/* CPU float64: the softmax weights w[j] of the keys j < nk that query row i of head h (batch b)
+ * sees (nk = i + 1 causal, else S), and the row's lse. */
+static double cpu_softmax_row(const std::vector<__nv_bfloat16>& hq,
+                              const std::vector<__nv_bfloat16>& hk, int b, int i, int h, int seq,
+                              int heads, int kv_heads, int d_head, int nk, double* w) {
+  const int hk_ = h / (heads / kv_heads);
+  const double scale = 1.0 / sqrt((double)d_head);
+  double mx = -INFINITY;
+  for (int j = 0; j < nk; j++) {
+    double s = 0;
+    for (int d = 0; d < d_head; d++)
+      s += bf(hq, attn_row_at(b, i, h, seq, heads, d_head) + d) *
+           bf(hk, attn_row_at(b, j, hk_, seq, kv_heads, d_head) + d);
+    w[j] = s * scale;
+    mx = fmax(mx, w[j]);
+  }
+  double sum = 0;
+  for (int j = 0; j < nk; j++) sum += exp(w[j] - mx);
+  const double lse = mx + log(sum);
+  for (int j = 0; j < nk; j++) w[j] = exp(w[j] - lse);
+  return lse;
+}
 
 static void reference_case(int batch, int seq, int heads, int kv_heads, int d_head, int causal,
                            uint64_t seed) {
@@ -54,25 +81,13 @@ static void reference_case(int batch, int seq, int heads, int kv_heads, int d_he
   CUDA_OK(cudaMemcpy(hout.data(), out, nq * 8, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(hlse.data(), lse, nl * 8, cudaMemcpyDeviceToHost));
   double worst_out = 0, worst_lse = 0;
-  const double scale = 1.0 / sqrt((double)d_head);
   for (int b = 0; b < batch; b++)
     for (int h = 0; h < heads; h++) {
       const int hk_ = h / (heads / kv_heads);
       for (int i = 0; i < seq; i++) {
         const int nk = causal ? i + 1 : seq;
-        double mx = -INFINITY;
-        for (int j = 0; j < nk; j++) {
-          double s = 0;
-          for (int d = 0; d < d_head; d++)
-            s += bf(hq, (((size_t)b * seq + i) * heads + h) * d_head + d) *
-                 bf(hk, (((size_t)b * seq + j) * kv_heads + hk_) * d_head + d);
-          sc[j] = s * scale;
-          mx = fmax(mx, sc[j]);
-        }
-        double sum = 0;
-        for (int j = 0; j < nk; j++) sum += exp(sc[j] - mx);
-        const double want_lse = mx + log(sum);
-        for (int j = 0; j < nk; j++) sc[j] = exp(sc[j] - want_lse); /* the softmax weights */
+        const double want_lse =
+            cpu_softmax_row(hq, hk, b, i, h, seq, heads, kv_heads, d_head, nk, sc.data());
         for (int d = 0; d < d_head; d++) {
           double o = 0;
           for (int j = 0; j < nk; j++)
@@ -101,6 +116,181 @@ static void test_reference_matches_cpu(void) {
     reference_case(2, 300, 4, 2, 128, causal, seed + 20); /* keys in three batches */
     reference_case(1, 129, 2, 1, 64, causal, seed + 30);  /* one key past a batch */
   }
+}
+
+/* The largest |got[e] - want[e]|, infinite when a got is not finite (poison never passes). */
+static double worst_abs_diff(const std::vector<double>& got, const std::vector<double>& want) {
+  double worst = 0;
+  for (size_t e = 0; e < got.size(); e++)
+    worst = isfinite(got[e]) ? fmax(worst, fabs(got[e] - want[e])) : INFINITY;
+  return worst;
+}
+
+/* The device float64 backward against a CPU float64 loop written from the formulas, with its
+ * own softmax rows: D_i = dout_i . out_i, dS_ij = P_ij (dout_i . v_j - D_i), dq_i += dS_ij k_j
+ * scale, dk_j += dS_ij q_i scale, dv_j += P_ij dout_i (dk, dv summed over the kv head's
+ * query heads). */
+static void backward_case(int batch, int seq, int heads, int kv_heads, int d_head, int causal,
+                          uint64_t seed) {
+  const size_t nq = (size_t)batch * seq * heads * d_head, nkv = (size_t)batch * seq * kv_heads * d_head;
+  void *q, *k, *v, *dout;
+  double *dq, *dk, *dv;
+  CUDA_OK(cudaMalloc(&q, nq * 2));
+  CUDA_OK(cudaMalloc(&k, nkv * 2));
+  CUDA_OK(cudaMalloc(&v, nkv * 2));
+  CUDA_OK(cudaMalloc(&dout, nq * 2));
+  CUDA_OK(cudaMalloc(&dq, nq * 8));
+  CUDA_OK(cudaMalloc(&dk, nkv * 8));
+  CUDA_OK(cudaMalloc(&dv, nkv * 8));
+  fill_random_bf16(q, nq, seed, 2.0f);
+  fill_random_bf16(k, nkv, seed + 1, 2.0f);
+  fill_random_bf16(v, nkv, seed + 2, 1.0f);
+  fill_random_bf16(dout, nq, seed + 3, 1.0f);
+  poison(dq, nq * 8);
+  poison(dk, nkv * 8);
+  poison(dv, nkv * 8);
+  ref_attn_bwd_f64(q, k, v, dout, dq, dk, dv, batch, seq, heads, kv_heads, d_head, causal);
+
+  std::vector<__nv_bfloat16> hq(nq), hk(nkv), hv(nkv), hdo(nq);
+  std::vector<double> gdq(nq), gdk(nkv), gdv(nkv), wdq(nq), wdk(nkv), wdv(nkv), w(seq);
+  CUDA_OK(cudaMemcpy(hq.data(), q, nq * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(hk.data(), k, nkv * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(hv.data(), v, nkv * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(hdo.data(), dout, nq * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(gdq.data(), dq, nq * 8, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(gdk.data(), dk, nkv * 8, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(gdv.data(), dv, nkv * 8, cudaMemcpyDeviceToHost));
+  const double scale = 1.0 / sqrt((double)d_head);
+  for (int b = 0; b < batch; b++)
+    for (int h = 0; h < heads; h++) {
+      const int hk_ = h / (heads / kv_heads);
+      for (int i = 0; i < seq; i++) {
+        const int nk = causal ? i + 1 : seq;
+        const size_t qr = attn_row_at(b, i, h, seq, heads, d_head);
+        cpu_softmax_row(hq, hk, b, i, h, seq, heads, kv_heads, d_head, nk, w.data());
+        double di = 0;
+        for (int d = 0; d < d_head; d++) {
+          double o = 0;
+          for (int j = 0; j < nk; j++) o += w[j] * bf(hv, attn_row_at(b, j, hk_, seq, kv_heads, d_head) + d);
+          di += bf(hdo, qr + d) * o;
+        }
+        for (int j = 0; j < nk; j++) {
+          const size_t kr = attn_row_at(b, j, hk_, seq, kv_heads, d_head);
+          double dp = 0;
+          for (int d = 0; d < d_head; d++) dp += bf(hdo, qr + d) * bf(hv, kr + d);
+          const double ds = w[j] * (dp - di);
+          for (int d = 0; d < d_head; d++) {
+            wdq[qr + d] += ds * bf(hk, kr + d) * scale;
+            wdk[kr + d] += ds * bf(hq, qr + d) * scale;
+            wdv[kr + d] += w[j] * bf(hdo, qr + d);
+          }
+        }
+      }
+    }
+  const double e_dq = worst_abs_diff(gdq, wdq), e_dk = worst_abs_diff(gdk, wdk);
+  const double e_dv = worst_abs_diff(gdv, wdv);
+  printf("  B=%d S=%4d H=%d H_kv=%d D=%3d %-10s: max abs diff dq %.3e dk %.3e dv %.3e\n", batch,
+         seq, heads, kv_heads, d_head, causal ? "causal" : "non-causal", e_dq, e_dk, e_dv);
+  EXPECT(e_dq < 1e-9 && e_dk < 1e-9 && e_dv < 1e-9,
+         "device float64 backward disagrees with the CPU (B=%d S=%d H=%d H_kv=%d D=%d causal=%d)",
+         batch, seq, heads, kv_heads, d_head, causal);
+  cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(dout);
+  cudaFree(dq); cudaFree(dk); cudaFree(dv);
+}
+
+/* Element i of a device bf16 tensor set to x, which must be a bf16 exactly. */
+static void set_bf16(void* p, size_t i, double x) {
+  const __nv_bfloat16 h = __float2bfloat16((float)x);
+  if ((double)__bfloat162float(h) != x) {
+    fprintf(stderr, "set_bf16: %.17g is not a bf16\n", x);
+    exit(1);
+  }
+  CUDA_OK(cudaMemcpy((__nv_bfloat16*)p + i, &h, 2, cudaMemcpyHostToDevice));
+}
+
+/* sum(out * dout) over the whole tensor, out from the device float64 forward: the function
+ * whose gradients ref_attn_bwd_f64 gives. */
+static double attn_loss(const void* q, const void* k, const void* v,
+                        const std::vector<__nv_bfloat16>& hdo, double* out, int batch, int seq,
+                        int heads, int kv_heads, int d_head, int causal) {
+  std::vector<double> hout(hdo.size());
+  ref_attn_f64(q, k, v, out, NULL, batch, seq, heads, kv_heads, d_head, causal);
+  CUDA_OK(cudaMemcpy(hout.data(), out, hout.size() * 8, cudaMemcpyDeviceToHost));
+  double f = 0;
+  for (size_t e = 0; e < hout.size(); e++) f += hout[e] * bf(hdo, e);
+  return f;
+}
+
+/* The reference backward is the gradient of sum(out * dout): one element each of q, k and v is
+ * set to x0, then moved by +-h and +-h/2 (all bf16 exactly), and the central differences of
+ * the loss, combined by Richardson (4 fd(h/2) - fd(h)) / 3 to cancel their h^2 error, must
+ * match dq, dk, dv there. Tiny shape with GQA 2:1 and two batches; the k and v elements are of
+ * kv head 1 (read by heads 2 and 3) at row 2, which (causal) query rows 2 .. 5 see. */
+static void finite_difference_case(int causal, uint64_t seed) {
+  const int batch = 2, seq = 6, heads = 4, kv_heads = 2, d_head = 8;
+  const size_t nq = (size_t)batch * seq * heads * d_head, nkv = (size_t)batch * seq * kv_heads * d_head;
+  void *q, *k, *v, *dout;
+  double *out, *dq, *dk, *dv;
+  CUDA_OK(cudaMalloc(&q, nq * 2));
+  CUDA_OK(cudaMalloc(&k, nkv * 2));
+  CUDA_OK(cudaMalloc(&v, nkv * 2));
+  CUDA_OK(cudaMalloc(&dout, nq * 2));
+  CUDA_OK(cudaMalloc(&out, nq * 8));
+  CUDA_OK(cudaMalloc(&dq, nq * 8));
+  CUDA_OK(cudaMalloc(&dk, nkv * 8));
+  CUDA_OK(cudaMalloc(&dv, nkv * 8));
+  fill_random_bf16(q, nq, seed, 2.0f);
+  fill_random_bf16(k, nkv, seed + 1, 2.0f);
+  fill_random_bf16(v, nkv, seed + 2, 1.0f);
+  fill_random_bf16(dout, nq, seed + 3, 1.0f);
+  std::vector<__nv_bfloat16> hdo(nq);
+  CUDA_OK(cudaMemcpy(hdo.data(), dout, nq * 2, cudaMemcpyDeviceToHost));
+  const struct {
+    const char* name;
+    void* x;
+    size_t at;
+    const double* grad;
+  } el[3] = {{"q", q, attn_row_at(1, 4, 3, seq, heads, d_head), dq},
+             {"k", k, attn_row_at(1, 2, 1, seq, kv_heads, d_head) + 2, dk},
+             {"v", v, attn_row_at(1, 2, 1, seq, kv_heads, d_head) + 3, dv}};
+  const double x0 = 0.25, h = 1.0 / 256; /* bf16 steps near 0.25: 1/512 above, 1/1024 below */
+  for (int e = 0; e < 3; e++) set_bf16(el[e].x, el[e].at, x0);
+  ref_attn_bwd_f64(q, k, v, dout, dq, dk, dv, batch, seq, heads, kv_heads, d_head, causal);
+  for (int e = 0; e < 3; e++) {
+    double g, fd[2];
+    CUDA_OK(cudaMemcpy(&g, el[e].grad + el[e].at, 8, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < 2; t++) {
+      const double step = h / (1 << t);
+      set_bf16(el[e].x, el[e].at, x0 + step);
+      const double fp = attn_loss(q, k, v, hdo, out, batch, seq, heads, kv_heads, d_head, causal);
+      set_bf16(el[e].x, el[e].at, x0 - step);
+      const double fm = attn_loss(q, k, v, hdo, out, batch, seq, heads, kv_heads, d_head, causal);
+      fd[t] = (fp - fm) / (2 * step);
+    }
+    set_bf16(el[e].x, el[e].at, x0);
+    const double rich = (4 * fd[1] - fd[0]) / 3, err = fabs(rich - g);
+    printf("  %-10s d%s %+.12f: central differences %+.12f %+.12f, extrapolated %+.12f (diff %.1e)\n",
+           causal ? "causal" : "non-causal", el[e].name, g, fd[0], fd[1], rich, err);
+    EXPECT(isfinite(g) && err < 1e-7 * fmax(1.0, fabs(g)),
+           "d%s disagrees with the finite differences of sum(out * dout) (causal=%d)", el[e].name,
+           causal);
+    EXPECT(fabs(g) > 1e-2, "d%s is %.3e: too small for the finite-difference check to mean much",
+           el[e].name, g);
+  }
+  cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(dout);
+  cudaFree(out); cudaFree(dq); cudaFree(dk); cudaFree(dv);
+}
+
+static void test_backward_reference_matches_cpu(void) {
+  const uint64_t seed = (uint64_t)time(NULL);
+  printf("  seed %016llx\n", (unsigned long long)seed);
+  for (int causal = 0; causal < 2; causal++) {
+    backward_case(1, 37, 8, 1, 64, causal, seed);        /* GQA 8:1, odd S */
+    backward_case(2, 64, 4, 4, 128, causal, seed + 10);  /* H = H_kv */
+    backward_case(1, 150, 4, 2, 64, causal, seed + 20);  /* GQA 2:1, keys and queries past a batch */
+  }
+  /* A fixed seed: the gradients it checks are known not to be near zero. */
+  for (int causal = 0; causal < 2; causal++) finite_difference_case(causal, 0x5eed);
 }
 
 /* The value tag_kernel puts at flat index e of a [B, S, width] tensor: its coordinates
@@ -222,6 +412,7 @@ int main(int argc, char** argv) {
   const char* what = argc > 1 ? argv[1] : "";
   printf("%s\n", what);
   if (!strcmp(what, "reference_matches_cpu")) test_reference_matches_cpu();
+  else if (!strcmp(what, "backward_reference_matches_cpu")) test_backward_reference_matches_cpu();
   else if (!strcmp(what, "rank_rows")) test_rank_rows();
   else {
     fprintf(stderr, "unknown test '%s'\n", what);
