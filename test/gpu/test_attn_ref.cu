@@ -16,18 +16,8 @@
 #include <time.h>
 #include <vector>
 #include "attn_check.cuh"
+#include "expect.h"
 
-static int failures;
-
-#define EXPECT(cond, ...)                                     \
-  do {                                                        \
-    if (!(cond)) {                                            \
-      fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__);   \
-      fprintf(stderr, __VA_ARGS__);                           \
-      fprintf(stderr, "\n");                                  \
-      failures++;                                             \
-    }                                                         \
-  } while (0)
 
 static double bf(const std::vector<__nv_bfloat16>& x, size_t i) { return (double)__bfloat162float(x[i]); }
 
@@ -126,29 +116,50 @@ static double worst_abs_diff(const std::vector<double>& got, const std::vector<d
   return worst;
 }
 
+/* The inputs and float64 gradients of one backward check, on the device: q, dout [B,S,H,D] and
+ * k, v [B,S,H_kv,D] bf16 filled at random from seed (q, k at scale 2, v, dout at 1), dq, dk, dv
+ * float64 of the same shapes, poisoned. */
+struct bwd_bufs {
+  size_t nq, nkv;
+  void *q, *k, *v, *dout;
+  double *dq, *dk, *dv;
+};
+
+static void bwd_bufs_alloc(struct bwd_bufs* t, int batch, int seq, int heads, int kv_heads, int d_head,
+                           uint64_t seed) {
+  t->nq = (size_t)batch * seq * heads * d_head, t->nkv = (size_t)batch * seq * kv_heads * d_head;
+  CUDA_OK(cudaMalloc(&t->q, t->nq * 2));
+  CUDA_OK(cudaMalloc(&t->k, t->nkv * 2));
+  CUDA_OK(cudaMalloc(&t->v, t->nkv * 2));
+  CUDA_OK(cudaMalloc(&t->dout, t->nq * 2));
+  CUDA_OK(cudaMalloc(&t->dq, t->nq * 8));
+  CUDA_OK(cudaMalloc(&t->dk, t->nkv * 8));
+  CUDA_OK(cudaMalloc(&t->dv, t->nkv * 8));
+  fill_random_bf16(t->q, t->nq, seed, 2.0f);
+  fill_random_bf16(t->k, t->nkv, seed + 1, 2.0f);
+  fill_random_bf16(t->v, t->nkv, seed + 2, 1.0f);
+  fill_random_bf16(t->dout, t->nq, seed + 3, 1.0f);
+  poison(t->dq, t->nq * 8);
+  poison(t->dk, t->nkv * 8);
+  poison(t->dv, t->nkv * 8);
+}
+
+static void bwd_bufs_free(struct bwd_bufs* t) {
+  cudaFree(t->q), cudaFree(t->k), cudaFree(t->v), cudaFree(t->dout);
+  cudaFree(t->dq), cudaFree(t->dk), cudaFree(t->dv);
+}
+
 /* The device float64 backward against a CPU float64 loop written from the formulas, with its
  * own softmax rows: D_i = dout_i . out_i, dS_ij = P_ij (dout_i . v_j - D_i), dq_i += dS_ij k_j
  * scale, dk_j += dS_ij q_i scale, dv_j += P_ij dout_i (dk, dv summed over the kv head's
  * query heads). */
 static void backward_case(int batch, int seq, int heads, int kv_heads, int d_head, int causal,
                           uint64_t seed) {
-  const size_t nq = (size_t)batch * seq * heads * d_head, nkv = (size_t)batch * seq * kv_heads * d_head;
-  void *q, *k, *v, *dout;
-  double *dq, *dk, *dv;
-  CUDA_OK(cudaMalloc(&q, nq * 2));
-  CUDA_OK(cudaMalloc(&k, nkv * 2));
-  CUDA_OK(cudaMalloc(&v, nkv * 2));
-  CUDA_OK(cudaMalloc(&dout, nq * 2));
-  CUDA_OK(cudaMalloc(&dq, nq * 8));
-  CUDA_OK(cudaMalloc(&dk, nkv * 8));
-  CUDA_OK(cudaMalloc(&dv, nkv * 8));
-  fill_random_bf16(q, nq, seed, 2.0f);
-  fill_random_bf16(k, nkv, seed + 1, 2.0f);
-  fill_random_bf16(v, nkv, seed + 2, 1.0f);
-  fill_random_bf16(dout, nq, seed + 3, 1.0f);
-  poison(dq, nq * 8);
-  poison(dk, nkv * 8);
-  poison(dv, nkv * 8);
+  struct bwd_bufs t;
+  bwd_bufs_alloc(&t, batch, seq, heads, kv_heads, d_head, seed);
+  const size_t nq = t.nq, nkv = t.nkv;
+  void *q = t.q, *k = t.k, *v = t.v, *dout = t.dout;
+  double *dq = t.dq, *dk = t.dk, *dv = t.dv;
   ref_attn_bwd_f64(q, k, v, dout, dq, dk, dv, batch, seq, heads, kv_heads, d_head, causal);
 
   std::vector<__nv_bfloat16> hq(nq), hk(nkv), hv(nkv), hdo(nq);
@@ -194,8 +205,7 @@ static void backward_case(int batch, int seq, int heads, int kv_heads, int d_hea
   EXPECT(e_dq < 1e-9 && e_dk < 1e-9 && e_dv < 1e-9,
          "device float64 backward disagrees with the CPU (B=%d S=%d H=%d H_kv=%d D=%d causal=%d)",
          batch, seq, heads, kv_heads, d_head, causal);
-  cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(dout);
-  cudaFree(dq); cudaFree(dk); cudaFree(dv);
+  bwd_bufs_free(&t);
 }
 
 /* Element i of a device bf16 tensor set to x, which must be a bf16 exactly. */
@@ -228,21 +238,12 @@ static double attn_loss(const void* q, const void* k, const void* v,
  * kv head 1 (read by heads 2 and 3) at row 2, which (causal) query rows 2 .. 5 see. */
 static void finite_difference_case(int causal, uint64_t seed) {
   const int batch = 2, seq = 6, heads = 4, kv_heads = 2, d_head = 8;
-  const size_t nq = (size_t)batch * seq * heads * d_head, nkv = (size_t)batch * seq * kv_heads * d_head;
-  void *q, *k, *v, *dout;
-  double *out, *dq, *dk, *dv;
-  CUDA_OK(cudaMalloc(&q, nq * 2));
-  CUDA_OK(cudaMalloc(&k, nkv * 2));
-  CUDA_OK(cudaMalloc(&v, nkv * 2));
-  CUDA_OK(cudaMalloc(&dout, nq * 2));
+  struct bwd_bufs t;
+  bwd_bufs_alloc(&t, batch, seq, heads, kv_heads, d_head, seed);
+  const size_t nq = t.nq;
+  void *q = t.q, *k = t.k, *v = t.v, *dout = t.dout;
+  double *dq = t.dq, *dk = t.dk, *dv = t.dv, *out;
   CUDA_OK(cudaMalloc(&out, nq * 8));
-  CUDA_OK(cudaMalloc(&dq, nq * 8));
-  CUDA_OK(cudaMalloc(&dk, nkv * 8));
-  CUDA_OK(cudaMalloc(&dv, nkv * 8));
-  fill_random_bf16(q, nq, seed, 2.0f);
-  fill_random_bf16(k, nkv, seed + 1, 2.0f);
-  fill_random_bf16(v, nkv, seed + 2, 1.0f);
-  fill_random_bf16(dout, nq, seed + 3, 1.0f);
   std::vector<__nv_bfloat16> hdo(nq);
   CUDA_OK(cudaMemcpy(hdo.data(), dout, nq * 2, cudaMemcpyDeviceToHost));
   const struct {
@@ -277,8 +278,8 @@ static void finite_difference_case(int causal, uint64_t seed) {
     EXPECT(fabs(g) > 1e-2, "d%s is %.3e: too small for the finite-difference check to mean much",
            el[e].name, g);
   }
-  cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(dout);
-  cudaFree(out); cudaFree(dq); cudaFree(dk); cudaFree(dv);
+  cudaFree(out);
+  bwd_bufs_free(&t);
 }
 
 static void test_backward_reference_matches_cpu(void) {

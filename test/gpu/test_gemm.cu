@@ -11,8 +11,8 @@
 #include "gemm.h"
 #include "gemm_tune.h"
 #include "gemm_check.cuh"
+#include "expect.h"
 
-static int failures;
 static uint64_t seed_counter;
 static const double TOL = 1e-2;
 
@@ -23,16 +23,6 @@ static int gemm_launch(const struct mk_gemm_args* g, cudaStream_t s) {
 }
 
 static uint64_t next_seed(void) { return ++seed_counter * 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL); }
-
-#define EXPECT(cond, ...)                                     \
-  do {                                                        \
-    if (!(cond)) {                                            \
-      fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__);   \
-      fprintf(stderr, __VA_ARGS__);                           \
-      fprintf(stderr, "\n");                                  \
-      failures++;                                             \
-    }                                                         \
-  } while (0)
 
 /* Device buffers of one problem: A [m,k], B [groups*n, k], C [m,n] (bf16 or f32), ref f64. */
 struct problem {
