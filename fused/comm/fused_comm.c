@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_rs.h"
 #include "mk_err.h"
 #include "mk_log.h"
 #include "mk_param.h"
@@ -219,14 +220,18 @@ int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {
   volatile struct mk_gemm_error* e = fc->err;
   if (!fc->broken && !e->aborted) return 0;
   if (!fc->broken) {
-    /* The peer is known for AllGather+GEMM's waits; the other ops report it unknown. */
+    /* The peer is known for AllGather+GEMM's, GEMM+RS/AR's and the MoE combine's store waits;
+     * the other waits report it unknown. */
     struct mk_gemm_error copy = *(struct mk_gemm_error*)e;
     uint64_t progress = 0;
     char what[96] = "";
     int prev, peer = -1;
     if (!mk_op_device_enter(fc, &prev)) {
-      if ((copy.tag & 0x7fu) == MK_OP_AG_GEMM)
-        peer = mk_ag_gemm_hang_peer(fc, &copy, &progress, what, sizeof(what));
+      const uint32_t op = copy.tag & 0x7fu;
+      if (op == MK_OP_AG_GEMM) peer = mk_ag_gemm_hang_peer(fc, &copy, &progress, what, sizeof(what));
+      else if (op == MK_OP_GEMM_RS || op == MK_OP_GEMM_AR || op == MK_OP_MOE_COMBINE)
+        peer = mk_gemm_rs_hang_peer(fc->rank, fc->nranks, op == MK_OP_MOE_COMBINE ? 0 : fc->rs_shard_blocks,
+                                    &copy, &progress, what, sizeof(what));
       mk_trace_comm_hang(fc, &copy, peer, progress, what[0] ? what : NULL);
     }
     mk_op_device_leave(prev);

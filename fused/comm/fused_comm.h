@@ -63,6 +63,7 @@ struct mk_fused_comm {
   struct mk_moe_geom moe_geom;  /* its layout, from the config at init */
   int ag_shard_blocks;          /* row-blocks per shard of the last overlapped AllGather+GEMM
                                  * (a hang report names the peer that owed a row-block) */
+  int rs_shard_blocks;          /* the same for the last overlapped GEMM+ReduceScatter/AllReduce */
 };
 
 /* ncclMkCommInit's work; 0 or negative errno. */

@@ -85,14 +85,16 @@ static int gemm_validate_call(const struct mk_gemm_args* a) {
     if (!c->done || !c->exits || c->num_counters < 0 || (c->num_counters && !c->counters))
       GEMM_REJECT("mk_gemm_launch: call bracket needs done, exits and counters (num_counters %d)", c->num_counters);
     for (int d = 0; d < c->nranks; d++)
-      if (d != c->rank && !c->peer_done[d]) GEMM_REJECT("mk_gemm_launch: call bracket: peer_done of rank %d missing", d);
+      if (d != c->rank && !c->peer_done[d])
+        GEMM_REJECT("mk_gemm_launch: call bracket: peer_done of rank %d missing", d);
   }
   const struct mk_gemm_scatter* sc = a->scatter;
   if (sc && (!sc->row_dest || sc->row_mult < 0 || a->rs || a->epilogue != MK_GEMM_STORE || a->tile_flags))
     GEMM_REJECT("mk_gemm_launch: scatter needs row_dest, row_mult >= 0, the STORE epilogue, no rs, no tile_flags");
   if (sc)
     for (int d = 0; d < MK_GEMM_RS_MAX_RANKS; d++)
-      if (gemm_misaligned(sc->base[d])) GEMM_REJECT("mk_gemm_launch: scatter base of rank %d must be 16-byte aligned", d);
+      if (gemm_misaligned(sc->base[d]))
+        GEMM_REJECT("mk_gemm_launch: scatter base of rank %d must be 16-byte aligned", d);
   return 0;
 }
 
@@ -113,7 +115,8 @@ static int gemm_validate(const struct mk_gemm_args* a) {
   if (a->group_offsets && (a->row_block_order || a->row_block_rotate))
     GEMM_REJECT("mk_gemm_launch: row_block_order and row_block_rotate are not supported with group_offsets");
   if (a->row_block_rotate < 0 || a->row_block_rotate >= (a->m + mk_gemm_default_cfg::BM - 1) / mk_gemm_default_cfg::BM)
-    GEMM_REJECT("mk_gemm_launch: row_block_rotate = %d, must be in [0, row-blocks of m = %d)", a->row_block_rotate, a->m);
+    GEMM_REJECT("mk_gemm_launch: row_block_rotate = %d, must be in [0, row-blocks of m = %d)",
+                a->row_block_rotate, a->m);
   if (a->a_local && (gemm_misaligned(a->a_local) || a->a_local_rows < 1 || a->a_local_row0 < 0 ||
                      a->a_local_row0 + (long)a->a_local_rows > a->m || a->group_offsets ||
                      a->a_local_row0 % mk_gemm_default_cfg::BM ||

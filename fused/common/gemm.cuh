@@ -325,8 +325,8 @@ __device__ __noinline__ void gemm_rs_store_own(const struct mk_gemm_params& p, u
 __device__ __noinline__ int gemm_call_wait_peers_free(const struct mk_gemm_params& p) {
   const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
   for (int d = 0; d < p.call.nranks; d++)
-    if (d != p.call.rank && mk_wait_geq(p.call.peer_done[d], e - 1, p.err, p.err_tag, 0xFFFFFFFFu, (uint32_t)d,
-                                        p.timeout_ns) < e - 1)
+    if (d != p.call.rank && mk_wait_geq(p.call.peer_done[d], e - 1, p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE,
+                                        (uint32_t)d, p.timeout_ns) < e - 1)
       return 0;
   return 1;
 }
@@ -361,8 +361,9 @@ __device__ __noinline__ void gemm_rs_collect(const struct mk_gemm_params& p) {
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int split = item % MK_GEMM_RS_COLLECT_SPLITS, ib = item / MK_GEMM_RS_COLLECT_SPLITS;
     const int src = (p.rs.rank + 1 + ib / blocks) % p.rs.nranks, mb = ib % blocks;
-    const int ok = tid != 0 || mk_wait_geq(p.rs.gathered_counts[src] + mb, tiles_n, p.err, p.err_tag, 0xFFFFFFFFu,
-                                           (uint32_t)(src * blocks + mb), p.timeout_ns) >= tiles_n;
+    const int ok = tid != 0 || mk_wait_geq(p.rs.gathered_counts[src] + mb, tiles_n, p.err, p.err_tag,
+                                           MK_GEMM_ERR_TILE_COLLECT, (uint32_t)(src * blocks + mb),
+                                           p.timeout_ns) >= tiles_n;
     if (!bar_red_and(5, 128, ok)) return;
     const size_t lo = per * split, hi = lo + per < block_vecs ? lo + per : block_vecs;
     const uint4* from = (const uint4*)p.rs.gathered[src] + (size_t)mb * block_vecs;

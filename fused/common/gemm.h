@@ -51,6 +51,12 @@ enum mk_gemm_epilogue {
   MK_GEMM_ADD_F32 = 2,  /* c: float [m, n], c += A.B^T */
 };
 
+/* mk_gemm_error.tile of the fused waits that are not a tile's: a call bracket's wait for a
+ * peer's previous call (flag_index = the peer), and the all-reduce collect's wait for a peer's
+ * reduced row-block (flag_index = peer x row-blocks per shard + row-block). */
+#define MK_GEMM_ERR_TILE_PEER_FREE 0xFFFFFFFFu
+#define MK_GEMM_ERR_TILE_COLLECT 0xFFFFFFFEu
+
 /* Written by the kernel when a wait times out; device or host-mapped memory. */
 struct mk_gemm_error {
   uint32_t aborted;    /* 1 once any CTA gave up */

@@ -7,6 +7,8 @@
  *    produced and sums the peers' partials into this rank's own rows (rs_comm.h).
  * The overlapped path is also GEMM+AllReduce's (gemm_ar.c), with the gather.
  */
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ag_push.h"
@@ -93,8 +95,27 @@ int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b
   g.a = a, g.b = b, g.rs = &rs, g.call = &call, g.trace = trace;
   g.c = gather ? (char*)c + (size_t)fc->rank * shard * n * 2 : c; /* this rank's rows */
   g.row_block_rotate = mk_sched_rs_row_block(fc->rank, fc->nranks, (int)(shard / MK_AG_BLOCK_ROWS), 0);
+  fc->rs_shard_blocks = (int)(shard / MK_AG_BLOCK_ROWS); /* for a hang report */
   MK_CHECK(mk_gemm_launch(&g, stream)); /* the whole call: rs_comm.h */
   return mk_trace_comm_end(fc, stream);
+}
+
+int mk_gemm_rs_hang_peer(int rank, int nranks, int blocks, const struct mk_gemm_error* e,
+                         uint64_t* progress, char* what, size_t what_len) {
+  if (e->tile == MK_GEMM_ERR_TILE_PEER_FREE) {
+    const int peer = (int)e->flag_index;
+    if (peer < 0 || peer >= nranks || peer == rank) return -1;
+    *progress = e->seen;
+    snprintf(what, what_len, "the last call it finished (this call needed %" PRIu64 ")", e->expected);
+    return peer;
+  }
+  if (blocks <= 0 || e->flag_index / (uint32_t)blocks >= (uint32_t)nranks) return -1;
+  const int peer = (int)(e->flag_index / (uint32_t)blocks), mb = (int)(e->flag_index % (uint32_t)blocks);
+  if (peer == rank) return -1;
+  *progress = e->seen;
+  snprintf(what, what_len, "tiles of its %s of row-block %d of this rank's rows stored, of %" PRIu64,
+           e->tile == MK_GEMM_ERR_TILE_COLLECT ? "reduced rows" : "partial sum", mb, e->expected);
+  return peer;
 }
 
 NCCL_MK_API ncclResult_t ncclMkGemmReduceScatter(const void* a, const void* b, void* c_shard,

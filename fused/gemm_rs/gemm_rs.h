@@ -14,4 +14,12 @@ int mk_gemm_rs_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k
 int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b, void* c,
                           size_t m, size_t n, size_t k, int gather, cudaStream_t stream);
 
+/* The peer a timed-out wait of a one-kernel call depended on, read from the error record
+ * alone (gemm.h MK_GEMM_ERR_TILE_*): a call bracket's wait for a peer's previous call (any op
+ * with a bracket: blocks may be 0), or GEMM+RS/AR's wait for a peer's partial or reduced
+ * row-block (blocks = row-blocks per shard of that call). *progress = what the peer had done
+ * (the value seen) and *what says of what. -1 when the record is none of these. Pure. */
+int mk_gemm_rs_hang_peer(int rank, int nranks, int blocks, const struct mk_gemm_error* e,
+                         uint64_t* progress, char* what, size_t what_len);
+
 #endif /* MK_GEMM_RS_H_ */
