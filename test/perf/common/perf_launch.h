@@ -6,7 +6,9 @@
 #ifndef MK_PERF_LAUNCH_H_
 #define MK_PERF_LAUNCH_H_
 
+#include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +24,17 @@ int perf_launch_local(int argc, char** argv, int nprocs, int distinct_hosts);
 
 void perf_id_to_hex(const ncclUniqueId* id, char* hex);
 void perf_hex_to_id(const char* hex, ncclUniqueId* id);
+
+/* A two-or-more-GPU harness's launcher side: 77 (meson's skip), saying why, when this host has
+ * fewer than nprocs GPUs; else perf_launch_local's status. */
+static inline int perf_launch_local_or_skip(int argc, char** argv, int nprocs) {
+  int ngpu = 0;
+  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < nprocs) {
+    printf("needs %d GPUs, found %d\n", nprocs, ngpu);
+    return 77;
+  }
+  return perf_launch_local(argc, argv, nprocs, 0);
+}
 
 /* In a GPU test started by perf_launch_local: 1 when this process is a child ("<scenario> -P
  * rank -I id"), with its rank and the NCCL id filled in; else 0. */

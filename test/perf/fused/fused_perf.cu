@@ -274,13 +274,6 @@ int main(int argc, char** argv) {
             "[-J json] [-S comm_sms] [-F]\n", argv[0]);
     return 2;
   }
-  if (!launched) {
-    int ngpu = 0;
-    if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < o.nprocs) {
-      printf("needs %d GPUs, found %d\n", o.nprocs, ngpu);
-      return 77;
-    }
-    return perf_launch_local(argc, argv, o.nprocs, 0);
-  }
+  if (!launched) return perf_launch_local_or_skip(argc, argv, o.nprocs);
   return rank_main(&o);
 }
