@@ -14,6 +14,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include "bf16x8.cuh"
+#include "copy_vec.cuh"
 #include "gemm.h"
 #include "ptx.cuh"
 #include "sched.cuh"
@@ -311,7 +312,8 @@ __device__ __noinline__ void gemm_rs_store_own(const struct mk_gemm_params& p, u
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     bf16x8_add_to_f32(acc, ld_shared_v4_b32(base + stage_offset(r, cc * 8)));
     for (int src = 0; src < p.rs.nranks; src++)
-      if (src != p.rs.rank) bf16x8_add_to_f32(acc, ld_global_v4((const __nv_bfloat16*)p.rs.in[src] + off));
+      if (src != p.rs.rank)
+        bf16x8_add_to_f32(acc, mk_load_vec<true>((const uint4*)((const __nv_bfloat16*)p.rs.in[src] + off)));
     const uint4 v = f32x8_to_bf16x8(acc);
     st_global_v4_b32((__nv_bfloat16*)p.c + off, v);
     if (p.rs_gather)
@@ -329,21 +331,6 @@ __device__ __noinline__ int gemm_call_wait_peers_free(const struct mk_gemm_param
                                         (uint32_t)d, p.timeout_ns) < e - 1)
       return 0;
   return 1;
-}
-
-/* dst[i] = src[i] for i < count, by 128 threads (tid): 4 loads in flight per thread, which
- * 128 threads alone need not to be latency-bound. */
-__device__ __forceinline__ void mk_copy_v4_unrolled(uint4* dst, const uint4* src, size_t count, int tid) {
-  constexpr int UNROLL = 4, STRIDE = 128;
-  for (size_t i0 = (size_t)tid; i0 < count; i0 += STRIDE * UNROLL) {
-    uint4 v[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; u++)
-      if (i0 + (size_t)u * STRIDE < count) v[u] = ld_global_v4(src + i0 + (size_t)u * STRIDE);
-#pragma unroll
-    for (int u = 0; u < UNROLL; u++)
-      if (i0 + (size_t)u * STRIDE < count) dst[i0 + (size_t)u * STRIDE] = v[u];
-  }
 }
 
 #define MK_GEMM_RS_COLLECT_SPLITS 8 /* CTAs sharing one row-block's copy */
@@ -368,7 +355,8 @@ __device__ __noinline__ void gemm_rs_collect(const struct mk_gemm_params& p) {
     const size_t lo = per * split, hi = lo + per < block_vecs ? lo + per : block_vecs;
     const uint4* from = (const uint4*)p.rs.gathered[src] + (size_t)mb * block_vecs;
     uint4* to = (uint4*)p.rs.c_full + ((size_t)src * blocks + mb) * block_vecs;
-    mk_copy_v4_unrolled(to + lo, from + lo, hi > lo ? hi - lo : 0, tid);
+    /* 4 loads in flight per thread: 128 threads alone are latency-bound otherwise (8 spilled) */
+    mk_copy_vecs<4, true>(&to, 1, from, (int)lo, (int)hi, tid, 128);
   }
 }
 

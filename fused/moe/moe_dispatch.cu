@@ -268,9 +268,9 @@ static __device__ void moe_expand_part(const struct mk_moe_args& a, int src, con
     const float amax = moe_row_amax((const uint4*)row, nvec);
     moe_land_fp8_row_to<false>(dst, n, row, moe_fp8_inv(amax), moe_fp8_scale(amax), v0, v1);
   } else if (peer_written) {
-    moe_copy_row_to<true>(dst, n, (const uint4*)row, v0, v1, lane, 32);
+    mk_copy_vecs<MOE_COPY_UNROLL, true>(dst, n, (const uint4*)row, v0, v1, lane, 32);
   } else {
-    moe_copy_row_to<false>(dst, n, (const uint4*)row, v0, v1, lane, 32);
+    mk_copy_vecs<MOE_COPY_UNROLL, false>(dst, n, (const uint4*)row, v0, v1, lane, 32);
   }
   __syncwarp(); /* every lane's stores before lane 0's fence */
   if (lane != 0) return;
