@@ -24,6 +24,15 @@ static __device__ double attn_ref_score(const double* qs, const __nv_bfloat16* k
   return s * scale;
 }
 
+/* Where row i of head h (batch b) starts in a [B, S, heads, width] tensor (q, out, dout, dq;
+ * k, v, dk, dv with heads = H_kv), and its entry of a [B, H, S] one (lse, delta). */
+static __host__ __device__ size_t attn_row_at(int b, int i, int h, int seq, int heads, int width) {
+  return (((size_t)b * seq + i) * heads + h) * width;
+}
+static __host__ __device__ size_t attn_lse_at(int b, int h, int i, int seq, int heads) {
+  return ((size_t)b * heads + h) * seq + i;
+}
+
 /* One block per (query row, head, batch). Two passes over the visible keys: the maximum
  * score, then p = exp(score - max) for ATTN_REF_THREADS keys at a time (one per thread) and
  * out[d] += p * v[d] (one d per thread). lse = max + log(sum p): the natural log of the sum of
@@ -38,9 +47,9 @@ static __global__ void ref_attn_f64_kernel(const __nv_bfloat16* q, const __nv_bf
   const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int hk = h / (heads / kv_heads);
   const double scale = 1.0 / sqrt((double)d_head);
-  const size_t q_row = (((size_t)b * seq + s) * heads + h) * d_head;
-  const __nv_bfloat16* kb = k + (size_t)b * seq * kv_heads * d_head + (size_t)hk * d_head;
-  const __nv_bfloat16* vb = v + (size_t)b * seq * kv_heads * d_head + (size_t)hk * d_head;
+  const size_t q_row = attn_row_at(b, s, h, seq, heads, d_head);
+  const __nv_bfloat16* kb = k + attn_row_at(b, 0, hk, seq, kv_heads, d_head);
+  const __nv_bfloat16* vb = v + attn_row_at(b, 0, hk, seq, kv_heads, d_head);
   const size_t kv_stride = (size_t)kv_heads * d_head; /* between consecutive tokens */
   const int nk = causal ? s + 1 : seq;
 
@@ -75,7 +84,7 @@ static __global__ void ref_attn_f64_kernel(const __nv_bfloat16* q, const __nv_bf
     __syncthreads();
   }
   for (int i = 0, d = tid; d < d_head; i++, d += ATTN_REF_THREADS) out[q_row + d] = acc[i] / l;
-  if (tid == 0 && lse) lse[((size_t)b * heads + h) * seq + s] = m + log(l);
+  if (tid == 0 && lse) lse[attn_lse_at(b, h, s, seq, heads)] = m + log(l);
 }
 
 /* Exits on a shape the references cannot do (they are test helpers). */
@@ -108,14 +117,6 @@ static void ref_attn_f64(const void* q, const void* k, const void* v, double* ou
  * dv = P^T dout; dk, dv of a kv head sum over the query heads that read it. out is the
  * reference forward's float64 out (a kernel's D_i comes from its bf16 out: a rounding apart). */
 
-/* Where row i of head h (batch b) starts in a [B, S, heads, width] tensor (q, out, dout, dq;
- * k, v, dk, dv with heads = H_kv), and its entry of a [B, H, S] one (lse, delta). */
-static __host__ __device__ size_t attn_row_at(int b, int i, int h, int seq, int heads, int width) {
-  return (((size_t)b * seq + i) * heads + h) * width;
-}
-static __host__ __device__ size_t attn_lse_at(int b, int h, int i, int seq, int heads) {
-  return ((size_t)b * heads + h) * seq + i;
-}
 
 /* delta[b, h, i] = sum_d dout[b, i, h, d] * out[b, i, h, d]: one thread per row. */
 static __global__ void ref_attn_bwd_delta_kernel(const __nv_bfloat16* dout, const double* out,
