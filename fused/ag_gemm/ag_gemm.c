@@ -2,14 +2,16 @@
  * ncclMkAllGatherGemm. Two paths:
  *  - reference (DESIGN.md: a generic path under every fast path, also the oracle of the
  *    tests): NCCL's all-gather into the gathered-A buffer, then the GEMM core;
- *  - overlapped (NCCL_MK_FUSED=1, the default; every rank on this host, 128-row shards): a
- *    few CTAs push this rank's shard into every peer's workspace block by block while the
- *    GEMM, on the other SMs, reads its own shard in place and starts each peer row-block as
- *    soon as its flag says the rows are there (ag_push.h). 1.02-1.20x the reference's
- *    NCCL + cuBLASLt on 2 H200s (bench/NOTES.md).
+ *  - overlapped (NCCL_MK_FUSED=1, the default; every rank on this host, 128-row shards): one
+ *    kernel per call: its first few CTAs push this rank's shard into every peer's workspace
+ *    block by block while the GEMM's CTAs, on the other SMs, read the own shard in place and
+ *    start each peer row-block as soon as its flag says the rows are there (ag_push.h; the
+ *    GEMM core's push role). 1.02-1.17x the reference's NCCL + cuBLASLt on 2 H200s
+ *    (bench/NOTES.md).
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ag_push.h"
 #include "mk_err.h"
@@ -58,20 +60,26 @@ static int ag_gemm_fused_fits(const struct mk_fused_comm* fc, size_t m, size_t k
          m <= fc->cfg.max_m && k <= fc->cfg.max_k;
 }
 
-/* The push kernel on the side stream, between a fork and a join around the GEMM. */
-static int ag_gemm_push(struct mk_fused_comm* fc, const void* a_shard, size_t m, size_t k,
-                        int ctas, struct mk_trace_buf* trace, cudaStream_t stream) {
-  struct mk_ag_push_args pa = {.a_shard = a_shard, .shard_rows = m / (size_t)fc->nranks, .k = k,
-                               .rank = fc->rank, .nranks = fc->nranks, .err = fc->err,
-                               .err_tag = mk_op_err_tag(fc, MK_OP_AG_GEMM),
-                               .timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000u,
-                               .trace = trace, .trace_cta0 = (uint32_t)(fc->num_sms - ctas),
-                               .drop_flag_block = (int)mk_param_int(MK_PARAM_DEBUG_DROP_FLAG)};
-  for (int p = 0; p < fc->nranks; p++) pa.ws[p] = fc->peer_sym[p];
-  MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_fork, stream), "cudaEventRecord (fork)"));
-  MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
-  MK_CHECK(mk_ag_push_launch(&pa, ctas, fc->side));
-  return mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)");
+/* One kernel (gemm.h struct mk_gemm_push, mk_gemm_call): the push CTAs, then the GEMM's; the
+ * last CTA ends the call (done = e), unless the caller wants the gathered A, which is copied
+ * out of the workspace after the kernel and before done = e (a peer's next call may write it). */
+static void ag_gemm_push_call(const struct mk_fused_comm* fc, const void* a_shard, size_t m, int ctas,
+                              struct mk_gemm_push* push, struct mk_gemm_call* call, int set_done) {
+  uint64_t* own = (uint64_t*)fc->sym;
+  memset(push, 0, sizeof(*push));
+  memset(call, 0, sizeof(*call));
+  push->ctas = ctas, push->src = a_shard, push->shard_rows = (int)(m / (size_t)fc->nranks);
+  push->counts = (uint32_t*)((char*)fc->sym + MK_AG_COUNT_OFFSET);
+  push->drop_flag_block = (int)mk_param_int(MK_PARAM_DEBUG_DROP_FLAG) + 1; /* -1 (off) -> 0 */
+  call->rank = fc->rank, call->nranks = fc->nranks;
+  for (int d = 0; d < fc->nranks; d++) {
+    if (d == fc->rank) continue;
+    push->dst[d] = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
+    push->dst_flags[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0;
+    call->peer_done[d] = (const uint64_t*)fc->peer_sym[d] + MK_AG_WORD_DONE;
+  }
+  call->done = own + MK_AG_WORD_DONE, call->call = own + MK_AG_WORD_CALL;
+  call->exits = (uint32_t*)(own + MK_AG_WORD_EXITS), call->set_done = set_done;
 }
 
 /* The caller's gathered A: the peers' rows from the workspace, the own shard from a_shard (the
@@ -94,28 +102,29 @@ static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const vo
                          void* a_gathered, size_t m, size_t n, size_t k, cudaStream_t stream) {
   char* ws = fc->sym;
   const int ctas = ag_comm_ctas(fc, m, n, k);
+  const size_t shard_rows = m / (size_t)fc->nranks;
   struct mk_trace_buf* trace;
   MK_CHECK(mk_trace_comm_begin(fc, MK_OP_AG_GEMM, (uint32_t)m, (uint32_t)n, stream, &trace));
-  MK_CHECK(mk_ag_begin_launch(ws, fc->rank, fc->nranks, m / (size_t)fc->nranks, stream));
-  fc->ag_shard_blocks = (int)(m / (size_t)fc->nranks / MK_AG_BLOCK_ROWS);
-  MK_CHECK(ag_gemm_push(fc, a_shard, m, k, ctas, trace, stream));
+  fc->ag_shard_blocks = (int)(shard_rows / MK_AG_BLOCK_ROWS);
+  struct mk_gemm_push push;
+  struct mk_gemm_call call;
+  ag_gemm_push_call(fc, a_shard, m, ctas, &push, &call, !a_gathered);
   struct mk_gemm_args g;
   mk_op_gemm_args(fc, MK_OP_AG_GEMM, &g);
   g.m = (int)m, g.n = (int)n, g.k = (int)k;
   g.a = ws + MK_AG_DATA_OFFSET, g.b = b, g.c = c;
   g.a_local = a_shard;
-  g.a_local_row0 = (int)(m / (size_t)fc->nranks) * fc->rank;
-  g.a_local_rows = (int)(m / (size_t)fc->nranks);
+  g.a_local_row0 = (int)shard_rows * fc->rank;
+  g.a_local_rows = (int)shard_rows;
   g.num_sms = fc->num_sms - ctas;
-  g.ready_flags = (const uint64_t*)ws + MK_AG_FLAG0;
-  g.ready_target_ptr = (const uint64_t*)ws + MK_AG_WORD_CALL;
-  g.row_block_order = (const int*)(ws + MK_AG_ORDER_OFFSET);
-  g.trace = trace;
+  g.ready_flags = (const uint64_t*)ws + MK_AG_FLAG0; /* target: the call's number */
+  g.row_block_rotate = fc->rank * fc->ag_shard_blocks; /* own shard, then arrival order */
+  g.push = &push, g.call = &call, g.trace = trace;
   MK_CHECK(mk_gemm_launch(&g, stream));
-  MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
-  /* before done = e: from then on a peer's next call may write into the gathered buffer */
-  if (a_gathered) MK_CHECK(ag_gemm_copy_gathered(fc, a_shard, ws + MK_AG_DATA_OFFSET, a_gathered, m, k, stream));
-  MK_CHECK(mk_ag_finish_launch(ws, stream));
+  if (a_gathered) {
+    MK_CHECK(ag_gemm_copy_gathered(fc, a_shard, ws + MK_AG_DATA_OFFSET, a_gathered, m, k, stream));
+    MK_CHECK(mk_ag_finish_launch(ws, stream));
+  }
   return mk_trace_comm_end(fc, stream);
 }
 

@@ -16,13 +16,13 @@
 #endif
 
 /* Ring step s (0 .. nranks-1) of rank r: the peer whose shard arrives at step s when every
- * rank pushes its shard to the others in ring order. Step 0 is the rank itself. */
-MK_HD int mk_sched_ag_source(int rank, int nranks, int step) {
-  return (rank - step + nranks) % nranks;
-}
+ * rank pushes its shard to the others in ring order. Step 0 is the rank itself; then the
+ * next ranks in ascending order, so the arrival order is a rotation of the row-blocks (the
+ * GEMM core's row_block_rotate, no order table). */
+MK_HD int mk_sched_ag_source(int rank, int nranks, int step) { return (rank + step) % nranks; }
 
 /* The peer rank r pushes its shard to at step s (1 .. nranks-1): the inverse of the above. */
-MK_HD int mk_sched_ag_dest(int rank, int nranks, int step) { return (rank + step) % nranks; }
+MK_HD int mk_sched_ag_dest(int rank, int nranks, int step) { return (rank - step + nranks) % nranks; }
 
 /* Row-blocks per shard when shards are split into blocks of block_m rows; a block never
  * spans two shards (the last block of a shard may be short). */

@@ -98,6 +98,27 @@ static int gemm_validate_call(const struct mk_gemm_args* a) {
   return 0;
 }
 
+/* The all-gather push (gemm.h struct mk_gemm_push). */
+static int gemm_validate_push(const struct mk_gemm_args* a, int bm, int cluster_m, int max_ctas) {
+  const struct mk_gemm_push* pu = a->push;
+  const struct mk_gemm_call* c = a->call;
+  if (!c || !a->ready_flags || a->group_offsets || a->rs || a->scatter || cluster_m != 1)
+    GEMM_REJECT("mk_gemm_launch: push needs a call bracket and ready_flags, plain mode, no rs or scatter, "
+                "one-CTA clusters");
+  if (pu->ctas < 1 || pu->ctas >= max_ctas)
+    GEMM_REJECT("mk_gemm_launch: push ctas = %d, must be in [1, %d) (CTAs resident on this device)", pu->ctas,
+                max_ctas);
+  if (pu->shard_rows < 1 || pu->shard_rows % bm || (long)pu->shard_rows * c->nranks != a->m)
+    GEMM_REJECT("mk_gemm_launch: push shard_rows %d, must be a multiple of %d with m = %d = nranks x shard_rows",
+                pu->shard_rows, bm, a->m);
+  if (!pu->src || gemm_misaligned(pu->src) || !pu->counts)
+    GEMM_REJECT("mk_gemm_launch: push src (16-byte aligned) and counts must be set");
+  for (int d = 0; d < c->nranks; d++)
+    if (d != c->rank && (!pu->dst[d] || gemm_misaligned(pu->dst[d]) || !pu->dst_flags[d]))
+      GEMM_REJECT("mk_gemm_launch: push dst (16-byte aligned) and dst_flags of rank %d missing", d);
+  return 0;
+}
+
 static int gemm_validate(const struct mk_gemm_args* a) {
   if (!a) GEMM_REJECT("mk_gemm_launch: args is NULL");
   if (a->m < 1) GEMM_REJECT("mk_gemm_launch: m = %d, must be >= 1", a->m);
@@ -259,6 +280,7 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   }
   if (a->call) p->call = *a->call;
   if (a->scatter) p->scatter = *a->scatter;
+  if (a->push) p->push = *a->push;
 }
 
 /* CTAs in the persistent grid: num_sms (or all), no more than can be resident, no more than
@@ -293,14 +315,17 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   gemm_fill_params(&p, a, Cfg::BK);
 
   cudaError_t e = gemm_prepare_cfg<Cfg>(sms, &max_ctas);
+  if (e == cudaSuccess && a->push) MK_CHECK(gemm_validate_push(a, Cfg::BM, Cfg::CLUSTER_M, max_ctas));
   if (e == cudaSuccess) {
+    /* the push CTAs take SMs of their own: all of them resident together with the GEMM's */
+    p.gemm_ctas = gemm_grid_size<Cfg>(a, max_ctas - p.push.ctas);
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = Cfg::CLUSTER_M;
     attr.val.clusterDim.y = 1;
     attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(gemm_grid_size<Cfg>(a, max_ctas));
+    cfg.gridDim = dim3(p.push.ctas + p.gemm_ctas);
     cfg.blockDim = dim3(Cfg::THREADS);
     cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
     cfg.stream = stream;
@@ -318,7 +343,7 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
 /* Clusters of two need every wait in the producer to end the same way in both CTAs; the ready
  * flags' timeout cannot promise that, and a single CTA cannot form a pair. */
 static int gemm_use_pairs(const struct mk_gemm_args* a) {
-  return a && !a->ready_flags && !a->rs && !a->call && !a->scatter && a->num_sms != 1;
+  return a && !a->ready_flags && !a->rs && !a->call && !a->scatter && !a->push && a->num_sms != 1;
 }
 
 extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream) {

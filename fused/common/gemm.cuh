@@ -46,7 +46,14 @@ struct mk_gemm_params {
   int rs_gather;        /* rs.gather is set (all-reduce) */
   struct mk_gemm_call call;       /* done NULL: off */
   struct mk_gemm_scatter scatter; /* row_dest NULL: off */
+  struct mk_gemm_push push;       /* ctas 0: off */
+  int gemm_ctas;                  /* the GEMM's CTAs: push.ctas .. push.ctas + gemm_ctas - 1 */
 };
+
+/* This CTA's index among the GEMM's (the push CTAs come first in the grid). */
+__device__ __forceinline__ int gemm_cta(const struct mk_gemm_params& p) { return (int)blockIdx.x - p.push.ctas; }
+
+#include "gemm_push.cuh" /* the push role, on struct mk_gemm_params */
 
 /* MMA_INFLIGHT: wgmma groups left in flight when a K-block is done (0 or 1): with 1, the
  * stage of K-block kb is released once kb+1's group is issued, so issue never stalls. */
@@ -98,7 +105,9 @@ __device__ __noinline__ void gemm_trace_wait_event(const struct mk_gemm_params& 
 __device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, int mb, int tile) {
   /* NOTES: the device word does not change during a launch; reading it here rather than
    * once per CTA keeps the producer free of a live register (its budget is 64). */
-  const uint64_t target = p.ready_target_ptr ? ld_acquire_sys_u64(p.ready_target_ptr) : p.ready_target;
+  const uint64_t target = p.ready_target_ptr ? ld_acquire_sys_u64(p.ready_target_ptr)
+                          : p.call.done      ? *(volatile uint64_t*)p.call.done + 1
+                                             : p.ready_target;
   const uint64_t* flag = p.ready_flags + mb;
   uint64_t seen = ld_acquire_sys_u64(flag);
   if (seen < target) {
@@ -147,7 +156,7 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
   uint32_t phase = 0;
   int ready_mb = -1; /* last row-block seen ready: flags only grow within a launch */
   struct mk_tile t;
-  const int first_slot = blockIdx.x / Cfg::CLUSTER_M, slot_step = gridDim.x / Cfg::CLUSTER_M;
+  const int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M;
   for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     /* ASSUMPTION: ready flags only with CLUSTER_M == 1 (the launcher picks it): an abort in
      * one CTA of a pair would leave its partner waiting for the multicast half. */
@@ -345,7 +354,7 @@ __device__ __noinline__ void gemm_rs_collect(const struct mk_gemm_params& p) {
   const int items = (p.rs.nranks - 1) * blocks * MK_GEMM_RS_COLLECT_SPLITS;
   const size_t block_vecs = (size_t)Cfg::BM * p.n / 8;
   const size_t per = (block_vecs + MK_GEMM_RS_COLLECT_SPLITS - 1) / MK_GEMM_RS_COLLECT_SPLITS;
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+  for (int item = gemm_cta(p); item < items; item += p.gemm_ctas) {
     const int split = item % MK_GEMM_RS_COLLECT_SPLITS, ib = item / MK_GEMM_RS_COLLECT_SPLITS;
     const int src = (p.rs.rank + 1 + ib / blocks) % p.rs.nranks, mb = ib % blocks;
     const int ok = tid != 0 || mk_wait_geq(p.rs.gathered_counts[src] + mb, tiles_n, p.err, p.err_tag,
@@ -382,6 +391,14 @@ __device__ __forceinline__ void gemm_call_end(const struct mk_gemm_params& p) {
   for (int d = 0; d < p.call.nranks; d++)
     if (p.call.notify[d]) st_release_sys_u64(p.call.notify[d], e);
   if (p.call.set_done) st_release_sys_u64(p.call.done, e);
+}
+
+/* A push CTA's whole life (gemm.h struct mk_gemm_push). Not inlined: inside the kernel it made
+ * the consumers' register allocation fail at 224. */
+template <class Cfg>
+__device__ __noinline__ void gemm_push_cta(const struct mk_gemm_params& p) {
+  gemm_push_role<Cfg>(p);
+  gemm_call_end(p);
 }
 
 /* Row-scatter epilogue (gemm.h): one consumer's staged half of a tile, each row to its own
@@ -426,9 +443,11 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
   constexpr int CHUNKS_ROW = Cfg::BN / 8;
   uint32_t c_phase = 0;
   int rs_failed = 0; /* a peer's partial never came: drain the tiles, store nothing more */
-  if (p.call.done) rs_failed = !bar_red_and(4, Cfg::STORER_THREADS, stid != 0 || gemm_call_wait_peers_free(p));
+  /* stores into peers wait for the peers' previous call (an all-gather's stores are local) */
+  if (p.call.done && (p.rs.shard_rows || p.scatter.row_dest))
+    rs_failed = !bar_red_and(4, Cfg::STORER_THREADS, stid != 0 || gemm_call_wait_peers_free(p));
   struct mk_tile t;
-  const int first_slot = blockIdx.x / Cfg::CLUSTER_M, slot_step = gridDim.x / Cfg::CLUSTER_M;
+  const int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M;
   for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     if (!t.valid) continue;
     const int owner = gemm_rs_owner(p, t);
@@ -522,7 +541,7 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
   int stage = 0, prev_stage = 0;
   uint32_t phase = 0;
   struct mk_tile t;
-  const int first_slot = blockIdx.x / Cfg::CLUSTER_M, slot_step = gridDim.x / Cfg::CLUSTER_M;
+  const int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M;
   for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     /* NOTES: checked outside the K loop, where no wgmma is in flight; inside it, ptxas
      * injects a warpgroup.wait (C7517) that serialises the wgmma groups. */
@@ -591,6 +610,7 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
   uint64_t* c_empty = c_full + Cfg::CONSUMERS; /* per consumer: the storers are done with it */
   volatile uint32_t* abort_flag = (volatile uint32_t*)(c_empty + Cfg::CONSUMERS);
   const int wg = threadIdx.x / 128;
+  if (blockIdx.x == 0 && threadIdx.x == 0 && p.call.call) *p.call.call = *(volatile uint64_t*)p.call.done + 1;
   if (threadIdx.x == 0) {
     prefetch_tensormap(&tmap_a);
     prefetch_tensormap(&tmap_a_local);
@@ -605,7 +625,6 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
     }
     *abort_flag = 0;
     fence_mbarrier_init();
-    if (blockIdx.x == 0 && p.call.call) *p.call.call = *(volatile uint64_t*)p.call.done + 1;
   }
   /* the partner's multicasts and arrivals target our barriers: initialised first */
   if (Cfg::CLUSTER_M > 1) barrier_cluster_arrive_wait();
@@ -613,6 +632,10 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
   /* NOTES: setmaxnreg needs the roles as the two branches of one if/else. 64 + 2 x 224 per
    * thread x 128 fills the 64K-register file at one CTA per SM. The storer warps' reduce-scatter
    * epilogue spilled at 40 and 48 (the consumers need ~200: 0 spills at 224). */
+  if (Cfg::CLUSTER_M == 1 && (int)blockIdx.x < p.push.ctas) { /* ahead of the GEMM's CTAs: resident first */
+    gemm_push_cta<Cfg>(p);
+    return;
+  }
   if (wg == 0) {
     setmaxnreg_dec<56>();
     if (threadIdx.x == 0) gemm_producer<Cfg>(&tmap_a, &tmap_a_local, &tmap_b, p, smem, full, empty, abort_flag);

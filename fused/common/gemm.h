@@ -32,6 +32,9 @@
  *    the next rank's first row-block). With `call` (struct mk_gemm_call) the kernel is the
  *    whole call: no kernel before or after it.
  *  - scatter (struct mk_gemm_scatter): every output row to its own destination row.
+ *  - push (struct mk_gemm_push, AllGather+GEMM): extra CTAs ahead of the GEMM's in the grid
+ *    copy this rank's shard of A into every peer's gathered A and raise the peer's ready flag
+ *    per row-block, so one kernel is the whole call (needs `call`).
  */
 #ifndef MK_GEMM_H_
 #define MK_GEMM_H_
@@ -116,6 +119,28 @@ struct mk_gemm_scatter {
   int row_mult;
 };
 
+/* All-gather push (args.push, optional; plain mode, with args.call and ready_flags). CTAs
+ * 0 .. ctas-1 of the grid (the GEMM's come after them, so they are resident first and the
+ * GEMM's waits always make progress) copy this rank's shard, src ([shard_rows, k] bf16, rows
+ * rank x shard_rows .. of M), into dst[d] (peer d's gathered A, [m, k]) for d in
+ * mk_sched_ag_dest order (schedule.h: rank - 1, rank - 2, ...; each rank then receives the
+ * shards in ascending rank order, so row_block_rotate = rank x shard blocks is its arrival
+ * order). Every CTA copies a slice of every row-block; the last one done with it raises
+ * dst_flags[d][row-block of M] = e (release, system scope, after every CTA's stores). Before
+ * the first row into d, d's previous call is done (call.peer_done[d] >= e - 1). counts: one u32
+ * per (destination step, row-block) item, 0 between calls (the last CTA of an item resets it).
+ * Its waits report with MK_GEMM_ERR_TAG_PUSH in the error's tag and the item as its tile. */
+#define MK_GEMM_ERR_TAG_PUSH 0x80u
+struct mk_gemm_push {
+  int ctas;
+  const void* src;
+  int shard_rows; /* a multiple of block_m; m = call.nranks x shard_rows */
+  void* dst[MK_GEMM_RS_MAX_RANKS];
+  uint64_t* dst_flags[MK_GEMM_RS_MAX_RANKS];
+  uint32_t* counts;
+  int drop_flag_block; /* testing (NCCL_MK_DEBUG_DROP_FLAG): row-block + 1 never raised; 0 off */
+};
+
 struct mk_gemm_args {
   int m, n, k;
   const void* a; /* bf16 [m, k] */
@@ -136,7 +161,8 @@ struct mk_gemm_args {
   uint64_t ready_target;
   /* When set, the target is read from this device word when the kernel starts (and
    * ready_target is ignored): a CUDA graph replays frozen arguments, so a call counter
-   * that advances on the device keeps replays waiting for the right round. */
+   * that advances on the device keeps replays waiting for the right round. Without it and
+   * with `call`, the target is the call's number e = *call->done + 1. */
   const uint64_t* ready_target_ptr;
   uint64_t* tile_flags;        /* device or peer, mk_gemm_max_tiles() entries; optional */
   int tile_flags_by_row_block; /* 1: tile_flags[mb] += 1 per tile of row-block mb instead */
@@ -150,6 +176,7 @@ struct mk_gemm_args {
   const struct mk_gemm_rs* rs; /* reduce-scatter epilogue; optional (copied at launch) */
   const struct mk_gemm_call* call;       /* one-kernel call bracket; optional (copied) */
   const struct mk_gemm_scatter* scatter; /* row-scatter epilogue; optional (copied) */
+  const struct mk_gemm_push* push;       /* all-gather push; optional (copied) */
 };
 
 /* Launches on `stream`. Returns 0, -EINVAL (bad argument, nothing launched, a WARN names

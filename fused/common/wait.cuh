@@ -13,9 +13,10 @@
 #include "gemm.h"
 #include "ptx.cuh"
 
-static __device__ __noinline__ uint64_t mk_wait_geq(const uint64_t* word, uint64_t want, struct mk_gemm_error* err,
-                                             uint32_t err_tag, uint32_t what, uint32_t flag_index,
-                                             uint64_t timeout_ns) {
+static __device__ __forceinline__ uint64_t mk_wait_geq_inline(const uint64_t* word, uint64_t want,
+                                                             struct mk_gemm_error* err, uint32_t err_tag,
+                                                             uint32_t what, uint32_t flag_index,
+                                                             uint64_t timeout_ns) {
   uint64_t seen = ld_acquire_sys_u64(word);
   if (seen >= want) return seen;
   const uint64_t t0 = globaltimer_ns();
@@ -40,6 +41,15 @@ static __device__ __noinline__ uint64_t mk_wait_geq(const uint64_t* word, uint64
       return seen;
     }
   }
+}
+
+/* NOTES: not inlined, for the register budgets of the GEMM core's storer warps. A caller that
+ * runs at another budget inlines the loop instead (mk_wait_geq_inline): the GEMM's push CTAs
+ * calling this one made ptxas fail the consumers' allocation at 224 registers. */
+static __device__ __noinline__ uint64_t mk_wait_geq(const uint64_t* word, uint64_t want, struct mk_gemm_error* err,
+                                                    uint32_t err_tag, uint32_t what, uint32_t flag_index,
+                                                    uint64_t timeout_ns) {
+  return mk_wait_geq_inline(word, want, err, err_tag, what, flag_index, timeout_ns);
 }
 
 #endif /* MK_WAIT_CUH_ */

@@ -41,6 +41,17 @@ static void ag_blocks_cover_every_row_block_once_local_first(int n, int bps) {
   }
 }
 
+/* The i-th row-block rank r computes is row-block (r x bps + i) mod (n x bps): a rotation,
+ * which the GEMM core walks without an order table. */
+static void ag_order_is_the_rotation_from_the_own_shard(int n, int bps) {
+  for (int r = 0; r < n; r++)
+    for (int i = 0; i < n * bps; i++) {
+      int shard, block;
+      mk_sched_ag_block(r, n, bps, i, &shard, &block);
+      CHECK_EQ(shard * bps + block, (r * bps + i) % (n * bps));
+    }
+}
+
 static void rs_order_ends_with_own_shard_and_spreads_first_sends(int n) {
   int first_hits[16] = {0};
   for (int r = 0; r < n; r++) {
@@ -88,6 +99,8 @@ int main(void) {
     ag_push_and_arrival_agree(n);
     ag_blocks_cover_every_row_block_once_local_first(n, 1);
     ag_blocks_cover_every_row_block_once_local_first(n, 7);
+    ag_order_is_the_rotation_from_the_own_shard(n, 1);
+    ag_order_is_the_rotation_from_the_own_shard(n, 7);
     rs_order_ends_with_own_shard_and_spreads_first_sends(n);
     rs_row_blocks_cover_every_block_once_own_shard_last(n, 1);
     rs_row_blocks_cover_every_block_once_own_shard_last(n, 7);
