@@ -66,7 +66,9 @@ tier_gemm() {
 FUSED_TESTS="correctness:fused_ops_match_float64_on_odd_shapes bad_input:fused_ops_reject_bad_input_untouched
 graph:fused_ops_replay_in_cuda_graphs_with_fresh_inputs back_to_back:fused_ops_back_to_back_with_a_delayed_rank
 negative_control:fused_checker_rejects_one_bad_element group_init:fused_init_inside_nccl_group_one_thread_two_gpus
-hang_report:planted_missing_flag_gives_a_hang_report_naming_rank_tile_flag_and_peer"
+hang_report:planted_missing_flag_gives_a_hang_report_naming_rank_tile_flag_and_peer
+one_kernel:fused_ops_are_one_kernel_per_call_on_their_overlapped_paths
+absent_peer:fused_op_without_its_peer_ends_in_an_async_error_and_later_calls_fail"
 
 # The fused ops on 2 GPUs (skipped with fewer), then their benchmarks at the shapes of
 # DESIGN.md (MK_FUSED_SHAPES=small for a short run).

@@ -428,6 +428,14 @@ __device__ __forceinline__ void gemm_rs_raise(const struct mk_gemm_params& p, in
       if (d != p.rs.rank) red_release_sys_add_u64(p.rs.gather_counts[d] + mb, 1);
 }
 
+/* NCCL_MK_TRACE: one event per tile from the storers' first staged half to the tile's flag
+ * (flag: the rows' owner with the reduce-scatter epilogue). Not inlined: the storers' budget. */
+__device__ __noinline__ void gemm_trace_storer_event(const struct mk_gemm_params& p, int tile, int owner,
+                                                     uint64_t from) {
+  mk_trace_emit(p.trace, blockIdx.x, MK_TRACE_LANE_STORER, from, MK_TRACE_STORER, MK_TRACE_TILE, MK_TRACE_NO_PEER,
+                (uint32_t)tile, (uint32_t)owner, 0, 0);
+}
+
 /* ASYNC_EPI, storer side (warps 1-3 of warp group 0): walk the same tiles, write each
  * consumer's staged half out with 16-byte stores (clipped), hand the buffer back, and raise the
  * tile's flag once both halves are visible at system scope. */
@@ -457,9 +465,11 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
                                                       t.linear, (uint64_t)s.tiles_n);
       rs_failed = !bar_red_and(4, Cfg::STORER_THREADS, ok);
     }
+    uint64_t traced_from = 0;
     for (int w = 0; w < Cfg::CONSUMERS; w++) {
       mbarrier_wait_parity(&c_full[w], c_phase);
       if (*abort_flag == (uint32_t)id + 1) return;
+      if (p.trace && w == 0 && stid == 0) traced_from = globaltimer_ns();
       const uint32_t base = smem_addr(smem + Cfg::OFF_C + w * Cfg::C_STAGE_WG);
       /* rs: a peer's rows go to its slot (plain stores); this rank's are summed */
       const int c_row0 = t.row0 + w * 64 - shard_row0;
@@ -492,6 +502,7 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
         else red_release_sys_add_u64(gemm_tile_flag(t, p), 1);
       }
     }
+    if (p.trace && stid == 0) gemm_trace_storer_event(p, t.linear, owner, traced_from);
   }
 }
 

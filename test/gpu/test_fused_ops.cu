@@ -3,11 +3,12 @@
  * small shapes, bad input rejected before launch with outputs untouched, CUDA-graph
  * capture and replays with fresh inputs, back-to-back calls with a randomly delayed rank,
  * ncclMkCommInit inside ncclGroupStart/End from one thread driving 2 GPUs, a planted missing
- * flag that must end in a hang report naming the right rank, tile, flag and peer, and a
- * negative control for the checker.
+ * flag that must end in a hang report naming the right rank, tile, flag and peer, a peer that
+ * never calls, one kernel per call on the overlapped paths, and a negative control for the
+ * checker.
  *
  * usage: test_fused_ops <correctness|bad_input|graph|back_to_back|negative_control|group_init|
- *                        hang_report>
+ *                        hang_report|absent_peer|one_kernel>
  * The binary starts one process per GPU itself (group_init: one process, two GPUs).
  */
 #include <glob.h>
@@ -220,22 +221,63 @@ static void scenario_graph(struct rank_env* e) {
   run_ops(e, &o, s);
   CUDA_OK(cudaStreamEndCapture(e->stream, &graph));
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int rep = 0; rep < 5; rep++) {
+  for (int rep = 0; rep < 50; rep++) {
     uint64_t base = g_seed + 1000 + rep;
     bufs_fill(e, &o, s, base);
     CUDA_OK(cudaGraphLaunch(exec, e->stream));
     check_ops(e, &o, s, base);
   }
-  printf("rank %d: 5 graph replays checked\n", e->rank);
+  printf("rank %d: 50 graph replays checked\n", e->rank);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   bufs_free(&o);
 }
 
-/* 20 calls in a row into 20 outputs, inputs changed between calls, one rank delayed at
+/* One op captured alone: the graph's node count and how many of them are kernels. */
+static void capture_op(struct rank_env* e, struct op_bufs* o, struct shape s, int op, size_t* nodes,
+                       size_t* kernels) {
+  cudaGraph_t graph;
+  CUDA_OK(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeGlobal));
+  if (op == 0)
+    NCCL_OK(ncclMkAllGatherGemm(o->a_shard, o->b, o->c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+  else if (op == 1)
+    NCCL_OK(ncclMkGemmReduceScatter(o->a, o->b, o->c_rs, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+  else
+    NCCL_OK(ncclMkGemmAllReduce(o->a, o->b, o->c_ar, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+  CUDA_OK(cudaStreamEndCapture(e->stream, &graph));
+  cudaGraphNode_t list[16];
+  *nodes = 16;
+  CUDA_OK(cudaGraphGetNodes(graph, list, nodes));
+  *kernels = 0;
+  for (size_t i = 0; i < *nodes && i < 16; i++) {
+    cudaGraphNodeType t;
+    CUDA_OK(cudaGraphNodeGetType(list[i], &t));
+    *kernels += t == cudaGraphNodeTypeKernel;
+  }
+  cudaGraphDestroy(graph);
+}
+
+/* Each op on its overlapped path (128-row shards) is one kernel per call and nothing else:
+ * no kernel, copy or event before or after it (issue 6). */
+static void scenario_one_kernel(struct rank_env* e) {
+  static const char* names[] = {"AllGather+GEMM", "GEMM+ReduceScatter", "GEMM+AllReduce"};
+  struct shape s = {2 * 128, 256, 512};
+  struct op_bufs o;
+  bufs_alloc(&o, s);
+  bufs_fill(e, &o, s, g_seed);
+  for (int op = 0; op < 3; op++) {
+    size_t nodes, kernels;
+    capture_op(e, &o, s, op, &nodes, &kernels);
+    printf("rank %d: %s captured as %zu node(s), %zu kernel(s)\n", e->rank, names[op], nodes, kernels);
+    expect(e, nodes == 1 && kernels == 1, names[op], 0);
+  }
+  bufs_free(&o);
+}
+
+/* 100 calls in a row into 100 outputs, inputs changed between calls, one rank delayed at
  * random before each call; every output checked afterwards. */
 static void scenario_back_to_back(struct rank_env* e) {
-  enum { CALLS = 20 };
+  enum { CALLS = 100 };
   struct shape s = {2 * 128, 128, 256}; /* 128-row shards: NCCL_MK_FUSED=1 overlaps these */
   void *a[CALLS], *b[CALLS], *c[CALLS];
   srand((unsigned)g_seed + e->rank);
@@ -336,9 +378,42 @@ static void scenario_hang_report(struct rank_env* e) {
   expect(e, ok, "the hang report names rank 0, tile 6, flag 6, peer 1 and the stuck CTA", 0);
 }
 
+/* Rank 1 never calls: rank 0's AllGather+GEMM ends in an asynchronous error naming rank 0,
+ * the op and the tile that waited (NCCL_MK_TIMEOUT_MS=2000), and its next call fails at once
+ * instead of hanging. Both meet in an NCCL all-reduce at the end. */
+static void scenario_absent_peer(struct rank_env* e) {
+  struct shape s = {2 * 256, 256, 256};
+  struct op_bufs o;
+  bufs_alloc(&o, s);
+  bufs_fill(e, &o, s, g_seed);
+  if (e->rank == 0) {
+    NCCL_OK(ncclMkAllGatherGemm(o.a_shard, o.b, o.c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+    CUDA_OK(cudaStreamSynchronize(e->stream));
+    ncclResult_t async = ncclSuccess;
+    char msg[256] = "";
+    NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
+    printf("rank 0: asynchronous error %d: %s\n", (int)async, msg);
+    expect(e, async == ncclRemoteError, "a call without its peer ends in ncclRemoteError", 0);
+    expect(e, strstr(msg, "rank 0: fused op 0x1 timed out") && strstr(msg, "tile "),
+           "the error names rank 0, the AllGather+GEMM and the tile", 0);
+    ncclResult_t again = ncclMkGemmReduceScatter(o.a, o.b, o.c_rs, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream);
+    expect(e, again == ncclRemoteError, "the next call fails at once", 0);
+  }
+  double* one;
+  CUDA_OK(cudaMalloc(&one, sizeof(double)));
+  NCCL_OK(ncclAllReduce(one, one, 1, ncclFloat64, ncclSum, e->comm, e->stream)); /* the barrier */
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  cudaFree(one);
+  bufs_free(&o);
+}
+
 static void run_scenario(struct rank_env* e, const char* name) {
   if (!strcmp(name, "hang_report")) { /* ends with an asynchronous error on purpose */
     scenario_hang_report(e);
+    return;
+  }
+  if (!strcmp(name, "absent_peer")) { /* likewise */
+    scenario_absent_peer(e);
     return;
   }
   ncclResult_t async = ncclSuccess;
@@ -348,6 +423,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
   else if (!strcmp(name, "graph")) scenario_graph(e);
   else if (!strcmp(name, "back_to_back")) scenario_back_to_back(e);
   else if (!strcmp(name, "negative_control")) scenario_negative_control(e);
+  else if (!strcmp(name, "one_kernel")) scenario_one_kernel(e);
   else { fprintf(stderr, "unknown scenario %s\n", name); e->failures++; }
   NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
   expect(e, async == ncclSuccess, "no asynchronous error", 0);
@@ -357,6 +433,7 @@ static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
   struct rank_env e = {rank, NULL, NULL, 0};
   printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
   if (!strcmp(scenario, "hang_report")) hang_report_env(rank);
+  if (!strcmp(scenario, "absent_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
   CUDA_OK(cudaSetDevice(rank));
   CUDA_OK(cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking));
   NCCL_OK(ncclCommInitRank(&e.comm, NR, *id, rank));

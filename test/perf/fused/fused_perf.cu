@@ -4,10 +4,13 @@
  * inputs. Also times our GEMM alone and the collective alone, for the overlap efficiency
  * E = (T_gemm + T_comm - T_fused) / min(T_gemm, T_comm). Medians of -n timed iterations after
  * -w warm-ups, the max over ranks; TFLOP/s = 2 M N K / t per rank; the fused output is
- * checked against the baseline's (relative error < 1e-2).
+ * checked against the baseline's (relative error < 1e-2). Every timed variant starts after an
+ * NCCL barrier (a one-element all-reduce, not timed), so none of them absorbs the ranks' start
+ * skew for the others: without it (-U) the first variant after the host's sync (the fused op)
+ * waits out the skew and leaves the ranks aligned for the baseline after it.
  *
  * usage: <op>_perf [-p procs] [-M list] [-N list] [-K list] [-n iters] [-w warmup] [-J json]
- *                  [-S comm_sms] [-F]
+ *                  [-S comm_sms] [-F] [-U]
  * lists are comma-separated; defaults are the shapes of DESIGN.md for the op. -S sets
  * ncclMkConfig.comm_sms (0: the library's choice, from NCCL_MK_TUNER_FILE when it has the
  * shape); -F times the fused op alone (scripts/tune.sh's sweeps; the check still runs).
@@ -32,7 +35,7 @@ struct opts {
   size_t ms[16], ns[16], ks[16];
   int nm, nn, nk;
   const char* json;
-  int comm_sms, fused_only;
+  int comm_sms, fused_only, no_barrier;
   char id[PERF_ID_HEX_LEN];
 };
 
@@ -64,7 +67,7 @@ static int parse(int argc, char** argv, struct opts* o) {
   int c, launched = 0;
   o->nprocs = 2, o->iters = 20, o->warmup = 5;
   default_shapes(o);
-  while ((c = getopt(argc, argv, "p:M:N:K:n:w:J:P:I:S:F")) != -1) {
+  while ((c = getopt(argc, argv, "p:M:N:K:n:w:J:P:I:S:FU")) != -1) {
     switch (c) {
       case 'p': o->nprocs = atoi(optarg); break;
       case 'M': o->nm = parse_list(optarg, o->ms); break;
@@ -75,6 +78,7 @@ static int parse(int argc, char** argv, struct opts* o) {
       case 'J': o->json = optarg; break;
       case 'S': o->comm_sms = atoi(optarg); break;
       case 'F': o->fused_only = 1; break;
+      case 'U': o->no_barrier = 1; break;
       case 'P': o->proc = atoi(optarg), launched = 1; break;
       case 'I': snprintf(o->id, sizeof(o->id), "%s", optarg), launched = 1; break;
       default: return -1;
@@ -172,6 +176,7 @@ static void time_shape(struct rank* k, const struct opts* o, size_t m, size_t n,
     for (int v = 0; v < nv; v++) run_variant(k, o->op, v, m, n, kk);
   for (int i = 0; i < o->iters; i++) {
     for (int v = 0; v < nv; v++) {
+      if (!o->no_barrier) NCCL_OK(ncclAllReduce(k->scratch, k->scratch, 1, ncclFloat64, ncclSum, k->comm, k->s));
       CUDA_OK(cudaEventRecord(ev[v][0], k->s));
       run_variant(k, o->op, v, m, n, kk);
       CUDA_OK(cudaEventRecord(ev[v][1], k->s));
