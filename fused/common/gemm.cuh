@@ -495,9 +495,9 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
     c_phase ^= 1;
     const int rs_raise = owner >= 0 && !rs_failed && (owner != p.rs.rank || p.rs_gather);
     if (p.tile_flags || rs_raise) {
-      fence_acq_rel_sys();
-      bar_sync(4, Cfg::STORER_THREADS);
+      bar_sync(4, Cfg::STORER_THREADS); /* every storer's stores before stid 0's fence */
       if (stid == 0) {
+        fence_acq_rel_sys();
         if (rs_raise) gemm_rs_raise(p, owner, (t.row0 - shard_row0) / Cfg::BM);
         else red_release_sys_add_u64(gemm_tile_flag(t, p), 1);
       }
