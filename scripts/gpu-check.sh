@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|fused|moe|net|torch|all]
 #   quick: every GPU test once at small sizes (< 3 minutes)
-#   gemm:  the GEMM tests at large sizes, then gemm_perf
+#   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
 #          (also with the overlap, and with the fp8 dispatch: moe_perf -q)
@@ -42,7 +42,11 @@ num_sms:gemm_is_correct_with_any_sm_count grouped:gemm_grouped_handles_uneven_an
 grouped_ready_flags:gemm_grouped_waits_for_each_groups_flag
 bad_input:gemm_rejects_bad_input_untouched a_local:gemm_reads_local_rows_in_place_without_waiting
 rs_epilogue:gemm_reduce_scatter_epilogue_sums_peers_partials_and_times_out_cleanly
-scatter_epilogue:gemm_row_scatter_epilogue_sends_each_row_to_its_destination"
+scatter_epilogue:gemm_row_scatter_epilogue_sends_each_row_to_its_destination
+fp8_odd_shapes:gemm_fp8_matches_quantized_float64_on_odd_shapes fp8_cublas:gemm_fp8_matches_cublaslt_fp8
+fp8_epilogues:gemm_fp8_adds_into_bf16_and_fp32_and_runs_grouped
+fp8_negative_control:gemm_fp8_checker_rejects_missing_scales_and_one_bad_element
+fp8_bad_input:gemm_fp8_rejects_bad_input_untouched"
 
 ATTN_TESTS="reference_matches_cpu:attn_float64_reference_matches_a_cpu_loop
 backward_reference_matches_cpu:attn_float64_backward_reference_matches_a_cpu_loop_and_finite_differences
@@ -56,9 +60,14 @@ tier_quick() {
 
 tier_gemm() {
   local t
-  for t in odd_shapes cublas grouped; do step "gemm_large_$t" "$B/test/gpu/test_gemm" "$t" large; done
+  for t in odd_shapes cublas grouped fp8_odd_shapes fp8_cublas; do
+    step "gemm_large_$t" "$B/test/gpu/test_gemm" "$t" large
+  done
   step gemm_perf "$B/test/perf/gemm/gemm_perf"
   grep -A 40 '^     M' "$LOGS/gemm_perf.log" || true
+  # e4m3 operands against cuBLASLt's fp8 GEMM (fast accumulation, as ours), same shapes
+  step gemm_fp8 "$B/test/perf/gemm/gemm_perf" fp8 20
+  grep -A 40 '^     M' "$LOGS/gemm_fp8.log" || true
   step gemm_trace_overhead "$B/test/perf/gemm/gemm_perf" trace
   cat "$LOGS/gemm_trace_overhead.log"
 }

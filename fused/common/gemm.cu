@@ -23,6 +23,9 @@ typedef mk_gemm_cfg<128, 256, 64, 3, 256, 1, 1, 1> mk_gemm_default_cfg; /* overl
 typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1, 1, 0> mk_gemm_cfg_sync1;   /* epilogue by the consumers */
 typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1, 2, 0> mk_gemm_cfg_sync2;   /* same, clusters of 2 */
 typedef mk_gemm_cfg<128, 256, 64, 3, 256, 1, 2, 1> mk_gemm_cfg_async2;
+/* e4m3 operands: the default's tiles and stages in bytes (a 128-byte stage row holds 128
+ * elements); compiled for this configuration only, to keep gemm.cu's compile time. */
+typedef mk_gemm_cfg<128, 256, 128, 3, 256, 1, 1, 1, MK_GEMM_E4M3> mk_gemm_fp8_cfg;
 
 #define MK_GEMM_DEFAULT_TIMEOUT_MS 30000u
 #define MK_GEMM_DEFAULT_GROUP_M 8
@@ -102,9 +105,9 @@ static int gemm_validate_call(const struct mk_gemm_args* a) {
 static int gemm_validate_push(const struct mk_gemm_args* a, int bm, int cluster_m, int max_ctas) {
   const struct mk_gemm_push* pu = a->push;
   const struct mk_gemm_call* c = a->call;
-  if (!c || !a->ready_flags || a->group_offsets || a->rs || a->scatter || cluster_m != 1)
+  if (!c || !a->ready_flags || a->group_offsets || a->rs || a->scatter || cluster_m != 1 || a->dtype != MK_GEMM_BF16)
     GEMM_REJECT("mk_gemm_launch: push needs a call bracket and ready_flags, plain mode, no rs or scatter, "
-                "one-CTA clusters");
+                "one-CTA clusters, bf16 operands");
   if (pu->ctas < 1 || pu->ctas >= max_ctas)
     GEMM_REJECT("mk_gemm_launch: push ctas = %d, must be in [1, %d) (CTAs resident on this device)", pu->ctas,
                 max_ctas);
@@ -119,11 +122,29 @@ static int gemm_validate_push(const struct mk_gemm_args* a, int bm, int cluster_
   return 0;
 }
 
+/* The operand type's rules (gemm.h enum mk_gemm_dtype). */
+static int gemm_validate_dtype(const struct mk_gemm_args* a) {
+  if (a->dtype != MK_GEMM_BF16 && a->dtype != MK_GEMM_E4M3)
+    GEMM_REJECT("mk_gemm_launch: dtype = %d is not an enum mk_gemm_dtype (bf16 %d, e4m3 %d)", a->dtype,
+                MK_GEMM_BF16, MK_GEMM_E4M3);
+  if (a->dtype == MK_GEMM_BF16 && (a->scale_a || a->scale_b))
+    GEMM_REJECT("mk_gemm_launch: scale_a = %p, scale_b = %p: scales apply to e4m3 operands only, dtype is bf16",
+                (const void*)a->scale_a, (const void*)a->scale_b);
+  /* TMA needs 16-byte row strides: k bytes per e4m3 row */
+  if (a->dtype == MK_GEMM_E4M3 && a->k % 16)
+    GEMM_REJECT("mk_gemm_launch: k = %d, must be a multiple of 16 for e4m3 operands (16-byte rows)", a->k);
+  if (((uintptr_t)a->scale_a | (uintptr_t)a->scale_b) & 3)
+    GEMM_REJECT("mk_gemm_launch: scale_a = %p, scale_b = %p, must be 4-byte aligned floats",
+                (const void*)a->scale_a, (const void*)a->scale_b);
+  return 0;
+}
+
 static int gemm_validate(const struct mk_gemm_args* a) {
   if (!a) GEMM_REJECT("mk_gemm_launch: args is NULL");
   if (a->m < 1) GEMM_REJECT("mk_gemm_launch: m = %d, must be >= 1", a->m);
   if (a->n < 8 || a->n % 8) GEMM_REJECT("mk_gemm_launch: n = %d, must be a positive multiple of 8", a->n);
   if (a->k < 8 || a->k % 8) GEMM_REJECT("mk_gemm_launch: k = %d, must be a positive multiple of 8", a->k);
+  MK_CHECK(gemm_validate_dtype(a));
   if (!a->a || gemm_misaligned(a->a)) GEMM_REJECT("mk_gemm_launch: a = %p, must be non-NULL and 16-byte aligned", a->a);
   if (!a->b || gemm_misaligned(a->b)) GEMM_REJECT("mk_gemm_launch: b = %p, must be non-NULL and 16-byte aligned", a->b);
   if (!a->c || gemm_misaligned(a->c)) GEMM_REJECT("mk_gemm_launch: c = %p, must be non-NULL and 16-byte aligned", a->c);
@@ -153,19 +174,22 @@ static int gemm_validate(const struct mk_gemm_args* a) {
   return 0;
 }
 
-/* A row-major bf16 [rows, k] operand as a 2D tensor map: box = k_box x rows_box, 128B swizzle,
- * zero fill outside the tensor (partial tiles at M, N, K edges). */
-static int gemm_make_tmap(CUtensorMap* map, const void* ptr, long rows, int k, int rows_box, int k_box) {
+/* A row-major [rows, k] operand of 2-byte (bf16) or 1-byte (e4m3, as UINT8: TMA only moves
+ * bytes) elements as a 2D tensor map: box = k_box x rows_box, 128B swizzle, zero fill outside
+ * the tensor (partial tiles at M, N, K edges; zero bytes are +0 in e4m3 too). */
+static int gemm_make_tmap(CUtensorMap* map, const void* ptr, long rows, int k, int rows_box, int k_box,
+                          int elem_bytes) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = gemm_encode_tiled();
   if (!encode) {
     MK_WARN("mk_gemm_launch: cuTensorMapEncodeTiled not found in the CUDA driver");
     return -ENOTSUP;
   }
   cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
-  cuuint64_t strides[1] = {(cuuint64_t)k * 2};
+  cuuint64_t strides[1] = {(cuuint64_t)k * elem_bytes};
   cuuint32_t box[2] = {(cuuint32_t)k_box, (cuuint32_t)rows_box};
   cuuint32_t estr[2] = {1, 1};
-  CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void*)ptr, dims, strides, box, estr,
+  const CUtensorMapDataType type = elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  CUresult r = encode(map, type, 2, (void*)ptr, dims, strides, box, estr,
                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
@@ -281,6 +305,8 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   if (a->call) p->call = *a->call;
   if (a->scatter) p->scatter = *a->scatter;
   if (a->push) p->push = *a->push;
+  p->scale_a = a->scale_a;
+  p->scale_b = a->scale_b;
 }
 
 /* CTAs in the persistent grid: num_sms (or all), no more than can be resident, no more than
@@ -303,14 +329,17 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   if (a->rs) MK_CHECK(gemm_validate_rs(a, Cfg::BM, Cfg::ASYNC_EPI));
   MK_CHECK(gemm_validate_call(a));
   if (a->scatter && !Cfg::ASYNC_EPI) GEMM_REJECT("mk_gemm_launch: scatter needs the storer warps (ASYNC_EPI)");
+  if (a->dtype != Cfg::DTYPE)
+    GEMM_REJECT("mk_gemm_launch: dtype %d launched on a configuration compiled for %d", a->dtype, Cfg::DTYPE);
   int sms = 0, max_ctas = 0;
   MK_CHECK(gemm_device_sms(&sms));
   const int groups = a->group_offsets ? a->num_groups : 1;
   CUtensorMap tmap_a, tmap_a_local, tmap_b;
-  MK_CHECK(gemm_make_tmap(&tmap_a, a->a, a->m, a->k, Cfg::BM, Cfg::BK));
-  if (a->a_local) MK_CHECK(gemm_make_tmap(&tmap_a_local, a->a_local, a->a_local_rows, a->k, Cfg::BM, Cfg::BK));
+  const int eb = Cfg::ELEM_BYTES;
+  MK_CHECK(gemm_make_tmap(&tmap_a, a->a, a->m, a->k, Cfg::BM, Cfg::BK, eb));
+  if (a->a_local) MK_CHECK(gemm_make_tmap(&tmap_a_local, a->a_local, a->a_local_rows, a->k, Cfg::BM, Cfg::BK, eb));
   else tmap_a_local = tmap_a;
-  MK_CHECK(gemm_make_tmap(&tmap_b, a->b, (long)groups * a->n, a->k, Cfg::B_ROWS_PER_CTA, Cfg::BK));
+  MK_CHECK(gemm_make_tmap(&tmap_b, a->b, (long)groups * a->n, a->k, Cfg::B_ROWS_PER_CTA, Cfg::BK, eb));
   struct mk_gemm_params p;
   gemm_fill_params(&p, a, Cfg::BK);
 
@@ -347,10 +376,15 @@ static int gemm_use_pairs(const struct mk_gemm_args* a) {
 }
 
 extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream) {
-  return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream);
+  if (a && a->dtype == MK_GEMM_E4M3) return gemm_launch_cfg<mk_gemm_fp8_cfg>(a, stream);
+  return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream); /* also rejects an unknown dtype */
 }
 
 extern "C" int mk_gemm_launch_variant(const struct mk_gemm_args* a, cudaStream_t stream, int variant) {
+  if (a && a->dtype == MK_GEMM_E4M3) {
+    if (variant == 0) return gemm_launch_cfg<mk_gemm_fp8_cfg>(a, stream);
+    GEMM_REJECT("mk_gemm_launch_variant: e4m3 is compiled for configuration 0 only, not %d", variant);
+  }
   switch (variant) {
     case 0: return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream);
     case 1: return gemm_launch_cfg<mk_gemm_cfg_sync1>(a, stream);
@@ -373,6 +407,7 @@ extern "C" int mk_gemm_prepare(void) {
     return -ENOTSUP;
   }
   cudaError_t e = gemm_prepare_cfg<mk_gemm_default_cfg>(sms, &n);
+  if (e == cudaSuccess) e = gemm_prepare_cfg<mk_gemm_fp8_cfg>(sms, &n);
   if (e != cudaSuccess) {
     MK_WARN("mk_gemm_prepare: %s", cudaGetErrorString(e));
     return -EIO;

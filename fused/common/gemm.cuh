@@ -1,11 +1,15 @@
 /*
- * Persistent warp-specialised bf16 GEMM for sm_90a: C[M,N] = A[M,K] . B[N,K]^T.
+ * Persistent warp-specialised GEMM for sm_90a: C[M,N] = A[M,K] . B[N,K]^T, bf16 or fp8 e4m3
+ * operands (Cfg::DTYPE), bf16 output.
  *
  * One CTA per SM, 3 warp groups: WG0 is the producer (one thread issues TMA loads into a
  * STAGES-deep ring of shared memory completed on mbarriers), WG1 and WG2 are consumers, each
- * owning 64 rows of the BM x BN tile and issuing wgmma m64n{BN}k16 with both operands in
- * shared memory (128-byte swizzle). The epilogue stages bf16 through swizzled shared memory and
- * writes 16-byte vectors with row/column clipping (any M; N, K multiples of 8).
+ * owning 64 rows of the BM x BN tile and issuing wgmma m64n{BN}k16 (bf16) or m64n{BN}k32 (e4m3)
+ * with both operands in shared memory (128-byte swizzle: one K row of a stage is 128 bytes,
+ * 64 bf16 or 128 e4m3 elements). e4m3 tiles are scaled by scale_a * scale_b in the consumers;
+ * from there on both types share everything. The epilogue stages bf16 through swizzled shared
+ * memory and writes 16-byte vectors with row/column clipping (any M; N, K multiples of 8, K of
+ * 16 for e4m3).
  * See gemm.h for the fusion hooks.
  */
 #ifndef MK_GEMM_CUH_
@@ -48,6 +52,8 @@ struct mk_gemm_params {
   struct mk_gemm_scatter scatter; /* row_dest NULL: off */
   struct mk_gemm_push push;       /* ctas 0: off */
   int gemm_ctas;                  /* the GEMM's CTAs: push.ctas .. push.ctas + gemm_ctas - 1 */
+  const float* scale_a; /* e4m3 only; NULL: 1 */
+  const float* scale_b;
 };
 
 /* This CTA's index among the GEMM's (the push CTAs come first in the grid). */
@@ -59,13 +65,20 @@ __device__ __forceinline__ int gemm_cta(const struct mk_gemm_params& p) { return
  * stage of K-block kb is released once kb+1's group is issued, so issue never stalls. */
 /* CLUSTER_M: CTAs per cluster along M (1 or 2); a pair shares its B tile, each CTA loading
  * half of it and multicasting it to both, which halves B's L2-to-SM traffic. */
+/* DTYPE: enum mk_gemm_dtype of A and B; BK is then the elements in one 128-byte row. */
 /* ASYNC_EPI: the consumers only convert the tile into shared memory and go on to the next
  * tile; warps 1-3 of the producer warp group write it out (and raise its flag), so global
  * stores overlap the next tile's wgmma. Needs the whole tile staged (EPI_COLS == BN). */
-template <int BM_, int BN_, int BK_, int STAGES_, int EPI_COLS_, int MMA_INFLIGHT_, int CLUSTER_M_, int ASYNC_EPI_>
+template <int BM_, int BN_, int BK_, int STAGES_, int EPI_COLS_, int MMA_INFLIGHT_, int CLUSTER_M_, int ASYNC_EPI_,
+          int DTYPE_ = MK_GEMM_BF16>
 struct mk_gemm_cfg {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_, EPI_COLS = EPI_COLS_;
   static constexpr int MMA_INFLIGHT = MMA_INFLIGHT_, CLUSTER_M = CLUSTER_M_, ASYNC_EPI = ASYNC_EPI_;
+  static constexpr int DTYPE = DTYPE_;
+  static_assert(DTYPE == MK_GEMM_BF16 || DTYPE == MK_GEMM_E4M3, "bf16 or e4m3 operands");
+  static constexpr int ELEM_BYTES = DTYPE == MK_GEMM_E4M3 ? 1 : 2;
+  /* wgmma steps per stage: each takes 32 bytes of K (k16 bf16, k32 e4m3) */
+  static constexpr int K_STEPS = BK * ELEM_BYTES / 32;
   static_assert(!ASYNC_EPI || EPI_COLS == BN, "the storer warps take whole tiles");
   static constexpr int STORER_THREADS = 96;
   static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of 1 or 2 CTAs along M");
@@ -73,8 +86,8 @@ struct mk_gemm_cfg {
   static_assert(MMA_INFLIGHT == 0 || MMA_INFLIGHT == 1, "0 or 1 wgmma group in flight");
   static constexpr int CONSUMERS = 2;
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
-  static constexpr int A_STAGE = BM * BK * 2;
-  static constexpr int B_STAGE = BN * BK * 2;
+  static constexpr int A_STAGE = BM * BK * ELEM_BYTES;
+  static constexpr int B_STAGE = BN * BK * ELEM_BYTES;
   static constexpr int C_STAGE_WG = 64 * EPI_COLS * 2; /* one consumer's staging buffer */
   static constexpr int OFF_B = STAGES * A_STAGE;
   static constexpr int OFF_C = OFF_B + STAGES * B_STAGE;
@@ -82,8 +95,8 @@ struct mk_gemm_cfg {
   static constexpr int SMEM_USED = OFF_BAR + (2 * STAGES + 2 * CONSUMERS) * 8 + 16;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
   static_assert(BM == 64 * CONSUMERS, "each consumer warp group owns 64 rows");
-  static_assert(BN == 256 || BN == 128, "wgmma wrappers exist for n = 128 and 256");
-  static_assert(BK * 2 == 128, "a K-block row must be one 128-byte swizzle row");
+  static_assert(BN == 256 || (BN == 128 && DTYPE == MK_GEMM_BF16), "wgmma wrappers: bf16 n = 128, 256; e4m3 n = 256");
+  static_assert(BK * ELEM_BYTES == 128, "a K-block row must be one 128-byte swizzle row");
   static_assert(BN % EPI_COLS == 0 && EPI_COLS % 64 == 0, "epilogue passes are whole 64-column atoms");
   static_assert(A_STAGE % 1024 == 0 && B_STAGE % 1024 == 0 && C_STAGE_WG % 1024 == 0,
                 "128B-swizzled tiles must stay 1024-byte aligned");
@@ -533,6 +546,26 @@ __device__ __forceinline__ void gemm_trace_tile(const struct mk_gemm_params& p, 
   if (p.trace && (threadIdx.x & 127) == 0) gemm_trace_tile_event(p, wg, t.linear, t.mb, from);
 }
 
+/* One wgmma step over 32 bytes of K of the stage: k16 for bf16, k32 for e4m3. */
+template <class Cfg>
+__device__ __forceinline__ void gemm_mma(float* acc, uint64_t da, uint64_t db, int scale_d) {
+  if constexpr (Cfg::DTYPE == MK_GEMM_E4M3) wgmma_m64n256k32_e4m3(acc, da, db, scale_d);
+  else if constexpr (Cfg::BN == 256) wgmma_m64n256k16_bf16(acc, da, db, scale_d);
+  else wgmma_m64n128k16_bf16(acc, da, db, scale_d);
+}
+
+/* e4m3: scale_a * scale_b (gemm.h: device pointers, NULL = 1), read when the kernel runs. */
+__device__ __forceinline__ float gemm_ab_scale(const struct mk_gemm_params& p) {
+  return (p.scale_a ? *p.scale_a : 1.f) * (p.scale_b ? *p.scale_b : 1.f);
+}
+
+/* e4m3: the tile's fp32 accumulator times scale_a * scale_b, once, before any epilogue. */
+template <class Cfg>
+__device__ __forceinline__ void gemm_scale_acc(float* acc, float s) {
+#pragma unroll
+  for (int i = 0; i < Cfg::BN / 2; i++) acc[i] *= s;
+}
+
 template <class Cfg>
 __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_params& p, uint8_t* smem,
                                               uint64_t* full, uint64_t* empty, uint64_t* c_full, uint64_t* c_empty,
@@ -549,6 +582,8 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
   const uint32_t b_base = smem_addr(smem + Cfg::OFF_B);
   uint8_t* cstage = smem + Cfg::OFF_C + wg * Cfg::C_STAGE_WG;
   const int lane = threadIdx.x & 31;
+  /* read once, first used after the first tile's K loop: the load's latency is hidden */
+  const float ab_scale = Cfg::DTYPE == MK_GEMM_E4M3 ? gemm_ab_scale(p) : 1.f;
   int stage = 0, prev_stage = 0;
   uint32_t phase = 0;
   struct mk_tile t;
@@ -570,11 +605,10 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
       if (kb > 0) mbarrier_wait_parity(&full[stage], phase);
       wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < Cfg::BK / 16; k++) {
+      for (int k = 0; k < Cfg::K_STEPS; k++) {
         const uint64_t da = wgmma_desc_sw128(a_base + stage * Cfg::A_STAGE + k * 32);
         const uint64_t db = wgmma_desc_sw128(b_base + stage * Cfg::B_STAGE + k * 32);
-        if constexpr (Cfg::BN == 256) wgmma_m64n256k16_bf16(acc, da, db, (kb > 0 || k > 0) ? 1 : 0);
-        else wgmma_m64n128k16_bf16(acc, da, db, (kb > 0 || k > 0) ? 1 : 0);
+        gemm_mma<Cfg>(acc, da, db, (kb > 0 || k > 0) ? 1 : 0);
       }
       wgmma_commit_group();
       if (Cfg::MMA_INFLIGHT == 0) {
@@ -593,6 +627,7 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
     }
     wgmma_fence_operands<Cfg::BN / 2>(acc);
     if (!t.valid) continue; /* a cluster partner past the last row-block */
+    if constexpr (Cfg::DTYPE == MK_GEMM_E4M3) gemm_scale_acc<Cfg>(acc, ab_scale);
     if (async_epi) {
       gemm_stage_tile<Cfg>(acc, cstage, &c_full[wg], &c_empty[wg], c_phase);
       c_phase ^= 1;

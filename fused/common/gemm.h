@@ -1,6 +1,7 @@
 /*
- * The GEMM core (host interface, C): C[M,N] = A[M,K] . B[N,K]^T, row-major bf16 operands,
- * fp32 accumulation, one persistent warp-specialised kernel (sm_90a only).
+ * The GEMM core (host interface, C): C[M,N] = A[M,K] . B[N,K]^T, row-major bf16 operands
+ * (or fp8 e4m3 with per-tensor scales: dtype), fp32 accumulation, one persistent
+ * warp-specialised kernel (sm_90a only).
  *
  * Fusion hooks, each free when its pointer is NULL:
  *  - ready_flags: before loading A rows of row-block mb, the producer waits (ld.acquire.sys,
@@ -52,6 +53,15 @@ enum mk_gemm_epilogue {
   MK_GEMM_STORE = 0,    /* c: bf16 [m, n] */
   MK_GEMM_ADD_BF16 = 1, /* c: bf16 [m, n], c += A.B^T */
   MK_GEMM_ADD_F32 = 2,  /* c: float [m, n], c += A.B^T */
+};
+
+/* Operand type of A and B (args.dtype). C and every epilogue stay as for bf16. */
+enum mk_gemm_dtype {
+  MK_GEMM_BF16 = 0, /* a, b: bf16; K a multiple of 8 */
+  /* a, b: fp8 e4m3; K a multiple of 16 (16-byte rows for TMA). C = scale_a * scale_b * A.B^T,
+   * the fp32 accumulator scaled once per tile; the accumulation is the tensor cores' own
+   * (no periodic promotion: cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM). */
+  MK_GEMM_E4M3 = 1,
 };
 
 /* mk_gemm_error.tile of the fused waits that are not a tile's: a call bracket's wait for a
@@ -143,7 +153,7 @@ struct mk_gemm_push {
 
 struct mk_gemm_args {
   int m, n, k;
-  const void* a; /* bf16 [m, k] */
+  const void* a; /* bf16 [m, k] (e4m3 with dtype; so are a_local and b) */
   /* Rows [a_local_row0, a_local_row0 + a_local_rows) of A are read from a_local (bf16
    * [a_local_rows, k]) instead of a, and never wait for a ready flag: in AllGather+GEMM, this
    * rank's own shard, which then needs no copy. Both ends on a row-block boundary (or m).
@@ -177,14 +187,19 @@ struct mk_gemm_args {
   const struct mk_gemm_call* call;       /* one-kernel call bracket; optional (copied) */
   const struct mk_gemm_scatter* scatter; /* row-scatter epilogue; optional (copied) */
   const struct mk_gemm_push* push;       /* all-gather push; optional (copied) */
+  int dtype; /* enum mk_gemm_dtype; 0 (bf16) when zero-initialised */
+  /* e4m3 only: per-tensor scales of A and B, device pointers read when the kernel runs (so a
+   * captured CUDA graph picks up new values, as cuBLASLt's scale pointers); NULL means 1. */
+  const float* scale_a;
+  const float* scale_b;
 };
 
 /* Launches on `stream`. Returns 0, -EINVAL (bad argument, nothing launched, a WARN names
  * it), -ENOTSUP (not an sm_90 device) or -EIO (launch failure). */
 int mk_gemm_launch(const struct mk_gemm_args* args, cudaStream_t stream);
 
-/* Loads the kernel's module now. Call once before launching the GEMM next to a kernel that
- * waits on it (ready or tile flags): under lazy loading a first launch waits for running
+/* Loads the kernels (bf16 and e4m3) now. Call once before launching the GEMM next to a kernel
+ * that waits on it (ready or tile flags): under lazy loading a first launch waits for running
  * kernels. Returns 0, -ENOTSUP or -EIO. */
 int mk_gemm_prepare(void);
 

@@ -1,6 +1,7 @@
 /*
- * Test and benchmark helpers for the GEMM core: random bf16 inputs on the device, poisoning,
- * a float64 reference GEMM on the device, a norm-based checker, and cuBLASLt as the baseline.
+ * Test and benchmark helpers for the GEMM core: random bf16 (or e4m3) inputs on the device,
+ * poisoning, a float64 reference GEMM on the device, a norm-based checker, and cuBLASLt (bf16
+ * or fp8) as the baseline.
  * Shared by test/gpu/test_gemm.cu and test/perf/gemm/gemm_perf.cu.
  */
 #ifndef MK_GEMM_CHECK_CUH_
@@ -12,6 +13,7 @@
 #include <math.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cublasLt.h>
 
 #define CUDA_OK(call)                                                                        \
@@ -70,6 +72,17 @@ static __global__ void fill_random_f32_kernel(float* p, size_t n, uint64_t seed,
     p[i] = (float)((2.0 * u - 1.0) * scale);
   }
 }
+/* e4m3 of a uniform draw in [-scale, scale), rounded to nearest (saturating). */
+static __global__ void fill_random_e4m3_kernel(__nv_fp8_e4m3* p, size_t n, uint64_t seed, float scale) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    double u = (double)(splitmix64(seed * 0x100000001B3ull + i) >> 11) * (1.0 / 9007199254740992.0);
+    p[i] = __nv_fp8_e4m3((float)((2.0 * u - 1.0) * scale));
+  }
+}
+static void fill_random_e4m3(void* p, size_t n, uint64_t seed, float scale) {
+  fill_random_e4m3_kernel<<<1024, 256>>>((__nv_fp8_e4m3*)p, n, seed, scale);
+  CUDA_OK(cudaGetLastError());
+}
 static void fill_random_bf16(void* p, size_t n, uint64_t seed, float scale) {
   fill_random_bf16_kernel<<<1024, 256>>>((__nv_bfloat16*)p, n, seed, scale);
   CUDA_OK(cudaGetLastError());
@@ -84,25 +97,39 @@ static void poison(void* p, size_t bytes) { CUDA_OK(cudaMemset(p, 0xFF, bytes));
 static __device__ __forceinline__ double load_as_double(const __nv_bfloat16* p, size_t i) { return (double)__bfloat162float(p[i]); }
 static __device__ __forceinline__ double load_as_double(const float* p, size_t i) { return (double)p[i]; }
 static __device__ __forceinline__ double load_as_double(const double* p, size_t i) { return p[i]; }
+static __device__ __forceinline__ double load_as_double(const __nv_fp8_e4m3* p, size_t i) { return (double)(float)p[i]; }
 
-/* ref[r, c] = base[r, c] (if any) + sum_k A[r, k] * B[g(r) * n + c, k], in float64.
+/* ref[r, c] = base[r, c] (if any) + scale * sum_k A[r, k] * B[g(r) * n + c, k], in float64,
+ * A and B of element type InT (bf16, or e4m3 with scale = scale_a * scale_b).
  * row_group: group of each row (grouped GEMM), NULL = group 0. */
-template <class BaseT>
-static __global__ void ref_gemm_f64_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, const BaseT* base,
-                                           const int* row_group, double* ref, int m, int n, int k) {
+template <class InT, class BaseT>
+static __global__ void ref_gemm_f64_kernel(const InT* a, const InT* b, const BaseT* base, const int* row_group,
+                                           double scale, double* ref, int m, int n, int k) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
   if (c >= n || r >= m) return;
   const int g = row_group ? row_group[r] : 0;
-  const __nv_bfloat16* ar = a + (size_t)r * k;
-  const __nv_bfloat16* bc = b + ((size_t)g * n + c) * k;
-  double s = base ? load_as_double(base, (size_t)r * n + c) : 0.0;
-  for (int i = 0; i < k; i++) s += (double)__bfloat162float(ar[i]) * (double)__bfloat162float(bc[i]);
+  const InT* ar = a + (size_t)r * k;
+  const InT* bc = b + ((size_t)g * n + c) * k;
+  double s = 0.0;
+  for (int i = 0; i < k; i++) s += load_as_double(ar, i) * load_as_double(bc, i);
+  s *= scale;
+  if (base) s += load_as_double(base, (size_t)r * n + c);
   ref[(size_t)r * n + c] = s;
 }
 template <class BaseT>
 static void ref_gemm_f64(const void* a, const void* b, const BaseT* base, const int* row_group, double* ref, int m, int n, int k) {
   dim3 grid((n + 127) / 128, m);
-  ref_gemm_f64_kernel<BaseT><<<grid, 128>>>((const __nv_bfloat16*)a, (const __nv_bfloat16*)b, base, row_group, ref, m, n, k);
+  ref_gemm_f64_kernel<__nv_bfloat16, BaseT><<<grid, 128>>>((const __nv_bfloat16*)a, (const __nv_bfloat16*)b, base,
+                                                           row_group, 1.0, ref, m, n, k);
+  CUDA_OK(cudaGetLastError());
+}
+/* e4m3 operands: ref = base (if any) + scale_a * scale_b * A.B^T (host scales). */
+template <class BaseT>
+static void ref_gemm_f64_e4m3(const void* a, const void* b, const BaseT* base, const int* row_group, double scale,
+                              double* ref, int m, int n, int k) {
+  dim3 grid((n + 127) / 128, m);
+  ref_gemm_f64_kernel<__nv_fp8_e4m3, BaseT><<<grid, 128>>>((const __nv_fp8_e4m3*)a, (const __nv_fp8_e4m3*)b, base,
+                                                           row_group, scale, ref, m, n, k);
   CUDA_OK(cudaGetLastError());
 }
 
@@ -166,7 +193,9 @@ struct lt_gemm {
     }                                                                             \
   } while (0)
 
-static void lt_gemm_init(struct lt_gemm* g, int m, int n, int k) {
+/* Handle, operation (TN in column-major terms: what cuBLASLt's fp8 requires too) and layouts
+ * for operands of type ab (bf16 or e4m3); C and D are bf16. */
+static void lt_gemm_setup(struct lt_gemm* g, int m, int n, int k, cudaDataType_t ab) {
   g->ws_size = 64u << 20;
   CUDA_OK(cudaMalloc(&g->ws, g->ws_size));
   LT_OK(cublasLtCreate(&g->h));
@@ -174,9 +203,13 @@ static void lt_gemm_init(struct lt_gemm* g, int m, int n, int k) {
   cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
   LT_OK(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)));
   LT_OK(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof(nt)));
-  LT_OK(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_16BF, k, n, k)); /* the B buffer */
-  LT_OK(cublasLtMatrixLayoutCreate(&g->lb, CUDA_R_16BF, k, m, k)); /* the A buffer */
+  LT_OK(cublasLtMatrixLayoutCreate(&g->la, ab, k, n, k)); /* the B buffer */
+  LT_OK(cublasLtMatrixLayoutCreate(&g->lb, ab, k, m, k)); /* the A buffer */
   LT_OK(cublasLtMatrixLayoutCreate(&g->lc, CUDA_R_16BF, n, m, n));
+}
+
+/* The heuristic's first algorithm for the operation as set up. */
+static void lt_gemm_pick(struct lt_gemm* g, int m, int n, int k) {
   cublasLtMatmulPreference_t pref;
   LT_OK(cublasLtMatmulPreferenceCreate(&pref));
   LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->ws_size, sizeof(g->ws_size)));
@@ -189,6 +222,24 @@ static void lt_gemm_init(struct lt_gemm* g, int m, int n, int k) {
   }
   g->algo = res.algo;
   cublasLtMatmulPreferenceDestroy(pref);
+}
+
+static void lt_gemm_init(struct lt_gemm* g, int m, int n, int k) {
+  lt_gemm_setup(g, m, n, k, CUDA_R_16BF);
+  lt_gemm_pick(g, m, n, k);
+}
+
+/* e4m3 operands with per-tensor scales (device pointers; cuBLASLt's A is our B buffer).
+ * fast_accum 1: no periodic promotion of the tensor cores' accumulation, as our kernel;
+ * 0: cuBLASLt's default, more precise (and slower) accumulation. */
+static void lt_gemm_init_e4m3(struct lt_gemm* g, int m, int n, int k, const float* scale_a, const float* scale_b,
+                              int fast_accum) {
+  lt_gemm_setup(g, m, n, k, CUDA_R_8F_E4M3);
+  const int8_t fast = (int8_t)fast_accum;
+  LT_OK(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_b, sizeof(scale_b)));
+  LT_OK(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_a, sizeof(scale_a)));
+  LT_OK(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  lt_gemm_pick(g, m, n, k);
 }
 
 static void lt_gemm_run(struct lt_gemm* g, const void* a, const void* b, void* c, cudaStream_t s) {

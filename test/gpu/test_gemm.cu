@@ -2,7 +2,8 @@
  * GPU tests of the GEMM core. One binary, one behaviour per argv[1] (meson registers each
  * under a behavioural name); argv[2] == "large" selects the large shapes. Exit 77 without a
  * Hopper GPU. Every check draws fresh random inputs (seed printed), poisons the output first
- * and compares every element: ||out - ref|| / ||ref|| < 1e-2, no NaN.
+ * and compares every element: ||out - ref|| / ||ref|| < 1e-2, no NaN. The fp8_* tests run the
+ * e4m3 operands (test_gemm_fp8.cuh), which have configuration 0 only.
  */
 #include <errno.h>
 #include <string.h>
@@ -24,15 +25,21 @@ static int gemm_launch(const struct mk_gemm_args* g, cudaStream_t s) {
 
 static uint64_t next_seed(void) { return ++seed_counter * 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL); }
 
-/* Device buffers of one problem: A [m,k], B [groups*n, k], C [m,n] (bf16 or f32), ref f64. */
+/* Device buffers of one problem: A [m,k], B [groups*n, k], C [m,n] (bf16 or f32), ref f64.
+ * e4m3 problems (test_gemm_fp8.cuh) also carry their scales: scales[0] = scale_a, [1] = b. */
 struct problem {
   int m, n, k, groups;
   void *a, *b, *c;
   double* ref;
   uint64_t seed;
+  int dtype;
+  float* scales;                /* device; NULL for bf16 */
+  const float *scale_a, *scale_b; /* what the launch is given: scales + 0/1 or NULL */
+  double scale;                 /* scale_a * scale_b as the kernel forms it (fp32 product) */
 };
 
 static void problem_alloc(struct problem* p, int m, int n, int k, int groups, size_t c_elem) {
+  memset(p, 0, sizeof(*p));
   p->m = m; p->n = n; p->k = k; p->groups = groups;
   CUDA_OK(cudaMalloc(&p->a, (size_t)m * k * 2));
   CUDA_OK(cudaMalloc(&p->b, (size_t)groups * n * k * 2));
@@ -45,11 +52,13 @@ static void problem_alloc(struct problem* p, int m, int n, int k, int groups, si
 }
 static void problem_free(struct problem* p) {
   cudaFree(p->a); cudaFree(p->b); cudaFree(p->c); cudaFree(p->ref);
+  if (p->scales) cudaFree(p->scales);
 }
 static struct mk_gemm_args problem_args(const struct problem* p) {
   struct mk_gemm_args g;
   memset(&g, 0, sizeof(g));
   g.m = p->m; g.n = p->n; g.k = p->k; g.a = p->a; g.b = p->b; g.c = p->c;
+  g.dtype = p->dtype; g.scale_a = p->scale_a; g.scale_b = p->scale_b;
   return g;
 }
 static int launch_sync(const struct mk_gemm_args* g) {
@@ -172,6 +181,7 @@ static void test_checker_negative_control(void) {
 
 #include "test_gemm_hooks.cuh"
 #include "test_gemm_rs_epilogue.cuh"
+#include "test_gemm_fp8.cuh"
 
 int main(int argc, char** argv) {
   gpu_or_skip();
@@ -194,6 +204,11 @@ int main(int argc, char** argv) {
   else if (!strcmp(what, "a_local")) test_a_local();
   else if (!strcmp(what, "rs_epilogue")) test_rs_epilogue();
   else if (!strcmp(what, "scatter_epilogue")) test_scatter_epilogue();
+  else if (!strcmp(what, "fp8_odd_shapes")) test_fp8_odd_shapes(large);
+  else if (!strcmp(what, "fp8_cublas")) test_fp8_cublas(large);
+  else if (!strcmp(what, "fp8_epilogues")) test_fp8_epilogues_and_groups();
+  else if (!strcmp(what, "fp8_negative_control")) test_fp8_negative_control();
+  else if (!strcmp(what, "fp8_bad_input")) test_fp8_bad_input();
   else {
     fprintf(stderr, "unknown test '%s'\n", what);
     return 2;

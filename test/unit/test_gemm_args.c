@@ -1,16 +1,44 @@
 /*
  * The GEMM core's argument rules for its fused hooks (gemm.h: the reduce-scatter epilogue,
- * the call bracket, the row-scatter epilogue, row_block_rotate), checked without a GPU: a bad
- * set is refused with -EINVAL before the launcher looks for a device. Every bad set differs
- * from a good one in one field; the good ones get past validation (-ENOTSUP: no GPU here;
- * on a machine with a Hopper GPU they are not launched, their pointers are made up).
+ * the call bracket, the row-scatter epilogue, row_block_rotate) and for its operand types
+ * (dtype: bf16, e4m3 with scales), checked without a GPU: a bad set is refused with -EINVAL
+ * before the launcher looks for a device. Every bad set differs from a good one in one field;
+ * the good ones get past validation (-ENOTSUP: no GPU here; on a machine with a Hopper GPU
+ * they are not launched, their pointers are made up).
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "gemm.h"
+#include "gemm_tune.h"
+#include "mk_log.h"
 #include "mk_test.h"
+
+/* The last WARN, so that a refusal can be checked to name its reason. */
+static char last_warn[1024];
+static void capture_logger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
+                           const char* fmt, ...) {
+  (void)flags, (void)file, (void)line;
+  if (level != NCCL_LOG_WARN) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_warn, sizeof last_warn, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "WARN %s\n", last_warn);
+}
+
+/* Launching g is refused (-EINVAL) with a WARN that contains every non-NULL needle. */
+static void expect_refused(const struct mk_gemm_args* g, const char* needle1, const char* needle2) {
+  last_warn[0] = '\0';
+  CHECK_EQ(mk_gemm_launch(g, 0), -EINVAL);
+  if (needle1 && !strstr(last_warn, needle1)) fprintf(stderr, "WARN \"%s\" lacks \"%s\"\n", last_warn, needle1);
+  if (needle2 && !strstr(last_warn, needle2)) fprintf(stderr, "WARN \"%s\" lacks \"%s\"\n", last_warn, needle2);
+  CHECK(!needle1 || strstr(last_warn, needle1));
+  CHECK(!needle2 || strstr(last_warn, needle2));
+}
 
 static void* fake(uintptr_t i) { return (void*)(uintptr_t)(0x100000 + 0x10000 * i); }
 
@@ -119,12 +147,80 @@ static void rotation_rules(void) {
   CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
 }
 
+/* Zero-initialised args are bf16 without scales: exactly the launch of before dtype existed. */
+static void zeroed_args_are_bf16(void) {
+  CHECK_EQ(MK_GEMM_BF16, 0);
+  struct mk_gemm_args g = base_args();
+  CHECK_EQ(g.dtype, MK_GEMM_BF16);
+  CHECK(!g.scale_a && !g.scale_b);
+  expect_good(&g);
+  g.k = 24; /* bf16 needs a multiple of 8 only */
+  expect_good(&g);
+}
+
+static void e4m3_needs_k_a_multiple_of_16(void) {
+  struct mk_gemm_args g = base_args();
+  g.dtype = MK_GEMM_E4M3;
+  expect_good(&g);
+  g.k = 16;
+  expect_good(&g);
+  g.k = 1008;
+  expect_good(&g);
+  g.k = 24;
+  expect_refused(&g, "k = 24", "multiple of 16 for e4m3");
+  g.k = 8;
+  expect_refused(&g, "k = 8", "multiple of 16 for e4m3");
+  g.k = 12; /* the general rule comes first */
+  expect_refused(&g, "k = 12", "multiple of 8");
+}
+
+static void unknown_dtype_is_refused_by_name(void) {
+  struct mk_gemm_args g = base_args();
+  g.dtype = 2;
+  expect_refused(&g, "dtype = 2", "enum mk_gemm_dtype");
+  g.dtype = -1;
+  expect_refused(&g, "dtype = -1", NULL);
+}
+
+static void scales_are_for_e4m3_only_and_float_aligned(void) {
+  struct mk_gemm_args g = base_args();
+  g.scale_a = (const float*)fake(20); /* dtype bf16 */
+  expect_refused(&g, "scale_a", "e4m3 operands only");
+  g.scale_a = NULL, g.scale_b = (const float*)fake(21);
+  expect_refused(&g, "scale_b", "e4m3 operands only");
+  g.dtype = MK_GEMM_E4M3;
+  expect_good(&g); /* one scale set, the other NULL (= 1) */
+  g.scale_a = (const float*)fake(20);
+  expect_good(&g);
+  g.scale_a = (const float*)((const char*)fake(20) + 2);
+  expect_refused(&g, "4-byte aligned", NULL);
+}
+
+/* e4m3 shares the kernel's hooks (a fused epilogue is accepted) but has one configuration. */
+static void e4m3_takes_the_hooks_and_only_configuration_0(void) {
+  struct mk_gemm_args g = base_args();
+  struct mk_gemm_rs rs = base_rs();
+  g.dtype = MK_GEMM_E4M3, g.rs = &rs;
+  expect_good(&g);
+  g.rs = NULL;
+  last_warn[0] = '\0';
+  CHECK_EQ(mk_gemm_launch_variant(&g, 0, 1), -EINVAL);
+  CHECK(strstr(last_warn, "configuration 0 only") != NULL);
+  if (no_gpu) CHECK_EQ(mk_gemm_launch_variant(&g, 0, 0), -ENOTSUP);
+}
+
 int main(void) {
+  mk_log_set_logger(capture_logger);
   no_gpu = mk_gemm_prepare() == -ENOTSUP;
   printf("%s\n", no_gpu ? "no sm_90 GPU: good sets launched (expect -ENOTSUP)" : "a GPU: good sets not launched");
   reduce_scatter_rules();
   call_bracket_rules();
   row_scatter_rules();
   rotation_rules();
+  zeroed_args_are_bf16();
+  e4m3_needs_k_a_multiple_of_16();
+  unknown_dtype_is_refused_by_name();
+  scales_are_for_e4m3_only_and_float_aligned();
+  e4m3_takes_the_hooks_and_only_configuration_0();
   return MK_TEST_RESULT();
 }

@@ -7,6 +7,10 @@
  * `gemm_perf trace [iters]`: what the trace hooks cost: the same GEMM with its trace pointer
  * NULL (off) and with a trace buffer (on), interleaved, in rounds; prints both medians, the
  * difference and the run-to-run spread (max - min of the off rounds' medians).
+ * `gemm_perf fp8 [iters] [precise]`: e4m3 operands with per-tensor scales (configuration 0)
+ * against cuBLASLt's fp8 GEMM on the same shapes and scale pointers, both bf16 out. cuBLASLt
+ * runs with fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM: no periodic promotion, the
+ * accumulation our kernel does); `precise` times its default, promoted accumulation instead.
  */
 #include <algorithm>
 #include <string.h>
@@ -24,29 +28,48 @@ static float median(std::vector<float> v) {
 
 #define MAX_VARIANTS 4
 static int variants[MAX_VARIANTS] = {0}, num_variants = 1, group_m = 0, num_sms = 0;
+static int fp8 = 0, lt_fast_accum = 1; /* gemm_perf fp8 [iters] [precise] */
 
 struct result { struct shape s; double ours[MAX_VARIANTS], lt, rel; };
 
-static struct result bench_shape(struct shape s, int iters, size_t l2_bytes) {
-  const size_t ab = ((size_t)s.m * s.k + (size_t)s.n * s.k) * 2;
-  int sets = (int)std::min<size_t>(4, std::max<size_t>(1, (3 * l2_bytes + ab - 1) / ab));
-  std::vector<void*> a(sets), b(sets);
+/* Input sets (A, B) of the operand type, as many as keep 3x L2 rotating (at most 4). */
+static int alloc_inputs(struct shape s, size_t l2_bytes, std::vector<void*>& a, std::vector<void*>& b) {
+  const size_t eb = fp8 ? 1 : 2, ab = ((size_t)s.m * s.k + (size_t)s.n * s.k) * eb;
+  const int sets = (int)std::min<size_t>(4, std::max<size_t>(1, (3 * l2_bytes + ab - 1) / ab));
+  a.resize(sets), b.resize(sets);
   for (int i = 0; i < sets; i++) {
-    CUDA_OK(cudaMalloc(&a[i], (size_t)s.m * s.k * 2));
-    CUDA_OK(cudaMalloc(&b[i], (size_t)s.n * s.k * 2));
-    fill_random_bf16(a[i], (size_t)s.m * s.k, 1000 + 2 * i, 1.0f);
-    fill_random_bf16(b[i], (size_t)s.n * s.k, 1001 + 2 * i, 1.0f);
+    CUDA_OK(cudaMalloc(&a[i], (size_t)s.m * s.k * eb));
+    CUDA_OK(cudaMalloc(&b[i], (size_t)s.n * s.k * eb));
+    if (fp8) {
+      fill_random_e4m3(a[i], (size_t)s.m * s.k, 1000 + 2 * i, 4.0f);
+      fill_random_e4m3(b[i], (size_t)s.n * s.k, 1001 + 2 * i, 4.0f);
+    } else {
+      fill_random_bf16(a[i], (size_t)s.m * s.k, 1000 + 2 * i, 1.0f);
+      fill_random_bf16(b[i], (size_t)s.n * s.k, 1001 + 2 * i, 1.0f);
+    }
   }
+  return sets;
+}
+
+static struct result bench_shape(struct shape s, int iters, size_t l2_bytes) {
+  std::vector<void*> a, b;
+  const int sets = alloc_inputs(s, l2_bytes, a, b);
+  float* scales = NULL; /* fp8: non-unit per-tensor scales, the same pointers for ours and cuBLASLt */
+  const float hs[2] = {0.75f, 1.5f};
+  CUDA_OK(cudaMalloc(&scales, sizeof(hs)));
+  CUDA_OK(cudaMemcpy(scales, hs, sizeof(hs), cudaMemcpyHostToDevice));
   void *c_ours, *c_lt;
   CUDA_OK(cudaMalloc(&c_ours, (size_t)s.m * s.n * 2));
   CUDA_OK(cudaMalloc(&c_lt, (size_t)s.m * s.n * 2));
   poison(c_ours, (size_t)s.m * s.n * 2);
   poison(c_lt, (size_t)s.m * s.n * 2);
   struct lt_gemm lt;
-  lt_gemm_init(&lt, s.m, s.n, s.k);
+  if (fp8) lt_gemm_init_e4m3(&lt, s.m, s.n, s.k, scales, scales + 1, lt_fast_accum);
+  else lt_gemm_init(&lt, s.m, s.n, s.k);
   struct mk_gemm_args g;
   memset(&g, 0, sizeof(g));
   g.m = s.m; g.n = s.n; g.k = s.k; g.c = c_ours;
+  if (fp8) g.dtype = MK_GEMM_E4M3, g.scale_a = scales, g.scale_b = scales + 1;
   g.raster_group_m = group_m;
   g.num_sms = num_sms;
   cudaEvent_t ev[MAX_VARIANTS + 2];
@@ -80,7 +103,7 @@ static struct result bench_shape(struct shape s, int iters, size_t l2_bytes) {
   lt_gemm_fini(&lt);
   for (int i = 0; i < MAX_VARIANTS + 2; i++) cudaEventDestroy(ev[i]);
   for (int i = 0; i < sets; i++) { cudaFree(a[i]); cudaFree(b[i]); }
-  cudaFree(c_ours); cudaFree(c_lt);
+  cudaFree(c_ours); cudaFree(c_lt); cudaFree(scales);
   return res;
 }
 
@@ -153,8 +176,10 @@ int main(int argc, char** argv) {
     return trace_overhead(argc > 2 ? atoi(argv[2]) : 20, p.multiProcessorCount);
   }
   const int quick = argc > 1 && !strcmp(argv[1], "quick");
+  fp8 = argc > 1 && !strcmp(argv[1], "fp8");
   const int iters = argc > 2 ? atoi(argv[2]) : 25;
-  if (argc > 3) {
+  if (fp8) lt_fast_accum = !(argc > 3 && !strcmp(argv[3], "precise"));
+  else if (argc > 3) {
     num_variants = 0;
     for (const char* p = argv[3]; *p && num_variants < MAX_VARIANTS; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
       variants[num_variants++] = atoi(p);
@@ -171,6 +196,9 @@ int main(int argc, char** argv) {
       if (!quick || (ms[i] == 4096 && j < 2)) shapes.push_back({ms[i], nk[j][0], nk[j][1]});
   printf("gemm_perf on %s (%d SMs), median of %d runs each, interleaved; variant %d, group_m %d\n", prop.name,
          prop.multiProcessorCount, iters, variants[0], group_m);
+  if (fp8)
+    printf("operands e4m3 with per-tensor scales, bf16 out; cuBLASLt fp8 with %s accumulation\n",
+           lt_fast_accum ? "fast (unpromoted, as ours)" : "its default (promoted)");
   std::vector<struct result> rs;
   for (size_t i = 0; i < shapes.size(); i++) {
     rs.push_back(bench_shape(shapes[i], iters, prop.l2CacheSize));
