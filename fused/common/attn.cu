@@ -17,9 +17,15 @@ extern "C" {
 #include "mk_log.h"
 }
 
-/* D = 128: Q 32 KB + 2 stages of K and V (32 KB each) = 160 KB; D = 64: half, with 3 stages. */
-typedef mk_attn_cfg<128, 2> mk_attn_cfg_d128;
-typedef mk_attn_cfg<64, 3> mk_attn_cfg_d64;
+/* D = 128: Q 32 KB + 2 stages of K and V (32 KB each) = 160 KB; D = 64: half, with 3 stages.
+ * Variant 1: the consumer warp groups ping-pong (mk_attn_cfg PINGPONG). */
+typedef mk_attn_cfg<128, 2, 0> mk_attn_cfg_d128;
+typedef mk_attn_cfg<64, 3, 0> mk_attn_cfg_d64;
+typedef mk_attn_cfg<128, 2, 1> mk_attn_cfg_d128_pp;
+typedef mk_attn_cfg<64, 3, 1> mk_attn_cfg_d64_pp;
+/* Variant 2: ping-pong with one stage more (D = 128: 224 KB of the 227). */
+typedef mk_attn_cfg<128, 3, 1> mk_attn_cfg_d128_pp3;
+typedef mk_attn_cfg<64, 4, 1> mk_attn_cfg_d64_pp4;
 
 #define MK_ATTN_DEFAULT_TIMEOUT_MS 10000u
 
@@ -146,9 +152,20 @@ static int attn_launch_cfg(const struct mk_attn_args* a, cudaStream_t stream) {
   return 0;
 }
 
-extern "C" int mk_attn_fwd_launch(const struct mk_attn_args* a, cudaStream_t stream) {
+extern "C" int mk_attn_fwd_launch_variant(const struct mk_attn_args* a, cudaStream_t stream, int variant) {
   MK_CHECK(mk_attn_fwd_check(a));
+  if (variant < 0 || variant >= MK_ATTN_VARIANTS) ATTN_REJECT("mk_attn_fwd: variant %d unknown", variant);
   int sms = 0;
   MK_CHECK(mk_sm90_sms("mk_attn_fwd", &sms));
+  if (variant == 2)
+    return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128_pp3>(a, stream)
+                            : attn_launch_cfg<mk_attn_cfg_d64_pp4>(a, stream);
+  if (variant == 1)
+    return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128_pp>(a, stream)
+                            : attn_launch_cfg<mk_attn_cfg_d64_pp>(a, stream);
   return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128>(a, stream) : attn_launch_cfg<mk_attn_cfg_d64>(a, stream);
+}
+
+extern "C" int mk_attn_fwd_launch(const struct mk_attn_args* a, cudaStream_t stream) {
+  return mk_attn_fwd_launch_variant(a, stream, 0);
 }

@@ -68,6 +68,12 @@ int mk_attn_fwd_check(const struct mk_attn_args* args);
  * sm_90 device) or -EIO (launch failure). */
 int mk_attn_fwd_launch(const struct mk_attn_args* args, cudaStream_t stream);
 
+/* The same with a compiled variant, for A/B runs (attn_perf) and tests: 0 is the default
+ * (mk_attn_fwd_launch), 1 has the consumer warp groups ping-pong (attn_fwd.cuh PINGPONG),
+ * 2 ping-pong with one more KV stage. */
+#define MK_ATTN_VARIANTS 3
+int mk_attn_fwd_launch_variant(const struct mk_attn_args* args, cudaStream_t stream, int variant);
+
 /* ---- which KV tiles a query tile needs (pure; shared by the producer and the consumers) ---- */
 
 /* Tiles of bn keys, counted from a block's first key (pos0, `rows` keys), that queries up to

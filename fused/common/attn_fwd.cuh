@@ -37,9 +37,13 @@
 #include "ptx.cuh"
 #include "stage.cuh"
 
-template <int D_, int STAGES_>
+/* PINGPONG: the two consumer warp groups take turns issuing their wgmmas (FA3's
+ * inter-warp-group schedule, turns passed on two mbarriers), so one's softmax runs while the
+ * other's matrix products occupy the tensor cores. */
+template <int D_, int STAGES_, int PINGPONG_>
 struct mk_attn_cfg {
   static constexpr int D = D_, BM = MK_ATTN_BLOCK_M, BN = MK_ATTN_BLOCK_N, STAGES = STAGES_;
+  static constexpr int PINGPONG = PINGPONG_;
   static constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
   static constexpr int SLABS = D / 64;                   /* 64-column (128-byte) slabs of a row */
   static constexpr int Q_SLAB = BM * 128, KV_SLAB = BN * 128; /* bytes between a tile's slabs */
@@ -47,7 +51,7 @@ struct mk_attn_cfg {
   static constexpr int OFF_K = Q_BYTES;
   static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
   static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES;
-  static constexpr int SMEM_USED = OFF_BAR + (1 + 3 * STAGES) * 8;
+  static constexpr int SMEM_USED = OFF_BAR + (1 + 3 * STAGES + 2) * 8;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
   static_assert(D == 64 || D == 128, "head dimensions 64 and 128");
   static_assert(BM == 64 * CONSUMERS && BN == 128, "wgmma shapes: 64 rows per consumer, n = 128 for S");
@@ -61,6 +65,7 @@ struct mk_attn_smem {
   uint64_t* k_full;  /* STAGES */
   uint64_t* v_full;  /* STAGES */
   uint64_t* empty;   /* STAGES: one arrival per consumer warp */
+  uint64_t* turn;    /* 2 (PINGPONG): consumer c may issue once turn[c] completes a phase */
 };
 
 /* Where producer and consumers are in the ring; both sides advance it the same way. */
@@ -82,6 +87,7 @@ struct mk_attn_wait_ctx {
 #define MK_ATTN_WAIT_K 1u
 #define MK_ATTN_WAIT_V 2u
 #define MK_ATTN_WAIT_EMPTY 3u
+#define MK_ATTN_WAIT_TURN 4u
 
 template <class Cfg>
 __device__ __forceinline__ struct mk_attn_smem attn_smem_carve(uint8_t* smem_raw) {
@@ -91,6 +97,7 @@ __device__ __forceinline__ struct mk_attn_smem attn_smem_carve(uint8_t* smem_raw
   s.k_full = s.q_full + 1;
   s.v_full = s.k_full + Cfg::STAGES;
   s.empty = s.v_full + Cfg::STAGES;
+  s.turn = s.empty + Cfg::STAGES;
   return s;
 }
 
@@ -103,6 +110,7 @@ __device__ __forceinline__ void attn_smem_init(const struct mk_attn_smem& s) {
     mbarrier_init(&s.v_full[i], 1);
     mbarrier_init(&s.empty[i], Cfg::CONSUMERS * 4);
   }
+  for (int i = 0; i < 2; i++) mbarrier_init(&s.turn[i], 4); /* the other warp group's 4 warps */
   fence_mbarrier_init();
 }
 
@@ -190,6 +198,7 @@ template <class Cfg>
 struct mk_attn_state {
   float o[Cfg::D / 2];
   float m[2], l[2];
+  uint32_t turn_phase; /* PINGPONG: parity of this warp group's next turn */
 };
 
 template <class Cfg>
@@ -198,6 +207,30 @@ __device__ __forceinline__ void attn_state_init(struct mk_attn_state<Cfg>& st) {
   for (int i = 0; i < Cfg::D / 2; i++) st.o[i] = 0.f;
   st.m[0] = st.m[1] = -INFINITY;
   st.l[0] = st.l[1] = 0.f;
+  st.turn_phase = 0;
+}
+
+/* PINGPONG, once per kernel after attn_state_init: consumer 1 gives consumer 0 the first turn.
+ * Both then take one turn per wgmma issue point, the same number (they consume the same
+ * tiles), so the turns alternate strictly. */
+template <class Cfg>
+__device__ __forceinline__ void attn_turns_start(const struct mk_attn_smem& sm, int wg) {
+  if (Cfg::PINGPONG && wg == 1 && (threadIdx.x & 31) == 0) mbarrier_arrive(&sm.turn[0]);
+}
+
+template <class Cfg>
+__device__ __forceinline__ int attn_turn_begin(struct mk_attn_state<Cfg>& st, const struct mk_attn_smem& sm, int wg,
+                                               const struct mk_attn_wait_ctx& w) {
+  if (!Cfg::PINGPONG) return 1;
+  if (!attn_wait(&sm.turn[wg], st.turn_phase, w, MK_ATTN_WAIT_TURN)) return 0;
+  st.turn_phase ^= 1;
+  return 1;
+}
+
+/* After this warp's wgmmas of the turn are issued: the other warp group's turn. */
+template <class Cfg>
+__device__ __forceinline__ void attn_turn_end(const struct mk_attn_smem& sm, int wg) {
+  if (Cfg::PINGPONG && (threadIdx.x & 31) == 0) mbarrier_arrive(&sm.turn[wg ^ 1]);
 }
 
 __device__ __forceinline__ float attn_ex2(float x) {
@@ -322,9 +355,11 @@ __device__ __forceinline__ int attn_consume_kv_block(struct mk_attn_state<Cfg>& 
   struct mk_attn_ring r = *ring;
 
   if (!attn_wait(&sm.k_full[r.stage], r.phase, w, MK_ATTN_WAIT_K)) return 0;
+  if (!attn_turn_begin<Cfg>(st, sm, wg, w)) return 0;
   wgmma_fence();
   attn_issue_qk<Cfg>(s, q_base, k_base + r.stage * Cfg::KV_BYTES);
   wgmma_commit_group();
+  attn_turn_end<Cfg>(sm, wg);
   wgmma_wait_group<0>();
   wgmma_fence_operands<Cfg::BN / 2>(s);
   attn_visible<Cfg>(vis, q_pos_r0, pos0, rows, 0, causal);
@@ -336,11 +371,13 @@ __device__ __forceinline__ int attn_consume_kv_block(struct mk_attn_state<Cfg>& 
     attn_ring_next(&r, Cfg::STAGES);
     if (!attn_wait(&sm.k_full[r.stage], r.phase, w, MK_ATTN_WAIT_K)) return 0;
     if (!attn_wait(&sm.v_full[prev.stage], prev.phase, w, MK_ATTN_WAIT_V)) return 0;
+    if (!attn_turn_begin<Cfg>(st, sm, wg, w)) return 0;
     wgmma_fence();
     attn_issue_qk<Cfg>(s, q_base, k_base + r.stage * Cfg::KV_BYTES);
     wgmma_commit_group();
     attn_issue_pv<Cfg>(st.o, p, v_base + prev.stage * Cfg::KV_BYTES);
     wgmma_commit_group();
+    attn_turn_end<Cfg>(sm, wg);
     wgmma_wait_group<1>(); /* S of tile t is in; P.V of tile t-1 may still run */
     wgmma_fence_operands<Cfg::BN / 2>(s);
     attn_visible<Cfg>(vis, q_pos_r0, pos0, rows, t, causal);
@@ -354,9 +391,11 @@ __device__ __forceinline__ int attn_consume_kv_block(struct mk_attn_state<Cfg>& 
   }
 
   if (!attn_wait(&sm.v_full[r.stage], r.phase, w, MK_ATTN_WAIT_V)) return 0;
+  if (!attn_turn_begin<Cfg>(st, sm, wg, w)) return 0;
   wgmma_fence();
   attn_issue_pv<Cfg>(st.o, p, v_base + r.stage * Cfg::KV_BYTES);
   wgmma_commit_group();
+  attn_turn_end<Cfg>(sm, wg);
   wgmma_wait_group<0>();
   wgmma_fence_operands<Cfg::D / 2>(st.o);
   wgmma_fence_operands_u32<Cfg::BN / 4>(p);
@@ -467,6 +506,7 @@ mk_attn_fwd_kernel(const __grid_constant__ struct mk_attn_maps maps, const __gri
     const int c = wg - 1;
     struct mk_attn_state<Cfg> st;
     attn_state_init<Cfg>(st);
+    attn_turns_start<Cfg>(sm, c);
     if (!attn_wait(sm.q_full, 0, w, MK_ATTN_WAIT_Q)) return;
     for (int i = 0; i < p.num_kv_blocks; i++) {
       const int n = mk_attn_kv_tiles(q_last, p.kv[i].pos0, p.kv[i].rows, Cfg::BN, p.causal);

@@ -11,6 +11,7 @@
  *     past one tile. Must equal the reference's rows of that rank.
  *   negative_control: one element of out (then of lse) moved; the checker must reject it.
  *   bad_input: refused with -EINVAL, outputs untouched.
+ * MK_ATTN_VARIANT=v runs them on compiled variant v (attn.h) instead of the default.
  * Checker: ||out - ref|| / ||ref|| < 1e-2, every element |out - ref| <= 2e-2 (1 + |ref|), lse
  * within 2e-3, nothing non-finite (the poison never passes).
  */
@@ -128,9 +129,12 @@ static struct mk_attn_args whole_args(const struct attn_bufs* t, int causal) {
   return a;
 }
 
+/* MK_ATTN_VARIANT (attn.h mk_attn_fwd_launch_variant; default 0) picks the compiled variant. */
+static int variant;
+
 /* Launch, wait, and fail the test on an error code or a timed-out wait. */
 static int run_core(const struct mk_attn_args* a) {
-  const int rc = mk_attn_fwd_launch(a, 0);
+  const int rc = mk_attn_fwd_launch_variant(a, 0, variant);
   EXPECT(rc == 0, "mk_attn_fwd_launch returned %d", rc);
   CUDA_OK(cudaDeviceSynchronize());
   if (a->err) {
@@ -305,7 +309,8 @@ int main(int argc, char** argv) {
   const char* what = argc > 1 ? argv[1] : "";
   const int all = !strcmp(what, "all");
   int known = all;
-  printf("%s\n", what);
+  variant = getenv("MK_ATTN_VARIANT") ? atoi(getenv("MK_ATTN_VARIANT")) : 0;
+  printf("%s (variant %d)\n", what, variant);
   if (all || !strcmp(what, "forward")) known = 1, printf("forward\n"), test_forward();
   if (all || !strcmp(what, "offsets")) known = 1, printf("offsets\n"), test_offsets();
   if (all || !strcmp(what, "negative_control")) known = 1, printf("negative_control\n"), test_negative_control();

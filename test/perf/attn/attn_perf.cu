@@ -5,7 +5,8 @@
  * events; each run checks that no wait timed out. Correctness is test_attn's job (float64
  * reference at small shapes); here a first run's out is checked to be finite and written.
  * Usage: attn_perf [iters] [shape ...] with shapes B,H,H_kv,D,S,causal (default: the issue's
- * two shapes and their D = 64 twins).
+ * two shapes and their D = 64 twins). MK_ATTN_VARIANTS=0,1,.. (default: every compiled
+ * variant, attn.h) are timed interleaved, one row each.
  */
 #include <algorithm>
 #include <string.h>
@@ -30,6 +31,8 @@ static __global__ void count_nonfinite(const __nv_bfloat16* p, size_t n, unsigne
     c += !isfinite(__bfloat162float(p[i]));
   atomicAdd(bad, c);
 }
+
+static int variants[MK_ATTN_VARIANTS], num_variants;
 
 static void bench(struct shape sh, int iters) {
   const size_t nq = (size_t)sh.b * sh.s * sh.h * sh.d, nkv = (size_t)sh.b * sh.s * sh.hkv * sh.d;
@@ -60,31 +63,35 @@ static void bench(struct shape sh, int iters) {
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int it = -3; it < iters; it++) {
-    CUDA_OK(cudaEventRecord(e0));
-    if (mk_attn_fwd_launch(&a, 0) != 0) exit(1);
-    CUDA_OK(cudaEventRecord(e1));
-    CUDA_OK(cudaEventSynchronize(e1));
-    if (it == -3) {
-      count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)out, nq, bad);
-      CUDA_OK(cudaGetLastError());
+  std::vector<float> ms[MK_ATTN_VARIANTS];
+  for (int it = -3; it < iters; it++)
+    for (int vi = 0; vi < num_variants; vi++) {
+      CUDA_OK(cudaEventRecord(e0));
+      if (mk_attn_fwd_launch_variant(&a, 0, variants[vi]) != 0) exit(1);
+      CUDA_OK(cudaEventRecord(e1));
+      CUDA_OK(cudaEventSynchronize(e1));
+      if (it == -3) { /* every variant's first output, poisoned before */
+        count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)out, nq, bad);
+        CUDA_OK(cudaGetLastError());
+        poison(out, nq * 2);
+      }
+      float t;
+      CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
+      if (it >= 0) ms[vi].push_back(t);
     }
-    float t;
-    CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
-    if (it >= 0) ms.push_back(t);
-  }
   CUDA_OK(cudaDeviceSynchronize());
   struct mk_gemm_error he;
   unsigned long long hbad;
   CUDA_OK(cudaMemcpy(&he, err, sizeof he, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(&hbad, bad, sizeof hbad, cudaMemcpyDeviceToHost));
   const double flops = 4.0 * sh.b * sh.h * (double)sh.s * sh.s * sh.d / (sh.causal ? 2 : 1);
-  const float med = median(ms), lo = *std::min_element(ms.begin(), ms.end()),
-              hi = *std::max_element(ms.begin(), ms.end());
-  printf("%3d %4d %4d %4d %6d %-10s %9.3f %9.3f %9.3f %8.1f %10llu %s\n", sh.b, sh.h, sh.hkv, sh.d, sh.s,
-         sh.causal ? "causal" : "non-causal", med, lo, hi, flops / (med * 1e-3) / 1e12, hbad,
-         he.aborted ? "TIMEOUT" : "ok");
+  for (int vi = 0; vi < num_variants; vi++) {
+    const float med = median(ms[vi]), lo = *std::min_element(ms[vi].begin(), ms[vi].end()),
+                hi = *std::max_element(ms[vi].begin(), ms[vi].end());
+    printf("%3d %4d %4d %4d %6d %-10s %3d %9.3f %9.3f %9.3f %8.1f %10llu %s\n", sh.b, sh.h, sh.hkv, sh.d, sh.s,
+           sh.causal ? "causal" : "non-causal", variants[vi], med, lo, hi, flops / (med * 1e-3) / 1e12, hbad,
+           he.aborted ? "TIMEOUT" : "ok");
+  }
   cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(out), cudaFree(lse), cudaFree(err), cudaFree(bad);
   cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
@@ -104,8 +111,15 @@ int main(int argc, char** argv) {
   }
   if (shapes.empty())
     shapes = {{1, 64, 8, 128, 16384, 1}, {16, 16, 16, 128, 4096, 0}, {1, 64, 8, 64, 16384, 1}, {16, 16, 16, 64, 4096, 0}};
-  printf("# attn_perf: forward attention core, one GPU, median of %d after 3 warm-up runs\n", iters);
-  printf("#  B    H H_kv    D      S mask         med_ms    min_ms    max_ms   TFLOP/s  #nonfinite waits\n");
+  printf("# attn_perf: forward attention core, one GPU, median of %d after 3 warm-up runs (variants interleaved; #nonfinite: all variants' first outputs)\n", iters);
+  const char* vs = getenv("MK_ATTN_VARIANTS");
+  for (int v = 0; v < MK_ATTN_VARIANTS; v++) variants[num_variants++] = v;
+  if (vs) {
+    num_variants = 0;
+    for (const char* c = vs; *c && num_variants < MK_ATTN_VARIANTS; c++)
+      if (*c >= '0' && *c < '0' + MK_ATTN_VARIANTS) variants[num_variants++] = *c - '0';
+  }
+  printf("#  B    H H_kv    D      S mask      var    med_ms    min_ms    max_ms   TFLOP/s  #nonfinite waits\n");
   for (const struct shape& s : shapes) bench(s, iters);
   return 0;
 }
