@@ -17,14 +17,17 @@ extern "C" {
 #include "mk_log.h"
 }
 
-/* D = 128: Q 32 KB + 2 stages of K and V (32 KB each) = 160 KB; D = 64: half, with 3 stages.
- * Variant 1: the consumer warp groups ping-pong (mk_attn_cfg PINGPONG). */
-typedef mk_attn_cfg<128, 2, 0> mk_attn_cfg_d128;
-typedef mk_attn_cfg<64, 3, 0> mk_attn_cfg_d64;
-typedef mk_attn_cfg<128, 2, 1> mk_attn_cfg_d128_pp;
-typedef mk_attn_cfg<64, 3, 1> mk_attn_cfg_d64_pp;
-/* Variant 2: ping-pong with one stage more (D = 128: 224 KB of the 227). */
-typedef mk_attn_cfg<128, 3, 1> mk_attn_cfg_d128_pp3;
+/* Variant 0 (the default): the consumer warp groups ping-pong (mk_attn_cfg PINGPONG); D = 128:
+ * Q 32 KB + 3 stages of K and V (32 KB each) = 224 KB of the 227; D = 64: 3 stages (112 KB).
+ * Measured best on an H200 (bench/NOTES.md "Attention core"): 600 / 594 TFLOP/s at D = 128
+ * causal / not, against 483 / 468 for variant 1 and 552 / 534 for variant 2 in the same run.
+ * Variant 1: no ping-pong (the first version), D = 128 with 2 stages.
+ * Variant 2: ping-pong, D = 128 with 2 stages, D = 64 with 4. */
+typedef mk_attn_cfg<128, 3, 1> mk_attn_cfg_d128;
+typedef mk_attn_cfg<64, 3, 1> mk_attn_cfg_d64;
+typedef mk_attn_cfg<128, 2, 0> mk_attn_cfg_d128_plain;
+typedef mk_attn_cfg<64, 3, 0> mk_attn_cfg_d64_plain;
+typedef mk_attn_cfg<128, 2, 1> mk_attn_cfg_d128_pp2;
 typedef mk_attn_cfg<64, 4, 1> mk_attn_cfg_d64_pp4;
 
 #define MK_ATTN_DEFAULT_TIMEOUT_MS 10000u
@@ -158,11 +161,11 @@ extern "C" int mk_attn_fwd_launch_variant(const struct mk_attn_args* a, cudaStre
   int sms = 0;
   MK_CHECK(mk_sm90_sms("mk_attn_fwd", &sms));
   if (variant == 2)
-    return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128_pp3>(a, stream)
+    return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128_pp2>(a, stream)
                             : attn_launch_cfg<mk_attn_cfg_d64_pp4>(a, stream);
   if (variant == 1)
-    return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128_pp>(a, stream)
-                            : attn_launch_cfg<mk_attn_cfg_d64_pp>(a, stream);
+    return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128_plain>(a, stream)
+                            : attn_launch_cfg<mk_attn_cfg_d64_plain>(a, stream);
   return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128>(a, stream) : attn_launch_cfg<mk_attn_cfg_d64>(a, stream);
 }
 

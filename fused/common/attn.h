@@ -69,8 +69,8 @@ int mk_attn_fwd_check(const struct mk_attn_args* args);
 int mk_attn_fwd_launch(const struct mk_attn_args* args, cudaStream_t stream);
 
 /* The same with a compiled variant, for A/B runs (attn_perf) and tests: 0 is the default
- * (mk_attn_fwd_launch), 1 has the consumer warp groups ping-pong (attn_fwd.cuh PINGPONG),
- * 2 ping-pong with one more KV stage. */
+ * (mk_attn_fwd_launch: the consumer warp groups ping-pong, attn_fwd.cuh PINGPONG, 3 KV
+ * stages), 1 without the ping-pong, 2 with the ping-pong and other stage counts (attn.cu). */
 #define MK_ATTN_VARIANTS 3
 int mk_attn_fwd_launch_variant(const struct mk_attn_args* args, cudaStream_t stream, int variant);
 
