@@ -160,7 +160,7 @@ tier_attn() {
   local t
   for t in $ATTN_CORE_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn" "${t%%:*}"; done
   step attn_perf "$B/test/perf/attn/attn_perf" 20
-  grep -A 10 '^#  B' "$LOGS/attn_perf.log" || true
+  grep -A 14 '^#  B' "$LOGS/attn_perf.log" || true
 }
 
 tier=${1:-quick}
