@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|fused|moe|net|torch|all]
+# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|moe|net|torch|all]
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
+#   attn:  the attention core's tests, then attn_perf
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
 #          (also with the overlap, and with the fp8 dispatch: moe_perf -q)
@@ -52,10 +53,16 @@ ATTN_TESTS="reference_matches_cpu:attn_float64_reference_matches_a_cpu_loop
 backward_reference_matches_cpu:attn_float64_backward_reference_matches_a_cpu_loop_and_finite_differences
 rank_rows:attn_rank_rows_follow_the_zigzag_and_contiguous_splits"
 
+# The forward attention core on one GPU (test/gpu/test_attn.cu).
+ATTN_CORE_TESTS="forward:attn_forward_matches_float64
+offsets:attn_forward_causal_offsets_match_float64
+negative_control:attn_checker_rejects_one_bad_element bad_input:attn_forward_rejects_bad_input_untouched"
+
 tier_quick() {
   local t
   for t in $GEMM_TESTS; do step "${t#*:}" "$B/test/gpu/test_gemm" "${t%%:*}"; done
   for t in $ATTN_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn_ref" "${t%%:*}"; done
+  for t in $ATTN_CORE_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn" "${t%%:*}"; done
 }
 
 tier_gemm() {
@@ -159,16 +166,25 @@ tier_torch() {
   grep -E '^ *(op|ag|rs|ar|#) ' "$LOGS/bench_torch.log" || true
 }
 
+# The forward attention core's tests, then its benchmark on one GPU (attn_perf).
+tier_attn() {
+  local t
+  for t in $ATTN_CORE_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn" "${t%%:*}"; done
+  step attn_perf "$B/test/perf/attn/attn_perf" 20
+  grep -A 14 '^#  B' "$LOGS/attn_perf.log" || true
+}
+
 tier=${1:-quick}
 case $tier in
   quick) tier_quick ;;
   gemm) tier_gemm ;;
+  attn) tier_attn ;;
   fused) tier_fused ;;
   moe) tier_moe ;;
   net) tier_net ;;
   torch) tier_torch ;;
-  all) tier_quick; tier_gemm; tier_fused; tier_moe; tier_net; tier_torch ;;
-  *) echo "usage: $0 [quick|gemm|fused|moe|net|torch|all]" >&2; exit 2 ;;
+  all) tier_quick; tier_gemm; tier_attn; tier_fused; tier_moe; tier_net; tier_torch ;;
+  *) echo "usage: $0 [quick|gemm|attn|fused|moe|net|torch|all]" >&2; exit 2 ;;
 esac
 
 echo

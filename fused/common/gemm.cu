@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "gemm.cuh"
+#include "sm90.h"
 extern "C" {
 #include "mk_err.h"
 #include "mk_log.h"
@@ -30,7 +31,7 @@ typedef mk_gemm_cfg<128, 256, 128, 3, 256, 1, 1, 1, MK_GEMM_E4M3> mk_gemm_fp8_cf
 #define MK_GEMM_DEFAULT_TIMEOUT_MS 30000u
 #define MK_GEMM_DEFAULT_GROUP_M 8
 
-static PFN_cuTensorMapEncodeTiled_v12000 gemm_encode_tiled(void) {
+extern "C" PFN_cuTensorMapEncodeTiled_v12000 mk_encode_tiled(void) {
   /* NOTES: a benign race: concurrent first calls resolve the same pointer. */
   static PFN_cuTensorMapEncodeTiled_v12000 fn;
   if (!fn) {
@@ -179,7 +180,7 @@ static int gemm_validate(const struct mk_gemm_args* a) {
  * the tensor (partial tiles at M, N, K edges; zero bytes are +0 in e4m3 too). */
 static int gemm_make_tmap(CUtensorMap* map, const void* ptr, long rows, int k, int rows_box, int k_box,
                           int elem_bytes) {
-  PFN_cuTensorMapEncodeTiled_v12000 encode = gemm_encode_tiled();
+  PFN_cuTensorMapEncodeTiled_v12000 encode = mk_encode_tiled();
   if (!encode) {
     MK_WARN("mk_gemm_launch: cuTensorMapEncodeTiled not found in the CUDA driver");
     return -ENOTSUP;
@@ -199,18 +200,17 @@ static int gemm_make_tmap(CUtensorMap* map, const void* ptr, long rows, int k, i
   return 0;
 }
 
-/* Returns the SM count of the current device, or -ENOTSUP when it is not sm_90. */
-static int gemm_device_sms(int* sms) {
+extern "C" int mk_sm90_sms(const char* who, int* sms) {
   int dev, major, minor;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    MK_WARN("mk_gemm_launch: no usable CUDA device");
+    MK_WARN("%s: no usable CUDA device", who);
     return -ENOTSUP;
   }
   if (major != 9 || minor != 0) {
-    MK_WARN("mk_gemm_launch: device %d is sm_%d%d; the GEMM core is built for sm_90a (Hopper) only", dev, major, minor);
+    MK_WARN("%s: device %d is sm_%d%d; the kernel is built for sm_90a (Hopper) only", who, dev, major, minor);
     return -ENOTSUP;
   }
   return 0;
@@ -332,7 +332,7 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   if (a->dtype != Cfg::DTYPE)
     GEMM_REJECT("mk_gemm_launch: dtype %d launched on a configuration compiled for %d", a->dtype, Cfg::DTYPE);
   int sms = 0, max_ctas = 0;
-  MK_CHECK(gemm_device_sms(&sms));
+  MK_CHECK(mk_sm90_sms("mk_gemm_launch", &sms));
   const int groups = a->group_offsets ? a->num_groups : 1;
   CUtensorMap tmap_a, tmap_a_local, tmap_b;
   const int eb = Cfg::ELEM_BYTES;
@@ -401,8 +401,8 @@ extern "C" int mk_gemm_launch_variant(const struct mk_gemm_args* a, cudaStream_t
  * waiting on its flags. */
 extern "C" int mk_gemm_prepare(void) {
   int sms, n;
-  MK_CHECK(gemm_device_sms(&sms));
-  if (!gemm_encode_tiled()) {
+  MK_CHECK(mk_sm90_sms("mk_gemm_prepare", &sms));
+  if (!mk_encode_tiled()) {
     MK_WARN("mk_gemm_prepare: cuTensorMapEncodeTiled not found in the CUDA driver");
     return -ENOTSUP;
   }

@@ -22,6 +22,7 @@
 #include "gemm.h"
 #include "ptx.cuh"
 #include "sched.cuh"
+#include "stage.cuh"
 #include "trace.h"
 #include "wait.cuh"
 
@@ -209,18 +210,6 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
 }
 
 /* ---- consumers ----------------------------------------------------------------------------- */
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *(uint32_t*)&v;
-}
-
-/* Byte offset of (row, col) in a staging buffer of 64-column atoms, each 64 rows x 128 bytes
- * with the 128-byte swizzle (16-byte chunk index XOR row % 8): conflict-free for both the
- * accumulator-fragment writes and the 16-byte row reads. */
-__device__ __forceinline__ uint32_t stage_offset(int row, int col) {
-  return (uint32_t)((col >> 6) * 8192 + row * 128 + ((((col & 63) >> 3) ^ (row & 7)) << 4) + (col & 7) * 2);
-}
 
 template <class Cfg>
 __device__ __forceinline__ void gemm_epilogue_bf16(const float* acc, uint8_t* cstage, const struct mk_tile& t,

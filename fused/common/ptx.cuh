@@ -54,6 +54,13 @@ __device__ __forceinline__ void cp_async_bulk_tensor_2d_load(void* dst, const vo
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                ::"r"(smem_addr(dst)), "l"(tmap), "r"(c0), "r"(c1), "r"(smem_addr(bar)) : "memory");
 }
+/* A 4-D box (c0 innermost), e.g. [B, S, heads, D] as (d, head, row, batch); elements past the
+ * tensor's extent are zero-filled and still counted in the transaction bytes. */
+__device__ __forceinline__ void cp_async_bulk_tensor_4d_load(void* dst, const void* tmap, int c0, int c1, int c2, int c3,
+                                                             uint64_t* bar) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
+               ::"r"(smem_addr(dst)), "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar)) : "memory");
+}
 __device__ __forceinline__ void cp_async_bulk_tensor_2d_store(const void* tmap, int c0, int c1, const void* src) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                ::"l"(tmap), "r"(c0), "r"(c1), "r"(smem_addr(src)) : "memory");
@@ -185,11 +192,32 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_byte_addr) {
   return d;
 }
 
+/* The same for an MN-major (N-contiguous) B operand written by TMA with 128-byte swizzle, e.g.
+ * V [keys, D] read as the K x N matrix of O += P.V: rows of 128 bytes (64 N elements) along K,
+ * 8-row atoms of 1024 bytes (SBO) along K, and the next 64 N columns `lbo` bytes on (LBO; unused
+ * when N <= 64). CUTLASS's canonical MN-major SW128 layout ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)).
+ * ASSUMPTION: the base is 1024-byte aligned. */
+__device__ __forceinline__ uint64_t wgmma_desc_sw128_mn(uint32_t smem_byte_addr, uint32_t lbo) {
+  uint64_t d = 0;
+  d |= (uint64_t)((smem_byte_addr & 0x3FFFF) >> 4);
+  d |= (uint64_t)((lbo >> 4) & 0x3FFF) << 16;
+  d |= (uint64_t)(1024 >> 4) << 32;
+  d |= (uint64_t)1 << 62;
+  return d;
+}
+
 /* Accumulator registers must not be touched by other instructions while a wgmma is in
  * flight; this makes the compiler treat them as read and written here. */
 template <int N> __device__ __forceinline__ void wgmma_fence_operands(float* d) {
 #pragma unroll
   for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* The same for register A fragments of an RS wgmma: kept live (not reused) until after the
+ * wait_group that ends the wgmma reading them. */
+template <int N> __device__ __forceinline__ void wgmma_fence_operands_u32(uint32_t* a) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i])::"memory");
 }
 
 /* wgmma.mma_async m64n256k16 bf16*bf16 -> f32, A and B from shared memory (K-major).
@@ -281,6 +309,46 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16(float* d, uint64_t desc_a,
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* wgmma.mma_async m64n128k16 bf16*bf16 -> f32, A (64 x 16) from registers (four bf16x2 per thread,
+ * the m16n8k16 A fragment per warp), B from shared memory MN-major (transposed: N contiguous,
+ * e.g. V [keys, D] for O += P.V). scale_d == 0 overwrites d, 1 accumulates. */
+__device__ __forceinline__ void wgmma_m64n128k16_bf16_rs_tb(float* d, const uint32_t* a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+/* wgmma.mma_async m64n64k16 bf16*bf16 -> f32, A (64 x 16) from registers (four bf16x2 per thread,
+ * the m16n8k16 A fragment per warp), B from shared memory MN-major (transposed: N contiguous,
+ * e.g. V [keys, D] for O += P.V). scale_d == 0 overwrites d, 1 accumulates. */
+__device__ __forceinline__ void wgmma_m64n64k16_bf16_rs_tb(float* d, const uint32_t* a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
 #endif /* MK_PTX_CUH_ */

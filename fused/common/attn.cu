@@ -1,0 +1,174 @@
+/*
+ * Host launcher for the forward attention core (attn.h): validation, the 4-D tensor maps, and
+ * one launch of (query tiles, heads, batch) CTAs.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "attn_fwd.cuh"
+#include "sm90.h"
+extern "C" {
+#include "mk_err.h"
+#include "mk_log.h"
+}
+
+/* Variant 0 (the default): the consumer warp groups ping-pong (mk_attn_cfg PINGPONG); D = 128:
+ * Q 32 KB + 3 stages of K and V (32 KB each) = 224 KB of the 227; D = 64: 3 stages (112 KB).
+ * Measured best on an H200 (bench/NOTES.md "Attention core"): 600 / 594 TFLOP/s at D = 128
+ * causal / not, against 483 / 468 for variant 1 and 552 / 534 for variant 2 in the same run.
+ * Variant 1: no ping-pong (the first version), D = 128 with 2 stages.
+ * Variant 2: ping-pong, D = 128 with 2 stages, D = 64 with 4. */
+typedef mk_attn_cfg<128, 3, 1> mk_attn_cfg_d128;
+typedef mk_attn_cfg<64, 3, 1> mk_attn_cfg_d64;
+typedef mk_attn_cfg<128, 2, 0> mk_attn_cfg_d128_plain;
+typedef mk_attn_cfg<64, 3, 0> mk_attn_cfg_d64_plain;
+typedef mk_attn_cfg<128, 2, 1> mk_attn_cfg_d128_pp2;
+typedef mk_attn_cfg<64, 4, 1> mk_attn_cfg_d64_pp4;
+
+#define MK_ATTN_DEFAULT_TIMEOUT_MS 10000u
+
+#define ATTN_REJECT(...)  \
+  do {                    \
+    MK_WARN(__VA_ARGS__); \
+    return -EINVAL;       \
+  } while (0)
+
+static int attn_misaligned(const void* p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) != 0; }
+
+extern "C" int mk_attn_fwd_check(const struct mk_attn_args* a) {
+  if (!a) ATTN_REJECT("mk_attn_fwd: args is NULL");
+  if (a->d_head != 64 && a->d_head != 128) ATTN_REJECT("mk_attn_fwd: d_head = %d, must be 64 or 128", a->d_head);
+  if (a->batch < 1 || a->batch > 65535) ATTN_REJECT("mk_attn_fwd: batch = %d, must be in [1, 65535]", a->batch);
+  if (a->heads < 1 || a->heads > 65535) ATTN_REJECT("mk_attn_fwd: heads = %d, must be in [1, 65535]", a->heads);
+  if (a->kv_heads < 1 || a->heads % a->kv_heads)
+    ATTN_REJECT("mk_attn_fwd: heads = %d must be a positive multiple of kv_heads = %d", a->heads, a->kv_heads);
+  if (a->seq_q < 1) ATTN_REJECT("mk_attn_fwd: seq_q = %d, must be >= 1", a->seq_q);
+  if (!a->q || attn_misaligned(a->q, 16)) ATTN_REJECT("mk_attn_fwd: q = %p, must be non-NULL and 16-byte aligned", a->q);
+  if (!a->out || attn_misaligned(a->out, 16))
+    ATTN_REJECT("mk_attn_fwd: out = %p, must be non-NULL and 16-byte aligned", a->out);
+  if (attn_misaligned(a->lse, 4)) ATTN_REJECT("mk_attn_fwd: lse = %p, must be 4-byte aligned", (void*)a->lse);
+  const int q_rows = a->q_rows ? a->q_rows : a->seq_q - a->q_row0;
+  if (a->q_row0 < 0 || a->q_rows < 0 || q_rows < 1 || (long)a->q_row0 + q_rows > a->seq_q)
+    ATTN_REJECT("mk_attn_fwd: q rows [%d, +%d) must be a non-empty part of seq_q = %d", a->q_row0, a->q_rows,
+                a->seq_q);
+  if (a->q_pos0 < 0) ATTN_REJECT("mk_attn_fwd: q_pos0 = %lld, must be >= 0", a->q_pos0);
+  if (a->num_kv_blocks < 1 || a->num_kv_blocks > MK_ATTN_MAX_KV_BLOCKS)
+    ATTN_REJECT("mk_attn_fwd: num_kv_blocks = %d, must be in [1, %d]", a->num_kv_blocks, MK_ATTN_MAX_KV_BLOCKS);
+  for (int i = 0; i < a->num_kv_blocks; i++) {
+    const struct mk_attn_kv_block* kv = &a->kv[i];
+    if (!kv->k || attn_misaligned(kv->k, 16) || !kv->v || attn_misaligned(kv->v, 16))
+      ATTN_REJECT("mk_attn_fwd: kv block %d: k = %p, v = %p, must be non-NULL and 16-byte aligned", i, kv->k, kv->v);
+    if (kv->seq < 1) ATTN_REJECT("mk_attn_fwd: kv block %d: seq = %d, must be >= 1", i, kv->seq);
+    const int rows = kv->rows ? kv->rows : kv->seq - kv->row0;
+    if (kv->row0 < 0 || kv->rows < 0 || rows < 1 || (long)kv->row0 + rows > kv->seq)
+      ATTN_REJECT("mk_attn_fwd: kv block %d: rows [%d, +%d) must be a non-empty part of seq = %d", i, kv->row0,
+                  kv->rows, kv->seq);
+    if (kv->pos0 < 0) ATTN_REJECT("mk_attn_fwd: kv block %d: pos0 = %lld, must be >= 0", i, kv->pos0);
+  }
+  return 0;
+}
+
+/* A bf16 [batch, seq, heads, d] tensor as a 4-D map (d, head, row, batch), box 64 x 1 x rows x 1,
+ * 128-byte swizzle, zeros past the tensor. */
+static int attn_make_tmap(CUtensorMap* map, const void* ptr, int batch, int seq, int heads, int d, int box_rows) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = mk_encode_tiled();
+  if (!encode) {
+    MK_WARN("mk_attn_fwd: cuTensorMapEncodeTiled not found in the CUDA driver");
+    return -ENOTSUP;
+  }
+  cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)heads, (cuuint64_t)seq, (cuuint64_t)batch};
+  cuuint64_t strides[3] = {(cuuint64_t)d * 2, (cuuint64_t)heads * d * 2, (cuuint64_t)seq * heads * d * 2};
+  cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1};
+  cuuint32_t estr[4] = {1, 1, 1, 1};
+  CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)ptr, dims, strides, box, estr,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    MK_WARN("mk_attn_fwd: cuTensorMapEncodeTiled failed (%d) for [%d, %d, %d, %d] at %p", (int)r, batch, seq, heads,
+            d, ptr);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+/* Once per device and configuration: the kernel's dynamic shared-memory limit (also loads its
+ * module; off the launch path, as gemm.cu's gemm_prepare_cfg says why). */
+template <class Cfg>
+static cudaError_t attn_prepare_cfg(void) {
+  static int done[64];
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  if (dev < 64 && __atomic_load_n(&done[dev], __ATOMIC_ACQUIRE)) return cudaSuccess;
+  e = cudaFuncSetAttribute(mk_attn_fwd_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+  cudaFuncAttributes fa;
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, mk_attn_fwd_kernel<Cfg>);
+  if (e == cudaSuccess && dev < 64) __atomic_store_n(&done[dev], 1, __ATOMIC_RELEASE);
+  return e;
+}
+
+template <class Cfg>
+static int attn_launch_cfg(const struct mk_attn_args* a, cudaStream_t stream) {
+  struct mk_attn_maps maps;
+  struct mk_attn_params p;
+  memset(&maps, 0, sizeof maps);
+  memset(&p, 0, sizeof p);
+  MK_CHECK(attn_make_tmap(&maps.q, a->q, a->batch, a->seq_q, a->heads, Cfg::D, Cfg::BM));
+  for (int i = 0; i < a->num_kv_blocks; i++) {
+    const struct mk_attn_kv_block* kv = &a->kv[i];
+    MK_CHECK(attn_make_tmap(&maps.k[i], kv->k, a->batch, kv->seq, a->kv_heads, Cfg::D, Cfg::BN));
+    MK_CHECK(attn_make_tmap(&maps.v[i], kv->v, a->batch, kv->seq, a->kv_heads, Cfg::D, Cfg::BN));
+    p.kv[i].row0 = kv->row0;
+    p.kv[i].rows = kv->rows ? kv->rows : kv->seq - kv->row0;
+    p.kv[i].pos0 = kv->pos0;
+  }
+  p.seq_q = a->seq_q;
+  p.heads = a->heads;
+  p.kv_heads = a->kv_heads;
+  p.causal = a->causal ? 1 : 0;
+  p.q_row0 = a->q_row0;
+  p.q_rows = a->q_rows ? a->q_rows : a->seq_q - a->q_row0;
+  p.q_pos0 = a->q_pos0;
+  p.num_kv_blocks = a->num_kv_blocks;
+  p.out = (__nv_bfloat16*)a->out;
+  p.lse = a->lse;
+  p.scale = (float)(1.0 / sqrt((double)Cfg::D));
+  p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)Cfg::D));
+  p.err = a->err;
+  p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_DEFAULT_TIMEOUT_MS) * 1000000ull;
+
+  cudaError_t e = attn_prepare_cfg<Cfg>();
+  if (e == cudaSuccess) {
+    const dim3 grid((unsigned)((p.q_rows + Cfg::BM - 1) / Cfg::BM), (unsigned)a->heads, (unsigned)a->batch);
+    mk_attn_fwd_kernel<Cfg><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(maps, p);
+    e = cudaGetLastError();
+  }
+  if (e != cudaSuccess) {
+    MK_WARN("mk_attn_fwd: launch failed: %s", cudaGetErrorString(e));
+    return -EIO;
+  }
+  return 0;
+}
+
+extern "C" int mk_attn_fwd_launch_variant(const struct mk_attn_args* a, cudaStream_t stream, int variant) {
+  MK_CHECK(mk_attn_fwd_check(a));
+  if (variant < 0 || variant >= MK_ATTN_VARIANTS) ATTN_REJECT("mk_attn_fwd: variant %d unknown", variant);
+  int sms = 0;
+  MK_CHECK(mk_sm90_sms("mk_attn_fwd", &sms));
+  if (variant == 2)
+    return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128_pp2>(a, stream)
+                            : attn_launch_cfg<mk_attn_cfg_d64_pp4>(a, stream);
+  if (variant == 1)
+    return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128_plain>(a, stream)
+                            : attn_launch_cfg<mk_attn_cfg_d64_plain>(a, stream);
+  return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128>(a, stream) : attn_launch_cfg<mk_attn_cfg_d64>(a, stream);
+}
+
+extern "C" int mk_attn_fwd_launch(const struct mk_attn_args* a, cudaStream_t stream) {
+  return mk_attn_fwd_launch_variant(a, stream, 0);
+}

@@ -1,0 +1,102 @@
+/*
+ * The attention core (issues 11, 12), host interface (C): FlashAttention-3-style forward
+ * attention for sm_90a, one CTA per (128-row query tile, head, batch), TMA + wgmma, online
+ * softmax in registers. The device pieces (attn_fwd.cuh) are what the ring attention kernel
+ * calls; mk_attn_fwd_launch is the single-GPU entry point (tests, benchmarks, the sequential
+ * baseline).
+ *
+ * Layouts (row-major): q, out bf16 [batch, seq_q, heads, d_head]; each KV block's k, v bf16
+ * [batch, seq, kv_heads, d_head]; lse fp32 [batch, heads, seq_q] = the natural log of the sum
+ * over visible keys of exp(q.k / sqrt(d_head)). Head h reads kv head h / (heads / kv_heads).
+ *
+ * Positions (causal). Rows [q_row0, q_row0 + q_rows) of q are computed; row q_row0 + i has
+ * global position q_pos0 + i. KV block b contributes its rows [row0, row0 + rows), row0 + j at
+ * global position pos0 + j; a key is visible to a query when its position is not larger.
+ * Several blocks are merged in registers (the ring's steps, or a zigzag rank's two chunks);
+ * a row that sees no key at all gets out = 0 and lse = -inf.
+ */
+#ifndef MK_ATTN_H_
+#define MK_ATTN_H_
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifndef MK_HD
+#ifdef __CUDACC__
+#define MK_HD __host__ __device__ static inline
+#else
+#define MK_HD static inline
+#endif
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mk_gemm_error;
+
+#define MK_ATTN_MAX_KV_BLOCKS 4
+#define MK_ATTN_BLOCK_M 128 /* query rows per CTA */
+#define MK_ATTN_BLOCK_N 128 /* keys per KV tile */
+
+struct mk_attn_kv_block {
+  const void* k; /* bf16 [batch, seq, kv_heads, d_head] */
+  const void* v;
+  int seq;        /* rows of the k, v tensors */
+  int row0, rows; /* the rows this block contributes; rows 0: all of [row0, seq) */
+  long long pos0; /* global position of row row0 */
+};
+
+struct mk_attn_args {
+  const void* q; /* bf16 [batch, seq_q, heads, d_head] */
+  void* out;     /* bf16, like q; only rows [q_row0, q_row0 + q_rows) are written */
+  float* lse;    /* fp32 [batch, heads, seq_q]; optional (NULL) */
+  int batch, seq_q, heads, kv_heads, d_head;
+  int causal;
+  int q_row0, q_rows; /* q_rows 0: all of [q_row0, seq_q) */
+  long long q_pos0;   /* global position of row q_row0 */
+  int num_kv_blocks;  /* 1 .. MK_ATTN_MAX_KV_BLOCKS */
+  struct mk_attn_kv_block kv[MK_ATTN_MAX_KV_BLOCKS];
+  struct mk_gemm_error* err; /* optional: a wait that timed out is recorded here */
+  uint32_t timeout_ms;       /* 0: 10000 */
+};
+
+/* Checks the arguments without a GPU: 0, or -EINVAL with a WARN naming the argument. */
+int mk_attn_fwd_check(const struct mk_attn_args* args);
+
+/* Launches on `stream`. Returns 0, -EINVAL (bad argument, nothing launched), -ENOTSUP (no
+ * sm_90 device) or -EIO (launch failure). */
+int mk_attn_fwd_launch(const struct mk_attn_args* args, cudaStream_t stream);
+
+/* The same with a compiled variant, for A/B runs (attn_perf) and tests: 0 is the default
+ * (mk_attn_fwd_launch: the consumer warp groups ping-pong, attn_fwd.cuh PINGPONG, 3 KV
+ * stages), 1 without the ping-pong, 2 with the ping-pong and other stage counts (attn.cu). */
+#define MK_ATTN_VARIANTS 3
+int mk_attn_fwd_launch_variant(const struct mk_attn_args* args, cudaStream_t stream, int variant);
+
+/* ---- which KV tiles a query tile needs (pure; shared by the producer and the consumers) ---- */
+
+/* Tiles of bn keys, counted from a block's first key (pos0, `rows` keys), that queries up to
+ * position q_last see: all of them non-causal; causal, the leading tiles whose first key is at
+ * or before q_last (so fully masked tiles are never loaded). */
+MK_HD int mk_attn_kv_tiles(long long q_last, long long pos0, int rows, int bn, int causal) {
+  const int n = (rows + bn - 1) / bn;
+  if (!causal) return n;
+  if (q_last < pos0) return 0;
+  const long long need = (q_last - pos0) / bn + 1;
+  return need < n ? (int)need : n;
+}
+
+/* Whether tile t of such a block needs masking for queries from position q_first on: it runs
+ * past the block's rows, or (causal) its last key is after q_first. */
+MK_HD int mk_attn_tile_masked(long long q_first, long long pos0, int rows, int bn, int t, int causal) {
+  const long long end = (long long)(t + 1) * bn;
+  if (end > rows) return 1;
+  return causal && pos0 + end - 1 > q_first;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MK_ATTN_H_ */

@@ -1,0 +1,26 @@
+/*
+ * What every sm_90a kernel launcher needs from the device and the driver (CUDA sources only):
+ * the tensor-map encoder (the driver entry point resolved through the runtime, so libcuda is
+ * never linked) and the check that the current device is a Hopper. Defined in gemm.cu.
+ */
+#ifndef MK_SM90_H_
+#define MK_SM90_H_
+
+#include <cudaTypedefs.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cuTensorMapEncodeTiled, or NULL when the driver lacks it. */
+PFN_cuTensorMapEncodeTiled_v12000 mk_encode_tiled(void);
+
+/* The SM count of the current device in *sms; -ENOTSUP (with a WARN starting with `who`) when
+ * there is no usable device or it is not sm_90. */
+int mk_sm90_sms(const char* who, int* sms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MK_SM90_H_ */

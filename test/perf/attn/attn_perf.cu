@@ -1,0 +1,125 @@
+/*
+ * attn_perf: TFLOP/s of the forward attention core (fused/common/attn.h) alone on one GPU, the
+ * whole sequence as one KV block. FLOPs = 4 B H S^2 D, halved for causal (the issue's count).
+ * Random inputs (never zeros), warm-up, then the median (and min, max) of ITERS runs timed with
+ * events; each run checks that no wait timed out. Correctness is test_attn's job (float64
+ * reference at small shapes); here a first run's out is checked to be finite and written.
+ * Usage: attn_perf [iters] [shape ...] with shapes B,H,H_kv,D,S,causal (default: the issue's
+ * two shapes and their D = 64 twins). MK_ATTN_VARIANTS=0,1,.. (default: every compiled
+ * variant, attn.h) are timed interleaved, one row each.
+ */
+#include <algorithm>
+#include <string.h>
+#include <vector>
+#include "attn.h"
+#include "gemm.h"
+#include "gemm_check.cuh"
+
+struct shape {
+  int b, h, hkv, d, s, causal;
+};
+
+static float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/* Non-finite elements of a bf16 tensor (poisoned first: unwritten ones count). */
+static __global__ void count_nonfinite(const __nv_bfloat16* p, size_t n, unsigned long long* bad) {
+  unsigned long long c = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    c += !isfinite(__bfloat162float(p[i]));
+  atomicAdd(bad, c);
+}
+
+static int variants[MK_ATTN_VARIANTS], num_variants;
+
+static void bench(struct shape sh, int iters) {
+  const size_t nq = (size_t)sh.b * sh.s * sh.h * sh.d, nkv = (size_t)sh.b * sh.s * sh.hkv * sh.d;
+  void *q, *k, *v, *out;
+  float* lse;
+  struct mk_gemm_error* err;
+  unsigned long long* bad;
+  CUDA_OK(cudaMalloc(&q, nq * 2));
+  CUDA_OK(cudaMalloc(&k, nkv * 2));
+  CUDA_OK(cudaMalloc(&v, nkv * 2));
+  CUDA_OK(cudaMalloc(&out, nq * 2));
+  CUDA_OK(cudaMalloc(&lse, (size_t)sh.b * sh.h * sh.s * 4));
+  CUDA_OK(cudaMalloc(&err, sizeof *err));
+  CUDA_OK(cudaMalloc(&bad, sizeof *bad));
+  CUDA_OK(cudaMemset(err, 0, sizeof *err));
+  CUDA_OK(cudaMemset(bad, 0, sizeof *bad));
+  fill_random_bf16(q, nq, 11, 2.0f);
+  fill_random_bf16(k, nkv, 12, 2.0f);
+  fill_random_bf16(v, nkv, 13, 1.0f);
+  poison(out, nq * 2);
+  struct mk_attn_args a;
+  memset(&a, 0, sizeof a);
+  a.q = q, a.out = out, a.lse = lse;
+  a.batch = sh.b, a.seq_q = sh.s, a.heads = sh.h, a.kv_heads = sh.hkv, a.d_head = sh.d, a.causal = sh.causal;
+  a.num_kv_blocks = 1;
+  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].seq = sh.s;
+  a.err = err;
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  std::vector<float> ms[MK_ATTN_VARIANTS];
+  for (int it = -3; it < iters; it++)
+    for (int vi = 0; vi < num_variants; vi++) {
+      CUDA_OK(cudaEventRecord(e0));
+      if (mk_attn_fwd_launch_variant(&a, 0, variants[vi]) != 0) exit(1);
+      CUDA_OK(cudaEventRecord(e1));
+      CUDA_OK(cudaEventSynchronize(e1));
+      if (it == -3) { /* every variant's first output, poisoned before */
+        count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)out, nq, bad);
+        CUDA_OK(cudaGetLastError());
+        poison(out, nq * 2);
+      }
+      float t;
+      CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
+      if (it >= 0) ms[vi].push_back(t);
+    }
+  CUDA_OK(cudaDeviceSynchronize());
+  struct mk_gemm_error he;
+  unsigned long long hbad;
+  CUDA_OK(cudaMemcpy(&he, err, sizeof he, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&hbad, bad, sizeof hbad, cudaMemcpyDeviceToHost));
+  const double flops = 4.0 * sh.b * sh.h * (double)sh.s * sh.s * sh.d / (sh.causal ? 2 : 1);
+  for (int vi = 0; vi < num_variants; vi++) {
+    const float med = median(ms[vi]), lo = *std::min_element(ms[vi].begin(), ms[vi].end()),
+                hi = *std::max_element(ms[vi].begin(), ms[vi].end());
+    printf("%3d %4d %4d %4d %6d %-10s %3d %9.3f %9.3f %9.3f %8.1f %10llu %s\n", sh.b, sh.h, sh.hkv, sh.d, sh.s,
+           sh.causal ? "causal" : "non-causal", variants[vi], med, lo, hi, flops / (med * 1e-3) / 1e12, hbad,
+           he.aborted ? "TIMEOUT" : "ok");
+  }
+  cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(out), cudaFree(lse), cudaFree(err), cudaFree(bad);
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+}
+
+int main(int argc, char** argv) {
+  gpu_or_skip();
+  int iters = argc > 1 ? atoi(argv[1]) : 20;
+  if (iters < 1) iters = 20;
+  std::vector<struct shape> shapes;
+  for (int i = 2; i < argc; i++) {
+    struct shape s;
+    if (sscanf(argv[i], "%d,%d,%d,%d,%d,%d", &s.b, &s.h, &s.hkv, &s.d, &s.s, &s.causal) == 6) shapes.push_back(s);
+    else {
+      fprintf(stderr, "bad shape '%s' (B,H,H_kv,D,S,causal)\n", argv[i]);
+      return 2;
+    }
+  }
+  if (shapes.empty())
+    shapes = {{1, 64, 8, 128, 16384, 1}, {16, 16, 16, 128, 4096, 0}, {1, 64, 8, 64, 16384, 1}, {16, 16, 16, 64, 4096, 0}};
+  printf("# attn_perf: forward attention core, one GPU, median of %d after 3 warm-up runs (variants interleaved; #nonfinite: all variants' first outputs)\n", iters);
+  const char* vs = getenv("MK_ATTN_VARIANTS");
+  for (int v = 0; v < MK_ATTN_VARIANTS; v++) variants[num_variants++] = v;
+  if (vs) {
+    num_variants = 0;
+    for (const char* c = vs; *c && num_variants < MK_ATTN_VARIANTS; c++)
+      if (*c >= '0' && *c < '0' + MK_ATTN_VARIANTS) variants[num_variants++] = *c - '0';
+  }
+  printf("#  B    H H_kv    D      S mask      var    med_ms    min_ms    max_ms   TFLOP/s  #nonfinite waits\n");
+  for (const struct shape& s : shapes) bench(s, iters);
+  return 0;
+}

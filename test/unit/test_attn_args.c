@@ -1,0 +1,132 @@
+/*
+ * The attention core's host side without a GPU (attn.h): bad arguments are refused with
+ * -EINVAL before any device use (each bad set differs from a good one in one field; the good
+ * ones get past validation), and the pure tile rules that the producer and the consumers share
+ * (which KV tiles a query tile needs, which of them are masked), against a brute-force count of
+ * the visible (query, key) pairs.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "attn.h"
+#include "mk_test.h"
+
+static void* fake(uintptr_t i) { return (void*)(uintptr_t)(0x100000 + 0x10000 * i); }
+
+static struct mk_attn_args base_args(void) {
+  struct mk_attn_args a;
+  memset(&a, 0, sizeof a);
+  a.q = fake(1), a.out = fake(2), a.lse = (float*)fake(3);
+  a.batch = 2, a.seq_q = 300, a.heads = 8, a.kv_heads = 2, a.d_head = 128, a.causal = 1;
+  a.num_kv_blocks = 1;
+  a.kv[0].k = fake(4), a.kv[0].v = fake(5), a.kv[0].seq = 300;
+  return a;
+}
+
+static void bad_arguments_are_refused(void) {
+  struct mk_attn_args g = base_args(), a;
+  CHECK_EQ(mk_attn_fwd_check(&g), 0);
+  CHECK_EQ(mk_attn_fwd_check(NULL), -EINVAL);
+  a = g, a.d_head = 96;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.d_head = 256;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.d_head = 64;
+  CHECK_EQ(mk_attn_fwd_check(&a), 0);
+  a = g, a.heads = 6, a.kv_heads = 4; /* not a multiple */
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.kv_heads = 0;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.heads = 0;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.batch = 0;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.seq_q = 0;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.kv[0].seq = 0;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.q = NULL;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.out = NULL;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.kv[0].k = NULL;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.kv[0].v = NULL;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.q = (char*)fake(1) + 8;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.kv[0].v = (char*)fake(5) + 2;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.lse = (float*)((char*)fake(3) + 2);
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.lse = NULL; /* optional */
+  CHECK_EQ(mk_attn_fwd_check(&a), 0);
+  a = g, a.num_kv_blocks = 0;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.num_kv_blocks = MK_ATTN_MAX_KV_BLOCKS + 1;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.num_kv_blocks = 2; /* the second block unset */
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.num_kv_blocks = 2, a.kv[1] = g.kv[0], a.kv[1].row0 = 150, a.kv[1].pos0 = 1000;
+  CHECK_EQ(mk_attn_fwd_check(&a), 0);
+  a.kv[1].rows = 151; /* past seq */
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.q_row0 = 300;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.q_row0 = 100, a.q_rows = 200;
+  CHECK_EQ(mk_attn_fwd_check(&a), 0);
+  a.q_rows = 201;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.q_pos0 = -1;
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  /* the launcher refuses the same before looking for a device */
+  a = g, a.d_head = 96;
+  CHECK_EQ(mk_attn_fwd_launch(&a, 0), -EINVAL);
+}
+
+/* Brute force: whether any (query in [q_first, q_last], key of tile t) pair is visible, and
+ * whether every pair of the tile's bn columns is (an unmasked tile). */
+static void brute_tile(long long q_first, long long q_last, long long pos0, int rows, int bn, int t, int causal,
+                       int* any, int* all) {
+  *any = 0, *all = 1;
+  for (int j = t * bn; j < (t + 1) * bn; j++)
+    for (long long q = q_first; q <= q_last; q++) {
+      const int vis = j < rows && (!causal || pos0 + j <= q);
+      *any |= vis;
+      *all &= vis;
+    }
+}
+
+static void tile_rules_match_brute_force(void) {
+  const int bn = 128;
+  const long long q_firsts[] = {0, 5, 127, 128, 300, 1000};
+  const int q_lens[] = {1, 64, 100, 128};
+  const long long pos0s[] = {0, 64, 128, 300, 1200};
+  const int rows_list[] = {1, 100, 128, 129, 300, 1024};
+  for (int causal = 0; causal < 2; causal++)
+    for (unsigned a = 0; a < sizeof q_firsts / sizeof *q_firsts; a++)
+      for (unsigned b = 0; b < sizeof q_lens / sizeof *q_lens; b++)
+        for (unsigned c = 0; c < sizeof pos0s / sizeof *pos0s; c++)
+          for (unsigned d = 0; d < sizeof rows_list / sizeof *rows_list; d++) {
+            const long long qf = q_firsts[a], ql = qf + q_lens[b] - 1, p0 = pos0s[c];
+            const int rows = rows_list[d], tiles = (rows + bn - 1) / bn;
+            const int n = mk_attn_kv_tiles(ql, p0, rows, bn, causal);
+            for (int t = 0; t < tiles; t++) {
+              int any, all, any_first, all_first;
+              brute_tile(qf, ql, p0, rows, bn, t, causal, &any, &all);
+              /* tiles needed are exactly those with a visible pair, and they lead */
+              CHECK_EQ(t < n, any);
+              /* a tile left unmasked must have every pair visible for the first query, hence all */
+              brute_tile(qf, qf, p0, rows, bn, t, causal, &any_first, &all_first);
+              if (!mk_attn_tile_masked(qf, p0, rows, bn, t, causal)) CHECK(all_first && all);
+              else CHECK(!all_first);
+            }
+          }
+}
+
+int main(void) {
+  bad_arguments_are_refused();
+  tile_rules_match_brute_force();
+  return MK_TEST_RESULT();
+}
