@@ -57,6 +57,10 @@ struct mk_gemm_params {
   const float* scale_b;
 };
 
+#ifndef MK_GEMM_PEER_STORE_LANES
+#define MK_GEMM_PEER_STORE_LANES 32 /* storer threads that write a tile into a peer */
+#endif
+
 /* This CTA's index among the GEMM's (the push CTAs come first in the grid). */
 __device__ __forceinline__ int gemm_cta(const struct mk_gemm_params& p) { return (int)blockIdx.x - p.push.ctas; }
 
@@ -452,6 +456,7 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
   const int stid = threadIdx.x - 32, add = p.epilogue == MK_GEMM_ADD_BF16;
   constexpr int CHUNKS_ROW = Cfg::BN / 8;
   uint32_t c_phase = 0;
+  __shared__ uint64_t storer_traced_from; /* NCCL_MK_TRACE: shared, not a register of the storers */
   int rs_failed = 0; /* a peer's partial never came: drain the tiles, store nothing more */
   /* stores into peers wait for the peers' previous call (an all-gather's stores are local) */
   if (p.call.done && (p.rs.shard_rows || p.scatter.row_dest))
@@ -467,11 +472,10 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
                                                       t.linear, (uint64_t)s.tiles_n);
       rs_failed = !bar_red_and(4, Cfg::STORER_THREADS, ok);
     }
-    uint64_t traced_from = 0;
     for (int w = 0; w < Cfg::CONSUMERS; w++) {
       mbarrier_wait_parity(&c_full[w], c_phase);
       if (*abort_flag == (uint32_t)id + 1) return;
-      if (p.trace && w == 0 && stid == 0) traced_from = globaltimer_ns();
+      if (p.trace && w == 0 && stid == 0) storer_traced_from = globaltimer_ns();
       const uint32_t base = smem_addr(smem + Cfg::OFF_C + w * Cfg::C_STAGE_WG);
       /* rs: a peer's rows go to its slot (plain stores); this rank's are summed */
       const int c_row0 = t.row0 + w * 64 - shard_row0;
@@ -481,7 +485,11 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
         gemm_scatter_store_half<Cfg>(p, base, stid, t.row0 + w * 64, t.row_end, t.col0);
       else if (!rs_failed) {
         __nv_bfloat16* c_base = (__nv_bfloat16*)(owner >= 0 ? p.rs.out[owner] : p.c);
-        for (int c = stid; c < 64 * CHUNKS_ROW; c += Cfg::STORER_THREADS) {
+        /* A peer's tile is written by one warp, so its stores spread over the tile's time: a
+         * burst of NVLink stores from all three warps slowed this SM's next tiles by ~12%
+         * (bench/NOTES.md, "Throttled peer stores"). */
+        const int lanes = owner >= 0 ? MK_GEMM_PEER_STORE_LANES : Cfg::STORER_THREADS;
+        for (int c = stid; stid < lanes && c < 64 * CHUNKS_ROW; c += lanes) {
           const int r = c / CHUNKS_ROW, cc = c % CHUNKS_ROW;
           const int gcol = t.col0 + cc * 8;
           if (t.row0 + w * 64 + r < t.row_end && gcol < p.n) {
@@ -504,7 +512,7 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
         else red_release_sys_add_u64(gemm_tile_flag(t, p), 1);
       }
     }
-    if (p.trace && stid == 0) gemm_trace_storer_event(p, t.linear, owner, traced_from);
+    if (p.trace && stid == 0) gemm_trace_storer_event(p, t.linear, owner, storer_traced_from);
   }
 }
 

@@ -3,7 +3,7 @@
  * kernel with 128-element K-blocks and wgmma k32. Checked against a float64 reference computed
  * from the e4m3 inputs themselves and the random non-unit scales, so what is left is the
  * tensor cores' accumulation and the bf16 rounding of the output (rel < 1e-2 as for bf16);
- * against cuBLASLt's fp8 GEMM (TN, scale pointers, bf16 out, fast accumulation like ours);
+ * against cuBLASLt's fp8 GEMM (TN, the scales as its alpha, bf16 out, fast accumulation like ours);
  * the epilogues and groups on e4m3; bad input; and a negative control for these checks.
  */
 
@@ -103,7 +103,7 @@ static void test_fp8_odd_shapes(int large) {
   }
 }
 
-/* Against cuBLASLt's fp8 GEMM on the same inputs and scale pointers. */
+/* Against cuBLASLt's fp8 GEMM on the same inputs and scales. */
 static void run_e4m3_cublas_case(int m, int n, int k) {
   struct problem p;
   problem_alloc_e4m3(&p, m, n, k, 1, 2, 0);

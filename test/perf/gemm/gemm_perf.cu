@@ -8,7 +8,7 @@
  * NULL (off) and with a trace buffer (on), interleaved, in rounds; prints both medians, the
  * difference and the run-to-run spread (max - min of the off rounds' medians).
  * `gemm_perf fp8 [iters] [precise]`: e4m3 operands with per-tensor scales (configuration 0)
- * against cuBLASLt's fp8 GEMM on the same shapes and scale pointers, both bf16 out. cuBLASLt
+ * against cuBLASLt's fp8 GEMM on the same shapes and scales (as its alpha: gemm_check.cuh), both bf16 out. cuBLASLt
  * runs with fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM: no periodic promotion, the
  * accumulation our kernel does); `precise` times its default, promoted accumulation instead.
  */
