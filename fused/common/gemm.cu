@@ -273,6 +273,16 @@ static cudaError_t gemm_prepare_cfg(int sms, int* max_ctas) {
   return cudaSuccess;
 }
 
+/* Storer threads that write a tile into a peer (the reduce-scatter epilogue). A burst of
+ * NVLink stores from all 96 slows the SM's next tiles by ~12%, so they are spread over the
+ * tile's time: one warp (~60-75 us per 128x256 tile) where the tile's MMA takes longer than
+ * that (~0.7 us per 128-byte K-block, bf16 or e4m3: from 128 K-blocks, K = 8192 bf16), two
+ * from 64, all three below, where fewer could not keep up with the consumers (bench/NOTES.md
+ * "NVLink store bursts"). */
+static int gemm_peer_store_lanes(int num_k_blocks) {
+  return num_k_blocks >= 128 ? 32 : num_k_blocks >= 64 ? 64 : 96;
+}
+
 static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args* a, int bk) {
   memset(p, 0, sizeof(*p));
   p->m = a->m;
@@ -305,6 +315,7 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   if (a->call) p->call = *a->call;
   if (a->scatter) p->scatter = *a->scatter;
   if (a->push) p->push = *a->push;
+  p->peer_store_lanes = gemm_peer_store_lanes(p->num_k_blocks);
   p->scale_a = a->scale_a;
   p->scale_b = a->scale_b;
 }

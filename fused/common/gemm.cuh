@@ -53,13 +53,10 @@ struct mk_gemm_params {
   struct mk_gemm_scatter scatter; /* row_dest NULL: off */
   struct mk_gemm_push push;       /* ctas 0: off */
   int gemm_ctas;                  /* the GEMM's CTAs: push.ctas .. push.ctas + gemm_ctas - 1 */
+  int peer_store_lanes;           /* storer threads that write a tile into a peer (gemm.cu) */
   const float* scale_a; /* e4m3 only; NULL: 1 */
   const float* scale_b;
 };
-
-#ifndef MK_GEMM_PEER_STORE_LANES
-#define MK_GEMM_PEER_STORE_LANES 32 /* storer threads that write a tile into a peer */
-#endif
 
 /* This CTA's index among the GEMM's (the push CTAs come first in the grid). */
 __device__ __forceinline__ int gemm_cta(const struct mk_gemm_params& p) { return (int)blockIdx.x - p.push.ctas; }
@@ -488,7 +485,7 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
         /* A peer's tile is written by one warp, so its stores spread over the tile's time: a
          * burst of NVLink stores from all three warps slowed this SM's next tiles by ~12%
          * (bench/NOTES.md, "Throttled peer stores"). */
-        const int lanes = owner >= 0 ? MK_GEMM_PEER_STORE_LANES : Cfg::STORER_THREADS;
+        const int lanes = owner >= 0 ? p.peer_store_lanes : Cfg::STORER_THREADS;
         for (int c = stid; stid < lanes && c < 64 * CHUNKS_ROW; c += lanes) {
           const int r = c / CHUNKS_ROW, cc = c % CHUNKS_ROW;
           const int gcol = t.col0 + cc * 8;
