@@ -25,7 +25,7 @@ extern "C" {
 typedef mk_attn_cfg<128, 3, 1> mk_ra_cfg_d128;
 typedef mk_attn_cfg<64, 3, 1> mk_ra_cfg_d64;
 
-#define MK_RA_PUSH_UNROLL 4 /* 16-byte vectors in flight per thread (gemm_push.cuh's) */
+#define MK_RA_PUSH_UNROLL 4 /* 16-byte vectors in flight per thread (gemm_push.cuh's); 16 measured the same (FORWARD_PLAN.md) */
 #define MK_RA_DEFAULT_TIMEOUT_MS 10000u
 
 struct mk_ra_params {
