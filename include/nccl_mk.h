@@ -136,6 +136,39 @@ NCCL_MK_API ncclResult_t ncclMkGemmAllReduce(const void* a, const void* b, void*
                                              size_t n, size_t k, ncclDataType_t type,
                                              ncclComm_t comm, cudaStream_t stream);
 
+/* ---- sequence parallelism ----------------------------------------------------------------
+ *
+ * ncclMkRingAttention: forward attention over a sequence split across the ranks (ring
+ * attention), one kernel per rank and call. Rank r holds its part of the sequence:
+ * q, out [B, S_local, H, D]; k, v [B, S_local, H_kv, D] (bf16, row-major; head h reads kv head
+ * h / (H / H_kv)); it gets out and, when lse is not NULL, lse [B, H, S_local] (fp32, the natural
+ * log of the sum over visible keys of exp(q.k / sqrt(D)), for the backward pass). The whole
+ * sequence has S = nranks x S_local tokens.
+ *   causal = 0: every query sees every key; the split does not matter (rank r's rows are
+ *               usually tokens r x S_local ..).
+ *   causal = 1: the zigzag split: the sequence is cut into 2 nranks chunks of S_local / 2
+ *               tokens and rank r holds chunks r and 2 nranks - 1 - r, in that order, as its
+ *               S_local rows (so every rank has the same work); a query sees the keys at or
+ *               before its position. S_local must be even.
+ * D = 64 or 128; B, H in [1, 65535]; H a multiple of H_kv; B x S_local below 2^31; q, k, v, out
+ * 16-byte aligned, lse 4-byte aligned; type ncclBfloat16. Every rank calls it with the same
+ * shapes, as a collective. Needs 2 to 8 ranks, all on one host, NCCL_MK_FUSED=1 at
+ * ncclMkCommInit, and a workspace (ncclMkConfig: max_m x max(max_n, max_k) x 2 bytes) of at
+ * least (nranks - 1) x 2 x B x S_local x H_kv x D x 2 bytes for the peers' K and V.
+ * Returns ncclSuccess; ncclInvalidArgument (NULL or misaligned pointer, a shape outside the
+ * rules above, comm NULL; nothing launched, outputs untouched); ncclInvalidUsage (no
+ * ncclMkCommInit, a type other than bf16, a non-Hopper GPU, a rank count or placement outside
+ * the rules, no fused workspace, the workspace too small); ncclRemoteError (an earlier fused
+ * call timed out: the communicator is broken, see ncclMkCommGetAsyncError); ncclSystemError
+ * (launch failure). A wait for a peer's K/V is bounded by ncclMkConfig.timeout_ms: on expiry
+ * the kernel ends, out is not valid, and the communicator reports ncclRemoteError.
+ */
+NCCL_MK_API ncclResult_t ncclMkRingAttention(const void* q, const void* k, const void* v, void* out,
+                                             float* lse, size_t batch, size_t s_local,
+                                             size_t heads, size_t kv_heads, size_t d_head,
+                                             int causal, ncclDataType_t type, ncclComm_t comm,
+                                             cudaStream_t stream);
+
 /* ---- MoE expert parallelism --------------------------------------------------------------
  *
  * Every rank of the communicator is one expert-parallel rank. With E experts in all, rank r

@@ -4,6 +4,7 @@
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
 #   attn:  the attention core's tests, then attn_perf
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
+#   ring:  ncclMkRingAttention's tests on 2 GPUs, then ring_attn_perf
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
 #          (also with the overlap, and with the fp8 dispatch: moe_perf -q)
 #   net:   the net plugin under real NCCL on 2 GPUs (scripts/net-gpu-tests.sh), then
@@ -167,6 +168,21 @@ tier_torch() {
 }
 
 # The forward attention core's tests, then its benchmark on one GPU (attn_perf).
+# ncclMkRingAttention on 2 GPUs (test/gpu/test_ring_attn.cu).
+RING_TESTS="small:ring_attention_matches_float64_causal_noncausal_gqa_d64_d128
+large:ring_attention_matches_the_core_on_the_whole_sequence
+graph:ring_attention_replays_in_cuda_graphs_with_fresh_inputs one_kernel:ring_attention_is_one_kernel_per_call
+back_to_back:ring_attention_back_to_back_with_a_delayed_rank bad_input:ring_attention_rejects_bad_input_untouched
+negative_control:ring_attention_checker_rejects_one_bad_element
+absent_peer:ring_attention_without_its_peer_ends_in_an_async_error"
+
+tier_ring() {
+  local t
+  for t in $RING_TESTS; do step "${t#*:}" "$B/test/gpu/test_ring_attn" "${t%%:*}"; done
+  step ring_attn_perf "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -J "$LOGS/ring_attn_perf.json"
+  grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
+}
+
 tier_attn() {
   local t
   for t in $ATTN_CORE_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn" "${t%%:*}"; done
@@ -180,11 +196,12 @@ case $tier in
   gemm) tier_gemm ;;
   attn) tier_attn ;;
   fused) tier_fused ;;
+  ring) tier_ring ;;
   moe) tier_moe ;;
   net) tier_net ;;
   torch) tier_torch ;;
-  all) tier_quick; tier_gemm; tier_attn; tier_fused; tier_moe; tier_net; tier_torch ;;
-  *) echo "usage: $0 [quick|gemm|attn|fused|moe|net|torch|all]" >&2; exit 2 ;;
+  all) tier_quick; tier_gemm; tier_attn; tier_fused; tier_ring; tier_moe; tier_net; tier_torch ;;
+  *) echo "usage: $0 [quick|gemm|attn|fused|ring|moe|net|torch|all]" >&2; exit 2 ;;
 esac
 
 echo

@@ -220,7 +220,8 @@ int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {
   volatile struct mk_gemm_error* e = fc->err;
   if (!fc->broken && !e->aborted) return 0;
   if (!fc->broken) {
-    /* The peer is known for AllGather+GEMM's, GEMM+RS/AR's and the MoE combine's store waits;
+    /* The peer is known for AllGather+GEMM's, ring attention's, GEMM+RS/AR's and the MoE
+     * combine's store waits;
      * the other waits report it unknown. */
     struct mk_gemm_error copy = *(struct mk_gemm_error*)e;
     uint64_t progress = 0;
@@ -229,6 +230,7 @@ int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {
     if (!mk_op_device_enter(fc, &prev)) {
       const uint32_t op = copy.tag & 0x7fu;
       if (op == MK_OP_AG_GEMM) peer = mk_ag_gemm_hang_peer(fc, &copy, &progress, what, sizeof(what));
+      else if (op == MK_OP_RING_ATTN) peer = mk_ra_hang_peer(fc, &copy, &progress, what, sizeof(what));
       else if (op == MK_OP_GEMM_RS || op == MK_OP_GEMM_AR || op == MK_OP_MOE_COMBINE)
         peer = mk_gemm_rs_hang_peer(fc->rank, fc->nranks, op == MK_OP_MOE_COMBINE ? 0 : fc->rs_shard_blocks,
                                     &copy, &progress, what, sizeof(what));

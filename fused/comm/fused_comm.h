@@ -64,6 +64,7 @@ struct mk_fused_comm {
   int ag_shard_blocks;          /* row-blocks per shard of the last overlapped AllGather+GEMM
                                  * (a hang report names the peer that owed a row-block) */
   int rs_shard_blocks;          /* the same for the last overlapped GEMM+ReduceScatter/AllReduce */
+  int ra_flags_per_slot;        /* chunk flags per K/V slot of the last ring attention call */
 };
 
 /* ncclMkCommInit's work; 0 or negative errno. */
@@ -95,6 +96,10 @@ int mk_trace_comm_hang(struct mk_fused_comm* fc, const struct mk_gemm_error* e, 
  * progress as this rank sees it (*what says what it counts); -1 when unknown. */
 int mk_ag_gemm_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uint64_t* progress,
                          char* what, size_t what_len);
+
+/* ring_attn.c: the same for ncclMkRingAttention's waits (chunk flags, a peer's done word). */
+int mk_ra_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uint64_t* progress, char* what,
+                    size_t what_len);
 
 /* peer_mem.c: the exchange of workspaces between the ranks of a host. */
 int mk_peer_exchange_post(struct mk_fused_comm* fc);

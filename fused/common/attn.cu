@@ -73,9 +73,10 @@ extern "C" int mk_attn_fwd_check(const struct mk_attn_args* a) {
   return 0;
 }
 
-/* A bf16 [batch, seq, heads, d] tensor as a 4-D map (d, head, row, batch), box 64 x 1 x rows x 1,
- * 128-byte swizzle, zeros past the tensor. */
-static int attn_make_tmap(CUtensorMap* map, const void* ptr, int batch, int seq, int heads, int d, int box_rows) {
+/* attn.h: a bf16 [batch, seq, heads, d] tensor as a 4-D map (d, head, row, batch), box
+ * 64 x 1 x rows x 1, 128-byte swizzle, zeros past the tensor. */
+extern "C" int mk_attn_tmap_encode(void* map_out, const void* ptr, int batch, int seq, int heads, int d, int box_rows) {
+  CUtensorMap* map = (CUtensorMap*)map_out;
   PFN_cuTensorMapEncodeTiled_v12000 encode = mk_encode_tiled();
   if (!encode) {
     MK_WARN("mk_attn_fwd: cuTensorMapEncodeTiled not found in the CUDA driver");
@@ -118,11 +119,11 @@ static int attn_launch_cfg(const struct mk_attn_args* a, cudaStream_t stream) {
   struct mk_attn_params p;
   memset(&maps, 0, sizeof maps);
   memset(&p, 0, sizeof p);
-  MK_CHECK(attn_make_tmap(&maps.q, a->q, a->batch, a->seq_q, a->heads, Cfg::D, Cfg::BM));
+  MK_CHECK(mk_attn_tmap_encode(&maps.q, a->q, a->batch, a->seq_q, a->heads, Cfg::D, Cfg::BM));
   for (int i = 0; i < a->num_kv_blocks; i++) {
     const struct mk_attn_kv_block* kv = &a->kv[i];
-    MK_CHECK(attn_make_tmap(&maps.k[i], kv->k, a->batch, kv->seq, a->kv_heads, Cfg::D, Cfg::BN));
-    MK_CHECK(attn_make_tmap(&maps.v[i], kv->v, a->batch, kv->seq, a->kv_heads, Cfg::D, Cfg::BN));
+    MK_CHECK(mk_attn_tmap_encode(&maps.k[i], kv->k, a->batch, kv->seq, a->kv_heads, Cfg::D, Cfg::BN));
+    MK_CHECK(mk_attn_tmap_encode(&maps.v[i], kv->v, a->batch, kv->seq, a->kv_heads, Cfg::D, Cfg::BN));
     p.kv[i].row0 = kv->row0;
     p.kv[i].rows = kv->rows ? kv->rows : kv->seq - kv->row0;
     p.kv[i].pos0 = kv->pos0;

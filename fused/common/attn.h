@@ -74,6 +74,11 @@ int mk_attn_fwd_launch(const struct mk_attn_args* args, cudaStream_t stream);
 #define MK_ATTN_VARIANTS 3
 int mk_attn_fwd_launch_variant(const struct mk_attn_args* args, cudaStream_t stream, int variant);
 
+/* A bf16 [batch, seq, heads, d] tensor at ptr as a TMA map (a CUtensorMap, 64 bytes aligned)
+ * the way the core loads it: (d, head, row, batch), box 64 x 1 x box_rows x 1, 128-byte
+ * swizzle, zeros past the tensor. 0, -ENOTSUP (no encoder in the driver) or -EINVAL. */
+int mk_attn_tmap_encode(void* map, const void* ptr, int batch, int seq, int heads, int d, int box_rows);
+
 /* ---- which KV tiles a query tile needs (pure; shared by the producer and the consumers) ---- */
 
 /* Tiles of bn keys, counted from a block's first key (pos0, `rows` keys), that queries up to

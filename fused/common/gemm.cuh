@@ -18,6 +18,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include "bf16x8.cuh"
+#include "call_end.cuh"
 #include "copy_vec.cuh"
 #include "gemm.h"
 #include "ptx.cuh"
@@ -372,29 +373,8 @@ __device__ __noinline__ void gemm_rs_collect(const struct mk_gemm_params& p) {
   }
 }
 
-/* Every thread of every CTA: the last CTA to get here zeroes the counters, raises the
- * notify flags and ends the call (gemm.h struct mk_gemm_call). Called inside each role's
- * branch (whole warps: bar.sync 0 counts all 384 threads wherever they wait). */
-__device__ __forceinline__ void gemm_call_end(const struct mk_gemm_params& p) {
-  __shared__ int last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    fence_acq_rel_sys(); /* this CTA's stores, to peers too, before its exit is counted */
-    last = atomicAdd(p.call.exits, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int i = threadIdx.x; i < p.call.num_counters; i += blockDim.x) p.call.counters[i] = 0;
-  __syncthreads();
-  if (threadIdx.x) return;
-  *p.call.exits = 0;
-  const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
-  fence_acq_rel_sys();
-  for (int d = 0; d < p.call.nranks; d++)
-    if (p.call.notify[d]) st_release_sys_u64(p.call.notify[d], e);
-  if (p.call.set_done) st_release_sys_u64(p.call.done, e);
-}
+/* The call bracket's end (call_end.cuh), on the kernel's copy of args.call. */
+__device__ __forceinline__ void gemm_call_end(const struct mk_gemm_params& p) { mk_call_end(p.call); }
 
 /* A push CTA's whole life (gemm.h struct mk_gemm_push). Not inlined: inside the kernel it made
  * the consumers' register allocation fail at 224. */

@@ -24,63 +24,6 @@
 #include "expect.h"
 #include "gemm.h"
 
-/* acc[0] = max |out - ref| (bits of a non-negative double), acc[1] = elements over the bound,
- * acc[2] = non-finite outputs. */
-template <class OutT>
-static __global__ void attn_elem_check_kernel(const OutT* out, const double* ref, size_t n, double atol, double rtol,
-                                              unsigned long long* acc) {
-  double worst = 0;
-  unsigned long long over = 0, bad = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const double o = load_as_double(out, i), r = ref[i], d = fabs(o - r);
-    if (!isfinite(o)) bad++;
-    else worst = fmax(worst, d);
-    if (!(d <= atol + rtol * fabs(r))) over++;
-  }
-  atomicMax(&acc[0], (unsigned long long)__double_as_longlong(worst));
-  atomicAdd(&acc[1], over);
-  atomicAdd(&acc[2], bad);
-}
-
-struct elem_result {
-  double worst;
-  long over, nonfinite;
-};
-
-template <class OutT>
-static struct elem_result elem_check(const OutT* out, const double* ref, size_t n, double atol, double rtol) {
-  unsigned long long* acc;
-  unsigned long long h[3];
-  CUDA_OK(cudaMalloc(&acc, sizeof h));
-  CUDA_OK(cudaMemset(acc, 0, sizeof h));
-  attn_elem_check_kernel<OutT><<<512, 256>>>(out, ref, n, atol, rtol, acc);
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaMemcpy(h, acc, sizeof h, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaFree(acc));
-  struct elem_result r;
-  long long bits = (long long)h[0];
-  memcpy(&r.worst, &bits, sizeof r.worst);
-  r.over = (long)h[1];
-  r.nonfinite = (long)h[2];
-  return r;
-}
-
-#define OUT_TOL_REL 1e-2
-#define OUT_TOL_ELEM 2e-2
-#define LSE_TOL 2e-3
-
-/* The checker: out (bf16) and lse (fp32) against float64 rows. Prints one line; 1 = pass. */
-static int attn_check(const char* what, const void* out, const float* lse, const double* ref_out,
-                      const double* ref_lse, size_t n_out, size_t n_lse) {
-  const struct check_result c = check_close((const __nv_bfloat16*)out, ref_out, n_out, OUT_TOL_REL);
-  const struct elem_result e = elem_check((const __nv_bfloat16*)out, ref_out, n_out, OUT_TOL_ELEM, OUT_TOL_ELEM);
-  const struct elem_result l = elem_check(lse, ref_lse, n_lse, LSE_TOL, 0.0);
-  const int pass = c.pass && e.over == 0 && e.nonfinite == 0 && l.over == 0 && l.nonfinite == 0;
-  printf("  %-44s out rel %.2e max %.2e over %ld nonfinite %ld | lse max %.2e over %ld nonfinite %ld: %s\n", what,
-         c.rel, e.worst, e.over, e.nonfinite, l.worst, l.over, l.nonfinite, pass ? "ok" : "WRONG");
-  return pass;
-}
-
 struct attn_bufs {
   int batch, seq, heads, kv_heads, d;
   size_t nq, nkv, nl;

@@ -1,0 +1,179 @@
+/*
+ * ncclMkRingAttention (issue 11): argument rules, the workspace's slots and flags, one kernel
+ * per call (ring_attn.h has the protocol, ring_attn.cu the kernel). Every rank on one host,
+ * 2 to 8 ranks, NCCL_MK_FUSED=1 (the data area); there is no reference path yet.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ag_push.h"
+#include "mk_err.h"
+#include "mk_log.h"
+#include "op_check.h"
+#include "ra_schedule.h"
+#include "ring_attn.h"
+#include "schedule.h"
+
+#define MK_RA_NAME "ncclMkRingAttention"
+#define MK_RA_DEFAULT_PUSH_CTAS 4 /* DESIGN.md: 16-byte NVLink stores from 4 SMs reach ~350 GB/s */
+#define MK_RA_MAX_PUSH_CTAS 32
+
+#define RA_REJECT(...)    \
+  do {                    \
+    MK_WARN(__VA_ARGS__); \
+    return -EINVAL;       \
+  } while (0)
+
+/* The rules that need no communicator (ncclInvalidArgument). */
+static int ra_shape_check(const void* lse, size_t batch, size_t s_local, size_t heads, size_t kv_heads,
+                          size_t d_head, int causal) {
+  if (d_head != 64 && d_head != 128) RA_REJECT(MK_RA_NAME ": D = %zu, must be 64 or 128", d_head);
+  if (batch < 1 || batch > 65535) RA_REJECT(MK_RA_NAME ": B = %zu, must be in [1, 65535]", batch);
+  if (heads < 1 || heads > 65535) RA_REJECT(MK_RA_NAME ": H = %zu, must be in [1, 65535]", heads);
+  if (kv_heads < 1 || heads % kv_heads)
+    RA_REJECT(MK_RA_NAME ": H = %zu must be a positive multiple of H_kv = %zu", heads, kv_heads);
+  if (causal != 0 && causal != 1) RA_REJECT(MK_RA_NAME ": causal = %d, must be 0 or 1", causal);
+  if (s_local < 1 || s_local > (1u << 30))
+    RA_REJECT(MK_RA_NAME ": S_local = %zu, must be in [1, 2^30]", s_local);
+  if (causal && s_local % 2)
+    RA_REJECT(MK_RA_NAME ": S_local = %zu must be even when causal (the two zigzag chunks)", s_local);
+  if (batch * s_local > INT32_MAX)
+    RA_REJECT(MK_RA_NAME ": B x S_local = %zu, must be below 2^31", batch * s_local);
+  if ((uintptr_t)lse % 4) RA_REJECT(MK_RA_NAME ": lse (%p) is not 4-byte aligned", lse);
+  return 0;
+}
+
+/* The data area's bytes (fused_comm.h: between the flags and the MoE area). */
+static size_t ra_data_bytes(const struct mk_fused_comm* fc) {
+  const size_t end = fc->moe_bytes ? fc->moe_offset : fc->sym_bytes;
+  return end > MK_AG_DATA_OFFSET ? end - MK_AG_DATA_OFFSET : 0;
+}
+
+/* The rules that need the communicator (ncclInvalidUsage), and the flags' chunk: the smallest
+ * multiple of 128 rows (doubling) whose flags fit the word area. */
+static int ra_comm_check(const struct mk_fused_comm* fc, size_t kv_bytes, int batch, int s_local, int* chunk_rows) {
+  if (fc->nranks < 2 || fc->nranks > MK_RA_MAX_RANKS || fc->local_size != fc->nranks) {
+    MK_WARN(MK_RA_NAME ": needs 2 to %d ranks, all on one host (this communicator: %d ranks, %d local)",
+            MK_RA_MAX_RANKS, fc->nranks, fc->local_size);
+    return -ENOTSUP;
+  }
+  if (!fc->fused) {
+    MK_WARN(MK_RA_NAME ": needs NCCL_MK_FUSED=1 at ncclMkCommInit (the peers' K/V slots); there is no "
+            "reference path yet");
+    return -ENOTSUP;
+  }
+  const size_t need = (size_t)(fc->nranks - 1) * 2 * kv_bytes;
+  if (need > ra_data_bytes(fc)) {
+    MK_WARN(MK_RA_NAME ": needs %zu bytes of workspace for the peers' K and V, %zu are prepared: raise "
+            "ncclMkConfig's max_m x max(max_n, max_k) x 2 bytes", need, ra_data_bytes(fc));
+    return -ENOTSUP;
+  }
+  int rows = 128;
+  while ((long)(fc->nranks - 1) * mk_ra_flags_per_slot(batch, s_local, rows) > MK_AG_MAX_BLOCKS && rows < s_local)
+    rows *= 2;
+  if ((long)(fc->nranks - 1) * mk_ra_flags_per_slot(batch, s_local, rows) > MK_AG_MAX_BLOCKS) {
+    MK_WARN(MK_RA_NAME ": B = %d needs more than the %d chunk flags of the workspace", batch, MK_AG_MAX_BLOCKS);
+    return -ENOTSUP;
+  }
+  *chunk_rows = rows;
+  return 0;
+}
+
+static int ra_push_ctas(const struct mk_fused_comm* fc) {
+  int ctas = fc->cfg.comm_sms ? fc->cfg.comm_sms : MK_RA_DEFAULT_PUSH_CTAS;
+  if (ctas > MK_RA_MAX_PUSH_CTAS) ctas = MK_RA_MAX_PUSH_CTAS;
+  if (ctas > fc->num_sms / 2) ctas = fc->num_sms / 2;
+  return ctas < 1 ? 1 : ctas;
+}
+
+static int ra_fused(struct mk_fused_comm* fc, const void* q, const void* k, const void* v, void* out, float* lse,
+                    int batch, int s_local, int heads, int kv_heads, int d_head, int causal, int chunk_rows,
+                    size_t kv_bytes, cudaStream_t stream) {
+  struct mk_ra_args a;
+  memset(&a, 0, sizeof a);
+  a.q = q, a.k = k, a.v = v, a.out = out, a.lse = lse;
+  a.batch = batch, a.s_local = s_local, a.heads = heads, a.kv_heads = kv_heads, a.d_head = d_head;
+  a.causal = causal, a.rank = fc->rank, a.nranks = fc->nranks;
+  a.push_ctas = ra_push_ctas(fc);
+  a.chunk_rows = chunk_rows;
+  uint64_t* own = (uint64_t*)fc->sym;
+  a.slots = (char*)fc->sym + MK_AG_DATA_OFFSET;
+  a.flags = own + MK_AG_FLAG0;
+  const long fps = mk_ra_flags_per_slot(batch, s_local, chunk_rows);
+  for (int d = 0; d < fc->nranks; d++) {
+    if (d == fc->rank) continue;
+    const int slot = mk_sched_rs_slot(fc->rank, d); /* this rank's slot on d */
+    a.peer_slot[d] = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET + (size_t)slot * 2 * kv_bytes;
+    a.peer_flags[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0 + slot * fps;
+    a.call.peer_done[d] = (const uint64_t*)fc->peer_sym[d] + MK_AG_WORD_DONE;
+  }
+  a.call.rank = fc->rank, a.call.nranks = fc->nranks;
+  a.call.done = own + MK_AG_WORD_DONE, a.call.call = own + MK_AG_WORD_CALL;
+  a.call.exits = (uint32_t*)(own + MK_AG_WORD_EXITS), a.call.set_done = 1;
+  a.err = fc->err;
+  a.err_tag = mk_op_err_tag(fc, MK_OP_RING_ATTN);
+  a.timeout_ms = (uint32_t)fc->cfg.timeout_ms;
+  fc->ra_flags_per_slot = (int)fps;
+  return mk_ra_launch(&a, stream);
+}
+
+/* A timed-out wait's peer. A push wait (MK_GEMM_ERR_TAG_PUSH) waited for peer flag_index's done
+ * word: progress = the last call it finished. An attention CTA's wait (flag_index = slot x
+ * flags per slot + chunk) owed its chunk to the slot's source: progress = its chunks arrived. */
+int mk_ra_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uint64_t* progress, char* what,
+                    size_t what_len) {
+  const int fps = fc->ra_flags_per_slot;
+  if (e->tag & MK_GEMM_ERR_TAG_PUSH) {
+    const int peer = (int)e->flag_index;
+    if (peer >= fc->nranks || !fc->peer_sym[peer] ||
+        cudaMemcpy(progress, (uint64_t*)fc->peer_sym[peer] + MK_AG_WORD_DONE, 8, cudaMemcpyDeviceToHost) !=
+            cudaSuccess)
+      return -1;
+    snprintf(what, what_len, "the last call it finished");
+    return peer;
+  }
+  if (fps <= 0) return -1;
+  const int slot = (int)(e->flag_index / (uint32_t)fps);
+  const int peer = slot < fc->rank ? slot : slot + 1; /* the inverse of mk_sched_rs_slot */
+  if (peer >= fc->nranks) return -1;
+  uint64_t* flags = malloc((size_t)fps * 8);
+  if (!flags || cudaMemcpy(flags, (uint64_t*)fc->sym + MK_AG_FLAG0 + (size_t)slot * fps, (size_t)fps * 8,
+                           cudaMemcpyDeviceToHost) != cudaSuccess) {
+    free(flags);
+    return -1;
+  }
+  *progress = 0;
+  for (int i = 0; i < fps; i++) *progress += flags[i] >= e->expected;
+  free(flags);
+  snprintf(what, what_len, "K/V chunks of its block arrived, of %d", fps);
+  return peer;
+}
+
+NCCL_MK_API ncclResult_t ncclMkRingAttention(const void* q, const void* k, const void* v, void* out, float* lse,
+                                             size_t batch, size_t s_local, size_t heads, size_t kv_heads,
+                                             size_t d_head, int causal, ncclDataType_t type, ncclComm_t comm,
+                                             cudaStream_t stream) {
+  int rc = ra_shape_check(lse, batch, s_local, heads, kv_heads, d_head, causal);
+  if (rc) return mk_result_from_errno(rc);
+  /* the shared checks on the [B x S_local, H x D] view of q and out, [.., H_kv x D] of k, v */
+  struct mk_op_call call = {
+      .op = MK_OP_RING_ATTN, .name = MK_RA_NAME, .m = batch * s_local, .n = heads * d_head,
+      .k = kv_heads * d_head, .type = type, .m_split = 0, .ptrs = {q, k, v, out},
+      .ptr_names = {"q", "k", "v", "out"}, .nptrs = 4, .comm = comm, .stream = stream};
+  struct mk_fused_comm* fc;
+  rc = mk_op_check(&call, &fc);
+  if (rc) return mk_result_from_errno(rc);
+  const size_t kv_bytes = batch * s_local * kv_heads * d_head * 2;
+  int chunk_rows = 0, prev;
+  rc = ra_comm_check(fc, kv_bytes, (int)batch, (int)s_local, &chunk_rows);
+  if (rc) return mk_result_from_errno(rc);
+  rc = mk_op_device_enter(fc, &prev);
+  if (!rc)
+    rc = ra_fused(fc, q, k, v, out, lse, (int)batch, (int)s_local, (int)heads, (int)kv_heads, (int)d_head, causal,
+                  chunk_rows, kv_bytes, stream);
+  mk_op_device_leave(prev);
+  return mk_result_from_errno(rc);
+}

@@ -1,0 +1,313 @@
+/*
+ * ncclMkRingAttention's kernel (ring_attn.h has the protocol): push CTAs, then attention CTAs
+ * built from the core's device pieces (attn_fwd.cuh), then the call's end (call_end.cuh).
+ */
+#include <errno.h>
+#include <string.h>
+#include <math.h>
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "attn_fwd.cuh"
+#include "call_end.cuh"
+#include "copy_vec.cuh"
+#include "ra_schedule.h"
+#include "ring_attn.h"
+#include "schedule.h"
+#include "sm90.h"
+#include "wait.cuh"
+extern "C" {
+#include "mk_err.h"
+#include "mk_log.h"
+}
+
+/* The core's default configurations (attn.cu variant 0). */
+typedef mk_attn_cfg<128, 3, 1> mk_ra_cfg_d128;
+typedef mk_attn_cfg<64, 3, 1> mk_ra_cfg_d64;
+
+#define MK_RA_PUSH_UNROLL 4 /* 16-byte vectors in flight per thread (gemm_push.cuh's); 16 measured the same (FORWARD_PLAN.md) */
+#define MK_RA_DEFAULT_TIMEOUT_MS 10000u
+
+struct mk_ra_params {
+  int batch, s_local, heads, kv_heads, d_head, causal;
+  int rank, nranks, push_ctas;
+  int chunk_rows, chunks_per_batch;
+  int q_segs, seg_rows, seg_tiles; /* query segments (zigzag halves or the whole), their rows, tiles */
+  const uint4* k_src;
+  const uint4* v_src;
+  uint4* dst_k[MK_RA_MAX_RANKS]; /* on peer d: this rank's slot, k then v */
+  uint4* dst_v[MK_RA_MAX_RANKS];
+  uint64_t* dst_flags[MK_RA_MAX_RANKS];
+  const uint64_t* flags;
+  __nv_bfloat16* out;
+  float* lse;
+  float scale, scale_log2;
+  struct mk_gemm_call call;
+  struct mk_gemm_error* err;
+  uint32_t err_tag;
+  uint64_t timeout_ns;
+};
+
+/* Map 0: the own k, v (in place); map 1 + j: slot j. */
+struct mk_ra_maps {
+  CUtensorMap q;
+  CUtensorMap k[MK_RA_MAX_RANKS];
+  CUtensorMap v[MK_RA_MAX_RANKS];
+};
+
+/* ---- push CTAs ------------------------------------------------------------------------------ */
+
+/* Not inlined (gemm_push_cta's reason: the consumers' register budget). */
+static __device__ __noinline__ void ra_push_cta(const struct mk_ra_params& p) {
+  const uint64_t e = *(volatile uint64_t*)p.call.done + 1; /* done moves only at the call's end */
+  __shared__ int ok;
+  if (threadIdx.x == 0) {
+    int good = 1;
+    for (int d = 0; d < p.nranks && good; d++)
+      if (d != p.rank)
+        good = mk_wait_geq_inline(p.call.peer_done[d], e - 1, p.err, p.err_tag | MK_GEMM_ERR_TAG_PUSH,
+                                  (uint32_t)blockIdx.x, (uint32_t)d, p.timeout_ns) >= e - 1;
+    ok = good;
+  }
+  __syncthreads();
+  if (!ok) return;
+  const int nchunks = p.batch * p.chunks_per_batch, ndst = p.nranks - 1;
+  const size_t row_vecs = (size_t)p.kv_heads * p.d_head / 8;
+  for (int i = blockIdx.x; i < nchunks; i += p.push_ctas) {
+    const int b = i / p.chunks_per_batch, c = i % p.chunks_per_batch;
+    const int r0 = c * p.chunk_rows, r1 = r0 + p.chunk_rows < p.s_local ? r0 + p.chunk_rows : p.s_local;
+    const size_t v0 = ((size_t)b * p.s_local + r0) * row_vecs;
+    const int nv = (int)((size_t)(r1 - r0) * row_vecs);
+    uint4* dk[MK_RA_MAX_RANKS];
+    uint4* dv[MK_RA_MAX_RANKS];
+    for (int j = 0, d = 0; d < p.nranks; d++)
+      if (d != p.rank) dk[j] = p.dst_k[d] + v0, dv[j] = p.dst_v[d] + v0, j++;
+    mk_copy_vecs<MK_RA_PUSH_UNROLL, false>(dk, ndst, p.k_src + v0, 0, nv, threadIdx.x, blockDim.x);
+    mk_copy_vecs<MK_RA_PUSH_UNROLL, false>(dv, ndst, p.v_src + v0, 0, nv, threadIdx.x, blockDim.x);
+    __syncthreads(); /* every thread's stores happen before thread 0's fence */
+    if (threadIdx.x == 0) {
+      fence_acq_rel_sys();
+      for (int d = 0; d < p.nranks; d++)
+        if (d != p.rank) st_release_sys_u64(p.dst_flags[d] + i, e);
+    }
+  }
+}
+
+/* ---- attention CTAs ------------------------------------------------------------------------- */
+
+/* KV segment `seg` of the block from rank src: its rows in the block and its global position. */
+struct ra_seg {
+  int row0, rows;
+  long long pos0;
+};
+
+static __device__ __forceinline__ struct ra_seg ra_kv_seg(const struct mk_ra_params& p, int src, int seg) {
+  struct ra_seg s;
+  if (p.causal) {
+    const int c = p.s_local / 2;
+    s.row0 = seg * c, s.rows = c;
+    s.pos0 = (long long)mk_ra_zigzag_chunk(src, p.nranks, seg) * c;
+  } else {
+    s.row0 = 0, s.rows = p.s_local;
+    s.pos0 = (long long)src * p.s_local;
+  }
+  return s;
+}
+
+/* The producer's wait before a slot tile: the flags of the chunks holding rows [lo, hi] of batch
+ * b, from chunk *ready on (the chunks below it were seen complete in this step). 0 when a wait
+ * gave up. Inlined (wait.cuh's NOTES on the producer's 40 registers). */
+static __device__ __forceinline__ int ra_wait_rows(const struct mk_ra_params& p, const uint64_t* slot_flags, int b,
+                                                   int lo, int hi, int* ready, uint64_t e, uint32_t item) {
+  int c = lo / p.chunk_rows;
+  if (c < *ready) c = *ready;
+  const int last = hi / p.chunk_rows;
+  if (c > last) return 1;
+  for (; c <= last; c++) {
+    const uint32_t idx = (uint32_t)(b * p.chunks_per_batch + c);
+    if (mk_wait_geq_inline(slot_flags + idx, e, p.err, p.err_tag, item, (uint32_t)(slot_flags - p.flags) + idx,
+                           p.timeout_ns) < e)
+      return 0;
+  }
+  *ready = last + 1;
+  fence_proxy_async_global(); /* the peer's generic-proxy stores, before our TMA reads them */
+  return 1;
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
+mk_ra_kernel(const __grid_constant__ struct mk_ra_maps maps, const __grid_constant__ struct mk_ra_params p) {
+  extern __shared__ uint8_t smem_raw[];
+  if (blockIdx.x == 0 && threadIdx.x == 0 && p.call.call) *p.call.call = *(volatile uint64_t*)p.call.done + 1;
+  if ((int)blockIdx.x < p.push_ctas) {
+    ra_push_cta(p);
+    mk_call_end(p.call);
+    return;
+  }
+  const struct mk_attn_smem sm = attn_smem_carve<Cfg>(smem_raw);
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) attn_smem_init<Cfg>(sm);
+  __syncthreads();
+
+  /* item: per (batch, head) the query tiles, causal ones longest first (the late zigzag half,
+   * last tile first, then the early half) */
+  const int item = (int)blockIdx.x - p.push_ctas;
+  const int per_bh = p.q_segs * p.seg_tiles;
+  const int ti = item % per_bh, h = item / per_bh % p.heads, b = item / per_bh / p.heads;
+  const int hk = h / (p.heads / p.kv_heads);
+  int seg = 0, tile = ti;
+  if (p.causal) seg = ti < p.seg_tiles ? 1 : 0, tile = p.seg_tiles - 1 - ti % p.seg_tiles;
+  const int q_row = seg * p.seg_rows + tile * Cfg::BM; /* local row of the tile */
+  const int rows_valid = p.seg_rows - tile * Cfg::BM < Cfg::BM ? p.seg_rows - tile * Cfg::BM : Cfg::BM;
+  const long long q_first = p.causal ? (long long)mk_ra_zigzag_chunk(p.rank, p.nranks, seg) * p.seg_rows + tile * Cfg::BM
+                                     : (long long)p.rank * p.s_local + tile * Cfg::BM;
+  const long long q_last = q_first + rows_valid - 1;
+  const int kv_segs = p.causal ? 2 : 1;
+  struct mk_attn_wait_ctx w;
+  w.err = p.err;
+  w.err_tag = p.err_tag;
+  w.tile = (uint32_t)item;
+  w.timeout_ns = p.timeout_ns;
+  struct mk_attn_ring ring = {0, 0};
+
+  /* setmaxnreg: the roles as the two branches of one if/else (attn_fwd.cuh's kernel) */
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
+      prefetch_tensormap(&maps.q);
+      attn_load_q<Cfg>(&maps.q, sm, b, h, q_row);
+      const long flags_per_slot = (long)p.batch * p.chunks_per_batch;
+      int ok = 1;
+      for (int s = 0; s < p.nranks && ok; s++) {
+        const int src = mk_ra_kv_source(p.rank, p.nranks, s);
+        const int slot = s ? mk_sched_rs_slot(src, p.rank) : -1;
+        const int mi = slot + 1;
+        const uint64_t* slot_flags = p.flags + (slot < 0 ? 0 : slot * flags_per_slot);
+        int ready = 0;
+        for (int ks = 0; ks < kv_segs && ok; ks++) {
+          const struct ra_seg g = ra_kv_seg(p, src, ks);
+          const int n = mk_attn_kv_tiles(q_last, g.pos0, g.rows, Cfg::BN, p.causal);
+          for (int t = 0; t < n && ok; t++) {
+            const int row = g.row0 + t * Cfg::BN;
+            if (slot >= 0) {
+              const int hi = (row + Cfg::BN < p.s_local ? row + Cfg::BN : p.s_local) - 1;
+              ok = ra_wait_rows(p, slot_flags, b, row, hi, &ready, e, (uint32_t)item);
+              if (!ok) break;
+            }
+            ok = attn_load_kv_block<Cfg>(&maps.k[mi], &maps.v[mi], sm, &ring, b, hk, row, 1, w);
+          }
+        }
+      }
+    }
+    mk_call_end(p.call);
+  } else {
+    setmaxnreg_inc<232>();
+    const int c = wg - 1;
+    struct mk_attn_state<Cfg> st;
+    attn_state_init<Cfg>(st);
+    attn_turns_start<Cfg>(sm, c);
+    int ok = attn_wait(sm.q_full, 0, w, MK_ATTN_WAIT_Q);
+    for (int s = 0; s < p.nranks && ok; s++) {
+      const int src = mk_ra_kv_source(p.rank, p.nranks, s);
+      for (int ks = 0; ks < kv_segs && ok; ks++) {
+        const struct ra_seg g = ra_kv_seg(p, src, ks);
+        const int n = mk_attn_kv_tiles(q_last, g.pos0, g.rows, Cfg::BN, p.causal);
+        ok = attn_consume_kv_block<Cfg>(st, sm, &ring, c, q_first + 64 * c, g.pos0, g.rows, n, p.causal,
+                                        p.scale_log2, w);
+      }
+    }
+    if (ok) {
+      const int row = q_row + 64 * c; /* the warp group's first row */
+      const size_t row_stride = (size_t)p.heads * Cfg::D;
+      __nv_bfloat16* out = p.out + (((size_t)b * p.s_local + row) * p.heads + h) * Cfg::D;
+      float* lse = p.lse ? p.lse + ((size_t)b * p.heads + h) * p.s_local + row : NULL;
+      attn_finish<Cfg>(st, sm, c, out, row_stride, lse, rows_valid - 64 * c, p.scale);
+    }
+    mk_call_end(p.call);
+  }
+}
+
+/* ---- launch --------------------------------------------------------------------------------- */
+
+template <class Cfg>
+static cudaError_t ra_prepare_cfg(void) {
+  static int done[64];
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  if (dev < 64 && __atomic_load_n(&done[dev], __ATOMIC_ACQUIRE)) return cudaSuccess;
+  e = cudaFuncSetAttribute(mk_ra_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+  cudaFuncAttributes fa;
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, mk_ra_kernel<Cfg>);
+  if (e == cudaSuccess && dev < 64) __atomic_store_n(&done[dev], 1, __ATOMIC_RELEASE);
+  return e;
+}
+
+template <class Cfg>
+static int ra_launch_cfg(const struct mk_ra_args* a, cudaStream_t stream) {
+  struct mk_ra_maps maps;
+  struct mk_ra_params p;
+  memset(&maps, 0, sizeof maps);
+  memset(&p, 0, sizeof p);
+  const size_t kv_elems = (size_t)a->batch * a->s_local * a->kv_heads * Cfg::D;
+  MK_CHECK(mk_attn_tmap_encode(&maps.q, a->q, a->batch, a->s_local, a->heads, Cfg::D, Cfg::BM));
+  MK_CHECK(mk_attn_tmap_encode(&maps.k[0], a->k, a->batch, a->s_local, a->kv_heads, Cfg::D, Cfg::BN));
+  MK_CHECK(mk_attn_tmap_encode(&maps.v[0], a->v, a->batch, a->s_local, a->kv_heads, Cfg::D, Cfg::BN));
+  for (int j = 0; j < a->nranks - 1; j++) {
+    const __nv_bfloat16* slot = (const __nv_bfloat16*)a->slots + (size_t)j * 2 * kv_elems;
+    MK_CHECK(mk_attn_tmap_encode(&maps.k[1 + j], slot, a->batch, a->s_local, a->kv_heads, Cfg::D, Cfg::BN));
+    MK_CHECK(mk_attn_tmap_encode(&maps.v[1 + j], slot + kv_elems, a->batch, a->s_local, a->kv_heads, Cfg::D,
+                                 Cfg::BN));
+  }
+  p.batch = a->batch, p.s_local = a->s_local, p.heads = a->heads, p.kv_heads = a->kv_heads;
+  p.d_head = Cfg::D, p.causal = a->causal ? 1 : 0;
+  p.rank = a->rank, p.nranks = a->nranks, p.push_ctas = a->push_ctas;
+  p.chunk_rows = a->chunk_rows;
+  p.chunks_per_batch = (a->s_local + a->chunk_rows - 1) / a->chunk_rows;
+  p.q_segs = p.causal ? 2 : 1;
+  p.seg_rows = p.causal ? a->s_local / 2 : a->s_local;
+  p.seg_tiles = (p.seg_rows + Cfg::BM - 1) / Cfg::BM;
+  p.k_src = (const uint4*)a->k, p.v_src = (const uint4*)a->v;
+  for (int d = 0; d < a->nranks; d++) {
+    if (d == a->rank) continue;
+    p.dst_k[d] = (uint4*)a->peer_slot[d];
+    p.dst_v[d] = (uint4*)((__nv_bfloat16*)a->peer_slot[d] + kv_elems);
+    p.dst_flags[d] = a->peer_flags[d];
+  }
+  p.flags = a->flags;
+  p.out = (__nv_bfloat16*)a->out, p.lse = a->lse;
+  p.scale = (float)(1.0 / sqrt((double)Cfg::D));
+  p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)Cfg::D));
+  p.call = a->call;
+  p.err = a->err, p.err_tag = a->err_tag;
+  p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_RA_DEFAULT_TIMEOUT_MS) * 1000000ull;
+
+  const long items = (long)a->batch * a->heads * p.q_segs * p.seg_tiles;
+  if (items + a->push_ctas > 0x7fffffffL) {
+    MK_WARN("ncclMkRingAttention: %ld query tiles are too many for one launch", items);
+    return -EINVAL;
+  }
+  cudaError_t e = ra_prepare_cfg<Cfg>();
+  if (e == cudaSuccess) {
+    mk_ra_kernel<Cfg><<<(unsigned)(items + a->push_ctas), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(maps, p);
+    e = cudaGetLastError();
+  }
+  if (e != cudaSuccess) {
+    MK_WARN("ncclMkRingAttention: launch failed: %s", cudaGetErrorString(e));
+    return -EIO;
+  }
+  return 0;
+}
+
+extern "C" int mk_ra_launch(const struct mk_ra_args* a, cudaStream_t stream) {
+  int sms = 0;
+  MK_CHECK(mk_sm90_sms("ncclMkRingAttention", &sms));
+  if (a->nranks < 1 || a->nranks > MK_RA_MAX_RANKS || a->push_ctas < 1 || a->chunk_rows < 128 ||
+      a->chunk_rows % 128) {
+    MK_WARN("ncclMkRingAttention: internal: nranks %d, push_ctas %d, chunk_rows %d", a->nranks, a->push_ctas,
+            a->chunk_rows);
+    return -EINVAL;
+  }
+  return a->d_head == 128 ? ra_launch_cfg<mk_ra_cfg_d128>(a, stream) : ra_launch_cfg<mk_ra_cfg_d64>(a, stream);
+}

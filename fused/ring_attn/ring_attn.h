@@ -1,0 +1,76 @@
+/*
+ * ncclMkRingAttention's kernel (issue 11), host interface: one launch per rank and call.
+ *
+ * Per call e on rank r of n (every rank on one host, direct peer pointers; e = done + 1):
+ *   push CTAs    (blockIdx 0 .. push_ctas-1, so they are dispatched first and always resident)
+ *                wait until every peer d finished its previous call (done[d] >= e-1: it no
+ *                longer reads its slots), then copy this rank's k and v, chunk by chunk
+ *                (chunk_rows sequence rows of one batch: all kv heads, contiguous), into slot
+ *                mk_sched_rs_slot(r, d) of every peer d at once (one read, n-1 writes); per
+ *                chunk: bar.sync, fence.sys, st.release.sys of d's flag for (slot, chunk) to e.
+ *                CTA i takes chunks i, i + push_ctas, ...: no counters between CTAs.
+ *   attention    one CTA per (128-row query tile of one zigzag half, head, batch), the core's
+ *   CTAs         roles (attn_fwd.cuh): per ring step s the KV block of rank
+ *                mk_ra_kv_source(r, n, s) (step 0: the own k, v in place; later: its slot),
+ *                as one segment (non-causal) or its two zigzag halves at their global
+ *                positions (causal), merged in registers; before each KV tile of a slot the
+ *                producer waits (bounded, acquire.sys, then fence.proxy.async.global) for the
+ *                flags of the chunks that hold its rows. Causal items longest first.
+ *   end          every CTA counts its exit; the last sets done = e (call_end.cuh).
+ * The attention CTAs are not persistent yet (one per item, as the core): progress needs only
+ * that the push CTAs are resident, which their lowest block indices give.
+ *
+ * Workspace (fused_comm.h's data area at MK_AG_DATA_OFFSET): n-1 slots, slot j = [k | v], each
+ * bf16 [batch, s_local, kv_heads, d_head]; flags: u64 words from MK_AG_FLAG0 (call numbers, as
+ * AllGather+GEMM's, which share them safely: a flag only ever grows to the call that sets it),
+ * slot j's chunk i at j * batch * chunks_per_batch + i.
+ */
+#ifndef MK_RING_ATTN_H_
+#define MK_RING_ATTN_H_
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MK_RA_MAX_RANKS 8
+
+struct mk_ra_args {
+  const void* q; /* bf16 [batch, s_local, heads, d_head] */
+  const void* k; /* bf16 [batch, s_local, kv_heads, d_head] */
+  const void* v;
+  void* out;     /* like q */
+  float* lse;    /* fp32 [batch, heads, s_local]; NULL: not written */
+  int batch, s_local, heads, kv_heads, d_head, causal;
+  int rank, nranks;
+  int push_ctas;  /* >= 1 */
+  int chunk_rows; /* rows per flag, a multiple of 128 */
+  void* slots;    /* this rank's n-1 slots */
+  void* peer_slot[MK_RA_MAX_RANKS];       /* on peer d: the slot this rank writes */
+  uint64_t* peer_flags[MK_RA_MAX_RANKS];  /* on peer d: that slot's chunk flags */
+  const uint64_t* flags;                  /* this rank's flags, slot 0 first */
+  struct mk_gemm_call call;               /* done, exits, peer_done (set_done = 1) */
+  struct mk_gemm_error* err;
+  uint32_t err_tag;
+  uint32_t timeout_ms;
+};
+
+/* Launches on `stream`. 0, -EINVAL (a shape the kernel cannot do, nothing launched), -ENOTSUP
+ * (no sm_90 device) or -EIO (launch failure). The caller checked the arguments. */
+int mk_ra_launch(const struct mk_ra_args* a, cudaStream_t stream);
+
+/* The chunk flags per slot: batch x ceil(s_local / chunk_rows). */
+static inline long mk_ra_flags_per_slot(int batch, int s_local, int chunk_rows) {
+  return (long)batch * ((s_local + chunk_rows - 1) / chunk_rows);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MK_RING_ATTN_H_ */

@@ -1,0 +1,404 @@
+/*
+ * ring_attn_perf: ncclMkRingAttention (issue 11) on 2 ranks against
+ *   seq   the sequential baseline: per ring step our attention core (mk_attn_fwd_launch) on the
+ *         current KV block while NCCL send/recv moves the next one on a second stream, then the
+ *         log-sum-exp merge of the steps' out/lse (one elementwise kernel); 2 ranks only;
+ *   core  our attention core alone on the whole sequence (S = 2 S_local) on one GPU (every
+ *         rank runs it on its own GPU at once: the same work), the single-GPU ceiling.
+ * TFLOP/s per GPU: fused and seq 4 B H S_local S D / t (halved when causal); core the same
+ * formula on the whole sequence (4 B H S S D / t, halved). Medians of -n iterations after -w
+ * warm-ups, variants interleaved, each after an NCCL barrier, max over ranks. The fused and the
+ * seq outputs are checked against the core's rows of this rank: rel = ||x - core|| / ||core||,
+ * wrong = elements off by more than 2e-2 (1 + |core|), summed over ranks.
+ *
+ * usage: ring_attn_perf [-n iters] [-w warmup] [-S comm_sms] [-J json] [-c list]
+ *   -c: cases to run, comma-separated indices into the table below (default: all that fit).
+ */
+#include <nccl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attn.h"
+#include "gemm_check.cuh"
+#include "nccl_mk.h"
+#include "nccl_ok.h"
+#include "perf_launch.h"
+#include "ra_schedule.h"
+
+struct pcase {
+  int batch, s_local, heads, kv_heads, d, causal;
+};
+/* The issue's shapes: S = 16384 and 65536 causal (B=1, H=64, H_kv=8), B=16 H=16 S_local=4096
+ * non-causal. */
+static const struct pcase cases[] = {
+    {1, 8192, 64, 8, 128, 1},
+    {16, 4096, 16, 16, 128, 0},
+    {1, 32768, 64, 8, 128, 1},
+};
+#define NCASES (int)(sizeof cases / sizeof cases[0])
+
+struct opts {
+  int nprocs, proc, iters, warmup, comm_sms;
+  int use[NCASES];
+  const char* json;
+  char id[PERF_ID_HEX_LEN];
+};
+
+struct rank {
+  int r, n;
+  ncclComm_t comm;
+  cudaStream_t s, s2;
+  cudaEvent_t fork, join;
+  struct pcase c;
+  long seq;
+  size_t nq, nkv, nl; /* local elements */
+  void *q_g, *k_g, *v_g, *out_g; /* the whole sequence (core) */
+  float* lse_g;
+  void *q, *k, *v, *out, *core_rows; /* this rank's */
+  float *lse;
+  void *kv_recv[2], *out_step[2], *out_seq; /* seq baseline: peer's k|v, per-step out, merged */
+  float *lse_step[2], *lse_seq;
+  double* scratch;
+};
+
+static int parse(int argc, char** argv, struct opts* o) {
+  int c, launched = 0;
+  o->nprocs = 2, o->iters = 10, o->warmup = 2;
+  for (int i = 0; i < NCASES; i++) o->use[i] = 1;
+  while ((c = getopt(argc, argv, "n:w:S:J:c:P:I:")) != -1) {
+    switch (c) {
+      case 'n': o->iters = atoi(optarg); break;
+      case 'w': o->warmup = atoi(optarg); break;
+      case 'S': o->comm_sms = atoi(optarg); break;
+      case 'J': o->json = optarg; break;
+      case 'c':
+        for (int i = 0; i < NCASES; i++) o->use[i] = 0;
+        for (const char* p = optarg; *p;) {
+          int i = atoi(p);
+          if (i >= 0 && i < NCASES) o->use[i] = 1;
+          p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
+        }
+        break;
+      case 'P': o->proc = atoi(optarg), launched = 1; break;
+      case 'I': snprintf(o->id, sizeof(o->id), "%s", optarg), launched = 1; break;
+      default: return -1;
+    }
+  }
+  return o->iters < 1 ? -1 : launched;
+}
+
+/* ---- the sequential baseline ---------------------------------------------------------------- */
+
+/* out = merge of two partial results by their lse (natural log), in fp32; rows with nothing
+ * visible in either get 0 and -inf. */
+static __global__ void lse_merge_kernel(const __nv_bfloat16* o0, const float* l0, const __nv_bfloat16* o1,
+                                        const float* l1, __nv_bfloat16* out, float* lse, int batch, int seq, int heads,
+                                        int d) {
+  const size_t n = (size_t)batch * seq * heads * d;
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+    const size_t row = e / d; /* (b, i, h) */
+    const int h = (int)(row % heads), i = (int)(row / heads % seq), b = (int)(row / heads / seq);
+    const size_t li = ((size_t)b * heads + h) * seq + i;
+    const float a = l0[li], c = l1[li], m = fmaxf(a, c);
+    if (m == -INFINITY) {
+      out[e] = __float2bfloat16(0.f);
+      if (e % d == 0) lse[li] = -INFINITY;
+      continue;
+    }
+    const float w0 = expf(a - m), w1 = expf(c - m), s = w0 + w1;
+    out[e] = __float2bfloat16((w0 * __bfloat162float(o0[e]) + w1 * __bfloat162float(o1[e])) / s);
+    if (e % d == 0) lse[li] = m + logf(s);
+  }
+}
+
+/* Our core on this rank's queries against KV block `src` (its k, v at kb, vb) into out_s, lse_s:
+ * per query half (causal: their positions differ) one launch with the block's two halves. */
+static void core_step(struct rank* k, int src, const void* kb, const void* vb, void* out_s, float* lse_s) {
+  const struct pcase c = k->c;
+  const int halves = c.causal ? 2 : 1, rows = c.causal ? c.s_local / 2 : c.s_local;
+  for (int qh = 0; qh < halves; qh++) {
+    struct mk_attn_args a;
+    memset(&a, 0, sizeof a);
+    a.q = k->q, a.out = out_s, a.lse = lse_s;
+    a.batch = c.batch, a.seq_q = c.s_local, a.heads = c.heads, a.kv_heads = c.kv_heads, a.d_head = c.d;
+    a.causal = c.causal, a.q_row0 = qh * rows, a.q_rows = rows;
+    a.q_pos0 = c.causal ? (long long)mk_ra_zigzag_chunk(k->r, k->n, qh) * rows : (long long)k->r * c.s_local;
+    a.num_kv_blocks = halves;
+    for (int kh = 0; kh < halves; kh++) {
+      a.kv[kh].k = kb, a.kv[kh].v = vb, a.kv[kh].seq = c.s_local;
+      a.kv[kh].row0 = kh * rows, a.kv[kh].rows = rows;
+      a.kv[kh].pos0 = c.causal ? (long long)mk_ra_zigzag_chunk(src, k->n, kh) * rows : (long long)src * c.s_local;
+    }
+    if (mk_attn_fwd_launch(&a, k->s)) exit(1);
+  }
+}
+
+static void run_seq(struct rank* k) {
+  const int peer = 1 - k->r; /* 2 ranks */
+  CUDA_OK(cudaEventRecord(k->fork, k->s));
+  CUDA_OK(cudaStreamWaitEvent(k->s2, k->fork, 0));
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclSend(k->k, k->nkv, ncclBfloat16, peer, k->comm, k->s2));
+  NCCL_OK(ncclSend(k->v, k->nkv, ncclBfloat16, peer, k->comm, k->s2));
+  NCCL_OK(ncclRecv(k->kv_recv[0], k->nkv, ncclBfloat16, peer, k->comm, k->s2));
+  NCCL_OK(ncclRecv(k->kv_recv[1], k->nkv, ncclBfloat16, peer, k->comm, k->s2));
+  NCCL_OK(ncclGroupEnd());
+  CUDA_OK(cudaEventRecord(k->join, k->s2));
+  core_step(k, k->r, k->k, k->v, k->out_step[0], k->lse_step[0]);
+  CUDA_OK(cudaStreamWaitEvent(k->s, k->join, 0));
+  core_step(k, peer, k->kv_recv[0], k->kv_recv[1], k->out_step[1], k->lse_step[1]);
+  const struct pcase c = k->c;
+  lse_merge_kernel<<<1024, 256, 0, k->s>>>((const __nv_bfloat16*)k->out_step[0], k->lse_step[0],
+                                           (const __nv_bfloat16*)k->out_step[1], k->lse_step[1],
+                                           (__nv_bfloat16*)k->out_seq, k->lse_seq, c.batch, c.s_local, c.heads, c.d);
+  CUDA_OK(cudaGetLastError());
+}
+
+/* ---- the variants ---------------------------------------------------------------------------- */
+
+enum { V_FUSED, V_SEQ, V_CORE, NV };
+static const char* vnames[] = {"fused", "seq", "core"};
+
+static void run_fused(struct rank* k) {
+  const struct pcase c = k->c;
+  NCCL_OK(ncclMkRingAttention(k->q, k->k, k->v, k->out, k->lse, c.batch, c.s_local, c.heads, c.kv_heads, c.d,
+                              c.causal, ncclBfloat16, k->comm, k->s));
+}
+
+static void run_core(struct rank* k) {
+  const struct pcase c = k->c;
+  struct mk_attn_args a;
+  memset(&a, 0, sizeof a);
+  a.q = k->q_g, a.out = k->out_g, a.lse = k->lse_g;
+  a.batch = c.batch, a.seq_q = (int)k->seq, a.heads = c.heads, a.kv_heads = c.kv_heads, a.d_head = c.d;
+  a.causal = c.causal, a.num_kv_blocks = 1;
+  a.kv[0].k = k->k_g, a.kv[0].v = k->v_g, a.kv[0].seq = (int)k->seq;
+  if (mk_attn_fwd_launch(&a, k->s)) exit(1);
+}
+
+static void run_variant(struct rank* k, int v) {
+  if (v == V_FUSED) run_fused(k);
+  else if (v == V_SEQ) run_seq(k);
+  else run_core(k);
+}
+
+/* rows r of a [B, S, width] bf16 tensor under the split (attn_check.cuh has the test's copy;
+ * this harness does not include the float64 reference). */
+static __global__ void take_rows_kernel(const __nv_bfloat16* g, __nv_bfloat16* l, int batch, long seq, long width,
+                                        int rank, int nranks, int zigzag) {
+  const long s_local = seq / nranks;
+  const size_t n = (size_t)batch * s_local * width;
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+    const long c = (long)(e % width), i = (long)(e / width % s_local), b = (long)(e / width / s_local);
+    const long gi = zigzag ? mk_ra_zigzag_global_row(rank, nranks, s_local, i) : rank * s_local + i;
+    l[e] = g[(b * seq + gi) * width + c];
+  }
+}
+
+static __global__ void count_wrong_kernel(const __nv_bfloat16* x, const __nv_bfloat16* ref, size_t n,
+                                          unsigned long long* wrong) {
+  unsigned long long w = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const float a = __bfloat162float(x[i]), r = __bfloat162float(ref[i]);
+    w += !(fabsf(a - r) <= 2e-2f * (1.f + fabsf(r)));
+  }
+  atomicAdd(wrong, w);
+}
+
+static long count_wrong(const void* x, const void* ref, size_t n) {
+  unsigned long long* d;
+  unsigned long long h = 0;
+  CUDA_OK(cudaMalloc(&d, sizeof h));
+  CUDA_OK(cudaMemset(d, 0, sizeof h));
+  count_wrong_kernel<<<1024, 256>>>((const __nv_bfloat16*)x, (const __nv_bfloat16*)ref, n, d);
+  CUDA_OK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
+  cudaFree(d);
+  return (long)h;
+}
+
+static void alloc_case(struct rank* k, struct pcase c) {
+  k->c = c, k->seq = (long)c.s_local * k->n;
+  k->nq = (size_t)c.batch * c.s_local * c.heads * c.d, k->nkv = (size_t)c.batch * c.s_local * c.kv_heads * c.d;
+  k->nl = (size_t)c.batch * c.heads * c.s_local;
+  const size_t n = (size_t)k->n;
+  CUDA_OK(cudaMalloc(&k->q_g, n * k->nq * 2));
+  CUDA_OK(cudaMalloc(&k->k_g, n * k->nkv * 2));
+  CUDA_OK(cudaMalloc(&k->v_g, n * k->nkv * 2));
+  CUDA_OK(cudaMalloc(&k->out_g, n * k->nq * 2));
+  CUDA_OK(cudaMalloc(&k->lse_g, n * k->nl * 4));
+  CUDA_OK(cudaMalloc(&k->q, k->nq * 2));
+  CUDA_OK(cudaMalloc(&k->k, k->nkv * 2));
+  CUDA_OK(cudaMalloc(&k->v, k->nkv * 2));
+  CUDA_OK(cudaMalloc(&k->out, k->nq * 2));
+  CUDA_OK(cudaMalloc(&k->core_rows, k->nq * 2));
+  CUDA_OK(cudaMalloc(&k->lse, k->nl * 4));
+  for (int i = 0; i < 2; i++) {
+    CUDA_OK(cudaMalloc(&k->kv_recv[i], k->nkv * 2));
+    CUDA_OK(cudaMalloc(&k->out_step[i], k->nq * 2));
+    CUDA_OK(cudaMalloc(&k->lse_step[i], k->nl * 4));
+  }
+  CUDA_OK(cudaMalloc(&k->out_seq, k->nq * 2));
+  CUDA_OK(cudaMalloc(&k->lse_seq, k->nl * 4));
+  /* the same whole sequence on every rank; this rank's rows of it */
+  fill_random_bf16(k->q_g, n * k->nq, 11, 2.0f);
+  fill_random_bf16(k->k_g, n * k->nkv, 12, 2.0f);
+  fill_random_bf16(k->v_g, n * k->nkv, 13, 1.0f);
+  take_rows_kernel<<<1024, 256>>>((const __nv_bfloat16*)k->q_g, (__nv_bfloat16*)k->q, c.batch, k->seq,
+                                  (long)c.heads * c.d, k->r, k->n, c.causal);
+  take_rows_kernel<<<1024, 256>>>((const __nv_bfloat16*)k->k_g, (__nv_bfloat16*)k->k, c.batch, k->seq,
+                                  (long)c.kv_heads * c.d, k->r, k->n, c.causal);
+  take_rows_kernel<<<1024, 256>>>((const __nv_bfloat16*)k->v_g, (__nv_bfloat16*)k->v, c.batch, k->seq,
+                                  (long)c.kv_heads * c.d, k->r, k->n, c.causal);
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+static void free_case(struct rank* k) {
+  cudaFree(k->q_g), cudaFree(k->k_g), cudaFree(k->v_g), cudaFree(k->out_g), cudaFree(k->lse_g);
+  cudaFree(k->q), cudaFree(k->k), cudaFree(k->v), cudaFree(k->out), cudaFree(k->core_rows), cudaFree(k->lse);
+  for (int i = 0; i < 2; i++) cudaFree(k->kv_recv[i]), cudaFree(k->out_step[i]), cudaFree(k->lse_step[i]);
+  cudaFree(k->out_seq), cudaFree(k->lse_seq);
+}
+
+static int cmp_double(const void* x, const void* y) {
+  double a = *(const double*)x, b = *(const double*)y;
+  return a < b ? -1 : a > b;
+}
+
+static double median(double* v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void barrier(struct rank* k) {
+  NCCL_OK(ncclAllReduce(k->scratch, k->scratch, 1, ncclFloat64, ncclSum, k->comm, k->s));
+}
+
+/* Sum (or max) over ranks of `count` doubles in v. */
+static void reduce(struct rank* k, double* v, int count, ncclRedOp_t op) {
+  CUDA_OK(cudaMemcpy(k->scratch, v, count * sizeof(double), cudaMemcpyHostToDevice));
+  NCCL_OK(ncclAllReduce(k->scratch, k->scratch, count, ncclFloat64, op, k->comm, k->s));
+  CUDA_OK(cudaMemcpyAsync(v, k->scratch, count * sizeof(double), cudaMemcpyDeviceToHost, k->s));
+  CUDA_OK(cudaStreamSynchronize(k->s));
+}
+
+static void time_case(struct rank* k, const struct opts* o, double med[NV]) {
+  double* t = (double*)calloc(NV * o->iters, sizeof(double));
+  cudaEvent_t ev[NV][2];
+  for (int v = 0; v < NV; v++) {
+    CUDA_OK(cudaEventCreate(&ev[v][0]));
+    CUDA_OK(cudaEventCreate(&ev[v][1]));
+  }
+  for (int i = 0; i < o->warmup; i++)
+    for (int v = 0; v < NV; v++) {
+      barrier(k);
+      run_variant(k, v);
+    }
+  for (int i = 0; i < o->iters; i++) {
+    for (int v = 0; v < NV; v++) {
+      barrier(k);
+      CUDA_OK(cudaEventRecord(ev[v][0], k->s));
+      run_variant(k, v);
+      CUDA_OK(cudaEventRecord(ev[v][1], k->s));
+    }
+    CUDA_OK(cudaStreamSynchronize(k->s));
+    for (int v = 0; v < NV; v++) {
+      float ms;
+      CUDA_OK(cudaEventElapsedTime(&ms, ev[v][0], ev[v][1]));
+      t[v * o->iters + i] = ms;
+    }
+  }
+  for (int v = 0; v < NV; v++) med[v] = median(t + v * o->iters, o->iters);
+  reduce(k, med, NV, ncclMax);
+  for (int v = 0; v < NV; v++) cudaEventDestroy(ev[v][0]), cudaEventDestroy(ev[v][1]);
+  free(t);
+}
+
+static int rank_main(const struct opts* o) {
+  struct rank k;
+  memset(&k, 0, sizeof k);
+  ncclUniqueId id;
+  perf_hex_to_id(o->id, &id);
+  k.r = o->proc, k.n = o->nprocs;
+  CUDA_OK(cudaSetDevice(k.r));
+  CUDA_OK(cudaStreamCreateWithFlags(&k.s, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&k.s2, cudaStreamNonBlocking));
+  CUDA_OK(cudaEventCreateWithFlags(&k.fork, cudaEventDisableTiming));
+  CUDA_OK(cudaEventCreateWithFlags(&k.join, cudaEventDisableTiming));
+  CUDA_OK(cudaMalloc((void**)&k.scratch, 8 * sizeof(double)));
+  NCCL_OK(ncclCommInitRank(&k.comm, k.n, id, k.r));
+  ncclMkConfig cfg;
+  NCCL_OK(ncclMkConfigDefaults(&cfg));
+  cfg.max_m = 16384, cfg.max_k = 16384; /* 512 MiB of data area: the peer's K and V of every case */
+  cfg.comm_sms = o->comm_sms;
+  NCCL_OK(ncclMkCommInit(k.comm, &cfg));
+  FILE* json = k.r == 0 && o->json ? fopen(o->json, "w") : NULL;
+  if (k.r == 0)
+    printf("# ring_attn_perf on %d ranks, bf16, medians of %d (warm-up %d), ms, max over ranks; TFLOP/s per GPU\n"
+           "#  B S_local     S   H H_kv   D causal |  fused TFLOP/s |    seq TFLOP/s | core(S, 1 GPU) TFLOP/s | "
+           "fused/core fused/seq | fused rel wrong | seq rel wrong\n",
+           k.n, o->iters, o->warmup);
+  long wrong_total = 0;
+  for (int ci = 0; ci < NCASES; ci++) {
+    if (!o->use[ci]) continue;
+    const struct pcase c = cases[ci];
+    alloc_case(&k, c);
+    /* correctness first: the core's rows of this rank are the reference */
+    run_core(&k);
+    run_fused(&k);
+    run_seq(&k);
+    CUDA_OK(cudaStreamSynchronize(k.s));
+    take_rows_kernel<<<1024, 256>>>((const __nv_bfloat16*)k.out_g, (__nv_bfloat16*)k.core_rows, c.batch, k.seq,
+                                    (long)c.heads * c.d, k.r, k.n, c.causal);
+    CUDA_OK(cudaDeviceSynchronize());
+    const struct check_result cf = check_close((const __nv_bfloat16*)k.out, (const __nv_bfloat16*)k.core_rows, k.nq, 1e-2);
+    const struct check_result cs =
+        check_close((const __nv_bfloat16*)k.out_seq, (const __nv_bfloat16*)k.core_rows, k.nq, 1e-2);
+    double acc[4] = {(double)count_wrong(k.out, k.core_rows, k.nq), (double)count_wrong(k.out_seq, k.core_rows, k.nq),
+                     cf.rel, cs.rel};
+    reduce(&k, acc, 2, ncclSum);
+    reduce(&k, acc + 2, 2, ncclMax);
+    double med[NV];
+    time_case(&k, o, med);
+    ncclResult_t async = ncclSuccess;
+    NCCL_OK(ncclMkCommGetAsyncError(k.comm, &async, NULL, 0));
+    const double half = c.causal ? 0.5 : 1.0;
+    const double flop_gpu = 4.0 * c.batch * c.heads * (double)c.s_local * k.seq * c.d * half;
+    const double flop_core = 4.0 * c.batch * c.heads * (double)k.seq * k.seq * c.d * half;
+    const double tf_f = flop_gpu / (med[V_FUSED] * 1e9), tf_s = flop_gpu / (med[V_SEQ] * 1e9);
+    const double tf_c = flop_core / (med[V_CORE] * 1e9);
+    wrong_total += (long)acc[0] + (long)acc[1] + (async != ncclSuccess);
+    if (k.r == 0) {
+      printf("%4d %7d %5ld %3d %4d %3d %6d | %6.3f %7.1f | %6.3f %7.1f | %8.3f %7.1f | %10.3f %9.3f | %.1e %5ld | %.1e %5ld%s\n",
+             c.batch, c.s_local, k.seq, c.heads, c.kv_heads, c.d, c.causal, med[V_FUSED], tf_f, med[V_SEQ], tf_s,
+             med[V_CORE], tf_c, tf_f / tf_c, med[V_SEQ] / med[V_FUSED], acc[2], (long)acc[0], acc[3], (long)acc[1],
+             async != ncclSuccess ? "  ASYNC ERROR" : "");
+      fflush(stdout);
+      if (json)
+        fprintf(json,
+                "{\"op\": \"ring_attn\", \"ranks\": %d, \"batch\": %d, \"s_local\": %d, \"seq\": %ld, \"heads\": %d, "
+                "\"kv_heads\": %d, \"d\": %d, \"causal\": %d, \"fused_ms\": %.4f, \"fused_tflops\": %.1f, "
+                "\"seq_ms\": %.4f, \"seq_tflops\": %.1f, \"core_ms\": %.4f, \"core_tflops\": %.1f, "
+                "\"fused_rel\": %.3e, \"fused_wrong\": %ld, \"seq_rel\": %.3e, \"seq_wrong\": %ld}\n",
+                k.n, c.batch, c.s_local, k.seq, c.heads, c.kv_heads, c.d, c.causal, med[V_FUSED], tf_f, med[V_SEQ],
+                tf_s, med[V_CORE], tf_c, acc[2], (long)acc[0], acc[3], (long)acc[1]);
+    }
+    free_case(&k);
+  }
+  (void)vnames;
+  if (json) fclose(json);
+  NCCL_OK(ncclMkCommRelease(k.comm));
+  ncclCommDestroy(k.comm);
+  return wrong_total ? 2 : 0;
+}
+
+int main(int argc, char** argv) {
+  struct opts o;
+  memset(&o, 0, sizeof o);
+  const int launched = parse(argc, argv, &o);
+  if (launched < 0) {
+    fprintf(stderr, "usage: %s [-n iters] [-w warmup] [-S comm_sms] [-J json] [-c list]\n", argv[0]);
+    return 2;
+  }
+  if (!launched) return perf_launch_local_or_skip(argc, argv, 2);
+  return rank_main(&o);
+}
