@@ -4,7 +4,7 @@
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
 #   attn:  the attention core's tests, then attn_perf
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
-#   ring:  ncclMkRingAttention's tests on 2 GPUs, then ring_attn_perf
+#   ring:  ncclMkRingAttention's tests on 2 GPUs, then ring_attn_perf and PyTorch's cuDNN attention (scripts/bench-torch-attn.py)
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
 #          (also with the overlap, and with the fp8 dispatch: moe_perf -q)
 #   net:   the net plugin under real NCCL on 2 GPUs (scripts/net-gpu-tests.sh), then
@@ -181,6 +181,10 @@ tier_ring() {
   for t in $RING_TESTS; do step "${t#*:}" "$B/test/gpu/test_ring_attn" "${t%%:*}"; done
   step ring_attn_perf "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -J "$LOGS/ring_attn_perf.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
+  # PyTorch's cuDNN attention on the same per-GPU work: the issue's ceiling (fwd and bwd)
+  step bench_torch_attn python3 "$(dirname "$0")/bench-torch-attn.py" --iters 10 --warmup 3 \
+    --json "$LOGS/bench_torch_attn.json"
+  grep -E '^(#|  )' "$LOGS/bench_torch_attn.log" || true
 }
 
 tier_attn() {
