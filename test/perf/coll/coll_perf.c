@@ -250,7 +250,7 @@ static int rank_times(const struct perf_args* a, struct rank_ctx* r, double* use
     CUDA_OK(cudaEventElapsedTime(&ms, r->marks[b], r->marks[b + 1]));
     r->batch_us[b] = 1000.0 * ms / coll_batch_iters(a->iters, a->batch, b);
   }
-  *usec = coll_median(r->batch_us, nb);
+  *usec = perf_median(r->batch_us, nb);
   return 0;
 }
 

@@ -10,7 +10,7 @@
 #ifndef MK_COLL_STATS_H_
 #define MK_COLL_STATS_H_
 
-#include <stdlib.h>
+#include "perf_median.h" /* perf_median: the batches' median */
 
 /* Number of batches: n / K, at least 1 (K <= n is checked by the argument parser). */
 static inline int coll_batch_count(int iters, int batch) {
@@ -36,18 +36,6 @@ static inline int coll_mark_count(int iters, int batch) {
 static inline int coll_batch_iters(int iters, int batch, int b) {
   int nb = coll_batch_count(iters, batch);
   return b == nb - 1 ? iters - b * batch : batch;
-}
-
-static inline int coll_cmp_double(const void* x, const void* y) {
-  double a = *(const double*)x, b = *(const double*)y;
-  return (a > b) - (a < b);
-}
-
-/* Median of v[0..n) (sorts v); the mean of the two middle values when n is even. */
-static inline double coll_median(double* v, int n) {
-  if (n < 1) return -1;
-  qsort(v, (size_t)n, sizeof(*v), coll_cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 #endif /* MK_COLL_STATS_H_ */

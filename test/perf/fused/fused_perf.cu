@@ -24,6 +24,7 @@
 #include "nccl_mk.h"
 #include "nccl_ok.h"
 #include "perf_launch.h"
+#include "perf_median.h"
 
 
 enum op { AG, RS, AR };
@@ -125,16 +126,6 @@ static void run_gemm_ours(struct rank* k, enum op op, size_t m, size_t n, size_t
 
 enum { V_FUSED, V_BASE, V_GEMM, V_COMM, NV };
 
-static int cmp_double(const void* x, const void* y) {
-  double a = *(const double*)x, b = *(const double*)y;
-  return a < b ? -1 : a > b;
-}
-
-static double median(double* v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static void run_variant(struct rank* k, enum op op, int v, size_t m, size_t n, size_t kk) {
   if (v == V_FUSED) run_fused(k, op, m, n, kk);
   else if (v == V_BASE) run_baseline(k, op, m, n, kk);
@@ -189,7 +180,7 @@ static void time_shape(struct rank* k, const struct opts* o, size_t m, size_t n,
     }
   }
   double local[NV];
-  for (int v = 0; v < NV; v++) local[v] = median(t + v * o->iters, o->iters);
+  for (int v = 0; v < NV; v++) local[v] = perf_median(t + v * o->iters, o->iters);
   CUDA_OK(cudaMemcpy(k->scratch, local, sizeof(local), cudaMemcpyHostToDevice));
   NCCL_OK(ncclAllReduce(k->scratch, k->scratch, NV, ncclFloat64, ncclMax, k->comm, k->s));
   CUDA_OK(cudaMemcpyAsync(med, k->scratch, sizeof(local), cudaMemcpyDeviceToHost, k->s));

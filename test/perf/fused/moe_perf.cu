@@ -45,6 +45,7 @@
 #include "moe_check.cuh"
 #include "nccl_mk.h"
 #include "perf_launch.h"
+#include "perf_median.h"
 
 enum { MAX_RANKS = 8, MAX_LOCAL_EXPERTS = 256, MAX_PLANS = 1024 };
 
@@ -385,16 +386,6 @@ static struct shape_check check_shape(struct rank* k) {
 
 /* ---- timing and the table ----------------------------------------------------------------- */
 
-static int cmp_double(const void* x, const void* y) {
-  double a = *(const double*)x, b = *(const double*)y;
-  return a < b ? -1 : a > b;
-}
-
-static double median(double* v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Sums (or maxima) of `count` doubles over the ranks, through the scratch buffer. */
 static void reduce_over_ranks(struct rank* k, double* v, int count, ncclRedOp_t op) {
   CUDA_OK(cudaMemcpy(k->scratch, v, count * sizeof(double), cudaMemcpyHostToDevice));
@@ -427,7 +418,7 @@ static void time_variants(struct rank* k, const struct opts* o, int v0, int v1, 
       t[v * o->iters + i] = ms;
     }
   }
-  for (int v = v0; v < v1; v++) med[v] = median(t + v * o->iters, o->iters);
+  for (int v = v0; v < v1; v++) med[v] = perf_median(t + v * o->iters, o->iters);
   for (int v = v0; v < v1; v++) cudaEventDestroy(ev[v][0]), cudaEventDestroy(ev[v][1]);
   free(t);
 }

@@ -23,6 +23,7 @@
 #include "nccl_mk.h"
 #include "nccl_ok.h"
 #include "perf_launch.h"
+#include "perf_median.h"
 #include "ra_schedule.h"
 
 struct pcase {
@@ -259,16 +260,6 @@ static void free_case(struct rank* k) {
   cudaFree(k->out_seq), cudaFree(k->lse_seq);
 }
 
-static int cmp_double(const void* x, const void* y) {
-  double a = *(const double*)x, b = *(const double*)y;
-  return a < b ? -1 : a > b;
-}
-
-static double median(double* v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static void barrier(struct rank* k) {
   NCCL_OK(ncclAllReduce(k->scratch, k->scratch, 1, ncclFloat64, ncclSum, k->comm, k->s));
 }
@@ -307,7 +298,7 @@ static void time_case(struct rank* k, const struct opts* o, double med[NV]) {
       t[v * o->iters + i] = ms;
     }
   }
-  for (int v = 0; v < NV; v++) med[v] = median(t + v * o->iters, o->iters);
+  for (int v = 0; v < NV; v++) med[v] = perf_median(t + v * o->iters, o->iters);
   reduce(k, med, NV, ncclMax);
   for (int v = 0; v < NV; v++) cudaEventDestroy(ev[v][0]), cudaEventDestroy(ev[v][1]);
   free(t);
