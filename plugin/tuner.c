@@ -6,11 +6,30 @@
  */
 #include "tuner.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "mk_log.h"
 #include "net.h"
 #include "tuner_file.h"
+#include "tuner_rule.h"
+
+/* One INFO line per communicator: how many points apply, and up to which size each
+ * collective is launch-bound (NCCL's own choice stands there: plugin/tuner_rule.h). */
+static void log_shape(const struct mk_tuner_ctx* c) {
+  char bounds[256] = "";
+  size_t used = 0;
+  for (int coll = 0; coll < MK_TUNER_NUM_COLLS && used < sizeof(bounds); coll++) {
+    uint64_t lb = mk_tuner_model_launch_bound(c->model, coll, c->nranks, c->nnodes);
+    if (lb > 0)
+      used += (size_t)snprintf(bounds + used, sizeof(bounds) - used, " %s<=%llu",
+                               mk_tuner_coll_name(coll), (unsigned long long)lb);
+  }
+  MK_INFO(MK_NCCL_SUBSYS_TUNING, "tuner: comm %#llx, %zu ranks on %zu node(s): %zu measured "
+          "point(s) apply; launch-bound, NCCL's choice kept:%s", (unsigned long long)c->comm_id,
+          c->nranks, c->nnodes, mk_tuner_model_count_shape(c->model, c->nranks, c->nnodes),
+          used ? bounds : " none");
+}
 
 ncclResult_t mk_tuner_init(void** ctx, uint64_t comm_id, size_t nranks, size_t nnodes,
                            ncclDebugLogger_t log, ncclNvlDomainInfo_v5_t* nvl_domain_info,
@@ -31,9 +50,7 @@ ncclResult_t mk_tuner_init(void** ctx, uint64_t comm_id, size_t nranks, size_t n
   c->nnodes = nnodes;
   c->model = mk_tuner_shared_model();
   /* NCCL's cost-model constants are left alone: the file measures whole choices. */
-  MK_INFO(MK_NCCL_SUBSYS_TUNING, "tuner: comm %#llx, %zu ranks on %zu node(s): %zu measured "
-          "point(s) apply", (unsigned long long)comm_id, nranks, nnodes,
-          mk_tuner_model_count_shape(c->model, nranks, nnodes));
+  log_shape(c);
   *ctx = c;
   return ncclSuccess;
 }
@@ -46,6 +63,20 @@ static uint32_t allowed_cells(const float* table, int num_algo, int num_proto) {
     for (int p = 0; p < num_proto && p < NCCL_NUM_PROTOCOLS_V5; p++)
       if (table[a * num_proto + p] >= 0.0f) allowed |= mk_tuner_cell_bit(a, p);
   return allowed;
+}
+
+/* The cell NCCL will pick without us, as topoGetAlgoInfo does (src/enqueue.cc): the first
+ * smallest non-negative cost. -1/-1 when none, or when it is outside the cells we know. */
+static void nccl_own_choice(const float* table, int num_algo, int num_proto, int* algo,
+                            int* proto) {
+  float best = 0.0f;
+  *algo = *proto = -1;
+  for (int a = 0; a < num_algo; a++)
+    for (int p = 0; p < num_proto; p++) {
+      float t = table[a * num_proto + p];
+      if (t >= 0.0f && (*algo < 0 || t < best)) best = t, *algo = a, *proto = p;
+    }
+  if (*algo >= NCCL_NUM_ALGORITHMS_V5 || *proto >= NCCL_NUM_PROTOCOLS_V5) *algo = *proto = -1;
 }
 
 static void warn_bad_table_once(struct mk_tuner_ctx* c, const void* table, int num_algo,
@@ -68,11 +99,11 @@ ncclResult_t mk_tuner_get_coll_info(void* ctx, ncclFunc_t coll, size_t nbytes,
   }
   /* A float[numAlgo][numProto] array cast to float**: index it flat. */
   float* table = (float*)cost_table;
+  struct mk_tuner_query q = {(int)coll, c->nranks, c->nnodes, nbytes,
+                             allowed_cells(table, num_algo, num_proto), -1, -1};
+  nccl_own_choice(table, num_algo, num_proto, &q.nccl_algo, &q.nccl_proto);
   struct mk_tuner_choice choice;
-  uint32_t allowed = allowed_cells(table, num_algo, num_proto);
-  if (mk_tuner_model_choose(c->model, (int)coll, c->nranks, c->nnodes, nbytes, allowed,
-                            &choice) < 0)
-    return ncclSuccess;
+  if (mk_tuner_rule_decide(c->model, &q, &choice) < 0) return ncclSuccess; /* NCCL's stands */
   table[choice.algo * num_proto + choice.proto] = 0.0f; /* NCCL takes the minimum */
   if (choice.nchannels > 0 && nchannels) *nchannels = choice.nchannels;
   MK_TRACE(MK_NCCL_SUBSYS_TUNING, "tuner: %s %zu bytes -> %s/%s nchannels %d (%.1f us)",

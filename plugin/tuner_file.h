@@ -13,7 +13,8 @@
  * Names are matched without regard to case or '_' (so NCCL_ALGO's "NVLSTree" works too).
  * bytes is NCCL's message size (nccl-tests' "size": all-gather's output, reduce-scatter's
  * input); nchannels 0 means NCCL's own channel count was measured; 1..64, NCCL's count capped
- * there (NCCL_MAX_NCHANNELS), which is what a tuner can ask for (NCCL reads it as a maximum).
+ * there (NCCL_MAX_NCHANNELS). A tuner's count replaces NCCL's own instead of capping it, so
+ * the tuner passes it only where the cap binds (plugin/tuner_channels.h).
  * A malformed line is skipped with a WARN naming the file and line.
  */
 #ifndef MK_TUNER_FILE_H_

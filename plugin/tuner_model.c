@@ -71,11 +71,13 @@ void mk_tuner_model_finish(struct mk_tuner_model* model) {
     if (!repeat) model->points[kept++] = *p;
   }
   model->npoints = kept;
+  if (mk_tuner_model_find_limits(model) < 0) model->npoints = 0; /* no limits: no choices */
 }
 
 void mk_tuner_model_free(struct mk_tuner_model* model) {
   free(model->points);
   free(model->fused);
+  free(model->limits);
   memset(model, 0, sizeof(*model));
 }
 
@@ -137,6 +139,29 @@ static int cell_allowed(uint32_t allowed, int algo, int proto) {
   return (allowed & mk_tuner_cell_bit(algo, proto)) != 0;
 }
 
+/* End of the run of one configuration that starts at i (points of one shape end at end). */
+static size_t run_end_of(const struct mk_tuner_model* model, size_t i, size_t end) {
+  size_t run_end = i + 1;
+  while (run_end < end && same_config(&model->points[run_end], &model->points[i])) run_end++;
+  return run_end;
+}
+
+int mk_tuner_model_time(const struct mk_tuner_model* model, int coll, size_t nranks,
+                        size_t nnodes, uint64_t nbytes, int algo, int proto, int nchannels,
+                        double* time_us) {
+  if (!model || !time_us) return -ENOENT;
+  size_t i = shape_begin(model, coll, nranks, nnodes);
+  size_t end = shape_end(model, i, coll, nranks, nnodes);
+  const struct mk_tuner_point want = {.algo = algo, .proto = proto, .nchannels = nchannels};
+  while (i < end) {
+    size_t run_end = run_end_of(model, i, end);
+    if (same_config(&model->points[i], &want))
+      return run_time_at(&model->points[i], run_end - i, nbytes, time_us);
+    i = run_end;
+  }
+  return -ENOENT;
+}
+
 int mk_tuner_model_choose(const struct mk_tuner_model* model, int coll, size_t nranks,
                           size_t nnodes, uint64_t nbytes, uint32_t allowed,
                           struct mk_tuner_choice* out) {
@@ -145,8 +170,7 @@ int mk_tuner_model_choose(const struct mk_tuner_model* model, int coll, size_t n
   size_t end = shape_end(model, i, coll, nranks, nnodes);
   int found = 0;
   while (i < end) {
-    size_t run_end = i + 1;
-    while (run_end < end && same_config(&model->points[run_end], &model->points[i])) run_end++;
+    size_t run_end = run_end_of(model, i, end);
     const struct mk_tuner_point* p = &model->points[i];
     double t;
     if (cell_allowed(allowed, p->algo, p->proto) &&

@@ -34,11 +34,24 @@ struct mk_tuner_fused_point {
   double time_us;
 };
 
+/*
+ * Per shape (collective, ranks, nodes), from its points: the fastest time of the whole sweep
+ * (the per-call floor) and the largest measured size the calibration cannot resolve
+ * (plugin/tuner_limits.c).
+ */
+struct mk_tuner_shape_limit {
+  int coll, nranks, nnodes;
+  double floor_us;
+  uint64_t launch_bound_bytes; /* 0: no size is launch-bound */
+};
+
 struct mk_tuner_model {
   struct mk_tuner_point* points;
   size_t npoints, points_cap;
   struct mk_tuner_fused_point* fused;
   size_t nfused, fused_cap;
+  struct mk_tuner_shape_limit* limits; /* one per shape, set by mk_tuner_model_finish */
+  size_t nlimits;
 };
 
 /* What the model recommends for one collective call. */
@@ -56,8 +69,9 @@ static inline uint32_t mk_tuner_cell_bit(int algo, int proto) {
 int mk_tuner_model_add_point(struct mk_tuner_model* model, const struct mk_tuner_point* p);
 int mk_tuner_model_add_fused(struct mk_tuner_model* model,
                              const struct mk_tuner_fused_point* p);
-/* Sorts the points for lookup and keeps the fastest of repeated measurements.
- * Call once after the last add, before any lookup. */
+/* Sorts the points for lookup, keeps the fastest of repeated measurements and finds each
+ * shape's limits. Call once after the last add, before any lookup. Should the limits not
+ * fit in memory, the collective points are dropped (NCCL's choices stand). */
 void mk_tuner_model_finish(struct mk_tuner_model* model);
 void mk_tuner_model_free(struct mk_tuner_model* model);
 
@@ -76,6 +90,29 @@ size_t mk_tuner_model_count_shape(const struct mk_tuner_model* model, size_t nra
 int mk_tuner_model_choose(const struct mk_tuner_model* model, int coll, size_t nranks,
                           size_t nnodes, uint64_t nbytes, uint32_t allowed,
                           struct mk_tuner_choice* out);
+
+/* The time of one configuration (algo, proto, nchannels as measured) at nbytes, interpolated
+ * as in mk_tuner_model_choose. Returns 0 with *time_us set, or -ENOENT when it was not
+ * measured around nbytes. */
+int mk_tuner_model_time(const struct mk_tuner_model* model, int coll, size_t nranks,
+                        size_t nnodes, uint64_t nbytes, int algo, int proto, int nchannels,
+                        double* time_us);
+
+/*
+ * Launch-bound sizes: a measured size at which some configuration ran in less than
+ * MK_TUNER_LAUNCH_BOUND_FACTOR times the fastest time of the shape's sweep is dominated by
+ * the per-call cost (launch, host enqueue), not by the data. The calibration of 2xH200 in
+ * session 19 shows that regime's spread: one configuration read ~6.5 us at some sizes and
+ * ~10.3 us at others from 8 B to 512 KiB (1.6x, bimodal), so differences between
+ * configurations there are below what the calibration resolves, and a choice made from them
+ * lost up to 34% against NCCL's own. Returns the largest such size of the shape (every size
+ * up to it is left to NCCL), or 0.
+ */
+#define MK_TUNER_LAUNCH_BOUND_FACTOR 2.0
+uint64_t mk_tuner_model_launch_bound(const struct mk_tuner_model* model, int coll,
+                                     size_t nranks, size_t nnodes);
+/* Computes model->limits from the finished (sorted) points; -ENOMEM. */
+int mk_tuner_model_find_limits(struct mk_tuner_model* model);
 
 /*
  * Fused-op defaults: among the records of op with exactly this n and k, those measured at

@@ -167,8 +167,9 @@ measure_all() {
       label="$coll-$algo-$proto-$nch"
       env_args=(NCCL_TUNER_PLUGIN=none NCCL_ALGO="$(nccl_algo "$algo")"
                 NCCL_PROTO="$(nccl_proto "$proto")")
-      # NCCL takes a tuner's channel count as a maximum (nMaxChannels): measure that, a cap,
-      # not a forced count (NCCL_MIN_NCHANNELS), or the file describes runs it cannot repeat.
+      # A cap: NCCL still lowers its count for small sizes below it. A tuner's count replaces
+      # NCCL's size-lowered one (NCCL 2.28 enqueue.cc getAlgoInfo), so the tuner passes it only
+      # from the size where the cap binds (plugin/tuner_channels.h): that repeats this run.
       [ "$nch" -gt 0 ] && env_args+=(NCCL_MAX_NCHANNELS="$nch")
       if harness "$coll" "$work/$label.json" "$work/$label.log" "${env_args[@]}"; then
         specs+=("$algo/$proto/$nch=$work/$label.json")

@@ -33,7 +33,7 @@ static void check_get_coll_info(get_coll_info_fn get, void* ctx) {
            ncclSuccess);
   CHECK_FORCED(before, after, NCCL_ALGO_RING, NCCL_PROTO_SIMPLE);
   nch = 0;
-  CHECK_EQ(get(ctx, ncclFuncReduceScatter, 65536, 1, (float**)after, NA, NP, 0, &nch),
+  CHECK_EQ(get(ctx, ncclFuncReduceScatter, 1 << 20, 1, (float**)after, NA, NP, 0, &nch),
            ncclSuccess);
   CHECK_EQ(nch, 16);
   CHECK_EQ(get(ctx, ncclFuncAllReduce, 64, 1, NULL, NA, NP, 0, NULL), ncclSuccess);
