@@ -130,22 +130,23 @@ __device__ __forceinline__ void attn_bwd_issue_tn(float* acc, const uint32_t* a,
 }
 
 /* dQ (64 queries x 64 columns) = dS . K: D = 128, all 128 keys of the buffer and the K tile's
- * slab c; D = 64, the warp group's own 64 keys. */
+ * slab c; D = 64, the warp group's own 64 keys. Both operands MN-major, 64 wide: one swizzle
+ * atom across, so the LBO (the next 64 columns) is never used; given as the next slab anyway. */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_issue_dq(float* dq, uint32_t ds_base, uint32_t k_base, int c) {
   if constexpr (Cfg::D == 128) {
 #pragma unroll
     for (int kk = 0; kk < Cfg::BN / 16; kk++) {
-      const uint64_t da = wgmma_desc_sw128_mn(ds_base + kk * 16 * 128, 0);
-      const uint64_t db = wgmma_desc_sw128_mn(k_base + c * Cfg::KV_SLAB + kk * 16 * 128, 0);
+      const uint64_t da = wgmma_desc_sw128_mn(ds_base + kk * 16 * 128, Cfg::DS_BYTES);
+      const uint64_t db = wgmma_desc_sw128_mn(k_base + c * Cfg::KV_SLAB + kk * 16 * 128, Cfg::KV_SLAB);
       wgmma_m64n64k16_bf16_ss<1, 1>(dq, da, db, kk > 0 ? 1 : 0);
     }
   } else {
 #pragma unroll
     for (int kk = 0; kk < 64 / 16; kk++) {
       const uint32_t row = c * 64 + kk * 16;
-      const uint64_t da = wgmma_desc_sw128_mn(ds_base + row * 128, 0);
-      const uint64_t db = wgmma_desc_sw128_mn(k_base + row * 128, 0);
+      const uint64_t da = wgmma_desc_sw128_mn(ds_base + row * 128, Cfg::DS_BYTES);
+      const uint64_t db = wgmma_desc_sw128_mn(k_base + row * 128, Cfg::KV_SLAB);
       wgmma_m64n64k16_bf16_ss<1, 1>(dq, da, db, kk > 0 ? 1 : 0);
     }
   }
