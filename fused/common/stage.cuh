@@ -13,11 +13,6 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *(uint32_t*)&v;
 }
 
-/* The inverse: two bf16 (lo in the low half) as floats, exactly. */
-__device__ __forceinline__ float2 bf16x2_to_float2(uint32_t v) {
-  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
-}
-
 /* Byte offset of (row, col) in a staging buffer of 64-column atoms, each rows x 128 bytes
  * with the 128-byte swizzle (16-byte chunk index XOR row % 8), atom_bytes apart: conflict-free
  * for both the accumulator-fragment writes and the 16-byte row reads. */
