@@ -2,7 +2,7 @@
 # The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|moe|net|torch|all]
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
-#   attn:  the attention core's tests, then attn_perf
+#   attn:  the attention cores' tests (forward, backward), then attn_perf (forward, -b backward)
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
 #   ring:  ncclMkRingAttention's tests on 2 GPUs, then ring_attn_perf and PyTorch's cuDNN attention (scripts/bench-torch-attn.py)
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
@@ -59,11 +59,18 @@ ATTN_CORE_TESTS="forward:attn_forward_matches_float64
 offsets:attn_forward_causal_offsets_match_float64
 negative_control:attn_checker_rejects_one_bad_element bad_input:attn_forward_rejects_bad_input_untouched"
 
+# The backward attention core on one GPU (test/gpu/test_attn_bwd.cu).
+ATTN_BWD_TESTS="backward:attn_backward_matches_float64
+offsets:attn_backward_ring_offsets_and_accumulation_match_float64
+negative_control:attn_backward_checker_rejects_one_bad_element_and_a_wrong_lse
+bad_input:attn_backward_rejects_bad_input_untouched"
+
 tier_quick() {
   local t
   for t in $GEMM_TESTS; do step "${t#*:}" "$B/test/gpu/test_gemm" "${t%%:*}"; done
   for t in $ATTN_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn_ref" "${t%%:*}"; done
   for t in $ATTN_CORE_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn" "${t%%:*}"; done
+  for t in $ATTN_BWD_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn_bwd" "${t%%:*}"; done
 }
 
 tier_gemm() {
@@ -190,8 +197,11 @@ tier_ring() {
 tier_attn() {
   local t
   for t in $ATTN_CORE_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn" "${t%%:*}"; done
+  for t in $ATTN_BWD_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn_bwd" "${t%%:*}"; done
   step attn_perf "$B/test/perf/attn/attn_perf" 20
   grep -A 14 '^#  B' "$LOGS/attn_perf.log" || true
+  step attn_perf_bwd "$B/test/perf/attn/attn_perf" -b 10
+  grep -A 8 '^#  B' "$LOGS/attn_perf_bwd.log" || true
 }
 
 tier=${1:-quick}

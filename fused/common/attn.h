@@ -79,6 +79,83 @@ int mk_attn_fwd_launch_variant(const struct mk_attn_args* args, cudaStream_t str
  * swizzle, zeros past the tensor. 0, -ENOTSUP (no encoder in the driver) or -EINVAL. */
 int mk_attn_tmap_encode(void* map, const void* ptr, int batch, int seq, int heads, int d, int box_rows);
 
+/* The rows [row0, row0 + rows) of each batch of a bf16 [batch, seq, heads, d] tensor as such a
+ * map: the box sees only those rows (zeros past them, not the tensor's next rows). */
+int mk_attn_tmap_encode_rows(void* map, const void* ptr, int batch, int seq, int row0, int rows, int heads, int d,
+                             int box_rows);
+
+/* ---- the backward core (attn_bwd.cuh; issue 12) --------------------------------------------
+ * FlashAttention-2/3 style: P recomputed from q, k and lse. delta = rowsum(dout * out) first
+ * (one small kernel), then one CTA per (128-key tile of a KV block, kv head, batch) loops over
+ * the query heads of its group and the 64-row query tiles that see the tile: S^T = K Q^T,
+ * P^T = exp(S^T scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
+ * dK += dS^T Q, dQ += dS K (fp32 atomics into dq_acc); dK and dV stay in registers and are
+ * written once. Then (optional) dq = bf16(dq_acc).
+ *
+ * Positions as the forward's: query row q_row0 + i at q_pos0 + i, key row row0 + j of a block
+ * at pos0 + j; lse is the forward's (over every block the forward merged), so several calls
+ * (ring steps, zigzag chunks) add up to the gradients of the whole attention: dq_acc
+ * accumulates across calls (dq_accumulate), dk_acc / dv_acc too. Rows outside the ranges are
+ * neither read (the tensor maps stop at them) nor written. */
+struct mk_attn_bwd_kv_block {
+  const void* k; /* bf16 [batch, seq, kv_heads, d_head] */
+  const void* v;
+  void* dk;       /* bf16 like k, optional: rows [row0, row0 + rows) = this call's gradient */
+  void* dv;
+  float* dk_acc;  /* fp32 like k, optional: rows [row0, row0 + rows) += this call's gradient */
+  float* dv_acc;  /* (each of dk, dv needs at least one of its two outputs) */
+  int seq;        /* rows of the k, v tensors */
+  int row0, rows; /* rows 0: all of [row0, seq) */
+  long long pos0; /* global position of row row0 */
+};
+
+struct mk_attn_bwd_args {
+  const void* q;    /* bf16 [batch, seq_q, heads, d_head] */
+  const void* out;  /* bf16 like q: the forward's output (read unless delta_ready) */
+  const void* dout; /* bf16 like q */
+  const float* lse; /* fp32 [batch, heads, seq_q]: the forward's (natural log); -inf: no key */
+  float* delta;     /* fp32 [batch, heads, seq_q], workspace: rowsum(dout * out) of the rows */
+  float* dq_acc;    /* fp32 like q, workspace: this call adds its dq to the rows */
+  void* dq;         /* bf16 like q, optional: rows = dq_acc's rows after this call */
+  int batch, seq_q, heads, kv_heads, d_head;
+  int causal;
+  int q_row0, q_rows; /* q_rows 0: all of [q_row0, seq_q) */
+  long long q_pos0;   /* global position of row q_row0 */
+  int num_kv_blocks;  /* 1 .. MK_ATTN_MAX_KV_BLOCKS */
+  struct mk_attn_bwd_kv_block kv[MK_ATTN_MAX_KV_BLOCKS];
+  int dq_accumulate; /* 0: dq_acc's rows are zeroed first; 1: added to (an earlier call's) */
+  int delta_ready;   /* 1: delta's rows hold rowsum(dout * out) already (an earlier call) */
+  struct mk_gemm_error* err; /* optional: a wait that timed out is recorded here */
+  uint32_t timeout_ms;       /* 0: 10000 */
+};
+
+#define MK_ATTN_BWD_BLOCK_M 64  /* query rows per step */
+#define MK_ATTN_BWD_BLOCK_N 128 /* keys per CTA */
+
+/* Checks the arguments without a GPU: 0, or -EINVAL with a WARN naming the argument. */
+int mk_attn_bwd_check(const struct mk_attn_bwd_args* args);
+
+/* Launches (up to three kernels) on `stream`. Returns 0, -EINVAL (bad argument, nothing
+ * launched), -ENOTSUP (no sm_90 device) or -EIO (launch failure). */
+int mk_attn_bwd_launch(const struct mk_attn_bwd_args* args, cudaStream_t stream);
+
+/* The first query tile (bm rows, counted from the range's first query at q_pos0) holding a
+ * query that sees a key at key_first (causal: the tiles before it see nothing of a key tile
+ * that starts there); 0 non-causal. */
+MK_HD int mk_attn_bwd_first_q_tile(long long q_pos0, long long key_first, int bm, int causal) {
+  if (!causal || key_first <= q_pos0) return 0;
+  const long long t = (key_first - q_pos0) / bm;
+  return t > 0x3fffffff ? 0x3fffffff : (int)t;
+}
+
+/* Whether a (bm-query tile from q_first, key tile of bn keys from key_first with keys_left
+ * valid keys) pair needs masking: the key tile runs past its block, or (causal) its last key
+ * is after the tile's first query. */
+MK_HD int mk_attn_bwd_tile_masked(long long q_first, long long key_first, int keys_left, int bn, int causal) {
+  if (keys_left < bn) return 1;
+  return causal && key_first + bn - 1 > q_first;
+}
+
 /* ---- which KV tiles a query tile needs (pure; shared by the producer and the consumers) ---- */
 
 /* Tiles of bn keys, counted from a block's first key (pos0, `rows` keys), that queries up to

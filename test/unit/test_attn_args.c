@@ -125,8 +125,131 @@ static void tile_rules_match_brute_force(void) {
           }
 }
 
+/* ---- the backward core (mk_attn_bwd_check and its tile rules) ---- */
+
+static struct mk_attn_bwd_args base_bwd_args(void) {
+  struct mk_attn_bwd_args a;
+  memset(&a, 0, sizeof a);
+  a.q = fake(1), a.out = fake(2), a.dout = fake(3), a.lse = (const float*)fake(4);
+  a.delta = (float*)fake(5), a.dq_acc = (float*)fake(6), a.dq = fake(7);
+  a.batch = 2, a.seq_q = 300, a.heads = 8, a.kv_heads = 2, a.d_head = 128, a.causal = 1;
+  a.num_kv_blocks = 1;
+  a.kv[0].k = fake(8), a.kv[0].v = fake(9), a.kv[0].dk = fake(10), a.kv[0].dv = fake(11), a.kv[0].seq = 300;
+  return a;
+}
+
+static void bwd_bad_arguments_are_refused(void) {
+  struct mk_attn_bwd_args g = base_bwd_args(), a;
+  CHECK_EQ(mk_attn_bwd_check(&g), 0);
+  CHECK_EQ(mk_attn_bwd_check(NULL), -EINVAL);
+  a = g, a.d_head = 96;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.d_head = 64;
+  CHECK_EQ(mk_attn_bwd_check(&a), 0);
+  a = g, a.heads = 6, a.kv_heads = 4;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.kv_heads = 0;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.heads = 0;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.batch = 0;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.seq_q = 0;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.q = NULL;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.dout = NULL;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.lse = NULL;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.delta = NULL;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.dq_acc = NULL;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.dq = NULL; /* optional */
+  CHECK_EQ(mk_attn_bwd_check(&a), 0);
+  a = g, a.out = NULL; /* needed for delta */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a.delta_ready = 1; /* not any more */
+  CHECK_EQ(mk_attn_bwd_check(&a), 0);
+  a = g, a.q = (const char*)fake(1) + 8;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.dq_acc = (float*)((char*)fake(6) + 4);
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.lse = (const float*)((const char*)fake(4) + 2);
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.kv[0].k = NULL;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.kv[0].v = NULL;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.kv[0].dk = NULL;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a.kv[0].dk_acc = (float*)fake(12); /* either output will do */
+  CHECK_EQ(mk_attn_bwd_check(&a), 0);
+  a = g, a.kv[0].dv = NULL;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.kv[0].dv_acc = (float*)((char*)fake(13) + 4);
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.kv[0].seq = 0;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.num_kv_blocks = 0;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.num_kv_blocks = MK_ATTN_MAX_KV_BLOCKS + 1;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.num_kv_blocks = 2; /* the second block unset */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.num_kv_blocks = 2, a.kv[1] = g.kv[0], a.kv[1].row0 = 150, a.kv[1].pos0 = 1000;
+  CHECK_EQ(mk_attn_bwd_check(&a), 0);
+  a.kv[1].rows = 151;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.kv[0].pos0 = -1;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.q_row0 = 300;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.q_row0 = 100, a.q_rows = 200;
+  CHECK_EQ(mk_attn_bwd_check(&a), 0);
+  a.q_rows = 201;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.q_pos0 = -1;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.d_head = 96;
+  CHECK_EQ(mk_attn_bwd_launch(&a, 0), -EINVAL);
+}
+
+/* The backward's rules against brute force: query tiles before mk_attn_bwd_first_q_tile see
+ * no key of the tile; a pair left unmasked has every (query, key) visible. */
+static void bwd_tile_rules_match_brute_force(void) {
+  const int bm = 64, bn = 128;
+  const long long q_pos0s[] = {0, 5, 64, 127, 128, 300, 1000};
+  const long long key_firsts[] = {0, 1, 63, 64, 128, 200, 1100};
+  const int keys_lefts[] = {1, 100, 127, 128, 300};
+  for (int causal = 0; causal < 2; causal++)
+    for (unsigned a = 0; a < sizeof q_pos0s / sizeof *q_pos0s; a++)
+      for (unsigned c = 0; c < sizeof key_firsts / sizeof *key_firsts; c++) {
+        const long long q0 = q_pos0s[a], k0 = key_firsts[c];
+        const int first = mk_attn_bwd_first_q_tile(q0, k0, bm, causal);
+        CHECK(first >= 0);
+        for (int i = 0; i < first + 3; i++) {
+          const long long qf = q0 + (long long)i * bm;
+          /* any query of tile i sees key k0 (the tile's first, so its most visible)? */
+          const int any = !causal || qf + bm - 1 >= k0;
+          CHECK_EQ(i >= first, any);
+          for (unsigned d = 0; d < sizeof keys_lefts / sizeof *keys_lefts; d++) {
+            const int left = keys_lefts[d];
+            int all = 1;
+            for (int j = 0; j < bn; j++)
+              for (int q = 0; q < bm; q++) all &= j < left && (!causal || qf + q >= k0 + j);
+            if (!mk_attn_bwd_tile_masked(qf, k0, left, bn, causal)) CHECK(all);
+            else CHECK(!all);
+          }
+        }
+      }
+}
+
 int main(void) {
   bad_arguments_are_refused();
   tile_rules_match_brute_force();
+  bwd_bad_arguments_are_refused();
+  bwd_tile_rules_match_brute_force();
   return MK_TEST_RESULT();
 }

@@ -4,8 +4,10 @@
  * Random inputs (never zeros), warm-up, then the median (and min, max) of ITERS runs timed with
  * events; each run checks that no wait timed out. Correctness is test_attn's job (float64
  * reference at small shapes); here a first run's out is checked to be finite and written.
- * Usage: attn_perf [iters] [shape ...] with shapes B,H,H_kv,D,S,causal (default: the issue's
- * two shapes and their D = 64 twins). MK_ATTN_VARIANTS=0,1,.. (default: every compiled
+ * Usage: attn_perf [-b] [iters] [shape ...] with shapes B,H,H_kv,D,S,causal (default: the issue's
+ * two shapes and their D = 64 twins). -b: the backward core instead (mk_attn_bwd_launch: delta,
+ * the main kernel and dq's conversion, timed together; FLOPs = 2.5x the forward's, 10 B H S^2 D,
+ * halved for causal; out and lse from one forward run; #nonfinite over the first dq, dk, dv). MK_ATTN_VARIANTS=0,1,.. (default: every compiled
  * variant, attn.h) are timed interleaved, one row each.
  */
 #include <algorithm>
@@ -96,8 +98,89 @@ static void bench(struct shape sh, int iters) {
   cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
+/* The backward core on one shape: one call = delta + the main kernel + dq's conversion. */
+static void bench_bwd(struct shape sh, int iters) {
+  const size_t nq = (size_t)sh.b * sh.s * sh.h * sh.d, nkv = (size_t)sh.b * sh.s * sh.hkv * sh.d;
+  const size_t nl = (size_t)sh.b * sh.h * sh.s;
+  void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
+  float *lse, *delta, *dq_acc;
+  struct mk_gemm_error* err;
+  unsigned long long* bad;
+  CUDA_OK(cudaMalloc(&q, nq * 2));
+  CUDA_OK(cudaMalloc(&out, nq * 2));
+  CUDA_OK(cudaMalloc(&dout, nq * 2));
+  CUDA_OK(cudaMalloc(&dq, nq * 2));
+  CUDA_OK(cudaMalloc(&k, nkv * 2));
+  CUDA_OK(cudaMalloc(&v, nkv * 2));
+  CUDA_OK(cudaMalloc(&dk, nkv * 2));
+  CUDA_OK(cudaMalloc(&dv, nkv * 2));
+  CUDA_OK(cudaMalloc(&lse, nl * 4));
+  CUDA_OK(cudaMalloc(&delta, nl * 4));
+  CUDA_OK(cudaMalloc(&dq_acc, nq * 4));
+  CUDA_OK(cudaMalloc(&err, sizeof *err));
+  CUDA_OK(cudaMalloc(&bad, sizeof *bad));
+  CUDA_OK(cudaMemset(err, 0, sizeof *err));
+  CUDA_OK(cudaMemset(bad, 0, sizeof *bad));
+  fill_random_bf16(q, nq, 11, 2.0f);
+  fill_random_bf16(k, nkv, 12, 2.0f);
+  fill_random_bf16(v, nkv, 13, 1.0f);
+  fill_random_bf16(dout, nq, 14, 1.0f);
+  poison(dq, nq * 2), poison(dk, nkv * 2), poison(dv, nkv * 2);
+  struct mk_attn_args f;
+  memset(&f, 0, sizeof f);
+  f.q = q, f.out = out, f.lse = lse;
+  f.batch = sh.b, f.seq_q = sh.s, f.heads = sh.h, f.kv_heads = sh.hkv, f.d_head = sh.d, f.causal = sh.causal;
+  f.num_kv_blocks = 1;
+  f.kv[0].k = k, f.kv[0].v = v, f.kv[0].seq = sh.s;
+  f.err = err;
+  if (mk_attn_fwd_launch(&f, 0) != 0) exit(1);
+  struct mk_attn_bwd_args a;
+  memset(&a, 0, sizeof a);
+  a.q = q, a.out = out, a.dout = dout, a.lse = lse, a.delta = delta, a.dq_acc = dq_acc, a.dq = dq;
+  a.batch = sh.b, a.seq_q = sh.s, a.heads = sh.h, a.kv_heads = sh.hkv, a.d_head = sh.d, a.causal = sh.causal;
+  a.num_kv_blocks = 1;
+  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].dk = dk, a.kv[0].dv = dv, a.kv[0].seq = sh.s;
+  a.err = err;
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int it = -2; it < iters; it++) {
+    CUDA_OK(cudaEventRecord(e0));
+    if (mk_attn_bwd_launch(&a, 0) != 0) exit(1);
+    CUDA_OK(cudaEventRecord(e1));
+    CUDA_OK(cudaEventSynchronize(e1));
+    if (it == -2) {
+      count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)dq, nq, bad);
+      count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)dk, nkv, bad);
+      count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)dv, nkv, bad);
+      CUDA_OK(cudaGetLastError());
+    }
+    float t;
+    CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
+    if (it >= 0) ms.push_back(t);
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  struct mk_gemm_error he;
+  unsigned long long hbad;
+  CUDA_OK(cudaMemcpy(&he, err, sizeof he, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&hbad, bad, sizeof hbad, cudaMemcpyDeviceToHost));
+  const double flops = 10.0 * sh.b * sh.h * (double)sh.s * sh.s * sh.d / (sh.causal ? 2 : 1);
+  const float med = median(ms), lo = *std::min_element(ms.begin(), ms.end()),
+              hi = *std::max_element(ms.begin(), ms.end());
+  printf("%3d %4d %4d %4d %6d %-10s %3s %9.3f %9.3f %9.3f %8.1f %10llu %s\n", sh.b, sh.h, sh.hkv, sh.d, sh.s,
+         sh.causal ? "causal" : "non-causal", "bwd", med, lo, hi, flops / (med * 1e-3) / 1e12, hbad,
+         he.aborted ? "TIMEOUT" : "ok");
+  fflush(stdout);
+  cudaFree(q), cudaFree(out), cudaFree(dout), cudaFree(dq), cudaFree(k), cudaFree(v), cudaFree(dk), cudaFree(dv);
+  cudaFree(lse), cudaFree(delta), cudaFree(dq_acc), cudaFree(err), cudaFree(bad);
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+}
+
 int main(int argc, char** argv) {
   gpu_or_skip();
+  int backward = 0;
+  if (argc > 1 && !strcmp(argv[1], "-b")) backward = 1, argc--, argv++;
   int iters = argc > 1 ? atoi(argv[1]) : 20;
   if (iters < 1) iters = 20;
   std::vector<struct shape> shapes;
@@ -111,6 +194,12 @@ int main(int argc, char** argv) {
   }
   if (shapes.empty())
     shapes = {{1, 64, 8, 128, 16384, 1}, {16, 16, 16, 128, 4096, 0}, {1, 64, 8, 64, 16384, 1}, {16, 16, 16, 64, 4096, 0}};
+  if (backward) {
+    printf("# attn_perf -b: backward attention core, one GPU, median of %d after 2 warm-up calls (delta + main kernel + dq conversion; FLOPs 10 B H S^2 D, /2 causal)\n", iters);
+    printf("#  B    H H_kv    D      S mask      var    med_ms    min_ms    max_ms   TFLOP/s  #nonfinite waits\n");
+    for (const struct shape& s : shapes) bench_bwd(s, iters);
+    return 0;
+  }
   printf("# attn_perf: forward attention core, one GPU, median of %d after 3 warm-up runs (variants interleaved; #nonfinite: all variants' first outputs)\n", iters);
   const char* vs = getenv("MK_ATTN_VARIANTS");
   for (int v = 0; v < MK_ATTN_VARIANTS; v++) variants[num_variants++] = v;

@@ -1,0 +1,179 @@
+/*
+ * Host launcher for the backward attention core (attn.h, attn_bwd.cuh): validation, the tensor
+ * maps, and the launches (delta and dq_acc's zeroing, the main kernel, dq's conversion).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "attn_bwd.cuh"
+#include "sm90.h"
+extern "C" {
+#include "mk_err.h"
+#include "mk_log.h"
+}
+
+/* D = 128: K, V 64 KB + two dS^T buffers 32 KB + 2 stages of Q and dO (32 KB each) = 160 KB;
+ * D = 64: 3 stages, 88 KB. */
+typedef mk_attn_bwd_cfg<128, 2> mk_attn_bwd_cfg_d128;
+typedef mk_attn_bwd_cfg<64, 3> mk_attn_bwd_cfg_d64;
+
+#define MK_ATTN_BWD_DEFAULT_TIMEOUT_MS 10000u
+
+#define BWD_REJECT(...)   \
+  do {                    \
+    MK_WARN(__VA_ARGS__); \
+    return -EINVAL;       \
+  } while (0)
+
+static int bwd_misaligned(const void* p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) != 0; }
+
+extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
+  if (!a) BWD_REJECT("mk_attn_bwd: args is NULL");
+  if (a->d_head != 64 && a->d_head != 128) BWD_REJECT("mk_attn_bwd: d_head = %d, must be 64 or 128", a->d_head);
+  if (a->batch < 1 || a->batch > 65535) BWD_REJECT("mk_attn_bwd: batch = %d, must be in [1, 65535]", a->batch);
+  if (a->heads < 1) BWD_REJECT("mk_attn_bwd: heads = %d, must be >= 1", a->heads);
+  if (a->kv_heads < 1 || a->kv_heads > 65535 || a->heads % a->kv_heads)
+    BWD_REJECT("mk_attn_bwd: heads = %d must be a positive multiple of kv_heads = %d (at most 65535)", a->heads,
+               a->kv_heads);
+  if (a->seq_q < 1) BWD_REJECT("mk_attn_bwd: seq_q = %d, must be >= 1", a->seq_q);
+  const struct {
+    const void* p;
+    const char* name;
+    uintptr_t align;
+    int required;
+  } ptrs[] = {{a->q, "q", 16, 1},          {a->dout, "dout", 16, 1},  {a->lse, "lse", 4, 1},
+              {a->delta, "delta", 4, 1},   {a->dq_acc, "dq_acc", 16, 1}, {a->dq, "dq", 16, 0},
+              {a->out, "out", 16, !a->delta_ready}};
+  for (unsigned i = 0; i < sizeof ptrs / sizeof *ptrs; i++) {
+    if (ptrs[i].required && !ptrs[i].p)
+      BWD_REJECT("mk_attn_bwd: %s is NULL%s", ptrs[i].name, !strcmp(ptrs[i].name, "out") ? " (delta_ready = 0)" : "");
+    if (bwd_misaligned(ptrs[i].p, ptrs[i].align))
+      BWD_REJECT("mk_attn_bwd: %s = %p, must be %u-byte aligned", ptrs[i].name, ptrs[i].p, (unsigned)ptrs[i].align);
+  }
+  const int q_rows = a->q_rows ? a->q_rows : a->seq_q - a->q_row0;
+  if (a->q_row0 < 0 || a->q_rows < 0 || q_rows < 1 || (long)a->q_row0 + q_rows > a->seq_q)
+    BWD_REJECT("mk_attn_bwd: q rows [%d, +%d) must be a non-empty part of seq_q = %d", a->q_row0, a->q_rows,
+               a->seq_q);
+  if (a->q_pos0 < 0) BWD_REJECT("mk_attn_bwd: q_pos0 = %lld, must be >= 0", a->q_pos0);
+  if (a->num_kv_blocks < 1 || a->num_kv_blocks > MK_ATTN_MAX_KV_BLOCKS)
+    BWD_REJECT("mk_attn_bwd: num_kv_blocks = %d, must be in [1, %d]", a->num_kv_blocks, MK_ATTN_MAX_KV_BLOCKS);
+  long long tiles = 0;
+  for (int i = 0; i < a->num_kv_blocks; i++) {
+    const struct mk_attn_bwd_kv_block* kv = &a->kv[i];
+    if (!kv->k || bwd_misaligned(kv->k, 16) || !kv->v || bwd_misaligned(kv->v, 16))
+      BWD_REJECT("mk_attn_bwd: kv block %d: k = %p, v = %p, must be non-NULL and 16-byte aligned", i, kv->k, kv->v);
+    if (!kv->dk && !kv->dk_acc) BWD_REJECT("mk_attn_bwd: kv block %d: dk and dk_acc are both NULL", i);
+    if (!kv->dv && !kv->dv_acc) BWD_REJECT("mk_attn_bwd: kv block %d: dv and dv_acc are both NULL", i);
+    if (bwd_misaligned(kv->dk, 4) || bwd_misaligned(kv->dv, 4) || bwd_misaligned(kv->dk_acc, 8) ||
+        bwd_misaligned(kv->dv_acc, 8))
+      BWD_REJECT("mk_attn_bwd: kv block %d: dk %p / dv %p (4-byte) or dk_acc %p / dv_acc %p (8-byte) misaligned", i,
+                 kv->dk, kv->dv, (void*)kv->dk_acc, (void*)kv->dv_acc);
+    if (kv->seq < 1) BWD_REJECT("mk_attn_bwd: kv block %d: seq = %d, must be >= 1", i, kv->seq);
+    const int rows = kv->rows ? kv->rows : kv->seq - kv->row0;
+    if (kv->row0 < 0 || kv->rows < 0 || rows < 1 || (long)kv->row0 + rows > kv->seq)
+      BWD_REJECT("mk_attn_bwd: kv block %d: rows [%d, +%d) must be a non-empty part of seq = %d", i, kv->row0,
+                 kv->rows, kv->seq);
+    if (kv->pos0 < 0) BWD_REJECT("mk_attn_bwd: kv block %d: pos0 = %lld, must be >= 0", i, kv->pos0);
+    tiles += (rows + MK_ATTN_BWD_BLOCK_N - 1) / MK_ATTN_BWD_BLOCK_N;
+  }
+  if (tiles > INT_MAX) BWD_REJECT("mk_attn_bwd: %lld key tiles, too many", tiles);
+  return 0;
+}
+
+template <class Cfg>
+static cudaError_t attn_bwd_prepare_cfg(void) {
+  static int done[64];
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  if (dev < 64 && __atomic_load_n(&done[dev], __ATOMIC_ACQUIRE)) return cudaSuccess;
+  e = cudaFuncSetAttribute(mk_attn_bwd_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+  cudaFuncAttributes fa;
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, mk_attn_bwd_kernel<Cfg>);
+  if (e == cudaSuccess && dev < 64) __atomic_store_n(&done[dev], 1, __ATOMIC_RELEASE);
+  return e;
+}
+
+template <class Cfg>
+static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
+  struct mk_attn_bwd_maps maps;
+  struct mk_attn_bwd_params p;
+  memset(&maps, 0, sizeof maps);
+  memset(&p, 0, sizeof p);
+  const int q_rows = a->q_rows ? a->q_rows : a->seq_q - a->q_row0;
+  MK_CHECK(mk_attn_tmap_encode_rows(&maps.q, a->q, a->batch, a->seq_q, a->q_row0, q_rows, a->heads, Cfg::D, Cfg::BM));
+  MK_CHECK(
+      mk_attn_tmap_encode_rows(&maps.dout, a->dout, a->batch, a->seq_q, a->q_row0, q_rows, a->heads, Cfg::D, Cfg::BM));
+  int tiles = 0;
+  for (int i = 0; i < a->num_kv_blocks; i++) {
+    const struct mk_attn_bwd_kv_block* kv = &a->kv[i];
+    const int rows = kv->rows ? kv->rows : kv->seq - kv->row0;
+    MK_CHECK(mk_attn_tmap_encode_rows(&maps.k[i], kv->k, a->batch, kv->seq, kv->row0, rows, a->kv_heads, Cfg::D, Cfg::BN));
+    MK_CHECK(mk_attn_tmap_encode_rows(&maps.v[i], kv->v, a->batch, kv->seq, kv->row0, rows, a->kv_heads, Cfg::D, Cfg::BN));
+    p.kv[i].row0 = kv->row0;
+    p.kv[i].rows = rows;
+    p.kv[i].pos0 = kv->pos0;
+    p.kv[i].tile0 = tiles;
+    p.kv[i].seq = kv->seq;
+    p.kv[i].dk = (__nv_bfloat16*)kv->dk;
+    p.kv[i].dv = (__nv_bfloat16*)kv->dv;
+    p.kv[i].dk_acc = kv->dk_acc;
+    p.kv[i].dv_acc = kv->dv_acc;
+    tiles += (rows + Cfg::BN - 1) / Cfg::BN;
+  }
+  p.seq_q = a->seq_q;
+  p.heads = a->heads;
+  p.kv_heads = a->kv_heads;
+  p.causal = a->causal ? 1 : 0;
+  p.q_row0 = a->q_row0;
+  p.q_rows = q_rows;
+  p.q_pos0 = a->q_pos0;
+  p.num_kv_blocks = a->num_kv_blocks;
+  p.lse = a->lse;
+  p.delta = a->delta;
+  p.dq_acc = a->dq_acc;
+  p.scale = (float)(1.0 / sqrt((double)Cfg::D));
+  p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)Cfg::D));
+  p.err = a->err;
+  p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
+
+  cudaError_t e = attn_bwd_prepare_cfg<Cfg>();
+  const size_t rows_all = (size_t)a->batch * q_rows * a->heads;
+  if (e == cudaSuccess && (!a->delta_ready || !a->dq_accumulate)) {
+    const unsigned blocks = (unsigned)(rows_all / 8 + 1 < 8192 ? rows_all / 8 + 1 : 8192);
+    mk_attn_bwd_prep_kernel<Cfg::D><<<blocks, 256, 0, stream>>>(
+        (const __nv_bfloat16*)a->out, (const __nv_bfloat16*)a->dout, a->delta, a->dq_acc, a->batch, a->seq_q, a->heads,
+        a->q_row0, q_rows, !a->delta_ready, !a->dq_accumulate);
+    e = cudaGetLastError();
+  }
+  if (e == cudaSuccess) {
+    const dim3 grid((unsigned)tiles, (unsigned)a->kv_heads, (unsigned)a->batch);
+    mk_attn_bwd_kernel<Cfg><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(maps, p);
+    e = cudaGetLastError();
+  }
+  if (e == cudaSuccess && a->dq) {
+    const size_t n4 = rows_all * Cfg::D / 4;
+    const unsigned blocks = (unsigned)(n4 / 256 + 1 < 8192 ? n4 / 256 + 1 : 8192);
+    mk_attn_bwd_dq_kernel<Cfg::D><<<blocks, 256, 0, stream>>>(a->dq_acc, (__nv_bfloat16*)a->dq, a->batch, a->seq_q,
+                                                             a->heads, a->q_row0, q_rows);
+    e = cudaGetLastError();
+  }
+  if (e != cudaSuccess) {
+    MK_WARN("mk_attn_bwd: launch failed: %s", cudaGetErrorString(e));
+    return -EIO;
+  }
+  return 0;
+}
+
+extern "C" int mk_attn_bwd_launch(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
+  MK_CHECK(mk_attn_bwd_check(a));
+  int sms = 0;
+  MK_CHECK(mk_sm90_sms("mk_attn_bwd", &sms));
+  return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128>(a, stream)
+                          : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64>(a, stream);
+}

@@ -1,0 +1,432 @@
+/*
+ * The backward attention core for sm_90a (FlashAttention-2/3 style: P recomputed from q, k and
+ * lse), as kernels that attn_bwd.cu launches; attn.h has the layouts, positions and arguments.
+ *
+ * mk_attn_bwd_prep_kernel: delta = rowsum(dout * out) per query row (fp32, [B, H, S]) and the
+ * rows of dq_acc zeroed; one warp per (row, head, batch).
+ *
+ * mk_attn_bwd_kernel: one CTA per (128-key tile of a KV block, kv head, batch). Warp 0 is the
+ * producer: the K and V tiles once (TMA, 4-D maps over [B, S, H_kv, D] stopping at the block's
+ * rows, 128-byte swizzle, D in 64-column slabs), then per step the Q and dO tiles (64 rows of
+ * one query head, maps stopping at the query range) into a STAGES-deep ring, with the steps'
+ * lse (times log2 e; +inf for rows past the range or with no key, so their P is 0) and delta
+ * stored beside them by the warp's lanes. Steps: the query heads of the kv head's group, each
+ * over the query tiles that see the key tile (mk_attn_bwd_first_q_tile on).
+ * Warp groups 1 and 2 are consumers, 64 keys each (the M of every product is keys, so that
+ * P^T and dS^T come out of an accumulator in the A-fragment layout):
+ *   S^T  = K Q^T            wgmma m64n64k16, both K-major in shared memory
+ *   dP^T = V dO^T           the same
+ *   P^T  = exp2(S^T scale log2 e - lse log2 e), masked entries -inf first
+ *   dV  += P^T dO           P^T bf16 from registers, dO MN-major (transpose bit)
+ *   dS^T = P^T (dP^T - delta)
+ *   dK  += dS^T Q           dS^T bf16 from registers, Q MN-major
+ *   dQ   = dS K             dS^T stored bf16 in shared memory (swizzled as a TMA tile, one
+ *                           buffer of two per step), read M-major; K MN-major. D = 128: warp
+ *                           group c takes columns [64c, 64c + 64) over all 128 keys (both
+ *                           groups' dS^T: an mbarrier of 256 arrivals per buffer); D = 64: its
+ *                           own 64 keys, all columns. fp32 red.add into dq_acc.
+ * dK (times scale) and dV are written once at the end, bf16 and/or added to fp32.
+ * Every wait is bounded (attn_wait, attn_fwd.cuh): on expiry the error record is filled and
+ * every CTA's waits give up, so a bug ends in a wrong result and an error, never in a hang.
+ *
+ * mk_attn_bwd_dq_kernel: dq = bf16(dq_acc) over the rows.
+ */
+#ifndef MK_ATTN_BWD_CUH_
+#define MK_ATTN_BWD_CUH_
+
+#include "attn_fwd.cuh"
+
+template <int D_, int STAGES_>
+struct mk_attn_bwd_cfg {
+  static constexpr int D = D_, BM = MK_ATTN_BWD_BLOCK_M, BN = MK_ATTN_BWD_BLOCK_N, STAGES = STAGES_;
+  static constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
+  static constexpr int SLABS = D / 64;
+  static constexpr int QT_SLAB = BM * 128, KV_SLAB = BN * 128; /* bytes between a tile's slabs */
+  static constexpr int QT_BYTES = SLABS * QT_SLAB, KV_BYTES = SLABS * KV_SLAB;
+  static constexpr int DS_BYTES = BN * BM * 2; /* dS^T: BN rows (keys) of BM bf16 (128 bytes) */
+  static constexpr int OFF_K = 0, OFF_V = KV_BYTES, OFF_DS = 2 * KV_BYTES;
+  static constexpr int OFF_Q = OFF_DS + 2 * DS_BYTES;
+  static constexpr int OFF_DO = OFF_Q + STAGES * QT_BYTES;
+  static constexpr int OFF_LSE = OFF_DO + STAGES * QT_BYTES; /* STAGES x BM fp32 */
+  static constexpr int OFF_DELTA = OFF_LSE + STAGES * BM * 4;
+  static constexpr int OFF_BAR = OFF_DELTA + STAGES * BM * 4;
+  static constexpr int SMEM_USED = OFF_BAR + (1 + 2 * STAGES + 2) * 8;
+  static constexpr int SMEM_BYTES = SMEM_USED + 1024;
+  static_assert(D == 64 || D == 128, "head dimensions 64 and 128");
+  static_assert(BM == 64 && BN == 64 * CONSUMERS, "64 keys per consumer, 64-query steps");
+  static_assert(SMEM_BYTES <= 232448, "over the 227 KB of dynamic shared memory per block");
+};
+
+struct mk_attn_bwd_smem {
+  uint8_t* base;      /* 1024-aligned */
+  uint64_t* kv_full;  /* 1: K and V */
+  uint64_t* full;     /* STAGES: Q, dO (TMA bytes) + lse, delta (32 producer lanes) */
+  uint64_t* empty;    /* STAGES: one arrival per consumer warp */
+  uint64_t* ds_ready; /* 2: dS^T buffer b written by all 256 consumer threads */
+};
+
+template <class Cfg>
+__device__ __forceinline__ struct mk_attn_bwd_smem attn_bwd_smem_carve(uint8_t* smem_raw) {
+  struct mk_attn_bwd_smem s;
+  s.base = (uint8_t*)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  s.kv_full = (uint64_t*)(s.base + Cfg::OFF_BAR);
+  s.full = s.kv_full + 1;
+  s.empty = s.full + Cfg::STAGES;
+  s.ds_ready = s.empty + Cfg::STAGES;
+  return s;
+}
+
+struct mk_attn_bwd_block_params {
+  int row0, rows; /* rows of the block (the maps start at row0) */
+  long long pos0;
+  int tile0;      /* the block's first tile in the grid's x */
+  __nv_bfloat16 *dk, *dv;
+  float *dk_acc, *dv_acc;
+  int seq;
+};
+
+struct mk_attn_bwd_params {
+  int seq_q, heads, kv_heads, causal;
+  int q_row0, q_rows;
+  long long q_pos0;
+  int num_kv_blocks;
+  struct mk_attn_bwd_block_params kv[MK_ATTN_MAX_KV_BLOCKS];
+  const float* lse;
+  const float* delta;
+  float* dq_acc;
+  float scale, scale_log2;
+  struct mk_gemm_error* err;
+  uint64_t timeout_ns;
+};
+
+struct mk_attn_bwd_maps {
+  CUtensorMap q, dout; /* rows [q_row0, q_row0 + q_rows), box BM rows */
+  CUtensorMap k[MK_ATTN_MAX_KV_BLOCKS], v[MK_ATTN_MAX_KV_BLOCKS]; /* the block's rows, box BN */
+};
+
+/* S^T (or dP^T) = A_rows . B^T for this warp group's 64 keys (a: the K or V tile at the warp
+ * group's first row) and the 64 rows of a Q or dO tile, K = D. One commit group. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_issue_nt(float* acc, uint32_t a_base, uint32_t b_base) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::D / 16; kk++) {
+    const uint32_t off = (kk % 4) * 32;
+    const uint64_t da = wgmma_desc_sw128(a_base + (kk / 4) * Cfg::KV_SLAB + off);
+    const uint64_t db = wgmma_desc_sw128(b_base + (kk / 4) * Cfg::QT_SLAB + off);
+    wgmma_m64n64k16_bf16_ss<0, 0>(acc, da, db, kk > 0 ? 1 : 0);
+  }
+}
+
+/* acc (64 keys x D) += A^T-fragments (64 keys x 64 queries, bf16 registers) . tile (64 queries
+ * x D, MN-major in shared memory). */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_issue_tn(float* acc, const uint32_t* a, uint32_t tile_base) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::BM / 16; kk++) {
+    const uint64_t db = wgmma_desc_sw128_mn(tile_base + kk * 16 * 128, Cfg::QT_SLAB);
+    if constexpr (Cfg::D == 128) wgmma_m64n128k16_bf16_rs_tb(acc, a + 4 * kk, db, 1);
+    else wgmma_m64n64k16_bf16_rs_tb(acc, a + 4 * kk, db, 1);
+  }
+}
+
+/* dQ (64 queries x 64 columns) = dS . K: D = 128, all 128 keys of the buffer and the K tile's
+ * slab c; D = 64, the warp group's own 64 keys. Both operands MN-major, 64 wide: one swizzle
+ * atom across, so the LBO (the next 64 columns) is never used; given as the next slab anyway. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_issue_dq(float* dq, uint32_t ds_base, uint32_t k_base, int c) {
+  if constexpr (Cfg::D == 128) {
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BN / 16; kk++) {
+      const uint64_t da = wgmma_desc_sw128_mn(ds_base + kk * 16 * 128, Cfg::DS_BYTES);
+      const uint64_t db = wgmma_desc_sw128_mn(k_base + c * Cfg::KV_SLAB + kk * 16 * 128, Cfg::KV_SLAB);
+      wgmma_m64n64k16_bf16_ss<1, 1>(dq, da, db, kk > 0 ? 1 : 0);
+    }
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < 64 / 16; kk++) {
+      const uint32_t row = c * 64 + kk * 16;
+      const uint64_t da = wgmma_desc_sw128_mn(ds_base + row * 128, Cfg::DS_BYTES);
+      const uint64_t db = wgmma_desc_sw128_mn(k_base + row * 128, Cfg::KV_SLAB);
+      wgmma_m64n64k16_bf16_ss<1, 1>(dq, da, db, kk > 0 ? 1 : 0);
+    }
+  }
+}
+
+/* grid (key tiles of all blocks, kv heads, batch). */
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
+mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
+                   const __grid_constant__ struct mk_attn_bwd_params p) {
+  extern __shared__ uint8_t smem_raw[];
+  const struct mk_attn_bwd_smem sm = attn_bwd_smem_carve<Cfg>(smem_raw);
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    mbarrier_init(sm.kv_full, 1);
+    for (int i = 0; i < Cfg::STAGES; i++) {
+      mbarrier_init(&sm.full[i], 32);
+      mbarrier_init(&sm.empty[i], Cfg::CONSUMERS * 4);
+    }
+    for (int i = 0; i < 2; i++) mbarrier_init(&sm.ds_ready[i], Cfg::CONSUMERS * 128);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  int bi = 0;
+  while (bi + 1 < p.num_kv_blocks && (int)blockIdx.x >= p.kv[bi + 1].tile0) bi++;
+  const struct mk_attn_bwd_block_params& blk = p.kv[bi];
+  const int t = blockIdx.x - blk.tile0;
+  const int hk = blockIdx.y, b = blockIdx.z, group = p.heads / p.kv_heads;
+  const int keys_left = blk.rows - t * Cfg::BN; /* valid keys of the tile (up to BN) */
+  const long long key_first = blk.pos0 + (long long)t * Cfg::BN;
+  const int nqt = (p.q_rows + Cfg::BM - 1) / Cfg::BM;
+  int i0 = mk_attn_bwd_first_q_tile(p.q_pos0, key_first, Cfg::BM, p.causal);
+  if (i0 > nqt) i0 = nqt;
+  const int per_head = nqt - i0, steps = group * per_head;
+  struct mk_attn_wait_ctx w;
+  w.err = p.err;
+  w.err_tag = 0;
+  w.tile = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  w.timeout_ns = p.timeout_ns;
+  struct mk_attn_ring ring = {0, 0};
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (threadIdx.x >= 32 || steps == 0) return;
+    const int lane = threadIdx.x;
+    if (lane == 0) {
+      prefetch_tensormap(&maps.q);
+      prefetch_tensormap(&maps.dout);
+      mbarrier_arrive_expect_tx(sm.kv_full, 2 * Cfg::KV_BYTES);
+#pragma unroll
+      for (int j = 0; j < Cfg::SLABS; j++) {
+        cp_async_bulk_tensor_4d_load(sm.base + Cfg::OFF_K + j * Cfg::KV_SLAB, &maps.k[bi], j * 64, hk, t * Cfg::BN, b,
+                                     sm.kv_full);
+        cp_async_bulk_tensor_4d_load(sm.base + Cfg::OFF_V + j * Cfg::KV_SLAB, &maps.v[bi], j * 64, hk, t * Cfg::BN, b,
+                                     sm.kv_full);
+      }
+    }
+    float* lse_s = (float*)(sm.base + Cfg::OFF_LSE);
+    float* delta_s = (float*)(sm.base + Cfg::OFF_DELTA);
+    for (int it = 0; it < steps; it++) {
+      const int g = it / per_head, qi = i0 + it % per_head, h = hk * group + g;
+      if (!attn_wait(&sm.empty[ring.stage], ring.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return;
+      const size_t lrow = ((size_t)b * p.heads + h) * p.seq_q + p.q_row0;
+#pragma unroll
+      for (int rr = 0; rr < Cfg::BM / 32; rr++) {
+        const int r = lane + 32 * rr, row = qi * Cfg::BM + r;
+        float l = INFINITY, dl = 0.f;
+        if (row < p.q_rows) {
+          l = p.lse[lrow + row];
+          l = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+          dl = p.delta[lrow + row];
+        }
+        lse_s[ring.stage * Cfg::BM + r] = l;
+        delta_s[ring.stage * Cfg::BM + r] = dl;
+      }
+      uint64_t* full = &sm.full[ring.stage];
+      if (lane == 0) {
+        mbarrier_arrive_expect_tx(full, 2 * Cfg::QT_BYTES);
+        uint8_t* qd = sm.base + Cfg::OFF_Q + ring.stage * Cfg::QT_BYTES;
+        uint8_t* dd = sm.base + Cfg::OFF_DO + ring.stage * Cfg::QT_BYTES;
+#pragma unroll
+        for (int j = 0; j < Cfg::SLABS; j++) {
+          cp_async_bulk_tensor_4d_load(qd + j * Cfg::QT_SLAB, &maps.q, j * 64, h, qi * Cfg::BM, b, full);
+          cp_async_bulk_tensor_4d_load(dd + j * Cfg::QT_SLAB, &maps.dout, j * 64, h, qi * Cfg::BM, b, full);
+        }
+      } else {
+        mbarrier_arrive(full);
+      }
+      attn_ring_next(&ring, Cfg::STAGES);
+    }
+  } else {
+    setmaxnreg_inc<232>();
+    const int c = wg - 1, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+    const int kr0 = 16 * warp + (lane >> 2); /* the thread's first key row in the group's 64 */
+    float dv[Cfg::D / 2], dk[Cfg::D / 2];
+#pragma unroll
+    for (int i = 0; i < Cfg::D / 2; i++) dv[i] = dk[i] = 0.f;
+    const uint32_t base = smem_addr(sm.base);
+    const uint32_t k_base = base + Cfg::OFF_K, v_base = base + Cfg::OFF_V;
+    const uint32_t k_wg = k_base + c * 64 * 128, v_wg = v_base + c * 64 * 128;
+    if (steps > 0 && !attn_wait(sm.kv_full, 0, w, MK_ATTN_WAIT_K)) return;
+
+    for (int it = 0; it < steps; it++) {
+      const int g = it / per_head, qi = i0 + it % per_head, h = hk * group + g;
+      const long long q_first = p.q_pos0 + (long long)qi * Cfg::BM;
+      const uint32_t q_base = base + Cfg::OFF_Q + ring.stage * Cfg::QT_BYTES;
+      const uint32_t do_base = base + Cfg::OFF_DO + ring.stage * Cfg::QT_BYTES;
+      const uint32_t lse_a = base + Cfg::OFF_LSE + ring.stage * Cfg::BM * 4;
+      const uint32_t delta_a = base + Cfg::OFF_DELTA + ring.stage * Cfg::BM * 4;
+      const int buf = it & 1;
+      const uint32_t ds_base = base + Cfg::OFF_DS + buf * Cfg::DS_BYTES;
+      float s[32], dp[32], dq[32];
+      uint32_t pb[16], dsb[16];
+
+      if (!attn_wait(&sm.full[ring.stage], ring.phase, w, MK_ATTN_WAIT_Q)) return;
+      wgmma_fence();
+      attn_bwd_issue_nt<Cfg>(s, k_wg, q_base);
+      wgmma_commit_group();
+      attn_bwd_issue_nt<Cfg>(dp, v_wg, do_base);
+      wgmma_commit_group();
+      wgmma_wait_group<1>();
+      wgmma_fence_operands<32>(s);
+
+      /* P^T: masked entries (keys past the block; causal, queries before the key) -inf */
+      if (mk_attn_bwd_tile_masked(q_first, key_first, keys_left, Cfg::BN, p.causal)) {
+        int fv[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+          const int kidx = c * 64 + kr0 + 8 * i; /* within the tile */
+          int v = 0;
+          if (kidx >= keys_left) v = Cfg::BM;
+          else if (p.causal) {
+            long long d = key_first + kidx - q_first;
+            v = d < 0 ? 0 : d > Cfg::BM ? Cfg::BM : (int)d;
+          }
+          fv[i] = v;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            const int col = 8 * j + 2 * (lane & 3) + e;
+            if (col < fv[0]) s[4 * j + e] = -INFINITY;
+            if (col < fv[1]) s[4 * j + 2 + e] = -INFINITY;
+          }
+      }
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const float2 l = ld_shared_v2_f32(lse_a + (8 * j + 2 * (lane & 3)) * 4);
+        s[4 * j] = attn_ex2(fmaf(s[4 * j], p.scale_log2, -l.x));
+        s[4 * j + 1] = attn_ex2(fmaf(s[4 * j + 1], p.scale_log2, -l.y));
+        s[4 * j + 2] = attn_ex2(fmaf(s[4 * j + 2], p.scale_log2, -l.x));
+        s[4 * j + 3] = attn_ex2(fmaf(s[4 * j + 3], p.scale_log2, -l.y));
+      }
+      wgmma_wait_group<0>(); /* dP^T */
+      wgmma_fence_operands<32>(dp);
+
+      /* dS^T = P^T (dP^T - delta) from the fp32 P^T (a bf16 P here doubled the error of dq and
+       * dk at rows with few visible keys: measured on an H200, one element of 131072 at 1.4x
+       * the bound), then both to bf16 A fragments, element by element so that S^T's and dP^T's
+       * registers free up as the packed ones fill; dS^T also to the buffer */
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const float2 dl = ld_shared_v2_f32(delta_a + (8 * j + 2 * (lane & 3)) * 4);
+        dsb[2 * j] = pack_bf16x2(s[4 * j] * (dp[4 * j] - dl.x), s[4 * j + 1] * (dp[4 * j + 1] - dl.y));
+        dsb[2 * j + 1] = pack_bf16x2(s[4 * j + 2] * (dp[4 * j + 2] - dl.x), s[4 * j + 3] * (dp[4 * j + 3] - dl.y));
+        pb[2 * j] = pack_bf16x2(s[4 * j], s[4 * j + 1]);
+        pb[2 * j + 1] = pack_bf16x2(s[4 * j + 2], s[4 * j + 3]);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const int col = 8 * j + 2 * (lane & 3), row = c * 64 + kr0;
+        st_shared_b32(ds_base + stage_offset_in(row, col, 0), dsb[2 * j]);
+        st_shared_b32(ds_base + stage_offset_in(row + 8, col, 0), dsb[2 * j + 1]);
+      }
+      fence_proxy_async_shared_cta();
+      mbarrier_arrive(&sm.ds_ready[buf]);
+      wgmma_fence();
+      attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
+      attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
+      wgmma_commit_group();
+      if (!attn_wait(&sm.ds_ready[buf], (it >> 1) & 1, w, MK_ATTN_WAIT_TURN)) return;
+      wgmma_fence();
+      attn_bwd_issue_dq<Cfg>(dq, ds_base, k_base, c);
+      wgmma_commit_group();
+      wgmma_wait_group<0>();
+      wgmma_fence_operands<Cfg::D / 2>(dv);
+      wgmma_fence_operands<Cfg::D / 2>(dk);
+      wgmma_fence_operands<32>(dq);
+      wgmma_fence_operands_u32<16>(pb);
+      wgmma_fence_operands_u32<16>(dsb);
+      if (lane == 0) mbarrier_arrive(&sm.empty[ring.stage]);
+
+      /* dq_acc rows += dQ * scale */
+      const int col0 = Cfg::D == 128 ? 64 * c : 0;
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        const int row = qi * Cfg::BM + kr0 + 8 * i; /* kr0: the same fragment row numbering */
+        if (row >= p.q_rows) continue;
+        float* dst = p.dq_acc + (((size_t)b * p.seq_q + p.q_row0 + row) * p.heads + h) * Cfg::D + col0 + 2 * (lane & 3);
+#pragma unroll
+        for (int j = 0; j < 8; j++) red_global_add_v2_f32(dst + 8 * j, dq[4 * j + 2 * i] * p.scale, dq[4 * j + 2 * i + 1] * p.scale);
+      }
+      attn_ring_next(&ring, Cfg::STAGES);
+    }
+
+    /* dK (times scale) and dV rows of the tile */
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int kidx = c * 64 + kr0 + 8 * i;
+      if (kidx >= keys_left) continue;
+      const size_t off =
+          (((size_t)b * blk.seq + blk.row0 + t * Cfg::BN + kidx) * p.kv_heads + hk) * Cfg::D + 2 * (lane & 3);
+#pragma unroll
+      for (int j = 0; j < Cfg::D / 8; j++) {
+        const float k0 = dk[4 * j + 2 * i] * p.scale, k1 = dk[4 * j + 2 * i + 1] * p.scale;
+        const float v0 = dv[4 * j + 2 * i], v1 = dv[4 * j + 2 * i + 1];
+        const size_t o = off + 8 * j;
+        if (blk.dk) *(uint32_t*)(blk.dk + o) = pack_bf16x2(k0, k1);
+        if (blk.dv) *(uint32_t*)(blk.dv + o) = pack_bf16x2(v0, v1);
+        if (blk.dk_acc) {
+          float2* a = (float2*)(blk.dk_acc + o);
+          float2 x = *a;
+          x.x += k0, x.y += k1;
+          *a = x;
+        }
+        if (blk.dv_acc) {
+          float2* a = (float2*)(blk.dv_acc + o);
+          float2 x = *a;
+          x.x += v0, x.y += v1;
+          *a = x;
+        }
+      }
+    }
+  }
+}
+
+/* delta[b, h, q_row0 + r] = sum_d dout * out (unless delta_ready), dq_acc's row zeroed (unless
+ * dq_accumulate): one warp per (row r of the range, head, batch); grid-stride. */
+template <int D>
+__global__ void mk_attn_bwd_prep_kernel(const __nv_bfloat16* out, const __nv_bfloat16* dout, float* delta,
+                                        float* dq_acc, int batch, int seq_q, int heads, int q_row0, int q_rows,
+                                        int do_delta, int zero_dq) {
+  const int lane = threadIdx.x & 31;
+  const size_t rows = (size_t)batch * q_rows * heads;
+  for (size_t e = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32; e < rows;
+       e += (size_t)gridDim.x * blockDim.x / 32) {
+    const int h = (int)(e % heads), r = (int)(e / heads % q_rows), b = (int)(e / heads / q_rows);
+    const size_t at = (((size_t)b * seq_q + q_row0 + r) * heads + h) * D;
+    if (do_delta) {
+      float acc = 0.f;
+      for (int d = 2 * lane; d < D; d += 64) {
+        const __nv_bfloat162 o = *(const __nv_bfloat162*)(out + at + d);
+        const __nv_bfloat162 g = *(const __nv_bfloat162*)(dout + at + d);
+        acc += __bfloat162float(o.x) * __bfloat162float(g.x) + __bfloat162float(o.y) * __bfloat162float(g.y);
+      }
+#pragma unroll
+      for (int m = 16; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+      if (lane == 0) delta[((size_t)b * heads + h) * seq_q + q_row0 + r] = acc;
+    }
+    if (zero_dq)
+      for (int d = 4 * lane; d < D; d += 128) *(float4*)(dq_acc + at + d) = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+/* dq = bf16(dq_acc) over the rows of the range, 4 elements per thread step. */
+template <int D>
+__global__ void mk_attn_bwd_dq_kernel(const float* dq_acc, __nv_bfloat16* dq, int batch, int seq_q, int heads,
+                                      int q_row0, int q_rows) {
+  const size_t per_batch = (size_t)q_rows * heads * D / 4, n = (size_t)batch * per_batch;
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+    const size_t b = e / per_batch, in = e % per_batch;
+    const size_t at = ((size_t)b * seq_q + q_row0) * heads * D + 4 * in;
+    const float4 x = *(const float4*)(dq_acc + at);
+    uint2 y;
+    y.x = pack_bf16x2(x.x, x.y);
+    y.y = pack_bf16x2(x.z, x.w);
+    *(uint2*)(dq + at) = y;
+  }
+}
+
+#endif /* MK_ATTN_BWD_CUH_ */

@@ -1,0 +1,387 @@
+/*
+ * The backward attention core (fused/common/attn.h mk_attn_bwd_launch) on one GPU against the
+ * float64 reference backward of attn_check.cuh. One binary, one behaviour per argv[1] (`all`
+ * runs every one); exit 77 without a Hopper GPU.
+ *   backward: small shapes (S = 1, 100, 128, 300, 1024; H = H_kv and GQA 8:1; D = 64, 128;
+ *     causal and not): out and lse from the forward core, then dq, dk, dv (poisoned first),
+ *     every element checked against ref_attn_bwd_f64.
+ *   offsets: one rank of a 2-rank ring emulated, as the ring backward will call the core: per
+ *     local half of its queries (zigzag chunks r and 3-r of 4 when causal: q positions are not
+ *     row indices), two calls (ring steps), each with the two KV chunks of one rank as two
+ *     blocks at their global positions (rows [kh * chunk, +chunk) of the rank's tensors): the
+ *     second call adds to the first's dq_acc (dq_accumulate, delta_ready) and writes dq; dk, dv
+ *     add into fp32 dk_acc / dv_acc per source rank over every call of both ranks. dq of each
+ *     rank's rows and dk, dv of each rank's rows must equal the reference's.
+ *   negative_control: one element of dk moved (the checker must reject it), and a backward run
+ *     with every lse + 1 (P off by a factor e: must be rejected).
+ *   bad_input: refused with -EINVAL, outputs untouched.
+ * Checker (host, float64): ||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
+ * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3, nothing non-finite (the poison never passes).
+ * The 3e-3 floor: inputs are uniform, q, k in +-2, v, dout in +-1; the kernel's delta comes
+ * from the bf16 out (about 2^-9 of dout.v off), which alone moves dq and dk of a row by up to
+ * ~1e-3 where the reference has 0 (S = 1: dq = dk = 0 exactly).
+ */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+#include <vector>
+#include "attn.h"
+#include "attn_check.cuh"
+#include "expect.h"
+#include "gemm.h"
+
+#define BWD_TOL_REL 2e-2
+#define BWD_TOL_ABS 3e-3
+
+struct bwd_bufs {
+  int batch, seq, heads, kv_heads, d, causal;
+  size_t nq, nkv, nl;
+  void *q, *k, *v, *dout, *out, *dq, *dk, *dv;
+  float *lse, *delta, *dq_acc;
+  double *ref_dq, *ref_dk, *ref_dv;
+  struct mk_gemm_error* err;
+};
+
+static void check_err(struct mk_gemm_error* err, const char* what) {
+  struct mk_gemm_error e;
+  CUDA_OK(cudaMemcpy(&e, err, sizeof e, cudaMemcpyDeviceToHost));
+  EXPECT(!e.aborted, "%s: a wait timed out: tile %u barrier %u parity %llu", what, e.tile, e.flag_index,
+         (unsigned long long)e.expected);
+}
+
+/* The forward core's out and lse for the whole sequence (test_attn checks it). */
+static void forward(const void* q, const void* k, const void* v, void* out, float* lse, int batch, int seq, int heads,
+                    int kv_heads, int d, int causal, struct mk_gemm_error* err) {
+  struct mk_attn_args a;
+  memset(&a, 0, sizeof a);
+  a.q = q, a.out = out, a.lse = lse;
+  a.batch = batch, a.seq_q = seq, a.heads = heads, a.kv_heads = kv_heads, a.d_head = d, a.causal = causal;
+  a.num_kv_blocks = 1;
+  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].seq = seq;
+  a.err = err;
+  a.timeout_ms = 5000;
+  const int rc = mk_attn_fwd_launch(&a, 0);
+  EXPECT(rc == 0, "mk_attn_fwd_launch returned %d", rc);
+  CUDA_OK(cudaDeviceSynchronize());
+  check_err(err, "forward");
+}
+
+static void bufs_alloc(struct bwd_bufs* t, int batch, int seq, int heads, int kv_heads, int d, int causal,
+                       uint64_t seed) {
+  t->batch = batch, t->seq = seq, t->heads = heads, t->kv_heads = kv_heads, t->d = d, t->causal = causal;
+  t->nq = (size_t)batch * seq * heads * d, t->nkv = (size_t)batch * seq * kv_heads * d;
+  t->nl = (size_t)batch * heads * seq;
+  CUDA_OK(cudaMalloc(&t->q, t->nq * 2));
+  CUDA_OK(cudaMalloc(&t->dout, t->nq * 2));
+  CUDA_OK(cudaMalloc(&t->out, t->nq * 2));
+  CUDA_OK(cudaMalloc(&t->dq, t->nq * 2));
+  CUDA_OK(cudaMalloc(&t->k, t->nkv * 2));
+  CUDA_OK(cudaMalloc(&t->v, t->nkv * 2));
+  CUDA_OK(cudaMalloc(&t->dk, t->nkv * 2));
+  CUDA_OK(cudaMalloc(&t->dv, t->nkv * 2));
+  CUDA_OK(cudaMalloc(&t->lse, t->nl * 4));
+  CUDA_OK(cudaMalloc(&t->delta, t->nl * 4));
+  CUDA_OK(cudaMalloc(&t->dq_acc, t->nq * 4));
+  CUDA_OK(cudaMalloc(&t->ref_dq, t->nq * 8));
+  CUDA_OK(cudaMalloc(&t->ref_dk, t->nkv * 8));
+  CUDA_OK(cudaMalloc(&t->ref_dv, t->nkv * 8));
+  CUDA_OK(cudaMalloc(&t->err, sizeof(struct mk_gemm_error)));
+  CUDA_OK(cudaMemset(t->err, 0, sizeof(struct mk_gemm_error)));
+  fill_random_bf16(t->q, t->nq, seed, 2.0f);
+  fill_random_bf16(t->k, t->nkv, seed + 1, 2.0f);
+  fill_random_bf16(t->v, t->nkv, seed + 2, 1.0f);
+  fill_random_bf16(t->dout, t->nq, seed + 3, 1.0f);
+  poison(t->dq, t->nq * 2);
+  poison(t->dk, t->nkv * 2);
+  poison(t->dv, t->nkv * 2);
+  poison(t->delta, t->nl * 4);
+  poison(t->dq_acc, t->nq * 4);
+  forward(t->q, t->k, t->v, t->out, t->lse, batch, seq, heads, kv_heads, d, causal, t->err);
+  ref_attn_bwd_f64(t->q, t->k, t->v, t->dout, t->ref_dq, t->ref_dk, t->ref_dv, batch, seq, heads, kv_heads, d,
+                   causal);
+}
+
+static void bufs_free(struct bwd_bufs* t) {
+  cudaFree(t->q), cudaFree(t->dout), cudaFree(t->out), cudaFree(t->dq), cudaFree(t->k), cudaFree(t->v);
+  cudaFree(t->dk), cudaFree(t->dv), cudaFree(t->lse), cudaFree(t->delta), cudaFree(t->dq_acc);
+  cudaFree(t->ref_dq), cudaFree(t->ref_dk), cudaFree(t->ref_dv), cudaFree(t->err);
+}
+
+static struct mk_attn_bwd_args whole_args(const struct bwd_bufs* t) {
+  struct mk_attn_bwd_args a;
+  memset(&a, 0, sizeof a);
+  a.q = t->q, a.out = t->out, a.dout = t->dout, a.lse = t->lse, a.delta = t->delta, a.dq_acc = t->dq_acc;
+  a.dq = t->dq;
+  a.batch = t->batch, a.seq_q = t->seq, a.heads = t->heads, a.kv_heads = t->kv_heads, a.d_head = t->d;
+  a.causal = t->causal;
+  a.num_kv_blocks = 1;
+  a.kv[0].k = t->k, a.kv[0].v = t->v, a.kv[0].dk = t->dk, a.kv[0].dv = t->dv, a.kv[0].seq = t->seq;
+  a.err = t->err;
+  a.timeout_ms = 5000;
+  return a;
+}
+
+static int run_bwd(const struct mk_attn_bwd_args* a) {
+  const int rc = mk_attn_bwd_launch(a, 0);
+  EXPECT(rc == 0, "mk_attn_bwd_launch returned %d", rc);
+  CUDA_OK(cudaDeviceSynchronize());
+  struct mk_gemm_error e;
+  CUDA_OK(cudaMemcpy(&e, a->err, sizeof e, cudaMemcpyDeviceToHost));
+  EXPECT(!e.aborted, "a wait timed out: tile %u barrier %u parity %llu", e.tile, e.flag_index,
+         (unsigned long long)e.expected);
+  return rc == 0 && !e.aborted;
+}
+
+static double to_double(__nv_bfloat16 x) { return (double)__bfloat162float(x); }
+static double to_double(float x) { return (double)x; }
+
+/* The checker (see the top). Prints one line; 1 = pass. */
+template <class T>
+static int grad_check(const char* what, const T* dev, const double* ref_dev, size_t n) {
+  std::vector<T> x(n);
+  std::vector<double> r(n);
+  CUDA_OK(cudaMemcpy(x.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(r.data(), ref_dev, n * sizeof(double), cudaMemcpyDeviceToHost));
+  double ss_ref = 0, ss_diff = 0, worst = 0;
+  for (size_t i = 0; i < n; i++) ss_ref += r[i] * r[i];
+  const double rms = sqrt(ss_ref / (double)n);
+  long over = 0, nonfinite = 0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double v = to_double(x[i]), d = fabs(v - r[i]);
+    if (!std::isfinite(v)) {
+      nonfinite++;
+      continue;
+    }
+    ss_diff += d * d;
+    if (d > worst) worst = d, worst_at = i;
+    if (!(d <= BWD_TOL_REL * (fabs(r[i]) + rms) + BWD_TOL_ABS)) over++;
+  }
+  const double rel = ss_ref > 0 ? sqrt(ss_diff / ss_ref) : sqrt(ss_diff);
+  const int pass = nonfinite == 0 && over == 0 && sqrt(ss_diff) <= BWD_TOL_REL * sqrt(ss_ref) + BWD_TOL_ABS * sqrt((double)n);
+  printf("  %-50s rel %.2e rms %.2e max %.2e at %zu over %ld nonfinite %ld: %s\n", what, rel, rms, worst, worst_at,
+         over, nonfinite, pass ? "ok" : "WRONG");
+  return pass;
+}
+
+static int check_all(const char* what, const struct bwd_bufs* t) {
+  char w[200];
+  int ok = 1;
+  snprintf(w, sizeof w, "%s dq", what);
+  ok &= grad_check(w, (const __nv_bfloat16*)t->dq, t->ref_dq, t->nq);
+  snprintf(w, sizeof w, "%s dk", what);
+  ok &= grad_check(w, (const __nv_bfloat16*)t->dk, t->ref_dk, t->nkv);
+  snprintf(w, sizeof w, "%s dv", what);
+  ok &= grad_check(w, (const __nv_bfloat16*)t->dv, t->ref_dv, t->nkv);
+  return ok;
+}
+
+static void backward_case(int batch, int seq, int heads, int kv_heads, int d, int causal, uint64_t seed) {
+  struct bwd_bufs t;
+  bufs_alloc(&t, batch, seq, heads, kv_heads, d, causal, seed);
+  const struct mk_attn_bwd_args a = whole_args(&t);
+  char what[128];
+  snprintf(what, sizeof what, "B=%d S=%4d H=%d H_kv=%d D=%3d %s", batch, seq, heads, kv_heads, d,
+           causal ? "causal" : "non-causal");
+  if (run_bwd(&a)) EXPECT(check_all(what, &t), "%s: dq, dk or dv wrong", what);
+  bufs_free(&t);
+}
+
+static void test_backward(void) {
+  const uint64_t seed = (uint64_t)time(NULL);
+  printf("  seed %016llx\n", (unsigned long long)seed);
+  const int seqs[] = {1, 100, 128, 300, 1024};
+  int i = 0;
+  for (int causal = 0; causal < 2; causal++)
+    for (int d = 64; d <= 128; d += 64)
+      for (int s = 0; s < 5; s++) {
+        const int batch = seqs[s] >= 1024 ? 1 : 2;
+        backward_case(batch, seqs[s], 4, 4, d, causal, seed + 10 * i++);
+        backward_case(batch, seqs[s], 8, 1, d, causal, seed + 10 * i++);
+      }
+}
+
+/* See the top: a 2-rank ring's calls, emulated on one GPU. */
+static void offsets_case(int batch, int chunk, int heads, int kv_heads, int d, int causal, uint64_t seed) {
+  const int n = 2, seq = 2 * n * chunk, s_local = seq / n, zz = causal;
+  struct bwd_bufs t;
+  bufs_alloc(&t, batch, seq, heads, kv_heads, d, causal, seed);
+  const size_t nq_l = t.nq / n, nkv_l = t.nkv / n, nl_l = t.nl / n;
+  const long qw = (long)heads * d, kw = (long)kv_heads * d;
+  void *q_l[2], *out_l[2], *dout_l[2], *k_l[2], *v_l[2], *dq_l[2];
+  float *lse_l[2], *delta_l[2], *dq_acc_l[2], *dk_acc[2], *dv_acc[2];
+  double* ref_l;
+  for (int r = 0; r < n; r++) {
+    CUDA_OK(cudaMalloc(&q_l[r], nq_l * 2));
+    CUDA_OK(cudaMalloc(&out_l[r], nq_l * 2));
+    CUDA_OK(cudaMalloc(&dout_l[r], nq_l * 2));
+    CUDA_OK(cudaMalloc(&dq_l[r], nq_l * 2));
+    CUDA_OK(cudaMalloc(&k_l[r], nkv_l * 2));
+    CUDA_OK(cudaMalloc(&v_l[r], nkv_l * 2));
+    CUDA_OK(cudaMalloc(&lse_l[r], nl_l * 4));
+    CUDA_OK(cudaMalloc(&delta_l[r], nl_l * 4));
+    CUDA_OK(cudaMalloc(&dq_acc_l[r], nq_l * 4));
+    CUDA_OK(cudaMalloc(&dk_acc[r], nkv_l * 4));
+    CUDA_OK(cudaMalloc(&dv_acc[r], nkv_l * 4));
+    attn_take_rank_rows((const __nv_bfloat16*)t.q, (__nv_bfloat16*)q_l[r], batch, seq, qw, r, n, zz);
+    attn_take_rank_rows((const __nv_bfloat16*)t.out, (__nv_bfloat16*)out_l[r], batch, seq, qw, r, n, zz);
+    attn_take_rank_rows((const __nv_bfloat16*)t.dout, (__nv_bfloat16*)dout_l[r], batch, seq, qw, r, n, zz);
+    attn_take_rank_rows((const __nv_bfloat16*)t.k, (__nv_bfloat16*)k_l[r], batch, seq, kw, r, n, zz);
+    attn_take_rank_rows((const __nv_bfloat16*)t.v, (__nv_bfloat16*)v_l[r], batch, seq, kw, r, n, zz);
+    attn_take_rank_lse(t.lse, lse_l[r], batch, heads, seq, r, n, zz);
+    poison(dq_l[r], nq_l * 2);
+    poison(delta_l[r], nl_l * 4);
+    poison(dq_acc_l[r], nq_l * 4);
+    CUDA_OK(cudaMemset(dk_acc[r], 0, nkv_l * 4));
+    CUDA_OK(cudaMemset(dv_acc[r], 0, nkv_l * 4));
+  }
+  CUDA_OK(cudaMalloc(&ref_l, (nq_l > nkv_l ? nq_l : nkv_l) * 8));
+  int ok = 1;
+  for (int r = 0; r < n; r++)
+    for (int qh = 0; qh < 2; qh++)
+      for (int step = 0; step < n; step++) {
+        const int src = mk_ra_kv_source(r, n, step);
+        struct mk_attn_bwd_args a;
+        memset(&a, 0, sizeof a);
+        a.q = q_l[r], a.out = out_l[r], a.dout = dout_l[r], a.lse = lse_l[r], a.delta = delta_l[r];
+        a.dq_acc = dq_acc_l[r];
+        a.dq = step == n - 1 ? dq_l[r] : NULL;
+        a.batch = batch, a.seq_q = s_local, a.heads = heads, a.kv_heads = kv_heads, a.d_head = d;
+        a.causal = causal;
+        a.q_row0 = qh * chunk, a.q_rows = chunk;
+        a.q_pos0 = attn_global_row(r, n, s_local, qh * chunk, zz);
+        a.dq_accumulate = a.delta_ready = step > 0;
+        a.num_kv_blocks = 2;
+        for (int kh = 0; kh < 2; kh++) {
+          struct mk_attn_bwd_kv_block* b = &a.kv[kh];
+          b->k = k_l[src], b->v = v_l[src], b->seq = s_local;
+          b->dk_acc = dk_acc[src], b->dv_acc = dv_acc[src];
+          b->row0 = kh * chunk, b->rows = chunk;
+          b->pos0 = attn_global_row(src, n, s_local, kh * chunk, zz);
+        }
+        a.err = t.err;
+        a.timeout_ms = 5000;
+        ok &= run_bwd(&a);
+      }
+  if (ok)
+    for (int r = 0; r < n; r++) {
+      char what[160];
+      snprintf(what, sizeof what, "rank %d/2 B=%d chunk=%3d H=%d H_kv=%d D=%3d %s", r, batch, chunk, heads, kv_heads,
+               d, causal ? "causal zigzag" : "non-causal");
+      char w[200];
+      attn_take_rank_rows(t.ref_dq, ref_l, batch, seq, qw, r, n, zz);
+      snprintf(w, sizeof w, "%s dq", what);
+      EXPECT(grad_check(w, (const __nv_bfloat16*)dq_l[r], ref_l, nq_l), "%s", w);
+      attn_take_rank_rows(t.ref_dk, ref_l, batch, seq, kw, r, n, zz);
+      snprintf(w, sizeof w, "%s dk_acc", what);
+      EXPECT(grad_check(w, dk_acc[r], ref_l, nkv_l), "%s", w);
+      attn_take_rank_rows(t.ref_dv, ref_l, batch, seq, kw, r, n, zz);
+      snprintf(w, sizeof w, "%s dv_acc", what);
+      EXPECT(grad_check(w, dv_acc[r], ref_l, nkv_l), "%s", w);
+    }
+  for (int r = 0; r < n; r++) {
+    cudaFree(q_l[r]), cudaFree(out_l[r]), cudaFree(dout_l[r]), cudaFree(dq_l[r]), cudaFree(k_l[r]);
+    cudaFree(v_l[r]), cudaFree(lse_l[r]), cudaFree(delta_l[r]), cudaFree(dq_acc_l[r]), cudaFree(dk_acc[r]);
+    cudaFree(dv_acc[r]);
+  }
+  cudaFree(ref_l);
+  bufs_free(&t);
+}
+
+static void test_offsets(void) {
+  const uint64_t seed = (uint64_t)time(NULL) + 7;
+  printf("  seed %016llx\n", (unsigned long long)seed);
+  const int chunks[] = {64, 100, 128, 300};
+  int i = 0;
+  for (int causal = 1; causal >= 0; causal--)
+    for (int c = 0; c < 4; c++) {
+      offsets_case(2, chunks[c], 8, 1, 128, causal, seed + 10 * i++);
+      offsets_case(1, chunks[c], 4, 4, 64, causal, seed + 10 * i++);
+    }
+}
+
+template <class T>
+static void nudge(T* p, size_t i, double delta) {
+  T h;
+  CUDA_OK(cudaMemcpy(&h, p + i, sizeof h, cudaMemcpyDeviceToHost));
+  if constexpr (sizeof(T) == 2) h = __float2bfloat16(__bfloat162float(h) + (float)delta);
+  else h = (T)((double)h + delta);
+  CUDA_OK(cudaMemcpy(p + i, &h, sizeof h, cudaMemcpyHostToDevice));
+}
+
+static __global__ void add_f32(float* p, size_t n, float x) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] += x;
+}
+
+static void test_negative_control(void) {
+  struct bwd_bufs t;
+  bufs_alloc(&t, 2, 300, 8, 1, 128, 1, 0x5eed);
+  const struct mk_attn_bwd_args a = whole_args(&t);
+  if (!run_bwd(&a)) return;
+  EXPECT(check_all("correct gradients", &t), "the correct gradients must pass");
+  const size_t at = t.nkv / 2 + 77;
+  nudge((__nv_bfloat16*)t.dk, at, 0.25);
+  EXPECT(!grad_check("dk[n/2 + 77] + 0.25", (const __nv_bfloat16*)t.dk, t.ref_dk, t.nkv),
+         "one element of dk off by 0.25 passed");
+  add_f32<<<256, 256>>>(t.lse, t.nl, 1.0f);
+  CUDA_OK(cudaGetLastError());
+  poison(t.dq, t.nq * 2), poison(t.dk, t.nkv * 2), poison(t.dv, t.nkv * 2);
+  if (run_bwd(&a)) EXPECT(!check_all("backward with lse + 1", &t), "a backward with lse + 1 passed");
+  bufs_free(&t);
+}
+
+static void test_bad_input(void) {
+  struct bwd_bufs t;
+  bufs_alloc(&t, 1, 256, 4, 2, 64, 1, 42);
+  const struct mk_attn_bwd_args g = whole_args(&t);
+  struct mk_attn_bwd_args a;
+  a = g, a.d_head = 96;
+  EXPECT(mk_attn_bwd_launch(&a, 0) == -EINVAL, "d_head 96 accepted");
+  a = g, a.heads = 3;
+  EXPECT(mk_attn_bwd_launch(&a, 0) == -EINVAL, "heads 3 with kv_heads 2 accepted");
+  a = g, a.seq_q = 0;
+  EXPECT(mk_attn_bwd_launch(&a, 0) == -EINVAL, "seq_q 0 accepted");
+  a = g, a.kv[0].k = NULL;
+  EXPECT(mk_attn_bwd_launch(&a, 0) == -EINVAL, "k NULL accepted");
+  a = g, a.lse = NULL;
+  EXPECT(mk_attn_bwd_launch(&a, 0) == -EINVAL, "lse NULL accepted");
+  a = g, a.dq_acc = NULL;
+  EXPECT(mk_attn_bwd_launch(&a, 0) == -EINVAL, "dq_acc NULL accepted");
+  a = g, a.kv[0].dk = NULL;
+  EXPECT(mk_attn_bwd_launch(&a, 0) == -EINVAL, "no dk output accepted");
+  a = g, a.q = (const char*)t.q + 2;
+  EXPECT(mk_attn_bwd_launch(&a, 0) == -EINVAL, "misaligned q accepted");
+  a = g, a.kv[0].rows = 300;
+  EXPECT(mk_attn_bwd_launch(&a, 0) == -EINVAL, "kv rows past seq accepted");
+  CUDA_OK(cudaDeviceSynchronize());
+  size_t touched = 0;
+  const void* outs[] = {t.dq, t.dk, t.dv, t.delta, t.dq_acc};
+  const size_t bytes[] = {t.nq * 2, t.nkv * 2, t.nkv * 2, t.nl * 4, t.nq * 4};
+  for (int o = 0; o < 5; o++) {
+    std::vector<unsigned char> h(bytes[o]);
+    CUDA_OK(cudaMemcpy(h.data(), outs[o], h.size(), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < h.size(); i++) touched += h[i] != 0xFF;
+  }
+  printf("  refused launches left %zu bytes of dq, dk, dv, delta, dq_acc changed\n", touched);
+  EXPECT(touched == 0, "a refused launch wrote an output");
+  bufs_free(&t);
+}
+
+int main(int argc, char** argv) {
+  gpu_or_skip();
+  const char* what = argc > 1 ? argv[1] : "";
+  const int all = !strcmp(what, "all");
+  int known = all;
+  printf("%s\n", what);
+  if (all || !strcmp(what, "backward")) known = 1, printf("backward\n"), test_backward();
+  if (all || !strcmp(what, "offsets")) known = 1, printf("offsets\n"), test_offsets();
+  if (all || !strcmp(what, "negative_control")) known = 1, printf("negative_control\n"), test_negative_control();
+  if (all || !strcmp(what, "bad_input")) known = 1, printf("bad_input\n"), test_bad_input();
+  if (!known) {
+    fprintf(stderr, "unknown test '%s'\n", what);
+    return 2;
+  }
+  printf("%s: %s (%d failures)\n", what, failures ? "FAILED" : "passed", failures);
+  return failures ? 1 : 0;
+}
