@@ -103,15 +103,13 @@ static int gemm_validate_call(const struct mk_gemm_args* a) {
 }
 
 /* The all-gather push (gemm.h struct mk_gemm_push). */
-static int gemm_validate_push(const struct mk_gemm_args* a, int bm, int cluster_m, int max_ctas) {
+static int gemm_validate_push(const struct mk_gemm_args* a, int bm, int cluster_m) {
   const struct mk_gemm_push* pu = a->push;
   const struct mk_gemm_call* c = a->call;
   if (!c || !a->ready_flags || a->group_offsets || a->rs || a->scatter || cluster_m != 1 || a->dtype != MK_GEMM_BF16)
     GEMM_REJECT("mk_gemm_launch: push needs a call bracket and ready_flags, plain mode, no rs or scatter, "
                 "one-CTA clusters, bf16 operands");
-  if (pu->ctas < 1 || pu->ctas >= max_ctas)
-    GEMM_REJECT("mk_gemm_launch: push ctas = %d, must be in [1, %d) (CTAs resident on this device)", pu->ctas,
-                max_ctas);
+  if (pu->ctas < 1) GEMM_REJECT("mk_gemm_launch: push ctas = %d, must be >= 1", pu->ctas);
   if (pu->shard_rows < 1 || pu->shard_rows % bm || (long)pu->shard_rows * c->nranks != a->m)
     GEMM_REJECT("mk_gemm_launch: push shard_rows %d, must be a multiple of %d with m = %d = nranks x shard_rows",
                 pu->shard_rows, bm, a->m);
@@ -339,6 +337,7 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   MK_CHECK(gemm_validate(a));
   if (a->rs) MK_CHECK(gemm_validate_rs(a, Cfg::BM, Cfg::ASYNC_EPI));
   MK_CHECK(gemm_validate_call(a));
+  if (a->push) MK_CHECK(gemm_validate_push(a, Cfg::BM, Cfg::CLUSTER_M));
   if (a->scatter && !Cfg::ASYNC_EPI) GEMM_REJECT("mk_gemm_launch: scatter needs the storer warps (ASYNC_EPI)");
   if (a->dtype != Cfg::DTYPE)
     GEMM_REJECT("mk_gemm_launch: dtype %d launched on a configuration compiled for %d", a->dtype, Cfg::DTYPE);
@@ -355,7 +354,9 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   gemm_fill_params(&p, a, Cfg::BK);
 
   cudaError_t e = gemm_prepare_cfg<Cfg>(sms, &max_ctas);
-  if (e == cudaSuccess && a->push) MK_CHECK(gemm_validate_push(a, Cfg::BM, Cfg::CLUSTER_M, max_ctas));
+  if (e == cudaSuccess && a->push && a->push->ctas >= max_ctas)
+    GEMM_REJECT("mk_gemm_launch: push ctas = %d, must be below the %d CTAs resident on this device", a->push->ctas,
+                max_ctas);
   if (e == cudaSuccess) {
     /* the push CTAs take SMs of their own: all of them resident together with the GEMM's */
     p.gemm_ctas = gemm_grid_size<Cfg>(a, max_ctas - p.push.ctas);

@@ -1,6 +1,6 @@
 /*
  * The GEMM core's argument rules for its fused hooks (gemm.h: the reduce-scatter epilogue,
- * the call bracket, the row-scatter epilogue, row_block_rotate) and for its operand types
+ * the call bracket, the row-scatter epilogue, the all-gather push, row_block_rotate) and for its operand types
  * (dtype: bf16, e4m3 with scales), checked without a GPU: a bad set is refused with -EINVAL
  * before the launcher looks for a device. Every bad set differs from a good one in one field;
  * the good ones get past validation (-ENOTSUP: no GPU here; on a machine with a Hopper GPU
@@ -209,6 +209,34 @@ static void e4m3_takes_the_hooks_and_only_configuration_0(void) {
   if (no_gpu) CHECK_EQ(mk_gemm_launch_variant(&g, 0, 0), -ENOTSUP);
 }
 
+/* The all-gather push (gemm.h struct mk_gemm_push): a call bracket, ready flags, plain bf16
+ * mode, whole row-blocks per shard, every peer's destination; each missing piece named. */
+static void push_rules(void) {
+  struct mk_gemm_args g = base_args();
+  struct mk_gemm_call call = base_call();
+  struct mk_gemm_push push, bad;
+  memset(&push, 0, sizeof push);
+  push.ctas = 4, push.src = fake(16), push.shard_rows = 128, push.counts = fake(17);
+  push.dst[1] = fake(18), push.dst_flags[1] = fake(19);
+  g.call = &call, g.ready_flags = fake(20), g.push = &push;
+  expect_good(&g);
+  g.push = &bad;
+  bad = push, bad.ctas = 0;
+  expect_refused(&g, "push ctas = 0", NULL);
+  bad = push, bad.shard_rows = 64;
+  expect_refused(&g, "push shard_rows 64", NULL);
+  bad = push, bad.dst[1] = NULL;
+  expect_refused(&g, "dst_flags of rank 1", NULL);
+  bad = push, bad.src = (char*)fake(16) + 8;
+  expect_refused(&g, "push src", NULL);
+  g.push = &push, g.call = NULL;
+  expect_refused(&g, "push needs a call bracket", NULL);
+  g.call = &call, g.ready_flags = NULL;
+  expect_refused(&g, "push needs a call bracket and ready_flags", NULL);
+  g.ready_flags = fake(20), g.dtype = MK_GEMM_E4M3;
+  expect_refused(&g, "bf16 operands", NULL);
+}
+
 int main(void) {
   mk_log_set_logger(capture_logger);
   no_gpu = mk_gemm_prepare() == -ENOTSUP;
@@ -222,5 +250,6 @@ int main(void) {
   unknown_dtype_is_refused_by_name();
   scales_are_for_e4m3_only_and_float_aligned();
   e4m3_takes_the_hooks_and_only_configuration_0();
+  push_rules();
   return MK_TEST_RESULT();
 }
