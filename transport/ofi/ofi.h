@@ -205,6 +205,9 @@ struct ofi_comm {
   int credit_busy;            /* the credit-only message is in flight */
   struct ofi_req* rx[MK_MAX_REQUESTS]; /* recv: live receives in posting order */
   uint32_t nrx;
+  /* counts, logged at close: messages sent or received eager and through a clear-to-send;
+   * recv: eager ones that waited for their receive, and that crossed its clear-to-send */
+  uint64_t n_eager, n_cts, n_queued, n_crossed;
 };
 
 /* ofi_stream.c: per-stream endpoints and their helper threads. */

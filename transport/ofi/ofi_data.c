@@ -101,6 +101,7 @@ static int ofi_send_post(struct ofi_comm* c, struct ofi_cts_slot* s, int i, void
   }
   s->matched |= 1u << i;
   if (s->matched == (1u << s->cts.n) - 1) s->valid = 0; /* every buffer has its send */
+  c->n_cts++;
   *out = r;
   return 0;
 }
@@ -278,6 +279,7 @@ static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** da
   __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED);
   MK_CHECK(ofi_cts_post(c, r));
   c->seq++;
+  c->n_cts += (uint64_t)(n - r->eager_done);
   return ofi_eager_drain(c);
 }
 

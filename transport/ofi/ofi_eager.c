@@ -98,6 +98,12 @@ void ofi_eager_close_fabric(struct ofi_comm* c) {
 }
 
 void ofi_eager_destroy(struct ofi_comm* c) {
+  if (c->eager_bytes)
+    MK_INFO(MK_NCCL_SUBSYS_NET, "ofi %s comm %p: %llu messages eager (%llu waited for their "
+            "receive, %llu crossed its clear-to-send), %llu through a clear-to-send",
+            c->is_send ? "send" : "recv", (void*)c, (unsigned long long)c->n_eager,
+            (unsigned long long)c->n_queued, (unsigned long long)c->n_crossed,
+            (unsigned long long)c->n_cts);
   if (c->uq.count)
     MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: comm %p closed with %u eager messages never received",
             (void*)c, c->uq.count);
@@ -196,7 +202,11 @@ static int ofi_eager_deliver(struct ofi_comm* c, struct ofi_req* r, const struct
   __atomic_store_n(&r->sizes[i], fits < 0 ? 0 : (size_t)e->len, __ATOMIC_RELAXED);
   r->eager_mask |= (uint8_t)(1u << i);
   r->eager_done++;
-  if (r->posted_mask & (1u << i)) MK_CHECK(ofi_entry_cancel(c, r, i));
+  c->n_eager++;
+  if (r->posted_mask & (1u << i)) {
+    c->n_crossed++;
+    MK_CHECK(ofi_entry_cancel(c, r, i));
+  }
   b->credit_due = 1;
   MK_CHECK(ofi_bounce_post(c, b));
   return ofi_credit_send(c);
@@ -237,7 +247,9 @@ int ofi_eager_arrived(struct ofi_comm* c, struct ofi_bounce* b, uint64_t tag, si
     MK_WARN("ofi: more eager messages than bounce buffers: the sender ignored its credits");
     return -EPROTO;
   }
-  return ofi_eager_drain(c);
+  MK_CHECK(ofi_eager_drain(c));
+  if (mk_ofi_uq_find(&c->uq, e.msn) >= 0) c->n_queued++;
+  return 0;
 }
 
 /* Sender: 1 when nothing could be posted (no request, or the provider said EAGAIN). */
@@ -260,6 +272,7 @@ int ofi_eager_send(struct ofi_comm* c, void* data, size_t size, int tag, struct 
     return (int)rc;
   }
   mk_ofi_credits_take(&c->credits);
+  c->n_eager++;
   *out = r;
   return 0;
 }
