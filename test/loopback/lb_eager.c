@@ -18,6 +18,10 @@ static void set_param(const char* name, const char* value) {
   mk_param_reload();
 }
 
+/* Eager is off by default (NCCL_MK_OFI_EAGER_BYTES=0): every case here turns it on at both
+ * ends, before its comm is made, at the size the parameter's help suggests. */
+static void eager_on(void) { set_param("NCCL_MK_OFI_EAGER_BYTES", "16384"); }
+
 static size_t eager_bytes(void) { return (size_t)mk_param_int(MK_PARAM_OFI_EAGER_BYTES); }
 
 /* One receive of one buffer of cap bytes; checks the size and bytes of message `stream`. */
@@ -70,6 +74,7 @@ static size_t late_len(int m) {
   return lens[m];
 }
 static int late_recv(struct lb_ctx* ctx) {
+  eager_on();
   LB_OK(lb_accept(ctx));
   LB_OK(warm(ctx));
   LB_EXPECT(lb_hear(ctx) == 1); /* every send has been taken */
@@ -78,6 +83,7 @@ static int late_recv(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 static int late_send(struct lb_ctx* ctx) {
+  eager_on();
   LB_OK(lb_connect(ctx));
   LB_OK(warm(ctx));
   unsigned char* bufs[LATE_COUNT];
@@ -95,6 +101,7 @@ static int late_send(struct lb_ctx* ctx) {
  * credits. */
 #define CREDIT_COUNT 12
 static int credits_recv(struct lb_ctx* ctx) {
+  eager_on();
   set_param("NCCL_MK_OFI_EAGER_BUFS", "4");
   LB_OK(lb_accept(ctx));
   LB_OK(warm(ctx));
@@ -104,6 +111,7 @@ static int credits_recv(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 static int credits_send(struct lb_ctx* ctx) {
+  eager_on();
   LB_OK(lb_connect(ctx));
   LB_OK(warm(ctx));
   unsigned char* bufs[CREDIT_COUNT];
@@ -144,6 +152,7 @@ static size_t mix_len(int j) {
 }
 #define MIX_ROUNDS 6
 static int mix_recv(struct lb_ctx* ctx) {
+  eager_on();
   LB_OK(lb_accept(ctx));
   for (int round = 0; round < MIX_ROUNDS; round++) {
     void* data[4];
@@ -169,6 +178,7 @@ static int mix_recv(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 static int mix_send(struct lb_ctx* ctx) {
+  eager_on();
   LB_OK(lb_connect(ctx));
   for (int round = 0; round < MIX_ROUNDS; round++) {
     unsigned char* bufs[4];
@@ -190,6 +200,7 @@ static int mix_send(struct lb_ctx* ctx) {
 /* A message larger than the buffer it goes to fails that receive with -EMSGSIZE, also when
  * it went eager (found out at the receiver); the next message lands where it should. */
 static int toolarge_recv(struct lb_ctx* ctx) {
+  eager_on();
   LB_OK(lb_accept(ctx));
   LB_OK(warm(ctx));
   LB_EXPECT(lb_hear(ctx) == 1); /* the 1000-byte message is out */
@@ -207,6 +218,7 @@ static int toolarge_recv(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 static int toolarge_send(struct lb_ctx* ctx) {
+  eager_on();
   LB_OK(lb_connect(ctx));
   LB_OK(warm(ctx));
   unsigned char *big, *small;
@@ -243,6 +255,7 @@ static void jitter(uint64_t seed, int m) {
   while (lb_now() < until) {}
 }
 static int cross_recv(struct lb_ctx* ctx) {
+  eager_on();
   LB_OK(lb_accept(ctx));
   size_t cap = 256 * KiB;
   unsigned char* bufs[CROSS_WINDOW];
@@ -268,6 +281,7 @@ static int cross_recv(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 static int cross_send(struct lb_ctx* ctx) {
+  eager_on();
   LB_OK(lb_connect(ctx));
   unsigned char* bufs[CROSS_WINDOW];
   struct mk_request* reqs[CROSS_WINDOW];
@@ -289,6 +303,7 @@ static int cross_send(struct lb_ctx* ctx) {
  * the way), then accepts a new connection on the same listen comm: the new comm starts
  * clean (its first receive gets the new connection's first message). */
 static int unreceived_recv(struct lb_ctx* ctx) {
+  eager_on();
   LB_OK(lb_accept(ctx));
   LB_OK(warm(ctx));
   LB_EXPECT(lb_hear(ctx) == 1); /* three eager messages are out */
@@ -301,6 +316,7 @@ static int unreceived_recv(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 static int unreceived_send(struct lb_ctx* ctx) {
+  eager_on();
   LB_OK(lb_connect(ctx));
   LB_OK(warm(ctx));
   unsigned char* bufs[3];
@@ -333,6 +349,7 @@ static int off_recv(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 static int off_send(struct lb_ctx* ctx) {
+  eager_on();
   LB_OK(lb_connect(ctx));
   unsigned char buf[8];
   lb_fill(buf, sizeof(buf), ctx->seed, 1);
