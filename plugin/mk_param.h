@@ -24,6 +24,13 @@
     "ofi: 1 gives streams 1.. a progress thread each; 0 leaves them all to NCCL's thread")    \
   X(INT, OFI_STRIPE_MIN, "NCCL_MK_OFI_STRIPE_MIN", "262144", 0, 1099511627776, "",            \
     "ofi: receive buffers larger than this many bytes are striped over the streams")           \
+  X(INT, OFI_EAGER_BYTES, "NCCL_MK_OFI_EAGER_BYTES", "0", 0, 1048576, "",                   \
+    "ofi: a send of at most this many bytes whose clear-to-send has not arrived goes at once "  \
+    "into a receiver bounce buffer; 0 (the default until measured under NCCL) turns eager "     \
+    "off; 16384 suits CPU loopback (both ends use the smaller value)")                          \
+  X(INT, OFI_EAGER_BUFS, "NCCL_MK_OFI_EAGER_BUFS", "16", 1, 256, "",                          \
+    "ofi: bounce buffers per receive comm, each NCCL_MK_OFI_EAGER_BYTES: the eager messages "  \
+    "a sender may have in flight or unreceived (its credits)")                                 \
   X(STR, SOCKET_IFNAME, "NCCL_MK_SOCKET_IFNAME", "", 0, 0, "",                                 \
     "interface for connection setup; empty picks the first non-loopback interface that is up") \
   X(INT, CONNECT_TIMEOUT_MS, "NCCL_MK_CONNECT_TIMEOUT_MS", "30000", 1, 3600000, "",            \

@@ -141,8 +141,12 @@ static int timeout_send(struct lb_ctx* ctx) {
 }
 
 /* Bad arguments: -EINVAL, *req stays NULL, canary untouched, and the comms stay in step
- * (the next good message lands where it should). An oversized send is -EMSGSIZE. */
+ * (the next good message lands where it should). An oversized send is -EMSGSIZE at the
+ * sender: with ofi eager off (set here, at the receiver, it is off for both ends), since an
+ * eager message is found too large at the receiver instead (lb_eager.c). */
 static int badargs_recv(struct lb_ctx* ctx) {
+  setenv("NCCL_MK_OFI_EAGER_BYTES", "0", 1);
+  mk_param_reload();
   LB_OK(lb_accept(ctx));
   const struct mk_transport_ops* o = ctx->ops;
   static unsigned char canary[4096];

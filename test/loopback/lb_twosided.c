@@ -104,7 +104,9 @@ static int depth_send(struct lb_ctx* ctx) {
                   &reqs[m]));
   }
   struct mk_request* extra = (struct mk_request*)1;
-  LB_OK(ctx->ops->isend(ctx->comm, buf, 1, 0, NULL, &extra));
+  /* larger than any eager size (ofi: NCCL_MK_OFI_EAGER_BYTES <= 1 MiB), so it needs the
+   * clear-to-send of a receive that is not posted */
+  LB_OK(ctx->ops->isend(ctx->comm, buf, 1 * MiB + 1, 0, NULL, &extra));
   LB_EXPECT(extra == NULL); /* no receive 33 posted: not now */
   for (int m = 0; m < total; m++) LB_OK(lb_wait(ctx, reqs[m], NULL));
   free(reqs);

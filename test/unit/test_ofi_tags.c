@@ -70,7 +70,7 @@ static void plans(void) {
 int main(void) {
   tags();
   plans();
-  CHECK_EQ(sizeof(struct mk_ofi_cts), 192);
+  CHECK_EQ(sizeof(struct mk_ofi_cts), 200);
   CHECK_EQ(sizeof(struct mk_ofi_hello), 536);
   return MK_TEST_RESULT();
 }

@@ -25,6 +25,7 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include "eager.h"
 #include "mr_cache.h"
 #include "proto.h"
 #include "req_pool.h"
@@ -36,6 +37,9 @@
 #define MK_OFI_FALLBACK_SPEED_MBPS 10000   /* NCCL's socket transport assumes the same */
 #define MK_OFI_BYE_GRACE_NS 1000000000ull  /* after "bye", in-flight data may still land */
 #define MK_OFI_PEER_CHECK_NS 1000000ull    /* dead-peer check at most once per ms */
+/* Control receives a send comm keeps posted: one clear-to-send per receive the peer can have
+ * posted, plus the one credit-only message it can have in flight, plus slack. */
+#define MK_OFI_CTRL_BUFS (MK_MAX_REQUESTS + 4)
 
 /* The libfabric functions we call by symbol: everything else goes through the providers'
  * ops tables (the header's inline helpers), so the .so has no load-time link to libfabric. */
@@ -81,7 +85,7 @@ struct ofi_req;
 
 /* What a completion means; one per posted libfabric operation. */
 enum ofi_op_kind { OFI_OP_SEND, OFI_OP_RECV, OFI_OP_CTS_SEND, OFI_OP_CTRL_RECV, OFI_OP_PUT,
-                   OFI_OP_SIGNAL };
+                   OFI_OP_SIGNAL, OFI_OP_EAGER_RECV, OFI_OP_CREDIT_SEND };
 
 struct ofi_op {
   struct fi_context2 ctx; /* first: libfabric hands this pointer back in the CQ entry */
@@ -89,6 +93,7 @@ struct ofi_op {
   uint8_t kind;
   uint8_t idx;            /* entry of a grouped receive */
   uint8_t stripe;         /* stripe of that entry = the stream it was posted on */
+  uint8_t cancelled;      /* a recv whose message came eager: its FI_ECANCELED is no error */
 };
 
 /* Data ops: entry i, stripe k at OFI_OP_AT(i, k); the clear-to-send after all of them. */
@@ -113,6 +118,21 @@ struct ofi_req {
   uint64_t flags;              /* FI_DELIVERY_COMPLETE when the provider has it */
   int signal_waiting;          /* put_signal: data done, signal not posted yet (EAGAIN) */
   int cts_waiting;             /* recv: clear-to-send not posted yet (EAGAIN) */
+  /* recv, eager (ofi_eager.c): */
+  void* data[MK_MAX_RECVS];    /* where each entry's bytes go */
+  uint32_t msn0;               /* message number of entry 0's message */
+  uint8_t eager_done;          /* leading messages of this receive delivered from bounces */
+  uint8_t eager_mask;          /* the entries they took */
+  uint8_t posted_mask;         /* entries whose stripes are posted (cancelled on eager) */
+  uint8_t posting;             /* stripes being posted: eager arrivals wait in the queue */
+};
+
+/* A receive comm's bounce buffer for one eager message. */
+struct ofi_bounce {
+  struct ofi_op op;            /* first: the CQ entry's context */
+  char* buf;                   /* eager_bytes bytes inside the comm's bounce region */
+  int unposted;                /* its repost met EAGAIN: retried from progress */
+  int credit_due;              /* held a consumed message: a credit once reposted */
 };
 
 struct ofi_ctrl_buf {
@@ -164,10 +184,30 @@ struct ofi_comm {
   struct ofi_ctrl_buf* ctrl;  /* send: MK_MAX_REQUESTS posted clear-to-send receives */
   struct fid_mr* ctrl_mr;
   void* ctrl_desc;
-  uint32_t ctrl_unposted;     /* bit k: ctrl[k] could not be reposted yet (EAGAIN) */
+  uint64_t ctrl_unposted;     /* bit k: ctrl[k] could not be reposted yet (EAGAIN) */
   int signals_waiting;        /* put_signal requests whose signal write got EAGAIN */
   int cts_waiting;            /* receive requests whose clear-to-send got EAGAIN */
   struct ofi_cts_slot slots[MK_MAX_REQUESTS];
+  /* eager (ofi_eager.c; the rules in eager.h) */
+  uint32_t eager_bytes;       /* negotiated largest eager message; 0: eager is off */
+  uint32_t msn;               /* send: the next message; recv: first message of the next receive */
+  struct mk_ofi_credits credits; /* send: bounce buffers of the peer we may fill */
+  int32_t sent_tags[MK_OFI_TAG_RING]; /* send: user tag of message m at m % MK_OFI_TAG_RING */
+  uint32_t nbounce;           /* recv: bounce buffers */
+  struct ofi_bounce* bounce;
+  char* bounce_mem;           /* nbounce * eager_bytes, then the credit-only message */
+  struct fid_mr* bounce_mr;
+  void* bounce_desc;
+  int bounce_unposted;        /* bounces whose repost met EAGAIN */
+  struct mk_ofi_uq uq;        /* recv: eager messages waiting for their receive */
+  struct mk_ofi_owed owed;    /* recv: credits to return */
+  struct ofi_ctrl_buf* credit_msg; /* recv: inside bounce_mem */
+  int credit_busy;            /* the credit-only message is in flight */
+  struct ofi_req* rx[MK_MAX_REQUESTS]; /* recv: live receives in posting order */
+  uint32_t nrx;
+  /* counts, logged at close: messages sent or received eager and through a clear-to-send;
+   * recv: eager ones that waited for their receive, and that crossed its clear-to-send */
+  uint64_t n_eager, n_cts, n_queued, n_crossed;
 };
 
 /* ofi_stream.c: per-stream endpoints and their helper threads. */
@@ -193,6 +233,8 @@ void ofi_comm_close_fabric(struct ofi_comm* c);
 void ofi_comm_destroy(struct ofi_comm* c);
 int ofi_comm_set_peer(struct ofi_comm* c, int k, const uint8_t* addr, size_t len);
 int ofi_ctrl_post(struct ofi_comm* c, unsigned k);
+/* FI_MR_LOCAL: registers a buffer of ours (no-op otherwise). */
+int ofi_internal_reg(struct ofi_comm* c, void* buf, size_t len, struct fid_mr** mr, void** desc);
 uint64_t ofi_now_ns(void);
 /* ofi_cq.c: reads the CQ and dispatches completions; returns how many it handled. */
 int ofi_cq_progress(struct ofi_comm* c);
@@ -206,6 +248,23 @@ int ofi_mr_check(struct ofi_comm* c, struct mk_mr* mr, const void* data, size_t 
 /* ofi_data.c */
 void ofi_req_release(struct ofi_comm* c, struct ofi_req* r);
 int ofi_cts_post(struct ofi_comm* c, struct ofi_req* r);
+/* ofi_eager.c. Handshake: what our hello offers, then what both ends agreed on. */
+void ofi_eager_offer(const struct ofi_comm* c, struct mk_ofi_hello* out);
+int ofi_eager_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,
+                    const struct mk_ofi_hello* theirs);
+void ofi_eager_close_fabric(struct ofi_comm* c);
+void ofi_eager_destroy(struct ofi_comm* c);
+/* Receive side: a bounce buffer completed; the leading messages of a receive being posted;
+ * deferred reposts and credit returns; receive bookkeeping. */
+int ofi_eager_arrived(struct ofi_comm* c, struct ofi_bounce* b, uint64_t tag, size_t len);
+int ofi_eager_drain(struct ofi_comm* c);
+int ofi_eager_retry(struct ofi_comm* c);
+int ofi_rx_add(struct ofi_comm* c, struct ofi_req* r);
+void ofi_rx_remove(struct ofi_comm* c, struct ofi_req* r);
+/* Send side: an eager send (1: not now), and a clear-to-send arriving. */
+int ofi_eager_send(struct ofi_comm* c, void* data, size_t size, int tag, struct mk_mr* mr,
+                   struct ofi_req** out);
+int ofi_eager_cts(struct ofi_comm* c, const struct mk_ofi_cts* cts, struct ofi_cts_slot* s);
 
 static inline int ofi_rc(ssize_t fi_rc) { return fi_rc < 0 ? (int)fi_rc : 0; }
 

@@ -1,7 +1,11 @@
 /*
  * Connection setup over a TCP side channel: listen puts {address, nonce} into the handle;
  * connect and accept are non-blocking state machines that exchange one hello each way
- * {magic, version, nonce, fabric address} and insert the peer into the comm's AV. The
+ * {magic, version, nonce, fabric addresses, eager offer} and insert the peer into the comm's
+ * AV; then the connector, whose AV now knows the acceptor, says so (4 bytes), and only then
+ * does the acceptor's comm exist: with eager sends either end may open the fabric connection
+ * first, and tcp;ofi_rxm broke it (broken pipe) when a message came from an address its AV
+ * did not hold yet and the AV's owner then sent too. The
  * socket then stays open for the comm's lifetime: EOF without "bye" means the peer died.
  */
 #include <stdlib.h>
@@ -16,6 +20,7 @@
 #include "side_channel.h"
 
 #define OFI_LISTEN_MAGIC 0x4c494f46u /* "FOIL" */
+#define OFI_ACK_MAGIC 0x4b434148u    /* "HACK": the connector's AV holds the acceptor */
 
 struct ofi_handshake {
   int fd;
@@ -23,6 +28,8 @@ struct ofi_handshake {
   int out_ready;   /* acceptor: our hello is prepared once the peer's arrived */
   struct mk_ofi_hello out, in;
   size_t out_off, in_off;
+  uint32_t ack;     /* third leg, connector to acceptor */
+  size_t ack_off;
   uint64_t nonce, deadline_ns;
   struct ofi_comm* comm;
 };
@@ -44,10 +51,12 @@ static struct ofi_handshake* ofi_hs_new(int fd, struct ofi_comm* c, uint64_t non
   hs->connecting = connector;
   hs->out_ready = connector;
   hs->deadline_ns = ofi_now_ns() + (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
+  hs->ack = connector ? OFI_ACK_MAGIC : 0;
   hs->out = (struct mk_ofi_hello){.magic = MK_OFI_HELLO_MAGIC, .version = MK_OFI_PROTO_VERSION,
                                   .addr_len = (uint16_t)c->st[0].addr_len, .nonce = nonce,
-                                  .nstreams = (uint32_t)c->nstreams};
+                                  .nstreams = (uint16_t)c->nstreams};
   for (int k = 0; k < c->nstreams; k++) memcpy(hs->out.addr[k], c->st[k].addr, c->st[k].addr_len);
+  ofi_eager_offer(c, &hs->out);
   return hs;
 }
 
@@ -67,7 +76,8 @@ static int ofi_hello_check(const struct ofi_handshake* hs) {
     return -EBADMSG;
   }
   if (h->version != MK_OFI_PROTO_VERSION) {
-    MK_WARN("ofi: peer speaks protocol %u, we speak %d", h->version, MK_OFI_PROTO_VERSION);
+    MK_WARN("ofi: peer speaks wire protocol %u, we speak %d (version 3 added eager sends): "
+            "run the same nccl-mk build on every host", h->version, MK_OFI_PROTO_VERSION);
     return -EPROTO;
   }
   if (h->nstreams < 1 || h->nstreams > MK_OFI_MAX_STREAMS) return -EBADMSG;
@@ -103,12 +113,21 @@ static int ofi_hs_step(struct ofi_handshake* hs) {
     if (rc == 1) {
       MK_CHECK(ofi_hello_check(hs));
       MK_CHECK(ofi_hs_peers(hs));
+      MK_CHECK(ofi_eager_agree(hs->comm, &hs->out, &hs->in));
       hs->out_ready = 1; /* the acceptor answers once it knows who called */
     }
   }
   if (hs->out_ready) MK_CHECK(mk_sock_send_some(hs->fd, &hs->out, sizeof(hs->out), &hs->out_off));
-  if (hs->in_off == sizeof(hs->in) && hs->out_off == sizeof(hs->out))
-    return ofi_streams_start(hs->comm) < 0 ? -EAGAIN : 1;
+  if (hs->in_off == sizeof(hs->in) && hs->out_off == sizeof(hs->out)) {
+    rc = hs->comm->is_send ? mk_sock_send_some(hs->fd, &hs->ack, sizeof(hs->ack), &hs->ack_off)
+                           : mk_sock_recv_some(hs->fd, &hs->ack, sizeof(hs->ack), &hs->ack_off);
+    if (rc < 0) return rc;
+    if (rc == 1) {
+      if (hs->ack != OFI_ACK_MAGIC) return -EBADMSG;
+      if (ofi_streams_start(hs->comm) < 0) return -EAGAIN;
+      return 1;
+    }
+  }
 wait:
   if (ofi_now_ns() > hs->deadline_ns) {
     MK_WARN("ofi: connection handshake did not finish within NCCL_MK_CONNECT_TIMEOUT_MS=%lld",

@@ -8,17 +8,9 @@
 
 #define OFI_CQ_BATCH 16
 
-/* A clear-to-send landed in control buffer k: file it by sequence number, repost k. */
-static int ofi_cts_arrived(struct ofi_comm* c, unsigned k) {
-  const struct mk_ofi_cts* cts = &c->ctrl[k].cts;
-  struct ofi_cts_slot* s = &c->slots[cts->seq % MK_MAX_REQUESTS];
-  if (cts->magic != MK_OFI_CTS_MAGIC || cts->n < 1 || cts->n > MK_MAX_RECVS || s->valid ||
-      cts->seq - c->seq >= MK_MAX_REQUESTS) {
-    MK_WARN("ofi: malformed or out-of-window clear-to-send (seq %u, expecting %u..%u)", cts->seq,
-            c->seq, c->seq + MK_MAX_REQUESTS - 1);
-    return -EPROTO;
-  }
-  for (uint32_t i = 0; i < cts->n; i++) { /* the stripes must fit inside the buffer */
+/* The stripes a clear-to-send describes must fit inside their buffers and streams. */
+static int ofi_cts_check_stripes(const struct ofi_comm* c, const struct mk_ofi_cts* cts) {
+  for (uint32_t i = 0; i < cts->n; i++) {
     unsigned nst = cts->nstripes[i];
     if (nst < 1 || nst > (unsigned)c->nstreams || cts->stream0[i] >= c->nstreams ||
         (nst > 1 && (cts->chunk[i] == 0 || cts->chunk[i] * (nst - 1) >= cts->sizes[i]))) {
@@ -27,10 +19,29 @@ static int ofi_cts_arrived(struct ofi_comm* c, unsigned k) {
       return -EPROTO;
     }
   }
-  s->cts = *cts;
-  s->matched = 0;
-  s->valid = 1;
+  return 0;
+}
+
+/* A clear-to-send (or a credit return) landed in control buffer k: take its credits, file it
+ * by sequence number unless every message of its receive already went eager, repost k. */
+static int ofi_cts_arrived(struct ofi_comm* c, unsigned k) {
+  const struct mk_ofi_cts* cts = &c->ctrl[k].cts;
+  struct ofi_cts_slot* s = &c->slots[cts->seq % MK_MAX_REQUESTS];
+  int live = s->valid && mk_ofi_msn_diff(c->msn, s->cts.msn) < (int32_t)s->cts.n;
+  if (cts->magic != MK_OFI_CTS_MAGIC || cts->n > MK_MAX_RECVS || (cts->n && live)) {
+    MK_WARN("ofi: malformed or out-of-window clear-to-send (seq %u, n %u, slot %s)", cts->seq,
+            cts->n, live ? "busy" : "free");
+    return -EPROTO;
+  }
+  MK_CHECK(ofi_cts_check_stripes(c, cts));
+  MK_CHECK(ofi_eager_cts(c, cts, s));
   return ofi_ctrl_post(c, k);
+}
+
+/* The peer closed its end on purpose (its side channel said "bye"). */
+static int ofi_peer_bye(struct ofi_comm* c) {
+  if (c->peer_state != MK_PEER_BYE && c->sock >= 0) c->peer_state = mk_sock_peer_state(c->sock);
+  return c->peer_state == MK_PEER_BYE;
 }
 
 /* An error completion we did not ask for: cancellations (we cancel only at close, and never
@@ -41,13 +52,19 @@ static int ofi_completion_errno(struct ofi_comm* c, int fi_err) {
   return e;
 }
 
-static int ofi_op_done(struct ofi_comm* c, struct ofi_op* op, size_t len, int err) {
-  if (op->kind == OFI_OP_CTRL_RECV) {
+static int ofi_op_done(struct ofi_comm* c, struct ofi_op* op, uint64_t tag, size_t len, int err) {
+  if (op->kind == OFI_OP_CTRL_RECV || op->kind == OFI_OP_EAGER_RECV) {
     if (err) {
-      MK_WARN("ofi: control receive failed: %s", ofi_sym.strerror(-err));
+      MK_WARN("ofi: %s receive failed: %s", op->kind == OFI_OP_CTRL_RECV ? "control" : "eager",
+              ofi_sym.strerror(-err));
       return ofi_completion_errno(c, -err);
     }
-    return ofi_cts_arrived(c, op->idx);
+    return op->kind == OFI_OP_CTRL_RECV ? ofi_cts_arrived(c, op->idx)
+                                        : ofi_eager_arrived(c, (struct ofi_bounce*)op, tag, len);
+  }
+  if (op->kind == OFI_OP_CREDIT_SEND) {
+    c->credit_busy = 0;
+    return err ? ofi_completion_errno(c, -err) : 0;
   }
   struct ofi_req* r = op->req;
   if (op->kind == OFI_OP_SEND || op->kind == OFI_OP_RECV) { /* may race a stream thread */
@@ -76,16 +93,31 @@ static int ofi_cq_error(struct ofi_comm* c) {
   ssize_t n = fi_cq_readerr(c->st[0].cq, &e, 0);
   if (n == -FI_EAGAIN) return 0;
   if (n < 0) return (int)n;
-  MK_WARN("ofi: operation failed: %s (provider: %s)", ofi_sym.strerror(e.err),
-            fi_cq_strerror(c->st[0].cq, e.prov_errno, e.err_data, NULL, 0));
+  struct ofi_op* op = e.op_context;
+  if (op && __atomic_load_n(&op->cancelled, __ATOMIC_ACQUIRE) && e.err == FI_ECANCELED) {
+    ofi_req_complete(op->req, op, 0, 0); /* its message came eager */
+    return 0;
+  }
+  if (op && (op->kind == OFI_OP_CTS_SEND || op->kind == OFI_OP_CREDIT_SEND) && ofi_peer_bye(c)) {
+    /* With eager sends a sender may finish, say "bye" and close while a clear-to-send or
+     * credit return to it is on the way: that loss is no error. Whatever the receive still
+     * waits for fails after the bye grace (ofi_peer_check). */
+    MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: comm %p: control message to a peer that closed dropped",
+            (void*)c);
+    return ofi_op_done(c, op, e.tag, e.len, 0);
+  }
+  MK_WARN("ofi: operation (kind %d) failed: %s (provider: %s)", op ? op->kind : -1,
+          ofi_sym.strerror(e.err), fi_cq_strerror(c->st[0].cq, e.prov_errno, e.err_data, NULL, 0));
   if (!e.op_context) return -EIO;
-  return ofi_op_done(c, (struct ofi_op*)e.op_context, e.len, -(int)e.err);
+  return ofi_op_done(c, op, e.tag, e.len, -(int)e.err);
 }
 
-/* Retries what could not be posted earlier (EAGAIN): control receives and signal writes. */
+/* Retries what could not be posted earlier (EAGAIN): control receives, signal writes,
+ * clear-to-sends, bounce buffers and credit returns. */
 static int ofi_retry_deferred(struct ofi_comm* c) {
-  for (unsigned k = 0; c->ctrl_unposted && k < MK_MAX_REQUESTS; k++)
-    if (c->ctrl_unposted & (1u << k)) MK_CHECK(ofi_ctrl_post(c, k));
+  for (unsigned k = 0; c->ctrl_unposted && k < MK_OFI_CTRL_BUFS; k++)
+    if (c->ctrl_unposted & (1ull << k)) MK_CHECK(ofi_ctrl_post(c, k));
+  if (c->nbounce) MK_CHECK(ofi_eager_retry(c));
   for (uint32_t i = 0; (c->signals_waiting || c->cts_waiting) && i < c->pool.count; i++) {
     struct ofi_req* r = mk_req_pool_slot(&c->pool, i);
     if (r->signal_waiting) MK_CHECK(ofi_signal_post(c, r));
@@ -121,7 +153,8 @@ int ofi_cq_progress(struct ofi_comm* c) {
       return c->error;
     }
     for (ssize_t i = 0; i < n; i++)
-      MK_CHECK_GOTO(ofi_op_done(c, (struct ofi_op*)e[i].op_context, e[i].len, 0), rc, fail);
+      MK_CHECK_GOTO(ofi_op_done(c, (struct ofi_op*)e[i].op_context, e[i].tag, e[i].len, 0), rc,
+                    fail);
     handled += (int)n;
     if (n < OFI_CQ_BATCH) break;
   }

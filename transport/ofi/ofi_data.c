@@ -1,9 +1,11 @@
 /*
  * Two-sided messaging. The receiver posts its buffers (tags DATA|seq|i) and then sends a
- * clear-to-send {seq, n, sizes, tags}; the sender waits for the clear-to-send of its current
- * seq, picks the first unmatched entry with its tag, and sends to exactly that buffer. So a
- * message never arrives unexpected, matching is strictly in posting order, and an oversized
- * send is caught at the sender (-EMSGSIZE) before anything moves.
+ * clear-to-send {seq, msn, n, sizes, tags}; a sender that has the clear-to-send of its
+ * message's receive picks the first unmatched entry with its tag and sends to exactly that
+ * buffer, so matching is strictly in posting order and an oversized send is caught at the
+ * sender (-EMSGSIZE) before anything moves. A small send whose clear-to-send has not arrived
+ * goes eager instead (ofi_eager.c, rules in eager.h): the receiver matches it by message
+ * number and tag and reports an oversized one on its receive (-EMSGSIZE).
  */
 #include <string.h>
 
@@ -98,23 +100,30 @@ static int ofi_send_post(struct ofi_comm* c, struct ofi_cts_slot* s, int i, void
     return rc;
   }
   s->matched |= 1u << i;
-  if (s->matched == (1u << s->cts.n) - 1) { /* every buffer of this receive has its send */
-    s->valid = 0;
-    c->seq++;
-  }
+  if (s->matched == (1u << s->cts.n) - 1) s->valid = 0; /* every buffer has its send */
+  c->n_cts++;
   *out = r;
   return 0;
 }
 
-static int ofi_isend_locked(struct ofi_comm* c, void* data, size_t size, int tag,
-                            struct mk_mr* mr, struct ofi_req** out) {
-  int rc = ofi_cq_progress(c);
-  if (rc < 0) return rc;
-  struct ofi_cts_slot* s = &c->slots[c->seq % MK_MAX_REQUESTS];
-  if (!s->valid || s->cts.seq != c->seq) return rc > 0 ? 0 : ofi_peer_check(c);
+/* The clear-to-send of the receive message m belongs to, if it has arrived; slots of
+ * receives whose every message has been sent are let go on the way. */
+static struct ofi_cts_slot* ofi_slot_for(struct ofi_comm* c, uint32_t m) {
+  for (unsigned k = 0; k < MK_MAX_REQUESTS; k++) {
+    struct ofi_cts_slot* s = &c->slots[k];
+    if (!s->valid) continue;
+    int32_t d = mk_ofi_msn_diff(m, s->cts.msn);
+    if (d >= (int32_t)s->cts.n) s->valid = 0;
+    else if (d >= 0) return s;
+  }
+  return NULL;
+}
+
+static int ofi_send_cts(struct ofi_comm* c, struct ofi_cts_slot* s, void* data, size_t size,
+                        int tag, struct mk_mr* mr, struct ofi_req** out) {
   int i = ofi_cts_match(s, tag);
   if (i < 0) {
-    MK_WARN("ofi isend: tag %d matches no pending buffer of receive %u", tag, c->seq);
+    MK_WARN("ofi isend: tag %d matches no pending buffer of receive %u", tag, s->cts.seq);
     return -EINVAL;
   }
   if (size > s->cts.sizes[i]) {
@@ -123,6 +132,25 @@ static int ofi_isend_locked(struct ofi_comm* c, void* data, size_t size, int tag
     return -EMSGSIZE;
   }
   return ofi_send_post(c, s, i, data, size, mr, out);
+}
+
+static int ofi_isend_locked(struct ofi_comm* c, void* data, size_t size, int tag,
+                            struct mk_mr* mr, struct ofi_req** out) {
+  int rc = ofi_cq_progress(c);
+  if (rc < 0) return rc;
+  struct ofi_cts_slot* s = ofi_slot_for(c, c->msn);
+  switch (mk_ofi_send_path(s != NULL, size, c->eager_bytes, c->credits.avail)) {
+    case MK_OFI_PATH_CTS:
+      MK_CHECK(ofi_send_cts(c, s, data, size, tag, mr, out));
+      break;
+    case MK_OFI_PATH_EAGER:
+      MK_CHECK(ofi_eager_send(c, data, size, tag, mr, out));
+      break;
+    case MK_OFI_PATH_WAIT:
+      return rc > 0 ? 0 : ofi_peer_check(c);
+  }
+  if (*out) c->sent_tags[c->msn++ % MK_OFI_TAG_RING] = tag;
+  return 0;
 }
 
 int ofi_isend(struct mk_comm* comm, void* data, size_t size, int tag, struct mk_mr* mr,
@@ -200,23 +228,59 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
   return 0;
 }
 
+/* The stripes of every entry no eager message has taken. 1: the very first post met
+ * EAGAIN and nothing is posted (the receive can still be abandoned). */
+static int ofi_recv_post_entries(struct ofi_comm* c, struct ofi_req* r, struct mk_mr** mrs) {
+  int first = r->eager_done == 0;
+  for (int i = 0; i < r->n; i++) {
+    if (r->eager_mask & (1u << i)) {
+      r->cts.nstripes[i] = 1; /* never used: its message is in already */
+      r->cts.chunk[i] = r->cts.sizes[i];
+      continue;
+    }
+    int rc = ofi_recv_stripes(c, r, i, r->data[i], r->cts.sizes[i],
+                              ofi_mr_desc(mrs ? mrs[i] : NULL), first);
+    if (rc != 0) return rc;
+    first = 0;
+    r->posted_mask |= (uint8_t)(1u << i);
+  }
+  return 0;
+}
+
+/* The receive takes message numbers [msn0, msn0 + n). Those that already came eager are
+ * copied in; if any is still missing, the other buffers are posted and the clear-to-send
+ * (with the credits owed) goes out. Eager arrivals meanwhile wait in the queue. */
 static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** data,
                          const size_t* sizes, const int* tags, struct mk_mr** mrs) {
+  r->msn0 = c->msn;
   for (int i = 0; i < n; i++) {
-    int rc = ofi_recv_stripes(c, r, i, data[i], sizes[i], ofi_mr_desc(mrs ? mrs[i] : NULL),
-                              i == 0);
-    if (rc != 0) return rc;
+    r->data[i] = data[i];
     r->cts.sizes[i] = sizes[i];
     r->cts.tags[i] = tags[i];
   }
+  MK_CHECK(ofi_rx_add(c, r));
+  c->msn += (uint32_t)n;
+  MK_CHECK(ofi_eager_drain(c));
+  if (r->eager_done == n) return 0; /* all in: no clear-to-send */
+  r->posting = 1;
+  int rc = ofi_recv_post_entries(c, r, mrs);
+  r->posting = 0;
+  if (rc == 1) { /* nothing posted, nothing delivered: as if never called */
+    ofi_rx_remove(c, r);
+    c->msn -= (uint32_t)n;
+  }
+  if (rc != 0) return rc;
   r->cts.magic = MK_OFI_CTS_MAGIC;
   r->cts.seq = c->seq;
   r->cts.n = (uint32_t)n;
+  r->cts.msn = r->msn0;
+  r->cts.credits = mk_ofi_owed_take(&c->owed);
   r->ops[OFI_OP_CTS_AT] = (struct ofi_op){.req = r, .kind = OFI_OP_CTS_SEND, .idx = (uint8_t)n};
   __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED);
   MK_CHECK(ofi_cts_post(c, r));
   c->seq++;
-  return 0;
+  c->n_cts += (uint64_t)(n - r->eager_done);
+  return ofi_eager_drain(c);
 }
 
 static int ofi_irecv_check(struct ofi_comm* c, int n, void** data, const size_t* sizes,
@@ -241,7 +305,8 @@ int ofi_irecv(struct mk_comm* comm, int n, void** data, const size_t* sizes, con
     return -EINVAL;
   }
   pthread_mutex_lock(&c->lock);
-  int rc = c->error;
+  int rc = c->nbounce ? ofi_cq_progress(c) : c->error; /* eager arrivals first: fewer cancels */
+  if (rc > 0) rc = 0;
   struct ofi_req* r = rc ? NULL : mk_req_pool_alloc(&c->pool);
   if (r) {
     r->base.comm = comm;
@@ -294,6 +359,7 @@ int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
     /* A stripe's stream thread may fail the request after this thread last looked at the
      * streams: a lost connection still makes the whole comm fail from here on. */
     if (rc == -ECONNRESET && !c->error) c->error = rc;
+    if (r->kind == OFI_REQ_RECV) ofi_rx_remove(c, r);
     ofi_req_release(c, r);
   } else if (rc == 0) {
     rc = ofi_peer_check(c); /* waiting without progress: is the peer still there? */

@@ -16,8 +16,7 @@ uint64_t ofi_now_ns(void) {
 }
 
 /* FI_MR_LOCAL: buffers we hand to the provider ourselves need a descriptor too. */
-static int ofi_internal_reg(struct ofi_comm* c, void* buf, size_t len, struct fid_mr** mr,
-                            void** desc) {
+int ofi_internal_reg(struct ofi_comm* c, void* buf, size_t len, struct fid_mr** mr, void** desc) {
   if (!c->dev->mr_local) return 0;
   uint64_t key = __atomic_fetch_add(&c->dev->next_key, 1, __ATOMIC_RELAXED);
   int rc = fi_mr_reg(c->dev->domain, buf, len, FI_SEND | FI_RECV | FI_WRITE, 0, key, 0, mr, NULL);
@@ -37,20 +36,20 @@ int ofi_ctrl_post(struct ofi_comm* c, unsigned k) {
   ssize_t rc = fi_trecv(c->st[0].ep, &b->cts, sizeof(b->cts), c->ctrl_desc, FI_ADDR_UNSPEC,
                         MK_OFI_TAG_CTRL, 0, &b->op.ctx);
   if (rc == -FI_EAGAIN) {
-    c->ctrl_unposted |= 1u << k;
+    c->ctrl_unposted |= 1ull << k;
     return 0;
   }
-  c->ctrl_unposted &= ~(1u << k);
+  c->ctrl_unposted &= ~(1ull << k);
   if (rc != 0) MK_WARN("ofi: cannot post a control receive: %s", ofi_sym.strerror((int)-rc));
   return ofi_rc(rc);
 }
 
 static int ofi_ctrl_setup(struct ofi_comm* c) {
-  size_t len = sizeof(struct ofi_ctrl_buf) * MK_MAX_REQUESTS;
+  size_t len = sizeof(struct ofi_ctrl_buf) * MK_OFI_CTRL_BUFS;
   c->ctrl = calloc(1, len);
   if (!c->ctrl) return -ENOMEM;
   MK_CHECK(ofi_internal_reg(c, c->ctrl, len, &c->ctrl_mr, &c->ctrl_desc));
-  for (unsigned k = 0; k < MK_MAX_REQUESTS; k++) MK_CHECK(ofi_ctrl_post(c, k));
+  for (unsigned k = 0; k < MK_OFI_CTRL_BUFS; k++) MK_CHECK(ofi_ctrl_post(c, k));
   return 0;
 }
 
@@ -98,6 +97,7 @@ void ofi_comm_close_fabric(struct ofi_comm* c) {
   for (int k = 0; k < MK_OFI_MAX_STREAMS; k++) ofi_stream_close_ep(&c->st[k]);
   if (c->ctrl_mr) fi_close(&c->ctrl_mr->fid);
   if (c->pool_mr) fi_close(&c->pool_mr->fid);
+  ofi_eager_close_fabric(c);
   for (int k = 0; k < MK_OFI_MAX_STREAMS; k++) ofi_stream_close_rest(&c->st[k]);
   c->ctrl_mr = NULL, c->pool_mr = NULL;
 }
@@ -106,6 +106,7 @@ void ofi_comm_destroy(struct ofi_comm* c) {
   if (!c) return;
   ofi_comm_close_fabric(c);
   free(c->ctrl);
+  ofi_eager_destroy(c);
   mk_req_pool_fini(&c->pool);
   if (c->sock >= 0) close(c->sock);
   for (int k = 0; k < MK_OFI_MAX_STREAMS; k++) {

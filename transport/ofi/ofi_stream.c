@@ -131,6 +131,12 @@ static void ofi_stream_error(struct ofi_stream* st) {
     ofi_stream_fail(st, -EIO);
     return;
   }
+  struct ofi_op* op = e.op_context;
+  if (__atomic_load_n(&op->cancelled, __ATOMIC_ACQUIRE) && e.err == FI_ECANCELED) { /* its message came eager (ofi_eager.c) */
+    ofi_req_complete(op->req, op, 0, 0);
+    ofi_stream_idle(st);
+    return;
+  }
   MK_WARN("ofi: striped operation failed: %s", ofi_sym.strerror(e.err));
   ofi_stream_fail(st, ofi_errno_of(e.err));
   ofi_req_complete(((struct ofi_op*)e.op_context)->req, e.op_context, e.len, -(int)e.err);

@@ -2,8 +2,10 @@
  * The wire format between two nccl-mk ofi endpoints, versioned. Bump MK_OFI_PROTO_VERSION
  * on any change: the side-channel hello carries it and mismatched peers refuse to connect.
  *
- * 64-bit tags (every bit is matched, ignore mask 0):
- *   bit 63      kind: 0 data, 1 control (clear-to-send)
+ * 64-bit tags (every bit is matched, ignore mask 0, except for eager bounce buffers):
+ *   bit 63      control (clear-to-send, credit return)
+ *   bit 62      eager: bits 61..32 the message number (low 30 bits), bits 31..0 the user tag
+ *   data (bits 63, 62 clear):
  *   bits 39..36 stripe index of a striped entry (0 when not striped; stripe k rides stream k)
  *   bits 35..32 entry index inside a grouped receive (0..MK_MAX_RECVS-1)
  *   bits 31..0  receive sequence number (wraps; at most MK_MAX_REQUESTS are ever live)
@@ -15,6 +17,15 @@
  * stream (stream0 + k) % streams. The sender puts the bytes
  * of its message that fall in stripe k into stripe k, a zero-length message when none do, so
  * every posted stripe completes and the received size is the sum of the stripe lengths.
+ *
+ * Version 3 (eager, transport/ofi/eager.h has the rules): every send has a message number
+ * (msn, counted by both ends: receive r takes msns [msn0, msn0 + n)), and a clear-to-send
+ * carries its receive's msn0. A send of at most the negotiated eager size for which no
+ * clear-to-send has arrived goes at once into one of the receiver's bounce buffers (tag
+ * EAGER|msn|user tag), if the sender holds a credit; the receiver copies it into the user
+ * buffer when the receive is (or once it is) posted, reposts the bounce buffer and returns
+ * the credit in its next clear-to-send, or in a credit-only message (n = 0). The hello
+ * carries each side's eager size and bounce-buffer count (0: no eager).
  */
 #ifndef MK_OFI_PROTO_H_
 #define MK_OFI_PROTO_H_
@@ -23,13 +34,17 @@
 
 #include "transport.h"
 
-#define MK_OFI_PROTO_VERSION 2
+#define MK_OFI_PROTO_VERSION 3
 #define MK_OFI_HELLO_MAGIC 0x4f4b4d48u /* "HMKO" */
 #define MK_OFI_CTS_MAGIC 0x5354434du   /* "MCTS" */
 #define MK_OFI_ADDR_MAX 64             /* fabric address bytes carried in the hello */
 #define MK_OFI_MAX_STREAMS 8           /* endpoints per comm (NCCL_MK_OFI_STREAMS bound) */
 
 #define MK_OFI_TAG_CTRL (1ull << 63)
+#define MK_OFI_TAG_EAGER (1ull << 62)
+#define MK_OFI_MSN_MASK 0x3fffffffu /* the msn bits an eager tag carries */
+/* Bounce buffers match every eager tag: only bits 63 and 62 are compared. */
+#define MK_OFI_EAGER_IGNORE (~(MK_OFI_TAG_CTRL | MK_OFI_TAG_EAGER))
 #define MK_OFI_TAG_IDX_SHIFT 32
 #define MK_OFI_TAG_IDX_MASK 0xfull
 #define MK_OFI_TAG_STRIPE_SHIFT 36
@@ -43,6 +58,16 @@ static inline unsigned mk_ofi_tag_stripe(uint64_t tag) {
   return (unsigned)((tag >> MK_OFI_TAG_STRIPE_SHIFT) & MK_OFI_TAG_STRIPE_MASK);
 }
 static inline int mk_ofi_tag_is_ctrl(uint64_t tag) { return (tag & MK_OFI_TAG_CTRL) != 0; }
+static inline int mk_ofi_tag_is_eager(uint64_t tag) {
+  return (tag & (MK_OFI_TAG_CTRL | MK_OFI_TAG_EAGER)) == MK_OFI_TAG_EAGER;
+}
+static inline uint64_t mk_ofi_tag_eager(uint32_t msn, int32_t user_tag) {
+  return MK_OFI_TAG_EAGER | ((uint64_t)(msn & MK_OFI_MSN_MASK) << 32) | (uint32_t)user_tag;
+}
+static inline uint32_t mk_ofi_tag_eager_msn(uint64_t tag) {
+  return (uint32_t)(tag >> 32) & MK_OFI_MSN_MASK;
+}
+static inline int32_t mk_ofi_tag_eager_user(uint64_t tag) { return (int32_t)(uint32_t)tag; }
 static inline uint32_t mk_ofi_tag_seq(uint64_t tag) { return (uint32_t)tag; }
 static inline unsigned mk_ofi_tag_idx(uint64_t tag) {
   return (unsigned)((tag >> MK_OFI_TAG_IDX_SHIFT) & MK_OFI_TAG_IDX_MASK);
@@ -55,16 +80,20 @@ struct mk_ofi_hello {
   uint16_t version;
   uint16_t addr_len;            /* of each address (one provider: all the same length) */
   uint64_t nonce;               /* the listen handle's nonce, echoed by both sides */
-  uint32_t nstreams;            /* endpoints the sender of the hello opened (1..MAX) */
-  uint32_t pad;
+  uint16_t nstreams;            /* endpoints the sender of the hello opened (1..MAX) */
+  uint16_t eager_bufs;          /* bounce buffers a receiver posts (0: no eager) */
+  uint32_t eager_bytes;         /* largest eager message this side takes or sends (0: none) */
   uint8_t addr[MK_OFI_MAX_STREAMS][MK_OFI_ADDR_MAX]; /* fi_getname of each endpoint */
 };
 
-/* Clear-to-send: the receiver posted receive seq with n buffers. */
+/* Clear-to-send: the receiver posted receive seq with n buffers, for messages msn.. . With
+ * n = 0 it only returns credits. */
 struct mk_ofi_cts {
   uint32_t magic;
   uint32_t seq;
   uint32_t n;
+  uint32_t credits;               /* bounce buffers reposted since the last report */
+  uint32_t msn;                   /* message number of this receive's first buffer */
   uint32_t pad;
   uint64_t sizes[MK_MAX_RECVS];
   int32_t tags[MK_MAX_RECVS];
@@ -97,6 +126,6 @@ static inline uint64_t mk_ofi_stripe_len(uint64_t size, uint64_t chunk, unsigned
 }
 
 _Static_assert(sizeof(struct mk_ofi_hello) == 536, "hello layout");
-_Static_assert(sizeof(struct mk_ofi_cts) == 192, "cts layout");
+_Static_assert(sizeof(struct mk_ofi_cts) == 200, "cts layout");
 
 #endif /* MK_OFI_PROTO_H_ */

@@ -4,10 +4,11 @@
  * and (b) through a plain TCP socket pair between the same two processes, interleaved
  * iteration by iteration. Prints GB/s (median, min-max over >= 20 iterations), the ratio,
  * and ping-pong latency for small messages.
- * Usage: net_loopback_perf [iterations] [streams,streams,...]
- * With a list of stream counts (e.g. 1,2,4), "ours" is measured once per count, each on a
- * comm pair created with NCCL_MK_OFI_STREAMS set to it, all interleaved iteration by
- * iteration with the socket pair, so the variants see the same machine load.
+ * Usage: net_loopback_perf [iterations] [streams[:eager],...] [max bytes]
+ * With a list of variants (e.g. 1,2,4 or 1:0,1:65536), "ours" is measured once per variant,
+ * each on a comm pair created with NCCL_MK_OFI_STREAMS (and NCCL_MK_OFI_EAGER_BYTES, when
+ * given after a colon) set to it, all interleaved iteration by iteration with the socket
+ * pair, so the variants see the same machine load. Sizes go from 8 B to max bytes (256 MiB).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -28,6 +29,8 @@
 static int iters = 20;
 static int nvariants = 1;
 static int variant_streams[MAX_VARIANTS] = {0}; /* 0: whatever the environment says */
+static long variant_eager[MAX_VARIANTS] = {-1, -1, -1, -1}; /* -1: the environment's */
+static size_t max_bytes = 256u << 20;
 
 struct perf {
   struct mk_comm* fwd[MAX_VARIANTS]; /* sender -> receiver, one per stream count */
@@ -163,6 +166,7 @@ static int latency(struct lb_ctx* ctx, struct perf* p) {
     printf("\n# latency, 8-byte ping-pong, half round trip (us): median [min-max]");
     for (int x = 0; x < nvariants; x++) {
       printf("\n# ours s=%d", variant_streams[x]);
+      if (variant_eager[x] >= 0) printf(" e=%ld", variant_eager[x]);
       report("ours", ours[x], iters, 1);
     }
     printf("\n#    socket");
@@ -174,12 +178,18 @@ static int latency(struct lb_ctx* ctx, struct perf* p) {
 }
 
 /* Second transport comm in the other direction, and the socket pair. */
-/* NCCL_MK_OFI_STREAMS is read when a comm is created: set it around each creation. */
+/* NCCL_MK_OFI_STREAMS and _EAGER_BYTES are read when a comm is created: set them around
+ * each creation (the receiver's eager size binds both ends). */
 static void use_streams(int v) {
-  char n[16];
-  if (!variant_streams[v]) return;
-  snprintf(n, sizeof(n), "%d", variant_streams[v]);
-  setenv("NCCL_MK_OFI_STREAMS", n, 1);
+  char n[32];
+  if (variant_streams[v]) {
+    snprintf(n, sizeof(n), "%d", variant_streams[v]);
+    setenv("NCCL_MK_OFI_STREAMS", n, 1);
+  }
+  if (variant_eager[v] >= 0) {
+    snprintf(n, sizeof(n), "%ld", variant_eager[v]);
+    setenv("NCCL_MK_OFI_EAGER_BYTES", n, 1);
+  }
   mk_param_reload();
 }
 
@@ -239,11 +249,14 @@ static int perf_role(struct lb_ctx* ctx) {
     printf("# nccl-mk transport loopback: ofi (%s) vs a TCP socket pair, %d iterations/point\n",
            mk_param_str(MK_PARAM_OFI_PROVIDER), iters);
     printf("# GB/s = 1e9 bytes/s, median [min-max]; win = messages in flight\n");
-    printf("# columns: size, win, ours per stream count (");
-    for (int v = 0; v < nvariants; v++) printf("%s%d", v ? "," : "", variant_streams[v]);
-    printf("; 0 = environment), socket, then ours/socket per stream count\n");
+    printf("# columns: size, win, ours per variant (streams[:eager bytes] ");
+    for (int v = 0; v < nvariants; v++) {
+      printf("%s%d", v ? "," : "", variant_streams[v]);
+      if (variant_eager[v] >= 0) printf(":%ld", variant_eager[v]);
+    }
+    printf("; 0 = environment), socket, then ours/socket per variant\n");
   }
-  for (size_t s = 8; s <= (256u << 20); s = s == (128u << 20) ? (256u << 20) : s * 4)
+  for (size_t s = 8; s <= max_bytes; s = s == (128u << 20) ? (256u << 20) : s * 4)
     LB_OK(bandwidth(ctx, &p, s));
   LB_OK(latency(ctx, &p));
   close(p.fd);
@@ -257,14 +270,20 @@ static int perf_role(struct lb_ctx* ctx) {
   return 0;
 }
 
-/* "1,2,4" -> variant_streams */
+/* "1,2,4" or "1:0,1:65536" -> variant_streams, variant_eager */
 static void parse_streams(const char* list) {
   nvariants = 0;
-  for (const char* q = list; *q && nvariants < MAX_VARIANTS; q++) {
-    int n = atoi(q);
-    if (n >= 1 && n <= 8) variant_streams[nvariants++] = n;
-    while (q[1] && q[1] != ',') q++;
-    if (q[1] == ',') q++;
+  for (const char* q = list; *q && nvariants < MAX_VARIANTS;) {
+    char* end;
+    long n = strtol(q, &end, 10);
+    long e = -1;
+    if (*end == ':') e = strtol(end + 1, &end, 10);
+    if (n >= 1 && n <= 8 && e >= -1) {
+      variant_streams[nvariants] = (int)n;
+      variant_eager[nvariants++] = e;
+    }
+    q = *end == ',' ? end + 1 : end;
+    if (end == q && *q) q++;
   }
   if (!nvariants) nvariants = 1, variant_streams[0] = 0;
 }
@@ -273,6 +292,7 @@ int main(int argc, char** argv) {
   if (argc > 1) iters = atoi(argv[1]);
   if (iters < 1 || iters > 256) iters = 20;
   if (argc > 2) parse_streams(argv[2]);
+  if (argc > 3 && atol(argv[3]) >= 8) max_bytes = (size_t)atol(argv[3]);
   struct lb_case c = {"net_loopback_perf", perf_role, perf_role, 1200, 0};
   return lb_run(&c);
 }

@@ -1,0 +1,379 @@
+/* The ofi eager path (transport/ofi/eager.h) over the real transport: messages that go
+ * before their receive is posted, credits running out, a receive mixing eager and
+ * clear-to-send messages, 0-byte and oversized eager messages, crossing posts, and a close
+ * with eager messages never received. meson runs these with one stream and with four. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lb.h"
+#include "mk_param.h"
+
+#define KiB 1024ull
+#define MiB (1024ull * 1024)
+
+static void set_param(const char* name, const char* value) {
+  setenv(name, value, 1);
+  mk_param_reload();
+}
+
+/* Eager is off by default (NCCL_MK_OFI_EAGER_BYTES=0): every case here turns it on at both
+ * ends, before its comm is made, at the size the parameter's help suggests. */
+static void eager_on(void) { set_param("NCCL_MK_OFI_EAGER_BYTES", "16384"); }
+
+static size_t eager_bytes(void) { return (size_t)mk_param_int(MK_PARAM_OFI_EAGER_BYTES); }
+
+/* One receive of one buffer of cap bytes; checks the size and bytes of message `stream`. */
+static int recv_check(struct lb_ctx* ctx, size_t cap, size_t len, uint64_t stream, int tag) {
+  unsigned char* buf = lb_alloc(cap + 1);
+  memset(buf, 0xee, cap + 1);
+  void* d = buf;
+  size_t got = 0;
+  struct mk_request* req;
+  LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
+  LB_OK(lb_wait(ctx, req, &got));
+  if (got != len) fprintf(stderr, "  message %llu: got %zu bytes, sent %zu\n",
+                          (unsigned long long)stream, got, len);
+  LB_EXPECT(got == len);
+  LB_EXPECT(lb_check(buf, len, ctx->seed, stream, "eager payload") == 0);
+  LB_EXPECT(buf[len] == 0xee);
+  free(buf);
+  return 0;
+}
+
+/* Starts a send of message `stream` (len bytes, tag); *buf must be freed after the wait. */
+static int send_start(struct lb_ctx* ctx, size_t len, uint64_t stream, int tag,
+                      unsigned char** buf, struct mk_request** req) {
+  *buf = lb_alloc(len);
+  lb_fill(*buf, len, ctx->seed, stream);
+  return lb_send(ctx, *buf, len, tag, NULL, req);
+}
+
+/* One message the ordinary way first: tcp;ofi_rxm opens its connection on the first send,
+ * which needs the receiver to progress; only once it is open can sends complete while the
+ * receiver does nothing. */
+static int warm(struct lb_ctx* ctx) {
+  if (!ctx->is_sender) return recv_check(ctx, 64, 8, 777, 0);
+  unsigned char* b;
+  struct mk_request* r;
+  LB_OK(send_start(ctx, 8, 777, 0, &b, &r));
+  LB_OK(lb_wait(ctx, r, NULL));
+  free(b);
+  return 0;
+}
+
+/* The sender starts 10 small sends (0 B to the eager size) before the receiver has posted
+ * anything, and isend takes every one (only eager can: no clear-to-send exists yet); the
+ * receiver then gets them, intact, in order. (Their completion may need the receiver: rxm
+ * itself moves messages above 16 KiB by rendezvous.) */
+#define LATE_COUNT 10
+static size_t late_len(int m) {
+  size_t e = eager_bytes();
+  size_t lens[LATE_COUNT] = {0, 1, 8, 100, 4096, 4097, e / 2, e - 1, e, 3};
+  return lens[m];
+}
+static int late_recv(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_accept(ctx));
+  LB_OK(warm(ctx));
+  LB_EXPECT(lb_hear(ctx) == 1); /* every send has been taken */
+  for (int m = 0; m < LATE_COUNT; m++) LB_OK(recv_check(ctx, eager_bytes(), late_len(m), m, 4));
+  lb_tell(ctx, 2);
+  return lb_close(ctx);
+}
+static int late_send(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_connect(ctx));
+  LB_OK(warm(ctx));
+  unsigned char* bufs[LATE_COUNT];
+  struct mk_request* reqs[LATE_COUNT];
+  for (int m = 0; m < LATE_COUNT; m++) LB_OK(send_start(ctx, late_len(m), m, 4, &bufs[m], &reqs[m]));
+  lb_tell(ctx, 1);
+  for (int m = 0; m < LATE_COUNT; m++) LB_OK(lb_wait(ctx, reqs[m], NULL));
+  for (int m = 0; m < LATE_COUNT; m++) free(bufs[m]);
+  LB_EXPECT(lb_hear(ctx) == 2); /* close after the receiver has everything */
+  return lb_close(ctx);
+}
+
+/* With 4 bounce buffers, 4 sends go eager and the fifth is "not now" until the receiver
+ * posts; then everything arrives in order, the rest through clear-to-sends or returned
+ * credits. */
+#define CREDIT_COUNT 12
+static int credits_recv(struct lb_ctx* ctx) {
+  eager_on();
+  set_param("NCCL_MK_OFI_EAGER_BUFS", "4");
+  LB_OK(lb_accept(ctx));
+  LB_OK(warm(ctx));
+  LB_EXPECT(lb_hear(ctx) == 4); /* the sender got exactly 4 out, then had to wait */
+  for (int m = 0; m < CREDIT_COUNT; m++) LB_OK(recv_check(ctx, 4096, 1000 + (size_t)m, m, 1));
+  lb_tell(ctx, 1);
+  return lb_close(ctx);
+}
+static int credits_send(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_connect(ctx));
+  LB_OK(warm(ctx));
+  unsigned char* bufs[CREDIT_COUNT];
+  struct mk_request* reqs[CREDIT_COUNT];
+  int m = 0;
+  for (; m < 4; m++) LB_OK(send_start(ctx, 1000 + (size_t)m, m, 1, &bufs[m], &reqs[m]));
+  for (int k = 0; k < 4; k++) LB_OK(lb_wait(ctx, reqs[k], NULL));
+  unsigned char* extra = lb_alloc(1004);
+  lb_fill(extra, 1004, ctx->seed, 4);
+  struct mk_request* r = NULL;
+  double t0 = lb_now();
+  while (lb_now() - t0 < 0.2) { /* no credit, no clear-to-send: not now, again and again */
+    LB_OK(ctx->ops->isend(ctx->comm, extra, 1004, 1, NULL, &r));
+    LB_EXPECT(r == NULL);
+  }
+  lb_tell(ctx, 4);
+  reqs[4] = NULL;
+  LB_OK(lb_send(ctx, extra, 1004, 1, NULL, &reqs[4]));
+  bufs[4] = extra;
+  for (m = 5; m < CREDIT_COUNT; m++) LB_OK(send_start(ctx, 1000 + (size_t)m, m, 1, &bufs[m], &reqs[m]));
+  for (m = 4; m < CREDIT_COUNT; m++) LB_OK(lb_wait(ctx, reqs[m], NULL));
+  for (m = 0; m < CREDIT_COUNT; m++) free(bufs[m]);
+  LB_EXPECT(lb_hear(ctx) == 1);
+  return lb_close(ctx);
+}
+
+/* Grouped receives of 4 buffers (tags 5, 6, 5, 7; 1 MiB each) filled by a mix of eager and
+ * clear-to-send messages in a scrambled tag order: 0 B, 100 B, the eager size and 512 KiB.
+ * Odd rounds the receiver posts only after isend took the sender's small messages (eager,
+ * there is no clear-to-send yet), so they come from the queue and the large one must use the
+ * receive's clear-to-send after a replay of the three.
+ * Duplicate tags fill their buffers in the order the messages were sent. */
+static const int mix_tags[4] = {5, 6, 5, 7};
+static const int mix_order[4] = {2, 1, 0, 3}; /* sends go to these buffers, in this order */
+static size_t mix_len(int j) {
+  size_t lens[4] = {0, 100, eager_bytes(), 512 * KiB};
+  return lens[j];
+}
+#define MIX_ROUNDS 6
+static int mix_recv(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_accept(ctx));
+  for (int round = 0; round < MIX_ROUNDS; round++) {
+    void* data[4];
+    size_t sizes[4], got[4];
+    for (int j = 0; j < 4; j++) {
+      sizes[j] = 1 * MiB;
+      data[j] = lb_alloc(sizes[j]);
+    }
+    if (round % 2) LB_EXPECT(lb_hear(ctx) == (uint64_t)round);
+    struct mk_request* req;
+    LB_OK(lb_recv(ctx, 4, data, sizes, mix_tags, NULL, &req));
+    LB_OK(lb_wait(ctx, req, got));
+    /* duplicate tag 5: the first message sent with it (buffer order 2 goes first) takes
+     * buffer 0, the second takes buffer 2 */
+    int expect_src[4] = {2, 1, 0, 3};
+    for (int j = 0; j < 4; j++) {
+      int src = expect_src[j];
+      LB_EXPECT(got[j] == mix_len(src));
+      LB_EXPECT(lb_check(data[j], got[j], ctx->seed, (uint64_t)(round * 10 + src), "mixed") == 0);
+      free(data[j]);
+    }
+  }
+  return lb_close(ctx);
+}
+static int mix_send(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_connect(ctx));
+  for (int round = 0; round < MIX_ROUNDS; round++) {
+    unsigned char* bufs[4];
+    struct mk_request* reqs[4];
+    for (int k = 0; k < 4; k++) {
+      int j = mix_order[k];
+      if (round % 2 && k == 3) lb_tell(ctx, (uint64_t)round); /* small ones are out */
+      LB_OK(send_start(ctx, mix_len(j), (uint64_t)(round * 10 + j), mix_tags[j], &bufs[k],
+                       &reqs[k]));
+    }
+    for (int k = 0; k < 4; k++) {
+      LB_OK(lb_wait(ctx, reqs[k], NULL));
+      free(bufs[k]);
+    }
+  }
+  return lb_close(ctx);
+}
+
+/* A message larger than the buffer it goes to fails that receive with -EMSGSIZE, also when
+ * it went eager (found out at the receiver); the next message lands where it should. */
+static int toolarge_recv(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_accept(ctx));
+  LB_OK(warm(ctx));
+  LB_EXPECT(lb_hear(ctx) == 1); /* the 1000-byte message is out */
+  unsigned char buf[100];
+  void* d = buf;
+  size_t cap = sizeof(buf), got = 7;
+  int tag = 2, done = 0, rc = 0;
+  struct mk_request* req;
+  LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
+  while (!done && rc == 0) rc = ctx->ops->test(req, &done, &got);
+  printf("  oversized eager message: rc=%d (%s), done=%d\n", rc, strerror(-rc), done);
+  LB_EXPECT(rc == -EMSGSIZE);
+  LB_OK(recv_check(ctx, 100, 50, 2, 2));
+  lb_tell(ctx, 2);
+  return lb_close(ctx);
+}
+static int toolarge_send(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_connect(ctx));
+  LB_OK(warm(ctx));
+  unsigned char *big, *small;
+  struct mk_request *r1, *r2;
+  LB_OK(send_start(ctx, 1000, 1, 2, &big, &r1));
+  LB_OK(lb_wait(ctx, r1, NULL)); /* completed: it went eager */
+  lb_tell(ctx, 1);
+  LB_OK(send_start(ctx, 50, 2, 2, &small, &r2));
+  LB_OK(lb_wait(ctx, r2, NULL));
+  free(big);
+  free(small);
+  LB_EXPECT(lb_hear(ctx) == 2);
+  return lb_close(ctx);
+}
+
+/* 3000 messages, sizes on both sides of the eager size, posted by both ends with jitter so
+ * that eager messages cross posted receives (whose buffers are then cancelled), come before
+ * them, or use their clear-to-send: every one intact and in order. */
+#define CROSS_COUNT 3000
+#define CROSS_WINDOW 4
+static size_t cross_len(int m) {
+  size_t e = eager_bytes();
+  switch (m % 5) {
+    case 0: return 0;
+    case 1: return 1 + (size_t)(m * 7919) % 4000;
+    case 2: return e;
+    case 3: return e + 1;
+    default: return 200 * KiB;
+  }
+}
+static void jitter(uint64_t seed, int m) {
+  uint64_t x = (seed ^ (uint64_t)m * 0x9e3779b97f4a7c15ull) >> 40;
+  double until = lb_now() + (double)(x % 30) * 1e-6;
+  while (lb_now() < until) {}
+}
+static int cross_recv(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_accept(ctx));
+  size_t cap = 256 * KiB;
+  unsigned char* bufs[CROSS_WINDOW];
+  struct mk_request* reqs[CROSS_WINDOW];
+  for (int w = 0; w < CROSS_WINDOW; w++) bufs[w] = lb_alloc(cap);
+  int tag = 3;
+  for (int m = 0; m < CROSS_COUNT + CROSS_WINDOW; m++) {
+    int w = m % CROSS_WINDOW;
+    if (m >= CROSS_WINDOW) {
+      int old = m - CROSS_WINDOW;
+      size_t got = 0;
+      LB_OK(lb_wait(ctx, reqs[w], &got));
+      LB_EXPECT(got == cross_len(old));
+      LB_EXPECT(lb_check(bufs[w], got, ctx->seed, (uint64_t)old, "crossing msg") == 0);
+    }
+    if (m < CROSS_COUNT) {
+      jitter(ctx->seed, m);
+      void* d = bufs[w];
+      LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &reqs[w]));
+    }
+  }
+  for (int w = 0; w < CROSS_WINDOW; w++) free(bufs[w]);
+  return lb_close(ctx);
+}
+static int cross_send(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_connect(ctx));
+  unsigned char* bufs[CROSS_WINDOW];
+  struct mk_request* reqs[CROSS_WINDOW];
+  for (int w = 0; w < CROSS_WINDOW; w++) bufs[w] = lb_alloc(256 * KiB);
+  for (int m = 0; m < CROSS_COUNT + CROSS_WINDOW; m++) {
+    int w = m % CROSS_WINDOW;
+    if (m >= CROSS_WINDOW) LB_OK(lb_wait(ctx, reqs[w], NULL));
+    if (m < CROSS_COUNT) {
+      jitter(ctx->seed + 1, m);
+      lb_fill(bufs[w], cross_len(m), ctx->seed, (uint64_t)m);
+      LB_OK(lb_send(ctx, bufs[w], cross_len(m), 3, NULL, &reqs[w]));
+    }
+  }
+  for (int w = 0; w < CROSS_WINDOW; w++) free(bufs[w]);
+  return lb_close(ctx);
+}
+
+/* The receiver closes with eager messages it never received (in its bounce buffers or on
+ * the way), then accepts a new connection on the same listen comm: the new comm starts
+ * clean (its first receive gets the new connection's first message). */
+static int unreceived_recv(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_accept(ctx));
+  LB_OK(warm(ctx));
+  LB_EXPECT(lb_hear(ctx) == 1); /* three eager messages are out */
+  LB_OK(ctx->ops->close(ctx->comm));
+  ctx->comm = NULL;
+  lb_tell(ctx, 1);
+  while (!ctx->comm) LB_OK(ctx->ops->accept(ctx->listen_comm, &ctx->comm));
+  LB_OK(recv_check(ctx, 4096, 300, 9, 1));
+  lb_tell(ctx, 2);
+  return lb_close(ctx);
+}
+static int unreceived_send(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_connect(ctx));
+  LB_OK(warm(ctx));
+  unsigned char* bufs[3];
+  struct mk_request* reqs[3];
+  for (int m = 0; m < 3; m++) LB_OK(send_start(ctx, 100 + (size_t)m, m, 1, &bufs[m], &reqs[m]));
+  for (int m = 0; m < 3; m++) LB_OK(lb_wait(ctx, reqs[m], NULL));
+  lb_tell(ctx, 1);
+  LB_EXPECT(lb_hear(ctx) == 1); /* the receiver's comm is closed */
+  LB_OK(ctx->ops->close(ctx->comm));
+  ctx->comm = NULL;
+  while (!ctx->comm) LB_OK(ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm));
+  unsigned char* b;
+  struct mk_request* r;
+  LB_OK(send_start(ctx, 300, 9, 1, &b, &r));
+  LB_OK(lb_wait(ctx, r, NULL));
+  for (int m = 0; m < 3; m++) free(bufs[m]);
+  free(b);
+  LB_EXPECT(lb_hear(ctx) == 2);
+  return lb_close(ctx);
+}
+
+/* Eager off on one side (NCCL_MK_OFI_EAGER_BYTES=0 at the receiver) turns it off for both:
+ * a small send waits for the clear-to-send. */
+static int off_recv(struct lb_ctx* ctx) {
+  set_param("NCCL_MK_OFI_EAGER_BYTES", "0");
+  LB_OK(lb_accept(ctx));
+  LB_EXPECT(lb_hear(ctx) == 1);
+  LB_OK(recv_check(ctx, 64, 8, 1, 0));
+  lb_tell(ctx, 2);
+  return lb_close(ctx);
+}
+static int off_send(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_connect(ctx));
+  unsigned char buf[8];
+  lb_fill(buf, sizeof(buf), ctx->seed, 1);
+  struct mk_request* r = NULL;
+  double t0 = lb_now();
+  while (lb_now() - t0 < 0.2) {
+    LB_OK(ctx->ops->isend(ctx->comm, buf, sizeof(buf), 0, NULL, &r));
+    LB_EXPECT(r == NULL); /* no receive posted, no eager: not now */
+  }
+  lb_tell(ctx, 1);
+  LB_OK(lb_send(ctx, buf, sizeof(buf), 0, NULL, &r));
+  LB_OK(lb_wait(ctx, r, NULL));
+  LB_EXPECT(lb_hear(ctx) == 2);
+  return lb_close(ctx);
+}
+
+const struct lb_case lb_cases_eager[] = {
+    {"eager_sends_taken_before_any_receive_is_posted", late_recv, late_send, 30, 0},
+    {"eager_credits_exhausted_sender_waits_then_all_arrive_in_order", credits_recv,
+     credits_send, 30, 0},
+    {"eager_and_clear_to_send_mixed_in_grouped_receives", mix_recv, mix_send, 60, 0},
+    {"eager_message_too_large_fails_its_receive_emsgsize", toolarge_recv, toolarge_send, 30, 0},
+    {"eager_crossing_posted_receives_3000_messages_in_order", cross_recv, cross_send, 90, 0},
+    {"eager_unreceived_at_close_then_reconnect_clean", unreceived_recv, unreceived_send, 30, 0},
+    {"eager_off_at_one_end_is_off_for_both", off_recv, off_send, 30, 0},
+    {NULL, NULL, NULL, 0, 0},
+};
