@@ -5,22 +5,24 @@
     c = nccl_mk.all_gather_gemm(x_shard, w)       # C = AllGather(x_shard) . w^T
     y = nccl_mk.gemm_reduce_scatter(x, w)         # rows of this rank of sum_r x_r . w_r^T
     z = nccl_mk.gemm_all_reduce(x, w)             # sum_r x_r . w_r^T on every rank
+    o = nccl_mk.ring_attention(q, k, v, causal=True)  # attention over the whole sequence
 
 Tensors are bf16, 2-D, contiguous, 16-byte aligned, on this rank's GPU; w is [N, K] like a
-Linear weight. The ops run on the group's own NCCL communicator (default: the world group)
-and on the current CUDA stream; they can be captured in CUDA graphs and traced by
+Linear weight (ring_attention: 4-D [B, S_local, heads, D] tensors, see its doc). The ops run
+on the group's own NCCL communicator (default: the world group) and on the current CUDA
+stream; they can be captured in CUDA graphs and traced by
 torch.compile (torch.ops.nccl_mk.*). The first fused call on a group (or nccl_mk.init) is
 collective: every rank must make it. Forward only (no autograd).
 
 The package imports without torch or a GPU; status() says what is missing.
 """
 
-from ._checks import ArgumentError
+from ._checks import ArgumentError, zigzag_positions
 from ._lib import NcclMkError, load, loaded_path, version
 
 __all__ = ["ArgumentError", "NcclMkError", "load", "loaded_path", "version", "status",
            "available", "init", "release", "communicator", "all_gather_gemm",
-           "gemm_reduce_scatter", "gemm_all_reduce"]
+           "gemm_reduce_scatter", "gemm_all_reduce", "ring_attention", "zigzag_positions"]
 
 try:
     import torch
@@ -67,10 +69,10 @@ def available() -> bool:
 
 if _TORCH_ERROR is None:
     from ._api import (all_gather_gemm, communicator, gemm_all_reduce, gemm_reduce_scatter,
-                       init, release)
+                       init, release, ring_attention)
 else:
     def _needs_torch(*args, **kwargs):
         raise ImportError("nccl_mk: " + _TORCH_ERROR)
 
-    all_gather_gemm = gemm_reduce_scatter = gemm_all_reduce = _needs_torch
+    all_gather_gemm = gemm_reduce_scatter = gemm_all_reduce = ring_attention = _needs_torch
     init = release = communicator = _needs_torch

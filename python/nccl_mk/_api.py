@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from . import _comm
+from . import _checks, _comm
 from . import _ops as _registers_torch_ops_nccl_mk
 
 assert _registers_torch_ops_nccl_mk  # imported for its side effect: torch.ops.nccl_mk.*
@@ -98,3 +98,29 @@ def gemm_all_reduce(a: Tensor, b: Tensor, group: Optional[dist.ProcessGroup] = N
         return torch.ops.nccl_mk.gemm_all_reduce(a, b, name)
     torch.ops.nccl_mk.gemm_all_reduce_out(a, b, out, name)
     return out
+
+
+def ring_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
+                   group: Optional[dist.ProcessGroup] = None, out: Optional[Tensor] = None,
+                   return_lse: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Attention of this rank's queries over the whole sequence, split across the group.
+
+    q [B, S_local, H, D]; k, v [B, S_local, H_kv, D] (bf16, contiguous; D 64 or 128; H a
+    multiple of H_kv): this rank's S_local tokens of a sequence of ranks x S_local. Softmax
+    scale 1 / sqrt(D). causal=False: any split (usually rank r holds tokens r x S_local ..);
+    causal=True: the zigzag split, rank r holds chunks r and 2 x ranks - 1 - r of S_local / 2
+    tokens, in that order (nccl_mk.zigzag_positions), S_local even. out: optional
+    [B, S_local, H, D] output. Returns out, or (out, lse) with return_lse=True, lse
+    [B, H, S_local] fp32 the natural log of the softmax denominators (for a backward pass).
+    Needs 2 to 8 ranks on one host and NCCL_MK_FUSED=1 when the group is prepared."""
+    name = _group_name(group)
+    if out is None:
+        o, lse = torch.ops.nccl_mk.ring_attention(q, k, v, causal, name, return_lse)
+        return (o, lse) if return_lse else o
+    lse = None
+    if return_lse:
+        # A bad q gets a (0, 0, 0) lse here; the op then rejects q by name.
+        shape = _checks.ring_attention_lse_shape(q.shape) if q.dim() == 4 else (0, 0, 0)
+        lse = q.new_empty(shape, dtype=torch.float32)
+    torch.ops.nccl_mk.ring_attention_out(q, k, v, out, lse, causal, name)
+    return (out, lse) if return_lse else out

@@ -8,15 +8,20 @@ shape/dtype/device/pointer facts, lets CI (no torch, no GPU) test every rule.
 The rules are those of include/nccl_mk.h: bf16, 2-D row-major (contiguous) tensors on one
 CUDA device, data pointers 16-byte aligned, C = A . B^T with B [N, K] like a Linear weight,
 N and K positive multiples of 8, every dimension below 2^31, M a multiple of the rank count
-where rows are split across ranks.
+where rows are split across ranks. Ring attention (ncclMkRingAttention) has its own rules,
+with check_ring_attention below: 4-D [B, S_local, heads, D] tensors, an fp32 lse.
 """
 
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 ALIGNMENT = 16
 DIM_MULTIPLE = 8
 MAX_DIM = 2**31 - 1
 SUPPORTED_DTYPE = "bfloat16"
+RA_HEAD_DIMS = (64, 128)
+RA_MAX_BH = 65535          # B and H (grid dimensions)
+RA_MAX_S_LOCAL = 2**30
+RA_MIN_RANKS, RA_MAX_RANKS = 2, 8
 
 
 class TensorInfo(NamedTuple):
@@ -40,20 +45,26 @@ class ArgumentError(ValueError):
         self.argument = argument
 
 
-def _tensor(op: str, t: TensorInfo) -> None:
-    """Checks one tensor on its own: dtype, device, rank, contiguity, alignment."""
-    if t.dtype != SUPPORTED_DTYPE:
+def _tensor(op: str, t: TensorInfo, layout: str = "(rows, cols)",
+            dtype: str = SUPPORTED_DTYPE, alignment: int = ALIGNMENT) -> None:
+    """Checks one tensor on its own: dtype, device, rank, contiguity, alignment. `layout`
+    names the dimensions, and its entry count is the rank the tensor must have."""
+    if t.dtype != dtype:
         raise ArgumentError(op, t.name, f"has dtype {t.dtype}; the fused ops take "
-                            f"{SUPPORTED_DTYPE} only")
+                            f"{dtype} only" if dtype == SUPPORTED_DTYPE else
+                            f"has dtype {t.dtype}, must be {dtype}")
     if not t.device.startswith("cuda"):
         raise ArgumentError(op, t.name, f"is on {t.device}; the fused ops need CUDA tensors")
-    if len(t.shape) != 2:
-        raise ArgumentError(op, t.name, f"must be 2-D (rows, cols), got shape {tuple(t.shape)}")
+    ndim = layout.count(",") + 1
+    if len(t.shape) != ndim:
+        raise ArgumentError(op, t.name, f"must be {ndim}-D {layout}, got shape "
+                            f"{tuple(t.shape)}")
     if not t.contiguous:
-        raise ArgumentError(op, t.name, "is not contiguous (row-major); pass .contiguous() "
-                            "(a weight is passed as [N, K], as stored by Linear, not w.t())")
-    if t.data_ptr is not None and t.data_ptr % ALIGNMENT:
-        raise ArgumentError(op, t.name, f"data pointer {t.data_ptr:#x} is not {ALIGNMENT}-byte "
+        raise ArgumentError(op, t.name, "is not contiguous (row-major); pass .contiguous()"
+                            + (" (a weight is passed as [N, K], as stored by Linear, not w.t())"
+                               if ndim == 2 else ""))
+    if t.data_ptr is not None and t.data_ptr % alignment:
+        raise ArgumentError(op, t.name, f"data pointer {t.data_ptr:#x} is not {alignment}-byte "
                             "aligned (a view that starts at an odd offset?); pass .clone()")
 
 
@@ -94,9 +105,10 @@ def _extent(t: TensorInfo) -> Tuple[int, int]:
 
 
 def _output(op: str, out: TensorInfo, expected: Tuple[int, ...],
-            inputs: Sequence[TensorInfo]) -> None:
-    """An output: the tensor rules, the expected shape, and no overlap with any input."""
-    _tensor(op, out)
+            inputs: Sequence[TensorInfo], **rules) -> None:
+    """An output: the tensor rules (`rules`: _tensor's layout/dtype/alignment), the expected
+    shape, and no overlap with any input."""
+    _tensor(op, out, **rules)
     if tuple(out.shape) != tuple(expected):
         raise ArgumentError(op, out.name, f"has shape {tuple(out.shape)}, expected "
                             f"{tuple(expected)}")
@@ -203,3 +215,91 @@ def check_fits(op: str, m: int, n: int, k: int, max_m: int, max_n: int, max_k: i
                                 f"inside CUDA graph capture: call nccl_mk.init(group, "
                                 f"max_{what}={value}) before capturing (or run the op once "
                                 "outside capture)")
+
+
+# ---- ring attention ----------------------------------------------------------------------
+
+QO_LAYOUT = "[B, S_local, H, D]"
+KV_LAYOUT = "[B, S_local, H_kv, D]"
+LSE_LAYOUT = "[B, H, S_local]"
+
+
+def ring_attention_lse_shape(q: Sequence[int]) -> Tuple[int, int, int]:
+    """Shape of lse for q [B, S_local, H, D]: [B, H, S_local] (fp32)."""
+    return q[0], q[2], q[1]
+
+
+def zigzag_positions(rank: int, nranks: int, s_local: int) -> List[int]:
+    """The whole-sequence token positions of rank's S_local rows under causal=True's zigzag
+    split: the sequence is cut into 2 x nranks chunks of S_local / 2 tokens, and rank r holds
+    chunks r and 2 x nranks - 1 - r, in that order."""
+    if nranks < 1 or not 0 <= rank < nranks:
+        raise ValueError(f"nccl_mk.zigzag_positions: rank {rank} of {nranks} ranks")
+    if s_local < 2 or s_local % 2:
+        raise ValueError(f"nccl_mk.zigzag_positions: s_local={s_local} must be even and positive")
+    half = s_local // 2
+    first, second = rank, 2 * nranks - 1 - rank
+    return (list(range(first * half, first * half + half))
+            + list(range(second * half, second * half + half)))
+
+
+def check_ring_attention(q: TensorInfo, k: TensorInfo, v: TensorInfo, out: Optional[TensorInfo],
+                         lse: Optional[TensorInfo], causal: bool,
+                         nranks: int) -> Tuple[int, int, int, int, int]:
+    """Checks ring attention's arguments; returns (B, S_local, H, H_kv, D).
+
+    q, out [B, S_local, H, D]; k, v [B, S_local, H_kv, D]; bf16, contiguous, 16-byte aligned;
+    lse [B, H, S_local] fp32, 4-byte aligned; D 64 or 128; H a multiple of H_kv; B and H in
+    [1, 65535]; S_local in [1, 2^30], even when causal; B x S_local below 2^31; every tensor
+    on one GPU; 2 to 8 ranks (all on one host: checked by the library)."""
+    op = "ring_attention"
+    _nranks(nranks)
+    if not RA_MIN_RANKS <= nranks <= RA_MAX_RANKS:
+        raise ArgumentError(op, "group", f"has {nranks} ranks; ring attention needs "
+                            f"{RA_MIN_RANKS} to {RA_MAX_RANKS}, all on one host")
+    _tensor(op, q, QO_LAYOUT)
+    for t in (k, v):
+        _tensor(op, t, KV_LAYOUT)
+    _same_device(op, [q, k, v])
+    b, s, h, d = q.shape
+    if d not in RA_HEAD_DIMS:
+        raise ArgumentError(op, q.name, f"has D={d} (shape {tuple(q.shape)}); D must be "
+                            f"{' or '.join(map(str, RA_HEAD_DIMS))}")
+    for value, what in ((b, "B"), (h, "H")):
+        if not 1 <= value <= RA_MAX_BH:
+            raise ArgumentError(op, q.name, f"has {what}={value} (shape {tuple(q.shape)}); "
+                                f"{what} must be in [1, {RA_MAX_BH}]")
+    if not 1 <= s <= RA_MAX_S_LOCAL:
+        raise ArgumentError(op, q.name, f"has S_local={s}; it must be in [1, 2^30]")
+    if b * s > MAX_DIM:
+        raise ArgumentError(op, q.name, f"has B x S_local = {b * s}; it must be below 2^31")
+    if causal and s % 2:
+        raise ArgumentError(op, q.name, f"has S_local={s}, odd; causal=True needs it even "
+                            "(the zigzag split: two chunks of S_local / 2 tokens per rank)")
+    if (k.shape[0], k.shape[1], k.shape[3]) != (b, s, d):
+        raise ArgumentError(op, k.name, f"has shape {tuple(k.shape)}; with q {tuple(q.shape)} "
+                            f"it must be [{b}, {s}, H_kv, {d}] {KV_LAYOUT}")
+    h_kv = k.shape[2]
+    if h_kv < 1 or h % h_kv:
+        raise ArgumentError(op, k.name, f"has H_kv={h_kv} heads, but H={h} (q) must be a "
+                            "positive multiple of H_kv (grouped-query attention)")
+    if tuple(v.shape) != tuple(k.shape):
+        raise ArgumentError(op, v.name, f"has shape {tuple(v.shape)}, expected k's "
+                            f"{tuple(k.shape)}")
+    inputs = [q, k, v]
+    if out is not None:
+        _output(op, out, tuple(q.shape), inputs, layout=QO_LAYOUT)
+    if lse is not None:
+        _output(op, lse, ring_attention_lse_shape(q.shape), inputs, layout=LSE_LAYOUT,
+                dtype="float32", alignment=4)
+        if out is not None:
+            _output(op, lse, ring_attention_lse_shape(q.shape), [out], layout=LSE_LAYOUT,
+                    dtype="float32", alignment=4)
+    _same_device(op, inputs + [t for t in (out, lse) if t is not None])
+    return b, s, h, h_kv, d
+
+
+def ring_attention_workspace_bytes(b: int, s_local: int, h_kv: int, d: int, nranks: int) -> int:
+    """The fused workspace ring attention needs for the peers' K and V (include/nccl_mk.h):
+    (nranks - 1) x 2 x B x S_local x H_kv x D x 2 bytes."""
+    return (nranks - 1) * 2 * b * s_local * h_kv * d * 2

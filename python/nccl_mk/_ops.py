@@ -8,7 +8,8 @@ ops (new outputs) are what torch.compile prefers; the *_out ops write into calle
 
 Each real implementation checks every argument (nccl_mk._checks) before calling C, so a
 bad call raises an ArgumentError naming the argument and leaves the outputs untouched.
-Forward only: no autograd formula is registered.
+Forward only: no autograd formula is registered (ring attention returns lse for a
+backward pass the caller writes).
 """
 
 import ctypes
@@ -176,3 +177,69 @@ def gemm_all_reduce_out_op(a: Tensor, b: Tensor, out: Tensor, group_name: str) -
 def _(a, b, out, group_name):
     _checks.check_gemm_all_reduce(_info("a", a, True), _info("b", b, True),
                                   _info("out", out, True))
+
+
+# ---- ring attention ----------------------------------------------------------------------
+
+def _ring_attention_into(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
+                         causal: bool, group_name: str) -> None:
+    nranks = _group_size(group_name)
+    b, s, h, h_kv, d = _checks.check_ring_attention(
+        _info("q", q), _info("k", k), _info("v", v), _info("out", out), _info("lse", lse),
+        causal, nranks)
+    lib = _lib.load()
+    op, c_name = "ring_attention", "ncclMkRingAttention"
+    group = _comm.group_from_name(group_name)
+    state = _comm.get(group, q.device.index)
+    # No capture limit to check here: the library never grows ring attention's workspace (a
+    # too-small one is ncclInvalidUsage, outside capture as inside).
+    comm = ctypes.c_void_p(state.ptr)
+    rc = lib.ncclMkRingAttention(_ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(lse), b, s, h, h_kv,
+                                 d, int(bool(causal)), _lib.NCCL_BFLOAT16, comm,
+                                 _stream(q.device))
+    if rc == _lib.NCCL_INVALID_USAGE:
+        need = _checks.ring_attention_workspace_bytes(b, s, h_kv, d, nranks)
+        raise _lib.NcclMkError(
+            f"nccl_mk.{op} ({c_name})", rc,
+            f"ring attention needs NCCL_MK_FUSED=1 at init, all ranks on one host, and at "
+            f"least {need} bytes of workspace for the peers' K and V (nccl_mk.init's "
+            f"max_m x max(max_n, max_k) x 2 bytes; prepared: {state.max_m} x "
+            f"{max(state.max_n, state.max_k)} x 2)")
+    _lib.check(f"nccl_mk.{op} ({c_name})", rc, state.ptr)
+
+
+@torch.library.custom_op("nccl_mk::ring_attention", mutates_args=())
+def ring_attention_op(q: Tensor, k: Tensor, v: Tensor, causal: bool, group_name: str,
+                      return_lse: bool) -> Tuple[Tensor, Tensor]:
+    """(out [B, S_local, H, D], lse [B, H, S_local] fp32 or an empty tensor) of attention of
+    this rank's queries over the whole sequence's keys, split across the group's ranks."""
+    _checks.check_ring_attention(_info("q", q), _info("k", k), _info("v", v), None, None,
+                                 causal, _group_size(group_name))
+    out = q.new_empty(q.shape)
+    lse = q.new_empty(_checks.ring_attention_lse_shape(q.shape) if return_lse else (0,),
+                      dtype=torch.float32)
+    _ring_attention_into(q, k, v, out, lse if return_lse else None, causal, group_name)
+    return out, lse
+
+
+@ring_attention_op.register_fake
+def _(q, k, v, causal, group_name, return_lse):
+    _checks.check_ring_attention(_info("q", q, True), _info("k", k, True), _info("v", v, True),
+                                 None, None, causal, _group_size(group_name))
+    return (q.new_empty(q.shape),
+            q.new_empty(_checks.ring_attention_lse_shape(q.shape) if return_lse else (0,),
+                        dtype=torch.float32))
+
+
+@torch.library.custom_op("nccl_mk::ring_attention_out", mutates_args=("out", "lse"))
+def ring_attention_out_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
+                          causal: bool, group_name: str) -> None:
+    """Writes the attention output into out and, when given, the log-sum-exp into lse."""
+    _ring_attention_into(q, k, v, out, lse, causal, group_name)
+
+
+@ring_attention_out_op.register_fake
+def _(q, k, v, out, lse, causal, group_name):
+    _checks.check_ring_attention(_info("q", q, True), _info("k", k, True), _info("v", v, True),
+                                 _info("out", out, True), _info("lse", lse, True), causal,
+                                 _group_size(group_name))

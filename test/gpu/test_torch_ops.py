@@ -8,7 +8,7 @@ Exit 0: every test passed on every rank; 1: a failure (each printed with its ran
 77: skipped (no torch, or fewer than 2 GPUs), with the reason. Needs the library built in
 build/ (meson setup build && ninja -C build) or nccl_mk.load()-able. Tests, in order:
 comm_is_the_groups_own, ops_match_sequential, bad_inputs_named_and_untouched,
-graph_capture_replay, torch_compile. About 1-2 minutes (torch.compile dominates).
+graph_capture_replay, torch_compile, ring_attention_matches_sdpa. About 1-2 minutes (torch.compile dominates).
 """
 
 import datetime
@@ -84,6 +84,45 @@ def ref_gemm_all_reduce(a, b):
     full = a.float() @ b.float().t()
     dist.all_reduce(full)
     return full
+
+
+def gather_sequence(x_local, positions):
+    """The whole sequence [B, S, heads, D] from every rank's rows; positions[r]: the
+    sequence positions of rank r's rows."""
+    parts = torch.empty((WORLD,) + tuple(x_local.shape), device=DEV, dtype=x_local.dtype)
+    dist.all_gather_into_tensor(parts, x_local.contiguous())
+    full = torch.empty((x_local.shape[0], x_local.shape[1] * WORLD) + tuple(x_local.shape[2:]),
+                       device=DEV, dtype=x_local.dtype)
+    for r in range(WORLD):
+        full[:, positions[r]] = parts[r]
+    return full
+
+
+def ref_ring_attention(q, k, v, causal):
+    """(out [B, S_local, H, D], lse [B, H, S_local]) of this rank's rows, from
+    scaled_dot_product_attention (float32) on the gathered whole sequence."""
+    s_local = q.shape[1]
+    if causal:
+        positions = [torch.tensor(nccl_mk.zigzag_positions(r, WORLD, s_local), device=DEV)
+                     for r in range(WORLD)]
+    else:
+        positions = [torch.arange(r * s_local, (r + 1) * s_local, device=DEV)
+                     for r in range(WORLD)]
+    q_all, k_all, v_all = (gather_sequence(x, positions).float().transpose(1, 2)
+                           for x in (q, k, v))  # [B, heads, S, D]
+    group = q.shape[2] // k.shape[2]  # head h reads kv head h // group
+    k_all = k_all.repeat_interleave(group, dim=1)
+    v_all = v_all.repeat_interleave(group, dim=1)
+    out = torch.nn.functional.scaled_dot_product_attention(q_all, k_all, v_all,
+                                                           is_causal=causal)
+    scores = (q_all @ k_all.transpose(-1, -2)) / q.shape[3] ** 0.5
+    if causal:
+        s = scores.shape[-1]
+        scores.masked_fill_(torch.ones(s, s, device=DEV, dtype=torch.bool).triu(1),
+                            float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # [B, H, S]
+    mine = positions[dist.get_rank()]
+    return out[:, :, mine].transpose(1, 2), lse[:, :, mine]
 
 
 # ---- tests --------------------------------------------------------------------------------
@@ -217,8 +256,55 @@ def test_torch_compile():
     torch.cuda.synchronize()
 
 
+def test_ring_attention_matches_sdpa():
+    # (B, S_local, H, H_kv, D): GQA at D = 128, plain multi-head at D = 64, an odd S_local
+    # (non-causal only)
+    for b, s_local, h, h_kv, d in ((2, 256, 8, 2, 128), (1, 384, 4, 4, 64), (1, 130, 2, 1, 64)):
+        for causal in (False, True):
+            q, k, v = rand(b, s_local, h, d), rand(b, s_local, h_kv, d), rand(b, s_local, h_kv, d)
+            ref_out, ref_lse = ref_ring_attention(q, k, v, causal)
+            what = f"ring_attention B={b} S_local={s_local} H={h} H_kv={h_kv} D={d} causal={causal}"
+            out, lse = nccl_mk.ring_attention(q, k, v, causal=causal, return_lse=True)
+            close(out, ref_out, what)
+            assert (lse - ref_lse).abs().max().item() < 1e-2, f"{what}: lse differs"
+            poisoned = torch.full_like(q, float("nan"))
+            assert nccl_mk.ring_attention(q, k, v, causal=causal, out=poisoned) is poisoned
+            close(poisoned, ref_out, f"{what}, out= (poisoned with NaN first)")
+    # under CUDA graph capture, on the current stream, with fresh inputs at each replay
+    q, k, v = rand(2, 256, 8, 128), rand(2, 256, 2, 128), rand(2, 256, 2, 128)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        nccl_mk.ring_attention(q, k, v, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = nccl_mk.ring_attention(q, k, v, causal=True)
+    for replay in range(2):
+        for x in (q, k, v):
+            x.copy_(rand(*x.shape))
+        graph.replay()
+        close(out, ref_ring_attention(q, k, v, True)[0], f"ring_attention graph replay {replay}")
+    # a bad argument is named before anything runs
+    for argument, call in (("q", lambda: nccl_mk.ring_attention(q.float(), k, v)),
+                           ("k", lambda: nccl_mk.ring_attention(q, rand(2, 256, 3, 128),
+                                                                rand(2, 256, 3, 128))),
+                           ("q", lambda: nccl_mk.ring_attention(q[:, :255].contiguous(),
+                                                                k[:, :255].contiguous(),
+                                                                v[:, :255].contiguous(),
+                                                                causal=True))):
+        try:
+            call()
+        except nccl_mk.ArgumentError as e:
+            assert e.argument == argument, f"ring_attention: expected {argument!r} named: {e}"
+        else:
+            raise AssertionError(f"ring_attention: a bad {argument!r} was accepted")
+    torch.cuda.synchronize()
+
+
 TESTS = [test_comm_is_the_groups_own, test_ops_match_sequential,
-         test_bad_inputs_named_and_untouched, test_graph_capture_replay, test_torch_compile]
+         test_bad_inputs_named_and_untouched, test_graph_capture_replay, test_torch_compile,
+         test_ring_attention_matches_sdpa]
 
 
 def main():

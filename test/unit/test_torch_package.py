@@ -42,7 +42,8 @@ def raises_naming(fn, argument, what, exc=None):
 
 def t(name, shape, dtype="bfloat16", device="cuda:0", contiguous=True, ptr=0x10000):
     from nccl_mk._checks import TensorInfo
-    return TensorInfo(name, tuple(shape), dtype, device, contiguous, ptr, 2)
+    return TensorInfo(name, tuple(shape), dtype, device, contiguous, ptr,
+                      4 if dtype == "float32" else 2)
 
 
 def test_checks():
@@ -107,6 +108,115 @@ def test_checks():
     expect(ok == (128, 8, 256), "fake tensors (no data pointer) pass the shape rules")
 
 
+# Ring attention: q, out [B=2, S_local=128, H=8, D=64]; k, v [2, 128, H_kv=2, 64]; lse
+# [2, 8, 128] fp32. Each tensor at its own 1 MiB-spaced address, so none overlap.
+RA_Q, RA_KV, RA_LSE = (2, 128, 8, 64), (2, 128, 2, 64), (2, 8, 128)
+
+
+def ra_args(**change):
+    """Good ring-attention arguments (q, k, v, out, lse, causal, nranks), some replaced."""
+    args = dict(q=t("q", RA_Q, ptr=0x100000), k=t("k", RA_KV, ptr=0x200000),
+                v=t("v", RA_KV, ptr=0x300000), out=t("out", RA_Q, ptr=0x400000),
+                lse=t("lse", RA_LSE, dtype="float32", ptr=0x500000), causal=True, nranks=2)
+    args.update(change)
+    return args
+
+
+def ring_attention_rejects(argument, what, **change):
+    from nccl_mk import _checks as c
+    raises_naming(lambda: c.check_ring_attention(**ra_args(**change)), argument,
+                  f"ring_attention {what}")
+
+
+def test_ring_attention_good_calls_give_the_shape():
+    from nccl_mk import _checks as c
+    ok = c.check_ring_attention(**ra_args())
+    expect(ok == (2, 128, 8, 2, 64), f"ring_attention good causal call gives (B, S, H, H_kv, D) "
+                                     f"{ok}")
+    ok = c.check_ring_attention(**ra_args(out=None, lse=None, causal=False))
+    expect(ok == (2, 128, 8, 2, 64), "ring_attention without out and lse passes")
+    d128 = (1, 3, 4, 128)
+    ok = c.check_ring_attention(**ra_args(q=t("q", d128), k=t("k", d128, ptr=0x200000),
+                                          v=t("v", d128, ptr=0x300000), out=None, lse=None,
+                                          causal=False, nranks=8))
+    expect(ok == (1, 3, 4, 4, 128), "ring_attention D=128, odd S_local non-causal, 8 ranks, "
+                                    f"H == H_kv passes: {ok}")
+    ok = c.check_ring_attention(**ra_args(q=t("q", RA_Q, ptr=None), k=t("k", RA_KV, ptr=None),
+                                          v=t("v", RA_KV, ptr=None), out=t("out", RA_Q, ptr=None),
+                                          lse=t("lse", RA_LSE, dtype="float32", ptr=None)))
+    expect(ok == (2, 128, 8, 2, 64), "ring_attention fake tensors (no pointer) pass")
+    expect(c.ring_attention_lse_shape(RA_Q) == RA_LSE, "ring_attention lse is [B, H, S_local]")
+    expect(c.ring_attention_workspace_bytes(2, 128, 2, 64, 4) == 3 * 2 * 2 * 128 * 2 * 64 * 2,
+           "ring_attention workspace is (n - 1) x 2 x B x S x H_kv x D x 2 bytes")
+
+
+def test_ring_attention_rejects_bad_arguments_by_name():
+    ring_attention_rejects("q", "fp16 q", q=t("q", RA_Q, dtype="float16", ptr=0x100000))
+    ring_attention_rejects("k", "fp32 k", k=t("k", RA_KV, dtype="float32", ptr=0x200000))
+    ring_attention_rejects("v", "CPU v", v=t("v", RA_KV, device="cpu", ptr=0x300000))
+    ring_attention_rejects("v", "v on another GPU", v=t("v", RA_KV, device="cuda:1",
+                                                        ptr=0x300000))
+    ring_attention_rejects("out", "out on another GPU", out=t("out", RA_Q, device="cuda:1",
+                                                              ptr=0x400000))
+    ring_attention_rejects("q", "3-D q (heads not split out)",
+                           q=t("q", (2, 128, 512), ptr=0x100000))
+    ring_attention_rejects("k", "non-contiguous k", k=t("k", RA_KV, contiguous=False,
+                                                        ptr=0x200000))
+    ring_attention_rejects("q", "misaligned q", q=t("q", RA_Q, ptr=0x100002))
+    ring_attention_rejects("q", "D=96", q=t("q", (2, 128, 8, 96), ptr=0x100000),
+                           k=t("k", (2, 128, 2, 96), ptr=0x200000),
+                           v=t("v", (2, 128, 2, 96), ptr=0x300000), out=None)
+    ring_attention_rejects("k", "H not a multiple of H_kv", k=t("k", (2, 128, 3, 64),
+                                                                ptr=0x200000),
+                           v=t("v", (2, 128, 3, 64), ptr=0x300000))
+    ring_attention_rejects("k", "k with other S_local than q", k=t("k", (2, 64, 2, 64),
+                                                                   ptr=0x200000))
+    ring_attention_rejects("k", "k with other D than q", k=t("k", (2, 128, 2, 128),
+                                                             ptr=0x200000))
+    ring_attention_rejects("v", "v shaped unlike k", v=t("v", (2, 128, 1, 64), ptr=0x300000))
+    ring_attention_rejects("q", "odd S_local with causal",
+                           q=t("q", (2, 127, 8, 64), ptr=0x100000),
+                           k=t("k", (2, 127, 2, 64), ptr=0x200000),
+                           v=t("v", (2, 127, 2, 64), ptr=0x300000), out=None, lse=None)
+    ring_attention_rejects("q", "B = 0", q=t("q", (0, 128, 8, 64), ptr=0x100000),
+                           k=t("k", (0, 128, 2, 64), ptr=0x200000),
+                           v=t("v", (0, 128, 2, 64), ptr=0x300000), out=None, lse=None)
+    ring_attention_rejects("q", "H beyond 65535", q=t("q", (1, 2, 65536, 64), ptr=0x100000),
+                           k=t("k", (1, 2, 1, 64), ptr=0x200000),
+                           v=t("v", (1, 2, 1, 64), ptr=0x300000), out=None, lse=None)
+    ring_attention_rejects("out", "out of k's shape", out=t("out", RA_KV, ptr=0x400000))
+    ring_attention_rejects("out", "out overlapping q", out=t("out", RA_Q, ptr=0x100000 + 64))
+    ring_attention_rejects("lse", "bf16 lse", lse=t("lse", RA_LSE, ptr=0x500000))
+    ring_attention_rejects("lse", "lse as [B, S_local, H]",
+                           lse=t("lse", (2, 128, 8), dtype="float32", ptr=0x500000))
+    ring_attention_rejects("lse", "lse not 4-byte aligned",
+                           lse=t("lse", RA_LSE, dtype="float32", ptr=0x500002))
+    ring_attention_rejects("lse", "lse overlapping out",
+                           lse=t("lse", RA_LSE, dtype="float32", ptr=0x400000 + 4096))
+    ring_attention_rejects("group", "one rank", nranks=1)
+    ring_attention_rejects("group", "nine ranks", nranks=9)
+
+
+def test_ring_attention_lse_only_needs_4_byte_alignment():
+    from nccl_mk import _checks as c
+    ok = c.check_ring_attention(**ra_args(lse=t("lse", RA_LSE, dtype="float32", ptr=0x500004)))
+    expect(ok[0] == 2, "ring_attention lse at a 4-byte (not 16-byte) boundary passes")
+
+
+def test_zigzag_positions_give_chunks_r_and_2n_minus_1_minus_r():
+    from nccl_mk import zigzag_positions
+    expect(zigzag_positions(0, 2, 4) == [0, 1, 6, 7], "zigzag rank 0 of 2: chunks 0 and 3")
+    expect(zigzag_positions(1, 2, 4) == [2, 3, 4, 5], "zigzag rank 1 of 2: chunks 1 and 2")
+    every = sorted(p for r in range(4) for p in zigzag_positions(r, 4, 6))
+    expect(every == list(range(24)), "zigzag over 4 ranks covers each position once")
+    for bad in ((0, 2, 3), (2, 2, 4)):
+        try:
+            zigzag_positions(*bad)
+            expect(False, f"zigzag_positions{bad} is refused")
+        except ValueError:
+            expect(True, f"zigzag_positions{bad} is refused with ValueError")
+
+
 def test_loader(so):
     import nccl_mk
     from nccl_mk import _lib
@@ -161,6 +271,13 @@ def test_c_errors():
     rc = lib.ncclMkCommInit(null, None)
     expect(rc == 4, f"ncclMkCommInit(NULL) is ncclInvalidArgument ({rc})")
     expect(_lib.async_error(0x1234) is None, "async_error of an unknown comm is None")
+    expect(len(lib.ncclMkRingAttention.argtypes) == 14,
+           "ncclMkRingAttention is declared with its 14 parameters")
+    rc = lib.ncclMkRingAttention(ctypes.c_void_p(16), ctypes.c_void_p(16), ctypes.c_void_p(16),
+                                 ctypes.c_void_p(16), None, 1, 128, 8, 2, 64, 1,
+                                 _lib.NCCL_BFLOAT16, null, null)
+    expect(rc == 4, f"ncclMkRingAttention through ctypes with a NULL comm is "
+                    f"ncclInvalidArgument ({rc})")
     text = str(nccl_mk.NcclMkError("nccl_mk.x (ncclMkX)", 6, "ncclMkCommGetAsyncError: rank 1 ..."))
     expect("broken" in text and "ncclMkCommGetAsyncError: rank 1" in text,
            f"remote error carries the async message: {text}")
@@ -176,6 +293,11 @@ def test_without_torch():
         expect(False, "ops without torch raise")
     except ImportError as e:
         expect("torch" in str(e), f"ops without torch raise ImportError: {e}")
+    try:
+        nccl_mk.ring_attention(None, None, None, causal=True)
+        expect(False, "ring_attention without torch raises")
+    except ImportError as e:
+        expect("torch" in str(e), f"ring_attention without torch raises ImportError: {e}")
     expect("PyTorch is not installed" in nccl_mk.status(), "status() says torch is missing")
     expect(not nccl_mk.available(), "available() is False without torch")
 
@@ -207,6 +329,16 @@ def test_torch_ops():
         expect(tuple(ops.gemm_reduce_scatter(a, b, name).shape) == (64, 128),
                "fake gemm_reduce_scatter shape")
         expect(tuple(ops.gemm_all_reduce(a, b, name).shape) == (64, 128), "fake gemm_all_reduce")
+        ring_dev = a.device
+    with FakeTensorMode():
+        q = torch.empty(2, 128, 8, 64, dtype=torch.bfloat16, device=ring_dev)
+        kv = torch.empty(2, 128, 2, 64, dtype=torch.bfloat16, device=ring_dev)
+    # ring attention needs 2+ ranks: its fake impl is checked by the 2-GPU test
+    # (test/gpu/test_torch_ops.py, torch.compile); here only its one-rank refusal.
+    with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        q, kv = mode.from_tensor(q), mode.from_tensor(kv)
+        raises_naming(lambda: ops.ring_attention(q, kv, kv, True, name, True), "group",
+                      "fake ring_attention on a one-rank group")
     a = torch.randn(64, 256).to(torch.bfloat16)
     b = torch.randn(128, 256).to(torch.bfloat16)
     raises_naming(lambda: nccl_mk.gemm_all_reduce(a, b), "a", "CPU tensors are rejected")
@@ -227,6 +359,10 @@ def main():
         test_torch_ops()
     else:
         test_checks()
+        test_ring_attention_good_calls_give_the_shape()
+        test_ring_attention_rejects_bad_arguments_by_name()
+        test_ring_attention_lse_only_needs_4_byte_alignment()
+        test_zigzag_positions_give_chunks_r_and_2n_minus_1_minus_r()
         test_loader(so)
         test_c_errors()
         test_without_torch()
