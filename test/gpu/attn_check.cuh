@@ -381,4 +381,14 @@ static void attn_take_rank_lse(const T* global, T* local, int batch, int heads, 
   CUDA_OK(cudaGetLastError());
 }
 
+/* Negative controls: element i of a device array (bf16 or a float type) += delta. */
+template <class T>
+static void nudge(T* p, size_t i, double delta) {
+  T h;
+  CUDA_OK(cudaMemcpy(&h, p + i, sizeof h, cudaMemcpyDeviceToHost));
+  if constexpr (sizeof(T) == 2) h = __float2bfloat16(__bfloat162float(h) + (float)delta);
+  else h = (T)((double)h + delta);
+  CUDA_OK(cudaMemcpy(p + i, &h, sizeof h, cudaMemcpyHostToDevice));
+}
+
 #endif /* MK_ATTN_CHECK_CUH_ */

@@ -192,16 +192,6 @@ static void test_offsets(void) {
     }
 }
 
-/* Set element i of a device array to its value + delta. */
-template <class T>
-static void nudge(T* p, size_t i, double delta) {
-  T h;
-  CUDA_OK(cudaMemcpy(&h, p + i, sizeof h, cudaMemcpyDeviceToHost));
-  if constexpr (sizeof(T) == 2) h = __float2bfloat16(__bfloat162float(h) + (float)delta);
-  else h = (T)((double)h + delta);
-  CUDA_OK(cudaMemcpy(p + i, &h, sizeof h, cudaMemcpyHostToDevice));
-}
-
 static void test_negative_control(void) {
   struct attn_bufs t;
   bufs_alloc(&t, 2, 300, 8, 1, 128, 0x5eed);

@@ -301,15 +301,6 @@ static void test_offsets(void) {
     }
 }
 
-template <class T>
-static void nudge(T* p, size_t i, double delta) {
-  T h;
-  CUDA_OK(cudaMemcpy(&h, p + i, sizeof h, cudaMemcpyDeviceToHost));
-  if constexpr (sizeof(T) == 2) h = __float2bfloat16(__bfloat162float(h) + (float)delta);
-  else h = (T)((double)h + delta);
-  CUDA_OK(cudaMemcpy(p + i, &h, sizeof h, cudaMemcpyHostToDevice));
-}
-
 static __global__ void add_f32(float* p, size_t n, float x) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] += x;
 }

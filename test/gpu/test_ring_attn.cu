@@ -328,15 +328,6 @@ static void scenario_bad_input(struct rank_env* e) {
   expect_healthy(e);
 }
 
-template <class T>
-static void nudge(T* p, size_t i, double delta) {
-  T h;
-  CUDA_OK(cudaMemcpy(&h, p + i, sizeof h, cudaMemcpyDeviceToHost));
-  if constexpr (sizeof(T) == 2) h = __float2bfloat16(__bfloat162float(h) + (float)delta);
-  else h = (T)((double)h + delta);
-  CUDA_OK(cudaMemcpy(p + i, &h, sizeof h, cudaMemcpyHostToDevice));
-}
-
 static void scenario_negative_control(struct rank_env* e) {
   struct ra_bufs b;
   bufs_alloc(&b, {1, 256, 8, 1, 128, 1}, e->rank);
