@@ -121,12 +121,7 @@ __device__ __forceinline__ void attn_bwd_issue_nt(float* acc, uint32_t a_base, u
  * x D, MN-major in shared memory). */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_issue_tn(float* acc, const uint32_t* a, uint32_t tile_base) {
-#pragma unroll
-  for (int kk = 0; kk < Cfg::BM / 16; kk++) {
-    const uint64_t db = wgmma_desc_sw128_mn(tile_base + kk * 16 * 128, Cfg::QT_SLAB);
-    if constexpr (Cfg::D == 128) wgmma_m64n128k16_bf16_rs_tb(acc, a + 4 * kk, db, 1);
-    else wgmma_m64n64k16_bf16_rs_tb(acc, a + 4 * kk, db, 1);
-  }
+  attn_issue_rs_mn<Cfg::D, Cfg::BM, Cfg::QT_SLAB>(acc, a, tile_base);
 }
 
 /* dQ (64 queries x 64 columns) = dS . K: D = 128, all 128 keys of the buffer and the K tile's

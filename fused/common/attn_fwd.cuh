@@ -251,15 +251,23 @@ __device__ __forceinline__ void attn_issue_qk(float* s, uint32_t q_base, uint32_
   }
 }
 
-/* O += P.V: P (bf16 fragments, 4 registers per 16 keys) from registers, V MN-major. */
+/* acc (64 x D) += A . tile: A (bf16 fragments, 4 registers per 16 of the K rows) from registers,
+ * the tile (K rows x D, MN-major, slabs of 64 columns SLAB bytes apart) from shared memory.
+ * The forward's O += P.V and the backward's dV += P^T.dO, dK += dS^T.Q. */
+template <int D, int K, int SLAB>
+__device__ __forceinline__ void attn_issue_rs_mn(float* acc, const uint32_t* a, uint32_t tile_base) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; kk++) {
+    const uint64_t db = wgmma_desc_sw128_mn(tile_base + kk * 16 * 128, SLAB);
+    if constexpr (D == 128) wgmma_m64n128k16_bf16_rs_tb(acc, a + 4 * kk, db, 1);
+    else wgmma_m64n64k16_bf16_rs_tb(acc, a + 4 * kk, db, 1);
+  }
+}
+
+/* O += P.V: P (4 registers per 16 keys), V MN-major. */
 template <class Cfg>
 __device__ __forceinline__ void attn_issue_pv(float* o, const uint32_t* p, uint32_t v_base) {
-#pragma unroll
-  for (int kk = 0; kk < Cfg::BN / 16; kk++) {
-    const uint64_t db = wgmma_desc_sw128_mn(v_base + kk * 16 * 128, Cfg::KV_SLAB);
-    if constexpr (Cfg::D == 128) wgmma_m64n128k16_bf16_rs_tb(o, p + 4 * kk, db, 1);
-    else wgmma_m64n64k16_bf16_rs_tb(o, p + 4 * kk, db, 1);
-  }
+  attn_issue_rs_mn<Cfg::D, Cfg::BN, Cfg::KV_SLAB>(o, p, v_base);
 }
 
 /* The online softmax of one S tile, in place: masks (when `masked`: key columns past
