@@ -129,13 +129,13 @@ static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const vo
 }
 
 /* A GEMM row-block wait owes its rows to the shard's owner: progress = that shard's row-blocks
- * whose flag reached the awaited call. A push wait (MK_AG_ERR_TAG_PUSH, tile = push item)
+ * whose flag reached the awaited call. A push wait (MK_GEMM_ERR_TAG_PUSH, tile = push item)
  * waits for a destination's done word: progress = the last call that peer finished. */
 int mk_ag_gemm_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uint64_t* progress,
                          char* what, size_t what_len) {
   const int blocks = fc->ag_shard_blocks;
   if (blocks <= 0) return -1;
-  if (e->tag & MK_AG_ERR_TAG_PUSH) {
+  if (e->tag & MK_GEMM_ERR_TAG_PUSH) {
     int peer = mk_sched_ag_dest(fc->rank, fc->nranks, (int)(e->tile / (uint32_t)blocks));
     if (!fc->peer_sym[peer] || cudaMemcpy(progress, (uint64_t*)fc->peer_sym[peer] + MK_AG_WORD_DONE, 8,
                                           cudaMemcpyDeviceToHost) != cudaSuccess)

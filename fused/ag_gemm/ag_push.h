@@ -51,11 +51,7 @@ extern "C" {
 #define MK_AG_COUNT_OFFSET (48u << 10)
 #define MK_AG_DATA_OFFSET (128u << 10) /* = MK_FUSED_FLAG_BYTES */
 
-/* The push's own waits (for a peer's done word) report with this bit in the error tag, so a
- * hang report tells them from the GEMM's row-block waits; their `tile` is the push item. */
-#define MK_AG_ERR_TAG_PUSH MK_GEMM_ERR_TAG_PUSH
-
-/* done = call (+1) on `stream`, after the gathered A was copied out. 0 or -EIO. */
+/* done = done + 1 (the call's number e) on `stream`, after the gathered A was copied out. 0 or -EIO. */
 int mk_ag_finish_launch(void* own_ws, cudaStream_t stream);
 
 #ifdef __cplusplus
