@@ -169,6 +169,35 @@ NCCL_MK_API ncclResult_t ncclMkRingAttention(const void* q, const void* k, const
                                              int causal, ncclDataType_t type, ncclComm_t comm,
                                              cudaStream_t stream);
 
+/*
+ * ncclMkRingAttentionBackward: the gradients of ncclMkRingAttention (issue 12). Given q, k, v,
+ * out, lse as the forward took and left them and dout (the gradient of out; like out), rank r
+ * gets dq [B, S_local, H, D] of its query rows and dk, dv [B, S_local, H_kv, D] of the keys and
+ * values it holds (summed over every rank's queries). Same shapes, split (causal: zigzag,
+ * S_local even), rank rules and workspace as the forward, and the same arguments: bf16 and
+ * 16-byte aligned q, k, v, out, dout, dq, dk, dv (the outputs must not overlap the inputs);
+ * lse fp32, 4-byte aligned, required. Every rank calls it with the same shapes, as a collective.
+ * Workspace (ncclMkConfig: max_m x max(max_n, max_k) x 2 bytes) of at least, in bytes, with
+ * KV = B x S_local x H_kv x D: (nranks - 1) x 2 x KV x 2 (the peers' K and V) + nranks x 2 x KV
+ * x 4 (fp32 dK/dV partials) + B x H x S_local x 4 + B x S_local x H x D x 4 (each rounded up to
+ * 256). NOT one kernel yet: 4 launches plus 2 or 3 per backward-core call (about 4 to 20 in all,
+ * graph capturable; fused/ring_attn/ring_attn_bwd.c).
+ * Returns ncclSuccess; ncclInvalidArgument (NULL or misaligned pointer, a shape outside the
+ * rules, comm NULL; nothing launched, outputs untouched); ncclInvalidUsage (no ncclMkCommInit,
+ * a type other than bf16, a non-Hopper GPU, a rank count or placement outside the rules, no
+ * fused workspace, the workspace too small); ncclRemoteError (an earlier fused call timed out:
+ * the communicator is broken, see ncclMkCommGetAsyncError); ncclSystemError (launch failure).
+ * A wait for a peer (its K/V, its dK/dV partials) is bounded by ncclMkConfig.timeout_ms: on
+ * expiry the kernels end, dq, dk, dv are not valid, and the communicator reports ncclRemoteError.
+ */
+NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* k, const void* v,
+                                                     const void* out, const float* lse,
+                                                     const void* dout, void* dq, void* dk, void* dv,
+                                                     size_t batch, size_t s_local, size_t heads,
+                                                     size_t kv_heads, size_t d_head, int causal,
+                                                     ncclDataType_t type, ncclComm_t comm,
+                                                     cudaStream_t stream);
+
 /* ---- MoE expert parallelism --------------------------------------------------------------
  *
  * Every rank of the communicator is one expert-parallel rank. With E experts in all, rank r

@@ -182,10 +182,18 @@ graph:ring_attention_replays_in_cuda_graphs_with_fresh_inputs one_kernel:ring_at
 back_to_back:ring_attention_back_to_back_with_a_delayed_rank bad_input:ring_attention_rejects_bad_input_untouched
 negative_control:ring_attention_checker_rejects_one_bad_element
 absent_peer:ring_attention_without_its_peer_ends_in_an_async_error"
+# ncclMkRingAttentionBackward on 2 GPUs (test/gpu/test_ring_attn_bwd.cu; not yet run on a GPU).
+RING_BWD_TESTS="small:ring_attention_backward_matches_float64_causal_noncausal_gqa_d64_d128
+large:ring_attention_backward_matches_the_core_on_the_whole_sequence
+graph:ring_attention_backward_replays_in_cuda_graphs_with_fresh_inputs
+bad_input:ring_attention_backward_rejects_bad_input_untouched
+negative_control:ring_attention_backward_checker_rejects_one_bad_element
+absent_peer:ring_attention_backward_without_its_peer_ends_in_an_async_error"
 
 tier_ring() {
   local t
   for t in $RING_TESTS; do step "${t#*:}" "$B/test/gpu/test_ring_attn" "${t%%:*}"; done
+  for t in $RING_BWD_TESTS; do step "${t#*:}" "$B/test/gpu/test_ring_attn_bwd" "${t%%:*}"; done
   step ring_attn_perf "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -J "$LOGS/ring_attn_perf.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
   # PyTorch's cuDNN attention on the same per-GPU work: the issue's ceiling (fwd and bwd)

@@ -230,7 +230,7 @@ int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {
     if (!mk_op_device_enter(fc, &prev)) {
       const uint32_t op = copy.tag & 0x7fu;
       if (op == MK_OP_AG_GEMM) peer = mk_ag_gemm_hang_peer(fc, &copy, &progress, what, sizeof(what));
-      else if (op == MK_OP_RING_ATTN) peer = mk_ra_hang_peer(fc, &copy, &progress, what, sizeof(what));
+      else if (op == MK_OP_RING_ATTN || op == MK_OP_RING_ATTN_BWD) peer = mk_ra_hang_peer(fc, &copy, &progress, what, sizeof(what));
       else if (op == MK_OP_GEMM_RS || op == MK_OP_GEMM_AR || op == MK_OP_MOE_COMBINE)
         peer = mk_gemm_rs_hang_peer(fc->rank, fc->nranks, op == MK_OP_MOE_COMBINE ? 0 : fc->rs_shard_blocks,
                                     &copy, &progress, what, sizeof(what));

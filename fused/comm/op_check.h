@@ -12,7 +12,8 @@ enum mk_op_id {
   MK_OP_GEMM_AR = 3,
   MK_OP_MOE_DISPATCH = 4,
   MK_OP_MOE_COMBINE = 5,
-  MK_OP_RING_ATTN = 6
+  MK_OP_RING_ATTN = 6,
+  MK_OP_RING_ATTN_BWD = 7
 };
 
 struct mk_op_call {

@@ -27,22 +27,22 @@
     return -EINVAL;       \
   } while (0)
 
-/* The rules that need no communicator (ncclInvalidArgument). */
-static int ra_shape_check(const void* lse, size_t batch, size_t s_local, size_t heads, size_t kv_heads,
-                          size_t d_head, int causal) {
-  if (d_head != 64 && d_head != 128) RA_REJECT(MK_RA_NAME ": D = %zu, must be 64 or 128", d_head);
-  if (batch < 1 || batch > 65535) RA_REJECT(MK_RA_NAME ": B = %zu, must be in [1, 65535]", batch);
-  if (heads < 1 || heads > 65535) RA_REJECT(MK_RA_NAME ": H = %zu, must be in [1, 65535]", heads);
+/* The rules that need no communicator (ncclInvalidArgument); `name` prefixes the WARN. */
+int mk_ra_shape_check(const char* name, const void* lse, size_t batch, size_t s_local, size_t heads, size_t kv_heads,
+                      size_t d_head, int causal) {
+  if (d_head != 64 && d_head != 128) RA_REJECT("%s: D = %zu, must be 64 or 128", name, d_head);
+  if (batch < 1 || batch > 65535) RA_REJECT("%s: B = %zu, must be in [1, 65535]", name, batch);
+  if (heads < 1 || heads > 65535) RA_REJECT("%s: H = %zu, must be in [1, 65535]", name, heads);
   if (kv_heads < 1 || heads % kv_heads)
-    RA_REJECT(MK_RA_NAME ": H = %zu must be a positive multiple of H_kv = %zu", heads, kv_heads);
-  if (causal != 0 && causal != 1) RA_REJECT(MK_RA_NAME ": causal = %d, must be 0 or 1", causal);
+    RA_REJECT("%s: H = %zu must be a positive multiple of H_kv = %zu", name, heads, kv_heads);
+  if (causal != 0 && causal != 1) RA_REJECT("%s: causal = %d, must be 0 or 1", name, causal);
   if (s_local < 1 || s_local > (1u << 30))
-    RA_REJECT(MK_RA_NAME ": S_local = %zu, must be in [1, 2^30]", s_local);
+    RA_REJECT("%s: S_local = %zu, must be in [1, 2^30]", name, s_local);
   if (causal && s_local % 2)
-    RA_REJECT(MK_RA_NAME ": S_local = %zu must be even when causal (the two zigzag chunks)", s_local);
+    RA_REJECT("%s: S_local = %zu must be even when causal (the two zigzag chunks)", name, s_local);
   if (batch * s_local > INT32_MAX)
-    RA_REJECT(MK_RA_NAME ": B x S_local = %zu, must be below 2^31", batch * s_local);
-  if ((uintptr_t)lse % 4) RA_REJECT(MK_RA_NAME ": lse (%p) is not 4-byte aligned", lse);
+    RA_REJECT("%s: B x S_local = %zu, must be below 2^31", name, batch * s_local);
+  if ((uintptr_t)lse % 4) RA_REJECT("%s: lse (%p) is not 4-byte aligned", name, lse);
   return 0;
 }
 
@@ -52,30 +52,32 @@ static size_t ra_data_bytes(const struct mk_fused_comm* fc) {
   return end > MK_AG_DATA_OFFSET ? end - MK_AG_DATA_OFFSET : 0;
 }
 
-/* The rules that need the communicator (ncclInvalidUsage), and the flags' chunk: the smallest
- * multiple of 128 rows (doubling) whose flags fit the word area. */
-static int ra_comm_check(const struct mk_fused_comm* fc, size_t kv_bytes, int batch, int s_local, int* chunk_rows) {
+/* The rules that need the communicator (ncclInvalidUsage): 2..8 ranks on one host, the fused
+ * workspace, need_bytes of it; and the flags' chunk: the smallest multiple of 128 rows (doubling)
+ * whose flags (n-1 slots of them, plus extra_words) fit the word area. */
+int mk_ra_comm_check(const struct mk_fused_comm* fc, const char* name, size_t need, int batch, int s_local,
+                     long extra_words, int* chunk_rows) {
   if (fc->nranks < 2 || fc->nranks > MK_RA_MAX_RANKS || fc->local_size != fc->nranks) {
-    MK_WARN(MK_RA_NAME ": needs 2 to %d ranks, all on one host (this communicator: %d ranks, %d local)",
+    MK_WARN("%s: needs 2 to %d ranks, all on one host (this communicator: %d ranks, %d local)", name,
             MK_RA_MAX_RANKS, fc->nranks, fc->local_size);
     return -ENOTSUP;
   }
   if (!fc->fused) {
-    MK_WARN(MK_RA_NAME ": needs NCCL_MK_FUSED=1 at ncclMkCommInit (the peers' K/V slots); there is no "
-            "reference path yet");
+    MK_WARN("%s: needs NCCL_MK_FUSED=1 at ncclMkCommInit (the peers' K/V slots); there is no "
+            "reference path yet", name);
     return -ENOTSUP;
   }
-  const size_t need = (size_t)(fc->nranks - 1) * 2 * kv_bytes;
   if (need > ra_data_bytes(fc)) {
-    MK_WARN(MK_RA_NAME ": needs %zu bytes of workspace for the peers' K and V, %zu are prepared: raise "
-            "ncclMkConfig's max_m x max(max_n, max_k) x 2 bytes", need, ra_data_bytes(fc));
+    MK_WARN("%s: needs %zu bytes of workspace, %zu are prepared: raise ncclMkConfig's max_m x max(max_n, max_k) "
+            "x 2 bytes", name, need, ra_data_bytes(fc));
     return -ENOTSUP;
   }
   int rows = 128;
-  while ((long)(fc->nranks - 1) * mk_ra_flags_per_slot(batch, s_local, rows) > MK_AG_MAX_BLOCKS && rows < s_local)
+  while ((long)(fc->nranks - 1) * mk_ra_flags_per_slot(batch, s_local, rows) + extra_words > MK_AG_MAX_BLOCKS &&
+         rows < s_local)
     rows *= 2;
-  if ((long)(fc->nranks - 1) * mk_ra_flags_per_slot(batch, s_local, rows) > MK_AG_MAX_BLOCKS) {
-    MK_WARN(MK_RA_NAME ": B = %d needs more than the %d chunk flags of the workspace", batch, MK_AG_MAX_BLOCKS);
+  if ((long)(fc->nranks - 1) * mk_ra_flags_per_slot(batch, s_local, rows) + extra_words > MK_AG_MAX_BLOCKS) {
+    MK_WARN("%s: B = %d needs more than the %d chunk flags of the workspace", name, batch, MK_AG_MAX_BLOCKS);
     return -ENOTSUP;
   }
   *chunk_rows = rows;
@@ -89,34 +91,44 @@ static int ra_push_ctas(const struct mk_fused_comm* fc) {
   return ctas < 1 ? 1 : ctas;
 }
 
-static int ra_fused(struct mk_fused_comm* fc, const void* q, const void* k, const void* v, void* out, float* lse,
-                    int batch, int s_local, int heads, int kv_heads, int d_head, int causal, int chunk_rows,
-                    size_t kv_bytes, cudaStream_t stream) {
-  struct mk_ra_args a;
-  memset(&a, 0, sizeof a);
-  a.q = q, a.k = k, a.v = v, a.out = out, a.lse = lse;
-  a.batch = batch, a.s_local = s_local, a.heads = heads, a.kv_heads = kv_heads, a.d_head = d_head;
-  a.causal = causal, a.rank = fc->rank, a.nranks = fc->nranks;
-  a.push_ctas = ra_push_ctas(fc);
-  a.chunk_rows = chunk_rows;
+/* Everything of the launch arguments but q, out and lse: the slots, the peers' slots and flags,
+ * the call words, the error record (tagged `op`). Shared with the backward (ring_attn_bwd.c). */
+void mk_ra_fill_args(struct mk_fused_comm* fc, int op, const void* k, const void* v, int batch, int s_local,
+                     int heads, int kv_heads, int d_head, int causal, int chunk_rows, size_t kv_bytes,
+                     struct mk_ra_args* a) {
+  memset(a, 0, sizeof *a);
+  a->k = k, a->v = v;
+  a->batch = batch, a->s_local = s_local, a->heads = heads, a->kv_heads = kv_heads, a->d_head = d_head;
+  a->causal = causal, a->rank = fc->rank, a->nranks = fc->nranks;
+  a->push_ctas = ra_push_ctas(fc);
+  a->chunk_rows = chunk_rows;
   uint64_t* own = (uint64_t*)fc->sym;
-  a.slots = (char*)fc->sym + MK_AG_DATA_OFFSET;
-  a.flags = own + MK_AG_FLAG0;
+  a->slots = (char*)fc->sym + MK_AG_DATA_OFFSET;
+  a->flags = own + MK_AG_FLAG0;
   const long fps = mk_ra_flags_per_slot(batch, s_local, chunk_rows);
   for (int d = 0; d < fc->nranks; d++) {
     if (d == fc->rank) continue;
     const int slot = mk_sched_rs_slot(fc->rank, d); /* this rank's slot on d */
-    a.peer_slot[d] = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET + (size_t)slot * 2 * kv_bytes;
-    a.peer_flags[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0 + slot * fps;
-    a.call.peer_done[d] = (const uint64_t*)fc->peer_sym[d] + MK_AG_WORD_DONE;
+    a->peer_slot[d] = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET + (size_t)slot * 2 * kv_bytes;
+    a->peer_flags[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0 + slot * fps;
+    a->call.peer_done[d] = (const uint64_t*)fc->peer_sym[d] + MK_AG_WORD_DONE;
   }
-  a.call.rank = fc->rank, a.call.nranks = fc->nranks;
-  a.call.done = own + MK_AG_WORD_DONE, a.call.call = own + MK_AG_WORD_CALL;
-  a.call.exits = (uint32_t*)(own + MK_AG_WORD_EXITS), a.call.set_done = 1;
-  a.err = fc->err;
-  a.err_tag = mk_op_err_tag(fc, MK_OP_RING_ATTN);
-  a.timeout_ms = (uint32_t)fc->cfg.timeout_ms;
+  a->call.rank = fc->rank, a->call.nranks = fc->nranks;
+  a->call.done = own + MK_AG_WORD_DONE, a->call.call = own + MK_AG_WORD_CALL;
+  a->call.exits = (uint32_t*)(own + MK_AG_WORD_EXITS), a->call.set_done = 1;
+  a->err = fc->err;
+  a->err_tag = mk_op_err_tag(fc, (enum mk_op_id)op);
+  a->timeout_ms = (uint32_t)fc->cfg.timeout_ms;
   fc->ra_flags_per_slot = (int)fps;
+}
+
+static int ra_fused(struct mk_fused_comm* fc, const void* q, const void* k, const void* v, void* out, float* lse,
+                    int batch, int s_local, int heads, int kv_heads, int d_head, int causal, int chunk_rows,
+                    size_t kv_bytes, cudaStream_t stream) {
+  struct mk_ra_args a;
+  mk_ra_fill_args(fc, MK_OP_RING_ATTN, k, v, batch, s_local, heads, kv_heads, d_head, causal, chunk_rows, kv_bytes,
+                  &a);
+  a.q = q, a.out = out, a.lse = lse;
   return mk_ra_launch(&a, stream);
 }
 
@@ -136,6 +148,17 @@ int mk_ra_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uin
     return peer;
   }
   if (fps <= 0) return -1;
+  const uint32_t ready0 = (uint32_t)(fc->nranks - 1) * (uint32_t)fps;
+  if ((e->tag & 0x7fu) == MK_OP_RING_ATTN_BWD && e->flag_index >= ready0) {
+    /* the backward's "partials ready" word of the slot's source (ra_bwd_plan.h) */
+    const int slot = (int)(e->flag_index - ready0);
+    const int peer = slot < fc->rank ? slot : slot + 1;
+    if (peer >= fc->nranks || cudaMemcpy(progress, (uint64_t*)fc->sym + MK_AG_FLAG0 + e->flag_index, 8,
+                                         cudaMemcpyDeviceToHost) != cudaSuccess)
+      return -1;
+    snprintf(what, what_len, "the last call whose partial dK/dV it announced");
+    return peer;
+  }
   const int slot = (int)(e->flag_index / (uint32_t)fps);
   const int peer = slot < fc->rank ? slot : slot + 1; /* the inverse of mk_sched_rs_slot */
   if (peer >= fc->nranks) return -1;
@@ -156,7 +179,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttention(const void* q, const void* k, const
                                              size_t batch, size_t s_local, size_t heads, size_t kv_heads,
                                              size_t d_head, int causal, ncclDataType_t type, ncclComm_t comm,
                                              cudaStream_t stream) {
-  int rc = ra_shape_check(lse, batch, s_local, heads, kv_heads, d_head, causal);
+  int rc = mk_ra_shape_check(MK_RA_NAME, lse, batch, s_local, heads, kv_heads, d_head, causal);
   if (rc) return mk_result_from_errno(rc);
   /* the shared checks on the [B x S_local, H x D] view of q and out, [.., H_kv x D] of k, v */
   struct mk_op_call call = {
@@ -168,7 +191,8 @@ NCCL_MK_API ncclResult_t ncclMkRingAttention(const void* q, const void* k, const
   if (rc) return mk_result_from_errno(rc);
   const size_t kv_bytes = batch * s_local * kv_heads * d_head * 2;
   int chunk_rows = 0, prev;
-  rc = ra_comm_check(fc, kv_bytes, (int)batch, (int)s_local, &chunk_rows);
+  rc = mk_ra_comm_check(fc, MK_RA_NAME, (size_t)(fc->nranks - 1) * 2 * kv_bytes, (int)batch, (int)s_local, 0,
+                        &chunk_rows);
   if (rc) return mk_result_from_errno(rc);
   rc = mk_op_device_enter(fc, &prev);
   if (!rc)

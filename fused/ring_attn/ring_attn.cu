@@ -230,6 +230,26 @@ mk_ra_kernel(const __grid_constant__ struct mk_ra_maps maps, const __grid_consta
 
 /* ---- launch --------------------------------------------------------------------------------- */
 
+/* The parameters the push CTAs (and the backward's gather) use; memset p first. */
+static void ra_fill_push_params(const struct mk_ra_args* a, size_t kv_elems, struct mk_ra_params* p) {
+  p->batch = a->batch, p->s_local = a->s_local, p->heads = a->heads, p->kv_heads = a->kv_heads;
+  p->d_head = a->d_head, p->causal = a->causal ? 1 : 0;
+  p->rank = a->rank, p->nranks = a->nranks, p->push_ctas = a->push_ctas;
+  p->chunk_rows = a->chunk_rows;
+  p->chunks_per_batch = (a->s_local + a->chunk_rows - 1) / a->chunk_rows;
+  p->k_src = (const uint4*)a->k, p->v_src = (const uint4*)a->v;
+  for (int d = 0; d < a->nranks; d++) {
+    if (d == a->rank) continue;
+    p->dst_k[d] = (uint4*)a->peer_slot[d];
+    p->dst_v[d] = (uint4*)((__nv_bfloat16*)a->peer_slot[d] + kv_elems);
+    p->dst_flags[d] = a->peer_flags[d];
+  }
+  p->flags = a->flags;
+  p->call = a->call;
+  p->err = a->err, p->err_tag = a->err_tag;
+  p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_RA_DEFAULT_TIMEOUT_MS) * 1000000ull;
+}
+
 template <class Cfg>
 static cudaError_t ra_prepare_cfg(void) {
   static int done[64];
@@ -260,28 +280,13 @@ static int ra_launch_cfg(const struct mk_ra_args* a, cudaStream_t stream) {
     MK_CHECK(mk_attn_tmap_encode(&maps.v[1 + j], slot + kv_elems, a->batch, a->s_local, a->kv_heads, Cfg::D,
                                  Cfg::BN));
   }
-  p.batch = a->batch, p.s_local = a->s_local, p.heads = a->heads, p.kv_heads = a->kv_heads;
-  p.d_head = Cfg::D, p.causal = a->causal ? 1 : 0;
-  p.rank = a->rank, p.nranks = a->nranks, p.push_ctas = a->push_ctas;
-  p.chunk_rows = a->chunk_rows;
-  p.chunks_per_batch = (a->s_local + a->chunk_rows - 1) / a->chunk_rows;
+  ra_fill_push_params(a, kv_elems, &p);
   p.q_segs = p.causal ? 2 : 1;
   p.seg_rows = p.causal ? a->s_local / 2 : a->s_local;
   p.seg_tiles = (p.seg_rows + Cfg::BM - 1) / Cfg::BM;
-  p.k_src = (const uint4*)a->k, p.v_src = (const uint4*)a->v;
-  for (int d = 0; d < a->nranks; d++) {
-    if (d == a->rank) continue;
-    p.dst_k[d] = (uint4*)a->peer_slot[d];
-    p.dst_v[d] = (uint4*)((__nv_bfloat16*)a->peer_slot[d] + kv_elems);
-    p.dst_flags[d] = a->peer_flags[d];
-  }
-  p.flags = a->flags;
   p.out = (__nv_bfloat16*)a->out, p.lse = a->lse;
   p.scale = (float)(1.0 / sqrt((double)Cfg::D));
   p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)Cfg::D));
-  p.call = a->call;
-  p.err = a->err, p.err_tag = a->err_tag;
-  p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_RA_DEFAULT_TIMEOUT_MS) * 1000000ull;
 
   const long items = (long)a->batch * a->heads * p.q_segs * p.seg_tiles;
   if (items + a->push_ctas > 0x7fffffffL) {
@@ -310,4 +315,128 @@ extern "C" int mk_ra_launch(const struct mk_ra_args* a, cudaStream_t stream) {
     return -EINVAL;
   }
   return a->d_head == 128 ? ra_launch_cfg<mk_ra_cfg_d128>(a, stream) : ra_launch_cfg<mk_ra_cfg_d64>(a, stream);
+}
+
+/* ---- the backward's gather and reduce (ring_attn.h; ncclMkRingAttentionBackward) ------------- */
+
+#define MK_RA_BWD_THREADS 256
+
+/* The forward's push, then every incoming chunk flag of this rank's slots waited for (CTA i
+ * takes flags i, i + push_ctas, ..), then fence.proxy.async: the core's TMA loads read them
+ * in the next kernels. */
+__global__ void __launch_bounds__(MK_RA_BWD_THREADS, 1) mk_ra_bwd_gather_kernel(const __grid_constant__ struct mk_ra_params p) {
+  const uint64_t e = *(volatile uint64_t*)p.call.done + 1; /* done moves only at the call's end */
+  if (blockIdx.x == 0 && threadIdx.x == 0 && p.call.call) *p.call.call = e;
+  ra_push_cta(p);
+  if (threadIdx.x == 0) {
+    const long total = (long)(p.nranks - 1) * p.batch * p.chunks_per_batch;
+    for (long i = blockIdx.x; i < total; i += p.push_ctas)
+      if (mk_wait_geq_inline(p.flags + i, e, p.err, p.err_tag, (uint32_t)blockIdx.x, (uint32_t)i, p.timeout_ns) < e)
+        break;
+    fence_proxy_async_global(); /* the peers' generic-proxy stores, before TMA reads them */
+  }
+}
+
+extern "C" int mk_ra_bwd_gather_launch(const struct mk_ra_args* a, cudaStream_t stream) {
+  struct mk_ra_params p;
+  memset(&p, 0, sizeof p);
+  ra_fill_push_params(a, (size_t)a->batch * a->s_local * a->kv_heads * a->d_head, &p);
+  mk_ra_bwd_gather_kernel<<<(unsigned)a->push_ctas, MK_RA_BWD_THREADS, 0, stream>>>(p);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    MK_WARN("ncclMkRingAttentionBackward: gather launch failed: %s", cudaGetErrorString(e));
+    return -EIO;
+  }
+  return 0;
+}
+
+struct mk_ra_reduce_params {
+  const float4* own;
+  const float4* peer[MK_RA_MAX_RANKS];
+  uint64_t* peer_ready[MK_RA_MAX_RANKS];
+  const uint64_t* ready;
+  uint32_t ready_index0;
+  uint2* dk;
+  uint2* dv;
+  size_t n4; /* float4s of dk (of dv) */
+  int rank, nranks;
+  struct mk_gemm_call call;
+  struct mk_gemm_error* err;
+  uint32_t err_tag;
+  uint64_t timeout_ns;
+};
+
+static __device__ __forceinline__ uint2 ra_pack_bf16x4(float4 x) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(x.x, x.y), hi = __floats2bfloat162_rn(x.z, x.w);
+  uint2 r;
+  r.x = *(const uint32_t*)&lo;
+  r.y = *(const uint32_t*)&hi;
+  return r;
+}
+
+/* CTA 0 announces first (its lowest index dispatches it first; the grid is at most one CTA
+ * per SM), then every CTA waits for every peer's announcement and sums its share. The peers'
+ * accumulators are read with ld.global.cv (no stale cached copy). Sum order: ranks ascending
+ * (the own at its place), so it does not depend on timing. */
+__global__ void __launch_bounds__(MK_RA_BWD_THREADS) mk_ra_bwd_reduce_kernel(const __grid_constant__ struct mk_ra_reduce_params p) {
+  const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    fence_acq_rel_sys(); /* the core's accumulator stores (earlier kernels) before the announcement */
+    for (int d = 0; d < p.nranks; d++)
+      if (d != p.rank) st_release_sys_u64(p.peer_ready[d], e);
+  }
+  __shared__ int ok;
+  if (threadIdx.x == 0) {
+    int good = 1;
+    for (int d = 0; d < p.nranks && good; d++) {
+      if (d == p.rank) continue;
+      const int slot = d < p.rank ? d : d - 1; /* mk_sched_rs_slot(d, rank) */
+      good = mk_wait_geq_inline(p.ready + slot, e, p.err, p.err_tag, (uint32_t)blockIdx.x,
+                                p.ready_index0 + (uint32_t)slot, p.timeout_ns) >= e;
+    }
+    ok = good;
+  }
+  __syncthreads();
+  if (ok) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < 2 * p.n4; i += (size_t)gridDim.x * blockDim.x) {
+      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int d = 0; d < p.nranks; d++) {
+        const float4 x = d == p.rank ? p.own[i] : __ldcv(p.peer[d] + i);
+        s.x += x.x, s.y += x.y, s.z += x.z, s.w += x.w;
+      }
+      if (i < p.n4) p.dk[i] = ra_pack_bf16x4(s);
+      else p.dv[i - p.n4] = ra_pack_bf16x4(s);
+    }
+  }
+  mk_call_end(p.call);
+}
+
+extern "C" int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cudaStream_t stream) {
+  int sms = 0;
+  MK_CHECK(mk_sm90_sms("ncclMkRingAttentionBackward", &sms));
+  if (a->nranks < 2 || a->nranks > MK_RA_MAX_RANKS || a->kv_elems % 4) {
+    MK_WARN("ncclMkRingAttentionBackward: internal: nranks %d, kv_elems %zu", a->nranks, a->kv_elems);
+    return -EINVAL;
+  }
+  struct mk_ra_reduce_params p;
+  memset(&p, 0, sizeof p);
+  p.own = (const float4*)a->own_acc;
+  for (int d = 0; d < a->nranks; d++)
+    if (d != a->rank) p.peer[d] = (const float4*)a->peer_acc[d], p.peer_ready[d] = a->peer_ready[d];
+  p.ready = a->ready, p.ready_index0 = a->ready_index0;
+  p.dk = (uint2*)a->dk, p.dv = (uint2*)a->dv;
+  p.n4 = a->kv_elems / 4;
+  p.rank = a->rank, p.nranks = a->nranks;
+  p.call = a->call;
+  p.err = a->err, p.err_tag = a->err_tag;
+  p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_RA_DEFAULT_TIMEOUT_MS) * 1000000ull;
+  const size_t want = (2 * p.n4 + MK_RA_BWD_THREADS - 1) / MK_RA_BWD_THREADS;
+  const unsigned grid = (unsigned)(want < (size_t)sms ? (want ? want : 1) : (size_t)sms);
+  mk_ra_bwd_reduce_kernel<<<grid, MK_RA_BWD_THREADS, 0, stream>>>(p);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    MK_WARN("ncclMkRingAttentionBackward: reduce launch failed: %s", cudaGetErrorString(e));
+    return -EIO;
+  }
+  return 0;
 }

@@ -64,6 +64,53 @@ struct mk_ra_args {
  * (no sm_90 device) or -EIO (launch failure). The caller checked the arguments. */
 int mk_ra_launch(const struct mk_ra_args* a, cudaStream_t stream);
 
+/* ---- the backward's kernels (ncclMkRingAttentionBackward, ring_attn_bwd.c; issue 12) ----------
+ * Not one kernel yet: gather, a memset of the accumulators, the backward core's calls
+ * (ra_bwd_plan.h), reduce. */
+
+/* The gather: a->push_ctas CTAs run the forward's push (every peer gets this rank's k, v in its
+ * slot, flags = e), then wait (bounded) until every peer's k, v arrived in this rank's slots.
+ * Sets the call word; does not end the call. 0 or -EIO (launch failure). */
+int mk_ra_bwd_gather_launch(const struct mk_ra_args* a, cudaStream_t stream);
+
+struct mk_ra_bwd_reduce_args {
+  const float* own_acc;                   /* this rank's acc[rank]: [dk | dv], fp32, 2 x kv_elems */
+  const float* peer_acc[MK_RA_MAX_RANKS]; /* on peer d: acc[rank] (d's partial of this rank's block) */
+  uint64_t* peer_ready[MK_RA_MAX_RANKS];  /* on peer d: the "partials ready" word of this rank */
+  const uint64_t* ready;                  /* this rank's "partials ready" words, by slot */
+  uint32_t ready_index0;                  /* ready[0]'s flag index (error reports) */
+  void* dk;                               /* bf16 [B, S_local, H_kv, D] */
+  void* dv;
+  size_t kv_elems;                        /* a multiple of 4 */
+  int rank, nranks;
+  struct mk_gemm_call call;               /* done, exits (set_done = 1) */
+  struct mk_gemm_error* err;
+  uint32_t err_tag;
+  uint32_t timeout_ms;
+};
+
+/* The reduce: announces this rank's partials to every peer (fence.sys, then st.release.sys of
+ * its ready word on each peer to e), waits (bounded) for every peer's word, then
+ * dk, dv = bf16(own acc + every peer's acc[rank]) (reading the peers' accumulators over NVLink),
+ * then ends the call (done = e). 0, -ENOTSUP (no sm_90 device) or -EIO. */
+int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cudaStream_t stream);
+
+/* ---- shared by the forward and the backward (ring_attn.c) ------------------------------- */
+struct mk_fused_comm;
+int mk_ra_shape_check(const char* name, const void* lse, size_t batch, size_t s_local, size_t heads, size_t kv_heads,
+                      size_t d_head, int causal);
+int mk_ra_comm_check(const struct mk_fused_comm* fc, const char* name, size_t need, int batch, int s_local,
+                     long extra_words, int* chunk_rows);
+void mk_ra_fill_args(struct mk_fused_comm* fc, int op, const void* k, const void* v, int batch, int s_local,
+                     int heads, int kv_heads, int d_head, int causal, int chunk_rows, size_t kv_bytes,
+                     struct mk_ra_args* a);
+
+/* The argument rules of ncclMkRingAttentionBackward that need no communicator and no GPU
+ * (ring_attn_bwd.c): 0 or -EINVAL after a WARN. */
+int mk_ra_bwd_args_check(const void* q, const void* k, const void* v, const void* out, const float* lse,
+                         const void* dout, const void* dq, const void* dk, const void* dv, size_t batch,
+                         size_t s_local, size_t heads, size_t kv_heads, size_t d_head, int causal);
+
 /* The chunk flags per slot: batch x ceil(s_local / chunk_rows). */
 static inline long mk_ra_flags_per_slot(int batch, int s_local, int chunk_rows) {
   return (long)batch * ((s_local + chunk_rows - 1) / chunk_rows);

@@ -1,0 +1,101 @@
+/*
+ * ncclMkRingAttentionBackward's first version (issue 12; ring_attn_bwd.c): which calls of the
+ * backward core (attn.h mk_attn_bwd_launch) a rank makes, and where its workspace lives. Pure
+ * functions, callable from host code, unit-tested for 2 to 8 ranks (test/unit/test_ra_bwd_plan.c).
+ *
+ * The core takes one query range and up to MK_ATTN_MAX_KV_BLOCKS KV segments per call, each at
+ * its global positions. Causal (zigzag): per local query half (chunk r, then chunk 2n-1-r) the
+ * KV halves of every block the mask lets through (mk_ra_step_mask != NONE), in ring order
+ * (mk_ra_kv_source), four to a call. Non-causal: all query rows against whole blocks, four to
+ * a call. A query range's first call computes delta and zeroes dq_acc, its last writes dq.
+ *
+ * Workspace (the fused data area, identical offsets on every rank, each region 256-byte
+ * aligned): the n-1 K/V slots of the forward (slot j = [k | v] bf16, so the forward's push
+ * writes them unchanged), then n fp32 accumulators acc[src] = [dk | dv] (the partial dK/dV of
+ * rank src's block; peers read acc[owner] of each other over NVLink), then delta (fp32
+ * [B, H, S_local]) and dq_acc (fp32 like q), used only locally.
+ * Flags (u64 words from MK_AG_FLAG0): the forward's K/V chunk flags (n-1 slots x fps), then
+ * n-1 "partials ready" words, word (n-1) * fps + mk_sched_rs_slot(from, to) on rank `to`.
+ */
+#ifndef MK_RA_BWD_PLAN_H_
+#define MK_RA_BWD_PLAN_H_
+
+#include <stddef.h>
+
+#include "ra_schedule.h"
+
+#define MK_RA_BWD_MAX_SEGS 4 /* = MK_ATTN_MAX_KV_BLOCKS */
+#define MK_RA_BWD_MAX_CALLS 16
+
+struct mk_ra_bwd_seg {
+  int src;    /* the rank whose KV block */
+  int k_half; /* 0 or 1: that zigzag half (causal); -1: the whole block (non-causal) */
+};
+
+struct mk_ra_bwd_call {
+  int q_half; /* 0 or 1: that zigzag half of the local queries; -1: all of them */
+  int nseg;   /* 1 .. MK_RA_BWD_MAX_SEGS */
+  struct mk_ra_bwd_seg seg[MK_RA_BWD_MAX_SEGS];
+  int first, last; /* the query range's first call (delta, dq_acc zeroed) / last (writes dq) */
+};
+
+/* Fills calls[] (room for max) with rank r's core calls; returns their number, or -1 if they
+ * do not fit (never with max >= MK_RA_BWD_MAX_CALLS and nranks <= 8). */
+static inline int mk_ra_bwd_plan(int rank, int nranks, int causal, struct mk_ra_bwd_call* calls, int max) {
+  int n = 0;
+  const int qhalves = causal ? 2 : 1;
+  for (int qh = 0; qh < qhalves; qh++) {
+    const int start = n;
+    for (int s = 0; s < nranks; s++) {
+      const int src = mk_ra_kv_source(rank, nranks, s);
+      for (int kh = 0; kh < (causal ? 2 : 1); kh++) {
+        if (causal && mk_ra_step_mask(rank, nranks, s, qh, kh, 1) == MK_RA_NONE) continue;
+        if (n == start || calls[n - 1].nseg == MK_RA_BWD_MAX_SEGS) {
+          if (n == max) return -1;
+          calls[n].q_half = causal ? qh : -1;
+          calls[n].nseg = 0;
+          calls[n].first = n == start;
+          calls[n].last = 0;
+          n++;
+        }
+        struct mk_ra_bwd_call* c = &calls[n - 1];
+        c->seg[c->nseg].src = src;
+        c->seg[c->nseg].k_half = causal ? kh : -1;
+        c->nseg++;
+      }
+    }
+    if (n > start) calls[n - 1].last = 1;
+  }
+  return n;
+}
+
+struct mk_ra_bwd_layout {
+  size_t kv_elems;            /* B x S_local x H_kv x D */
+  size_t slots, acc, delta, dq_acc, total; /* byte offsets in the data area; total: bytes needed */
+  long fps;                   /* K/V chunk flags per slot */
+  long ready0;                /* the first "partials ready" word, counted from MK_AG_FLAG0 */
+  long flag_words;            /* flag words needed */
+};
+
+static inline size_t mk_ra_bwd_align(size_t x) { return (x + 255) & ~(size_t)255; }
+
+static inline void mk_ra_bwd_layout(int nranks, int batch, int s_local, int heads, int kv_heads, int d_head,
+                                    int chunk_rows, struct mk_ra_bwd_layout* l) {
+  l->kv_elems = (size_t)batch * s_local * kv_heads * d_head;
+  const size_t q_elems = (size_t)batch * s_local * heads * d_head;
+  l->slots = 0;
+  l->acc = mk_ra_bwd_align((size_t)(nranks - 1) * 2 * l->kv_elems * 2);
+  l->delta = l->acc + mk_ra_bwd_align((size_t)nranks * 2 * l->kv_elems * 4);
+  l->dq_acc = l->delta + mk_ra_bwd_align((size_t)batch * heads * s_local * 4);
+  l->total = l->dq_acc + mk_ra_bwd_align(q_elems * 4);
+  l->fps = (long)batch * ((s_local + chunk_rows - 1) / chunk_rows);
+  l->ready0 = (long)(nranks - 1) * l->fps;
+  l->flag_words = l->ready0 + nranks - 1;
+}
+
+/* acc[src]'s dk (dv: + kv_elems floats) in a data area at `data`. */
+static inline float* mk_ra_bwd_acc(void* data, const struct mk_ra_bwd_layout* l, int src) {
+  return (float*)((char*)data + l->acc) + (size_t)src * 2 * l->kv_elems;
+}
+
+#endif /* MK_RA_BWD_PLAN_H_ */

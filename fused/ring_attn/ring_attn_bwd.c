@@ -1,0 +1,168 @@
+/*
+ * ncclMkRingAttentionBackward (issue 12), first version: simpler than the issue asks. Every
+ * rank gathers every peer's K and V (the forward's push and slots, not a forwarding ring), the
+ * backward core computes on it, and the partial dK/dV of each block are reduced at its owner,
+ * who reads them from each peer's accumulator over NVLink. Per call on rank r (one stream):
+ *   1. gather (ring_attn.cu, one kernel): the forward's push CTAs copy r's k, v into its slot on
+ *      every peer (after the peer's done >= e-1), then wait (bounded) for every peer's k, v.
+ *   2. a memset of the n fp32 accumulators acc[src] = [dk | dv] (ra_bwd_plan.h's workspace).
+ *   3. the backward core (mk_attn_bwd_launch), ra_bwd_plan.h's calls: per query range (zigzag
+ *      half, or all rows) up to four KV segments per call, each at its global positions, dq
+ *      accumulated in fp32 across them and written by the range's last call, the partial dK/dV
+ *      of block src added into acc[src]. 2 or 3 kernels per call (delta, main, dq).
+ *   4. reduce (ring_attn.cu, one kernel): announce (ready word on every peer = e), wait for every
+ *      peer's, dk, dv = bf16(sum over ranks of acc[r] on that rank), done = e.
+ * So 4 + (kernels of the core calls) launches, not one persistent kernel: the door stays open
+ * as AllGather+GEMM's was (the gather is the forward's push CTAs; the core's CTAs can take its
+ * flag waits, as the forward's producer does, and the reduce can become the core's epilogue).
+ * A peer reads acc[r] of this rank only after r's announcement, and r zeroes its accumulators
+ * (step 2 of the next call) only after step 1 saw every peer's done >= e: no second buffer.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ag_push.h"
+#include "attn.h"
+#include "mk_err.h"
+#include "mk_log.h"
+#include "op_check.h"
+#include "ra_bwd_plan.h"
+#include "ring_attn.h"
+#include "schedule.h"
+
+#define MK_RA_BWD_NAME "ncclMkRingAttentionBackward"
+
+int mk_ra_bwd_args_check(const void* q, const void* k, const void* v, const void* out, const float* lse,
+                         const void* dout, const void* dq, const void* dk, const void* dv, size_t batch,
+                         size_t s_local, size_t heads, size_t kv_heads, size_t d_head, int causal) {
+  const void* ptrs[] = {q, k, v, out, dout, dq, dk, dv};
+  const char* names[] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
+  for (int i = 0; i < 8; i++)
+    if (!ptrs[i] || (uintptr_t)ptrs[i] % 16) {
+      MK_WARN(MK_RA_BWD_NAME ": %s = %p, must be non-NULL and 16-byte aligned", names[i], ptrs[i]);
+      return -EINVAL;
+    }
+  if (!lse) {
+    MK_WARN(MK_RA_BWD_NAME ": lse is NULL (the forward's log-sum-exp is required)");
+    return -EINVAL;
+  }
+  return mk_ra_shape_check(MK_RA_BWD_NAME, lse, batch, s_local, heads, kv_heads, d_head, causal);
+}
+
+/* The core's arguments for plan call c (everything checked before anything is launched). */
+static void ra_bwd_core_args(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l, void* data,
+                             const struct mk_ra_bwd_call* c, const void* q, const void* k, const void* v,
+                             const void* out, const float* lse, const void* dout, void* dq, int batch, int s_local,
+                             int heads, int kv_heads, int d_head, int causal, struct mk_attn_bwd_args* a) {
+  const int n = fc->nranks, r = fc->rank, half = s_local / 2;
+  memset(a, 0, sizeof *a);
+  a->q = q, a->out = out, a->dout = dout, a->lse = lse;
+  a->delta = (float*)((char*)data + l->delta);
+  a->dq_acc = (float*)((char*)data + l->dq_acc);
+  a->dq = c->last ? dq : NULL;
+  a->batch = batch, a->seq_q = s_local, a->heads = heads, a->kv_heads = kv_heads, a->d_head = d_head;
+  a->causal = causal;
+  if (c->q_half >= 0) {
+    a->q_row0 = c->q_half * half, a->q_rows = half;
+    a->q_pos0 = (long long)mk_ra_zigzag_chunk(r, n, c->q_half) * half;
+  } else {
+    a->q_row0 = 0, a->q_rows = s_local, a->q_pos0 = (long long)r * s_local;
+  }
+  a->dq_accumulate = a->delta_ready = !c->first;
+  a->num_kv_blocks = c->nseg;
+  for (int i = 0; i < c->nseg; i++) {
+    const int src = c->seg[i].src, kh = c->seg[i].k_half;
+    struct mk_attn_bwd_kv_block* b = &a->kv[i];
+    if (src == r) {
+      b->k = k, b->v = v;
+    } else {
+      const uint16_t* slot = /* bf16 */
+          (const uint16_t*)((char*)data + l->slots) + (size_t)mk_sched_rs_slot(src, r) * 2 * l->kv_elems;
+      b->k = slot, b->v = slot + l->kv_elems;
+    }
+    b->dk_acc = mk_ra_bwd_acc(data, l, src);
+    b->dv_acc = b->dk_acc + l->kv_elems;
+    b->seq = s_local;
+    if (kh >= 0) {
+      b->row0 = kh * half, b->rows = half;
+      b->pos0 = (long long)mk_ra_zigzag_chunk(src, n, kh) * half;
+    } else {
+      b->row0 = 0, b->rows = s_local, b->pos0 = (long long)src * s_local;
+    }
+  }
+  a->err = fc->err;
+  a->timeout_ms = (uint32_t)fc->cfg.timeout_ms;
+}
+
+NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* k, const void* v, const void* out,
+                                                     const float* lse, const void* dout, void* dq, void* dk, void* dv,
+                                                     size_t batch, size_t s_local, size_t heads, size_t kv_heads,
+                                                     size_t d_head, int causal, ncclDataType_t type, ncclComm_t comm,
+                                                     cudaStream_t stream) {
+  int rc = mk_ra_bwd_args_check(q, k, v, out, lse, dout, dq, dk, dv, batch, s_local, heads, kv_heads, d_head, causal);
+  if (rc) return mk_result_from_errno(rc);
+  struct mk_op_call call = {
+      .op = MK_OP_RING_ATTN_BWD, .name = MK_RA_BWD_NAME, .m = batch * s_local, .n = heads * d_head,
+      .k = kv_heads * d_head, .type = type, .m_split = 0, .ptrs = {q, k, v, dout},
+      .ptr_names = {"q", "k", "v", "dout"}, .nptrs = 4, .comm = comm, .stream = stream};
+  struct mk_fused_comm* fc;
+  rc = mk_op_check(&call, &fc);
+  if (rc) return mk_result_from_errno(rc);
+  const int n = fc->nranks, B = (int)batch, S = (int)s_local, H = (int)heads, Hkv = (int)kv_heads, D = (int)d_head;
+  struct mk_ra_bwd_layout l;
+  mk_ra_bwd_layout(n, B, S, H, Hkv, D, 128, &l); /* the bytes do not depend on the chunk */
+  int chunk_rows = 0;
+  rc = mk_ra_comm_check(fc, MK_RA_BWD_NAME, l.total, B, S, n - 1, &chunk_rows);
+  if (rc) return mk_result_from_errno(rc);
+  mk_ra_bwd_layout(n, B, S, H, Hkv, D, chunk_rows, &l);
+  void* data = (char*)fc->sym + MK_AG_DATA_OFFSET;
+
+  /* every core call's arguments, checked before anything is launched */
+  struct mk_ra_bwd_call plan[MK_RA_BWD_MAX_CALLS];
+  struct mk_attn_bwd_args core[MK_RA_BWD_MAX_CALLS];
+  const int ncalls = mk_ra_bwd_plan(fc->rank, n, causal, plan, MK_RA_BWD_MAX_CALLS);
+  if (ncalls < 1) {
+    MK_WARN(MK_RA_BWD_NAME ": internal: no plan for rank %d of %d", fc->rank, n);
+    return ncclInternalError;
+  }
+  for (int i = 0; i < ncalls; i++) {
+    ra_bwd_core_args(fc, &l, data, &plan[i], q, k, v, out, lse, dout, dq, B, S, H, Hkv, D, causal, &core[i]);
+    rc = mk_attn_bwd_check(&core[i]);
+    if (rc) return mk_result_from_errno(rc);
+  }
+
+  int prev;
+  rc = mk_op_device_enter(fc, &prev);
+  struct mk_ra_args ga;
+  if (!rc) {
+    mk_ra_fill_args(fc, MK_OP_RING_ATTN_BWD, k, v, B, S, H, Hkv, D, causal, chunk_rows, l.kv_elems * 2, &ga);
+    rc = mk_ra_bwd_gather_launch(&ga, stream);
+  }
+  if (!rc)
+    rc = mk_cuda_check(cudaMemsetAsync((char*)data + l.acc, 0, (size_t)n * 2 * l.kv_elems * 4, stream),
+                       "cudaMemsetAsync");
+  for (int i = 0; i < ncalls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
+  if (!rc) {
+    struct mk_ra_bwd_reduce_args ra;
+    memset(&ra, 0, sizeof ra);
+    ra.own_acc = mk_ra_bwd_acc(data, &l, fc->rank);
+    uint64_t* own = (uint64_t*)fc->sym;
+    for (int d = 0; d < n; d++) {
+      if (d == fc->rank) continue;
+      void* peer_data = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
+      ra.peer_acc[d] = mk_ra_bwd_acc(peer_data, &l, fc->rank);
+      ra.peer_ready[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0 + l.ready0 + mk_sched_rs_slot(fc->rank, d);
+    }
+    ra.ready = own + MK_AG_FLAG0 + l.ready0;
+    ra.ready_index0 = (uint32_t)l.ready0;
+    ra.dk = dk, ra.dv = dv;
+    ra.kv_elems = l.kv_elems;
+    ra.rank = fc->rank, ra.nranks = n;
+    ra.call = ga.call;
+    ra.err = fc->err, ra.err_tag = ga.err_tag, ra.timeout_ms = ga.timeout_ms;
+    rc = mk_ra_bwd_reduce_launch(&ra, stream);
+  }
+  mk_op_device_leave(prev);
+  return mk_result_from_errno(rc);
+}

@@ -1,0 +1,434 @@
+/*
+ * ncclMkRingAttentionBackward (issue 12) on 2 ranks, one process per GPU (perf_launch), as
+ * test_ring_attn.cu: every rank builds the whole sequence's q, k, v, dout from the same seeds,
+ * takes its rows (zigzag when causal, contiguous otherwise), runs ncclMkRingAttention for out
+ * and lse, then the backward, and checks dq (its query rows) and dk, dv (its key rows).
+ * WRITTEN WITHOUT A GPU AND NOT RUN YET.
+ *   small:            against the float64 backward reference (attn_check.cuh ref_attn_bwd_f64):
+ *                     causal and not, H = H_kv and GQA 8:1, D 64 and 128, S_local 128 .. 1024.
+ *   large:            against the single-GPU backward core (mk_attn_bwd_launch) on the whole
+ *                     sequence (out, lse from the single-GPU forward core), S = 8192.
+ *   graph:            one call captured, replayed 3 times with fresh inputs, each checked.
+ *   bad_input:        every bad call refused with its code, nothing launched, outputs untouched.
+ *   negative_control: one element of dk (then dq) moved: the checker must reject it.
+ *   absent_peer:      rank 1 never calls the backward: rank 0's ends in ncclRemoteError.
+ * Checker: test_attn_bwd.cu's (||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
+ * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3, nothing non-finite).
+ * usage: test_ring_attn_bwd <scenario>; exit 77 with fewer than 2 GPUs.
+ */
+#include <math.h>
+#include <nccl.h>
+#include <string.h>
+#include <unistd.h>
+#include <vector>
+
+#include "attn.h"
+#include "gemm.h"
+#include "attn_check.cuh"
+#include "expect.h"
+#include "nccl_mk.h"
+#include "nccl_ok.h"
+#include "perf_launch.h"
+
+#define BWD_TOL_REL 2e-2
+#define BWD_TOL_ABS 3e-3
+
+static const int NR = 2;
+static uint64_t g_seed;
+
+struct rank_env {
+  int rank;
+  ncclComm_t comm;
+  cudaStream_t stream;
+};
+
+struct rb_case {
+  int batch, s_local, heads, kv_heads, d, causal;
+};
+
+struct rb_bufs {
+  struct rb_case c;
+  int rank;
+  long seq;
+  size_t nq, nkv, nl, nq_g, nkv_g;
+  void *q_g, *k_g, *v_g, *do_g;
+  double *ref_dq_g, *ref_dk_g, *ref_dv_g;
+  void *q, *k, *v, *dout, *out, *dq, *dk, *dv;
+  float* lse;
+  double *ref_dq, *ref_dk, *ref_dv;
+};
+
+static void bufs_alloc(struct rb_bufs* b, struct rb_case c, int rank) {
+  memset(b, 0, sizeof *b);
+  b->c = c, b->rank = rank, b->seq = (long)c.s_local * NR;
+  b->nq = (size_t)c.batch * c.s_local * c.heads * c.d, b->nkv = (size_t)c.batch * c.s_local * c.kv_heads * c.d;
+  b->nl = (size_t)c.batch * c.heads * c.s_local;
+  b->nq_g = b->nq * NR, b->nkv_g = b->nkv * NR;
+  void** bf[] = {&b->q_g, &b->do_g};
+  for (void** p : bf) CUDA_OK(cudaMalloc(p, b->nq_g * 2));
+  CUDA_OK(cudaMalloc(&b->k_g, b->nkv_g * 2));
+  CUDA_OK(cudaMalloc(&b->v_g, b->nkv_g * 2));
+  CUDA_OK(cudaMalloc(&b->ref_dq_g, b->nq_g * 8));
+  CUDA_OK(cudaMalloc(&b->ref_dk_g, b->nkv_g * 8));
+  CUDA_OK(cudaMalloc(&b->ref_dv_g, b->nkv_g * 8));
+  void** lq[] = {&b->q, &b->dout, &b->out, &b->dq};
+  for (void** p : lq) CUDA_OK(cudaMalloc(p, b->nq * 2));
+  void** lk[] = {&b->k, &b->v, &b->dk, &b->dv};
+  for (void** p : lk) CUDA_OK(cudaMalloc(p, b->nkv * 2));
+  CUDA_OK(cudaMalloc(&b->lse, b->nl * 4));
+  CUDA_OK(cudaMalloc(&b->ref_dq, b->nq * 8));
+  CUDA_OK(cudaMalloc(&b->ref_dk, b->nkv * 8));
+  CUDA_OK(cudaMalloc(&b->ref_dv, b->nkv * 8));
+}
+
+static void bufs_free(struct rb_bufs* b) {
+  void* all[] = {b->q_g, b->k_g, b->v_g, b->do_g, b->ref_dq_g, b->ref_dk_g, b->ref_dv_g, b->q, b->k, b->v, b->dout,
+                 b->out, b->dq, b->dk, b->dv, b->lse, b->ref_dq, b->ref_dk, b->ref_dv};
+  for (void* p : all) cudaFree(p);
+}
+
+/* The reference's global gradients (ref_*_g) to this rank's rows. */
+static void take_ref(struct rb_bufs* b) {
+  const struct rb_case c = b->c;
+  attn_take_rank_rows(b->ref_dq_g, b->ref_dq, c.batch, b->seq, (long)c.heads * c.d, b->rank, NR, c.causal);
+  attn_take_rank_rows(b->ref_dk_g, b->ref_dk, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, NR, c.causal);
+  attn_take_rank_rows(b->ref_dv_g, b->ref_dv, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, NR, c.causal);
+}
+
+/* Fresh inputs (the same whole sequence on every rank), this rank's rows, the float64
+ * reference (with_ref), outputs poisoned; synchronous. */
+static void bufs_fill(struct rb_bufs* b, uint64_t seed, int with_ref) {
+  const struct rb_case c = b->c;
+  const int zz = c.causal;
+  fill_random_bf16(b->q_g, b->nq_g, seed, 2.0f);
+  fill_random_bf16(b->k_g, b->nkv_g, seed + 1, 2.0f);
+  fill_random_bf16(b->v_g, b->nkv_g, seed + 2, 1.0f);
+  fill_random_bf16(b->do_g, b->nq_g, seed + 3, 1.0f);
+  const long qw = (long)c.heads * c.d, kw = (long)c.kv_heads * c.d;
+  attn_take_rank_rows((const __nv_bfloat16*)b->q_g, (__nv_bfloat16*)b->q, c.batch, b->seq, qw, b->rank, NR, zz);
+  attn_take_rank_rows((const __nv_bfloat16*)b->do_g, (__nv_bfloat16*)b->dout, c.batch, b->seq, qw, b->rank, NR, zz);
+  attn_take_rank_rows((const __nv_bfloat16*)b->k_g, (__nv_bfloat16*)b->k, c.batch, b->seq, kw, b->rank, NR, zz);
+  attn_take_rank_rows((const __nv_bfloat16*)b->v_g, (__nv_bfloat16*)b->v, c.batch, b->seq, kw, b->rank, NR, zz);
+  if (with_ref) {
+    ref_attn_bwd_f64(b->q_g, b->k_g, b->v_g, b->do_g, b->ref_dq_g, b->ref_dk_g, b->ref_dv_g, c.batch, (int)b->seq,
+                     c.heads, c.kv_heads, c.d, c.causal);
+    take_ref(b);
+  }
+  poison(b->dq, b->nq * 2), poison(b->dk, b->nkv * 2), poison(b->dv, b->nkv * 2);
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+static ncclResult_t fwd_call(struct rank_env* e, struct rb_bufs* b) {
+  const struct rb_case c = b->c;
+  return ncclMkRingAttention(b->q, b->k, b->v, b->out, b->lse, c.batch, c.s_local, c.heads, c.kv_heads, c.d,
+                             c.causal, ncclBfloat16, e->comm, e->stream);
+}
+
+static ncclResult_t bwd_call(struct rank_env* e, struct rb_bufs* b) {
+  const struct rb_case c = b->c;
+  return ncclMkRingAttentionBackward(b->q, b->k, b->v, b->out, b->lse, b->dout, b->dq, b->dk, b->dv, c.batch,
+                                     c.s_local, c.heads, c.kv_heads, c.d, c.causal, ncclBfloat16, e->comm, e->stream);
+}
+
+/* test_attn_bwd.cu's checker. Prints one line; 1 = pass. */
+static int grad_check(const char* what, const void* dev, const double* ref_dev, size_t n) {
+  std::vector<__nv_bfloat16> x(n);
+  std::vector<double> r(n);
+  CUDA_OK(cudaMemcpy(x.data(), dev, n * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(r.data(), ref_dev, n * sizeof(double), cudaMemcpyDeviceToHost));
+  double ss_ref = 0, ss_diff = 0, worst = 0;
+  for (size_t i = 0; i < n; i++) ss_ref += r[i] * r[i];
+  const double rms = sqrt(ss_ref / (double)n);
+  long over = 0, nonfinite = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double v = (double)__bfloat162float(x[i]), d = fabs(v - r[i]);
+    if (!std::isfinite(v)) {
+      nonfinite++;
+      continue;
+    }
+    ss_diff += d * d;
+    if (d > worst) worst = d;
+    if (!(d <= BWD_TOL_REL * (fabs(r[i]) + rms) + BWD_TOL_ABS)) over++;
+  }
+  const int pass = nonfinite == 0 && over == 0 &&
+                   sqrt(ss_diff) <= BWD_TOL_REL * sqrt(ss_ref) + BWD_TOL_ABS * sqrt((double)n);
+  printf("  %-64s rel %.2e max %.2e over %ld nonfinite %ld: %s\n", what,
+         ss_ref > 0 ? sqrt(ss_diff / ss_ref) : sqrt(ss_diff), worst, over, nonfinite, pass ? "ok" : "WRONG");
+  return pass;
+}
+
+static int rb_check(struct rb_bufs* b, const char* prefix) {
+  const struct rb_case c = b->c;
+  char w[200];
+  int ok = 1;
+  const char* g[] = {"dq", "dk", "dv"};
+  const void* x[] = {b->dq, b->dk, b->dv};
+  const double* r[] = {b->ref_dq, b->ref_dk, b->ref_dv};
+  const size_t n[] = {b->nq, b->nkv, b->nkv};
+  for (int i = 0; i < 3; i++) {
+    snprintf(w, sizeof w, "%srank %d B=%d S_local=%d H=%d H_kv=%d D=%d %s %s", prefix, b->rank, c.batch, c.s_local,
+             c.heads, c.kv_heads, c.d, c.causal ? "causal" : "non-causal", g[i]);
+    ok &= grad_check(w, x[i], r[i], n[i]);
+  }
+  return ok;
+}
+
+static void expect_healthy(struct rank_env* e) {
+  ncclResult_t async = ncclSuccess;
+  char msg[256] = "";
+  NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof msg));
+  EXPECT(async == ncclSuccess, "rank %d: asynchronous error: %s", e->rank, msg);
+}
+
+static void run_case(struct rank_env* e, struct rb_case c, uint64_t seed) {
+  struct rb_bufs b;
+  bufs_alloc(&b, c, e->rank);
+  bufs_fill(&b, seed, 1);
+  NCCL_OK(fwd_call(e, &b));
+  NCCL_OK(bwd_call(e, &b));
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  EXPECT(rb_check(&b, ""), "rank %d: dq, dk or dv wrong", e->rank);
+  bufs_free(&b);
+}
+
+static void scenario_small(struct rank_env* e) {
+  const int s_locals[] = {128, 200, 1024};
+  int i = 0;
+  for (int causal = 1; causal >= 0; causal--)
+    for (int d = 64; d <= 128; d += 64)
+      for (int s = 0; s < 3; s++) {
+        run_case(e, {2, s_locals[s], 4, 4, d, causal}, g_seed + 10 * i++); /* H = H_kv */
+        run_case(e, {1, s_locals[s], 8, 1, d, causal}, g_seed + 10 * i++); /* GQA 8:1 */
+      }
+  run_case(e, {2, 77, 4, 2, 128, 0}, g_seed + 10 * i++); /* a short last tile, not causal */
+  expect_healthy(e);
+}
+
+static __global__ void bf16_to_double(const __nv_bfloat16* x, double* y, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    y[i] = (double)__bfloat162float(x[i]);
+}
+
+/* The single-GPU cores on the whole sequence (forward for out, lse; backward) are the reference. */
+static void large_case(struct rank_env* e, struct rb_case c, uint64_t seed) {
+  struct rb_bufs b;
+  bufs_alloc(&b, c, e->rank);
+  bufs_fill(&b, seed, 0);
+  const size_t nl_g = b.nl * NR;
+  void *out_g, *dq_g, *dk_g, *dv_g;
+  float *lse_g, *delta_g, *dq_acc_g;
+  struct mk_gemm_error* err;
+  CUDA_OK(cudaMalloc(&out_g, b.nq_g * 2));
+  CUDA_OK(cudaMalloc(&dq_g, b.nq_g * 2));
+  CUDA_OK(cudaMalloc(&dk_g, b.nkv_g * 2));
+  CUDA_OK(cudaMalloc(&dv_g, b.nkv_g * 2));
+  CUDA_OK(cudaMalloc(&lse_g, nl_g * 4));
+  CUDA_OK(cudaMalloc(&delta_g, nl_g * 4));
+  CUDA_OK(cudaMalloc(&dq_acc_g, b.nq_g * 4));
+  CUDA_OK(cudaMalloc(&err, sizeof *err));
+  CUDA_OK(cudaMemset(err, 0, sizeof *err));
+  struct mk_attn_args f;
+  memset(&f, 0, sizeof f);
+  f.q = b.q_g, f.out = out_g, f.lse = lse_g;
+  f.batch = c.batch, f.seq_q = (int)b.seq, f.heads = c.heads, f.kv_heads = c.kv_heads, f.d_head = c.d;
+  f.causal = c.causal, f.num_kv_blocks = 1;
+  f.kv[0].k = b.k_g, f.kv[0].v = b.v_g, f.kv[0].seq = (int)b.seq;
+  EXPECT(mk_attn_fwd_launch(&f, 0) == 0, "the forward core refused the whole sequence");
+  struct mk_attn_bwd_args a;
+  memset(&a, 0, sizeof a);
+  a.q = b.q_g, a.out = out_g, a.dout = b.do_g, a.lse = lse_g, a.delta = delta_g, a.dq_acc = dq_acc_g, a.dq = dq_g;
+  a.batch = c.batch, a.seq_q = (int)b.seq, a.heads = c.heads, a.kv_heads = c.kv_heads, a.d_head = c.d;
+  a.causal = c.causal, a.num_kv_blocks = 1;
+  a.kv[0].k = b.k_g, a.kv[0].v = b.v_g, a.kv[0].dk = dk_g, a.kv[0].dv = dv_g, a.kv[0].seq = (int)b.seq;
+  a.err = err, a.timeout_ms = 10000;
+  EXPECT(mk_attn_bwd_launch(&a, 0) == 0, "the backward core refused the whole sequence");
+  bf16_to_double<<<1024, 256>>>((const __nv_bfloat16*)dq_g, b.ref_dq_g, b.nq_g);
+  bf16_to_double<<<1024, 256>>>((const __nv_bfloat16*)dk_g, b.ref_dk_g, b.nkv_g);
+  bf16_to_double<<<1024, 256>>>((const __nv_bfloat16*)dv_g, b.ref_dv_g, b.nkv_g);
+  take_ref(&b);
+  CUDA_OK(cudaDeviceSynchronize());
+  NCCL_OK(fwd_call(e, &b));
+  NCCL_OK(bwd_call(e, &b));
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  EXPECT(rb_check(&b, "vs core: "), "rank %d: the ring backward differs from the core on one GPU", e->rank);
+  void* all[] = {out_g, dq_g, dk_g, dv_g, lse_g, delta_g, dq_acc_g, err};
+  for (void* p : all) cudaFree(p);
+  bufs_free(&b);
+}
+
+static void scenario_large(struct rank_env* e) {
+  large_case(e, {1, 4096, 16, 2, 128, 1}, g_seed + 1);
+  large_case(e, {1, 4096, 16, 2, 128, 0}, g_seed + 2);
+  large_case(e, {2, 2048, 8, 8, 64, 1}, g_seed + 3);
+  expect_healthy(e);
+}
+
+static void scenario_graph(struct rank_env* e) {
+  struct rb_bufs b;
+  bufs_alloc(&b, {1, 384, 8, 1, 128, 1}, e->rank);
+  bufs_fill(&b, g_seed, 0);
+  NCCL_OK(fwd_call(e, &b)); /* warm-up outside capture */
+  NCCL_OK(bwd_call(e, &b));
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeGlobal));
+  NCCL_OK(fwd_call(e, &b));
+  NCCL_OK(bwd_call(e, &b));
+  CUDA_OK(cudaStreamEndCapture(e->stream, &graph));
+  size_t nodes = 0;
+  CUDA_OK(cudaGraphGetNodes(graph, NULL, &nodes));
+  printf("rank %d: forward + backward captured as %zu nodes\n", e->rank, nodes);
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 3; rep++) {
+    bufs_fill(&b, g_seed + 100 + 10 * rep, 1);
+    CUDA_OK(cudaGraphLaunch(exec, e->stream));
+    CUDA_OK(cudaStreamSynchronize(e->stream));
+    EXPECT(rb_check(&b, "replay: "), "rank %d: graph replay %d wrong", e->rank, rep);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  bufs_free(&b);
+  expect_healthy(e);
+}
+
+static int all_bytes_are(const void* dev, size_t bytes, unsigned char v) {
+  std::vector<unsigned char> h(bytes);
+  CUDA_OK(cudaMemcpy(h.data(), dev, bytes, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < bytes; i++)
+    if (h[i] != v) return 0;
+  return 1;
+}
+
+static void scenario_bad_input(struct rank_env* e) {
+  struct rb_bufs b;
+  bufs_alloc(&b, {1, 256, 8, 2, 128, 1}, e->rank);
+  bufs_fill(&b, g_seed, 0);
+  void *q = b.q, *k = b.k, *v = b.v, *o = b.out, *g = b.dout, *dq = b.dq, *dk = b.dk, *dv = b.dv;
+  float* l = b.lse;
+  ncclComm_t cm = e->comm;
+  cudaStream_t s = e->stream;
+  const ncclDataType_t bf = ncclBfloat16;
+#define RB(...) ncclMkRingAttentionBackward(__VA_ARGS__)
+  struct {
+    ncclResult_t got, want;
+    const char* what;
+  } cases[] = {
+      {RB(NULL, k, v, o, l, g, dq, dk, dv, 1, 256, 8, 2, 128, 1, bf, cm, s), ncclInvalidArgument, "q NULL"},
+      {RB(q, k, v, o, NULL, g, dq, dk, dv, 1, 256, 8, 2, 128, 1, bf, cm, s), ncclInvalidArgument, "lse NULL"},
+      {RB(q, k, v, o, l, NULL, dq, dk, dv, 1, 256, 8, 2, 128, 1, bf, cm, s), ncclInvalidArgument, "dout NULL"},
+      {RB(q, k, v, o, l, g, dq, NULL, dv, 1, 256, 8, 2, 128, 1, bf, cm, s), ncclInvalidArgument, "dk NULL"},
+      {RB(q, k, v, o, l, g, (char*)dq + 2, dk, dv, 1, 256, 8, 2, 128, 1, bf, cm, s), ncclInvalidArgument,
+       "misaligned dq"},
+      {RB(q, k, v, o, l, g, dq, dk, dv, 1, 256, 8, 2, 96, 1, bf, cm, s), ncclInvalidArgument, "D = 96"},
+      {RB(q, k, v, o, l, g, dq, dk, dv, 1, 256, 6, 4, 128, 1, bf, cm, s), ncclInvalidArgument, "H 6, H_kv 4"},
+      {RB(q, k, v, o, l, g, dq, dk, dv, 1, 255, 8, 2, 128, 1, bf, cm, s), ncclInvalidArgument, "odd S_local"},
+      {RB(q, k, v, o, l, g, dq, dk, dv, 1, 256, 8, 2, 128, 2, bf, cm, s), ncclInvalidArgument, "causal = 2"},
+      {RB(q, k, v, o, l, g, dq, dk, dv, 1, 256, 8, 2, 128, 1, ncclFloat32, cm, s), ncclInvalidUsage, "fp32"},
+      {RB(q, k, v, o, l, g, dq, dk, dv, 1, 256, 8, 2, 128, 1, bf, NULL, s), ncclInvalidArgument, "comm NULL"},
+      {RB(q, k, v, o, l, g, dq, dk, dv, 1, 65536, 64, 8, 128, 1, bf, cm, s), ncclInvalidUsage,
+       "workspace too small"},
+  };
+#undef RB
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    EXPECT(cases[i].got == cases[i].want, "rank %d: %s: got %d, want %d", e->rank, cases[i].what, (int)cases[i].got,
+           (int)cases[i].want);
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT(all_bytes_are(b.dq, b.nq * 2, 0xFF), "rank %d: dq written by a refused call", e->rank);
+  EXPECT(all_bytes_are(b.dk, b.nkv * 2, 0xFF), "rank %d: dk written by a refused call", e->rank);
+  EXPECT(all_bytes_are(b.dv, b.nkv * 2, 0xFF), "rank %d: dv written by a refused call", e->rank);
+  printf("rank %d: %zu bad calls refused, outputs untouched\n", e->rank, sizeof cases / sizeof cases[0]);
+  bufs_free(&b);
+  expect_healthy(e);
+}
+
+static void nudge(void* p, size_t i, float delta) {
+  __nv_bfloat16 h;
+  CUDA_OK(cudaMemcpy(&h, (__nv_bfloat16*)p + i, 2, cudaMemcpyDeviceToHost));
+  h = __float2bfloat16(__bfloat162float(h) + delta);
+  CUDA_OK(cudaMemcpy((__nv_bfloat16*)p + i, &h, 2, cudaMemcpyHostToDevice));
+}
+
+static void scenario_negative_control(struct rank_env* e) {
+  struct rb_bufs b;
+  bufs_alloc(&b, {1, 256, 8, 1, 128, 1}, e->rank);
+  bufs_fill(&b, g_seed, 1);
+  NCCL_OK(fwd_call(e, &b));
+  NCCL_OK(bwd_call(e, &b));
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  EXPECT(rb_check(&b, "correct: "), "rank %d: the correct gradients must pass", e->rank);
+  nudge(b.dk, b.nkv / 2 + 77, 0.25f);
+  EXPECT(!rb_check(&b, "dk + 0.25: "), "rank %d: one element of dk off by 0.25 passed", e->rank);
+  nudge(b.dk, b.nkv / 2 + 77, -0.25f);
+  nudge(b.dq, b.nq / 3 + 5, 0.25f);
+  EXPECT(!rb_check(&b, "dq + 0.25: "), "rank %d: one element of dq off by 0.25 passed", e->rank);
+  bufs_free(&b);
+  expect_healthy(e);
+}
+
+static void scenario_absent_peer(struct rank_env* e) {
+  struct rb_bufs b;
+  bufs_alloc(&b, {1, 1024, 8, 1, 128, 1}, e->rank);
+  bufs_fill(&b, g_seed, 0);
+  NCCL_OK(fwd_call(e, &b)); /* both ranks: the forward completes */
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  if (e->rank == 0) {
+    NCCL_OK(bwd_call(e, &b));
+    CUDA_OK(cudaStreamSynchronize(e->stream));
+    ncclResult_t async = ncclSuccess;
+    char msg[256] = "";
+    NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof msg));
+    printf("rank 0: asynchronous error %d: %s\n", (int)async, msg);
+    EXPECT(async == ncclRemoteError, "a backward without its peer must end in ncclRemoteError");
+    EXPECT(strstr(msg, "rank 0: fused op 0x7") != NULL, "the error names rank 0 and the ring backward op");
+    EXPECT(bwd_call(e, &b) == ncclRemoteError, "the next call must fail at once");
+  }
+  double* one;
+  CUDA_OK(cudaMalloc(&one, sizeof(double)));
+  NCCL_OK(ncclAllReduce(one, one, 1, ncclFloat64, ncclSum, e->comm, e->stream)); /* the barrier */
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  cudaFree(one);
+  bufs_free(&b);
+}
+
+static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
+  struct rank_env e = {rank, NULL, NULL};
+  printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
+  if (!strcmp(scenario, "absent_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
+  CUDA_OK(cudaSetDevice(rank));
+  CUDA_OK(cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking));
+  NCCL_OK(ncclCommInitRank(&e.comm, NR, *id, rank));
+  ncclMkConfig cfg;
+  NCCL_OK(ncclMkConfigDefaults(&cfg)); /* 128 MiB of workspace: every shape here fits */
+  NCCL_OK(ncclMkCommInit(e.comm, &cfg));
+  if (!strcmp(scenario, "small")) scenario_small(&e);
+  else if (!strcmp(scenario, "large")) scenario_large(&e);
+  else if (!strcmp(scenario, "graph")) scenario_graph(&e);
+  else if (!strcmp(scenario, "bad_input")) scenario_bad_input(&e);
+  else if (!strcmp(scenario, "negative_control")) scenario_negative_control(&e);
+  else if (!strcmp(scenario, "absent_peer")) scenario_absent_peer(&e);
+  else {
+    fprintf(stderr, "unknown scenario %s\n", scenario);
+    failures++;
+  }
+  NCCL_OK(ncclMkCommRelease(e.comm));
+  ncclCommDestroy(e.comm);
+  printf("rank %d: %s: %d failure(s)\n", rank, scenario, failures);
+  return failures ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s <small|large|graph|bad_input|negative_control|absent_peer>\n", argv[0]);
+    return 2;
+  }
+  alarm(300); /* a bug must not hang the suite */
+  ncclUniqueId id;
+  int rank;
+  if (perf_test_child(argc, argv, &rank, &id)) {
+    g_seed = perf_seed_from_id(argv[5]);
+    return rank_main(argv[1], rank, &id);
+  }
+  gpus_or_skip(NR);
+  return perf_launch_local(2, argv, NR, 0);
+}

@@ -1,0 +1,115 @@
+/*
+ * ncclMkRingAttentionBackward's host side without a GPU (ring_attn_bwd.c, ra_bwd_plan.h):
+ *   - bad arguments refused with -EINVAL (each bad set differs from a good one in one field);
+ *   - the plan of backward-core calls, for 2 to 8 ranks, every rank, causal and not: every
+ *     (query chunk, key chunk) pair the mask lets through is in exactly one call, no NONE pair
+ *     is, at most 4 KV segments per call, a query range's calls are contiguous with `first` on
+ *     the first and `last` on the last (the core arguments built from it are checked with
+ *     mk_attn_bwd_check by the op itself before any launch, not here);
+ *   - the workspace layout: regions in order, 256-byte aligned, disjoint, sized as documented.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "attn.h"
+#include "mk_test.h"
+#include "ra_bwd_plan.h"
+#include "ring_attn.h"
+
+static void* fake(uintptr_t i) { return (void*)(uintptr_t)(0x100000 + 0x10000 * i); }
+
+static void bad_arguments_are_refused(void) {
+  void *q = fake(1), *k = fake(2), *v = fake(3), *o = fake(4), *dout = fake(5), *dq = fake(6), *dk = fake(7),
+       *dv = fake(8);
+  float* l = (float*)fake(9);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 1, 256, 8, 2, 128, 1), 0);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 2, 77, 4, 4, 64, 0), 0);
+  CHECK_EQ(mk_ra_bwd_args_check(NULL, k, v, o, l, dout, dq, dk, dv, 1, 256, 8, 2, 128, 1), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, NULL, l, dout, dq, dk, dv, 1, 256, 8, 2, 128, 1), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, NULL, dout, dq, dk, dv, 1, 256, 8, 2, 128, 1), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, NULL, dq, dk, dv, 1, 256, 8, 2, 128, 1), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, NULL, dk, dv, 1, 256, 8, 2, 128, 1), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, NULL, dv, 1, 256, 8, 2, 128, 1), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, NULL, 1, 256, 8, 2, 128, 1), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, (char*)dq + 8, dk, dv, 1, 256, 8, 2, 128, 1), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, (char*)dout + 2, dq, dk, dv, 1, 256, 8, 2, 128, 1), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, (float*)((char*)l + 2), dout, dq, dk, dv, 1, 256, 8, 2, 128, 1),
+           -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 1, 256, 8, 2, 96, 1), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 1, 256, 6, 4, 128, 1), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 1, 255, 8, 2, 128, 1), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 0, 256, 8, 2, 128, 1), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 1, 0, 8, 2, 128, 0), -EINVAL);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 1, 256, 8, 2, 128, 2), -EINVAL);
+}
+
+static void plan_covers_every_visible_pair(void) {
+  for (int n = 2; n <= MK_RA_MAX_RANKS; n++)
+    for (int causal = 0; causal < 2; causal++)
+      for (int r = 0; r < n; r++) {
+        struct mk_ra_bwd_call c[MK_RA_BWD_MAX_CALLS];
+        const int m = mk_ra_bwd_plan(r, n, causal, c, MK_RA_BWD_MAX_CALLS);
+        CHECK(m >= 1);
+        CHECK_EQ(mk_ra_bwd_plan(r, n, causal, c, m - 1), -1); /* too little room is reported */
+        mk_ra_bwd_plan(r, n, causal, c, MK_RA_BWD_MAX_CALLS);
+        int seen[2][16][2];
+        memset(seen, 0, sizeof seen);
+        int prev_half = -2;
+        for (int i = 0; i < m; i++) {
+          CHECK(c[i].nseg >= 1 && c[i].nseg <= MK_RA_BWD_MAX_SEGS);
+          CHECK_EQ(c[i].q_half == -1, !causal);
+          CHECK_EQ(c[i].first, c[i].q_half != prev_half);                 /* a range's first call */
+          CHECK_EQ(c[i].last, i == m - 1 || c[i + 1].q_half != c[i].q_half); /* and its last */
+          CHECK(c[i].q_half >= prev_half);                                  /* ranges contiguous */
+          prev_half = c[i].q_half;
+          for (int j = 0; j < c[i].nseg; j++) {
+            const int src = c[i].seg[j].src, kh = c[i].seg[j].k_half;
+            CHECK(src >= 0 && src < n);
+            CHECK_EQ(kh == -1, !causal);
+            if (causal) {
+              const enum mk_ra_mask mk = mk_ra_chunk_mask(mk_ra_zigzag_chunk(r, n, c[i].q_half),
+                                                          mk_ra_zigzag_chunk(src, n, kh), 1);
+              CHECK(mk != MK_RA_NONE);
+            }
+            seen[causal ? c[i].q_half : 0][src][causal ? kh : 0]++;
+          }
+        }
+        for (int qh = 0; qh < (causal ? 2 : 1); qh++)
+          for (int src = 0; src < n; src++)
+            for (int kh = 0; kh < (causal ? 2 : 1); kh++) {
+              const int want = !causal || mk_ra_chunk_mask(mk_ra_zigzag_chunk(r, n, qh),
+                                                           mk_ra_zigzag_chunk(src, n, kh), 1) != MK_RA_NONE;
+              CHECK_EQ(seen[qh][src][kh], want);
+            }
+      }
+}
+
+static void layout_is_aligned_disjoint_and_sized(void) {
+  const int shapes[][6] = {{1, 256, 8, 1, 128, 128}, {2, 77, 4, 2, 64, 128}, {3, 1000, 16, 2, 128, 256}};
+  for (int n = 2; n <= MK_RA_MAX_RANKS; n++)
+    for (unsigned s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+      const int* x = shapes[s];
+      struct mk_ra_bwd_layout l;
+      mk_ra_bwd_layout(n, x[0], x[1], x[2], x[3], x[4], x[5], &l);
+      const size_t kv = (size_t)x[0] * x[1] * x[3] * x[4], qe = (size_t)x[0] * x[1] * x[2] * x[4];
+      CHECK_EQ(l.kv_elems, kv);
+      CHECK(l.slots == 0 && l.acc % 256 == 0 && l.delta % 256 == 0 && l.dq_acc % 256 == 0 && l.total % 256 == 0);
+      CHECK(l.acc >= (size_t)(n - 1) * 2 * kv * 2);               /* the forward's slots first */
+      CHECK(l.delta >= l.acc + (size_t)n * 2 * kv * 4);
+      CHECK(l.dq_acc >= l.delta + (size_t)x[0] * x[2] * x[1] * 4);
+      CHECK(l.total >= l.dq_acc + qe * 4 && l.total < l.dq_acc + qe * 4 + 256);
+      CHECK_EQ(l.fps, mk_ra_flags_per_slot(x[0], x[1], x[5]));
+      CHECK_EQ(l.ready0, (long)(n - 1) * l.fps);
+      CHECK_EQ(l.flag_words, l.ready0 + n - 1);
+      char* base = (char*)fake(100);
+      CHECK((char*)mk_ra_bwd_acc(base, &l, n - 1) + 2 * kv * 4 <= base + l.delta);
+    }
+}
+
+int main(void) {
+  bad_arguments_are_refused();
+  plan_covers_every_visible_pair();
+  layout_is_aligned_disjoint_and_sized();
+  return MK_TEST_RESULT();
+}
