@@ -196,6 +196,8 @@ tier_ring() {
   for t in $RING_BWD_TESTS; do step "${t#*:}" "$B/test/gpu/test_ring_attn_bwd" "${t%%:*}"; done
   step ring_attn_perf "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -J "$LOGS/ring_attn_perf.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
+  step ring_attn_perf_bwd "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1 -J "$LOGS/ring_attn_perf_bwd.json"
+  grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd.log" || true
   # PyTorch's cuDNN attention on the same per-GPU work: the issue's ceiling (fwd and bwd)
   step bench_torch_attn python3 "$(dirname "$0")/bench-torch-attn.py" --iters 10 --warmup 3 \
     --json "$LOGS/bench_torch_attn.json"

@@ -184,14 +184,17 @@ static inline int attn_check(const char* what, const void* out, const float* lse
 /* delta[b, h, i] = sum_d dout[b, i, h, d] * out[b, i, h, d]: one thread per row. */
 static __global__ void ref_attn_bwd_delta_kernel(const __nv_bfloat16* dout, const double* out,
                                                  double* delta, int batch, int seq, int heads,
-                                                 int d_head) {
+                                                 int d_head, int out_bf16) {
   const size_t rows = (size_t)batch * seq * heads;
   for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < rows;
        e += (size_t)gridDim.x * blockDim.x) {
     const size_t b = e / ((size_t)seq * heads), s = e / heads % seq, h = e % heads; /* [B,S,H] */
     double acc = 0;
-    for (int d = 0; d < d_head; d++)
-      acc += (double)__bfloat162float(dout[e * d_head + d]) * out[e * d_head + d];
+    for (int d = 0; d < d_head; d++) {
+      const double o = out[e * d_head + d];
+      acc += (double)__bfloat162float(dout[e * d_head + d]) *
+             (out_bf16 ? (double)__bfloat162float(__double2bfloat16(o)) : o);
+    }
     delta[attn_lse_at((int)b, (int)h, (int)s, seq, heads)] = acc;
   }
 }
@@ -201,8 +204,8 @@ static __global__ void ref_attn_bwd_delta_kernel(const __nv_bfloat16* dout, cons
 static __global__ void ref_attn_bwd_dq_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k,
                                               const __nv_bfloat16* v, const __nv_bfloat16* dout,
                                               const double* lse, const double* delta, double* dq,
-                                              int seq, int heads, int kv_heads, int d_head,
-                                              int causal) {
+                                              double* dq_mag, int seq, int heads, int kv_heads,
+                                              int d_head, int causal) {
   __shared__ double qs[ATTN_REF_MAX_D];
   __shared__ double dos[ATTN_REF_MAX_D];
   __shared__ double ds[ATTN_REF_THREADS];
@@ -224,6 +227,7 @@ static __global__ void ref_attn_bwd_dq_kernel(const __nv_bfloat16* q, const __nv
   __syncthreads();
 
   double acc[ATTN_REF_MAX_D / ATTN_REF_THREADS] = {0};
+  double mag[ATTN_REF_MAX_D / ATTN_REF_THREADS] = {0};
   for (int j0 = 0; j0 < nk; j0 += ATTN_REF_THREADS) {
     const int j = j0 + tid;
     if (j < nk) {
@@ -236,12 +240,18 @@ static __global__ void ref_attn_bwd_dq_kernel(const __nv_bfloat16* q, const __nv
     const int jn = nk - j0 < ATTN_REF_THREADS ? nk - j0 : ATTN_REF_THREADS;
     for (int jj = 0; jj < jn; jj++) {
       const __nv_bfloat16* kr = kb + (size_t)(j0 + jj) * kv_stride;
-      for (int i = 0, d = tid; d < d_head; i++, d += ATTN_REF_THREADS)
-        acc[i] += ds[jj] * (double)__bfloat162float(kr[d]);
+      for (int i = 0, d = tid; d < d_head; i++, d += ATTN_REF_THREADS) {
+        const double kd = (double)__bfloat162float(kr[d]);
+        acc[i] += ds[jj] * kd;
+        mag[i] += fabs(ds[jj] * kd);
+      }
     }
     __syncthreads();
   }
-  for (int i = 0, d = tid; d < d_head; i++, d += ATTN_REF_THREADS) dq[q_row + d] = acc[i] * scale;
+  for (int i = 0, d = tid; d < d_head; i++, d += ATTN_REF_THREADS) {
+    dq[q_row + d] = acc[i] * scale;
+    if (dq_mag) dq_mag[q_row + d] = mag[i] * scale;
+  }
 }
 
 /* dk, dv: one block per (key row, kv head, batch). The (query head, query row) pairs that see
@@ -251,8 +261,8 @@ static __global__ void ref_attn_bwd_dq_kernel(const __nv_bfloat16* q, const __nv
 static __global__ void ref_attn_bwd_dkv_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k,
                                                const __nv_bfloat16* v, const __nv_bfloat16* dout,
                                                const double* lse, const double* delta, double* dk,
-                                               double* dv, int seq, int heads, int kv_heads,
-                                               int d_head, int causal) {
+                                               double* dv, double* dk_mag, double* dv_mag, int seq,
+                                               int heads, int kv_heads, int d_head, int causal) {
   __shared__ double ks[ATTN_REF_MAX_D];
   __shared__ double vs[ATTN_REF_MAX_D];
   __shared__ double p[ATTN_REF_THREADS];
@@ -271,6 +281,8 @@ static __global__ void ref_attn_bwd_dkv_kernel(const __nv_bfloat16* q, const __n
 
   double acc_k[ATTN_REF_MAX_D / ATTN_REF_THREADS] = {0};
   double acc_v[ATTN_REF_MAX_D / ATTN_REF_THREADS] = {0};
+  double mag_k[ATTN_REF_MAX_D / ATTN_REF_THREADS] = {0};
+  double mag_v[ATTN_REF_MAX_D / ATTN_REF_THREADS] = {0};
   for (int m0 = 0; m0 < nm; m0 += ATTN_REF_THREADS) {
     const int m = m0 + tid;
     if (m < nm) {
@@ -290,8 +302,11 @@ static __global__ void ref_attn_bwd_dkv_kernel(const __nv_bfloat16* q, const __n
       const size_t row = attn_row_at(b, i, h, seq, heads, d_head);
       const __nv_bfloat16 *qr = q + row, *dor = dout + row;
       for (int e = 0, d = tid; d < d_head; e++, d += ATTN_REF_THREADS) {
-        acc_k[e] += ds[mm] * (double)__bfloat162float(qr[d]);
-        acc_v[e] += p[mm] * (double)__bfloat162float(dor[d]);
+        const double qd = (double)__bfloat162float(qr[d]), dod = (double)__bfloat162float(dor[d]);
+        acc_k[e] += ds[mm] * qd;
+        acc_v[e] += p[mm] * dod;
+        mag_k[e] += fabs(ds[mm] * qd);
+        mag_v[e] += fabs(p[mm] * dod);
       }
     }
     __syncthreads();
@@ -299,15 +314,35 @@ static __global__ void ref_attn_bwd_dkv_kernel(const __nv_bfloat16* q, const __n
   for (int e = 0, d = tid; d < d_head; e++, d += ATTN_REF_THREADS) {
     dk[kv_row + d] = acc_k[e] * scale;
     dv[kv_row + d] = acc_v[e];
+    if (dk_mag) dk_mag[kv_row + d] = mag_k[e] * scale, dv_mag[kv_row + d] = mag_v[e];
   }
 }
 
+/* How the reference takes delta = rowsum(dout * out). */
+enum attn_ref_delta {
+  ATTN_REF_DELTA_EXACT, /* from the float64 out: the exact gradients of sum(out * dout) */
+  /* from out rounded to bf16, as a backward gets it from the forward (FlashAttention's
+   * definition): that rounding moves delta by ~2^-9 sqrt(D) |dout| |out|, and dq and dk with it
+   * (measured on an H200: up to 2.2x the element bound at rows with few visible keys) */
+  ATTN_REF_DELTA_STORED_OUT,
+};
+
+/* Per gradient element, the sum of the absolute values of the terms the reference adds up
+ * (dq: scale sum_j |dS_ij k_jd|, dk: scale sum_i |dS_ij q_id|, dv: sum_i |P_ij dout_id|): a
+ * kernel that rounds P or dS to bf16 before its matrix products is off by up to 2^-8 of it,
+ * however much the terms cancel (they do at the keys and queries with few partners). */
+struct attn_ref_mag {
+  double *dq, *dk, *dv;
+};
+
 /* dq [B,S,H,D], dk and dv [B,S,H_kv,D] in float64 from bf16 q, k, v and dout of the whole
- * sequence (the gradients of sum(out * dout)); forward recomputed by ref_attn_f64. Synchronous
+ * sequence (the gradients of sum(out * dout), delta as `how` says); mag, when not NULL, gets
+ * the terms' magnitudes (struct attn_ref_mag). Forward recomputed by ref_attn_f64. Synchronous
  * (it frees its scratch). */
 static void ref_attn_bwd_f64(const void* q, const void* k, const void* v, const void* dout,
                              double* dq, double* dk, double* dv, int batch, int seq, int heads,
-                             int kv_heads, int d_head, int causal) {
+                             int kv_heads, int d_head, int causal, enum attn_ref_delta how,
+                             const struct attn_ref_mag* mag) {
   attn_ref_check_shape("ref_attn_bwd_f64", batch, seq, heads, kv_heads, d_head);
   const size_t nq = (size_t)batch * seq * heads * d_head, nl = (size_t)batch * heads * seq;
   double *out, *lse, *delta;
@@ -316,15 +351,17 @@ static void ref_attn_bwd_f64(const void* q, const void* k, const void* v, const 
   CUDA_OK(cudaMalloc(&delta, nl * sizeof(double)));
   ref_attn_f64(q, k, v, out, lse, batch, seq, heads, kv_heads, d_head, causal);
   ref_attn_bwd_delta_kernel<<<256, 256>>>((const __nv_bfloat16*)dout, out, delta, batch, seq,
-                                          heads, d_head);
+                                          heads, d_head, how == ATTN_REF_DELTA_STORED_OUT);
   CUDA_OK(cudaGetLastError());
   const __nv_bfloat16 *q16 = (const __nv_bfloat16*)q, *k16 = (const __nv_bfloat16*)k;
   const __nv_bfloat16 *v16 = (const __nv_bfloat16*)v, *do16 = (const __nv_bfloat16*)dout;
   ref_attn_bwd_dq_kernel<<<dim3(seq, heads, batch), ATTN_REF_THREADS>>>(
-      q16, k16, v16, do16, lse, delta, dq, seq, heads, kv_heads, d_head, causal);
+      q16, k16, v16, do16, lse, delta, dq, mag ? mag->dq : NULL, seq, heads, kv_heads, d_head,
+      causal);
   CUDA_OK(cudaGetLastError());
   ref_attn_bwd_dkv_kernel<<<dim3(seq, kv_heads, batch), ATTN_REF_THREADS>>>(
-      q16, k16, v16, do16, lse, delta, dk, dv, seq, heads, kv_heads, d_head, causal);
+      q16, k16, v16, do16, lse, delta, dk, dv, mag ? mag->dk : NULL, mag ? mag->dv : NULL, seq,
+      heads, kv_heads, d_head, causal);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
   CUDA_OK(cudaFree(out));

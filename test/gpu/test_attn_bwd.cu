@@ -16,10 +16,12 @@
  *     with every lse + 1 (P off by a factor e: must be rejected).
  *   bad_input: refused with -EINVAL, outputs untouched.
  * Checker (host, float64): ||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
- * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3, nothing non-finite (the poison never passes).
- * The 3e-3 floor: inputs are uniform, q, k in +-2, v, dout in +-1; the kernel's delta comes
- * from the bf16 out (about 2^-9 of dout.v off), which alone moves dq and dk of a row by up to
- * ~1e-3 where the reference has 0 (S = 1: dq = dk = 0 exactly).
+ * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3 + 2^-8 mag, nothing non-finite (the poison never
+ * passes). The reference takes delta from its out rounded to bf16, as the kernel gets it
+ * (ATTN_REF_DELTA_STORED_OUT). mag: the sum of the magnitudes of the element's terms
+ * (attn_ref_mag): the kernel rounds P and dS to bf16 for its matrix products, which moves an
+ * element by up to 2^-8 of that however much the terms cancel (measured on an H200: up to
+ * 2.2x the other bound at the keys and queries of few partners, without it).
  */
 #include <errno.h>
 #include <math.h>
@@ -33,6 +35,7 @@
 
 #define BWD_TOL_REL 2e-2
 #define BWD_TOL_ABS 3e-3
+#define BWD_TOL_TERMS 0x1p-8 /* of the terms' magnitude: P or dS rounded to bf16 */
 
 struct bwd_bufs {
   int batch, seq, heads, kv_heads, d, causal;
@@ -40,6 +43,7 @@ struct bwd_bufs {
   void *q, *k, *v, *dout, *out, *dq, *dk, *dv;
   float *lse, *delta, *dq_acc;
   double *ref_dq, *ref_dk, *ref_dv;
+  struct attn_ref_mag mag; /* the reference's term magnitudes, for the element bound */
   struct mk_gemm_error* err;
 };
 
@@ -86,6 +90,9 @@ static void bufs_alloc(struct bwd_bufs* t, int batch, int seq, int heads, int kv
   CUDA_OK(cudaMalloc(&t->ref_dq, t->nq * 8));
   CUDA_OK(cudaMalloc(&t->ref_dk, t->nkv * 8));
   CUDA_OK(cudaMalloc(&t->ref_dv, t->nkv * 8));
+  CUDA_OK(cudaMalloc(&t->mag.dq, t->nq * 8));
+  CUDA_OK(cudaMalloc(&t->mag.dk, t->nkv * 8));
+  CUDA_OK(cudaMalloc(&t->mag.dv, t->nkv * 8));
   CUDA_OK(cudaMalloc(&t->err, sizeof(struct mk_gemm_error)));
   CUDA_OK(cudaMemset(t->err, 0, sizeof(struct mk_gemm_error)));
   fill_random_bf16(t->q, t->nq, seed, 2.0f);
@@ -99,13 +106,14 @@ static void bufs_alloc(struct bwd_bufs* t, int batch, int seq, int heads, int kv
   poison(t->dq_acc, t->nq * 4);
   forward(t->q, t->k, t->v, t->out, t->lse, batch, seq, heads, kv_heads, d, causal, t->err);
   ref_attn_bwd_f64(t->q, t->k, t->v, t->dout, t->ref_dq, t->ref_dk, t->ref_dv, batch, seq, heads, kv_heads, d,
-                   causal);
+                   causal, ATTN_REF_DELTA_STORED_OUT, &t->mag);
 }
 
 static void bufs_free(struct bwd_bufs* t) {
   cudaFree(t->q), cudaFree(t->dout), cudaFree(t->out), cudaFree(t->dq), cudaFree(t->k), cudaFree(t->v);
   cudaFree(t->dk), cudaFree(t->dv), cudaFree(t->lse), cudaFree(t->delta), cudaFree(t->dq_acc);
   cudaFree(t->ref_dq), cudaFree(t->ref_dk), cudaFree(t->ref_dv), cudaFree(t->err);
+  cudaFree(t->mag.dq), cudaFree(t->mag.dk), cudaFree(t->mag.dv);
 }
 
 static struct mk_attn_bwd_args whole_args(const struct bwd_bufs* t) {
@@ -138,11 +146,12 @@ static double to_double(float x) { return (double)x; }
 
 /* The checker (see the top). Prints one line; 1 = pass. */
 template <class T>
-static int grad_check(const char* what, const T* dev, const double* ref_dev, size_t n) {
+static int grad_check(const char* what, const T* dev, const double* ref_dev, const double* mag_dev, size_t n) {
   std::vector<T> x(n);
-  std::vector<double> r(n);
+  std::vector<double> r(n), mag(n);
   CUDA_OK(cudaMemcpy(x.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(r.data(), ref_dev, n * sizeof(double), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(mag.data(), mag_dev, n * sizeof(double), cudaMemcpyDeviceToHost));
   double ss_ref = 0, ss_diff = 0, worst = 0;
   for (size_t i = 0; i < n; i++) ss_ref += r[i] * r[i];
   const double rms = sqrt(ss_ref / (double)n);
@@ -156,7 +165,7 @@ static int grad_check(const char* what, const T* dev, const double* ref_dev, siz
     }
     ss_diff += d * d;
     if (d > worst) worst = d, worst_at = i;
-    if (!(d <= BWD_TOL_REL * (fabs(r[i]) + rms) + BWD_TOL_ABS)) over++;
+    if (!(d <= BWD_TOL_REL * (fabs(r[i]) + rms) + BWD_TOL_ABS + BWD_TOL_TERMS * mag[i])) over++;
   }
   const double rel = ss_ref > 0 ? sqrt(ss_diff / ss_ref) : sqrt(ss_diff);
   const int pass = nonfinite == 0 && over == 0 && sqrt(ss_diff) <= BWD_TOL_REL * sqrt(ss_ref) + BWD_TOL_ABS * sqrt((double)n);
@@ -169,11 +178,11 @@ static int check_all(const char* what, const struct bwd_bufs* t) {
   char w[200];
   int ok = 1;
   snprintf(w, sizeof w, "%s dq", what);
-  ok &= grad_check(w, (const __nv_bfloat16*)t->dq, t->ref_dq, t->nq);
+  ok &= grad_check(w, (const __nv_bfloat16*)t->dq, t->ref_dq, t->mag.dq, t->nq);
   snprintf(w, sizeof w, "%s dk", what);
-  ok &= grad_check(w, (const __nv_bfloat16*)t->dk, t->ref_dk, t->nkv);
+  ok &= grad_check(w, (const __nv_bfloat16*)t->dk, t->ref_dk, t->mag.dk, t->nkv);
   snprintf(w, sizeof w, "%s dv", what);
-  ok &= grad_check(w, (const __nv_bfloat16*)t->dv, t->ref_dv, t->nkv);
+  ok &= grad_check(w, (const __nv_bfloat16*)t->dv, t->ref_dv, t->mag.dv, t->nkv);
   return ok;
 }
 
@@ -211,7 +220,7 @@ static void offsets_case(int batch, int chunk, int heads, int kv_heads, int d, i
   const long qw = (long)heads * d, kw = (long)kv_heads * d;
   void *q_l[2], *out_l[2], *dout_l[2], *k_l[2], *v_l[2], *dq_l[2];
   float *lse_l[2], *delta_l[2], *dq_acc_l[2], *dk_acc[2], *dv_acc[2];
-  double* ref_l;
+  double *ref_l, *mag_l;
   for (int r = 0; r < n; r++) {
     CUDA_OK(cudaMalloc(&q_l[r], nq_l * 2));
     CUDA_OK(cudaMalloc(&out_l[r], nq_l * 2));
@@ -237,6 +246,7 @@ static void offsets_case(int batch, int chunk, int heads, int kv_heads, int d, i
     CUDA_OK(cudaMemset(dv_acc[r], 0, nkv_l * 4));
   }
   CUDA_OK(cudaMalloc(&ref_l, (nq_l > nkv_l ? nq_l : nkv_l) * 8));
+  CUDA_OK(cudaMalloc(&mag_l, (nq_l > nkv_l ? nq_l : nkv_l) * 8));
   int ok = 1;
   for (int r = 0; r < n; r++)
     for (int qh = 0; qh < 2; qh++)
@@ -271,21 +281,24 @@ static void offsets_case(int batch, int chunk, int heads, int kv_heads, int d, i
                d, causal ? "causal zigzag" : "non-causal");
       char w[200];
       attn_take_rank_rows(t.ref_dq, ref_l, batch, seq, qw, r, n, zz);
+      attn_take_rank_rows(t.mag.dq, mag_l, batch, seq, qw, r, n, zz);
       snprintf(w, sizeof w, "%s dq", what);
-      EXPECT(grad_check(w, (const __nv_bfloat16*)dq_l[r], ref_l, nq_l), "%s", w);
+      EXPECT(grad_check(w, (const __nv_bfloat16*)dq_l[r], ref_l, mag_l, nq_l), "%s", w);
       attn_take_rank_rows(t.ref_dk, ref_l, batch, seq, kw, r, n, zz);
+      attn_take_rank_rows(t.mag.dk, mag_l, batch, seq, kw, r, n, zz);
       snprintf(w, sizeof w, "%s dk_acc", what);
-      EXPECT(grad_check(w, dk_acc[r], ref_l, nkv_l), "%s", w);
+      EXPECT(grad_check(w, dk_acc[r], ref_l, mag_l, nkv_l), "%s", w);
       attn_take_rank_rows(t.ref_dv, ref_l, batch, seq, kw, r, n, zz);
+      attn_take_rank_rows(t.mag.dv, mag_l, batch, seq, kw, r, n, zz);
       snprintf(w, sizeof w, "%s dv_acc", what);
-      EXPECT(grad_check(w, dv_acc[r], ref_l, nkv_l), "%s", w);
+      EXPECT(grad_check(w, dv_acc[r], ref_l, mag_l, nkv_l), "%s", w);
     }
   for (int r = 0; r < n; r++) {
     cudaFree(q_l[r]), cudaFree(out_l[r]), cudaFree(dout_l[r]), cudaFree(dq_l[r]), cudaFree(k_l[r]);
     cudaFree(v_l[r]), cudaFree(lse_l[r]), cudaFree(delta_l[r]), cudaFree(dq_acc_l[r]), cudaFree(dk_acc[r]);
     cudaFree(dv_acc[r]);
   }
-  cudaFree(ref_l);
+  cudaFree(ref_l), cudaFree(mag_l);
   bufs_free(&t);
 }
 
@@ -313,7 +326,7 @@ static void test_negative_control(void) {
   EXPECT(check_all("correct gradients", &t), "the correct gradients must pass");
   const size_t at = t.nkv / 2 + 77;
   nudge((__nv_bfloat16*)t.dk, at, 0.25);
-  EXPECT(!grad_check("dk[n/2 + 77] + 0.25", (const __nv_bfloat16*)t.dk, t.ref_dk, t.nkv),
+  EXPECT(!grad_check("dk[n/2 + 77] + 0.25", (const __nv_bfloat16*)t.dk, t.ref_dk, t.mag.dk, t.nkv),
          "one element of dk off by 0.25 passed");
   add_f32<<<256, 256>>>(t.lse, t.nl, 1.0f);
   CUDA_OK(cudaGetLastError());

@@ -160,7 +160,7 @@ static void backward_case(int batch, int seq, int heads, int kv_heads, int d_hea
   const size_t nq = t.nq, nkv = t.nkv;
   void *q = t.q, *k = t.k, *v = t.v, *dout = t.dout;
   double *dq = t.dq, *dk = t.dk, *dv = t.dv;
-  ref_attn_bwd_f64(q, k, v, dout, dq, dk, dv, batch, seq, heads, kv_heads, d_head, causal);
+  ref_attn_bwd_f64(q, k, v, dout, dq, dk, dv, batch, seq, heads, kv_heads, d_head, causal, ATTN_REF_DELTA_EXACT, NULL);
 
   std::vector<__nv_bfloat16> hq(nq), hk(nkv), hv(nkv), hdo(nq);
   std::vector<double> gdq(nq), gdk(nkv), gdv(nkv), wdq(nq), wdk(nkv), wdv(nkv), w(seq);
@@ -256,7 +256,7 @@ static void finite_difference_case(int causal, uint64_t seed) {
              {"v", v, attn_row_at(1, 2, 1, seq, kv_heads, d_head) + 3, dv}};
   const double x0 = 0.25, h = 1.0 / 256; /* bf16 steps near 0.25: 1/512 above, 1/1024 below */
   for (int e = 0; e < 3; e++) set_bf16(el[e].x, el[e].at, x0);
-  ref_attn_bwd_f64(q, k, v, dout, dq, dk, dv, batch, seq, heads, kv_heads, d_head, causal);
+  ref_attn_bwd_f64(q, k, v, dout, dq, dk, dv, batch, seq, heads, kv_heads, d_head, causal, ATTN_REF_DELTA_EXACT, NULL);
   for (int e = 0; e < 3; e++) {
     double g, fd[2];
     CUDA_OK(cudaMemcpy(&g, el[e].grad + el[e].at, 8, cudaMemcpyDeviceToHost));

@@ -111,7 +111,7 @@ static void bufs_fill(struct rb_bufs* b, uint64_t seed, int with_ref) {
   attn_take_rank_rows((const __nv_bfloat16*)b->v_g, (__nv_bfloat16*)b->v, c.batch, b->seq, kw, b->rank, NR, zz);
   if (with_ref) {
     ref_attn_bwd_f64(b->q_g, b->k_g, b->v_g, b->do_g, b->ref_dq_g, b->ref_dk_g, b->ref_dv_g, c.batch, (int)b->seq,
-                     c.heads, c.kv_heads, c.d, c.causal);
+                     c.heads, c.kv_heads, c.d, c.causal, ATTN_REF_DELTA_STORED_OUT, NULL);
     take_ref(b);
   }
   poison(b->dq, b->nq * 2), poison(b->dk, b->nkv * 2), poison(b->dv, b->nkv * 2);

@@ -11,7 +11,12 @@
  * seq outputs are checked against the core's rows of this rank: rel = ||x - core|| / ||core||,
  * wrong = elements off by more than 2e-2 (1 + |core|), summed over ranks.
  *
- * usage: ring_attn_perf [-n iters] [-w warmup] [-S comm_sms] [-J json] [-c list]
+ * -b: the backward instead (issue 12): fused = ncclMkRingAttentionBackward, core = our backward
+ * core (mk_attn_bwd_launch) on the whole sequence on one GPU, no seq baseline; out and lse from
+ * the forward (fused / core) first; FLOPs 2.5x the forward's; dq, dk, dv checked against the
+ * core's rows (wrong = elements off by more than 2e-2 (1 + |core|) summed over the three).
+ *
+ * usage: ring_attn_perf [-b] [-n iters] [-w warmup] [-S comm_sms] [-J json] [-c list]
  *   -c: cases to run, comma-separated indices into the table below (default: all that fit).
  */
 #include <nccl.h>
@@ -39,7 +44,7 @@ static const struct pcase cases[] = {
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
 struct opts {
-  int nprocs, proc, iters, warmup, comm_sms;
+  int nprocs, proc, iters, warmup, comm_sms, bwd;
   int use[NCASES];
   const char* json;
   char id[PERF_ID_HEX_LEN];
@@ -60,14 +65,18 @@ struct rank {
   void *kv_recv[2], *out_step[2], *out_seq; /* seq baseline: peer's k|v, per-step out, merged */
   float *lse_step[2], *lse_seq;
   double* scratch;
+  /* -b: dout, the fused gradients, the core's on the whole sequence and its workspace */
+  void *dout, *dq, *dk, *dv, *dout_g, *dq_g, *dk_g, *dv_g, *core_rows_kv;
+  float *delta_g, *dq_acc_g;
 };
 
 static int parse(int argc, char** argv, struct opts* o) {
   int c, launched = 0;
   o->nprocs = 2, o->iters = 10, o->warmup = 2;
   for (int i = 0; i < NCASES; i++) o->use[i] = 1;
-  while ((c = getopt(argc, argv, "n:w:S:J:c:P:I:")) != -1) {
+  while ((c = getopt(argc, argv, "bn:w:S:J:c:P:I:")) != -1) {
     switch (c) {
+      case 'b': o->bwd = 1; break;
       case 'n': o->iters = atoi(optarg); break;
       case 'w': o->warmup = atoi(optarg); break;
       case 'S': o->comm_sms = atoi(optarg); break;
@@ -177,10 +186,31 @@ static void run_core(struct rank* k) {
   if (mk_attn_fwd_launch(&a, k->s)) exit(1);
 }
 
-static void run_variant(struct rank* k, int v) {
-  if (v == V_FUSED) run_fused(k);
+static void run_fused_bwd(struct rank* k) {
+  const struct pcase c = k->c;
+  NCCL_OK(ncclMkRingAttentionBackward(k->q, k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, c.batch,
+                                      c.s_local, c.heads, c.kv_heads, c.d, c.causal, ncclBfloat16, k->comm, k->s));
+}
+
+static void run_core_bwd(struct rank* k) {
+  const struct pcase c = k->c;
+  struct mk_attn_bwd_args a;
+  memset(&a, 0, sizeof a);
+  a.q = k->q_g, a.out = k->out_g, a.dout = k->dout_g, a.lse = k->lse_g, a.delta = k->delta_g;
+  a.dq_acc = k->dq_acc_g, a.dq = k->dq_g;
+  a.batch = c.batch, a.seq_q = (int)k->seq, a.heads = c.heads, a.kv_heads = c.kv_heads, a.d_head = c.d;
+  a.causal = c.causal, a.num_kv_blocks = 1;
+  a.kv[0].k = k->k_g, a.kv[0].v = k->v_g, a.kv[0].dk = k->dk_g, a.kv[0].dv = k->dv_g, a.kv[0].seq = (int)k->seq;
+  if (mk_attn_bwd_launch(&a, k->s)) exit(1);
+}
+
+/* -b has no seq variant (the row prints "-") */
+static int variant_runs(const struct opts* o, int v) { return !(o->bwd && v == V_SEQ); }
+
+static void run_variant(struct rank* k, const struct opts* o, int v) {
+  if (v == V_FUSED) o->bwd ? run_fused_bwd(k) : run_fused(k);
   else if (v == V_SEQ) run_seq(k);
-  else run_core(k);
+  else o->bwd ? run_core_bwd(k) : run_core(k);
 }
 
 /* rows r of a [B, S, width] bf16 tensor under the split (attn_check.cuh has the test's copy;
@@ -215,6 +245,33 @@ static long count_wrong(const void* x, const void* ref, size_t n) {
   CUDA_OK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
   cudaFree(d);
   return (long)h;
+}
+
+static void alloc_case_bwd(struct rank* k) {
+  const size_t n = (size_t)k->n;
+  CUDA_OK(cudaMalloc(&k->dout, k->nq * 2));
+  CUDA_OK(cudaMalloc(&k->dq, k->nq * 2));
+  CUDA_OK(cudaMalloc(&k->dk, k->nkv * 2));
+  CUDA_OK(cudaMalloc(&k->dv, k->nkv * 2));
+  CUDA_OK(cudaMalloc(&k->dout_g, n * k->nq * 2));
+  CUDA_OK(cudaMalloc(&k->dq_g, n * k->nq * 2));
+  CUDA_OK(cudaMalloc(&k->dk_g, n * k->nkv * 2));
+  CUDA_OK(cudaMalloc(&k->dv_g, n * k->nkv * 2));
+  CUDA_OK(cudaMalloc(&k->core_rows_kv, k->nkv * 2));
+  CUDA_OK(cudaMalloc(&k->delta_g, n * k->nl * 4));
+  CUDA_OK(cudaMalloc(&k->dq_acc_g, n * k->nq * 4));
+  fill_random_bf16(k->dout_g, n * k->nq, 14, 1.0f);
+  take_rows_kernel<<<1024, 256>>>((const __nv_bfloat16*)k->dout_g, (__nv_bfloat16*)k->dout, k->c.batch, k->seq,
+                                  (long)k->c.heads * k->c.d, k->r, k->n, k->c.causal);
+  /* the inputs the backward takes: out and lse of the forward (fused on the ranks, core whole) */
+  run_fused(k);
+  run_core(k);
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+static void free_case_bwd(struct rank* k) {
+  cudaFree(k->dout), cudaFree(k->dq), cudaFree(k->dk), cudaFree(k->dv), cudaFree(k->dout_g), cudaFree(k->dq_g);
+  cudaFree(k->dk_g), cudaFree(k->dv_g), cudaFree(k->core_rows_kv), cudaFree(k->delta_g), cudaFree(k->dq_acc_g);
 }
 
 static void alloc_case(struct rank* k, struct pcase c) {
@@ -260,6 +317,47 @@ static void free_case(struct rank* k) {
   cudaFree(k->out_seq), cudaFree(k->lse_seq);
 }
 
+/* The core's rows of this rank of a [B, S, width] tensor into rows (the reference). */
+static void core_rows_of(struct rank* k, const void* whole, void* rows, long width) {
+  take_rows_kernel<<<1024, 256>>>((const __nv_bfloat16*)whole, (__nv_bfloat16*)rows, k->c.batch, k->seq, width, k->r,
+                                  k->n, k->c.causal);
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+/* Forward: fused and seq out against the core's rows. */
+static void check_fwd(struct rank* k, double acc[4]) {
+  run_core(k);
+  run_fused(k);
+  run_seq(k);
+  CUDA_OK(cudaStreamSynchronize(k->s));
+  core_rows_of(k, k->out_g, k->core_rows, (long)k->c.heads * k->c.d);
+  const struct check_result cf = check_close((const __nv_bfloat16*)k->out, (const __nv_bfloat16*)k->core_rows, k->nq, 1e-2);
+  const struct check_result cs =
+      check_close((const __nv_bfloat16*)k->out_seq, (const __nv_bfloat16*)k->core_rows, k->nq, 1e-2);
+  acc[0] = (double)count_wrong(k->out, k->core_rows, k->nq);
+  acc[1] = (double)count_wrong(k->out_seq, k->core_rows, k->nq);
+  acc[2] = cf.rel, acc[3] = cs.rel;
+}
+
+/* Backward: the fused dq, dk, dv against the core's rows (wrong summed, rel the largest). */
+static void check_bwd(struct rank* k, double acc[4]) {
+  run_core_bwd(k);
+  run_fused_bwd(k);
+  CUDA_OK(cudaStreamSynchronize(k->s));
+  const long qw = (long)k->c.heads * k->c.d, kw = (long)k->c.kv_heads * k->c.d;
+  const void* mine[3] = {k->dq, k->dk, k->dv};
+  const void* whole[3] = {k->dq_g, k->dk_g, k->dv_g};
+  acc[0] = acc[1] = acc[2] = acc[3] = 0;
+  for (int g = 0; g < 3; g++) {
+    void* rows = g == 0 ? k->core_rows : k->core_rows_kv;
+    const size_t n = g == 0 ? k->nq : k->nkv;
+    core_rows_of(k, whole[g], rows, g == 0 ? qw : kw);
+    const struct check_result r = check_close((const __nv_bfloat16*)mine[g], (const __nv_bfloat16*)rows, n, 1e-2);
+    acc[0] += (double)count_wrong(mine[g], rows, n);
+    acc[2] = r.rel > acc[2] ? r.rel : acc[2];
+  }
+}
+
 static void barrier(struct rank* k) {
   NCCL_OK(ncclAllReduce(k->scratch, k->scratch, 1, ncclFloat64, ncclSum, k->comm, k->s));
 }
@@ -281,19 +379,25 @@ static void time_case(struct rank* k, const struct opts* o, double med[NV]) {
   }
   for (int i = 0; i < o->warmup; i++)
     for (int v = 0; v < NV; v++) {
+      if (!variant_runs(o, v)) continue;
       barrier(k);
-      run_variant(k, v);
+      run_variant(k, o, v);
     }
   for (int i = 0; i < o->iters; i++) {
     for (int v = 0; v < NV; v++) {
+      if (!variant_runs(o, v)) continue;
       barrier(k);
       CUDA_OK(cudaEventRecord(ev[v][0], k->s));
-      run_variant(k, v);
+      run_variant(k, o, v);
       CUDA_OK(cudaEventRecord(ev[v][1], k->s));
     }
     CUDA_OK(cudaStreamSynchronize(k->s));
     for (int v = 0; v < NV; v++) {
-      float ms;
+      float ms = 0;
+      if (!variant_runs(o, v)) {
+        t[v * o->iters + i] = 0;
+        continue;
+      }
       CUDA_OK(cudaEventElapsedTime(&ms, ev[v][0], ev[v][1]));
       t[v * o->iters + i] = ms;
     }
@@ -319,43 +423,37 @@ static int rank_main(const struct opts* o) {
   NCCL_OK(ncclCommInitRank(&k.comm, k.n, id, k.r));
   ncclMkConfig cfg;
   NCCL_OK(ncclMkConfigDefaults(&cfg));
-  cfg.max_m = 16384, cfg.max_k = 16384; /* 512 MiB of data area: the peer's K and V of every case */
+  /* the data area: 512 MiB hold the peer's K and V of every case; the backward's also the fp32
+   * dK/dV partials, delta and dq (3.2 GB at B = 16, S_local = 4096, H = 16) */
+  cfg.max_m = 16384, cfg.max_k = o->bwd ? 131072 : 16384;
   cfg.comm_sms = o->comm_sms;
   NCCL_OK(ncclMkCommInit(k.comm, &cfg));
   FILE* json = k.r == 0 && o->json ? fopen(o->json, "w") : NULL;
   if (k.r == 0)
-    printf("# ring_attn_perf on %d ranks, bf16, medians of %d (warm-up %d), ms, max over ranks; TFLOP/s per GPU\n"
+    printf("# ring_attn_perf%s on %d ranks, bf16, medians of %d (warm-up %d), ms, max over ranks; TFLOP/s per GPU\n"
            "#  B S_local     S   H H_kv   D causal |  fused TFLOP/s |    seq TFLOP/s | core(S, 1 GPU) TFLOP/s | "
            "fused/core fused/seq | fused rel wrong | seq rel wrong\n",
-           k.n, o->iters, o->warmup);
+           o->bwd ? " -b (backward)" : "", k.n, o->iters, o->warmup);
   long wrong_total = 0;
   for (int ci = 0; ci < NCASES; ci++) {
     if (!o->use[ci]) continue;
     const struct pcase c = cases[ci];
     alloc_case(&k, c);
-    /* correctness first: the core's rows of this rank are the reference */
-    run_core(&k);
-    run_fused(&k);
-    run_seq(&k);
-    CUDA_OK(cudaStreamSynchronize(k.s));
-    take_rows_kernel<<<1024, 256>>>((const __nv_bfloat16*)k.out_g, (__nv_bfloat16*)k.core_rows, c.batch, k.seq,
-                                    (long)c.heads * c.d, k.r, k.n, c.causal);
-    CUDA_OK(cudaDeviceSynchronize());
-    const struct check_result cf = check_close((const __nv_bfloat16*)k.out, (const __nv_bfloat16*)k.core_rows, k.nq, 1e-2);
-    const struct check_result cs =
-        check_close((const __nv_bfloat16*)k.out_seq, (const __nv_bfloat16*)k.core_rows, k.nq, 1e-2);
-    double acc[4] = {(double)count_wrong(k.out, k.core_rows, k.nq), (double)count_wrong(k.out_seq, k.core_rows, k.nq),
-                     cf.rel, cs.rel};
+    if (o->bwd) alloc_case_bwd(&k);
+    double acc[4]; /* fused wrong, seq wrong, fused rel, seq rel */
+    if (o->bwd) check_bwd(&k, acc);
+    else check_fwd(&k, acc);
     reduce(&k, acc, 2, ncclSum);
     reduce(&k, acc + 2, 2, ncclMax);
     double med[NV];
     time_case(&k, o, med);
     ncclResult_t async = ncclSuccess;
     NCCL_OK(ncclMkCommGetAsyncError(k.comm, &async, NULL, 0));
-    const double half = c.causal ? 0.5 : 1.0;
+    const double half = (c.causal ? 0.5 : 1.0) * (o->bwd ? 2.5 : 1.0);
     const double flop_gpu = 4.0 * c.batch * c.heads * (double)c.s_local * k.seq * c.d * half;
     const double flop_core = 4.0 * c.batch * c.heads * (double)k.seq * k.seq * c.d * half;
-    const double tf_f = flop_gpu / (med[V_FUSED] * 1e9), tf_s = flop_gpu / (med[V_SEQ] * 1e9);
+    const double tf_f = flop_gpu / (med[V_FUSED] * 1e9);
+    const double tf_s = med[V_SEQ] > 0 ? flop_gpu / (med[V_SEQ] * 1e9) : 0; /* 0: not run (-b) */
     const double tf_c = flop_core / (med[V_CORE] * 1e9);
     wrong_total += (long)acc[0] + (long)acc[1] + (async != ncclSuccess);
     if (k.r == 0) {
@@ -366,13 +464,15 @@ static int rank_main(const struct opts* o) {
       fflush(stdout);
       if (json)
         fprintf(json,
-                "{\"op\": \"ring_attn\", \"ranks\": %d, \"batch\": %d, \"s_local\": %d, \"seq\": %ld, \"heads\": %d, "
+                "{\"op\": \"%s\", \"ranks\": %d, \"batch\": %d, \"s_local\": %d, \"seq\": %ld, \"heads\": %d, "
                 "\"kv_heads\": %d, \"d\": %d, \"causal\": %d, \"fused_ms\": %.4f, \"fused_tflops\": %.1f, "
                 "\"seq_ms\": %.4f, \"seq_tflops\": %.1f, \"core_ms\": %.4f, \"core_tflops\": %.1f, "
                 "\"fused_rel\": %.3e, \"fused_wrong\": %ld, \"seq_rel\": %.3e, \"seq_wrong\": %ld}\n",
-                k.n, c.batch, c.s_local, k.seq, c.heads, c.kv_heads, c.d, c.causal, med[V_FUSED], tf_f, med[V_SEQ],
+                o->bwd ? "ring_attn_bwd" : "ring_attn", k.n, c.batch, c.s_local, k.seq, c.heads, c.kv_heads, c.d,
+                c.causal, med[V_FUSED], tf_f, med[V_SEQ],
                 tf_s, med[V_CORE], tf_c, acc[2], (long)acc[0], acc[3], (long)acc[1]);
     }
+    if (o->bwd) free_case_bwd(&k);
     free_case(&k);
   }
   (void)vnames;
@@ -387,7 +487,7 @@ int main(int argc, char** argv) {
   memset(&o, 0, sizeof o);
   const int launched = parse(argc, argv, &o);
   if (launched < 0) {
-    fprintf(stderr, "usage: %s [-n iters] [-w warmup] [-S comm_sms] [-J json] [-c list]\n", argv[0]);
+    fprintf(stderr, "usage: %s [-b] [-n iters] [-w warmup] [-S comm_sms] [-J json] [-c list]\n", argv[0]);
     return 2;
   }
   if (!launched) return perf_launch_local_or_skip(argc, argv, 2);
