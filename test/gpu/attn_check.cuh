@@ -12,6 +12,7 @@
 #define MK_ATTN_CHECK_CUH_
 
 #include <string.h>
+#include <vector>
 #include "gemm_check.cuh"
 #include "ra_schedule.h"
 
@@ -367,6 +368,48 @@ static void ref_attn_bwd_f64(const void* q, const void* k, const void* v, const 
   CUDA_OK(cudaFree(out));
   CUDA_OK(cudaFree(lse));
   CUDA_OK(cudaFree(delta));
+}
+
+/* ---- the gradient checker ---------------------------------------------------------------- */
+
+#define ATTN_GRAD_TOL_REL 2e-2
+#define ATTN_GRAD_TOL_ABS 3e-3
+#define ATTN_GRAD_TOL_TERMS 0x1p-8 /* of the terms' magnitude: P or dS rounded to bf16 */
+
+static double attn_to_double(__nv_bfloat16 x) { return (double)__bfloat162float(x); }
+static double attn_to_double(float x) { return (double)x; }
+
+/* The gradient checker of the backward tests (test_attn_bwd, test_ring_attn_bwd), on the host in
+ * float64: ||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element |x - ref| <= 2e-2 (|ref| +
+ * rms(ref)) + 3e-3 + 2^-8 mag (mag_dev: the reference's term magnitudes, struct attn_ref_mag,
+ * NULL for none), nothing non-finite. Prints one line; 1 = pass. */
+template <class T>
+static int attn_grad_check(const char* what, const T* dev, const double* ref_dev, const double* mag_dev, size_t n) {
+  std::vector<T> x(n);
+  std::vector<double> r(n), mag(n, 0.0);
+  CUDA_OK(cudaMemcpy(x.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(r.data(), ref_dev, n * sizeof(double), cudaMemcpyDeviceToHost));
+  if (mag_dev) CUDA_OK(cudaMemcpy(mag.data(), mag_dev, n * sizeof(double), cudaMemcpyDeviceToHost));
+  double ss_ref = 0, ss_diff = 0, worst = 0;
+  for (size_t i = 0; i < n; i++) ss_ref += r[i] * r[i];
+  const double rms = sqrt(ss_ref / (double)n);
+  long over = 0, nonfinite = 0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double v = attn_to_double(x[i]), d = fabs(v - r[i]);
+    if (!std::isfinite(v)) {
+      nonfinite++;
+      continue;
+    }
+    ss_diff += d * d;
+    if (d > worst) worst = d, worst_at = i;
+    if (!(d <= ATTN_GRAD_TOL_REL * (fabs(r[i]) + rms) + ATTN_GRAD_TOL_ABS + ATTN_GRAD_TOL_TERMS * mag[i])) over++;
+  }
+  const double rel = ss_ref > 0 ? sqrt(ss_diff / ss_ref) : sqrt(ss_diff);
+  const int pass = nonfinite == 0 && over == 0 && sqrt(ss_diff) <= ATTN_GRAD_TOL_REL * sqrt(ss_ref) + ATTN_GRAD_TOL_ABS * sqrt((double)n);
+  printf("  %-50s rel %.2e rms %.2e max %.2e at %zu over %ld nonfinite %ld: %s\n", what, rel, rms, worst, worst_at,
+         over, nonfinite, pass ? "ok" : "WRONG");
+  return pass;
 }
 
 /* ---- a rank's rows ----------------------------------------------------------------------

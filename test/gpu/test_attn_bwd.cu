@@ -33,9 +33,6 @@
 #include "expect.h"
 #include "gemm.h"
 
-#define BWD_TOL_REL 2e-2
-#define BWD_TOL_ABS 3e-3
-#define BWD_TOL_TERMS 0x1p-8 /* of the terms' magnitude: P or dS rounded to bf16 */
 
 struct bwd_bufs {
   int batch, seq, heads, kv_heads, d, causal;
@@ -141,48 +138,15 @@ static int run_bwd(const struct mk_attn_bwd_args* a) {
   return rc == 0 && !e.aborted;
 }
 
-static double to_double(__nv_bfloat16 x) { return (double)__bfloat162float(x); }
-static double to_double(float x) { return (double)x; }
-
-/* The checker (see the top). Prints one line; 1 = pass. */
-template <class T>
-static int grad_check(const char* what, const T* dev, const double* ref_dev, const double* mag_dev, size_t n) {
-  std::vector<T> x(n);
-  std::vector<double> r(n), mag(n);
-  CUDA_OK(cudaMemcpy(x.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(r.data(), ref_dev, n * sizeof(double), cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(mag.data(), mag_dev, n * sizeof(double), cudaMemcpyDeviceToHost));
-  double ss_ref = 0, ss_diff = 0, worst = 0;
-  for (size_t i = 0; i < n; i++) ss_ref += r[i] * r[i];
-  const double rms = sqrt(ss_ref / (double)n);
-  long over = 0, nonfinite = 0;
-  size_t worst_at = 0;
-  for (size_t i = 0; i < n; i++) {
-    const double v = to_double(x[i]), d = fabs(v - r[i]);
-    if (!std::isfinite(v)) {
-      nonfinite++;
-      continue;
-    }
-    ss_diff += d * d;
-    if (d > worst) worst = d, worst_at = i;
-    if (!(d <= BWD_TOL_REL * (fabs(r[i]) + rms) + BWD_TOL_ABS + BWD_TOL_TERMS * mag[i])) over++;
-  }
-  const double rel = ss_ref > 0 ? sqrt(ss_diff / ss_ref) : sqrt(ss_diff);
-  const int pass = nonfinite == 0 && over == 0 && sqrt(ss_diff) <= BWD_TOL_REL * sqrt(ss_ref) + BWD_TOL_ABS * sqrt((double)n);
-  printf("  %-50s rel %.2e rms %.2e max %.2e at %zu over %ld nonfinite %ld: %s\n", what, rel, rms, worst, worst_at,
-         over, nonfinite, pass ? "ok" : "WRONG");
-  return pass;
-}
-
 static int check_all(const char* what, const struct bwd_bufs* t) {
   char w[200];
   int ok = 1;
   snprintf(w, sizeof w, "%s dq", what);
-  ok &= grad_check(w, (const __nv_bfloat16*)t->dq, t->ref_dq, t->mag.dq, t->nq);
+  ok &= attn_grad_check(w, (const __nv_bfloat16*)t->dq, t->ref_dq, t->mag.dq, t->nq);
   snprintf(w, sizeof w, "%s dk", what);
-  ok &= grad_check(w, (const __nv_bfloat16*)t->dk, t->ref_dk, t->mag.dk, t->nkv);
+  ok &= attn_grad_check(w, (const __nv_bfloat16*)t->dk, t->ref_dk, t->mag.dk, t->nkv);
   snprintf(w, sizeof w, "%s dv", what);
-  ok &= grad_check(w, (const __nv_bfloat16*)t->dv, t->ref_dv, t->mag.dv, t->nkv);
+  ok &= attn_grad_check(w, (const __nv_bfloat16*)t->dv, t->ref_dv, t->mag.dv, t->nkv);
   return ok;
 }
 
@@ -283,15 +247,15 @@ static void offsets_case(int batch, int chunk, int heads, int kv_heads, int d, i
       attn_take_rank_rows(t.ref_dq, ref_l, batch, seq, qw, r, n, zz);
       attn_take_rank_rows(t.mag.dq, mag_l, batch, seq, qw, r, n, zz);
       snprintf(w, sizeof w, "%s dq", what);
-      EXPECT(grad_check(w, (const __nv_bfloat16*)dq_l[r], ref_l, mag_l, nq_l), "%s", w);
+      EXPECT(attn_grad_check(w, (const __nv_bfloat16*)dq_l[r], ref_l, mag_l, nq_l), "%s", w);
       attn_take_rank_rows(t.ref_dk, ref_l, batch, seq, kw, r, n, zz);
       attn_take_rank_rows(t.mag.dk, mag_l, batch, seq, kw, r, n, zz);
       snprintf(w, sizeof w, "%s dk_acc", what);
-      EXPECT(grad_check(w, dk_acc[r], ref_l, mag_l, nkv_l), "%s", w);
+      EXPECT(attn_grad_check(w, dk_acc[r], ref_l, mag_l, nkv_l), "%s", w);
       attn_take_rank_rows(t.ref_dv, ref_l, batch, seq, kw, r, n, zz);
       attn_take_rank_rows(t.mag.dv, mag_l, batch, seq, kw, r, n, zz);
       snprintf(w, sizeof w, "%s dv_acc", what);
-      EXPECT(grad_check(w, dv_acc[r], ref_l, mag_l, nkv_l), "%s", w);
+      EXPECT(attn_grad_check(w, dv_acc[r], ref_l, mag_l, nkv_l), "%s", w);
     }
   for (int r = 0; r < n; r++) {
     cudaFree(q_l[r]), cudaFree(out_l[r]), cudaFree(dout_l[r]), cudaFree(dq_l[r]), cudaFree(k_l[r]);
@@ -326,7 +290,7 @@ static void test_negative_control(void) {
   EXPECT(check_all("correct gradients", &t), "the correct gradients must pass");
   const size_t at = t.nkv / 2 + 77;
   nudge((__nv_bfloat16*)t.dk, at, 0.25);
-  EXPECT(!grad_check("dk[n/2 + 77] + 0.25", (const __nv_bfloat16*)t.dk, t.ref_dk, t.mag.dk, t.nkv),
+  EXPECT(!attn_grad_check("dk[n/2 + 77] + 0.25", (const __nv_bfloat16*)t.dk, t.ref_dk, t.mag.dk, t.nkv),
          "one element of dk off by 0.25 passed");
   add_f32<<<256, 256>>>(t.lse, t.nl, 1.0f);
   CUDA_OK(cudaGetLastError());

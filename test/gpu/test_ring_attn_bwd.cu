@@ -30,8 +30,6 @@
 #include "nccl_ok.h"
 #include "perf_launch.h"
 
-#define BWD_TOL_REL 2e-2
-#define BWD_TOL_ABS 3e-3
 
 static const int NR = 2;
 static uint64_t g_seed;
@@ -56,6 +54,8 @@ struct rb_bufs {
   void *q, *k, *v, *dout, *out, *dq, *dk, *dv;
   float* lse;
   double *ref_dq, *ref_dk, *ref_dv;
+  struct attn_ref_mag mag_g, mag; /* the reference's term magnitudes (whole, this rank's) */
+  int has_mag;                    /* the float64 reference filled them */
 };
 
 static void bufs_alloc(struct rb_bufs* b, struct rb_case c, int rank) {
@@ -79,11 +79,18 @@ static void bufs_alloc(struct rb_bufs* b, struct rb_case c, int rank) {
   CUDA_OK(cudaMalloc(&b->ref_dq, b->nq * 8));
   CUDA_OK(cudaMalloc(&b->ref_dk, b->nkv * 8));
   CUDA_OK(cudaMalloc(&b->ref_dv, b->nkv * 8));
+  CUDA_OK(cudaMalloc(&b->mag_g.dq, b->nq_g * 8));
+  CUDA_OK(cudaMalloc(&b->mag_g.dk, b->nkv_g * 8));
+  CUDA_OK(cudaMalloc(&b->mag_g.dv, b->nkv_g * 8));
+  CUDA_OK(cudaMalloc(&b->mag.dq, b->nq * 8));
+  CUDA_OK(cudaMalloc(&b->mag.dk, b->nkv * 8));
+  CUDA_OK(cudaMalloc(&b->mag.dv, b->nkv * 8));
 }
 
 static void bufs_free(struct rb_bufs* b) {
   void* all[] = {b->q_g, b->k_g, b->v_g, b->do_g, b->ref_dq_g, b->ref_dk_g, b->ref_dv_g, b->q, b->k, b->v, b->dout,
-                 b->out, b->dq, b->dk, b->dv, b->lse, b->ref_dq, b->ref_dk, b->ref_dv};
+                 b->out, b->dq, b->dk, b->dv, b->lse, b->ref_dq, b->ref_dk, b->ref_dv,
+                 b->mag_g.dq, b->mag_g.dk, b->mag_g.dv, b->mag.dq, b->mag.dk, b->mag.dv};
   for (void* p : all) cudaFree(p);
 }
 
@@ -93,6 +100,9 @@ static void take_ref(struct rb_bufs* b) {
   attn_take_rank_rows(b->ref_dq_g, b->ref_dq, c.batch, b->seq, (long)c.heads * c.d, b->rank, NR, c.causal);
   attn_take_rank_rows(b->ref_dk_g, b->ref_dk, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, NR, c.causal);
   attn_take_rank_rows(b->ref_dv_g, b->ref_dv, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, NR, c.causal);
+  attn_take_rank_rows(b->mag_g.dq, b->mag.dq, c.batch, b->seq, (long)c.heads * c.d, b->rank, NR, c.causal);
+  attn_take_rank_rows(b->mag_g.dk, b->mag.dk, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, NR, c.causal);
+  attn_take_rank_rows(b->mag_g.dv, b->mag.dv, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, NR, c.causal);
 }
 
 /* Fresh inputs (the same whole sequence on every rank), this rank's rows, the float64
@@ -109,9 +119,10 @@ static void bufs_fill(struct rb_bufs* b, uint64_t seed, int with_ref) {
   attn_take_rank_rows((const __nv_bfloat16*)b->do_g, (__nv_bfloat16*)b->dout, c.batch, b->seq, qw, b->rank, NR, zz);
   attn_take_rank_rows((const __nv_bfloat16*)b->k_g, (__nv_bfloat16*)b->k, c.batch, b->seq, kw, b->rank, NR, zz);
   attn_take_rank_rows((const __nv_bfloat16*)b->v_g, (__nv_bfloat16*)b->v, c.batch, b->seq, kw, b->rank, NR, zz);
+  b->has_mag = with_ref;
   if (with_ref) {
     ref_attn_bwd_f64(b->q_g, b->k_g, b->v_g, b->do_g, b->ref_dq_g, b->ref_dk_g, b->ref_dv_g, c.batch, (int)b->seq,
-                     c.heads, c.kv_heads, c.d, c.causal, ATTN_REF_DELTA_STORED_OUT, NULL);
+                     c.heads, c.kv_heads, c.d, c.causal, ATTN_REF_DELTA_STORED_OUT, &b->mag_g);
     take_ref(b);
   }
   poison(b->dq, b->nq * 2), poison(b->dk, b->nkv * 2), poison(b->dv, b->nkv * 2);
@@ -130,33 +141,6 @@ static ncclResult_t bwd_call(struct rank_env* e, struct rb_bufs* b) {
                                      c.s_local, c.heads, c.kv_heads, c.d, c.causal, ncclBfloat16, e->comm, e->stream);
 }
 
-/* test_attn_bwd.cu's checker. Prints one line; 1 = pass. */
-static int grad_check(const char* what, const void* dev, const double* ref_dev, size_t n) {
-  std::vector<__nv_bfloat16> x(n);
-  std::vector<double> r(n);
-  CUDA_OK(cudaMemcpy(x.data(), dev, n * 2, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(r.data(), ref_dev, n * sizeof(double), cudaMemcpyDeviceToHost));
-  double ss_ref = 0, ss_diff = 0, worst = 0;
-  for (size_t i = 0; i < n; i++) ss_ref += r[i] * r[i];
-  const double rms = sqrt(ss_ref / (double)n);
-  long over = 0, nonfinite = 0;
-  for (size_t i = 0; i < n; i++) {
-    const double v = (double)__bfloat162float(x[i]), d = fabs(v - r[i]);
-    if (!std::isfinite(v)) {
-      nonfinite++;
-      continue;
-    }
-    ss_diff += d * d;
-    if (d > worst) worst = d;
-    if (!(d <= BWD_TOL_REL * (fabs(r[i]) + rms) + BWD_TOL_ABS)) over++;
-  }
-  const int pass = nonfinite == 0 && over == 0 &&
-                   sqrt(ss_diff) <= BWD_TOL_REL * sqrt(ss_ref) + BWD_TOL_ABS * sqrt((double)n);
-  printf("  %-64s rel %.2e max %.2e over %ld nonfinite %ld: %s\n", what,
-         ss_ref > 0 ? sqrt(ss_diff / ss_ref) : sqrt(ss_diff), worst, over, nonfinite, pass ? "ok" : "WRONG");
-  return pass;
-}
-
 static int rb_check(struct rb_bufs* b, const char* prefix) {
   const struct rb_case c = b->c;
   char w[200];
@@ -164,11 +148,12 @@ static int rb_check(struct rb_bufs* b, const char* prefix) {
   const char* g[] = {"dq", "dk", "dv"};
   const void* x[] = {b->dq, b->dk, b->dv};
   const double* r[] = {b->ref_dq, b->ref_dk, b->ref_dv};
+  const double* m[] = {b->mag.dq, b->mag.dk, b->mag.dv};
   const size_t n[] = {b->nq, b->nkv, b->nkv};
   for (int i = 0; i < 3; i++) {
     snprintf(w, sizeof w, "%srank %d B=%d S_local=%d H=%d H_kv=%d D=%d %s %s", prefix, b->rank, c.batch, c.s_local,
              c.heads, c.kv_heads, c.d, c.causal ? "causal" : "non-causal", g[i]);
-    ok &= grad_check(w, x[i], r[i], n[i]);
+    ok &= attn_grad_check(w, (const __nv_bfloat16*)x[i], r[i], b->has_mag ? m[i] : NULL, n[i]);
   }
   return ok;
 }
