@@ -278,8 +278,7 @@ __device__ __forceinline__ void gemm_raise_tile_flag(const struct mk_tile& t, co
 /* ASYNC_EPI, consumer side: the whole 64 x BN bf16 tile into the swizzled staging buffer,
  * once the storer warps have finished reading the previous one. */
 template <class Cfg>
-__device__ __forceinline__ void gemm_stage_tile(const float* acc, uint8_t* cstage, uint64_t* c_full, uint64_t* c_empty,
-                                                uint32_t c_phase) {
+__device__ __forceinline__ void gemm_stage_write(const float* acc, uint8_t* cstage, uint64_t* c_empty, uint32_t c_phase) {
   const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   const int r0 = warp * 16 + (lane >> 2);
   const uint32_t base = smem_addr(cstage);
@@ -290,6 +289,12 @@ __device__ __forceinline__ void gemm_stage_tile(const float* acc, uint8_t* cstag
     st_shared_b32(base + stage_offset(r0, col), pack_bf16x2(acc[4 * j], acc[4 * j + 1]));
     st_shared_b32(base + stage_offset(r0 + 8, col), pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
   }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void gemm_stage_tile(const float* acc, uint8_t* cstage, uint64_t* c_full, uint64_t* c_empty,
+                                                uint32_t c_phase) {
+  gemm_stage_write<Cfg>(acc, cstage, c_empty, c_phase);
   mbarrier_arrive(c_full); /* release: our shared stores happen before the storers' reads */
 }
 
@@ -312,13 +317,14 @@ __device__ __noinline__ int gemm_rs_wait_peers(const struct mk_gemm_params& p, i
 }
 
 /* This rank's own rows, one consumer's staged half of a tile: c = the tile + the peers'
- * partials (fp32 sum, one rounding), and the same into every peer's gather slot. Not inlined:
- * the storer warps run on the producer warp group's few registers. */
+ * partials (fp32 sum, one rounding), and the same into every peer's gather slot; this thread
+ * is `lane` of `lanes`. One chunk's loads in flight: two spilled the storer warps (the producer
+ * warp group's few registers) by 100+ bytes and the consumers (their accumulator) by 24. */
 template <class Cfg>
-__device__ __noinline__ void gemm_rs_store_own(const struct mk_gemm_params& p, uint32_t base, int stid, int row0,
-                                               int row_end, int col0, size_t shard_off) {
+__device__ __forceinline__ void gemm_rs_sum_half(const struct mk_gemm_params& p, uint32_t base, int lane, int lanes,
+                                                 int row0, int row_end, int col0, size_t shard_off) {
   constexpr int CHUNKS_ROW = Cfg::BN / 8;
-  for (int c = stid; c < 64 * CHUNKS_ROW; c += Cfg::STORER_THREADS) {
+  for (int c = lane; c < 64 * CHUNKS_ROW; c += lanes) {
     const int r = c / CHUNKS_ROW, cc = c % CHUNKS_ROW, gcol = col0 + cc * 8;
     if (row0 + r >= row_end || gcol >= p.n) continue;
     const size_t off = shard_off + (size_t)r * p.n + gcol;
@@ -332,6 +338,57 @@ __device__ __noinline__ void gemm_rs_store_own(const struct mk_gemm_params& p, u
     if (p.rs_gather)
       for (int d = 0; d < p.rs.nranks; d++)
         if (d != p.rs.rank) st_global_v4_b32((__nv_bfloat16*)p.rs.gather[d] + off, v);
+  }
+}
+
+/* The storers' call of it. Not inlined: the storer warps' register budget. */
+template <class Cfg>
+__device__ __noinline__ void gemm_rs_store_own(const struct mk_gemm_params& p, uint32_t base, int stid, int row0,
+                                               int row_end, int col0, size_t shard_off) {
+  gemm_rs_sum_half<Cfg>(p, base, stid, Cfg::STORER_THREADS, row0, row_end, col0, shard_off);
+}
+
+/* After a tile's stores are visible at system scope (one thread): the owner's counter, or
+ * with the gather every peer's. */
+__device__ __forceinline__ void gemm_rs_raise(const struct mk_gemm_params& p, int owner, int mb) {
+  if (owner != p.rs.rank) red_release_sys_add_u64(p.rs.out_counts[owner] + mb, 1);
+  else if (p.rs_gather)
+    for (int d = 0; d < p.rs.nranks; d++)
+      if (d != p.rs.rank) red_release_sys_add_u64(p.rs.gather_counts[d] + mb, 1);
+}
+
+/* Whether tile t (slot id) is the CTA's last and holds this rank's own rows of a
+ * reduce-scatter: its consumer warp groups then sum and store it themselves
+ * (gemm_rs_own_last_tile) and the storer warps skip it. Single-group schedules only (the
+ * reduce-scatter's); the same answer on both sides, which walk the same slots. */
+template <class Cfg>
+__device__ __forceinline__ bool gemm_rs_own_last(const struct mk_gemm_params& p, const struct mk_sched& s, int id,
+                                                 int slot_step, const struct mk_tile& t) {
+  return Cfg::CLUSTER_M == 1 && p.rs.shard_rows && t.valid && gemm_rs_owner(p, t) == p.rs.rank &&
+         s.num_groups == 1 && id + slot_step >= s.g_slots_m * s.tiles_n;
+}
+
+/* The CTA's last own tile, by its consumer warp group: staged as for the storers (once they
+ * are done with the buffer), then the peers' partials awaited and summed into its half by its
+ * 128 threads (gemm_rs_sum_half; the two halves at once), and with the gather,
+ * both halves' stores before one fence and the counters. Why: nothing is left to hide the last
+ * tile's epilogue behind, and the storers' 96 threads with one load in flight took 35 us (71
+ * us with the gather's stores into the peers) after the last MMA (bench/NOTES.md, "the tail"). */
+template <class Cfg>
+__device__ __forceinline__ void gemm_rs_own_last_tile(const float* acc, const struct mk_gemm_params& p,
+                                                      const struct mk_tile& t, int wg, uint8_t* cstage,
+                                                      uint64_t* c_empty, uint32_t c_phase, int tiles_n) {
+  const int tid = threadIdx.x & 127;
+  const int shard_row0 = p.rs.rank * p.rs.shard_rows, mb = (t.row0 - shard_row0) / Cfg::BM;
+  gemm_stage_write<Cfg>(acc, cstage, c_empty, c_phase);
+  const int ok = bar_red_and(6 + wg, 128, tid != 0 || gemm_rs_wait_peers(p, mb, p.rs.shard_rows / Cfg::BM, t.linear,
+                                                                            (uint64_t)tiles_n));
+  if (ok)
+    gemm_rs_sum_half<Cfg>(p, smem_addr(cstage), tid, 128, t.row0 + wg * 64, t.row_end, t.col0,
+                             (size_t)(t.row0 + wg * 64 - shard_row0) * p.n);
+  if (p.rs_gather && bar_red_and(3, 256, ok) && threadIdx.x == 128) {
+    fence_acq_rel_sys();
+    gemm_rs_raise(p, p.rs.rank, mb);
   }
 }
 
@@ -402,15 +459,6 @@ __device__ __noinline__ void gemm_scatter_store_half(const struct mk_gemm_params
   }
 }
 
-/* After a tile's stores are visible at system scope (one thread): the owner's counter, or
- * with the gather every peer's. */
-__device__ __forceinline__ void gemm_rs_raise(const struct mk_gemm_params& p, int owner, int mb) {
-  if (owner != p.rs.rank) red_release_sys_add_u64(p.rs.out_counts[owner] + mb, 1);
-  else if (p.rs_gather)
-    for (int d = 0; d < p.rs.nranks; d++)
-      if (d != p.rs.rank) red_release_sys_add_u64(p.rs.gather_counts[d] + mb, 1);
-}
-
 /* NCCL_MK_TRACE: one event per tile from the storers' first staged half to the tile's flag
  * (flag: the rows' owner with the reduce-scatter epilogue). Not inlined: the storers' budget. */
 __device__ __noinline__ void gemm_trace_storer_event(const struct mk_gemm_params& p, int tile, int owner,
@@ -441,7 +489,7 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
   struct mk_tile t;
   const int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M;
   for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
-    if (!t.valid) continue;
+    if (!t.valid || gemm_rs_own_last<Cfg>(p, s, id, slot_step, t)) continue;
     const int owner = gemm_rs_owner(p, t);
     const int shard_row0 = owner >= 0 ? owner * p.rs.shard_rows : 0;
     if (owner == p.rs.rank && !rs_failed) {
@@ -602,6 +650,11 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
     wgmma_fence_operands<Cfg::BN / 2>(acc);
     if (!t.valid) continue; /* a cluster partner past the last row-block */
     if constexpr (Cfg::DTYPE == MK_GEMM_E4M3) gemm_scale_acc<Cfg>(acc, ab_scale);
+    if (async_epi && gemm_rs_own_last<Cfg>(p, s, id, slot_step, t)) {
+      gemm_rs_own_last_tile<Cfg>(acc, p, t, wg, cstage, &c_empty[wg], c_phase, s.tiles_n);
+      gemm_trace_tile(p, wg, t, traced_from[wg]);
+      break; /* the last tile; and acc is dead from here, which the registers need */
+    }
     if (async_epi) {
       gemm_stage_tile<Cfg>(acc, cstage, &c_full[wg], &c_empty[wg], c_phase);
       c_phase ^= 1;
