@@ -357,15 +357,28 @@ __device__ __forceinline__ void gemm_rs_raise(const struct mk_gemm_params& p, in
       if (d != p.rs.rank) red_release_sys_add_u64(p.rs.gather_counts[d] + mb, 1);
 }
 
-/* Whether tile t (slot id) is the CTA's last and holds this rank's own rows of a
- * reduce-scatter: its consumer warp groups then sum and store it themselves
- * (gemm_rs_own_last_tile) and the storer warps skip it. Single-group schedules only (the
- * reduce-scatter's); the same answer on both sides, which walk the same slots. */
+/* One thread: waits until every peer finished its previous call (its done >= e - 1), so what
+ * this call writes into it is free. 0 on timeout (flag_index: the peer). */
+__device__ __noinline__ int gemm_call_wait_peers_free(const struct mk_gemm_params& p) {
+  const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
+  for (int d = 0; d < p.call.nranks; d++)
+    if (d != p.call.rank && mk_wait_geq(p.call.peer_done[d], e - 1, p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE,
+                                        (uint32_t)d, p.timeout_ns) < e - 1)
+      return 0;
+  return 1;
+}
+
+/* Whether tile t (slot id) is the CTA's last and its consumer warp groups store it
+ * themselves (the storer warps skip it; both sides walk the same slots): nothing is left to
+ * hide that tile's epilogue behind, and 256 threads finish it sooner than the storers' 96
+ * (bench/NOTES.md, "the tail"). Plain stores or bf16 adds (gemm_epilogue_bf16) and a
+ * reduce-scatter's own rows (gemm_rs_own_last_tile); not a peer's rows, not the row scatter.
+ * Single-group schedules only. */
 template <class Cfg>
-__device__ __forceinline__ bool gemm_rs_own_last(const struct mk_gemm_params& p, const struct mk_sched& s, int id,
-                                                 int slot_step, const struct mk_tile& t) {
-  return Cfg::CLUSTER_M == 1 && p.rs.shard_rows && t.valid && gemm_rs_owner(p, t) == p.rs.rank &&
-         s.num_groups == 1 && id + slot_step >= s.g_slots_m * s.tiles_n;
+__device__ __forceinline__ bool gemm_last_tile_by_consumers(const struct mk_gemm_params& p, const struct mk_sched& s,
+                                                            int id, int slot_step, const struct mk_tile& t) {
+  return Cfg::CLUSTER_M == 1 && t.valid && s.num_groups == 1 && id + slot_step >= s.g_slots_m * s.tiles_n &&
+         !p.scatter.row_dest && (!p.rs.shard_rows || gemm_rs_owner(p, t) == p.rs.rank);
 }
 
 /* The CTA's last own tile, by its consumer warp group: staged as for the storers (once they
@@ -381,8 +394,11 @@ __device__ __forceinline__ void gemm_rs_own_last_tile(const float* acc, const st
   const int tid = threadIdx.x & 127;
   const int shard_row0 = p.rs.rank * p.rs.shard_rows, mb = (t.row0 - shard_row0) / Cfg::BM;
   gemm_stage_write<Cfg>(acc, cstage, c_empty, c_phase);
-  const int ok = bar_red_and(6 + wg, 128, tid != 0 || gemm_rs_wait_peers(p, mb, p.rs.shard_rows / Cfg::BM, t.linear,
-                                                                            (uint64_t)tiles_n));
+  /* as the storers: nothing before every peer left its previous call, then their partials */
+  const int ok = bar_red_and(6 + wg, 128,
+                             tid != 0 || ((!p.call.done || gemm_call_wait_peers_free(p)) &&
+                                          gemm_rs_wait_peers(p, mb, p.rs.shard_rows / Cfg::BM, t.linear,
+                                                             (uint64_t)tiles_n)));
   if (ok)
     gemm_rs_sum_half<Cfg>(p, smem_addr(cstage), tid, 128, t.row0 + wg * 64, t.row_end, t.col0,
                              (size_t)(t.row0 + wg * 64 - shard_row0) * p.n);
@@ -390,17 +406,6 @@ __device__ __forceinline__ void gemm_rs_own_last_tile(const float* acc, const st
     fence_acq_rel_sys();
     gemm_rs_raise(p, p.rs.rank, mb);
   }
-}
-
-/* One thread: waits until every peer finished its previous call (its done >= e - 1), so what
- * this call writes into it is free. 0 on timeout (flag_index: the peer). */
-__device__ __noinline__ int gemm_call_wait_peers_free(const struct mk_gemm_params& p) {
-  const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
-  for (int d = 0; d < p.call.nranks; d++)
-    if (d != p.call.rank && mk_wait_geq(p.call.peer_done[d], e - 1, p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE,
-                                        (uint32_t)d, p.timeout_ns) < e - 1)
-      return 0;
-  return 1;
 }
 
 #define MK_GEMM_RS_COLLECT_SPLITS 8 /* CTAs sharing one row-block's copy */
@@ -489,7 +494,7 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
   struct mk_tile t;
   const int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M;
   for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
-    if (!t.valid || gemm_rs_own_last<Cfg>(p, s, id, slot_step, t)) continue;
+    if (!t.valid || gemm_last_tile_by_consumers<Cfg>(p, s, id, slot_step, t)) continue;
     const int owner = gemm_rs_owner(p, t);
     const int shard_row0 = owner >= 0 ? owner * p.rs.shard_rows : 0;
     if (owner == p.rs.rank && !rs_failed) {
@@ -650,9 +655,18 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
     wgmma_fence_operands<Cfg::BN / 2>(acc);
     if (!t.valid) continue; /* a cluster partner past the last row-block */
     if constexpr (Cfg::DTYPE == MK_GEMM_E4M3) gemm_scale_acc<Cfg>(acc, ab_scale);
-    if (async_epi && gemm_rs_own_last<Cfg>(p, s, id, slot_step, t)) {
-      gemm_rs_own_last_tile<Cfg>(acc, p, t, wg, cstage, &c_empty[wg], c_phase, s.tiles_n);
+    if (async_epi && gemm_last_tile_by_consumers<Cfg>(p, s, id, slot_step, t)) {
+      if (p.rs.shard_rows) {
+        gemm_rs_own_last_tile<Cfg>(acc, p, t, wg, cstage, &c_empty[wg], c_phase, s.tiles_n);
+      } else {
+        mbarrier_wait_parity(&c_empty[wg], c_phase ^ 1); /* the storers are done with the buffer */
+        gemm_epilogue_bf16<Cfg>(acc, cstage, t, wg, p);
+        if (p.tile_flags) gemm_raise_tile_flag(t, p);
+      }
       gemm_trace_tile(p, wg, t, traced_from[wg]);
+      /* the tile's store event, which the storers did not record (mk-trace check: every tile
+       * stored once) */
+      if (p.trace && threadIdx.x == 128) gemm_trace_storer_event(p, t.linear, gemm_rs_owner(p, t), traced_from[0]);
       break; /* the last tile; and acc is dead from here, which the registers need */
     }
     if (async_epi) {
