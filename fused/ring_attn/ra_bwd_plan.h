@@ -7,7 +7,9 @@
  * its global positions. Causal (zigzag): per local query half (chunk r, then chunk 2n-1-r) the
  * KV halves of every block the mask lets through (mk_ra_step_mask != NONE), in ring order
  * (mk_ra_kv_source), four to a call. Non-causal: all query rows against whole blocks, four to
- * a call. A query range's first call computes delta and zeroes dq_acc, its last writes dq.
+ * a call. The calls against this rank's own block come first (they overlap the gather of the
+ * peers' K/V), then those against the peers'. A query range's first call computes delta and
+ * zeroes dq_acc, its last writes dq.
  *
  * Workspace (the fused data area, identical offsets on every rank, each region 256-byte
  * aligned): the n-1 K/V slots of the forward (slot j = [k | v] bf16, so the forward's push
@@ -41,30 +43,54 @@ struct mk_ra_bwd_call {
 
 /* Fills calls[] (room for max) with rank r's core calls; returns their number, or -1 if they
  * do not fit (never with max >= MK_RA_BWD_MAX_CALLS and nranks <= 8). */
-static inline int mk_ra_bwd_plan(int rank, int nranks, int causal, struct mk_ra_bwd_call* calls, int max) {
-  int n = 0;
-  const int qhalves = causal ? 2 : 1;
-  for (int qh = 0; qh < qhalves; qh++) {
-    const int start = n;
-    for (int s = 0; s < nranks; s++) {
-      const int src = mk_ra_kv_source(rank, nranks, s);
-      for (int kh = 0; kh < (causal ? 2 : 1); kh++) {
-        if (causal && mk_ra_step_mask(rank, nranks, s, qh, kh, 1) == MK_RA_NONE) continue;
-        if (n == start || calls[n - 1].nseg == MK_RA_BWD_MAX_SEGS) {
-          if (n == max) return -1;
-          calls[n].q_half = causal ? qh : -1;
-          calls[n].nseg = 0;
-          calls[n].first = n == start;
-          calls[n].last = 0;
-          n++;
-        }
-        struct mk_ra_bwd_call* c = &calls[n - 1];
-        c->seg[c->nseg].src = src;
-        c->seg[c->nseg].k_half = causal ? kh : -1;
-        c->nseg++;
+/* Appends to `calls` (n of max used) the segments of query range qh (-1: all rows) from the
+ * sources own (1: only this rank's block; 0: only the peers'), four to a call. Returns the new
+ * n, or -1 when max is too small. */
+static inline int mk_ra_bwd_plan_range(int rank, int nranks, int causal, int qh, int own,
+                                       struct mk_ra_bwd_call* calls, int n, int max) {
+  const int start = n;
+  for (int s = 0; s < nranks; s++) {
+    const int src = mk_ra_kv_source(rank, nranks, s);
+    if ((src == rank) != own) continue;
+    for (int kh = 0; kh < (causal ? 2 : 1); kh++) {
+      if (causal && mk_ra_step_mask(rank, nranks, s, qh, kh, 1) == MK_RA_NONE) continue;
+      if (n == start || calls[n - 1].nseg == MK_RA_BWD_MAX_SEGS) {
+        if (n == max) return -1;
+        calls[n].q_half = causal ? qh : -1;
+        calls[n].nseg = 0;
+        calls[n].first = calls[n].last = 0;
+        n++;
       }
+      struct mk_ra_bwd_call* c = &calls[n - 1];
+      c->seg[c->nseg].src = src;
+      c->seg[c->nseg].k_half = causal ? kh : -1;
+      c->nseg++;
     }
-    if (n > start) calls[n - 1].last = 1;
+  }
+  return n;
+}
+
+/* The plan: first every query range against this rank's own block (one call each: it needs
+ * nothing from the peers, so it runs while their K/V are still arriving), then every range
+ * against the peers' blocks. *own_calls gets the number of the first kind. Returns the number
+ * of calls, or -1 when max is too small. */
+static inline int mk_ra_bwd_plan(int rank, int nranks, int causal, struct mk_ra_bwd_call* calls, int max,
+                                 int* own_calls) {
+  const int qhalves = causal ? 2 : 1;
+  int n = 0;
+  for (int own = 1; own >= 0; own--) {
+    for (int qh = 0; qh < qhalves && n >= 0; qh++)
+      n = mk_ra_bwd_plan_range(rank, nranks, causal, causal ? qh : -1, own, calls, n, max);
+    if (n < 0) return -1;
+    if (own && own_calls) *own_calls = n;
+  }
+  /* a range's first call computes delta and zeroes dq_acc, its last writes dq */
+  for (int qh = 0; qh < qhalves; qh++) {
+    const int want = causal ? qh : -1;
+    int first = -1, last = -1;
+    for (int i = 0; i < n; i++)
+      if (calls[i].q_half == want) last = i, first = first < 0 ? i : first;
+    if (first >= 0) calls[first].first = 1, calls[last].last = 1;
   }
   return n;
 }

@@ -2,14 +2,18 @@
  * ncclMkRingAttentionBackward (issue 12), first version: simpler than the issue asks. Every
  * rank gathers every peer's K and V (the forward's push and slots, not a forwarding ring), the
  * backward core computes on it, and the partial dK/dV of each block are reduced at its owner,
- * who reads them from each peer's accumulator over NVLink. Per call on rank r (one stream):
- *   1. gather (ring_attn.cu, one kernel): the forward's push CTAs copy r's k, v into its slot on
- *      every peer (after the peer's done >= e-1), then wait (bounded) for every peer's k, v.
- *   2. a memset of the n fp32 accumulators acc[src] = [dk | dv] (ra_bwd_plan.h's workspace).
- *   3. the backward core (mk_attn_bwd_launch), ra_bwd_plan.h's calls: per query range (zigzag
- *      half, or all rows) up to four KV segments per call, each at its global positions, dq
- *      accumulated in fp32 across them and written by the range's last call, the partial dK/dV
- *      of block src added into acc[src]. 2 or 3 kernels per call (delta, main, dq).
+ * who reads them from each peer's accumulator over NVLink. Per call on rank r:
+ *   1. on the fused comm's side stream: gather (ring_attn.cu, one kernel): the forward's push
+ *      CTAs copy r's k, v into its slot on every peer (after the peer's done >= e-1), then wait
+ *      (bounded) for every peer's k, v; then a memset of the peers' fp32 accumulators acc[src] =
+ *      [dk | dv] (ra_bwd_plan.h's workspace) that r fills for them.
+ *   2. meanwhile on the caller's stream: a memset of acc[r] (only r reads it) and the backward
+ *      core (mk_attn_bwd_launch) on r's own block, ra_bwd_plan.h's first calls, one per query
+ *      range (zigzag half, or all rows);
+ *   3. once the side stream is done: the calls on the peers' blocks, up to four KV segments
+ *      per call, each at its global positions, dq accumulated in fp32 across a range's calls
+ *      and written by its last, the partial dK/dV of block src added into acc[src]. 2 or 3
+ *      kernels per call (delta, main, dq).
  *   4. reduce (ring_attn.cu, one kernel): announce (ready word on every peer = e), wait for every
  *      peer's, dk, dv = bf16(sum over ranks of acc[r] on that rank), done = e.
  * So 4 + (kernels of the core calls) launches, not one persistent kernel: the door stays open
@@ -95,6 +99,19 @@ static void ra_bwd_core_args(const struct mk_fused_comm* fc, const struct mk_ra_
   a->timeout_ms = (uint32_t)fc->cfg.timeout_ms;
 }
 
+/* Step 1 of the top on fc's side stream, forked from `stream`; fc->ev_join marks its end. */
+static int ra_bwd_gather_beside(struct mk_fused_comm* fc, const struct mk_ra_args* ga,
+                                const struct mk_ra_bwd_layout* l, void* data, cudaStream_t stream) {
+  MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_fork, stream), "cudaEventRecord (fork)"));
+  MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
+  MK_CHECK(mk_ra_bwd_gather_launch(ga, fc->side));
+  for (int d = 0; d < fc->nranks; d++)
+    if (d != fc->rank)
+      MK_CHECK(mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, l, d), 0, 2 * l->kv_elems * 4, fc->side),
+                             "cudaMemsetAsync"));
+  return mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)");
+}
+
 NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* k, const void* v, const void* out,
                                                      const float* lse, const void* dout, void* dq, void* dk, void* dv,
                                                      size_t batch, size_t s_local, size_t heads, size_t kv_heads,
@@ -121,7 +138,8 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   /* every core call's arguments, checked before anything is launched */
   struct mk_ra_bwd_call plan[MK_RA_BWD_MAX_CALLS];
   struct mk_attn_bwd_args core[MK_RA_BWD_MAX_CALLS];
-  const int ncalls = mk_ra_bwd_plan(fc->rank, n, causal, plan, MK_RA_BWD_MAX_CALLS);
+  int own_calls = 0;
+  const int ncalls = mk_ra_bwd_plan(fc->rank, n, causal, plan, MK_RA_BWD_MAX_CALLS, &own_calls);
   if (ncalls < 1) {
     MK_WARN(MK_RA_BWD_NAME ": internal: no plan for rank %d of %d", fc->rank, n);
     return ncclInternalError;
@@ -137,12 +155,14 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   struct mk_ra_args ga;
   if (!rc) {
     mk_ra_fill_args(fc, MK_OP_RING_ATTN_BWD, k, v, B, S, H, Hkv, D, causal, chunk_rows, l.kv_elems * 2, &ga);
-    rc = mk_ra_bwd_gather_launch(&ga, stream);
+    rc = ra_bwd_gather_beside(fc, &ga, &l, data, stream);
   }
+  const size_t acc_bytes = 2 * l.kv_elems * 4;
   if (!rc)
-    rc = mk_cuda_check(cudaMemsetAsync((char*)data + l.acc, 0, (size_t)n * 2 * l.kv_elems * 4, stream),
-                       "cudaMemsetAsync");
-  for (int i = 0; i < ncalls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
+    rc = mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, &l, fc->rank), 0, acc_bytes, stream), "cudaMemsetAsync");
+  for (int i = 0; i < own_calls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
+  if (!rc) rc = mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent");
+  for (int i = own_calls; i < ncalls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
   if (!rc) {
     struct mk_ra_bwd_reduce_args ra;
     memset(&ra, 0, sizeof ra);

@@ -44,28 +44,33 @@ static void bad_arguments_are_refused(void) {
   CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 1, 256, 8, 2, 128, 2), -EINVAL);
 }
 
-static void plan_covers_every_visible_pair(void) {
+static void plan_covers_every_visible_pair_own_block_first(void) {
   for (int n = 2; n <= MK_RA_MAX_RANKS; n++)
     for (int causal = 0; causal < 2; causal++)
       for (int r = 0; r < n; r++) {
         struct mk_ra_bwd_call c[MK_RA_BWD_MAX_CALLS];
-        const int m = mk_ra_bwd_plan(r, n, causal, c, MK_RA_BWD_MAX_CALLS);
+        int own = -1;
+        const int m = mk_ra_bwd_plan(r, n, causal, c, MK_RA_BWD_MAX_CALLS, &own);
         CHECK(m >= 1);
-        CHECK_EQ(mk_ra_bwd_plan(r, n, causal, c, m - 1), -1); /* too little room is reported */
-        mk_ra_bwd_plan(r, n, causal, c, MK_RA_BWD_MAX_CALLS);
-        int seen[2][16][2];
+        CHECK_EQ(mk_ra_bwd_plan(r, n, causal, c, m - 1, NULL), -1); /* too little room is reported */
+        mk_ra_bwd_plan(r, n, causal, c, MK_RA_BWD_MAX_CALLS, NULL);
+        CHECK_EQ(own, causal ? 2 : 1); /* one call per query range against the own block */
+        int seen[2][16][2], firsts[3] = {0, 0, 0}, lasts[3] = {0, 0, 0};
         memset(seen, 0, sizeof seen);
-        int prev_half = -2;
         for (int i = 0; i < m; i++) {
           CHECK(c[i].nseg >= 1 && c[i].nseg <= MK_RA_BWD_MAX_SEGS);
           CHECK_EQ(c[i].q_half == -1, !causal);
-          CHECK_EQ(c[i].first, c[i].q_half != prev_half);                 /* a range's first call */
-          CHECK_EQ(c[i].last, i == m - 1 || c[i + 1].q_half != c[i].q_half); /* and its last */
-          CHECK(c[i].q_half >= prev_half);                                  /* ranges contiguous */
-          prev_half = c[i].q_half;
+          const int qh = c[i].q_half + 1;
+          /* first: the range's first call (its own-block call); last: its last call */
+          CHECK_EQ(c[i].first, i < own);
+          int later = 0;
+          for (int j = i + 1; j < m; j++) later |= c[j].q_half == c[i].q_half;
+          CHECK_EQ(c[i].last, !later);
+          firsts[qh] += c[i].first, lasts[qh] += c[i].last;
           for (int j = 0; j < c[i].nseg; j++) {
             const int src = c[i].seg[j].src, kh = c[i].seg[j].k_half;
             CHECK(src >= 0 && src < n);
+            CHECK_EQ(src == r, i < own); /* own block first, alone */
             CHECK_EQ(kh == -1, !causal);
             if (causal) {
               const enum mk_ra_mask mk = mk_ra_chunk_mask(mk_ra_zigzag_chunk(r, n, c[i].q_half),
@@ -75,13 +80,16 @@ static void plan_covers_every_visible_pair(void) {
             seen[causal ? c[i].q_half : 0][src][causal ? kh : 0]++;
           }
         }
-        for (int qh = 0; qh < (causal ? 2 : 1); qh++)
+        for (int qh = 0; qh < (causal ? 2 : 1); qh++) {
+          CHECK_EQ(firsts[causal ? qh + 1 : 0], 1);
+          CHECK_EQ(lasts[causal ? qh + 1 : 0], 1);
           for (int src = 0; src < n; src++)
             for (int kh = 0; kh < (causal ? 2 : 1); kh++) {
               const int want = !causal || mk_ra_chunk_mask(mk_ra_zigzag_chunk(r, n, qh),
                                                            mk_ra_zigzag_chunk(src, n, kh), 1) != MK_RA_NONE;
               CHECK_EQ(seen[qh][src][kh], want);
             }
+        }
       }
 }
 
@@ -109,7 +117,7 @@ static void layout_is_aligned_disjoint_and_sized(void) {
 
 int main(void) {
   bad_arguments_are_refused();
-  plan_covers_every_visible_pair();
+  plan_covers_every_visible_pair_own_block_first();
   layout_is_aligned_disjoint_and_sized();
   return MK_TEST_RESULT();
 }
