@@ -11,6 +11,7 @@
 
 #define RECORD_FIELDS 8                 /* both record kinds have 8 fields */
 #define MAX_FIELDS (RECORD_FIELDS + 1) /* one more, to catch extra fields */
+#define KEEP_FIELDS 5                   /* collective nranks nnodes bytes keep */
 #define MAX_RANKS (1 << 20)
 #define MAX_DIM (INT64_C(1) << 40)
 #define MAX_COMM_SMS 1024
@@ -131,6 +132,20 @@ static int parse_coll_record(char** f, int n, struct mk_tuner_point* p, char* wh
   return 0;
 }
 
+/* collective nranks nnodes bytes keep */
+static int parse_keep_record(char** f, struct mk_tuner_point* p, char* why, size_t why_len) {
+  p->coll = name_index(f[0], coll_names, MK_TUNER_NUM_COLLS);
+  if (p->coll < 0) return fail(why, why_len, "unknown collective '%s'", f[0]);
+  int64_t nranks = 0, nnodes = 0, bytes = 0;
+  int rc = parse_int_field(f[1], "nranks", 1, MAX_RANKS, &nranks, why, why_len);
+  if (!rc) rc = parse_int_field(f[2], "nnodes", 1, nranks, &nnodes, why, why_len);
+  if (!rc) rc = parse_int_field(f[3], "bytes", 1, INT64_MAX, &bytes, why, why_len);
+  if (rc) return rc;
+  p->nranks = (int)nranks, p->nnodes = (int)nnodes, p->bytes = (uint64_t)bytes;
+  p->algo = p->proto = -1;
+  return 0;
+}
+
 /* Fused-op names are identifiers: [a-z0-9_], at most MK_TUNER_OP_NAME_MAX - 1 long. */
 static int valid_op_name(const char* s) {
   size_t len = strlen(s);
@@ -179,6 +194,10 @@ int mk_tuner_file_parse_line(const char* text, struct mk_tuner_line* out, char* 
     out->kind = MK_TUNER_LINE_FUSED;
     return parse_fused_record(fields, n, &out->fused, why, why_len);
   }
+  if (n == KEEP_FIELDS && name_equal(fields[4], "keep")) {
+    out->kind = MK_TUNER_LINE_KEEP;
+    return parse_keep_record(fields, &out->coll, why, why_len);
+  }
   out->kind = MK_TUNER_LINE_COLL;
   return parse_coll_record(fields, n, &out->coll, why, why_len);
 }
@@ -186,6 +205,7 @@ int mk_tuner_file_parse_line(const char* text, struct mk_tuner_line* out, char* 
 static int add_line(struct mk_tuner_model* model, const struct mk_tuner_line* line) {
   if (line->kind == MK_TUNER_LINE_COLL) return mk_tuner_model_add_point(model, &line->coll);
   if (line->kind == MK_TUNER_LINE_FUSED) return mk_tuner_model_add_fused(model, &line->fused);
+  if (line->kind == MK_TUNER_LINE_KEEP) return mk_tuner_model_add_keep(model, &line->coll);
   return 0;
 }
 

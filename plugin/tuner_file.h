@@ -6,6 +6,8 @@
  *   allreduce 2 1 1048576 ring simple 0 21.4
  *   # fused op m n k comm_sms chunk_bytes time_us
  *   fused allgather_gemm 4096 8192 8192 16 1048576 812.5
+ *   # collective nranks nnodes bytes keep: NCCL's own choice stands within 2x of this size
+ *   allreduce 2 1 524288 keep
  *
  * collective: broadcast reduce allgather reducescatter allreduce
  * algo:       tree ring collnet_direct collnet_chain nvls nvls_tree pat
@@ -28,7 +30,8 @@
 enum mk_tuner_line_kind {
   MK_TUNER_LINE_BLANK, /* empty or comment only */
   MK_TUNER_LINE_COLL,  /* a measured collective: .coll */
-  MK_TUNER_LINE_FUSED  /* fused-op defaults: .fused */
+  MK_TUNER_LINE_FUSED, /* fused-op defaults: .fused */
+  MK_TUNER_LINE_KEEP   /* NCCL's choice stands around a size: .coll (coll, ranks, nodes, bytes) */
 };
 
 struct mk_tuner_line {

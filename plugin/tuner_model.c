@@ -31,6 +31,24 @@ int mk_tuner_model_add_fused(struct mk_tuner_model* model,
   return 0;
 }
 
+int mk_tuner_model_add_keep(struct mk_tuner_model* model, const struct mk_tuner_point* p) {
+  int rc = grow((void**)&model->keeps, &model->keeps_cap, model->nkeeps, sizeof(*p));
+  if (rc < 0) return rc;
+  model->keeps[model->nkeeps++] = *p;
+  return 0;
+}
+
+int mk_tuner_model_kept(const struct mk_tuner_model* model, int coll, size_t nranks,
+                        size_t nnodes, uint64_t nbytes) {
+  for (size_t i = 0; i < model->nkeeps; i++) {
+    const struct mk_tuner_point* k = &model->keeps[i];
+    if (k->coll == coll && (size_t)k->nranks == nranks && (size_t)k->nnodes == nnodes &&
+        nbytes >= k->bytes / 2 && nbytes / 2 < k->bytes)
+      return 1;
+  }
+  return 0;
+}
+
 static int cmp_int(long long a, long long b) { return (a > b) - (a < b); }
 
 /* Order of the shape: (coll, nranks, nnodes). */
@@ -76,6 +94,7 @@ void mk_tuner_model_finish(struct mk_tuner_model* model) {
 
 void mk_tuner_model_free(struct mk_tuner_model* model) {
   free(model->points);
+  free(model->keeps);
   free(model->fused);
   free(model->limits);
   memset(model, 0, sizeof(*model));

@@ -48,6 +48,8 @@ struct mk_tuner_shape_limit {
 struct mk_tuner_model {
   struct mk_tuner_point* points;
   size_t npoints, points_cap;
+  struct mk_tuner_point* keeps; /* "keep" records: only coll, nranks, nnodes, bytes */
+  size_t nkeeps, keeps_cap;
   struct mk_tuner_fused_point* fused;
   size_t nfused, fused_cap;
   struct mk_tuner_shape_limit* limits; /* one per shape, set by mk_tuner_model_finish */
@@ -69,6 +71,7 @@ static inline uint32_t mk_tuner_cell_bit(int algo, int proto) {
 int mk_tuner_model_add_point(struct mk_tuner_model* model, const struct mk_tuner_point* p);
 int mk_tuner_model_add_fused(struct mk_tuner_model* model,
                              const struct mk_tuner_fused_point* p);
+int mk_tuner_model_add_keep(struct mk_tuner_model* model, const struct mk_tuner_point* p);
 /* Sorts the points for lookup, keeps the fastest of repeated measurements and finds each
  * shape's limits. Call once after the last add, before any lookup. Should the limits not
  * fit in memory, the collective points are dropped (NCCL's choices stand). */
@@ -97,6 +100,15 @@ int mk_tuner_model_choose(const struct mk_tuner_model* model, int coll, size_t n
 int mk_tuner_model_time(const struct mk_tuner_model* model, int coll, size_t nranks,
                         size_t nnodes, uint64_t nbytes, int algo, int proto, int nchannels,
                         double* time_us);
+
+/*
+ * "keep" records (the check of scripts/tune.sh writes them where the tuned runs lost to NCCL
+ * alone in every round): NCCL's own choice stands for any size within a factor 2 of a kept
+ * size (the calibration's sizes are 2x or 4x apart, so that reaches halfway to a neighbour in
+ * a 4x sweep and up to it in a 2x one; keeping NCCL's choice is the safe side). 1 or 0.
+ */
+int mk_tuner_model_kept(const struct mk_tuner_model* model, int coll, size_t nranks,
+                        size_t nnodes, uint64_t nbytes);
 
 /*
  * Launch-bound sizes: a measured size at which some configuration ran in less than

@@ -32,7 +32,8 @@ static void settle_channels(const struct mk_tuner_model* m, const struct mk_tune
 int mk_tuner_rule_decide(const struct mk_tuner_model* model, const struct mk_tuner_query* q,
                          struct mk_tuner_choice* out) {
   if (!model || !q || !out) return -ENOENT;
-  if (q->nbytes <= mk_tuner_model_launch_bound(model, q->coll, q->nranks, q->nnodes))
+  if (q->nbytes <= mk_tuner_model_launch_bound(model, q->coll, q->nranks, q->nnodes) ||
+      mk_tuner_model_kept(model, q->coll, q->nranks, q->nnodes, q->nbytes))
     return -ENOENT;
   struct mk_tuner_choice c;
   if (mk_tuner_model_choose(model, q->coll, q->nranks, q->nnodes, q->nbytes, q->allowed,

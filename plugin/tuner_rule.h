@@ -7,6 +7,9 @@
  * 1. The size is launch-bound (mk_tuner_model_launch_bound): at or below the largest
  *    measured size where some configuration ran within 2x the sweep's fastest time, the
  *    calibration's differences are per-call noise, not the configurations'.
+ * 1b. The file keeps NCCL's choice around the size (a "keep" record, mk_tuner_model_kept):
+ *    the check of scripts/tune.sh found the tuned runs slower there in every round, whatever
+ *    the calibration said (session 20: 512 KiB all-reduce on 2xH200, 0.68-0.85x).
  * 2. The best configuration is not faster than NCCL's own choice by more than
  *    MK_TUNER_MIN_GAIN. NCCL's own choice is the cheapest cell of the cost table it hands
  *    the tuner; its measured time is that algorithm/protocol's channels-0 run (NCCL_ALGO and

@@ -30,14 +30,14 @@ static void shared_load(void) {
     mk_tuner_model_free(&shared_model);
     return;
   }
-  if (shared_model.npoints == 0 && shared_model.nfused == 0) {
+  if (shared_model.npoints == 0 && shared_model.nfused == 0 && shared_model.nkeeps == 0) {
     MK_INFO(MK_NCCL_SUBSYS_TUNING, "tuner: tuning file %s has no records; NCCL's own choices "
             "stand", path);
     return;
   }
   MK_INFO(MK_NCCL_SUBSYS_TUNING, "tuner: loaded tuning file %s: %zu collective points, %zu "
-          "fused records, %d line(s) skipped", path, shared_model.npoints,
-          shared_model.nfused, nbad);
+          "fused records, %zu keep records, %d line(s) skipped", path, shared_model.npoints,
+          shared_model.nfused, shared_model.nkeeps, nbad);
 }
 
 const struct mk_tuner_model* mk_tuner_shared_model(void) {

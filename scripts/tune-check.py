@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The tuner's check: NCCL alone against NCCL with the tuning file, per size, over rounds.
 
-usage: tune-check.py [--goal 0.97] [--label NAME] --round NCCL.json TUNED.json [--round ...]
+usage: tune-check.py [--goal 0.97] [--label NAME] [--keep-out FILE [--nnodes N]]
+                     --round NCCL.json TUNED.json [--round ...]
 
 Each --round names two collectives-harness runs (-J) of the same collective and sizes, made
 one after the other: NCCL_TUNER_PLUGIN=none, and the tuner with NCCL_MK_TUNER_FILE. Per size
@@ -18,6 +19,11 @@ BELOW the goal, rounds that disagree by more than 10%, wrong results), then
     goal: N of M sizes >= 0.97 ...
 A size with wrong results in any run never counts as meeting the goal. Exits 1 when an input
 is unreadable or a size is missing from a run, else 0 (the goal is reported, not enforced).
+
+--keep-out FILE writes a tuning-file "keep" record (collective nranks nnodes bytes keep: the
+tuner then leaves NCCL's own choice within 2x of that size) for every size the file made
+slower in every round, at least 2 rounds, with a median below the goal: a loss no round
+contradicts, unlike a noisy size whose rounds disagree. The file is written even when empty.
 """
 import argparse
 import json
@@ -146,10 +152,26 @@ def print_summary(table, nrounds, goal, mean_files):
     print(f"goal: {len(ok)} of {len(table)} sizes >= {goal:g}" + (f" (not: {detail})" if below else ""))
 
 
+def keep_records(table, rounds, goal, nnodes):
+    """Tuning-file keep lines for the sizes the tuned runs lost in every round (see the top)."""
+    lines = []
+    for size, (ratios, med, _tn, _tt, wrong, missing) in table.items():
+        good = [r for r in ratios if r is not None]
+        if missing or wrong or len(good) < 2 or med is None or med >= goal or max(good) >= 1.0:
+            continue
+        row = rounds[0][0][size]
+        coll = str(row.get("collective", "")).replace("_", "").lower()
+        lines.append(f"{coll} {int(row['ranks'])} {nnodes} {size} keep"
+                     f"  # tuned / NCCL {' '.join(f'{r:.3f}' for r in good)}")
+    return lines
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--goal", type=float, default=0.97, help="lowest acceptable ratio (0.97)")
     ap.add_argument("--label", default="check", help="name for the table's title")
+    ap.add_argument("--keep-out", metavar="FILE", help="write keep records for consistent losses")
+    ap.add_argument("--nnodes", type=int, default=1, help="nodes of the runs (keep records)")
     ap.add_argument("--round", nargs=2, action="append", required=True,
                     metavar=("NCCL.json", "TUNED.json"), dest="rounds")
     args = ap.parse_args(argv)
@@ -166,6 +188,13 @@ def main(argv):
         return 1
     print_table(args.label, table, len(rounds), args.goal)
     print_summary(table, len(rounds), args.goal, mean_files)
+    if args.keep_out:
+        keeps = keep_records(table, rounds, args.goal, args.nnodes)
+        with open(args.keep_out, "w") as f:
+            f.write("".join(line + "\n" for line in keeps))
+        if keeps:
+            print(f"keep: NCCL's own choice at {len(keeps)} size(s) the file made slower in every "
+                  f"round: {', '.join(human(int(l.split()[3])) for l in keeps)} ({args.keep_out})")
     return 1 if any(v[5] for v in table.values()) else 0
 
 

@@ -169,6 +169,24 @@ def case_bad_inputs_fail(tool, d):
     return problems, r.stdout
 
 
+def case_consistent_losses_get_keep_records_noisy_ones_do_not(tool, d):
+    """A 10% loss at 8 KiB in all 3 rounds gets a keep record; a size that lost 20% in one round
+    and gained in the others (noise) does not, nor does the 1 MiB gain; one round gives none."""
+    rounds = [run_pair(0.01, tuned_scale={8192: 1.10, 512: s}) for s in (1.2, 0.95, 0.97)]
+    out = d / "keep.txt"
+    r = check(tool, d, rounds, extra=["--keep-out", str(out), "--nnodes", "1"])
+    problems = [] if r.returncode == 0 else [f"exit {r.returncode}: {r.stderr}"]
+    lines = [l.split("#")[0].split() for l in out.read_text().splitlines()] if out.exists() else None
+    if lines != [["allreduce", "2", "1", "8192", "keep"]]:
+        problems.append(f"keep records {lines}, want only allreduce 2 1 8192 keep")
+    if "keep: NCCL's own choice at 1 size(s)" not in r.stdout:
+        problems.append("no keep line in the output")
+    one = check(tool, d, rounds[:1], extra=["--keep-out", str(out)])
+    if one.returncode != 0 or out.read_text() != "":
+        problems.append("one round must not give keep records (nothing tells a loss from noise)")
+    return problems, r.stdout
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 

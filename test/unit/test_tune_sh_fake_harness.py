@@ -4,8 +4,8 @@ collectives harness (MK_BUILD/test/perf/coll/all_reduce_perf, MK_SKIP_BUILD=1) w
 synthetic JSON. Checks what the GPU host cannot show cheaply: every timed run gets the robust
 time (-T with tune.sh's -k), the check's rounds alternate which side runs first, and a stall
 that hits one side of one round (50x at 32 B) does not decide the final verdict, which is the
-last line, "goal: N of M sizes >= 0.97". Then bad counts (-k above -n) are refused before
-anything runs.
+last line, "goal: N of M sizes >= 0.97"; a size the file makes slower in every round gets a
+keep record and a second check. Then bad counts (-k above -n) are refused before anything runs.
 
 usage: test_tune_sh_fake_harness.py <scripts/tune.sh>
 """
@@ -48,6 +48,10 @@ while b <= size(opt["-e"]):
     if side == "tuned":
         t = t / 1.2 if b >= 131072 else t
         t = t * 50 if (ntuned == 2 and b == 32) else t
+        lose = int(env.get("FAKE_LOSE_AT", "0"))  # 10% slower there, unless the file keeps it
+        kept = any(l.split()[3:5] == [str(lose), "keep"] for l in open(env["NCCL_MK_TUNER_FILE"])
+                   if len(l.split()) >= 5)
+        t = t * 1.1 if (b == lose and not kept) else t
     r = {"collective": "all_reduce", "bytes": b, "ranks": 2, "type": "float", "time_us": t,
          "algbw": b / t / 1e3, "busbw": b / t / 1e3, "wrong": 0, "time_us_inplace": t,
          "busbw_inplace": b / t / 1e3}
@@ -111,6 +115,31 @@ def check_full_run(tune_sh):
     return problems, out
 
 
+def check_keep_run(tune_sh):
+    """The file makes 2 KiB 10% slower in every round: the check adds a keep record for it,
+    runs again, and the second verdict (the last goal line) is clean."""
+    problems = []
+    with tempfile.TemporaryDirectory() as d:
+        d = pathlib.Path(d)
+        env = dict(setup(d), FAKE_LOSE_AT="2048")
+        r = run_tune(tune_sh, env, d, ["-n", "10", "-k", "2", "-r", "3"])
+        out = r.stdout
+        if r.returncode != 0:
+            return [f"exit {r.returncode}: {r.stderr[-2000:]}"], out + r.stderr
+        text = (d / "out.txt").read_text()
+        if not re.search(r"^allreduce 2 1 2048 keep", text, re.M):
+            problems.append("the tuning file got no keep record for 2 KiB")
+        records = re.findall(r"^\S+ \d+ \d+ \d+ keep", text, re.M)
+        if len(records) != 1:
+            problems.append(f"keep records {records}: want only the 2 KiB one")
+        goals = [l for l in out.splitlines() if l.startswith("goal: ")]
+        if len(goals) != 2 or not goals[0].startswith("goal: 8 of 9") or goals[1] != "goal: 9 of 9 sizes >= 0.97":
+            problems.append(f"goal lines {goals}: want 8 of 9 (2 KiB below), then 9 of 9")
+        if "check again, with the keep records" not in out:
+            problems.append("no second check after the keep records")
+    return problems, out
+
+
 def check_bad_counts(tune_sh):
     problems = []
     with tempfile.TemporaryDirectory() as d:
@@ -127,7 +156,8 @@ def check_bad_counts(tune_sh):
 
 def main(argv):
     failed = 0
-    for name, fn in (("full_run", check_full_run), ("bad_counts", check_bad_counts)):
+    for name, fn in (("full_run", check_full_run), ("keep_run", check_keep_run),
+                     ("bad_counts", check_bad_counts)):
         problems, out = fn(argv[0])
         for p in problems:
             print(f"FAIL {name}: {p}")

@@ -70,6 +70,34 @@ static int decide(const struct mk_tuner_model* m, uint64_t bytes, int nccl_algo,
   return mk_tuner_rule_decide(m, &q, c);
 }
 
+/* A "keep" record at 512 KiB (the check lost there): NCCL's choice stands from 256 KiB to
+ * just under 1 MiB, the measured best still applies at 2 MiB and at 1 MiB. */
+static void keep_record_leaves_nccl_choice_within_a_factor_two(void) {
+  struct mk_tuner_model m = {0};
+  add(&m, 8, NCCL_ALGO_RING, NCCL_PROTO_LL, 0, 5.0);
+  add(&m, 128 * KiB, NCCL_ALGO_RING, NCCL_PROTO_LL, 0, 30.0);
+  add(&m, 128 * KiB, NCCL_ALGO_TREE, NCCL_PROTO_LL, 0, 20.0);
+  add(&m, 2 * MiB, NCCL_ALGO_RING, NCCL_PROTO_LL, 0, 60.0);
+  add(&m, 2 * MiB, NCCL_ALGO_TREE, NCCL_PROTO_LL, 0, 40.0);
+  struct mk_tuner_point keep = {ncclFuncAllReduce, 2, 1, -1, -1, 0, 512 * KiB, 0};
+  CHECK_EQ(mk_tuner_model_add_keep(&m, &keep), 0);
+  mk_tuner_model_finish(&m);
+  struct mk_tuner_choice c;
+  CHECK_EQ(mk_tuner_model_kept(&m, ncclFuncAllReduce, 2, 1, 256 * KiB), 1);
+  CHECK_EQ(mk_tuner_model_kept(&m, ncclFuncAllReduce, 2, 1, 1 * MiB - 1), 1);
+  CHECK_EQ(mk_tuner_model_kept(&m, ncclFuncAllReduce, 2, 1, 1 * MiB), 0);
+  CHECK_EQ(mk_tuner_model_kept(&m, ncclFuncAllReduce, 2, 1, 256 * KiB - 1), 0);
+  CHECK_EQ(mk_tuner_model_kept(&m, ncclFuncAllGather, 2, 1, 512 * KiB), 0); /* other collective */
+  CHECK_EQ(mk_tuner_model_kept(&m, ncclFuncAllReduce, 4, 1, 512 * KiB), 0); /* other shape */
+  CHECK_EQ(decide(&m, 512 * KiB, NCCL_ALGO_RING, NCCL_PROTO_LL, &c), -ENOENT);
+  CHECK_EQ(decide(&m, 300 * KiB, NCCL_ALGO_RING, NCCL_PROTO_LL, &c), -ENOENT);
+  CHECK_EQ(decide(&m, 1 * MiB, NCCL_ALGO_RING, NCCL_PROTO_LL, &c), 0); /* tree, 1/3 faster */
+  CHECK_EQ(c.algo, NCCL_ALGO_TREE);
+  CHECK_EQ(decide(&m, 2 * MiB, NCCL_ALGO_RING, NCCL_PROTO_LL, &c), 0);
+  CHECK_EQ(c.algo, NCCL_ALGO_TREE);
+  mk_tuner_model_free(&m);
+}
+
 /* Above the launch-bound sizes: 16 channels must beat channels 0 of the same cell by 3%. */
 static void channel_count_needs_a_gain_over_nccl_own_count(void) {
   struct mk_tuner_model m = {0};
@@ -121,5 +149,6 @@ int main(void) {
   launch_bound_limit_follows_the_sweep_floor();
   channel_count_needs_a_gain_over_nccl_own_count();
   bimodal_small_size_does_not_override_nccl();
+  keep_record_leaves_nccl_choice_within_a_factor_two();
   return MK_TEST_RESULT();
 }

@@ -73,6 +73,20 @@ static void good_fused_record_is_parsed(void) {
   CHECK(l.fused.time_us == 3021.5);
 }
 
+static void keep_record_is_parsed(void) {
+  struct mk_tuner_line l;
+  char why[160] = "";
+  CHECK_EQ(parse("allreduce 2 1 524288 keep  # the check lost here\n", &l, why), 0);
+  CHECK_EQ(l.kind, MK_TUNER_LINE_KEEP);
+  CHECK_EQ(l.coll.coll, ncclFuncAllReduce);
+  CHECK_EQ(l.coll.nranks, 2);
+  CHECK_EQ(l.coll.nnodes, 1);
+  CHECK_EQ(l.coll.bytes, 524288);
+  CHECK_EQ(parse("AllGather 4 2 8 KEEP", &l, why), 0);
+  CHECK_EQ(l.kind, MK_TUNER_LINE_KEEP);
+  CHECK_EQ(l.coll.coll, ncclFuncAllGather);
+}
+
 static void blank_and_comment_lines_are_blank(void) {
   struct mk_tuner_line l;
   char why[160] = "";
@@ -87,6 +101,10 @@ static void blank_and_comment_lines_are_blank(void) {
 static void each_kind_of_malformed_line_is_rejected_with_a_reason(void) {
   static const struct { const char* text; const char* reason; } bad[] = {
       {"allreduce 2 1 1024 ring simple 0", "7 fields"},
+      {"allreduce 2 1 1024 kept", "5 fields"},
+      {"allreduce 2 1 0 keep", "bytes"},
+      {"alltoall 2 1 1024 keep", "unknown collective"},
+      {"allreduce 2 3 1024 keep", "nnodes"},
       {"allreduce 2 1 1024 ring simple 0 5 extra", "more than 8"},
       {"alltoall 2 1 1024 ring simple 0 5", "unknown collective"},
       {"allreduce 2 1 1024 hypercube simple 0 5", "unknown algorithm"},
@@ -221,6 +239,7 @@ int main(int argc, char** argv) {
   good_collective_record_is_parsed();
   names_match_in_nccl_and_file_spellings();
   good_fused_record_is_parsed();
+  keep_record_is_parsed();
   blank_and_comment_lines_are_blank();
   each_kind_of_malformed_line_is_rejected_with_a_reason();
   malformed_lines_are_skipped_with_file_and_line();
