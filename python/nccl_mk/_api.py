@@ -112,10 +112,18 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     tokens, in that order (nccl_mk.zigzag_positions), S_local even. out: optional
     [B, S_local, H, D] output. Returns out, or (out, lse) with return_lse=True, lse
     [B, H, S_local] fp32 the natural log of the softmax denominators (for a backward pass).
-    Needs 2 to 8 ranks on one host and NCCL_MK_FUSED=1 when the group is prepared."""
+    Needs 2 to 8 ranks on one host and NCCL_MK_FUSED=1 when the group is prepared.
+
+    Differentiable (without out=): q.grad, k.grad and v.grad come from ncclMkRingAttentionBackward
+    (this rank's queries' dq; dk, dv of the keys and values this rank holds, summed over every
+    rank's queries: every rank must run the backward, as a collective); lse then carries no
+    gradient. Its workspace is larger than the forward's (include/nccl_mk.h; a shortfall
+    raises NcclMkError with both numbers)."""
     name = _group_name(group)
     if out is None:
-        o, lse = torch.ops.nccl_mk.ring_attention(q, k, v, causal, name, return_lse)
+        need_lse = return_lse or (torch.is_grad_enabled() and
+                                  any(t.requires_grad for t in (q, k, v)))
+        o, lse = torch.ops.nccl_mk.ring_attention(q, k, v, causal, name, need_lse)
         return (o, lse) if return_lse else o
     lse = None
     if return_lse:

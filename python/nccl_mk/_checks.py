@@ -244,15 +244,14 @@ def zigzag_positions(rank: int, nranks: int, s_local: int) -> List[int]:
 
 
 def check_ring_attention(q: TensorInfo, k: TensorInfo, v: TensorInfo, out: Optional[TensorInfo],
-                         lse: Optional[TensorInfo], causal: bool,
-                         nranks: int) -> Tuple[int, int, int, int, int]:
+                         lse: Optional[TensorInfo], causal: bool, nranks: int,
+                         op: str = "ring_attention") -> Tuple[int, int, int, int, int]:
     """Checks ring attention's arguments; returns (B, S_local, H, H_kv, D).
 
     q, out [B, S_local, H, D]; k, v [B, S_local, H_kv, D]; bf16, contiguous, 16-byte aligned;
     lse [B, H, S_local] fp32, 4-byte aligned; D 64 or 128; H a multiple of H_kv; B and H in
     [1, 65535]; S_local in [1, 2^30], even when causal; B x S_local below 2^31; every tensor
     on one GPU; 2 to 8 ranks (all on one host: checked by the library)."""
-    op = "ring_attention"
     _nranks(nranks)
     if not RA_MIN_RANKS <= nranks <= RA_MAX_RANKS:
         raise ArgumentError(op, "group", f"has {nranks} ranks; ring attention needs "
@@ -297,6 +296,52 @@ def check_ring_attention(q: TensorInfo, k: TensorInfo, v: TensorInfo, out: Optio
                     dtype="float32", alignment=4)
     _same_device(op, inputs + [t for t in (out, lse) if t is not None])
     return b, s, h, h_kv, d
+
+
+def check_ring_attention_backward(q: TensorInfo, k: TensorInfo, v: TensorInfo, out: TensorInfo,
+                                  lse: Optional[TensorInfo], dout: TensorInfo,
+                                  grads: Optional[Sequence[TensorInfo]], causal: bool,
+                                  nranks: int) -> Tuple[int, int, int, int, int]:
+    """Checks the backward's arguments; returns (B, S_local, H, H_kv, D). The forward's
+    rules for q, k, v, out and lse (required: the forward's log-sum-exp), dout like out, and
+    when given grads = (dq, dk, dv): dq like q, dk and dv like k, none overlapping an input."""
+    op = "ring_attention_backward"
+    if lse is None:
+        raise ArgumentError(op, "lse", "is required: the forward's log-sum-exp "
+                            "(ring_attention(..., return_lse=True))")
+    b, s, h, h_kv, d = check_ring_attention(q, k, v, None, None, causal, nranks, op)
+    inputs = [q, k, v]
+    _tensor(op, out, QO_LAYOUT)
+    _tensor(op, dout, QO_LAYOUT)
+    for t in (out, dout):
+        if tuple(t.shape) != tuple(q.shape):
+            raise ArgumentError(op, t.name, f"has shape {tuple(t.shape)}, expected q's "
+                                f"{tuple(q.shape)}")
+    _tensor(op, lse, LSE_LAYOUT, dtype="float32", alignment=4)
+    if tuple(lse.shape) != ring_attention_lse_shape(q.shape):
+        raise ArgumentError(op, lse.name, f"has shape {tuple(lse.shape)}, expected "
+                            f"{ring_attention_lse_shape(q.shape)} {LSE_LAYOUT}")
+    inputs += [out, lse, dout]
+    if grads is not None:
+        dq, dk, dv = grads
+        _output(op, dq, tuple(q.shape), inputs, layout=QO_LAYOUT)
+        for g in (dk, dv):
+            _output(op, g, tuple(k.shape), inputs + [dq], layout=KV_LAYOUT)
+        _output(op, dv, tuple(k.shape), [dk], layout=KV_LAYOUT)
+        inputs += list(grads)
+    _same_device(op, inputs)
+    return b, s, h, h_kv, d
+
+
+def ring_attention_backward_workspace_bytes(b: int, s_local: int, h: int, h_kv: int, d: int,
+                                            nranks: int) -> int:
+    """The fused workspace the backward needs (include/nccl_mk.h), each region rounded up to
+    256 bytes: the peers' K and V, nranks fp32 dK/dV accumulators, delta and dq."""
+    def up(x):
+        return (x + 255) // 256 * 256
+    kv = b * s_local * h_kv * d
+    return (up((nranks - 1) * 2 * kv * 2) + up(nranks * 2 * kv * 4) + up(b * h * s_local * 4)
+            + up(b * s_local * h * d * 4))
 
 
 def ring_attention_workspace_bytes(b: int, s_local: int, h_kv: int, d: int, nranks: int) -> int:

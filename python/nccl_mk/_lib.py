@@ -92,6 +92,10 @@ _PROTOTYPES = {
     # q, k, v, out, lse, batch, s_local, heads, kv_heads, d_head, causal, type, comm, stream
     "ncclMkRingAttention": [_VP, _VP, _VP, _VP, _VP, _SZ, _SZ, _SZ, _SZ, _SZ, ctypes.c_int,
                             ctypes.c_int, _VP, _VP],
+    # q, k, v, out, lse, dout, dq, dk, dv, batch, s_local, heads, kv_heads, d_head, causal, type,
+    # comm, stream
+    "ncclMkRingAttentionBackward": [_VP, _VP, _VP, _VP, _VP, _VP, _VP, _VP, _VP, _SZ, _SZ, _SZ,
+                                    _SZ, _SZ, ctypes.c_int, ctypes.c_int, _VP, _VP],
 }
 
 _lock = threading.Lock()

@@ -8,8 +8,9 @@ ops (new outputs) are what torch.compile prefers; the *_out ops write into calle
 
 Each real implementation checks every argument (nccl_mk._checks) before calling C, so a
 bad call raises an ArgumentError naming the argument and leaves the outputs untouched.
-Forward only: no autograd formula is registered (ring attention returns lse for a
-backward pass the caller writes).
+The GEMM ops are forward only (no autograd formula). Ring attention has one: the functional
+op's backward is nccl_mk::ring_attention_backward (ncclMkRingAttentionBackward), registered
+with torch.library.register_autograd; the *_out form stays forward only.
 """
 
 import ctypes
@@ -243,3 +244,80 @@ def _(q, k, v, out, lse, causal, group_name):
     _checks.check_ring_attention(_info("q", q, True), _info("k", k, True), _info("v", v, True),
                                  _info("out", out, True), _info("lse", lse, True), causal,
                                  _group_size(group_name))
+
+
+# ---- ring attention backward -------------------------------------------------------------
+
+def _ring_attention_backward_into(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                                  dout: Tensor, dq: Tensor, dk: Tensor, dv: Tensor, causal: bool,
+                                  group_name: str) -> None:
+    nranks = _group_size(group_name)
+    b, s, h, h_kv, d = _checks.check_ring_attention_backward(
+        _info("q", q), _info("k", k), _info("v", v), _info("out", out), _info("lse", lse),
+        _info("dout", dout), (_info("dq", dq), _info("dk", dk), _info("dv", dv)), causal, nranks)
+    lib = _lib.load()
+    op, c_name = "ring_attention_backward", "ncclMkRingAttentionBackward"
+    state = _comm.get(_comm.group_from_name(group_name), q.device.index)
+    rc = lib.ncclMkRingAttentionBackward(
+        _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(lse), _ptr(dout), _ptr(dq), _ptr(dk), _ptr(dv),
+        b, s, h, h_kv, d, int(bool(causal)), _lib.NCCL_BFLOAT16, ctypes.c_void_p(state.ptr),
+        _stream(q.device))
+    if rc == _lib.NCCL_INVALID_USAGE:
+        need = _checks.ring_attention_backward_workspace_bytes(b, s, h, h_kv, d, nranks)
+        raise _lib.NcclMkError(
+            f"nccl_mk.{op} ({c_name})", rc,
+            f"the ring attention backward needs NCCL_MK_FUSED=1 at init, all ranks on one "
+            f"host, and at least {need} bytes of workspace (the peers' K and V, fp32 dK/dV "
+            f"partials, delta and dq; nccl_mk.init's max_m x max(max_n, max_k) x 2 bytes; "
+            f"prepared: {state.max_m} x {max(state.max_n, state.max_k)} x 2)")
+    _lib.check(f"nccl_mk.{op} ({c_name})", rc, state.ptr)
+
+
+@torch.library.custom_op("nccl_mk::ring_attention_backward", mutates_args=())
+def ring_attention_backward_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                               dout: Tensor, causal: bool,
+                               group_name: str) -> Tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) of ring attention: dq of this rank's queries, dk and dv of the keys and
+    values it holds, summed over every rank's queries."""
+    _checks.check_ring_attention_backward(_info("q", q), _info("k", k), _info("v", v),
+                                          _info("out", out), _info("lse", lse),
+                                          _info("dout", dout), None, causal,
+                                          _group_size(group_name))
+    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    _ring_attention_backward_into(q, k, v, out, lse, dout, dq, dk, dv, causal, group_name)
+    return dq, dk, dv
+
+
+@ring_attention_backward_op.register_fake
+def _(q, k, v, out, lse, dout, causal, group_name):
+    _checks.check_ring_attention_backward(
+        _info("q", q, True), _info("k", k, True), _info("v", v, True), _info("out", out, True),
+        _info("lse", lse, True), _info("dout", dout, True), None, causal, _group_size(group_name))
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _ring_attention_setup_context(ctx, inputs, output):
+    q, k, v, causal, group_name, return_lse = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.causal, ctx.group_name = causal, group_name
+    ctx.set_materialize_grads(False)
+
+
+def _ring_attention_backward(ctx, dout, dlse):
+    if dlse is not None:
+        raise NotImplementedError("nccl_mk.ring_attention: no gradient flows through lse; use "
+                                  "the output only in the loss")
+    if dout is None:
+        return None, None, None, None, None, None
+    q, k, v, out, lse = ctx.saved_tensors
+    if lse.numel() == 0:
+        raise RuntimeError("nccl_mk.ring_attention: the backward needs the forward's lse; call "
+                           "nccl_mk.ring_attention(), which asks for it when a gradient is needed")
+    dq, dk, dv = torch.ops.nccl_mk.ring_attention_backward(
+        q, k, v, out, lse, dout.contiguous(), ctx.causal, ctx.group_name)
+    return dq, dk, dv, None, None, None
+
+
+torch.library.register_autograd("nccl_mk::ring_attention", _ring_attention_backward,
+                                setup_context=_ring_attention_setup_context)

@@ -8,7 +8,8 @@ Exit 0: every test passed on every rank; 1: a failure (each printed with its ran
 77: skipped (no torch, or fewer than 2 GPUs), with the reason. Needs the library built in
 build/ (meson setup build && ninja -C build) or nccl_mk.load()-able. Tests, in order:
 comm_is_the_groups_own, ops_match_sequential, bad_inputs_named_and_untouched,
-graph_capture_replay, torch_compile, ring_attention_matches_sdpa. About 1-2 minutes (torch.compile dominates).
+graph_capture_replay, torch_compile, ring_attention_matches_sdpa,
+ring_attention_backward_matches_sdpa. About 1-2 minutes (torch.compile dominates).
 """
 
 import datetime
@@ -302,9 +303,56 @@ def test_ring_attention_matches_sdpa():
     torch.cuda.synchronize()
 
 
+def ref_ring_attention_grads(q, k, v, dout, causal):
+    """(dq, dk, dv) of this rank's rows: float32 autograd through scaled_dot_product_attention
+    on the gathered whole sequence, for the loss sum over every rank of out . dout."""
+    s_local = q.shape[1]
+    if causal:
+        positions = [torch.tensor(nccl_mk.zigzag_positions(r, WORLD, s_local), device=DEV)
+                     for r in range(WORLD)]
+    else:
+        positions = [torch.arange(r * s_local, (r + 1) * s_local, device=DEV)
+                     for r in range(WORLD)]
+    q_all, k_all, v_all = (gather_sequence(x.detach(), positions).float().requires_grad_()
+                           for x in (q, k, v))  # [B, S, heads, D]
+    dout_all = gather_sequence(dout, positions).float()
+    group = q.shape[2] // k.shape[2]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q_all.transpose(1, 2), k_all.transpose(1, 2).repeat_interleave(group, dim=1),
+        v_all.transpose(1, 2).repeat_interleave(group, dim=1), is_causal=causal)
+    (out.transpose(1, 2) * dout_all).sum().backward()
+    mine = positions[dist.get_rank()]
+    return q_all.grad[:, mine], k_all.grad[:, mine], v_all.grad[:, mine]
+
+
+def test_ring_attention_backward_matches_sdpa():
+    # autograd through nccl_mk.ring_attention (ncclMkRingAttentionBackward) against float32
+    # autograd of SDPA on the whole sequence: GQA at D = 128 and plain multi-head at D = 64
+    for b, s_local, h, h_kv, d in ((2, 256, 8, 2, 128), (1, 384, 4, 4, 64)):
+        for causal in (False, True):
+            q, k, v = (rand(b, s_local, n, d).requires_grad_() for n in (h, h_kv, h_kv))
+            dout = rand(b, s_local, h, d)
+            out = nccl_mk.ring_attention(q, k, v, causal=causal)
+            (out.float() * dout.float()).sum().backward()
+            ref = ref_ring_attention_grads(q, k, v, dout, causal)
+            what = f"ring_attention backward B={b} S_local={s_local} H={h} H_kv={h_kv} D={d} causal={causal}"
+            for name, got, want in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), ref):
+                close(got, want, f"{what} {name}")
+    # a gradient through lse is refused by name, not silently wrong
+    q, k, v = (rand(1, 128, n, 64).requires_grad_() for n in (2, 2, 2))
+    out, lse = nccl_mk.ring_attention(q, k, v, return_lse=True)
+    try:
+        (out.float().sum() + lse.sum()).backward()
+    except NotImplementedError as e:
+        assert "lse" in str(e), f"the refusal must name lse: {e}"
+    else:
+        raise AssertionError("a gradient through lse was accepted")
+    torch.cuda.synchronize()
+
+
 TESTS = [test_comm_is_the_groups_own, test_ops_match_sequential,
          test_bad_inputs_named_and_untouched, test_graph_capture_replay, test_torch_compile,
-         test_ring_attention_matches_sdpa]
+         test_ring_attention_matches_sdpa, test_ring_attention_backward_matches_sdpa]
 
 
 def main():

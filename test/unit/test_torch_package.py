@@ -203,6 +203,46 @@ def test_ring_attention_lse_only_needs_4_byte_alignment():
     expect(ok[0] == 2, "ring_attention lse at a 4-byte (not 16-byte) boundary passes")
 
 
+def rab_args(**change):
+    """Good ring-attention backward arguments: the forward's plus dout, and (dq, dk, dv)."""
+    args = dict(q=t("q", RA_Q, ptr=0x100000), k=t("k", RA_KV, ptr=0x200000),
+                v=t("v", RA_KV, ptr=0x300000), out=t("out", RA_Q, ptr=0x400000),
+                lse=t("lse", RA_LSE, dtype="float32", ptr=0x500000),
+                dout=t("dout", RA_Q, ptr=0x600000),
+                grads=(t("dq", RA_Q, ptr=0x700000), t("dk", RA_KV, ptr=0x800000),
+                       t("dv", RA_KV, ptr=0x900000)), causal=True, nranks=2)
+    args.update(change)
+    return args
+
+
+def test_ring_attention_backward_checks_name_the_argument():
+    from nccl_mk import _checks as c
+    ok = c.check_ring_attention_backward(**rab_args())
+    expect(ok == (2, 128, 8, 2, 64), f"ring_attention_backward good call gives the shape, got {ok}")
+    ok = c.check_ring_attention_backward(**rab_args(grads=None))
+    expect(ok == (2, 128, 8, 2, 64), "ring_attention_backward without outputs (the op) passes")
+    dq, dk, dv = rab_args()["grads"]
+    for argument, what, change in (
+            ("lse", "no lse", dict(lse=None)),
+            ("lse", "lse as [B, S_local, H]", dict(lse=t("lse", (2, 128, 8), dtype="float32",
+                                                       ptr=0x500000))),
+            ("dout", "dout shaped like k", dict(dout=t("dout", RA_KV, ptr=0x600000))),
+            ("dout", "fp32 dout", dict(dout=t("dout", RA_Q, dtype="float32", ptr=0x600000))),
+            ("out", "out shaped like k", dict(out=t("out", RA_KV, ptr=0x400000))),
+            ("k", "H not a multiple of H_kv", dict(k=t("k", (2, 128, 3, 64), ptr=0x200000),
+                                                   v=t("v", (2, 128, 3, 64), ptr=0x300000))),
+            ("dq", "dq overlapping dout", dict(grads=(t("dq", RA_Q, ptr=0x600000 + 64), dk, dv))),
+            ("dk", "dk shaped like q", dict(grads=(dq, t("dk", RA_Q, ptr=0x800000), dv))),
+            ("dv", "dv overlapping dk", dict(grads=(dq, dk, t("dv", RA_KV, ptr=0x800000 + 16)))),
+            ("group", "one rank", dict(nranks=1))):
+        raises_naming(lambda: c.check_ring_attention_backward(**rab_args(**change)), argument,
+                      f"ring_attention_backward {what}")
+    need = c.ring_attention_backward_workspace_bytes(2, 128, 8, 2, 64, 2)
+    kv = 2 * 128 * 2 * 64
+    expect(need == kv * 2 * 2 + 2 * 2 * kv * 4 + 2 * 8 * 128 * 4 + 2 * 128 * 8 * 64 * 4,
+           f"ring_attention_backward workspace: peers' K/V, fp32 partials, delta, dq ({need})")
+
+
 def test_zigzag_positions_give_chunks_r_and_2n_minus_1_minus_r():
     from nccl_mk import zigzag_positions
     expect(zigzag_positions(0, 2, 4) == [0, 1, 6, 7], "zigzag rank 0 of 2: chunks 0 and 3")
@@ -362,6 +402,7 @@ def main():
         test_ring_attention_good_calls_give_the_shape()
         test_ring_attention_rejects_bad_arguments_by_name()
         test_ring_attention_lse_only_needs_4_byte_alignment()
+        test_ring_attention_backward_checks_name_the_argument()
         test_zigzag_positions_give_chunks_r_and_2n_minus_1_minus_r()
         test_loader(so)
         test_c_errors()
