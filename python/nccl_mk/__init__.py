@@ -12,7 +12,8 @@ Linear weight (ring_attention: 4-D [B, S_local, heads, D] tensors, see its doc).
 on the group's own NCCL communicator (default: the world group) and on the current CUDA
 stream; they can be captured in CUDA graphs and traced by
 torch.compile (torch.ops.nccl_mk.*). The first fused call on a group (or nccl_mk.init) is
-collective: every rank must make it. Forward only (no autograd).
+collective: every rank must make it. The GEMM ops are forward only (no autograd);
+ring_attention's functional form is differentiable (ncclMkRingAttentionBackward).
 
 The package imports without torch or a GPU; status() says what is missing.
 """
