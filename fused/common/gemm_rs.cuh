@@ -1,0 +1,149 @@
+/*
+ * The GEMM core's reduce-scatter epilogue (gemm.h rs; GEMM+ReduceScatter and GEMM+AllReduce):
+ * which rank owns a tile's rows, the waits for the peers' partials and for the peers to leave
+ * their previous call, the own-rows sum (storer warps, and the consumers for a CTA's last
+ * tile), the counters raised after a tile's stores, and the all-reduce's collect of the peers'
+ * reduced rows. Included by gemm.cuh where these were written (after the staging helpers),
+ * so that the kernel's code is unchanged.
+ */
+#ifndef MK_GEMM_RS_CUH_
+#define MK_GEMM_RS_CUH_
+
+/* ---- reduce-scatter epilogue (gemm.h, rs) ------------------------------------------------- */
+
+/* The rank whose shard a tile's rows are in; -1 without the rs epilogue. */
+__device__ __forceinline__ int gemm_rs_owner(const struct mk_gemm_params& p, const struct mk_tile& t) {
+  return p.rs.shard_rows ? t.row0 / p.rs.shard_rows : -1;
+}
+
+/* One thread: waits until every peer's partial of this rank's row-block mb (of the shard) is
+ * complete. 0 on timeout (the error record names the tile and the counter: src x blocks + mb). */
+__device__ __noinline__ int gemm_rs_wait_peers(const struct mk_gemm_params& p, int mb, int blocks, int tile,
+                                              uint64_t tiles_n) {
+  for (int src = 0; src < p.rs.nranks; src++)
+    if (src != p.rs.rank && mk_wait_geq(p.rs.in_counts[src] + mb, tiles_n, p.err, p.err_tag, (uint32_t)tile,
+                                        (uint32_t)(src * blocks + mb), p.timeout_ns) < tiles_n)
+      return 0;
+  return 1;
+}
+
+/* This rank's own rows, one consumer's staged half of a tile: c = the tile + the peers'
+ * partials (fp32 sum, one rounding), and the same into every peer's gather slot; this thread
+ * is `lane` of `lanes`. One chunk's loads in flight: two spilled the storer warps (the producer
+ * warp group's few registers) by 100+ bytes and the consumers (their accumulator) by 24. */
+template <class Cfg>
+__device__ __forceinline__ void gemm_rs_sum_half(const struct mk_gemm_params& p, uint32_t base, int lane, int lanes,
+                                                 int row0, int row_end, int col0, size_t shard_off) {
+  constexpr int CHUNKS_ROW = Cfg::BN / 8;
+  for (int c = lane; c < 64 * CHUNKS_ROW; c += lanes) {
+    const int r = c / CHUNKS_ROW, cc = c % CHUNKS_ROW, gcol = col0 + cc * 8;
+    if (row0 + r >= row_end || gcol >= p.n) continue;
+    const size_t off = shard_off + (size_t)r * p.n + gcol;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    bf16x8_add_to_f32(acc, ld_shared_v4_b32(base + stage_offset(r, cc * 8)));
+    for (int src = 0; src < p.rs.nranks; src++)
+      if (src != p.rs.rank)
+        bf16x8_add_to_f32(acc, mk_load_vec<true>((const uint4*)((const __nv_bfloat16*)p.rs.in[src] + off)));
+    const uint4 v = f32x8_to_bf16x8(acc);
+    st_global_v4_b32((__nv_bfloat16*)p.c + off, v);
+    if (p.rs_gather)
+      for (int d = 0; d < p.rs.nranks; d++)
+        if (d != p.rs.rank) st_global_v4_b32((__nv_bfloat16*)p.rs.gather[d] + off, v);
+  }
+}
+
+/* The storers' call of it. Not inlined: the storer warps' register budget. */
+template <class Cfg>
+__device__ __noinline__ void gemm_rs_store_own(const struct mk_gemm_params& p, uint32_t base, int stid, int row0,
+                                               int row_end, int col0, size_t shard_off) {
+  gemm_rs_sum_half<Cfg>(p, base, stid, Cfg::STORER_THREADS, row0, row_end, col0, shard_off);
+}
+
+/* After a tile's stores are visible at system scope (one thread): the owner's counter, or
+ * with the gather every peer's. */
+__device__ __forceinline__ void gemm_rs_raise(const struct mk_gemm_params& p, int owner, int mb) {
+  if (owner != p.rs.rank) red_release_sys_add_u64(p.rs.out_counts[owner] + mb, 1);
+  else if (p.rs_gather)
+    for (int d = 0; d < p.rs.nranks; d++)
+      if (d != p.rs.rank) red_release_sys_add_u64(p.rs.gather_counts[d] + mb, 1);
+}
+
+/* One thread: waits until every peer finished its previous call (its done >= e - 1), so what
+ * this call writes into it is free. 0 on timeout (flag_index: the peer). */
+__device__ __noinline__ int gemm_call_wait_peers_free(const struct mk_gemm_params& p) {
+  const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
+  for (int d = 0; d < p.call.nranks; d++)
+    if (d != p.call.rank && mk_wait_geq(p.call.peer_done[d], e - 1, p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE,
+                                        (uint32_t)d, p.timeout_ns) < e - 1)
+      return 0;
+  return 1;
+}
+
+/* Whether tile t (slot id) is the CTA's last and its consumer warp groups store it
+ * themselves (the storer warps skip it; both sides walk the same slots): nothing is left to
+ * hide that tile's epilogue behind, and 256 threads finish it sooner than the storers' 96
+ * (bench/NOTES.md, "the tail"). Plain stores or bf16 adds (gemm_epilogue_bf16) and a
+ * reduce-scatter's own rows (gemm_rs_own_last_tile); not a peer's rows, not the row scatter.
+ * Single-group schedules only. */
+template <class Cfg>
+__device__ __forceinline__ bool gemm_last_tile_by_consumers(const struct mk_gemm_params& p, const struct mk_sched& s,
+                                                            int id, int slot_step, const struct mk_tile& t) {
+  return Cfg::CLUSTER_M == 1 && t.valid && s.num_groups == 1 && id + slot_step >= s.g_slots_m * s.tiles_n &&
+         !p.scatter.row_dest && (!p.rs.shard_rows || gemm_rs_owner(p, t) == p.rs.rank);
+}
+
+/* The CTA's last own tile, by its consumer warp group: staged as for the storers (once they
+ * are done with the buffer), then the peers' partials awaited and summed into its half by its
+ * 128 threads (gemm_rs_sum_half; the two halves at once), and with the gather,
+ * both halves' stores before one fence and the counters. Why: nothing is left to hide the last
+ * tile's epilogue behind, and the storers' 96 threads with one load in flight took 35 us (71
+ * us with the gather's stores into the peers) after the last MMA (bench/NOTES.md, "the tail"). */
+template <class Cfg>
+__device__ __forceinline__ void gemm_rs_own_last_tile(const float* acc, const struct mk_gemm_params& p,
+                                                      const struct mk_tile& t, int wg, uint8_t* cstage,
+                                                      uint64_t* c_empty, uint32_t c_phase, int tiles_n) {
+  const int tid = threadIdx.x & 127;
+  const int shard_row0 = p.rs.rank * p.rs.shard_rows, mb = (t.row0 - shard_row0) / Cfg::BM;
+  gemm_stage_write<Cfg>(acc, cstage, c_empty, c_phase);
+  /* as the storers: nothing before every peer left its previous call, then their partials */
+  const int ok = bar_red_and(6 + wg, 128,
+                             tid != 0 || ((!p.call.done || gemm_call_wait_peers_free(p)) &&
+                                          gemm_rs_wait_peers(p, mb, p.rs.shard_rows / Cfg::BM, t.linear,
+                                                             (uint64_t)tiles_n)));
+  if (ok)
+    gemm_rs_sum_half<Cfg>(p, smem_addr(cstage), tid, 128, t.row0 + wg * 64, t.row_end, t.col0,
+                             (size_t)(t.row0 + wg * 64 - shard_row0) * p.n);
+  if (p.rs_gather && bar_red_and(3, 256, ok) && threadIdx.x == 128) {
+    fence_acq_rel_sys();
+    gemm_rs_raise(p, p.rs.rank, mb);
+  }
+}
+
+#define MK_GEMM_RS_COLLECT_SPLITS 8 /* CTAs sharing one row-block's copy */
+
+/* The all-reduce's last step, by the producer warp group (128 threads) once its tiles are stored:
+ * CTA b copies items b, b + grid, ... (a peer's reduced row-block, split 8 ways) from this
+ * rank's gather slots into c_full, each once the peer's counter says it is complete. */
+template <class Cfg>
+__device__ __noinline__ void gemm_rs_collect(const struct mk_gemm_params& p) {
+  const int tid = threadIdx.x, blocks = p.rs.shard_rows / Cfg::BM;
+  const uint64_t tiles_n = (uint64_t)((p.n + Cfg::BN - 1) / Cfg::BN);
+  const int items = (p.rs.nranks - 1) * blocks * MK_GEMM_RS_COLLECT_SPLITS;
+  const size_t block_vecs = (size_t)Cfg::BM * p.n / 8;
+  const size_t per = (block_vecs + MK_GEMM_RS_COLLECT_SPLITS - 1) / MK_GEMM_RS_COLLECT_SPLITS;
+  for (int item = gemm_cta(p); item < items; item += p.gemm_ctas) {
+    const int split = item % MK_GEMM_RS_COLLECT_SPLITS, ib = item / MK_GEMM_RS_COLLECT_SPLITS;
+    const int src = (p.rs.rank + 1 + ib / blocks) % p.rs.nranks, mb = ib % blocks;
+    const int ok = tid != 0 || mk_wait_geq(p.rs.gathered_counts[src] + mb, tiles_n, p.err, p.err_tag,
+                                           MK_GEMM_ERR_TILE_COLLECT, (uint32_t)(src * blocks + mb),
+                                           p.timeout_ns) >= tiles_n;
+    if (!bar_red_and(5, 128, ok)) return;
+    const size_t lo = per * split, hi = lo + per < block_vecs ? lo + per : block_vecs;
+    const uint4* from = (const uint4*)p.rs.gathered[src] + (size_t)mb * block_vecs;
+    uint4* to = (uint4*)p.rs.c_full + ((size_t)src * blocks + mb) * block_vecs;
+    /* 4 loads in flight per thread: 128 threads alone are latency-bound otherwise (8 spilled) */
+    mk_copy_vecs<4, true>(&to, 1, from, (int)lo, (int)hi, tid, 128);
+  }
+}
+
+#endif /* MK_GEMM_RS_CUH_ */
