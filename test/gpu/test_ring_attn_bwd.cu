@@ -29,16 +29,11 @@
 #include "nccl_mk.h"
 #include "nccl_ok.h"
 #include "perf_launch.h"
+#include "two_rank.cuh"
 
 
-static const int NR = 2;
-static uint64_t g_seed;
+static const int NR = TWO_RANK_NR;
 
-struct rank_env {
-  int rank;
-  ncclComm_t comm;
-  cudaStream_t stream;
-};
 
 struct rb_case {
   int batch, s_local, heads, kv_heads, d, causal;
@@ -156,13 +151,6 @@ static int rb_check(struct rb_bufs* b, const char* prefix) {
     ok &= attn_grad_check(w, (const __nv_bfloat16*)x[i], r[i], b->has_mag ? m[i] : NULL, n[i]);
   }
   return ok;
-}
-
-static void expect_healthy(struct rank_env* e) {
-  ncclResult_t async = ncclSuccess;
-  char msg[256] = "";
-  NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof msg));
-  EXPECT(async == ncclSuccess, "rank %d: asynchronous error: %s", e->rank, msg);
 }
 
 static void run_case(struct rank_env* e, struct rb_case c, uint64_t seed) {
@@ -368,52 +356,19 @@ static void scenario_absent_peer(struct rank_env* e) {
     EXPECT(strstr(msg, "rank 0: fused op 0x7") != NULL, "the error names rank 0 and the ring backward op");
     EXPECT(bwd_call(e, &b) == ncclRemoteError, "the next call must fail at once");
   }
-  double* one;
-  CUDA_OK(cudaMalloc(&one, sizeof(double)));
-  NCCL_OK(ncclAllReduce(one, one, 1, ncclFloat64, ncclSum, e->comm, e->stream)); /* the barrier */
-  CUDA_OK(cudaStreamSynchronize(e->stream));
-  cudaFree(one);
+  two_rank_barrier(e);
   bufs_free(&b);
 }
 
-static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
-  struct rank_env e = {rank, NULL, NULL};
-  printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
-  if (!strcmp(scenario, "absent_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
-  CUDA_OK(cudaSetDevice(rank));
-  CUDA_OK(cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking));
-  NCCL_OK(ncclCommInitRank(&e.comm, NR, *id, rank));
-  ncclMkConfig cfg;
-  NCCL_OK(ncclMkConfigDefaults(&cfg)); /* 128 MiB of workspace: every shape here fits */
-  NCCL_OK(ncclMkCommInit(e.comm, &cfg));
-  if (!strcmp(scenario, "small")) scenario_small(&e);
-  else if (!strcmp(scenario, "large")) scenario_large(&e);
-  else if (!strcmp(scenario, "graph")) scenario_graph(&e);
-  else if (!strcmp(scenario, "bad_input")) scenario_bad_input(&e);
-  else if (!strcmp(scenario, "negative_control")) scenario_negative_control(&e);
-  else if (!strcmp(scenario, "absent_peer")) scenario_absent_peer(&e);
-  else {
-    fprintf(stderr, "unknown scenario %s\n", scenario);
-    failures++;
-  }
-  NCCL_OK(ncclMkCommRelease(e.comm));
-  ncclCommDestroy(e.comm);
-  printf("rank %d: %s: %d failure(s)\n", rank, scenario, failures);
-  return failures ? 1 : 0;
-}
+static const struct two_rank_scenario scenarios[] = {
+    {"small", scenario_small},
+    {"large", scenario_large},
+    {"graph", scenario_graph},
+    {"bad_input", scenario_bad_input},
+    {"negative_control", scenario_negative_control},
+    {"absent_peer", scenario_absent_peer},
+};
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: %s <small|large|graph|bad_input|negative_control|absent_peer>\n", argv[0]);
-    return 2;
-  }
-  alarm(300); /* a bug must not hang the suite */
-  ncclUniqueId id;
-  int rank;
-  if (perf_test_child(argc, argv, &rank, &id)) {
-    g_seed = perf_seed_from_id(argv[5]);
-    return rank_main(argv[1], rank, &id);
-  }
-  gpus_or_skip(NR);
-  return perf_launch_local(2, argv, NR, 0);
+  return two_rank_main(argc, argv, scenarios, (int)(sizeof scenarios / sizeof *scenarios));
 }
