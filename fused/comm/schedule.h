@@ -9,11 +9,7 @@
 #ifndef MK_SCHEDULE_H_
 #define MK_SCHEDULE_H_
 
-#ifdef __CUDACC__
-#define MK_HD __host__ __device__ static inline
-#else
-#define MK_HD static inline
-#endif
+#include "../common/mk_hd.h"
 
 /* Ring step s (0 .. nranks-1) of rank r: the peer whose shard arrives at step s when every
  * rank pushes its shard to the others in ring order. Step 0 is the rank itself; then the

@@ -21,13 +21,7 @@
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
-#ifndef MK_HD
-#ifdef __CUDACC__
-#define MK_HD __host__ __device__ static inline
-#else
-#define MK_HD static inline
-#endif
-#endif
+#include "mk_hd.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -57,11 +57,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#define MK_HD __host__ __device__ static inline
-#else
-#define MK_HD static inline
-#endif
+#include "../common/mk_hd.h"
 #include <sched.h>
 #include <time.h>
 

@@ -43,13 +43,7 @@
 #ifndef MK_RA_SCHEDULE_H_
 #define MK_RA_SCHEDULE_H_
 
-#ifndef MK_HD
-#ifdef __CUDACC__
-#define MK_HD __host__ __device__ static inline
-#else
-#define MK_HD static inline
-#endif
-#endif
+#include "../common/mk_hd.h"
 
 /* ---- the zigzag split ---------------------------------------------------------------- */
 
