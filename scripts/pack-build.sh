@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Packs the build for the GPU machine: the device tool carries at most 64 MiB of working tree
+# and ignored paths, and build/ (fatbins in every test binary) is larger than that, but
+# compresses ~10x. Writes build-pack/b.tgz holding build-dev/ (build/ without object files,
+# logs and the soft-RoCE VM's image; build/ab/ included for A/B runs).
+# usage: scripts/pack-build.sh        then on the device (carry ["build-pack"]):
+#   tar xzf build-pack/b.tgz && MK_BUILD=build-dev MK_SKIP_BUILD=1 scripts/gpu-check.sh TIER
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${MK_BUILD:-build}
+[ -d "$B" ] || { echo "pack-build: no $B (build first: source scripts/common.sh; mk_build)" >&2; exit 1; }
+rm -rf build-dev build-pack && mkdir -p build-dev build-pack
+(cd "$B" && tar cf - --exclude=rxe-vm --exclude=core --exclude='*.p' --exclude=meson-logs .) |
+  (cd build-dev && tar xf -)
+tar czf build-pack/b.tgz build-dev
+rm -rf build-dev
+ls -l build-pack/b.tgz
