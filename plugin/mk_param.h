@@ -56,6 +56,9 @@
     "they time out and write a hang report; -1: off")                                           \
   X(STR, TUNER_FILE, "NCCL_MK_TUNER_FILE", "", 0, 0, "",                                     \
     "tuning file from scripts/tune.sh; empty or unreadable leaves NCCL's own choices")         \
+  X(INT, TUNER_AB, "NCCL_MK_TUNER_AB", "0", 0, 1, "",                                       \
+    "testing only: 1 leaves NCCL's choices to the 1st, 3rd, .. communicator the tuner sees in " \
+    "a process and applies the file to the 2nd, 4th, ..: the harness's -A times both at once") \
   X(STR, IB_HCA, "NCCL_MK_IB_HCA", "", 0, 0, "",                                               \
     "verbs ports to use, like NCCL_IB_HCA: name[:port],...; ^ excludes, = matches exactly")    \
   X(INT, IB_GID_INDEX, "NCCL_MK_IB_GID_INDEX", "-1", -1, 65535, "",                            \

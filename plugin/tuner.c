@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "mk_log.h"
+#include "mk_param.h"
 #include "net.h"
 #include "tuner_file.h"
 #include "tuner_rule.h"
@@ -31,6 +32,13 @@ static void log_shape(const struct mk_tuner_ctx* c) {
           used ? bounds : " none");
 }
 
+/* NCCL_MK_TUNER_AB: the communicators of a process alternate, NCCL's side first (the
+ * harness's -A creates its NCCL-side communicator, then the tuned one, one GPU per process). */
+static int tuner_ab_side_is_nccl(void) {
+  static unsigned inits;
+  return __atomic_add_fetch(&inits, 1, __ATOMIC_RELAXED) % 2 == 1;
+}
+
 ncclResult_t mk_tuner_init(void** ctx, uint64_t comm_id, size_t nranks, size_t nnodes,
                            ncclDebugLogger_t log, ncclNvlDomainInfo_v5_t* nvl_domain_info,
                            ncclTunerConstants_v5_t* constants) {
@@ -49,8 +57,13 @@ ncclResult_t mk_tuner_init(void** ctx, uint64_t comm_id, size_t nranks, size_t n
   c->nranks = nranks;
   c->nnodes = nnodes;
   c->model = mk_tuner_shared_model();
+  if (mk_param_int(MK_PARAM_TUNER_AB) && tuner_ab_side_is_nccl()) {
+    c->model = NULL;
+    MK_INFO(MK_NCCL_SUBSYS_TUNING, "tuner: comm %#llx is the NCCL side of an A/B run "
+            "(NCCL_MK_TUNER_AB=1): NCCL's own choices", (unsigned long long)comm_id);
+  }
   /* NCCL's cost-model constants are left alone: the file measures whole choices. */
-  log_shape(c);
+  if (c->model) log_shape(c);
   *ctx = c;
   return ncclSuccess;
 }

@@ -2,10 +2,12 @@
 """The tuner's check: NCCL alone against NCCL with the tuning file, per size, over rounds.
 
 usage: tune-check.py [--goal 0.97] [--label NAME] [--keep-out FILE [--nnodes N]]
-                     --round NCCL.json TUNED.json [--round ...]
+                     (--round NCCL.json TUNED.json | --ab AB.json) [...]
 
 Each --round names two collectives-harness runs (-J) of the same collective and sizes, made
-one after the other: NCCL_TUNER_PLUGIN=none, and the tuner with NCCL_MK_TUNER_FILE. Per size
+one after the other: NCCL_TUNER_PLUGIN=none, and the tuner with NCCL_MK_TUNER_FILE. Each
+--ab names one harness run with -A (both sides in one process, NCCL_MK_TUNER_AB=1): time_us
+is NCCL's side, time_us_b (wrong_b) the tuned side's. Per size
 and round the ratio is NCCL's time / the tuned time, i.e. tuned busbw / NCCL busbw (> 1: the
 file helps), taken from time_us, not from busbw, which the JSON rounds to 0.001 GB/s (a
 ratio of 0.003 and 0.004 at 32 B would say nothing). Per size the rounds combine by their
@@ -40,6 +42,17 @@ def load(path):
     if not isinstance(rows, list):
         raise ValueError(f"{path}: not a list of harness rows")
     return {int(r["bytes"]): r for r in rows}
+
+
+def load_ab(path):
+    """(NCCL's rows, the tuned rows) of one harness -A run."""
+    rows = load(path)
+    for r in rows.values():
+        if "time_us_b" not in r:
+            raise ValueError(f"{path}: no time_us_b (not a harness -A run)")
+    tuned = {b: dict(r, time_us=r["time_us_b"], wrong=r.get("wrong_b", 0),
+                     time_us_mean=r.get("time_us_mean_b", r["time_us_b"])) for b, r in rows.items()}
+    return rows, tuned
 
 
 def ratio(nccl, tuned):
@@ -172,16 +185,21 @@ def main(argv):
     ap.add_argument("--label", default="check", help="name for the table's title")
     ap.add_argument("--keep-out", metavar="FILE", help="write keep records for consistent losses")
     ap.add_argument("--nnodes", type=int, default=1, help="nodes of the runs (keep records)")
-    ap.add_argument("--round", nargs=2, action="append", required=True,
+    ap.add_argument("--round", nargs=2, action="append", default=[],
                     metavar=("NCCL.json", "TUNED.json"), dest="rounds")
+    ap.add_argument("--ab", action="append", default=[], metavar="AB.json",
+                    help="one harness -A run: both sides of a round")
     args = ap.parse_args(argv)
+    if not args.rounds and not args.ab:
+        ap.error("give at least one --round or --ab")
     try:
-        rounds = [(load(n), load(t)) for n, t in args.rounds]
+        rounds = [(load(n), load(t)) for n, t in args.rounds] + [load_ab(p) for p in args.ab]
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"tune-check: {e}", file=sys.stderr)
         return 1
-    mean_files = [p for pair, files in zip(rounds, args.rounds) for side, p in zip(pair, files)
-                  if any(r.get("time_stat") != "median" for r in side.values())]
+    files = list(args.rounds) + [(p, p) for p in args.ab]
+    mean_files = sorted({p for pair, names in zip(rounds, files) for side, p in zip(pair, names)
+                         if any(r.get("time_stat") != "median" for r in side.values())})
     table = combine(rounds)
     if not table:
         print("tune-check: no sizes in the inputs", file=sys.stderr)

@@ -91,16 +91,19 @@ require_gpus() {
   fi
 }
 
-# One collectives run: coll json log, then environment assignments. Calibration and check both
+# One collectives run: coll json log, then environment assignments, then (after --) harness
+# arguments. Calibration and check both
 # take the median batch (-T), not the mean over -n: the file's time_us decides which
 # configuration the tuner forces, and a stall in one configuration's mean (the session-18 check
 # saw 50x at 32 B) would rank it by that stall rather than by its per-call time. With both
 # sides timed the same way, the check also judges the quantity the calibration ranked.
 harness() {
-  local coll=$1 json=$2 log=$3; shift 3
-  local cmd=(env "$@" "$MK_BUILD/test/perf/coll/${coll}_perf" -p "$ngpus" -g 1
+  local coll=$1 json=$2 log=$3 envs=() extra=(); shift 3
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  [ $# -gt 0 ] && shift && extra=("$@")
+  local cmd=(env "${envs[@]}" "$MK_BUILD/test/perf/coll/${coll}_perf" -p "$ngpus" -g 1
              -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -T "$batch" -w "$warmup" -c 1
-             -J "$json")
+             -J "$json" "${extra[@]}")
   [ "$verbose" = 1 ] && echo "  + ${cmd[*]}"
   "${cmd[@]}" >"$log" 2>&1
 }
@@ -190,22 +193,16 @@ check_tuner_loads() {
   grep -q "NET/MK tuner: loaded tuning file" "$log"
 }
 
-# One round of the check: NCCL alone and NCCL with the file, one after the other; odd rounds
-# start with NCCL, even ones with the tuned side, so that neither side always runs first.
+# One round of the check: NCCL alone and NCCL with the file in one process, on two
+# communicators timed one beside the other (the harness's -A; NCCL_MK_TUNER_AB=1 leaves the
+# first to NCCL): drift and other jobs hit both sides alike. Which side goes first alternates
+# per size and per round.
 check_round() {
-  local coll=$1 r=$2 plugin=$3 tag=${4:-} side sides=(nccl tuned)
-  [ $((r % 2)) = 0 ] && sides=(tuned nccl)
-  for side in "${sides[@]}"; do
-    if [ "$side" = nccl ]; then
-      harness "$coll" "$work/check-$coll-nccl-$tag$r.json" "$work/check-$coll-nccl-$tag$r.log" \
-        NCCL_TUNER_PLUGIN=none || { echo "check: $coll NCCL run failed"; return 1; }
-    else
-      harness "$coll" "$work/check-$coll-tuned-$tag$r.json" "$work/check-$coll-tuned-$tag$r.log" \
-        NCCL_TUNER_PLUGIN="$plugin" NCCL_MK_TUNER_FILE="$out" || {
-        echo "check: $coll tuned run failed"; return 1; }
-    fi
-  done
-  echo "  round $tag$r: measured (${sides[0]} first)"
+  local coll=$1 r=$2 plugin=$3 tag=${4:-}
+  harness "$coll" "$work/check-$coll-ab-$tag$r.json" "$work/check-$coll-ab-$tag$r.log" \
+    NCCL_TUNER_PLUGIN="$plugin" NCCL_MK_TUNER_FILE="$out" NCCL_MK_TUNER_AB=1 -- -A $((r % 2)) ||
+    { echo "check: $coll A/B run failed ($work/check-$coll-ab-$tag$r.log)"; return 1; }
+  echo "  round $tag$r: measured (NCCL and tuned in one run)"
 }
 
 # One collective's check: -r interleaved rounds, scripts/tune-check.py over them; $2 names the
@@ -214,7 +211,7 @@ check_coll() {
   local coll=$1 keep=$2 tag=$3 plugin="$MK_BUILD/libnccl-net-mk.so" r pairs=()
   for r in $(seq 1 "$rounds"); do
     check_round "$coll" "$r" "$plugin" "$tag" || return 1
-    pairs+=(--round "$work/check-$coll-nccl-$tag$r.json" "$work/check-$coll-tuned-$tag$r.json")
+    pairs+=(--ab "$work/check-$coll-ab-$tag$r.json")
   done
   python3 "$MK_ROOT/scripts/tune-check.py" --label "$coll" --keep-out "$keep" --nnodes 1 "${pairs[@]}" ||
     { echo "check: $coll: tune-check.py could not compare the runs"; return 1; }

@@ -187,6 +187,32 @@ def case_consistent_losses_get_keep_records_noisy_ones_do_not(tool, d):
     return problems, r.stdout
 
 
+def case_ab_runs_read_both_sides_from_one_file(tool, d):
+    """A harness -A run per round (time_us: NCCL's side, time_us_b: the tuned one) gives the
+    same table as the two-file rounds; a file without time_us_b is refused."""
+    rounds = [run_pair(0.01) for _ in range(3)]
+    args = [sys.executable, tool, "--label", "all_reduce"]
+    for k, (nccl, tuned) in enumerate(rounds):
+        ab = [dict(n, time_us_b=t["time_us"], wrong_b=t["wrong"]) for n, t in zip(nccl, tuned)]
+        f = d / f"ab-{k}.json"
+        f.write_text(json.dumps(ab))
+        args += ["--ab", str(f)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    problems = [] if r.returncode == 0 else [f"exit {r.returncode}: {r.stderr}"]
+    ratios, med, _ = table(r.stdout).get(1 << 20, ([], None, ""))
+    if med is None or abs(med - 1.25) > 0.01:
+        problems.append(f"1 MiB: median {med}, want the file's 1.25")
+    if goal_line(r.stdout) != f"goal: {len(SIZES)} of {len(SIZES)} sizes >= 0.97":
+        problems.append(f"goal line {goal_line(r.stdout)!r}")
+    plain = d / "plain.json"
+    plain.write_text(json.dumps(rounds[0][0]))
+    bad = subprocess.run([sys.executable, tool, "--ab", str(plain)], capture_output=True, text=True,
+                         timeout=60)
+    if bad.returncode != 1 or "time_us_b" not in bad.stderr:
+        problems.append(f"a file without time_us_b: exit {bad.returncode}, {bad.stderr!r}")
+    return problems, r.stdout
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 

@@ -2,8 +2,9 @@
 """scripts/tune.sh end to end on a fake machine: a fake nvidia-smi lists two GPUs and a fake
 collectives harness (MK_BUILD/test/perf/coll/all_reduce_perf, MK_SKIP_BUILD=1) writes
 synthetic JSON. Checks what the GPU host cannot show cheaply: every timed run gets the robust
-time (-T with tune.sh's -k), the check's rounds alternate which side runs first, and a stall
-that hits one side of one round (50x at 32 B) does not decide the final verdict, which is the
+time (-T with tune.sh's -k), the check's rounds are one-process A/B runs (-A) that alternate
+which side runs first, and a stall that hits one side of one round (50x at 32 B) does not
+decide the final verdict, which is the
 last line, "goal: N of M sizes >= 0.97"; a size the file makes slower in every round gets a
 keep record and a second check. Then bad counts (-k above -n) are refused before anything runs.
 
@@ -26,35 +27,42 @@ esac
 
 # The fake harness: NCCL's choice takes 10 us + bytes/40000; a forced configuration is faster
 # or slower by a fixed factor; the tuned side is NCCL's time except 20% faster from 128 KiB.
-# The second tuned run stalls at 32 B (50x). Every call is logged as JSON for the test.
+# The check runs both sides in one run (-A F, NCCL_MK_TUNER_AB=1: time_us NCCL's, time_us_b
+# the tuned one's); the second check run's tuned side stalls at 32 B (50x). Every call is
+# logged as JSON for the test.
 FAKE_HARNESS = r'''#!PYTHON
 import json, os, sys
 args, env = sys.argv[1:], os.environ
 opt = {args[i]: args[i + 1] for i in range(0, len(args) - 1) if args[i].startswith("-")}
 log = os.path.join(env["FAKE_DIR"], "calls.jsonl")
 side = ("load" if env.get("NCCL_DEBUG") == "INFO" else "calib" if env.get("NCCL_ALGO")
+        else "ab" if "-A" in opt and env.get("NCCL_MK_TUNER_AB") == "1"
         else "tuned" if env.get("NCCL_MK_TUNER_FILE") else "nccl")
 with open(log, "a") as f:
     f.write(json.dumps({"side": side, "args": args}) + "\n")
 if side == "load":
     print("NET/MK tuner: loaded tuning file " + env["NCCL_MK_TUNER_FILE"])
     sys.exit(0)
-ntuned = sum(1 for l in open(log) if json.loads(l)["side"] == "tuned")
+ntuned = sum(1 for l in open(log) if json.loads(l)["side"] in ("tuned", "ab"))
 factor = {"Ring": 1.0, "Tree": 1.1}[env.get("NCCL_ALGO", "Ring")]
 size = lambda s: int(s[:-1]) << {"K": 10, "M": 20, "G": 30}[s[-1]] if s[-1] in "KMG" else int(s)
 rows, b = [], size(opt["-b"])
 while b <= size(opt["-e"]):
-    t = (10.0 + b / 40000.0) * factor
-    if side == "tuned":
-        t = t / 1.2 if b >= 131072 else t
-        t = t * 50 if (ntuned == 2 and b == 32) else t
+    t = tt = (10.0 + b / 40000.0) * factor
+    if side in ("tuned", "ab"):
+        tt = tt / 1.2 if b >= 131072 else tt
+        tt = tt * 50 if (ntuned == 2 and b == 32) else tt
         lose = int(env.get("FAKE_LOSE_AT", "0"))  # 10% slower there, unless the file keeps it
         kept = any(l.split()[3:5] == [str(lose), "keep"] for l in open(env["NCCL_MK_TUNER_FILE"])
                    if len(l.split()) >= 5)
-        t = t * 1.1 if (b == lose and not kept) else t
+        tt = tt * 1.1 if (b == lose and not kept) else tt
+    if side == "tuned":
+        t = tt
     r = {"collective": "all_reduce", "bytes": b, "ranks": 2, "type": "float", "time_us": t,
          "algbw": b / t / 1e3, "busbw": b / t / 1e3, "wrong": 0, "time_us_inplace": t,
          "busbw_inplace": b / t / 1e3}
+    if side == "ab":
+        r.update({"time_us_b": tt, "busbw_b": b / tt / 1e3, "wrong_b": 0})
     if "-T" in opt:
         r.update({"time_stat": "median", "batch": int(opt["-T"]), "time_us_mean": t})
     rows.append(r)
@@ -98,9 +106,12 @@ def check_full_run(tune_sh):
         if not timed or any(c["args"][c["args"].index("-T") + 1] != "2" if "-T" in c["args"]
                             else True for c in timed):
             problems.append("a timed harness run lacked -T 2 (tune.sh -k 2)")
-        order = [c["side"] for c in calls if c["side"] in ("nccl", "tuned")]
-        if order != ["nccl", "tuned", "tuned", "nccl", "nccl", "tuned"]:
-            problems.append(f"check order {order}: rounds should alternate which side is first")
+        checks = [c for c in calls if c["side"] in ("nccl", "tuned", "ab")]
+        firsts = [c["args"][c["args"].index("-A") + 1] if "-A" in c["args"] else None
+                  for c in checks]
+        if [c["side"] for c in checks] != ["ab"] * 3 or firsts != ["1", "0", "1"]:
+            problems.append(f"check runs {[(c['side'], f) for c, f in zip(checks, firsts)]}: want "
+                            "3 one-process A/B runs (-A), the first side alternating per round")
         if "time_us: per iteration, the median batch of 2" not in (d / "out.txt").read_text():
             problems.append("the tuning file does not say how time_us was taken")
     m = re.search(r"^\s*32\s+\S+\s+\S+\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)", out, re.M)

@@ -95,8 +95,24 @@ static void unmeasured_nccl_choice_takes_the_measured_best(void) {
   mk_tuner_finalize(ctx);
 }
 
-int main(void) {
+/* NCCL_MK_TUNER_AB=1 (run as `unit_tuner_rule ab`): the 1st and 3rd communicators keep NCCL's
+ * choice at 2 MiB, the 2nd and 4th get the file's ring/ll128, as the harness's -A needs. */
+static int ab_sides_alternate_nccl_first(void) {
+  for (int i = 0; i < 4; i++) {
+    void* ctx = new_ctx();
+    struct call_result r;
+    call(ctx, 2 * MiB, NCCL_ALGO_RING, NCCL_PROTO_SIMPLE, &r);
+    if (i % 2 == 0) CHECK_UNCHANGED(r.before, r.after);
+    else CHECK_FORCED(r.before, r.after, NCCL_ALGO_RING, NCCL_PROTO_LL128);
+    mk_tuner_finalize(ctx);
+  }
+  CHECK(tuner_test_log_count("is the NCCL side of an A/B run") == 2);
+  return MK_TEST_RESULT();
+}
+
+int main(int argc, char** argv) {
   mk_log_set_logger(tuner_test_logger);
+  if (argc > 1 && !strcmp(argv[1], "ab")) return ab_sides_alternate_nccl_first();
   bimodal_launch_bound_sizes_keep_nccl_choice();
   data_bound_sizes_still_pick_the_measured_best();
   gains_within_three_percent_keep_nccl_choice();

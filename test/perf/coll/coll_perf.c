@@ -15,6 +15,7 @@ static const struct coll_desc* coll; /* MK_COLL_NAME, set in main */
 struct rank_ctx {
   int dev, rank;
   ncclComm_t comm;
+  ncclComm_t comm_b;   /* -A: the second communicator (ncclCommSplit of comm), the tuned side */
   cudaStream_t stream;
   cudaEvent_t* marks;  /* the timed loop's events: first and last, or one per batch (-T) */
   double* batch_us;    /* -T: per-iteration time of each batch */
@@ -47,7 +48,11 @@ static void usage(const char* prog) {
           "the checker's negative control: the run must report it] [-R N: time each size N times, "
           "each a wait that watches NCCL's asynchronous errors (long runs)] [-T K: time the -n "
           "iterations in batches of K and report the median batch's time per iteration, which "
-          "one stall cannot move (default: the mean over all -n, as nccl-tests)]\n", prog);
+          "one stall cannot move (default: the mean over all -n, as nccl-tests)] [-A F: A/B in "
+          "one run: a second communicator (ncclCommSplit of the first) timed beside the first, "
+          "side F (0: A, 1: B) first at the first size, the order alternating per size and per "
+          "-R repetition, its time as time_us_b in the JSON; with NCCL_MK_TUNER_AB=1 the tuner "
+          "leaves the first to NCCL and tunes the second; one GPU per process]\n", prog);
 }
 
 static int parse_args(int argc, char** argv, struct perf_args* a) {
@@ -55,7 +60,7 @@ static int parse_args(int argc, char** argv, struct perf_args* a) {
                           .gpus_per_proc = 1, .nprocs = 1, .iters = 20, .warmup = 5,
                           .check = 1, .dtype = ncclFloat32, .op = ncclSum, .repeats = 1};
   int c, launched = 0;
-  while ((c = getopt(argc, argv, "b:e:f:g:p:N:P:n:w:c:d:o:J:I:HXR:T:")) != -1) {
+  while ((c = getopt(argc, argv, "b:e:f:g:p:N:P:n:w:c:d:o:J:I:HXR:T:A:")) != -1) {
     switch (c) {
       case 'b': a->min_bytes = parse_size(optarg); break;
       case 'e': a->max_bytes = parse_size(optarg); break;
@@ -75,12 +80,14 @@ static int parse_args(int argc, char** argv, struct perf_args* a) {
       case 'X': a->corrupt = 1; break;
       case 'R': a->repeats = atoi(optarg); break;
       case 'T': a->batch = atoi(optarg); if (a->batch < 1) return -1; break;
+      case 'A': a->ab = 1, a->ab_first = atoi(optarg) & 1; break;
       default: return -1;
     }
   }
   if (a->gpus_per_proc < 1 || a->gpus_per_proc > MK_PERF_MAX_GPUS || a->nprocs < 1 ||
       a->iters < 1 || a->warmup < 0 || a->step_factor < 2 || a->min_bytes > a->max_bytes ||
-      a->proc < 0 || a->proc >= a->nprocs || a->repeats < 1 || a->batch > a->iters)
+      a->proc < 0 || a->proc >= a->nprocs || a->repeats < 1 || a->batch > a->iters ||
+      (a->ab && a->gpus_per_proc != 1))
     return -1;
   return launched;
 }
@@ -99,8 +106,13 @@ static int init_ranks(const struct perf_args* a, struct rank_ctx* rk, int nranks
     NCCL_OK(ncclCommInitRank(&rk[g].comm, nranks, id, rk[g].rank));
   }
   NCCL_OK(ncclGroupEnd());
+  /* -A: the B side, split from A after A exists (a tuner sees A's init first) */
+  if (a->ab) NCCL_OK(ncclCommSplit(rk[0].comm, 0, rk[0].rank, &rk[0].comm_b, NULL));
   return 0;
 }
+
+/* The communicator of a side: 0 = A (the only one without -A), 1 = B. */
+static ncclComm_t side_comm(const struct rank_ctx* r, int side) { return side ? r->comm_b : r->comm; }
 
 /* The events of the timed loop (coll_stats.h), created on the rank's device. */
 static int alloc_marks(const struct perf_args* a, struct rank_ctx* r) {
@@ -136,14 +148,19 @@ static int wait_stream(struct rank_ctx* r) {
     cudaError_t q = cudaStreamQuery(r->stream);
     if (q == cudaSuccess) return 0;
     if (q != cudaErrorNotReady) CUDA_OK(q);
-    ncclResult_t async = ncclSuccess;
-    NCCL_OK(ncclCommGetAsyncError(r->comm, &async));
-    if (async != ncclSuccess && async != ncclInProgress) {
-      fprintf(stderr, "rank %d: NCCL reported %s; aborting the communicator\n", r->rank,
-              ncclGetErrorString(async));
-      ncclCommAbort(r->comm);
-      r->comm = NULL;
-      return -1;
+    for (int side = 0; side < 2; side++) {
+      ncclComm_t comm = side_comm(r, side);
+      ncclResult_t async = ncclSuccess;
+      if (!comm) continue;
+      NCCL_OK(ncclCommGetAsyncError(comm, &async));
+      if (async != ncclSuccess && async != ncclInProgress) {
+        fprintf(stderr, "rank %d: NCCL reported %s; aborting the communicator\n", r->rank,
+                ncclGetErrorString(async));
+        ncclCommAbort(comm);
+        if (side) r->comm_b = NULL;
+        else r->comm = NULL;
+        return -1;
+      }
     }
     sched_yield();
   }
@@ -167,12 +184,12 @@ static void placement(const struct perf_args* a, struct rank_ctx* rk, int inplac
 }
 
 static int launch_all(const struct perf_args* a, struct rank_ctx* rk, const struct run_bufs* b,
-                      size_t sc, int nranks) {
+                      size_t sc, int nranks, int side) {
   NCCL_OK(ncclGroupStart());
   for (int g = 0; g < a->gpus_per_proc; g++) {
     CUDA_OK(cudaSetDevice(rk[g].dev));
-    NCCL_OK(coll->run(b->send[g], b->recv[g], sc, a->dtype, a->op, rk[g].comm, rk[g].stream,
-                        rk[g].rank, nranks));
+    NCCL_OK(coll->run(b->send[g], b->recv[g], sc, a->dtype, a->op, side_comm(&rk[g], side),
+                      rk[g].stream, rk[g].rank, nranks));
   }
   NCCL_OK(ncclGroupEnd());
   return 0;
@@ -200,7 +217,7 @@ static int global_reduce(const struct perf_args* a, struct rank_ctx* rk, const d
 
 static int check_placement(const struct perf_args* a, struct rank_ctx* rk,
                            const struct run_bufs* b, size_t sc, size_t rc, int nranks,
-                           int inplace, double* wrong) {
+                           int inplace, int side, double* wrong) {
   double local[MK_PERF_MAX_GPUS] = {0};
   size_t es = coll_type_size(a->dtype);
   for (int it = 0; it < a->check; it++) {
@@ -211,7 +228,7 @@ static int check_placement(const struct perf_args* a, struct rank_ctx* rk,
           coll_fill(b->send[g], sc, rk[g].rank, a->dtype, seed))
         return -1;
     }
-    if (launch_all(a, rk, b, sc, nranks)) return -1;
+    if (launch_all(a, rk, b, sc, nranks, side)) return -1;
     for (int g = 0; g < a->gpus_per_proc; g++) {
       CUDA_OK(cudaSetDevice(rk[g].dev));
       if (wait_stream(&rk[g])) return -1;
@@ -256,12 +273,12 @@ static int rank_times(const struct perf_args* a, struct rank_ctx* r, double* use
 
 /* The timed loop; the slowest rank's time is reported (its median batch with -T). */
 static int time_placement(const struct perf_args* a, struct rank_ctx* rk,
-                          const struct run_bufs* b, size_t sc, int nranks, struct row* r) {
+                          const struct run_bufs* b, size_t sc, int nranks, int side, struct row* r) {
   for (int i = 0; i < a->warmup; i++)
-    if (launch_all(a, rk, b, sc, nranks)) return -1;
+    if (launch_all(a, rk, b, sc, nranks, side)) return -1;
   for (int i = 0; i <= a->iters; i++) {
     if (record_mark(a, rk, coll_mark_index(a->iters, a->batch, i))) return -1;
-    if (i < a->iters && launch_all(a, rk, b, sc, nranks)) return -1;
+    if (i < a->iters && launch_all(a, rk, b, sc, nranks, side)) return -1;
   }
   double usec[MK_PERF_MAX_GPUS], mean[MK_PERF_MAX_GPUS];
   for (int g = 0; g < a->gpus_per_proc; g++) {
@@ -273,23 +290,33 @@ static int time_placement(const struct perf_args* a, struct rank_ctx* rk,
   return a->batch < 1 ? 0 : global_reduce(a, rk, mean, ncclMax, &r->usec_mean);
 }
 
+/* out[side][placement]: side 1 only with -A, timed beside side 0; which goes first
+ * alternates per size (index nsize) and repetition, from -A's F (the last repetition is
+ * reported). */
 static int measure_size(const struct perf_args* a, struct rank_ctx* rk, int nranks,
-                        size_t bytes, struct row out[2]) {
+                        size_t bytes, int nsize, struct row out[2][2]) {
   size_t sc, rc;
   coll->counts(bytes, coll_type_size(a->dtype), nranks, &sc, &rc);
+  const int sides = a->ab ? 2 : 1;
   for (int inplace = 0; inplace < 2; inplace++) {
-    struct row* r = &out[inplace];
-    *r = (struct row){-1, -1, 0, 0, -1};
+    for (int side = 0; side < 2; side++) out[side][inplace] = (struct row){-1, -1, 0, 0, -1};
     if (inplace && coll->inplace == INPLACE_NONE) continue;
     struct run_bufs b;
     placement(a, rk, inplace, sc, rc, &b);
-    if (a->check && check_placement(a, rk, &b, sc, rc, nranks, inplace, &r->wrong)) return -1;
-    for (int rep = 0; rep < a->repeats; rep++) /* the last repetition is reported */
-      if (time_placement(a, rk, &b, sc, nranks, r)) return -1;
+    for (int side = 0; side < sides && a->check; side++)
+      if (check_placement(a, rk, &b, sc, rc, nranks, inplace, side, &out[side][inplace].wrong)) return -1;
+    for (int rep = 0; rep < a->repeats; rep++)
+      for (int k = 0; k < sides; k++) {
+        const int side = (a->ab_first + nsize + rep + k) % sides;
+        if (time_placement(a, rk, &b, sc, nranks, side, &out[side][inplace])) return -1;
+      }
     size_t real_bytes = (coll->inplace == INPLACE_RECV_AT_RANK ? sc : rc) *
                         coll_type_size(a->dtype);
-    r->algbw = real_bytes / r->usec / 1e3;
-    r->busbw = r->algbw * coll->bus_factor(nranks);
+    for (int side = 0; side < sides; side++) {
+      struct row* r = &out[side][inplace];
+      r->algbw = real_bytes / r->usec / 1e3;
+      r->busbw = r->algbw * coll->bus_factor(nranks);
+    }
   }
   return 0;
 }
@@ -315,9 +342,10 @@ static void print_header(const struct perf_args* a, int nranks) {
          "(GB/s)", "in");
 }
 
-/* One JSON row; with -T, time_us is the median batch's and time_us_mean the mean. */
+/* One JSON row; with -T, time_us is the median batch's and time_us_mean the mean; with -A,
+ * the B side's out-of-place figures as time_us_b, busbw_b, wrong_b (and time_us_mean_b). */
 static void json_row(FILE* json, const struct perf_args* a, size_t bytes, int nranks,
-                     const struct row r[2]) {
+                     const struct row r[2], const struct row* rb) {
   fprintf(json, "%s  {\"collective\": \"%s\", \"bytes\": %zu, \"ranks\": %d, \"type\": \"%s\", "
           "\"time_us\": %.3f, \"algbw\": %.3f, \"busbw\": %.3f, \"wrong\": %.0f, "
           "\"time_us_inplace\": %.3f, \"busbw_inplace\": %.3f", bytes == a->min_bytes ? "" : ",",
@@ -326,6 +354,9 @@ static void json_row(FILE* json, const struct perf_args* a, size_t bytes, int nr
   if (a->batch > 0)
     fprintf(json, ", \"time_stat\": \"median\", \"batch\": %d, \"batches\": %d, "
             "\"time_us_mean\": %.3f", a->batch, coll_batch_count(a->iters, a->batch), r[0].usec_mean);
+  if (a->ab)
+    fprintf(json, ", \"time_us_b\": %.3f, \"busbw_b\": %.3f, \"wrong_b\": %.0f, \"time_us_mean_b\": %.3f",
+            rb->usec, rb->busbw, rb->wrong, rb->usec_mean);
   fprintf(json, "}\n");
 }
 
@@ -338,29 +369,34 @@ static int run_rank_process(const struct perf_args* a) {
   if (leader) print_header(a, nranks);
   if (json) fprintf(json, "[\n");
   double bw_sum = 0, wrong_total = 0;
-  int rows = 0, rc = 0;
+  int rows = 0, rc = 0, nsize = 0;
   size_t es = coll_type_size(a->dtype);
   for (size_t bytes = a->min_bytes; bytes <= a->max_bytes; bytes *= a->step_factor) {
-    struct row r[2];
-    if (measure_size(a, rk, nranks, bytes, r)) { rc = 1; break; }
+    struct row rs[2][2];
+    if (measure_size(a, rk, nranks, bytes, nsize++, rs)) { rc = 1; break; }
+    const struct row* r = rs[0];
     for (int k = 0; k < 2; k++)
       if (r[k].usec >= 0) bw_sum += r[k].busbw, rows++, wrong_total += r[k].wrong > 0 ? r[k].wrong : 0;
+    for (int k = 0; k < 2 && a->ab; k++) wrong_total += rs[1][k].wrong > 0 ? rs[1][k].wrong : 0;
     if (!leader) continue;
     printf("%12zu %12zu %8s %6s %5d", bytes, bytes / es, coll_type_name(a->dtype),
            coll->reduces ? coll_op_name(a->op) : "none", -1);
     print_half(&r[0]);
     print_half(&r[1]);
+    if (a->ab) printf("  B: %10.2f us %6.0f wrong  A/B %.3f", rs[1][0].usec, rs[1][0].wrong, r[0].usec / rs[1][0].usec);
     printf("\n");
     fflush(stdout);
-    if (json) json_row(json, a, bytes, nranks, r);
+    if (json) json_row(json, a, bytes, nranks, r, &rs[1][0]);
   }
   if (leader) {
     printf("# Out of bounds values : %.0f %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
     printf("# Avg bus bandwidth    : %g\n", rows ? bw_sum / rows : 0.0);
     if (json) fprintf(json, "]\n"), fclose(json);
   }
-  for (int g = 0; g < a->gpus_per_proc; g++)
+  for (int g = 0; g < a->gpus_per_proc; g++) {
+    if (rk[g].comm_b) ncclCommDestroy(rk[g].comm_b);
     if (rk[g].comm) ncclCommDestroy(rk[g].comm);
+  }
   return rc ? rc : wrong_total > 0 ? 2 : 0;
 }
 
