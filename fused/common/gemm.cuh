@@ -330,11 +330,13 @@ __device__ __noinline__ void gemm_scatter_store_half(const struct mk_gemm_params
 }
 
 /* NCCL_MK_TRACE: one event per tile from the storers' first staged half to the tile's flag
- * (flag: the rows' owner with the reduce-scatter epilogue). Not inlined: the storers' budget. */
-__device__ __noinline__ void gemm_trace_storer_event(const struct mk_gemm_params& p, int tile, int owner,
-                                                     uint64_t from) {
-  mk_trace_emit(p.trace, blockIdx.x, MK_TRACE_LANE_STORER, from, MK_TRACE_STORER, MK_TRACE_TILE, MK_TRACE_NO_PEER,
-                (uint32_t)tile, (uint32_t)owner, 0, 0);
+ * (flag: the rows' owner with the reduce-scatter epilogue), in the ring of `lane`: the storers'
+ * own, or for a tile the consumers stored, the first consumer's (its only writer: a ring has
+ * one writer at a time). Not inlined: the storers' budget. */
+__device__ __noinline__ void gemm_trace_storer_event(const struct mk_gemm_params& p, uint32_t lane, int tile,
+                                                     int owner, uint64_t from) {
+  mk_trace_emit(p.trace, blockIdx.x, lane, from, MK_TRACE_STORER, MK_TRACE_TILE, MK_TRACE_NO_PEER, (uint32_t)tile,
+                (uint32_t)owner, 0, 0);
 }
 
 /* ASYNC_EPI, storer side (warps 1-3 of warp group 0): walk the same tiles, write each
@@ -407,7 +409,7 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
         else red_release_sys_add_u64(gemm_tile_flag(t, p), 1);
       }
     }
-    if (p.trace && stid == 0) gemm_trace_storer_event(p, t.linear, owner, storer_traced_from);
+    if (p.trace && stid == 0) gemm_trace_storer_event(p, MK_TRACE_LANE_STORER, t.linear, owner, storer_traced_from);
   }
 }
 
@@ -531,7 +533,8 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
       gemm_trace_tile(p, wg, t, traced_from[wg]);
       /* the tile's store event, which the storers did not record (mk-trace check: every tile
        * stored once) */
-      if (p.trace && threadIdx.x == 128) gemm_trace_storer_event(p, t.linear, gemm_rs_owner(p, t), traced_from[0]);
+      if (p.trace && threadIdx.x == 128)
+        gemm_trace_storer_event(p, MK_TRACE_LANE_CONSUMER0, t.linear, gemm_rs_owner(p, t), traced_from[0]);
       break; /* the last tile; and acc is dead from here, which the registers need */
     }
     if (async_epi) {

@@ -83,6 +83,36 @@ def arrival_checker_catches_early_tile(tmp):
     check("started" in r.stdout and "FAIL" in r.stdout, "mk-trace check exits 1 and says why")
 
 
+def write_traces(tmp, traces, prefix):
+    """traces (as read, events possibly moved or removed) back to files; their paths."""
+    paths = []
+    for t in traces:
+        lanes = [[[] for _ in range(fmt.LANES)] for _ in range(t.ctas)]
+        for e in t.events:
+            lanes[e.cta][e.lane].append(e)
+        for ring in lanes:
+            for evs in ring:
+                evs.sort(key=lambda e: e.start)
+        paths.append(os.path.join(tmp, f"{prefix}{t.rank}.trace"))
+        fmt.write(paths[-1], t.rank, 2, 1, t.ctas, lanes)
+    return paths
+
+
+def storer_event_on_a_consumer_lane_counts_as_stored(tmp):
+    """The GEMM's consumers store a CTA's last tile themselves and record its store event in
+    the first consumer's ring (gemm_trace_storer_event): the checker must count it as stored,
+    and still miss it when it is gone (negative control)."""
+    _, traces, _ = synth_traces(tmp)
+    moved = next(e for e in traces[0].events if e.role == "storer")
+    moved.lane = fmt.LANE_NAMES.index("consumer0")
+    check(analysis.check_tiles_once(traces) == [], "a storer event on a consumer lane counts")
+    check("ok: 2 rank(s)" in tool("check", *write_traces(tmp, traces, "moved")).stdout,
+          "mk-trace check passes with it")
+    traces[0].events.remove(moved)
+    check(any("storer" in p for p in analysis.check_tiles_once(traces)),
+          "without the event the stored tile is missing")
+
+
 def perfetto_json_has_a_process_per_rank_and_track_per_sm_role(tmp):
     paths, traces, _ = synth_traces(tmp)
     out = os.path.join(tmp, "out.json")
