@@ -12,7 +12,7 @@ dout), each the median of --iters after --warmup, timed with CUDA events. The pe
 of a causal sequence; its FLOP rate is that of the whole-sequence call on one GPU, which is what
 is run here (FLOPs = 4 B H S_q S_kv D, halved for causal; backward 2.5x the forward).
 A shape whose cuDNN call fails (an old PyTorch, no cuDNN attention) prints the reason and the
-run goes on. Written for the H200 machine; not yet run there.
+run goes on. Run on the H200 machine by `scripts/gpu-check.sh ring` (sessions 19 and 20).
 """
 
 import argparse

@@ -3,7 +3,7 @@
  * test_ring_attn.cu: every rank builds the whole sequence's q, k, v, dout from the same seeds,
  * takes its rows (zigzag when causal, contiguous otherwise), runs ncclMkRingAttention for out
  * and lse, then the backward, and checks dq (its query rows) and dk, dv (its key rows).
- * WRITTEN WITHOUT A GPU AND NOT RUN YET.
+ * All six pass on 2 H200s (first run: session 20).
  *   small:            against the float64 backward reference (attn_check.cuh ref_attn_bwd_f64):
  *                     causal and not, H = H_kv and GQA 8:1, D 64 and 128, S_local 128 .. 1024.
  *   large:            against the single-GPU backward core (mk_attn_bwd_launch) on the whole

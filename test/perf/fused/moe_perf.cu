@@ -34,8 +34,7 @@
  *
  * usage: moe_perf [-p procs] [-s mixtral|deepseek|decode|all] [-n iters] [-w warmup] [-q]
  *                 [-c] [-J json]
- * -c adds the combine line (written in session 17 and not yet run on a GPU: opt-in until it
- * has been).
+ * -c adds the combine line (opt-in; first run on 2 H200s in session 18, bench/NOTES.md).
  */
 #include <nccl.h>
 #include <string.h>
