@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|moe|net|torch|all]
+# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|ring|moe|net|torch|tune|all]
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
 #   attn:  the attention cores' tests (forward, backward), then attn_perf (forward, -b backward)
@@ -11,6 +11,9 @@
 #          scripts/bench-net.sh
 #   torch: the PyTorch package on 2 GPUs (test/gpu/test_torch_ops.py), then
 #          scripts/bench-torch.py (MK_FUSED_SHAPES=small for M=4096 only)
+#   tune:  scripts/tune.sh on all_reduce over NVLink (ring/tree x ll/ll128/simple x channels
+#          0/8/16, 8 B-256 MiB x4), its one-process A/B check with 3 rounds and the keep
+#          records; prints the check's goal lines (~2-3 minutes; not part of all)
 # The build is made elsewhere (no GPU needed) and carried: MK_BUILD names it (default build).
 # Logs go to MK_CHECK_LOGS (default $OUT/gpu-check when OUT is set, else /tmp/gpu-check).
 # To add a tier: write a tier_NAME function that calls `step NAME COMMAND...` and add it to
@@ -154,6 +157,14 @@ tier_moe() {
   grep -A 6 '^# shape' "$LOGS/moe_perf_with_combine.log" || true
 }
 
+# The tuner's calibration and check (the tuner issue's command; bench/NOTES.md, Tuner).
+tier_tune() {
+  step tune_calibrate_and_check env MK_SKIP_BUILD=1 "$(dirname "$0")/tune.sh" -o "$LOGS/tune.txt" \
+    -c all_reduce -a "ring tree" -P "ll ll128 simple" -C "0 8 16" -b 8 -e 256M -f 4 -n 30 -k 5 \
+    -w 5 -r 3 -x none
+  grep -E '^(geomean|goal|keep|==)' "$LOGS/tune_calibrate_and_check.log" || true
+}
+
 # The net plugin under real NCCL on 2 GPUs, then the busbw comparison with NCCL's Socket.
 tier_net() {
   step net_gpu_tests env MK_CHECK_LOGS="$LOGS/net" "$(dirname "$0")/net-gpu-tests.sh"
@@ -224,8 +235,9 @@ case $tier in
   moe) tier_moe ;;
   net) tier_net ;;
   torch) tier_torch ;;
+  tune) tier_tune ;;
   all) tier_quick; tier_gemm; tier_attn; tier_fused; tier_ring; tier_moe; tier_net; tier_torch ;;
-  *) echo "usage: $0 [quick|gemm|attn|fused|ring|moe|net|torch|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [quick|gemm|attn|fused|ring|moe|net|torch|tune|all]" >&2; exit 2 ;;
 esac
 
 echo
