@@ -460,6 +460,27 @@ __device__ __forceinline__ void gemm_scale_acc(float* acc, float s) {
   for (int i = 0; i < Cfg::BN / 2; i++) acc[i] *= s;
 }
 
+/* The CTA's last tile, stored by the consumer warp groups themselves (gemm_last_tile_by_consumers):
+ * a reduce-scatter's own rows (gemm_rs_own_last_tile), else the synchronous bf16 epilogue once
+ * the storers are done with the staging buffer; then its trace events, the store event in the
+ * first consumer's ring (the storers did not record it; mk-trace check: every tile stored once). */
+template <class Cfg>
+__device__ __forceinline__ void gemm_consumers_store_last_tile(const float* acc, const struct mk_gemm_params& p,
+                                                               const struct mk_tile& t, int wg, uint8_t* cstage,
+                                                               uint64_t* c_empty, uint32_t c_phase, int tiles_n,
+                                                               const uint64_t* traced_from) {
+  if (p.rs.shard_rows) {
+    gemm_rs_own_last_tile<Cfg>(acc, p, t, wg, cstage, c_empty, c_phase, tiles_n);
+  } else {
+    mbarrier_wait_parity(c_empty, c_phase ^ 1);
+    gemm_epilogue_bf16<Cfg>(acc, cstage, t, wg, p);
+    if (p.tile_flags) gemm_raise_tile_flag(t, p);
+  }
+  gemm_trace_tile(p, wg, t, traced_from[wg]);
+  if (p.trace && threadIdx.x == 128)
+    gemm_trace_storer_event(p, MK_TRACE_LANE_CONSUMER0, t.linear, gemm_rs_owner(p, t), traced_from[0]);
+}
+
 template <class Cfg>
 __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_params& p, uint8_t* smem,
                                               uint64_t* full, uint64_t* empty, uint64_t* c_full, uint64_t* c_empty,
@@ -523,18 +544,7 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
     if (!t.valid) continue; /* a cluster partner past the last row-block */
     if constexpr (Cfg::DTYPE == MK_GEMM_E4M3) gemm_scale_acc<Cfg>(acc, ab_scale);
     if (async_epi && gemm_last_tile_by_consumers<Cfg>(p, s, id, slot_step, t)) {
-      if (p.rs.shard_rows) {
-        gemm_rs_own_last_tile<Cfg>(acc, p, t, wg, cstage, &c_empty[wg], c_phase, s.tiles_n);
-      } else {
-        mbarrier_wait_parity(&c_empty[wg], c_phase ^ 1); /* the storers are done with the buffer */
-        gemm_epilogue_bf16<Cfg>(acc, cstage, t, wg, p);
-        if (p.tile_flags) gemm_raise_tile_flag(t, p);
-      }
-      gemm_trace_tile(p, wg, t, traced_from[wg]);
-      /* the tile's store event, which the storers did not record (mk-trace check: every tile
-       * stored once) */
-      if (p.trace && threadIdx.x == 128)
-        gemm_trace_storer_event(p, MK_TRACE_LANE_CONSUMER0, t.linear, gemm_rs_owner(p, t), traced_from[0]);
+      gemm_consumers_store_last_tile<Cfg>(acc, p, t, wg, cstage, &c_empty[wg], c_phase, s.tiles_n, traced_from);
       break; /* the last tile; and acc is dead from here, which the registers need */
     }
     if (async_epi) {

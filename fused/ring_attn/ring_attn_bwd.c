@@ -99,6 +99,27 @@ static void ra_bwd_core_args(const struct mk_fused_comm* fc, const struct mk_ra_
   a->timeout_ms = (uint32_t)fc->cfg.timeout_ms;
 }
 
+/* Step 4's arguments: this rank's accumulator of its own block, each peer's accumulator of
+ * this rank's block and its "partials ready" word, the outputs and the call's words. */
+static void ra_bwd_reduce_args(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l, void* data,
+                               const struct mk_ra_args* ga, void* dk, void* dv, struct mk_ra_bwd_reduce_args* ra) {
+  memset(ra, 0, sizeof *ra);
+  ra->own_acc = mk_ra_bwd_acc(data, l, fc->rank);
+  for (int d = 0; d < fc->nranks; d++) {
+    if (d == fc->rank) continue;
+    void* peer_data = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
+    ra->peer_acc[d] = mk_ra_bwd_acc(peer_data, l, fc->rank);
+    ra->peer_ready[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0 + l->ready0 + mk_sched_rs_slot(fc->rank, d);
+  }
+  ra->ready = (uint64_t*)fc->sym + MK_AG_FLAG0 + l->ready0;
+  ra->ready_index0 = (uint32_t)l->ready0;
+  ra->dk = dk, ra->dv = dv;
+  ra->kv_elems = l->kv_elems;
+  ra->rank = fc->rank, ra->nranks = fc->nranks;
+  ra->call = ga->call;
+  ra->err = fc->err, ra->err_tag = ga->err_tag, ra->timeout_ms = ga->timeout_ms;
+}
+
 /* Step 1 of the top on fc's side stream, forked from `stream`; fc->ev_join marks its end. */
 static int ra_bwd_gather_beside(struct mk_fused_comm* fc, const struct mk_ra_args* ga,
                                 const struct mk_ra_bwd_layout* l, void* data, cudaStream_t stream) {
@@ -165,22 +186,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   for (int i = own_calls; i < ncalls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
   if (!rc) {
     struct mk_ra_bwd_reduce_args ra;
-    memset(&ra, 0, sizeof ra);
-    ra.own_acc = mk_ra_bwd_acc(data, &l, fc->rank);
-    uint64_t* own = (uint64_t*)fc->sym;
-    for (int d = 0; d < n; d++) {
-      if (d == fc->rank) continue;
-      void* peer_data = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
-      ra.peer_acc[d] = mk_ra_bwd_acc(peer_data, &l, fc->rank);
-      ra.peer_ready[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0 + l.ready0 + mk_sched_rs_slot(fc->rank, d);
-    }
-    ra.ready = own + MK_AG_FLAG0 + l.ready0;
-    ra.ready_index0 = (uint32_t)l.ready0;
-    ra.dk = dk, ra.dv = dv;
-    ra.kv_elems = l.kv_elems;
-    ra.rank = fc->rank, ra.nranks = n;
-    ra.call = ga.call;
-    ra.err = fc->err, ra.err_tag = ga.err_tag, ra.timeout_ms = ga.timeout_ms;
+    ra_bwd_reduce_args(fc, &l, data, &ga, dk, dv, &ra);
     rc = mk_ra_bwd_reduce_launch(&ra, stream);
   }
   mk_op_device_leave(prev);
