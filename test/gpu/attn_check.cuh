@@ -12,6 +12,7 @@
 #define MK_ATTN_CHECK_CUH_
 
 #include <string.h>
+#include <time.h>
 #include <vector>
 #include "gemm_check.cuh"
 #include "ra_schedule.h"
@@ -368,6 +369,24 @@ static void ref_attn_bwd_f64(const void* q, const void* k, const void* v, const 
   CUDA_OK(cudaFree(out));
   CUDA_OK(cudaFree(lse));
   CUDA_OK(cudaFree(delta));
+}
+
+/* ---- the small-shape sweep of the core tests ------------------------------------------------
+ * S = 1, 100, 128, 300, 1024 (B = 2; 1 at S = 1024), H = H_kv = 4 and GQA 8:1, D = 64 and 128,
+ * non-causal then causal: run(batch, seq, heads, kv_heads, d, causal, seed) per case, each
+ * with its own seed (printed first, for a rerun). */
+static void attn_small_shape_sweep(void (*run)(int, int, int, int, int, int, uint64_t)) {
+  const uint64_t seed = (uint64_t)time(NULL);
+  printf("  seed %016llx\n", (unsigned long long)seed);
+  const int seqs[] = {1, 100, 128, 300, 1024};
+  int i = 0;
+  for (int causal = 0; causal < 2; causal++)
+    for (int d = 64; d <= 128; d += 64)
+      for (int s = 0; s < 5; s++) {
+        const int batch = seqs[s] >= 1024 ? 1 : 2;
+        run(batch, seqs[s], 4, 4, d, causal, seed + 10 * i++); /* H = H_kv */
+        run(batch, seqs[s], 8, 1, d, causal, seed + 10 * i++); /* GQA 8:1 */
+      }
 }
 
 /* ---- the gradient checker ---------------------------------------------------------------- */

@@ -27,6 +27,16 @@
 
 static void gpu_or_skip(void);
 
+/* 1 when every one of the bytes at dev is v (a poisoned output left untouched, a fill). */
+static int all_bytes_are(const void* dev, size_t bytes, unsigned char v) {
+  unsigned char* h = (unsigned char*)malloc(bytes);
+  CUDA_OK(cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost));
+  size_t i = 0;
+  while (i < bytes && h[i] == v) i++;
+  free(h);
+  return i == bytes;
+}
+
 /* Exit 77 (meson: skipped) unless `want` sm_90 GPUs are present. */
 static void gpus_or_skip(int want) {
   int n = 0;

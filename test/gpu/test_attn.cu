@@ -103,19 +103,7 @@ static void forward_case(int batch, int seq, int heads, int kv_heads, int d, int
   bufs_free(&t);
 }
 
-static void test_forward(void) {
-  const uint64_t seed = (uint64_t)time(NULL);
-  printf("  seed %016llx\n", (unsigned long long)seed);
-  const int seqs[] = {1, 100, 128, 300, 1024};
-  int i = 0;
-  for (int causal = 0; causal < 2; causal++)
-    for (int d = 64; d <= 128; d += 64)
-      for (int s = 0; s < 5; s++) {
-        const int batch = seqs[s] >= 1024 ? 1 : 2;
-        forward_case(batch, seqs[s], 4, 4, d, causal, seed + 10 * i++); /* H = H_kv */
-        forward_case(batch, seqs[s], 8, 1, d, causal, seed + 10 * i++); /* GQA 8:1 */
-      }
-}
+static void test_forward(void) { attn_small_shape_sweep(forward_case); }
 
 /* One rank of a 2-rank ring, emulated: rank r's local q, k, v (attn_take_rank_rows), then per
  * local half of its queries one launch that merges the four KV chunks of both ranks (in ring

@@ -161,19 +161,7 @@ static void backward_case(int batch, int seq, int heads, int kv_heads, int d, in
   bufs_free(&t);
 }
 
-static void test_backward(void) {
-  const uint64_t seed = (uint64_t)time(NULL);
-  printf("  seed %016llx\n", (unsigned long long)seed);
-  const int seqs[] = {1, 100, 128, 300, 1024};
-  int i = 0;
-  for (int causal = 0; causal < 2; causal++)
-    for (int d = 64; d <= 128; d += 64)
-      for (int s = 0; s < 5; s++) {
-        const int batch = seqs[s] >= 1024 ? 1 : 2;
-        backward_case(batch, seqs[s], 4, 4, d, causal, seed + 10 * i++);
-        backward_case(batch, seqs[s], 8, 1, d, causal, seed + 10 * i++);
-      }
-}
+static void test_backward(void) { attn_small_shape_sweep(backward_case); }
 
 /* See the top: a 2-rank ring's calls, emulated on one GPU. */
 static void offsets_case(int batch, int chunk, int heads, int kv_heads, int d, int causal, uint64_t seed) {

@@ -159,15 +159,6 @@ static void scenario_correctness(struct rank_env* e) {
   }
 }
 
-static int all_bytes_are(const void* dev, size_t bytes, unsigned char v) {
-  unsigned char* h = (unsigned char*)malloc(bytes);
-  CUDA_OK(cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost));
-  size_t i = 0;
-  while (i < bytes && h[i] == v) i++;
-  free(h);
-  return i == bytes;
-}
-
 /* Every bad call returns its error before launching anything: the outputs stay poisoned. */
 static void scenario_bad_input(struct rank_env* e) {
   struct shape s = {2 * 64, 64, 64};

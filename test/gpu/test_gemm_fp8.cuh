@@ -256,7 +256,7 @@ static void test_fp8_bad_input(void) {
   const int rc = mk_gemm_launch_variant(&ok, 0, 1);
   EXPECT(rc == -EINVAL, "e4m3 on configuration 1: rc = %d, want -EINVAL", rc);
   CUDA_OK(cudaDeviceSynchronize());
-  const int untouched = all_bytes_ff(p.c, (size_t)256 * 256 * 2);
+  const int untouched = all_bytes_are(p.c, (size_t)256 * 256 * 2, 0xFF);
   printf("  %d bad e4m3 argument sets rejected; output untouched: %s\n", nb + 1, untouched ? "yes" : "no");
   EXPECT(untouched, "output written after a rejected launch");
   EXPECT(launch_sync(&ok) == 0, "the good set launches");

@@ -17,14 +17,6 @@ static int sm_count(void) {
   return sms;
 }
 
-static int all_bytes_ff(const void* dev, size_t bytes) {
-  std::vector<unsigned char> h(bytes);
-  CUDA_OK(cudaMemcpy(h.data(), dev, bytes, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < bytes; i++)
-    if (h[i] != 0xFF) return 0;
-  return 1;
-}
-
 /* Sleeps delay_ns, records the time, then raises flags[0..count) to value (release.sys). */
 static __global__ void delayed_raise_kernel(uint64_t* flags, int count, uint64_t value, uint64_t delay_ns, uint64_t* t_raise) {
   uint64_t t0 = globaltimer_ns();
@@ -176,7 +168,7 @@ static void test_epilogues(void) {
   ref_gemm_f64<double>(p.a, p.b, NULL, NULL, p.ref, m, n, k);
   struct check_result r = check_close((const __nv_bfloat16*)other, p.ref, mn, TOL);
   printf("  store into a second buffer: rel=%.3e %s\n", r.rel, r.pass ? "ok" : "FAIL");
-  EXPECT(r.pass && all_bytes_ff(p.c, mn * 2), "store to another pointer");
+  EXPECT(r.pass && all_bytes_are(p.c, mn * 2, 0xFF), "store to another pointer");
   /* add into bf16 */
   void* base;
   CUDA_OK(cudaMalloc(&base, mn * 4));
@@ -471,7 +463,7 @@ static void test_bad_input(void) {
   }
   EXPECT(gemm_launch(NULL, 0) == -EINVAL, "NULL args");
   CUDA_OK(cudaDeviceSynchronize());
-  int untouched = all_bytes_ff(p.c, (size_t)256 * 256 * 2);
+  int untouched = all_bytes_are(p.c, (size_t)256 * 256 * 2, 0xFF);
   printf("  %d bad argument sets rejected; output untouched: %s\n", nb + 1, untouched ? "yes" : "no");
   EXPECT(untouched, "output written after a rejected launch");
   problem_free(&p);

@@ -204,7 +204,7 @@ static void run_rs_missing_case(int peer_busy) {
   else
     EXPECT(e == cudaSuccess && err->aborted == 1 && err->tag == 0x5A && err->expected == 2 && err->seen == 0 &&
                err->flag_index >= 2 && err->flag_index < 4, "error record of a missing partial");
-  EXPECT(all_bytes_ff(p.c, (size_t)shard * n * 2), "own rows written without the peer");
+  EXPECT(all_bytes_are(p.c, (size_t)shard * n * 2, 0xFF), "own rows written without the peer");
   CUDA_OK(cudaFreeHost(err));
   rs_fake_peers_free(&f);
   problem_free(&p);
@@ -280,7 +280,7 @@ static void test_scatter_epilogue(void) {
          (unsigned long long)w[0], (unsigned long long)w[2], (unsigned long long)w[3], (unsigned long long)w[4]);
   EXPECT(bad == 0, "scattered rows differ from the reference (%ld elements)", bad);
   EXPECT(w[0] == 3 && w[2] == 0 && w[3] == 4 && w[4] == 4, "bracket words: done 3 (not set), exits 0, notify 4");
-  EXPECT(all_bytes_ff(p.c, (size_t)m * n * 2), "c must not be written with the scatter epilogue");
+  EXPECT(all_bytes_are(p.c, (size_t)m * n * 2, 0xFF), "c must not be written with the scatter epilogue");
   cudaFree(d_dest), cudaFree(base[0]), cudaFree(base[1]), cudaFree(words);
   problem_free(&p);
 }

@@ -265,14 +265,6 @@ static void scenario_graph(struct rank_env* e) {
   expect_healthy(e);
 }
 
-static int all_bytes_are(const void* dev, size_t bytes, unsigned char v) {
-  std::vector<unsigned char> h(bytes);
-  CUDA_OK(cudaMemcpy(h.data(), dev, bytes, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < bytes; i++)
-    if (h[i] != v) return 0;
-  return 1;
-}
-
 static void scenario_bad_input(struct rank_env* e) {
   struct rb_bufs b;
   bufs_alloc(&b, {1, 256, 8, 2, 128, 1}, e->rank);

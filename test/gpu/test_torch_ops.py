@@ -99,16 +99,19 @@ def gather_sequence(x_local, positions):
     return full
 
 
+def rank_positions(s_local, causal):
+    """The sequence positions of each rank's S_local rows: the zigzag split when causal,
+    contiguous blocks otherwise."""
+    if causal:
+        return [torch.tensor(nccl_mk.zigzag_positions(r, WORLD, s_local), device=DEV)
+                for r in range(WORLD)]
+    return [torch.arange(r * s_local, (r + 1) * s_local, device=DEV) for r in range(WORLD)]
+
+
 def ref_ring_attention(q, k, v, causal):
     """(out [B, S_local, H, D], lse [B, H, S_local]) of this rank's rows, from
     scaled_dot_product_attention (float32) on the gathered whole sequence."""
-    s_local = q.shape[1]
-    if causal:
-        positions = [torch.tensor(nccl_mk.zigzag_positions(r, WORLD, s_local), device=DEV)
-                     for r in range(WORLD)]
-    else:
-        positions = [torch.arange(r * s_local, (r + 1) * s_local, device=DEV)
-                     for r in range(WORLD)]
+    positions = rank_positions(q.shape[1], causal)
     q_all, k_all, v_all = (gather_sequence(x, positions).float().transpose(1, 2)
                            for x in (q, k, v))  # [B, heads, S, D]
     group = q.shape[2] // k.shape[2]  # head h reads kv head h // group
@@ -306,13 +309,7 @@ def test_ring_attention_matches_sdpa():
 def ref_ring_attention_grads(q, k, v, dout, causal):
     """(dq, dk, dv) of this rank's rows: float32 autograd through scaled_dot_product_attention
     on the gathered whole sequence, for the loss sum over every rank of out . dout."""
-    s_local = q.shape[1]
-    if causal:
-        positions = [torch.tensor(nccl_mk.zigzag_positions(r, WORLD, s_local), device=DEV)
-                     for r in range(WORLD)]
-    else:
-        positions = [torch.arange(r * s_local, (r + 1) * s_local, device=DEV)
-                     for r in range(WORLD)]
+    positions = rank_positions(q.shape[1], causal)
     q_all, k_all, v_all = (gather_sequence(x.detach(), positions).float().requires_grad_()
                            for x in (q, k, v))  # [B, S, heads, D]
     dout_all = gather_sequence(dout, positions).float()
