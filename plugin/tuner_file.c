@@ -105,35 +105,8 @@ static int split_fields(const char* text, char* buf, size_t buf_len, char** fiel
   return n;
 }
 
-/* collective nranks nnodes bytes algo proto nchannels time_us */
-static int parse_coll_record(char** f, int n, struct mk_tuner_point* p, char* why,
-                             size_t why_len) {
-  if (n != RECORD_FIELDS)
-    return fail(why, why_len, "%d fields; a collective record has 8 "
-                "(collective nranks nnodes bytes algo proto nchannels time_us)", n);
-  p->coll = name_index(f[0], coll_names, MK_TUNER_NUM_COLLS);
-  if (p->coll < 0) return fail(why, why_len, "unknown collective '%s'", f[0]);
-  int64_t nranks = 0, nnodes = 0, bytes = 0, nch = 0;
-  int rc = parse_int_field(f[1], "nranks", 1, MAX_RANKS, &nranks, why, why_len);
-  if (!rc) rc = parse_int_field(f[2], "nnodes", 1, nranks, &nnodes, why, why_len);
-  if (!rc) rc = parse_int_field(f[3], "bytes", 1, INT64_MAX, &bytes, why, why_len);
-  if (rc) return rc;
-  p->algo = name_index(f[4], algo_names, NCCL_NUM_ALGORITHMS_V5);
-  if (p->algo < 0) return fail(why, why_len, "unknown algorithm '%s'", f[4]);
-  p->proto = name_index(f[5], proto_names, NCCL_NUM_PROTOCOLS_V5);
-  if (p->proto < 0) return fail(why, why_len, "unknown protocol '%s'", f[5]);
-  rc = parse_int_field(f[6], "nchannels", 0, MK_TUNER_MAX_CHANNELS, &nch, why, why_len);
-  if (!rc) rc = parse_time_field(f[7], &p->time_us, why, why_len);
-  if (rc) return rc;
-  p->nranks = (int)nranks;
-  p->nnodes = (int)nnodes;
-  p->bytes = (uint64_t)bytes;
-  p->nchannels = (int)nch;
-  return 0;
-}
-
-/* collective nranks nnodes bytes keep */
-static int parse_keep_record(char** f, struct mk_tuner_point* p, char* why, size_t why_len) {
+/* The first four fields both collective records share: collective nranks nnodes bytes. */
+static int parse_shape_fields(char** f, struct mk_tuner_point* p, char* why, size_t why_len) {
   p->coll = name_index(f[0], coll_names, MK_TUNER_NUM_COLLS);
   if (p->coll < 0) return fail(why, why_len, "unknown collective '%s'", f[0]);
   int64_t nranks = 0, nnodes = 0, bytes = 0;
@@ -142,8 +115,34 @@ static int parse_keep_record(char** f, struct mk_tuner_point* p, char* why, size
   if (!rc) rc = parse_int_field(f[3], "bytes", 1, INT64_MAX, &bytes, why, why_len);
   if (rc) return rc;
   p->nranks = (int)nranks, p->nnodes = (int)nnodes, p->bytes = (uint64_t)bytes;
-  p->algo = p->proto = -1;
   return 0;
+}
+
+/* collective nranks nnodes bytes algo proto nchannels time_us */
+static int parse_coll_record(char** f, int n, struct mk_tuner_point* p, char* why,
+                             size_t why_len) {
+  if (n != RECORD_FIELDS)
+    return fail(why, why_len, "%d fields; a collective record has 8 "
+                "(collective nranks nnodes bytes algo proto nchannels time_us)", n);
+  int rc = parse_shape_fields(f, p, why, why_len);
+  if (rc) return rc;
+  p->algo = name_index(f[4], algo_names, NCCL_NUM_ALGORITHMS_V5);
+  if (p->algo < 0) return fail(why, why_len, "unknown algorithm '%s'", f[4]);
+  p->proto = name_index(f[5], proto_names, NCCL_NUM_PROTOCOLS_V5);
+  if (p->proto < 0) return fail(why, why_len, "unknown protocol '%s'", f[5]);
+  int64_t nch = 0;
+  rc = parse_int_field(f[6], "nchannels", 0, MK_TUNER_MAX_CHANNELS, &nch, why, why_len);
+  if (!rc) rc = parse_time_field(f[7], &p->time_us, why, why_len);
+  if (rc) return rc;
+  p->nchannels = (int)nch;
+  return 0;
+}
+
+/* collective nranks nnodes bytes keep */
+static int parse_keep_record(char** f, struct mk_tuner_point* p, char* why, size_t why_len) {
+  int rc = parse_shape_fields(f, p, why, why_len);
+  p->algo = p->proto = -1;
+  return rc;
 }
 
 /* Fused-op names are identifiers: [a-z0-9_], at most MK_TUNER_OP_NAME_MAX - 1 long. */
