@@ -182,6 +182,19 @@ def _(a, b, out, group_name):
 
 # ---- ring attention ----------------------------------------------------------------------
 
+def _ring_attention_check(op: str, c_name: str, rc: int, state, who: str, need: int,
+                          holds: str) -> None:
+    """The C call's result: ncclInvalidUsage explained with the workspace it needs (need
+    bytes, `holds` saying for what) beside what the group was prepared with; else _lib.check."""
+    if rc == _lib.NCCL_INVALID_USAGE:
+        raise _lib.NcclMkError(
+            f"nccl_mk.{op} ({c_name})", rc,
+            f"{who} needs NCCL_MK_FUSED=1 at init, all ranks on one host, and at least {need} "
+            f"bytes of workspace {holds} (nccl_mk.init's max_m x max(max_n, max_k) x 2 bytes; "
+            f"prepared: {state.max_m} x {max(state.max_n, state.max_k)} x 2)")
+    _lib.check(f"nccl_mk.{op} ({c_name})", rc, state.ptr)
+
+
 def _ring_attention_into(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
                          causal: bool, group_name: str) -> None:
     nranks = _group_size(group_name)
@@ -198,15 +211,9 @@ def _ring_attention_into(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Opti
     rc = lib.ncclMkRingAttention(_ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(lse), b, s, h, h_kv,
                                  d, int(bool(causal)), _lib.NCCL_BFLOAT16, comm,
                                  _stream(q.device))
-    if rc == _lib.NCCL_INVALID_USAGE:
-        need = _checks.ring_attention_workspace_bytes(b, s, h_kv, d, nranks)
-        raise _lib.NcclMkError(
-            f"nccl_mk.{op} ({c_name})", rc,
-            f"ring attention needs NCCL_MK_FUSED=1 at init, all ranks on one host, and at "
-            f"least {need} bytes of workspace for the peers' K and V (nccl_mk.init's "
-            f"max_m x max(max_n, max_k) x 2 bytes; prepared: {state.max_m} x "
-            f"{max(state.max_n, state.max_k)} x 2)")
-    _lib.check(f"nccl_mk.{op} ({c_name})", rc, state.ptr)
+    _ring_attention_check(op, c_name, rc, state, "ring attention",
+                          _checks.ring_attention_workspace_bytes(b, s, h_kv, d, nranks),
+                          "for the peers' K and V")
 
 
 @torch.library.custom_op("nccl_mk::ring_attention", mutates_args=())
@@ -262,15 +269,9 @@ def _ring_attention_backward_into(q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
         _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(lse), _ptr(dout), _ptr(dq), _ptr(dk), _ptr(dv),
         b, s, h, h_kv, d, int(bool(causal)), _lib.NCCL_BFLOAT16, ctypes.c_void_p(state.ptr),
         _stream(q.device))
-    if rc == _lib.NCCL_INVALID_USAGE:
-        need = _checks.ring_attention_backward_workspace_bytes(b, s, h, h_kv, d, nranks)
-        raise _lib.NcclMkError(
-            f"nccl_mk.{op} ({c_name})", rc,
-            f"the ring attention backward needs NCCL_MK_FUSED=1 at init, all ranks on one "
-            f"host, and at least {need} bytes of workspace (the peers' K and V, fp32 dK/dV "
-            f"partials, delta and dq; nccl_mk.init's max_m x max(max_n, max_k) x 2 bytes; "
-            f"prepared: {state.max_m} x {max(state.max_n, state.max_k)} x 2)")
-    _lib.check(f"nccl_mk.{op} ({c_name})", rc, state.ptr)
+    _ring_attention_check(op, c_name, rc, state, "the ring attention backward",
+                          _checks.ring_attention_backward_workspace_bytes(b, s, h, h_kv, d, nranks),
+                          "(the peers' K and V, fp32 dK/dV partials, delta and dq)")
 
 
 @torch.library.custom_op("nccl_mk::ring_attention_backward", mutates_args=())
