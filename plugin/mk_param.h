@@ -40,9 +40,6 @@
   X(INT, FUSED, "NCCL_MK_FUSED", "1", 0, 1, "",                                                \
     "1: the fused ops overlap communication with the GEMM when all ranks share a host (a "     \
     "max_m x max(max_k, max_n) bf16 workspace); 0: NCCL's collective, then the GEMM")           \
-  X(INT, PEER_STORE_TMA, "NCCL_MK_PEER_STORE_TMA", "0", 0, 1, "",                          \
-    "experimental: 1 has GEMM+ReduceScatter/AllReduce send each peer's tiles with TMA bulk "  \
-    "stores from one thread instead of the storer warps' stores (default off: not yet measured)") \
   X(INT, MOE_OVERLAP, "NCCL_MK_MOE_OVERLAP", "0", 0, 1, "",                                   \
     "0: the MoE dispatch on every SM, then the grouped GEMM on every SM (faster on 2 H200s); "  \
     "1: the dispatch on 12 SMs beside the GEMM, which starts each expert once its rows are in") \

@@ -125,14 +125,6 @@ tier_fused() {
     scripts/mk-trace summary '$LOGS'/trace/mk-trace.rank*.call3.trace"
   step ag_gemm_perf_reference env NCCL_MK_FUSED=0 "$B/test/perf/fused/ag_gemm_perf" -M "$m" -n 20 -w 3
   grep -A 20 '^#    M' "$LOGS/ag_gemm_perf_reference.log" || true
-  # The experimental peer-tile TMA stores (NCCL_MK_PEER_STORE_TMA=1): correct, and beside the
-  # default in the same call at M = 4096 (the shapes where the stores slow the MMA most).
-  step fused_ops_correctness_with_peer_tma_stores env NCCL_MK_PEER_STORE_TMA=1 "$B/test/gpu/test_fused_ops" correctness
-  for op in gemm_rs gemm_ar; do
-    step "${op}_perf_peer_tma_vs_stores" bash -c "for t in 0 1 0 1; do echo \"== NCCL_MK_PEER_STORE_TMA=\$t\";
-      NCCL_MK_PEER_STORE_TMA=\$t '$B/test/perf/fused/${op}_perf' -M 4096 -N 8192 -K 8192 -n 20 -w 3 | grep -v '^#'; done"
-    grep -E '^(==|  4096)' "$LOGS/${op}_perf_peer_tma_vs_stores.log" || true
-  done
 }
 
 MOE_TESTS="correctness:moe_dispatch_and_combine_match_float64_on_random_and_skewed_routings

@@ -318,19 +318,6 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   p->scale_b = a->scale_b;
 }
 
-/* rs.peer_tma: each owner's slot as a tensor map of [shard_rows, n] bf16 with the staging
- * buffer's atoms as its box (64 x 64, 128-byte swizzle), for gemm_rs_peer_tma_store; the
- * stores are used instead when n is not a multiple of 8 (a row stride TMA cannot take). */
-static int gemm_rs_peer_maps(struct mk_gemm_params* p, const struct mk_gemm_args* a) {
-  if (a->n % 8) {
-    p->rs.peer_tma = 0;
-    return 0;
-  }
-  for (int d = 0; d < a->rs->nranks; d++)
-    if (d != a->rs->rank) MK_CHECK(gemm_make_tmap(&p->rs_out_map[d], a->rs->out[d], a->rs->shard_rows, a->n, 64, 64, 2));
-  return 0;
-}
-
 /* CTAs in the persistent grid: num_sms (or all), no more than can be resident, no more than
  * there is work for, a whole number of clusters. */
 template <class Cfg>
@@ -365,7 +352,6 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   MK_CHECK(gemm_make_tmap(&tmap_b, a->b, (long)groups * a->n, a->k, Cfg::B_ROWS_PER_CTA, Cfg::BK, eb));
   struct mk_gemm_params p;
   gemm_fill_params(&p, a, Cfg::BK);
-  if (p.rs.peer_tma) MK_CHECK(gemm_rs_peer_maps(&p, a));
 
   cudaError_t e = gemm_prepare_cfg<Cfg>(sms, &max_ctas);
   if (e == cudaSuccess && a->push && a->push->ctas >= max_ctas)

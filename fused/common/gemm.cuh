@@ -55,9 +55,6 @@ struct mk_gemm_params {
   struct mk_gemm_push push;       /* ctas 0: off */
   int gemm_ctas;                  /* the GEMM's CTAs: push.ctas .. push.ctas + gemm_ctas - 1 */
   int peer_store_lanes;           /* storer threads that write a tile into a peer (gemm.cu) */
-  /* rs.peer_tma: per owner d != rank, its slot rs.out[d] as [shard_rows, n] bf16, box 64 x 64,
-   * 128-byte swizzle: the staging buffer's atoms (gemm.cu) */
-  CUtensorMap rs_out_map[MK_GEMM_RS_MAX_RANKS];
   const float* scale_a; /* e4m3 only; NULL: 1 */
   const float* scale_b;
 };
@@ -296,9 +293,8 @@ __device__ __forceinline__ void gemm_stage_write(const float* acc, uint8_t* csta
 
 template <class Cfg>
 __device__ __forceinline__ void gemm_stage_tile(const float* acc, uint8_t* cstage, uint64_t* c_full, uint64_t* c_empty,
-                                                uint32_t c_phase, bool tma_reads) {
+                                                uint32_t c_phase) {
   gemm_stage_write<Cfg>(acc, cstage, c_empty, c_phase);
-  if (tma_reads) fence_proxy_async_shared_cta(); /* our stores, before the bulk stores read them */
   mbarrier_arrive(c_full); /* release: our shared stores happen before the storers' reads */
 }
 
@@ -390,10 +386,7 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
          * burst of NVLink stores from all three warps slowed this SM's next tiles by ~12%
          * (bench/NOTES.md, "Throttled peer stores"). */
         const int lanes = owner >= 0 ? p.peer_store_lanes : Cfg::STORER_THREADS;
-        const bool tma = owner >= 0 && p.rs.peer_tma; /* one thread: the SM's bulk-copy engine */
-        if (tma && stid == 0)
-          gemm_rs_peer_tma_store<Cfg>(p, owner, smem + Cfg::OFF_C + w * Cfg::C_STAGE_WG, t.col0, c_row0);
-        for (int c = stid; !tma && stid < lanes && c < 64 * CHUNKS_ROW; c += lanes) {
+        for (int c = stid; stid < lanes && c < 64 * CHUNKS_ROW; c += lanes) {
           const int r = c / CHUNKS_ROW, cc = c % CHUNKS_ROW;
           const int gcol = t.col0 + cc * 8;
           if (t.row0 + w * 64 + r < t.row_end && gcol < p.n) {
@@ -411,10 +404,6 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
     if (p.tile_flags || rs_raise) {
       bar_sync(4, Cfg::STORER_THREADS); /* every storer's stores before stid 0's fence */
       if (stid == 0) {
-        if (owner >= 0 && owner != p.rs.rank && p.rs.peer_tma) { /* the bulk stores' writes, done */
-          cp_async_bulk_wait_group_0();
-          fence_proxy_async_global();
-        }
         fence_acq_rel_sys();
         if (rs_raise) gemm_rs_raise(p, owner, (t.row0 - shard_row0) / Cfg::BM);
         else red_release_sys_add_u64(gemm_tile_flag(t, p), 1);
@@ -559,7 +548,7 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
       break; /* the last tile; and acc is dead from here, which the registers need */
     }
     if (async_epi) {
-      gemm_stage_tile<Cfg>(acc, cstage, &c_full[wg], &c_empty[wg], c_phase, p.rs.peer_tma);
+      gemm_stage_tile<Cfg>(acc, cstage, &c_full[wg], &c_empty[wg], c_phase);
       c_phase ^= 1;
       gemm_trace_tile(p, wg, t, traced_from[wg]);
       continue;

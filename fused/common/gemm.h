@@ -98,10 +98,6 @@ struct mk_gemm_rs {
   const void* gathered[MK_GEMM_RS_MAX_RANKS];
   const uint64_t* gathered_counts[MK_GEMM_RS_MAX_RANKS];
   void* c_full;
-  /* 1: a peer's tiles leave by TMA bulk tensor stores issued by one storer thread (the copy
-   * engine of the SM, not its load/store units), not by the storer warps' 16-byte stores;
-   * needs n a multiple of 8 (else the stores are used). Experimental, not yet measured. */
-  int peer_tma;
 };
 
 /* The call bracket of a one-kernel fused call (args.call, optional), so that no kernel needs

@@ -59,21 +59,6 @@ __device__ __noinline__ void gemm_rs_store_own(const struct mk_gemm_params& p, u
   gemm_rs_sum_half<Cfg>(p, base, stid, Cfg::STORER_THREADS, row0, row_end, col0, shard_off);
 }
 
-/* rs.peer_tma, one storer thread: a consumer's staged half of a peer's tile (64 rows, BN
- * columns from col0, at row c_row0 of the owner's slot) as BN / 64 bulk tensor stores of one
- * staging atom each; returns once they have read the staging buffer (it may be reused), their
- * writes still in flight (the tile's flag waits for them: cp.async.bulk.wait_group 0). Rows
- * and columns past the slot are clipped by the tensor map. */
-template <class Cfg>
-__device__ __noinline__ void gemm_rs_peer_tma_store(const struct mk_gemm_params& p, int owner, const uint8_t* stage,
-                                                    int col0, int c_row0) {
-#pragma unroll
-  for (int a = 0; a < Cfg::BN / 64; a++)
-    cp_async_bulk_tensor_2d_store(&p.rs_out_map[owner], col0 + 64 * a, c_row0, stage + a * 8192);
-  cp_async_bulk_commit_group();
-  cp_async_bulk_wait_group_read_0();
-}
-
 /* After a tile's stores are visible at system scope (one thread): the owner's counter, or
  * with the gather every peer's. */
 __device__ __forceinline__ void gemm_rs_raise(const struct mk_gemm_params& p, int owner, int mb) {

@@ -67,11 +67,6 @@ __device__ __forceinline__ void cp_async_bulk_tensor_2d_store(const void* tmap, 
 }
 __device__ __forceinline__ void cp_async_bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_bulk_wait_group_0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-/* The shared memory the committed bulk stores read may be reused (their writes may still be
- * in flight). */
-__device__ __forceinline__ void cp_async_bulk_wait_group_read_0() {
-  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-}
 __device__ __forceinline__ void prefetch_tensormap(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(tmap) : "memory");
 }

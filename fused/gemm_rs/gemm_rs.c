@@ -14,7 +14,6 @@
 #include "ag_push.h"
 #include "gemm_rs.h"
 #include "mk_err.h"
-#include "mk_param.h"
 #include "op_check.h"
 #include "rs_comm.h"
 #include "schedule.h"
@@ -89,7 +88,6 @@ int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b
   struct mk_gemm_rs rs;
   struct mk_gemm_call call;
   gemm_rs_peers(fc, m, n, gather, &rs, &call);
-  rs.peer_tma = (int)mk_param_int(MK_PARAM_PEER_STORE_TMA);
   if (gather) rs.c_full = c;
   struct mk_gemm_args g;
   mk_op_gemm_args(fc, op, &g); /* error record, tag and timeout */

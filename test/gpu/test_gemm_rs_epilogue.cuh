@@ -116,7 +116,7 @@ static void rs_expect_slots_and_sum(struct problem* p, struct rs_fake_peers* f, 
     EXPECT(d == rank || bytes_equal(c_own, f->rs.gather[d], slot * 2), "%s: gather slot on %d differs from c", label, d);
 }
 
-static void run_rs_epilogue_case(int rank, int nranks, int n, int k, int peer_tma) {
+static void run_rs_epilogue_case(int rank, int nranks, int n, int k) {
   const int shard = 256, m = shard * nranks, blocks = shard / 128;
   int bm, bn;
   mk_gemm_tile_shape(&bm, &bn);
@@ -125,12 +125,11 @@ static void run_rs_epilogue_case(int rank, int nranks, int n, int k, int peer_tm
   problem_alloc(&p, m, n, k, 1, 2); /* c: only its first shard rows are written */
   struct rs_fake_peers f;
   rs_fake_peers_make(&f, rank, nranks, shard, n, tiles_n, 1, p.seed + 7);
-  f.rs.peer_tma = peer_tma;
   struct mk_gemm_args g = problem_args(&p);
   g.rs = &f.rs;
   EXPECT(launch_sync(&g) == 0, "launch (rank %d of %d)", rank, nranks);
   char label[64];
-  snprintf(label, sizeof label, "rank %d/%d%s", rank, nranks, peer_tma ? " peer_tma" : "");
+  snprintf(label, sizeof label, "rank %d/%d", rank, nranks);
   rs_expect_slots_and_sum(&p, &f, p.c, shard, label);
   EXPECT(rs_counts_all(&f, RS_OUT, blocks, (uint64_t)tiles_n) && rs_counts_all(&f, RS_GATHER, blocks, (uint64_t)tiles_n),
          "%s: every out and gather counter must be %d", label, tiles_n);
@@ -140,7 +139,7 @@ static void run_rs_epilogue_case(int rank, int nranks, int n, int k, int peer_tm
 
 /* The whole call in one launch: c is this rank's rows of c_full, the peers' reduced rows are
  * collected into the others, and the call ends with the counters zeroed and done = e. */
-static void run_rs_bracket_case(int rank, int nranks, int n, int k, int peer_tma) {
+static void run_rs_bracket_case(int rank, int nranks, int n, int k) {
   const int shard = 256, m = shard * nranks, blocks = shard / 128;
   int bm, bn;
   mk_gemm_tile_shape(&bm, &bn);
@@ -153,7 +152,6 @@ static void run_rs_bracket_case(int rank, int nranks, int n, int k, int peer_tma
   const size_t slot = (size_t)shard * n;
   void* c_own = (__nv_bfloat16*)p.c + (size_t)rank * slot;
   f.rs.c_full = p.c;
-  f.rs.peer_tma = peer_tma;
   struct mk_gemm_args g = problem_args(&p);
   g.c = c_own, g.rs = &f.rs, g.call = &f.call, g.row_block_rotate = ((rank + 1) % nranks) * blocks;
   EXPECT(launch_sync(&g) == 0, "launch (rank %d of %d, bracket)", rank, nranks);
@@ -212,13 +210,11 @@ static void run_rs_missing_case(int peer_busy) {
 }
 
 static void test_rs_epilogue(void) {
-  for (int peer_tma = 0; peer_tma < 2; peer_tma++) { /* the peers' tiles by stores, then by TMA */
-    run_rs_epilogue_case(0, 2, 520, 384, peer_tma);
-    run_rs_epilogue_case(1, 2, 1000, 200, peer_tma);
-    run_rs_epilogue_case(1, 3, 264, 128, peer_tma);
-    run_rs_bracket_case(0, 2, 520, 384, peer_tma);
-    run_rs_bracket_case(2, 3, 264, 128, peer_tma);
-  }
+  run_rs_epilogue_case(0, 2, 520, 384);
+  run_rs_epilogue_case(1, 2, 1000, 200);
+  run_rs_epilogue_case(1, 3, 264, 128);
+  run_rs_bracket_case(0, 2, 520, 384);
+  run_rs_bracket_case(2, 3, 264, 128);
   run_rs_missing_case(0);
   run_rs_missing_case(1);
 }
