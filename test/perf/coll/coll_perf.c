@@ -1,4 +1,11 @@
-/* nccl-tests-style driver: arguments, the launcher, the timed loop and the table. */
+/* nccl-tests-style driver: arguments, the launcher, the timed loop and the table.
+ * -A F (A/B in one run): the second communicator (side B) is timed in the same pass as the
+ * first (side A), batch by batch: after both sides' warm-up, each of the -n / -T batches runs
+ * once per side, A1 B1 A2 B2 ... (or B1 A1 B2 A2 ...), each batch between two events of its
+ * own on every local GPU; each side's time is the median of its batches (the mean without
+ * -T), the slowest rank's. The side that opens every turn is F at the first size and
+ * alternates per size and per -R repetition (not per batch: each batch then follows one of the
+ * other side, the warm-up included). Without -A the pass is side A's batches alone, as before. */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -17,8 +24,8 @@ struct rank_ctx {
   ncclComm_t comm;
   ncclComm_t comm_b;   /* -A: the second communicator (ncclCommSplit of comm), the tuned side */
   cudaStream_t stream;
-  cudaEvent_t* marks;  /* the timed loop's events: first and last, or one per batch (-T) */
-  double* batch_us;    /* -T: per-iteration time of each batch */
+  cudaEvent_t* marks;  /* the timed pass's events: before each side's batches, one after */
+  double* batch_us;    /* per-iteration time of each of one side's batches */
   void *send, *recv;   /* out-of-place buffers */
   double *scratch;     /* 2 doubles for the cross-rank reductions of the results */
 };
@@ -50,9 +57,11 @@ static void usage(const char* prog) {
           "iterations in batches of K and report the median batch's time per iteration, which "
           "one stall cannot move (default: the mean over all -n, as nccl-tests)] [-A F: A/B in "
           "one run: a second communicator (ncclCommSplit of the first) timed beside the first, "
-          "side F (0: A, 1: B) first at the first size, the order alternating per size and per "
-          "-R repetition, its time as time_us_b in the JSON; with NCCL_MK_TUNER_AB=1 the tuner "
-          "leaves the first to NCCL and tunes the second; one GPU per process]\n", prog);
+          "interleaved batch by batch (after both warm-ups, one -T batch of each side in turn, "
+          "each side's time the median of its batches; without -T one -n batch each), side F "
+          "(0: A, 1: B) opening every turn at the first size, the order alternating per size "
+          "and per -R repetition, its time as time_us_b in the JSON; with NCCL_MK_TUNER_AB=1 "
+          "the tuner leaves the first to NCCL and tunes the second; one GPU per process]\n", prog);
 }
 
 static int parse_args(int argc, char** argv, struct perf_args* a) {
@@ -114,9 +123,9 @@ static int init_ranks(const struct perf_args* a, struct rank_ctx* rk, int nranks
 /* The communicator of a side: 0 = A (the only one without -A), 1 = B. */
 static ncclComm_t side_comm(const struct rank_ctx* r, int side) { return side ? r->comm_b : r->comm; }
 
-/* The events of the timed loop (coll_stats.h), created on the rank's device. */
+/* The events of the timed pass (coll_stats.h), created on the rank's device. */
 static int alloc_marks(const struct perf_args* a, struct rank_ctx* r) {
-  int n = coll_mark_count(a->iters, a->batch);
+  int n = coll_mark_count(a->iters, a->batch, a->ab ? 2 : 1);
   r->marks = calloc((size_t)n, sizeof(*r->marks));
   r->batch_us = calloc((size_t)n, sizeof(*r->batch_us));
   if (!r->marks || !r->batch_us) {
@@ -244,9 +253,8 @@ static int check_placement(const struct perf_args* a, struct rank_ctx* rk,
 
 struct row { double usec, usec_mean, algbw, busbw, wrong; };
 
-/* Records timing event m (coll_mark_index) on every local GPU's stream; m < 0: none. */
+/* Records timing event m (coll_batch_mark) on every local GPU's stream. */
 static int record_mark(const struct perf_args* a, struct rank_ctx* rk, int m) {
-  if (m < 0) return 0;
   for (int g = 0; g < a->gpus_per_proc; g++) {
     CUDA_OK(cudaSetDevice(rk[g].dev));
     CUDA_OK(cudaEventRecord(rk[g].marks[m], rk[g].stream));
@@ -254,45 +262,83 @@ static int record_mark(const struct perf_args* a, struct rank_ctx* rk, int m) {
   return 0;
 }
 
-/* One GPU's time per iteration (us) once its stream is done: the mean over the -n iterations
- * and, with -T, the median batch's (without -T both are the mean). */
-static int rank_times(const struct perf_args* a, struct rank_ctx* r, double* usec,
-                      double* mean) {
-  int nb = coll_mark_count(a->iters, a->batch) - 1;
+/* Which sides one timed pass runs: `sides` (1, or 2 with -A) in turn per batch, `first`
+ * opening every turn (coll_stats.h). */
+struct pass_order {
+  int sides, first;
+};
+
+static int order_side(struct pass_order o, int pos) {
+  return (o.first + pos) % o.sides;
+}
+
+/* Warm-up (each side's -w, the opening side first, so that the first timed batch follows the
+ * other side as every later one does), then the timed pass: per batch, one batch of each side
+ * in turn, an event on every local GPU before each and one after the last. */
+static int run_timed_pass(const struct perf_args* a, struct rank_ctx* rk, const struct run_bufs* b,
+                          size_t sc, int nranks, struct pass_order o) {
+  for (int pos = 0; pos < o.sides; pos++)
+    for (int i = 0; i < a->warmup; i++)
+      if (launch_all(a, rk, b, sc, nranks, order_side(o, pos))) return -1;
+  const int nb = coll_batch_count(a->iters, a->batch);
+  for (int batch = 0; batch < nb; batch++)
+    for (int pos = 0; pos < o.sides; pos++) {
+      if (record_mark(a, rk, coll_batch_mark(batch, o.sides, pos))) return -1;
+      for (int i = 0; i < coll_batch_iters(a->iters, a->batch, batch); i++)
+        if (launch_all(a, rk, b, sc, nranks, order_side(o, pos))) return -1;
+    }
+  return record_mark(a, rk, coll_mark_count(a->iters, a->batch, o.sides) - 1);
+}
+
+/* One side's time per iteration (us) on one GPU once its stream is done: the mean over its -n
+ * iterations and, with -T, its median batch's (without -T both are the mean). */
+static int rank_side_times(const struct perf_args* a, struct rank_ctx* r, struct pass_order o,
+                           int pos, double* usec, double* mean) {
+  const int nb = coll_batch_count(a->iters, a->batch);
+  double total_ms = 0;
   float ms = 0;
-  CUDA_OK(cudaEventElapsedTime(&ms, r->marks[0], r->marks[nb]));
-  *usec = *mean = 1000.0 * ms / a->iters;
-  if (a->batch < 1) return 0;
   for (int b = 0; b < nb; b++) {
-    CUDA_OK(cudaEventElapsedTime(&ms, r->marks[b], r->marks[b + 1]));
+    int m = coll_batch_mark(b, o.sides, pos);
+    CUDA_OK(cudaEventElapsedTime(&ms, r->marks[m], r->marks[m + 1]));
+    total_ms += ms;
     r->batch_us[b] = 1000.0 * ms / coll_batch_iters(a->iters, a->batch, b);
   }
-  *usec = perf_median(r->batch_us, nb);
+  /* one side alone: its batches are contiguous, one span from the first event to the last */
+  if (o.sides == 1) {
+    CUDA_OK(cudaEventElapsedTime(&ms, r->marks[0], r->marks[nb]));
+    total_ms = ms;
+  }
+  *usec = *mean = 1000.0 * total_ms / a->iters;
+  if (a->batch > 0) *usec = perf_median(r->batch_us, nb);
   return 0;
 }
 
-/* The timed loop; the slowest rank's time is reported (its median batch with -T). */
-static int time_placement(const struct perf_args* a, struct rank_ctx* rk,
-                          const struct run_bufs* b, size_t sc, int nranks, int side, struct row* r) {
-  for (int i = 0; i < a->warmup; i++)
-    if (launch_all(a, rk, b, sc, nranks, side)) return -1;
-  for (int i = 0; i <= a->iters; i++) {
-    if (record_mark(a, rk, coll_mark_index(a->iters, a->batch, i))) return -1;
-    if (i < a->iters && launch_all(a, rk, b, sc, nranks, side)) return -1;
-  }
-  double usec[MK_PERF_MAX_GPUS], mean[MK_PERF_MAX_GPUS];
+/* Times one placement: side 0 alone, or (-A) both sides in one interleaved pass; rows[side]
+ * gets the slowest rank's time (its median batch with -T) and mean. */
+static int time_placement(const struct perf_args* a, struct rank_ctx* rk, const struct run_bufs* b,
+                          size_t sc, int nranks, struct pass_order o, struct row* rows[2]) {
+  if (run_timed_pass(a, rk, b, sc, nranks, o)) return -1;
+  double usec[2][MK_PERF_MAX_GPUS], mean[2][MK_PERF_MAX_GPUS];
   for (int g = 0; g < a->gpus_per_proc; g++) {
     CUDA_OK(cudaSetDevice(rk[g].dev));
-    if (wait_stream(&rk[g]) || rank_times(a, &rk[g], &usec[g], &mean[g])) return -1;
+    if (wait_stream(&rk[g])) return -1;
+    for (int pos = 0; pos < o.sides; pos++) {
+      int side = order_side(o, pos);
+      if (rank_side_times(a, &rk[g], o, pos, &usec[side][g], &mean[side][g])) return -1;
+    }
   }
-  if (global_reduce(a, rk, usec, ncclMax, &r->usec)) return -1;
-  r->usec_mean = r->usec;
-  return a->batch < 1 ? 0 : global_reduce(a, rk, mean, ncclMax, &r->usec_mean);
+  for (int side = 0; side < o.sides; side++) {
+    struct row* r = rows[side];
+    if (global_reduce(a, rk, usec[side], ncclMax, &r->usec)) return -1;
+    r->usec_mean = r->usec;
+    if (a->batch > 0 && global_reduce(a, rk, mean[side], ncclMax, &r->usec_mean)) return -1;
+  }
+  return 0;
 }
 
-/* out[side][placement]: side 1 only with -A, timed beside side 0; which goes first
- * alternates per size (index nsize) and repetition, from -A's F (the last repetition is
- * reported). */
+/* out[side][placement]: side 1 only with -A, timed in the same pass as side 0; the side that
+ * opens every turn alternates per size (index nsize) and repetition, from -A's F (the last
+ * repetition is reported). */
 static int measure_size(const struct perf_args* a, struct rank_ctx* rk, int nranks,
                         size_t bytes, int nsize, struct row out[2][2]) {
   size_t sc, rc;
@@ -305,11 +351,11 @@ static int measure_size(const struct perf_args* a, struct rank_ctx* rk, int nran
     placement(a, rk, inplace, sc, rc, &b);
     for (int side = 0; side < sides && a->check; side++)
       if (check_placement(a, rk, &b, sc, rc, nranks, inplace, side, &out[side][inplace].wrong)) return -1;
-    for (int rep = 0; rep < a->repeats; rep++)
-      for (int k = 0; k < sides; k++) {
-        const int side = (a->ab_first + nsize + rep + k) % sides;
-        if (time_placement(a, rk, &b, sc, nranks, side, &out[side][inplace])) return -1;
-      }
+    struct row* rows[2] = {&out[0][inplace], &out[1][inplace]};
+    for (int rep = 0; rep < a->repeats; rep++) {
+      struct pass_order o = {sides, (a->ab_first + nsize + rep) % sides};
+      if (time_placement(a, rk, &b, sc, nranks, o, rows)) return -1;
+    }
     size_t real_bytes = (coll->inplace == INPLACE_RECV_AT_RANK ? sc : rc) *
                         coll_type_size(a->dtype);
     for (int side = 0; side < sides; side++) {

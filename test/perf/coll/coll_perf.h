@@ -26,7 +26,7 @@ struct perf_args {
   int corrupt;            /* -X */
   int repeats;            /* -R */
   int batch;              /* -T: iterations per timed batch, 0 = the mean (coll_stats.h) */
-  int ab, ab_first;       /* -A F: a second communicator timed beside the first (A/B) */
+  int ab, ab_first;       /* -A F: a second communicator timed in turn with the first (A/B) */
   char id_hex[2 * sizeof(ncclUniqueId) + 1]; /* -I, given by the launcher */
 };
 
