@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|ring|moe|net|torch|tune|all]
+# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|all]
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
 #   attn:  the attention cores' tests (forward, backward), then attn_perf (forward, -b backward)
@@ -14,6 +14,10 @@
 #   tune:  scripts/tune.sh on all_reduce over NVLink (ring/tree x ll/ll128/simple x channels
 #          0/8/16, 8 B-256 MiB x4), its one-process A/B check with 3 rounds and the keep
 #          records; prints the check's goal lines (~2-3 minutes; not part of all)
+#   tune-net: the same through the forced network path (tune.sh -H: a NCCL_HOSTID per rank; no
+#          P2P, SHM or NVLS; our net plugin over libfabric tcp;ofi_rxm on lo), 1 KiB-64 MiB x4,
+#          channels 0/4/8, 20 iterations; file $LOGS/tune-net.txt (aimed at < 4 minutes; not
+#          part of all)
 # The build is made elsewhere (no GPU needed) and carried: MK_BUILD names it (default build).
 # Logs go to MK_CHECK_LOGS (default $OUT/gpu-check when OUT is set, else /tmp/gpu-check).
 # To add a tier: write a tier_NAME function that calls `step NAME COMMAND...` and add it to
@@ -165,6 +169,19 @@ tier_tune() {
   grep -E '^(geomean|goal|keep|==)' "$LOGS/tune_calibrate_and_check.log" || true
 }
 
+# The tuner's calibration and check through the forced network path, as scripts/bench-net.sh
+# and scripts/net-gpu-tests.sh take it: a node per process, our plugin, libfabric tcp;ofi_rxm.
+tier_tune_net() {
+  local lib
+  lib="$(cd "$B" && pwd)/libnccl-net-mk.so"
+  step tune_net_calibrate_and_check env MK_SKIP_BUILD=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \
+    NCCL_NET_PLUGIN="$lib" NCCL_NET=mk NCCL_MK_TRANSPORT=ofi NCCL_MK_OFI_PROVIDER='tcp;ofi_rxm' \
+    NCCL_MK_SOCKET_IFNAME="${NCCL_MK_SOCKET_IFNAME:-lo}" \
+    "$(dirname "$0")/tune.sh" -H -o "$LOGS/tune-net.txt" -c all_reduce -a "ring tree" \
+    -P "ll ll128 simple" -C "0 4 8" -b 1K -e 64M -f 4 -n 20 -k 4 -w 3 -r 3 -x none
+  grep -E '^(geomean|goal|keep|==)' "$LOGS/tune_net_calibrate_and_check.log" || true
+}
+
 # The net plugin under real NCCL on 2 GPUs, then the busbw comparison with NCCL's Socket.
 tier_net() {
   step net_gpu_tests env MK_CHECK_LOGS="$LOGS/net" "$(dirname "$0")/net-gpu-tests.sh"
@@ -236,8 +253,9 @@ case $tier in
   net) tier_net ;;
   torch) tier_torch ;;
   tune) tier_tune ;;
+  tune-net) tier_tune_net ;;
   all) tier_quick; tier_gemm; tier_attn; tier_fused; tier_ring; tier_moe; tier_net; tier_torch ;;
-  *) echo "usage: $0 [quick|gemm|attn|fused|ring|moe|net|torch|tune|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|all]" >&2; exit 2 ;;
 esac
 
 echo

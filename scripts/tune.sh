@@ -13,14 +13,15 @@
 # with the file's choice beside every SM count.
 # Every collectives run times its -n iterations in batches of -k and takes the median batch
 # (the harness's -T), so that one stall cannot decide a ~10 us size. The check runs NCCL alone
-# and NCCL with the file -r times, interleaved (the order alternates per round), and
+# and NCCL with the file -r times, each round one harness run with both (-A: the two sides take
+# turns batch by batch; which side opens alternates per size and per round), and
 # scripts/tune-check.py prints per size each round's ratio (tuned busbw / NCCL busbw, from the
 # times), the median over rounds, then "geomean: G over M sizes" and, last,
 # "goal: N of M sizes >= 0.97" (the tuner issue's goal; 3 rounds or more for a robust median).
 #
 # usage: scripts/tune.sh [-o FILE] [-g NGPUS] [-c COLLS] [-a ALGOS] [-P PROTOS] [-C CHANNELS]
 #                        [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-k BATCH] [-w WARMUP]
-#                        [-r ROUNDS] [-V] [-x FUSED_OPS] [-s COMM_SMS] [-M MLIST]
+#                        [-r ROUNDS] [-H] [-V] [-x FUSED_OPS] [-s COMM_SMS] [-M MLIST]
 #   -o  tuning file to write (default build/tune/nccl-mk-tuning.txt)
 #   -g  GPUs (one process each; default: every GPU nvidia-smi lists)
 #   -c  harness collectives (default "all_reduce all_gather reduce_scatter"; "none": skip)
@@ -32,31 +33,35 @@
 #   -k  iterations per timed batch of the collectives (default 4; -n / -k batches, the median
 #       batch is the size's time; 1: the median of per-iteration times)
 #   -r  rounds of the final NCCL-vs-tuned check (default 3; 0 skips it)
+#   -H  one NCCL node per process: each rank gets its own NCCL_HOSTID (the harness's -H), so
+#       NCCL connects this host's GPUs through its network path (name the net plugin with
+#       NCCL_NET_PLUGIN / NCCL_NET; scripts/gpu-check.sh tune-net does); the file's records
+#       then say nnodes = GPUs, as the tuner will see them (collectives only; -x as without)
 #   -V  print each harness command
 #   -x  fused ops to calibrate (default "ag_gemm", the op with a communication SM count; "none")
 #   -s  communication SM counts to try (default "2 4 6 8 12 16")
 #   -M  M values for the fused ops, comma-separated (default 2048,4096,8192,16384; N and K are
 #       the harness's defaults)
-# One host only: for several nodes run the harness with your launcher per combination and
-# call scripts/tune-write.py --nnodes N yourself.
+# One host only (-H emulates one node per GPU on it): for several real nodes run the harness
+# with your launcher per combination and call scripts/tune-write.py --nnodes N yourself.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 out="$MK_BUILD/tune/nccl-mk-tuning.txt"
 ngpus="" colls="all_reduce all_gather reduce_scatter" algos="ring tree pat"
 protos="ll ll128 simple" channels="0 2 4 8 16 32"
-minb=8 maxb=1G factor=2 iters=20 batch=4 warmup=5 rounds=3 verbose=0
+minb=8 maxb=1G factor=2 iters=20 batch=4 warmup=5 rounds=3 verbose=0 hosts=0
 fused_ops="ag_gemm" fused_sms="2 4 6 8 12 16" fused_m="2048,4096,8192,16384"
 
 usage() { sed -n '/^# usage:/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 
-while getopts "o:g:c:a:P:C:b:e:f:n:k:w:r:Vx:s:M:h" opt; do
+while getopts "o:g:c:a:P:C:b:e:f:n:k:w:r:HVx:s:M:h" opt; do
   case $opt in
     x) fused_ops=$OPTARG ;; s) fused_sms=$OPTARG ;; M) fused_m=$OPTARG ;;
     o) out=$OPTARG ;; g) ngpus=$OPTARG ;; c) colls=$OPTARG ;; a) algos=$OPTARG ;;
     P) protos=$OPTARG ;; C) channels=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;;
     f) factor=$OPTARG ;; n) iters=$OPTARG ;; k) batch=$OPTARG ;; w) warmup=$OPTARG ;;
-    r) rounds=$OPTARG ;;
+    r) rounds=$OPTARG ;; H) hosts=1 ;;
     V) verbose=1 ;; *) usage ;;
   esac
 done
@@ -91,6 +96,13 @@ require_gpus() {
   fi
 }
 
+# -H: the harness's own flag (a distinct NCCL_HOSTID per process) and the node count NCCL and
+# the tuner then see; else one node.
+set_nodes() {
+  host_flag=() nnodes=1
+  if [ "$hosts" = 1 ]; then host_flag=(-H) nnodes=$ngpus; fi
+}
+
 # One collectives run: coll json log, then environment assignments, then (after --) harness
 # arguments. Calibration and check both
 # take the median batch (-T), not the mean over -n: the file's time_us decides which
@@ -102,8 +114,8 @@ harness() {
   while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
   [ $# -gt 0 ] && shift && extra=("$@")
   local cmd=(env "${envs[@]}" "$MK_BUILD/test/perf/coll/${coll}_perf" -p "$ngpus" -g 1
-             -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -T "$batch" -w "$warmup" -c 1
-             -J "$json" "${extra[@]}")
+             "${host_flag[@]}" -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -T "$batch"
+             -w "$warmup" -c 1 -J "$json" "${extra[@]}")
   [ "$verbose" = 1 ] && echo "  + ${cmd[*]}"
   "${cmd[@]}" >"$log" 2>&1
 }
@@ -189,14 +201,15 @@ measure_all() {
 check_tuner_loads() {
   local coll=$1 plugin=$2 log="$work/check-$1-loads.log"
   env NCCL_TUNER_PLUGIN="$plugin" NCCL_MK_TUNER_FILE="$out" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING \
-    "$MK_BUILD/test/perf/coll/${coll}_perf" -p "$ngpus" -g 1 -b 8 -e 8 -n 1 -w 1 -c 1 >"$log" 2>&1 || return 1
+    "$MK_BUILD/test/perf/coll/${coll}_perf" -p "$ngpus" -g 1 "${host_flag[@]}" -b 8 -e 8 -n 1 \
+    -w 1 -c 1 >"$log" 2>&1 || return 1
   grep -q "NET/MK tuner: loaded tuning file" "$log"
 }
 
 # One round of the check: NCCL alone and NCCL with the file in one process, on two
-# communicators timed one beside the other (the harness's -A; NCCL_MK_TUNER_AB=1 leaves the
-# first to NCCL): drift and other jobs hit both sides alike. Which side goes first alternates
-# per size and per round.
+# communicators timed in one pass, batch by batch in turn (the harness's -A;
+# NCCL_MK_TUNER_AB=1 leaves the first to NCCL): drift and other jobs hit both sides alike.
+# Which side opens each turn alternates per size and per round.
 check_round() {
   local coll=$1 r=$2 plugin=$3 tag=${4:-}
   harness "$coll" "$work/check-$coll-ab-$tag$r.json" "$work/check-$coll-ab-$tag$r.log" \
@@ -213,7 +226,8 @@ check_coll() {
     check_round "$coll" "$r" "$plugin" "$tag" || return 1
     pairs+=(--ab "$work/check-$coll-ab-$tag$r.json")
   done
-  python3 "$MK_ROOT/scripts/tune-check.py" --label "$coll" --keep-out "$keep" --nnodes 1 "${pairs[@]}" ||
+  python3 "$MK_ROOT/scripts/tune-check.py" --label "$coll" --keep-out "$keep" --nnodes "$nnodes" \
+    "${pairs[@]}" ||
     { echo "check: $coll: tune-check.py could not compare the runs"; return 1; }
 }
 
@@ -262,6 +276,7 @@ check_names() {
 main() {
   check_names
   require_gpus
+  set_nodes
   mk_build
   work="$(dirname "$out")/runs-$(date +%Y%m%d-%H%M%S)"
   mkdir -p "$work"
@@ -276,9 +291,11 @@ main() {
   fi
   local gpus
   gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)
-  python3 "$MK_ROOT/scripts/tune-write.py" -o "$out" --nnodes 1 \
+  local node_note="one node"
+  [ "$hosts" = 1 ] && node_note="one NCCL node per process (-H: a NCCL_HOSTID each, the network path)"
+  python3 "$MK_ROOT/scripts/tune-write.py" -o "$out" --nnodes "$nnodes" \
     --comment "nccl-mk tuning file: scripts/tune.sh on $(hostname), $(date -u +%FT%TZ)" \
-    --comment "$ngpus GPU(s): $gpus; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE" \
+    --comment "$ngpus GPU(s): $gpus; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE; $node_note" \
     --comment "sizes $minb..$maxb x$factor, $iters iterations after $warmup warm-up" \
     --comment "time_us: per iteration, the median batch of $batch (harness -T $batch)" \
     "${specs[@]}"

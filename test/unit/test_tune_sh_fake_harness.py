@@ -6,7 +6,9 @@ time (-T with tune.sh's -k), the check's rounds are one-process A/B runs (-A) th
 which side runs first, and a stall that hits one side of one round (50x at 32 B) does not
 decide the final verdict, which is the
 last line, "goal: N of M sizes >= 0.97"; a size the file makes slower in every round gets a
-keep record and a second check. Then bad counts (-k above -n) are refused before anything runs.
+keep record and a second check. With -H (one NCCL node per process, the network path) every
+harness run gets the harness's -H and the file's records say 2 nodes. Then bad counts (-k above
+-n) are refused before anything runs.
 
 usage: test_tune_sh_fake_harness.py <scripts/tune.sh>
 """
@@ -151,6 +153,26 @@ def check_keep_run(tune_sh):
     return problems, out
 
 
+def check_one_node_per_process(tune_sh):
+    """-H: the harness's -H on every run, the load check included; records with nnodes 2."""
+    problems = []
+    with tempfile.TemporaryDirectory() as d:
+        d = pathlib.Path(d)
+        r = run_tune(tune_sh, setup(d), d, ["-n", "10", "-k", "2", "-r", "1", "-H"])
+        if r.returncode != 0:
+            return [f"exit {r.returncode}: {r.stderr[-2000:]}"], r.stdout + r.stderr
+        calls = [json.loads(l) for l in (d / "calls.jsonl").read_text().splitlines()]
+        if not calls or any("-H" not in c["args"] for c in calls):
+            problems.append("a harness run lacked -H")
+        text = (d / "out.txt").read_text()
+        records = re.findall(r"^allreduce (\d+) (\d+) ", text, re.M)
+        if not records or any(rec != ("2", "2") for rec in records):
+            problems.append(f"records (nranks, nnodes) {sorted(set(records))}: want only (2, 2)")
+        if "one NCCL node per process" not in text:
+            problems.append("the tuning file does not say it was measured one node per process")
+    return problems, r.stdout
+
+
 def check_bad_counts(tune_sh):
     problems = []
     with tempfile.TemporaryDirectory() as d:
@@ -168,6 +190,7 @@ def check_bad_counts(tune_sh):
 def main(argv):
     failed = 0
     for name, fn in (("full_run", check_full_run), ("keep_run", check_keep_run),
+                     ("one_node_per_process", check_one_node_per_process),
                      ("bad_counts", check_bad_counts)):
         problems, out = fn(argv[0])
         for p in problems:
