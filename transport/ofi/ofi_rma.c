@@ -44,6 +44,7 @@ static int ofi_mr_register(struct ofi_dev* dev, void* data, size_t size, int typ
 
 int ofi_reg_mr(struct mk_comm* comm, void* data, size_t size, int type, struct mk_mr** out) {
   struct ofi_comm* c = ofi_comm_get(comm);
+  type &= ~MK_PTR_FORCE_SO; /* libfabric exposes no relaxed ordering to turn off */
   if (!c || !data || size == 0 || !out || (type != MK_PTR_HOST && type != MK_PTR_CUDA)) {
     MK_WARN("ofi reg_mr: bad argument (comm %p, data %p, size %zu, type %d)", (void*)comm, data,
             size, type);
