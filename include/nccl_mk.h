@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -94,9 +95,19 @@ NCCL_MK_API ncclResult_t ncclMkConfigDefaults(ncclMkConfig* config);
  */
 NCCL_MK_API ncclResult_t ncclMkCommInit(ncclComm_t comm, const ncclMkConfig* config);
 
-/* Frees what ncclMkCommInit made. Not collective; call before ncclCommDestroy. Returns
+/* Frees what ncclMkCommInit made; call before ncclCommDestroy. Not collective while every
+ * rank is reachable by load/store (one node). With ranks on other nodes (or emulated ones,
+ * NCCL_MK_LOCAL_SIZE) every rank must call it: it waits for the GPU, then up to
+ * NCCL_MK_TIMEOUT_MS for the other ranks' release, then stops the proxy thread and closes its
+ * connections (with a WARN, without waiting further, when a rank never came). Returns
  * ncclSuccess or ncclInvalidArgument (comm not initialised for fused ops). */
 NCCL_MK_API ncclResult_t ncclMkCommRelease(ncclComm_t comm);
+
+/* ncclMkCommGetProxyBytes: the data bytes this rank's proxy has put to ranks outside its
+ * local team since ncclMkCommInit (0 when every rank is local): the cross-node path's
+ * traffic, for tests and harnesses. ncclSuccess, ncclInvalidArgument (NULL argument) or
+ * ncclInvalidUsage (comm not initialised for fused ops). */
+NCCL_MK_API ncclResult_t ncclMkCommGetProxyBytes(ncclComm_t comm, uint64_t* bytes);
 
 /*
  * ncclMkCommGetAsyncError: ncclSuccess in *result while the communicator is healthy;

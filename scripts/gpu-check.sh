@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|all]
+# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|all]
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
 #   attn:  the attention cores' tests (forward, backward), then attn_perf (forward, -b backward)
@@ -18,6 +18,8 @@
 #          P2P, SHM or NVLS; our net plugin over libfabric tcp;ofi_rxm on lo), 1 KiB-64 MiB x4,
 #          channels 0/4/8, 20 iterations; file $LOGS/tune-net.txt (aimed at < 4 minutes; not
 #          part of all)
+#   xnode: the fused ops' tests with each rank its own emulated node (NCCL_MK_LOCAL_SIZE=1: the
+#          proxy over libfabric tcp;ofi_rxm), then ag_gemm_perf across those nodes (not part of all)
 # The build is made elsewhere (no GPU needed) and carried: MK_BUILD names it (default build).
 # Logs go to MK_CHECK_LOGS (default $OUT/gpu-check when OUT is set, else /tmp/gpu-check).
 # To add a tier: write a tier_NAME function that calls `step NAME COMMAND...` and add it to
@@ -99,7 +101,19 @@ graph:fused_ops_replay_in_cuda_graphs_with_fresh_inputs back_to_back:fused_ops_b
 negative_control:fused_checker_rejects_one_bad_element group_init:fused_init_inside_nccl_group_one_thread_two_gpus
 hang_report:planted_missing_flag_gives_a_hang_report_naming_rank_tile_flag_and_peer
 one_kernel:fused_ops_are_one_kernel_per_call_on_their_overlapped_paths
-absent_peer:fused_op_without_its_peer_ends_in_an_async_error_and_later_calls_fail"
+absent_peer:fused_op_without_its_peer_ends_in_an_async_error_and_later_calls_fail
+proxy_bytes:fused_ops_send_nothing_through_the_proxy_when_every_rank_is_local"
+
+# The same on 2 GPUs with each rank its own emulated node (NCCL_MK_LOCAL_SIZE=1): the overlapped
+# AllGather+GEMM goes through the proxy over libfabric tcp;ofi_rxm on loopback (the other ops
+# take their reference path). one_kernel and group_init do not apply (a per-rank thread is
+# needed to connect the proxies).
+XNODE_TESTS="correctness:xnode_fused_ops_match_float64_on_odd_shapes bad_input:xnode_fused_ops_reject_bad_input_untouched
+graph:xnode_fused_ops_replay_in_cuda_graphs_with_fresh_inputs back_to_back:xnode_fused_ops_back_to_back_with_a_delayed_rank
+negative_control:xnode_fused_checker_rejects_one_bad_element
+hang_report:xnode_planted_missing_flag_gives_a_hang_report_naming_rank_tile_flag_and_peer
+absent_peer:xnode_fused_op_without_its_peer_ends_in_an_async_error_and_later_calls_fail
+proxy_bytes:xnode_proxy_sends_each_shard_once_per_call"
 
 # The fused ops on 2 GPUs (skipped with fewer), then their benchmarks at the shapes of
 # DESIGN.md (MK_FUSED_SHAPES=small for a short run).
@@ -129,6 +143,18 @@ tier_fused() {
     scripts/mk-trace summary '$LOGS'/trace/mk-trace.rank*.call3.trace"
   step ag_gemm_perf_reference env NCCL_MK_FUSED=0 "$B/test/perf/fused/ag_gemm_perf" -M "$m" -n 20 -w 3
   grep -A 20 '^#    M' "$LOGS/ag_gemm_perf_reference.log" || true
+}
+
+# Issue 13's emulated two-node setup (above), then ag_gemm_perf with each rank its own NCCL
+# node too (-H), so that NCCL's baseline crosses our net plugin (ofi tcp;ofi_rxm) as well.
+tier_xnode() {
+  local t
+  export NCCL_MK_LOCAL_SIZE=1 NCCL_MK_TRANSPORT=ofi NCCL_MK_OFI_PROVIDER="tcp;ofi_rxm"
+  for t in $XNODE_TESTS; do step "${t#*:}" "$B/test/gpu/test_fused_ops" "${t%%:*}"; done
+  step ag_gemm_perf_across_emulated_nodes env NCCL_NET_PLUGIN="$B/libnccl-net-mk.so" NCCL_NET=mk NCCL_TUNER_PLUGIN=none \
+    "$B/test/perf/fused/ag_gemm_perf" -H -M 2048,4096 -N 8192 -K 8192 -n 5 -w 2
+  grep -E '^(#    M|  [0-9]|# rank)' "$LOGS/ag_gemm_perf_across_emulated_nodes.log" || true
+  unset NCCL_MK_LOCAL_SIZE NCCL_MK_TRANSPORT NCCL_MK_OFI_PROVIDER
 }
 
 MOE_TESTS="correctness:moe_dispatch_and_combine_match_float64_on_random_and_skewed_routings
@@ -253,9 +279,10 @@ case $tier in
   net) tier_net ;;
   torch) tier_torch ;;
   tune) tier_tune ;;
+  xnode) tier_xnode ;;
   tune-net) tier_tune_net ;;
   all) tier_quick; tier_gemm; tier_attn; tier_fused; tier_ring; tier_moe; tier_net; tier_torch ;;
-  *) echo "usage: $0 [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|all]" >&2; exit 2 ;;
 esac
 
 echo

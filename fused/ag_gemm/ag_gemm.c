@@ -2,7 +2,7 @@
  * ncclMkAllGatherGemm. Two paths:
  *  - reference (DESIGN.md: a generic path under every fast path, also the oracle of the
  *    tests): NCCL's all-gather into the gathered-A buffer, then the GEMM core;
- *  - overlapped (NCCL_MK_FUSED=1, the default; every rank on this host, 128-row shards): one
+ *  - overlapped (NCCL_MK_FUSED=1, the default; 128-row shards, at most 8 ranks): one
  *    kernel per call: its first few CTAs push this rank's shard into every peer's workspace
  *    block by block while the GEMM's CTAs, on the other SMs, read the own shard in place and
  *    start each peer row-block as soon as its flag says the rows are there (ag_push.h; the
@@ -20,6 +20,7 @@
 #include "op_check.h"
 #include "schedule.h"
 #include "tuner.h"
+#include "xnode.h"
 
 /* 4 leaves the GEMM 128 of the H200's 132 SMs: the DESIGN.md shapes have a multiple of 128
  * tiles, so 128 CTAs run as few waves as 132, where 124 ran one more (bench/NOTES.md). */
@@ -34,8 +35,11 @@ static int ag_comm_ctas(const struct mk_fused_comm* fc, size_t m, size_t n, size
     ctas = MK_AG_DEFAULT_COMM_CTAS;
   if (ctas > MK_AG_MAX_COMM_CTAS) ctas = MK_AG_MAX_COMM_CTAS;
   if (ctas > fc->num_sms / 2) ctas = fc->num_sms / 2;
-  return ctas < 1 ? 1 : ctas;
+  const int least = fc->xn ? 2 : 1; /* cross-node: one CTA sends through the proxy, the others copy in */
+  return ctas < least ? least : ctas;
 }
+_Static_assert(MK_AG_MAX_BLOCKS <= MK_XN_MAX_BLOCKS, "the cross-node flags cover every row-block");
+_Static_assert(MK_AG_MAX_RANKS <= 32, "remote ranks as a 32-bit mask");
 _Static_assert(MK_AG_DATA_OFFSET == MK_FUSED_FLAG_BYTES, "the data area follows the flags");
 
 static int ag_gemm_reference(struct mk_fused_comm* fc, const void* a_shard, const void* b,
@@ -55,7 +59,9 @@ static int ag_gemm_reference(struct mk_fused_comm* fc, const void* a_shard, cons
 
 static int ag_gemm_fused_fits(const struct mk_fused_comm* fc, size_t m, size_t k) {
   size_t shard_rows = m / (size_t)fc->nranks;
-  return fc->fused && fc->local_size == fc->nranks && fc->nranks <= MK_AG_MAX_RANKS &&
+  uint32_t remote_mask;
+  const int reachable = fc->local_size == fc->nranks || mk_xnode_device(fc, &remote_mask);
+  return fc->fused && reachable && fc->nranks <= MK_AG_MAX_RANKS &&
          shard_rows % MK_AG_BLOCK_ROWS == 0 && m / MK_AG_BLOCK_ROWS <= MK_AG_MAX_BLOCKS &&
          m <= fc->cfg.max_m && k <= fc->cfg.max_k;
 }
@@ -72,8 +78,11 @@ static void ag_gemm_push_call(const struct mk_fused_comm* fc, const void* a_shar
   push->counts = (uint32_t*)((char*)fc->sym + MK_AG_COUNT_OFFSET);
   push->drop_flag_block = (int)mk_param_int(MK_PARAM_DEBUG_DROP_FLAG) + 1; /* -1 (off) -> 0 */
   call->rank = fc->rank, call->nranks = fc->nranks;
+  push->xn = mk_xnode_device(fc, &push->remote_mask);
+  push->self_dst = (char*)fc->sym + MK_AG_DATA_OFFSET;
+  push->self_flags = own + MK_AG_FLAG0;
   for (int d = 0; d < fc->nranks; d++) {
-    if (d == fc->rank) continue;
+    if (d == fc->rank || !fc->peer_sym[d]) continue; /* remote ranks: through the proxy */
     push->dst[d] = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
     push->dst_flags[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0;
     call->peer_done[d] = (const uint64_t*)fc->peer_sym[d] + MK_AG_WORD_DONE;

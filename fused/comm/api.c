@@ -83,6 +83,18 @@ NCCL_MK_API ncclResult_t ncclMkCommRelease(ncclComm_t comm) {
   return mk_result_from_errno(mk_fused_comm_destroy(comm));
 }
 
+NCCL_MK_API ncclResult_t ncclMkCommGetProxyBytes(ncclComm_t comm, uint64_t* bytes) {
+  struct mk_fused_comm* fc;
+  if (!comm || !bytes) {
+    MK_WARN("ncclMkCommGetProxyBytes: %s is NULL", comm ? "bytes" : "comm");
+    return ncclInvalidArgument;
+  }
+  int rc = mk_fused_comm_get(comm, NULL, &fc);
+  if (rc) return mk_result_from_errno(rc);
+  *bytes = mk_xnode_sent_bytes(fc);
+  return ncclSuccess;
+}
+
 NCCL_MK_API ncclResult_t ncclMkCommGetAsyncError(ncclComm_t comm, ncclResult_t* result,
                                                  char* msg, size_t msg_len) {
   struct mk_fused_comm* fc;

@@ -59,6 +59,7 @@ static int registry_add(struct mk_fused_comm* fc) {
 }
 
 static void fused_comm_free(struct mk_fused_comm* fc) {
+  mk_xnode_release(fc);
   mk_peer_close(fc);
   mk_trace_comm_close(fc);
   if (fc->internal) cudaStreamDestroy(fc->internal);
@@ -219,6 +220,13 @@ int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm
 int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {
   volatile struct mk_gemm_error* e = fc->err;
   if (!fc->broken && !e->aborted) return 0;
+  char proxy_msg[200];
+  if (mk_xnode_error(fc, proxy_msg, sizeof(proxy_msg))) {
+    if (!fc->broken) MK_WARN("rank %d: the cross-node proxy failed (%s); the communicator is broken", fc->rank, proxy_msg);
+    fc->broken = 1;
+    if (msg && len) snprintf(msg, len, "rank %d: the cross-node proxy failed: %s", fc->rank, proxy_msg);
+    return -ECONNRESET;
+  }
   if (!fc->broken) {
     /* The peer is known for AllGather+GEMM's, ring attention's, GEMM+RS/AR's and the MoE
      * combine's store waits;

@@ -65,6 +65,7 @@ struct mk_fused_comm {
                                  * (a hang report names the peer that owed a row-block) */
   int rs_shard_blocks;          /* the same for the last overlapped GEMM+ReduceScatter/AllReduce */
   int ra_flags_per_slot;        /* chunk flags per K/V slot of the last ring attention call */
+  struct mk_xnode* xn;          /* ranks outside the local team: the proxy (xnode.c); else NULL */
 };
 
 /* ncclMkCommInit's work; 0 or negative errno. */
@@ -107,6 +108,21 @@ int mk_peer_exchange_post(struct mk_fused_comm* fc);
  * exchange yet, other negative errno on failure. */
 int mk_peer_exchange_finish(struct mk_fused_comm* fc);
 void mk_peer_close(struct mk_fused_comm* fc);
+
+/* xnode.c: the cross-node state (fused/proxy/xnode.h). setup (collective, after the workspace
+ * exchange; a no-op when every rank is local) starts the proxy; release drains it, meets the
+ * peers (unless the communicator is broken) and stops it. device: the kernels' view and the
+ * remote ranks (< 32) as a bit mask, NULL when there is no running proxy. sent_bytes: data
+ * bytes the proxy's puts completed, all peers. error: the proxy's failure (0 while healthy),
+ * described in msg. MK_XNODE_ERR_TAG marks a proxy failure in the error record's tag. */
+#define MK_XNODE_ERR_TAG 0xFFFFFF00u
+struct mk_xnode;
+struct mk_xnode_dev;
+int mk_xnode_setup(struct mk_fused_comm* fc);
+void mk_xnode_release(struct mk_fused_comm* fc);
+struct mk_xnode_dev* mk_xnode_device(const struct mk_fused_comm* fc, uint32_t* remote_mask);
+uint64_t mk_xnode_sent_bytes(const struct mk_fused_comm* fc);
+int mk_xnode_error(const struct mk_fused_comm* fc, char* msg, size_t len);
 
 /* 1 when `stream` (or the legacy stream when NULL) is being captured into a graph. */
 int mk_stream_capturing(cudaStream_t stream);

@@ -131,7 +131,7 @@ static int peer_exchange_read(struct mk_fused_comm* fc) {
   fc->exchange_pending = 0;
   MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d of %d, %d on this host reachable by "
           "load/store", fc->rank, fc->nranks, fc->local_size);
-  return 0;
+  return mk_xnode_setup(fc); /* the others, through the proxy */
 }
 
 void mk_peer_close(struct mk_fused_comm* fc) {

@@ -88,8 +88,9 @@ static int gemm_validate_call(const struct mk_gemm_args* a) {
       GEMM_REJECT("mk_gemm_launch: call rank %d of %d out of range", c->rank, c->nranks);
     if (!c->done || !c->exits || c->num_counters < 0 || (c->num_counters && !c->counters))
       GEMM_REJECT("mk_gemm_launch: call bracket needs done, exits and counters (num_counters %d)", c->num_counters);
+    const uint32_t remote = a->push ? a->push->remote_mask : 0; /* reached through the proxy */
     for (int d = 0; d < c->nranks; d++)
-      if (d != c->rank && !c->peer_done[d])
+      if (d != c->rank && !c->peer_done[d] && !(remote >> d & 1))
         GEMM_REJECT("mk_gemm_launch: call bracket: peer_done of rank %d missing", d);
   }
   const struct mk_gemm_scatter* sc = a->scatter;
@@ -116,8 +117,14 @@ static int gemm_validate_push(const struct mk_gemm_args* a, int bm, int cluster_
   if (!pu->src || gemm_misaligned(pu->src) || !pu->counts)
     GEMM_REJECT("mk_gemm_launch: push src (16-byte aligned) and counts must be set");
   for (int d = 0; d < c->nranks; d++)
-    if (d != c->rank && (!pu->dst[d] || gemm_misaligned(pu->dst[d]) || !pu->dst_flags[d]))
+    if (d != c->rank && !(pu->remote_mask >> d & 1) &&
+        (!pu->dst[d] || gemm_misaligned(pu->dst[d]) || !pu->dst_flags[d]))
       GEMM_REJECT("mk_gemm_launch: push dst (16-byte aligned) and dst_flags of rank %d missing", d);
+  if (pu->xn && (pu->ctas < 2 || !a->err || !pu->self_dst || gemm_misaligned(pu->self_dst) || !pu->self_flags ||
+                 c->nranks > 32 || (pu->remote_mask >> c->rank & 1)))
+    GEMM_REJECT("mk_gemm_launch: a cross-node push needs ctas >= 2, an error record, self_dst (16-byte aligned), self_flags, "
+                "at most 32 ranks and this rank outside remote_mask");
+  if (!pu->xn && pu->remote_mask) GEMM_REJECT("mk_gemm_launch: push remote_mask without xn");
   return 0;
 }
 

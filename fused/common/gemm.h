@@ -48,6 +48,7 @@ extern "C" {
 #endif
 
 struct mk_trace_buf;
+struct mk_xnode_dev;
 
 enum mk_gemm_epilogue {
   MK_GEMM_STORE = 0,    /* c: bf16 [m, n] */
@@ -149,6 +150,16 @@ struct mk_gemm_push {
   uint64_t* dst_flags[MK_GEMM_RS_MAX_RANKS];
   uint32_t* counts;
   int drop_flag_block; /* testing (NCCL_MK_DEBUG_DROP_FLAG): row-block + 1 never raised; 0 off */
+  /* Cross-node (issue 13; fused/proxy/xnode.h; xn NULL: off). The ranks of remote_mask are
+   * reached through the proxy (their dst and dst_flags are unused): the last push CTA stages
+   * src into the bounce buffer and publishes a put+signal per row-block and remote rank; the
+   * other push CTAs copy the remote ranks' row-blocks, once their flags say they landed in the
+   * bounce buffer, into self_dst (this rank's gathered A) and raise self_flags (its ready
+   * flags). Needs ctas >= 2. */
+  struct mk_xnode_dev* xn;
+  uint32_t remote_mask;
+  void* self_dst;
+  uint64_t* self_flags;
 };
 
 struct mk_gemm_args {

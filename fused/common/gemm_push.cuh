@@ -11,6 +11,8 @@
 
 #define MK_GEMM_PUSH_UNROLL 4 /* 16-byte vectors in flight per thread: 384 threads, few CTAs */
 
+#include "gemm_push_xnode.cuh" /* the ranks reached through the proxy */
+
 /* Bounded wait (one thread) for peer d's previous call: what this call writes into it is free.
  * Traced when it blocked. The wait loop inlined (wait.cuh NOTES). */
 static __device__ __forceinline__ int gemm_push_wait_peer_free(const struct mk_gemm_params& p, int d, int item,
@@ -31,9 +33,9 @@ static __device__ __forceinline__ int gemm_push_wait_peer_free(const struct mk_g
  * st.release.sys of the flag come after every CTA's stores, so a flag is never seen before
  * its rows. */
 template <class Cfg>
-static __device__ void gemm_push_item(const struct mk_gemm_params& p, int d, int b, int item, uint64_t e) {
+static __device__ void gemm_push_item(const struct mk_gemm_params& p, int ctas, int d, int b, int item, uint64_t e) {
   const uint64_t t0 = p.trace ? globaltimer_ns() : 0;
-  const int ctas = p.push.ctas, blocks = p.push.shard_rows / Cfg::BM;
+  const int blocks = p.push.shard_rows / Cfg::BM;
   const int mb = p.call.rank * blocks + b;
   const int nvec = Cfg::BM * p.k / 8; /* k is a multiple of 8: whole vectors */
   const int per_cta = (nvec + ctas - 1) / ctas;
@@ -57,21 +59,30 @@ static __device__ void gemm_push_item(const struct mk_gemm_params& p, int d, int
 
 /* The role: items in order, destination mk_sched_ag_dest(rank, step) for step = item / blocks
  * from step 1 (this rank's own GEMM reads its shard in place), row-block item % blocks; every
- * CTA takes a slice of every item, so row-blocks complete one after another at the full rate. */
+ * CTA takes a slice of every item, so row-blocks complete one after another at the full rate.
+ * With ranks reached through the proxy (push.xn), the last push CTA sends to them and the
+ * others, after their NVLink items, copy in what they sent (gemm_push_xnode.cuh). */
 template <class Cfg>
 static __device__ __forceinline__ void gemm_push_role(const struct mk_gemm_params& p) {
   const int blocks = p.push.shard_rows / Cfg::BM, n = p.call.nranks;
   const uint64_t e = *(volatile uint64_t*)p.call.done + 1; /* done moves only at the call's end */
+  const int ctas = p.push.xn ? p.push.ctas - 1 : p.push.ctas;
+  if (p.push.xn && (int)blockIdx.x == ctas) {
+    gemm_xn_send_role<Cfg>(p, e);
+    return;
+  }
   __shared__ int ok;
   for (int item = blocks; item < blocks * n; item++) {
     const int d = mk_sched_ag_dest(p.call.rank, n, item / blocks);
+    if (p.push.remote_mask >> d & 1) continue;
     if (item % blocks == 0) {
       if (threadIdx.x == 0) ok = gemm_push_wait_peer_free(p, d, item, e);
       __syncthreads();
       if (!ok) return;
     }
-    gemm_push_item<Cfg>(p, d, item % blocks, item, e);
+    gemm_push_item<Cfg>(p, ctas, d, item % blocks, item, e);
   }
+  if (p.push.xn) gemm_xn_recv_role<Cfg>(p, ctas, e);
 }
 
 #endif /* MK_GEMM_PUSH_CUH_ */

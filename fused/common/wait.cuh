@@ -13,6 +13,19 @@
 #include "gemm.h"
 #include "ptx.cuh"
 
+/* Fills the error record (what, flag_index, want, seen under err_tag) and raises its abort
+ * word: the host's asynchronous error, and every other wait of the call gives up. */
+static __device__ __forceinline__ void mk_gemm_error_raise(struct mk_gemm_error* err, uint32_t err_tag, uint32_t what,
+                                                           uint32_t flag_index, uint64_t want, uint64_t seen) {
+  err->tag = err_tag;
+  err->tile = what;
+  err->flag_index = flag_index;
+  err->expected = want;
+  err->seen = seen;
+  fence_acq_rel_sys();
+  *(volatile uint32_t*)&err->aborted = 1;
+}
+
 static __device__ __forceinline__ uint64_t mk_wait_geq_inline(const uint64_t* word, uint64_t want,
                                                              struct mk_gemm_error* err, uint32_t err_tag,
                                                              uint32_t what, uint32_t flag_index,
@@ -29,15 +42,7 @@ static __device__ __forceinline__ uint64_t mk_wait_geq_inline(const uint64_t* wo
     if (polls % MK_WAIT_CLOCK_POLLS) continue;
     if (polls % MK_WAIT_ABORT_POLLS == 0 && err && ld_relaxed_sys_u32(&err->aborted)) return seen;
     if (globaltimer_ns() - t0 > timeout_ns) {
-      if (err) {
-        err->tag = err_tag;
-        err->tile = what;
-        err->flag_index = flag_index;
-        err->expected = want;
-        err->seen = seen;
-        fence_acq_rel_sys();
-        *(volatile uint32_t*)&err->aborted = 1;
-      }
+      if (err) mk_gemm_error_raise(err, err_tag, what, flag_index, want, seen);
       return seen;
     }
   }

@@ -65,6 +65,7 @@ struct mk_proxy {
   int stop;   /* atomic: asks the thread to drain and exit */
   int tid;    /* atomic */
   int failed; /* atomic: err is valid */
+  int leaving; /* atomic: the peers are closing; a transport error ends the thread quietly */
   struct mk_proxy_error err;
 };
 
@@ -304,6 +305,11 @@ int mk_proxy_keys(struct mk_proxy* p, struct mk_proxy_keys* mine) {
 
 static void proxy_fail(struct mk_proxy* p, int err, uint32_t kind, int peer,
                        const struct proxy_op* op) {
+  if (__atomic_load_n(&p->leaving, __ATOMIC_ACQUIRE) && kind == MK_PROXY_ERR_TRANSPORT) {
+    MK_INFO(MK_NCCL_SUBSYS_NET, "proxy rank %d: peer %d closed while leaving (%s); the thread stops",
+            p->conf.rank, peer, strerror(-err));
+    return;
+  }
   struct mk_proxy_queue* q = p->conf.queue;
   uint64_t completed = __atomic_load_n(&q->completed, __ATOMIC_RELAXED);
   struct mk_proxy_error* e = &p->err;
@@ -527,6 +533,10 @@ int mk_proxy_stop(struct mk_proxy* p) {
 }
 
 int mk_proxy_quiesce(struct mk_proxy* p) { return proxy_join(p); }
+
+void mk_proxy_peers_leaving(struct mk_proxy* p) {
+  if (p) __atomic_store_n(&p->leaving, 1, __ATOMIC_RELEASE);
+}
 
 uint64_t mk_proxy_sent_bytes(const struct mk_proxy* p, int peer) {
   return __atomic_load_n(&p->peers[peer].sent_bytes, __ATOMIC_RELAXED);

@@ -102,6 +102,11 @@ int mk_proxy_stop(struct mk_proxy* p);
  * what mk_proxy_stop would. For a shutdown in two steps: quiesce everywhere, agree, then
  * stop, so that no proxy still running mistakes a peer's orderly close for its death. */
 int mk_proxy_quiesce(struct mk_proxy* p);
+/* From now on the peers may close their connections (they are shutting down too): a
+ * transport error ends the thread without raising an error record. For a shutdown without
+ * an out-of-band agreement: say goodbye through the queue, call this, wait for the peers'
+ * goodbyes (bounded), quiesce, stop. NULL is a no-op. */
+void mk_proxy_peers_leaving(struct mk_proxy* p);
 
 /* Readable from any thread while the proxy runs. */
 uint64_t mk_proxy_sent_bytes(const struct mk_proxy* p, int peer); /* data bytes completed */

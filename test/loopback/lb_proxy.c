@@ -95,7 +95,8 @@ static int px_setup(struct lb_ctx* ctx, struct px* x, uint32_t depth, int inflig
   struct mk_proxy_conf conf = {
       .ops = NULL, .dev = ctx->dev, .rank = x->rank, .nranks = 2, .remote = remote,
       .data = x->data, .data_bytes = data_bytes, .data_type = MK_PTR_HOST,
-      .flags = x->flags, .flags_bytes = x->flags_bytes, .flags_type = MK_PTR_HOST,
+      .flags = x->flags, .flags_bytes = x->flags_bytes,
+      .flags_type = MK_PTR_HOST | MK_PTR_FORCE_SO, /* as the fused ops register their flags */
       .queue = x->q, .max_inflight = inflight};
   LB_OK(mk_proxy_create(&conf, &x->p));
   struct mk_proxy_addr addrs[2];
@@ -389,7 +390,41 @@ static int stop_target(struct lb_ctx* ctx) {
   return 0;
 }
 
+/* ---- goodbye: the shutdown of the fused ops' release, with no out-of-band agreement ----
+ * Each rank puts a chunk, then a signal-only "bye" (fenced: it lands after the chunk), tells
+ * its proxy that the peer's close is now orderly, waits (bounded) for the peer's bye and checks
+ * the chunk before it. Rank 0 then stops at once, closing its connections while rank 1's thread
+ * still runs (rank 1 waits 200 ms more): rank 1's thread must take the close quietly, and
+ * neither rank may report an error. */
+static int goodbye_rank(struct lb_ctx* ctx) {
+  struct px x;
+  LB_OK(px_setup(ctx, &x, 16, 8, 2 * (size_t)CH, 2));
+  LB_OK(mk_proxy_start(x.p, x.keys));
+  lb_fill(x.data, CH, ctx->seed, chunk_stream(x.rank, 0));
+  struct mk_proxy_desc put = {.op = MK_PROXY_PUT, .peer = x.peer, .dst_off = CH, .size = CH};
+  struct mk_proxy_desc bye = {.op = MK_PROXY_SIGNAL, .peer = x.peer, .flag_off = 0, .flag_value = 1};
+  LB_OK(mk_proxy_publish(&x.prod, &put, WAIT_NS, NULL));
+  LB_OK(mk_proxy_publish(&x.prod, &bye, WAIT_NS, NULL));
+  mk_proxy_peers_leaving(x.p);
+  double t0 = lb_now();
+  while (__atomic_load_n(&x.flags[0], __ATOMIC_ACQUIRE) < 1) {
+    LB_EXPECT(lb_now() - t0 < 30.0);
+    usleep(100);
+  }
+  LB_EXPECT(lb_check(x.data + CH, CH, ctx->seed, chunk_stream(x.peer, 0), "chunk before the bye") == 0);
+  if (x.rank == 1) usleep(200000); /* rank 0 has closed by now; this thread still progresses */
+  char msg[256] = "";
+  const int err = mk_proxy_error(x.p, msg, sizeof(msg));
+  printf("  [rank %d] bye after %.3f s; proxy error before the stop: %d %s\n", x.rank, lb_now() - t0, err, msg);
+  LB_EXPECT(err == 0);
+  LB_EXPECT(mk_proxy_quiesce(x.p) == 0);
+  LB_EXPECT(mk_proxy_stop(x.p) == 0);
+  px_free(&x);
+  return 0;
+}
+
 static const struct lb_case cases[] = {
+    {"proxy_goodbye_then_close_needs_no_agreement_and_raises_no_error", goodbye_rank, goodbye_rank, 60, 0},
     {"proxy_put_signal_stream_flags_never_before_data_and_byte_counters_exact", stream_rank,
      stream_rank, 150, 0},
     {"proxy_killed_peer_gives_async_error_within_bound_and_stops", killed_survivor, killed_victim,

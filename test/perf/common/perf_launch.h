@@ -27,13 +27,17 @@ void perf_hex_to_id(const char* hex, ncclUniqueId* id);
 
 /* A two-or-more-GPU harness's launcher side: 77 (meson's skip), saying why, when this host has
  * fewer than nprocs GPUs; else perf_launch_local's status. */
-static inline int perf_launch_local_or_skip(int argc, char** argv, int nprocs) {
+static inline int perf_launch_local_or_skip_hosts(int argc, char** argv, int nprocs, int distinct_hosts) {
   int ngpu = 0;
   if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < nprocs) {
     printf("needs %d GPUs, found %d\n", nprocs, ngpu);
     return 77;
   }
-  return perf_launch_local(argc, argv, nprocs, 0);
+  return perf_launch_local(argc, argv, nprocs, distinct_hosts);
+}
+
+static inline int perf_launch_local_or_skip(int argc, char** argv, int nprocs) {
+  return perf_launch_local_or_skip_hosts(argc, argv, nprocs, 0);
 }
 
 /* In a GPU test started by perf_launch_local: 1 when this process is a child ("<scenario> -P

@@ -10,10 +10,14 @@
  * waits out the skew and leaves the ranks aligned for the baseline after it.
  *
  * usage: <op>_perf [-p procs] [-M list] [-N list] [-K list] [-n iters] [-w warmup] [-J json]
- *                  [-S comm_sms] [-F] [-U]
+ *                  [-S comm_sms] [-F] [-U] [-H]
  * lists are comma-separated; defaults are the shapes of DESIGN.md for the op. -S sets
  * ncclMkConfig.comm_sms (0: the library's choice, from NCCL_MK_TUNER_FILE when it has the
  * shape); -F times the fused op alone (scripts/tune.sh's sweeps; the check still runs).
+ * -H gives each rank its own NCCL_HOSTID, so NCCL's baseline crosses the network (NCCL_NET
+ * picks the transport: NCCL_NET_PLUGIN=mk NCCL_NET=mk for ours); with NCCL_MK_LOCAL_SIZE=1
+ * the fused op then also goes between "nodes", through its proxy. The last line gives the
+ * bytes each rank's proxy sent (ncclMkCommGetProxyBytes; 0 when every rank is local).
  */
 #include <nccl.h>
 #include <string.h>
@@ -36,7 +40,7 @@ struct opts {
   size_t ms[16], ns[16], ks[16];
   int nm, nn, nk;
   const char* json;
-  int comm_sms, fused_only, no_barrier;
+  int comm_sms, fused_only, no_barrier, distinct_hosts;
   char id[PERF_ID_HEX_LEN];
 };
 
@@ -68,7 +72,7 @@ static int parse(int argc, char** argv, struct opts* o) {
   int c, launched = 0;
   o->nprocs = 2, o->iters = 20, o->warmup = 5;
   default_shapes(o);
-  while ((c = getopt(argc, argv, "p:M:N:K:n:w:J:P:I:S:FU")) != -1) {
+  while ((c = getopt(argc, argv, "p:M:N:K:n:w:J:P:I:S:FUH")) != -1) {
     switch (c) {
       case 'p': o->nprocs = atoi(optarg); break;
       case 'M': o->nm = parse_list(optarg, o->ms); break;
@@ -80,6 +84,7 @@ static int parse(int argc, char** argv, struct opts* o) {
       case 'S': o->comm_sms = atoi(optarg); break;
       case 'F': o->fused_only = 1; break;
       case 'U': o->no_barrier = 1; break;
+      case 'H': o->distinct_hosts = 1; break;
       case 'P': o->proc = atoi(optarg), launched = 1; break;
       case 'I': snprintf(o->id, sizeof(o->id), "%s", optarg), launched = 1; break;
       default: return -1;
@@ -254,6 +259,9 @@ static int rank_main(const struct opts* o) {
         free_shape(&k);
       }
   if (json) fclose(json);
+  uint64_t proxy_bytes = 0;
+  NCCL_OK(ncclMkCommGetProxyBytes(k.comm, &proxy_bytes));
+  printf("# rank %d: proxy sent %llu bytes to ranks outside its local team\n", k.r, (unsigned long long)proxy_bytes);
   NCCL_OK(ncclMkCommRelease(k.comm));
   ncclCommDestroy(k.comm);
   return wrong ? 2 : 0;
@@ -267,9 +275,9 @@ int main(int argc, char** argv) {
   int launched = parse(argc, argv, &o);
   if (launched < 0) {
     fprintf(stderr, "usage: %s [-p procs] [-M list] [-N list] [-K list] [-n iters] [-w warmup] "
-            "[-J json] [-S comm_sms] [-F]\n", argv[0]);
+            "[-J json] [-S comm_sms] [-F] [-U] [-H]\n", argv[0]);
     return 2;
   }
-  if (!launched) return perf_launch_local_or_skip(argc, argv, o.nprocs);
+  if (!launched) return perf_launch_local_or_skip_hosts(argc, argv, o.nprocs, o.distinct_hosts);
   return rank_main(&o);
 }

@@ -1,0 +1,223 @@
+/*
+ * The cross-node state of a fused-op communicator (issue 13; regions and protocol in
+ * fused/proxy/xnode.h): made after the workspace exchange when some rank is outside the
+ * local team (another host, or another emulated node with NCCL_MK_LOCAL_SIZE), released with
+ * the communicator. Setup is collective: two record exchanges (the proxy's listen addresses,
+ * then its remote keys) as ncclAllGather on the caller's communicator, between which the
+ * proxies connect to each other.
+ */
+#include "fused_comm.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "mk_err.h"
+#include "mk_log.h"
+#include "mk_param.h"
+#include "proxy.h"
+#include "xnode.h"
+
+struct mk_xnode {
+  struct mk_proxy* proxy;
+  struct mk_proxy_queue* q;   /* host-mapped */
+  void* bounce;               /* host-mapped */
+  size_t bounce_bytes;
+  uint64_t* flags;            /* host-mapped */
+  struct mk_xnode_dev* dev;   /* device memory */
+  unsigned char* remote;      /* [nranks] */
+  uint32_t remote_mask;       /* the same, for ranks < 32 */
+  void* exchange;             /* device buffer of the record exchanges */
+  int started;                /* the proxy thread runs: release meets the peers */
+};
+
+static int host_mapped(void** p, size_t bytes, const char* what) {
+  MK_CHECK(mk_cuda_check(cudaHostAlloc(p, bytes, cudaHostAllocMapped | cudaHostAllocPortable), what));
+  memset(*p, 0, bytes);
+  return 0;
+}
+
+static void* device_view(void* host) {
+  void* d = NULL;
+  return cudaHostGetDevicePointer(&d, host, 0) == cudaSuccess ? d : NULL;
+}
+
+/* Every rank's `bytes`-byte record into all[nranks], through ncclAllGather on fc's comm. */
+static int xnode_allgather(struct mk_fused_comm* fc, const void* mine, size_t bytes, void* all) {
+  struct mk_xnode* xn = fc->xn;
+  char* buf = xn->exchange;
+  const size_t n = (size_t)fc->nranks;
+  MK_CHECK(mk_cuda_check(cudaMemcpy(buf + n * bytes, mine, bytes, cudaMemcpyHostToDevice), "proxy record upload"));
+  MK_CHECK(mk_nccl_check(fc->api->all_gather(buf + n * bytes, buf, bytes, ncclUint8, fc->nccl, fc->internal),
+                         "ncclAllGather (proxy records)"));
+  MK_CHECK(mk_cuda_check(cudaStreamSynchronize(fc->internal), "proxy record exchange"));
+  return mk_cuda_check(cudaMemcpy(all, buf, n * bytes, cudaMemcpyDeviceToHost), "proxy record download");
+}
+
+/* A proxy failure (dead peer, transport error) is the communicator's asynchronous error:
+ * every wait of a running kernel gives up at its next check of the record. */
+static void xnode_on_error(void* arg, const struct mk_proxy_error* e) {
+  struct mk_gemm_error* r = ((struct mk_fused_comm*)arg)->err;
+  if (__atomic_load_n(&r->aborted, __ATOMIC_ACQUIRE)) return;
+  r->tag = MK_XNODE_ERR_TAG;
+  r->tile = 0;
+  r->flag_index = (uint32_t)e->peer;
+  r->expected = e->expected;
+  r->seen = e->seen;
+  __atomic_store_n(&r->aborted, 1, __ATOMIC_RELEASE);
+}
+
+static int xnode_alloc(struct mk_fused_comm* fc, struct mk_xnode* xn) {
+  const size_t n = (size_t)fc->nranks;
+  xn->remote = calloc(n, 1);
+  if (!xn->remote) return -ENOMEM;
+  for (int p = 0; p < fc->nranks; p++) {
+    xn->remote[p] = p != fc->rank && !fc->peer_sym[p];
+    if (xn->remote[p] && p < 32) xn->remote_mask |= 1u << p;
+  }
+  const ncclMkConfig* c = &fc->cfg;
+  xn->bounce_bytes = c->max_m * c->max_k * 2;
+  if (xn->bounce_bytes < 4096) xn->bounce_bytes = 4096;
+  MK_CHECK(host_mapped((void**)&xn->q, mk_proxy_queue_bytes(MK_XN_QUEUE_DEPTH), "cudaHostAlloc (proxy queue)"));
+  MK_CHECK(mk_proxy_queue_init(xn->q, MK_XN_QUEUE_DEPTH));
+  MK_CHECK(host_mapped(&xn->bounce, xn->bounce_bytes, "cudaHostAlloc (proxy bounce buffer)"));
+  MK_CHECK(host_mapped((void**)&xn->flags, MK_XN_FLAG_WORDS * 8, "cudaHostAlloc (proxy flags)"));
+  MK_CHECK(mk_cuda_check(cudaMalloc(&xn->exchange, (n + 1) * sizeof(struct mk_proxy_addr)), "cudaMalloc (proxy records)"));
+  MK_CHECK(mk_cuda_check(cudaMalloc((void**)&xn->dev, sizeof(*xn->dev)), "cudaMalloc (cross-node state)"));
+  struct mk_xnode_dev* d = calloc(1, sizeof(*d));
+  if (!d) return -ENOMEM;
+  d->q = device_view(xn->q), d->bounce = device_view(xn->bounce), d->flags = device_view(xn->flags);
+  d->timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000ull;
+  mk_proxy_producer_init(&d->prod, d->q, fc->rank);
+  int rc = d->q && d->bounce && d->flags ? 0 : -EIO;
+  if (!rc) rc = mk_cuda_check(cudaMemcpy(xn->dev, d, sizeof(*d), cudaMemcpyHostToDevice), "cross-node state upload");
+  free(d);
+  return rc;
+}
+
+/* The transport device this GPU's proxy uses: one per GPU where there are several (each
+ * GPU its own NIC, as NCCL pairs them on such nodes). */
+static int xnode_transport_dev(const struct mk_fused_comm* fc, const struct mk_transport_ops** ops) {
+  int ndev = 0;
+  MK_CHECK(mk_transport_get(ops));
+  MK_CHECK((*ops)->devices(&ndev));
+  return ndev > 0 ? fc->dev % ndev : -ENODEV;
+}
+
+static int xnode_connect(struct mk_fused_comm* fc, struct mk_xnode* xn) {
+  const struct mk_transport_ops* ops;
+  const int dev = xnode_transport_dev(fc, &ops);
+  if (dev < 0) return dev;
+  struct mk_proxy_conf conf = {
+      .ops = ops, .dev = dev, .rank = fc->rank, .nranks = fc->nranks, .remote = xn->remote,
+      .data = xn->bounce, .data_bytes = xn->bounce_bytes, .data_type = MK_PTR_HOST,
+      .flags = xn->flags, .flags_bytes = MK_XN_FLAG_WORDS * 8, .flags_type = MK_PTR_HOST | MK_PTR_FORCE_SO,
+      .queue = xn->q, .on_error = xnode_on_error, .on_error_arg = fc};
+  MK_CHECK(mk_proxy_create(&conf, &xn->proxy));
+  const size_t n = (size_t)fc->nranks;
+  struct mk_proxy_addr* addrs = calloc(n, sizeof(*addrs));
+  struct mk_proxy_keys* keys = calloc(n, sizeof(*keys));
+  int rc = addrs && keys ? 0 : -ENOMEM;
+  if (!rc) rc = mk_proxy_addr(xn->proxy, &addrs[fc->rank]);
+  if (!rc) rc = xnode_allgather(fc, &addrs[fc->rank], sizeof(*addrs), addrs);
+  if (!rc) rc = mk_proxy_connect(xn->proxy, addrs);
+  if (!rc) rc = mk_proxy_keys(xn->proxy, &keys[fc->rank]);
+  if (!rc) rc = xnode_allgather(fc, &keys[fc->rank], sizeof(*keys), keys);
+  if (!rc) rc = mk_proxy_start(xn->proxy, keys);
+  xn->started = !rc;
+  free(addrs);
+  free(keys);
+  return rc;
+}
+
+int mk_xnode_setup(struct mk_fused_comm* fc) {
+  if (fc->local_size == fc->nranks || fc->xn) return 0;
+  if (fc->nranks > MK_XN_MAX_RANKS) {
+    MK_WARN("fused ops: %d ranks, %d of them local: the cross-node path supports at most %d ranks; "
+            "the ops use their reference path (NCCL collectives)", fc->nranks, fc->local_size, MK_XN_MAX_RANKS);
+    return 0;
+  }
+  fc->xn = calloc(1, sizeof(*fc->xn));
+  if (!fc->xn) return -ENOMEM;
+  int rc = xnode_alloc(fc, fc->xn);
+  if (!rc) rc = xnode_connect(fc, fc->xn);
+  if (rc) {
+    MK_WARN("rank %d: the cross-node proxy could not start: %s", fc->rank, strerror(-rc));
+    return rc;
+  }
+  MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d reaches %d rank(s) through the proxy", fc->rank,
+          fc->nranks - fc->local_size);
+  return 0;
+}
+
+/* Release: after the GPU is idle, the host takes over the queue's producer (the kernels'
+ * copy of it) and tells every remote rank "bye" (a fenced signal: it lands after every
+ * earlier descriptor to that rank completed), lets the proxy take the peers' closes as
+ * orderly, then waits, bounded by the timeout, for every remote rank's bye. 1 when all
+ * arrived. */
+static int xnode_say_bye(struct mk_fused_comm* fc) {
+  struct mk_xnode* xn = fc->xn;
+  struct mk_xnode_dev d;
+  if (mk_cuda_check(cudaDeviceSynchronize(), "cross-node release") ||
+      mk_cuda_check(cudaMemcpy(&d, xn->dev, sizeof(d), cudaMemcpyDeviceToHost), "cross-node state"))
+    return 0;
+  d.prod.q = xn->q; /* the host's view of the same queue */
+  const uint64_t timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000ull;
+  for (int p = 0; p < fc->nranks; p++) {
+    struct mk_proxy_desc bye = {.op = MK_PROXY_SIGNAL, .peer = p,
+                                .flag_off = (uint64_t)(MK_XN_BYE0 + fc->rank) * 8, .flag_value = 1};
+    if (xn->remote[p] && mk_proxy_publish(&d.prod, &bye, timeout_ns, NULL)) return 0;
+  }
+  mk_proxy_peers_leaving(xn->proxy);
+  const struct timespec nap = {0, 100000};
+  const uint64_t polls = timeout_ns / 100000;
+  for (int p = 0; p < fc->nranks; p++)
+    for (uint64_t i = 0; xn->remote[p] && mk_pq_load_acquire(&xn->flags[MK_XN_BYE0 + p]) < 1; i++) {
+      if (mk_proxy_error(xn->proxy, NULL, 0) || i > polls) {
+        MK_WARN("rank %d: rank %d did not reach ncclMkCommRelease within NCCL_MK_TIMEOUT_MS; its proxy "
+                "connections are closed without it", fc->rank, p);
+        return 0;
+      }
+      nanosleep(&nap, NULL);
+    }
+  return 1;
+}
+
+void mk_xnode_release(struct mk_fused_comm* fc) {
+  struct mk_xnode* xn = fc->xn;
+  if (!xn) return;
+  if (xn->started) {
+    /* byes (bounded: a dead peer never says it), then stop the thread and close; no
+     * collective here, which a dead peer would hang */
+    xnode_say_bye(fc);
+    mk_proxy_quiesce(xn->proxy);
+  }
+  mk_proxy_stop(xn->proxy); /* NULL: nothing */
+  cudaFreeHost(xn->q);
+  cudaFreeHost(xn->bounce);
+  cudaFreeHost(xn->flags);
+  cudaFree(xn->dev);
+  cudaFree(xn->exchange);
+  free(xn->remote);
+  free(xn);
+  fc->xn = NULL;
+}
+
+struct mk_xnode_dev* mk_xnode_device(const struct mk_fused_comm* fc, uint32_t* remote_mask) {
+  if (!fc->xn || !fc->xn->started) return NULL;
+  *remote_mask = fc->xn->remote_mask;
+  return fc->xn->dev;
+}
+
+uint64_t mk_xnode_sent_bytes(const struct mk_fused_comm* fc) {
+  uint64_t sum = 0;
+  for (int p = 0; fc->xn && fc->xn->proxy && p < fc->nranks; p++)
+    if (fc->xn->remote[p]) sum += mk_proxy_sent_bytes(fc->xn->proxy, p);
+  return sum;
+}
+
+int mk_xnode_error(const struct mk_fused_comm* fc, char* msg, size_t len) {
+  return fc->xn && fc->xn->proxy ? mk_proxy_error(fc->xn->proxy, msg, len) : 0;
+}
