@@ -46,7 +46,8 @@
   X(INT, TIMEOUT_MS, "NCCL_MK_TIMEOUT_MS", "60000", 1, 86400000, "",                           \
     "bound on every wait inside a fused kernel; expiry breaks the communicator")               \
   X(INT, LOCAL_SIZE, "NCCL_MK_LOCAL_SIZE", "0", 0, 1048576, "",                               \
-    "ranks per emulated node; 0 = every rank with peer access")                                \
+    "ranks per emulated node, the others reached through the fused ops' proxy (1: each GPU "     \
+    "its own node); 0 = every rank with peer access")                                           \
   X(INT, TRACE, "NCCL_MK_TRACE", "0", 0, 1, "",                                              \
     "1 records every CTA's tiles, chunks and waits in fused kernels (scripts/mk-trace)")      \
   X(STR, TRACE_DIR, "NCCL_MK_TRACE_DIR", "", 0, 0, "",                                        \
