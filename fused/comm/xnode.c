@@ -152,37 +152,20 @@ int mk_xnode_setup(struct mk_fused_comm* fc) {
   return 0;
 }
 
-/* Release: after the GPU is idle, the host takes over the queue's producer (the kernels'
- * copy of it) and tells every remote rank "bye" (a fenced signal: it lands after every
- * earlier descriptor to that rank completed), lets the proxy take the peers' closes as
- * orderly, then waits, bounded by the timeout, for every remote rank's bye. 1 when all
- * arrived. */
+/* Release: after the GPU is idle the host takes over the queue's producer (the kernels' copy
+ * of it) for the goodbye (xnode_bye.c). 0, or why a peer's bye did not come. */
 static int xnode_say_bye(struct mk_fused_comm* fc) {
   struct mk_xnode* xn = fc->xn;
   struct mk_xnode_dev d;
-  if (mk_cuda_check(cudaDeviceSynchronize(), "cross-node release") ||
-      mk_cuda_check(cudaMemcpy(&d, xn->dev, sizeof(d), cudaMemcpyDeviceToHost), "cross-node state"))
-    return 0;
+  MK_CHECK(mk_cuda_check(cudaDeviceSynchronize(), "cross-node release"));
+  MK_CHECK(mk_cuda_check(cudaMemcpy(&d, xn->dev, sizeof(d), cudaMemcpyDeviceToHost), "cross-node state"));
   d.prod.q = xn->q; /* the host's view of the same queue */
-  const uint64_t timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000ull;
-  for (int p = 0; p < fc->nranks; p++) {
-    struct mk_proxy_desc bye = {.op = MK_PROXY_SIGNAL, .peer = p,
-                                .flag_off = (uint64_t)(MK_XN_BYE0 + fc->rank) * 8, .flag_value = 1};
-    if (xn->remote[p] && mk_proxy_publish(&d.prod, &bye, timeout_ns, NULL)) return 0;
-  }
-  mk_proxy_peers_leaving(xn->proxy);
-  const struct timespec nap = {0, 100000};
-  const uint64_t polls = timeout_ns / 100000;
-  for (int p = 0; p < fc->nranks; p++)
-    for (uint64_t i = 0; xn->remote[p] && mk_pq_load_acquire(&xn->flags[MK_XN_BYE0 + p]) < 1; i++) {
-      if (mk_proxy_error(xn->proxy, NULL, 0) || i > polls) {
-        MK_WARN("rank %d: rank %d did not reach ncclMkCommRelease within NCCL_MK_TIMEOUT_MS; its proxy "
-                "connections are closed without it", fc->rank, p);
-        return 0;
-      }
-      nanosleep(&nap, NULL);
-    }
-  return 1;
+  const int rc = mk_xn_goodbye(xn->proxy, &d.prod, xn->flags, fc->rank, fc->nranks, xn->remote,
+                               (uint64_t)fc->cfg.timeout_ms * 1000000ull);
+  if (rc)
+    MK_WARN("rank %d: not every remote rank said goodbye within NCCL_MK_TIMEOUT_MS (%s); the proxy's "
+            "connections are closed without them", fc->rank, strerror(-rc));
+  return rc;
 }
 
 void mk_xnode_release(struct mk_fused_comm* fc) {

@@ -68,14 +68,7 @@ static __device__ int gemm_xn_send_block(const struct mk_gemm_params& p, int blo
   for (int step = 1; step < n; step++) {
     const int d = mk_sched_ag_dest(rank, n, step);
     if (!(p.push.remote_mask >> d & 1)) continue;
-    struct mk_proxy_desc desc = {};
-    desc.op = mb + 1 == p.push.drop_flag_block ? MK_PROXY_PUT : MK_PROXY_PUT_SIGNAL;
-    desc.peer = d;
-    desc.src_off = desc.dst_off = (uint64_t)mb * bytes;
-    desc.size = bytes;
-    desc.flag_off = (uint64_t)(MK_XN_AG_FLAG0 + mb) * 8;
-    desc.flag_value = e;
-    desc.tag = p.err_tag;
+    const struct mk_proxy_desc desc = mk_xn_block_desc(d, mb, bytes, e, mb + 1 != p.push.drop_flag_block, p.err_tag);
     if (!gemm_xn_publish(p, &desc, step * blocks + mb % blocks)) return 0;
   }
   return 1;
@@ -95,12 +88,7 @@ static __device__ void gemm_xn_signal_done(const struct mk_gemm_params& p, int b
   }
   for (int d = 0; d < n; d++) {
     if (!(p.push.remote_mask >> d & 1)) continue;
-    struct mk_proxy_desc desc = {};
-    desc.op = MK_PROXY_SIGNAL;
-    desc.peer = d;
-    desc.flag_off = (uint64_t)(MK_XN_DONE0 + rank) * 8;
-    desc.flag_value = e;
-    desc.tag = p.err_tag;
+    const struct mk_proxy_desc desc = mk_xn_done_desc(rank, d, e, p.err_tag);
     if (!gemm_xn_publish(p, &desc, gemm_xn_step_of_dest(rank, n, d) * blocks)) return;
   }
   p.push.xn->last_call = e;

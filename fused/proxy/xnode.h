@@ -48,4 +48,58 @@ struct mk_xnode_dev {
   uint32_t recv_counts[MK_XN_MAX_BLOCKS]; /* CTAs done with each received row-block; 0 between calls */
 };
 
+/* ---- the descriptors of the protocol (shared by the kernel, the host's release and the CPU
+ * stand-in of test/loopback/lb_xnode.c) ---- */
+
+/* Row-block mb of this rank's shard (bytes each, at the same offset in every rank's bounce
+ * buffer) to peer for call e; with signal, its flag AG_FLAG0 + mb = e after the rows. */
+MK_HD struct mk_proxy_desc mk_xn_block_desc(int peer, int mb, uint64_t bytes, uint64_t e, int signal,
+                                            uint32_t tag) {
+  struct mk_proxy_desc d;
+  d.seq = 0;
+  d.op = signal ? MK_PROXY_PUT_SIGNAL : MK_PROXY_PUT;
+  d.peer = peer;
+  d.src_off = d.dst_off = (uint64_t)mb * bytes;
+  d.size = bytes;
+  d.flag_off = (uint64_t)(MK_XN_AG_FLAG0 + mb) * 8;
+  d.flag_value = e;
+  d.tag = tag;
+  d.reserved = 0;
+  return d;
+}
+
+/* Flag `word` of peer's flag region = value, after every earlier descriptor to peer. */
+MK_HD struct mk_proxy_desc mk_xn_signal_desc(int peer, int word, uint64_t value, uint32_t tag) {
+  struct mk_proxy_desc d;
+  d.seq = 0;
+  d.op = MK_PROXY_SIGNAL;
+  d.peer = peer;
+  d.src_off = d.dst_off = d.size = 0;
+  d.flag_off = (uint64_t)word * 8;
+  d.flag_value = value;
+  d.tag = tag;
+  d.reserved = 0;
+  return d;
+}
+
+/* Rank has copied in peer's rows of call e: peer may overwrite them. */
+MK_HD struct mk_proxy_desc mk_xn_done_desc(int rank, int peer, uint64_t e, uint32_t tag) {
+  return mk_xn_signal_desc(peer, MK_XN_DONE0 + rank, e, tag);
+}
+
+/* Rank is releasing the communicator (its descriptors to peer all completed before this). */
+MK_HD struct mk_proxy_desc mk_xn_bye_desc(int rank, int peer) {
+  return mk_xn_signal_desc(peer, MK_XN_BYE0 + rank, 1, 0);
+}
+
+#if !defined(__CUDACC__)
+struct mk_proxy;
+/* The release's goodbye (xnode_bye.c), host only: a bye signal to every remote rank (after
+ * everything this producer published before), the proxy told that the peers will close, then
+ * a wait (bounded by timeout_ns) for every remote rank's bye in `flags`, then briefly for our
+ * own byes to complete. 0, or the error / timeout of a wait (a peer that never came). */
+int mk_xn_goodbye(struct mk_proxy* p, struct mk_proxy_producer* prod, const uint64_t* flags, int rank,
+                  int nranks, const unsigned char* remote, uint64_t timeout_ns);
+#endif
+
 #endif /* MK_XNODE_H_ */

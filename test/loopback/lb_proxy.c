@@ -18,6 +18,7 @@
 #include "lb.h"
 #include "proxy.h"
 #include "queue.h"
+#include "xnode.h"
 
 #define SEC 1000000000ull
 #define WAIT_NS (30 * SEC) /* producer waits: generous, the machine is shared */
@@ -423,7 +424,68 @@ static int goodbye_rank(struct lb_ctx* ctx) {
   return 0;
 }
 
+/* ---- the AllGather+GEMM cross-node protocol (fused/proxy/xnode.h) with a CPU stand-in ----
+ * Each rank holds XBLOCKS row-blocks of XB bytes, at rows [rank x XBLOCKS, ...) of a bounce
+ * buffer laid out as the gathered A. Per call e, as gemm_push_xnode.cuh does (its send and
+ * receive roles here one after the other in one thread): the staging rows are free once every
+ * earlier descriptor completed and the peer's done flag reached the previous call; stage the
+ * rows (call e's bytes) and publish a put+signal per row-block; wait for each of the peer's
+ * row-blocks (flag == e, never ahead) and check every byte under it (the copy-in); signal done.
+ * Rank 1 sleeps 0-3 ms before each call, so calls overlap as back-to-back kernels do; a rank
+ * that overwrote rows its peer had not copied in yet fails the byte check. Then the goodbye. */
+#define XB (32u << 10)
+#define XBLOCKS 4
+#define XCALLS 200
+
+static uint64_t xnode_stream(int rank, uint64_t e, int b) { return ((uint64_t)rank << 40) | (e << 8) | (uint64_t)b; }
+
+static int xnode_call(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t last_call) {
+  if (x->prod.tail) LB_OK(mk_proxy_wait_completed(&x->prod, x->prod.tail - 1, WAIT_NS));
+  LB_OK(mk_proxy_wait_flag(x->q, &x->flags[MK_XN_DONE0 + x->peer], (MK_XN_DONE0 + x->peer) * 8, last_call,
+                           WAIT_NS, x->rank, 0));
+  for (int b = 0; b < XBLOCKS; b++) {
+    const int mb = x->rank * XBLOCKS + b;
+    lb_fill(x->data + (size_t)mb * XB, XB, ctx->seed, xnode_stream(x->rank, e, b));
+    const struct mk_proxy_desc d = mk_xn_block_desc(x->peer, mb, XB, e, 1, (uint32_t)e);
+    LB_OK(mk_proxy_publish(&x->prod, &d, WAIT_NS, NULL));
+  }
+  for (int b = 0; b < XBLOCKS; b++) {
+    const int mb = x->peer * XBLOCKS + b;
+    uint64_t* flag = &x->flags[MK_XN_AG_FLAG0 + mb];
+    LB_OK(mk_proxy_wait_flag(x->q, flag, (MK_XN_AG_FLAG0 + mb) * 8, e, WAIT_NS, x->rank, 0));
+    LB_EXPECT(mk_pq_load_acquire(flag) == e);
+    LB_EXPECT(lb_check(x->data + (size_t)mb * XB, XB, ctx->seed, xnode_stream(x->peer, e, b),
+                       "a row-block under its flag") == 0);
+  }
+  const struct mk_proxy_desc done = mk_xn_done_desc(x->rank, x->peer, e, (uint32_t)e);
+  LB_OK(mk_proxy_publish(&x->prod, &done, WAIT_NS, NULL));
+  return 0;
+}
+
+static int xnode_rank(struct lb_ctx* ctx) {
+  struct px x;
+  LB_OK(px_setup(ctx, &x, 64, 16, 2 * XBLOCKS * (size_t)XB, MK_XN_FLAG_WORDS));
+  LB_OK(mk_proxy_start(x.p, x.keys));
+  srand((unsigned)ctx->seed + (unsigned)x.rank);
+  double t0 = lb_now();
+  for (uint64_t e = 1; e <= XCALLS; e++) {
+    if (x.rank == 1) usleep((useconds_t)(rand() % 3000));
+    LB_OK(xnode_call(ctx, &x, e, e - 1));
+  }
+  printf("  [rank %d] %d calls in %.3f s, %" PRIu64 " bytes put\n", x.rank, XCALLS, lb_now() - t0,
+         mk_proxy_sent_bytes(x.p, x.peer));
+  const unsigned char remote[2] = {1, 1};
+  LB_OK(mk_xn_goodbye(x.p, &x.prod, x.flags, x.rank, 2, remote, WAIT_NS)); /* the release's */
+  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.peer) == (uint64_t)XCALLS * XBLOCKS * XB); /* all completed */
+  LB_EXPECT(mk_proxy_quiesce(x.p) == 0);
+  LB_EXPECT(mk_proxy_stop(x.p) == 0);
+  px_free(&x);
+  return 0;
+}
+
 static const struct lb_case cases[] = {
+    {"proxy_allgather_protocol_back_to_back_calls_with_a_delayed_rank_stay_correct", xnode_rank, xnode_rank,
+     90, 0},
     {"proxy_goodbye_then_close_needs_no_agreement_and_raises_no_error", goodbye_rank, goodbye_rank, 60, 0},
     {"proxy_put_signal_stream_flags_never_before_data_and_byte_counters_exact", stream_rank,
      stream_rank, 150, 0},
