@@ -3,12 +3,16 @@
 # and ignored paths, and build/ (fatbins in every test binary) is larger than that, but
 # compresses ~10x. Writes build-pack/b.tgz holding build-dev/ (build/ without object files,
 # logs and the soft-RoCE VM's image; build/ab/ included for A/B runs).
-# usage: scripts/pack-build.sh        then on the device (carry ["build-pack"]):
+# usage: scripts/pack-build.sh        (builds, then packs) then on the device (carry ["build-pack"]):
 #   tar xzf build-pack/b.tgz && MK_BUILD=build-dev MK_SKIP_BUILD=1 scripts/gpu-check.sh TIER
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${MK_BUILD:-build}
-[ -d "$B" ] || { echo "pack-build: no $B (build first: source scripts/common.sh; mk_build)" >&2; exit 1; }
+# Builds first, through mk_build: a bare `ninja` does not rebuild CUDA objects whose headers
+# changed with this meson (mk_build touches them), and a stale kernel object cost a session
+# its device time (bench/NOTES.md, cross-node AllGather+GEMM).
+source scripts/common.sh
+mk_build
+B=$MK_BUILD
 rm -rf build-dev build-pack && mkdir -p build-dev build-pack
 (cd "$B" && tar cf - --exclude=rxe-vm --exclude=core --exclude='*.p' --exclude=meson-logs .) |
   (cd build-dev && tar xf -)
