@@ -67,9 +67,21 @@ static void plans(void) {
   CHECK_EQ(n, 1);
 }
 
+/* Unstriped messages stay on stream 0 whatever their size; striped ones rotate their start. */
+static void first_streams(void) {
+  for (unsigned seq = 0; seq < 8; seq++) {
+    CHECK_EQ(mk_ofi_first_stream(1, 4, seq, 0), 0u);
+    CHECK_EQ(mk_ofi_first_stream(1, 4, seq, 3), 0u);
+    CHECK_EQ(mk_ofi_first_stream(4, 1, seq, 1), 0u);
+    CHECK_EQ(mk_ofi_first_stream(4, 4, seq, 1), (seq + 1) % 4);
+    CHECK_EQ(mk_ofi_first_stream(2, 3, seq, 2), (seq + 2) % 3);
+  }
+}
+
 int main(void) {
   tags();
   plans();
+  first_streams();
   CHECK_EQ(sizeof(struct mk_ofi_cts), 200);
   CHECK_EQ(sizeof(struct mk_ofi_hello), 536);
   return MK_TEST_RESULT();

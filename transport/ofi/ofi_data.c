@@ -14,7 +14,6 @@
 #include "mk_param.h"
 #include "ofi.h"
 
-#define OFI_ROTATE_MIN (64u << 10) /* bytes; see ofi_recv_stripes */
 
 static struct ofi_comm* ofi_comm_of(struct mk_comm* comm, int is_send) {
   struct ofi_comm* c = (struct ofi_comm*)comm;
@@ -199,10 +198,7 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
   uint8_t nst;
   uint64_t chunk;
   mk_ofi_stripe_plan(size, c->nstreams, c->stripe_min, &nst, &chunk);
-  /* Buffers above OFI_ROTATE_MIN start on a rotating stream, so that several messages in
-   * flight (NCCL keeps up to 8 steps per connection) spread over the streams even when each
-   * is too small to be striped; smaller ones stay on stream 0, NCCL's own thread. */
-  unsigned s0 = c->nstreams > 1 && size > OFI_ROTATE_MIN ? (c->seq + (unsigned)i) % c->nstreams : 0;
+  const unsigned s0 = mk_ofi_first_stream(nst, c->nstreams, c->seq, (unsigned)i);
   for (unsigned k = 0; k < nst; k++) {
     unsigned st = (s0 + k) % (unsigned)c->nstreams;
     size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);

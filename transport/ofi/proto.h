@@ -118,6 +118,15 @@ static inline void mk_ofi_stripe_plan(uint64_t size, int nstreams, uint64_t stri
   *chunk = c;
 }
 
+/* The stream a receive's first stripe goes to. A striped message (nstripes > 1) starts on a
+ * stream that rotates with the message (seq, entry i), so that several in flight begin on
+ * different streams; a message too small to be striped stays on stream 0, NCCL's own thread
+ * (on 2xH200, rotating whole 64-256 KiB messages onto helper threads made 4 streams 2-3x
+ * slower than one at 128-512 KiB: bench/NOTES.md, net streams sweep). */
+static inline unsigned mk_ofi_first_stream(uint8_t nstripes, int nstreams, unsigned seq, unsigned i) {
+  return nstreams > 1 && nstripes > 1 ? (seq + i) % (unsigned)nstreams : 0;
+}
+
 /* Bytes of a send of size bytes that fall into stripe k (of chunk bytes each): a prefix, so
  * the stripe lengths add up to size whatever it is. */
 static inline uint64_t mk_ofi_stripe_len(uint64_t size, uint64_t chunk, unsigned k) {
