@@ -193,6 +193,15 @@ MK_HD void mk_pq_store_release_u32(uint32_t* p, uint32_t v) {
 #endif
 }
 
+/* Claims the next ticket of a tail word shared by several producers. */
+MK_HD uint64_t mk_pq_fetch_add(uint64_t* p, uint64_t v) {
+#ifdef __CUDA_ARCH__
+  return (uint64_t)atomicAdd((unsigned long long*)p, (unsigned long long)v);
+#else
+  return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+#endif
+}
+
 /* Before publishing data other threads wrote (after they met the publisher at a barrier). */
 MK_HD void mk_pq_fence_sys(void) {
 #ifdef __CUDA_ARCH__
@@ -276,6 +285,21 @@ MK_HD int mk_proxy_queue_failed(const struct mk_proxy_queue* q) {
 
 /* ---- producer ---- */
 
+/* Writes ticket t's slot (the ticket is the caller's, the slot free) and publishes it. */
+MK_HD void mk_proxy_slot_fill(struct mk_proxy_queue* q, uint64_t t, const struct mk_proxy_desc* d) {
+  struct mk_proxy_desc* s = mk_proxy_queue_slot(q, t);
+  s->op = d->op;
+  s->peer = d->peer;
+  s->src_off = d->src_off;
+  s->dst_off = d->dst_off;
+  s->size = d->size;
+  s->flag_off = d->flag_off;
+  s->flag_value = d->flag_value;
+  s->tag = d->tag;
+  s->reserved = 0;
+  mk_pq_store_release(&s->seq, t + 1); /* publish: the fields above are visible first */
+}
+
 MK_HD void mk_proxy_producer_init(struct mk_proxy_producer* p, struct mk_proxy_queue* q,
                                   int rank) {
   p->q = q;
@@ -298,17 +322,7 @@ MK_HD int mk_proxy_try_publish(struct mk_proxy_producer* p, const struct mk_prox
       return failed ? failed : -EAGAIN;
     }
   }
-  struct mk_proxy_desc* s = mk_proxy_queue_slot(q, p->tail);
-  s->op = d->op;
-  s->peer = d->peer;
-  s->src_off = d->src_off;
-  s->dst_off = d->dst_off;
-  s->size = d->size;
-  s->flag_off = d->flag_off;
-  s->flag_value = d->flag_value;
-  s->tag = d->tag;
-  s->reserved = 0;
-  mk_pq_store_release(&s->seq, p->tail + 1); /* publish: the fields above are visible first */
+  mk_proxy_slot_fill(q, p->tail, d);
   if (ticket) *ticket = p->tail;
   p->tail++;
   return 0;
@@ -352,6 +366,37 @@ MK_HD int mk_proxy_wait_completed(struct mk_proxy_producer* p, uint64_t ticket,
   mk_proxy_error_raise(&q->producer_err, -ETIMEDOUT, p->rank, -1,
                        MK_PROXY_ERR_COMPLETION_TIMEOUT, 0, ticket, 0, 0, ticket + 1, seen);
   return -ETIMEDOUT;
+}
+
+/* ---- several producers (the GEMM's CTAs, each publishing its own tiles) ----
+ * Each claims a ticket with an atomic add on a tail word they share (device memory for
+ * kernel producers; it only grows, 0 at init), waits (bounded) until the ring has room for
+ * that ticket, fills its slot and publishes it as the single producer does. The consumer reads
+ * tickets in order, so a slow producer holds back the ones after it, never reorders them.
+ * A producer that gives up (timeout, failed proxy) leaves its ticket unpublished: the queue
+ * stops there for good, which only a failed communicator tolerates (the producer's record is
+ * raised, every wait of the others then ends at once). */
+MK_HD int mk_proxy_mp_publish(struct mk_proxy_queue* q, uint64_t* tail, const struct mk_proxy_desc* d,
+                              uint64_t timeout_ns, int rank, uint64_t* ticket) {
+  const uint64_t t = mk_pq_fetch_add(tail, 1);
+  uint64_t consumed = mk_pq_load_acquire(&q->consumed);
+  if (t - consumed >= q->depth) {
+    const uint64_t t0 = mk_pq_now_ns();
+    for (uint32_t spins = 0; t - consumed >= q->depth; spins++) {
+      int failed = mk_proxy_queue_failed(q);
+      if (failed) return failed;
+      if (mk_pq_now_ns() - t0 > timeout_ns) {
+        mk_proxy_error_raise(&q->producer_err, -ETIMEDOUT, rank, d->peer, MK_PROXY_ERR_QUEUE_FULL, d->tag, t,
+                             d->op, d->flag_off, t + 1 - q->depth, consumed);
+        return -ETIMEDOUT;
+      }
+      mk_pq_pause(spins);
+      consumed = mk_pq_load_acquire(&q->consumed);
+    }
+  }
+  mk_proxy_slot_fill(q, t, d);
+  if (ticket) *ticket = t;
+  return 0;
 }
 
 /* Waits until *flag >= value (a flag a peer's proxy raises in our flag region), bounded:
