@@ -151,7 +151,7 @@ static __device__ void gemm_xn_recv_role(const struct mk_gemm_params& p, int cta
     if (!(p.push.remote_mask >> s & 1)) continue;
     for (int mb = s * blocks; mb < (s + 1) * blocks; mb++) {
       if (threadIdx.x == 0)
-        seen = mk_wait_geq_inline(p.push.xn->flags + MK_XN_AG_FLAG0 + mb, e, p.err, p.err_tag, (uint32_t)mb,
+        seen = mk_wait_geq_inline(p.push.xn->flags + MK_XN_ROW_FLAG0 + mb, e, p.err, p.err_tag, (uint32_t)mb,
                                   (uint32_t)mb, p.timeout_ns);
       __syncthreads();
       if (seen < e) return;

@@ -14,7 +14,10 @@
  *   flags:  MK_XN_FLAG_WORDS u64 words, raised by the peers' proxies (put+signal, signal):
  *           [MK_XN_DONE0 + p]   peer p finished copying in call e's rows it got from us:
  *                               our puts of call e + 1 may overwrite them (value e)
- *           [MK_XN_AG_FLAG0 + mb]  row-block mb of the gathered A has landed (value e)
+ *           [MK_XN_ROW_FLAG0 + i]   row-block flags (value e): AllGather+GEMM, i = mb, the
+ *                               gathered A's row-block mb has landed; GEMM+ReduceScatter,
+ *                               i = src x blocks + mb, src's partial of row-block mb of this
+ *                               rank's shard has landed
  *           [MK_XN_BYE0 + p]    peer p is releasing the communicator, its descriptors all
  *                               completed (value 1; written by the host at release)
  * Per call e (= the workspace's done + 1, as for the NVLink paths) the values only grow, so
@@ -33,8 +36,8 @@
 #define MK_XN_MAX_RANKS 64
 #define MK_XN_MAX_BLOCKS 4096 /* row-blocks of M (>= AllGather+GEMM's MK_AG_MAX_BLOCKS) */
 #define MK_XN_DONE0 0
-#define MK_XN_AG_FLAG0 MK_XN_MAX_RANKS
-#define MK_XN_BYE0 (MK_XN_AG_FLAG0 + MK_XN_MAX_BLOCKS)
+#define MK_XN_ROW_FLAG0 MK_XN_MAX_RANKS
+#define MK_XN_BYE0 (MK_XN_ROW_FLAG0 + MK_XN_MAX_BLOCKS)
 #define MK_XN_FLAG_WORDS (MK_XN_BYE0 + MK_XN_MAX_RANKS)
 #define MK_XN_QUEUE_DEPTH 1024u
 
@@ -61,10 +64,22 @@ MK_HD struct mk_proxy_desc mk_xn_block_desc(int peer, int mb, uint64_t bytes, ui
   d.peer = peer;
   d.src_off = d.dst_off = (uint64_t)mb * bytes;
   d.size = bytes;
-  d.flag_off = (uint64_t)(MK_XN_AG_FLAG0 + mb) * 8;
+  d.flag_off = (uint64_t)(MK_XN_ROW_FLAG0 + mb) * 8;
   d.flag_value = e;
   d.tag = tag;
   d.reserved = 0;
+  return d;
+}
+
+/* GEMM+ReduceScatter: this rank's partial of row-block mb of peer's shard (bytes per
+ * row-block) from its out slot for peer to peer's in slot for this rank, then peer's flag
+ * ROW_FLAG0 + rank x blocks + mb = e. Bounce layout: out slots [nranks][blocks], then in slots
+ * [nranks][blocks], each row-block `bytes` (a slot is indexed by the other rank). */
+MK_HD struct mk_proxy_desc mk_xn_rs_block_desc(int rank, int peer, int nranks, int blocks, int mb, uint64_t bytes,
+                                               uint64_t e, uint32_t tag) {
+  struct mk_proxy_desc d = mk_xn_block_desc(peer, rank * blocks + mb, bytes, e, 1, tag);
+  d.src_off = ((uint64_t)peer * blocks + mb) * bytes;
+  d.dst_off = ((uint64_t)(nranks + rank) * blocks + mb) * bytes;
   return d;
 }
 

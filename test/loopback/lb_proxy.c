@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -451,8 +452,8 @@ static int xnode_call(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t las
   }
   for (int b = 0; b < XBLOCKS; b++) {
     const int mb = x->peer * XBLOCKS + b;
-    uint64_t* flag = &x->flags[MK_XN_AG_FLAG0 + mb];
-    LB_OK(mk_proxy_wait_flag(x->q, flag, (MK_XN_AG_FLAG0 + mb) * 8, e, WAIT_NS, x->rank, 0));
+    uint64_t* flag = &x->flags[MK_XN_ROW_FLAG0 + mb];
+    LB_OK(mk_proxy_wait_flag(x->q, flag, (MK_XN_ROW_FLAG0 + mb) * 8, e, WAIT_NS, x->rank, 0));
     LB_EXPECT(mk_pq_load_acquire(flag) == e);
     LB_EXPECT(lb_check(x->data + (size_t)mb * XB, XB, ctx->seed, xnode_stream(x->peer, e, b),
                        "a row-block under its flag") == 0);
@@ -483,7 +484,102 @@ static int xnode_rank(struct lb_ctx* ctx) {
   return 0;
 }
 
+/* ---- the GEMM+ReduceScatter cross-node protocol (xnode.h), CPU stand-in, several producers ----
+ * Per call e, RS_PRODUCERS threads per rank (the GEMM's CTAs) take the peer's tiles from a
+ * shared counter, write each into the out slot for the peer (call e's bytes) and count it in
+ * its row-block's counter; the thread that completes a row-block publishes its put+signal on
+ * the shared tail (mk_proxy_mp_publish). Before any tile of call e: every descriptor up to the
+ * tail the previous call left has completed, and the peer's done flag reached e - 1. The owner
+ * (the main thread) then waits for each row-block's flag (== e, never ahead) and checks every
+ * byte in its in slot (the own-rows sum), and signals done. Rank 1 sleeps 0-3 ms per call. */
+#define RS_BLOCKS 4
+#define RS_TILES 4
+#define RS_TILE (16u << 10)
+#define RS_PRODUCERS 3
+#define RS_CALLS 100
+#define RS_ROW_BYTES ((uint64_t)RS_TILES * RS_TILE)
+
+struct rs_call {
+  struct lb_ctx* ctx;
+  struct px* x;
+  uint64_t e;
+  uint64_t* tail;
+  uint32_t next_tile;
+  uint32_t counts[RS_BLOCKS];
+  int rc;
+};
+
+static uint64_t rs_stream(int rank, uint64_t e, int mb, int t) {
+  return ((uint64_t)rank << 48) | (e << 16) | ((uint64_t)mb << 8) | (uint64_t)t;
+}
+
+static void* rs_producer_main(void* arg) {
+  struct rs_call* c = arg;
+  for (uint32_t i; !c->rc && (i = __atomic_fetch_add(&c->next_tile, 1, __ATOMIC_RELAXED)) < RS_BLOCKS * RS_TILES;) {
+    const int mb = (int)(i * 3 % RS_BLOCKS), t = (int)(i / RS_BLOCKS); /* row-blocks interleaved */
+    unsigned char* out = c->x->data + ((size_t)c->x->peer * RS_BLOCKS + mb) * RS_ROW_BYTES + (size_t)t * RS_TILE;
+    lb_fill(out, RS_TILE, c->ctx->seed, rs_stream(c->x->rank, c->e, mb, t));
+    if (__atomic_add_fetch(&c->counts[mb], 1, __ATOMIC_ACQ_REL) < RS_TILES) continue; /* others' tiles seen */
+    const struct mk_proxy_desc d = mk_xn_rs_block_desc(c->x->rank, c->x->peer, 2, RS_BLOCKS, mb, RS_ROW_BYTES, c->e, 0);
+    const int rc = mk_proxy_mp_publish(c->x->q, c->tail, &d, WAIT_NS, c->x->rank, NULL);
+    if (rc) c->rc = rc;
+  }
+  return NULL;
+}
+
+static int rs_owner_side(struct lb_ctx* ctx, struct px* x, uint64_t e) {
+  for (int mb = 0; mb < RS_BLOCKS; mb++) {
+    const uint64_t word = MK_XN_ROW_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb;
+    LB_OK(mk_proxy_wait_flag(x->q, &x->flags[word], word * 8, e, WAIT_NS, x->rank, 0));
+    LB_EXPECT(mk_pq_load_acquire(&x->flags[word]) == e);
+    const unsigned char* in = x->data + ((size_t)(2 + x->peer) * RS_BLOCKS + mb) * RS_ROW_BYTES;
+    for (int t = 0; t < RS_TILES; t++)
+      LB_EXPECT(lb_check(in + (size_t)t * RS_TILE, RS_TILE, ctx->seed, rs_stream(x->peer, e, mb, t),
+                         "a partial row-block under its flag") == 0);
+  }
+  return 0;
+}
+
+static int rs_call_run(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t* tail, uint64_t* call_tail) {
+  if (*call_tail) LB_OK(mk_proxy_wait_completed(&x->prod, *call_tail - 1, WAIT_NS));
+  LB_OK(mk_proxy_wait_flag(x->q, &x->flags[MK_XN_DONE0 + x->peer], (MK_XN_DONE0 + x->peer) * 8, e - 1, WAIT_NS,
+                           x->rank, 0));
+  struct rs_call c = {.ctx = ctx, .x = x, .e = e, .tail = tail};
+  pthread_t th[RS_PRODUCERS];
+  for (int i = 0; i < RS_PRODUCERS; i++) LB_EXPECT(pthread_create(&th[i], NULL, rs_producer_main, &c) == 0);
+  for (int i = 0; i < RS_PRODUCERS; i++) pthread_join(th[i], NULL);
+  LB_OK(c.rc);
+  LB_OK(rs_owner_side(ctx, x, e));
+  const struct mk_proxy_desc done = mk_xn_done_desc(x->rank, x->peer, e, 0);
+  LB_OK(mk_proxy_mp_publish(x->q, tail, &done, WAIT_NS, x->rank, NULL));
+  *call_tail = __atomic_load_n(tail, __ATOMIC_ACQUIRE);
+  return 0;
+}
+
+static int rs_rank(struct lb_ctx* ctx) {
+  struct px x;
+  LB_OK(px_setup(ctx, &x, 16, 16, 4 * RS_BLOCKS * RS_ROW_BYTES, MK_XN_FLAG_WORDS));
+  LB_OK(mk_proxy_start(x.p, x.keys));
+  srand((unsigned)ctx->seed + (unsigned)x.rank);
+  uint64_t tail = 0, call_tail = 0;
+  double t0 = lb_now();
+  for (uint64_t e = 1; e <= RS_CALLS; e++) {
+    if (x.rank == 1) usleep((useconds_t)(rand() % 3000));
+    LB_OK(rs_call_run(ctx, &x, e, &tail, &call_tail));
+  }
+  printf("  [rank %d] %d calls in %.3f s, %d producers on one tail\n", x.rank, RS_CALLS, lb_now() - t0, RS_PRODUCERS);
+  x.prod.tail = tail; /* the release's single producer from here on */
+  const unsigned char remote[2] = {1, 1};
+  LB_OK(mk_xn_goodbye(x.p, &x.prod, x.flags, x.rank, 2, remote, WAIT_NS));
+  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.peer) == (uint64_t)RS_CALLS * RS_BLOCKS * RS_ROW_BYTES);
+  LB_EXPECT(mk_proxy_quiesce(x.p) == 0);
+  LB_EXPECT(mk_proxy_stop(x.p) == 0);
+  px_free(&x);
+  return 0;
+}
+
 static const struct lb_case cases[] = {
+    {"proxy_reducescatter_protocol_several_producers_back_to_back_stay_correct", rs_rank, rs_rank, 90, 0},
     {"proxy_allgather_protocol_back_to_back_calls_with_a_delayed_rank_stay_correct", xnode_rank, xnode_rank,
      90, 0},
     {"proxy_goodbye_then_close_needs_no_agreement_and_raises_no_error", goodbye_rank, goodbye_rank, 60, 0},
