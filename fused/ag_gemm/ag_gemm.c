@@ -59,8 +59,8 @@ static int ag_gemm_reference(struct mk_fused_comm* fc, const void* a_shard, cons
 
 static int ag_gemm_fused_fits(const struct mk_fused_comm* fc, size_t m, size_t k) {
   size_t shard_rows = m / (size_t)fc->nranks;
-  uint32_t remote_mask;
-  const int reachable = fc->local_size == fc->nranks || mk_xnode_device(fc, &remote_mask);
+  struct mk_xnode_view xv;
+  const int reachable = fc->local_size == fc->nranks || !mk_xnode_view(fc, &xv);
   return fc->fused && reachable && fc->nranks <= MK_AG_MAX_RANKS &&
          shard_rows % MK_AG_BLOCK_ROWS == 0 && m / MK_AG_BLOCK_ROWS <= MK_AG_MAX_BLOCKS &&
          m <= fc->cfg.max_m && k <= fc->cfg.max_k;
@@ -78,7 +78,9 @@ static void ag_gemm_push_call(const struct mk_fused_comm* fc, const void* a_shar
   push->counts = (uint32_t*)((char*)fc->sym + MK_AG_COUNT_OFFSET);
   push->drop_flag_block = (int)mk_param_int(MK_PARAM_DEBUG_DROP_FLAG) + 1; /* -1 (off) -> 0 */
   call->rank = fc->rank, call->nranks = fc->nranks;
-  push->xn = mk_xnode_device(fc, &push->remote_mask);
+  struct mk_xnode_view xv;
+  mk_xnode_view(fc, &xv); /* all zero without a proxy */
+  push->xn = xv.dev, push->remote_mask = xv.remote_mask;
   push->self_dst = (char*)fc->sym + MK_AG_DATA_OFFSET;
   push->self_flags = own + MK_AG_FLAG0;
   for (int d = 0; d < fc->nranks; d++) {

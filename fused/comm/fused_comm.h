@@ -111,8 +111,9 @@ void mk_peer_close(struct mk_fused_comm* fc);
 
 /* xnode.c: the cross-node state (fused/proxy/xnode.h). setup (collective, after the workspace
  * exchange; a no-op when every rank is local) starts the proxy; release drains it, meets the
- * peers (unless the communicator is broken) and stops it. device: the kernels' view and the
- * remote ranks (< 32) as a bit mask, NULL when there is no running proxy. sent_bytes: data
+ * peers (goodbyes, no collective) and stops it. view: the kernels' state and the
+ * remote ranks (< 32) as a bit mask, the regions' GPU views; -ENOENT (all zero) when there is
+ * no running proxy. sent_bytes: data
  * bytes the proxy's puts completed, all peers. error: the proxy's failure (0 while healthy),
  * described in msg. MK_XNODE_ERR_TAG marks a proxy failure in the error record's tag. */
 #define MK_XNODE_ERR_TAG 0xFFFFFF00u
@@ -120,7 +121,14 @@ struct mk_xnode;
 struct mk_xnode_dev;
 int mk_xnode_setup(struct mk_fused_comm* fc);
 void mk_xnode_release(struct mk_fused_comm* fc);
-struct mk_xnode_dev* mk_xnode_device(const struct mk_fused_comm* fc, uint32_t* remote_mask);
+struct mk_xnode_view {
+  struct mk_xnode_dev* dev;
+  char* bounce;       /* the bounce buffer, GPU view */
+  uint64_t* flags;    /* the flag region, GPU view */
+  size_t bounce_bytes;
+  uint32_t remote_mask;
+};
+int mk_xnode_view(const struct mk_fused_comm* fc, struct mk_xnode_view* v);
 uint64_t mk_xnode_sent_bytes(const struct mk_fused_comm* fc);
 int mk_xnode_error(const struct mk_fused_comm* fc, char* msg, size_t len);
 

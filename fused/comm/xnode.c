@@ -27,6 +27,8 @@ struct mk_xnode {
   size_t bounce_bytes;
   uint64_t* flags;            /* host-mapped */
   struct mk_xnode_dev* dev;   /* device memory */
+  char* bounce_dev;           /* the GPU's views of the bounce buffer and the flags */
+  uint64_t* flags_dev;
   unsigned char* remote;      /* [nranks] */
   uint32_t remote_mask;       /* the same, for ranks < 32 */
   void* exchange;             /* device buffer of the record exchanges */
@@ -77,8 +79,9 @@ static int xnode_alloc(struct mk_fused_comm* fc, struct mk_xnode* xn) {
     xn->remote[p] = p != fc->rank && !fc->peer_sym[p];
     if (xn->remote[p] && p < 32) xn->remote_mask |= 1u << p;
   }
+  /* AllGather+GEMM's gathered A, or GEMM+ReduceScatter's out and in slots (2 C) */
   const ncclMkConfig* c = &fc->cfg;
-  xn->bounce_bytes = c->max_m * c->max_k * 2;
+  xn->bounce_bytes = c->max_m * (c->max_k > 2 * c->max_n ? c->max_k : 2 * c->max_n) * 2;
   if (xn->bounce_bytes < 4096) xn->bounce_bytes = 4096;
   MK_CHECK(host_mapped((void**)&xn->q, mk_proxy_queue_bytes(MK_XN_QUEUE_DEPTH), "cudaHostAlloc (proxy queue)"));
   MK_CHECK(mk_proxy_queue_init(xn->q, MK_XN_QUEUE_DEPTH));
@@ -91,6 +94,7 @@ static int xnode_alloc(struct mk_fused_comm* fc, struct mk_xnode* xn) {
   d->q = device_view(xn->q), d->bounce = device_view(xn->bounce), d->flags = device_view(xn->flags);
   d->timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000ull;
   mk_proxy_producer_init(&d->prod, d->q, fc->rank);
+  xn->bounce_dev = d->bounce, xn->flags_dev = d->flags;
   int rc = d->q && d->bounce && d->flags ? 0 : -EIO;
   if (!rc) rc = mk_cuda_check(cudaMemcpy(xn->dev, d, sizeof(*d), cudaMemcpyHostToDevice), "cross-node state upload");
   free(d);
@@ -188,10 +192,12 @@ void mk_xnode_release(struct mk_fused_comm* fc) {
   fc->xn = NULL;
 }
 
-struct mk_xnode_dev* mk_xnode_device(const struct mk_fused_comm* fc, uint32_t* remote_mask) {
-  if (!fc->xn || !fc->xn->started) return NULL;
-  *remote_mask = fc->xn->remote_mask;
-  return fc->xn->dev;
+int mk_xnode_view(const struct mk_fused_comm* fc, struct mk_xnode_view* v) {
+  memset(v, 0, sizeof(*v));
+  if (!fc->xn || !fc->xn->started) return -ENOENT;
+  v->dev = fc->xn->dev, v->bounce = fc->xn->bounce_dev, v->flags = fc->xn->flags_dev;
+  v->bounce_bytes = fc->xn->bounce_bytes, v->remote_mask = fc->xn->remote_mask;
+  return 0;
 }
 
 uint64_t mk_xnode_sent_bytes(const struct mk_fused_comm* fc) {

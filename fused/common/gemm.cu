@@ -77,6 +77,10 @@ static int gemm_validate_rs(const struct mk_gemm_args* a, int bm, int async_epi)
   }
   if (gather && a->call && (!rs->c_full || gemm_misaligned(rs->c_full)))
     GEMM_REJECT("mk_gemm_launch: rs with the gather and a call bracket needs an aligned c_full");
+  if ((rs->remote_mask && !rs->xn) || (rs->xn && (gather || !a->call || !a->err || !a->push || rs->nranks > 32 ||
+                                                  (rs->remote_mask >> rs->rank & 1))))
+    GEMM_REJECT("mk_gemm_launch: rs across nodes needs xn with remote ranks, a call bracket, an error record, "
+                "its sender CTA (push), no gather, at most 32 ranks and this rank outside remote_mask");
   return 0;
 }
 
@@ -107,6 +111,12 @@ static int gemm_validate_call(const struct mk_gemm_args* a) {
 static int gemm_validate_push(const struct mk_gemm_args* a, int bm, int cluster_m) {
   const struct mk_gemm_push* pu = a->push;
   const struct mk_gemm_call* c = a->call;
+  if (a->rs && a->rs->xn) { /* the cross-node reduce-scatter's sender CTA, nothing else */
+    if (pu->ctas != 1 || pu->src || pu->xn || cluster_m != 1)
+      GEMM_REJECT("mk_gemm_launch: with rs across nodes, push is its sender CTA: ctas 1, no src or xn, "
+                  "one-CTA clusters");
+    return 0;
+  }
   if (!c || !a->ready_flags || a->group_offsets || a->rs || a->scatter || cluster_m != 1 || a->dtype != MK_GEMM_BF16)
     GEMM_REJECT("mk_gemm_launch: push needs a call bracket and ready_flags, plain mode, no rs or scatter, "
                 "one-CTA clusters, bf16 operands");

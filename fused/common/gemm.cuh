@@ -303,11 +303,13 @@ __device__ __forceinline__ void gemm_stage_tile(const float* acc, uint8_t* cstag
 /* The call bracket's end (call_end.cuh), on the kernel's copy of args.call. */
 __device__ __forceinline__ void gemm_call_end(const struct mk_gemm_params& p) { mk_call_end(p.call); }
 
-/* A push CTA's whole life (gemm.h struct mk_gemm_push). Not inlined: inside the kernel it made
- * the consumers' register allocation fail at 224. */
+/* A push CTA's whole life (gemm.h struct mk_gemm_push), or the cross-node reduce-scatter's
+ * sender CTA's. Not inlined: inside the kernel it made the consumers' register allocation fail
+ * at 224. */
 template <class Cfg>
 __device__ __noinline__ void gemm_push_cta(const struct mk_gemm_params& p) {
-  gemm_push_role<Cfg>(p);
+  if (p.rs.xn) gemm_xn_rs_sender<Cfg>(p); /* GEMM+ReduceScatter across nodes: its sender CTA */
+  else gemm_push_role<Cfg>(p);
   gemm_call_end(p);
 }
 

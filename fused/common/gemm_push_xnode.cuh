@@ -92,6 +92,7 @@ static __device__ void gemm_xn_signal_done(const struct mk_gemm_params& p, int b
     if (!gemm_xn_publish(p, &desc, gemm_xn_step_of_dest(rank, n, d) * blocks)) return;
   }
   p.push.xn->last_call = e;
+  p.push.xn->call_tail = p.push.xn->prod.tail;
 }
 
 /* The send CTA's role. */

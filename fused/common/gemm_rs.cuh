@@ -17,7 +17,8 @@ __device__ __forceinline__ int gemm_rs_owner(const struct mk_gemm_params& p, con
 }
 
 /* One thread: waits until every peer's partial of this rank's row-block mb (of the shard) is
- * complete. 0 on timeout (the error record names the tile and the counter: src x blocks + mb). */
+ * complete (a remote peer's flag carries the same tile count). 0 on timeout (the error record
+ * names the tile and the counter: src x blocks + mb). */
 __device__ __noinline__ int gemm_rs_wait_peers(const struct mk_gemm_params& p, int mb, int blocks, int tile,
                                               uint64_t tiles_n) {
   for (int src = 0; src < p.rs.nranks; src++)
@@ -25,6 +26,77 @@ __device__ __noinline__ int gemm_rs_wait_peers(const struct mk_gemm_params& p, i
                                         (uint32_t)(src * blocks + mb), p.timeout_ns) < tiles_n)
       return 0;
   return 1;
+}
+
+/* ---- across nodes (gemm.h rs.xn; fused/proxy/xnode.h) ---- */
+
+/* One thread, before a CTA's first store: the bounce buffer's out slots are free once every
+ * descriptor of the previous call completed at the source. 0 on timeout or a failed proxy. */
+__device__ __noinline__ int gemm_xn_rs_staging_free(const struct mk_gemm_params& p) {
+  struct mk_xnode_dev* xn = p.rs.xn;
+  struct mk_proxy_producer prod = xn->prod; /* a copy: only its queue and rank are used */
+  const uint64_t tail = xn->call_tail;
+  if (!tail || !mk_proxy_wait_completed(&prod, tail - 1, xn->timeout_ns)) return 1;
+  mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, (uint32_t)p.rs.rank, tail,
+                      mk_pq_load_acquire(&xn->q->completed));
+  return 0;
+}
+
+/* The sender CTA's thread 0: until every other CTA has counted its exit (call_end.cuh),
+ * bounded; 0 when it gave up (timeout, or another wait of the call did). */
+__device__ __forceinline__ int gemm_xn_wait_others_left(const struct mk_gemm_params& p) {
+  const uint32_t want = gridDim.x - 1;
+  const uint64_t t0 = globaltimer_ns();
+  for (uint32_t seen; (seen = ld_relaxed_sys_u32(p.call.exits)) < want;) {
+    if (ld_relaxed_sys_u32(&p.err->aborted)) return 0;
+    if (globaltimer_ns() - t0 > p.timeout_ns) {
+      mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, (uint32_t)p.rs.rank, want, seen);
+      return 0;
+    }
+    __nanosleep(MK_WAIT_MAX_SLEEP_NS);
+  }
+  fence_acq_rel_sys(); /* the other CTAs' work, counted by their exits, before the done signals */
+  return 1;
+}
+
+/* The cross-node sender CTA (gemm.h rs.xn; it takes the grid's first slot, as the
+ * all-gather's push CTAs do). Its thread 0 publishes each remote owner's row-block once its
+ * counter (raised by the storers after every tile, as for an NVLink peer) is complete, in the
+ * order the GEMM computes them (its flag at the owner carries the tile count, as a counter
+ * would); then, once every other CTA has left the call (the own rows' sums are done, the peers'
+ * partials read), zeroes the remote peers' flags here, signals done to them, notes where this
+ * call ended, and leaves the call last. Not inlined (gemm_push_cta): the GEMM roles'
+ * register budgets stay as they are. */
+template <class Cfg>
+__device__ void gemm_xn_rs_sender(const struct mk_gemm_params& p) {
+  if (threadIdx.x != 0) return;
+  struct mk_xnode_dev* xn = p.rs.xn;
+  const int blocks = p.rs.shard_rows / Cfg::BM, n = p.rs.nranks, rank = p.rs.rank;
+  const uint64_t e = *(volatile uint64_t*)p.call.done + 1, tiles_n = (uint64_t)((p.n + Cfg::BN - 1) / Cfg::BN);
+  const uint64_t row_bytes = (uint64_t)Cfg::BM * p.n * 2;
+  for (int pos = 0; pos < n * blocks; pos++) {
+    const int rb = mk_sched_rs_row_block(rank, n, blocks, pos), owner = rb / blocks, mb = rb % blocks;
+    if (!(p.rs.remote_mask >> owner & 1)) continue;
+    uint64_t* count = (uint64_t*)p.rs.out_counts[owner] + mb;
+    if (mk_wait_geq_inline(count, tiles_n, p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, (uint32_t)owner,
+                           p.timeout_ns) < tiles_n)
+      return;
+    const struct mk_proxy_desc d = mk_xn_rs_block_desc(rank, owner, n, blocks, mb, row_bytes, tiles_n, p.err_tag);
+    const int rc = mk_proxy_mp_publish(xn->q, &xn->prod.tail, &d, xn->timeout_ns, rank, NULL);
+    if (rc) return mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, (uint32_t)owner, e, (uint64_t)(-rc));
+  }
+  if (!gemm_xn_wait_others_left(p)) return;
+  /* the remote peers' flags back to 0 for the next call (their puts wait for our done) */
+  for (int src = 0; src < n; src++)
+    for (int mb = 0; (p.rs.remote_mask >> src & 1) && mb < blocks; mb++) ((uint64_t*)p.rs.in_counts[src])[mb] = 0;
+  fence_acq_rel_sys();
+  for (int d = 0; d < n; d++) {
+    if (!(p.rs.remote_mask >> d & 1)) continue;
+    const struct mk_proxy_desc done = mk_xn_done_desc(rank, d, e, p.err_tag);
+    if (mk_proxy_mp_publish(xn->q, &xn->prod.tail, &done, xn->timeout_ns, rank, NULL)) return;
+  }
+  xn->last_call = e;
+  xn->call_tail = mk_pq_load_acquire(&xn->prod.tail);
 }
 
 /* This rank's own rows, one consumer's staged half of a tile: c = the tile + the peers'
@@ -68,14 +140,18 @@ __device__ __forceinline__ void gemm_rs_raise(const struct mk_gemm_params& p, in
       if (d != p.rs.rank) red_release_sys_add_u64(p.rs.gather_counts[d] + mb, 1);
 }
 
-/* One thread: waits until every peer finished its previous call (its done >= e - 1), so what
- * this call writes into it is free. 0 on timeout (flag_index: the peer). */
+/* One thread: waits until every peer finished its previous call (its done >= e - 1; a remote
+ * peer's done flag >= the last cross-node call, and this rank's out slots free), so what this
+ * call writes into it is free. 0 on timeout (flag_index: the peer). */
 __device__ __noinline__ int gemm_call_wait_peers_free(const struct mk_gemm_params& p) {
   const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
-  for (int d = 0; d < p.call.nranks; d++)
-    if (d != p.call.rank && mk_wait_geq(p.call.peer_done[d], e - 1, p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE,
-                                        (uint32_t)d, p.timeout_ns) < e - 1)
+  if (p.rs.xn && !gemm_xn_rs_staging_free(p)) return 0;
+  for (int d = 0; d < p.call.nranks; d++) {
+    const uint64_t want = p.rs.remote_mask >> d & 1 ? p.rs.xn->last_call : e - 1;
+    if (d != p.call.rank && mk_wait_geq(p.call.peer_done[d], want, p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE,
+                                        (uint32_t)d, p.timeout_ns) < want)
       return 0;
+  }
   return 1;
 }
 

@@ -2,9 +2,11 @@
  * ncclMkGemmReduceScatter. Two paths:
  *  - reference: the GEMM core writes this rank's partial C into the scratch, then NCCL's
  *    reduce-scatter sums the partials into each rank's rows;
- *  - overlapped (NCCL_MK_FUSED=1, every rank on this host, 128-row shards): one GEMM whose
- *    epilogue stores each peer's rows straight into that peer's workspace as the tiles are
- *    produced and sums the peers' partials into this rank's own rows (rs_comm.h).
+ *  - overlapped (NCCL_MK_FUSED=1, 128-row shards): one GEMM whose epilogue stores each peer's
+ *    rows straight into that peer's workspace as the tiles are produced and sums the peers'
+ *    partials into this rank's own rows (rs_comm.h); a rank outside the local team gets its
+ *    rows through the proxy, a row-block at a time from the bounce buffer (gemm_rs.cuh, xnode.h;
+ *    not with the all-reduce's gather, which then takes the reference path).
  * The overlapped path is also GEMM+AllReduce's (gemm_ar.c), with the gather.
  */
 #include <inttypes.h>
@@ -17,6 +19,7 @@
 #include "op_check.h"
 #include "rs_comm.h"
 #include "schedule.h"
+#include "xnode.h"
 
 static int gemm_rs_reference(struct mk_fused_comm* fc, const void* a, const void* b,
                              void* c_shard, size_t m, size_t n, size_t k, cudaStream_t stream) {
@@ -39,9 +42,18 @@ static size_t gemm_rs_data_bytes(const struct mk_fused_comm* fc, size_t m, size_
   return (size_t)(fc->nranks - 1) * (m / (size_t)fc->nranks) * n * 2 * (gather ? 2 : 1);
 }
 
+/* Ranks outside the local team are reached through the proxy (no gather yet): the bounce
+ * buffer holds an out and an in slot per rank ([nranks][shard][n] each, xnode.h). */
+static int gemm_rs_reachable(const struct mk_fused_comm* fc, size_t m, size_t n, int gather) {
+  struct mk_xnode_view xv;
+  if (fc->local_size == fc->nranks) return 1;
+  return !gather && !mk_xnode_view(fc, &xv) && 2 * (m / (size_t)fc->nranks) * (size_t)fc->nranks * n * 2 <= xv.bounce_bytes &&
+         m / MK_AG_BLOCK_ROWS <= MK_XN_MAX_BLOCKS;
+}
+
 int mk_gemm_rs_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k, int gather) {
   const size_t shard = m / (size_t)fc->nranks, blocks_all = m / MK_AG_BLOCK_ROWS;
-  return fc->fused && fc->local_size == fc->nranks && fc->nranks <= MK_RS_MAX_RANKS && m % (size_t)fc->nranks == 0 &&
+  return fc->fused && gemm_rs_reachable(fc, m, n, gather) && fc->nranks <= MK_RS_MAX_RANKS && m % (size_t)fc->nranks == 0 &&
          shard % MK_AG_BLOCK_ROWS == 0 && blocks_all <= MK_AG_MAX_BLOCKS &&
          blocks_all * (gather ? 2 : 1) <= MK_RS_MAX_COUNTERS && m <= fc->cfg.max_m && n <= fc->cfg.max_n &&
          k <= fc->cfg.max_k && gemm_rs_data_bytes(fc, m, n, gather) <= fc->sym_bytes - MK_FUSED_FLAG_BYTES;
@@ -59,8 +71,19 @@ static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, in
   memset(call, 0, sizeof(*call));
   rs->shard_rows = (int)shard, rs->rank = r, rs->nranks = nr;
   call->rank = r, call->nranks = nr;
+  struct mk_xnode_view xv;
+  mk_xnode_view(fc, &xv); /* all zero without a proxy */
+  rs->xn = xv.remote_mask ? xv.dev : NULL, rs->remote_mask = xv.remote_mask;
   for (int d = 0; d < nr; d++) {
     if (d == r) continue;
+    if (xv.remote_mask >> d & 1) { /* through the proxy: xnode.h's slots and flags */
+      rs->out[d] = xv.bounce + (size_t)d * slot;
+      rs->out_counts[d] = own_counts + (size_t)d * blocks; /* free: d's partials come flagged in the flag region */
+      rs->in[d] = xv.bounce + (size_t)(nr + d) * slot;
+      rs->in_counts[d] = xv.flags + MK_XN_RS_FLAG0 + (size_t)d * blocks;
+      call->peer_done[d] = xv.flags + MK_XN_DONE0 + d;
+      continue;
+    }
     char* peer = fc->peer_sym[d];
     uint64_t* peer_counts = (uint64_t*)(peer + MK_RS_COUNT_OFFSET);
     rs->out[d] = peer + MK_AG_DATA_OFFSET + (size_t)mk_sched_rs_slot(r, d) * slot;
@@ -95,6 +118,8 @@ int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b
   g.a = a, g.b = b, g.rs = &rs, g.call = &call, g.trace = trace;
   g.c = gather ? (char*)c + (size_t)fc->rank * shard * n * 2 : c; /* this rank's rows */
   g.row_block_rotate = mk_sched_rs_row_block(fc->rank, fc->nranks, (int)(shard / MK_AG_BLOCK_ROWS), 0);
+  struct mk_gemm_push sender = {.ctas = 1}; /* across nodes: the CTA that feeds the proxy */
+  if (rs.xn) g.push = &sender, g.num_sms = fc->num_sms - 1;
   fc->rs_shard_blocks = (int)(shard / MK_AG_BLOCK_ROWS); /* for a hang report */
   MK_CHECK(mk_gemm_launch(&g, stream)); /* the whole call: rs_comm.h */
   return mk_trace_comm_end(fc, stream);

@@ -14,12 +14,14 @@
  *   flags:  MK_XN_FLAG_WORDS u64 words, raised by the peers' proxies (put+signal, signal):
  *           [MK_XN_DONE0 + p]   peer p finished copying in call e's rows it got from us:
  *                               our puts of call e + 1 may overwrite them (value e)
- *           [MK_XN_ROW_FLAG0 + i]   row-block flags (value e): AllGather+GEMM, i = mb, the
- *                               gathered A's row-block mb has landed; GEMM+ReduceScatter,
- *                               i = src x blocks + mb, src's partial of row-block mb of this
- *                               rank's shard has landed
+ *           [MK_XN_ROW_FLAG0 + mb]  AllGather+GEMM: the gathered A's row-block mb has landed
+ *                               (value e)
  *           [MK_XN_BYE0 + p]    peer p is releasing the communicator, its descriptors all
  *                               completed (value 1; written by the host at release)
+ *           [MK_XN_RS_FLAG0 + src x blocks + mb]  GEMM+ReduceScatter: src's partial of row-block
+ *                               mb of this rank's shard has landed (value: its tile count, as
+ *                               an NVLink peer's counter; zeroed by this rank at the end of the
+ *                               call, before its done signal lets src put the next call's)
  * Per call e (= the workspace's done + 1, as for the NVLink paths) the values only grow, so
  * the state survives CUDA graph replays.
  *
@@ -38,7 +40,8 @@
 #define MK_XN_DONE0 0
 #define MK_XN_ROW_FLAG0 MK_XN_MAX_RANKS
 #define MK_XN_BYE0 (MK_XN_ROW_FLAG0 + MK_XN_MAX_BLOCKS)
-#define MK_XN_FLAG_WORDS (MK_XN_BYE0 + MK_XN_MAX_RANKS)
+#define MK_XN_RS_FLAG0 (MK_XN_BYE0 + MK_XN_MAX_RANKS)
+#define MK_XN_FLAG_WORDS (MK_XN_RS_FLAG0 + MK_XN_MAX_BLOCKS)
 #define MK_XN_QUEUE_DEPTH 1024u
 
 struct mk_xnode_dev {
@@ -46,7 +49,10 @@ struct mk_xnode_dev {
   char* bounce;             /* the GPU's view of the bounce region */
   uint64_t* flags;          /* the GPU's view of the flag region */
   uint64_t timeout_ns;      /* the queue's waits (NCCL_MK_TIMEOUT_MS) */
-  uint64_t last_call;       /* the number of the last cross-node call (the send CTA's) */
+  uint64_t last_call;       /* the number of the last cross-node call */
+  uint64_t call_tail;       /* the queue's tail when that call had published everything */
+  /* The queue's producer. AllGather+GEMM's send CTA publishes through it alone; the CTAs of
+   * GEMM+ReduceScatter claim tickets on prod.tail together (mk_proxy_mp_publish). */
   struct mk_proxy_producer prod;
   uint32_t recv_counts[MK_XN_MAX_BLOCKS]; /* CTAs done with each received row-block; 0 between calls */
 };
@@ -73,13 +79,15 @@ MK_HD struct mk_proxy_desc mk_xn_block_desc(int peer, int mb, uint64_t bytes, ui
 
 /* GEMM+ReduceScatter: this rank's partial of row-block mb of peer's shard (bytes per
  * row-block) from its out slot for peer to peer's in slot for this rank, then peer's flag
- * ROW_FLAG0 + rank x blocks + mb = e. Bounce layout: out slots [nranks][blocks], then in slots
- * [nranks][blocks], each row-block `bytes` (a slot is indexed by the other rank). */
+ * RS_FLAG0 + rank x blocks + mb = value (the row-block's tile count). Bounce layout: out slots
+ * [nranks][blocks], then in slots [nranks][blocks], each row-block `bytes` (a slot is indexed
+ * by the other rank). */
 MK_HD struct mk_proxy_desc mk_xn_rs_block_desc(int rank, int peer, int nranks, int blocks, int mb, uint64_t bytes,
-                                               uint64_t e, uint32_t tag) {
-  struct mk_proxy_desc d = mk_xn_block_desc(peer, rank * blocks + mb, bytes, e, 1, tag);
+                                               uint64_t value, uint32_t tag) {
+  struct mk_proxy_desc d = mk_xn_block_desc(peer, 0, bytes, value, 1, tag);
   d.src_off = ((uint64_t)peer * blocks + mb) * bytes;
   d.dst_off = ((uint64_t)(nranks + rank) * blocks + mb) * bytes;
+  d.flag_off = (uint64_t)(MK_XN_RS_FLAG0 + rank * blocks + mb) * 8;
   return d;
 }
 

@@ -490,8 +490,8 @@ static int xnode_rank(struct lb_ctx* ctx) {
  * its row-block's counter; the thread that completes a row-block publishes its put+signal on
  * the shared tail (mk_proxy_mp_publish). Before any tile of call e: every descriptor up to the
  * tail the previous call left has completed, and the peer's done flag reached e - 1. The owner
- * (the main thread) then waits for each row-block's flag (== e, never ahead) and checks every
- * byte in its in slot (the own-rows sum), and signals done. Rank 1 sleeps 0-3 ms per call. */
+ * (the main thread) then waits for each row-block's flag (the tile count, never more) and
+ * checks every byte in its in slot (the own-rows sum), zeroes the flags, and signals done. Rank 1 sleeps 0-3 ms per call. */
 #define RS_BLOCKS 4
 #define RS_TILES 4
 #define RS_TILE (16u << 10)
@@ -520,7 +520,7 @@ static void* rs_producer_main(void* arg) {
     unsigned char* out = c->x->data + ((size_t)c->x->peer * RS_BLOCKS + mb) * RS_ROW_BYTES + (size_t)t * RS_TILE;
     lb_fill(out, RS_TILE, c->ctx->seed, rs_stream(c->x->rank, c->e, mb, t));
     if (__atomic_add_fetch(&c->counts[mb], 1, __ATOMIC_ACQ_REL) < RS_TILES) continue; /* others' tiles seen */
-    const struct mk_proxy_desc d = mk_xn_rs_block_desc(c->x->rank, c->x->peer, 2, RS_BLOCKS, mb, RS_ROW_BYTES, c->e, 0);
+    const struct mk_proxy_desc d = mk_xn_rs_block_desc(c->x->rank, c->x->peer, 2, RS_BLOCKS, mb, RS_ROW_BYTES, RS_TILES, 0);
     const int rc = mk_proxy_mp_publish(c->x->q, c->tail, &d, WAIT_NS, c->x->rank, NULL);
     if (rc) c->rc = rc;
   }
@@ -529,9 +529,9 @@ static void* rs_producer_main(void* arg) {
 
 static int rs_owner_side(struct lb_ctx* ctx, struct px* x, uint64_t e) {
   for (int mb = 0; mb < RS_BLOCKS; mb++) {
-    const uint64_t word = MK_XN_ROW_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb;
-    LB_OK(mk_proxy_wait_flag(x->q, &x->flags[word], word * 8, e, WAIT_NS, x->rank, 0));
-    LB_EXPECT(mk_pq_load_acquire(&x->flags[word]) == e);
+    const uint64_t word = MK_XN_RS_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb;
+    LB_OK(mk_proxy_wait_flag(x->q, &x->flags[word], word * 8, RS_TILES, WAIT_NS, x->rank, 0));
+    LB_EXPECT(mk_pq_load_acquire(&x->flags[word]) == RS_TILES);
     const unsigned char* in = x->data + ((size_t)(2 + x->peer) * RS_BLOCKS + mb) * RS_ROW_BYTES;
     for (int t = 0; t < RS_TILES; t++)
       LB_EXPECT(lb_check(in + (size_t)t * RS_TILE, RS_TILE, ctx->seed, rs_stream(x->peer, e, mb, t),
@@ -550,6 +550,8 @@ static int rs_call_run(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t* t
   for (int i = 0; i < RS_PRODUCERS; i++) pthread_join(th[i], NULL);
   LB_OK(c.rc);
   LB_OK(rs_owner_side(ctx, x, e));
+  for (int mb = 0; mb < RS_BLOCKS; mb++) /* the flags back to 0 before done, as the sender CTA does */
+    __atomic_store_n(&x->flags[MK_XN_RS_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb], 0, __ATOMIC_RELEASE);
   const struct mk_proxy_desc done = mk_xn_done_desc(x->rank, x->peer, e, 0);
   LB_OK(mk_proxy_mp_publish(x->q, tail, &done, WAIT_NS, x->rank, NULL));
   *call_tail = __atomic_load_n(tail, __ATOMIC_ACQUIRE);

@@ -237,6 +237,36 @@ static void push_rules(void) {
   expect_refused(&g, "bf16 operands", NULL);
 }
 
+/* GEMM+ReduceScatter across nodes (gemm.h rs.xn): a call bracket, an error record and its
+ * sender CTA (push with ctas 1 and nothing else), no gather; a push that is not that sender,
+ * or a remote mask without xn, is refused by name. */
+static void cross_node_rs_rules(void) {
+  struct mk_gemm_args g = base_args();
+  struct mk_gemm_rs rs = base_rs();
+  struct mk_gemm_call call = base_call();
+  struct mk_gemm_error err;
+  struct mk_gemm_push sender, bad;
+  memset(&sender, 0, sizeof sender);
+  sender.ctas = 1;
+  rs.xn = fake(21), rs.remote_mask = 1u << 1;
+  g.rs = &rs, g.call = &call, g.err = &err, g.push = &sender;
+  expect_good(&g);
+  g.push = NULL;
+  expect_refused(&g, "rs across nodes", "sender CTA");
+  g.push = &bad;
+  bad = sender, bad.ctas = 2;
+  expect_refused(&g, "push is its sender CTA", NULL);
+  bad = sender, bad.src = fake(16);
+  expect_refused(&g, "push is its sender CTA", NULL);
+  g.push = &sender, g.err = NULL;
+  expect_refused(&g, "rs across nodes", NULL);
+  g.err = &err, rs.gather[1] = fake(11), rs.gather_counts[1] = fake(12);
+  rs.gathered[1] = fake(13), rs.gathered_counts[1] = fake(14), rs.c_full = fake(15);
+  expect_refused(&g, "rs across nodes", "no gather");
+  rs = base_rs(), rs.remote_mask = 1u << 1; /* remote ranks without the cross-node state */
+  expect_refused(&g, "rs across nodes", NULL);
+}
+
 int main(void) {
   mk_log_set_logger(capture_logger);
   no_gpu = mk_gemm_prepare() == -ENOTSUP;
@@ -251,5 +281,6 @@ int main(void) {
   scales_are_for_e4m3_only_and_float_aligned();
   e4m3_takes_the_hooks_and_only_configuration_0();
   push_rules();
+  cross_node_rs_rules();
   return MK_TEST_RESULT();
 }
