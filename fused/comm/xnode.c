@@ -79,9 +79,9 @@ static int xnode_alloc(struct mk_fused_comm* fc, struct mk_xnode* xn) {
     xn->remote[p] = p != fc->rank && !fc->peer_sym[p];
     if (xn->remote[p] && p < 32) xn->remote_mask |= 1u << p;
   }
-  /* AllGather+GEMM's gathered A, or GEMM+ReduceScatter's out and in slots (2 C) */
+  /* AllGather+GEMM's gathered A, or GEMM+ReduceScatter/AllReduce's slots (< 3 C: xnode.h) */
   const ncclMkConfig* c = &fc->cfg;
-  xn->bounce_bytes = c->max_m * (c->max_k > 2 * c->max_n ? c->max_k : 2 * c->max_n) * 2;
+  xn->bounce_bytes = c->max_m * (c->max_k > 3 * c->max_n ? c->max_k : 3 * c->max_n) * 2;
   if (xn->bounce_bytes < 4096) xn->bounce_bytes = 4096;
   MK_CHECK(host_mapped((void**)&xn->q, mk_proxy_queue_bytes(MK_XN_QUEUE_DEPTH), "cudaHostAlloc (proxy queue)"));
   MK_CHECK(mk_proxy_queue_init(xn->q, MK_XN_QUEUE_DEPTH));

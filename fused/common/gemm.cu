@@ -77,10 +77,10 @@ static int gemm_validate_rs(const struct mk_gemm_args* a, int bm, int async_epi)
   }
   if (gather && a->call && (!rs->c_full || gemm_misaligned(rs->c_full)))
     GEMM_REJECT("mk_gemm_launch: rs with the gather and a call bracket needs an aligned c_full");
-  if ((rs->remote_mask && !rs->xn) || (rs->xn && (gather || !a->call || !a->err || !a->push || rs->nranks > 32 ||
+  if ((rs->remote_mask && !rs->xn) || (rs->xn && (!a->call || !a->err || !a->push || rs->nranks > 32 ||
                                                   (rs->remote_mask >> rs->rank & 1))))
     GEMM_REJECT("mk_gemm_launch: rs across nodes needs xn with remote ranks, a call bracket, an error record, "
-                "its sender CTA (push), no gather, at most 32 ranks and this rank outside remote_mask");
+                "its sender CTA (push), at most 32 ranks and this rank outside remote_mask");
   return 0;
 }
 

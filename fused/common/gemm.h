@@ -99,13 +99,15 @@ struct mk_gemm_rs {
   const void* gathered[MK_GEMM_RS_MAX_RANKS];
   const uint64_t* gathered_counts[MK_GEMM_RS_MAX_RANKS];
   void* c_full;
-  /* Cross-node (issue 13; fused/proxy/xnode.h; xn NULL: off; needs args.call, no gather).
-   * For d in remote_mask: out[d] is the bounce buffer's out slot for d and out_counts[d] this
-   * rank's own counters of it (in call.counters: 0 between calls), raised by the storers as for
-   * a peer; in[src] is the bounce's in slot and in_counts[src] src's row-block flags in the
-   * flag region (value: the call e, not a tile count); call.peer_done[d] is d's done flag there
-   * (value: the last cross-node call). args.push, ctas 1 and nothing else set, is the sender
-   * CTA: it publishes each complete row-block, and the done signals once the others left. */
+  /* Cross-node (issue 13; fused/proxy/xnode.h; xn NULL: off; needs args.call). For d in
+   * remote_mask: out[d] is the bounce buffer's out slot for d and out_counts[d] this rank's own
+   * counters of it (in call.counters: 0 between calls), raised by the storers as for a peer;
+   * in[src] is the bounce's in slot and in_counts[src] src's row-block flags in the flag region
+   * (they carry the tile count, as a counter); with the gather likewise gather[d] (the one
+   * gather slot) and gather_counts[d] (own counters), gathered[src] and gathered_counts[src]
+   * (flags); call.peer_done[d] is d's done flag there (value: the last cross-node call).
+   * args.push, ctas 1 and nothing else set, is the sender CTA: it publishes each complete
+   * row-block, then zeroes the remote flags and signals done once the others left. */
   struct mk_xnode_dev* xn;
   uint32_t remote_mask;
 };

@@ -59,11 +59,30 @@ __device__ __forceinline__ int gemm_xn_wait_others_left(const struct mk_gemm_par
   return 1;
 }
 
+/* The sender's thread 0: once row-block mb's counter (count) is complete, its put+signal to
+ * peer d (a partial, or with gather this rank's reduced rows). 0 when a wait or the queue
+ * failed (the call's error record says why). */
+__device__ __forceinline__ int gemm_xn_rs_publish(const struct mk_gemm_params& p, int d, int blocks, int mb,
+                                                  const uint64_t* count, uint64_t tiles_n, uint64_t row_bytes,
+                                                  int gather) {
+  struct mk_xnode_dev* xn = p.rs.xn;
+  const int rank = p.rs.rank;
+  if (mk_wait_geq_inline(count, tiles_n, p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, (uint32_t)d, p.timeout_ns) <
+      tiles_n)
+    return 0;
+  const struct mk_proxy_desc desc = mk_xn_rs_block_desc(rank, d, p.rs.nranks, blocks, mb, row_bytes, tiles_n, gather,
+                                                        p.err_tag);
+  const int rc = mk_proxy_mp_publish(xn->q, &xn->prod.tail, &desc, xn->timeout_ns, rank, NULL);
+  if (rc) mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, (uint32_t)d, tiles_n, (uint64_t)(-rc));
+  return rc == 0;
+}
+
 /* The cross-node sender CTA (gemm.h rs.xn; it takes the grid's first slot, as the
  * all-gather's push CTAs do). Its thread 0 publishes each remote owner's row-block once its
  * counter (raised by the storers after every tile, as for an NVLink peer) is complete, in the
  * order the GEMM computes them (its flag at the owner carries the tile count, as a counter
- * would); then, once every other CTA has left the call (the own rows' sums are done, the peers'
+ * would), and with the all-reduce's gather each of this rank's reduced row-blocks to every
+ * remote rank once its gather counter is; then, once every other CTA has left the call (the own rows' sums are done, the peers'
  * partials read), zeroes the remote peers' flags here, signals done to them, notes where this
  * call ended, and leaves the call last. Not inlined (gemm_push_cta): the GEMM roles'
  * register budgets stay as they are. */
@@ -74,21 +93,22 @@ __device__ void gemm_xn_rs_sender(const struct mk_gemm_params& p) {
   const int blocks = p.rs.shard_rows / Cfg::BM, n = p.rs.nranks, rank = p.rs.rank;
   const uint64_t e = *(volatile uint64_t*)p.call.done + 1, tiles_n = (uint64_t)((p.n + Cfg::BN - 1) / Cfg::BN);
   const uint64_t row_bytes = (uint64_t)Cfg::BM * p.n * 2;
-  for (int pos = 0; pos < n * blocks; pos++) {
+  for (int pos = 0; pos < n * blocks; pos++) { /* the partials, then (all-reduce) the reduced rows */
     const int rb = mk_sched_rs_row_block(rank, n, blocks, pos), owner = rb / blocks, mb = rb % blocks;
-    if (!(p.rs.remote_mask >> owner & 1)) continue;
-    uint64_t* count = (uint64_t*)p.rs.out_counts[owner] + mb;
-    if (mk_wait_geq_inline(count, tiles_n, p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, (uint32_t)owner,
-                           p.timeout_ns) < tiles_n)
-      return;
-    const struct mk_proxy_desc d = mk_xn_rs_block_desc(rank, owner, n, blocks, mb, row_bytes, tiles_n, p.err_tag);
-    const int rc = mk_proxy_mp_publish(xn->q, &xn->prod.tail, &d, xn->timeout_ns, rank, NULL);
-    if (rc) return mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, (uint32_t)owner, e, (uint64_t)(-rc));
+    if (!(p.rs.remote_mask >> owner & 1) && !(owner == rank && p.rs_gather)) continue;
+    for (int d = owner == rank ? 0 : owner; d < (owner == rank ? n : owner + 1); d++) {
+      if (!(p.rs.remote_mask >> d & 1)) continue;
+      const uint64_t* count = (owner == rank ? p.rs.gather_counts[d] : p.rs.out_counts[d]) + mb;
+      if (!gemm_xn_rs_publish(p, d, blocks, mb, count, tiles_n, row_bytes, owner == rank)) return;
+    }
   }
   if (!gemm_xn_wait_others_left(p)) return;
   /* the remote peers' flags back to 0 for the next call (their puts wait for our done) */
   for (int src = 0; src < n; src++)
-    for (int mb = 0; (p.rs.remote_mask >> src & 1) && mb < blocks; mb++) ((uint64_t*)p.rs.in_counts[src])[mb] = 0;
+    for (int mb = 0; (p.rs.remote_mask >> src & 1) && mb < blocks; mb++) {
+      ((uint64_t*)p.rs.in_counts[src])[mb] = 0;
+      if (p.rs_gather) ((uint64_t*)p.rs.gathered_counts[src])[mb] = 0;
+    }
   fence_acq_rel_sys();
   for (int d = 0; d < n; d++) {
     if (!(p.rs.remote_mask >> d & 1)) continue;

@@ -5,8 +5,8 @@
  *  - overlapped (NCCL_MK_FUSED=1, 128-row shards): one GEMM whose epilogue stores each peer's
  *    rows straight into that peer's workspace as the tiles are produced and sums the peers'
  *    partials into this rank's own rows (rs_comm.h); a rank outside the local team gets its
- *    rows through the proxy, a row-block at a time from the bounce buffer (gemm_rs.cuh, xnode.h;
- *    not with the all-reduce's gather, which then takes the reference path).
+ *    rows through the proxy, a row-block at a time through the bounce buffer (gemm_rs.cuh,
+ *    xnode.h), and with the all-reduce's gather its reduced rows the same way.
  * The overlapped path is also GEMM+AllReduce's (gemm_ar.c), with the gather.
  */
 #include <inttypes.h>
@@ -42,13 +42,14 @@ static size_t gemm_rs_data_bytes(const struct mk_fused_comm* fc, size_t m, size_
   return (size_t)(fc->nranks - 1) * (m / (size_t)fc->nranks) * n * 2 * (gather ? 2 : 1);
 }
 
-/* Ranks outside the local team are reached through the proxy (no gather yet): the bounce
- * buffer holds an out and an in slot per rank ([nranks][shard][n] each, xnode.h). */
+/* Ranks outside the local team are reached through the proxy: the bounce buffer holds the
+ * out, in (and gather) slots (xnode.h mk_xn_rs_off). */
 static int gemm_rs_reachable(const struct mk_fused_comm* fc, size_t m, size_t n, int gather) {
   struct mk_xnode_view xv;
   if (fc->local_size == fc->nranks) return 1;
-  return !gather && !mk_xnode_view(fc, &xv) && 2 * (m / (size_t)fc->nranks) * (size_t)fc->nranks * n * 2 <= xv.bounce_bytes &&
-         m / MK_AG_BLOCK_ROWS <= MK_XN_MAX_BLOCKS;
+  const int blocks = (int)(m / (size_t)fc->nranks / MK_AG_BLOCK_ROWS);
+  return !mk_xnode_view(fc, &xv) && m / MK_AG_BLOCK_ROWS <= MK_XN_MAX_BLOCKS &&
+         mk_xn_rs_bytes(fc->nranks, blocks, (uint64_t)MK_AG_BLOCK_ROWS * n * 2, gather) <= xv.bounce_bytes;
 }
 
 int mk_gemm_rs_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k, int gather) {
@@ -57,6 +58,24 @@ int mk_gemm_rs_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k
          shard % MK_AG_BLOCK_ROWS == 0 && blocks_all <= MK_AG_MAX_BLOCKS &&
          blocks_all * (gather ? 2 : 1) <= MK_RS_MAX_COUNTERS && m <= fc->cfg.max_m && n <= fc->cfg.max_n &&
          k <= fc->cfg.max_k && gemm_rs_data_bytes(fc, m, n, gather) <= fc->sym_bytes - MK_FUSED_FLAG_BYTES;
+}
+
+/* Remote peer d's pointers (gemm.h rs.xn): this rank's bounce slots and flags; the counters
+ * the storers raise for d are this rank's own counters of d, free because d's partials (and
+ * reduced rows) arrive flagged in the flag region instead. */
+static void gemm_rs_remote_peer(const struct mk_xnode_view* xv, int r, int d, int nr, int blocks, size_t n, int gather,
+                                uint64_t* own_counts, struct mk_gemm_rs* rs, struct mk_gemm_call* call) {
+  const uint64_t row_bytes = (uint64_t)MK_AG_BLOCK_ROWS * n * 2;
+  rs->out[d] = xv->bounce + mk_xn_rs_off(MK_XN_RS_OUT, d, r, nr, blocks, 0, row_bytes);
+  rs->out_counts[d] = own_counts + (size_t)d * blocks;
+  rs->in[d] = xv->bounce + mk_xn_rs_off(MK_XN_RS_IN, d, r, nr, blocks, 0, row_bytes);
+  rs->in_counts[d] = xv->flags + MK_XN_RS_FLAG0 + (size_t)d * blocks;
+  call->peer_done[d] = xv->flags + MK_XN_DONE0 + d;
+  if (!gather) return;
+  rs->gather[d] = xv->bounce + mk_xn_rs_off(MK_XN_RS_GATHER, d, r, nr, blocks, 0, row_bytes);
+  rs->gather_counts[d] = own_counts + (size_t)(nr + d) * blocks;
+  rs->gathered[d] = xv->bounce + mk_xn_rs_off(MK_XN_RS_GATHERED, d, r, nr, blocks, 0, row_bytes);
+  rs->gathered_counts[d] = xv->flags + MK_XN_GATHER_FLAG0 + (size_t)d * blocks;
 }
 
 /* The epilogue's peers and the call bracket (rs_comm.h: words, slots and counters). */
@@ -77,11 +96,7 @@ static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, in
   for (int d = 0; d < nr; d++) {
     if (d == r) continue;
     if (xv.remote_mask >> d & 1) { /* through the proxy: xnode.h's slots and flags */
-      rs->out[d] = xv.bounce + (size_t)d * slot;
-      rs->out_counts[d] = own_counts + (size_t)d * blocks; /* free: d's partials come flagged in the flag region */
-      rs->in[d] = xv.bounce + (size_t)(nr + d) * slot;
-      rs->in_counts[d] = xv.flags + MK_XN_RS_FLAG0 + (size_t)d * blocks;
-      call->peer_done[d] = xv.flags + MK_XN_DONE0 + d;
+      gemm_rs_remote_peer(&xv, r, d, nr, (int)blocks, n, gather, own_counts, rs, call);
       continue;
     }
     char* peer = fc->peer_sym[d];

@@ -5,10 +5,11 @@
  *
  * Regions (host memory, pinned and mapped into the GPU's address space; the transport
  * registers both once):
- *   bounce: max_m x max_k x 2 B, laid out as AllGather+GEMM's gathered A. This rank's own
- *           rows are the source of its puts (staged there from the caller's shard by the
- *           kernel); a remote rank's rows are where its puts land, to be copied into the GPU
- *           workspace by the kernel. With a transport that can register GPU memory the puts
+ *   bounce: max_m x max(max_k, 3 max_n) x 2 B. AllGather+GEMM lays it out as its gathered A:
+ *           this rank's own rows are the source of its puts (staged there from the caller's
+ *           shard by the kernel); a remote rank's rows are where its puts land, to be copied
+ *           into the GPU workspace by the kernel. GEMM+ReduceScatter/AllReduce: the slots
+ *           below (mk_xn_rs_off). With a transport that can register GPU memory the puts
  *           could land in the workspace itself (GPUDirect); not done yet: every transport
  *           goes through this bounce buffer.
  *   flags:  MK_XN_FLAG_WORDS u64 words, raised by the peers' proxies (put+signal, signal):
@@ -22,6 +23,8 @@
  *                               mb of this rank's shard has landed (value: its tile count, as
  *                               an NVLink peer's counter; zeroed by this rank at the end of the
  *                               call, before its done signal lets src put the next call's)
+ *           [MK_XN_GATHER_FLAG0 + src x blocks + mb]  GEMM+AllReduce: src's reduced row-block mb
+ *                               has landed (the same count-and-zero rule)
  * Per call e (= the workspace's done + 1, as for the NVLink paths) the values only grow, so
  * the state survives CUDA graph replays.
  *
@@ -41,7 +44,8 @@
 #define MK_XN_ROW_FLAG0 MK_XN_MAX_RANKS
 #define MK_XN_BYE0 (MK_XN_ROW_FLAG0 + MK_XN_MAX_BLOCKS)
 #define MK_XN_RS_FLAG0 (MK_XN_BYE0 + MK_XN_MAX_RANKS)
-#define MK_XN_FLAG_WORDS (MK_XN_RS_FLAG0 + MK_XN_MAX_BLOCKS)
+#define MK_XN_GATHER_FLAG0 (MK_XN_RS_FLAG0 + MK_XN_MAX_BLOCKS)
+#define MK_XN_FLAG_WORDS (MK_XN_GATHER_FLAG0 + MK_XN_MAX_BLOCKS)
 #define MK_XN_QUEUE_DEPTH 1024u
 
 struct mk_xnode_dev {
@@ -77,17 +81,43 @@ MK_HD struct mk_proxy_desc mk_xn_block_desc(int peer, int mb, uint64_t bytes, ui
   return d;
 }
 
-/* GEMM+ReduceScatter: this rank's partial of row-block mb of peer's shard (bytes per
- * row-block) from its out slot for peer to peer's in slot for this rank, then peer's flag
- * RS_FLAG0 + rank x blocks + mb = value (the row-block's tile count). Bounce layout: out slots
- * [nranks][blocks], then in slots [nranks][blocks], each row-block `bytes` (a slot is indexed
- * by the other rank). */
+/* ---- GEMM+ReduceScatter / AllReduce: the bounce buffer's slots ----
+ * Each slot is one shard ([blocks] row-blocks of `bytes`, row-major [shard][n]); a rank's
+ * peers are numbered by mk_xn_peer_slot (the others in rank order, itself skipped):
+ *   out       [nranks - 1]  this rank's partial of peer d's rows, put to d
+ *   in        [nranks - 1]  src's partial of this rank's rows, put here by src
+ *   gather    1             this rank's reduced rows (all-reduce), put to every peer
+ *   gathered  [nranks - 1]  src's reduced rows, put here by src
+ * 3 (nranks - 1) + 1 slots: on 2 ranks twice C, or C without the gather. */
+enum mk_xn_rs_group { MK_XN_RS_OUT = 0, MK_XN_RS_IN = 1, MK_XN_RS_GATHER = 2, MK_XN_RS_GATHERED = 3 };
+
+MK_HD int mk_xn_peer_slot(int other, int self) { return other < self ? other : other - 1; }
+
+/* Byte offset of row-block mb of `group`'s slot for peer `other` on rank `self`. */
+MK_HD uint64_t mk_xn_rs_off(int group, int other, int self, int nranks, int blocks, int mb, uint64_t bytes) {
+  const uint64_t peers = (uint64_t)(nranks - 1);
+  uint64_t slot = group == MK_XN_RS_OUT        ? (uint64_t)mk_xn_peer_slot(other, self)
+                  : group == MK_XN_RS_IN       ? peers + (uint64_t)mk_xn_peer_slot(other, self)
+                  : group == MK_XN_RS_GATHER   ? 2 * peers
+                                               : 2 * peers + 1 + (uint64_t)mk_xn_peer_slot(other, self);
+  return (slot * (uint64_t)blocks + (uint64_t)mb) * bytes;
+}
+
+/* Bounce bytes the slots take (with the all-reduce's gather or without). */
+MK_HD uint64_t mk_xn_rs_bytes(int nranks, int blocks, uint64_t bytes, int gather) {
+  return (uint64_t)(gather ? 3 * (nranks - 1) + 1 : 2 * (nranks - 1)) * blocks * bytes;
+}
+
+/* This rank's partial of row-block mb of owner's shard, out slot -> owner's in slot for this
+ * rank, then owner's flag RS_FLAG0 + rank x blocks + mb = value (the row-block's tile count);
+ * with gather, this rank's reduced row-block mb, gather slot -> peer's gathered slot for this
+ * rank, flag GATHER_FLAG0 + rank x blocks + mb = value. */
 MK_HD struct mk_proxy_desc mk_xn_rs_block_desc(int rank, int peer, int nranks, int blocks, int mb, uint64_t bytes,
-                                               uint64_t value, uint32_t tag) {
+                                               uint64_t value, int gather, uint32_t tag) {
   struct mk_proxy_desc d = mk_xn_block_desc(peer, 0, bytes, value, 1, tag);
-  d.src_off = ((uint64_t)peer * blocks + mb) * bytes;
-  d.dst_off = ((uint64_t)(nranks + rank) * blocks + mb) * bytes;
-  d.flag_off = (uint64_t)(MK_XN_RS_FLAG0 + rank * blocks + mb) * 8;
+  d.src_off = mk_xn_rs_off(gather ? MK_XN_RS_GATHER : MK_XN_RS_OUT, peer, rank, nranks, blocks, mb, bytes);
+  d.dst_off = mk_xn_rs_off(gather ? MK_XN_RS_GATHERED : MK_XN_RS_IN, rank, peer, nranks, blocks, mb, bytes);
+  d.flag_off = (uint64_t)((gather ? MK_XN_GATHER_FLAG0 : MK_XN_RS_FLAG0) + rank * blocks + mb) * 8;
   return d;
 }
 

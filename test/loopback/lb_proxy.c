@@ -517,10 +517,11 @@ static void* rs_producer_main(void* arg) {
   struct rs_call* c = arg;
   for (uint32_t i; !c->rc && (i = __atomic_fetch_add(&c->next_tile, 1, __ATOMIC_RELAXED)) < RS_BLOCKS * RS_TILES;) {
     const int mb = (int)(i * 3 % RS_BLOCKS), t = (int)(i / RS_BLOCKS); /* row-blocks interleaved */
-    unsigned char* out = c->x->data + ((size_t)c->x->peer * RS_BLOCKS + mb) * RS_ROW_BYTES + (size_t)t * RS_TILE;
+    unsigned char* out = c->x->data + mk_xn_rs_off(MK_XN_RS_OUT, c->x->peer, c->x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES) +
+                         (size_t)t * RS_TILE;
     lb_fill(out, RS_TILE, c->ctx->seed, rs_stream(c->x->rank, c->e, mb, t));
     if (__atomic_add_fetch(&c->counts[mb], 1, __ATOMIC_ACQ_REL) < RS_TILES) continue; /* others' tiles seen */
-    const struct mk_proxy_desc d = mk_xn_rs_block_desc(c->x->rank, c->x->peer, 2, RS_BLOCKS, mb, RS_ROW_BYTES, RS_TILES, 0);
+    const struct mk_proxy_desc d = mk_xn_rs_block_desc(c->x->rank, c->x->peer, 2, RS_BLOCKS, mb, RS_ROW_BYTES, RS_TILES, 0, 0);
     const int rc = mk_proxy_mp_publish(c->x->q, c->tail, &d, WAIT_NS, c->x->rank, NULL);
     if (rc) c->rc = rc;
   }
@@ -532,7 +533,7 @@ static int rs_owner_side(struct lb_ctx* ctx, struct px* x, uint64_t e) {
     const uint64_t word = MK_XN_RS_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb;
     LB_OK(mk_proxy_wait_flag(x->q, &x->flags[word], word * 8, RS_TILES, WAIT_NS, x->rank, 0));
     LB_EXPECT(mk_pq_load_acquire(&x->flags[word]) == RS_TILES);
-    const unsigned char* in = x->data + ((size_t)(2 + x->peer) * RS_BLOCKS + mb) * RS_ROW_BYTES;
+    const unsigned char* in = x->data + mk_xn_rs_off(MK_XN_RS_IN, x->peer, x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES);
     for (int t = 0; t < RS_TILES; t++)
       LB_EXPECT(lb_check(in + (size_t)t * RS_TILE, RS_TILE, ctx->seed, rs_stream(x->peer, e, mb, t),
                          "a partial row-block under its flag") == 0);
@@ -560,7 +561,7 @@ static int rs_call_run(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t* t
 
 static int rs_rank(struct lb_ctx* ctx) {
   struct px x;
-  LB_OK(px_setup(ctx, &x, 16, 16, 4 * RS_BLOCKS * RS_ROW_BYTES, MK_XN_FLAG_WORDS));
+  LB_OK(px_setup(ctx, &x, 16, 16, mk_xn_rs_bytes(2, RS_BLOCKS, RS_ROW_BYTES, 0), MK_XN_FLAG_WORDS));
   LB_OK(mk_proxy_start(x.p, x.keys));
   srand((unsigned)ctx->seed + (unsigned)x.rank);
   uint64_t tail = 0, call_tail = 0;
