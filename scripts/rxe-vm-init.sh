@@ -56,7 +56,8 @@ else
              proxy_killed_peer_gives_async_error_within_bound_and_stops proxy_stop_joins_thread_with_puts_in_flight \
              proxy_goodbye_then_close_needs_no_agreement_and_raises_no_error \
              proxy_allgather_protocol_back_to_back_calls_with_a_delayed_rank_stay_correct \
-             proxy_reducescatter_protocol_several_producers_back_to_back_stay_correct; do
+             proxy_reducescatter_protocol_several_producers_back_to_back_stay_correct \
+             proxy_allreduce_protocol_partials_then_reduced_rows_stay_correct; do
       run "ib_$c" NCCL_MK_LOCAL_SIZE=1 ./proxy_loopback $c
     done
   fi

@@ -491,7 +491,9 @@ static int xnode_rank(struct lb_ctx* ctx) {
  * the shared tail (mk_proxy_mp_publish). Before any tile of call e: every descriptor up to the
  * tail the previous call left has completed, and the peer's done flag reached e - 1. The owner
  * (the main thread) then waits for each row-block's flag (the tile count, never more) and
- * checks every byte in its in slot (the own-rows sum), zeroes the flags, and signals done. Rank 1 sleeps 0-3 ms per call. */
+ * checks every byte in its in slot (the own-rows sum), with the all-reduce's gather puts its
+ * reduced rows to the peer and collects the peer's (rs_gather_side), zeroes the flags, and
+ * signals done. Rank 1 sleeps 0-3 ms per call. */
 #define RS_BLOCKS 4
 #define RS_TILES 4
 #define RS_TILE (16u << 10)
@@ -541,7 +543,26 @@ static int rs_owner_side(struct lb_ctx* ctx, struct px* x, uint64_t e) {
   return 0;
 }
 
-static int rs_call_run(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t* tail, uint64_t* call_tail) {
+/* The all-reduce's gather: this rank's reduced row-blocks (call e's bytes) from its gather slot
+ * to the peer, then the peer's ones collected (flag == the tile count, every byte checked). */
+static int rs_gather_side(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t* tail) {
+  for (int mb = 0; mb < RS_BLOCKS; mb++) {
+    unsigned char* g = x->data + mk_xn_rs_off(MK_XN_RS_GATHER, x->peer, x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES);
+    lb_fill(g, RS_ROW_BYTES, ctx->seed, rs_stream(x->rank, e, mb, 99));
+    const struct mk_proxy_desc d = mk_xn_rs_block_desc(x->rank, x->peer, 2, RS_BLOCKS, mb, RS_ROW_BYTES, RS_TILES, 1, 0);
+    LB_OK(mk_proxy_mp_publish(x->q, tail, &d, WAIT_NS, x->rank, NULL));
+  }
+  for (int mb = 0; mb < RS_BLOCKS; mb++) {
+    const uint64_t word = MK_XN_GATHER_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb;
+    LB_OK(mk_proxy_wait_flag(x->q, &x->flags[word], word * 8, RS_TILES, WAIT_NS, x->rank, 0));
+    LB_EXPECT(mk_pq_load_acquire(&x->flags[word]) == RS_TILES);
+    const unsigned char* in = x->data + mk_xn_rs_off(MK_XN_RS_GATHERED, x->peer, x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES);
+    LB_EXPECT(lb_check(in, RS_ROW_BYTES, ctx->seed, rs_stream(x->peer, e, mb, 99), "reduced rows under their flag") == 0);
+  }
+  return 0;
+}
+
+static int rs_call_run(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t* tail, uint64_t* call_tail, int gather) {
   if (*call_tail) LB_OK(mk_proxy_wait_completed(&x->prod, *call_tail - 1, WAIT_NS));
   LB_OK(mk_proxy_wait_flag(x->q, &x->flags[MK_XN_DONE0 + x->peer], (MK_XN_DONE0 + x->peer) * 8, e - 1, WAIT_NS,
                            x->rank, 0));
@@ -551,38 +572,45 @@ static int rs_call_run(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t* t
   for (int i = 0; i < RS_PRODUCERS; i++) pthread_join(th[i], NULL);
   LB_OK(c.rc);
   LB_OK(rs_owner_side(ctx, x, e));
-  for (int mb = 0; mb < RS_BLOCKS; mb++) /* the flags back to 0 before done, as the sender CTA does */
+  if (gather) LB_OK(rs_gather_side(ctx, x, e, tail));
+  for (int mb = 0; mb < RS_BLOCKS; mb++) { /* the flags back to 0 before done, as the sender CTA does */
     __atomic_store_n(&x->flags[MK_XN_RS_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb], 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&x->flags[MK_XN_GATHER_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb], 0, __ATOMIC_RELEASE);
+  }
   const struct mk_proxy_desc done = mk_xn_done_desc(x->rank, x->peer, e, 0);
   LB_OK(mk_proxy_mp_publish(x->q, tail, &done, WAIT_NS, x->rank, NULL));
   *call_tail = __atomic_load_n(tail, __ATOMIC_ACQUIRE);
   return 0;
 }
 
-static int rs_rank(struct lb_ctx* ctx) {
+static int rs_run(struct lb_ctx* ctx, int gather) {
   struct px x;
-  LB_OK(px_setup(ctx, &x, 16, 16, mk_xn_rs_bytes(2, RS_BLOCKS, RS_ROW_BYTES, 0), MK_XN_FLAG_WORDS));
+  LB_OK(px_setup(ctx, &x, 16, 16, mk_xn_rs_bytes(2, RS_BLOCKS, RS_ROW_BYTES, gather), MK_XN_FLAG_WORDS));
   LB_OK(mk_proxy_start(x.p, x.keys));
   srand((unsigned)ctx->seed + (unsigned)x.rank);
   uint64_t tail = 0, call_tail = 0;
   double t0 = lb_now();
   for (uint64_t e = 1; e <= RS_CALLS; e++) {
     if (x.rank == 1) usleep((useconds_t)(rand() % 3000));
-    LB_OK(rs_call_run(ctx, &x, e, &tail, &call_tail));
+    LB_OK(rs_call_run(ctx, &x, e, &tail, &call_tail, gather));
   }
   printf("  [rank %d] %d calls in %.3f s, %d producers on one tail\n", x.rank, RS_CALLS, lb_now() - t0, RS_PRODUCERS);
   x.prod.tail = tail; /* the release's single producer from here on */
   const unsigned char remote[2] = {1, 1};
   LB_OK(mk_xn_goodbye(x.p, &x.prod, x.flags, x.rank, 2, remote, WAIT_NS));
-  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.peer) == (uint64_t)RS_CALLS * RS_BLOCKS * RS_ROW_BYTES);
+  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.peer) == (uint64_t)RS_CALLS * RS_BLOCKS * RS_ROW_BYTES * (gather ? 2 : 1));
   LB_EXPECT(mk_proxy_quiesce(x.p) == 0);
   LB_EXPECT(mk_proxy_stop(x.p) == 0);
   px_free(&x);
   return 0;
 }
 
+static int rs_rank(struct lb_ctx* ctx) { return rs_run(ctx, 0); }
+static int ar_rank(struct lb_ctx* ctx) { return rs_run(ctx, 1); }
+
 static const struct lb_case cases[] = {
     {"proxy_reducescatter_protocol_several_producers_back_to_back_stay_correct", rs_rank, rs_rank, 90, 0},
+    {"proxy_allreduce_protocol_partials_then_reduced_rows_stay_correct", ar_rank, ar_rank, 90, 0},
     {"proxy_allgather_protocol_back_to_back_calls_with_a_delayed_rank_stay_correct", xnode_rank, xnode_rank,
      90, 0},
     {"proxy_goodbye_then_close_needs_no_agreement_and_raises_no_error", goodbye_rank, goodbye_rank, 60, 0},
