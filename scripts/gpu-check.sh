@@ -19,7 +19,8 @@
 #          channels 0/4/8, 20 iterations; file $LOGS/tune-net.txt (aimed at < 4 minutes; not
 #          part of all)
 #   xnode: the fused ops' tests with each rank its own emulated node (NCCL_MK_LOCAL_SIZE=1: the
-#          proxy over libfabric tcp;ofi_rxm), then ag_gemm_perf across those nodes (not part of all)
+#          proxy over libfabric tcp;ofi_rxm), then {ag_gemm,gemm_rs,gemm_ar}_perf across those
+#          nodes (not part of all)
 # The build is made elsewhere (no GPU needed) and carried: MK_BUILD names it (default build).
 # Logs go to MK_CHECK_LOGS (default $OUT/gpu-check when OUT is set, else /tmp/gpu-check).
 # To add a tier: write a tier_NAME function that calls `step NAME COMMAND...` and add it to
@@ -105,10 +106,10 @@ absent_peer:fused_op_without_its_peer_ends_in_an_async_error_and_later_calls_fai
 proxy_bytes:fused_ops_send_nothing_through_the_proxy_when_every_rank_is_local"
 
 # The same on 2 GPUs with each rank its own emulated node (NCCL_MK_LOCAL_SIZE=1): the overlapped
-# AllGather+GEMM goes through the proxy over libfabric tcp;ofi_rxm on loopback (the other ops
-# take their reference path). one_kernel and group_init do not apply (a per-rank thread is
-# needed to connect the proxies).
+# ops go through the proxy over libfabric tcp;ofi_rxm on loopback. group_init does not apply
+# (a thread per rank is needed to connect the proxies).
 XNODE_TESTS="correctness:xnode_fused_ops_match_float64_on_odd_shapes bad_input:xnode_fused_ops_reject_bad_input_untouched
+one_kernel:xnode_fused_ops_are_one_kernel_per_call_across_nodes
 graph:xnode_fused_ops_replay_in_cuda_graphs_with_fresh_inputs back_to_back:xnode_fused_ops_back_to_back_with_a_delayed_rank
 negative_control:xnode_fused_checker_rejects_one_bad_element
 hang_report:xnode_planted_missing_flag_gives_a_hang_report_naming_rank_tile_flag_and_peer
@@ -145,15 +146,18 @@ tier_fused() {
   grep -A 20 '^#    M' "$LOGS/ag_gemm_perf_reference.log" || true
 }
 
-# Issue 13's emulated two-node setup (above), then ag_gemm_perf with each rank its own NCCL
-# node too (-H), so that NCCL's baseline crosses our net plugin (ofi tcp;ofi_rxm) as well.
+# Issue 13's emulated two-node setup (above), then the three ops' benchmarks with each rank its
+# own NCCL node too (-H), so that NCCL's baseline crosses our net plugin (ofi tcp;ofi_rxm) too.
 tier_xnode() {
   local t
   export NCCL_MK_LOCAL_SIZE=1 NCCL_MK_TRANSPORT=ofi NCCL_MK_OFI_PROVIDER="tcp;ofi_rxm"
   for t in $XNODE_TESTS; do step "${t#*:}" "$B/test/gpu/test_fused_ops" "${t%%:*}"; done
-  step ag_gemm_perf_across_emulated_nodes env NCCL_NET_PLUGIN="$B/libnccl-net-mk.so" NCCL_NET=mk NCCL_TUNER_PLUGIN=none \
-    "$B/test/perf/fused/ag_gemm_perf" -H -M 2048,4096 -N 8192 -K 8192 -n 5 -w 2
-  grep -E '^(#    M|  [0-9]|# rank)' "$LOGS/ag_gemm_perf_across_emulated_nodes.log" || true
+  local op
+  for op in ag_gemm gemm_rs gemm_ar; do
+    step "${op}_perf_across_emulated_nodes" env NCCL_NET_PLUGIN="$B/libnccl-net-mk.so" NCCL_NET=mk \
+      NCCL_TUNER_PLUGIN=none "$B/test/perf/fused/${op}_perf" -H -M 2048,4096 -N 8192 -K 8192 -n 5 -w 2
+    grep -E '^(#    M|  [0-9]|# rank)' "$LOGS/${op}_perf_across_emulated_nodes.log" || true
+  done
   unset NCCL_MK_LOCAL_SIZE NCCL_MK_TRANSPORT NCCL_MK_OFI_PROVIDER
 }
 
