@@ -292,33 +292,52 @@ static void scenario_back_to_back(struct rank_env* e) {
   for (int i = 0; i < CALLS; i++) cudaFree(a[i]), cudaFree(b[i]), cudaFree(c[i]);
 }
 
-/* The proxy's byte counter after three overlapped AllGather+GEMM calls (each checked): with
- * NCCL_MK_LOCAL_SIZE=1 every rank is its own emulated node and its proxy sent exactly its
- * shard three times to the other rank; with every rank local it sent nothing. The counter
- * moves when the proxy sees a put complete, which may trail the peer's kernel a little. */
+/* The proxy's bytes since `before` once they reach `want` (the counter moves when the proxy sees
+ * a put complete, which may trail the peer's kernel a little), or after a second. */
+static uint64_t proxy_bytes_since(struct rank_env* e, uint64_t before, uint64_t want) {
+  uint64_t now = 0;
+  for (int ms = 0; ms < 1000; ms++) {
+    NCCL_OK(ncclMkCommGetProxyBytes(e->comm, &now));
+    if (now - before >= want) break;
+    usleep(1000);
+  }
+  return now - before;
+}
+
+/* The proxy's byte counter per op, each call checked: with NCCL_MK_LOCAL_SIZE=1 every rank is
+ * its own emulated node, and its proxy sends exactly its shard per AllGather+GEMM (three
+ * calls), its partial of the peer's rows per GEMM+ReduceScatter, and those plus its reduced
+ * rows per GEMM+AllReduce; with every rank local it sends nothing. */
 static void scenario_proxy_bytes(struct rank_env* e) {
   struct shape s = {2 * 256, 256, 512};
   const char* ls = getenv("NCCL_MK_LOCAL_SIZE");
-  const uint64_t want = ls && atoi(ls) == 1 ? 3 * (s.m / NR) * s.k * 2 : 0;
-  uint64_t before = 0, after = 0;
-  NCCL_OK(ncclMkCommGetProxyBytes(e->comm, &before));
-  for (int i = 0; i < 3; i++) {
-    struct op_bufs o;
-    bufs_alloc(&o, s);
-    bufs_fill(e, &o, s, g_seed + i);
-    NCCL_OK(ncclMkAllGatherGemm(o.a_shard, o.b, o.c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
-    CUDA_OK(cudaStreamSynchronize(e->stream));
-    check_ag(e, s, g_seed + i, o.c_ag, NULL, 0);
-    bufs_free(&o);
+  const int xnode = ls && atoi(ls) == 1;
+  const uint64_t shard_a = (s.m / NR) * s.k * 2, shard_c = (s.m / NR) * s.n * 2;
+  const uint64_t want[3] = {xnode ? 3 * shard_a : 0, xnode ? shard_c : 0, xnode ? 2 * shard_c : 0};
+  const char* names[3] = {"AllGather+GEMM (3 calls)", "GEMM+ReduceScatter", "GEMM+AllReduce"};
+  for (int op = 0; op < 3; op++) {
+    uint64_t before = 0;
+    NCCL_OK(ncclMkCommGetProxyBytes(e->comm, &before));
+    for (int i = 0; i < (op == 0 ? 3 : 1); i++) {
+      struct op_bufs o;
+      bufs_alloc(&o, s);
+      bufs_fill(e, &o, s, g_seed + i);
+      if (op == 0)
+        NCCL_OK(ncclMkAllGatherGemm(o.a_shard, o.b, o.c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+      else if (op == 1)
+        NCCL_OK(ncclMkGemmReduceScatter(o.a, o.b, o.c_rs, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+      else
+        NCCL_OK(ncclMkGemmAllReduce(o.a, o.b, o.c_ar, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+      CUDA_OK(cudaStreamSynchronize(e->stream));
+      if (op == 0) check_ag(e, s, g_seed + i, o.c_ag, NULL, 0);
+      else check_sum(e, s, g_seed + i, op == 1 ? o.c_rs : o.c_ar, op == 1);
+      bufs_free(&o);
+    }
+    const uint64_t sent = proxy_bytes_since(e, before, want[op]);
+    printf("rank %d: %s: proxy sent %llu bytes (want %llu)\n", e->rank, names[op], (unsigned long long)sent,
+           (unsigned long long)want[op]);
+    expect(e, sent == want[op], "the proxy sent exactly the op's rows (LOCAL_SIZE=1) or nothing", 0);
   }
-  for (int ms = 0; ms < 1000; ms++) {
-    NCCL_OK(ncclMkCommGetProxyBytes(e->comm, &after));
-    if (after - before >= want) break;
-    usleep(1000);
-  }
-  printf("rank %d: proxy sent %llu bytes in 3 calls (want %llu)\n", e->rank,
-         (unsigned long long)(after - before), (unsigned long long)want);
-  expect(e, after - before == want, "the proxy sent each call's shard once (LOCAL_SIZE=1) or nothing", 0);
 }
 
 static void scenario_negative_control(struct rank_env* e) {
