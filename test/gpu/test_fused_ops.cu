@@ -9,7 +9,7 @@
  * each rank its own emulated node: AllGather+GEMM then goes through the proxy).
  *
  * usage: test_fused_ops <correctness|bad_input|graph|back_to_back|negative_control|group_init|
- *                        hang_report|absent_peer|one_kernel|proxy_bytes>
+ *                        hang_report|absent_peer|one_kernel|proxy_bytes|killed_peer>
  * The binary starts one process per GPU itself (group_init: one process, two GPUs).
  */
 #include <glob.h>
@@ -456,7 +456,42 @@ static void scenario_absent_peer(struct rank_env* e) {
   bufs_free(&o);
 }
 
+/* Rank 1's process dies right after init (no call, no release). Rank 0's AllGather+GEMM must
+ * end in an asynchronous error (across emulated nodes: its proxy's transport error, or a wait's
+ * timeout; NCCL_MK_TIMEOUT_MS=5000), its next call fail at once, and its release return. NCCL's
+ * communicator is aborted, not destroyed (a peer is gone). */
+static void scenario_killed_peer(struct rank_env* e) {
+  if (e->rank == 1) {
+    fflush(stdout);
+    _exit(0);
+  }
+  struct shape s = {2 * 256, 256, 256};
+  struct op_bufs o;
+  bufs_alloc(&o, s);
+  bufs_fill(e, &o, s, g_seed);
+  NCCL_OK(ncclMkAllGatherGemm(o.a_shard, o.b, o.c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  ncclResult_t async = ncclSuccess;
+  char msg[256] = "";
+  NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
+  printf("rank 0: asynchronous error %d: %s\n", (int)async, msg);
+  expect(e, async == ncclRemoteError, "a call whose peer died ends in ncclRemoteError", 0);
+  expect(e, strstr(msg, "proxy failed") || strstr(msg, "timed out"), "the error says the proxy failed or a wait timed out", 0);
+  expect(e, ncclMkAllGatherGemm(o.a_shard, o.b, o.c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream) ==
+                ncclRemoteError, "the next call fails at once", 0);
+  bufs_free(&o);
+  NCCL_OK(ncclMkCommRelease(e->comm)); /* bounded: the peer's goodbye never comes */
+  ncclCommAbort(e->comm);
+  printf("rank 0: killed_peer: %d failure(s)\n", e->failures);
+  fflush(stdout);
+  _exit(e->failures ? 1 : 0);
+}
+
 static void run_scenario(struct rank_env* e, const char* name) {
+  if (!strcmp(name, "killed_peer")) { /* ends the process itself */
+    scenario_killed_peer(e);
+    return;
+  }
   if (!strcmp(name, "hang_report")) { /* ends with an asynchronous error on purpose */
     scenario_hang_report(e);
     return;
@@ -485,6 +520,7 @@ static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
   printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
   if (!strcmp(scenario, "hang_report")) hang_report_env(rank);
   if (!strcmp(scenario, "absent_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
+  if (!strcmp(scenario, "killed_peer")) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
   CUDA_OK(cudaSetDevice(rank));
   CUDA_OK(cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking));
   NCCL_OK(ncclCommInitRank(&e.comm, NR, *id, rank));
