@@ -55,6 +55,7 @@ else
     for c in proxy_put_signal_stream_flags_never_before_data_and_byte_counters_exact \
              proxy_killed_peer_gives_async_error_within_bound_and_stops proxy_stop_joins_thread_with_puts_in_flight \
              proxy_goodbye_then_close_needs_no_agreement_and_raises_no_error \
+             proxy_goodbye_without_the_peer_returns_within_its_bound \
              proxy_allgather_protocol_back_to_back_calls_with_a_delayed_rank_stay_correct \
              proxy_reducescatter_protocol_several_producers_back_to_back_stay_correct \
              proxy_allreduce_protocol_partials_then_reduced_rows_stay_correct; do
