@@ -115,7 +115,8 @@ negative_control:xnode_fused_checker_rejects_one_bad_element
 hang_report:xnode_planted_missing_flag_gives_a_hang_report_naming_rank_tile_flag_and_peer
 absent_peer:xnode_fused_op_without_its_peer_ends_in_an_async_error_and_later_calls_fail
 proxy_bytes:xnode_proxy_sends_exactly_each_ops_rows
-killed_peer:xnode_fused_op_whose_peer_process_died_ends_in_an_async_error"
+killed_peer:xnode_fused_op_whose_peer_process_died_ends_in_an_async_error
+no_proxy_fallback:xnode_without_a_transport_every_rank_falls_back_to_the_reference_paths"
 
 # The fused ops on 2 GPUs (skipped with fewer), then their benchmarks at the shapes of
 # DESIGN.md (MK_FUSED_SHAPES=small for a short run).

@@ -87,7 +87,6 @@ static int xnode_alloc(struct mk_fused_comm* fc, struct mk_xnode* xn) {
   MK_CHECK(mk_proxy_queue_init(xn->q, MK_XN_QUEUE_DEPTH));
   MK_CHECK(host_mapped(&xn->bounce, xn->bounce_bytes, "cudaHostAlloc (proxy bounce buffer)"));
   MK_CHECK(host_mapped((void**)&xn->flags, MK_XN_FLAG_WORDS * 8, "cudaHostAlloc (proxy flags)"));
-  MK_CHECK(mk_cuda_check(cudaMalloc(&xn->exchange, (n + 1) * sizeof(struct mk_proxy_addr)), "cudaMalloc (proxy records)"));
   MK_CHECK(mk_cuda_check(cudaMalloc((void**)&xn->dev, sizeof(*xn->dev)), "cudaMalloc (cross-node state)"));
   struct mk_xnode_dev* d = calloc(1, sizeof(*d));
   if (!d) return -ENOMEM;
@@ -110,7 +109,7 @@ static int xnode_transport_dev(const struct mk_fused_comm* fc, const struct mk_t
   return ndev > 0 ? fc->dev % ndev : -ENODEV;
 }
 
-static int xnode_connect(struct mk_fused_comm* fc, struct mk_xnode* xn) {
+static int xnode_create(struct mk_fused_comm* fc, struct mk_xnode* xn) {
   const struct mk_transport_ops* ops;
   const int dev = xnode_transport_dev(fc, &ops);
   if (dev < 0) return dev;
@@ -119,18 +118,37 @@ static int xnode_connect(struct mk_fused_comm* fc, struct mk_xnode* xn) {
       .data = xn->bounce, .data_bytes = xn->bounce_bytes, .data_type = MK_PTR_HOST,
       .flags = xn->flags, .flags_bytes = MK_XN_FLAG_WORDS * 8, .flags_type = MK_PTR_HOST | MK_PTR_FORCE_SO,
       .queue = xn->q, .on_error = xnode_on_error, .on_error_arg = fc};
-  MK_CHECK(mk_proxy_create(&conf, &xn->proxy));
+  return mk_proxy_create(&conf, &xn->proxy);
+}
+
+/* 1 when every rank's record of this exchange carries the magic (a rank that failed sends
+ * zeros); the records' own checks come later (mk_proxy_connect, mk_proxy_start). */
+static int xnode_all_ready(const uint32_t* magic, size_t stride, int nranks) {
+  for (int r = 0; r < nranks; r++)
+    if (*(const uint32_t*)((const char*)magic + (size_t)r * stride) != MK_PROXY_RECORD_MAGIC) return 0;
+  return 1;
+}
+
+/* The two exchanges, which every rank joins whatever happened to it before (a rank that
+ * returned early would leave the others in NCCL's all-gather): addresses, connect, keys, then
+ * the thread. *ready = 1 when every rank could get that far (*local: this rank's own error,
+ * or 0); xn->started when the thread runs. <0 only when an exchange itself failed. */
+static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int* local, int* ready) {
   const size_t n = (size_t)fc->nranks;
   struct mk_proxy_addr* addrs = calloc(n, sizeof(*addrs));
   struct mk_proxy_keys* keys = calloc(n, sizeof(*keys));
   int rc = addrs && keys ? 0 : -ENOMEM;
-  if (!rc) rc = mk_proxy_addr(xn->proxy, &addrs[fc->rank]);
+  if (!rc && !*local) *local = mk_proxy_addr(xn->proxy, &addrs[fc->rank]);
+  if (!rc && *local) memset(&addrs[fc->rank], 0, sizeof(*addrs));
   if (!rc) rc = xnode_allgather(fc, &addrs[fc->rank], sizeof(*addrs), addrs);
-  if (!rc) rc = mk_proxy_connect(xn->proxy, addrs);
-  if (!rc) rc = mk_proxy_keys(xn->proxy, &keys[fc->rank]);
+  *ready = !rc && xnode_all_ready(&addrs[0].magic, sizeof(*addrs), fc->nranks);
+  if (!rc && *ready) *local = mk_proxy_connect(xn->proxy, addrs);
+  if (!rc && *ready && !*local) *local = mk_proxy_keys(xn->proxy, &keys[fc->rank]);
+  if (!rc && (!*ready || *local)) memset(&keys[fc->rank], 0, sizeof(*keys));
   if (!rc) rc = xnode_allgather(fc, &keys[fc->rank], sizeof(*keys), keys);
-  if (!rc) rc = mk_proxy_start(xn->proxy, keys);
-  xn->started = !rc;
+  *ready = !rc && *ready && xnode_all_ready(&keys[0].magic, sizeof(*keys), fc->nranks);
+  if (!rc && *ready) *local = mk_proxy_start(xn->proxy, keys);
+  xn->started = !rc && *ready && !*local;
   free(addrs);
   free(keys);
   return rc;
@@ -143,16 +161,24 @@ int mk_xnode_setup(struct mk_fused_comm* fc) {
             "the ops use their reference path (NCCL collectives)", fc->nranks, fc->local_size, MK_XN_MAX_RANKS);
     return 0;
   }
-  fc->xn = calloc(1, sizeof(*fc->xn));
-  if (!fc->xn) return -ENOMEM;
-  int rc = xnode_alloc(fc, fc->xn);
-  if (!rc) rc = xnode_connect(fc, fc->xn);
-  if (rc) {
-    MK_WARN("rank %d: the cross-node proxy could not start: %s", fc->rank, strerror(-rc));
-    return rc;
+  struct mk_xnode* xn = fc->xn = calloc(1, sizeof(*fc->xn));
+  if (!xn) return -ENOMEM;
+  MK_CHECK(mk_cuda_check(cudaMalloc(&xn->exchange, ((size_t)fc->nranks + 1) * sizeof(struct mk_proxy_addr)),
+                         "cudaMalloc (proxy records)"));
+  int local = xnode_alloc(fc, xn), ready = 0;
+  if (!local) local = xnode_create(fc, xn);
+  MK_CHECK(xnode_exchange(fc, xn, &local, &ready));
+  if (xn->started) {
+    MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d reaches %d rank(s) through the proxy", fc->rank,
+            fc->nranks - fc->local_size);
+    return 0;
   }
-  MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d reaches %d rank(s) through the proxy", fc->rank,
-          fc->nranks - fc->local_size);
+  if (local) MK_WARN("rank %d: its cross-node proxy could not start: %s", fc->rank, strerror(-local));
+  mk_proxy_stop(xn->proxy);
+  xn->proxy = NULL;
+  if (ready) return local; /* every other rank's proxy runs: this rank cannot take another path */
+  MK_WARN("rank %d: not every rank could start its cross-node proxy; the fused ops use their reference "
+          "paths (NCCL's collectives, then the GEMM) and MoE and ring attention are unavailable", fc->rank);
   return 0;
 }
 

@@ -9,7 +9,7 @@
  * each rank its own emulated node: AllGather+GEMM then goes through the proxy).
  *
  * usage: test_fused_ops <correctness|bad_input|graph|back_to_back|negative_control|group_init|
- *                        hang_report|absent_peer|one_kernel|proxy_bytes|killed_peer>
+ *                        hang_report|absent_peer|one_kernel|proxy_bytes|killed_peer|no_proxy_fallback>
  * The binary starts one process per GPU itself (group_init: one process, two GPUs).
  */
 #include <glob.h>
@@ -340,6 +340,23 @@ static void scenario_proxy_bytes(struct rank_env* e) {
   }
 }
 
+/* Across emulated nodes with no usable transport (NCCL_MK_OFI_PROVIDER names none, set per
+ * rank before init): init still succeeds, every rank falls back to the reference paths
+ * together (no proxy, no bytes), and the ops stay correct. */
+static void scenario_no_proxy_fallback(struct rank_env* e) {
+  struct shape s = {2 * 256, 256, 512};
+  struct op_bufs o;
+  bufs_alloc(&o, s);
+  bufs_fill(e, &o, s, g_seed);
+  run_ops(e, &o, s);
+  check_ops(e, &o, s, g_seed);
+  uint64_t sent = 1;
+  NCCL_OK(ncclMkCommGetProxyBytes(e->comm, &sent));
+  printf("rank %d: without a transport: ops checked, proxy bytes %llu\n", e->rank, (unsigned long long)sent);
+  expect(e, sent == 0, "no proxy ran: the reference paths carried the ops", 0);
+  bufs_free(&o);
+}
+
 static void scenario_negative_control(struct rank_env* e) {
   struct shape s = {2 * 64, 128, 128};
   struct op_bufs o;
@@ -509,6 +526,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
   else if (!strcmp(name, "negative_control")) scenario_negative_control(e);
   else if (!strcmp(name, "one_kernel")) scenario_one_kernel(e);
   else if (!strcmp(name, "proxy_bytes")) scenario_proxy_bytes(e);
+  else if (!strcmp(name, "no_proxy_fallback")) scenario_no_proxy_fallback(e);
   else { fprintf(stderr, "unknown scenario %s\n", name); e->failures++; }
   NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
   if (async != ncclSuccess) fprintf(stderr, "rank %d: asynchronous error: %s\n", e->rank, msg);
@@ -521,6 +539,7 @@ static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
   if (!strcmp(scenario, "hang_report")) hang_report_env(rank);
   if (!strcmp(scenario, "absent_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
   if (!strcmp(scenario, "killed_peer")) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
+  if (!strcmp(scenario, "no_proxy_fallback")) setenv("NCCL_MK_OFI_PROVIDER", "no-such-provider", 1);
   CUDA_OK(cudaSetDevice(rank));
   CUDA_OK(cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking));
   NCCL_OK(ncclCommInitRank(&e.comm, NR, *id, rank));
