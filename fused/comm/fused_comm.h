@@ -110,12 +110,12 @@ int mk_peer_exchange_finish(struct mk_fused_comm* fc);
 void mk_peer_close(struct mk_fused_comm* fc);
 
 /* xnode.c: the cross-node state (fused/proxy/xnode.h). setup (collective, after the workspace
- * exchange; a no-op when every rank is local) starts the proxy; release drains it, meets the
- * peers (goodbyes, no collective) and stops it. view: the kernels' state and the
- * remote ranks (< 32) as a bit mask, the regions' GPU views; -ENOENT (all zero) when there is
- * no running proxy. sent_bytes: data
- * bytes the proxy's puts completed, all peers. error: the proxy's failure (0 while healthy),
- * described in msg. MK_XNODE_ERR_TAG marks a proxy failure in the error record's tag. */
+ * exchange; a no-op when every rank is local) starts the proxy, or on every rank none when some
+ * rank cannot (the ops then take their reference paths); release says goodbye to the peers (no
+ * collective) and stops it. view: the kernels' state, the remote ranks (< 32) as a bit mask and
+ * the regions' GPU views; -ENOENT (all zero) when no proxy runs. sent_bytes: data bytes the
+ * proxy's puts completed, all peers. error: the proxy's failure (0 while healthy), described
+ * in msg. MK_XNODE_ERR_TAG marks a proxy failure in the error record's tag. */
 #define MK_XNODE_ERR_TAG 0xFFFFFF00u
 struct mk_xnode;
 struct mk_xnode_dev;
