@@ -13,8 +13,9 @@
  *           could land in the workspace itself (GPUDirect); not done yet: every transport
  *           goes through this bounce buffer.
  *   flags:  MK_XN_FLAG_WORDS u64 words, raised by the peers' proxies (put+signal, signal):
- *           [MK_XN_DONE0 + p]   peer p finished copying in call e's rows it got from us:
- *                               our puts of call e + 1 may overwrite them (value e)
+ *           [MK_XN_DONE0 + p]   peer p finished with what we put there in call e (copied
+ *                               it in, summed it): our next cross-node call may overwrite it
+ *                               (value e)
  *           [MK_XN_ROW_FLAG0 + mb]  AllGather+GEMM: the gathered A's row-block mb has landed
  *                               (value e)
  *           [MK_XN_BYE0 + p]    peer p is releasing the communicator, its descriptors all
@@ -25,11 +26,12 @@
  *                               call, before its done signal lets src put the next call's)
  *           [MK_XN_GATHER_FLAG0 + src x blocks + mb]  GEMM+AllReduce: src's reduced row-block mb
  *                               has landed (the same count-and-zero rule)
- * Per call e (= the workspace's done + 1, as for the NVLink paths) the values only grow, so
- * the state survives CUDA graph replays.
+ * Call e is the workspace's done + 1, as for the NVLink paths; done and row flags only grow
+ * and count flags are zeroed within the call, so the state survives CUDA graph replays.
  *
- * mk_xnode_dev lives in device memory; the producer state in it (the queue's tail) is owned
- * by one thread of every call (the send CTA), so the queue keeps exactly one producer.
+ * mk_xnode_dev lives in device memory. Its producer (the queue's tail) is AllGather+GEMM's
+ * send CTA's alone during that op, and the tail word that GEMM+ReduceScatter/AllReduce's
+ * sender claims tickets on (mk_proxy_mp_publish); calls never overlap, so both are right.
  */
 #ifndef MK_XNODE_H_
 #define MK_XNODE_H_
