@@ -152,6 +152,9 @@ tier_fused() {
 # own NCCL node too (-H), so that NCCL's baseline crosses our net plugin (ofi tcp;ofi_rxm) too.
 tier_xnode() {
   local t
+  # new paths: a hang must cost little device time (waits 15 s, steps 120 s unless set)
+  MK_STEP_TIMEOUT=${MK_STEP_TIMEOUT:-120}
+  export NCCL_MK_TIMEOUT_MS=${NCCL_MK_TIMEOUT_MS:-15000}
   export NCCL_MK_LOCAL_SIZE=1 NCCL_MK_TRANSPORT=ofi NCCL_MK_OFI_PROVIDER="tcp;ofi_rxm"
   for t in $XNODE_TESTS; do step "${t#*:}" "$B/test/gpu/test_fused_ops" "${t%%:*}"; done
   local op
