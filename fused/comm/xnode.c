@@ -9,9 +9,9 @@
 #include "fused_comm.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdio.h>
 #include <time.h>
 
 #include "mk_err.h"
@@ -22,21 +22,22 @@
 
 struct mk_xnode {
   struct mk_proxy* proxy;
-  struct mk_proxy_queue* q;   /* host-mapped */
-  void* bounce;               /* host-mapped */
+  struct mk_proxy_queue* q; /* host-mapped */
+  void* bounce;             /* host-mapped */
   size_t bounce_bytes;
-  uint64_t* flags;            /* host-mapped */
-  struct mk_xnode_dev* dev;   /* device memory */
-  char* bounce_dev;           /* the GPU's views of the bounce buffer and the flags */
+  uint64_t* flags;          /* host-mapped */
+  struct mk_xnode_dev* dev; /* device memory */
+  char* bounce_dev;         /* the GPU's views of the bounce buffer and the flags */
   uint64_t* flags_dev;
-  unsigned char* remote;      /* [nranks] */
-  uint32_t remote_mask;       /* the same, for ranks < 32 */
-  void* exchange;             /* device buffer of the record exchanges */
-  int started;                /* the proxy thread runs: release meets the peers */
+  unsigned char* remote; /* [nranks] */
+  uint32_t remote_mask;  /* the same, for ranks < 32 */
+  void* exchange;        /* device buffer of the record exchanges */
+  int started;           /* the proxy thread runs: release meets the peers */
 };
 
 static int host_mapped(void** p, size_t bytes, const char* what) {
-  MK_CHECK(mk_cuda_check(cudaHostAlloc(p, bytes, cudaHostAllocMapped | cudaHostAllocPortable), what));
+  MK_CHECK(
+      mk_cuda_check(cudaHostAlloc(p, bytes, cudaHostAllocMapped | cudaHostAllocPortable), what));
   memset(*p, 0, bytes);
   return 0;
 }
@@ -51,11 +52,14 @@ static int xnode_allgather(struct mk_fused_comm* fc, const void* mine, size_t by
   struct mk_xnode* xn = fc->xn;
   char* buf = xn->exchange;
   const size_t n = (size_t)fc->nranks;
-  MK_CHECK(mk_cuda_check(cudaMemcpy(buf + n * bytes, mine, bytes, cudaMemcpyHostToDevice), "proxy record upload"));
-  MK_CHECK(mk_nccl_check(fc->api->all_gather(buf + n * bytes, buf, bytes, ncclUint8, fc->nccl, fc->internal),
-                         "ncclAllGather (proxy records)"));
+  MK_CHECK(mk_cuda_check(cudaMemcpy(buf + n * bytes, mine, bytes, cudaMemcpyHostToDevice),
+                         "proxy record upload"));
+  MK_CHECK(mk_nccl_check(
+      fc->api->all_gather(buf + n * bytes, buf, bytes, ncclUint8, fc->nccl, fc->internal),
+      "ncclAllGather (proxy records)"));
   MK_CHECK(mk_cuda_check(cudaStreamSynchronize(fc->internal), "proxy record exchange"));
-  return mk_cuda_check(cudaMemcpy(all, buf, n * bytes, cudaMemcpyDeviceToHost), "proxy record download");
+  return mk_cuda_check(cudaMemcpy(all, buf, n * bytes, cudaMemcpyDeviceToHost),
+                       "proxy record download");
 }
 
 /* A proxy failure (dead peer, transport error) is the communicator's asynchronous error:
@@ -83,11 +87,13 @@ static int xnode_alloc(struct mk_fused_comm* fc, struct mk_xnode* xn) {
   const ncclMkConfig* c = &fc->cfg;
   xn->bounce_bytes = c->max_m * (c->max_k > 3 * c->max_n ? c->max_k : 3 * c->max_n) * 2;
   if (xn->bounce_bytes < 4096) xn->bounce_bytes = 4096;
-  MK_CHECK(host_mapped((void**)&xn->q, mk_proxy_queue_bytes(MK_XN_QUEUE_DEPTH), "cudaHostAlloc (proxy queue)"));
+  MK_CHECK(host_mapped((void**)&xn->q, mk_proxy_queue_bytes(MK_XN_QUEUE_DEPTH),
+                       "cudaHostAlloc (proxy queue)"));
   MK_CHECK(mk_proxy_queue_init(xn->q, MK_XN_QUEUE_DEPTH));
   MK_CHECK(host_mapped(&xn->bounce, xn->bounce_bytes, "cudaHostAlloc (proxy bounce buffer)"));
   MK_CHECK(host_mapped((void**)&xn->flags, MK_XN_FLAG_WORDS * 8, "cudaHostAlloc (proxy flags)"));
-  MK_CHECK(mk_cuda_check(cudaMalloc((void**)&xn->dev, sizeof(*xn->dev)), "cudaMalloc (cross-node state)"));
+  MK_CHECK(mk_cuda_check(cudaMalloc((void**)&xn->dev, sizeof(*xn->dev)),
+                         "cudaMalloc (cross-node state)"));
   struct mk_xnode_dev* d = calloc(1, sizeof(*d));
   if (!d) return -ENOMEM;
   d->q = device_view(xn->q), d->bounce = device_view(xn->bounce), d->flags = device_view(xn->flags);
@@ -95,14 +101,17 @@ static int xnode_alloc(struct mk_fused_comm* fc, struct mk_xnode* xn) {
   mk_proxy_producer_init(&d->prod, d->q, fc->rank);
   xn->bounce_dev = d->bounce, xn->flags_dev = d->flags;
   int rc = d->q && d->bounce && d->flags ? 0 : -EIO;
-  if (!rc) rc = mk_cuda_check(cudaMemcpy(xn->dev, d, sizeof(*d), cudaMemcpyHostToDevice), "cross-node state upload");
+  if (!rc)
+    rc = mk_cuda_check(cudaMemcpy(xn->dev, d, sizeof(*d), cudaMemcpyHostToDevice),
+                       "cross-node state upload");
   free(d);
   return rc;
 }
 
 /* The transport device this GPU's proxy uses: one per GPU where there are several (each
  * GPU its own NIC, as NCCL pairs them on such nodes). */
-static int xnode_transport_dev(const struct mk_fused_comm* fc, const struct mk_transport_ops** ops) {
+static int xnode_transport_dev(const struct mk_fused_comm* fc,
+                               const struct mk_transport_ops** ops) {
   int ndev = 0;
   MK_CHECK(mk_transport_get(ops));
   MK_CHECK((*ops)->devices(&ndev));
@@ -113,11 +122,20 @@ static int xnode_create(struct mk_fused_comm* fc, struct mk_xnode* xn) {
   const struct mk_transport_ops* ops;
   const int dev = xnode_transport_dev(fc, &ops);
   if (dev < 0) return dev;
-  struct mk_proxy_conf conf = {
-      .ops = ops, .dev = dev, .rank = fc->rank, .nranks = fc->nranks, .remote = xn->remote,
-      .data = xn->bounce, .data_bytes = xn->bounce_bytes, .data_type = MK_PTR_HOST,
-      .flags = xn->flags, .flags_bytes = MK_XN_FLAG_WORDS * 8, .flags_type = MK_PTR_HOST | MK_PTR_FORCE_SO,
-      .queue = xn->q, .on_error = xnode_on_error, .on_error_arg = fc};
+  struct mk_proxy_conf conf = {.ops = ops,
+                               .dev = dev,
+                               .rank = fc->rank,
+                               .nranks = fc->nranks,
+                               .remote = xn->remote,
+                               .data = xn->bounce,
+                               .data_bytes = xn->bounce_bytes,
+                               .data_type = MK_PTR_HOST,
+                               .flags = xn->flags,
+                               .flags_bytes = MK_XN_FLAG_WORDS * 8,
+                               .flags_type = MK_PTR_HOST | MK_PTR_FORCE_SO,
+                               .queue = xn->q,
+                               .on_error = xnode_on_error,
+                               .on_error_arg = fc};
   return mk_proxy_create(&conf, &xn->proxy);
 }
 
@@ -125,7 +143,8 @@ static int xnode_create(struct mk_fused_comm* fc, struct mk_xnode* xn) {
  * zeros); the records' own checks come later (mk_proxy_connect, mk_proxy_start). */
 static int xnode_all_ready(const uint32_t* magic, size_t stride, int nranks) {
   for (int r = 0; r < nranks; r++)
-    if (*(const uint32_t*)((const char*)magic + (size_t)r * stride) != MK_PROXY_RECORD_MAGIC) return 0;
+    if (*(const uint32_t*)((const char*)magic + (size_t)r * stride) != MK_PROXY_RECORD_MAGIC)
+      return 0;
   return 1;
 }
 
@@ -157,28 +176,34 @@ static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int* lo
 int mk_xnode_setup(struct mk_fused_comm* fc) {
   if (fc->local_size == fc->nranks || fc->xn) return 0;
   if (fc->nranks > MK_XN_MAX_RANKS) {
-    MK_WARN("fused ops: %d ranks, %d of them local: the cross-node path supports at most %d ranks; "
-            "the ops use their reference path (NCCL collectives)", fc->nranks, fc->local_size, MK_XN_MAX_RANKS);
+    MK_WARN(
+        "fused ops: %d ranks, %d of them local: the cross-node path supports at most %d ranks; "
+        "the ops use their reference path (NCCL collectives)",
+        fc->nranks, fc->local_size, MK_XN_MAX_RANKS);
     return 0;
   }
   struct mk_xnode* xn = fc->xn = calloc(1, sizeof(*fc->xn));
   if (!xn) return -ENOMEM;
-  MK_CHECK(mk_cuda_check(cudaMalloc(&xn->exchange, ((size_t)fc->nranks + 1) * sizeof(struct mk_proxy_addr)),
-                         "cudaMalloc (proxy records)"));
+  MK_CHECK(mk_cuda_check(
+      cudaMalloc(&xn->exchange, ((size_t)fc->nranks + 1) * sizeof(struct mk_proxy_addr)),
+      "cudaMalloc (proxy records)"));
   int local = xnode_alloc(fc, xn), ready = 0;
   if (!local) local = xnode_create(fc, xn);
   MK_CHECK(xnode_exchange(fc, xn, &local, &ready));
   if (xn->started) {
-    MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d reaches %d rank(s) through the proxy", fc->rank,
-            fc->nranks - fc->local_size);
+    MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d reaches %d rank(s) through the proxy",
+            fc->rank, fc->nranks - fc->local_size);
     return 0;
   }
-  if (local) MK_WARN("rank %d: its cross-node proxy could not start: %s", fc->rank, strerror(-local));
+  if (local)
+    MK_WARN("rank %d: its cross-node proxy could not start: %s", fc->rank, strerror(-local));
   mk_proxy_stop(xn->proxy);
   xn->proxy = NULL;
   if (ready) return local; /* every other rank's proxy runs: this rank cannot take another path */
-  MK_WARN("rank %d: not every rank could start its cross-node proxy; the fused ops use their reference "
-          "paths (NCCL's collectives, then the GEMM) and MoE and ring attention are unavailable", fc->rank);
+  MK_WARN(
+      "rank %d: not every rank could start its cross-node proxy; the fused ops use their reference "
+      "paths (NCCL's collectives, then the GEMM) and MoE and ring attention are unavailable",
+      fc->rank);
   return 0;
 }
 
@@ -188,13 +213,16 @@ static int xnode_say_bye(struct mk_fused_comm* fc) {
   struct mk_xnode* xn = fc->xn;
   struct mk_xnode_dev d;
   MK_CHECK(mk_cuda_check(cudaDeviceSynchronize(), "cross-node release"));
-  MK_CHECK(mk_cuda_check(cudaMemcpy(&d, xn->dev, sizeof(d), cudaMemcpyDeviceToHost), "cross-node state"));
+  MK_CHECK(mk_cuda_check(cudaMemcpy(&d, xn->dev, sizeof(d), cudaMemcpyDeviceToHost),
+                         "cross-node state"));
   d.prod.q = xn->q; /* the host's view of the same queue */
   const int rc = mk_xn_goodbye(xn->proxy, &d.prod, xn->flags, fc->rank, fc->nranks, xn->remote,
                                (uint64_t)fc->cfg.timeout_ms * 1000000ull);
   if (rc)
-    MK_WARN("rank %d: not every remote rank said goodbye within NCCL_MK_TIMEOUT_MS (%s); the proxy's "
-            "connections are closed without them", fc->rank, strerror(-rc));
+    MK_WARN(
+        "rank %d: not every remote rank said goodbye within NCCL_MK_TIMEOUT_MS (%s); the proxy's "
+        "connections are closed without them",
+        fc->rank, strerror(-rc));
   return rc;
 }
 

@@ -27,7 +27,9 @@
 
 /* The step at which rank d receives this rank's shard (the push item of its first row-block,
  * over blocks, is what a hang report names). */
-static __device__ __forceinline__ int gemm_xn_step_of_dest(int rank, int n, int d) { return (rank - d + n) % n; }
+static __device__ __forceinline__ int gemm_xn_step_of_dest(int rank, int n, int d) {
+  return (rank - d + n) % n;
+}
 
 /* Thread 0 of the send CTA: step 1 above. 1 when the shard may be staged and sent. */
 static __device__ int gemm_xn_send_ready(const struct mk_gemm_params& p, int blocks, uint64_t e) {
@@ -44,31 +46,36 @@ static __device__ int gemm_xn_send_ready(const struct mk_gemm_params& p, int blo
   for (int d = 0; d < n; d++) {
     if (!(p.push.remote_mask >> d & 1)) continue;
     const int item = gemm_xn_step_of_dest(rank, n, d) * blocks;
-    if (mk_wait_geq_inline(xn->flags + MK_XN_DONE0 + d, xn->last_call, p.err, p.err_tag | MK_GEMM_ERR_TAG_PUSH,
-                           (uint32_t)item, (uint32_t)d, p.timeout_ns) < xn->last_call)
+    if (mk_wait_geq_inline(xn->flags + MK_XN_DONE0 + d, xn->last_call, p.err,
+                           p.err_tag | MK_GEMM_ERR_TAG_PUSH, (uint32_t)item, (uint32_t)d,
+                           p.timeout_ns) < xn->last_call)
       return 0;
   }
   return 1;
 }
 
 /* Thread 0 of the send CTA: one descriptor into the queue, or the call's error. */
-static __device__ int gemm_xn_publish(const struct mk_gemm_params& p, const struct mk_proxy_desc* d, int item) {
+static __device__ int gemm_xn_publish(const struct mk_gemm_params& p, const struct mk_proxy_desc* d,
+                                      int item) {
   struct mk_xnode_dev* xn = p.push.xn;
   const int rc = mk_proxy_publish(&xn->prod, d, xn->timeout_ns, NULL);
-  if (rc) mk_gemm_error_raise(p.err, p.err_tag | MK_GEMM_ERR_TAG_PUSH, (uint32_t)item, (uint32_t)d->peer,
-                              xn->prod.tail + 1, (uint64_t)(-rc));
+  if (rc)
+    mk_gemm_error_raise(p.err, p.err_tag | MK_GEMM_ERR_TAG_PUSH, (uint32_t)item, (uint32_t)d->peer,
+                        xn->prod.tail + 1, (uint64_t)(-rc));
   return rc == 0;
 }
 
 /* Thread 0 of the send CTA, after the CTA staged row-block mb: a put+signal of it to every
  * remote rank, in the push order (rank - 1, rank - 2, ...). */
-static __device__ int gemm_xn_send_block(const struct mk_gemm_params& p, int blocks, int mb, size_t bytes, uint64_t e) {
+static __device__ int gemm_xn_send_block(const struct mk_gemm_params& p, int blocks, int mb,
+                                         size_t bytes, uint64_t e) {
   const int n = p.call.nranks, rank = p.call.rank;
   mk_pq_fence_sys(); /* after bar.sync: the CTA's staging stores are visible to the proxy */
   for (int step = 1; step < n; step++) {
     const int d = mk_sched_ag_dest(rank, n, step);
     if (!(p.push.remote_mask >> d & 1)) continue;
-    const struct mk_proxy_desc desc = mk_xn_block_desc(d, mb, bytes, e, mb + 1 != p.push.drop_flag_block, p.err_tag);
+    const struct mk_proxy_desc desc =
+        mk_xn_block_desc(d, mb, bytes, e, mb + 1 != p.push.drop_flag_block, p.err_tag);
     if (!gemm_xn_publish(p, &desc, step * blocks + mb % blocks)) return 0;
   }
   return 1;
@@ -81,8 +88,8 @@ static __device__ void gemm_xn_signal_done(const struct mk_gemm_params& p, int b
     if (!(p.push.remote_mask >> s & 1)) continue;
     for (int b = 0; b < blocks; b++) {
       const int mb = s * blocks + b;
-      if (mk_wait_geq_inline(p.push.self_flags + mb, e, p.err, p.err_tag, (uint32_t)mb, (uint32_t)mb,
-                             p.timeout_ns) < e)
+      if (mk_wait_geq_inline(p.push.self_flags + mb, e, p.err, p.err_tag, (uint32_t)mb,
+                             (uint32_t)mb, p.timeout_ns) < e)
         return;
     }
   }
@@ -108,7 +115,8 @@ static __device__ void gemm_xn_send_role(const struct mk_gemm_params& p, uint64_
     const int mb = p.call.rank * blocks + b;
     const uint4* src = (const uint4*)p.push.src + (size_t)b * block_vecs;
     uint4* dst = (uint4*)p.push.xn->bounce + (size_t)mb * block_vecs;
-    mk_copy_vecs<MK_GEMM_PUSH_UNROLL, false>(&dst, 1, src, 0, (int)block_vecs, threadIdx.x, blockDim.x);
+    mk_copy_vecs<MK_GEMM_PUSH_UNROLL, false>(&dst, 1, src, 0, (int)block_vecs, threadIdx.x,
+                                             blockDim.x);
     __syncthreads(); /* every thread's staging stores before thread 0's fence */
     if (threadIdx.x == 0) ok = gemm_xn_send_block(p, blocks, mb, block_vecs * 16, e);
     __syncthreads();
@@ -120,7 +128,8 @@ static __device__ void gemm_xn_send_role(const struct mk_gemm_params& p, uint64_
 /* This CTA's slice of remote row-block mb (landed) into the gathered A; the last CTA done
  * raises the GEMM's ready flag. */
 template <class Cfg>
-static __device__ void gemm_xn_copy_in(const struct mk_gemm_params& p, int ctas, int mb, uint64_t e) {
+static __device__ void gemm_xn_copy_in(const struct mk_gemm_params& p, int ctas, int mb,
+                                       uint64_t e) {
   struct mk_xnode_dev* xn = p.push.xn;
   const size_t row_vecs = (size_t)p.k / 8;
   const int nvec = Cfg::BM * p.k / 8, per_cta = (nvec + ctas - 1) / ctas;
@@ -152,8 +161,8 @@ static __device__ void gemm_xn_recv_role(const struct mk_gemm_params& p, int cta
     if (!(p.push.remote_mask >> s & 1)) continue;
     for (int mb = s * blocks; mb < (s + 1) * blocks; mb++) {
       if (threadIdx.x == 0)
-        seen = mk_wait_geq_inline(p.push.xn->flags + MK_XN_ROW_FLAG0 + mb, e, p.err, p.err_tag, (uint32_t)mb,
-                                  (uint32_t)mb, p.timeout_ns);
+        seen = mk_wait_geq_inline(p.push.xn->flags + MK_XN_ROW_FLAG0 + mb, e, p.err, p.err_tag,
+                                  (uint32_t)mb, (uint32_t)mb, p.timeout_ns);
       __syncthreads();
       if (seen < e) return;
       gemm_xn_copy_in<Cfg>(p, ctas, mb, e); /* its bar.sync orders every read of `seen` */

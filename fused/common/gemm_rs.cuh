@@ -82,9 +82,9 @@ __device__ __forceinline__ int gemm_xn_rs_publish(const struct mk_gemm_params& p
  * counter (raised by the storers after every tile, as for an NVLink peer) is complete, in the
  * order the GEMM computes them (its flag at the owner carries the tile count, as a counter
  * would), and with the all-reduce's gather each of this rank's reduced row-blocks to every
- * remote rank once its gather counter is; then, once every other CTA has left the call (the own rows' sums are done, the peers'
- * partials read), zeroes the remote peers' flags here, signals done to them, notes where this
- * call ended, and leaves the call last. Not inlined (gemm_push_cta): the GEMM roles'
+ * remote rank once its gather counter is; then, once every other CTA has left the call (the
+ * own rows' sums are done, the peers' partials read), zeroes the remote peers' flags here,
+ * signals done to them, notes where this call ended, and leaves the call last. Not inlined (gemm_push_cta): the GEMM roles'
  * register budgets stay as they are. */
 template <class Cfg>
 __device__ void gemm_xn_rs_sender(const struct mk_gemm_params& p) {

@@ -60,16 +60,17 @@ struct mk_xnode_dev {
   /* The queue's producer. AllGather+GEMM's send CTA publishes through it alone; the CTAs of
    * GEMM+ReduceScatter claim tickets on prod.tail together (mk_proxy_mp_publish). */
   struct mk_proxy_producer prod;
-  uint32_t recv_counts[MK_XN_MAX_BLOCKS]; /* CTAs done with each received row-block; 0 between calls */
+  /* CTAs done with each received row-block; 0 between calls */
+  uint32_t recv_counts[MK_XN_MAX_BLOCKS];
 };
 
 /* ---- the descriptors of the protocol (shared by the kernel, the host's release and the CPU
  * stand-in of test/loopback/lb_xnode.c) ---- */
 
 /* Row-block mb of this rank's shard (bytes each, at the same offset in every rank's bounce
- * buffer) to peer for call e; with signal, its flag AG_FLAG0 + mb = e after the rows. */
-MK_HD struct mk_proxy_desc mk_xn_block_desc(int peer, int mb, uint64_t bytes, uint64_t e, int signal,
-                                            uint32_t tag) {
+ * buffer) to peer for call e; with signal, its flag ROW_FLAG0 + mb = e after the rows. */
+MK_HD struct mk_proxy_desc mk_xn_block_desc(int peer, int mb, uint64_t bytes, uint64_t e,
+                                            int signal, uint32_t tag) {
   struct mk_proxy_desc d;
   d.seq = 0;
   d.op = signal ? MK_PROXY_PUT_SIGNAL : MK_PROXY_PUT;
@@ -91,17 +92,26 @@ MK_HD struct mk_proxy_desc mk_xn_block_desc(int peer, int mb, uint64_t bytes, ui
  *   gather    1             this rank's reduced rows (all-reduce), put to every peer
  *   gathered  [nranks - 1]  src's reduced rows, put here by src
  * 3 (nranks - 1) + 1 slots: on 2 ranks twice C, or C without the gather. */
-enum mk_xn_rs_group { MK_XN_RS_OUT = 0, MK_XN_RS_IN = 1, MK_XN_RS_GATHER = 2, MK_XN_RS_GATHERED = 3 };
+enum mk_xn_rs_group {
+  MK_XN_RS_OUT = 0,
+  MK_XN_RS_IN = 1,
+  MK_XN_RS_GATHER = 2,
+  MK_XN_RS_GATHERED = 3
+};
 
-MK_HD int mk_xn_peer_slot(int other, int self) { return other < self ? other : other - 1; }
+MK_HD int mk_xn_peer_slot(int other, int self) {
+  return other < self ? other : other - 1;
+}
 
 /* Byte offset of row-block mb of `group`'s slot for peer `other` on rank `self`. */
-MK_HD uint64_t mk_xn_rs_off(int group, int other, int self, int nranks, int blocks, int mb, uint64_t bytes) {
+MK_HD uint64_t mk_xn_rs_off(int group, int other, int self, int nranks, int blocks, int mb,
+                            uint64_t bytes) {
   const uint64_t peers = (uint64_t)(nranks - 1);
-  uint64_t slot = group == MK_XN_RS_OUT        ? (uint64_t)mk_xn_peer_slot(other, self)
-                  : group == MK_XN_RS_IN       ? peers + (uint64_t)mk_xn_peer_slot(other, self)
-                  : group == MK_XN_RS_GATHER   ? 2 * peers
-                                               : 2 * peers + 1 + (uint64_t)mk_xn_peer_slot(other, self);
+  uint64_t slot = group == MK_XN_RS_OUT  ? (uint64_t)mk_xn_peer_slot(other, self)
+                  : group == MK_XN_RS_IN ? peers + (uint64_t)mk_xn_peer_slot(other, self)
+                  : group == MK_XN_RS_GATHER
+                      ? 2 * peers
+                      : 2 * peers + 1 + (uint64_t)mk_xn_peer_slot(other, self);
   return (slot * (uint64_t)blocks + (uint64_t)mb) * bytes;
 }
 
@@ -114,11 +124,14 @@ MK_HD uint64_t mk_xn_rs_bytes(int nranks, int blocks, uint64_t bytes, int gather
  * rank, then owner's flag RS_FLAG0 + rank x blocks + mb = value (the row-block's tile count);
  * with gather, this rank's reduced row-block mb, gather slot -> peer's gathered slot for this
  * rank, flag GATHER_FLAG0 + rank x blocks + mb = value. */
-MK_HD struct mk_proxy_desc mk_xn_rs_block_desc(int rank, int peer, int nranks, int blocks, int mb, uint64_t bytes,
-                                               uint64_t value, int gather, uint32_t tag) {
+MK_HD struct mk_proxy_desc mk_xn_rs_block_desc(int rank, int peer, int nranks, int blocks, int mb,
+                                               uint64_t bytes, uint64_t value, int gather,
+                                               uint32_t tag) {
   struct mk_proxy_desc d = mk_xn_block_desc(peer, 0, bytes, value, 1, tag);
-  d.src_off = mk_xn_rs_off(gather ? MK_XN_RS_GATHER : MK_XN_RS_OUT, peer, rank, nranks, blocks, mb, bytes);
-  d.dst_off = mk_xn_rs_off(gather ? MK_XN_RS_GATHERED : MK_XN_RS_IN, rank, peer, nranks, blocks, mb, bytes);
+  d.src_off =
+      mk_xn_rs_off(gather ? MK_XN_RS_GATHER : MK_XN_RS_OUT, peer, rank, nranks, blocks, mb, bytes);
+  d.dst_off =
+      mk_xn_rs_off(gather ? MK_XN_RS_GATHERED : MK_XN_RS_IN, rank, peer, nranks, blocks, mb, bytes);
   d.flag_off = (uint64_t)((gather ? MK_XN_GATHER_FLAG0 : MK_XN_RS_FLAG0) + rank * blocks + mb) * 8;
   return d;
 }
@@ -153,8 +166,8 @@ struct mk_proxy;
  * everything this producer published before), the proxy told that the peers will close, then
  * a wait (bounded by timeout_ns) for every remote rank's bye in `flags`, then briefly for our
  * own byes to complete. 0, or the error / timeout of a wait (a peer that never came). */
-int mk_xn_goodbye(struct mk_proxy* p, struct mk_proxy_producer* prod, const uint64_t* flags, int rank,
-                  int nranks, const unsigned char* remote, uint64_t timeout_ns);
+int mk_xn_goodbye(struct mk_proxy* p, struct mk_proxy_producer* prod, const uint64_t* flags,
+                  int rank, int nranks, const unsigned char* remote, uint64_t timeout_ns);
 #endif
 
 #endif /* MK_XNODE_H_ */

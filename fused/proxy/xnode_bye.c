@@ -11,11 +11,12 @@
 
 #define MK_XN_BYE_COMPLETION_NS 2000000000ull /* after the peers' byes: our own, briefly */
 
-int mk_xn_goodbye(struct mk_proxy* p, struct mk_proxy_producer* prod, const uint64_t* flags, int rank,
-                  int nranks, const unsigned char* remote, uint64_t timeout_ns) {
+int mk_xn_goodbye(struct mk_proxy* p, struct mk_proxy_producer* prod, const uint64_t* flags,
+                  int rank, int nranks, const unsigned char* remote, uint64_t timeout_ns) {
   for (int peer = 0; peer < nranks; peer++) {
     const struct mk_proxy_desc bye = mk_xn_bye_desc(rank, peer);
-    const int rc = remote[peer] && peer != rank ? mk_proxy_publish(prod, &bye, timeout_ns, NULL) : 0;
+    const int rc =
+        remote[peer] && peer != rank ? mk_proxy_publish(prod, &bye, timeout_ns, NULL) : 0;
     if (rc) return rc;
   }
   mk_proxy_peers_leaving(p);

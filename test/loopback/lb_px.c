@@ -7,8 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-
-
 static void tell_bytes(struct lb_ctx* ctx, const void* buf, size_t len) {
   for (size_t off = 0; off < len; off += 8) {
     uint64_t w;
@@ -52,8 +50,8 @@ int thread_gone_within(int tid, double seconds) {
   return 1;
 }
 
-int px_setup(struct lb_ctx* ctx, struct px* x, uint32_t depth, int inflight,
-                    size_t data_bytes, size_t nflags) {
+int px_setup(struct lb_ctx* ctx, struct px* x, uint32_t depth, int inflight, size_t data_bytes,
+             size_t nflags) {
   x->rank = ctx->is_sender ? 1 : 0;
   x->peer = 1 - x->rank;
   x->q = lb_alloc(mk_proxy_queue_bytes(depth));
@@ -67,11 +65,19 @@ int px_setup(struct lb_ctx* ctx, struct px* x, uint32_t depth, int inflight,
   memset(x->flags, 0, x->flags_bytes);
   unsigned char remote[2] = {1, 1}; /* NCCL_MK_LOCAL_SIZE=1: every peer is remote */
   struct mk_proxy_conf conf = {
-      .ops = NULL, .dev = ctx->dev, .rank = x->rank, .nranks = 2, .remote = remote,
-      .data = x->data, .data_bytes = data_bytes, .data_type = MK_PTR_HOST,
-      .flags = x->flags, .flags_bytes = x->flags_bytes,
+      .ops = NULL,
+      .dev = ctx->dev,
+      .rank = x->rank,
+      .nranks = 2,
+      .remote = remote,
+      .data = x->data,
+      .data_bytes = data_bytes,
+      .data_type = MK_PTR_HOST,
+      .flags = x->flags,
+      .flags_bytes = x->flags_bytes,
       .flags_type = MK_PTR_HOST | MK_PTR_FORCE_SO, /* as the fused ops register their flags */
-      .queue = x->q, .max_inflight = inflight};
+      .queue = x->q,
+      .max_inflight = inflight};
   LB_OK(mk_proxy_create(&conf, &x->p));
   struct mk_proxy_addr addrs[2];
   LB_OK(mk_proxy_addr(x->p, &addrs[x->rank]));
@@ -89,4 +95,3 @@ void px_free(struct px* x) {
   free(x->data);
   free(x->flags);
 }
-

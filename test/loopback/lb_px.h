@@ -29,7 +29,8 @@ struct px {
 };
 
 /* Both ranks: queue, regions, proxy, the two record exchanges. The thread is not started. */
-int px_setup(struct lb_ctx* ctx, struct px* x, uint32_t depth, int inflight, size_t data_bytes, size_t nflags);
+int px_setup(struct lb_ctx* ctx, struct px* x, uint32_t depth, int inflight, size_t data_bytes,
+             size_t nflags);
 void px_free(struct px* x);
 int count_threads(void);
 /* A joined thread's task is gone from /proc within this bound. */

@@ -28,12 +28,14 @@
 #define XBLOCKS 4
 #define XCALLS 200
 
-static uint64_t xnode_stream(int rank, uint64_t e, int b) { return ((uint64_t)rank << 40) | (e << 8) | (uint64_t)b; }
+static uint64_t xnode_stream(int rank, uint64_t e, int b) {
+  return ((uint64_t)rank << 40) | (e << 8) | (uint64_t)b;
+}
 
 static int xnode_call(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t last_call) {
   if (x->prod.tail) LB_OK(mk_proxy_wait_completed(&x->prod, x->prod.tail - 1, WAIT_NS));
-  LB_OK(mk_proxy_wait_flag(x->q, &x->flags[MK_XN_DONE0 + x->peer], (MK_XN_DONE0 + x->peer) * 8, last_call,
-                           WAIT_NS, x->rank, 0));
+  LB_OK(mk_proxy_wait_flag(x->q, &x->flags[MK_XN_DONE0 + x->peer], (MK_XN_DONE0 + x->peer) * 8,
+                           last_call, WAIT_NS, x->rank, 0));
   for (int b = 0; b < XBLOCKS; b++) {
     const int mb = x->rank * XBLOCKS + b;
     lb_fill(x->data + (size_t)mb * XB, XB, ctx->seed, xnode_stream(x->rank, e, b));
@@ -67,7 +69,8 @@ int lb_xnode_allgather_rank(struct lb_ctx* ctx) {
          mk_proxy_sent_bytes(x.p, x.peer));
   const unsigned char remote[2] = {1, 1};
   LB_OK(mk_xn_goodbye(x.p, &x.prod, x.flags, x.rank, 2, remote, WAIT_NS)); /* the release's */
-  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.peer) == (uint64_t)XCALLS * XBLOCKS * XB); /* all completed */
+  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.peer) ==
+            (uint64_t)XCALLS * XBLOCKS * XB); /* all completed */
   LB_EXPECT(mk_proxy_quiesce(x.p) == 0);
   LB_EXPECT(mk_proxy_stop(x.p) == 0);
   px_free(&x);
@@ -107,13 +110,18 @@ static uint64_t rs_stream(int rank, uint64_t e, int mb, int t) {
 
 static void* rs_producer_main(void* arg) {
   struct rs_call* c = arg;
-  for (uint32_t i; !c->rc && (i = __atomic_fetch_add(&c->next_tile, 1, __ATOMIC_RELAXED)) < RS_BLOCKS * RS_TILES;) {
+  for (uint32_t i; !c->rc && (i = __atomic_fetch_add(&c->next_tile, 1, __ATOMIC_RELAXED)) <
+                                 RS_BLOCKS * RS_TILES;) {
     const int mb = (int)(i * 3 % RS_BLOCKS), t = (int)(i / RS_BLOCKS); /* row-blocks interleaved */
-    unsigned char* out = c->x->data + mk_xn_rs_off(MK_XN_RS_OUT, c->x->peer, c->x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES) +
-                         (size_t)t * RS_TILE;
+    unsigned char* out =
+        c->x->data +
+        mk_xn_rs_off(MK_XN_RS_OUT, c->x->peer, c->x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES) +
+        (size_t)t * RS_TILE;
     lb_fill(out, RS_TILE, c->ctx->seed, rs_stream(c->x->rank, c->e, mb, t));
-    if (__atomic_add_fetch(&c->counts[mb], 1, __ATOMIC_ACQ_REL) < RS_TILES) continue; /* others' tiles seen */
-    const struct mk_proxy_desc d = mk_xn_rs_block_desc(c->x->rank, c->x->peer, 2, RS_BLOCKS, mb, RS_ROW_BYTES, RS_TILES, 0, 0);
+    if (__atomic_add_fetch(&c->counts[mb], 1, __ATOMIC_ACQ_REL) < RS_TILES)
+      continue; /* others' tiles seen */
+    const struct mk_proxy_desc d =
+        mk_xn_rs_block_desc(c->x->rank, c->x->peer, 2, RS_BLOCKS, mb, RS_ROW_BYTES, RS_TILES, 0, 0);
     const int rc = mk_proxy_mp_publish(c->x->q, c->tail, &d, WAIT_NS, c->x->rank, NULL);
     if (rc) c->rc = rc;
   }
@@ -125,7 +133,8 @@ static int rs_owner_side(struct lb_ctx* ctx, struct px* x, uint64_t e) {
     const uint64_t word = MK_XN_RS_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb;
     LB_OK(mk_proxy_wait_flag(x->q, &x->flags[word], word * 8, RS_TILES, WAIT_NS, x->rank, 0));
     LB_EXPECT(mk_pq_load_acquire(&x->flags[word]) == RS_TILES);
-    const unsigned char* in = x->data + mk_xn_rs_off(MK_XN_RS_IN, x->peer, x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES);
+    const unsigned char* in =
+        x->data + mk_xn_rs_off(MK_XN_RS_IN, x->peer, x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES);
     for (int t = 0; t < RS_TILES; t++)
       LB_EXPECT(lb_check(in + (size_t)t * RS_TILE, RS_TILE, ctx->seed, rs_stream(x->peer, e, mb, t),
                          "a partial row-block under its flag") == 0);
@@ -137,35 +146,44 @@ static int rs_owner_side(struct lb_ctx* ctx, struct px* x, uint64_t e) {
  * to the peer, then the peer's ones collected (flag == the tile count, every byte checked). */
 static int rs_gather_side(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t* tail) {
   for (int mb = 0; mb < RS_BLOCKS; mb++) {
-    unsigned char* g = x->data + mk_xn_rs_off(MK_XN_RS_GATHER, x->peer, x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES);
+    unsigned char* g =
+        x->data + mk_xn_rs_off(MK_XN_RS_GATHER, x->peer, x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES);
     lb_fill(g, RS_ROW_BYTES, ctx->seed, rs_stream(x->rank, e, mb, 99));
-    const struct mk_proxy_desc d = mk_xn_rs_block_desc(x->rank, x->peer, 2, RS_BLOCKS, mb, RS_ROW_BYTES, RS_TILES, 1, 0);
+    const struct mk_proxy_desc d =
+        mk_xn_rs_block_desc(x->rank, x->peer, 2, RS_BLOCKS, mb, RS_ROW_BYTES, RS_TILES, 1, 0);
     LB_OK(mk_proxy_mp_publish(x->q, tail, &d, WAIT_NS, x->rank, NULL));
   }
   for (int mb = 0; mb < RS_BLOCKS; mb++) {
     const uint64_t word = MK_XN_GATHER_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb;
     LB_OK(mk_proxy_wait_flag(x->q, &x->flags[word], word * 8, RS_TILES, WAIT_NS, x->rank, 0));
     LB_EXPECT(mk_pq_load_acquire(&x->flags[word]) == RS_TILES);
-    const unsigned char* in = x->data + mk_xn_rs_off(MK_XN_RS_GATHERED, x->peer, x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES);
-    LB_EXPECT(lb_check(in, RS_ROW_BYTES, ctx->seed, rs_stream(x->peer, e, mb, 99), "reduced rows under their flag") == 0);
+    const unsigned char* in =
+        x->data + mk_xn_rs_off(MK_XN_RS_GATHERED, x->peer, x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES);
+    LB_EXPECT(lb_check(in, RS_ROW_BYTES, ctx->seed, rs_stream(x->peer, e, mb, 99),
+                       "reduced rows under their flag") == 0);
   }
   return 0;
 }
 
-static int rs_call_run(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t* tail, uint64_t* call_tail, int gather) {
+static int rs_call_run(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t* tail,
+                       uint64_t* call_tail, int gather) {
   if (*call_tail) LB_OK(mk_proxy_wait_completed(&x->prod, *call_tail - 1, WAIT_NS));
-  LB_OK(mk_proxy_wait_flag(x->q, &x->flags[MK_XN_DONE0 + x->peer], (MK_XN_DONE0 + x->peer) * 8, e - 1, WAIT_NS,
-                           x->rank, 0));
+  LB_OK(mk_proxy_wait_flag(x->q, &x->flags[MK_XN_DONE0 + x->peer], (MK_XN_DONE0 + x->peer) * 8,
+                           e - 1, WAIT_NS, x->rank, 0));
   struct rs_call c = {.ctx = ctx, .x = x, .e = e, .tail = tail};
   pthread_t th[RS_PRODUCERS];
-  for (int i = 0; i < RS_PRODUCERS; i++) LB_EXPECT(pthread_create(&th[i], NULL, rs_producer_main, &c) == 0);
+  for (int i = 0; i < RS_PRODUCERS; i++)
+    LB_EXPECT(pthread_create(&th[i], NULL, rs_producer_main, &c) == 0);
   for (int i = 0; i < RS_PRODUCERS; i++) pthread_join(th[i], NULL);
   LB_OK(c.rc);
   LB_OK(rs_owner_side(ctx, x, e));
   if (gather) LB_OK(rs_gather_side(ctx, x, e, tail));
-  for (int mb = 0; mb < RS_BLOCKS; mb++) { /* the flags back to 0 before done, as the sender CTA does */
-    __atomic_store_n(&x->flags[MK_XN_RS_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb], 0, __ATOMIC_RELEASE);
-    __atomic_store_n(&x->flags[MK_XN_GATHER_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb], 0, __ATOMIC_RELEASE);
+  for (int mb = 0; mb < RS_BLOCKS;
+       mb++) { /* the flags back to 0 before done, as the sender CTA does */
+    __atomic_store_n(&x->flags[MK_XN_RS_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb], 0,
+                     __ATOMIC_RELEASE);
+    __atomic_store_n(&x->flags[MK_XN_GATHER_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb],
+                     0, __ATOMIC_RELEASE);
   }
   const struct mk_proxy_desc done = mk_xn_done_desc(x->rank, x->peer, e, 0);
   LB_OK(mk_proxy_mp_publish(x->q, tail, &done, WAIT_NS, x->rank, NULL));
@@ -175,7 +193,8 @@ static int rs_call_run(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t* t
 
 static int rs_run(struct lb_ctx* ctx, int gather) {
   struct px x;
-  LB_OK(px_setup(ctx, &x, 16, 16, mk_xn_rs_bytes(2, RS_BLOCKS, RS_ROW_BYTES, gather), MK_XN_FLAG_WORDS));
+  LB_OK(px_setup(ctx, &x, 16, 16, mk_xn_rs_bytes(2, RS_BLOCKS, RS_ROW_BYTES, gather),
+                 MK_XN_FLAG_WORDS));
   LB_OK(mk_proxy_start(x.p, x.keys));
   srand((unsigned)ctx->seed + (unsigned)x.rank);
   uint64_t tail = 0, call_tail = 0;
@@ -184,19 +203,25 @@ static int rs_run(struct lb_ctx* ctx, int gather) {
     if (x.rank == 1) usleep((useconds_t)(rand() % 3000));
     LB_OK(rs_call_run(ctx, &x, e, &tail, &call_tail, gather));
   }
-  printf("  [rank %d] %d calls in %.3f s, %d producers on one tail\n", x.rank, RS_CALLS, lb_now() - t0, RS_PRODUCERS);
+  printf("  [rank %d] %d calls in %.3f s, %d producers on one tail\n", x.rank, RS_CALLS,
+         lb_now() - t0, RS_PRODUCERS);
   x.prod.tail = tail; /* the release's single producer from here on */
   const unsigned char remote[2] = {1, 1};
   LB_OK(mk_xn_goodbye(x.p, &x.prod, x.flags, x.rank, 2, remote, WAIT_NS));
-  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.peer) == (uint64_t)RS_CALLS * RS_BLOCKS * RS_ROW_BYTES * (gather ? 2 : 1));
+  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.peer) ==
+            (uint64_t)RS_CALLS * RS_BLOCKS * RS_ROW_BYTES * (gather ? 2 : 1));
   LB_EXPECT(mk_proxy_quiesce(x.p) == 0);
   LB_EXPECT(mk_proxy_stop(x.p) == 0);
   px_free(&x);
   return 0;
 }
 
-int lb_xnode_reducescatter_rank(struct lb_ctx* ctx) { return rs_run(ctx, 0); }
-int lb_xnode_allreduce_rank(struct lb_ctx* ctx) { return rs_run(ctx, 1); }
+int lb_xnode_reducescatter_rank(struct lb_ctx* ctx) {
+  return rs_run(ctx, 0);
+}
+int lb_xnode_allreduce_rank(struct lb_ctx* ctx) {
+  return rs_run(ctx, 1);
+}
 
 /* ---- the release's goodbye (mk_xn_goodbye), with no out-of-band agreement ----
  * Each rank puts a chunk, then says goodbye (its bye lands after the chunk) and checks the
@@ -209,16 +234,19 @@ int lb_xnode_goodbye_rank(struct lb_ctx* ctx) {
   LB_OK(px_setup(ctx, &x, 16, 8, 2 * (size_t)BYE_CHUNK, MK_XN_FLAG_WORDS));
   LB_OK(mk_proxy_start(x.p, x.keys));
   lb_fill(x.data, BYE_CHUNK, ctx->seed, (uint64_t)x.rank);
-  const struct mk_proxy_desc put = {.op = MK_PROXY_PUT, .peer = x.peer, .dst_off = BYE_CHUNK, .size = BYE_CHUNK};
+  const struct mk_proxy_desc put = {
+      .op = MK_PROXY_PUT, .peer = x.peer, .dst_off = BYE_CHUNK, .size = BYE_CHUNK};
   LB_OK(mk_proxy_publish(&x.prod, &put, WAIT_NS, NULL));
   const unsigned char remote[2] = {1, 1};
   const double t0 = lb_now();
   LB_OK(mk_xn_goodbye(x.p, &x.prod, x.flags, x.rank, 2, remote, WAIT_NS));
-  LB_EXPECT(lb_check(x.data + BYE_CHUNK, BYE_CHUNK, ctx->seed, (uint64_t)x.peer, "the chunk before the bye") == 0);
+  LB_EXPECT(lb_check(x.data + BYE_CHUNK, BYE_CHUNK, ctx->seed, (uint64_t)x.peer,
+                     "the chunk before the bye") == 0);
   if (x.rank == 1) usleep(200000); /* rank 0 has closed by now; this thread still progresses */
   char msg[256] = "";
   const int err = mk_proxy_error(x.p, msg, sizeof(msg));
-  printf("  [rank %d] goodbye after %.3f s; proxy error before the stop: %d %s\n", x.rank, lb_now() - t0, err, msg);
+  printf("  [rank %d] goodbye after %.3f s; proxy error before the stop: %d %s\n", x.rank,
+         lb_now() - t0, err, msg);
   LB_EXPECT(err == 0);
   LB_EXPECT(mk_proxy_quiesce(x.p) == 0);
   LB_EXPECT(mk_proxy_stop(x.p) == 0);

@@ -33,13 +33,17 @@ static void slots_are_disjoint(int n, int self, int gather) {
 /* rank -> peer, row-block mb: the put reads rank's slot for peer and lands in peer's slot for
  * rank; its flag is the peer's flag of (rank, mb). */
 static void descriptors_pair_up(int n, int rank, int peer, int mb, int gather) {
-  const struct mk_proxy_desc d = mk_xn_rs_block_desc(rank, peer, n, BLOCKS, mb, BYTES, 7, gather, 0);
+  const struct mk_proxy_desc d =
+      mk_xn_rs_block_desc(rank, peer, n, BLOCKS, mb, BYTES, 7, gather, 0);
   CHECK_EQ(d.peer, peer);
   CHECK_EQ(d.size, BYTES);
   CHECK_EQ(d.flag_value, 7);
-  CHECK_EQ(d.src_off, mk_xn_rs_off(gather ? MK_XN_RS_GATHER : MK_XN_RS_OUT, peer, rank, n, BLOCKS, mb, BYTES));
-  CHECK_EQ(d.dst_off, mk_xn_rs_off(gather ? MK_XN_RS_GATHERED : MK_XN_RS_IN, rank, peer, n, BLOCKS, mb, BYTES));
-  const uint64_t word = (gather ? MK_XN_GATHER_FLAG0 : MK_XN_RS_FLAG0) + (uint64_t)rank * BLOCKS + (uint64_t)mb;
+  CHECK_EQ(d.src_off,
+           mk_xn_rs_off(gather ? MK_XN_RS_GATHER : MK_XN_RS_OUT, peer, rank, n, BLOCKS, mb, BYTES));
+  CHECK_EQ(d.dst_off, mk_xn_rs_off(gather ? MK_XN_RS_GATHERED : MK_XN_RS_IN, rank, peer, n, BLOCKS,
+                                   mb, BYTES));
+  const uint64_t word =
+      (gather ? MK_XN_GATHER_FLAG0 : MK_XN_RS_FLAG0) + (uint64_t)rank * BLOCKS + (uint64_t)mb;
   CHECK_EQ(d.flag_off, word * 8);
   CHECK(word < MK_XN_FLAG_WORDS);
 }
