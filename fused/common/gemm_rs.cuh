@@ -84,8 +84,8 @@ __device__ __forceinline__ int gemm_xn_rs_publish(const struct mk_gemm_params& p
  * would), and with the all-reduce's gather each of this rank's reduced row-blocks to every
  * remote rank once its gather counter is; then, once every other CTA has left the call (the
  * own rows' sums are done, the peers' partials read), zeroes the remote peers' flags here,
- * signals done to them, notes where this call ended, and leaves the call last. Not inlined (gemm_push_cta): the GEMM roles'
- * register budgets stay as they are. */
+ * signals done to them, notes where this call ended, and leaves the call last. Not inlined
+ * (gemm_push_cta): the GEMM roles' register budgets stay as they are. */
 template <class Cfg>
 __device__ void gemm_xn_rs_sender(const struct mk_gemm_params& p) {
   if (threadIdx.x != 0) return;

@@ -54,7 +54,8 @@ static int gemm_rs_reachable(const struct mk_fused_comm* fc, size_t m, size_t n,
 
 int mk_gemm_rs_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k, int gather) {
   const size_t shard = m / (size_t)fc->nranks, blocks_all = m / MK_AG_BLOCK_ROWS;
-  return fc->fused && gemm_rs_reachable(fc, m, n, gather) && fc->nranks <= MK_RS_MAX_RANKS && m % (size_t)fc->nranks == 0 &&
+  return fc->fused && gemm_rs_reachable(fc, m, n, gather) && fc->nranks <= MK_RS_MAX_RANKS &&
+         m % (size_t)fc->nranks == 0 &&
          shard % MK_AG_BLOCK_ROWS == 0 && blocks_all <= MK_AG_MAX_BLOCKS &&
          blocks_all * (gather ? 2 : 1) <= MK_RS_MAX_COUNTERS && m <= fc->cfg.max_m && n <= fc->cfg.max_n &&
          k <= fc->cfg.max_k && gemm_rs_data_bytes(fc, m, n, gather) <= fc->sym_bytes - MK_FUSED_FLAG_BYTES;
