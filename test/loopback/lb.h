@@ -49,6 +49,9 @@ int lb_close(struct lb_ctx* ctx);
 /* Small messages between the two processes, outside the transport. */
 void lb_tell(struct lb_ctx* ctx, uint64_t v);
 uint64_t lb_hear(struct lb_ctx* ctx);
+/* A remote key through the pipes (one-sided cases and benchmarks). */
+void lb_tell_rkey(struct lb_ctx* ctx, const struct mk_rkey* k);
+struct mk_rkey lb_hear_rkey(struct lb_ctx* ctx);
 /* 1 when the peer process has sent something (lb_hear will not block). */
 int lb_peer_spoke(struct lb_ctx* ctx);
 /* Spins test() until done; returns its error. sizes may be NULL. */

@@ -3,7 +3,8 @@
  *  bench_bw:  the receiver keeps LB_BENCH_WINDOW receives posted, the sender streams; the
  *             sender prints MiB/s from its first isend to its last completion.
  *  bench_lat: ping-pong over two comms (one each way), receives pre-posted; prints the
- *             median and mean of round trip / 2 in microseconds, like ib_write_lat. */
+ *             median and mean of round trip / 2 in microseconds, like ib_write_lat.
+ *  bench_put_bw: one-sided puts (or put+signals) with a window, the proxy's path. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,65 @@ static int bw_send(struct lb_ctx* ctx) {
   printf("BENCH mk_bw %zu %.1f\n", len, (double)len * (double)iters / dt / 1048576.0);
   fflush(stdout);
   LB_EXPECT(lb_hear(ctx) == 1);
+  LB_OK(ctx->ops->dereg_mr(ctx->comm, mr));
+  free(reqs);
+  free(buf);
+  return lb_close(ctx);
+}
+
+/* bench_put_bw: the one-sided path the cross-node proxy drives. The target registers a
+ * LB_BENCH_SIZE region and progresses until told; the initiator keeps LB_BENCH_WINDOW puts (with
+ * LB_BENCH_SIGNAL=1 put+signals) of it in flight and prints MiB/s from its first post to its
+ * last completion, beside bench_bw's two-sided figure for the same size. */
+static int put_bw_target(struct lb_ctx* ctx) {
+  size_t len = env_size("LB_BENCH_SIZE", 1 << 20);
+  LB_OK(lb_accept(ctx));
+  unsigned char* region = lb_alloc(len + 4096);
+  struct mk_mr* mr;
+  struct mk_rkey k;
+  LB_OK(ctx->ops->reg_mr(ctx->comm, region, len + 4096, MK_PTR_HOST, &mr));
+  LB_OK(ctx->ops->mr_rkey(mr, &k));
+  lb_tell_rkey(ctx, &k);
+  while (!lb_peer_spoke(ctx)) LB_OK(ctx->ops->progress(ctx->comm)); /* lands the writes */
+  LB_EXPECT(lb_hear(ctx) == 1);
+  LB_OK(ctx->ops->dereg_mr(ctx->comm, mr));
+  free(region);
+  return lb_close(ctx);
+}
+
+/* One put (or put+signal, the flag just past the data) of the whole region, retried while
+ * the transport says "not now". */
+static int put_bw_post(struct lb_ctx* ctx, void* buf, size_t len, struct mk_mr* mr, const struct mk_rkey* k,
+                       int signal, uint64_t value, struct mk_request** req) {
+  *req = NULL;
+  while (!*req) {
+    const int rc = signal ? ctx->ops->iput_signal(ctx->comm, buf, len, mr, k, 0, k, len, value, req)
+                          : ctx->ops->iput(ctx->comm, buf, len, mr, k, 0, req);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static int put_bw_initiator(struct lb_ctx* ctx) {
+  size_t len = env_size("LB_BENCH_SIZE", 1 << 20), iters = env_size("LB_BENCH_ITERS", 200);
+  int window = (int)env_size("LB_BENCH_WINDOW", 16), signal = env_size("LB_BENCH_SIGNAL", 0) != 0;
+  LB_OK(lb_connect(ctx));
+  struct mk_rkey k = lb_hear_rkey(ctx);
+  unsigned char* buf = lb_alloc(len);
+  memset(buf, 5, len);
+  struct mk_mr* mr;
+  LB_OK(ctx->ops->reg_mr(ctx->comm, buf, len, MK_PTR_HOST, &mr));
+  struct mk_request** reqs = calloc((size_t)window, sizeof(*reqs));
+  double t0 = lb_now();
+  for (size_t m = 0; m < iters + (size_t)window; m++) {
+    int w = (int)(m % (size_t)window);
+    if (m >= (size_t)window) LB_OK(bench_wait(ctx, reqs[w]));
+    if (m < iters) LB_OK(put_bw_post(ctx, buf, len, mr, &k, signal, m + 1, &reqs[w]));
+  }
+  double dt = lb_now() - t0;
+  printf("BENCH mk_put%s_bw %zu %.1f\n", signal ? "_signal" : "", len, (double)len * (double)iters / dt / 1048576.0);
+  fflush(stdout);
+  lb_tell(ctx, 1);
   LB_OK(ctx->ops->dereg_mr(ctx->comm, mr));
   free(reqs);
   free(buf);
@@ -167,5 +227,6 @@ static int lat_run(struct lb_ctx* ctx) {
 const struct lb_case lb_cases_bench[] = {
     {"bench_bw", bw_recv, bw_send, 300, 0},
     {"bench_lat", lat_run, lat_run, 300, 0},
+    {"bench_put_bw", put_bw_target, put_bw_initiator, 300, 0},
     {NULL, NULL, NULL, 0, 0},
 };

@@ -251,3 +251,17 @@ int lb_run(const struct lb_case* c) {
   printf("case %s: %s\n", c->name, rc == 0 ? "PASS" : rc == 77 ? "SKIP" : "FAIL");
   return rc;
 }
+
+void lb_tell_rkey(struct lb_ctx* ctx, const struct mk_rkey* k) {
+  lb_tell(ctx, k->base);
+  lb_tell(ctx, k->key);
+  lb_tell(ctx, k->size);
+}
+
+struct mk_rkey lb_hear_rkey(struct lb_ctx* ctx) {
+  struct mk_rkey k;
+  k.base = lb_hear(ctx);
+  k.key = lb_hear(ctx);
+  k.size = lb_hear(ctx);
+  return k;
+}

@@ -11,19 +11,6 @@
 #define PUT_LEN (REGION - 2 * PUT_OFF)
 #define ROUNDS 8
 
-static void tell_rkey(struct lb_ctx* ctx, const struct mk_rkey* k) {
-  lb_tell(ctx, k->base);
-  lb_tell(ctx, k->key);
-  lb_tell(ctx, k->size);
-}
-
-static struct mk_rkey hear_rkey(struct lb_ctx* ctx) {
-  struct mk_rkey k;
-  k.base = lb_hear(ctx);
-  k.key = lb_hear(ctx);
-  k.size = lb_hear(ctx);
-  return k;
-}
 
 /* Target side: progress the comm until the region matches (plain put has no signal). */
 static int put_target(struct lb_ctx* ctx) {
@@ -34,7 +21,7 @@ static int put_target(struct lb_ctx* ctx) {
   struct mk_rkey k;
   LB_OK(ctx->ops->reg_mr(ctx->comm, region, REGION, MK_PTR_HOST, &mr));
   LB_OK(ctx->ops->mr_rkey(mr, &k));
-  tell_rkey(ctx, &k);
+  lb_tell_rkey(ctx, &k);
   /* Manual-progress providers land the data only while the target progresses. */
   double t0 = lb_now();
   while (!lb_check_quiet(region + PUT_OFF, PUT_LEN, ctx->seed, 7)) {
@@ -53,7 +40,7 @@ static int put_target(struct lb_ctx* ctx) {
 
 static int put_initiator(struct lb_ctx* ctx) {
   LB_OK(lb_connect(ctx));
-  struct mk_rkey k = hear_rkey(ctx);
+  struct mk_rkey k = lb_hear_rkey(ctx);
   unsigned char* src = lb_alloc(PUT_LEN);
   lb_fill(src, PUT_LEN, ctx->seed, 7);
   struct mk_mr* mr;
@@ -85,8 +72,8 @@ static int signal_target(struct lb_ctx* ctx) {
   LB_OK(ctx->ops->reg_mr(ctx->comm, (void*)sig, 4096, sig_type, &smr));
   LB_OK(ctx->ops->mr_rkey(mr, &k));
   LB_OK(ctx->ops->mr_rkey(smr, &sk));
-  tell_rkey(ctx, &k);
-  tell_rkey(ctx, &sk);
+  lb_tell_rkey(ctx, &k);
+  lb_tell_rkey(ctx, &sk);
   for (uint64_t r = 1; r <= ROUNDS; r++) {
     while (sig[8] != r) {
       LB_OK(ctx->ops->progress(ctx->comm));
@@ -105,7 +92,7 @@ static int signal_target(struct lb_ctx* ctx) {
 
 static int signal_initiator(struct lb_ctx* ctx) {
   LB_OK(lb_connect(ctx));
-  struct mk_rkey k = hear_rkey(ctx), sk = hear_rkey(ctx);
+  struct mk_rkey k = lb_hear_rkey(ctx), sk = lb_hear_rkey(ctx);
   unsigned char* src = lb_alloc(PUT_LEN);
   struct mk_mr* mr;
   LB_OK(ctx->ops->reg_mr(ctx->comm, src, PUT_LEN, MK_PTR_HOST, &mr));
