@@ -163,6 +163,13 @@ tier_xnode() {
       NCCL_TUNER_PLUGIN=none "$B/test/perf/fused/${op}_perf" -H -M 2048,4096 -N 8192 -K 8192 -n 5 -w 2
     grep -E '^(#    M|  [0-9]|# rank)' "$LOGS/${op}_perf_across_emulated_nodes.log" || true
   done
+  # Where a cross-node AllGather+GEMM's time goes: its send CTA's staged-and-published blocks,
+  # the receivers' waits and copy-ins, the GEMM's tiles (the summary is informational).
+  step trace_of_an_ag_gemm_call_across_emulated_nodes bash -c "rm -rf '$LOGS/xtrace' &&
+    mkdir -p '$LOGS/xtrace' && NCCL_MK_TRACE=1 NCCL_MK_TRACE_DIR='$LOGS/xtrace' \
+    '$B/test/perf/fused/ag_gemm_perf' -M 4096 -N 8192 -n 2 -w 1 >/dev/null &&
+    ls '$LOGS'/xtrace/mk-trace.rank*.call3.trace >/dev/null &&
+    (scripts/mk-trace summary '$LOGS'/xtrace/mk-trace.rank*.call3.trace || true)"
   unset NCCL_MK_LOCAL_SIZE NCCL_MK_TRANSPORT NCCL_MK_OFI_PROVIDER
 }
 

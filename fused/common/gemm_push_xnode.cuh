@@ -113,12 +113,18 @@ static __device__ void gemm_xn_send_role(const struct mk_gemm_params& p, uint64_
   if (!ok) return;
   for (int b = 0; b < blocks; b++) {
     const int mb = p.call.rank * blocks + b;
+    const uint64_t t0 = p.trace ? globaltimer_ns() : 0;
     const uint4* src = (const uint4*)p.push.src + (size_t)b * block_vecs;
     uint4* dst = (uint4*)p.push.xn->bounce + (size_t)mb * block_vecs;
     mk_copy_vecs<MK_GEMM_PUSH_UNROLL, false>(&dst, 1, src, 0, (int)block_vecs, threadIdx.x,
                                              blockDim.x);
     __syncthreads(); /* every thread's staging stores before thread 0's fence */
-    if (threadIdx.x == 0) ok = gemm_xn_send_block(p, blocks, mb, block_vecs * 16, e);
+    if (threadIdx.x == 0) {
+      ok = gemm_xn_send_block(p, blocks, mb, block_vecs * 16, e);
+      /* staged and published: the chunk's time on this side (the proxy moves it after) */
+      mk_trace_emit(p.trace, blockIdx.x, MK_TRACE_LANE_COMM, t0, MK_TRACE_COMM_SEND, MK_TRACE_CHUNK,
+                    MK_TRACE_NO_PEER, (uint32_t)mb, (uint32_t)mb, e, ok ? e : 0);
+    }
     __syncthreads();
     if (!ok) return;
   }
@@ -160,12 +166,20 @@ static __device__ void gemm_xn_recv_role(const struct mk_gemm_params& p, int cta
     const int s = mk_sched_ag_source(p.call.rank, n, step);
     if (!(p.push.remote_mask >> s & 1)) continue;
     for (int mb = s * blocks; mb < (s + 1) * blocks; mb++) {
+      const uint64_t t0 = p.trace ? globaltimer_ns() : 0;
       if (threadIdx.x == 0)
         seen = mk_wait_geq_inline(p.push.xn->flags + MK_XN_ROW_FLAG0 + mb, e, p.err, p.err_tag,
                                   (uint32_t)mb, (uint32_t)mb, p.timeout_ns);
       __syncthreads();
       if (seen < e) return;
+      const uint64_t t1 = p.trace ? globaltimer_ns() : 0;
       gemm_xn_copy_in<Cfg>(p, ctas, mb, e); /* its bar.sync orders every read of `seen` */
+      if (threadIdx.x == 0) { /* the wait for the block to land, then its copy-in */
+        mk_trace_emit(p.trace, blockIdx.x, MK_TRACE_LANE_COMM, t0, MK_TRACE_COMM_RECV, MK_TRACE_WAIT,
+                      (uint32_t)s, (uint32_t)mb, (uint32_t)mb, e, e);
+        mk_trace_emit(p.trace, blockIdx.x, MK_TRACE_LANE_COMM, t1, MK_TRACE_COMM_RECV, MK_TRACE_CHUNK,
+                      (uint32_t)s, (uint32_t)mb, (uint32_t)mb, e, e);
+      }
     }
   }
 }
