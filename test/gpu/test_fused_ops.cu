@@ -292,6 +292,26 @@ static void scenario_back_to_back(struct rank_env* e) {
   for (int i = 0; i < CALLS; i++) cudaFree(a[i]), cudaFree(b[i]), cudaFree(c[i]);
 }
 
+/* 1 when this run emulates one node per rank (NCCL_MK_LOCAL_SIZE=1, as gpu-check's xnode tier
+ * sets it): the ops then go through the proxy, and some expectations differ. */
+static int emulated_nodes(void) {
+  const char* ls = getenv("NCCL_MK_LOCAL_SIZE");
+  return ls && atoi(ls) == 1;
+}
+
+/* One AllGather+GEMM on o (filled for s), waited for; the communicator's asynchronous error
+ * after it, printed, its account in msg. */
+static ncclResult_t ag_call_then_async_error(struct rank_env* e, struct op_bufs* o, struct shape s, char* msg,
+                                             size_t len) {
+  NCCL_OK(ncclMkAllGatherGemm(o->a_shard, o->b, o->c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  ncclResult_t async = ncclSuccess;
+  msg[0] = '\0';
+  NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, len));
+  printf("rank %d: asynchronous error %d: %s\n", e->rank, (int)async, msg);
+  return async;
+}
+
 /* The proxy's bytes since `before` once they reach `want` (the counter moves when the proxy sees
  * a put complete, which may trail the peer's kernel a little), or after a second. */
 static uint64_t proxy_bytes_since(struct rank_env* e, uint64_t before, uint64_t want) {
@@ -310,8 +330,7 @@ static uint64_t proxy_bytes_since(struct rank_env* e, uint64_t before, uint64_t 
  * rows per GEMM+AllReduce; with every rank local it sends nothing. */
 static void scenario_proxy_bytes(struct rank_env* e) {
   struct shape s = {2 * 256, 256, 512};
-  const char* ls = getenv("NCCL_MK_LOCAL_SIZE");
-  const int xnode = ls && atoi(ls) == 1;
+  const int xnode = emulated_nodes();
   const uint64_t shard_a = (s.m / NR) * s.k * 2, shard_c = (s.m / NR) * s.n * 2;
   const uint64_t want[3] = {xnode ? 3 * shard_a : 0, xnode ? shard_c : 0, xnode ? 2 * shard_c : 0};
   const char* names[3] = {"AllGather+GEMM (3 calls)", "GEMM+ReduceScatter", "GEMM+AllReduce"};
@@ -403,12 +422,8 @@ static void scenario_hang_report(struct rank_env* e) {
   struct op_bufs o;
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
-  NCCL_OK(ncclMkAllGatherGemm(o.a_shard, o.b, o.c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
-  CUDA_OK(cudaStreamSynchronize(e->stream));
-  ncclResult_t async = ncclSuccess;
-  char msg[256] = "";
-  NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
-  printf("rank %d: async %d: %s\n", e->rank, (int)async, msg);
+  char msg[256];
+  const ncclResult_t async = ag_call_then_async_error(e, &o, s, msg, sizeof(msg));
   bufs_free(&o);
   if (e->rank == 1) {
     expect(e, async == ncclSuccess, "the rank that dropped the flag has no error", 0);
@@ -418,8 +433,7 @@ static void scenario_hang_report(struct rank_env* e) {
   /* Across emulated nodes (NCCL_MK_LOCAL_SIZE=1) row-blocks are copied in from the proxy's
    * bounce buffer in order, so the missing row-block 6 also holds back 7, and whichever wait
    * started first (the copy-in's on 6, a GEMM tile's on 7) reports. */
-  const char* ls = getenv("NCCL_MK_LOCAL_SIZE");
-  const int xnode = ls && atoi(ls) == 1;
+  const int xnode = emulated_nodes();
   const int names_6 = strstr(msg, "tile 6 waiting for flag 6") != NULL;
   const int names_7 = xnode && strstr(msg, "tile 7 waiting for flag 7") != NULL;
   expect(e, names_6 || names_7, "the error names tile and flag 6 (or 7 behind it across nodes)", 0);
@@ -453,12 +467,8 @@ static void scenario_absent_peer(struct rank_env* e) {
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
   if (e->rank == 0) {
-    NCCL_OK(ncclMkAllGatherGemm(o.a_shard, o.b, o.c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
-    CUDA_OK(cudaStreamSynchronize(e->stream));
-    ncclResult_t async = ncclSuccess;
-    char msg[256] = "";
-    NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
-    printf("rank 0: asynchronous error %d: %s\n", (int)async, msg);
+    char msg[256];
+    const ncclResult_t async = ag_call_then_async_error(e, &o, s, msg, sizeof(msg));
     expect(e, async == ncclRemoteError, "a call without its peer ends in ncclRemoteError", 0);
     expect(e, strstr(msg, "rank 0: fused op 0x1 timed out") && strstr(msg, "tile "),
            "the error names rank 0, the AllGather+GEMM and the tile", 0);
@@ -486,12 +496,8 @@ static void scenario_killed_peer(struct rank_env* e) {
   struct op_bufs o;
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
-  NCCL_OK(ncclMkAllGatherGemm(o.a_shard, o.b, o.c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
-  CUDA_OK(cudaStreamSynchronize(e->stream));
-  ncclResult_t async = ncclSuccess;
-  char msg[256] = "";
-  NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
-  printf("rank 0: asynchronous error %d: %s\n", (int)async, msg);
+  char msg[256];
+  const ncclResult_t async = ag_call_then_async_error(e, &o, s, msg, sizeof(msg));
   expect(e, async == ncclRemoteError, "a call whose peer died ends in ncclRemoteError", 0);
   expect(e, strstr(msg, "proxy failed") || strstr(msg, "timed out"), "the error says the proxy failed or a wait timed out", 0);
   expect(e, ncclMkAllGatherGemm(o.a_shard, o.b, o.c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream) ==
