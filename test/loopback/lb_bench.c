@@ -5,6 +5,7 @@
  *  bench_lat: ping-pong over two comms (one each way), receives pre-posted; prints the
  *             median and mean of round trip / 2 in microseconds, like ib_write_lat.
  *  bench_put_bw: one-sided puts (or put+signals) with a window, the proxy's path. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,25 +31,59 @@ static size_t env_size(const char* name, size_t def) {
   return v ? (size_t)strtoull(v, NULL, 0) : def;
 }
 
+/* What a windowed benchmark posts: message m into window slot w (bench_window). */
+struct bench_op {
+  int (*post)(const struct bench_op* op, size_t m, int w, struct mk_request** req);
+  struct lb_ctx* ctx;
+  unsigned char* buf;
+  size_t len;
+  struct mk_mr* mr;
+  const struct mk_rkey* rkey; /* puts */
+  int signal;                 /* puts: put+signal */
+};
+
+/* Keeps `window` operations in flight until `iters` have completed; *seconds from the first
+ * post to the last completion. */
+static int bench_window(const struct bench_op* op, size_t iters, int window, double* seconds) {
+  struct mk_request** reqs = calloc((size_t)window, sizeof(*reqs));
+  int rc = reqs ? 0 : -ENOMEM;
+  const double t0 = lb_now();
+  for (size_t m = 0; !rc && m < iters + (size_t)window; m++) {
+    int w = (int)(m % (size_t)window);
+    if (m >= (size_t)window) rc = bench_wait(op->ctx, reqs[w]);
+    if (!rc && m < iters) rc = op->post(op, m, w, &reqs[w]);
+  }
+  *seconds = lb_now() - t0;
+  free(reqs);
+  return rc;
+}
+
+static int recv_post(const struct bench_op* op, size_t m, int w, struct mk_request** req) {
+  (void)m;
+  void* d = op->buf + (size_t)w * op->len;
+  size_t len = op->len;
+  int tag = 0;
+  struct mk_mr* mr = op->mr;
+  return lb_recv(op->ctx, 1, &d, &len, &tag, &mr, req);
+}
+
+static int send_post(const struct bench_op* op, size_t m, int w, struct mk_request** req) {
+  (void)m, (void)w;
+  return lb_send(op->ctx, op->buf, op->len, 0, op->mr, req);
+}
+
 static int bw_recv(struct lb_ctx* ctx) {
   size_t len = env_size("LB_BENCH_SIZE", 1 << 20), iters = env_size("LB_BENCH_ITERS", 200);
-  int window = (int)env_size("LB_BENCH_WINDOW", 32), tag = 0;
+  int window = (int)env_size("LB_BENCH_WINDOW", 32);
   LB_OK(lb_accept(ctx));
   unsigned char* buf = lb_alloc(len * (size_t)window);
   struct mk_mr* mr;
   LB_OK(ctx->ops->reg_mr(ctx->comm, buf, len * (size_t)window, MK_PTR_HOST, &mr));
-  struct mk_request** reqs = calloc((size_t)window, sizeof(*reqs));
-  for (size_t m = 0; m < iters + (size_t)window; m++) {
-    int w = (int)(m % (size_t)window);
-    if (m >= (size_t)window) LB_OK(bench_wait(ctx, reqs[w]));
-    if (m < iters) {
-      void* d = buf + (size_t)w * len;
-      LB_OK(lb_recv(ctx, 1, &d, &len, &tag, &mr, &reqs[w]));
-    }
-  }
+  const struct bench_op op = {.post = recv_post, .ctx = ctx, .buf = buf, .len = len, .mr = mr};
+  double dt;
+  LB_OK(bench_window(&op, iters, window, &dt));
   lb_tell(ctx, 1);
   LB_OK(ctx->ops->dereg_mr(ctx->comm, mr));
-  free(reqs);
   free(buf);
   return lb_close(ctx);
 }
@@ -61,19 +96,13 @@ static int bw_send(struct lb_ctx* ctx) {
   memset(buf, 3, len);
   struct mk_mr* mr;
   LB_OK(ctx->ops->reg_mr(ctx->comm, buf, len, MK_PTR_HOST, &mr));
-  struct mk_request** reqs = calloc((size_t)window, sizeof(*reqs));
-  double t0 = lb_now();
-  for (size_t m = 0; m < iters + (size_t)window; m++) {
-    int w = (int)(m % (size_t)window);
-    if (m >= (size_t)window) LB_OK(bench_wait(ctx, reqs[w]));
-    if (m < iters) LB_OK(lb_send(ctx, buf, len, 0, mr, &reqs[w]));
-  }
-  double dt = lb_now() - t0;
+  const struct bench_op op = {.post = send_post, .ctx = ctx, .buf = buf, .len = len, .mr = mr};
+  double dt;
+  LB_OK(bench_window(&op, iters, window, &dt));
   printf("BENCH mk_bw %zu %.1f\n", len, (double)len * (double)iters / dt / 1048576.0);
   fflush(stdout);
   LB_EXPECT(lb_hear(ctx) == 1);
   LB_OK(ctx->ops->dereg_mr(ctx->comm, mr));
-  free(reqs);
   free(buf);
   return lb_close(ctx);
 }
@@ -98,14 +127,17 @@ static int put_bw_target(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
-/* One put (or put+signal, the flag just past the data) of the whole region, retried while
- * the transport says "not now". */
-static int put_bw_post(struct lb_ctx* ctx, void* buf, size_t len, struct mk_mr* mr, const struct mk_rkey* k,
-                       int signal, uint64_t value, struct mk_request** req) {
+/* One put (or put+signal, the flag just past the data, value m + 1) of the whole region,
+ * retried while the transport says "not now". */
+static int put_post(const struct bench_op* op, size_t m, int w, struct mk_request** req) {
+  (void)w;
+  const struct mk_transport_ops* ops = op->ctx->ops;
+  struct mk_comm* c = op->ctx->comm;
   *req = NULL;
   while (!*req) {
-    const int rc = signal ? ctx->ops->iput_signal(ctx->comm, buf, len, mr, k, 0, k, len, value, req)
-                          : ctx->ops->iput(ctx->comm, buf, len, mr, k, 0, req);
+    const int rc = op->signal ? ops->iput_signal(c, op->buf, op->len, op->mr, op->rkey, 0, op->rkey, op->len,
+                                                 m + 1, req)
+                              : ops->iput(c, op->buf, op->len, op->mr, op->rkey, 0, req);
     if (rc) return rc;
   }
   return 0;
@@ -120,19 +152,14 @@ static int put_bw_initiator(struct lb_ctx* ctx) {
   memset(buf, 5, len);
   struct mk_mr* mr;
   LB_OK(ctx->ops->reg_mr(ctx->comm, buf, len, MK_PTR_HOST, &mr));
-  struct mk_request** reqs = calloc((size_t)window, sizeof(*reqs));
-  double t0 = lb_now();
-  for (size_t m = 0; m < iters + (size_t)window; m++) {
-    int w = (int)(m % (size_t)window);
-    if (m >= (size_t)window) LB_OK(bench_wait(ctx, reqs[w]));
-    if (m < iters) LB_OK(put_bw_post(ctx, buf, len, mr, &k, signal, m + 1, &reqs[w]));
-  }
-  double dt = lb_now() - t0;
+  const struct bench_op op = {.post = put_post, .ctx = ctx, .buf = buf, .len = len, .mr = mr, .rkey = &k,
+                              .signal = signal};
+  double dt;
+  LB_OK(bench_window(&op, iters, window, &dt));
   printf("BENCH mk_put%s_bw %zu %.1f\n", signal ? "_signal" : "", len, (double)len * (double)iters / dt / 1048576.0);
   fflush(stdout);
   lb_tell(ctx, 1);
   LB_OK(ctx->ops->dereg_mr(ctx->comm, mr));
-  free(reqs);
   free(buf);
   return lb_close(ctx);
 }

@@ -28,14 +28,25 @@
 #define XBLOCKS 4
 #define XCALLS 200
 
+/* Waits (bounded) until flag `word` of this rank's flag region reaches value. */
+static int px_wait_word(struct px* x, uint64_t word, uint64_t value) {
+  return mk_proxy_wait_flag(x->q, &x->flags[word], word * 8, value, WAIT_NS, x->rank, 0);
+}
+
+/* The same, and the flag is exactly value (never ahead of the protocol). */
+static int px_expect_word(struct lb_ctx* ctx, struct px* x, uint64_t word, uint64_t value) {
+  LB_OK(px_wait_word(x, word, value));
+  LB_EXPECT(mk_pq_load_acquire(&x->flags[word]) == value);
+  return 0;
+}
+
 static uint64_t xnode_stream(int rank, uint64_t e, int b) {
   return ((uint64_t)rank << 40) | (e << 8) | (uint64_t)b;
 }
 
 static int xnode_call(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t last_call) {
   if (x->prod.tail) LB_OK(mk_proxy_wait_completed(&x->prod, x->prod.tail - 1, WAIT_NS));
-  LB_OK(mk_proxy_wait_flag(x->q, &x->flags[MK_XN_DONE0 + x->peer], (MK_XN_DONE0 + x->peer) * 8,
-                           last_call, WAIT_NS, x->rank, 0));
+  LB_OK(px_wait_word(x, MK_XN_DONE0 + (uint64_t)x->peer, last_call));
   for (int b = 0; b < XBLOCKS; b++) {
     const int mb = x->rank * XBLOCKS + b;
     lb_fill(x->data + (size_t)mb * XB, XB, ctx->seed, xnode_stream(x->rank, e, b));
@@ -44,9 +55,7 @@ static int xnode_call(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t las
   }
   for (int b = 0; b < XBLOCKS; b++) {
     const int mb = x->peer * XBLOCKS + b;
-    uint64_t* flag = &x->flags[MK_XN_ROW_FLAG0 + mb];
-    LB_OK(mk_proxy_wait_flag(x->q, flag, (MK_XN_ROW_FLAG0 + mb) * 8, e, WAIT_NS, x->rank, 0));
-    LB_EXPECT(mk_pq_load_acquire(flag) == e);
+    LB_OK(px_expect_word(ctx, x, MK_XN_ROW_FLAG0 + (uint64_t)mb, e));
     LB_EXPECT(lb_check(x->data + (size_t)mb * XB, XB, ctx->seed, xnode_stream(x->peer, e, b),
                        "a row-block under its flag") == 0);
   }
@@ -131,8 +140,7 @@ static void* rs_producer_main(void* arg) {
 static int rs_owner_side(struct lb_ctx* ctx, struct px* x, uint64_t e) {
   for (int mb = 0; mb < RS_BLOCKS; mb++) {
     const uint64_t word = MK_XN_RS_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb;
-    LB_OK(mk_proxy_wait_flag(x->q, &x->flags[word], word * 8, RS_TILES, WAIT_NS, x->rank, 0));
-    LB_EXPECT(mk_pq_load_acquire(&x->flags[word]) == RS_TILES);
+    LB_OK(px_expect_word(ctx, x, word, RS_TILES));
     const unsigned char* in =
         x->data + mk_xn_rs_off(MK_XN_RS_IN, x->peer, x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES);
     for (int t = 0; t < RS_TILES; t++)
@@ -155,8 +163,7 @@ static int rs_gather_side(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t
   }
   for (int mb = 0; mb < RS_BLOCKS; mb++) {
     const uint64_t word = MK_XN_GATHER_FLAG0 + (uint64_t)x->peer * RS_BLOCKS + (uint64_t)mb;
-    LB_OK(mk_proxy_wait_flag(x->q, &x->flags[word], word * 8, RS_TILES, WAIT_NS, x->rank, 0));
-    LB_EXPECT(mk_pq_load_acquire(&x->flags[word]) == RS_TILES);
+    LB_OK(px_expect_word(ctx, x, word, RS_TILES));
     const unsigned char* in =
         x->data + mk_xn_rs_off(MK_XN_RS_GATHERED, x->peer, x->rank, 2, RS_BLOCKS, mb, RS_ROW_BYTES);
     LB_EXPECT(lb_check(in, RS_ROW_BYTES, ctx->seed, rs_stream(x->peer, e, mb, 99),
@@ -168,8 +175,7 @@ static int rs_gather_side(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t
 static int rs_call_run(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t* tail,
                        uint64_t* call_tail, int gather) {
   if (*call_tail) LB_OK(mk_proxy_wait_completed(&x->prod, *call_tail - 1, WAIT_NS));
-  LB_OK(mk_proxy_wait_flag(x->q, &x->flags[MK_XN_DONE0 + x->peer], (MK_XN_DONE0 + x->peer) * 8,
-                           e - 1, WAIT_NS, x->rank, 0));
+  LB_OK(px_wait_word(x, MK_XN_DONE0 + (uint64_t)x->peer, e - 1));
   struct rs_call c = {.ctx = ctx, .x = x, .e = e, .tail = tail};
   pthread_t th[RS_PRODUCERS];
   for (int i = 0; i < RS_PRODUCERS; i++)
