@@ -34,9 +34,8 @@ __device__ __noinline__ int gemm_rs_wait_peers(const struct mk_gemm_params& p, i
  * descriptor of the previous call completed at the source. 0 on timeout or a failed proxy. */
 __device__ __noinline__ int gemm_xn_rs_staging_free(const struct mk_gemm_params& p) {
   struct mk_xnode_dev* xn = p.rs.xn;
-  struct mk_proxy_producer prod = xn->prod; /* a copy: only its queue and rank are used */
   const uint64_t tail = xn->call_tail;
-  if (!tail || !mk_proxy_wait_completed(&prod, tail - 1, xn->timeout_ns)) return 1;
+  if (!tail || !mk_proxy_queue_wait_completed(xn->q, p.rs.rank, tail - 1, xn->timeout_ns)) return 1;
   mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, (uint32_t)p.rs.rank, tail,
                       mk_pq_load_acquire(&xn->q->completed));
   return 0;

@@ -350,10 +350,10 @@ MK_HD int mk_proxy_publish(struct mk_proxy_producer* p, const struct mk_proxy_de
 }
 
 /* Waits until ticket has completed at the source (its src bytes may be rewritten), bounded
- * like mk_proxy_publish (COMPLETION_TIMEOUT). */
-MK_HD int mk_proxy_wait_completed(struct mk_proxy_producer* p, uint64_t ticket,
-                                  uint64_t timeout_ns) {
-  struct mk_proxy_queue* q = p->q;
+ * like mk_proxy_publish (COMPLETION_TIMEOUT, raised in the producers' record as `rank`). For
+ * any producer of q, the shared-tail ones (mk_proxy_mp_publish) included. */
+MK_HD int mk_proxy_queue_wait_completed(struct mk_proxy_queue* q, int rank, uint64_t ticket,
+                                        uint64_t timeout_ns) {
   uint64_t t0 = mk_pq_now_ns(), seen = 0;
   for (uint32_t spins = 0;; spins++) {
     seen = mk_pq_load_acquire(&q->completed);
@@ -363,9 +363,15 @@ MK_HD int mk_proxy_wait_completed(struct mk_proxy_producer* p, uint64_t ticket,
     if (mk_pq_now_ns() - t0 > timeout_ns) break;
     mk_pq_pause(spins);
   }
-  mk_proxy_error_raise(&q->producer_err, -ETIMEDOUT, p->rank, -1,
+  mk_proxy_error_raise(&q->producer_err, -ETIMEDOUT, rank, -1,
                        MK_PROXY_ERR_COMPLETION_TIMEOUT, 0, ticket, 0, 0, ticket + 1, seen);
   return -ETIMEDOUT;
+}
+
+/* The same for the single producer p. */
+MK_HD int mk_proxy_wait_completed(struct mk_proxy_producer* p, uint64_t ticket,
+                                  uint64_t timeout_ns) {
+  return mk_proxy_queue_wait_completed(p->q, p->rank, ticket, timeout_ns);
 }
 
 /* ---- several producers (the GEMM's CTAs, each publishing its own tiles) ----
