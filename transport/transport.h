@@ -33,6 +33,16 @@
 
 struct mk_transport_ops;
 
+/* Hints for the comms that this thread's next connect and accept calls create, where one
+ * user of a transport wants other settings than NCCL's comms (the fused ops' proxy wants more
+ * streams); zero fields leave the transport's parameters. Thread-local; transports may
+ * ignore them (ib does). */
+struct mk_conn_hints {
+  int streams; /* ofi: endpoints per comm (NCCL_MK_OFI_STREAMS otherwise) */
+};
+void mk_conn_hints_set(const struct mk_conn_hints* h); /* NULL clears */
+const struct mk_conn_hints* mk_conn_hints_get(void);
+
 /* First member of every transport's comm, so that generic code finds the ops. */
 struct mk_comm {
   const struct mk_transport_ops* ops;

@@ -123,7 +123,8 @@ int mk_proxy_create(const struct mk_proxy_conf* conf, struct mk_proxy** out) {
   if (!conf || conf->nranks < 1 || conf->rank < 0 || conf->rank >= conf->nranks ||
       !conf->remote || !conf->queue || conf->queue->magic != MK_PROXY_QUEUE_MAGIC ||
       !conf->data || !conf->data_bytes || !conf->flags || conf->flags_bytes < 8 ||
-      conf->max_inflight < 0 || conf->max_inflight > MAX_INFLIGHT) {
+      conf->max_inflight < 0 || conf->max_inflight > MAX_INFLIGHT || conf->streams < 0 ||
+      conf->streams > 8) {
     MK_WARN("proxy: bad configuration");
     return -EINVAL;
   }
@@ -278,7 +279,11 @@ int mk_proxy_connect(struct mk_proxy* p, const struct mk_proxy_addr* all) {
       return -EBADMSG;
     }
   int nnamed = 0;
+  struct mk_conn_hints hints = {
+      .streams = p->conf.streams ? p->conf.streams : (int)mk_param_int(MK_PARAM_PROXY_STREAMS)};
+  mk_conn_hints_set(&hints); /* this thread's connects and accepts below */
   int rc = proxy_connect_all(p, all, &nnamed);
+  mk_conn_hints_set(NULL);
   if (rc) {
     MK_WARN("proxy rank %d: connecting to %d remote rank(s) failed: %s (%d of them accepted)",
             me, p->nremote, strerror(-rc), nnamed);

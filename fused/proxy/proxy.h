@@ -80,6 +80,8 @@ struct mk_proxy_conf {
   int flags_type;
   struct mk_proxy_queue* queue;       /* initialised (mk_proxy_queue_init), host-mapped */
   int max_inflight;                   /* operations in flight at once; 0: 16 */
+  int streams;                        /* endpoints per connection where the transport has
+                                         them (puts striped over them); 0: NCCL_MK_PROXY_STREAMS */
   /* Called once from the proxy thread when it fails, after the queue's record is raised
    * (e.g. to mark the communicator broken). Optional. */
   void (*on_error)(void* arg, const struct mk_proxy_error* err);

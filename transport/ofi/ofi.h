@@ -99,6 +99,8 @@ struct ofi_op {
 /* Data ops: entry i, stripe k at OFI_OP_AT(i, k); the clear-to-send after all of them. */
 #define OFI_OP_AT(i, k) ((i) * MK_OFI_MAX_STREAMS + (k))
 #define OFI_OP_CTS_AT (MK_MAX_RECVS * MK_OFI_MAX_STREAMS)
+/* A put's stripes sit at OFI_OP_AT(0, k); its signal takes the slot a put has no use for. */
+#define OFI_OP_SIGNAL_AT OFI_OP_CTS_AT
 
 enum ofi_req_kind { OFI_REQ_SEND, OFI_REQ_RECV, OFI_REQ_PUT };
 
@@ -116,7 +118,10 @@ struct ofi_req {
   uint64_t signal_value;       /* put_signal: the 8 bytes written after the data */
   uint64_t signal_addr, signal_key;
   uint64_t flags;              /* FI_DELIVERY_COMPLETE when the provider has it */
-  int signal_waiting;          /* put_signal: data done, signal not posted yet (EAGAIN) */
+  const char* put_src;         /* put: the source, and where its first byte lands */
+  uint64_t put_addr, put_key;
+  int signal_waiting;          /* put_signal: signal not posted yet (data stripes still
+                                  pending, or EAGAIN) */
   int cts_waiting;             /* recv: clear-to-send not posted yet (EAGAIN) */
   /* recv, eager (ofi_eager.c): */
   void* data[MK_MAX_RECVS];    /* where each entry's bytes go */
@@ -185,7 +190,9 @@ struct ofi_comm {
   struct fid_mr* ctrl_mr;
   void* ctrl_desc;
   uint64_t ctrl_unposted;     /* bit k: ctrl[k] could not be reposted yet (EAGAIN) */
-  int signals_waiting;        /* put_signal requests whose signal write got EAGAIN */
+  int signals_waiting;        /* put_signal requests whose signal is not posted yet: */
+  struct ofi_req** sig_wait;  /*   those requests (one slot per request of the pool) */
+  int streams_awake;          /* a put target: streams 1.. progressed without posts */
   int cts_waiting;            /* receive requests whose clear-to-send got EAGAIN */
   struct ofi_cts_slot slots[MK_MAX_REQUESTS];
   /* eager (ofi_eager.c; the rules in eager.h) */
@@ -222,6 +229,8 @@ void ofi_stream_busy(struct ofi_stream* st);
 void ofi_stream_idle(struct ofi_stream* st);
 /* One batch of st's completions; how many were handled. Errors land in st->error. */
 int ofi_stream_poll(struct ofi_stream* st, int block);
+/* A comm that puts land on: its helper threads keep reading their CQs until close. */
+void ofi_streams_keep_awake(struct ofi_comm* c);
 /* Completion accounting shared by both progress paths. */
 void ofi_req_complete(struct ofi_req* r, const struct ofi_op* op, size_t len, int err);
 int ofi_errno_of(int fi_err);
@@ -242,6 +251,15 @@ int ofi_cq_progress(struct ofi_comm* c);
 int ofi_peer_check(struct ofi_comm* c);
 /* ofi_rma.c: the signal write of a put_signal, once its data write has completed. */
 int ofi_signal_post(struct ofi_comm* c, struct ofi_req* r);
+/* ofi_rma.c: the RMA write of one stripe of a put (buf inside the put's source) on stream k. */
+ssize_t ofi_put_stripe_write(struct ofi_comm* c, unsigned k, struct ofi_op* op, void* buf,
+                             size_t len, void* desc);
+/* ofi_data.c: one operation (op->kind: send, recv or put stripe) on stream k; the _retry form
+ * waits out EAGAIN (bounded) for posts that cannot be abandoned. */
+ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, void* buf, size_t len, void* desc,
+                        uint64_t tag, struct ofi_op* op);
+int ofi_stripe_post_retry(struct ofi_comm* c, unsigned k, void* buf, size_t len, void* desc,
+                          uint64_t tag, struct ofi_op* op);
 /* ofi_rma.c: registrations. */
 void* ofi_mr_desc(struct mk_mr* mr);
 int ofi_mr_check(struct ofi_comm* c, struct mk_mr* mr, const void* data, size_t size);

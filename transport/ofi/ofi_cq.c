@@ -66,25 +66,12 @@ static int ofi_op_done(struct ofi_comm* c, struct ofi_op* op, uint64_t tag, size
     c->credit_busy = 0;
     return err ? ofi_completion_errno(c, -err) : 0;
   }
+  /* data stripes, put stripes and signals: stream threads may complete the same request */
   struct ofi_req* r = op->req;
-  if (op->kind == OFI_OP_SEND || op->kind == OFI_OP_RECV) { /* may race a stream thread */
-    if (err) ofi_completion_errno(c, -err);
-    ofi_req_complete(r, op, len, err);
-    return 0;
-  }
-  if (err && !r->error) r->error = ofi_completion_errno(c, -err);
-  if (op->kind == OFI_OP_PUT && r->ops[1].kind == OFI_OP_SIGNAL) {
-    __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELEASE);
-    if (err) {
-      __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELEASE); /* the signal will never be posted */
-      return 0;
-    }
-    r->signal_waiting = 1; /* the signal goes out only now that the data is delivered */
-    c->signals_waiting++;
-    return ofi_signal_post(c, r);
-  }
-  __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELEASE);
-  return 0;
+  if (err) ofi_completion_errno(c, -err);
+  ofi_req_complete(r, op, len, err);
+  /* a put's signal goes out once its last data stripe is delivered */
+  return op->kind == OFI_OP_PUT ? ofi_signal_post(c, r) : 0;
 }
 
 static int ofi_cq_error(struct ofi_comm* c) {
@@ -112,15 +99,21 @@ static int ofi_cq_error(struct ofi_comm* c) {
   return ofi_op_done(c, op, e.tag, e.len, -(int)e.err);
 }
 
-/* Retries what could not be posted earlier (EAGAIN): control receives, signal writes,
- * clear-to-sends, bounce buffers and credit returns. */
+/* Retries what could not be posted earlier (EAGAIN): control receives, clear-to-sends, bounce
+ * buffers and credit returns; and posts the signals of puts whose last stripe completed on a
+ * stream thread. */
 static int ofi_retry_deferred(struct ofi_comm* c) {
   for (unsigned k = 0; c->ctrl_unposted && k < MK_OFI_CTRL_BUFS; k++)
     if (c->ctrl_unposted & (1ull << k)) MK_CHECK(ofi_ctrl_post(c, k));
   if (c->nbounce) MK_CHECK(ofi_eager_retry(c));
-  for (uint32_t i = 0; (c->signals_waiting || c->cts_waiting) && i < c->pool.count; i++) {
+  /* a posted signal leaves sig_wait (the last entry moves into its place) */
+  for (int i = 0; i < c->signals_waiting;) {
+    struct ofi_req* r = c->sig_wait[i];
+    MK_CHECK(ofi_signal_post(c, r));
+    if (r->signal_waiting) i++;
+  }
+  for (uint32_t i = 0; c->cts_waiting && i < c->pool.count; i++) {
     struct ofi_req* r = mk_req_pool_slot(&c->pool, i);
-    if (r->signal_waiting) MK_CHECK(ofi_signal_post(c, r));
     if (r->cts_waiting) MK_CHECK(ofi_cts_post(c, r));
   }
   return 0;

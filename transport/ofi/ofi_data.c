@@ -31,13 +31,17 @@ static int ofi_cts_match(const struct ofi_cts_slot* s, int tag) {
   return -1;
 }
 
-/* Posts one operation on stream k, telling its thread (if any) that work is coming. */
-static ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, int is_send, void* buf,
-                               size_t len, void* desc, uint64_t tag, struct ofi_op* op) {
+/* Posts one operation on stream k, telling its thread (if any) that work is coming. What is
+ * posted follows op->kind: a tagged send or receive, or a put's RMA write (tag unused; the
+ * remote address comes from the request, ofi_rma.c). */
+ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, void* buf, size_t len, void* desc,
+                        uint64_t tag, struct ofi_op* op) {
   struct ofi_stream* st = &c->st[k];
   ofi_stream_busy(st);
-  ssize_t rc = is_send ? fi_tsend(st->ep, buf, len, desc, st->peer, tag, &op->ctx)
-                       : fi_trecv(st->ep, buf, len, desc, FI_ADDR_UNSPEC, tag, 0, &op->ctx);
+  ssize_t rc;
+  if (op->kind == OFI_OP_PUT) rc = ofi_put_stripe_write(c, k, op, buf, len, desc);
+  else if (op->kind == OFI_OP_SEND) rc = fi_tsend(st->ep, buf, len, desc, st->peer, tag, &op->ctx);
+  else rc = fi_trecv(st->ep, buf, len, desc, FI_ADDR_UNSPEC, tag, 0, &op->ctx);
   if (rc != 0) ofi_stream_idle(st);
   return rc;
 }
@@ -45,11 +49,11 @@ static ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, int is_send, void
 /* Posting after earlier posts of the same message succeeded cannot be abandoned, so an
  * EAGAIN here is waited out (progressing frees provider resources; streams 1.. progress in
  * their threads), bounded. */
-static int ofi_stripe_post_retry(struct ofi_comm* c, unsigned k, int is_send, void* buf,
-                                 size_t len, void* desc, uint64_t tag, struct ofi_op* op) {
+int ofi_stripe_post_retry(struct ofi_comm* c, unsigned k, void* buf, size_t len, void* desc,
+                          uint64_t tag, struct ofi_op* op) {
   uint64_t deadline = ofi_now_ns() + (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
   for (;;) {
-    ssize_t rc = ofi_stripe_post(c, k, is_send, buf, len, desc, tag, op);
+    ssize_t rc = ofi_stripe_post(c, k, buf, len, desc, tag, op);
     if (rc != -FI_EAGAIN) return ofi_rc(rc);
     int p = ofi_cq_progress(c);
     if (p < 0) return p;
@@ -73,11 +77,11 @@ static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct 
     uint64_t tag = mk_ofi_tag_data(cts->seq, (unsigned)i, k);
     unsigned st = (s0 + k) % (unsigned)c->nstreams;
     if (k == 0) {
-      ssize_t rc = ofi_stripe_post(c, st, 1, buf, len, desc, tag, op);
+      ssize_t rc = ofi_stripe_post(c, st, buf, len, desc, tag, op);
       if (rc == -FI_EAGAIN) return 1;
       if (rc != 0) return (int)rc;
     } else {
-      int rc = ofi_stripe_post_retry(c, st, 1, buf, len, desc, tag, op);
+      int rc = ofi_stripe_post_retry(c, st, buf, len, desc, tag, op);
       if (rc < 0) return c->error = rc; /* half posted: the request stays with the provider */
     }
   }
@@ -208,10 +212,10 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
     __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED); /* before: it may complete at once */
     int rc;
     if (first && k == 0) {
-      rc = (int)ofi_stripe_post(c, st, 0, data, len, desc, tag, op);
+      rc = (int)ofi_stripe_post(c, st, data, len, desc, tag, op);
       if (rc == -FI_EAGAIN) rc = 1; /* nothing posted: the caller may retry */
     } else {
-      rc = ofi_stripe_post_retry(c, st, 0, data + (size_t)k * chunk, len, desc, tag, op);
+      rc = ofi_stripe_post_retry(c, st, data + (size_t)k * chunk, len, desc, tag, op);
     }
     if (rc != 0) {
       __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELAXED);

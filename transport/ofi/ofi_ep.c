@@ -71,7 +71,14 @@ int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
   }
   uint32_t nreq = is_send ? MK_MAX_REQUESTS * MK_MAX_RECVS : MK_MAX_REQUESTS;
   MK_CHECK_GOTO(mk_req_pool_init(&c->pool, nreq, sizeof(struct ofi_req)), rc, fail);
-  c->nstreams = (int)mk_param_int(MK_PARAM_OFI_STREAMS);
+  c->sig_wait = calloc(nreq, sizeof(*c->sig_wait));
+  if (!c->sig_wait) {
+    rc = -ENOMEM;
+    goto fail;
+  }
+  int hinted = mk_conn_hints_get()->streams;
+  c->nstreams = hinted >= 1 && hinted <= MK_OFI_MAX_STREAMS ? hinted
+                                                             : (int)mk_param_int(MK_PARAM_OFI_STREAMS);
   c->stripe_min = (uint64_t)mk_param_int(MK_PARAM_OFI_STRIPE_MIN);
   for (int k = 0; k < c->nstreams; k++) {
     MK_CHECK_GOTO(ofi_stream_open(c, &c->st[k]), rc, fail);
@@ -106,6 +113,7 @@ void ofi_comm_destroy(struct ofi_comm* c) {
   if (!c) return;
   ofi_comm_close_fabric(c);
   free(c->ctrl);
+  free(c->sig_wait);
   ofi_eager_destroy(c);
   mk_req_pool_fini(&c->pool);
   if (c->sock >= 0) close(c->sock);

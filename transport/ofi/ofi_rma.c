@@ -126,26 +126,49 @@ int ofi_mr_rkey(struct mk_mr* m, struct mk_rkey* out) {
   return 0;
 }
 
-static int ofi_write_post(struct ofi_comm* c, struct ofi_op* op, const void* buf, size_t len,
-                          void* desc, uint64_t addr, uint64_t key, uint64_t flags) {
+static ssize_t ofi_write_on(struct ofi_comm* c, unsigned k, struct ofi_op* op, const void* buf,
+                            size_t len, void* desc, uint64_t addr, uint64_t key, uint64_t flags) {
   struct iovec iov = {.iov_base = (void*)buf, .iov_len = len};
   struct fi_rma_iov rma = {.addr = addr, .len = len, .key = key};
-  struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = c->st[0].peer,
+  struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = c->st[k].peer,
                            .rma_iov = &rma, .rma_iov_count = 1, .context = &op->ctx};
-  return ofi_rc(fi_writemsg(c->st[0].ep, &msg, FI_COMPLETION | flags));
+  return fi_writemsg(c->st[k].ep, &msg, FI_COMPLETION | flags);
 }
 
-int ofi_signal_post(struct ofi_comm* c, struct ofi_req* r) {
-  if (!r->signal_waiting) return 0;
-  int rc = ofi_write_post(c, &r->ops[1], &r->signal_value, sizeof(r->signal_value), c->pool_desc,
-                          r->signal_addr, r->signal_key, r->flags);
-  if (rc == -FI_EAGAIN) return 0; /* retried from ofi_cq_progress */
+ssize_t ofi_put_stripe_write(struct ofi_comm* c, unsigned k, struct ofi_op* op, void* buf,
+                             size_t len, void* desc) {
+  const struct ofi_req* r = op->req;
+  uint64_t addr = r->put_addr + (uint64_t)((const char*)buf - r->put_src);
+  return ofi_write_on(c, k, op, buf, len, desc, addr, r->put_key, r->flags);
+}
+
+static void ofi_signal_unwait(struct ofi_comm* c, struct ofi_req* r) {
   r->signal_waiting = 0;
-  c->signals_waiting--;
+  for (int i = 0; i < c->signals_waiting; i++)
+    if (c->sig_wait[i] == r) {
+      c->sig_wait[i] = c->sig_wait[--c->signals_waiting];
+      return;
+    }
+}
+
+/* The signal write of a put_signal, once every data stripe has completed (pending == 1: only
+ * the signal is left); called from stream 0's progress, under the comm lock. A failed stripe
+ * means the signal is never written. */
+int ofi_signal_post(struct ofi_comm* c, struct ofi_req* r) {
+  if (!r->signal_waiting || __atomic_load_n(&r->pending, __ATOMIC_ACQUIRE) > 1) return 0;
+  if (__atomic_load_n(&r->error, __ATOMIC_RELAXED)) {
+    ofi_signal_unwait(c, r);
+    __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELEASE);
+    return 0;
+  }
+  int rc = ofi_rc(ofi_write_on(c, 0, &r->ops[OFI_OP_SIGNAL_AT], &r->signal_value,
+                               sizeof(r->signal_value), c->pool_desc, r->signal_addr,
+                               r->signal_key, r->flags));
+  if (rc == -FI_EAGAIN) return 0; /* retried from ofi_cq_progress */
+  ofi_signal_unwait(c, r);
   if (rc != 0) {
     MK_WARN("ofi: posting the signal write failed: %s", ofi_sym.strerror(-rc));
-    r->error = rc;
-    r->pending--;
+    ofi_req_complete(r, &r->ops[OFI_OP_SIGNAL_AT], 0, rc);
   }
   return 0;
 }
@@ -167,23 +190,39 @@ static int ofi_put_check(struct ofi_comm* c, const void* src, size_t size, struc
   return 0;
 }
 
-/* Posts the data write of a put; with a signal, the signal follows from the completion. */
+/* Posts the data writes of a put, one stripe per stream as a receive would be cut (so the
+ * comm's helper threads copy in parallel); with a signal, the signal follows once all of
+ * them completed. Striping a put_signal needs delivery-complete writes: without them the
+ * signal's ordering rests on write-after-write order, which holds on one endpoint only.
+ * Returns -FI_EAGAIN when nothing was posted; an error after the first stripe was posted
+ * fails the comm (the request stays with the provider). */
 static int ofi_put_start(struct ofi_comm* c, struct ofi_req* r, const void* src, size_t size,
                          struct mk_mr* src_mr, const struct mk_rkey* dst, uint64_t dst_off) {
-  r->ops[0] = (struct ofi_op){.req = r, .kind = OFI_OP_PUT, .idx = 0};
-  r->sizes[0] = size;
+  int streams = r->signal_waiting && !c->dev->delivery_complete ? 1 : c->nstreams;
+  uint8_t nst = 0;
+  uint64_t chunk = size;
+  if (size) mk_ofi_stripe_plan(size, streams, c->stripe_min, &nst, &chunk);
+  r->put_src = src;
+  r->put_addr = dst->base + dst_off;
+  r->put_key = dst->key;
   r->n = 1;
-  if (size == 0) {
-    r->pending--; /* nothing to write: a signal, if any, can go at once */
-    if (r->ops[1].kind == OFI_OP_SIGNAL) {
-      r->signal_waiting = 1;
-      c->signals_waiting++;
-      return ofi_signal_post(c, r);
+  r->sizes[0] = size;
+  r->pending = (int)nst + (r->signal_waiting ? 1 : 0); /* before any post */
+  void* desc = ofi_mr_desc(src_mr);
+  for (unsigned k = 0; k < nst; k++) {
+    struct ofi_op* op = &r->ops[OFI_OP_AT(0, k)];
+    *op = (struct ofi_op){.req = r, .kind = OFI_OP_PUT, .stripe = (uint8_t)k};
+    char* buf = (char*)src + (size_t)k * chunk;
+    size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
+    if (k == 0) {
+      int rc = ofi_rc(ofi_stripe_post(c, 0, buf, len, desc, 0, op));
+      if (rc != 0) return rc;
+    } else {
+      int rc = ofi_stripe_post_retry(c, k, buf, len, desc, 0, op);
+      if (rc < 0) return c->error = rc;
     }
-    return 0;
   }
-  return ofi_write_post(c, &r->ops[0], src, size, ofi_mr_desc(src_mr), dst->base + dst_off,
-                        dst->key, r->flags);
+  return ofi_signal_post(c, r); /* at once when there was nothing to write */
 }
 
 static int ofi_put_common(struct mk_comm* comm, const void* src, size_t size, struct mk_mr* src_mr,
@@ -204,17 +243,22 @@ static int ofi_put_common(struct mk_comm* comm, const void* src, size_t size, st
   if (r) {
     r->base.comm = comm;
     r->kind = OFI_REQ_PUT;
-    r->pending = sig ? 2 : 1;
+    r->flags = c->dev->delivery_complete ? FI_DELIVERY_COMPLETE : 0;
     if (sig) {
-      r->ops[1] = (struct ofi_op){.req = r, .kind = OFI_OP_SIGNAL, .idx = 1};
+      r->ops[OFI_OP_SIGNAL_AT] = (struct ofi_op){.req = r, .kind = OFI_OP_SIGNAL};
       r->signal_value = value;
       r->signal_addr = sig->base + sig_off;
       r->signal_key = sig->key;
-      r->flags = c->dev->delivery_complete ? FI_DELIVERY_COMPLETE : 0;
+      r->signal_waiting = 1;
+      c->sig_wait[c->signals_waiting++] = r;
     }
     rc = ofi_put_start(c, r, src, size, src_mr, dst, dst_off);
-    if (rc == 0) *req = &r->base;
-    else mk_req_pool_free(&c->pool, r);
+    if (rc == 0) {
+      *req = &r->base;
+    } else if (!c->error) { /* nothing posted */
+      if (r->signal_waiting) ofi_signal_unwait(c, r);
+      mk_req_pool_free(&c->pool, r);
+    }
     if (rc == -FI_EAGAIN) /* not now (e.g. the connection is still forming): retry later */
       rc = ofi_cq_progress(c) < 0 ? c->error : 0;
     else if (rc < 0) MK_WARN("ofi: posting an RMA write failed: %s", ofi_sym.strerror(-rc));
@@ -248,6 +292,7 @@ int ofi_progress(struct mk_comm* comm) {
   struct ofi_comm* c = ofi_comm_get(comm);
   if (!c) return -EINVAL;
   pthread_mutex_lock(&c->lock);
+  ofi_streams_keep_awake(c); /* progress is what a put target calls */
   int rc = ofi_cq_progress(c);
   if (rc == 0) rc = ofi_peer_check(c);
   pthread_mutex_unlock(&c->lock);

@@ -104,6 +104,15 @@ void ofi_stream_idle(struct ofi_stream* st) {
   if (st->has_thread) __atomic_sub_fetch(&st->active, 1, __ATOMIC_ACQ_REL);
 }
 
+/* With manual progress, bytes written into a put target move only while its CQs are read,
+ * and nothing is posted there to wake its threads: they stay awake from the first progress
+ * call until close (sleeping in sread where the CQ can wait). */
+void ofi_streams_keep_awake(struct ofi_comm* c) {
+  if (c->streams_awake) return;
+  c->streams_awake = 1;
+  for (int k = 1; k < c->nstreams; k++) ofi_stream_busy(&c->st[k]);
+}
+
 /* 1 when there is work, 0 when asked to stop. */
 static int ofi_stream_wait(struct ofi_stream* st) {
   if (__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE)) return 0;
