@@ -42,8 +42,9 @@ int mk_tuner_model_kept(const struct mk_tuner_model* model, int coll, size_t nra
                         size_t nnodes, uint64_t nbytes) {
   for (size_t i = 0; i < model->nkeeps; i++) {
     const struct mk_tuner_point* k = &model->keeps[i];
-    if (k->coll == coll && (size_t)k->nranks == nranks && (size_t)k->nnodes == nnodes &&
-        nbytes >= k->bytes / 2 && nbytes / 2 < k->bytes)
+    if (k->coll != coll || (size_t)k->nranks != nranks || (size_t)k->nnodes != nnodes) continue;
+    if (model->keep_spans ? nbytes >= model->keep_spans[i].from && nbytes < model->keep_spans[i].to
+                          : nbytes >= k->bytes / 2 && nbytes / 2 < k->bytes)
       return 1;
   }
   return 0;
@@ -90,11 +91,13 @@ void mk_tuner_model_finish(struct mk_tuner_model* model) {
   }
   model->npoints = kept;
   if (mk_tuner_model_find_limits(model) < 0) model->npoints = 0; /* no limits: no choices */
+  (void)mk_tuner_model_find_keep_spans(model); /* without spans a keep covers 2x either way */
 }
 
 void mk_tuner_model_free(struct mk_tuner_model* model) {
   free(model->points);
   free(model->keeps);
+  free(model->keep_spans);
   free(model->fused);
   free(model->limits);
   memset(model, 0, sizeof(*model));

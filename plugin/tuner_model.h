@@ -45,11 +45,17 @@ struct mk_tuner_shape_limit {
   uint64_t launch_bound_bytes; /* 0: no size is launch-bound */
 };
 
+/* The sizes a keep record covers: [from, to). */
+struct mk_tuner_keep_span {
+  uint64_t from, to;
+};
+
 struct mk_tuner_model {
   struct mk_tuner_point* points;
   size_t npoints, points_cap;
   struct mk_tuner_point* keeps; /* "keep" records: only coll, nranks, nnodes, bytes */
   size_t nkeeps, keeps_cap;
+  struct mk_tuner_keep_span* keep_spans; /* one per keep, set by mk_tuner_model_finish */
   struct mk_tuner_fused_point* fused;
   size_t nfused, fused_cap;
   struct mk_tuner_shape_limit* limits; /* one per shape, set by mk_tuner_model_finish */
@@ -102,10 +108,12 @@ int mk_tuner_model_time(const struct mk_tuner_model* model, int coll, size_t nra
                         double* time_us);
 
 /*
- * "keep" records (the check of scripts/tune.sh writes them where the tuned runs lost to NCCL
- * alone in every round): NCCL's own choice stands for any size within a factor 2 of a kept
- * size (the calibration's sizes are 2x or 4x apart, so that reaches halfway to a neighbour in
- * a 4x sweep and up to it in a 2x one; keeping NCCL's choice is the safe side). 1 or 0.
+ * "keep" records (scripts/tune.sh writes them where the calibration found no clear gain over
+ * NCCL's own choice, and where the check found the tuned runs slower): NCCL's own choice
+ * stands for any size within a factor 2 of a kept size and nearer to it (by ratio) than to
+ * the measured sizes of the shape on either side. In a 4x sweep that is [k/2, 2k), as far as
+ * halfway to each neighbour; in a 2x sweep [k/1.41, 1.41k): a keep never covers a neighbour,
+ * which may be a clear gain of its own. 1 or 0.
  */
 int mk_tuner_model_kept(const struct mk_tuner_model* model, int coll, size_t nranks,
                         size_t nnodes, uint64_t nbytes);
@@ -125,6 +133,9 @@ uint64_t mk_tuner_model_launch_bound(const struct mk_tuner_model* model, int col
                                      size_t nranks, size_t nnodes);
 /* Computes model->limits from the finished (sorted) points; -ENOMEM. */
 int mk_tuner_model_find_limits(struct mk_tuner_model* model);
+/* Computes model->keep_spans from the keeps and the finished points; -ENOMEM (the keeps then
+ * cover 2x either way). */
+int mk_tuner_model_find_keep_spans(struct mk_tuner_model* model);
 
 /*
  * Fused-op defaults: among the records of op with exactly this n and k, those measured at

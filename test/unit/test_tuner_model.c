@@ -1,7 +1,8 @@
 /*
  * The model alone (no file, no NCCL): which configuration it picks between and at measured
  * sizes, that it never extrapolates or picks a cell NCCL disallowed, that repeated
- * measurements keep the fastest, and the fused-op defaults lookup.
+ * measurements keep the fastest, the sizes a keep record covers, and the fused-op defaults
+ * lookup.
  */
 #include <errno.h>
 
@@ -178,7 +179,40 @@ static void fused_defaults_without_a_match_are_enoent(void) {
   mk_tuner_model_free(&m);
 }
 
+static void keep(struct mk_tuner_model* m, uint64_t bytes) {
+  struct mk_tuner_point k = {.coll = ncclFuncAllReduce, .nranks = 2, .nnodes = 1, .bytes = bytes};
+  CHECK_EQ(mk_tuner_model_add_keep(m, &k), 0);
+}
+
+/* A keep covers 2x either way in a 4x sweep (halfway to the neighbours), but in a 2x sweep
+ * only up to the geometric midpoint: the measured neighbours stay the model's. */
+static void keep_records_cover_up_to_halfway_to_the_measured_neighbours(void) {
+  struct mk_tuner_model x4 = {0}, x2 = {0};
+  for (uint64_t b = 1 * MiB; b <= 16 * MiB; b *= 4)
+    add(&x4, ncclFuncAllReduce, 2, 1, b, NCCL_ALGO_RING, NCCL_PROTO_SIMPLE, 0, 10.0);
+  for (uint64_t b = 1 * MiB; b <= 16 * MiB; b *= 2)
+    add(&x2, ncclFuncAllReduce, 2, 1, b, NCCL_ALGO_RING, NCCL_PROTO_SIMPLE, 0, 10.0);
+  keep(&x4, 4 * MiB);
+  keep(&x2, 4 * MiB);
+  mk_tuner_model_finish(&x4);
+  mk_tuner_model_finish(&x2);
+  CHECK(mk_tuner_model_kept(&x4, ncclFuncAllReduce, 2, 1, 2 * MiB));
+  CHECK(mk_tuner_model_kept(&x4, ncclFuncAllReduce, 2, 1, 8 * MiB - 1));
+  CHECK(!mk_tuner_model_kept(&x4, ncclFuncAllReduce, 2, 1, 2 * MiB - 1));
+  CHECK(!mk_tuner_model_kept(&x4, ncclFuncAllReduce, 2, 1, 8 * MiB));
+  CHECK(mk_tuner_model_kept(&x2, ncclFuncAllReduce, 2, 1, 3 * MiB));
+  CHECK(mk_tuner_model_kept(&x2, ncclFuncAllReduce, 2, 1, 5 * MiB));
+  CHECK(!mk_tuner_model_kept(&x2, ncclFuncAllReduce, 2, 1, 2 * MiB)); /* a measured neighbour */
+  CHECK(!mk_tuner_model_kept(&x2, ncclFuncAllReduce, 2, 1, 8 * MiB));
+  CHECK(!mk_tuner_model_kept(&x2, ncclFuncAllReduce, 2, 1, 2 * MiB + MiB / 2));
+  CHECK(!mk_tuner_model_kept(&x2, ncclFuncAllReduce, 2, 1, 6 * MiB));
+  CHECK(!mk_tuner_model_kept(&x2, ncclFuncAllReduce, 4, 1, 4 * MiB)); /* other shape */
+  mk_tuner_model_free(&x4);
+  mk_tuner_model_free(&x2);
+}
+
 int main(void) {
+  keep_records_cover_up_to_halfway_to_the_measured_neighbours();
   interpolation_picks_the_faster_between_two_measured_sizes();
   measured_sizes_are_used_exactly();
   outside_the_measured_range_nothing_is_chosen();
