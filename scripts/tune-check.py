@@ -23,9 +23,12 @@ A size with wrong results in any run never counts as meeting the goal. Exits 1 w
 is unreadable or a size is missing from a run, else 0 (the goal is reported, not enforced).
 
 --keep-out FILE writes a tuning-file "keep" record (collective nranks nnodes bytes keep: the
-tuner then leaves NCCL's own choice within 2x of that size) for every size the file made
-slower in every round, at least 2 rounds, with a median below the goal: a loss no round
-contradicts, unlike a noisy size whose rounds disagree. The file is written even when empty.
+tuner then leaves NCCL's own choice around that size) for every size whose median over at
+least 2 rounds is below the goal. Not only where every round lost: the burden of proof is on
+the override, and on the network path NCCL-vs-NCCL rounds span 0.67-1.53 (tune-net,
+2026-11-30, sizes where both sides ran NCCL's choice), so a real 10% loss rarely loses in
+every round (16 MiB read 1.247 / 0.888 / 0.823 and escaped). Keeping NCCL's choice where the
+file did not hold up costs nothing in expectation. The file is written even when empty.
 """
 import argparse
 import json
@@ -166,11 +169,11 @@ def print_summary(table, nrounds, goal, mean_files):
 
 
 def keep_records(table, rounds, goal, nnodes):
-    """Tuning-file keep lines for the sizes the tuned runs lost in every round (see the top)."""
+    """Tuning-file keep lines for the sizes whose median lost (see the top)."""
     lines = []
     for size, (ratios, med, _tn, _tt, wrong, missing) in table.items():
         good = [r for r in ratios if r is not None]
-        if missing or wrong or len(good) < 2 or med is None or med >= goal or max(good) >= 1.0:
+        if missing or wrong or len(good) < 2 or med is None or med >= goal:
             continue
         row = rounds[0][0][size]
         coll = str(row.get("collective", "")).replace("_", "").lower()
@@ -211,8 +214,8 @@ def main(argv):
         with open(args.keep_out, "w") as f:
             f.write("".join(line + "\n" for line in keeps))
         if keeps:
-            print(f"keep: NCCL's own choice at {len(keeps)} size(s) the file made slower in every "
-                  f"round: {', '.join(human(int(l.split()[3])) for l in keeps)} ({args.keep_out})")
+            print(f"keep: NCCL's own choice at {len(keeps)} size(s) where the file's median "
+                  f"lost: {', '.join(human(int(l.split()[3])) for l in keeps)} ({args.keep_out})")
     return 1 if any(v[5] for v in table.values()) else 0
 
 

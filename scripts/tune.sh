@@ -219,7 +219,7 @@ check_round() {
 }
 
 # One collective's check: -r interleaved rounds, scripts/tune-check.py over them; $2 names the
-# keep records' output (sizes the file made slower in every round).
+# keep records' output (sizes whose median lost).
 check_coll() {
   local coll=$1 keep=$2 tag=$3 plugin="$MK_BUILD/libnccl-net-mk.so" r pairs=()
   for r in $(seq 1 "$rounds"); do
@@ -232,8 +232,8 @@ check_coll() {
 }
 
 # NCCL alone vs NCCL with the new file, -r interleaved rounds, both timed with the same
-# (default) logging. Where the file made a size slower in every round, a "keep" record (NCCL's
-# own choice stands within 2x of it) goes into the file and the check runs once more.
+# (default) logging. Where the median over the rounds lost (below the goal), a "keep" record
+# (NCCL's own choice stands around the size) goes into the file and the check runs once more.
 check_tuned() {
   local coll plugin="$MK_BUILD/libnccl-net-mk.so" keep
   [ "$colls" = none ] && return 0
@@ -247,7 +247,7 @@ check_tuned() {
     keep="$work/keep-$coll.txt"
     check_coll "$coll" "$keep" "" || return 1
     [ -s "$keep" ] || continue
-    { echo "# keep (the check lost there in every round): NCCL's own choice within 2x"; cat "$keep"; } >>"$out"
+    { echo "# keep (the check's median lost there): NCCL's own choice around the size"; cat "$keep"; } >>"$out"
     echo "== $coll: check again, with the keep records added to $out"
     check_coll "$coll" "$work/keep-$coll-again.txt" "k" || return 1
   done
