@@ -12,7 +12,14 @@
 # file, and a check (new runs) puts NCCL alone beside NCCL with the new file, and each fused op
 # with the file's choice beside every SM count.
 # Every collectives run times its -n iterations in batches of -k and takes the median batch
-# (the harness's -T), so that one stall cannot decide a ~10 us size. The check runs NCCL alone
+# (the harness's -T), so that one stall cannot decide a ~10 us size. Beside the forced
+# combinations it measures NCCL's own choice (nothing forced), and the calibration is repeated
+# -R times: the first repeat runs everything, later ones NCCL's own choice and only the
+# combinations that came within 1.5x of the fastest at some size (over those sizes; the rest
+# cannot win). tune-write.py takes each combination's median over its repeats and writes a
+# "keep" record (NCCL's choice stands) at every size where no combination beat NCCL's own
+# choice clearly: by more than -m percent in the medians and in every repeat (noise on the
+# network path is 20-35% between single runs; a margin alone cannot tell that from a gain). The check runs NCCL alone
 # and NCCL with the file -r times, each round one harness run with both (-A: the two sides take
 # turns batch by batch; which side opens alternates per size and per round), and
 # scripts/tune-check.py prints per size each round's ratio (tuned busbw / NCCL busbw, from the
@@ -21,7 +28,8 @@
 #
 # usage: scripts/tune.sh [-o FILE] [-g NGPUS] [-c COLLS] [-a ALGOS] [-P PROTOS] [-C CHANNELS]
 #                        [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-k BATCH] [-w WARMUP]
-#                        [-r ROUNDS] [-H] [-V] [-x FUSED_OPS] [-s COMM_SMS] [-M MLIST]
+#                        [-R REPEATS] [-m MARGIN] [-r ROUNDS] [-H] [-V] [-x FUSED_OPS]
+#                        [-s COMM_SMS] [-M MLIST]
 #   -o  tuning file to write (default build/tune/nccl-mk-tuning.txt)
 #   -g  GPUs (one process each; default: every GPU nvidia-smi lists)
 #   -c  harness collectives (default "all_reduce all_gather reduce_scatter"; "none": skip)
@@ -32,6 +40,11 @@
 #   -n/-w     timed and warm-up iterations per size (default 20 and 5)
 #   -k  iterations per timed batch of the collectives (default 4; -n / -k batches, the median
 #       batch is the size's time; 1: the median of per-iteration times)
+#   -R  repeats of the collectives' calibration (default 3; 1: one run per combination, no
+#       repeat can contradict a gain then)
+#   -m  percent by which the fastest combination must beat NCCL's own choice (medians over the
+#       repeats, and every repeat of the one faster than every repeat of the other) for the
+#       file to override NCCL at a size (default 3, the goal's 0.97)
 #   -r  rounds of the final NCCL-vs-tuned check (default 3; 0 skips it)
 #   -H  one NCCL node per process: each rank gets its own NCCL_HOSTID (the harness's -H), so
 #       NCCL connects this host's GPUs through its network path (name the net plugin with
@@ -50,18 +63,19 @@ source "$(dirname "$0")/common.sh"
 out="$MK_BUILD/tune/nccl-mk-tuning.txt"
 ngpus="" colls="all_reduce all_gather reduce_scatter" algos="ring tree pat"
 protos="ll ll128 simple" channels="0 2 4 8 16 32"
-minb=8 maxb=1G factor=2 iters=20 batch=4 warmup=5 rounds=3 verbose=0 hosts=0
+minb=8 maxb=1G factor=2 iters=20 batch=4 warmup=5 rounds=3 verbose=0 hosts=0 repeats=3 margin=3
+candidate_factor=1.5 # later repeats: combinations within this of the fastest (tune-write.py)
 fused_ops="ag_gemm" fused_sms="2 4 6 8 12 16" fused_m="2048,4096,8192,16384"
 
 usage() { sed -n '/^# usage:/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 
-while getopts "o:g:c:a:P:C:b:e:f:n:k:w:r:HVx:s:M:h" opt; do
+while getopts "o:g:c:a:P:C:b:e:f:n:k:w:r:R:m:HVx:s:M:h" opt; do
   case $opt in
     x) fused_ops=$OPTARG ;; s) fused_sms=$OPTARG ;; M) fused_m=$OPTARG ;;
     o) out=$OPTARG ;; g) ngpus=$OPTARG ;; c) colls=$OPTARG ;; a) algos=$OPTARG ;;
     P) protos=$OPTARG ;; C) channels=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;;
     f) factor=$OPTARG ;; n) iters=$OPTARG ;; k) batch=$OPTARG ;; w) warmup=$OPTARG ;;
-    r) rounds=$OPTARG ;; H) hosts=1 ;;
+    r) rounds=$OPTARG ;; R) repeats=$OPTARG ;; m) margin=$OPTARG ;; H) hosts=1 ;;
     V) verbose=1 ;; *) usage ;;
   esac
 done
@@ -168,9 +182,34 @@ check_fused() {
   done
 }
 
-# Runs every combination; appends ALGO/PROTO/NCH=JSON for tune-write.py to the specs array.
+# One calibration run: coll label first-size last-size, then environment assignments. Appends
+# spec=JSON to the specs array (spec: ALGO/PROTO/NCH or nccl) and says how it went.
+measure_one() {
+  local coll=$1 spec=$2 label=$3 minb=$4 maxb=$5; shift 5 # harness reads minb/maxb
+  if harness "$coll" "$work/$label.json" "$work/$label.log" NCCL_TUNER_PLUGIN=none "$@"; then
+    specs+=("$spec=$work/$label.json")
+    echo "  $spec: measured"
+  else
+    echo "  $spec: NCCL refused or the run failed; skipped ($work/$label.log)"
+  fi
+}
+
+# One forced combination, over sizes first..last.
+measure_combination() {
+  local coll=$1 algo=$2 proto=$3 nch=$4 first=$5 last=$6 rep=$7 env_args
+  env_args=(NCCL_ALGO="$(nccl_algo "$algo")" NCCL_PROTO="$(nccl_proto "$proto")")
+  # A cap: NCCL still lowers its count for small sizes below it. A tuner's count replaces
+  # NCCL's size-lowered one (NCCL 2.28 enqueue.cc getAlgoInfo), so the tuner passes it only
+  # from the size where the cap binds (plugin/tuner_channels.h): that repeats this run.
+  [ "$nch" -gt 0 ] && env_args+=(NCCL_MAX_NCHANNELS="$nch")
+  measure_one "$coll" "$algo/$proto/$nch" "$coll-$algo-$proto-$nch-r$rep" "$first" "$last" \
+    "${env_args[@]}"
+}
+
+# Runs every combination, then the repeats (see the top); appends ALGO/PROTO/NCH=JSON and
+# nccl=JSON (NCCL's own choice) for tune-write.py to the specs array.
 measure_all() {
-  local coll algo proto nch label env_args
+  local coll algo proto nch rep first=() line
   [ "$colls" = none ] && return 0
   for coll in $colls; do
     if [ ! -x "$MK_BUILD/test/perf/coll/${coll}_perf" ]; then
@@ -178,21 +217,26 @@ measure_all() {
       continue
     fi
     echo "== $coll"
+    local start=${#specs[@]}
+    measure_one "$coll" nccl "$coll-nccl-r1" "$minb" "$maxb"
     for algo in $algos; do for proto in $protos; do for nch in $channels; do
-      label="$coll-$algo-$proto-$nch"
-      env_args=(NCCL_TUNER_PLUGIN=none NCCL_ALGO="$(nccl_algo "$algo")"
-                NCCL_PROTO="$(nccl_proto "$proto")")
-      # A cap: NCCL still lowers its count for small sizes below it. A tuner's count replaces
-      # NCCL's size-lowered one (NCCL 2.28 enqueue.cc getAlgoInfo), so the tuner passes it only
-      # from the size where the cap binds (plugin/tuner_channels.h): that repeats this run.
-      [ "$nch" -gt 0 ] && env_args+=(NCCL_MAX_NCHANNELS="$nch")
-      if harness "$coll" "$work/$label.json" "$work/$label.log" "${env_args[@]}"; then
-        specs+=("$algo/$proto/$nch=$work/$label.json")
-        echo "  $algo/$proto/$nch: measured"
-      else
-        echo "  $algo/$proto/$nch: NCCL refused or the run failed; skipped ($work/$label.log)"
-      fi
+      measure_combination "$coll" "$algo" "$proto" "$nch" "$minb" "$maxb" 1
     done; done; done
+    first=("${specs[@]:$start}")
+    for rep in $(seq 2 "$repeats"); do
+      echo "== $coll, repeat $rep of $repeats: NCCL's own choice and the combinations within" \
+           "${candidate_factor}x of the fastest"
+      measure_one "$coll" nccl "$coll-nccl-r$rep" "$minb" "$maxb"
+      python3 "$MK_ROOT/scripts/tune-write.py" --candidates "$candidate_factor" "${first[@]}" \
+        >"$work/candidates-$coll.txt" || { echo "tune.sh: tune-write.py --candidates failed" >&2; exit 1; }
+      # fd 3: the harness's processes must not read the list on stdin.
+      while read -r line <&3; do
+        [ -n "$line" ] || continue
+        set -- $line # ALGO/PROTO/NCH FIRST LAST
+        IFS=/ read -r algo proto nch <<<"$1"
+        measure_combination "$coll" "$algo" "$proto" "$nch" "$2" "$3" "$rep"
+      done 3<"$work/candidates-$coll.txt"
+    done
   done
 }
 
@@ -256,9 +300,14 @@ check_tuned() {
 # Fails on a misspelt name or a bad count now, not an hour into the measurements.
 check_names() {
   local x
-  for x in "$iters" "$batch" "$warmup" "$rounds"; do
-    [[ "$x" =~ ^[0-9]+$ ]] || { echo "tune.sh: '$x' is not a count (-n -k -w -r)" >&2; exit 2; }
+  for x in "$iters" "$batch" "$warmup" "$rounds" "$repeats"; do
+    [[ "$x" =~ ^[0-9]+$ ]] || { echo "tune.sh: '$x' is not a count (-n -k -w -r -R)" >&2; exit 2; }
   done
+  if [ "$repeats" -lt 1 ]; then echo "tune.sh: need -R REPEATS >= 1" >&2; exit 2; fi
+  if ! [[ "$margin" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+    echo "tune.sh: -m '$margin' is not a percentage" >&2
+    exit 2
+  fi
   if [ "$iters" -lt 1 ] || [ "$batch" -lt 1 ] || [ "$batch" -gt "$iters" ]; then
     echo "tune.sh: need 1 <= -k BATCH ($batch) <= -n ITERS ($iters)" >&2
     exit 2
@@ -297,8 +346,8 @@ main() {
     --comment "nccl-mk tuning file: scripts/tune.sh on $(hostname), $(date -u +%FT%TZ)" \
     --comment "$ngpus GPU(s): $gpus; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE; $node_note" \
     --comment "sizes $minb..$maxb x$factor, $iters iterations after $warmup warm-up" \
-    --comment "time_us: per iteration, the median batch of $batch (harness -T $batch)" \
-    "${specs[@]}"
+    --comment "time_us: per iteration, the median batch of $batch (harness -T $batch), median of $repeats repeat(s)" \
+    --margin "$(awk -v m="$margin" 'BEGIN { print m / 100 }')" "${specs[@]}"
   echo "wrote $out"
   if [ "$rounds" -gt 0 ]; then
     check_tuned

@@ -6,7 +6,8 @@ time (-T with tune.sh's -k), the check's rounds are one-process A/B runs (-A) th
 which side runs first, and a stall that hits one side of one round (50x at 32 B) does not
 decide the final verdict, which is the
 last line, "goal: N of M sizes >= 0.97"; a size the file makes slower in every round gets a
-keep record and a second check. With -H (one NCCL node per process, the network path) every
+keep record and a second check; calibration repeats (-R) re-run only the combinations near
+the fastest, and a gain one repeat contradicts gets a keep record. With -H (one NCCL node per process, the network path) every
 harness run gets the harness's -H and the file's records say 2 nodes. Then bad counts (-k above
 -n) are refused before anything runs.
 
@@ -28,7 +29,9 @@ esac
 """
 
 # The fake harness: NCCL's choice takes 10 us + bytes/40000; a forced configuration is faster
-# or slower by a fixed factor; the tuned side is NCCL's time except 20% faster from 128 KiB.
+# or slower by a fixed factor (ring 1.0, tree FAKE_TREE or 1.1; NCCL's own choice in the
+# calibration FAKE_NCCL_OWN or 1.1; ring's repeats times FAKE_RING_REPEATS's factors); the
+# tuned side is NCCL's time except 20% faster from 128 KiB.
 # The check runs both sides in one run (-A F, NCCL_MK_TUNER_AB=1: time_us NCCL's, time_us_b
 # the tuned one's); the second check run's tuned side stalls at 32 B (50x). Every call is
 # logged as JSON for the test.
@@ -38,15 +41,21 @@ args, env = sys.argv[1:], os.environ
 opt = {args[i]: args[i + 1] for i in range(0, len(args) - 1) if args[i].startswith("-")}
 log = os.path.join(env["FAKE_DIR"], "calls.jsonl")
 side = ("load" if env.get("NCCL_DEBUG") == "INFO" else "calib" if env.get("NCCL_ALGO")
+        else "calib-nccl" if env.get("NCCL_TUNER_PLUGIN") == "none" and "-A" not in opt
         else "ab" if "-A" in opt and env.get("NCCL_MK_TUNER_AB") == "1"
         else "tuned" if env.get("NCCL_MK_TUNER_FILE") else "nccl")
 with open(log, "a") as f:
-    f.write(json.dumps({"side": side, "args": args}) + "\n")
+    f.write(json.dumps({"side": side, "args": args, "algo": env.get("NCCL_ALGO")}) + "\n")
 if side == "load":
     print("NET/MK tuner: loaded tuning file " + env["NCCL_MK_TUNER_FILE"])
     sys.exit(0)
 ntuned = sum(1 for l in open(log) if json.loads(l)["side"] in ("tuned", "ab"))
-factor = {"Ring": 1.0, "Tree": 1.1}[env.get("NCCL_ALGO", "Ring")]
+factor = {"Ring": 1.0, "Tree": float(env.get("FAKE_TREE", "1.1"))}[env.get("NCCL_ALGO", "Ring")]
+if side == "calib-nccl":  # NCCL's own choice in the calibration: 1.1x forced ring
+    factor = float(env.get("FAKE_NCCL_OWN", "1.1"))
+if side == "calib" and env["NCCL_ALGO"] == "Ring" and env.get("FAKE_RING_REPEATS"):
+    repeat = int(opt["-J"].rsplit("-r", 1)[1].split(".")[0])  # tune.sh names runs ...-rN.json
+    factor *= float(env["FAKE_RING_REPEATS"].split(",")[repeat - 1])
 size = lambda s: int(s[:-1]) << {"K": 10, "M": 20, "G": 30}[s[-1]] if s[-1] in "KMG" else int(s)
 rows, b = [], size(opt["-b"])
 while b <= size(opt["-e"]):
@@ -153,6 +162,34 @@ def check_keep_run(tune_sh):
     return problems, out
 
 
+def check_calibration_repeats(tune_sh):
+    """-R 3: NCCL's own choice is measured in every repeat, ring (within 1.5x) is repeated, tree
+    (2x slower) is not; ring's median gain (10%) is written nowhere when one repeat of it
+    (1.6x) contradicts it: a keep record at every size. Negative control: the same run with
+    consistent repeats writes none (the keep_run case above: only the check's keep)."""
+    problems = []
+    with tempfile.TemporaryDirectory() as d:
+        d = pathlib.Path(d)
+        env = dict(setup(d), FAKE_TREE="2.0", FAKE_RING_REPEATS="1.0,1.0,1.6")
+        r = run_tune(tune_sh, env, d, ["-n", "10", "-k", "2", "-r", "1", "-R", "3"])
+        if r.returncode != 0:
+            return [f"exit {r.returncode}: {r.stderr[-2000:]}"], r.stdout + r.stderr
+        calls = [json.loads(l) for l in (d / "calls.jsonl").read_text().splitlines()]
+        count = lambda side, algo=None: sum(1 for c in calls if c["side"] == side
+                                            and c["algo"] == algo)
+        got = (count("calib-nccl"), count("calib", "Ring"), count("calib", "Tree"))
+        if got != (3, 3, 1):
+            problems.append(f"runs of NCCL's own choice, ring, tree {got}: want (3, 3, 1)")
+        text = (d / "out.txt").read_text()
+        keeps = re.findall(r"^allreduce 2 1 (\d+) keep  # calibration", text, re.M)
+        if len(keeps) != 9:
+            problems.append(f"calibration keep records at {keeps}: want all 9 sizes")
+        ring = re.findall(r"^allreduce 2 1 8 ring simple 0 (\S+)$", text, re.M)
+        if ring != ["10.000"]:
+            problems.append(f"ring at 8 B {ring}: want the median of 10, 10, 16: 10.000")
+    return problems, r.stdout
+
+
 def check_one_node_per_process(tune_sh):
     """-H: the harness's -H on every run, the load check included; records with nnodes 2."""
     problems = []
@@ -190,6 +227,7 @@ def check_bad_counts(tune_sh):
 def main(argv):
     failed = 0
     for name, fn in (("full_run", check_full_run), ("keep_run", check_keep_run),
+                     ("calibration_repeats", check_calibration_repeats),
                      ("one_node_per_process", check_one_node_per_process),
                      ("bad_counts", check_bad_counts)):
         problems, out = fn(argv[0])

@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
     printf("fused %s %lld %lld %lld %d %lld %.3f\n", f->op, (long long)f->m, (long long)f->n,
            (long long)f->k, f->comm_sms, (long long)f->chunk_bytes, f->time_us);
   }
+  for (size_t i = 0; i < m.nkeeps; i++)
+    printf("keep %s %d %d %llu\n", mk_tuner_coll_name(m.keeps[i].coll), m.keeps[i].nranks,
+           m.keeps[i].nnodes, (unsigned long long)m.keeps[i].bytes);
   printf("skipped %d\n", nbad);
   mk_tuner_model_free(&m);
   return 0;
