@@ -35,6 +35,8 @@ struct proxy_peer {
   struct mk_request* hello_req;
   int hello_done;
   uint64_t sent_bytes, sent_ops; /* atomics */
+  uint64_t posted_bytes;           /* data posted and not completed yet (the thread's) */
+  uint64_t peak_posted;            /* the most posted_bytes ever was (atomic) */
 };
 
 struct accepted {
@@ -58,6 +60,7 @@ struct mk_proxy {
   /* the thread's state */
   struct proxy_op* ops_fifo; /* ring of max_inflight, in ticket order */
   int cap;
+  uint64_t inflight_bytes; /* per peer: data posted at once (beyond one descriptor) */
   uint64_t fifo_head, fifo_tail; /* counters; entry = counter % cap */
   uint64_t next_ticket;          /* the next descriptor to consume */
   pthread_t thread;
@@ -134,6 +137,8 @@ int mk_proxy_create(const struct mk_proxy_conf* conf, struct mk_proxy** out) {
   p->remote = calloc((size_t)conf->nranks, 1);
   p->peers = calloc((size_t)conf->nranks, sizeof(*p->peers));
   p->cap = conf->max_inflight ? conf->max_inflight : DEFAULT_INFLIGHT;
+  p->inflight_bytes = conf->inflight_bytes ? conf->inflight_bytes
+                                           : (uint64_t)mk_param_int(MK_PARAM_PROXY_INFLIGHT_BYTES);
   p->ops_fifo = calloc((size_t)p->cap, sizeof(*p->ops_fifo));
   if (!p->remote || !p->peers || !p->ops_fifo) {
     mk_proxy_stop(p);
@@ -377,27 +382,41 @@ static int proxy_post_one(struct mk_proxy* p, struct proxy_op* op) {
   }
 }
 
-/* Posts what may go: per peer in ticket order; a fenced descriptor only once every earlier
- * one to its peer has completed. Returns how many were posted, or <0. */
+/* Whether op may be posted now: per peer in ticket order; a fenced descriptor only once every
+ * earlier one to its peer has completed; data only while the peer's posted bytes stay within
+ * the cap (or none are posted). The cap is for the signals: a transport sends a put's signal
+ * behind whatever data was posted to that peer before it, so with every block of a call in
+ * flight at once the first flag landed with the last block (2xH200 trace, bench/NOTES.md). */
+static int proxy_may_post(struct mk_proxy* p, uint64_t i) {
+  const struct proxy_op* op = fifo_at(p, i);
+  int fenced = (op->d.op & MK_PROXY_FENCE) || (op->d.op & MK_PROXY_OP_MASK) == MK_PROXY_SIGNAL;
+  for (uint64_t j = p->fifo_head; j < i; j++) {
+    const struct proxy_op* e = fifo_at(p, j);
+    if (e->d.peer == op->d.peer && (e->state == OP_WAIT_POST || (fenced && e->state != OP_DONE)))
+      return 0;
+  }
+  uint64_t posted = p->peers[op->d.peer].posted_bytes;
+  return posted == 0 || posted + op->d.size <= p->inflight_bytes;
+}
+
+/* Posts what may go (proxy_may_post). Returns how many were posted, or <0. */
 static int proxy_post(struct mk_proxy* p) {
   int n = 0;
   for (uint64_t i = p->fifo_head; i < p->fifo_tail; i++) {
     struct proxy_op* op = fifo_at(p, i);
-    if (op->state != OP_WAIT_POST) continue;
-    int fenced = (op->d.op & MK_PROXY_FENCE) || (op->d.op & MK_PROXY_OP_MASK) == MK_PROXY_SIGNAL;
-    int blocked = 0;
-    for (uint64_t j = p->fifo_head; j < i && !blocked; j++) {
-      struct proxy_op* e = fifo_at(p, j);
-      if (e->d.peer != op->d.peer) continue;
-      blocked = e->state == OP_WAIT_POST || (fenced && e->state != OP_DONE);
-    }
-    if (blocked) continue;
+    if (op->state != OP_WAIT_POST || !proxy_may_post(p, i)) continue;
     int rc = proxy_post_one(p, op);
     if (rc < 0) {
       proxy_fail(p, rc, MK_PROXY_ERR_TRANSPORT, op->d.peer, op);
       return rc;
     }
-    if (op->req) op->state = OP_POSTED, n++;
+    if (op->req) {
+      op->state = OP_POSTED, n++;
+      struct proxy_peer* q = &p->peers[op->d.peer];
+      q->posted_bytes += op->d.size;
+      if (q->posted_bytes > q->peak_posted)
+        __atomic_store_n(&q->peak_posted, q->posted_bytes, __ATOMIC_RELAXED);
+    }
   }
   return n;
 }
@@ -419,6 +438,7 @@ static int proxy_complete(struct mk_proxy* p) {
     op->req = NULL;
     op->state = OP_DONE;
     struct proxy_peer* q = &p->peers[op->d.peer];
+    q->posted_bytes -= op->d.size;
     if ((op->d.op & MK_PROXY_OP_MASK) != MK_PROXY_SIGNAL)
       __atomic_fetch_add(&q->sent_bytes, op->d.size, __ATOMIC_RELAXED);
     __atomic_fetch_add(&q->sent_ops, 1, __ATOMIC_RELAXED);
@@ -558,3 +578,7 @@ int mk_proxy_error(const struct mk_proxy* p, char* msg, size_t len) {
 }
 
 int mk_proxy_tid(const struct mk_proxy* p) { return __atomic_load_n(&p->tid, __ATOMIC_ACQUIRE); }
+
+uint64_t mk_proxy_peak_posted_bytes(const struct mk_proxy* p, int peer) {
+  return __atomic_load_n(&p->peers[peer].peak_posted, __ATOMIC_RELAXED);
+}

@@ -80,6 +80,8 @@ struct mk_proxy_conf {
   int flags_type;
   struct mk_proxy_queue* queue;       /* initialised (mk_proxy_queue_init), host-mapped */
   int max_inflight;                   /* operations in flight at once; 0: 16 */
+  uint64_t inflight_bytes;            /* per peer: data posted at once (one descriptor always
+                                         goes); 0: NCCL_MK_PROXY_INFLIGHT_BYTES */
   int streams;                        /* endpoints per connection where the transport has
                                          them (puts striped over them); 0: NCCL_MK_PROXY_STREAMS */
   /* Called once from the proxy thread when it fails, after the queue's record is raised
@@ -113,6 +115,8 @@ void mk_proxy_peers_leaving(struct mk_proxy* p);
 /* Readable from any thread while the proxy runs. */
 uint64_t mk_proxy_sent_bytes(const struct mk_proxy* p, int peer); /* data bytes completed */
 uint64_t mk_proxy_sent_ops(const struct mk_proxy* p, int peer);   /* descriptors completed */
+/* The most data that was ever posted to peer at once (conf.inflight_bytes bounds it). */
+uint64_t mk_proxy_peak_posted_bytes(const struct mk_proxy* p, int peer);
 /* 0 while healthy; else the error, with a one-line description in msg. */
 int mk_proxy_error(const struct mk_proxy* p, char* msg, size_t len);
 /* Describes a raised record in one line. */

@@ -91,8 +91,12 @@ static int send_chunk(struct lb_ctx* ctx, struct px* x, uint64_t j, uint64_t* st
   return 0;
 }
 
+/* The per-peer cap on posted data (proxy_may_post): below INFLIGHT chunks of the largest size,
+ * above any single chunk. */
+#define STREAM_CAP (3u * CH / 2)
+
 static int stream_rank(struct lb_ctx* ctx) {
-  struct px x;
+  struct px x = {.inflight_bytes = STREAM_CAP};
   LB_OK(px_setup(ctx, &x, DEPTH, INFLIGHT, (size_t)(SSLOTS + KSLOTS) * CH, 2 * KSLOTS));
   uint64_t stage_ticket[SSLOTS] = {0}, sent_bytes = 0, j = 0, i = 0;
   /* Before the proxy runs: fill the ring, then it must say "full". */
@@ -167,6 +171,10 @@ static int stream_rank(struct lb_ctx* ctx) {
   LB_EXPECT(ops == x.prod.tail);
   LB_EXPECT(mk_proxy_sent_bytes(x.p, x.rank) == 0);
   LB_EXPECT(x.prod.tail / DEPTH > 100);
+  uint64_t peak = mk_proxy_peak_posted_bytes(x.p, x.peer);
+  printf("  [rank %d] at most %" PRIu64 " bytes posted at once (cap %u)\n", x.rank, peak,
+         STREAM_CAP);
+  LB_EXPECT(peak > 0 && peak <= STREAM_CAP);
   LB_OK(px_stop(ctx, &x, threads_running));
   px_free(&x);
   return 0;

@@ -77,7 +77,8 @@ int px_setup(struct lb_ctx* ctx, struct px* x, uint32_t depth, int inflight, siz
       .flags_bytes = x->flags_bytes,
       .flags_type = MK_PTR_HOST | MK_PTR_FORCE_SO, /* as the fused ops register their flags */
       .queue = x->q,
-      .max_inflight = inflight};
+      .max_inflight = inflight,
+      .inflight_bytes = x->inflight_bytes};
   LB_OK(mk_proxy_create(&conf, &x->p));
   struct mk_proxy_addr addrs[2];
   LB_OK(mk_proxy_addr(x->p, &addrs[x->rank]));

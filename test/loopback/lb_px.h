@@ -26,6 +26,7 @@ struct px {
   size_t flags_bytes;
   struct mk_proxy* p;
   struct mk_proxy_keys keys[2];
+  uint64_t inflight_bytes; /* set before px_setup: the proxy's per-peer cap (0: default) */
 };
 
 /* Both ranks: queue, regions, proxy, the two record exchanges. The thread is not started. */
