@@ -190,15 +190,27 @@ static int ofi_put_check(struct ofi_comm* c, const void* src, size_t size, struc
   return 0;
 }
 
+/* The streams a put's data goes to: [*first, *first + return). Striping a put_signal needs
+ * delivery-complete writes: without them the signal's ordering rests on write-after-write
+ * order, which holds on one endpoint only. With them and more than one stream, stream 0 is
+ * left to signals: a signal behind bulk data on its endpoint waits for all of it, so with a
+ * call's blocks in flight the first flag landed with the last block (2xH200, bench/NOTES.md). */
+static int ofi_put_streams(const struct ofi_comm* c, const struct ofi_req* r, int* first) {
+  *first = 0;
+  if (!r->signal_waiting) return c->nstreams;
+  if (!c->dev->delivery_complete || c->nstreams == 1) return 1;
+  *first = 1;
+  return c->nstreams - 1;
+}
+
 /* Posts the data writes of a put, one stripe per stream as a receive would be cut (so the
  * comm's helper threads copy in parallel); with a signal, the signal follows once all of
- * them completed. Striping a put_signal needs delivery-complete writes: without them the
- * signal's ordering rests on write-after-write order, which holds on one endpoint only.
- * Returns -FI_EAGAIN when nothing was posted; an error after the first stripe was posted
- * fails the comm (the request stays with the provider). */
+ * them completed (ofi_signal_post). Returns -FI_EAGAIN when nothing was posted; an error
+ * after the first stripe was posted fails the comm (the request stays with the provider). */
 static int ofi_put_start(struct ofi_comm* c, struct ofi_req* r, const void* src, size_t size,
                          struct mk_mr* src_mr, const struct mk_rkey* dst, uint64_t dst_off) {
-  int streams = r->signal_waiting && !c->dev->delivery_complete ? 1 : c->nstreams;
+  int first;
+  int streams = ofi_put_streams(c, r, &first);
   uint8_t nst = 0;
   uint64_t chunk = size;
   if (size) mk_ofi_stripe_plan(size, streams, c->stripe_min, &nst, &chunk);
@@ -214,11 +226,12 @@ static int ofi_put_start(struct ofi_comm* c, struct ofi_req* r, const void* src,
     *op = (struct ofi_op){.req = r, .kind = OFI_OP_PUT, .stripe = (uint8_t)k};
     char* buf = (char*)src + (size_t)k * chunk;
     size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
+    unsigned st = (unsigned)first + k;
     if (k == 0) {
-      int rc = ofi_rc(ofi_stripe_post(c, 0, buf, len, desc, 0, op));
+      int rc = ofi_rc(ofi_stripe_post(c, st, buf, len, desc, 0, op));
       if (rc != 0) return rc;
     } else {
-      int rc = ofi_stripe_post_retry(c, k, buf, len, desc, 0, op);
+      int rc = ofi_stripe_post_retry(c, st, buf, len, desc, 0, op);
       if (rc < 0) return c->error = rc;
     }
   }
