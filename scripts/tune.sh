@@ -10,7 +10,7 @@
 # communication SM count over the M values; the fastest count per shape becomes the op's
 # default (a "fused" record). Then scripts/tune-write.py turns the JSON results into the tuning
 # file, and a check (new runs) puts NCCL alone beside NCCL with the new file, and each fused op
-# with the file's choice beside every SM count.
+# with the file's choice beside every SM count (-r rounds, medians).
 # Every collectives run times its -n iterations in batches of -k and takes the median batch
 # (the harness's -T), so that one stall cannot decide a ~10 us size. Beside the forced
 # combinations it measures NCCL's own choice (nothing forced), and the calibration is repeated
@@ -45,7 +45,8 @@
 #   -m  percent by which the fastest combination must beat NCCL's own choice (medians over the
 #       repeats, and every repeat of the one faster than every repeat of the other) for the
 #       file to override NCCL at a size (default 3, the goal's 0.97)
-#   -r  rounds of the final NCCL-vs-tuned check (default 3; 0 skips it)
+#   -r  rounds of the final check (default 3; 0 skips it): NCCL vs tuned, and for the fused
+#       ops one run of the file's choice and of each SM count per round (medians compared)
 #   -H  one NCCL node per process: each rank gets its own NCCL_HOSTID (the harness's -H), so
 #       NCCL connects this host's GPUs through its network path (name the net plugin with
 #       NCCL_NET_PLUGIN / NCCL_NET; scripts/gpu-check.sh tune-net does); the file's records
@@ -164,21 +165,35 @@ measure_fused() {
   done
 }
 
-# A second run: each fused op with the file's choice (-S 0) beside every SM count.
+# The check: each fused op with the file's choice (-S 0) beside every SM count, -r rounds of one
+# run each; the order rotates per round (round r opens at entry r of "tuned, then the counts"),
+# so no side always runs first or last. One configuration differs by several percent between
+# separate processes (the file's count ran 7% slower with -S 0 than with -S N, same code path,
+# 2xH200 2026-11-30), more than the 3% being judged: tune-fused-check.py compares medians over
+# the rounds.
 check_fused() {
-  local op sms
+  local op sms r i
   for op in $fused_ops; do
     [ -x "$MK_BUILD/test/perf/fused/${op}_perf" ] || continue
-    local runs=()
-    for sms in $fused_sms; do
-      fused_harness "$op" "$work/check-$op-$sms.json" "$work/check-$op-$sms.log" "$sms" \
-        NCCL_MK_TUNER_FILE= || { echo "check: $op with $sms SMs failed"; return 1; }
-      runs+=("$work/check-$op-$sms.json")
+    local runs=() tuned=() order=(0 $fused_sms)
+    echo "== $op: check, $rounds round(s) of the file's choice and every SM count"
+    for r in $(seq 1 "$rounds"); do
+      for i in "${!order[@]}"; do
+        sms=${order[$(((i + r - 1) % ${#order[@]}))]}
+        if [ "$sms" = 0 ]; then
+          fused_harness "$op" "$work/check-$op-tuned-r$r.json" "$work/check-$op-tuned-r$r.log" 0 \
+            NCCL_MK_TUNER_FILE="$out" || { echo "check: $op with the tuning file failed"; return 1; }
+          tuned+=(--tuned "$work/check-$op-tuned-r$r.json")
+        else
+          fused_harness "$op" "$work/check-$op-$sms-r$r.json" "$work/check-$op-$sms-r$r.log" "$sms" \
+            NCCL_MK_TUNER_FILE= || { echo "check: $op with $sms SMs failed"; return 1; }
+          runs+=("$work/check-$op-$sms-r$r.json")
+        fi
+      done
+      echo "  round $r: measured"
     done
-    fused_harness "$op" "$work/check-$op-tuned.json" "$work/check-$op-tuned.log" 0 \
-      NCCL_MK_TUNER_FILE="$out" || { echo "check: $op with the tuning file failed"; return 1; }
-    echo "== $op: the file's choice against the best SM count of this run"
-    python3 "$MK_ROOT/scripts/tune-fused-check.py" "$work/check-$op-tuned.json" "${runs[@]}"
+    echo "== $op: the file's choice against the best SM count, medians over the rounds"
+    python3 "$MK_ROOT/scripts/tune-fused-check.py" "${tuned[@]}" "${runs[@]}"
   done
 }
 

@@ -9,7 +9,10 @@ last line, "goal: N of M sizes >= 0.97"; a size the file makes slower in every r
 keep record and a second check; calibration repeats (-R) re-run only the combinations near
 the fastest, and a gain one repeat contradicts gets a keep record. With -H (one NCCL node per process, the network path) every
 harness run gets the harness's -H and the file's records say 2 nodes. Then bad counts (-k above
--n) are refused before anything runs.
+-n) are refused before anything runs. The fused ops' check (-x ag_gemm, fake ag_gemm_perf)
+runs the file's choice (-S 0) and every SM count once per round, the order rotating, and judges
+medians: a tuned run 7% slow in one process (round 1) is no miss, a library that ignores the
+file (negative control) misses every shape.
 
 usage: test_tune_sh_fake_harness.py <scripts/tune.sh>
 """
@@ -82,6 +85,34 @@ with open(opt["-J"], "w") as f:
     json.dump(rows, f)
 '''
 
+# The fake fused harness: ms = M / 1000 x a factor per SM count (2 the fastest); -S 0 takes the
+# count from NCCL_MK_TUNER_FILE's fused record for the shape (FAKE_IGNORE_FILE=1: 16, a library
+# that ignores the file). The first -S 0 run of the check is 7% slower (process-to-process
+# noise). Every call is logged to fused.jsonl.
+FAKE_FUSED = r'''#!PYTHON
+import json, os, sys
+args, env = sys.argv[1:], os.environ
+opt = {args[i]: args[i + 1] for i in range(0, len(args) - 1) if args[i].startswith("-")}
+log = os.path.join(env["FAKE_DIR"], "fused.jsonl")
+sms = int(opt["-S"])
+with open(log, "a") as f:
+    f.write(json.dumps({"sms": sms, "file": env.get("NCCL_MK_TUNER_FILE", ""), "json": opt["-J"]}) + "\n")
+ntuned = sum(1 for l in open(log) if json.loads(l)["sms"] == 0)
+factor = {2: 1.00, 4: 1.02, 6: 1.04, 8: 1.06, 12: 1.10, 16: 1.15}
+rows = []
+for m in map(int, opt["-M"].split(",")):
+    use = sms
+    if sms == 0:
+        use = 16 if env.get("FAKE_IGNORE_FILE") else next(
+            int(l.split()[5]) for l in open(env["NCCL_MK_TUNER_FILE"])
+            if l.startswith("fused allgather_gemm ") and int(l.split()[2]) == m)
+    ms = m / 1000.0 * factor[use] * (1.07 if sms == 0 and ntuned == 1 else 1.0)
+    rows.append({"op": "ag_gemm", "ranks": 2, "comm_sms": sms, "m": m, "n": 8192, "k": 8192,
+                 "fused_ms": ms, "ok": 1})
+with open(opt["-J"], "w") as f:
+    f.write("".join(json.dumps(r) + "\n" for r in rows))
+'''
+
 
 def setup(d):
     (d / "bin").mkdir()
@@ -93,6 +124,10 @@ def setup(d):
     harness = coll / "all_reduce_perf"
     harness.write_text(FAKE_HARNESS.replace("PYTHON", sys.executable, 1))
     harness.chmod(0o755)
+    fused = d / "build" / "test" / "perf" / "fused"
+    fused.mkdir(parents=True)
+    (fused / "ag_gemm_perf").write_text(FAKE_FUSED.replace("PYTHON", sys.executable, 1))
+    (fused / "ag_gemm_perf").chmod(0o755)
     return dict(os.environ, PATH=f"{d}/bin:{os.environ['PATH']}", MK_BUILD=f"{d}/build",
                 MK_SKIP_BUILD="1", FAKE_DIR=str(d))
 
@@ -210,6 +245,39 @@ def check_one_node_per_process(tune_sh):
     return problems, r.stdout
 
 
+def check_fused(tune_sh):
+    """-x ag_gemm -s "2 4 16", 3 rounds: every round runs tuned and each count once, the first
+    entry rotating (tuned, 4, 16); the 7% slow first tuned run is outvoted: 2 of 2 shapes.
+    Negative control: a library that ignores the file (16 SMs): 0 of 2."""
+    problems, outs = [], ""
+    for ignore, want in (("", "# 2 of 2 shapes"), ("1", "# 0 of 2 shapes")):
+        with tempfile.TemporaryDirectory() as d:
+            d = pathlib.Path(d)
+            env = dict(setup(d), FAKE_IGNORE_FILE=ignore)
+            r = subprocess.run(["bash", tune_sh, "-o", f"{d}/out.txt", "-c", "none", "-x", "ag_gemm",
+                                "-s", "2 4 16", "-M", "2048,4096", "-n", "5", "-w", "1", "-r", "3"],
+                               env=env, capture_output=True, text=True, timeout=120)
+            outs += r.stdout + r.stderr
+            if r.returncode != 0:
+                problems.append(f"ignore={ignore!r}: exit {r.returncode}")
+                continue
+            if not any(l.startswith(want) for l in r.stdout.splitlines()):
+                problems.append(f"ignore={ignore!r}: no line starting {want!r}")
+            if ignore:
+                continue
+            calls = [json.loads(l) for l in (d / "fused.jsonl").read_text().splitlines()]
+            check = [c["sms"] for c in calls[3:]]  # after the calibration's 2, 4, 16
+            if check != [0, 2, 4, 16, 2, 4, 16, 0, 4, 16, 0, 2]:
+                problems.append(f"check order {check}: want 3 rounds of tuned (0) and 2 4 16, "
+                                "each round opening one entry later")
+            if any(bool(c["file"]) != (c["sms"] == 0) for c in calls[3:]):
+                problems.append("only the -S 0 runs should get NCCL_MK_TUNER_FILE")
+            if len(re.findall(r"^fused allgather_gemm \d+ 8192 8192 2 ", (d / "out.txt").read_text(),
+                              re.M)) != 2:
+                problems.append("the file should choose 2 SMs at both shapes")
+    return problems, outs
+
+
 def check_bad_counts(tune_sh):
     problems = []
     with tempfile.TemporaryDirectory() as d:
@@ -229,6 +297,7 @@ def main(argv):
     for name, fn in (("full_run", check_full_run), ("keep_run", check_keep_run),
                      ("calibration_repeats", check_calibration_repeats),
                      ("one_node_per_process", check_one_node_per_process),
+                     ("fused", check_fused),
                      ("bad_counts", check_bad_counts)):
         problems, out = fn(argv[0])
         for p in problems:
