@@ -23,9 +23,9 @@
   X(INT, PROXY_STREAMS, "NCCL_MK_PROXY_STREAMS", "4", 1, 8, "",                              \
     "fused ops across nodes, ofi: endpoints per proxy connection; each put is striped over "  \
     "them, each progressed by a thread of its own (NCCL's comms keep NCCL_MK_OFI_STREAMS)")   \
-  X(INT, PROXY_INFLIGHT_BYTES, "NCCL_MK_PROXY_INFLIGHT_BYTES", "4194304", 1, 1099511627776, "",\
-    "fused ops across nodes: data the proxy posts to one peer at once (a put's signal waits "  \
-    "behind it; one descriptor always goes)")                                                  \
+  X(INT, PROXY_INFLIGHT_BYTES, "NCCL_MK_PROXY_INFLIGHT_BYTES", "16777216", 1, 1099511627776, "",\
+    "fused ops across nodes: data the proxy posts to one peer at once (one descriptor always " \
+    "goes); more keeps more streams busy, less lands the first blocks sooner")                  \
   X(INT, OFI_STREAM_THREADS, "NCCL_MK_OFI_STREAM_THREADS", "1", 0, 1, "",                    \
     "ofi: 1 gives streams 1.. a progress thread each; 0 leaves them all to NCCL's thread")    \
   X(INT, OFI_STRIPE_MIN, "NCCL_MK_OFI_STRIPE_MIN", "262144", 0, 1099511627776, "",            \

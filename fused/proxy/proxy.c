@@ -384,9 +384,9 @@ static int proxy_post_one(struct mk_proxy* p, struct proxy_op* op) {
 
 /* Whether op may be posted now: per peer in ticket order; a fenced descriptor only once every
  * earlier one to its peer has completed; data only while the peer's posted bytes stay within
- * the cap (or none are posted). The cap is for the signals: a transport sends a put's signal
- * behind whatever data was posted to that peer before it, so with every block of a call in
- * flight at once the first flag landed with the last block (2xH200 trace, bench/NOTES.md). */
+ * the cap (or none are posted). Without a cap a whole call's blocks go at once, and where a
+ * transport sends a put's signal behind the data posted before it (ofi with one stream) the
+ * first flag lands with the last block (2xH200 trace, bench/NOTES.md). */
 static int proxy_may_post(struct mk_proxy* p, uint64_t i) {
   const struct proxy_op* op = fifo_at(p, i);
   int fenced = (op->d.op & MK_PROXY_FENCE) || (op->d.op & MK_PROXY_OP_MASK) == MK_PROXY_SIGNAL;
