@@ -1,7 +1,8 @@
 /* Benchmarks over the loopback harness (not part of the test suites; scripts/rxe-vm.sh bench
  * runs them beside perftest). LB_BENCH_SIZE bytes, LB_BENCH_ITERS messages.
  *  bench_bw:  the receiver keeps LB_BENCH_WINDOW receives posted, the sender streams; the
- *             sender prints MiB/s from its first isend to its last completion.
+ *             sender prints MiB/s from its first isend to its last completion; with
+ *             LB_BENCH_RECV_SIZE the receives are that large (NCCL posts whole step slots).
  *  bench_lat: ping-pong over two comms (one each way), receives pre-posted; prints the
  *             median and mean of round trip / 2 in microseconds, like ib_write_lat.
  *  bench_put_bw: one-sided puts (or put+signals) with a window, the proxy's path. */
@@ -73,7 +74,9 @@ static int send_post(const struct bench_op* op, size_t m, int w, struct mk_reque
 }
 
 static int bw_recv(struct lb_ctx* ctx) {
-  size_t len = env_size("LB_BENCH_SIZE", 1 << 20), iters = env_size("LB_BENCH_ITERS", 200);
+  size_t iters = env_size("LB_BENCH_ITERS", 200);
+  /* LB_BENCH_RECV_SIZE: buffers larger than the messages, as NCCL posts a whole step's slot */
+  size_t len = env_size("LB_BENCH_RECV_SIZE", env_size("LB_BENCH_SIZE", 1 << 20));
   int window = (int)env_size("LB_BENCH_WINDOW", 32);
   LB_OK(lb_accept(ctx));
   unsigned char* buf = lb_alloc(len * (size_t)window);

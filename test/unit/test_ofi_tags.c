@@ -67,21 +67,39 @@ static void plans(void) {
   CHECK_EQ(n, 1);
 }
 
-/* Unstriped messages stay on stream 0 whatever their size; striped ones rotate their start. */
-static void first_streams(void) {
-  for (unsigned seq = 0; seq < 8; seq++) {
-    CHECK_EQ(mk_ofi_first_stream(1, 4, seq, 0), 0u);
-    CHECK_EQ(mk_ofi_first_stream(1, 4, seq, 3), 0u);
-    CHECK_EQ(mk_ofi_first_stream(4, 1, seq, 1), 0u);
-    CHECK_EQ(mk_ofi_first_stream(4, 4, seq, 1), (seq + 1) % 4);
-    CHECK_EQ(mk_ofi_first_stream(2, 3, seq, 2), (seq + 2) % 3);
+/* Version 4: a sender sends the stripes up to the one where its message ends, which lands
+ * shorter than the chunk (zero-length on a chunk boundary), and that stripe, and only that
+ * one, tells the receiver to cancel the rest. */
+static void stripes_sent_end_at_the_message(void) {
+  const uint64_t ch = 131072; /* a 512 KiB buffer over 4 streams */
+  CHECK_EQ(mk_ofi_stripes_sent(0, ch, 4), 1u);
+  CHECK_EQ(mk_ofi_stripes_sent(65536, ch, 4), 1u);
+  CHECK_EQ(mk_ofi_stripes_sent(ch - 1, ch, 4), 1u);
+  CHECK_EQ(mk_ofi_stripes_sent(ch, ch, 4), 2u); /* stripe 1 zero-length: the end */
+  CHECK_EQ(mk_ofi_stripes_sent(ch + 1, ch, 4), 2u);
+  CHECK_EQ(mk_ofi_stripes_sent(3 * ch, ch, 4), 4u);
+  CHECK_EQ(mk_ofi_stripes_sent(4 * ch, ch, 4), 4u); /* fills the buffer: no terminator */
+  CHECK_EQ(mk_ofi_stripes_sent(12345, 12345, 1), 1u);
+  for (uint64_t size = 0; size <= 4 * ch; size += 4093) {
+    unsigned n = mk_ofi_stripes_sent(size, ch, 4), ends = 0, k;
+    uint64_t got = 0;
+    for (k = 0; k < n; k++) { /* what each sent stripe carries, as the sender cuts it */
+      uint64_t len = mk_ofi_stripe_len(size, ch, k);
+      got += len;
+      if (mk_ofi_stripe_ends_message(k, 4, len, ch)) {
+        ends++;
+        CHECK_EQ(k, n - 1);
+      }
+    }
+    CHECK_EQ(got, size);                  /* nothing of the message left unsent */
+    CHECK_EQ(ends, n < 4 ? 1u : 0u);       /* the receiver learns the end unless all came */
   }
 }
 
 int main(void) {
   tags();
   plans();
-  first_streams();
+  stripes_sent_end_at_the_message();
   CHECK_EQ(sizeof(struct mk_ofi_cts), 200);
   CHECK_EQ(sizeof(struct mk_ofi_hello), 536);
   return MK_TEST_RESULT();

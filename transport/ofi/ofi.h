@@ -130,6 +130,9 @@ struct ofi_req {
   uint8_t eager_mask;          /* the entries they took */
   uint8_t posted_mask;         /* entries whose stripes are posted (cancelled on eager) */
   uint8_t posting;             /* stripes being posted: eager arrivals wait in the queue */
+  uint8_t tail_from[MK_MAX_RECVS]; /* recv: entry i's message ended before stripe
+                                      tail_from[i] (atomic; 0: not seen) */
+  uint8_t tail_cancelled;      /* recv: entries whose later stripes were cancelled */
 };
 
 /* A receive comm's bounce buffer for one eager message. */
@@ -211,6 +214,7 @@ struct ofi_comm {
   struct ofi_ctrl_buf* credit_msg; /* recv: inside bounce_mem */
   int credit_busy;            /* the credit-only message is in flight */
   struct ofi_req* rx[MK_MAX_REQUESTS]; /* recv: live receives in posting order */
+  int tails_pending;          /* recv: entries whose later stripes await cancelling (atomic) */
   uint32_t nrx;
   /* counts, logged at close: messages sent or received eager and through a clear-to-send;
    * recv: eager ones that waited for their receive, and that crossed its clear-to-send */
@@ -278,6 +282,11 @@ int ofi_eager_arrived(struct ofi_comm* c, struct ofi_bounce* b, uint64_t tag, si
 int ofi_eager_drain(struct ofi_comm* c);
 int ofi_eager_retry(struct ofi_comm* c);
 int ofi_rx_add(struct ofi_comm* c, struct ofi_req* r);
+/* Cancels entry i's stripes from..nstripes-1 (nothing will match them); each FI_ECANCELED
+ * completion then counts as that stripe being done. */
+int ofi_recv_cancel_stripes(struct ofi_comm* c, struct ofi_req* r, int i, unsigned from);
+/* Cancels the stripes after the end of every message that ended early (tails_pending). */
+int ofi_recv_cancel_tails(struct ofi_comm* c);
 void ofi_rx_remove(struct ofi_comm* c, struct ofi_req* r);
 /* Send side: an eager send (1: not now), and a clear-to-send arriving. */
 int ofi_eager_send(struct ofi_comm* c, void* data, size_t size, int tag, struct mk_mr* mr,

@@ -153,6 +153,7 @@ int ofi_cq_progress(struct ofi_comm* c) {
   }
   for (int k = 1; k < c->nstreams; k++) /* streams without a thread of their own */
     if (!c->st[k].has_thread) handled += ofi_stream_poll(&c->st[k], 0);
+  MK_CHECK_GOTO(ofi_recv_cancel_tails(c), rc, fail);
   MK_CHECK_GOTO(ofi_retry_deferred(c), rc, fail);
   return handled;
 fail:

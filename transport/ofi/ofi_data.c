@@ -68,8 +68,9 @@ static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct 
                             int i, char* data, size_t size, void* desc) {
   unsigned nst = cts->nstripes[i], s0 = cts->stream0[i];
   uint64_t chunk = cts->chunk[i];
-  r->pending = (int)nst; /* before any post: stream threads may complete stripes at once */
-  for (unsigned k = 0; k < nst; k++) {
+  unsigned nsend = mk_ofi_stripes_sent(size, chunk, (uint8_t)nst); /* the rest: cancelled */
+  r->pending = (int)nsend; /* before any post: stream threads may complete stripes at once */
+  for (unsigned k = 0; k < nsend; k++) {
     size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
     char* buf = len ? data + (size_t)k * chunk : data;
     struct ofi_op* op = &r->ops[OFI_OP_AT(0, k)];
@@ -202,7 +203,7 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
   uint8_t nst;
   uint64_t chunk;
   mk_ofi_stripe_plan(size, c->nstreams, c->stripe_min, &nst, &chunk);
-  const unsigned s0 = mk_ofi_first_stream(nst, c->nstreams, c->seq, (unsigned)i);
+  const unsigned s0 = 0; /* a message shorter than a stripe travels on NCCL's thread alone */
   for (unsigned k = 0; k < nst; k++) {
     unsigned st = (s0 + k) % (unsigned)c->nstreams;
     size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);

@@ -160,21 +160,41 @@ static struct ofi_req* ofi_rx_find(struct ofi_comm* c, uint32_t m) {
   return NULL;
 }
 
-/* Entry i's stripes were posted (the clear-to-send went out) but its message came eager:
- * nothing will ever match them, so they are cancelled; each FI_ECANCELED completion counts
- * as the stripe being done (ofi_cq.c, ofi_stream.c). */
-static int ofi_entry_cancel(struct ofi_comm* c, struct ofi_req* r, int i) {
-  for (unsigned k = 0; k < r->cts.nstripes[i]; k++) {
+int ofi_recv_cancel_stripes(struct ofi_comm* c, struct ofi_req* r, int i, unsigned from) {
+  for (unsigned k = from; k < r->cts.nstripes[i]; k++) {
     struct ofi_op* op = &r->ops[OFI_OP_AT(i, k)];
     struct ofi_stream* st = &c->st[(r->cts.stream0[i] + k) % (unsigned)c->nstreams];
     __atomic_store_n(&op->cancelled, 1, __ATOMIC_RELEASE);
     ssize_t rc = fi_cancel(&st->ep->fid, &op->ctx);
     if (rc != 0) {
-      MK_WARN("ofi: cannot cancel a receive its eager message made useless: %s",
+      MK_WARN("ofi: cannot cancel a receive stripe nothing will fill: %s",
               ofi_sym.strerror((int)-rc));
       return -EIO;
     }
   }
+  return 0;
+}
+
+int ofi_recv_cancel_tails(struct ofi_comm* c) {
+  if (!__atomic_load_n(&c->tails_pending, __ATOMIC_ACQUIRE)) return 0;
+  for (uint32_t j = 0; j < c->nrx; j++) {
+    struct ofi_req* r = c->rx[j];
+    for (int i = 0; i < r->n; i++) {
+      unsigned from = __atomic_load_n(&r->tail_from[i], __ATOMIC_ACQUIRE);
+      if (!from || (r->tail_cancelled & (1u << i))) continue;
+      r->tail_cancelled |= (uint8_t)(1u << i);
+      __atomic_sub_fetch(&c->tails_pending, 1, __ATOMIC_RELAXED);
+      MK_CHECK(ofi_recv_cancel_stripes(c, r, i, from));
+    }
+  }
+  return 0;
+}
+
+/* Entry i's stripes were posted (the clear-to-send went out) but its message came eager:
+ * nothing will ever match them, so they are cancelled (ofi_cq.c, ofi_stream.c count each
+ * FI_ECANCELED completion as the stripe being done). */
+static int ofi_entry_cancel(struct ofi_comm* c, struct ofi_req* r, int i) {
+  MK_CHECK(ofi_recv_cancel_stripes(c, r, i, 0));
   r->posted_mask &= (uint8_t)~(1u << i);
   return 0;
 }

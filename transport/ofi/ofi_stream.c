@@ -80,12 +80,25 @@ int ofi_errno_of(int fi_err) {
   }
 }
 
+/* A stripe of a receive landed len bytes. One shorter than its chunk ends the message
+ * (protocol version 4): no later stripe of it will come, and the comm's progress cancels
+ * them (ofi_recv_cancel_tails). Recorded before the stripe counts as done. */
+static void ofi_recv_stripe_landed(struct ofi_req* r, const struct ofi_op* op, size_t len) {
+  unsigned i = op->idx;
+  if (!mk_ofi_stripe_ends_message(op->stripe, r->cts.nstripes[i], len, r->cts.chunk[i])) return;
+  __atomic_store_n(&r->tail_from[i], (uint8_t)(op->stripe + 1), __ATOMIC_RELEASE);
+  struct ofi_comm* c = (struct ofi_comm*)r->base.comm;
+  __atomic_add_fetch(&c->tails_pending, 1, __ATOMIC_RELEASE);
+}
+
 /* One data operation (a stripe of a send or receive) is over. Everything a later test()
  * reads is written before the release of `pending`. */
 void ofi_req_complete(struct ofi_req* r, const struct ofi_op* op, size_t len, int err) {
   if (err) {
     int expected = 0, e = ofi_errno_of(-err);
     __atomic_compare_exchange_n(&r->error, &expected, e, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  } else if (op->kind == OFI_OP_RECV && !__atomic_load_n(&op->cancelled, __ATOMIC_ACQUIRE)) {
+    ofi_recv_stripe_landed(r, op, len);
   }
   if (op->kind == OFI_OP_RECV) __atomic_add_fetch(&r->sizes[op->idx], len, __ATOMIC_RELAXED);
   __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELEASE);

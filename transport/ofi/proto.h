@@ -26,6 +26,14 @@
  * buffer when the receive is (or once it is) posted, reposts the bounce buffer and returns
  * the credit in its next clear-to-send, or in a credit-only message (n = 0). The hello
  * carries each side's eager size and bounce-buffer count (0: no eager).
+ *
+ * Version 4 (short messages into striped buffers): stream0 is always 0, and the sender sends
+ * only the stripes up to the one where its message ends (mk_ofi_stripes_sent): one shorter
+ * than the chunk, zero-length when the message ends exactly on a chunk boundary before the
+ * last stripe. A stripe that lands shorter than the chunk tells the receiver that the later
+ * stripes get nothing, and it cancels them. NCCL posts whole step slots (512 KiB) for
+ * messages of any size, and with 4 streams every 64 KiB message used to cost three empty
+ * messages on helper threads (2-3x slower than one stream at 128-512 KiB, bench/NOTES.md).
  */
 #ifndef MK_OFI_PROTO_H_
 #define MK_OFI_PROTO_H_
@@ -34,7 +42,7 @@
 
 #include "transport.h"
 
-#define MK_OFI_PROTO_VERSION 3
+#define MK_OFI_PROTO_VERSION 4
 #define MK_OFI_HELLO_MAGIC 0x4f4b4d48u /* "HMKO" */
 #define MK_OFI_CTS_MAGIC 0x5354434du   /* "MCTS" */
 #define MK_OFI_ADDR_MAX 64             /* fabric address bytes carried in the hello */
@@ -99,7 +107,8 @@ struct mk_ofi_cts {
   int32_t tags[MK_MAX_RECVS];
   uint64_t chunk[MK_MAX_RECVS];   /* stripe length (the last stripe may be shorter) */
   uint8_t nstripes[MK_MAX_RECVS]; /* 1: not striped */
-  uint8_t stream0[MK_MAX_RECVS];  /* stream of stripe 0; stripe k rides (stream0 + k) % streams */
+  uint8_t stream0[MK_MAX_RECVS];  /* stream of stripe 0 (0 since version 4); stripe k rides
+                                     (stream0 + k) % streams */
 };
 
 /* How a receiver cuts a buffer of size bytes over nstreams streams: not at all up to
@@ -118,13 +127,21 @@ static inline void mk_ofi_stripe_plan(uint64_t size, int nstreams, uint64_t stri
   *chunk = c;
 }
 
-/* The stream a receive's first stripe goes to. A striped message (nstripes > 1) starts on a
- * stream that rotates with the message (seq, entry i), so that several in flight begin on
- * different streams; a message too small to be striped stays on stream 0, NCCL's own thread
- * (on 2xH200, rotating whole 64-256 KiB messages onto helper threads made 4 streams 2-3x
- * slower than one at 128-512 KiB: bench/NOTES.md, net streams sweep). */
-static inline unsigned mk_ofi_first_stream(uint8_t nstripes, int nstreams, unsigned seq, unsigned i) {
-  return nstreams > 1 && nstripes > 1 ? (seq + i) % (unsigned)nstreams : 0;
+/* The stripes a sender sends of a size-byte message into a buffer cut in nstripes of chunk
+ * bytes (version 4): up to and including the one where the message ends, which is shorter
+ * than the chunk (zero-length when the message ends on a chunk boundary), so the receiver
+ * learns from it that no later stripe comes; all of them when the message reaches the last. */
+static inline unsigned mk_ofi_stripes_sent(uint64_t size, uint64_t chunk, uint8_t nstripes) {
+  if (nstripes <= 1) return 1;
+  uint64_t n = size / chunk + 1;
+  return n < nstripes ? (unsigned)n : nstripes;
+}
+
+/* Whether a stripe k of nstripes that landed len bytes ends its message early: the
+ * receiver then cancels stripes k+1.. (version 4). */
+static inline int mk_ofi_stripe_ends_message(unsigned k, uint8_t nstripes, uint64_t len,
+                                             uint64_t chunk) {
+  return k + 1 < nstripes && len < chunk;
 }
 
 /* Bytes of a send of size bytes that fall into stripe k (of chunk bytes each): a prefix, so
