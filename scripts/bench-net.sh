@@ -2,7 +2,8 @@
 # The net plugin against NCCL's Socket transport on 2 GPUs of one host, forced through the
 # network path (no P2P, no SHM, one NCCL "node" per process), in one run. Prints busbw per
 # size for each and the ratios. usage: scripts/bench-net.sh [collective] [maxbytes]
-# MK_STREAMS="1 2 4 8" runs ours once per NCCL_MK_OFI_STREAMS value (default: the library's).
+# MK_STREAMS="1 2 4 8" runs ours once per NCCL_MK_OFI_STREAMS value, and MK_EAGER="0 16384"
+# once per NCCL_MK_OFI_EAGER_BYTES value (default: the library's for each).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 mk_build
@@ -19,11 +20,14 @@ run() { # label, then environment assignments
 }
 ours=()
 for s in ${MK_STREAMS:-default}; do
-  label=mk; [ "$s" != default ] && label="mk_s$s"
-  streams=(); [ "$s" != default ] && streams=(NCCL_MK_OFI_STREAMS="$s")
-  run "$label" NCCL_NET_PLUGIN="$MK_BUILD/libnccl-net-mk.so" NCCL_NET=mk "${streams[@]}" \
-      NCCL_MK_SOCKET_IFNAME="${NCCL_MK_SOCKET_IFNAME:-lo}"
-  ours+=("$label=$out/$label.json")
+  for e in ${MK_EAGER:-default}; do
+    label=mk knobs=()
+    [ "$s" != default ] && label+="_s$s" knobs+=(NCCL_MK_OFI_STREAMS="$s")
+    [ "$e" != default ] && label+="_e$e" knobs+=(NCCL_MK_OFI_EAGER_BYTES="$e")
+    run "$label" NCCL_NET_PLUGIN="$MK_BUILD/libnccl-net-mk.so" NCCL_NET=mk "${knobs[@]}" \
+        NCCL_MK_SOCKET_IFNAME="${NCCL_MK_SOCKET_IFNAME:-lo}"
+    ours+=("$label=$out/$label.json")
+  done
 done
 run socket NCCL_NET_PLUGIN=none NCCL_NET=Socket
 run socket4x4 NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4

@@ -8,7 +8,7 @@
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
 #          (also with the overlap, and with the fp8 dispatch: moe_perf -q)
 #   net:   the net plugin under real NCCL on 2 GPUs (scripts/net-gpu-tests.sh), then
-#          scripts/bench-net.sh with 1 and 4 streams (MK_STREAMS)
+#          scripts/bench-net.sh with 1 and 4 streams (MK_STREAMS), eager off and 16 KiB (MK_EAGER)
 #   torch: the PyTorch package on 2 GPUs (test/gpu/test_torch_ops.py), then
 #          scripts/bench-torch.py (MK_FUSED_SHAPES=small for M=4096 only)
 #   tune:  scripts/tune.sh on all_reduce over NVLink (ring/tree x ll/ll128/simple x channels
@@ -228,9 +228,10 @@ tier_tune_net() {
 tier_net() {
   step net_gpu_tests env MK_CHECK_LOGS="$LOGS/net" "$(dirname "$0")/net-gpu-tests.sh"
   grep -E '^(pass|FAIL) ' "$LOGS/net_gpu_tests.log" | grep -c '^pass' | sed 's/^/net checks passed: /'
-  # one and four endpoints per comm (the default is one until four measure level at 128-512 KiB)
+  # one and four endpoints per comm (the default is one until four measure level at 128-512
+  # KiB), each with eager sends off (the default until measured under NCCL) and at 16 KiB
   step bench_net env OUT="$LOGS/bench-net" MK_SKIP_BUILD=1 MK_STREAMS="${MK_STREAMS:-1 4}" \
-    "$(dirname "$0")/bench-net.sh" all_reduce 256M
+    MK_EAGER="${MK_EAGER:-0 16384}" "$(dirname "$0")/bench-net.sh" all_reduce 256M
   sed -n '/== busbw/,$p' "$LOGS/bench_net.log"
 }
 
