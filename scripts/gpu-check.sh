@@ -163,6 +163,14 @@ tier_xnode() {
       NCCL_TUNER_PLUGIN=none "$B/test/perf/fused/${op}_perf" -H -M 2048,4096 -N 8192 -K 8192 -n 5 -w 2
     grep -E '^(#    M|  [0-9]|# rank)' "$LOGS/${op}_perf_across_emulated_nodes.log" || true
   done
+  # The transport's own bandwidth on this host, one direction, as the proxy drives it (2 MiB
+  # put+signals over 4 streams) and two-sided: issue 13's E is the fused op's bytes per second
+  # over it.
+  step transport_put_bw env NCCL_MK_OFI_STREAMS=4 LB_BENCH_SIZE=2097152 LB_BENCH_SIGNAL=1 \
+    LB_BENCH_WINDOW=8 LB_BENCH_ITERS=400 "$B/test/loopback/loopback" bench_put_bw
+  step transport_bw env NCCL_MK_OFI_STREAMS=4 LB_BENCH_SIZE=2097152 LB_BENCH_WINDOW=8 \
+    LB_BENCH_ITERS=400 "$B/test/loopback/loopback" bench_bw
+  grep -h BENCH "$LOGS/transport_put_bw.log" "$LOGS/transport_bw.log" || true
   # Where a cross-node AllGather+GEMM's time goes: its send CTA's staged-and-published blocks,
   # the receivers' waits and copy-ins, the GEMM's tiles (the summary is informational).
   step trace_of_an_ag_gemm_call_across_emulated_nodes bash -c "rm -rf '$LOGS/xtrace' &&
