@@ -95,10 +95,66 @@ static int send_chunk(struct lb_ctx* ctx, struct px* x, uint64_t j, uint64_t* st
  * above any single chunk. */
 #define STREAM_CAP (3u * CH / 2)
 
+/* Chunk i from the peer: *got = 1 when its flag was up and every byte behind it checked (then
+ * it is acknowledged), 0 when the flag is not up yet. Returns 0, or 1 on a failure. */
+static int stream_recv_next(struct lb_ctx* ctx, struct px* x, uint64_t i, uint64_t* checked,
+                            int* got) {
+  uint32_t k = (uint32_t)(i % KSLOTS);
+  uint64_t r = i / KSLOTS + 1;
+  uint64_t v = mk_pq_load_acquire(&x->flags[k]);
+  LB_EXPECT(v <= r); /* never ahead of what we acknowledged */
+  *got = v == r;
+  if (!*got) return 0;
+  size_t len = chunk_len(ctx->seed, x->peer, i);
+  if (lb_check(x->data + (size_t)(SSLOTS + k) * CH, len, ctx->seed, chunk_stream(x->peer, i),
+               "data under its flag")) {
+    fprintf(stderr, "  chunk %" PRIu64 " (slot %u, round %" PRIu64 ") seen before its data\n", i,
+            k, r);
+    return 1;
+  }
+  *checked += len;
+  struct mk_proxy_desc ack = {.op = MK_PROXY_SIGNAL, .peer = x->peer,
+                              .flag_off = (uint64_t)(KSLOTS + k) * 8, .flag_value = r};
+  LB_OK(mk_proxy_publish(&x->prod, &ack, WAIT_NS, NULL));
+  return 0;
+}
+
+/* Chunk j to the peer once it has freed the landing slot and our staging slot is free:
+ * *sent = 1 when sent, 0 not yet. Returns 0, or 1 on a failure. */
+static int stream_send_next(struct lb_ctx* ctx, struct px* x, uint64_t j, uint64_t* stage_ticket,
+                            uint64_t* sent_bytes, int* sent) {
+  uint32_t k = (uint32_t)(j % KSLOTS), s = (uint32_t)(j % SSLOTS);
+  uint64_t r = j / KSLOTS + 1;
+  int acked = r == 1 || mk_pq_load_acquire(&x->flags[KSLOTS + k]) >= r - 1;
+  int staged = mk_pq_load_acquire(&x->q->completed) >= stage_ticket[s];
+  *sent = acked && staged;
+  if (*sent) LB_OK(send_chunk(ctx, x, j, stage_ticket, sent_bytes));
+  return 0;
+}
+
+/* After the stream: the proxy's counters against what was put, and the cap on posted data. */
+static int stream_check_counters(struct lb_ctx* ctx, struct px* x, double dt,
+                                 uint64_t sent_bytes, uint64_t checked_bytes) {
+  uint64_t counted = mk_proxy_sent_bytes(x->p, x->peer), ops = mk_proxy_sent_ops(x->p, x->peer);
+  uint64_t peak = mk_proxy_peak_posted_bytes(x->p, x->peer);
+  printf("  [rank %d] %u chunks each way in %.2f s: put %" PRIu64 " bytes, proxy counted %"
+         PRIu64 " bytes in %" PRIu64 " descriptors (%" PRIu64 " published, %" PRIu64
+         " laps of the ring, %" PRIu64 " publishes waited for a slot); checked %" PRIu64
+         " bytes received; at most %" PRIu64 " bytes posted at once (cap %u)\n", x->rank,
+         NCHUNKS, dt, sent_bytes, counted, ops, x->prod.tail, x->prod.tail / DEPTH,
+         x->prod.full_waits, checked_bytes, peak, STREAM_CAP);
+  LB_EXPECT(counted == sent_bytes);
+  LB_EXPECT(ops == x->prod.tail);
+  LB_EXPECT(mk_proxy_sent_bytes(x->p, x->rank) == 0);
+  LB_EXPECT(x->prod.tail / DEPTH > 100);
+  LB_EXPECT(peak > 0 && peak <= STREAM_CAP);
+  return 0;
+}
+
 static int stream_rank(struct lb_ctx* ctx) {
   struct px x = {.inflight_bytes = STREAM_CAP};
   LB_OK(px_setup(ctx, &x, DEPTH, INFLIGHT, (size_t)(SSLOTS + KSLOTS) * CH, 2 * KSLOTS));
-  uint64_t stage_ticket[SSLOTS] = {0}, sent_bytes = 0, j = 0, i = 0;
+  uint64_t stage_ticket[SSLOTS] = {0}, sent_bytes = 0, checked_bytes = 0, j = 0, i = 0;
   /* Before the proxy runs: fill the ring, then it must say "full". */
   while (x.prod.tail < DEPTH - 1) LB_OK(send_chunk(ctx, &x, j++, stage_ticket, &sent_bytes));
   struct mk_proxy_desc extra = {.op = MK_PROXY_SIGNAL, .peer = x.peer, .flag_off = 8 * KSLOTS};
@@ -108,43 +164,12 @@ static int stream_rank(struct lb_ctx* ctx) {
   LB_OK(mk_proxy_start(x.p, x.keys));
   int threads_running = count_threads();
   LB_EXPECT(threads_running == threads_before + 1);
-
-  uint64_t flags_seen_early = 0, checked_bytes = 0;
   double t0 = lb_now();
   while (j < NCHUNKS || i < NCHUNKS) {
-    int did = 0;
-    if (i < NCHUNKS) { /* receive: the flag, then every byte behind it */
-      uint32_t k = (uint32_t)(i % KSLOTS);
-      uint64_t r = i / KSLOTS + 1;
-      uint64_t v = mk_pq_load_acquire(&x.flags[k]);
-      LB_EXPECT(v <= r); /* never ahead of what we acknowledged */
-      if (v == r) {
-        size_t len = chunk_len(ctx->seed, x.peer, i);
-        if (lb_check(x.data + (size_t)(SSLOTS + k) * CH, len, ctx->seed,
-                     chunk_stream(x.peer, i), "data under its flag")) {
-          fprintf(stderr, "  chunk %" PRIu64 " (slot %u, round %" PRIu64 ") seen before its data\n",
-                  i, k, r);
-          flags_seen_early++;
-          return 1;
-        }
-        checked_bytes += len;
-        struct mk_proxy_desc ack = {.op = MK_PROXY_SIGNAL, .peer = x.peer,
-                                    .flag_off = (uint64_t)(KSLOTS + k) * 8, .flag_value = r};
-        LB_OK(mk_proxy_publish(&x.prod, &ack, WAIT_NS, NULL));
-        i++;
-        did = 1;
-      }
-    }
-    if (j < NCHUNKS) { /* send, when the peer has freed the landing slot and ours is free */
-      uint32_t k = (uint32_t)(j % KSLOTS), s = (uint32_t)(j % SSLOTS);
-      uint64_t r = j / KSLOTS + 1;
-      int acked = r == 1 || mk_pq_load_acquire(&x.flags[KSLOTS + k]) >= r - 1;
-      int staged = mk_pq_load_acquire(&x.q->completed) >= stage_ticket[s];
-      if (acked && staged) {
-        LB_OK(send_chunk(ctx, &x, j++, stage_ticket, &sent_bytes));
-        did = 1;
-      }
-    }
+    int got = 0, sent = 0;
+    if (i < NCHUNKS) LB_OK(stream_recv_next(ctx, &x, i, &checked_bytes, &got));
+    if (j < NCHUNKS) LB_OK(stream_send_next(ctx, &x, j, stage_ticket, &sent_bytes, &sent));
+    i += (uint64_t)got, j += (uint64_t)sent;
     char msg[256];
     if (mk_proxy_error(x.p, msg, sizeof(msg))) {
       fprintf(stderr, "  unexpected proxy error: %s\n", msg);
@@ -156,25 +181,10 @@ static int stream_rank(struct lb_ctx* ctx) {
               x.q->completed, x.prod.tail);
       return 1;
     }
-    if (!did) sched_yield();
+    if (!got && !sent) sched_yield();
   }
   LB_OK(mk_proxy_wait_completed(&x.prod, x.prod.tail - 1, WAIT_NS));
-  double dt = lb_now() - t0;
-  uint64_t counted = mk_proxy_sent_bytes(x.p, x.peer), ops = mk_proxy_sent_ops(x.p, x.peer);
-  printf("  [rank %d] %u chunks each way in %.2f s: put %" PRIu64 " bytes, proxy counted %"
-         PRIu64 " bytes in %" PRIu64 " descriptors (%" PRIu64 " published, %" PRIu64
-         " laps of the ring, %" PRIu64 " publishes waited for a slot); checked %" PRIu64
-         " bytes received\n", x.rank, NCHUNKS, dt, sent_bytes, counted, ops, x.prod.tail,
-         x.prod.tail / DEPTH, x.prod.full_waits, checked_bytes);
-  LB_EXPECT(flags_seen_early == 0);
-  LB_EXPECT(counted == sent_bytes);
-  LB_EXPECT(ops == x.prod.tail);
-  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.rank) == 0);
-  LB_EXPECT(x.prod.tail / DEPTH > 100);
-  uint64_t peak = mk_proxy_peak_posted_bytes(x.p, x.peer);
-  printf("  [rank %d] at most %" PRIu64 " bytes posted at once (cap %u)\n", x.rank, peak,
-         STREAM_CAP);
-  LB_EXPECT(peak > 0 && peak <= STREAM_CAP);
+  LB_OK(stream_check_counters(ctx, &x, lb_now() - t0, sent_bytes, checked_bytes));
   LB_OK(px_stop(ctx, &x, threads_running));
   px_free(&x);
   return 0;
