@@ -260,7 +260,48 @@ static int threads_role(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* Connects again (same listen comm) with this thread's connection hints set to `streams`
+ * (0: none), exchanges a message, and returns the helper threads the new comm started. */
+static int helpers_with_hint(struct lb_ctx* ctx, int streams, int* helpers) {
+  struct mk_conn_hints h = {.streams = streams};
+  mk_conn_hints_set(&h);
+  int base = thread_count();
+  if (ctx->is_sender)
+    while (!ctx->comm) LB_OK(ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm));
+  else
+    while (!ctx->comm) LB_OK(ctx->ops->accept(ctx->listen_comm, &ctx->comm));
+  mk_conn_hints_set(NULL);
+  *helpers = thread_count() - base;
+  LB_OK(one_message(ctx, 2));
+  LB_OK(ctx->ops->close(ctx->comm));
+  ctx->comm = NULL;
+  lb_tell(ctx, 8); /* both closed before the next connection */
+  LB_EXPECT(lb_hear(ctx) == 8);
+  return 0;
+}
+
+/* The fused ops' proxy asks for its own stream count through per-thread connection hints
+ * (NCCL's comms keep NCCL_MK_OFI_STREAMS): a hinted comm has that many streams, the next
+ * one without a hint the parameter's. */
+static int hints_role(struct lb_ctx* ctx) {
+  int streams = (int)mk_param_int(MK_PARAM_OFI_STREAMS);
+  int threads = (int)mk_param_int(MK_PARAM_OFI_STREAM_THREADS);
+  LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
+  LB_OK(one_message(ctx, 1));
+  LB_OK(ctx->ops->close(ctx->comm));
+  ctx->comm = NULL;
+  int hinted, plain;
+  LB_OK(helpers_with_hint(ctx, 3, &hinted));
+  LB_OK(helpers_with_hint(ctx, 0, &plain));
+  printf("  [%s] helper threads: %d with a hint of 3 streams, %d without (parameter %d)\n",
+         ctx->is_sender ? "sender" : "receiver", hinted, plain, streams);
+  LB_EXPECT(hinted == (threads ? 2 : 0));
+  LB_EXPECT(plain == (threads ? streams - 1 : 0));
+  return lb_close(ctx);
+}
+
 const struct lb_case lb_cases_lifecycle[] = {
+    {"connection_hints_set_the_stream_count", hints_role, hints_role, 30, 0},
     {"close_joins_every_stream_thread", threads_role, threads_role, 30, 0},
     {"reconnect_on_same_listen_comm_and_close_in_flight", reconnect_recv, reconnect_send, 30, 0},
     {"killed_peer_gives_econnreset_within_bound", killed_recv, killed_send, 40, 1},
