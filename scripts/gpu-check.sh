@@ -177,7 +177,8 @@ tier_xnode() {
     mkdir -p '$LOGS/xtrace' && NCCL_MK_TRACE=1 NCCL_MK_TRACE_DIR='$LOGS/xtrace' \
     '$B/test/perf/fused/ag_gemm_perf' -M 4096 -N 8192 -n 2 -w 1 >/dev/null &&
     ls '$LOGS'/xtrace/mk-trace.rank*.call3.trace >/dev/null &&
-    (scripts/mk-trace summary '$LOGS'/xtrace/mk-trace.rank*.call3.trace || true)"
+    (scripts/mk-trace summary '$LOGS'/xtrace/mk-trace.rank*.call3.trace || true) &&
+    (scripts/mk-trace arrivals '$LOGS'/xtrace/mk-trace.rank*.call3.trace || true)"
   unset NCCL_MK_LOCAL_SIZE NCCL_MK_TRANSPORT NCCL_MK_OFI_PROVIDER
 }
 

@@ -226,3 +226,39 @@ def _fold(path):
         else:
             segs.append((e, e, [e]))
     return segs
+
+
+def arrival_table(traces):
+    """Per rank, the arrived row-blocks in arrival order: [(rank, [(flag, peer, arrived_ns,
+    first_use_ns or None)])], times from that rank's first event. Where a peer's data landed
+    when, and how long the GEMM then took to use it: what tells a transport-bound call from
+    one that waits on something else (a signal stuck behind later data arrives late but then
+    is used at once)."""
+    arr_ev = arrival_events(traces)
+    uses = first_uses(traces, {k: e.end for k, e in arr_ev.items()})
+    out = []
+    for t in traces:
+        t0 = min(e.start for e in t.events) if t.events else 0
+        rows = []
+        for (rank, flag), e in arr_ev.items():
+            if rank != t.rank:
+                continue
+            peer = e.peer if e.role == "comm-recv" else next(
+                (u.rank for u in traces if e in u.events), -1)
+            use = uses.get((rank, flag))
+            rows.append((flag, peer, e.end - t0, None if use is None else use.start - t0))
+        out.append((t.rank, sorted(rows, key=lambda r: r[2])))
+    return out
+
+
+def format_arrivals(traces):
+    lines = []
+    for rank, rows in arrival_table(traces):
+        lines.append(f"rank {rank}: {len(rows)} row-block arrivals")
+        lines.append(f"  {'flag':>5} {'from':>4} {'arrived us':>11} {'first use us':>13}"
+                     f" {'gap us':>8}")
+        for flag, peer, arrived, use in rows:
+            u = "-" if use is None else f"{use / 1e3:.1f}"
+            gap = "-" if use is None else f"{(use - arrived) / 1e3:.1f}"
+            lines.append(f"  {flag:>5} {peer:>4} {arrived / 1e3:>11.1f} {u:>13} {gap:>8}")
+    return "\n".join(lines)

@@ -229,6 +229,31 @@ def summary_reports_overlap_and_critical_path(tmp):
           "this comm-bound synthetic run's critical path goes through the chunks")
 
 
+def arrivals_list_each_block_in_order_before_its_use(tmp):
+    paths, traces, _ = synth_traces(tmp)
+    table = dict(analysis.arrival_table(traces))
+    arr = analysis.arrivals(traces)
+    for rank in (0, 1):
+        rows = table[rank]
+        flags = {k[1] for k in arr if k[0] == rank}
+        check(sorted(r[0] for r in rows) == sorted(flags) and flags,
+              f"rank {rank}: every arrived flag once ({len(rows)} rows, {len(flags)} flags)")
+        check([r[2] for r in rows] == sorted(r[2] for r in rows), f"rank {rank}: arrival order")
+        check(all(r[1] == 1 - rank for r in rows), f"rank {rank}: the data came from the peer")
+        check(all(r[3] is not None and r[3] >= r[2] for r in rows),
+              f"rank {rank}: each block used after it arrived: {rows}")
+    out = tool("arrivals", *paths).stdout
+    check("rank 0:" in out and "first use us" in out and out.count("\n") >= len(arr),
+          f"the table, a line per arrival:\n{out}")
+    # negative control: a use moved before its arrival shows as a negative gap
+    t = traces[0]
+    flag = next(k[1] for k in arr if k[0] == t.rank)
+    use = analysis.first_uses(traces)[(t.rank, flag)]
+    use.start = arr[(t.rank, flag)] - 1000
+    rows = dict(analysis.arrival_table(traces))[t.rank]
+    check(any(r[0] == flag and r[3] < r[2] for r in rows), "a use before its arrival shows")
+
+
 def real_size_traces(tmp, keep=lambda e: True):
     """A synthetic trace the size of a real 2 x H200 run (128 GEMM + 4 push CTAs per rank,
     4096 x 8192: 16 remote row-blocks per rank), written back with only the events `keep`
