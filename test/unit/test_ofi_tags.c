@@ -96,10 +96,32 @@ static void stripes_sent_end_at_the_message(void) {
   }
 }
 
+/* Puts: striped only with delivery-complete writes. Without them a completion only means the
+ * bytes left the source and ordering rests on one endpoint's write-after-write order, which a
+ * plain put's stripes on streams 1.. would escape: the proxy's fenced signal (stream 0),
+ * posted once the put completed, could land before them. With them a put_signal's data
+ * leaves stream 0 to the signals. */
+static void put_streams(void) {
+  int first = -1;
+  for (int signal = 0; signal <= 1; signal++) {
+    CHECK_EQ(mk_ofi_put_streams(4, 0, signal, &first), 1); /* no delivery-complete: stream 0 */
+    CHECK_EQ(first, 0);
+    CHECK_EQ(mk_ofi_put_streams(1, 1, signal, &first), 1);
+    CHECK_EQ(first, 0);
+  }
+  CHECK_EQ(mk_ofi_put_streams(4, 1, 0, &first), 4);
+  CHECK_EQ(first, 0);
+  CHECK_EQ(mk_ofi_put_streams(4, 1, 1, &first), 3);
+  CHECK_EQ(first, 1);
+  CHECK_EQ(mk_ofi_put_streams(2, 1, 1, &first), 1);
+  CHECK_EQ(first, 1);
+}
+
 int main(void) {
   tags();
   plans();
   stripes_sent_end_at_the_message();
+  put_streams();
   CHECK_EQ(sizeof(struct mk_ofi_cts), 200);
   CHECK_EQ(sizeof(struct mk_ofi_hello), 536);
   return MK_TEST_RESULT();

@@ -190,17 +190,9 @@ static int ofi_put_check(struct ofi_comm* c, const void* src, size_t size, struc
   return 0;
 }
 
-/* The streams a put's data goes to: [*first, *first + return). Striping a put_signal needs
- * delivery-complete writes: without them the signal's ordering rests on write-after-write
- * order, which holds on one endpoint only. With them and more than one stream, stream 0 is
- * left to signals: a signal behind bulk data on its endpoint waits for all of it, so with a
- * call's blocks in flight the first flag landed with the last block (2xH200, bench/NOTES.md). */
+/* The streams a put's data goes to (mk_ofi_put_streams). */
 static int ofi_put_streams(const struct ofi_comm* c, const struct ofi_req* r, int* first) {
-  *first = 0;
-  if (!r->signal_waiting) return c->nstreams;
-  if (!c->dev->delivery_complete || c->nstreams == 1) return 1;
-  *first = 1;
-  return c->nstreams - 1;
+  return mk_ofi_put_streams(c->nstreams, c->dev->delivery_complete, r->signal_waiting, first);
 }
 
 /* Posts the data writes of a put, one stripe per stream as a receive would be cut (so the

@@ -151,6 +151,25 @@ static inline uint64_t mk_ofi_stripe_len(uint64_t size, uint64_t chunk, unsigned
   return off >= size ? 0 : size - off < chunk ? size - off : chunk;
 }
 
+/* The streams a put's data goes to: [*first, *first + return). Striping needs
+ * delivery-complete writes, for a plain put as much as for a put_signal: without them a
+ * completion only means the bytes left the source, and a flag's ordering behind data rests
+ * on write-after-write order, which holds on one endpoint only. That covers a put_signal's
+ * own data and also the earlier plain puts that a fenced signal (the proxy's
+ * MK_PROXY_FENCE / MK_PROXY_SIGNAL) posted after their completions covers: striped over
+ * streams 1.. they could land after that signal on stream 0. With them and more than one
+ * stream, stream 0 is left to signals: a signal behind bulk data on its endpoint waits for
+ * all of it, so with a call's blocks in flight the first flag landed with the last block
+ * (2xH200, bench/NOTES.md). Not wire format: each end picks its own. */
+static inline int mk_ofi_put_streams(int nstreams, int delivery_complete, int has_signal,
+                                     int* first) {
+  *first = 0;
+  if (!delivery_complete || nstreams <= 1) return 1;
+  if (!has_signal) return nstreams;
+  *first = 1;
+  return nstreams - 1;
+}
+
 _Static_assert(sizeof(struct mk_ofi_hello) == 536, "hello layout");
 _Static_assert(sizeof(struct mk_ofi_cts) == 200, "cts layout");
 
