@@ -382,6 +382,13 @@ static int proxy_post_one(struct mk_proxy* p, struct proxy_op* op) {
   }
 }
 
+/* The data bytes a descriptor moves: a SIGNAL's size field is none (it posts a 0-byte put
+ * whatever the field says, and desc_check does not look at it), so neither the cap nor the
+ * counters take it. */
+static uint64_t proxy_data_bytes(const struct proxy_op* op) {
+  return (op->d.op & MK_PROXY_OP_MASK) == MK_PROXY_SIGNAL ? 0 : op->d.size;
+}
+
 /* Whether op may be posted now: per peer in ticket order; a fenced descriptor only once every
  * earlier one to its peer has completed; data only while the peer's posted bytes stay within
  * the cap (or none are posted). Without a cap a whole call's blocks go at once, and where a
@@ -396,7 +403,7 @@ static int proxy_may_post(struct mk_proxy* p, uint64_t i) {
       return 0;
   }
   uint64_t posted = p->peers[op->d.peer].posted_bytes;
-  return posted == 0 || posted + op->d.size <= p->inflight_bytes;
+  return posted == 0 || posted + proxy_data_bytes(op) <= p->inflight_bytes;
 }
 
 /* Posts what may go (proxy_may_post). Returns how many were posted, or <0. */
@@ -413,7 +420,7 @@ static int proxy_post(struct mk_proxy* p) {
     if (op->req) {
       op->state = OP_POSTED, n++;
       struct proxy_peer* q = &p->peers[op->d.peer];
-      q->posted_bytes += op->d.size;
+      q->posted_bytes += proxy_data_bytes(op);
       if (q->posted_bytes > q->peak_posted)
         __atomic_store_n(&q->peak_posted, q->posted_bytes, __ATOMIC_RELAXED);
     }
@@ -438,9 +445,8 @@ static int proxy_complete(struct mk_proxy* p) {
     op->req = NULL;
     op->state = OP_DONE;
     struct proxy_peer* q = &p->peers[op->d.peer];
-    q->posted_bytes -= op->d.size;
-    if ((op->d.op & MK_PROXY_OP_MASK) != MK_PROXY_SIGNAL)
-      __atomic_fetch_add(&q->sent_bytes, op->d.size, __ATOMIC_RELAXED);
+    q->posted_bytes -= proxy_data_bytes(op);
+    __atomic_fetch_add(&q->sent_bytes, proxy_data_bytes(op), __ATOMIC_RELAXED);
     __atomic_fetch_add(&q->sent_ops, 1, __ATOMIC_RELAXED);
     n++;
   }

@@ -113,8 +113,11 @@ static int stream_recv_next(struct lb_ctx* ctx, struct px* x, uint64_t i, uint64
     return 1;
   }
   *checked += len;
+  /* A signal-only descriptor's size field means nothing (the proxy posts no data for it): a
+   * stale one must count toward neither the cap nor the peak checked below. */
   struct mk_proxy_desc ack = {.op = MK_PROXY_SIGNAL, .peer = x->peer,
-                              .flag_off = (uint64_t)(KSLOTS + k) * 8, .flag_value = r};
+                              .flag_off = (uint64_t)(KSLOTS + k) * 8, .flag_value = r,
+                              .size = (uint64_t)STREAM_CAP << 20};
   LB_OK(mk_proxy_publish(&x->prod, &ack, WAIT_NS, NULL));
   return 0;
 }
