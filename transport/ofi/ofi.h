@@ -258,12 +258,12 @@ int ofi_signal_post(struct ofi_comm* c, struct ofi_req* r);
 /* ofi_rma.c: the RMA write of one stripe of a put (buf inside the put's source) on stream k. */
 ssize_t ofi_put_stripe_write(struct ofi_comm* c, unsigned k, struct ofi_op* op, void* buf,
                              size_t len, void* desc);
-/* ofi_data.c: one operation (op->kind: send, recv or put stripe) on stream k; the _retry form
- * waits out EAGAIN (bounded) for posts that cannot be abandoned. */
-ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, void* buf, size_t len, void* desc,
-                        uint64_t tag, struct ofi_op* op);
-int ofi_stripe_post_retry(struct ofi_comm* c, unsigned k, void* buf, size_t len, void* desc,
-                          uint64_t tag, struct ofi_op* op);
+/* ofi_data.c: one stripe of a send, receive or put (op->kind) on stream k, in order: the
+ * first (first != 0) may still be abandoned, so its EAGAIN comes back as -FI_EAGAIN with
+ * nothing posted; a later one is waited out, and its failure fails the comm (the earlier
+ * stripes stay with the provider). */
+int ofi_stripe_post_in_turn(struct ofi_comm* c, int first, unsigned k, void* buf, size_t len,
+                            void* desc, uint64_t tag, struct ofi_op* op);
 /* ofi_rma.c: registrations. */
 void* ofi_mr_desc(struct mk_mr* mr);
 int ofi_mr_check(struct ofi_comm* c, struct mk_mr* mr, const void* data, size_t size);

@@ -34,8 +34,8 @@ static int ofi_cts_match(const struct ofi_cts_slot* s, int tag) {
 /* Posts one operation on stream k, telling its thread (if any) that work is coming. What is
  * posted follows op->kind: a tagged send or receive, or a put's RMA write (tag unused; the
  * remote address comes from the request, ofi_rma.c). */
-ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, void* buf, size_t len, void* desc,
-                        uint64_t tag, struct ofi_op* op) {
+static ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, void* buf, size_t len,
+                               void* desc, uint64_t tag, struct ofi_op* op) {
   struct ofi_stream* st = &c->st[k];
   ofi_stream_busy(st);
   ssize_t rc;
@@ -49,8 +49,8 @@ ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, void* buf, size_t len, v
 /* Posting after earlier posts of the same message succeeded cannot be abandoned, so an
  * EAGAIN here is waited out (progressing frees provider resources; streams 1.. progress in
  * their threads), bounded. */
-int ofi_stripe_post_retry(struct ofi_comm* c, unsigned k, void* buf, size_t len, void* desc,
-                          uint64_t tag, struct ofi_op* op) {
+static int ofi_stripe_post_retry(struct ofi_comm* c, unsigned k, void* buf, size_t len,
+                                 void* desc, uint64_t tag, struct ofi_op* op) {
   uint64_t deadline = ofi_now_ns() + (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
   for (;;) {
     ssize_t rc = ofi_stripe_post(c, k, buf, len, desc, tag, op);
@@ -59,6 +59,14 @@ int ofi_stripe_post_retry(struct ofi_comm* c, unsigned k, void* buf, size_t len,
     if (p < 0) return p;
     if (ofi_now_ns() > deadline) return -ETIMEDOUT;
   }
+}
+
+int ofi_stripe_post_in_turn(struct ofi_comm* c, int first, unsigned k, void* buf, size_t len,
+                            void* desc, uint64_t tag, struct ofi_op* op) {
+  if (first) return ofi_rc(ofi_stripe_post(c, k, buf, len, desc, tag, op));
+  int rc = ofi_stripe_post_retry(c, k, buf, len, desc, tag, op);
+  if (rc < 0) c->error = rc; /* half posted: the request stays with the provider */
+  return rc;
 }
 
 /* The stripes of one send, as the receiver cut its buffer (the clear-to-send says how):
@@ -76,15 +84,10 @@ static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct 
     struct ofi_op* op = &r->ops[OFI_OP_AT(0, k)];
     *op = (struct ofi_op){.req = r, .kind = OFI_OP_SEND, .idx = (uint8_t)i, .stripe = (uint8_t)k};
     uint64_t tag = mk_ofi_tag_data(cts->seq, (unsigned)i, k);
-    unsigned st = (s0 + k) % (unsigned)c->nstreams;
-    if (k == 0) {
-      ssize_t rc = ofi_stripe_post(c, st, buf, len, desc, tag, op);
-      if (rc == -FI_EAGAIN) return 1;
-      if (rc != 0) return (int)rc;
-    } else {
-      int rc = ofi_stripe_post_retry(c, st, buf, len, desc, tag, op);
-      if (rc < 0) return c->error = rc; /* half posted: the request stays with the provider */
-    }
+    int rc = ofi_stripe_post_in_turn(c, k == 0, (s0 + k) % (unsigned)c->nstreams, buf, len, desc,
+                                     tag, op);
+    if (rc == -FI_EAGAIN) return 1;
+    if (rc != 0) return rc;
   }
   return 0;
 }
@@ -203,21 +206,17 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
   uint8_t nst;
   uint64_t chunk;
   mk_ofi_stripe_plan(size, c->nstreams, c->stripe_min, &nst, &chunk);
-  const unsigned s0 = 0; /* a message shorter than a stripe travels on NCCL's thread alone */
+  /* stripe k on stream k (stream0 = 0): a message shorter than a stripe travels on NCCL's
+   * thread alone */
   for (unsigned k = 0; k < nst; k++) {
-    unsigned st = (s0 + k) % (unsigned)c->nstreams;
     size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
     struct ofi_op* op = &r->ops[OFI_OP_AT(i, k)];
     *op = (struct ofi_op){.req = r, .kind = OFI_OP_RECV, .idx = (uint8_t)i, .stripe = (uint8_t)k};
     uint64_t tag = mk_ofi_tag_data(c->seq, (unsigned)i, k);
     __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED); /* before: it may complete at once */
-    int rc;
-    if (first && k == 0) {
-      rc = (int)ofi_stripe_post(c, st, data, len, desc, tag, op);
-      if (rc == -FI_EAGAIN) rc = 1; /* nothing posted: the caller may retry */
-    } else {
-      rc = ofi_stripe_post_retry(c, st, data + (size_t)k * chunk, len, desc, tag, op);
-    }
+    int rc = ofi_stripe_post_in_turn(c, first && k == 0, k, data + (size_t)k * chunk, len, desc,
+                                     tag, op);
+    if (rc == -FI_EAGAIN) rc = 1; /* nothing posted: the caller may retry */
     if (rc != 0) {
       __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELAXED);
       return rc;
@@ -225,7 +224,7 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
   }
   r->cts.nstripes[i] = nst;
   r->cts.chunk[i] = chunk;
-  r->cts.stream0[i] = (uint8_t)s0;
+  r->cts.stream0[i] = 0;
   return 0;
 }
 
