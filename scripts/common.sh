@@ -8,7 +8,8 @@ MK_BUILD="${MK_BUILD:-$MK_ROOT/build}"
 mk_cuda_header_deps() {
   local stamp="$MK_BUILD/.cuda-headers.stamp"
   if [ ! -f "$stamp" ] || [ -n "$(find "$MK_ROOT/fused" "$MK_ROOT/include" "$MK_ROOT/test" \
-      \( -name '*.cuh' -o -name '*.h' \) -newer "$stamp" -print -quit)" ]; then
+      "$MK_ROOT/plugin" "$MK_ROOT/transport" \( -name '*.cuh' -o -name '*.h' \) \
+      -newer "$stamp" -print -quit)" ]; then
     find "$MK_ROOT/fused" "$MK_ROOT/test" -name '*.cu' -exec touch {} +
   fi
   mkdir -p "$MK_BUILD" && touch "$stamp"
