@@ -94,6 +94,10 @@ enum mk_param_id {
   MK_PARAM_COUNT
 };
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA tests read parameters too */
+#endif
+
 int64_t mk_param_int(enum mk_param_id id);
 const char* mk_param_str(enum mk_param_id id);
 const char* mk_param_env_name(enum mk_param_id id);
@@ -101,5 +105,9 @@ const char* mk_param_env_name(enum mk_param_id id);
 void mk_param_dump(void);
 /* Tests only: forget the cached values so the next read sees the environment again. */
 void mk_param_reload(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* MK_PARAM_H_ */

@@ -236,6 +236,7 @@ def arrival_table(traces):
     is used at once)."""
     arr_ev = arrival_events(traces)
     uses = first_uses(traces, {k: e.end for k, e in arr_ev.items()})
+    sender = {id(e): t.rank for t in traces for e in t.events if e.role == "comm-send"}
     out = []
     for t in traces:
         t0 = min(e.start for e in t.events) if t.events else 0
@@ -243,8 +244,7 @@ def arrival_table(traces):
         for (rank, flag), e in arr_ev.items():
             if rank != t.rank:
                 continue
-            peer = e.peer if e.role == "comm-recv" else next(
-                (u.rank for u in traces if e in u.events), -1)
+            peer = e.peer if e.role == "comm-recv" else sender[id(e)]
             use = uses.get((rank, flag))
             rows.append((flag, peer, e.end - t0, None if use is None else use.start - t0))
         out.append((t.rank, sorted(rows, key=lambda r: r[2])))

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "gemm_check.cuh"
+#include "mk_param.h"
 #include "nccl_mk.h"
 #include "nccl_ok.h"
 #include "perf_launch.h"
@@ -294,10 +295,7 @@ static void scenario_back_to_back(struct rank_env* e) {
 
 /* 1 when this run emulates one node per rank (NCCL_MK_LOCAL_SIZE=1, as gpu-check's xnode tier
  * sets it): the ops then go through the proxy, and some expectations differ. */
-static int emulated_nodes(void) {
-  const char* ls = getenv("NCCL_MK_LOCAL_SIZE");
-  return ls && atoi(ls) == 1;
-}
+static int emulated_nodes(void) { return mk_param_int(MK_PARAM_LOCAL_SIZE) == 1; }
 
 /* One AllGather+GEMM on o (filled for s), waited for; the communicator's asynchronous error
  * after it, printed, its account in msg. */
