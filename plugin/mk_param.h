@@ -38,7 +38,8 @@
     "ofi: bounce buffers per receive comm, each NCCL_MK_OFI_EAGER_BYTES: the eager messages "  \
     "a sender may have in flight or unreceived (its credits)")                                 \
   X(STR, SOCKET_IFNAME, "NCCL_MK_SOCKET_IFNAME", "", 0, 0, "",                                 \
-    "interface for connection setup; empty picks the first non-loopback interface that is up") \
+    "interfaces (NCCL_SOCKET_IFNAME syntax: prefixes, =exact, ^ for all but) for connection "  \
+    "setup and, with ofi tcp, the only devices NCCL sees; empty: all but loopback")           \
   X(INT, CONNECT_TIMEOUT_MS, "NCCL_MK_CONNECT_TIMEOUT_MS", "30000", 1, 3600000, "",            \
     "give up on a connection handshake after this many milliseconds")                          \
   X(INT, NET_SPEED_MBPS, "NCCL_MK_NET_SPEED_MBPS", "0", 0, 100000000, "",                      \

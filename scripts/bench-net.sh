@@ -3,7 +3,9 @@
 # network path (no P2P, no SHM, one NCCL "node" per process), in one run. Prints busbw per
 # size for each and the ratios. usage: scripts/bench-net.sh [collective] [maxbytes]
 # MK_STREAMS="1 2 4 8" runs ours once per NCCL_MK_OFI_STREAMS value, and MK_EAGER="0 16384"
-# once per NCCL_MK_OFI_EAGER_BYTES value (default: the library's for each).
+# once per NCCL_MK_OFI_EAGER_BYTES value (default: the library's for each). MK_NET_IFNAME names
+# the interface for both sides (NCCL_MK_SOCKET_IFNAME and NCCL_SOCKET_IFNAME; default: each
+# one's own choice, the first interface but loopback), so both see the same number of NICs.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 mk_build
@@ -13,6 +15,9 @@ out="${OUT:-$MK_BUILD/bench-net}"
 mkdir -p "$out"
 bin="$MK_BUILD/test/perf/coll/${coll}_perf"
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_TUNER_PLUGIN=none
+if [ -n "${MK_NET_IFNAME:-}" ]; then
+  export NCCL_MK_SOCKET_IFNAME="$MK_NET_IFNAME" NCCL_SOCKET_IFNAME="$MK_NET_IFNAME"
+fi
 run() { # label, then environment assignments
   local label=$1; shift
   echo "== $label"
@@ -24,8 +29,7 @@ for s in ${MK_STREAMS:-default}; do
     label=mk knobs=()
     [ "$s" != default ] && label+="_s$s" knobs+=(NCCL_MK_OFI_STREAMS="$s")
     [ "$e" != default ] && label+="_e$e" knobs+=(NCCL_MK_OFI_EAGER_BYTES="$e")
-    run "$label" NCCL_NET_PLUGIN="$MK_BUILD/libnccl-net-mk.so" NCCL_NET=mk "${knobs[@]}" \
-        NCCL_MK_SOCKET_IFNAME="${NCCL_MK_SOCKET_IFNAME:-lo}"
+    run "$label" NCCL_NET_PLUGIN="$MK_BUILD/libnccl-net-mk.so" NCCL_NET=mk "${knobs[@]}"
     ours+=("$label=$out/$label.json")
   done
 done

@@ -38,15 +38,14 @@ const char* mk_sock_addr_str(const struct sockaddr_storage* addr, char* buf, siz
   return buf;
 }
 
-/* name matches one entry of the comma-separated list (prefix, or exact with '='). */
-static int ifname_matches(const char* list, const char* name) {
+int mk_sock_ifname_matches(const char* list, const char* name) {
+  const int exclude = list[0] == '^';
   char tmp[256];
-  snprintf(tmp, sizeof(tmp), "%s", list);
-  for (char *save = NULL, *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    if (tok[0] == '=' ? strcmp(tok + 1, name) == 0 : strncmp(tok, name, strlen(tok)) == 0)
-      return 1;
-  }
-  return 0;
+  snprintf(tmp, sizeof(tmp), "%s", list + exclude);
+  int hit = 0;
+  for (char *save = NULL, *tok = strtok_r(tmp, ",", &save); tok && !hit; tok = strtok_r(NULL, ",", &save))
+    hit = tok[0] == '=' ? strcmp(tok + 1, name) == 0 : strncmp(tok, name, strlen(tok)) == 0;
+  return hit != exclude;
 }
 
 /* One pass over the interfaces for one family; loopback selects loopback or not. */
@@ -54,7 +53,7 @@ static int pick_pass(struct ifaddrs* ifs, const char* want, int family, int loop
                      struct sockaddr_storage* out, char* ifname, size_t ifname_len) {
   for (struct ifaddrs* i = ifs; i; i = i->ifa_next) {
     if (!i->ifa_addr || i->ifa_addr->sa_family != family || !(i->ifa_flags & IFF_UP)) continue;
-    if (want[0] ? !ifname_matches(want, i->ifa_name) : !!(i->ifa_flags & IFF_LOOPBACK) != loopback)
+    if (want[0] ? !mk_sock_ifname_matches(want, i->ifa_name) : !!(i->ifa_flags & IFF_LOOPBACK) != loopback)
       continue;
     if (family == AF_INET6 &&
         IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6*)i->ifa_addr)->sin6_addr))

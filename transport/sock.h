@@ -13,9 +13,12 @@
 
 enum mk_peer_state { MK_PEER_ALIVE, MK_PEER_BYE, MK_PEER_DEAD };
 
+/* 1 when name is selected by an NCCL_MK_SOCKET_IFNAME list, NCCL_SOCKET_IFNAME's syntax:
+ * comma-separated name prefixes, "=name" for an exact name, a leading '^' for "all but". */
+int mk_sock_ifname_matches(const char* list, const char* name);
 /* The address to listen on: the first interface that is up and matches NCCL_MK_SOCKET_IFNAME
- * (comma-separated name prefixes; "=name" for an exact name), IPv4 before IPv6; with the
- * variable empty, the first non-loopback interface, else loopback. ifname may be NULL. */
+ * (mk_sock_ifname_matches), IPv4 before IPv6; with the variable empty, the first non-loopback
+ * interface, else loopback. ifname may be NULL. */
 int mk_sock_pick_addr(struct sockaddr_storage* addr, char* ifname, size_t ifname_len);
 /* Listening socket on addr (port 0: the kernel picks), non-blocking; *bound gets the port. */
 int mk_sock_listen(const struct sockaddr_storage* addr, int* fd, struct sockaddr_storage* bound);

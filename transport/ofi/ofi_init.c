@@ -1,4 +1,5 @@
 /* Provider and device discovery, domains, and the properties reported to NCCL. */
+#include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "mk_param.h"
 #include "handle.h"
 #include "ofi.h"
+#include "sock.h"
 
 struct ofi_state ofi;
 
@@ -39,13 +41,17 @@ static int ofi_query(const char* prov, int want_hmem, int delivery_complete, str
   return rc;
 }
 
-/* Devices of interest first: the one NCCL_MK_SOCKET_IFNAME names; loopback only if named. */
-static int ofi_dev_rank(const struct fi_info* i) {
+/* Which devices NCCL sees, in what order (-1: not listed). A provider whose domains are network
+ * interfaces (tcp) follows NCCL_MK_SOCKET_IFNAME as NCCL's Socket transport follows
+ * NCCL_SOCKET_IFNAME: only the named ones; unset, every one but loopback (loopback only when
+ * nothing else exists). Domains that are not interfaces (efa's) are never filtered. Listing
+ * loopback beside a real interface made NCCL see two NICs and open twice the channels. */
+static int ofi_dev_rank(const struct fi_info* i, int allow_lo) {
   const char* want = mk_param_str(MK_PARAM_SOCKET_IFNAME);
   const char* name = i->domain_attr->name;
-  const char* w = want[0] == '=' ? want + 1 : want;
-  if (w[0] && strncmp(name, w, strlen(w)) == 0) return 0;
-  if (strcmp(name, "lo") == 0) return -1;
+  if (if_nametoindex(name) == 0) return 1;
+  if (want[0]) return mk_sock_ifname_matches(want, name) ? 0 : -1;
+  if (strcmp(name, "lo") == 0) return allow_lo ? 1 : -1;
   return 1;
 }
 
@@ -83,11 +89,11 @@ static void ofi_dev_add(const struct fi_info* i, int delivery_complete) {
 }
 
 /* One device per domain name, IPv4 entries preferred, in rank order. */
-static void ofi_devs_from(struct fi_info* list, int delivery_complete) {
+static void ofi_devs_from(struct fi_info* list, int delivery_complete, int allow_lo) {
   for (int rank = 0; rank <= 1; rank++)
     for (int v4 = 1; v4 >= 0; v4--)
       for (struct fi_info* i = list; i && ofi.ndev < MK_OFI_MAX_DEVS; i = i->next) {
-        if (ofi_dev_rank(i) != rank || ofi_dev_known(i->domain_attr->name)) continue;
+        if (ofi_dev_rank(i, allow_lo) != rank || ofi_dev_known(i->domain_attr->name)) continue;
         if (v4 && i->addr_format != FI_SOCKADDR_IN) continue;
         ofi_dev_add(i, delivery_complete);
       }
@@ -102,7 +108,8 @@ static int ofi_discover(const char* prov) {
   struct fi_info* dc = NULL;
   int delivery_complete = ofi_query(prov, list->caps & FI_HMEM ? 1 : 0, 1, &dc) == 0;
   if (dc) ofi_sym.freeinfo(dc);
-  ofi_devs_from(list, delivery_complete);
+  ofi_devs_from(list, delivery_complete, 0);
+  if (ofi.ndev == 0) ofi_devs_from(list, delivery_complete, 1);
   ofi_sym.freeinfo(list);
   return ofi.ndev > 0 ? 0 : -ENODEV;
 }
