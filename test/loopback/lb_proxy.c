@@ -199,7 +199,7 @@ static int stream_rank(struct lb_ctx* ctx) {
 #define KILL_BOUND_S 10.0
 
 static int killed_survivor(struct lb_ctx* ctx) {
-  struct px x;
+  struct px x = {0};
   LB_OK(px_setup(ctx, &x, DEPTH, INFLIGHT, 8 * (size_t)KILL_CHUNK, 64));
   LB_OK(mk_proxy_start(x.p, x.keys));
   int threads_running = count_threads();
@@ -250,7 +250,7 @@ static int killed_survivor(struct lb_ctx* ctx) {
 }
 
 static int killed_victim(struct lb_ctx* ctx) {
-  struct px x;
+  struct px x = {0};
   LB_OK(px_setup(ctx, &x, DEPTH, INFLIGHT, 8 * (size_t)KILL_CHUNK, 64));
   LB_OK(mk_proxy_start(x.p, x.keys));
   lb_tell(ctx, 1);
@@ -263,7 +263,7 @@ static int killed_victim(struct lb_ctx* ctx) {
  * completes only while its target progresses), joins and leaves no thread. */
 
 static int stop_initiator(struct lb_ctx* ctx) {
-  struct px x;
+  struct px x = {0};
   LB_OK(px_setup(ctx, &x, 64, 16, 16u << 20, 64));
   int before = count_threads();
   LB_OK(mk_proxy_start(x.p, x.keys));
@@ -302,7 +302,7 @@ static int stop_initiator(struct lb_ctx* ctx) {
 }
 
 static int stop_target(struct lb_ctx* ctx) {
-  struct px x;
+  struct px x = {0};
   LB_OK(px_setup(ctx, &x, 64, 16, 16u << 20, 64));
   LB_OK(mk_proxy_start(x.p, x.keys));
   LB_EXPECT(lb_hear(ctx) == 1);

@@ -65,7 +65,7 @@ static int xnode_call(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t las
 }
 
 int lb_xnode_allgather_rank(struct lb_ctx* ctx) {
-  struct px x;
+  struct px x = {0};
   LB_OK(px_setup(ctx, &x, 64, 16, 2 * XBLOCKS * (size_t)XB, MK_XN_FLAG_WORDS));
   LB_OK(mk_proxy_start(x.p, x.keys));
   srand((unsigned)ctx->seed + (unsigned)x.rank);
@@ -198,7 +198,7 @@ static int rs_call_run(struct lb_ctx* ctx, struct px* x, uint64_t e, uint64_t* t
 }
 
 static int rs_run(struct lb_ctx* ctx, int gather) {
-  struct px x;
+  struct px x = {0};
   LB_OK(px_setup(ctx, &x, 16, 16, mk_xn_rs_bytes(2, RS_BLOCKS, RS_ROW_BYTES, gather),
                  MK_XN_FLAG_WORDS));
   LB_OK(mk_proxy_start(x.p, x.keys));
@@ -236,7 +236,7 @@ int lb_xnode_allreduce_rank(struct lb_ctx* ctx) {
 #define BYE_CHUNK (64u << 10)
 
 int lb_xnode_goodbye_rank(struct lb_ctx* ctx) {
-  struct px x;
+  struct px x = {0};
   LB_OK(px_setup(ctx, &x, 16, 8, 2 * (size_t)BYE_CHUNK, MK_XN_FLAG_WORDS));
   LB_OK(mk_proxy_start(x.p, x.keys));
   lb_fill(x.data, BYE_CHUNK, ctx->seed, (uint64_t)x.rank);
@@ -266,7 +266,7 @@ int lb_xnode_goodbye_rank(struct lb_ctx* ctx) {
 #define BYE_BOUND_NS (3 * SEC)
 
 int lb_xnode_goodbye_survivor(struct lb_ctx* ctx) {
-  struct px x;
+  struct px x = {0};
   LB_OK(px_setup(ctx, &x, 16, 8, 2 * (size_t)BYE_CHUNK, MK_XN_FLAG_WORDS));
   LB_OK(mk_proxy_start(x.p, x.keys));
   LB_EXPECT(lb_hear(ctx) == 1); /* its proxy ran */
@@ -284,7 +284,7 @@ int lb_xnode_goodbye_survivor(struct lb_ctx* ctx) {
 }
 
 int lb_xnode_goodbye_victim(struct lb_ctx* ctx) {
-  struct px x;
+  struct px x = {0};
   LB_OK(px_setup(ctx, &x, 16, 8, 2 * (size_t)BYE_CHUNK, MK_XN_FLAG_WORDS));
   LB_OK(mk_proxy_start(x.p, x.keys));
   lb_tell(ctx, 1);
