@@ -23,10 +23,10 @@
 
 #include "moe_check.cuh"
 #include "nccl_mk.h"
+#include "rank_harness.cuh" /* g_seed */
 
 static const int NR = 2;
 static const double TOL = 1e-2;
-static uint64_t g_seed; /* from the NCCL id: fresh each run, the same on every rank, printed */
 
 /* The limits given to ncclMkCommInit (moe_max_recv_rows 0: the worst case); every case fits. */
 enum { MAX_TOKENS = 16384, MAX_HIDDEN = 512, MAX_TOPK = 8 };

@@ -24,10 +24,10 @@
 #include "nccl_mk.h"
 #include "nccl_ok.h"
 #include "perf_launch.h"
+#include "rank_harness.cuh"
 
 
 static const int NR = 2;
-static uint64_t g_seed; /* from the NCCL id: fresh each run, the same on every rank, printed */
 static const double TOL = 1e-2;
 
 struct rank_env {
@@ -537,25 +537,22 @@ static void run_scenario(struct rank_env* e, const char* name) {
   expect(e, async == ncclSuccess, "no asynchronous error", 0);
 }
 
-static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
-  struct rank_env e = {rank, NULL, NULL, 0};
-  printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
+static void fused_scenario_env(const char* scenario, int rank) {
   if (!strcmp(scenario, "hang_report")) hang_report_env(rank);
   if (!strcmp(scenario, "absent_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
   if (!strcmp(scenario, "killed_peer")) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
   if (!strcmp(scenario, "no_proxy_fallback")) setenv("NCCL_MK_OFI_PROVIDER", "no-such-provider", 1);
-  CUDA_OK(cudaSetDevice(rank));
-  CUDA_OK(cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking));
-  NCCL_OK(ncclCommInitRank(&e.comm, NR, *id, rank));
-  ncclMkConfig cfg;
-  NCCL_OK(ncclMkConfigDefaults(&cfg));
-  cfg.max_m = 2 * 4097, cfg.max_n = 1024, cfg.max_k = 1024;
-  NCCL_OK(ncclMkCommInit(e.comm, &cfg));
+}
+
+static void fused_config(const char* scenario, ncclMkConfig* cfg) {
+  (void)scenario;
+  cfg->max_m = 2 * 4097, cfg->max_n = 1024, cfg->max_k = 1024;
+}
+
+static int fused_run(const char* scenario, int rank, ncclComm_t comm, cudaStream_t stream) {
+  struct rank_env e = {rank, comm, stream, 0};
   run_scenario(&e, scenario);
-  NCCL_OK(ncclMkCommRelease(e.comm));
-  ncclCommDestroy(e.comm);
-  printf("rank %d: %s: %d failure(s)\n", rank, scenario, e.failures);
-  return e.failures ? 1 : 0;
+  return e.failures;
 }
 
 struct thread_arg { struct rank_env* e; const char* scenario; };
@@ -602,18 +599,13 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s <scenario>\n", argv[0]);
     return 2;
   }
-  alarm(300); /* a bug must not hang the suite */
-  ncclUniqueId id;
-  int rank;
-  if (perf_test_child(argc, argv, &rank, &id)) { /* <scenario> -P rank -I id */
-    g_seed = perf_seed_from_id(argv[5]);
-    return rank_main(argv[1], rank, &id);
-  }
-  gpus_or_skip(NR);
-  if (!strcmp(argv[1], "group_init")) {
+  if (argc == 2 && !strcmp(argv[1], "group_init")) { /* one process, both GPUs */
+    alarm(300);
+    gpus_or_skip(NR);
     g_seed = (uint64_t)time(NULL) % 100000;
     printf("seed %llu\n", (unsigned long long)g_seed);
     return group_init_main();
   }
-  return perf_launch_local(2, argv, NR, 0);
+  static const struct rank_harness h = {NR, fused_scenario_env, fused_config, fused_run};
+  return rank_harness_main(argc, argv, &h);
 }

@@ -18,6 +18,7 @@
 
 #include "moe_test_common.cuh"
 #include "perf_launch.h"
+#include "rank_harness.cuh"
 
 /* clang-format off */
 static const struct moe_case correctness_cases[] = {
@@ -282,25 +283,22 @@ static void run_scenario(struct rank_env* e, const char* name) {
   expect(e, async == ncclSuccess, "no asynchronous error", 0);
 }
 
-static int rank_main(const char* scenario, int rank, const ncclUniqueId* id) {
-  struct rank_env e = {rank, NULL, NULL, NULL, 0, !strcmp(scenario, "fp8"), 0};
-  printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
+static void moe_scenario_env(const char* scenario, int rank) {
+  (void)rank;
   if (!strcmp(scenario, "dead_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
-  CUDA_OK(cudaSetDevice(rank));
-  CUDA_OK(cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking));
-  NCCL_OK(ncclCommInitRank(&e.comm, NR, *id, rank));
-  ncclMkConfig cfg;
-  NCCL_OK(ncclMkConfigDefaults(&cfg));
-  cfg.moe_max_tokens = MAX_TOKENS, cfg.moe_max_hidden = MAX_HIDDEN, cfg.moe_max_topk = MAX_TOPK;
-  cfg.moe_dispatch_fp8 = e.fp8;
-  NCCL_OK(ncclMkCommInit(e.comm, &cfg));
+}
+
+static void moe_config(const char* scenario, ncclMkConfig* cfg) {
+  cfg->moe_max_tokens = MAX_TOKENS, cfg->moe_max_hidden = MAX_HIDDEN, cfg->moe_max_topk = MAX_TOPK;
+  cfg->moe_dispatch_fp8 = !strcmp(scenario, "fp8");
+}
+
+static int moe_run(const char* scenario, int rank, ncclComm_t comm, cudaStream_t stream) {
+  struct rank_env e = {rank, comm, stream, NULL, 0, !strcmp(scenario, "fp8"), 0};
   NCCL_OK(ncclMkMoeLayoutCreate(e.comm, &e.layout));
   run_scenario(&e, scenario);
   NCCL_OK(ncclMkMoeLayoutDestroy(e.layout));
-  NCCL_OK(ncclMkCommRelease(e.comm));
-  ncclCommDestroy(e.comm);
-  printf("rank %d: %s: %d failure(s)\n", rank, scenario, e.failures);
-  return e.failures ? 1 : 0;
+  return e.failures;
 }
 
 int main(int argc, char** argv) {
@@ -310,13 +308,6 @@ int main(int argc, char** argv) {
             "dead_peer>\n", argv[0]);
     return 2;
   }
-  alarm(300);                                /* a bug must not hang the suite */
-  ncclUniqueId id;
-  int rank;
-  if (perf_test_child(argc, argv, &rank, &id)) { /* <scenario> -P rank -I id */
-    g_seed = perf_seed_from_id(argv[5]);
-    return rank_main(argv[1], rank, &id);
-  }
-  gpus_or_skip(NR);
-  return perf_launch_local(2, argv, NR, 0);
+  static const struct rank_harness h = {NR, moe_scenario_env, moe_config, moe_run};
+  return rank_harness_main(argc, argv, &h);
 }

@@ -1,0 +1,69 @@
+/*
+ * One process per GPU for the GPU tests that run an op as a collective (test_fused_ops,
+ * test_moe, and through two_rank.cuh test_ring_attn and test_ring_attn_bwd). The binary
+ * relaunches itself, one process per GPU (perf_launch.h; exit 77 with fewer GPUs), and each
+ * child opens its rank the same way: the scenario's environment, its device, a stream, NCCL,
+ * nccl-mk with the test's config; runs the scenario; closes the rank. What the tests differ in
+ * is struct rank_harness.
+ */
+#ifndef MK_RANK_HARNESS_CUH_
+#define MK_RANK_HARNESS_CUH_
+
+#include <nccl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "gemm_check.cuh"
+#include "nccl_mk.h"
+#include "nccl_ok.h"
+#include "perf_launch.h"
+
+static uint64_t g_seed; /* from the NCCL id: fresh each run, the same on every rank, printed */
+
+struct rank_harness {
+  int nranks;
+  /* Optional: the scenario's environment (shorter timeouts, planted faults), set before
+   * anything is opened. */
+  void (*scenario_env)(const char* scenario, int rank);
+  /* Optional: the test's changes to the default ncclMkConfig (the shapes to prepare for). */
+  void (*config)(const char* scenario, ncclMkConfig* cfg);
+  /* The scenario on the opened rank; returns its failure count. */
+  int (*run)(const char* scenario, int rank, ncclComm_t comm, cudaStream_t stream);
+};
+
+static int rank_harness_child(const struct rank_harness* h, const char* scenario, int rank,
+                              const ncclUniqueId* id) {
+  printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
+  if (h->scenario_env) h->scenario_env(scenario, rank);
+  ncclComm_t comm;
+  cudaStream_t stream;
+  CUDA_OK(cudaSetDevice(rank));
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  NCCL_OK(ncclCommInitRank(&comm, h->nranks, *id, rank));
+  ncclMkConfig cfg;
+  NCCL_OK(ncclMkConfigDefaults(&cfg));
+  if (h->config) h->config(scenario, &cfg);
+  NCCL_OK(ncclMkCommInit(comm, &cfg));
+  const int failures = h->run(scenario, rank, comm, stream);
+  NCCL_OK(ncclMkCommRelease(comm));
+  ncclCommDestroy(comm);
+  printf("rank %d: %s: %d failure(s)\n", rank, scenario, failures);
+  return failures ? 1 : 0;
+}
+
+/* The test's main once it has checked argv[1]: a child ("<scenario> -P rank -I id") runs its
+ * rank; the launcher starts h->nranks of them. */
+static int rank_harness_main(int argc, char** argv, const struct rank_harness* h) {
+  alarm(300); /* a bug must not hang the suite */
+  ncclUniqueId id;
+  int rank;
+  if (perf_test_child(argc, argv, &rank, &id)) {
+    g_seed = perf_seed_from_id(argv[5]);
+    return rank_harness_child(h, argv[1], rank, &id);
+  }
+  gpus_or_skip(h->nranks);
+  return perf_launch_local(2, argv, h->nranks, 0);
+}
+
+#endif /* MK_RANK_HARNESS_CUH_ */
