@@ -6,6 +6,7 @@
 # once per NCCL_MK_OFI_EAGER_BYTES value (default: the library's for each). MK_NET_IFNAME names
 # the interface for both sides (NCCL_MK_SOCKET_IFNAME and NCCL_SOCKET_IFNAME; default: each
 # one's own choice, the first interface but loopback), so both see the same number of NICs.
+# MK_NET_PROCS: ranks, one process and GPU each, each its own NCCL node (default 2).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 mk_build
@@ -21,7 +22,7 @@ fi
 run() { # label, then environment assignments
   local label=$1; shift
   echo "== $label"
-  env "$@" "$bin" -p 2 -g 1 -H -b 8 -e "$max" -f 4 -n 20 -w 5 -c 1 -J "$out/$label.json"
+  env "$@" "$bin" -p "${MK_NET_PROCS:-2}" -g 1 -H -b 8 -e "$max" -f 4 -n 20 -w 5 -c 1 -J "$out/$label.json"
 }
 ours=()
 for s in ${MK_STREAMS:-default}; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|all]
+# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|scale|all]
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
 #   attn:  the attention cores' tests (forward, backward), then attn_perf (forward, -b backward)
@@ -18,6 +18,8 @@
 #          P2P, SHM or NVLS; our net plugin over libfabric tcp;ofi_rxm on lo), 1 KiB-64 MiB x4,
 #          channels 0/4/8, 20 iterations; file $LOGS/tune-net.txt (aimed at < 4 minutes; not
 #          part of all)
+#   scale: issue 9 on 4 or 8 GPUs (skips with fewer): {ag_gemm,gemm_rs,gemm_ar}_perf at 4 and 8
+#          ranks on the 8192 shapes, bench-net at 4 and 8 ranks (not part of all)
 #   xnode: the fused ops' tests with each rank its own emulated node (NCCL_MK_LOCAL_SIZE=1: the
 #          proxy over libfabric tcp;ofi_rxm), then {ag_gemm,gemm_rs,gemm_ar}_perf across those
 #          nodes (not part of all)
@@ -146,6 +148,34 @@ tier_fused() {
     scripts/mk-trace summary '$LOGS'/trace/mk-trace.rank*.call3.trace"
   step ag_gemm_perf_reference env NCCL_MK_FUSED=0 "$B/test/perf/fused/ag_gemm_perf" -M "$m" -n 20 -w 3
   grep -A 20 '^#    M' "$LOGS/ag_gemm_perf_reference.log" || true
+}
+
+# Issue 9 on a machine with 4 or 8 GPUs (skipped with fewer), in one call: the fused ops'
+# benchmarks at 4 and 8 ranks on the issue's 8192 shapes against NCCL + cuBLASLt, then the
+# net plugin against Socket through the forced network path at the same rank counts. The GPU
+# test suites are 2-rank programs (test/gpu/rank_harness.cuh's nranks); at 4 and 8 ranks the
+# benchmarks' checks (#wrong against the sequential result) are the correctness evidence.
+tier_scale() {
+  local ngpu n op
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if [ "$ngpu" -lt 4 ]; then
+    echo "scale: needs 4 or 8 GPUs, found $ngpu"
+    ROWS+=("$(printf '%-48s %-5s %5ss' scale_needs_4_or_8_gpus skip 0)")
+    return
+  fi
+  local m="4096,8192,16384"
+  [ "${MK_FUSED_SHAPES:-}" = small ] && m="8192"
+  for n in 4 8; do
+    [ "$ngpu" -lt "$n" ] && continue
+    for op in ag_gemm gemm_rs gemm_ar; do
+      step "${op}_perf_${n}_ranks" "$B/test/perf/fused/${op}_perf" -p "$n" -M "$m" -N 8192 -K 8192 \
+        -n 20 -w 3 -J "$LOGS/${op}_perf_${n}.json"
+      grep -A 10 '^#    M' "$LOGS/${op}_perf_${n}_ranks.log" || true
+    done
+    step "bench_net_${n}_ranks" env OUT="$LOGS/bench-net-$n" MK_SKIP_BUILD=1 MK_NET_PROCS="$n" \
+      "$(dirname "$0")/bench-net.sh" all_reduce 256M
+    sed -n '/== busbw/,$p' "$LOGS/bench_net_${n}_ranks.log"
+  done
 }
 
 # Issue 13's emulated two-node setup (above), then the three ops' benchmarks with each rank its
@@ -309,8 +339,9 @@ case $tier in
   tune) tier_tune ;;
   xnode) tier_xnode ;;
   tune-net) tier_tune_net ;;
+  scale) tier_scale ;;
   all) tier_quick; tier_gemm; tier_attn; tier_fused; tier_ring; tier_moe; tier_net; tier_torch ;;
-  *) echo "usage: $0 [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|scale|all]" >&2; exit 2 ;;
 esac
 
 echo
