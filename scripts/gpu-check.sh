@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|scale|all]
+# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|scale|pairs|all]
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
 #   attn:  the attention cores' tests (forward, backward), then attn_perf (forward, -b backward)
@@ -18,6 +18,7 @@
 #          P2P, SHM or NVLS; our net plugin over libfabric tcp;ofi_rxm on lo), 1 KiB-64 MiB x4,
 #          channels 0/4/8, 20 iterations; file $LOGS/tune-net.txt (aimed at < 4 minutes; not
 #          part of all)
+#   pairs: every 2-GPU test program's scenarios, no benchmarks (fused ops, MoE, ring attention)
 #   scale: issue 9 on 4 or 8 GPUs (skips with fewer): {ag_gemm,gemm_rs,gemm_ar}_perf at 4 and 8
 #          ranks on the 8192 shapes, bench-net at 4 and 8 ranks (not part of all)
 #   xnode: the fused ops' tests with each rank its own emulated node (NCCL_MK_LOCAL_SIZE=1: the
@@ -148,6 +149,16 @@ tier_fused() {
     scripts/mk-trace summary '$LOGS'/trace/mk-trace.rank*.call3.trace"
   step ag_gemm_perf_reference env NCCL_MK_FUSED=0 "$B/test/perf/fused/ag_gemm_perf" -M "$m" -n 20 -w 3
   grep -A 20 '^#    M' "$LOGS/ag_gemm_perf_reference.log" || true
+}
+
+# Every 2-GPU test program's scenarios (fused ops, MoE, ring attention forward and backward),
+# no benchmarks: the check after a change to what they share (test/gpu/rank_harness.cuh).
+tier_pairs() {
+  local t
+  for t in $FUSED_TESTS; do step "${t#*:}" "$B/test/gpu/test_fused_ops" "${t%%:*}"; done
+  for t in $MOE_TESTS; do step "${t#*:}" "$B/test/gpu/test_moe" "${t%%:*}"; done
+  for t in $RING_TESTS; do step "${t#*:}" "$B/test/gpu/test_ring_attn" "${t%%:*}"; done
+  for t in $RING_BWD_TESTS; do step "${t#*:}" "$B/test/gpu/test_ring_attn_bwd" "${t%%:*}"; done
 }
 
 # Issue 9 on a machine with 4 or 8 GPUs (skipped with fewer), in one call: the fused ops'
@@ -340,8 +351,9 @@ case $tier in
   xnode) tier_xnode ;;
   tune-net) tier_tune_net ;;
   scale) tier_scale ;;
+  pairs) tier_pairs ;;
   all) tier_quick; tier_gemm; tier_attn; tier_fused; tier_ring; tier_moe; tier_net; tier_torch ;;
-  *) echo "usage: $0 [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|scale|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|scale|pairs|all]" >&2; exit 2 ;;
 esac
 
 echo
