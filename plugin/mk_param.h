@@ -32,8 +32,8 @@
     "ofi: receive buffers larger than this many bytes are striped over the streams")           \
   X(INT, OFI_EAGER_BYTES, "NCCL_MK_OFI_EAGER_BYTES", "0", 0, 1048576, "",                   \
     "ofi: a send of at most this many bytes whose clear-to-send has not arrived goes at once "  \
-    "into a receiver bounce buffer; 0 (the default until measured under NCCL) turns eager "     \
-    "off; 16384 suits CPU loopback (both ends use the smaller value)")                          \
+    "into a receiver bounce buffer; 0 (the default: under NCCL on 2xH200, 16-256 KiB changed " \
+    "nothing beyond the spread) turns eager off; both ends use the smaller value")             \
   X(INT, OFI_EAGER_BUFS, "NCCL_MK_OFI_EAGER_BUFS", "16", 1, 256, "",                          \
     "ofi: bounce buffers per receive comm, each NCCL_MK_OFI_EAGER_BYTES: the eager messages "  \
     "a sender may have in flight or unreceived (its credits)")                                 \
