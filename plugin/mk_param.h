@@ -17,9 +17,9 @@
     "net plugin transport; auto picks ib when verbs devices are present, else ofi")            \
   X(STR, OFI_PROVIDER, "NCCL_MK_OFI_PROVIDER", "", 0, 0, "",                                   \
     "libfabric provider; empty picks efa when present, else tcp;ofi_rxm")                      \
-  X(INT, OFI_STREAMS, "NCCL_MK_OFI_STREAMS", "4", 1, 8, "",                                  \
+  X(INT, OFI_STREAMS, "NCCL_MK_OFI_STREAMS", "0", 0, 8, "",                                  \
     "ofi: endpoints per comm; large messages are striped over them, each progressed by a "    \
-    "thread of its own (4 measured best under NCCL on 2xH200; 1: one endpoint, no threads)")  \
+    "thread of its own; 0: 4 over tcp (measured best under NCCL on 2xH200), 1 elsewhere")     \
   X(INT, PROXY_STREAMS, "NCCL_MK_PROXY_STREAMS", "4", 1, 8, "",                              \
     "fused ops across nodes, ofi: endpoints per proxy connection; each put is striped over "  \
     "them, each progressed by a thread of its own (NCCL's comms keep NCCL_MK_OFI_STREAMS)")   \

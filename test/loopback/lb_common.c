@@ -210,6 +210,11 @@ static int lb_reap(const struct lb_case* c, pid_t child, int parent_rc) {
   return parent_rc || child_rc ? 1 : 0;
 }
 
+int lb_ofi_streams(void) {
+  int set = (int)mk_param_int(MK_PARAM_OFI_STREAMS);
+  return set > 0 ? set : 4;
+}
+
 int lb_run(const struct lb_case* c) {
   setenv("NCCL_MK_SOCKET_IFNAME", "lo", 0);
   setenv("NCCL_MK_OFI_PROVIDER", "tcp;ofi_rxm", 0);

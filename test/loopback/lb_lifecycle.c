@@ -229,7 +229,7 @@ static int thread_count(void) {
  * connection warms up whatever libfabric starts once per process. */
 static int threads_role(struct lb_ctx* ctx) {
   static unsigned char big[4 << 20];
-  int streams = (int)mk_param_int(MK_PARAM_OFI_STREAMS);
+  int streams = lb_ofi_streams();
   int helpers = mk_param_int(MK_PARAM_OFI_STREAM_THREADS) ? streams - 1 : 0;
   LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
   LB_OK(one_message(ctx, 1));
@@ -284,7 +284,7 @@ static int helpers_with_hint(struct lb_ctx* ctx, int streams, int* helpers) {
  * (NCCL's comms keep NCCL_MK_OFI_STREAMS): a hinted comm has that many streams, the next
  * one without a hint the parameter's. */
 static int hints_role(struct lb_ctx* ctx) {
-  int streams = (int)mk_param_int(MK_PARAM_OFI_STREAMS);
+  int streams = lb_ofi_streams();
   int threads = (int)mk_param_int(MK_PARAM_OFI_STREAM_THREADS);
   LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
   LB_OK(one_message(ctx, 1));

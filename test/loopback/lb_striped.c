@@ -167,7 +167,7 @@ static int order_send(struct lb_ctx* ctx) {
 /* Peers configured with different stream counts agree on the smaller one. */
 static int mismatch_recv(struct lb_ctx* ctx) { return exact_recv(ctx); }
 static int mismatch_send(struct lb_ctx* ctx) {
-  int mine = (int)mk_param_int(MK_PARAM_OFI_STREAMS);
+  int mine = lb_ofi_streams();
   setenv("NCCL_MK_OFI_STREAMS", mine > 2 ? "2" : "3", 1);
   mk_param_reload();
   return exact_send(ctx);

@@ -240,6 +240,7 @@ void ofi_req_complete(struct ofi_req* r, const struct ofi_op* op, size_t len, in
 int ofi_errno_of(int fi_err);
 
 /* ofi_ep.c: a comm's endpoint resources. */
+int ofi_streams_default(const struct ofi_dev* dev);
 int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out);
 /* Closes the provider objects of a comm (endpoint first), leaving the comm itself. */
 void ofi_comm_close_fabric(struct ofi_comm* c);

@@ -53,6 +53,16 @@ static int ofi_ctrl_setup(struct ofi_comm* c) {
   return 0;
 }
 
+/* NCCL_MK_OFI_STREAMS, or with 0 (auto) 4 endpoints over tcp, where 4 measured best under
+ * NCCL on 2xH200, and 1 over other providers (efa: not measured; a helper thread per extra
+ * endpoint of every comm is a cost there until it is shown to pay). */
+int ofi_streams_default(const struct ofi_dev* dev) {
+  int64_t set = mk_param_int(MK_PARAM_OFI_STREAMS);
+  if (set > 0) return (int)set;
+  const char* prov = dev->info->fabric_attr->prov_name;
+  return prov && strstr(prov, "tcp") ? 4 : 1;
+}
+
 int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
   int rc;
   *out = NULL;
@@ -77,8 +87,7 @@ int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
     goto fail;
   }
   int hinted = mk_conn_hints_get()->streams;
-  c->nstreams = hinted >= 1 && hinted <= MK_OFI_MAX_STREAMS ? hinted
-                                                             : (int)mk_param_int(MK_PARAM_OFI_STREAMS);
+  c->nstreams = hinted >= 1 && hinted <= MK_OFI_MAX_STREAMS ? hinted : ofi_streams_default(dev);
   c->stripe_min = (uint64_t)mk_param_int(MK_PARAM_OFI_STRIPE_MIN);
   for (int k = 0; k < c->nstreams; k++) {
     MK_CHECK_GOTO(ofi_stream_open(c, &c->st[k]), rc, fail);
