@@ -49,6 +49,12 @@ step() {
   if [ "$st" = FAIL ]; then echo "---- $name (rc $rc), last lines:"; tail -n 15 "$LOGS/$name.log"; fi
 }
 
+# scenarios LIST BINARY: one step per "scenario:step_name" of LIST, running BINARY scenario.
+scenarios() {
+  local list=$1 bin=$2 t
+  for t in $list; do step "${t#*:}" "$bin" "${t%%:*}"; done
+}
+
 GEMM_TESTS="odd_shapes:gemm_matches_float64_on_odd_shapes cublas:gemm_matches_cublaslt
 negative_control:gemm_checker_rejects_one_bad_element ready_flags:gemm_waits_for_row_block_flags
 timeout:gemm_times_out_cleanly_on_a_missing_flag row_block_order:gemm_follows_row_block_order
@@ -79,11 +85,10 @@ negative_control:attn_backward_checker_rejects_one_bad_element_and_a_wrong_lse
 bad_input:attn_backward_rejects_bad_input_untouched"
 
 tier_quick() {
-  local t
-  for t in $GEMM_TESTS; do step "${t#*:}" "$B/test/gpu/test_gemm" "${t%%:*}"; done
-  for t in $ATTN_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn_ref" "${t%%:*}"; done
-  for t in $ATTN_CORE_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn" "${t%%:*}"; done
-  for t in $ATTN_BWD_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn_bwd" "${t%%:*}"; done
+  scenarios "$GEMM_TESTS" "$B/test/gpu/test_gemm"
+  scenarios "$ATTN_TESTS" "$B/test/gpu/test_attn_ref"
+  scenarios "$ATTN_CORE_TESTS" "$B/test/gpu/test_attn"
+  scenarios "$ATTN_BWD_TESTS" "$B/test/gpu/test_attn_bwd"
 }
 
 tier_gemm() {
@@ -125,7 +130,7 @@ no_proxy_fallback:xnode_without_a_transport_every_rank_falls_back_to_the_referen
 # DESIGN.md (MK_FUSED_SHAPES=small for a short run).
 tier_fused() {
   local t
-  for t in $FUSED_TESTS; do step "${t#*:}" "$B/test/gpu/test_fused_ops" "${t%%:*}"; done
+  scenarios "$FUSED_TESTS" "$B/test/gpu/test_fused_ops"
   # The planted hang's report file, rendered by scripts/mk-trace (the test left it in /tmp).
   step hang_report_renders_with_mk_trace bash -c \
     'f=$(ls -t /tmp/mk-hang-report.*/*.hang.txt | head -1) && scripts/mk-trace hang "$f"'
@@ -154,11 +159,10 @@ tier_fused() {
 # Every 2-GPU test program's scenarios (fused ops, MoE, ring attention forward and backward),
 # no benchmarks: the check after a change to what they share (test/gpu/rank_harness.cuh).
 tier_pairs() {
-  local t
-  for t in $FUSED_TESTS; do step "${t#*:}" "$B/test/gpu/test_fused_ops" "${t%%:*}"; done
-  for t in $MOE_TESTS; do step "${t#*:}" "$B/test/gpu/test_moe" "${t%%:*}"; done
-  for t in $RING_TESTS; do step "${t#*:}" "$B/test/gpu/test_ring_attn" "${t%%:*}"; done
-  for t in $RING_BWD_TESTS; do step "${t#*:}" "$B/test/gpu/test_ring_attn_bwd" "${t%%:*}"; done
+  scenarios "$FUSED_TESTS" "$B/test/gpu/test_fused_ops"
+  scenarios "$MOE_TESTS" "$B/test/gpu/test_moe"
+  scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
+  scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
 }
 
 # Issue 9 on a machine with 4 or 8 GPUs (skipped with fewer), in one call: the fused ops'
@@ -192,12 +196,11 @@ tier_scale() {
 # Issue 13's emulated two-node setup (above), then the three ops' benchmarks with each rank its
 # own NCCL node too (-H), so that NCCL's baseline crosses our net plugin (ofi tcp;ofi_rxm) too.
 tier_xnode() {
-  local t
   # new paths: a hang must cost little device time (waits 15 s, steps 120 s unless set)
   MK_STEP_TIMEOUT=${MK_STEP_TIMEOUT:-120}
   export NCCL_MK_TIMEOUT_MS=${NCCL_MK_TIMEOUT_MS:-15000}
   export NCCL_MK_LOCAL_SIZE=1 NCCL_MK_TRANSPORT=ofi NCCL_MK_OFI_PROVIDER="tcp;ofi_rxm"
-  for t in $XNODE_TESTS; do step "${t#*:}" "$B/test/gpu/test_fused_ops" "${t%%:*}"; done
+  scenarios "$XNODE_TESTS" "$B/test/gpu/test_fused_ops"
   local op
   for op in ag_gemm gemm_rs gemm_ar; do
     step "${op}_perf_across_emulated_nodes" env NCCL_NET_PLUGIN="$B/libnccl-net-mk.so" NCCL_NET=mk \
@@ -235,7 +238,7 @@ negative_control:moe_checker_rejects_one_bad_element dead_peer:moe_dispatch_with
 tier_moe() {
   local t n=20
   [ "${MK_FUSED_SHAPES:-}" = small ] && n=5
-  for t in $MOE_TESTS; do step "${t#*:}" "$B/test/gpu/test_moe" "${t%%:*}"; done
+  scenarios "$MOE_TESTS" "$B/test/gpu/test_moe"
   # The same with the dispatch beside the GEMM (NCCL_MK_MOE_OVERLAP=1; the default is 0).
   for t in correctness fp8 graph; do
     step "moe_ops_${t}_with_overlap" env NCCL_MK_MOE_OVERLAP=1 "$B/test/gpu/test_moe" "$t"
@@ -314,9 +317,8 @@ negative_control:ring_attention_backward_checker_rejects_one_bad_element
 absent_peer:ring_attention_backward_without_its_peer_ends_in_an_async_error"
 
 tier_ring() {
-  local t
-  for t in $RING_TESTS; do step "${t#*:}" "$B/test/gpu/test_ring_attn" "${t%%:*}"; done
-  for t in $RING_BWD_TESTS; do step "${t#*:}" "$B/test/gpu/test_ring_attn_bwd" "${t%%:*}"; done
+  scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
+  scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   step ring_attn_perf "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -J "$LOGS/ring_attn_perf.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
   step ring_attn_perf_bwd "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1 -J "$LOGS/ring_attn_perf_bwd.json"
@@ -328,9 +330,8 @@ tier_ring() {
 }
 
 tier_attn() {
-  local t
-  for t in $ATTN_CORE_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn" "${t%%:*}"; done
-  for t in $ATTN_BWD_TESTS; do step "${t#*:}" "$B/test/gpu/test_attn_bwd" "${t%%:*}"; done
+  scenarios "$ATTN_CORE_TESTS" "$B/test/gpu/test_attn"
+  scenarios "$ATTN_BWD_TESTS" "$B/test/gpu/test_attn_bwd"
   step attn_perf "$B/test/perf/attn/attn_perf" 20
   grep -A 14 '^#  B' "$LOGS/attn_perf.log" || true
   step attn_perf_bwd "$B/test/perf/attn/attn_perf" -b 10
