@@ -1,5 +1,6 @@
 /* The ofi devices NCCL sees follow NCCL_MK_SOCKET_IFNAME (tcp provider, real interfaces): "=lo"
- * lists loopback alone, "^lo" everything but loopback. Each setting in a process of its own
+ * lists loopback alone, "^lo" everything but loopback, a name that matches nothing no device
+ * at all. Each setting in a process of its own
  * (discovery runs once per process). Skips where libfabric's tcp provider is missing. */
 #include <errno.h>
 #include <stdio.h>
@@ -47,6 +48,9 @@ int main(void) {
   int only_lo = run_child("=lo", 1);
   if (only_lo == 77) MK_TEST_SKIP("libfabric tcp;ofi_rxm finds no loopback device here");
   CHECK_EQ(only_lo, 0);
+  /* an interface that does not exist leaves no device: discovery refuses (and WARNs naming
+   * the interfaces there are) rather than falling back to another */
+  CHECK_EQ(run_child("=no-such-interface", 0), 77);
   int rc = run_child("^lo", 0);
   if (rc == 77) printf("no interface besides loopback here: the exclusion is not checked\n");
   else CHECK_EQ(rc, 0);

@@ -99,6 +99,22 @@ static void ofi_devs_from(struct fi_info* list, int delivery_complete, int allow
       }
 }
 
+/* The provider has devices but NCCL_MK_SOCKET_IFNAME left none: say which there were. */
+static void ofi_warn_filtered(const char* prov, const struct fi_info* list) {
+  char names[256] = " ", word[72];
+  size_t used = 1;
+  for (const struct fi_info* i = list; i && used + 1 < sizeof(names); i = i->next) {
+    snprintf(word, sizeof(word), " %s ", i->domain_attr->name);
+    if (strstr(names, word)) continue; /* one entry per domain (IPv4 and IPv6 repeat it) */
+    int n = snprintf(names + used, sizeof(names) - used, "%s", word + 1);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+  if (used > 1) names[used - 1] = '\0'; /* the last name's trailing space */
+  MK_WARN("libfabric %s: NCCL_MK_SOCKET_IFNAME=%s names none of its interfaces (%s)", prov,
+          mk_param_str(MK_PARAM_SOCKET_IFNAME), names + 1);
+}
+
 /* hmem first (GPU buffers), then host only. */
 static int ofi_discover(const char* prov) {
   struct fi_info* list = NULL;
@@ -110,6 +126,7 @@ static int ofi_discover(const char* prov) {
   if (dc) ofi_sym.freeinfo(dc);
   ofi_devs_from(list, delivery_complete, 0);
   if (ofi.ndev == 0) ofi_devs_from(list, delivery_complete, 1);
+  if (ofi.ndev == 0) ofi_warn_filtered(prov, list);
   ofi_sym.freeinfo(list);
   return ofi.ndev > 0 ? 0 : -ENODEV;
 }
