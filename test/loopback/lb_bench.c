@@ -4,7 +4,8 @@
  *             sender prints MiB/s from its first isend to its last completion; with
  *             LB_BENCH_RECV_SIZE the receives are that large (NCCL posts whole step slots).
  *  bench_lat: ping-pong over two comms (one each way), receives pre-posted; prints the
- *             median and mean of round trip / 2 in microseconds, like ib_write_lat.
+ *             median and mean of round trip / 2 in microseconds, like ib_write_lat (any
+ *             LB_BENCH_SIZE: the per-message cost of the middle sizes too).
  *  bench_put_bw: one-sided puts (or put+signals) with a window, the proxy's path. */
 #include <errno.h>
 #include <stdio.h>
@@ -197,11 +198,13 @@ static int cmp_double(const void* a, const void* b) {
 /* One side of the ping-pong: `rx` receives, `tx` sends; the initiator sends first. */
 static int lat_side(struct lb_ctx* ctx, struct mk_comm* rx, struct mk_comm* tx, int initiator) {
   size_t len = env_size("LB_BENCH_SIZE", 2), iters = env_size("LB_BENCH_ITERS", 1000);
-  unsigned char sbuf[4096], rbuf[4096];
+  const size_t cap = len < 4096 ? 4096 : len; /* messages of any size: the per-message cost */
+  unsigned char* sbuf = calloc(1, cap);
+  unsigned char* rbuf = calloc(1, cap);
   struct mk_mr *smr, *rmr;
-  if (len > sizeof(sbuf)) len = sizeof(sbuf);
-  LB_OK(ctx->ops->reg_mr(tx, sbuf, sizeof(sbuf), MK_PTR_HOST, &smr));
-  LB_OK(ctx->ops->reg_mr(rx, rbuf, sizeof(rbuf), MK_PTR_HOST, &rmr));
+  if (!sbuf || !rbuf) return 1;
+  LB_OK(ctx->ops->reg_mr(tx, sbuf, cap, MK_PTR_HOST, &smr));
+  LB_OK(ctx->ops->reg_mr(rx, rbuf, cap, MK_PTR_HOST, &rmr));
   double* t = calloc(iters, sizeof(double));
   struct mk_request *rreq = NULL, *sreq = NULL;
   int tag = 0;
@@ -236,6 +239,8 @@ static int lat_side(struct lb_ctx* ctx, struct mk_comm* rx, struct mk_comm* tx, 
   free(t);
   ctx->ops->dereg_mr(tx, smr);
   ctx->ops->dereg_mr(rx, rmr);
+  free(sbuf);
+  free(rbuf);
   ctx->comm = keep;
   return 0;
 }
