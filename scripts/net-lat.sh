@@ -6,9 +6,9 @@ B=${MK_BUILD:-build}
 export NCCL_MK_SOCKET_IFNAME=lo
 for sz in 4096 16384 32768 131072 524288; do
   for s in 1 4; do
-    a=$(NCCL_MK_OFI_STREAMS=$s LB_BENCH_SIZE=$sz LB_BENCH_ITERS=400 timeout 60 $B/test/loopback/loopback bench_lat 2>&1 | grep BENCH | awk '{print $4, $5}')
-    b=$(FI_OFI_RXM_BUFFER_SIZE=262144 NCCL_MK_OFI_STREAMS=$s LB_BENCH_SIZE=$sz LB_BENCH_ITERS=400 timeout 60 $B/test/loopback/loopback bench_lat 2>&1 | grep BENCH | awk '{print $4, $5}')
+    a=$(NCCL_MK_OFI_STREAMS=$s LB_BENCH_SIZE=$sz LB_BENCH_ITERS=400 timeout 60 $B/test/loopback/loopback bench_lat 2>&1 | grep BENCH | awk '{print $4, $5, $6, $7}')
+    b=$(FI_OFI_RXM_BUFFER_SIZE=262144 NCCL_MK_OFI_STREAMS=$s LB_BENCH_SIZE=$sz LB_BENCH_ITERS=400 timeout 60 $B/test/loopback/loopback bench_lat 2>&1 | grep BENCH | awk '{print $4, $5, $6, $7}')
     c=$(NCCL_MK_OFI_STREAMS=$s LB_BENCH_SIZE=$sz LB_BENCH_WINDOW=1 LB_BENCH_ITERS=400 timeout 60 $B/test/loopback/loopback bench_put_bw 2>&1 | grep BENCH | awk -v n=$sz '{printf "%.1f", n/($4*1.048576)}')
-    echo "size $sz streams $s: send lat med/mean us [$a] rxmbuf256K [$b] put us/op (window 1) [$c]"
+    echo "size $sz streams $s: send lat median/mean/p90/p99 us [$a] rxmbuf256K [$b] put us/op (window 1) [$c]"
   done
 done
