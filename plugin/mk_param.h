@@ -57,6 +57,9 @@
     "its own node); 0 = every rank with peer access")                                           \
   X(INT, TRACE, "NCCL_MK_TRACE", "0", 0, 1, "",                                              \
     "1 records every CTA's tiles, chunks and waits in fused kernels (scripts/mk-trace)")      \
+  X(STR, NET_TRACE_DIR, "NCCL_MK_NET_TRACE_DIR", "", 0, 0, "",                                \
+    "net plugin: write every request's asked/posted/done times and test() count to "          \
+    "DIR/mk-net-trace.<pid>.csv at exit (scripts/mk-net-trace summarises); empty: off")       \
   X(STR, TRACE_DIR, "NCCL_MK_TRACE_DIR", "", 0, 0, "",                                        \
     "where NCCL_MK_TRACE writes mk-trace.rank<R>.call<C>.trace and hang reports; empty: cwd") \
   X(INT, DEBUG_DROP_FLAG, "NCCL_MK_DEBUG_DROP_FLAG", "-1", -1, 1048576, "",                   \

@@ -13,6 +13,7 @@
 #include "mk_err.h"
 #include "mk_log.h"
 #include "mk_param.h"
+#include "net_trace.h"
 #include "transport.h"
 
 #define MK_NET_MAX_DEVS 64
@@ -201,6 +202,10 @@ ncclResult_t mk_net_isend(void* send_comm, void* data, size_t size, int tag, voi
   struct mk_request* req = NULL;
   if (rc == 0) rc = net_ops->isend(send_comm, data, size, tag, mhandle, &req);
   if (rc == 0) *request = req;
+  if (rc == 0 && mk_net_trace_on()) {
+    if (req) mk_net_trace_post(send_comm, req, MK_NET_TRACE_SEND, size, 1, tag);
+    else mk_net_trace_attempt(send_comm);
+  }
   return mk_result_from_errno(rc);
 }
 
@@ -218,6 +223,11 @@ ncclResult_t mk_net_irecv(void* recv_comm, int n, void** data, size_t* sizes, in
   rc = net_ops->irecv(recv_comm, n, data, sizes, tags, (struct mk_mr**)mhandles, optional,
                       &req);
   if (rc == 0) *request = req;
+  if (rc == 0 && req && mk_net_trace_on()) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += sizes[i];
+    mk_net_trace_post(recv_comm, req, MK_NET_TRACE_RECV, total, n, tags[0]);
+  }
   return mk_result_from_errno(rc);
 }
 
@@ -238,6 +248,7 @@ ncclResult_t mk_net_test(void* request, int* done, int* sizes) {
   size_t got[MK_MAX_RECVS];
   for (int i = 0; i < MK_MAX_RECVS; i++) got[i] = SIZE_MAX;
   int rc = net_ops->test(req, done, got);
+  if (rc == 0 && mk_net_trace_on()) mk_net_trace_test(req, *done);
   if (rc == 0 && *done && sizes) {
     for (int i = 0; i < MK_MAX_RECVS && got[i] != SIZE_MAX; i++)
       sizes[i] = got[i] > INT32_MAX ? INT32_MAX : (int)got[i];

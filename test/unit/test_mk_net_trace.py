@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""scripts/mk-net-trace on synthetic records: the summary's per-comm idle time (gaps where none
+of a comm's requests is in flight, overlapping requests merged), and check with a negative
+control (a request done before it was posted, one done with no test()).
+
+usage: test_mk_net_trace.py MK_NET_TRACE"""
+import importlib.machinery
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+
+TOOL = os.path.abspath(sys.argv[1])
+loader = importlib.machinery.SourceFileLoader("mk_net_trace", TOOL)
+spec = importlib.util.spec_from_loader("mk_net_trace", loader)
+mnt = importlib.util.module_from_spec(spec)
+loader.exec_module(mnt)
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL {what}", file=sys.stderr)
+
+
+HEAD = "kind,comm,tag,n,size,asked_ns,posted_ns,done_ns,tests\n"
+
+
+def write(tmp, name, rows):
+    p = os.path.join(tmp, name)
+    with open(p, "w") as f:
+        f.write(HEAD + "".join(",".join(str(x) for x in r) + "\n" for r in rows))
+    return p
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    # comm A: [0,10] and [5,20] overlap, then [30,40]: one gap of 10 in a span of 40;
+    # comm B: [0,100] alone: no gap.
+    good = write(tmp, "good.csv", [
+        ("recv", "0xa", 1, 1, 4096, 0, 0, 10, 2),
+        ("recv", "0xa", 1, 1, 4096, 5, 5, 20, 1),
+        ("send", "0xa", 1, 1, 4096, 25, 30, 40, 1),
+        ("send", "0xb", 2, 1, 65536, 0, 0, 100, 7),
+    ])
+    recs = mnt.load([good])
+    gaps = mnt.idle_gaps(recs)
+    check(gaps[(good, "0xa")] == ([10], 40), f"comm A's gaps and span: {gaps.get((good, '0xa'))}")
+    check(gaps[(good, "0xb")] == ([], 100), f"comm B's gaps and span: {gaps.get((good, '0xb'))}")
+    check(mnt.bucket(4096) == 4096 and mnt.bucket(4097) == 8192, "size buckets are powers of two")
+    r = subprocess.run([sys.executable, TOOL, "check", good], capture_output=True, text=True)
+    check(r.returncode == 0 and "4 records (4 done), 0 inconsistent" in r.stdout,
+          f"check passes consistent records: {r.returncode} {r.stdout!r}")
+    r = subprocess.run([sys.executable, TOOL, "summary", good], capture_output=True, text=True)
+    check(r.returncode == 0 and "nothing in flight 7.1% of their spans" in r.stdout,
+          f"summary's idle share (10 of 140 ns): {r.stdout!r}")
+    # negative control: done before posted; done without a test()
+    bad = write(tmp, "bad.csv", [
+        ("send", "0xa", 1, 1, 4096, 0, 10, 5, 1),
+        ("recv", "0xa", 1, 1, 4096, 0, 0, 10, 0),
+        ("recv", "0xa", 1, 1, 4096, 0, 0, 10, 1),
+    ])
+    r = subprocess.run([sys.executable, TOOL, "check", bad], capture_output=True, text=True)
+    check(r.returncode == 1 and "2 inconsistent" in r.stdout,
+          f"check rejects the two bad records: {r.returncode} {r.stdout!r}")
+    r = subprocess.run([sys.executable, TOOL, "check", os.path.join(tmp, "missing.csv")],
+                       capture_output=True, text=True)
+    check(r.returncode == 2, "a missing file is bad input (2)")
+
+print("ok" if not failures else f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
