@@ -50,6 +50,16 @@ step() {
   if [ "$st" = FAIL ]; then echo "---- $name (rc $rc), last lines:"; tail -n 15 "$LOGS/$name.log"; fi
 }
 
+# gpus_at_least N TIER: 0 when this host has N GPUs; else a skip row saying so, and 1.
+gpus_at_least() {
+  local ngpu
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  [ "$ngpu" -ge "$1" ] && return 0
+  echo "$2: needs $1 GPUs, found $ngpu"
+  ROWS+=("$(printf '%-48s %-5s %5ss' "$2_needs_$1_gpus" skip 0)")
+  return 1
+}
+
 # scenarios LIST BINARY: one step per "scenario:step_name" of LIST, running BINARY scenario.
 scenarios() {
   local list=$1 bin=$2 t
@@ -173,12 +183,8 @@ tier_pairs() {
 # benchmarks' checks (#wrong against the sequential result) are the correctness evidence.
 tier_scale() {
   local ngpu n op
+  gpus_at_least 4 scale || return
   ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-  if [ "$ngpu" -lt 4 ]; then
-    echo "scale: needs 4 or 8 GPUs, found $ngpu"
-    ROWS+=("$(printf '%-48s %-5s %5ss' scale_needs_4_or_8_gpus skip 0)")
-    return
-  fi
   local m="4096,8192,16384"
   [ "${MK_FUSED_SHAPES:-}" = small ] && m="8192"
   for n in 4 8; do
@@ -280,6 +286,7 @@ tier_tune_net() {
 
 # The net plugin under real NCCL on 2 GPUs, then the busbw comparison with NCCL's Socket.
 tier_net() {
+  gpus_at_least 2 net || return
   step net_gpu_tests env MK_CHECK_LOGS="$LOGS/net" "$(dirname "$0")/net-gpu-tests.sh"
   grep -E '^(pass|FAIL) ' "$LOGS/net_gpu_tests.log" | grep -c '^pass' | sed 's/^/net checks passed: /'
   # the default endpoints per comm (4 over tcp) and one; eager sends at the default (off:
