@@ -25,11 +25,14 @@ mk_build() {
   ninja -C "$MK_BUILD" >"$MK_BUILD/.ninja.log" 2>&1 || { tail -50 "$MK_BUILD/.ninja.log"; return 1; }
 }
 
-# 0 when a usable NVIDIA GPU is present. grep -c reads the whole listing: grep -q would leave
-# at the first match and, under pipefail, nvidia-smi's SIGPIPE would fail the probe.
+# How many NVIDIA GPUs nvidia-smi lists (0 without it). grep -c reads the whole listing: grep -q
+# would leave at the first match and, under pipefail, nvidia-smi's SIGPIPE would fail the probe.
+mk_gpu_count() {
+  command -v nvidia-smi >/dev/null 2>&1 || { echo 0; return 0; }
+  nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
+}
+
+# 0 when a usable NVIDIA GPU is present.
 mk_have_gpu() {
-  command -v nvidia-smi >/dev/null 2>&1 || return 1
-  local n
-  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-  [ "${n:-0}" -gt 0 ]
+  [ "$(mk_gpu_count)" -gt 0 ]
 }

@@ -32,6 +32,7 @@
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 B=${MK_BUILD:-build}
+source "$(dirname "$0")/common.sh" # mk_gpu_count
 LOGS=${MK_CHECK_LOGS:-${OUT:+$OUT/gpu-check}}
 LOGS=${LOGS:-/tmp/gpu-check}
 mkdir -p "$LOGS"
@@ -50,12 +51,12 @@ step() {
   if [ "$st" = FAIL ]; then echo "---- $name (rc $rc), last lines:"; tail -n 15 "$LOGS/$name.log"; fi
 }
 
-# gpus_at_least N TIER: 0 when this host has N GPUs; else a skip row saying so, and 1.
+# gpus_at_least N TIER: 0 when this host has N GPUs (GPUS gets the count); else a skip row
+# saying so, and 1.
 gpus_at_least() {
-  local ngpu
-  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-  [ "$ngpu" -ge "$1" ] && return 0
-  echo "$2: needs $1 GPUs, found $ngpu"
+  GPUS=$(mk_gpu_count)
+  [ "$GPUS" -ge "$1" ] && return 0
+  echo "$2: needs $1 GPUs, found $GPUS"
   ROWS+=("$(printf '%-48s %-5s %5ss' "$2_needs_$1_gpus" skip 0)")
   return 1
 }
@@ -182,13 +183,12 @@ tier_pairs() {
 # test suites are 2-rank programs (test/gpu/rank_harness.cuh's nranks); at 4 and 8 ranks the
 # benchmarks' checks (#wrong against the sequential result) are the correctness evidence.
 tier_scale() {
-  local ngpu n op
+  local n op
   gpus_at_least 4 scale || return
-  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   local m="4096,8192,16384"
   [ "${MK_FUSED_SHAPES:-}" = small ] && m="8192"
   for n in 4 8; do
-    [ "$ngpu" -lt "$n" ] && continue
+    [ "$GPUS" -lt "$n" ] && continue
     for op in ag_gemm gemm_rs gemm_ar; do
       step "${op}_perf_${n}_ranks" "$B/test/perf/fused/${op}_perf" -p "$n" -M "$m" -N 8192 -K 8192 \
         -n 20 -w 3 -J "$LOGS/${op}_perf_${n}.json"

@@ -7,8 +7,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 mk_build
 
-ngpu=0
-if mk_have_gpu; then ngpu=$(nvidia-smi -L | grep -c '^GPU'); fi
+ngpu=$(mk_gpu_count)
 if [ "$ngpu" -ge 2 ]; then
   exec "$MK_ROOT/scripts/bench-net.sh" "$@"
 fi

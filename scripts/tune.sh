@@ -97,13 +97,13 @@ nccl_proto() {
 }
 
 require_gpus() {
-  if ! mk_have_gpu; then
+  local found
+  found=$(mk_gpu_count)
+  if [ "$found" -eq 0 ]; then
     echo "tune.sh: no NVIDIA GPU on this machine (nvidia-smi -L lists none)." >&2
     echo "tune.sh: calibration measures the GPUs it tunes for; run it on the GPU host." >&2
     exit 2
   fi
-  local found
-  found=$(nvidia-smi -L | grep -c '^GPU')
   ngpus=${ngpus:-$found}
   if [ "$ngpus" -lt 2 ] || [ "$ngpus" -gt "$found" ]; then
     echo "tune.sh: need 2..$found GPUs for collectives, asked for $ngpus" >&2
