@@ -39,8 +39,8 @@ struct lb_case {
 const struct mk_transport_ops* lb_transport(void);
 /* The harness's own settings (LB_*), read in one place. */
 const char* lb_env(const char* name);
-/* The endpoints per comm these cases get: NCCL_MK_OFI_STREAMS, or with 0 (auto) the 4 that
- * ofi_streams_default gives over tcp, the provider the loopback cases use. */
+/* The endpoints per comm these cases get: NCCL_MK_OFI_STREAMS, or with 0 (auto) what the ofi
+ * transport picks for NCCL_MK_OFI_PROVIDER (tcp;ofi_rxm unless the caller set another). */
 int lb_ofi_streams(void);
 /* Runs one case; returns the process exit code (0 pass, 1 fail, 77 skip). */
 int lb_run(const struct lb_case* c);

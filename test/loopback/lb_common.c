@@ -212,7 +212,10 @@ static int lb_reap(const struct lb_case* c, pid_t child, int parent_rc) {
 
 int lb_ofi_streams(void) {
   int set = (int)mk_param_int(MK_PARAM_OFI_STREAMS);
-  return set > 0 ? set : 4;
+#if MK_HAVE_OFI
+  if (set <= 0) return mk_ofi_auto_streams(mk_param_str(MK_PARAM_OFI_PROVIDER));
+#endif
+  return set > 0 ? set : 1;
 }
 
 int lb_run(const struct lb_case* c) {

@@ -53,14 +53,17 @@ static int ofi_ctrl_setup(struct ofi_comm* c) {
   return 0;
 }
 
-/* NCCL_MK_OFI_STREAMS, or with 0 (auto) 4 endpoints over tcp, where 4 measured best under
- * NCCL on 2xH200, and 1 over other providers (efa: not measured; a helper thread per extra
- * endpoint of every comm is a cost there until it is shown to pay). */
+/* 4 endpoints over tcp, where 4 measured best under NCCL on 2xH200, and 1 over other
+ * providers (efa: not measured; a helper thread per extra endpoint of every comm is a cost
+ * there until it is shown to pay). */
+int mk_ofi_auto_streams(const char* provider) {
+  return provider && strstr(provider, "tcp") ? 4 : 1;
+}
+
+/* NCCL_MK_OFI_STREAMS, or with 0 (auto) mk_ofi_auto_streams of the device's provider. */
 int ofi_streams_default(const struct ofi_dev* dev) {
   int64_t set = mk_param_int(MK_PARAM_OFI_STREAMS);
-  if (set > 0) return (int)set;
-  const char* prov = dev->info->fabric_attr->prov_name;
-  return prov && strstr(prov, "tcp") ? 4 : 1;
+  return set > 0 ? (int)set : mk_ofi_auto_streams(dev->info->fabric_attr->prov_name);
 }
 
 int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
