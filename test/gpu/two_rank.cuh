@@ -2,8 +2,8 @@
  * The two-rank harness of the GPU tests that run an op as a collective on 2 GPUs
  * (test_ring_attn, test_ring_attn_bwd), over rank_harness.cuh: each rank runs nccl-mk with the
  * default config (128 MiB of workspace) and the scenario named by argv[1], and reports its
- * failures (expect.h). The scenario "absent_peer" gets NCCL_MK_TIMEOUT_MS = 2000, so that its
- * bounded waits expire within the test.
+ * failures (expect.h). The scenario "absent_peer" gets NCCL_MK_TIMEOUT_MS = 2000 (rank_harness),
+ * so that its bounded waits expire within the test.
  */
 #ifndef MK_TWO_RANK_CUH_
 #define MK_TWO_RANK_CUH_
@@ -53,11 +53,6 @@ static void expect_healthy(struct rank_env* e) {
 static const struct two_rank_scenario* g_two_rank_list;
 static int g_two_rank_n;
 
-static void two_rank_env(const char* scenario, int rank) {
-  (void)rank;
-  if (!strcmp(scenario, "absent_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
-}
-
 static int two_rank_run(const char* scenario, int rank, ncclComm_t comm, cudaStream_t stream) {
   struct rank_env e = {rank, comm, stream};
   int found = 0;
@@ -79,7 +74,7 @@ static int two_rank_main(int argc, char** argv, const struct two_rank_scenario* 
     return 2;
   }
   g_two_rank_list = list, g_two_rank_n = n;
-  static const struct rank_harness h = {TWO_RANK_NR, two_rank_env, NULL, two_rank_run};
+  static const struct rank_harness h = {TWO_RANK_NR, NULL, NULL, two_rank_run};
   return rank_harness_main(argc, argv, &h);
 }
 
