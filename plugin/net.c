@@ -200,11 +200,13 @@ ncclResult_t mk_net_isend(void* send_comm, void* data, size_t size, int tag, voi
   int rc = net_comm_check(send_comm, "isend");
   if (rc == 0 && !request) rc = -EINVAL;
   struct mk_request* req = NULL;
+  uint64_t t0 = mk_net_trace_clock();
   if (rc == 0) rc = net_ops->isend(send_comm, data, size, tag, mhandle, &req);
   if (rc == 0) *request = req;
   if (rc == 0 && mk_net_trace_on()) {
-    if (req) mk_net_trace_post(send_comm, req, MK_NET_TRACE_SEND, size, 1, tag);
+    if (req) mk_net_trace_post(send_comm, req, MK_NET_TRACE_SEND, size, 1, tag, t0);
     else mk_net_trace_attempt(send_comm);
+    mk_net_trace_call(req ? MK_NET_CALL_ISEND : MK_NET_CALL_ISEND_NONE, t0);
   }
   return mk_result_from_errno(rc);
 }
@@ -220,13 +222,15 @@ ncclResult_t mk_net_irecv(void* recv_comm, int n, void** data, size_t* sizes, in
   if (rc < 0) return mk_result_from_errno(rc);
   int optional = n == 1 && *request == (void*)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION;
   struct mk_request* req = NULL;
+  uint64_t t0 = mk_net_trace_clock();
   rc = net_ops->irecv(recv_comm, n, data, sizes, tags, (struct mk_mr**)mhandles, optional,
                       &req);
   if (rc == 0) *request = req;
   if (rc == 0 && req && mk_net_trace_on()) {
     size_t total = 0;
     for (int i = 0; i < n; i++) total += sizes[i];
-    mk_net_trace_post(recv_comm, req, MK_NET_TRACE_RECV, total, n, tags[0]);
+    mk_net_trace_post(recv_comm, req, MK_NET_TRACE_RECV, total, n, tags[0], t0);
+    mk_net_trace_call(MK_NET_CALL_IRECV, t0);
   }
   return mk_result_from_errno(rc);
 }
@@ -247,8 +251,12 @@ ncclResult_t mk_net_test(void* request, int* done, int* sizes) {
   /* The transport writes one size per buffer of the request; the sentinel tells how many. */
   size_t got[MK_MAX_RECVS];
   for (int i = 0; i < MK_MAX_RECVS; i++) got[i] = SIZE_MAX;
+  uint64_t t0 = mk_net_trace_clock();
   int rc = net_ops->test(req, done, got);
-  if (rc == 0 && mk_net_trace_on()) mk_net_trace_test(req, *done);
+  if (rc == 0 && t0) {
+    mk_net_trace_test(req, *done, t0);
+    mk_net_trace_call(*done ? MK_NET_CALL_TEST_DONE : MK_NET_CALL_TEST, t0);
+  }
   if (rc == 0 && *done && sizes) {
     for (int i = 0; i < MK_MAX_RECVS && got[i] != SIZE_MAX; i++)
       sizes[i] = got[i] > INT32_MAX ? INT32_MAX : (int)got[i];

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,9 +15,13 @@
 
 #define TRACE_INFLIGHT 4096u /* open-addressed map request -> record (power of two) */
 #define TRACE_COMMS 512u     /* comms with an isend NCCL is still asking for */
+#define TRACE_THREADS 64u    /* threads that call the plugin (NCCL's proxy threads) */
+#define TRACE_GAP_BUCKETS 6  /* time between a thread's calls: < 1, 4, 16, 64, 256 us, more */
+#define TRACE_RUSAGE_EVERY 256u /* calls between a thread's context-switch readings */
 
 struct trace_rec {
   uint64_t asked, posted, done; /* ns, CLOCK_MONOTONIC; done 0: never reported */
+  uint64_t post_ns, test_ns;    /* time inside the call that posted it, and its test()s */
   const void* comm;
   uint64_t size;
   uint32_t tests;
@@ -34,6 +39,18 @@ struct trace_attempt {
   uint64_t since;
 };
 
+struct trace_calls {
+  uint64_t count, total_ns, max_ns;
+  uint64_t hist[TRACE_GAP_BUCKETS]; /* durations, in the gaps' buckets */
+};
+
+/* One thread's calls: time inside the plugin, gaps between its calls, context switches. */
+struct trace_thread {
+  uint64_t last_end, calls, inside_ns, outside_ns;
+  uint64_t gaps[TRACE_GAP_BUCKETS];
+  long vcsw0, ivcsw0, vcsw, ivcsw; /* at its first call and the latest reading */
+};
+
 static struct {
   pthread_once_t once;
   pthread_mutex_t lock;
@@ -42,6 +59,9 @@ static struct {
   uint32_t nrecs;
   struct trace_slot inflight[TRACE_INFLIGHT];
   struct trace_attempt attempts[TRACE_COMMS];
+  struct trace_calls calls[MK_NET_CALL_KINDS];
+  struct trace_thread threads[TRACE_THREADS];
+  uint32_t nthreads;
 } tr = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t trace_now(void) {
@@ -118,7 +138,7 @@ void mk_net_trace_attempt(const void* comm) {
 }
 
 void mk_net_trace_post(const void* comm, const void* req, enum mk_net_trace_kind kind, size_t size,
-                       int n, int tag) {
+                       int n, int tag, uint64_t t0) {
   uint64_t t = trace_now();
   pthread_mutex_lock(&tr.lock);
   uint64_t asked = t;
@@ -128,19 +148,21 @@ void mk_net_trace_post(const void* comm, const void* req, enum mk_net_trace_kind
   if (s) {
     struct trace_rec* r = &tr.recs[tr.nrecs];
     *r = (struct trace_rec){.asked = asked, .posted = t, .comm = comm, .size = size, .tag = tag,
-                            .kind = (uint8_t)kind, .n = (uint8_t)n};
+                            .kind = (uint8_t)kind, .n = (uint8_t)n,
+                            .post_ns = t0 && t0 < t ? t - t0 : 0};
     s->req = req, s->rec = tr.nrecs++;
   }
   pthread_mutex_unlock(&tr.lock);
 }
 
-void mk_net_trace_test(const void* req, int done) {
+void mk_net_trace_test(const void* req, int done, uint64_t t0) {
   uint64_t t = trace_now();
   pthread_mutex_lock(&tr.lock);
   struct trace_slot* s = trace_slot_of(req);
   if (s && s->req == req) {
     struct trace_rec* r = &tr.recs[s->rec];
     r->tests++;
+    if (t0 && t0 < t) r->test_ns += t - t0;
     if (done) {
       r->done = t;
       trace_slot_clear(s);
@@ -149,25 +171,110 @@ void mk_net_trace_test(const void* req, int done) {
   pthread_mutex_unlock(&tr.lock);
 }
 
-int mk_net_trace_flush(void) {
-  if (!mk_net_trace_on()) return 0;
+uint64_t mk_net_trace_clock(void) { return mk_net_trace_on() ? trace_now() : 0; }
+
+static void trace_thread_rusage(struct trace_thread* th, int first) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_THREAD, &ru) != 0) return;
+  if (first) th->vcsw0 = ru.ru_nvcsw, th->ivcsw0 = ru.ru_nivcsw;
+  th->vcsw = ru.ru_nvcsw, th->ivcsw = ru.ru_nivcsw;
+}
+
+/* The calling thread's record, registered at its first call (NULL once the table is full). */
+static struct trace_thread* trace_thread_self(void) {
+  static __thread int idx = -1;
+  if (idx >= 0) return &tr.threads[idx];
+  if (tr.nthreads >= TRACE_THREADS) return NULL;
+  idx = (int)tr.nthreads++;
+  trace_thread_rusage(&tr.threads[idx], 1);
+  return &tr.threads[idx];
+}
+
+static unsigned trace_gap_bucket(uint64_t ns) {
+  unsigned b = 0;
+  for (uint64_t lim = 1000; b + 1 < TRACE_GAP_BUCKETS && ns >= lim; lim *= 4) b++;
+  return b;
+}
+
+void mk_net_trace_call(enum mk_net_call kind, uint64_t t0) {
+  if (!t0 || (unsigned)kind >= MK_NET_CALL_KINDS) return;
+  uint64_t t = trace_now(), d = t - t0;
   pthread_mutex_lock(&tr.lock);
+  struct trace_calls* c = &tr.calls[kind];
+  c->count++, c->total_ns += d;
+  c->hist[trace_gap_bucket(d)]++;
+  if (d > c->max_ns) c->max_ns = d;
+  struct trace_thread* th = trace_thread_self();
+  if (th) {
+    if (th->last_end && t0 > th->last_end) {
+      th->outside_ns += t0 - th->last_end;
+      th->gaps[trace_gap_bucket(t0 - th->last_end)]++;
+    }
+    th->last_end = t, th->inside_ns += d;
+    if (++th->calls % TRACE_RUSAGE_EVERY == 0) trace_thread_rusage(th, 0);
+  }
+  pthread_mutex_unlock(&tr.lock);
+}
+
+/* record,key,count,total_us,max_us: one "call" row per entry point, then per thread its
+ * time inside and outside the plugin, its gaps by size and its context switches. */
+static void trace_write_calls(FILE* f) {
+  static const char* names[MK_NET_CALL_KINDS] = {"isend", "isend_none", "irecv", "test",
+                                                 "test_done"};
+  static const char* gap_names[TRACE_GAP_BUCKETS] = {"lt1us", "lt4us", "lt16us", "lt64us",
+                                                     "lt256us", "ge256us"};
+  fprintf(f, "record,key,count,total_us,max_us\n");
+  for (int k = 0; k < MK_NET_CALL_KINDS; k++)
+  {
+    fprintf(f, "call,%s,%llu,%.1f,%.1f\n", names[k], (unsigned long long)tr.calls[k].count,
+            tr.calls[k].total_ns / 1e3, tr.calls[k].max_ns / 1e3);
+    for (int b = 0; b < TRACE_GAP_BUCKETS; b++)
+      fprintf(f, "dur,%s:%s,%llu,0,0\n", names[k], gap_names[b],
+              (unsigned long long)tr.calls[k].hist[b]);
+  }
+  for (uint32_t i = 0; i < tr.nthreads; i++) {
+    const struct trace_thread* th = &tr.threads[i];
+    fprintf(f, "inside,t%u,%llu,%.1f,0\n", i, (unsigned long long)th->calls, th->inside_ns / 1e3);
+    fprintf(f, "outside,t%u,%llu,%.1f,0\n", i, (unsigned long long)th->calls,
+            th->outside_ns / 1e3);
+    for (int b = 0; b < TRACE_GAP_BUCKETS; b++)
+      fprintf(f, "gap,t%u:%s,%llu,0,0\n", i, gap_names[b], (unsigned long long)th->gaps[b]);
+    fprintf(f, "csw,t%u:voluntary,%ld,0,0\n", i, th->vcsw - th->vcsw0);
+    fprintf(f, "csw,t%u:involuntary,%ld,0,0\n", i, th->ivcsw - th->ivcsw0);
+  }
+}
+
+static int trace_write(const char* name, void (*write)(FILE*)) {
   char path[4096];
-  snprintf(path, sizeof(path), "%s/mk-net-trace.%d.csv", mk_param_str(MK_PARAM_NET_TRACE_DIR),
+  snprintf(path, sizeof(path), "%s/%s.%d.csv", mk_param_str(MK_PARAM_NET_TRACE_DIR), name,
            (int)getpid());
   FILE* f = fopen(path, "w");
   int rc = f ? 0 : -errno;
   if (f) {
-    fprintf(f, "kind,comm,tag,n,size,asked_ns,posted_ns,done_ns,tests\n");
-    for (uint32_t i = 0; i < tr.nrecs; i++) {
-      const struct trace_rec* r = &tr.recs[i];
-      fprintf(f, "%s,%p,%d,%u,%llu,%llu,%llu,%llu,%u\n", r->kind ? "recv" : "send", r->comm, r->tag,
-              r->n, (unsigned long long)r->size, (unsigned long long)r->asked,
-              (unsigned long long)r->posted, (unsigned long long)r->done, r->tests);
-    }
-    rc = fclose(f) ? -errno : (int)tr.nrecs;
+    write(f);
+    rc = fclose(f) ? -errno : 0;
   }
   if (rc < 0) MK_WARN("NCCL_MK_NET_TRACE_DIR: writing %s failed: errno %d", path, -rc);
+  return rc;
+}
+
+static void trace_write_recs(FILE* f) {
+  fprintf(f, "kind,comm,tag,n,size,asked_ns,posted_ns,done_ns,tests,post_ns,test_ns\n");
+  for (uint32_t i = 0; i < tr.nrecs; i++) {
+    const struct trace_rec* r = &tr.recs[i];
+    fprintf(f, "%s,%p,%d,%u,%llu,%llu,%llu,%llu,%u,%llu,%llu\n", r->kind ? "recv" : "send",
+            r->comm, r->tag, r->n, (unsigned long long)r->size, (unsigned long long)r->asked,
+            (unsigned long long)r->posted, (unsigned long long)r->done, r->tests,
+            (unsigned long long)r->post_ns, (unsigned long long)r->test_ns);
+  }
+}
+
+int mk_net_trace_flush(void) {
+  if (!mk_net_trace_on()) return 0;
+  pthread_mutex_lock(&tr.lock);
+  int rc = trace_write("mk-net-trace", trace_write_recs);
+  if (rc == 0) rc = trace_write("mk-net-calls", trace_write_calls);
+  if (rc == 0) rc = (int)tr.nrecs;
   pthread_mutex_unlock(&tr.lock);
   return rc;
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """NCCL_MK_NET_TRACE_DIR with real traffic through the plugin's table: the table-traffic
 driver (8 sends into one grouped receive of 8) leaves one file whose records scripts/
-mk-net-trace finds consistent: 8 sends and one receive, every one done; without the variable
-no file is written.
+mk-net-trace finds consistent: 8 sends and one receive, every one done; and one file of call
+timings that counts the same 8 posted sends, one receive and 9 test() calls that said done;
+without the variable no file is written.
 
 usage: test_net_trace.py TABLE_TRAFFIC LIB_SO MK_NET_TRACE"""
 import csv
@@ -45,6 +46,16 @@ with tempfile.TemporaryDirectory() as tmp:
         check(recvs and int(recvs[0]["n"]) == 8, "the receive is a group of 8")
         r = subprocess.run([sys.executable, TOOL, "check", *files], capture_output=True, text=True)
         check(r.returncode == 0, f"mk-net-trace check: {r.stdout}")
+    calls = glob.glob(os.path.join(tmp, "mk-net-calls.*.csv"))
+    check(len(calls) == 1, f"one call-timing file, found {calls}")
+    if calls:
+        with open(calls[0], newline="") as f:
+            count = {r["key"]: int(r["count"]) for r in csv.DictReader(f) if r["record"] == "call"}
+        check(count.get("isend") == 8 and count.get("irecv") == 1 and count.get("test_done") == 9,
+              f"calls counted: 8 isend, 1 irecv, 9 test_done: {count}")
+        r = subprocess.run([sys.executable, TOOL, "summary", *files], capture_output=True, text=True)
+        check(r.returncode == 0 and "isend" in r.stdout and "between calls" in r.stdout,
+              f"the summary shows the call timings: {r.stdout[-600:]!r}")
 with tempfile.TemporaryDirectory() as tmp:
     drive(dict(base, NCCL_MK_NET_TRACE_DIR=""))
     check(not os.listdir(tmp), "no file without the variable")
