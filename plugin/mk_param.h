@@ -19,7 +19,8 @@
     "libfabric provider; empty picks efa when present, else tcp;ofi_rxm")                      \
   X(INT, OFI_STREAMS, "NCCL_MK_OFI_STREAMS", "0", 0, 8, "",                                  \
     "ofi: endpoints per comm; large messages are striped over them, each progressed by a "    \
-    "thread of its own; 0: 4 over tcp (measured best under NCCL on 2xH200), 1 elsewhere")     \
+    "thread of its own; 0: 2 over tcp (measured best with the progress thread under NCCL on " \
+    "2xH200), 1 elsewhere")                                                                    \
   X(INT, PROXY_STREAMS, "NCCL_MK_PROXY_STREAMS", "4", 1, 8, "",                              \
     "fused ops across nodes, ofi: endpoints per proxy connection; each put is striped over "  \
     "them, each progressed by a thread of its own (NCCL's comms keep NCCL_MK_OFI_STREAMS)")   \
@@ -28,6 +29,10 @@
     "goes); more keeps more streams busy, less lands the first blocks sooner")                  \
   X(INT, OFI_STREAM_THREADS, "NCCL_MK_OFI_STREAM_THREADS", "1", 0, 1, "",                    \
     "ofi: 1 gives streams 1.. a progress thread each; 0 leaves them all to NCCL's thread")    \
+  X(INT, OFI_PROGRESS_THREAD, "NCCL_MK_OFI_PROGRESS_THREAD", "-1", -1, 1, "",               \
+    "ofi: 1 gives each comm a thread that reads stream 0's completions while it has work, so " \
+    "NCCL's proxy thread only posts and checks; 0: NCCL's thread progresses inside test(); " \
+    "-1: on over tcp (1.5-1.9x busbw from 256 KiB under NCCL on 2xH200), off elsewhere")      \
   X(INT, OFI_STRIPE_MIN, "NCCL_MK_OFI_STRIPE_MIN", "262144", 0, 1099511627776, "",            \
     "ofi: receive buffers larger than this many bytes are striped over the streams")           \
   X(INT, OFI_EAGER_BYTES, "NCCL_MK_OFI_EAGER_BYTES", "0", 0, 1048576, "",                   \

@@ -148,8 +148,11 @@ int mk_transport_get(const struct mk_transport_ops** ops);
 #if MK_HAVE_OFI
 extern const struct mk_transport_ops mk_ofi_ops;
 /* The endpoints per comm ofi opens with NCCL_MK_OFI_STREAMS=0 (auto) over this libfabric
- * provider: 4 over tcp, 1 elsewhere. */
+ * provider: 2 over tcp, 1 elsewhere. */
 int mk_ofi_auto_streams(const char* provider);
+/* Whether a comm gets its progress thread (NCCL_MK_OFI_PROGRESS_THREAD; -1, auto: over tcp,
+ * whose progress costs syscalls, and not elsewhere). */
+int mk_ofi_progress_thread_on(const char* provider);
 #endif
 #if MK_HAVE_VERBS
 extern const struct mk_transport_ops mk_ib_ops;

@@ -42,6 +42,8 @@ const char* lb_env(const char* name);
 /* The endpoints per comm these cases get: NCCL_MK_OFI_STREAMS, or with 0 (auto) what the ofi
  * transport picks for NCCL_MK_OFI_PROVIDER (tcp;ofi_rxm unless the caller set another). */
 int lb_ofi_streams(void);
+/* Whether ofi comms get a progress thread here (NCCL_MK_OFI_PROGRESS_THREAD, auto resolved). */
+int lb_ofi_progress_thread(void);
 /* Runs one case; returns the process exit code (0 pass, 1 fail, 77 skip). */
 int lb_run(const struct lb_case* c);
 

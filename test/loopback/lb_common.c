@@ -218,6 +218,14 @@ int lb_ofi_streams(void) {
   return set > 0 ? set : 1;
 }
 
+int lb_ofi_progress_thread(void) {
+#if MK_HAVE_OFI
+  return mk_ofi_progress_thread_on(mk_param_str(MK_PARAM_OFI_PROVIDER));
+#else
+  return 0;
+#endif
+}
+
 int lb_run(const struct lb_case* c) {
   setenv("NCCL_MK_SOCKET_IFNAME", "lo", 0);
   setenv("NCCL_MK_OFI_PROVIDER", "tcp;ofi_rxm", 0);

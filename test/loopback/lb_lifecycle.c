@@ -224,13 +224,20 @@ static int thread_count(void) {
   return n;
 }
 
-/* A comm with S streams runs S-1 helper threads while open, and close joins them all: after
- * close the process has exactly the threads it had before the connection. A first
- * connection warms up whatever libfabric starts once per process. */
+/* The threads a comm of S streams runs while open: S-1 stream helpers, and its progress
+ * thread (NCCL_MK_OFI_PROGRESS_THREAD). */
+static int comm_threads(int streams) {
+  return (mk_param_int(MK_PARAM_OFI_STREAM_THREADS) ? streams - 1 : 0) +
+         lb_ofi_progress_thread();
+}
+
+/* A comm runs comm_threads() threads while open, and close joins them all: after close the
+ * process has exactly the threads it had before the connection. A first connection warms
+ * up whatever libfabric starts once per process. */
 static int threads_role(struct lb_ctx* ctx) {
   static unsigned char big[4 << 20];
   int streams = lb_ofi_streams();
-  int helpers = mk_param_int(MK_PARAM_OFI_STREAM_THREADS) ? streams - 1 : 0;
+  int helpers = comm_threads(streams);
   LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
   LB_OK(one_message(ctx, 1));
   LB_OK(ctx->ops->close(ctx->comm));
@@ -285,7 +292,6 @@ static int helpers_with_hint(struct lb_ctx* ctx, int streams, int* helpers) {
  * one without a hint the parameter's. */
 static int hints_role(struct lb_ctx* ctx) {
   int streams = lb_ofi_streams();
-  int threads = (int)mk_param_int(MK_PARAM_OFI_STREAM_THREADS);
   LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
   LB_OK(one_message(ctx, 1));
   LB_OK(ctx->ops->close(ctx->comm));
@@ -295,8 +301,8 @@ static int hints_role(struct lb_ctx* ctx) {
   LB_OK(helpers_with_hint(ctx, 0, &plain));
   printf("  [%s] helper threads: %d with a hint of 3 streams, %d without (parameter %d)\n",
          ctx->is_sender ? "sender" : "receiver", hinted, plain, streams);
-  LB_EXPECT(hinted == (threads ? 2 : 0));
-  LB_EXPECT(plain == (threads ? streams - 1 : 0));
+  LB_EXPECT(hinted == comm_threads(3));
+  LB_EXPECT(plain == comm_threads(streams));
   return lb_close(ctx);
 }
 

@@ -5,7 +5,8 @@
  * + CQ + AV of its own (progress of one never contends with another), a mutex (NCCL's
  * service thread may register while the progress thread sends), and the side-channel socket
  * kept open as dead-peer detector. Stream 0 carries everything up to 64 KiB and all
- * control; it is progressed by NCCL's thread inside test(), as with one stream. Larger
+ * control; it is progressed by the comm's progress thread (ofi_progress.c; over tcp by
+ * default) or else by NCCL's thread inside test(), as with one stream. Larger
  * messages start on a rotating stream and those above NCCL_MK_OFI_STRIPE_MIN are striped
  * over all; streams 1.. each have a helper thread that progresses its CQ while it has
  * operations posted (manual data progress: the bytes are copied inside fi_cq_read, so one
@@ -216,6 +217,16 @@ struct ofi_comm {
   struct ofi_req* rx[MK_MAX_REQUESTS]; /* recv: live receives in posting order */
   int tails_pending;          /* recv: entries whose later stripes await cancelling (atomic) */
   uint32_t nrx;
+  /* the progress thread (ofi_progress.c): while has_progress, stream 0's CQ is read there
+   * (always under lock) and NCCL's calls only post and look at their requests */
+  pthread_t progress;
+  int has_progress;
+  int progress_stop;          /* atomic: close asks it to leave */
+  unsigned progress_gen;      /* atomic: bumped by every post; it sleeps only while unchanged */
+  pthread_mutex_t progress_mu;/* only to sleep on progress_cv */
+  pthread_cond_t progress_cv;
+  int callers;                /* atomic: calls waiting for the lock (the thread lets them in) */
+  int asking;                 /* send: NCCL asked for a send whose clear-to-send is missing */
   /* counts, logged at close: messages sent or received eager and through a clear-to-send;
    * recv: eager ones that waited for their receive, and that crossed its clear-to-send */
   uint64_t n_eager, n_cts, n_queued, n_crossed;
@@ -238,6 +249,36 @@ void ofi_streams_keep_awake(struct ofi_comm* c);
 /* Completion accounting shared by both progress paths. */
 void ofi_req_complete(struct ofi_req* r, const struct ofi_op* op, size_t len, int err);
 int ofi_errno_of(int fi_err);
+
+/* ofi_progress.c: the comm's progress thread (NCCL_MK_OFI_PROGRESS_THREAD). Started after
+ * the handshake; stopped (joined) before close takes the comm lock. wake: something was
+ * posted or asked for (caller holds c->lock). */
+int ofi_progress_start(struct ofi_comm* c);
+void ofi_progress_stop(struct ofi_comm* c);
+void ofi_progress_wake(struct ofi_comm* c);
+/* The comm lock as NCCL's calls take it: announced, so that a spinning progress thread
+ * steps aside instead of taking it again at once. */
+static inline void ofi_cpu_relax(void) {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+/* The thread holds the lock for one CQ read at a time (microseconds) and then lets callers
+ * in: spinning for it costs less than a futex sleep and wake-up. */
+#define OFI_LOCK_SPINS 2048
+static inline void ofi_comm_lock(struct ofi_comm* c) {
+  if (pthread_mutex_trylock(&c->lock) == 0) return;
+  __atomic_add_fetch(&c->callers, 1, __ATOMIC_ACQ_REL);
+  int got = 0;
+  for (int i = 0; i < OFI_LOCK_SPINS && !got; i++) {
+    ofi_cpu_relax();
+    got = pthread_mutex_trylock(&c->lock) == 0;
+  }
+  if (!got) pthread_mutex_lock(&c->lock);
+  __atomic_sub_fetch(&c->callers, 1, __ATOMIC_ACQ_REL);
+}
 
 /* ofi_ep.c: a comm's endpoint resources. */
 int ofi_streams_default(const struct ofi_dev* dev);

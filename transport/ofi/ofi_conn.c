@@ -124,7 +124,7 @@ static int ofi_hs_step(struct ofi_handshake* hs) {
     if (rc < 0) return rc;
     if (rc == 1) {
       if (hs->ack != OFI_ACK_MAGIC) return -EBADMSG;
-      if (ofi_streams_start(hs->comm) < 0) return -EAGAIN;
+      if (ofi_streams_start(hs->comm) < 0 || ofi_progress_start(hs->comm) < 0) return -EAGAIN;
       return 1;
     }
   }
@@ -269,6 +269,7 @@ int ofi_close_listen(void* listen_comm) {
 int ofi_close(struct mk_comm* comm) {
   struct ofi_comm* c = (struct ofi_comm*)comm;
   if (!comm || comm->ops != &mk_ofi_ops) return -EINVAL;
+  ofi_progress_stop(c); /* before the lock: the thread takes it */
   pthread_mutex_lock(&c->lock);
   comm->ops = NULL; /* a late call through a stale pointer fails its check, not the provider */
   uint32_t inflight = mk_req_pool_in_use(&c->pool);

@@ -143,9 +143,12 @@ static int ofi_send_cts(struct ofi_comm* c, struct ofi_cts_slot* s, void* data, 
 
 static int ofi_isend_locked(struct ofi_comm* c, void* data, size_t size, int tag,
                             struct mk_mr* mr, struct ofi_req** out) {
-  int rc = ofi_cq_progress(c);
+  /* with a progress thread the clear-to-send has usually been filed already: the CQ is read
+   * here only when it has not */
+  struct ofi_cts_slot* s = c->has_progress ? ofi_slot_for(c, c->msn) : NULL;
+  int rc = s ? 0 : ofi_cq_progress(c);
   if (rc < 0) return rc;
-  struct ofi_cts_slot* s = ofi_slot_for(c, c->msn);
+  if (!s) s = ofi_slot_for(c, c->msn);
   switch (mk_ofi_send_path(s != NULL, size, c->eager_bytes, c->credits.avail)) {
     case MK_OFI_PATH_CTS:
       MK_CHECK(ofi_send_cts(c, s, data, size, tag, mr, out));
@@ -154,9 +157,15 @@ static int ofi_isend_locked(struct ofi_comm* c, void* data, size_t size, int tag
       MK_CHECK(ofi_eager_send(c, data, size, tag, mr, out));
       break;
     case MK_OFI_PATH_WAIT:
+      c->asking = 1; /* the progress thread keeps reading until the clear-to-send comes */
+      ofi_progress_wake(c);
       return rc > 0 ? 0 : ofi_peer_check(c);
   }
-  if (*out) c->sent_tags[c->msn++ % MK_OFI_TAG_RING] = tag;
+  if (*out) {
+    c->sent_tags[c->msn++ % MK_OFI_TAG_RING] = tag;
+    c->asking = 0;
+    ofi_progress_wake(c);
+  }
   return 0;
 }
 
@@ -171,7 +180,7 @@ int ofi_isend(struct mk_comm* comm, void* data, size_t size, int tag, struct mk_
     return -EINVAL;
   }
   struct ofi_req* r = NULL;
-  pthread_mutex_lock(&c->lock);
+  ofi_comm_lock(c);
   int rc = c->error ? c->error : ofi_isend_locked(c, data, size, tag, mr, &r);
   if (r) r->base.comm = comm;
   pthread_mutex_unlock(&c->lock);
@@ -304,8 +313,9 @@ int ofi_irecv(struct mk_comm* comm, int n, void** data, const size_t* sizes, con
             (void*)data, (const void*)sizes, (const void*)tags);
     return -EINVAL;
   }
-  pthread_mutex_lock(&c->lock);
-  int rc = c->nbounce ? ofi_cq_progress(c) : c->error; /* eager arrivals first: fewer cancels */
+  ofi_comm_lock(c);
+  /* eager arrivals first: fewer cancels (the progress thread reads them when there is one) */
+  int rc = c->nbounce && !c->has_progress ? ofi_cq_progress(c) : c->error;
   if (rc > 0) rc = 0;
   struct ofi_req* r = rc ? NULL : mk_req_pool_alloc(&c->pool);
   if (r) {
@@ -313,7 +323,7 @@ int ofi_irecv(struct mk_comm* comm, int n, void** data, const size_t* sizes, con
     r->kind = OFI_REQ_RECV;
     r->n = n;
     rc = ofi_recv_post(c, r, n, data, sizes, tags, mrs);
-    if (rc == 0) *req = &r->base;
+    if (rc == 0) *req = &r->base, ofi_progress_wake(c);
     else if (rc == 1) mk_req_pool_free(&c->pool, r);
     if (rc == 1) rc = 0;
     if (rc < 0) { /* half-posted: the comm cannot stay in step with its peer */
@@ -342,6 +352,13 @@ int ofi_iflush(struct mk_comm* comm, int n, void** data, const int* sizes, struc
   return 0;
 }
 
+/* test() of a request still in flight while the progress thread drives the comm (and checks
+ * on the peer): no CQ read, no lock. */
+static int ofi_test_pending(struct ofi_comm* c) {
+  int rc = __atomic_load_n(&c->error, __ATOMIC_RELAXED);
+  return rc < 0 ? rc : 0;
+}
+
 int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
   if (!req || !done || !req->comm || req->comm->ops != &mk_ofi_ops) {
     MK_WARN("ofi test: bad request %p", (void*)req);
@@ -350,7 +367,9 @@ int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
   struct ofi_req* r = (struct ofi_req*)req;
   struct ofi_comm* c = (struct ofi_comm*)req->comm;
   *done = 0;
-  pthread_mutex_lock(&c->lock);
+  if (c->has_progress && __atomic_load_n(&r->pending, __ATOMIC_ACQUIRE) != 0)
+    return ofi_test_pending(c);
+  ofi_comm_lock(c);
   /* A request that an earlier call's progress already completed needs no CQ read: NCCL and
    * the loopback harness test the requests of a batch in turn, and the first test's read
    * usually completes the rest (each read costs rxm/tcp a poll of every socket). */

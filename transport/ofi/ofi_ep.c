@@ -53,11 +53,19 @@ static int ofi_ctrl_setup(struct ofi_comm* c) {
   return 0;
 }
 
-/* 4 endpoints over tcp, where 4 measured best under NCCL on 2xH200, and 1 over other
- * providers (efa: not measured; a helper thread per extra endpoint of every comm is a cost
- * there until it is shown to pay). */
-int mk_ofi_auto_streams(const char* provider) {
-  return provider && strstr(provider, "tcp") ? 4 : 1;
+static int ofi_is_tcp(const char* provider) { return provider && strstr(provider, "tcp"); }
+
+/* 2 endpoints over tcp, where 2 measured best under NCCL on 2xH200 with the progress thread
+ * (4 did without it; with it, 4 helpers and a progress thread per comm crowd the cores), and
+ * 1 over other providers (efa: not measured; a helper thread per extra endpoint of every comm
+ * is a cost there until it is shown to pay). */
+int mk_ofi_auto_streams(const char* provider) { return ofi_is_tcp(provider) ? 2 : 1; }
+
+/* tcp's progress is syscalls (poll, recvmsg, sendmsg), which belong off NCCL's proxy thread;
+ * elsewhere (efa: a CQ read is cheap) unmeasured, so off. */
+int mk_ofi_progress_thread_on(const char* provider) {
+  int64_t set = mk_param_int(MK_PARAM_OFI_PROGRESS_THREAD);
+  return set >= 0 ? (int)set : ofi_is_tcp(provider);
 }
 
 /* NCCL_MK_OFI_STREAMS, or with 0 (auto) mk_ofi_auto_streams of the device's provider. */
@@ -78,6 +86,8 @@ int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
   c->dev = dev;
   c->sock = -1;
   pthread_mutex_init(&c->lock, NULL);
+  pthread_mutex_init(&c->progress_mu, NULL);
+  pthread_cond_init(&c->progress_cv, NULL);
   for (int k = 0; k < MK_OFI_MAX_STREAMS; k++) {
     pthread_mutex_init(&c->st[k].mu, NULL);
     pthread_cond_init(&c->st[k].cv, NULL);
@@ -113,6 +123,7 @@ fail:
  * so no provider write can land in memory freed below. */
 void ofi_comm_close_fabric(struct ofi_comm* c) {
   ofi_streams_stop(c); /* no thread may be inside fi_cq_read of what goes below */
+  ofi_progress_stop(c); /* already stopped by close; here for a comm that failed to connect */
   for (int k = 0; k < MK_OFI_MAX_STREAMS; k++) ofi_stream_close_ep(&c->st[k]);
   if (c->ctrl_mr) fi_close(&c->ctrl_mr->fid);
   if (c->pool_mr) fi_close(&c->pool_mr->fid);
@@ -133,6 +144,8 @@ void ofi_comm_destroy(struct ofi_comm* c) {
     pthread_mutex_destroy(&c->st[k].mu);
     pthread_cond_destroy(&c->st[k].cv);
   }
+  pthread_mutex_destroy(&c->progress_mu);
+  pthread_cond_destroy(&c->progress_cv);
   pthread_mutex_destroy(&c->lock);
   free(c);
 }

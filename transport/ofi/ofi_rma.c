@@ -236,7 +236,7 @@ static int ofi_put_common(struct mk_comm* comm, const void* src, size_t size, st
             (unsigned long long)sig_off, (unsigned long long)sig->size);
     return -EINVAL;
   }
-  pthread_mutex_lock(&c->lock);
+  ofi_comm_lock(c);
   int rc = c->error;
   struct ofi_req* r = rc ? NULL : mk_req_pool_alloc(&c->pool);
   if (r) {
@@ -254,6 +254,7 @@ static int ofi_put_common(struct mk_comm* comm, const void* src, size_t size, st
     rc = ofi_put_start(c, r, src, size, src_mr, dst, dst_off);
     if (rc == 0) {
       *req = &r->base;
+      ofi_progress_wake(c);
     } else if (!c->error) { /* nothing posted */
       if (r->signal_waiting) ofi_signal_unwait(c, r);
       mk_req_pool_free(&c->pool, r);
@@ -290,7 +291,7 @@ int ofi_iput_signal(struct mk_comm* comm, const void* src, size_t size, struct m
 int ofi_progress(struct mk_comm* comm) {
   struct ofi_comm* c = ofi_comm_get(comm);
   if (!c) return -EINVAL;
-  pthread_mutex_lock(&c->lock);
+  ofi_comm_lock(c);
   ofi_streams_keep_awake(c); /* progress is what a put target calls */
   int rc = ofi_cq_progress(c);
   if (rc == 0) rc = ofi_peer_check(c);

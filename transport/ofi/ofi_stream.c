@@ -5,8 +5,8 @@
  * kernel inside fi_cq_read of the endpoint's CQ. With one endpoint progressed by NCCL's one
  * proxy thread, a comm moves at most what one core copies. Each extra stream has a thread
  * that reads its own CQ while the stream has operations posted, and sleeps on a condition
- * variable otherwise (no core burnt while idle). Stream 0 stays with NCCL's thread (test()),
- * so small messages take exactly the single-stream path, with no thread hand-off.
+ * variable otherwise (no core burnt while idle). Stream 0 stays with the comm's progress
+ * thread (ofi_progress.c) or NCCL's thread (test()), which also handle its control messages.
  *
  * Helper threads never take the comm lock: a completion only touches its own op and request
  * (atomics), and stream errors are picked up by NCCL's thread through st->error.
