@@ -300,8 +300,8 @@ tier_net() {
   step net_trace_of_a_128k_all_reduce bash -c "rm -rf '$LOGS/net-trace' && mkdir -p '$LOGS/net-trace' &&
     NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_TUNER_PLUGIN=none NCCL_NET_PLUGIN='$B/libnccl-net-mk.so' \
     NCCL_NET=mk NCCL_MK_NET_TRACE_DIR='$LOGS/net-trace' '$B/test/perf/coll/all_reduce_perf' -p 2 -g 1 -H \
-    -b 128K -e 128K -n 200 -w 10 -c 0 && scripts/mk-net-trace check '$LOGS'/net-trace/*.csv &&
-    scripts/mk-net-trace summary '$LOGS'/net-trace/*.csv"
+    -b 128K -e 128K -n 200 -w 10 -c 0 && scripts/mk-net-trace check '$LOGS'/net-trace/mk-net-trace.*.csv &&
+    scripts/mk-net-trace summary '$LOGS'/net-trace/mk-net-trace.*.csv"
   sed -n '/^kind/,$p' "$LOGS/net_trace_of_a_128k_all_reduce.log"
 }
 

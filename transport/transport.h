@@ -38,7 +38,8 @@ struct mk_transport_ops;
  * streams); zero fields leave the transport's parameters. Thread-local; transports may
  * ignore them (ib does). */
 struct mk_conn_hints {
-  int streams; /* ofi: endpoints per comm (NCCL_MK_OFI_STREAMS otherwise) */
+  int streams;         /* ofi: endpoints per comm (NCCL_MK_OFI_STREAMS otherwise) */
+  int progress_thread; /* ofi: 1 on, -1 off (NCCL_MK_OFI_PROGRESS_THREAD otherwise) */
 };
 void mk_conn_hints_set(const struct mk_conn_hints* h); /* NULL clears */
 const struct mk_conn_hints* mk_conn_hints_get(void);

@@ -284,8 +284,12 @@ int mk_proxy_connect(struct mk_proxy* p, const struct mk_proxy_addr* all) {
       return -EBADMSG;
     }
   int nnamed = 0;
+  /* no comm progress thread: the proxy's own thread progresses its comms all the time (with
+   * one, a 2 MiB put+signal stream fell from 3.6 to 3.0 GB/s and the ops 1.25-1.37x -> 0.7x
+   * against NCCL, 2xH200, bench/NOTES.md session 24) */
   struct mk_conn_hints hints = {
-      .streams = p->conf.streams ? p->conf.streams : (int)mk_param_int(MK_PARAM_PROXY_STREAMS)};
+      .streams = p->conf.streams ? p->conf.streams : (int)mk_param_int(MK_PARAM_PROXY_STREAMS),
+      .progress_thread = -1};
   mk_conn_hints_set(&hints); /* this thread's connects and accepts below */
   int rc = proxy_connect_all(p, all, &nnamed);
   mk_conn_hints_set(NULL);

@@ -267,10 +267,9 @@ static int threads_role(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
-/* Connects again (same listen comm) with this thread's connection hints set to `streams`
- * (0: none), exchanges a message, and returns the helper threads the new comm started. */
-static int helpers_with_hint(struct lb_ctx* ctx, int streams, int* helpers) {
-  struct mk_conn_hints h = {.streams = streams};
+/* Connects again (same listen comm) with this thread's connection hints set to h, exchanges
+ * a message, and returns the threads the new comm started. */
+static int helpers_with_hint(struct lb_ctx* ctx, struct mk_conn_hints h, int* helpers) {
   mk_conn_hints_set(&h);
   int base = thread_count();
   if (ctx->is_sender)
@@ -287,27 +286,32 @@ static int helpers_with_hint(struct lb_ctx* ctx, int streams, int* helpers) {
   return 0;
 }
 
-/* The fused ops' proxy asks for its own stream count through per-thread connection hints
- * (NCCL's comms keep NCCL_MK_OFI_STREAMS): a hinted comm has that many streams, the next
- * one without a hint the parameter's. */
+/* The fused ops' proxy asks for its own stream count, and no progress thread, through
+ * per-thread connection hints (NCCL's comms keep the parameters): a hinted comm has that
+ * many streams, the next one without a hint the parameter's, and one hinted off has no
+ * progress thread. */
 static int hints_role(struct lb_ctx* ctx) {
   int streams = lb_ofi_streams();
   LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
   LB_OK(one_message(ctx, 1));
   LB_OK(ctx->ops->close(ctx->comm));
   ctx->comm = NULL;
-  int hinted, plain;
-  LB_OK(helpers_with_hint(ctx, 3, &hinted));
-  LB_OK(helpers_with_hint(ctx, 0, &plain));
-  printf("  [%s] helper threads: %d with a hint of 3 streams, %d without (parameter %d)\n",
-         ctx->is_sender ? "sender" : "receiver", hinted, plain, streams);
+  int hinted, plain, unthreaded;
+  LB_OK(helpers_with_hint(ctx, (struct mk_conn_hints){.streams = 3}, &hinted));
+  LB_OK(helpers_with_hint(ctx, (struct mk_conn_hints){0}, &plain));
+  LB_OK(helpers_with_hint(ctx, (struct mk_conn_hints){.streams = 3, .progress_thread = -1},
+                          &unthreaded));
+  printf("  [%s] threads: %d with a hint of 3 streams, %d without (parameter %d), %d with 3 "
+         "streams and no progress thread\n", ctx->is_sender ? "sender" : "receiver", hinted,
+         plain, streams, unthreaded);
   LB_EXPECT(hinted == comm_threads(3));
   LB_EXPECT(plain == comm_threads(streams));
+  LB_EXPECT(unthreaded == comm_threads(3) - lb_ofi_progress_thread());
   return lb_close(ctx);
 }
 
 const struct lb_case lb_cases_lifecycle[] = {
-    {"connection_hints_set_the_stream_count", hints_role, hints_role, 30, 0},
+    {"connection_hints_set_the_stream_count_and_progress_thread", hints_role, hints_role, 30, 0},
     {"close_joins_every_stream_thread", threads_role, threads_role, 30, 0},
     {"reconnect_on_same_listen_comm_and_close_in_flight", reconnect_recv, reconnect_send, 30, 0},
     {"killed_peer_gives_econnreset_within_bound", killed_recv, killed_send, 40, 1},

@@ -220,9 +220,11 @@ struct ofi_comm {
   /* the progress thread (ofi_progress.c): while has_progress, stream 0's CQ is read there
    * (always under lock) and NCCL's calls only post and look at their requests */
   pthread_t progress;
+  int progress_wanted;        /* decided at creation (hint, parameter, provider) */
   int has_progress;
   int progress_stop;          /* atomic: close asks it to leave */
   unsigned progress_gen;      /* atomic: bumped by every post; it sleeps only while unchanged */
+  int progress_sleeping;      /* atomic: it is (about to be) waiting on progress_cv */
   pthread_mutex_t progress_mu;/* only to sleep on progress_cv */
   pthread_cond_t progress_cv;
   int callers;                /* atomic: calls waiting for the lock (the thread lets them in) */

@@ -99,8 +99,11 @@ int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
     rc = -ENOMEM;
     goto fail;
   }
-  int hinted = mk_conn_hints_get()->streams;
+  const struct mk_conn_hints* hints = mk_conn_hints_get();
+  int hinted = hints->streams;
   c->nstreams = hinted >= 1 && hinted <= MK_OFI_MAX_STREAMS ? hinted : ofi_streams_default(dev);
+  c->progress_wanted = hints->progress_thread ? hints->progress_thread > 0
+                                              : mk_ofi_progress_thread_on(dev->info->fabric_attr->prov_name);
   c->stripe_min = (uint64_t)mk_param_int(MK_PARAM_OFI_STRIPE_MIN);
   for (int k = 0; k < c->nstreams; k++) {
     MK_CHECK_GOTO(ofi_stream_open(c, &c->st[k]), rc, fail);

@@ -23,6 +23,10 @@
 #include "ofi.h"
 
 #define OFI_PROGRESS_SPINS 32 /* empty reads in a row before yielding the core */
+/* How long the thread keeps reading after the comm's last request, before it sleeps: a
+ * sleeping thread takes tens of microseconds to wake, which small messages feel (NCCL posts
+ * the next collective's receives right after the last one's completions). */
+#define OFI_PROGRESS_LINGER_NS 500000ull
 
 /* Whether the thread has something to drive (caller holds c->lock). */
 static int ofi_progress_has_work(const struct ofi_comm* c) {
@@ -30,31 +34,38 @@ static int ofi_progress_has_work(const struct ofi_comm* c) {
                        c->signals_waiting || c->ctrl_unposted || c->bounce_unposted);
 }
 
-/* Sleeps until a post changes progress_gen from seen, or close. */
+/* Sleeps until a post changes progress_gen from seen, or close. progress_sleeping and
+ * progress_gen are both sequentially consistent, so a waker that missed the flag bumped the
+ * generation before this thread looked at it. */
 static void ofi_progress_sleep(struct ofi_comm* c, unsigned seen) {
   pthread_mutex_lock(&c->progress_mu);
-  while (!__atomic_load_n(&c->progress_stop, __ATOMIC_ACQUIRE) &&
-         __atomic_load_n(&c->progress_gen, __ATOMIC_ACQUIRE) == seen)
+  __atomic_store_n(&c->progress_sleeping, 1, __ATOMIC_SEQ_CST);
+  while (!__atomic_load_n(&c->progress_stop, __ATOMIC_SEQ_CST) &&
+         __atomic_load_n(&c->progress_gen, __ATOMIC_SEQ_CST) == seen)
     pthread_cond_wait(&c->progress_cv, &c->progress_mu);
+  __atomic_store_n(&c->progress_sleeping, 0, __ATOMIC_SEQ_CST);
   pthread_mutex_unlock(&c->progress_mu);
 }
 
 static void* ofi_progress_main(void* arg) {
   struct ofi_comm* c = arg;
   int empty = 0;
+  uint64_t last_work = ofi_now_ns();
   while (!__atomic_load_n(&c->progress_stop, __ATOMIC_ACQUIRE)) {
     pthread_mutex_lock(&c->lock);
-    unsigned gen = __atomic_load_n(&c->progress_gen, __ATOMIC_ACQUIRE);
+    unsigned gen = __atomic_load_n(&c->progress_gen, __ATOMIC_SEQ_CST);
     int n = ofi_cq_progress(c);
     int work = ofi_progress_has_work(c);
     if (n == 0 && work) ofi_peer_check(c); /* rate-limited; an error ends the work */
     pthread_mutex_unlock(&c->lock);
     while (__atomic_load_n(&c->callers, __ATOMIC_ACQUIRE) > 0) sched_yield();
+    if (work || n > 0) last_work = ofi_now_ns();
     if (n > 0) {
       empty = 0;
-    } else if (!work) {
+    } else if (!work && (c->error || ofi_now_ns() - last_work > OFI_PROGRESS_LINGER_NS)) {
       ofi_progress_sleep(c, gen);
       empty = 0;
+      last_work = ofi_now_ns();
     } else if (++empty >= OFI_PROGRESS_SPINS) {
       sched_yield(); /* lets NCCL's thread take the lock, and other threads the core */
       empty = 0;
@@ -65,15 +76,15 @@ static void* ofi_progress_main(void* arg) {
 
 void ofi_progress_wake(struct ofi_comm* c) {
   if (!c->has_progress) return;
-  __atomic_add_fetch(&c->progress_gen, 1, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&c->progress_gen, 1, __ATOMIC_SEQ_CST);
+  if (!__atomic_load_n(&c->progress_sleeping, __ATOMIC_SEQ_CST)) return;
   pthread_mutex_lock(&c->progress_mu);
   pthread_cond_signal(&c->progress_cv);
   pthread_mutex_unlock(&c->progress_mu);
 }
 
 int ofi_progress_start(struct ofi_comm* c) {
-  if (c->has_progress || !mk_ofi_progress_thread_on(c->dev->info->fabric_attr->prov_name))
-    return 0;
+  if (c->has_progress || !c->progress_wanted) return 0;
   c->has_progress = 1; /* before the thread runs: the calls stop reading the CQ themselves */
   int rc = pthread_create(&c->progress, NULL, ofi_progress_main, c);
   if (rc != 0) {
