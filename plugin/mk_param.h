@@ -32,7 +32,8 @@
   X(INT, OFI_PROGRESS_THREAD, "NCCL_MK_OFI_PROGRESS_THREAD", "-1", -1, 1, "",               \
     "ofi: 1 gives each comm a thread that reads stream 0's completions while it has work, so " \
     "NCCL's proxy thread only posts and checks; 0: NCCL's thread progresses inside test(); " \
-    "-1: on over tcp (1.5-1.9x busbw from 256 KiB under NCCL on 2xH200), off elsewhere")      \
+    "-1: on over tcp when the process may use 8 or more cores (1.5-1.9x busbw from 256 KiB " \
+    "under NCCL on 2xH200), off elsewhere")                                                    \
   X(INT, OFI_STRIPE_MIN, "NCCL_MK_OFI_STRIPE_MIN", "262144", 0, 1099511627776, "",            \
     "ofi: receive buffers larger than this many bytes are striped over the streams")           \
   X(INT, OFI_EAGER_BYTES, "NCCL_MK_OFI_EAGER_BYTES", "0", 0, 1048576, "",                   \

@@ -152,7 +152,7 @@ extern const struct mk_transport_ops mk_ofi_ops;
  * provider: 2 over tcp, 1 elsewhere. */
 int mk_ofi_auto_streams(const char* provider);
 /* Whether a comm gets its progress thread (NCCL_MK_OFI_PROGRESS_THREAD; -1, auto: over tcp,
- * whose progress costs syscalls, and not elsewhere). */
+ * whose progress costs syscalls, with 8 or more usable cores; not elsewhere). */
 int mk_ofi_progress_thread_on(const char* provider);
 #endif
 #if MK_HAVE_VERBS
