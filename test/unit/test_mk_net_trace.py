@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/mk-net-trace on synthetic records: the summary's per-comm idle time (gaps where none
-of a comm's requests is in flight, overlapping requests merged), and check with a negative
-control (a request done before it was posted, one done with no test()).
+of a comm's requests is in flight, overlapping requests merged), the timeline of two files
+in one time order, and check with a negative control (a request done before it was posted,
+one done with no test()).
 
 usage: test_mk_net_trace.py MK_NET_TRACE"""
 import importlib.machinery
@@ -56,6 +57,21 @@ with tempfile.TemporaryDirectory() as tmp:
     r = subprocess.run([sys.executable, TOOL, "summary", good], capture_output=True, text=True)
     check(r.returncode == 0 and "nothing in flight 7.1% of their spans" in r.stdout,
           f"summary's idle share (10 of 140 ns): {r.stdout!r}")
+    # timeline: two files' events in one time order from the first post, inside the span;
+    # a send asked before it was posted has its own "ask" event
+    a = write(tmp, "a.csv", [("recv", "0xa", 1, 1, 8, 1000, 1000, 9000, 2),
+                             ("send", "0xb", 1, 1, 8, 2000, 4000, 6000, 1)])
+    b = write(tmp, "b.csv", [("send", "0xc", 1, 1, 8, 3000, 3000, 8000, 1)])
+    lines = mnt.timeline(mnt.load([a, b]), 0, 6)
+    got = [tuple(l.split()[:5]) for l in lines]
+    want = [("0.0", "p0", "c0", "recv", "post"), ("1.0", "p0", "c2", "send", "ask"),
+            ("2.0", "p1", "c1", "send", "post"), ("3.0", "p0", "c2", "send", "post"),
+            ("5.0", "p0", "c2", "send", "done")]
+    check(got == want, f"timeline's first 6 us across both files: {got}")
+    r = subprocess.run([sys.executable, TOOL, "timeline", "--from", "0", "--span", "50", a, b],
+                       capture_output=True, text=True)
+    check(r.returncode == 0 and len(r.stdout.splitlines()) == 7,
+          f"timeline prints all 7 events in 50 us: {r.returncode} {r.stdout!r}")
     # negative control: done before posted; done without a test()
     bad = write(tmp, "bad.csv", [
         ("send", "0xa", 1, 1, 4096, 0, 10, 5, 1),
