@@ -20,8 +20,9 @@
 #          channels 0/4/8, 20 iterations; file $LOGS/tune-net.txt (aimed at < 4 minutes; not
 #          part of all)
 #   pairs: every 2-GPU test program's scenarios, no benchmarks (fused ops, MoE, ring attention)
-#   scale: issue 9 on 4 or 8 GPUs (skips with fewer): {ag_gemm,gemm_rs,gemm_ar}_perf at 4 and 8
-#          ranks on the 8192 shapes, bench-net at 4 and 8 ranks (not part of all)
+#   scale: issue 9 on 4 or 8 GPUs (skips with fewer): at 4 and 8 ranks the fused ops' test
+#          scenarios that hold at any rank count (one node, and one emulated node per rank),
+#          {ag_gemm,gemm_rs,gemm_ar}_perf on the 8192 shapes, bench-net (not part of all)
 #   xnode: the fused ops' tests with each rank its own emulated node (NCCL_MK_LOCAL_SIZE=1: the
 #          proxy over libfabric tcp;ofi_rxm), then {ag_gemm,gemm_rs,gemm_ar}_perf across those
 #          nodes (not part of all)
@@ -61,10 +62,11 @@ gpus_at_least() {
   return 1
 }
 
-# scenarios LIST BINARY: one step per "scenario:step_name" of LIST, running BINARY scenario.
+# scenarios LIST BINARY [SUFFIX]: one step per "scenario:step_name" of LIST (named
+# step_name SUFFIX), running BINARY scenario.
 scenarios() {
-  local list=$1 bin=$2 t
-  for t in $list; do step "${t#*:}" "$bin" "${t%%:*}"; done
+  local list=$1 bin=$2 sfx=${3:-} t
+  for t in $list; do step "${t#*:}$sfx" "$bin" "${t%%:*}"; done
 }
 
 GEMM_TESTS="odd_shapes:gemm_matches_float64_on_odd_shapes cublas:gemm_matches_cublaslt
@@ -177,11 +179,19 @@ tier_pairs() {
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
 }
 
-# Issue 9 on a machine with 4 or 8 GPUs (skipped with fewer), in one call: the fused ops'
-# benchmarks at 4 and 8 ranks on the issue's 8192 shapes against NCCL + cuBLASLt, then the
-# net plugin against Socket through the forced network path at the same rank counts. The GPU
-# test suites are 2-rank programs (test/gpu/rank_harness.cuh's nranks); at 4 and 8 ranks the
-# benchmarks' checks (#wrong against the sequential result) are the correctness evidence.
+# The fused ops' scenarios that hold at any rank count (test_fused_ops with MK_TEST_RANKS; the
+# planted-fault ones are 2-rank), on one node and with every rank its own emulated node.
+FUSED_SCALE_TESTS="correctness:fused_ops_match_float64_on_odd_shapes bad_input:fused_ops_reject_bad_input_untouched
+graph:fused_ops_replay_in_cuda_graphs_with_fresh_inputs back_to_back:fused_ops_back_to_back_with_a_delayed_rank
+negative_control:fused_checker_rejects_one_bad_element one_kernel:fused_ops_are_one_kernel_per_call_on_their_overlapped_paths
+proxy_bytes:fused_ops_send_nothing_through_the_proxy_when_every_rank_is_local"
+FUSED_SCALE_XNODE_TESTS="correctness:xnode_fused_ops_match_float64_on_odd_shapes proxy_bytes:xnode_proxy_sends_exactly_each_ops_rows"
+
+# Issue 9 on a machine with 4 or 8 GPUs (skipped with fewer), in one call, at 4 and 8 ranks:
+# the fused ops' test scenarios (on one node, then one emulated node per rank through the
+# proxy), their benchmarks on the issue's 8192 shapes against NCCL + cuBLASLt, then the net
+# plugin against Socket through the forced network path. The MoE and ring-attention tests are
+# 2-rank programs; at 4 and 8 ranks they are not run.
 tier_scale() {
   local n op
   gpus_at_least 4 scale || return
@@ -189,6 +199,9 @@ tier_scale() {
   [ "${MK_FUSED_SHAPES:-}" = small ] && m="8192"
   for n in 4 8; do
     [ "$GPUS" -lt "$n" ] && continue
+    MK_TEST_RANKS=$n scenarios "$FUSED_SCALE_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
+    MK_TEST_RANKS=$n NCCL_MK_LOCAL_SIZE=1 NCCL_MK_TRANSPORT=ofi NCCL_MK_OFI_PROVIDER="tcp;ofi_rxm" \
+      NCCL_MK_TIMEOUT_MS=15000 scenarios "$FUSED_SCALE_XNODE_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
     for op in ag_gemm gemm_rs gemm_ar; do
       step "${op}_perf_${n}_ranks" "$B/test/perf/fused/${op}_perf" -p "$n" -M "$m" -N 8192 -K 8192 \
         -n 20 -w 3 -J "$LOGS/${op}_perf_${n}.json"

@@ -27,8 +27,20 @@
 #include "rank_harness.cuh"
 
 
-static const int NR = 2;
+/* Ranks: 2, or MK_TEST_RANKS (4 and 8 on a larger machine, gpu-check's scale tier); every
+ * shape below is a per-rank row count times NR, so M divides by the ranks whatever they are. */
+static int NR = 2;
 static const double TOL = 1e-2;
+
+static int test_ranks(void) {
+  const char* v = getenv("MK_TEST_RANKS");
+  int n = v ? atoi(v) : 2;
+  if (n < 2 || n > 8) {
+    fprintf(stderr, "MK_TEST_RANKS=%s: 2 to 8 ranks\n", v);
+    exit(2);
+  }
+  return n;
+}
 
 struct rank_env {
   int rank;
@@ -38,9 +50,15 @@ struct rank_env {
 };
 
 struct shape { size_t m, n, k; };
-static const struct shape odd_shapes[] = {{2 * 1, 8, 8}, {2 * 127, 72, 1000}, {2 * 64, 256, 256},
-                                          {2 * 4097, 64, 72}, {2 * 256, 1000, 136},
-                                          {8192, 264, 136} /* GEMM+AllReduce's overlapped path */};
+/* M per rank; the last takes GEMM+AllReduce's overlapped path (M = 8192 on 2 ranks). */
+static const struct shape odd_shapes[] = {{1, 8, 8}, {127, 72, 1000}, {64, 256, 256},
+                                          {4097, 64, 72}, {256, 1000, 136}, {4096, 264, 136}};
+
+/* A shape of m_per_rank rows on each rank. */
+static struct shape per_rank(size_t m_per_rank, size_t n, size_t k) {
+  struct shape s = {m_per_rank * (size_t)NR, n, k};
+  return s;
+}
 
 static uint64_t seed_of(uint64_t base, int rank, int which) { return base * 1000 + rank * 10 + which; }
 
@@ -149,7 +167,7 @@ static void check_ops(struct rank_env* e, struct op_bufs* o, struct shape s, uin
 
 static void scenario_correctness(struct rank_env* e) {
   for (size_t i = 0; i < sizeof(odd_shapes) / sizeof(odd_shapes[0]); i++) {
-    struct shape s = odd_shapes[i];
+    struct shape s = per_rank(odd_shapes[i].m, odd_shapes[i].n, odd_shapes[i].k);
     struct op_bufs o;
     bufs_alloc(&o, s);
     uint64_t base = g_seed + i * 7;
@@ -163,7 +181,7 @@ static void scenario_correctness(struct rank_env* e) {
 
 /* Every bad call returns its error before launching anything: the outputs stay poisoned. */
 static void scenario_bad_input(struct rank_env* e) {
-  struct shape s = {2 * 64, 64, 64};
+  struct shape s = per_rank(64, 64, 64);
   struct op_bufs o;
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
@@ -202,7 +220,7 @@ static void scenario_bad_input(struct rank_env* e) {
 
 /* The three ops captured once, replayed with fresh inputs written into the same buffers. */
 static void scenario_graph(struct rank_env* e) {
-  struct shape s = {2 * 128, 256, 512};
+  struct shape s = per_rank(128, 256, 512);
   struct op_bufs o;
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
@@ -254,7 +272,7 @@ static void capture_op(struct rank_env* e, struct op_bufs* o, struct shape s, in
  * no kernel, copy or event before or after it (issue 6). */
 static void scenario_one_kernel(struct rank_env* e) {
   static const char* names[] = {"AllGather+GEMM", "GEMM+ReduceScatter", "GEMM+AllReduce"};
-  struct shape s = {2 * 128, 256, 512};
+  struct shape s = per_rank(128, 256, 512);
   struct op_bufs o;
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
@@ -271,7 +289,7 @@ static void scenario_one_kernel(struct rank_env* e) {
  * random before each call; every output checked afterwards. */
 static void scenario_back_to_back(struct rank_env* e) {
   enum { CALLS = 100 };
-  struct shape s = {2 * 128, 128, 256}; /* 128-row shards: NCCL_MK_FUSED=1 overlaps these */
+  struct shape s = per_rank(128, 128, 256); /* 128-row shards: NCCL_MK_FUSED=1 overlaps these */
   void *a[CALLS], *b[CALLS], *c[CALLS];
   srand((unsigned)g_seed + e->rank);
   for (int i = 0; i < CALLS; i++) {
@@ -323,14 +341,17 @@ static uint64_t proxy_bytes_since(struct rank_env* e, uint64_t before, uint64_t 
 }
 
 /* The proxy's byte counter per op, each call checked: with NCCL_MK_LOCAL_SIZE=1 every rank is
- * its own emulated node, and its proxy sends exactly its shard per AllGather+GEMM (three
- * calls), its partial of the peer's rows per GEMM+ReduceScatter, and those plus its reduced
- * rows per GEMM+AllReduce; with every rank local it sends nothing. */
+ * its own emulated node, and its proxy sends exactly its shard to each peer per
+ * AllGather+GEMM (three calls), its partial of each peer's rows per GEMM+ReduceScatter, and
+ * those plus its reduced rows to each peer per GEMM+AllReduce; with every rank local it sends
+ * nothing. */
 static void scenario_proxy_bytes(struct rank_env* e) {
-  struct shape s = {2 * 256, 256, 512};
+  struct shape s = per_rank(256, 256, 512);
   const int xnode = emulated_nodes();
   const uint64_t shard_a = (s.m / NR) * s.k * 2, shard_c = (s.m / NR) * s.n * 2;
-  const uint64_t want[3] = {xnode ? 3 * shard_a : 0, xnode ? shard_c : 0, xnode ? 2 * shard_c : 0};
+  const uint64_t peers = (uint64_t)NR - 1;
+  const uint64_t want[3] = {xnode ? 3 * peers * shard_a : 0, xnode ? peers * shard_c : 0,
+                            xnode ? 2 * peers * shard_c : 0};
   const char* names[3] = {"AllGather+GEMM (3 calls)", "GEMM+ReduceScatter", "GEMM+AllReduce"};
   for (int op = 0; op < 3; op++) {
     uint64_t before = 0;
@@ -361,7 +382,7 @@ static void scenario_proxy_bytes(struct rank_env* e) {
  * rank before init): init still succeeds, every rank falls back to the reference paths
  * together (no proxy, no bytes), and the ops stay correct. */
 static void scenario_no_proxy_fallback(struct rank_env* e) {
-  struct shape s = {2 * 256, 256, 512};
+  struct shape s = per_rank(256, 256, 512);
   struct op_bufs o;
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
@@ -375,7 +396,7 @@ static void scenario_no_proxy_fallback(struct rank_env* e) {
 }
 
 static void scenario_negative_control(struct rank_env* e) {
-  struct shape s = {2 * 64, 128, 128};
+  struct shape s = per_rank(64, 128, 128);
   struct op_bufs o;
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
@@ -388,7 +409,7 @@ static void scenario_negative_control(struct rank_env* e) {
 /* The planted fault: rank 1's push never raises rank 0's flag for row-block HANG_BLOCK (its
  * shard's third), so rank 0's GEMM times out on it (NCCL_MK_DEBUG_DROP_FLAG, set per rank by
  * hang_report_env before the library reads its parameters) while rank 1 completes. */
-enum { HANG_M = 2 * 512, HANG_N = 256, HANG_K = 256, HANG_BLOCK = 6 };
+enum { HANG_M_PER_RANK = 512, HANG_N = 256, HANG_K = 256, HANG_BLOCK = 6 };
 
 static const char* hang_dir(void) {
   static char dir[256];
@@ -416,7 +437,7 @@ static int file_has(const char* text, const char* want, struct rank_env* e) {
  * tile, the flag, the peer that owed it (rank 1, 3 of its 4 row-blocks arrived) and the CTA.
  * Rank 1: no error (every flag it waited for was raised). */
 static void scenario_hang_report(struct rank_env* e) {
-  struct shape s = {HANG_M, HANG_N, HANG_K};
+  struct shape s = per_rank(HANG_M_PER_RANK, HANG_N, HANG_K);
   struct op_bufs o;
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
@@ -460,7 +481,7 @@ static void scenario_hang_report(struct rank_env* e) {
  * the op and the tile that waited (NCCL_MK_TIMEOUT_MS=2000), and its next call fails at once
  * instead of hanging. Both meet in an NCCL all-reduce at the end. */
 static void scenario_absent_peer(struct rank_env* e) {
-  struct shape s = {2 * 256, 256, 256};
+  struct shape s = per_rank(256, 256, 256);
   struct op_bufs o;
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
@@ -490,7 +511,7 @@ static void scenario_killed_peer(struct rank_env* e) {
     fflush(stdout);
     _exit(0);
   }
-  struct shape s = {2 * 256, 256, 256};
+  struct shape s = per_rank(256, 256, 256);
   struct op_bufs o;
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
@@ -545,7 +566,7 @@ static void fused_scenario_env(const char* scenario, int rank) {
 
 static void fused_config(const char* scenario, ncclMkConfig* cfg) {
   (void)scenario;
-  cfg->max_m = 2 * 4097, cfg->max_n = 1024, cfg->max_k = 1024;
+  cfg->max_m = (size_t)NR * 4097, cfg->max_n = 1024, cfg->max_k = 1024;
 }
 
 static int fused_run(const char* scenario, int rank, ncclComm_t comm, cudaStream_t stream) {
@@ -598,13 +619,21 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s <scenario>\n", argv[0]);
     return 2;
   }
-  if (argc == 2 && !strcmp(argv[1], "group_init")) { /* one process, both GPUs */
+  if (argc == 2 && !strcmp(argv[1], "group_init")) { /* one process, two GPUs */
     alarm(300);
     gpus_or_skip(NR);
     g_seed = (uint64_t)time(NULL) % 100000;
     printf("seed %llu\n", (unsigned long long)g_seed);
     return group_init_main();
   }
-  static const struct rank_harness h = {NR, fused_scenario_env, fused_config, fused_run};
+  NR = test_ranks();
+  /* these plant their fault on rank 1 and expect it of rank 0 alone */
+  static const char* two_rank_only[] = {"hang_report", "absent_peer", "killed_peer"};
+  for (size_t i = 0; NR > 2 && i < sizeof(two_rank_only) / sizeof(two_rank_only[0]); i++)
+    if (!strcmp(argv[1], two_rank_only[i])) {
+      printf("SKIP: %s is a 2-rank scenario (MK_TEST_RANKS=%d)\n", argv[1], NR);
+      return 77;
+    }
+  const struct rank_harness h = {NR, fused_scenario_env, fused_config, fused_run};
   return rank_harness_main(argc, argv, &h);
 }
