@@ -25,12 +25,15 @@
 #include "nccl_mk.h"
 #include "rank_harness.cuh" /* g_seed */
 
-static const int NR = 2;
+/* Ranks: 2, or MK_TEST_RANKS (set once in main, before anything reads it; 4 and 8 on a larger
+ * machine, gpu-check's scale tier). */
+static int NR = 2;
 static const double TOL = 1e-2;
 
 /* The limits given to ncclMkCommInit (moe_max_recv_rows 0: the worst case); every case fits. */
 enum { MAX_TOKENS = 16384, MAX_HIDDEN = 512, MAX_TOPK = 8 };
-static const size_t ROWS_CAP = (size_t)NR * MAX_TOKENS * MAX_TOPK; /* act's rows, per header */
+/* act's rows, per header: the worst case, every rank's every slot */
+static size_t rows_cap(void) { return (size_t)NR * MAX_TOKENS * MAX_TOPK; }
 
 struct rank_env {
   int rank;
@@ -181,11 +184,11 @@ static __global__ void ref_act2_kernel(__nv_bfloat16* a2, size_t rows, int topk,
 /* a_rows[i] = x of row i's source token, from every rank's x ([NR][tokens][hidden]); a row
  * naming no valid token gets zeros (the layout check reports it). */
 static __global__ void gather_x_rows_kernel(const __nv_bfloat16* x_all, const int* row_source,
-                                            int rows, int tokens, int hidden,
+                                            int rows, int nranks, int tokens, int hidden,
                                             __nv_bfloat16* a_rows) {
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
     int src = row_source[3 * r], t = row_source[3 * r + 1];
-    int ok = src >= 0 && src < NR && t >= 0 && t < tokens;
+    int ok = src >= 0 && src < nranks && t >= 0 && t < tokens;
     const __nv_bfloat16* from = x_all + ((size_t)src * tokens + t) * hidden;
     for (int c = threadIdx.x; c < hidden; c += blockDim.x)
       a_rows[(size_t)r * hidden + c] = ok ? from[c] : __float2bfloat16(0.0f);
@@ -317,8 +320,8 @@ static void bufs_alloc(struct moe_bufs* b, const struct moe_case* c) {
   size_t t = c->tokens, h = c->hidden, el = c->experts / NR, tk = t * c->topk;
   CUDA_OK(cudaMalloc(&b->x, t * h * 2));
   CUDA_OK(cudaMalloc(&b->w1, el * c->inter * h * 2));
-  CUDA_OK(cudaMalloc(&b->act, ROWS_CAP * c->inter * 2)); /* [max_recv_rows, inter] */
-  CUDA_OK(cudaMalloc(&b->act2, ROWS_CAP * c->inter2 * 2));
+  CUDA_OK(cudaMalloc(&b->act, rows_cap() * c->inter * 2)); /* [max_recv_rows, inter] */
+  CUDA_OK(cudaMalloc(&b->act2, rows_cap() * c->inter2 * 2));
   CUDA_OK(cudaMalloc(&b->w2, el * h * c->inter2 * 2));
   CUDA_OK(cudaMalloc(&b->out, t * h * 2));
   CUDA_OK(cudaMalloc(&b->topk_idx, tk * sizeof(int)));
@@ -358,7 +361,7 @@ static void inputs_fill(struct rank_env* e, struct moe_bufs* b, const struct moe
   fill_x(b->x, c, base, e->rank, e->fp8);
   fill_random_bf16(b->w1, el * c->inter * h, seed_of(base, e->rank, 2), 1.0f);
   fill_random_bf16(b->w2, el * h * c->inter2, seed_of(base, e->rank, 3), 1.0f);
-  poison(b->act, ROWS_CAP * c->inter * 2), poison(b->act2, ROWS_CAP * c->inter2 * 2);
+  poison(b->act, rows_cap() * c->inter * 2), poison(b->act2, rows_cap() * c->inter2 * 2);
   poison(b->out, t * h * 2);
   CUDA_OK(cudaDeviceSynchronize());
 }
@@ -375,7 +378,7 @@ static void run_dispatch(struct rank_env* e, struct moe_bufs* b, const struct mo
   NCCL_OK(ncclMkMoeLayoutGetInfo(e->layout, &info));
   fill_act2_kernel<<<1024, 256, 0, e->stream>>>((__nv_bfloat16*)b->act2, info.row_source,
                                                 info.group_offsets, c->experts / NR, c->inter2,
-                                                ROWS_CAP, act2_seed());
+                                                rows_cap(), act2_seed());
   CUDA_OK(cudaGetLastError());
 }
 
@@ -389,7 +392,7 @@ static void run_combine(struct rank_env* e, struct moe_bufs* b, const struct moe
 
 /* Host copies of what the last dispatch left in the layout. */
 struct layout_host {
-  int rows;       /* group_offsets[experts_local], clamped to [0, ROWS_CAP] */
+  int rows;       /* group_offsets[experts_local], clamped to [0, rows_cap()] */
   int* offsets;   /* [el + 1] */
   int* source;    /* [rows][3] */
   int* row_group; /* [rows]: local expert of each row, from the offsets */
@@ -400,7 +403,7 @@ static void layout_copy(struct layout_host* L, const ncclMkMoeLayoutInfo* info, 
   CUDA_OK(
       cudaMemcpy(L->offsets, info->group_offsets, (el + 1) * sizeof(int), cudaMemcpyDeviceToHost));
   long rows = L->offsets[el];
-  L->rows = rows < 0 ? 0 : rows > (long)ROWS_CAP ? (int)ROWS_CAP : (int)rows;
+  L->rows = rows < 0 ? 0 : rows > (long)rows_cap() ? (int)rows_cap() : (int)rows;
   L->source = (int*)malloc((size_t)L->rows * 3 * sizeof(int) + 16);
   L->row_group = (int*)calloc((size_t)L->rows + 1, sizeof(int));
   if (L->rows)
@@ -473,7 +476,7 @@ struct act_ref {
 static void act_ref_compute(struct act_ref* R, struct moe_bufs* b, const struct moe_case* c) {
   const int grid = R->rows < 65535 ? (int)R->rows : 65535;
   gather_x_rows_kernel<<<grid, 128>>>((const __nv_bfloat16*)R->x_all, R->row_source, (int)R->rows,
-                                      c->tokens, c->hidden, (__nv_bfloat16*)R->a_rows);
+                                      NR, c->tokens, c->hidden, (__nv_bfloat16*)R->a_rows);
   CUDA_OK(cudaGetLastError());
   ref_gemm_rows_f64(R->a_rows, b->w1, R->group, R->ref, R->rows, c->inter, c->hidden);
 }
@@ -519,7 +522,7 @@ static void check_act(struct rank_env* e, struct moe_bufs* b, const struct moe_c
   report_rows(e, check_rows(b->act, R.ref, rows, c->inter), corrupt && rows,
               e->fp8 ? "dispatch act rows (fp8)" : "dispatch act rows");
   unsigned long long tail =
-      count_not_ff((char*)b->act + rows * c->inter * 2, (ROWS_CAP - rows) * c->inter * 2);
+      count_not_ff((char*)b->act + rows * c->inter * 2, (rows_cap() - rows) * c->inter * 2);
   if (tail)
     fprintf(stderr, "rank %d: %llu byte(s) of act past row %zu written\n", e->rank, tail, rows);
   expect(e, tail == 0, "act rows past the last untouched", 0);
@@ -594,7 +597,7 @@ static void check_case(struct rank_env* e, struct moe_bufs* b, const struct moe_
   NCCL_OK(ncclMkMoeLayoutGetInfo(e->layout, &info));
   int el = c->experts / NR;
   expect(e, info.experts_local == el, "layout experts_local", 0);
-  expect(e, (size_t)info.max_recv_rows >= ROWS_CAP, "layout max_recv_rows is the worst case", 0);
+  expect(e, (size_t)info.max_recv_rows >= rows_cap(), "layout max_recv_rows is the worst case", 0);
   struct layout_host L;
   layout_copy(&L, &info, el);
   if (corrupt && L.rows) L.source[1] ^= 1; /* row 0 now names a neighbouring token */

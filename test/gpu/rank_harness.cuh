@@ -23,6 +23,17 @@
 
 static uint64_t g_seed; /* from the NCCL id: fresh each run, the same on every rank, printed */
 
+/* The ranks a test runs: 2, or MK_TEST_RANKS (2 to 8; exits 2 otherwise). */
+static int test_ranks(void) {
+  const char* v = getenv("MK_TEST_RANKS");
+  int n = v ? atoi(v) : 2;
+  if (n < 2 || n > 8) {
+    fprintf(stderr, "MK_TEST_RANKS=%s: 2 to 8 ranks\n", v);
+    exit(2);
+  }
+  return n;
+}
+
 struct rank_harness {
   int nranks;
   /* Optional: the scenario's environment (shorter timeouts, planted faults), set before

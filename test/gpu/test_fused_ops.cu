@@ -32,16 +32,6 @@
 static int NR = 2;
 static const double TOL = 1e-2;
 
-static int test_ranks(void) {
-  const char* v = getenv("MK_TEST_RANKS");
-  int n = v ? atoi(v) : 2;
-  if (n < 2 || n > 8) {
-    fprintf(stderr, "MK_TEST_RANKS=%s: 2 to 8 ranks\n", v);
-    exit(2);
-  }
-  return n;
-}
-
 struct rank_env {
   int rank;
   ncclComm_t comm;
