@@ -20,8 +20,8 @@
 #          channels 0/4/8, 20 iterations; file $LOGS/tune-net.txt (aimed at < 4 minutes; not
 #          part of all)
 #   pairs: every 2-GPU test program's scenarios, no benchmarks (fused ops, MoE, ring attention)
-#   scale: issue 9 on 4 or 8 GPUs (skips with fewer): at 4 and 8 ranks the fused ops' and MoE
-#          test scenarios that hold at any rank count (one node, and one emulated node per rank),
+#   scale: issue 9 on 4 or 8 GPUs (skips with fewer): at 4 and 8 ranks every GPU test program's
+#          scenarios (MK_TEST_RANKS; the fused ops also across emulated nodes),
 #          {ag_gemm,gemm_rs,gemm_ar}_perf on the 8192 shapes, bench-net (not part of all)
 #   xnode: the fused ops' tests with each rank its own emulated node (NCCL_MK_LOCAL_SIZE=1: the
 #          proxy over libfabric tcp;ofi_rxm), then {ag_gemm,gemm_rs,gemm_ar}_perf across those
@@ -179,25 +179,11 @@ tier_pairs() {
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
 }
 
-# The fused ops' scenarios that hold at any rank count (test_fused_ops with MK_TEST_RANKS; the
-# planted-fault ones are 2-rank), on one node and with every rank its own emulated node.
-FUSED_SCALE_TESTS="correctness:fused_ops_match_float64_on_odd_shapes bad_input:fused_ops_reject_bad_input_untouched
-graph:fused_ops_replay_in_cuda_graphs_with_fresh_inputs back_to_back:fused_ops_back_to_back_with_a_delayed_rank
-negative_control:fused_checker_rejects_one_bad_element one_kernel:fused_ops_are_one_kernel_per_call_on_their_overlapped_paths
-proxy_bytes:fused_ops_send_nothing_through_the_proxy_when_every_rank_is_local"
-FUSED_SCALE_XNODE_TESTS="correctness:xnode_fused_ops_match_float64_on_odd_shapes proxy_bytes:xnode_proxy_sends_exactly_each_ops_rows"
-# test_moe's likewise (dead_peer is 2-rank).
-MOE_SCALE_TESTS="correctness:moe_dispatch_and_combine_match_float64_on_random_and_skewed_routings
-fp8:moe_fp8_dispatch_matches_quantized_float64_reference
-graph:moe_ops_replay_in_cuda_graphs_with_changed_routing bad_input:moe_ops_reject_bad_input_untouched
-empty_rank_tokens:moe_rank_with_zero_tokens_dispatches_and_combines_correctly
-negative_control:moe_checker_rejects_one_bad_element"
-
 # Issue 9 on a machine with 4 or 8 GPUs (skipped with fewer), in one call, at 4 and 8 ranks:
-# the fused ops' test scenarios (on one node, then one emulated node per rank through the
-# proxy) and the MoE ops', the fused ops' benchmarks on the issue's 8192 shapes against NCCL +
-# cuBLASLt, then the net plugin against Socket through the forced network path. The
-# ring-attention tests are 2-rank programs (two_rank.cuh); at 4 and 8 ranks they are not run.
+# every GPU test program's scenarios (MK_TEST_RANKS; the fused ops also with one emulated node
+# per rank through the proxy; the planted-fault and absent-peer scenarios are 2-rank and skip
+# themselves), the fused ops' benchmarks on the issue's 8192 shapes against NCCL + cuBLASLt,
+# then the net plugin against Socket through the forced network path.
 tier_scale() {
   local n op
   gpus_at_least 4 scale || return
@@ -205,10 +191,12 @@ tier_scale() {
   [ "${MK_FUSED_SHAPES:-}" = small ] && m="8192"
   for n in 4 8; do
     [ "$GPUS" -lt "$n" ] && continue
-    MK_TEST_RANKS=$n scenarios "$FUSED_SCALE_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
+    MK_TEST_RANKS=$n scenarios "$FUSED_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
     MK_TEST_RANKS=$n NCCL_MK_LOCAL_SIZE=1 NCCL_MK_TRANSPORT=ofi NCCL_MK_OFI_PROVIDER="tcp;ofi_rxm" \
-      NCCL_MK_TIMEOUT_MS=15000 scenarios "$FUSED_SCALE_XNODE_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
-    MK_TEST_RANKS=$n scenarios "$MOE_SCALE_TESTS" "$B/test/gpu/test_moe" "_${n}_ranks"
+      NCCL_MK_TIMEOUT_MS=15000 scenarios "$XNODE_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
+    MK_TEST_RANKS=$n scenarios "$MOE_TESTS" "$B/test/gpu/test_moe" "_${n}_ranks"
+    MK_TEST_RANKS=$n scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn" "_${n}_ranks"
+    MK_TEST_RANKS=$n scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd" "_${n}_ranks"
     for op in ag_gemm gemm_rs gemm_ar; do
       step "${op}_perf_${n}_ranks" "$B/test/perf/fused/${op}_perf" -p "$n" -M "$m" -N 8192 -K 8192 \
         -n 20 -w 3 -J "$LOGS/${op}_perf_${n}.json"

@@ -1,5 +1,6 @@
 /*
- * The fused operations on 2 ranks against a float64 reference: correctness on odd and
+ * The fused operations on 2 ranks (or MK_TEST_RANKS, 2 to 8: hang_report, absent_peer and
+ * killed_peer plant their fault on rank 1 and skip above 2) against a float64 reference: correctness on odd and
  * small shapes, bad input rejected before launch with outputs untouched, CUDA-graph
  * capture and replays with fresh inputs, back-to-back calls with a randomly delayed rank,
  * ncclMkCommInit inside ncclGroupStart/End from one thread driving 2 GPUs, a planted missing
@@ -618,9 +619,9 @@ int main(int argc, char** argv) {
   }
   NR = test_ranks();
   /* these plant their fault on rank 1 and expect it of rank 0 alone */
-  static const char* two_rank_only[] = {"hang_report", "absent_peer", "killed_peer"};
-  for (size_t i = 0; NR > 2 && i < sizeof(two_rank_only) / sizeof(two_rank_only[0]); i++)
-    if (!strcmp(argv[1], two_rank_only[i])) {
+  static const char* planted_fault_scenarios[] = {"hang_report", "absent_peer", "killed_peer"};
+  for (size_t i = 0; NR > 2 && i < sizeof(planted_fault_scenarios) / sizeof(planted_fault_scenarios[0]); i++)
+    if (!strcmp(argv[1], planted_fault_scenarios[i])) {
       printf("SKIP: %s is a 2-rank scenario (MK_TEST_RANKS=%d)\n", argv[1], NR);
       return 77;
     }

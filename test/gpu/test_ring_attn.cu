@@ -27,9 +27,8 @@
 #include "nccl_mk.h"
 #include "nccl_ok.h"
 #include "perf_launch.h"
-#include "two_rank.cuh"
+#include "scenario_harness.cuh"
 
-static const int NR = TWO_RANK_NR;
 
 
 struct ra_case {
@@ -51,10 +50,10 @@ struct ra_bufs {
 
 static void bufs_alloc(struct ra_bufs* b, struct ra_case c, int rank) {
   memset(b, 0, sizeof *b);
-  b->c = c, b->rank = rank, b->seq = (long)c.s_local * NR;
+  b->c = c, b->rank = rank, b->seq = (long)c.s_local * g_nranks;
   b->nq = (size_t)c.batch * c.s_local * c.heads * c.d, b->nkv = (size_t)c.batch * c.s_local * c.kv_heads * c.d;
   b->nl = (size_t)c.batch * c.heads * c.s_local;
-  b->nq_g = b->nq * NR, b->nkv_g = b->nkv * NR, b->nl_g = b->nl * NR;
+  b->nq_g = b->nq * g_nranks, b->nkv_g = b->nkv * g_nranks, b->nl_g = b->nl * g_nranks;
   CUDA_OK(cudaMalloc(&b->q_g, b->nq_g * 2));
   CUDA_OK(cudaMalloc(&b->k_g, b->nkv_g * 2));
   CUDA_OK(cudaMalloc(&b->v_g, b->nkv_g * 2));
@@ -84,16 +83,16 @@ static void bufs_fill(struct ra_bufs* b, uint64_t seed, int with_ref) {
   fill_random_bf16(b->k_g, b->nkv_g, seed + 1, 2.0f);
   fill_random_bf16(b->v_g, b->nkv_g, seed + 2, 1.0f);
   attn_take_rank_rows((const __nv_bfloat16*)b->q_g, (__nv_bfloat16*)b->q, c.batch, b->seq, (long)c.heads * c.d,
-                      b->rank, NR, zz);
+                      b->rank, g_nranks, zz);
   attn_take_rank_rows((const __nv_bfloat16*)b->k_g, (__nv_bfloat16*)b->k, c.batch, b->seq, (long)c.kv_heads * c.d,
-                      b->rank, NR, zz);
+                      b->rank, g_nranks, zz);
   attn_take_rank_rows((const __nv_bfloat16*)b->v_g, (__nv_bfloat16*)b->v, c.batch, b->seq, (long)c.kv_heads * c.d,
-                      b->rank, NR, zz);
+                      b->rank, g_nranks, zz);
   if (with_ref) {
     ref_attn_f64(b->q_g, b->k_g, b->v_g, b->ref_out_g, b->ref_lse_g, c.batch, (int)b->seq, c.heads, c.kv_heads, c.d,
                  c.causal);
-    attn_take_rank_rows(b->ref_out_g, b->ref_out, c.batch, b->seq, (long)c.heads * c.d, b->rank, NR, zz);
-    attn_take_rank_lse(b->ref_lse_g, b->ref_lse, c.batch, c.heads, b->seq, b->rank, NR, zz);
+    attn_take_rank_rows(b->ref_out_g, b->ref_out, c.batch, b->seq, (long)c.heads * c.d, b->rank, g_nranks, zz);
+    attn_take_rank_lse(b->ref_lse_g, b->ref_lse, c.batch, c.heads, b->seq, b->rank, g_nranks, zz);
   }
   poison(b->out, b->nq * 2);
   poison(b->lse, b->nl * 4);
@@ -175,8 +174,8 @@ static void large_case(struct rank_env* e, struct ra_case c, uint64_t seed) {
   EXPECT(mk_attn_fwd_launch(&a, 0) == 0, "the core refused the whole sequence");
   to_double_kernel<<<1024, 256>>>((const __nv_bfloat16*)core_out, b.ref_out_g, b.nq_g);
   to_double_kernel<<<1024, 256>>>(core_lse, b.ref_lse_g, b.nl_g);
-  attn_take_rank_rows(b.ref_out_g, b.ref_out, c.batch, b.seq, (long)c.heads * c.d, b.rank, NR, c.causal);
-  attn_take_rank_lse(b.ref_lse_g, b.ref_lse, c.batch, c.heads, b.seq, b.rank, NR, c.causal);
+  attn_take_rank_rows(b.ref_out_g, b.ref_out, c.batch, b.seq, (long)c.heads * c.d, b.rank, g_nranks, c.causal);
+  attn_take_rank_lse(b.ref_lse_g, b.ref_lse, c.batch, c.heads, b.seq, b.rank, g_nranks, c.causal);
   CUDA_OK(cudaDeviceSynchronize());
   NCCL_OK(ra_call(e, &b, b.out, b.lse));
   CUDA_OK(cudaStreamSynchronize(e->stream));
@@ -340,11 +339,11 @@ static void scenario_absent_peer(struct rank_env* e) {
     EXPECT(strstr(msg, "rank 0: fused op 0x6") != NULL, "the error names rank 0 and the ring attention op");
     EXPECT(ra_call(e, &b, b.out, b.lse) == ncclRemoteError, "the next call must fail at once");
   }
-  two_rank_barrier(e);
+  ranks_barrier(e);
   bufs_free(&b);
 }
 
-static const struct two_rank_scenario scenarios[] = {
+static const struct named_scenario scenarios[] = {
     {"small", scenario_small},
     {"large", scenario_large},
     {"graph", scenario_graph},
@@ -356,5 +355,5 @@ static const struct two_rank_scenario scenarios[] = {
 };
 
 int main(int argc, char** argv) {
-  return two_rank_main(argc, argv, scenarios, (int)(sizeof scenarios / sizeof *scenarios));
+  return scenario_main(argc, argv, scenarios, (int)(sizeof scenarios / sizeof *scenarios));
 }

@@ -29,10 +29,9 @@
 #include "nccl_mk.h"
 #include "nccl_ok.h"
 #include "perf_launch.h"
-#include "two_rank.cuh"
+#include "scenario_harness.cuh"
 
 
-static const int NR = TWO_RANK_NR;
 
 
 struct rb_case {
@@ -55,10 +54,10 @@ struct rb_bufs {
 
 static void bufs_alloc(struct rb_bufs* b, struct rb_case c, int rank) {
   memset(b, 0, sizeof *b);
-  b->c = c, b->rank = rank, b->seq = (long)c.s_local * NR;
+  b->c = c, b->rank = rank, b->seq = (long)c.s_local * g_nranks;
   b->nq = (size_t)c.batch * c.s_local * c.heads * c.d, b->nkv = (size_t)c.batch * c.s_local * c.kv_heads * c.d;
   b->nl = (size_t)c.batch * c.heads * c.s_local;
-  b->nq_g = b->nq * NR, b->nkv_g = b->nkv * NR;
+  b->nq_g = b->nq * g_nranks, b->nkv_g = b->nkv * g_nranks;
   void** bf[] = {&b->q_g, &b->do_g};
   for (void** p : bf) CUDA_OK(cudaMalloc(p, b->nq_g * 2));
   CUDA_OK(cudaMalloc(&b->k_g, b->nkv_g * 2));
@@ -92,12 +91,12 @@ static void bufs_free(struct rb_bufs* b) {
 /* The reference's global gradients (ref_*_g) to this rank's rows. */
 static void take_ref(struct rb_bufs* b) {
   const struct rb_case c = b->c;
-  attn_take_rank_rows(b->ref_dq_g, b->ref_dq, c.batch, b->seq, (long)c.heads * c.d, b->rank, NR, c.causal);
-  attn_take_rank_rows(b->ref_dk_g, b->ref_dk, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, NR, c.causal);
-  attn_take_rank_rows(b->ref_dv_g, b->ref_dv, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, NR, c.causal);
-  attn_take_rank_rows(b->mag_g.dq, b->mag.dq, c.batch, b->seq, (long)c.heads * c.d, b->rank, NR, c.causal);
-  attn_take_rank_rows(b->mag_g.dk, b->mag.dk, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, NR, c.causal);
-  attn_take_rank_rows(b->mag_g.dv, b->mag.dv, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, NR, c.causal);
+  attn_take_rank_rows(b->ref_dq_g, b->ref_dq, c.batch, b->seq, (long)c.heads * c.d, b->rank, g_nranks, c.causal);
+  attn_take_rank_rows(b->ref_dk_g, b->ref_dk, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, g_nranks, c.causal);
+  attn_take_rank_rows(b->ref_dv_g, b->ref_dv, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, g_nranks, c.causal);
+  attn_take_rank_rows(b->mag_g.dq, b->mag.dq, c.batch, b->seq, (long)c.heads * c.d, b->rank, g_nranks, c.causal);
+  attn_take_rank_rows(b->mag_g.dk, b->mag.dk, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, g_nranks, c.causal);
+  attn_take_rank_rows(b->mag_g.dv, b->mag.dv, c.batch, b->seq, (long)c.kv_heads * c.d, b->rank, g_nranks, c.causal);
 }
 
 /* Fresh inputs (the same whole sequence on every rank), this rank's rows, the float64
@@ -110,10 +109,10 @@ static void bufs_fill(struct rb_bufs* b, uint64_t seed, int with_ref) {
   fill_random_bf16(b->v_g, b->nkv_g, seed + 2, 1.0f);
   fill_random_bf16(b->do_g, b->nq_g, seed + 3, 1.0f);
   const long qw = (long)c.heads * c.d, kw = (long)c.kv_heads * c.d;
-  attn_take_rank_rows((const __nv_bfloat16*)b->q_g, (__nv_bfloat16*)b->q, c.batch, b->seq, qw, b->rank, NR, zz);
-  attn_take_rank_rows((const __nv_bfloat16*)b->do_g, (__nv_bfloat16*)b->dout, c.batch, b->seq, qw, b->rank, NR, zz);
-  attn_take_rank_rows((const __nv_bfloat16*)b->k_g, (__nv_bfloat16*)b->k, c.batch, b->seq, kw, b->rank, NR, zz);
-  attn_take_rank_rows((const __nv_bfloat16*)b->v_g, (__nv_bfloat16*)b->v, c.batch, b->seq, kw, b->rank, NR, zz);
+  attn_take_rank_rows((const __nv_bfloat16*)b->q_g, (__nv_bfloat16*)b->q, c.batch, b->seq, qw, b->rank, g_nranks, zz);
+  attn_take_rank_rows((const __nv_bfloat16*)b->do_g, (__nv_bfloat16*)b->dout, c.batch, b->seq, qw, b->rank, g_nranks, zz);
+  attn_take_rank_rows((const __nv_bfloat16*)b->k_g, (__nv_bfloat16*)b->k, c.batch, b->seq, kw, b->rank, g_nranks, zz);
+  attn_take_rank_rows((const __nv_bfloat16*)b->v_g, (__nv_bfloat16*)b->v, c.batch, b->seq, kw, b->rank, g_nranks, zz);
   b->has_mag = with_ref;
   if (with_ref) {
     ref_attn_bwd_f64(b->q_g, b->k_g, b->v_g, b->do_g, b->ref_dq_g, b->ref_dk_g, b->ref_dv_g, c.batch, (int)b->seq,
@@ -187,7 +186,7 @@ static void large_case(struct rank_env* e, struct rb_case c, uint64_t seed) {
   struct rb_bufs b;
   bufs_alloc(&b, c, e->rank);
   bufs_fill(&b, seed, 0);
-  const size_t nl_g = b.nl * NR;
+  const size_t nl_g = b.nl * g_nranks;
   void *out_g, *dq_g, *dk_g, *dv_g;
   float *lse_g, *delta_g, *dq_acc_g;
   struct mk_gemm_error* err;
@@ -348,11 +347,11 @@ static void scenario_absent_peer(struct rank_env* e) {
     EXPECT(strstr(msg, "rank 0: fused op 0x7") != NULL, "the error names rank 0 and the ring backward op");
     EXPECT(bwd_call(e, &b) == ncclRemoteError, "the next call must fail at once");
   }
-  two_rank_barrier(e);
+  ranks_barrier(e);
   bufs_free(&b);
 }
 
-static const struct two_rank_scenario scenarios[] = {
+static const struct named_scenario scenarios[] = {
     {"small", scenario_small},
     {"large", scenario_large},
     {"graph", scenario_graph},
@@ -362,5 +361,5 @@ static const struct two_rank_scenario scenarios[] = {
 };
 
 int main(int argc, char** argv) {
-  return two_rank_main(argc, argv, scenarios, (int)(sizeof scenarios / sizeof *scenarios));
+  return scenario_main(argc, argv, scenarios, (int)(sizeof scenarios / sizeof *scenarios));
 }

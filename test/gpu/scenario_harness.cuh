@@ -1,0 +1,87 @@
+/*
+ * Named scenarios over rank_harness.cuh for the GPU tests that run an op as a collective
+ * (test_ring_attn, test_ring_attn_bwd): each rank runs nccl-mk with the default config (128
+ * MiB of workspace) and the scenario named by argv[1], and reports its failures (expect.h).
+ * 2 ranks, or MK_TEST_RANKS (g_nranks); "absent_peer" (rank 1 stays away, rank 0 checks) is
+ * a 2-rank scenario and skips above, and gets NCCL_MK_TIMEOUT_MS = 2000 (rank_harness), so
+ * that its bounded waits expire within the test.
+ */
+#ifndef MK_SCENARIO_HARNESS_CUH_
+#define MK_SCENARIO_HARNESS_CUH_
+
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "expect.h"
+#include "gemm_check.cuh"
+#include "nccl_mk.h"
+#include "nccl_ok.h"
+#include "perf_launch.h"
+#include "rank_harness.cuh"
+
+static int g_nranks = 2; /* set by scenario_main */
+
+struct rank_env {
+  int rank;
+  ncclComm_t comm;
+  cudaStream_t stream;
+};
+
+struct named_scenario {
+  const char* name;
+  void (*run)(struct rank_env* e);
+};
+
+/* Every rank meets (a one-element all-reduce on the stream, then a sync). */
+static void ranks_barrier(struct rank_env* e) {
+  double* one;
+  CUDA_OK(cudaMalloc(&one, sizeof(double)));
+  NCCL_OK(ncclAllReduce(one, one, 1, ncclFloat64, ncclSum, e->comm, e->stream));
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  cudaFree(one);
+}
+
+/* The communicator reports no asynchronous error. */
+static void expect_healthy(struct rank_env* e) {
+  ncclResult_t async = ncclSuccess;
+  char msg[256] = "";
+  NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof msg));
+  EXPECT(async == ncclSuccess, "rank %d: asynchronous error: %s", e->rank, msg);
+}
+
+static const struct named_scenario* g_scenarios;
+static int g_nscenarios;
+
+static int scenario_run(const char* scenario, int rank, ncclComm_t comm, cudaStream_t stream) {
+  struct rank_env e = {rank, comm, stream};
+  int found = 0;
+  for (int i = 0; i < g_nscenarios; i++)
+    if (!strcmp(scenario, g_scenarios[i].name)) g_scenarios[i].run(&e), found = 1;
+  if (!found) {
+    fprintf(stderr, "unknown scenario %s\n", scenario);
+    failures++;
+  }
+  return failures;
+}
+
+/* The test's main: argv[1] names a scenario of list (n of them). */
+static int scenario_main(int argc, char** argv, const struct named_scenario* list, int n) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s <", argv[0]);
+    for (int i = 0; i < n; i++) fprintf(stderr, "%s%s", i ? "|" : "", list[i].name);
+    fprintf(stderr, ">\n");
+    return 2;
+  }
+  g_scenarios = list, g_nscenarios = n;
+  g_nranks = test_ranks();
+  if (g_nranks > 2 && !strcmp(argv[1], "absent_peer")) {
+    printf("SKIP: absent_peer is a 2-rank scenario (MK_TEST_RANKS=%d)\n", g_nranks);
+    return 77;
+  }
+  const struct rank_harness h = {g_nranks, NULL, NULL, scenario_run};
+  return rank_harness_main(argc, argv, &h);
+}
+
+#endif /* MK_SCENARIO_HARNESS_CUH_ */
