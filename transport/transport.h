@@ -154,6 +154,8 @@ int mk_ofi_auto_streams(const char* provider);
 /* Whether a comm gets its progress thread (NCCL_MK_OFI_PROGRESS_THREAD; -1, auto: over tcp,
  * whose progress costs syscalls, with 8 or more usable cores; not elsewhere). */
 int mk_ofi_progress_thread_on(const char* provider);
+/* The automatic rule alone: over tcp with at least 8 usable cores. */
+int mk_ofi_progress_auto(const char* provider, int cores);
 #endif
 #if MK_HAVE_VERBS
 extern const struct mk_transport_ops mk_ib_ops;

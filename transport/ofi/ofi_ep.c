@@ -73,10 +73,13 @@ static int ofi_usable_cores(void) {
  * 4 KiB ping-pong went from 19 to 55 us one way with it). Elsewhere (efa: a CQ read is cheap)
  * unmeasured, so off. */
 #define OFI_PROGRESS_MIN_CORES 8
+int mk_ofi_progress_auto(const char* provider, int cores) {
+  return ofi_is_tcp(provider) && cores >= OFI_PROGRESS_MIN_CORES;
+}
+
 int mk_ofi_progress_thread_on(const char* provider) {
   int64_t set = mk_param_int(MK_PARAM_OFI_PROGRESS_THREAD);
-  if (set >= 0) return (int)set;
-  return ofi_is_tcp(provider) && ofi_usable_cores() >= OFI_PROGRESS_MIN_CORES;
+  return set >= 0 ? (int)set : mk_ofi_progress_auto(provider, ofi_usable_cores());
 }
 
 /* NCCL_MK_OFI_STREAMS, or with 0 (auto) mk_ofi_auto_streams of the device's provider. */
