@@ -7,6 +7,8 @@
 # the interface for both sides (NCCL_MK_SOCKET_IFNAME and NCCL_SOCKET_IFNAME; default: each
 # one's own choice, the first interface but loopback), so both see the same number of NICs.
 # MK_NET_PROCS: ranks, one process and GPU each, each its own NCCL node (default 2).
+# MK_NET_REPS: runs of every configuration, interleaved (ours, Socket, Socket 4x4, then again);
+# the table gives each one's median and its spread (max/min) over the runs (default 1).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 mk_build
@@ -19,25 +21,31 @@ export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_TUNER_PLUGI
 if [ -n "${MK_NET_IFNAME:-}" ]; then
   export NCCL_MK_SOCKET_IFNAME="$MK_NET_IFNAME" NCCL_SOCKET_IFNAME="$MK_NET_IFNAME"
 fi
-run() { # label, then environment assignments
+reps=${MK_NET_REPS:-1}
+run() { # label, then environment assignments; writes $out/$label.r$rep.json
   local label=$1; shift
-  echo "== $label"
-  env "$@" "$bin" -p "${MK_NET_PROCS:-2}" -g 1 -H -b 8 -e "$max" -f 4 -n 20 -w 5 -c 1 -J "$out/$label.json"
+  echo "== $label (run $rep of $reps)"
+  env "$@" "$bin" -p "${MK_NET_PROCS:-2}" -g 1 -H -b 8 -e "$max" -f 4 -n 20 -w 5 -c 1 \
+    -J "$out/$label.r$rep.json"
 }
-ours=()
-for s in ${MK_STREAMS:-default}; do
-  for e in ${MK_EAGER:-default}; do
-    label=mk knobs=()
-    [ "$s" != default ] && label+="_s$s" knobs+=(NCCL_MK_OFI_STREAMS="$s")
-    [ "$e" != default ] && label+="_e$e" knobs+=(NCCL_MK_OFI_EAGER_BYTES="$e")
-    run "$label" NCCL_NET_PLUGIN="$MK_BUILD/libnccl-net-mk.so" NCCL_NET=mk "${knobs[@]}"
-    ours+=("$label=$out/$label.json")
+# the runs of a label, as bench-compare.py takes them
+files() { local f="" r; for r in $(seq 1 "$reps"); do f+="${f:+,}$out/$1.r$r.json"; done; echo "$f"; }
+labels=()
+for rep in $(seq 1 "$reps"); do
+  for s in ${MK_STREAMS:-default}; do
+    for e in ${MK_EAGER:-default}; do
+      label=mk knobs=()
+      [ "$s" != default ] && label+="_s$s" knobs+=(NCCL_MK_OFI_STREAMS="$s")
+      [ "$e" != default ] && label+="_e$e" knobs+=(NCCL_MK_OFI_EAGER_BYTES="$e")
+      run "$label" NCCL_NET_PLUGIN="$MK_BUILD/libnccl-net-mk.so" NCCL_NET=mk "${knobs[@]}"
+      [ "$rep" = 1 ] && labels+=("$label")
+    done
   done
+  run socket NCCL_NET_PLUGIN=none NCCL_NET=Socket
+  run socket4x4 NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4
 done
-run socket NCCL_NET_PLUGIN=none NCCL_NET=Socket
-run socket4x4 NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4
-echo "== busbw (GB/s), $coll, 2 GPUs through the network path"
-for o in "${ours[@]}"; do
-  python3 "$MK_ROOT/scripts/bench-compare.py" "$o" socket="$out/socket.json" \
-      socket4x4="$out/socket4x4.json"
+echo "== busbw (GB/s), $coll, 2 GPUs through the network path, median of $reps run(s)"
+for l in "${labels[@]}"; do
+  python3 "$MK_ROOT/scripts/bench-compare.py" "$l=$(files "$l")" socket="$(files socket)" \
+      socket4x4="$(files socket4x4)"
 done

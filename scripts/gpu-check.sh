@@ -299,8 +299,10 @@ tier_net() {
   grep -E '^(pass|FAIL) ' "$LOGS/net_gpu_tests.log" | grep -c '^pass' | sed 's/^/net checks passed: /'
   # the default endpoints per comm (4 over tcp) and one; eager sends at the default (off:
   # session 23 measured no gain under NCCL). MK_STREAMS / MK_EAGER override.
+  # two interleaved runs each: Socket 4x4 alone swung 2-9 GB/s between runs (session 24)
   step bench_net env OUT="$LOGS/bench-net" MK_SKIP_BUILD=1 MK_STREAMS="${MK_STREAMS:-default 1}" \
-    MK_EAGER="${MK_EAGER:-default}" "$(dirname "$0")/bench-net.sh" all_reduce 256M
+    MK_EAGER="${MK_EAGER:-default}" MK_NET_REPS="${MK_NET_REPS:-2}" \
+    "$(dirname "$0")/bench-net.sh" all_reduce 256M
   sed -n '/== busbw/,$p' "$LOGS/bench_net.log"
   # Where a middle-size all_reduce's time goes between NCCL's proxy and the plugin (issue 3:
   # 128 KiB takes 300-440 us through us, ~65 us of it message time): every request's asked,

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""scripts/bench-net.sh end to end on a fake collectives harness (MK_BUILD/test/perf/coll/
+all_reduce_perf writing synthetic JSON, MK_SKIP_BUILD=1), and scripts/bench-compare.py on
+synthetic runs. With MK_NET_REPS=2 every configuration runs twice, interleaved (ours,
+Socket, Socket 4x4, then again), each run into its own file, and the table gives the median
+of the runs, the ratios of the medians and each configuration's spread; a run with wrong
+elements is flagged; a missing file is bad input (exit 2).
+
+usage: test_bench_net_fake_harness.py <scripts/bench-net.sh> <scripts/bench-compare.py>"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+BENCH, COMPARE = sys.argv[1:3]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL {what}", file=sys.stderr)
+
+
+# busbw: ours 4.0 on the first run and 6.0 on the second, Socket 2.0, Socket 4x4 3.0 (its
+# threads variable tells them apart); every run appends its name to the order file.
+FAKE = """#!/usr/bin/env python3
+import json, os, sys
+args = sys.argv[1:]
+out = args[args.index("-J") + 1]
+net = os.environ.get("NCCL_NET", "")
+name = "mk" if net == "mk" else ("socket4x4" if os.environ.get("NCCL_SOCKET_NTHREADS") else "socket")
+order = os.environ["FAKE_ORDER"]
+with open(order, "a") as f:
+    f.write(name + "\\n")
+runs = open(order).read().split().count(name)
+bw = {"mk": 4.0 if runs == 1 else 6.0, "socket": 2.0, "socket4x4": 3.0}[name]
+recs = [{"bytes": b, "busbw": bw, "wrong": 0} for b in (1024, 1048576)]
+json.dump(recs, open(out, "w"))
+"""
+
+with tempfile.TemporaryDirectory() as tmp:
+    build = pathlib.Path(tmp, "build")
+    harness = build / "test/perf/coll/all_reduce_perf"
+    harness.parent.mkdir(parents=True)
+    harness.write_text(FAKE)
+    harness.chmod(0o755)
+    env = dict(os.environ, MK_BUILD=str(build), MK_SKIP_BUILD="1", MK_NET_REPS="2",
+               OUT=str(pathlib.Path(tmp, "out")), FAKE_ORDER=str(pathlib.Path(tmp, "order")))
+    r = subprocess.run(["bash", BENCH, "all_reduce", "1M"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    check(r.returncode == 0, f"bench-net.sh exits 0: {r.returncode} {r.stderr[-400:]}")
+    order = pathlib.Path(tmp, "order").read_text().split()
+    check(order == ["mk", "socket", "socket4x4"] * 2, f"runs interleaved: {order}")
+    files = sorted(os.listdir(pathlib.Path(tmp, "out")))
+    check(files == ["mk.r1.json", "mk.r2.json", "socket.r1.json", "socket.r2.json",
+                    "socket4x4.r1.json", "socket4x4.r2.json"], f"one file per run: {files}")
+    rows = [l.split() for l in r.stdout.splitlines() if l.strip().startswith("1048576")]
+    # bytes, mk/socket/socket4x4 busbw (medians), 2 ratios, 3 spreads
+    check(len(rows) == 1 and rows[0][1:4] == ["5.000", "2.000", "3.000"],
+          f"medians 5 (4 and 6), 2, 3: {rows}")
+    check(rows and rows[0][4:6] == ["2.50", "1.67"], f"ratios of the medians: {rows}")
+    check(rows and rows[0][6:9] == ["1.50", "1.00", "1.00"], f"spreads: {rows}")
+
+    # bench-compare.py alone: one run per label (no spread column), #wrong flagged
+    a = pathlib.Path(tmp, "a.json")
+    b = pathlib.Path(tmp, "b.json")
+    a.write_text(json.dumps([{"bytes": 8, "busbw": 1.0, "wrong": 0}]))
+    b.write_text(json.dumps([{"bytes": 8, "busbw": 0.5, "wrong": 3}]))
+    r = subprocess.run([sys.executable, COMPARE, f"x={a}", f"y={b}"], capture_output=True, text=True)
+    line = r.stdout.splitlines()[-1].split() if r.stdout else []
+    check(r.returncode == 0 and line[:4] == ["8", "1.000", "0.500", "2.00"] and "#wrong!" in line,
+          f"one run each: values, ratio, #wrong flagged: {r.stdout!r}")
+    check("spread" not in r.stdout, "no spread column with one run per label")
+    r = subprocess.run([sys.executable, COMPARE, f"x={a}", f"y={tmp}/missing.json"],
+                       capture_output=True, text=True)
+    check(r.returncode == 2 and "missing.json" in r.stderr, f"a missing file: exit 2: {r.returncode}")
+
+print("ok" if not failures else f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
