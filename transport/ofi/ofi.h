@@ -283,6 +283,7 @@ static inline void ofi_comm_lock(struct ofi_comm* c) {
 }
 
 /* ofi_ep.c: a comm's endpoint resources. */
+int ofi_thread_cores(void);
 int ofi_streams_default(const struct ofi_dev* dev);
 int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out);
 /* Closes the provider objects of a comm (endpoint first), leaving the comm itself. */

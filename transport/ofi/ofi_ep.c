@@ -62,8 +62,9 @@ static int ofi_is_tcp(const char* provider) { return provider && strstr(provider
  * is a cost there until it is shown to pay). */
 int mk_ofi_auto_streams(const char* provider) { return ofi_is_tcp(provider) ? 2 : 1; }
 
-/* The cores this process may run on. */
-static int ofi_usable_cores(void) {
+/* The cores the calling thread may run on; threads it starts inherit them (under NCCL the
+ * proxy thread's, which NCCL may have bound to the GPU's NUMA node). */
+int ofi_thread_cores(void) {
   cpu_set_t set;
   return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
 }
@@ -79,7 +80,7 @@ int mk_ofi_progress_auto(const char* provider, int cores) {
 
 int mk_ofi_progress_thread_on(const char* provider) {
   int64_t set = mk_param_int(MK_PARAM_OFI_PROGRESS_THREAD);
-  return set >= 0 ? (int)set : mk_ofi_progress_auto(provider, ofi_usable_cores());
+  return set >= 0 ? (int)set : mk_ofi_progress_auto(provider, ofi_thread_cores());
 }
 
 /* NCCL_MK_OFI_STREAMS, or with 0 (auto) mk_ofi_auto_streams of the device's provider. */

@@ -85,6 +85,10 @@ void ofi_progress_wake(struct ofi_comm* c) {
 
 int ofi_progress_start(struct ofi_comm* c) {
   if (c->has_progress || !c->progress_wanted) return 0;
+  static int logged;
+  if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED)) /* where they may run, once */
+    MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: a progress thread per comm, on the %d cores of the thread "
+            "that connects", ofi_thread_cores());
   c->has_progress = 1; /* before the thread runs: the calls stop reading the CQ themselves */
   int rc = pthread_create(&c->progress, NULL, ofi_progress_main, c);
   if (rc != 0) {
