@@ -1,5 +1,6 @@
 /*
- * A comm's progress thread (NCCL_MK_OFI_PROGRESS_THREAD; on by default over tcp).
+ * A comm's progress thread (NCCL_MK_OFI_PROGRESS_THREAD; by default on over tcp with 8 or more
+ * usable cores).
  *
  * Why: tcp;ofi_rxm has manual progress, so every step of a message (our clear-to-send,
  * rxm's rendezvous request, the data, rxm's acknowledgement) moves only when someone reads
