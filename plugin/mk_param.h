@@ -29,9 +29,10 @@
     "goes); more keeps more streams busy, less lands the first blocks sooner")                  \
   X(INT, OFI_STREAM_THREADS, "NCCL_MK_OFI_STREAM_THREADS", "1", 0, 1, "",                    \
     "ofi: 1 gives streams 1.. a progress thread each; 0 leaves them all to NCCL's thread")    \
-  X(INT, OFI_PROGRESS_THREAD, "NCCL_MK_OFI_PROGRESS_THREAD", "-1", -1, 1, "",               \
+  X(INT, OFI_PROGRESS_THREAD, "NCCL_MK_OFI_PROGRESS_THREAD", "-1", -1, 2, "",               \
     "ofi: 1 gives each comm a thread that reads stream 0's completions while it has work, so " \
-    "NCCL's proxy thread only posts and checks; 0: NCCL's thread progresses inside test(); " \
+    "NCCL's proxy thread only posts and checks; 2: one such thread per device serves all its " \
+    "comms (not measured yet); 0: NCCL's thread progresses inside test(); " \
     "-1: on over tcp when the process may use 8 or more cores (1.5-1.9x busbw from 256 KiB " \
     "under NCCL on 2xH200), off elsewhere")                                                    \
   X(INT, OFI_STRIPE_MIN, "NCCL_MK_OFI_STRIPE_MIN", "262144", 0, 1099511627776, "",            \

@@ -39,7 +39,8 @@ struct mk_transport_ops;
  * ignore them (ib does). */
 struct mk_conn_hints {
   int streams;         /* ofi: endpoints per comm (NCCL_MK_OFI_STREAMS otherwise) */
-  int progress_thread; /* ofi: 1 on, -1 off (NCCL_MK_OFI_PROGRESS_THREAD otherwise) */
+  int progress_thread; /* ofi: -1 none, 1 the comm's own, 2 the device's (0:
+                          NCCL_MK_OFI_PROGRESS_THREAD) */
 };
 void mk_conn_hints_set(const struct mk_conn_hints* h); /* NULL clears */
 const struct mk_conn_hints* mk_conn_hints_get(void);
@@ -151,8 +152,9 @@ extern const struct mk_transport_ops mk_ofi_ops;
 /* The endpoints per comm ofi opens with NCCL_MK_OFI_STREAMS=0 (auto) over this libfabric
  * provider: 2 over tcp, 1 elsewhere. */
 int mk_ofi_auto_streams(const char* provider);
-/* Whether a comm gets its progress thread (NCCL_MK_OFI_PROGRESS_THREAD; -1, auto: over tcp,
- * whose progress costs syscalls, with 8 or more usable cores; not elsewhere). */
+/* Which progress thread a comm gets (NCCL_MK_OFI_PROGRESS_THREAD: 0 none, 1 its own, 2 its
+ * device's; -1, auto: its own over tcp, whose progress costs syscalls, with 8 or more usable
+ * cores, none elsewhere). */
 int mk_ofi_progress_thread_on(const char* provider);
 /* The automatic rule alone: over tcp with at least 8 usable cores. */
 int mk_ofi_progress_auto(const char* provider, int cores);

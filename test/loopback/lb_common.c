@@ -220,7 +220,7 @@ int lb_ofi_streams(void) {
 
 int lb_ofi_progress_thread(void) {
 #if MK_HAVE_OFI
-  return mk_ofi_progress_thread_on(mk_param_str(MK_PARAM_OFI_PROVIDER));
+  return mk_ofi_progress_thread_on(mk_param_str(MK_PARAM_OFI_PROVIDER)) != 0;
 #else
   return 0;
 #endif

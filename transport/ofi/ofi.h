@@ -60,6 +60,33 @@ void ofi_syms_unload(void);
 /* fi_allocinfo() is an inline calling fi_dupinfo: this is the same through the table. */
 static inline struct fi_info* ofi_allocinfo(void) { return ofi_sym.dupinfo(NULL); }
 
+struct ofi_comm;
+
+/* Who reads a comm's stream-0 completions (NCCL_MK_OFI_PROGRESS_THREAD). */
+enum ofi_progress_mode {
+  OFI_PROGRESS_NCCL = 0,   /* NCCL's thread, inside test() and isend */
+  OFI_PROGRESS_COMM = 1,   /* a thread of the comm's own */
+  OFI_PROGRESS_DEVICE = 2, /* one thread per device serving all its comms */
+};
+
+/* A progress thread and the comms it serves (ofi_progress.c): a comm's own (one comm) or a
+ * device's (all its comms in OFI_PROGRESS_DEVICE mode). */
+struct ofi_runner {
+  pthread_mutex_t life_mu;     /* starting and stopping the thread */
+  pthread_mutex_t list_mu;     /* comms[]; held while the thread steps through them */
+  pthread_mutex_t sleep_mu;    /* only to sleep on cv */
+  pthread_cond_t cv;
+  pthread_t thread;
+  int running;                 /* started and not yet joined (under life_mu) */
+  int stop;                    /* atomic: asks the thread to leave */
+  unsigned gen;                /* atomic: bumped by every post; it sleeps only while unchanged */
+  int sleeping;                /* atomic: it is (about to be) waiting on cv */
+  struct ofi_comm** comms;
+  int ncomms, cap;
+};
+void ofi_runner_init(struct ofi_runner* r);
+void ofi_runner_destroy(struct ofi_runner* r);
+
 struct ofi_dev {
   struct fi_info* info; /* this device's entry (our own copy) */
   char name[64];
@@ -71,6 +98,7 @@ struct ofi_dev {
   /* What the provider reported, which drives behaviour. */
   int mr_local, mr_virt_addr, mr_prov_key, mr_allocated, hmem, delivery_complete;
   size_t max_msg_size;
+  struct ofi_runner runner; /* OFI_PROGRESS_DEVICE: the one progress thread of its comms */
 };
 
 struct ofi_state {
@@ -217,16 +245,13 @@ struct ofi_comm {
   struct ofi_req* rx[MK_MAX_REQUESTS]; /* recv: live receives in posting order */
   int tails_pending;          /* recv: entries whose later stripes await cancelling (atomic) */
   uint32_t nrx;
-  /* the progress thread (ofi_progress.c): while has_progress, stream 0's CQ is read there
-   * (always under lock) and NCCL's calls only post and look at their requests */
-  pthread_t progress;
-  int progress_wanted;        /* decided at creation (hint, parameter, provider) */
+  /* the progress thread (ofi_progress.c): while has_progress, stream 0's CQ is read by the
+   * runner (always under lock) and NCCL's calls only post and look at their requests */
+  int progress_wanted;        /* decided at creation (hint, parameter, provider): an
+                                 enum ofi_progress_mode */
   int has_progress;
-  int progress_stop;          /* atomic: close asks it to leave */
-  unsigned progress_gen;      /* atomic: bumped by every post; it sleeps only while unchanged */
-  int progress_sleeping;      /* atomic: it is (about to be) waiting on progress_cv */
-  pthread_mutex_t progress_mu;/* only to sleep on progress_cv */
-  pthread_cond_t progress_cv;
+  struct ofi_runner* runner;  /* own_runner, the device's, or NULL */
+  struct ofi_runner own_runner;
   int callers;                /* atomic: calls waiting for the lock (the thread lets them in) */
   int asking;                 /* send: NCCL asked for a send whose clear-to-send is missing */
   /* counts, logged at close: messages sent or received eager and through a clear-to-send;
@@ -253,8 +278,9 @@ void ofi_req_complete(struct ofi_req* r, const struct ofi_op* op, size_t len, in
 int ofi_errno_of(int fi_err);
 
 /* ofi_progress.c: the comm's progress thread (NCCL_MK_OFI_PROGRESS_THREAD). Started after
- * the handshake; stopped (joined) before close takes the comm lock. wake: something was
- * posted or asked for (caller holds c->lock). */
+ * the handshake (the comm joins its runner); stopped before close takes the comm lock (the
+ * comm leaves it; the thread is joined once it serves no comm). wake: something was posted
+ * or asked for (caller holds c->lock). */
 int ofi_progress_start(struct ofi_comm* c);
 void ofi_progress_stop(struct ofi_comm* c);
 void ofi_progress_wake(struct ofi_comm* c);

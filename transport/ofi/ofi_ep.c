@@ -101,8 +101,7 @@ int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
   c->dev = dev;
   c->sock = -1;
   pthread_mutex_init(&c->lock, NULL);
-  pthread_mutex_init(&c->progress_mu, NULL);
-  pthread_cond_init(&c->progress_cv, NULL);
+  ofi_runner_init(&c->own_runner);
   for (int k = 0; k < MK_OFI_MAX_STREAMS; k++) {
     pthread_mutex_init(&c->st[k].mu, NULL);
     pthread_cond_init(&c->st[k].cv, NULL);
@@ -117,8 +116,9 @@ int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
   const struct mk_conn_hints* hints = mk_conn_hints_get();
   int hinted = hints->streams;
   c->nstreams = hinted >= 1 && hinted <= MK_OFI_MAX_STREAMS ? hinted : ofi_streams_default(dev);
-  c->progress_wanted = hints->progress_thread ? hints->progress_thread > 0
-                                              : mk_ofi_progress_thread_on(dev->info->fabric_attr->prov_name);
+  c->progress_wanted = hints->progress_thread < 0   ? OFI_PROGRESS_NCCL
+                       : hints->progress_thread > 0 ? hints->progress_thread
+                       : mk_ofi_progress_thread_on(dev->info->fabric_attr->prov_name);
   c->stripe_min = (uint64_t)mk_param_int(MK_PARAM_OFI_STRIPE_MIN);
   for (int k = 0; k < c->nstreams; k++) {
     MK_CHECK_GOTO(ofi_stream_open(c, &c->st[k]), rc, fail);
@@ -162,8 +162,7 @@ void ofi_comm_destroy(struct ofi_comm* c) {
     pthread_mutex_destroy(&c->st[k].mu);
     pthread_cond_destroy(&c->st[k].cv);
   }
-  pthread_mutex_destroy(&c->progress_mu);
-  pthread_cond_destroy(&c->progress_cv);
+  ofi_runner_destroy(&c->own_runner);
   pthread_mutex_destroy(&c->lock);
   free(c);
 }

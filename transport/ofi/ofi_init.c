@@ -68,6 +68,7 @@ static void ofi_dev_add(const struct fi_info* i, int delivery_complete) {
   if (!dev->info) return;
   snprintf(dev->name, sizeof(dev->name), "%s", i->domain_attr->name);
   pthread_mutex_init(&dev->lock, NULL);
+  ofi_runner_init(&dev->runner);
   mk_mr_cache_init(&dev->mr_cache);
   uint64_t m = i->domain_attr->mr_mode;
   dev->mr_local = !!(m & FI_MR_LOCAL);
@@ -165,6 +166,7 @@ static void ofi_fini(void) {
     if (dev->fabric) fi_close(&dev->fabric->fid);
     ofi_sym.freeinfo(dev->info);
     pthread_mutex_destroy(&dev->lock);
+    ofi_runner_destroy(&dev->runner);
   }
   memset(&ofi, 0, sizeof(ofi));
   ofi_syms_unload();

@@ -11,12 +11,17 @@
  * proxy loop (bench/NOTES.md, session 24). With it, the thread answers each hop at once and
  * NCCL's thread only posts and checks its requests.
  *
- * Rules: stream 0's CQ is read only under c->lock (by this thread, or by a caller that
- * must wait out an EAGAIN), so completions are dispatched exactly as before. The thread
- * spins while the comm has requests in flight (or NCCL is asking for a send), and sleeps on
- * a condition variable otherwise; posts bump progress_gen so that no wake-up is lost.
+ * Rules: stream 0's CQ is read only under c->lock (by the thread, or by a caller that must
+ * wait out an EAGAIN), so completions are dispatched exactly as before. The thread spins
+ * while a comm it serves has requests in flight (or NCCL is asking for a send), and sleeps
+ * on a condition variable otherwise; posts bump the runner's gen so that no wake-up is lost.
+ * A runner serves one comm (its own thread, the default) or every comm of a device in
+ * OFI_PROGRESS_DEVICE mode (one thread however many comms NCCL opens); the same loop runs
+ * both. Lock order: list_mu, then a comm's lock; NCCL's calls hold a comm's lock and take
+ * only sleep_mu (to wake the thread).
  */
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mk_log.h"
@@ -24,51 +29,78 @@
 #include "ofi.h"
 
 #define OFI_PROGRESS_SPINS 32 /* empty reads in a row before yielding the core */
-/* How long the thread keeps reading after the comm's last request, before it sleeps: a
- * sleeping thread takes tens of microseconds to wake, which small messages feel (NCCL posts
- * the next collective's receives right after the last one's completions). */
+/* How long the thread keeps reading after the last request, before it sleeps: a sleeping
+ * thread takes tens of microseconds to wake, which small messages feel (NCCL posts the next
+ * collective's receives right after the last one's completions). */
 #define OFI_PROGRESS_LINGER_NS 500000ull
 
-/* Whether the thread has something to drive (caller holds c->lock). */
+void ofi_runner_init(struct ofi_runner* r) {
+  memset(r, 0, sizeof(*r));
+  pthread_mutex_init(&r->life_mu, NULL);
+  pthread_mutex_init(&r->list_mu, NULL);
+  pthread_mutex_init(&r->sleep_mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+}
+
+void ofi_runner_destroy(struct ofi_runner* r) {
+  pthread_mutex_destroy(&r->life_mu);
+  pthread_mutex_destroy(&r->list_mu);
+  pthread_mutex_destroy(&r->sleep_mu);
+  pthread_cond_destroy(&r->cv);
+  free(r->comms);
+  r->comms = NULL;
+}
+
+/* Whether the thread has something to drive on c (caller holds c->lock). */
 static int ofi_progress_has_work(const struct ofi_comm* c) {
   return !c->error && (mk_req_pool_in_use(&c->pool) > 0 || c->asking || c->cts_waiting ||
                        c->signals_waiting || c->ctrl_unposted || c->bounce_unposted);
 }
 
-/* Sleeps until a post changes progress_gen from seen, or close. progress_sleeping and
- * progress_gen are both sequentially consistent, so a waker that missed the flag bumped the
- * generation before this thread looked at it. */
-static void ofi_progress_sleep(struct ofi_comm* c, unsigned seen) {
-  pthread_mutex_lock(&c->progress_mu);
-  __atomic_store_n(&c->progress_sleeping, 1, __ATOMIC_SEQ_CST);
-  while (!__atomic_load_n(&c->progress_stop, __ATOMIC_SEQ_CST) &&
-         __atomic_load_n(&c->progress_gen, __ATOMIC_SEQ_CST) == seen)
-    pthread_cond_wait(&c->progress_cv, &c->progress_mu);
-  __atomic_store_n(&c->progress_sleeping, 0, __ATOMIC_SEQ_CST);
-  pthread_mutex_unlock(&c->progress_mu);
+/* One look at comm c: its completions read and dispatched; *work set when it has any. */
+static int ofi_runner_step(struct ofi_comm* c, int* work) {
+  pthread_mutex_lock(&c->lock);
+  int n = ofi_cq_progress(c);
+  int w = ofi_progress_has_work(c);
+  if (n == 0 && w) ofi_peer_check(c); /* rate-limited; an error ends the work */
+  pthread_mutex_unlock(&c->lock);
+  while (__atomic_load_n(&c->callers, __ATOMIC_ACQUIRE) > 0) sched_yield();
+  *work |= w;
+  return n > 0 ? n : 0;
 }
 
-static void* ofi_progress_main(void* arg) {
-  struct ofi_comm* c = arg;
+/* Sleeps until a post changes gen from seen, or stop. sleeping and gen are both
+ * sequentially consistent, so a waker that missed the flag bumped gen before this thread
+ * looked at it. */
+static void ofi_runner_sleep(struct ofi_runner* r, unsigned seen) {
+  pthread_mutex_lock(&r->sleep_mu);
+  __atomic_store_n(&r->sleeping, 1, __ATOMIC_SEQ_CST);
+  while (!__atomic_load_n(&r->stop, __ATOMIC_SEQ_CST) &&
+         __atomic_load_n(&r->gen, __ATOMIC_SEQ_CST) == seen)
+    pthread_cond_wait(&r->cv, &r->sleep_mu);
+  __atomic_store_n(&r->sleeping, 0, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&r->sleep_mu);
+}
+
+static void* ofi_runner_main(void* arg) {
+  struct ofi_runner* r = arg;
   int empty = 0;
   uint64_t last_work = ofi_now_ns();
-  while (!__atomic_load_n(&c->progress_stop, __ATOMIC_ACQUIRE)) {
-    pthread_mutex_lock(&c->lock);
-    unsigned gen = __atomic_load_n(&c->progress_gen, __ATOMIC_SEQ_CST);
-    int n = ofi_cq_progress(c);
-    int work = ofi_progress_has_work(c);
-    if (n == 0 && work) ofi_peer_check(c); /* rate-limited; an error ends the work */
-    pthread_mutex_unlock(&c->lock);
-    while (__atomic_load_n(&c->callers, __ATOMIC_ACQUIRE) > 0) sched_yield();
+  while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+    unsigned gen = __atomic_load_n(&r->gen, __ATOMIC_SEQ_CST);
+    int n = 0, work = 0;
+    pthread_mutex_lock(&r->list_mu);
+    for (int i = 0; i < r->ncomms; i++) n += ofi_runner_step(r->comms[i], &work);
+    pthread_mutex_unlock(&r->list_mu);
     if (work || n > 0) last_work = ofi_now_ns();
     if (n > 0) {
       empty = 0;
-    } else if (!work && (c->error || ofi_now_ns() - last_work > OFI_PROGRESS_LINGER_NS)) {
-      ofi_progress_sleep(c, gen);
+    } else if (!work && ofi_now_ns() - last_work > OFI_PROGRESS_LINGER_NS) {
+      ofi_runner_sleep(r, gen);
       empty = 0;
       last_work = ofi_now_ns();
     } else if (++empty >= OFI_PROGRESS_SPINS) {
-      sched_yield(); /* lets NCCL's thread take the lock, and other threads the core */
+      sched_yield(); /* lets NCCL's threads take the locks, and other threads the core */
       empty = 0;
     }
   }
@@ -76,36 +108,83 @@ static void* ofi_progress_main(void* arg) {
 }
 
 void ofi_progress_wake(struct ofi_comm* c) {
-  if (!c->has_progress) return;
-  __atomic_add_fetch(&c->progress_gen, 1, __ATOMIC_SEQ_CST);
-  if (!__atomic_load_n(&c->progress_sleeping, __ATOMIC_SEQ_CST)) return;
-  pthread_mutex_lock(&c->progress_mu);
-  pthread_cond_signal(&c->progress_cv);
-  pthread_mutex_unlock(&c->progress_mu);
+  struct ofi_runner* r = c->runner;
+  if (!r) return;
+  __atomic_add_fetch(&r->gen, 1, __ATOMIC_SEQ_CST);
+  if (!__atomic_load_n(&r->sleeping, __ATOMIC_SEQ_CST)) return;
+  pthread_mutex_lock(&r->sleep_mu);
+  pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->sleep_mu);
+}
+
+static int ofi_runner_add(struct ofi_runner* r, struct ofi_comm* c) {
+  pthread_mutex_lock(&r->list_mu);
+  int rc = 0;
+  if (r->ncomms == r->cap) {
+    int cap = r->cap ? 2 * r->cap : 4;
+    struct ofi_comm** m = realloc(r->comms, sizeof(*m) * (size_t)cap);
+    if (m) r->comms = m, r->cap = cap;
+    else rc = -ENOMEM;
+  }
+  if (rc == 0) r->comms[r->ncomms++] = c;
+  pthread_mutex_unlock(&r->list_mu);
+  return rc;
+}
+
+/* Takes c off r's list; returns how many comms r still serves. Waits for the thread to be
+ * done stepping through the list (it holds list_mu meanwhile). */
+static int ofi_runner_remove(struct ofi_runner* r, struct ofi_comm* c) {
+  pthread_mutex_lock(&r->list_mu);
+  for (int i = 0; i < r->ncomms; i++)
+    if (r->comms[i] == c) r->comms[i] = r->comms[--r->ncomms];
+  int left = r->ncomms;
+  pthread_mutex_unlock(&r->list_mu);
+  return left;
+}
+
+static void ofi_runner_join(struct ofi_runner* r) {
+  pthread_mutex_lock(&r->sleep_mu);
+  __atomic_store_n(&r->stop, 1, __ATOMIC_SEQ_CST);
+  pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->sleep_mu);
+  pthread_join(r->thread, NULL);
+  r->running = 0;
+}
+
+static void ofi_progress_log_once(int mode) {
+  static int logged;
+  if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED)) /* where they may run, once */
+    MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: a progress thread per %s, on the %d cores of the thread "
+            "that connects", mode == OFI_PROGRESS_DEVICE ? "device" : "comm", ofi_thread_cores());
 }
 
 int ofi_progress_start(struct ofi_comm* c) {
-  if (c->has_progress || !c->progress_wanted) return 0;
-  static int logged;
-  if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED)) /* where they may run, once */
-    MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: a progress thread per comm, on the %d cores of the thread "
-            "that connects", ofi_thread_cores());
-  c->has_progress = 1; /* before the thread runs: the calls stop reading the CQ themselves */
-  int rc = pthread_create(&c->progress, NULL, ofi_progress_main, c);
-  if (rc != 0) {
-    c->has_progress = 0;
-    MK_WARN("ofi: cannot start a comm progress thread: %s", strerror(rc));
-    return -rc;
+  if (c->runner || c->progress_wanted == OFI_PROGRESS_NCCL) return 0;
+  ofi_progress_log_once(c->progress_wanted);
+  struct ofi_runner* r =
+      c->progress_wanted == OFI_PROGRESS_DEVICE ? &c->dev->runner : &c->own_runner;
+  pthread_mutex_lock(&r->life_mu);
+  c->runner = r, c->has_progress = 1; /* the calls stop reading the CQ themselves */
+  int rc = ofi_runner_add(r, c);
+  if (rc == 0 && !r->running) {
+    __atomic_store_n(&r->stop, 0, __ATOMIC_SEQ_CST);
+    rc = -pthread_create(&r->thread, NULL, ofi_runner_main, r);
+    r->running = rc == 0;
   }
-  return 0;
+  if (rc != 0) {
+    ofi_runner_remove(r, c);
+    c->runner = NULL, c->has_progress = 0;
+    MK_WARN("ofi: cannot start a progress thread: %s", strerror(-rc));
+  }
+  pthread_mutex_unlock(&r->life_mu);
+  return rc;
 }
 
 void ofi_progress_stop(struct ofi_comm* c) {
-  if (!c->has_progress) return;
-  pthread_mutex_lock(&c->progress_mu);
-  __atomic_store_n(&c->progress_stop, 1, __ATOMIC_RELEASE);
-  pthread_cond_signal(&c->progress_cv);
-  pthread_mutex_unlock(&c->progress_mu);
-  pthread_join(c->progress, NULL);
-  c->has_progress = 0;
+  struct ofi_runner* r = c->runner;
+  if (!r) return;
+  pthread_mutex_lock(&r->life_mu);
+  if (ofi_runner_remove(r, c) == 0 && r->running) ofi_runner_join(r);
+  c->runner = NULL, c->has_progress = 0;
+  pthread_mutex_unlock(&r->life_mu);
 }
