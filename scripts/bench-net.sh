@@ -2,8 +2,9 @@
 # The net plugin against NCCL's Socket transport on 2 GPUs of one host, forced through the
 # network path (no P2P, no SHM, one NCCL "node" per process), in one run. Prints busbw per
 # size for each and the ratios. usage: scripts/bench-net.sh [collective] [maxbytes]
-# MK_STREAMS="1 2 4 8" runs ours once per NCCL_MK_OFI_STREAMS value, and MK_EAGER="0 16384"
-# once per NCCL_MK_OFI_EAGER_BYTES value (default: the library's for each). MK_NET_IFNAME names
+# MK_STREAMS="1 2 4 8" runs ours once per NCCL_MK_OFI_STREAMS value, MK_EAGER="0 16384"
+# once per NCCL_MK_OFI_EAGER_BYTES value and MK_PROGRESS="default 2" once per
+# NCCL_MK_OFI_PROGRESS_THREAD value (default: the library's for each). MK_NET_IFNAME names
 # the interface for both sides (NCCL_MK_SOCKET_IFNAME and NCCL_SOCKET_IFNAME; default: each
 # one's own choice, the first interface but loopback), so both see the same number of NICs.
 # MK_NET_PROCS: ranks, one process and GPU each, each its own NCCL node (default 2).
@@ -34,11 +35,14 @@ labels=()
 for rep in $(seq 1 "$reps"); do
   for s in ${MK_STREAMS:-default}; do
     for e in ${MK_EAGER:-default}; do
-      label=mk knobs=()
-      [ "$s" != default ] && label+="_s$s" knobs+=(NCCL_MK_OFI_STREAMS="$s")
-      [ "$e" != default ] && label+="_e$e" knobs+=(NCCL_MK_OFI_EAGER_BYTES="$e")
-      run "$label" NCCL_NET_PLUGIN="$MK_BUILD/libnccl-net-mk.so" NCCL_NET=mk "${knobs[@]}"
-      [ "$rep" = 1 ] && labels+=("$label")
+      for p in ${MK_PROGRESS:-default}; do
+        label=mk knobs=()
+        [ "$s" != default ] && label+="_s$s" knobs+=(NCCL_MK_OFI_STREAMS="$s")
+        [ "$e" != default ] && label+="_e$e" knobs+=(NCCL_MK_OFI_EAGER_BYTES="$e")
+        [ "$p" != default ] && label+="_p$p" knobs+=(NCCL_MK_OFI_PROGRESS_THREAD="$p")
+        run "$label" NCCL_NET_PLUGIN="$MK_BUILD/libnccl-net-mk.so" NCCL_NET=mk "${knobs[@]}"
+        [ "$rep" = 1 ] && labels+=("$label")
+      done
     done
   done
   run socket NCCL_NET_PLUGIN=none NCCL_NET=Socket

@@ -301,7 +301,7 @@ tier_net() {
   # session 23 measured no gain under NCCL). MK_STREAMS / MK_EAGER override.
   # two interleaved runs each: Socket 4x4 alone swung 2-9 GB/s between runs (session 24)
   step bench_net env OUT="$LOGS/bench-net" MK_SKIP_BUILD=1 MK_STREAMS="${MK_STREAMS:-default 1}" \
-    MK_EAGER="${MK_EAGER:-default}" MK_NET_REPS="${MK_NET_REPS:-2}" \
+    MK_EAGER="${MK_EAGER:-default}" MK_PROGRESS="${MK_PROGRESS:-default}" MK_NET_REPS="${MK_NET_REPS:-2}" \
     "$(dirname "$0")/bench-net.sh" all_reduce 256M
   sed -n '/== busbw/,$p' "$LOGS/bench_net.log"
   # Where a middle-size all_reduce's time goes between NCCL's proxy and the plugin (issue 3:
