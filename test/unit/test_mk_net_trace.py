@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """scripts/mk-net-trace on synthetic records: the summary's per-comm idle time (gaps where none
-of a comm's requests is in flight, overlapping requests merged), the timeline of two files
-in one time order, and check with a negative control (a request done before it was posted,
+of a comm's requests is in flight, overlapping requests merged), the call timings file beside
+a trace, the timeline of two files in one time order, and check with a negative control (a request done before it was posted,
 one done with no test()).
 
 usage: test_mk_net_trace.py MK_NET_TRACE"""
 import importlib.machinery
 import importlib.util
 import os
+import pathlib
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,31 @@ with tempfile.TemporaryDirectory() as tmp:
                        capture_output=True, text=True)
     check(r.returncode == 0 and len(r.stdout.splitlines()) == 7,
           f"timeline prints all 7 events in 50 us: {r.returncode} {r.stdout!r}")
+    # the call timings beside a trace file (mk-net-calls.<pid>.csv): per entry point the count,
+    # mean and duration histogram; per thread inside/between and context switches
+    tdir = pathlib.Path(tmp, "calls")
+    tdir.mkdir()
+    trace = write(str(tdir), "mk-net-trace.42.csv", [("send", "0xa", 1, 1, 8, 0, 0, 10, 1)])
+    (tdir / "mk-net-calls.42.csv").write_text(
+        "record,key,count,total_us,max_us\n"
+        "call,isend,4,40.0,20.0\n"
+        "dur,isend:lt1us,0,0,0\ndur,isend:lt4us,1,0,0\ndur,isend:lt16us,2,0,0\n"
+        "dur,isend:lt64us,1,0,0\ndur,isend:lt256us,0,0,0\ndur,isend:ge256us,0,0,0\n"
+        "call,test,0,0.0,0.0\n"
+        "inside,t0,4,40.0,0\noutside,t0,4,2000.0,0\n"
+        "gap,t0:lt1us,3,0,0\ncsw,t0:voluntary,5,0,0\ncsw,t0:involuntary,1,0,0\n")
+    per_pid = mnt.load_calls([trace])
+    check(len(per_pid) == 1 and per_pid[0][0] == "42", f"the calls file beside the trace: {per_pid}")
+    r = subprocess.run([sys.executable, TOOL, "summary", trace], capture_output=True, text=True)
+    out = r.stdout
+    isend = [l for l in out.splitlines() if l.startswith("pid 42: isend")]
+    check(len(isend) == 1 and isend[0].split()[3:6] == ["4", "10.00", "20.0"]
+          and isend[0].split()[6:12] == ["0", "1", "2", "1", "0", "0"],
+          f"isend: count 4, mean 10 us, max 20, histogram 0 1 2 1 0 0: {isend}")
+    check(not any(l.startswith("pid 42: test ") for l in out.splitlines()),
+          "an entry point never called is left out")
+    check("thread t0: 4 calls, inside 0.0 ms, between calls 2.0 ms; gaps lt1us=3; context "
+          "switches 5 voluntary, 1 involuntary" in out, f"the thread line: {out!r}")
     # negative control: done before posted; done without a test()
     bad = write(tmp, "bad.csv", [
         ("send", "0xa", 1, 1, 4096, 0, 10, 5, 1),
