@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|scale|pairs|all]
+# The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|scale|scale-bench|pairs|all]
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
 #   attn:  the attention cores' tests (forward, backward), then attn_perf (forward, -b backward)
@@ -20,9 +20,11 @@
 #          channels 0/4/8, 20 iterations; file $LOGS/tune-net.txt (aimed at < 4 minutes; not
 #          part of all)
 #   pairs: every 2-GPU test program's scenarios, no benchmarks (fused ops, MoE, ring attention)
-#   scale: issue 9 on 4 or 8 GPUs (skips with fewer): at 4 and 8 ranks every GPU test program's
-#          scenarios (MK_TEST_RANKS; the fused ops also across emulated nodes),
-#          {ag_gemm,gemm_rs,gemm_ar}_perf on the 8192 shapes, bench-net (not part of all)
+#   scale: issue 9 on 4 or 8 GPUs (skips with fewer): at 4 and 8 ranks (MK_SCALE_RANKS) every
+#          GPU test program's scenarios (MK_TEST_RANKS; the fused ops also across emulated
+#          nodes) (not part of all)
+#   scale-bench: the same rank counts: {ag_gemm,gemm_rs,gemm_ar}_perf on the 8192 shapes and
+#          bench-net (not part of all)
 #   xnode: the fused ops' tests with each rank its own emulated node (NCCL_MK_LOCAL_SIZE=1: the
 #          proxy over libfabric tcp;ofi_rxm), then {ag_gemm,gemm_rs,gemm_ar}_perf across those
 #          nodes (not part of all)
@@ -179,24 +181,37 @@ tier_pairs() {
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
 }
 
-# Issue 9 on a machine with 4 or 8 GPUs (skipped with fewer), in one call, at 4 and 8 ranks:
-# every GPU test program's scenarios (MK_TEST_RANKS; the fused ops also with one emulated node
-# per rank through the proxy; the planted-fault and absent-peer scenarios are 2-rank and skip
-# themselves), the fused ops' benchmarks on the issue's 8192 shapes against NCCL + cuBLASLt,
-# then the net plugin against Socket through the forced network path.
+# Issue 9 on a machine with 4 or 8 GPUs (skipped with fewer), at MK_SCALE_RANKS ranks (default
+# "4 8"; one rank count per call keeps each tier inside the device tool's 10 minutes).
+# scale: every GPU test program's scenarios (MK_TEST_RANKS; the fused ops also with one
+# emulated node per rank through the proxy; the planted-fault and absent-peer scenarios are
+# 2-rank and skip themselves). scale-bench: the fused ops' benchmarks on the issue's 8192
+# shapes against NCCL + cuBLASLt, then the net plugin against Socket through the forced
+# network path.
+scale_ranks() {
+  local n
+  for n in ${MK_SCALE_RANKS:-4 8}; do [ "$GPUS" -ge "$n" ] && echo "$n"; done
+}
+
 tier_scale() {
-  local n op
+  local n
   gpus_at_least 4 scale || return
-  local m="4096,8192,16384"
-  [ "${MK_FUSED_SHAPES:-}" = small ] && m="8192"
-  for n in 4 8; do
-    [ "$GPUS" -lt "$n" ] && continue
+  for n in $(scale_ranks); do
     MK_TEST_RANKS=$n scenarios "$FUSED_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
     MK_TEST_RANKS=$n NCCL_MK_LOCAL_SIZE=1 NCCL_MK_TRANSPORT=ofi NCCL_MK_OFI_PROVIDER="tcp;ofi_rxm" \
       NCCL_MK_TIMEOUT_MS=15000 scenarios "$XNODE_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
     MK_TEST_RANKS=$n scenarios "$MOE_TESTS" "$B/test/gpu/test_moe" "_${n}_ranks"
     MK_TEST_RANKS=$n scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn" "_${n}_ranks"
     MK_TEST_RANKS=$n scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd" "_${n}_ranks"
+  done
+}
+
+tier_scale_bench() {
+  local n op
+  gpus_at_least 4 scale-bench || return
+  local m="4096,8192,16384"
+  [ "${MK_FUSED_SHAPES:-}" = small ] && m="8192"
+  for n in $(scale_ranks); do
     for op in ag_gemm gemm_rs gemm_ar; do
       step "${op}_perf_${n}_ranks" "$B/test/perf/fused/${op}_perf" -p "$n" -M "$m" -N 8192 -K 8192 \
         -n 20 -w 3 -J "$LOGS/${op}_perf_${n}.json"
@@ -379,9 +394,10 @@ case $tier in
   xnode) tier_xnode ;;
   tune-net) tier_tune_net ;;
   scale) tier_scale ;;
+  scale-bench) tier_scale_bench ;;
   pairs) tier_pairs ;;
   all) tier_quick; tier_gemm; tier_attn; tier_fused; tier_ring; tier_moe; tier_net; tier_torch ;;
-  *) echo "usage: $0 [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|scale|pairs|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|scale|scale-bench|pairs|all]" >&2; exit 2 ;;
 esac
 
 echo
