@@ -1,7 +1,9 @@
-/* The ofi comm's progress thread (NCCL_MK_OFI_PROGRESS_THREAD=1, set by meson for these
- * cases): it moves a message that no test() asks about, and it sleeps when its comm is idle.
+/* The ofi comm's progress thread (NCCL_MK_OFI_PROGRESS_THREAD=1 or 2, set by meson for these
+ * cases): it moves a message that no test() asks about, it sleeps when its comm is idle, and
+ * one device thread serves several comms.
  * Without the thread, libfabric tcp's manual progress moves nothing between test() calls. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -94,7 +96,88 @@ static int idle_role(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+#define SEVERAL_COMMS 3
+#define SEVERAL_BYTES (1u << 20)
+
+static int several_open(struct lb_ctx* ctx, struct mk_comm** comms) {
+  LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
+  comms[0] = ctx->comm;
+  for (int i = 1; i < SEVERAL_COMMS; i++) { /* in turn: the i-th accept is the i-th connect */
+    ctx->comm = NULL;
+    while (!ctx->comm)
+      LB_OK(ctx->is_sender ? ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm)
+                           : ctx->ops->accept(ctx->listen_comm, &ctx->comm));
+    comms[i] = ctx->comm;
+  }
+  return 0;
+}
+
+/* Message i of round `round` on comm i (ctx->comm set to it): posted, not waited for. */
+static int several_post(struct lb_ctx* ctx, unsigned char* buf, uint64_t stream,
+                        struct mk_request** req) {
+  size_t len = SEVERAL_BYTES;
+  int tag = 11;
+  void* d = buf;
+  if (!ctx->is_sender) {
+    memset(buf, 0, len);
+    return lb_recv(ctx, 1, &d, &len, &tag, NULL, req);
+  }
+  lb_fill(buf, len, ctx->seed, stream);
+  return lb_send(ctx, buf, len, tag, NULL, req);
+}
+
+/* Several comms of one process (with NCCL_MK_OFI_PROGRESS_THREAD=2 all on the device's one
+ * thread, which skips idle comms between its periodic sweeps): first every comm carries a
+ * message at once; then each in turn after all sat idle longer than a sweep and the linger,
+ * its message landing before any test() asks about it (a post must bring its comm back into
+ * the thread's sweeps at once). */
+static int several_role(struct lb_ctx* ctx) {
+  struct mk_comm* comms[SEVERAL_COMMS];
+  struct mk_request* req[SEVERAL_COMMS];
+  unsigned char* buf[SEVERAL_COMMS];
+  LB_OK(several_open(ctx, comms));
+  for (int i = 0; i < SEVERAL_COMMS; i++) buf[i] = lb_alloc(SEVERAL_BYTES);
+  if (ctx->is_sender) LB_EXPECT(lb_hear(ctx) == 1); /* the receives first */
+  for (int i = 0; i < SEVERAL_COMMS; i++) {
+    ctx->comm = comms[i];
+    LB_OK(several_post(ctx, buf[i], 30 + (uint64_t)i, &req[i]));
+  }
+  if (!ctx->is_sender) lb_tell(ctx, 1);
+  for (int i = 0; i < SEVERAL_COMMS; i++) {
+    ctx->comm = comms[i];
+    LB_OK(lb_wait(ctx, req[i], NULL));
+    LB_EXPECT(ctx->is_sender || lb_check(buf[i], SEVERAL_BYTES, ctx->seed, 30 + (uint64_t)i,
+                                         "message at once") == 0);
+  }
+  for (int i = 0; i < SEVERAL_COMMS; i++) {
+    usleep(20000); /* every comm idle: past the linger (0.5 ms) and a sweep (1 ms) */
+    ctx->comm = comms[i];
+    const uint64_t stream = 40 + (uint64_t)i;
+    if (ctx->is_sender) {
+      LB_EXPECT(lb_hear(ctx) == 2);
+      LB_OK(several_post(ctx, buf[i], stream, &req[i]));
+      LB_EXPECT(lb_hear(ctx) == 3);
+    } else {
+      LB_OK(several_post(ctx, buf[i], stream, &req[i]));
+      lb_tell(ctx, 2);
+      int landed = 0;
+      for (double t0 = lb_now(); !landed && lb_now() - t0 < PROGRESS_WAIT_S; usleep(2000))
+        landed = lb_check_quiet(buf[i], SEVERAL_BYTES, ctx->seed, stream);
+      lb_tell(ctx, 3);
+      LB_EXPECT(landed);
+    }
+    LB_OK(lb_wait(ctx, req[i], NULL));
+  }
+  lb_tell(ctx, 4); /* both done before any comm closes */
+  LB_EXPECT(lb_hear(ctx) == 4);
+  for (int i = 1; i < SEVERAL_COMMS; i++) LB_OK(ctx->ops->close(comms[i]));
+  for (int i = 0; i < SEVERAL_COMMS; i++) free(buf[i]);
+  ctx->comm = comms[0];
+  return lb_close(ctx);
+}
+
 const struct lb_case lb_cases_progress[] = {
+    {"several_comms_carry_messages_at_once_and_after_idling", several_role, several_role, 40, 0},
     {"progress_thread_moves_a_message_no_test_asks_about", untested_recv, untested_send, 30, 0},
     {"idle_comm_threads_burn_no_cpu", idle_role, idle_role, 30, 0},
     {NULL, NULL, NULL, 0, 0},

@@ -252,6 +252,7 @@ struct ofi_comm {
   int has_progress;
   struct ofi_runner* runner;  /* own_runner, the device's, or NULL */
   struct ofi_runner own_runner;
+  int runner_idle;            /* atomic: its runner found nothing to do (a post clears it) */
   int callers;                /* atomic: calls waiting for the lock (the thread lets them in) */
   int asking;                 /* send: NCCL asked for a send whose clear-to-send is missing */
   /* counts, logged at close: messages sent or received eager and through a clear-to-send;

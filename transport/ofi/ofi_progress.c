@@ -33,6 +33,7 @@
  * thread takes tens of microseconds to wake, which small messages feel (NCCL posts the next
  * collective's receives right after the last one's completions). */
 #define OFI_PROGRESS_LINGER_NS 500000ull
+#define OFI_RUNNER_SWEEP_NS 1000000ull /* a device runner looks at its idle comms this often */
 
 void ofi_runner_init(struct ofi_runner* r) {
   memset(r, 0, sizeof(*r));
@@ -57,12 +58,15 @@ static int ofi_progress_has_work(const struct ofi_comm* c) {
                        c->signals_waiting || c->ctrl_unposted || c->bounce_unposted);
 }
 
-/* One look at comm c: its completions read and dispatched; *work set when it has any. */
+/* One look at comm c: its completions read and dispatched; *work set when it has any. A comm
+ * found with nothing to do is marked idle (under its lock, so that a post after it, which
+ * clears the mark in ofi_progress_wake, is never lost). */
 static int ofi_runner_step(struct ofi_comm* c, int* work) {
   pthread_mutex_lock(&c->lock);
   int n = ofi_cq_progress(c);
   int w = ofi_progress_has_work(c);
   if (n == 0 && w) ofi_peer_check(c); /* rate-limited; an error ends the work */
+  __atomic_store_n(&c->runner_idle, n <= 0 && !w, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&c->lock);
   while (__atomic_load_n(&c->callers, __ATOMIC_ACQUIRE) > 0) sched_yield();
   *work |= w;
@@ -82,15 +86,26 @@ static void ofi_runner_sleep(struct ofi_runner* r, unsigned seen) {
   pthread_mutex_unlock(&r->sleep_mu);
 }
 
+/* Whether to look at comm c in this sweep: always when the runner serves c alone (its linger
+ * reads pick up the next clear-to-send early); else when c is not idle, or at the periodic
+ * sweep (a device runner would otherwise pay a CQ read, syscalls over tcp, per idle comm). */
+static int ofi_runner_wants(const struct ofi_runner* r, struct ofi_comm* c, int sweep) {
+  return r->ncomms == 1 || sweep || !__atomic_load_n(&c->runner_idle, __ATOMIC_ACQUIRE);
+}
+
 static void* ofi_runner_main(void* arg) {
   struct ofi_runner* r = arg;
   int empty = 0;
-  uint64_t last_work = ofi_now_ns();
+  uint64_t last_work = ofi_now_ns(), last_sweep = last_work;
   while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
     unsigned gen = __atomic_load_n(&r->gen, __ATOMIC_SEQ_CST);
     int n = 0, work = 0;
+    uint64_t now = ofi_now_ns();
+    int sweep = now - last_sweep > OFI_RUNNER_SWEEP_NS;
+    if (sweep) last_sweep = now;
     pthread_mutex_lock(&r->list_mu);
-    for (int i = 0; i < r->ncomms; i++) n += ofi_runner_step(r->comms[i], &work);
+    for (int i = 0; i < r->ncomms; i++)
+      if (ofi_runner_wants(r, r->comms[i], sweep)) n += ofi_runner_step(r->comms[i], &work);
     pthread_mutex_unlock(&r->list_mu);
     if (work || n > 0) last_work = ofi_now_ns();
     if (n > 0) {
@@ -110,6 +125,7 @@ static void* ofi_runner_main(void* arg) {
 void ofi_progress_wake(struct ofi_comm* c) {
   struct ofi_runner* r = c->runner;
   if (!r) return;
+  __atomic_store_n(&c->runner_idle, 0, __ATOMIC_RELEASE);
   __atomic_add_fetch(&r->gen, 1, __ATOMIC_SEQ_CST);
   if (!__atomic_load_n(&r->sleeping, __ATOMIC_SEQ_CST)) return;
   pthread_mutex_lock(&r->sleep_mu);
