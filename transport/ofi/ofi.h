@@ -85,6 +85,7 @@ struct ofi_runner {
   int ncomms, cap;
 };
 void ofi_runner_init(struct ofi_runner* r);
+/* Joins a thread still running (comms never closed), then frees r's resources. */
 void ofi_runner_destroy(struct ofi_runner* r);
 
 struct ofi_dev {

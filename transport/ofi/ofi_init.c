@@ -160,13 +160,15 @@ static int ofi_init(void) {
 static void ofi_fini(void) {
   for (int d = 0; d < ofi.ndev; d++) {
     struct ofi_dev* dev = &ofi.devs[d];
+    /* first: a device thread still serving comms NCCL never closed (an abort) must not read
+     * their CQs while the domain goes */
+    ofi_runner_destroy(&dev->runner);
     int leaked = mk_mr_cache_fini(&dev->mr_cache);
     if (leaked) MK_WARN("ofi dev %s: %d registrations still in use at fini", dev->name, leaked);
     if (dev->domain) fi_close(&dev->domain->fid);
     if (dev->fabric) fi_close(&dev->fabric->fid);
     ofi_sym.freeinfo(dev->info);
     pthread_mutex_destroy(&dev->lock);
-    ofi_runner_destroy(&dev->runner);
   }
   memset(&ofi, 0, sizeof(ofi));
   ofi_syms_unload();

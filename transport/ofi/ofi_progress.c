@@ -43,7 +43,13 @@ void ofi_runner_init(struct ofi_runner* r) {
   pthread_cond_init(&r->cv, NULL);
 }
 
+static void ofi_runner_join(struct ofi_runner* r);
+
+/* Joins the thread if it still runs (comms left open at fini), then frees the runner. */
 void ofi_runner_destroy(struct ofi_runner* r) {
+  pthread_mutex_lock(&r->life_mu);
+  if (r->running) ofi_runner_join(r);
+  pthread_mutex_unlock(&r->life_mu);
   pthread_mutex_destroy(&r->life_mu);
   pthread_mutex_destroy(&r->list_mu);
   pthread_mutex_destroy(&r->sleep_mu);
