@@ -246,12 +246,11 @@ struct ofi_comm {
   struct ofi_req* rx[MK_MAX_REQUESTS]; /* recv: live receives in posting order */
   int tails_pending;          /* recv: entries whose later stripes await cancelling (atomic) */
   uint32_t nrx;
-  /* the progress thread (ofi_progress.c): while has_progress, stream 0's CQ is read by the
-   * runner (always under lock) and NCCL's calls only post and look at their requests */
+  /* the progress thread (ofi_progress.c): while runner is set, stream 0's CQ is read by it
+   * (always under lock) and NCCL's calls only post and look at their requests */
   int progress_wanted;        /* decided at creation (hint, parameter, provider): an
                                  enum ofi_progress_mode */
-  int has_progress;
-  struct ofi_runner* runner;  /* own_runner, the device's, or NULL */
+  struct ofi_runner* runner;  /* own_runner, the device's, or NULL (NCCL's thread reads) */
   struct ofi_runner own_runner;
   int runner_idle;            /* atomic: its runner found nothing to do (a post clears it) */
   int callers;                /* atomic: calls waiting for the lock (the thread lets them in) */

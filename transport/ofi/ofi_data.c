@@ -145,7 +145,7 @@ static int ofi_isend_locked(struct ofi_comm* c, void* data, size_t size, int tag
                             struct mk_mr* mr, struct ofi_req** out) {
   /* with a progress thread the clear-to-send has usually been filed already: the CQ is read
    * here only when it has not */
-  struct ofi_cts_slot* s = c->has_progress ? ofi_slot_for(c, c->msn) : NULL;
+  struct ofi_cts_slot* s = c->runner ? ofi_slot_for(c, c->msn) : NULL;
   int rc = s ? 0 : ofi_cq_progress(c);
   if (rc < 0) return rc;
   if (!s) s = ofi_slot_for(c, c->msn);
@@ -215,8 +215,8 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
   uint8_t nst;
   uint64_t chunk;
   mk_ofi_stripe_plan(size, c->nstreams, c->stripe_min, &nst, &chunk);
-  /* stripe k on stream k (stream0 = 0): a message shorter than a stripe travels on NCCL's
-   * thread alone */
+  /* stripe k on stream k (stream0 = 0): a message shorter than a stripe travels on stream 0
+   * alone */
   for (unsigned k = 0; k < nst; k++) {
     size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
     struct ofi_op* op = &r->ops[OFI_OP_AT(i, k)];
@@ -315,7 +315,7 @@ int ofi_irecv(struct mk_comm* comm, int n, void** data, const size_t* sizes, con
   }
   ofi_comm_lock(c);
   /* eager arrivals first: fewer cancels (the progress thread reads them when there is one) */
-  int rc = c->nbounce && !c->has_progress ? ofi_cq_progress(c) : c->error;
+  int rc = c->nbounce && !c->runner ? ofi_cq_progress(c) : c->error;
   if (rc > 0) rc = 0;
   struct ofi_req* r = rc ? NULL : mk_req_pool_alloc(&c->pool);
   if (r) {
@@ -367,7 +367,7 @@ int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
   struct ofi_req* r = (struct ofi_req*)req;
   struct ofi_comm* c = (struct ofi_comm*)req->comm;
   *done = 0;
-  if (c->has_progress && __atomic_load_n(&r->pending, __ATOMIC_ACQUIRE) != 0)
+  if (c->runner && __atomic_load_n(&r->pending, __ATOMIC_ACQUIRE) != 0)
     return ofi_test_pending(c);
   ofi_comm_lock(c);
   /* A request that an earlier call's progress already completed needs no CQ read: NCCL and

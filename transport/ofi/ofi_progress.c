@@ -186,7 +186,7 @@ int ofi_progress_start(struct ofi_comm* c) {
   struct ofi_runner* r =
       c->progress_wanted == OFI_PROGRESS_DEVICE ? &c->dev->runner : &c->own_runner;
   pthread_mutex_lock(&r->life_mu);
-  c->runner = r, c->has_progress = 1; /* the calls stop reading the CQ themselves */
+  c->runner = r; /* the calls stop reading the CQ themselves */
   int rc = ofi_runner_add(r, c);
   if (rc == 0 && !r->running) {
     __atomic_store_n(&r->stop, 0, __ATOMIC_SEQ_CST);
@@ -195,7 +195,7 @@ int ofi_progress_start(struct ofi_comm* c) {
   }
   if (rc != 0) {
     ofi_runner_remove(r, c);
-    c->runner = NULL, c->has_progress = 0;
+    c->runner = NULL;
     MK_WARN("ofi: cannot start a progress thread: %s", strerror(-rc));
   }
   pthread_mutex_unlock(&r->life_mu);
@@ -207,6 +207,6 @@ void ofi_progress_stop(struct ofi_comm* c) {
   if (!r) return;
   pthread_mutex_lock(&r->life_mu);
   if (ofi_runner_remove(r, c) == 0 && r->running) ofi_runner_join(r);
-  c->runner = NULL, c->has_progress = 0;
+  c->runner = NULL;
   pthread_mutex_unlock(&r->life_mu);
 }
