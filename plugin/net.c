@@ -203,7 +203,7 @@ ncclResult_t mk_net_isend(void* send_comm, void* data, size_t size, int tag, voi
   uint64_t t0 = mk_net_trace_clock();
   if (rc == 0) rc = net_ops->isend(send_comm, data, size, tag, mhandle, &req);
   if (rc == 0) *request = req;
-  if (rc == 0 && mk_net_trace_on()) {
+  if (rc == 0 && t0) {
     if (req) mk_net_trace_post(send_comm, req, MK_NET_TRACE_SEND, size, 1, tag, t0);
     else mk_net_trace_attempt(send_comm);
     mk_net_trace_call(req ? MK_NET_CALL_ISEND : MK_NET_CALL_ISEND_NONE, t0);
@@ -226,7 +226,7 @@ ncclResult_t mk_net_irecv(void* recv_comm, int n, void** data, size_t* sizes, in
   rc = net_ops->irecv(recv_comm, n, data, sizes, tags, (struct mk_mr**)mhandles, optional,
                       &req);
   if (rc == 0) *request = req;
-  if (rc == 0 && req && mk_net_trace_on()) {
+  if (rc == 0 && req && t0) {
     size_t total = 0;
     for (int i = 0; i < n; i++) total += sizes[i];
     mk_net_trace_post(recv_comm, req, MK_NET_TRACE_RECV, total, n, tags[0], t0);

@@ -16,7 +16,7 @@
 #define TRACE_INFLIGHT 4096u /* open-addressed map request -> record (power of two) */
 #define TRACE_COMMS 512u     /* comms with an isend NCCL is still asking for */
 #define TRACE_THREADS 64u    /* threads that call the plugin (NCCL's proxy threads) */
-#define TRACE_GAP_BUCKETS 6  /* time between a thread's calls: < 1, 4, 16, 64, 256 us, more */
+#define TRACE_BUCKETS 6  /* durations and gaps between calls: < 1, 4, 16, 64, 256 us, more */
 #define TRACE_RUSAGE_EVERY 256u /* calls between a thread's context-switch readings */
 
 struct trace_rec {
@@ -41,13 +41,13 @@ struct trace_attempt {
 
 struct trace_calls {
   uint64_t count, total_ns, max_ns;
-  uint64_t hist[TRACE_GAP_BUCKETS]; /* durations, in the gaps' buckets */
+  uint64_t hist[TRACE_BUCKETS]; /* durations */
 };
 
 /* One thread's calls: time inside the plugin, gaps between its calls, context switches. */
 struct trace_thread {
   uint64_t last_end, calls, inside_ns, outside_ns;
-  uint64_t gaps[TRACE_GAP_BUCKETS];
+  uint64_t gaps[TRACE_BUCKETS];
   long vcsw0, ivcsw0, vcsw, ivcsw; /* at its first call and the latest reading */
 };
 
@@ -190,9 +190,9 @@ static struct trace_thread* trace_thread_self(void) {
   return &tr.threads[idx];
 }
 
-static unsigned trace_gap_bucket(uint64_t ns) {
+static unsigned trace_bucket(uint64_t ns) {
   unsigned b = 0;
-  for (uint64_t lim = 1000; b + 1 < TRACE_GAP_BUCKETS && ns >= lim; lim *= 4) b++;
+  for (uint64_t lim = 1000; b + 1 < TRACE_BUCKETS && ns >= lim; lim *= 4) b++;
   return b;
 }
 
@@ -202,13 +202,13 @@ void mk_net_trace_call(enum mk_net_call kind, uint64_t t0) {
   pthread_mutex_lock(&tr.lock);
   struct trace_calls* c = &tr.calls[kind];
   c->count++, c->total_ns += d;
-  c->hist[trace_gap_bucket(d)]++;
+  c->hist[trace_bucket(d)]++;
   if (d > c->max_ns) c->max_ns = d;
   struct trace_thread* th = trace_thread_self();
   if (th) {
     if (th->last_end && t0 > th->last_end) {
       th->outside_ns += t0 - th->last_end;
-      th->gaps[trace_gap_bucket(t0 - th->last_end)]++;
+      th->gaps[trace_bucket(t0 - th->last_end)]++;
     }
     th->last_end = t, th->inside_ns += d;
     if (++th->calls % TRACE_RUSAGE_EVERY == 0) trace_thread_rusage(th, 0);
@@ -221,15 +221,14 @@ void mk_net_trace_call(enum mk_net_call kind, uint64_t t0) {
 static void trace_write_calls(FILE* f) {
   static const char* names[MK_NET_CALL_KINDS] = {"isend", "isend_none", "irecv", "test",
                                                  "test_done"};
-  static const char* gap_names[TRACE_GAP_BUCKETS] = {"lt1us", "lt4us", "lt16us", "lt64us",
-                                                     "lt256us", "ge256us"};
+  static const char* bucket_names[TRACE_BUCKETS] = {"lt1us", "lt4us", "lt16us", "lt64us",
+                                                        "lt256us", "ge256us"};
   fprintf(f, "record,key,count,total_us,max_us\n");
-  for (int k = 0; k < MK_NET_CALL_KINDS; k++)
-  {
+  for (int k = 0; k < MK_NET_CALL_KINDS; k++) {
     fprintf(f, "call,%s,%llu,%.1f,%.1f\n", names[k], (unsigned long long)tr.calls[k].count,
             tr.calls[k].total_ns / 1e3, tr.calls[k].max_ns / 1e3);
-    for (int b = 0; b < TRACE_GAP_BUCKETS; b++)
-      fprintf(f, "dur,%s:%s,%llu,0,0\n", names[k], gap_names[b],
+    for (int b = 0; b < TRACE_BUCKETS; b++)
+      fprintf(f, "dur,%s:%s,%llu,0,0\n", names[k], bucket_names[b],
               (unsigned long long)tr.calls[k].hist[b]);
   }
   for (uint32_t i = 0; i < tr.nthreads; i++) {
@@ -237,8 +236,8 @@ static void trace_write_calls(FILE* f) {
     fprintf(f, "inside,t%u,%llu,%.1f,0\n", i, (unsigned long long)th->calls, th->inside_ns / 1e3);
     fprintf(f, "outside,t%u,%llu,%.1f,0\n", i, (unsigned long long)th->calls,
             th->outside_ns / 1e3);
-    for (int b = 0; b < TRACE_GAP_BUCKETS; b++)
-      fprintf(f, "gap,t%u:%s,%llu,0,0\n", i, gap_names[b], (unsigned long long)th->gaps[b]);
+    for (int b = 0; b < TRACE_BUCKETS; b++)
+      fprintf(f, "gap,t%u:%s,%llu,0,0\n", i, bucket_names[b], (unsigned long long)th->gaps[b]);
     fprintf(f, "csw,t%u:voluntary,%ld,0,0\n", i, th->vcsw - th->vcsw0);
     fprintf(f, "csw,t%u:involuntary,%ld,0,0\n", i, th->ivcsw - th->ivcsw0);
   }

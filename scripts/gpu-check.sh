@@ -312,8 +312,9 @@ tier_net() {
   gpus_at_least 2 net || return
   step net_gpu_tests env MK_CHECK_LOGS="$LOGS/net" "$(dirname "$0")/net-gpu-tests.sh"
   grep -E '^(pass|FAIL) ' "$LOGS/net_gpu_tests.log" | grep -c '^pass' | sed 's/^/net checks passed: /'
-  # the default endpoints per comm (4 over tcp) and one; eager sends at the default (off:
-  # session 23 measured no gain under NCCL). MK_STREAMS / MK_EAGER override.
+  # the default endpoints per comm (2 over tcp) and one; eager sends and the progress thread at
+  # their defaults (eager off: session 23 measured no gain under NCCL). MK_STREAMS / MK_EAGER /
+  # MK_PROGRESS override.
   # two interleaved runs each: Socket 4x4 alone swung 2-9 GB/s between runs (session 24)
   step bench_net env OUT="$LOGS/bench-net" MK_SKIP_BUILD=1 MK_STREAMS="${MK_STREAMS:-default 1}" \
     MK_EAGER="${MK_EAGER:-default}" MK_PROGRESS="${MK_PROGRESS:-default}" MK_NET_REPS="${MK_NET_REPS:-2}" \

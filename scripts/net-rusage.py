@@ -1,5 +1,5 @@
-"""CPU cost of one all_reduce iteration on the forced network path through our plugin (4 and
-1 endpoints per comm) and through NCCL's Socket transport: user and system CPU time and
+"""CPU cost of one all_reduce iteration on the forced network path through our plugin (its
+default endpoints per comm, and 1) and through NCCL's Socket transport: user and system CPU time and
 context switches per iteration, summed over both ranks' processes (getrusage of the
 children), beside the harness's own line. usage: python3 scripts/net-rusage.py SIZE...
 (e.g. 128K 512K 8M; MK_BUILD names the build, default build)."""
