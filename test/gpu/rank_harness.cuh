@@ -41,6 +41,9 @@ struct rank_harness {
   void (*scenario_env)(const char* scenario, int rank);
   /* Optional: the test's changes to the default ncclMkConfig (the shapes to prepare for). */
   void (*config)(const char* scenario, ncclMkConfig* cfg);
+  /* Optional, NULL-terminated: scenarios that plant their fault on rank 1 and check rank 0
+   * alone; above 2 ranks they are skipped (exit 77). */
+  const char* const* two_rank_only;
   /* The scenario on the opened rank; returns its failure count. */
   int (*run)(const char* scenario, int rank, ncclComm_t comm, cudaStream_t stream);
 };
@@ -71,6 +74,11 @@ static int rank_harness_child(const struct rank_harness* h, const char* scenario
  * rank; the launcher starts h->nranks of them. */
 static int rank_harness_main(int argc, char** argv, const struct rank_harness* h) {
   alarm(300); /* a bug must not hang the suite */
+  for (const char* const* s = h->two_rank_only; h->nranks > 2 && s && *s; s++)
+    if (!strcmp(argv[1], *s)) {
+      printf("SKIP: %s is a 2-rank scenario (MK_TEST_RANKS=%d)\n", argv[1], h->nranks);
+      return 77;
+    }
   ncclUniqueId id;
   int rank;
   if (perf_test_child(argc, argv, &rank, &id)) {

@@ -618,13 +618,7 @@ int main(int argc, char** argv) {
     return group_init_main();
   }
   NR = test_ranks();
-  /* these plant their fault on rank 1 and expect it of rank 0 alone */
-  static const char* planted_fault_scenarios[] = {"hang_report", "absent_peer", "killed_peer"};
-  for (size_t i = 0; NR > 2 && i < sizeof(planted_fault_scenarios) / sizeof(planted_fault_scenarios[0]); i++)
-    if (!strcmp(argv[1], planted_fault_scenarios[i])) {
-      printf("SKIP: %s is a 2-rank scenario (MK_TEST_RANKS=%d)\n", argv[1], NR);
-      return 77;
-    }
-  const struct rank_harness h = {NR, fused_scenario_env, fused_config, fused_run};
+  static const char* const two_rank_only[] = {"hang_report", "absent_peer", "killed_peer", NULL};
+  const struct rank_harness h = {NR, fused_scenario_env, fused_config, two_rank_only, fused_run};
   return rank_harness_main(argc, argv, &h);
 }

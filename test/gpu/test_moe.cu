@@ -309,10 +309,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   NR = test_ranks();
-  if (NR > 2 && !strcmp(argv[1], "dead_peer")) { /* rank 1 stays away, rank 0 alone checks */
-    printf("SKIP: dead_peer is a 2-rank scenario (MK_TEST_RANKS=%d)\n", NR);
-    return 77;
-  }
-  const struct rank_harness h = {NR, moe_scenario_env, moe_config, moe_run};
+  static const char* const two_rank_only[] = {"dead_peer", NULL};
+  const struct rank_harness h = {NR, moe_scenario_env, moe_config, two_rank_only, moe_run};
   return rank_harness_main(argc, argv, &h);
 }
