@@ -50,6 +50,9 @@ int lb_run(const struct lb_case* c);
 /* Connection: the receiver listens (sends the handle) and accepts; the sender connects. */
 int lb_accept(struct lb_ctx* ctx);
 int lb_connect(struct lb_ctx* ctx);
+/* Another connection on the same listen comm and handle (ctx->comm becomes it): the receiver
+ * accepts, the sender connects again. */
+int lb_reconnect(struct lb_ctx* ctx);
 int lb_close(struct lb_ctx* ctx);
 /* Small messages between the two processes, outside the transport. */
 void lb_tell(struct lb_ctx* ctx, uint64_t v);

@@ -66,19 +66,21 @@ int lb_accept(struct lb_ctx* ctx) {
   int rc = ctx->ops->listen(ctx->dev, ctx->handle, &ctx->listen_comm);
   if (rc) return rc;
   pipe_write(ctx->to_peer, ctx->handle, sizeof(ctx->handle));
-  ctx->comm = NULL;
-  while (!ctx->comm)
-    if ((rc = ctx->ops->accept(ctx->listen_comm, &ctx->comm)) != 0) return rc;
-  return 0;
+  return lb_reconnect(ctx);
 }
 
 int lb_connect(struct lb_ctx* ctx) {
   pipe_read(ctx->from_peer, ctx->handle, sizeof(ctx->handle));
-  int rc;
+  return lb_reconnect(ctx);
+}
+
+int lb_reconnect(struct lb_ctx* ctx) {
+  int rc = 0;
   ctx->comm = NULL;
-  while (!ctx->comm)
-    if ((rc = ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm)) != 0) return rc;
-  return 0;
+  while (rc == 0 && !ctx->comm)
+    rc = ctx->is_sender ? ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm)
+                        : ctx->ops->accept(ctx->listen_comm, &ctx->comm);
+  return rc;
 }
 
 int lb_close(struct lb_ctx* ctx) {

@@ -310,7 +310,7 @@ static int unreceived_recv(struct lb_ctx* ctx) {
   LB_OK(ctx->ops->close(ctx->comm));
   ctx->comm = NULL;
   lb_tell(ctx, 1);
-  while (!ctx->comm) LB_OK(ctx->ops->accept(ctx->listen_comm, &ctx->comm));
+  LB_OK(lb_reconnect(ctx));
   LB_OK(recv_check(ctx, 4096, 300, 9, 1));
   lb_tell(ctx, 2);
   return lb_close(ctx);
@@ -327,7 +327,7 @@ static int unreceived_send(struct lb_ctx* ctx) {
   LB_EXPECT(lb_hear(ctx) == 1); /* the receiver's comm is closed */
   LB_OK(ctx->ops->close(ctx->comm));
   ctx->comm = NULL;
-  while (!ctx->comm) LB_OK(ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm));
+  LB_OK(lb_reconnect(ctx));
   unsigned char* b;
   struct mk_request* r;
   LB_OK(send_start(ctx, 300, 9, 1, &b, &r));

@@ -42,7 +42,7 @@ static int reconnect_recv(struct lb_ctx* ctx) {
   LB_OK(ctx->ops->close(ctx->comm));
   ctx->comm = NULL;
   for (int round = 2; round <= 4; round++) { /* same listen comm, new connections */
-    while (!ctx->comm) LB_OK(ctx->ops->accept(ctx->listen_comm, &ctx->comm));
+    LB_OK(lb_reconnect(ctx));
     LB_OK(one_message(ctx, (uint64_t)round));
     LB_OK(ctx->ops->close(ctx->comm));
     ctx->comm = NULL;
@@ -55,7 +55,7 @@ static int reconnect_send(struct lb_ctx* ctx) {
   LB_OK(one_message(ctx, 1));
   LB_OK(lb_close(ctx));
   for (int round = 2; round <= 4; round++) { /* the same handle again */
-    while (!ctx->comm) LB_OK(ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm));
+    LB_OK(lb_reconnect(ctx));
     LB_OK(one_message(ctx, (uint64_t)round));
     LB_OK(lb_close(ctx));
   }
@@ -243,10 +243,7 @@ static int threads_role(struct lb_ctx* ctx) {
   LB_OK(ctx->ops->close(ctx->comm));
   ctx->comm = NULL;
   int base = thread_count();
-  if (ctx->is_sender)
-    while (!ctx->comm) LB_OK(ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm));
-  else
-    while (!ctx->comm) LB_OK(ctx->ops->accept(ctx->listen_comm, &ctx->comm));
+  LB_OK(lb_reconnect(ctx));
   int open_n = thread_count();
   size_t len = sizeof(big), got = 0;
   struct mk_request* req;
@@ -272,10 +269,7 @@ static int threads_role(struct lb_ctx* ctx) {
 static int helpers_with_hint(struct lb_ctx* ctx, struct mk_conn_hints h, int* helpers) {
   mk_conn_hints_set(&h);
   int base = thread_count();
-  if (ctx->is_sender)
-    while (!ctx->comm) LB_OK(ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm));
-  else
-    while (!ctx->comm) LB_OK(ctx->ops->accept(ctx->listen_comm, &ctx->comm));
+  LB_OK(lb_reconnect(ctx));
   mk_conn_hints_set(NULL);
   *helpers = thread_count() - base;
   LB_OK(one_message(ctx, 2));

@@ -103,10 +103,7 @@ static int several_open(struct lb_ctx* ctx, struct mk_comm** comms) {
   LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
   comms[0] = ctx->comm;
   for (int i = 1; i < SEVERAL_COMMS; i++) { /* in turn: the i-th accept is the i-th connect */
-    ctx->comm = NULL;
-    while (!ctx->comm)
-      LB_OK(ctx->is_sender ? ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm)
-                           : ctx->ops->accept(ctx->listen_comm, &ctx->comm));
+    LB_OK(lb_reconnect(ctx));
     comms[i] = ctx->comm;
   }
   return 0;
