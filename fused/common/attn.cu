@@ -22,13 +22,17 @@ extern "C" {
  * Measured best on an H200 (bench/NOTES.md "Attention core"): 600 / 594 TFLOP/s at D = 128
  * causal / not, against 483 / 468 for variant 1 and 552 / 534 for variant 2 in the same run.
  * Variant 1: no ping-pong (the first version), D = 128 with 2 stages.
- * Variant 2: ping-pong, D = 128 with 2 stages, D = 64 with 4. */
+ * Variant 2: ping-pong, D = 128 with 2 stages, D = 64 with 4.
+ * Variants 3 and 4: variant 0 persistent (attn_fwd.cuh PERSISTENT), one CTA per SM over the
+ * items head-major (3) or tile-major, longest first (4) (attn.h mk_attn_item_work). */
 typedef mk_attn_cfg<128, 3, 1> mk_attn_cfg_d128;
 typedef mk_attn_cfg<64, 3, 1> mk_attn_cfg_d64;
 typedef mk_attn_cfg<128, 2, 0> mk_attn_cfg_d128_plain;
 typedef mk_attn_cfg<64, 3, 0> mk_attn_cfg_d64_plain;
 typedef mk_attn_cfg<128, 2, 1> mk_attn_cfg_d128_pp2;
 typedef mk_attn_cfg<64, 4, 1> mk_attn_cfg_d64_pp4;
+typedef mk_attn_cfg<128, 3, 1, 1> mk_attn_cfg_d128_pers;
+typedef mk_attn_cfg<64, 3, 1, 1> mk_attn_cfg_d64_pers;
 
 #define MK_ATTN_DEFAULT_TIMEOUT_MS 10000u
 
@@ -56,6 +60,9 @@ extern "C" int mk_attn_fwd_check(const struct mk_attn_args* a) {
   if (a->q_row0 < 0 || a->q_rows < 0 || q_rows < 1 || (long)a->q_row0 + q_rows > a->seq_q)
     ATTN_REJECT("mk_attn_fwd: q rows [%d, +%d) must be a non-empty part of seq_q = %d", a->q_row0, a->q_rows,
                 a->seq_q);
+  if ((long long)(q_rows + MK_ATTN_BLOCK_M - 1) / MK_ATTN_BLOCK_M * a->heads * a->batch > INT_MAX)
+    ATTN_REJECT("mk_attn_fwd: batch %d x heads %d x query tiles of %d rows must be < 2^31", a->batch, a->heads,
+                MK_ATTN_BLOCK_M);
   if (a->q_pos0 < 0) ATTN_REJECT("mk_attn_fwd: q_pos0 = %lld, must be >= 0", a->q_pos0);
   if (a->num_kv_blocks < 1 || a->num_kv_blocks > MK_ATTN_MAX_KV_BLOCKS)
     ATTN_REJECT("mk_attn_fwd: num_kv_blocks = %d, must be in [1, %d]", a->num_kv_blocks, MK_ATTN_MAX_KV_BLOCKS);
@@ -121,7 +128,7 @@ static cudaError_t attn_prepare_cfg(void) {
 }
 
 template <class Cfg>
-static int attn_launch_cfg(const struct mk_attn_args* a, cudaStream_t stream) {
+static int attn_launch_cfg(const struct mk_attn_args* a, cudaStream_t stream, int sms, int order) {
   struct mk_attn_maps maps;
   struct mk_attn_params p;
   memset(&maps, 0, sizeof maps);
@@ -136,12 +143,16 @@ static int attn_launch_cfg(const struct mk_attn_args* a, cudaStream_t stream) {
     p.kv[i].pos0 = kv->pos0;
   }
   p.seq_q = a->seq_q;
+  p.batch = a->batch;
   p.heads = a->heads;
   p.kv_heads = a->kv_heads;
   p.causal = a->causal ? 1 : 0;
   p.q_row0 = a->q_row0;
   p.q_rows = a->q_rows ? a->q_rows : a->seq_q - a->q_row0;
   p.q_pos0 = a->q_pos0;
+  p.q_tiles = (p.q_rows + Cfg::BM - 1) / Cfg::BM;
+  p.n_items = p.q_tiles * a->heads * a->batch; /* < 2^31: mk_attn_fwd_check */
+  p.order = Cfg::PERSISTENT ? order : 0;
   p.num_kv_blocks = a->num_kv_blocks;
   p.out = (__nv_bfloat16*)a->out;
   p.lse = a->lse;
@@ -152,7 +163,8 @@ static int attn_launch_cfg(const struct mk_attn_args* a, cudaStream_t stream) {
 
   cudaError_t e = attn_prepare_cfg<Cfg>();
   if (e == cudaSuccess) {
-    const dim3 grid((unsigned)((p.q_rows + Cfg::BM - 1) / Cfg::BM), (unsigned)a->heads, (unsigned)a->batch);
+    const dim3 grid = Cfg::PERSISTENT ? dim3((unsigned)(p.n_items < sms ? p.n_items : sms))
+                                      : dim3((unsigned)p.q_tiles, (unsigned)a->heads, (unsigned)a->batch);
     mk_attn_fwd_kernel<Cfg><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(maps, p);
     e = cudaGetLastError();
   }
@@ -168,13 +180,18 @@ extern "C" int mk_attn_fwd_launch_variant(const struct mk_attn_args* a, cudaStre
   if (variant < 0 || variant >= MK_ATTN_VARIANTS) ATTN_REJECT("mk_attn_fwd: variant %d unknown", variant);
   int sms = 0;
   MK_CHECK(mk_sm90_sms("mk_attn_fwd", &sms));
-  if (variant == 2)
-    return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128_pp2>(a, stream)
-                            : attn_launch_cfg<mk_attn_cfg_d64_pp4>(a, stream);
-  if (variant == 1)
-    return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128_plain>(a, stream)
-                            : attn_launch_cfg<mk_attn_cfg_d64_plain>(a, stream);
-  return a->d_head == 128 ? attn_launch_cfg<mk_attn_cfg_d128>(a, stream) : attn_launch_cfg<mk_attn_cfg_d64>(a, stream);
+  const int d128 = a->d_head == 128;
+  switch (variant) {
+    case 1: return d128 ? attn_launch_cfg<mk_attn_cfg_d128_plain>(a, stream, sms, 0)
+                        : attn_launch_cfg<mk_attn_cfg_d64_plain>(a, stream, sms, 0);
+    case 2: return d128 ? attn_launch_cfg<mk_attn_cfg_d128_pp2>(a, stream, sms, 0)
+                        : attn_launch_cfg<mk_attn_cfg_d64_pp4>(a, stream, sms, 0);
+    case 3:
+    case 4: return d128 ? attn_launch_cfg<mk_attn_cfg_d128_pers>(a, stream, sms, variant - 3)
+                        : attn_launch_cfg<mk_attn_cfg_d64_pers>(a, stream, sms, variant - 3);
+    default: return d128 ? attn_launch_cfg<mk_attn_cfg_d128>(a, stream, sms, 0)
+                         : attn_launch_cfg<mk_attn_cfg_d64>(a, stream, sms, 0);
+  }
 }
 
 extern "C" int mk_attn_fwd_launch(const struct mk_attn_args* a, cudaStream_t stream) {

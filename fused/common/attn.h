@@ -64,8 +64,9 @@ int mk_attn_fwd_launch(const struct mk_attn_args* args, cudaStream_t stream);
 
 /* The same with a compiled variant, for A/B runs (attn_perf) and tests: 0 is the default
  * (mk_attn_fwd_launch: the consumer warp groups ping-pong, attn_fwd.cuh PINGPONG, 3 KV
- * stages), 1 without the ping-pong, 2 with the ping-pong and other stage counts (attn.cu). */
-#define MK_ATTN_VARIANTS 3
+ * stages), 1 without the ping-pong, 2 with the ping-pong and other stage counts, 3 and 4
+ * persistent (one CTA per SM; items head-major, tile-major) (attn.cu). */
+#define MK_ATTN_VARIANTS 5
 int mk_attn_fwd_launch_variant(const struct mk_attn_args* args, cudaStream_t stream, int variant);
 
 /* A bf16 [batch, seq, heads, d] tensor at ptr as a TMA map (a CUtensorMap, 64 bytes aligned)
@@ -148,6 +149,33 @@ MK_HD int mk_attn_bwd_first_q_tile(long long q_pos0, long long key_first, int bm
 MK_HD int mk_attn_bwd_tile_masked(long long q_first, long long key_first, int keys_left, int bn, int causal) {
   if (keys_left < bn) return 1;
   return causal && key_first + bn - 1 > q_first;
+}
+
+/* ---- which work items a CTA of the persistent forward takes (pure) ------------------------ */
+
+/* Work item k (0, 1, ..) of CTA `cta` of `ctas`, in a snake over the item order (round r takes
+ * items r * ctas .. + ctas - 1, even rounds CTA 0 first, odd rounds CTA 0 last, so with items in
+ * longest-first order no CTA takes the longest of every round); -1 past the last item. */
+MK_HD int mk_attn_cta_item(int k, int cta, int ctas, int n_items) {
+  const long long i = (long long)k * ctas + ((k & 1) ? ctas - 1 - cta : cta);
+  return i < n_items ? (int)i : -1;
+}
+
+/* Which query tile (of `tiles` per head), head and batch item i (of tiles x heads x batch) is.
+ * order 0 (head-major): (batch, head) outer, tiles inner, as a grid of (tiles, heads, batch);
+ * order 1 (tile-major): tiles outer, then (batch, head). Causal tiles run last to first (a
+ * causal tile's work grows with its index), so order 1 is longest first over all items. */
+struct mk_attn_work {
+  int tile, head, batch;
+};
+MK_HD struct mk_attn_work mk_attn_item_work(int i, int tiles, int heads, int batch, int order, int causal) {
+  const int t = order ? i / (heads * batch) : i % tiles;
+  const int bh = order ? i % (heads * batch) : i / tiles;
+  struct mk_attn_work w;
+  w.tile = causal ? tiles - 1 - t : t;
+  w.head = bh % heads;
+  w.batch = bh / heads;
+  return w;
 }
 
 /* ---- which KV tiles a query tile needs (pure; shared by the producer and the consumers) ---- */

@@ -39,11 +39,15 @@
 
 /* PINGPONG: the two consumer warp groups take turns issuing their wgmmas (FA3's
  * inter-warp-group schedule, turns passed on two mbarriers), so one's softmax runs while the
- * other's matrix products occupy the tensor cores. */
-template <int D_, int STAGES_, int PINGPONG_>
+ * other's matrix products occupy the tensor cores. PERSISTENT: one CTA per SM takes work items
+ * in turn (mk_attn_cta_item), the producer loading the next item's Q as soon as the consumers'
+ * last S product of the current one is done and its K and V into the ring as stages free, so
+ * no CTA start-up or epilogue is exposed; out is then written from registers (the Q tile, the
+ * staging space of the non-persistent finish, already holds the next item's rows). */
+template <int D_, int STAGES_, int PINGPONG_, int PERSISTENT_ = 0>
 struct mk_attn_cfg {
   static constexpr int D = D_, BM = MK_ATTN_BLOCK_M, BN = MK_ATTN_BLOCK_N, STAGES = STAGES_;
-  static constexpr int PINGPONG = PINGPONG_;
+  static constexpr int PINGPONG = PINGPONG_, PERSISTENT = PERSISTENT_;
   static constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
   static constexpr int SLABS = D / 64;                   /* 64-column (128-byte) slabs of a row */
   static constexpr int Q_SLAB = BM * 128, KV_SLAB = BN * 128; /* bytes between a tile's slabs */
@@ -51,7 +55,7 @@ struct mk_attn_cfg {
   static constexpr int OFF_K = Q_BYTES;
   static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
   static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES;
-  static constexpr int SMEM_USED = OFF_BAR + (1 + 3 * STAGES + 2) * 8;
+  static constexpr int SMEM_USED = OFF_BAR + (1 + 3 * STAGES + 2 + 1) * 8;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
   static_assert(D == 64 || D == 128, "head dimensions 64 and 128");
   static_assert(BM == 64 * CONSUMERS && BN == 128, "wgmma shapes: 64 rows per consumer, n = 128 for S");
@@ -66,6 +70,7 @@ struct mk_attn_smem {
   uint64_t* v_full;  /* STAGES */
   uint64_t* empty;   /* STAGES: one arrival per consumer warp */
   uint64_t* turn;    /* 2 (PINGPONG): consumer c may issue once turn[c] completes a phase */
+  uint64_t* q_empty; /* 1: one arrival per consumer warp once its last S product of an item is done */
 };
 
 /* Where producer and consumers are in the ring; both sides advance it the same way. */
@@ -88,6 +93,7 @@ struct mk_attn_wait_ctx {
 #define MK_ATTN_WAIT_V 2u
 #define MK_ATTN_WAIT_EMPTY 3u
 #define MK_ATTN_WAIT_TURN 4u
+#define MK_ATTN_WAIT_Q_EMPTY 5u
 
 template <class Cfg>
 __device__ __forceinline__ struct mk_attn_smem attn_smem_carve(uint8_t* smem_raw) {
@@ -98,6 +104,7 @@ __device__ __forceinline__ struct mk_attn_smem attn_smem_carve(uint8_t* smem_raw
   s.v_full = s.k_full + Cfg::STAGES;
   s.empty = s.v_full + Cfg::STAGES;
   s.turn = s.empty + Cfg::STAGES;
+  s.q_empty = s.turn + 2;
   return s;
 }
 
@@ -111,6 +118,7 @@ __device__ __forceinline__ void attn_smem_init(const struct mk_attn_smem& s) {
     mbarrier_init(&s.empty[i], Cfg::CONSUMERS * 4);
   }
   for (int i = 0; i < 2; i++) mbarrier_init(&s.turn[i], 4); /* the other warp group's 4 warps */
+  mbarrier_init(s.q_empty, Cfg::CONSUMERS * 4);
   fence_mbarrier_init();
 }
 
@@ -201,12 +209,18 @@ struct mk_attn_state {
   uint32_t turn_phase; /* PINGPONG: parity of this warp group's next turn */
 };
 
+/* A new query tile's result (the turns go on). */
 template <class Cfg>
-__device__ __forceinline__ void attn_state_init(struct mk_attn_state<Cfg>& st) {
+__device__ __forceinline__ void attn_state_reset(struct mk_attn_state<Cfg>& st) {
 #pragma unroll
   for (int i = 0; i < Cfg::D / 2; i++) st.o[i] = 0.f;
   st.m[0] = st.m[1] = -INFINITY;
   st.l[0] = st.l[1] = 0.f;
+}
+
+template <class Cfg>
+__device__ __forceinline__ void attn_state_init(struct mk_attn_state<Cfg>& st) {
+  attn_state_reset<Cfg>(st);
   st.turn_phase = 0;
 }
 
@@ -345,12 +359,14 @@ __device__ __forceinline__ void attn_visible(int* vis, long long q_pos_r0, long 
 
 /* One KV block (n_tiles tiles from the ring, mk_attn_kv_tiles of the CTA's queries) into the
  * running state. q_pos_wg: global position of the warp group's first row; pos0, rows: the
- * block's. Returns 0 when a wait gave up. */
+ * block's. q_release (optional; the item's last block): each warp arrives on it once its last
+ * S product is done, the Q tile no longer read. Returns 0 when a wait gave up. */
 template <class Cfg>
 __device__ __forceinline__ int attn_consume_kv_block(struct mk_attn_state<Cfg>& st, const struct mk_attn_smem& sm,
                                                      struct mk_attn_ring* ring, int wg, long long q_pos_wg,
                                                      long long pos0, int rows, int n_tiles, int causal,
-                                                     float scale_log2, const struct mk_attn_wait_ctx& w) {
+                                                     float scale_log2, const struct mk_attn_wait_ctx& w,
+                                                     uint64_t* q_release = nullptr) {
   if (n_tiles <= 0) return 1;
   float s[Cfg::BN / 2];
   uint32_t p[Cfg::BN / 4];
@@ -370,6 +386,7 @@ __device__ __forceinline__ int attn_consume_kv_block(struct mk_attn_state<Cfg>& 
   attn_turn_end<Cfg>(sm, wg);
   wgmma_wait_group<0>();
   wgmma_fence_operands<Cfg::BN / 2>(s);
+  if (q_release && n_tiles == 1 && lane == 0) mbarrier_arrive(q_release);
   attn_visible<Cfg>(vis, q_pos_r0, pos0, rows, 0, causal);
   attn_softmax<Cfg>(st, s, corr, mk_attn_tile_masked(q_pos_wg, pos0, rows, Cfg::BN, 0, causal), vis, scale_log2);
   attn_rescale_and_pack<Cfg>(st, s, p, corr);
@@ -388,6 +405,7 @@ __device__ __forceinline__ int attn_consume_kv_block(struct mk_attn_state<Cfg>& 
     attn_turn_end<Cfg>(sm, wg);
     wgmma_wait_group<1>(); /* S of tile t is in; P.V of tile t-1 may still run */
     wgmma_fence_operands<Cfg::BN / 2>(s);
+    if (q_release && t == n_tiles - 1 && lane == 0) mbarrier_arrive(q_release);
     attn_visible<Cfg>(vis, q_pos_r0, pos0, rows, t, causal);
     attn_softmax<Cfg>(st, s, corr, mk_attn_tile_masked(q_pos_wg, pos0, rows, Cfg::BN, t, causal), vis,
                       scale_log2);
@@ -413,6 +431,24 @@ __device__ __forceinline__ int attn_consume_kv_block(struct mk_attn_state<Cfg>& 
   return 1;
 }
 
+/* 1 / l for rows r0 and r0 + 8 of this thread (0 where nothing was visible), and lse[0 ..
+ * rows_valid) of the warp group (optional) as the natural log. */
+template <class Cfg>
+__device__ __forceinline__ void attn_row_norm(const struct mk_attn_state<Cfg>& st, float* inv, float* lse,
+                                              int rows_valid, float scale) {
+  const int lane = threadIdx.x & 31;
+  const int r0 = ((threadIdx.x & 127) >> 5) * 16 + (lane >> 2);
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    float l = st.l[i];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv[i] = l > 0.f ? 1.f / l : 0.f;
+    if (lse && (lane & 3) == 0 && r0 + 8 * i < rows_valid)
+      lse[r0 + 8 * i] = l > 0.f ? st.m[i] * scale + logf(l) : -INFINITY;
+  }
+}
+
 /* Normalise and write: out rows [0, rows_valid) of the warp group (out points at its row 0,
  * rows row_stride elements apart), lse[0 .. rows_valid) (optional) as the natural log. Stages
  * bf16 through the warp group's own rows of the Q tile (its S wgmmas are done). */
@@ -423,15 +459,7 @@ __device__ __forceinline__ void attn_finish(struct mk_attn_state<Cfg>& st, const
   const int tid = threadIdx.x & 127, lane = tid & 31;
   const int r0 = (tid >> 5) * 16 + (lane >> 2);
   float inv[2];
-#pragma unroll
-  for (int i = 0; i < 2; i++) {
-    float l = st.l[i];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv[i] = l > 0.f ? 1.f / l : 0.f;
-    if (lse && (lane & 3) == 0 && r0 + 8 * i < rows_valid)
-      lse[r0 + 8 * i] = l > 0.f ? st.m[i] * scale + logf(l) : -INFINITY;
-  }
+  attn_row_norm<Cfg>(st, inv, lse, rows_valid, scale);
   const uint32_t base = smem_addr(sm.base) + wg * 64 * 128;
 #pragma unroll
   for (int j = 0; j < Cfg::D / 8; j++) {
@@ -449,6 +477,24 @@ __device__ __forceinline__ void attn_finish(struct mk_attn_state<Cfg>& st, const
   }
 }
 
+/* The same written from registers, 4 bytes per store (no shared memory: the persistent
+ * kernel's Q tile already holds the next item). */
+template <class Cfg>
+__device__ __forceinline__ void attn_finish_direct(const struct mk_attn_state<Cfg>& st, __nv_bfloat16* out,
+                                                   size_t row_stride, float* lse, int rows_valid, float scale) {
+  const int lane = threadIdx.x & 31;
+  const int r0 = ((threadIdx.x & 127) >> 5) * 16 + (lane >> 2);
+  float inv[2];
+  attn_row_norm<Cfg>(st, inv, lse, rows_valid, scale);
+  uint32_t* row_a = (uint32_t*)(out + (size_t)r0 * row_stride + 2 * (lane & 3));
+  uint32_t* row_b = (uint32_t*)(out + (size_t)(r0 + 8) * row_stride + 2 * (lane & 3));
+#pragma unroll
+  for (int j = 0; j < Cfg::D / 8; j++) {
+    if (r0 < rows_valid) row_a[4 * j] = pack_bf16x2(st.o[4 * j] * inv[0], st.o[4 * j + 1] * inv[0]);
+    if (r0 + 8 < rows_valid) row_b[4 * j] = pack_bf16x2(st.o[4 * j + 2] * inv[1], st.o[4 * j + 3] * inv[1]);
+  }
+}
+
 /* ---- the single-GPU kernel (attn.cu launches it) ------------------------------------------ */
 
 struct mk_attn_block_params {
@@ -457,9 +503,11 @@ struct mk_attn_block_params {
 };
 
 struct mk_attn_params {
-  int seq_q, heads, kv_heads, causal;
+  int seq_q, heads, kv_heads, batch, causal;
   int q_row0, q_rows;
   long long q_pos0;
+  int q_tiles, n_items; /* query tiles per head; q_tiles x heads x batch */
+  int order;            /* mk_attn_item_work's */
   int num_kv_blocks;
   struct mk_attn_block_params kv[MK_ATTN_MAX_KV_BLOCKS];
   __nv_bfloat16* out;
@@ -475,7 +523,90 @@ struct mk_attn_maps {
   CUtensorMap v[MK_ATTN_MAX_KV_BLOCKS];
 };
 
-/* grid (query tiles, heads, batch); causal grids start with the last (longest) query tiles. */
+/* This CTA's work item k, -1 past its last: persistent, the snake of mk_attn_cta_item over a
+ * 1-D grid; otherwise one item per CTA of a (tiles, heads, batch) grid. */
+template <class Cfg>
+__device__ __forceinline__ int attn_kernel_item(const struct mk_attn_params& p, int k) {
+  if (Cfg::PERSISTENT) return mk_attn_cta_item(k, (int)blockIdx.x, (int)gridDim.x, p.n_items);
+  return k ? -1 : (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
+}
+
+/* One item's query rows: the tile's first row within the computed rows, how many are valid,
+ * their global positions. */
+struct mk_attn_item_rows {
+  struct mk_attn_work wk;
+  int row_in, rows_valid;
+  long long q_first, q_last;
+};
+
+__device__ __forceinline__ struct mk_attn_item_rows attn_item_rows(const struct mk_attn_params& p, int item, int bm) {
+  struct mk_attn_item_rows r;
+  r.wk = mk_attn_item_work(item, p.q_tiles, p.heads, p.batch, p.order, p.causal);
+  r.row_in = r.wk.tile * bm;
+  r.rows_valid = p.q_rows - r.row_in < bm ? p.q_rows - r.row_in : bm;
+  r.q_first = p.q_pos0 + r.row_in;
+  r.q_last = r.q_first + r.rows_valid - 1;
+  return r;
+}
+
+/* The producer thread: per item the Q tile (once the consumers are done with the last one's),
+ * then its KV tiles. */
+template <class Cfg>
+__device__ __forceinline__ void attn_produce(const struct mk_attn_maps& maps, const struct mk_attn_params& p,
+                                             const struct mk_attn_smem& sm, struct mk_attn_wait_ctx& w) {
+  struct mk_attn_ring ring = {0, 0};
+  prefetch_tensormap(&maps.q);
+  for (int k = 0;; k++) {
+    const int item = attn_kernel_item<Cfg>(p, k);
+    if (item < 0) return;
+    const struct mk_attn_item_rows r = attn_item_rows(p, item, Cfg::BM);
+    w.tile = (uint32_t)item;
+    if (k > 0 && !attn_wait(sm.q_empty, (k - 1) & 1, w, MK_ATTN_WAIT_Q_EMPTY)) return;
+    const int hk = r.wk.head / (p.heads / p.kv_heads);
+    attn_load_q<Cfg>(&maps.q, sm, r.wk.batch, r.wk.head, p.q_row0 + r.row_in);
+    for (int i = 0; i < p.num_kv_blocks; i++) {
+      const int n = mk_attn_kv_tiles(r.q_last, p.kv[i].pos0, p.kv[i].rows, Cfg::BN, p.causal);
+      if (!attn_load_kv_block<Cfg>(&maps.k[i], &maps.v[i], sm, &ring, r.wk.batch, hk, p.kv[i].row0, n, w)) return;
+    }
+  }
+}
+
+/* Consumer warp group c: per item the KV blocks into a fresh state, then out and lse. */
+template <class Cfg>
+__device__ __forceinline__ void attn_consume(const struct mk_attn_params& p, const struct mk_attn_smem& sm, int c,
+                                             struct mk_attn_wait_ctx& w) {
+  struct mk_attn_ring ring = {0, 0};
+  struct mk_attn_state<Cfg> st;
+  attn_state_init<Cfg>(st);
+  attn_turns_start<Cfg>(sm, c);
+  for (int k = 0;; k++) {
+    const int item = attn_kernel_item<Cfg>(p, k);
+    if (item < 0) return;
+    const struct mk_attn_item_rows r = attn_item_rows(p, item, Cfg::BM);
+    w.tile = (uint32_t)item;
+    int last = -1; /* the last block with tiles: it releases the Q tile */
+    for (int i = 0; i < p.num_kv_blocks; i++)
+      if (mk_attn_kv_tiles(r.q_last, p.kv[i].pos0, p.kv[i].rows, Cfg::BN, p.causal) > 0) last = i;
+    if (k > 0) attn_state_reset<Cfg>(st);
+    if (!attn_wait(sm.q_full, k & 1, w, MK_ATTN_WAIT_Q)) return;
+    if (last < 0 && (threadIdx.x & 31) == 0) mbarrier_arrive(sm.q_empty);
+    for (int i = 0; i < p.num_kv_blocks; i++) {
+      const int n = mk_attn_kv_tiles(r.q_last, p.kv[i].pos0, p.kv[i].rows, Cfg::BN, p.causal);
+      if (!attn_consume_kv_block<Cfg>(st, sm, &ring, c, r.q_first + 64 * c, p.kv[i].pos0, p.kv[i].rows, n, p.causal,
+                                      p.scale_log2, w, i == last ? sm.q_empty : nullptr))
+        return;
+    }
+    const int row = p.q_row0 + r.row_in + 64 * c; /* the warp group's first row in the tensor */
+    const size_t row_stride = (size_t)p.heads * Cfg::D;
+    __nv_bfloat16* out = p.out + (((size_t)r.wk.batch * p.seq_q + row) * p.heads + r.wk.head) * Cfg::D;
+    float* lse = p.lse ? p.lse + ((size_t)r.wk.batch * p.heads + r.wk.head) * p.seq_q + row : NULL;
+    if (Cfg::PERSISTENT) attn_finish_direct<Cfg>(st, out, row_stride, lse, r.rows_valid - 64 * c, p.scale);
+    else attn_finish<Cfg>(st, sm, c, out, row_stride, lse, r.rows_valid - 64 * c, p.scale);
+  }
+}
+
+/* Non-persistent: grid (query tiles, heads, batch) in mk_attn_item_work's order 0. Persistent:
+ * one CTA per SM over the items in p.order. */
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
 mk_attn_fwd_kernel(const __grid_constant__ struct mk_attn_maps maps, const __grid_constant__ struct mk_attn_params p) {
@@ -484,49 +615,20 @@ mk_attn_fwd_kernel(const __grid_constant__ struct mk_attn_maps maps, const __gri
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) attn_smem_init<Cfg>(sm);
   __syncthreads();
-
-  const int tile = p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.heads / p.kv_heads);
-  const int row_in = tile * Cfg::BM; /* within the computed rows */
-  const int rows_valid = p.q_rows - row_in < Cfg::BM ? p.q_rows - row_in : Cfg::BM;
-  const long long q_first = p.q_pos0 + row_in, q_last = q_first + rows_valid - 1;
   struct mk_attn_wait_ctx w;
   w.err = p.err;
   w.err_tag = 0;
-  w.tile = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  w.tile = 0;
   w.timeout_ns = p.timeout_ns;
-  struct mk_attn_ring ring = {0, 0};
 
   /* NOTES: setmaxnreg needs the roles as the two branches of one if/else; 40 + 2 x 232 per
    * thread x 128 fills the 64K-register file at one CTA per SM. */
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) {
-      prefetch_tensormap(&maps.q);
-      attn_load_q<Cfg>(&maps.q, sm, b, h, p.q_row0 + row_in);
-      for (int i = 0; i < p.num_kv_blocks; i++) {
-        const int n = mk_attn_kv_tiles(q_last, p.kv[i].pos0, p.kv[i].rows, Cfg::BN, p.causal);
-        if (!attn_load_kv_block<Cfg>(&maps.k[i], &maps.v[i], sm, &ring, b, hk, p.kv[i].row0, n, w)) break;
-      }
-    }
+    if (threadIdx.x == 0) attn_produce<Cfg>(maps, p, sm, w);
   } else {
     setmaxnreg_inc<232>();
-    const int c = wg - 1;
-    struct mk_attn_state<Cfg> st;
-    attn_state_init<Cfg>(st);
-    attn_turns_start<Cfg>(sm, c);
-    if (!attn_wait(sm.q_full, 0, w, MK_ATTN_WAIT_Q)) return;
-    for (int i = 0; i < p.num_kv_blocks; i++) {
-      const int n = mk_attn_kv_tiles(q_last, p.kv[i].pos0, p.kv[i].rows, Cfg::BN, p.causal);
-      if (!attn_consume_kv_block<Cfg>(st, sm, &ring, c, q_first + 64 * c, p.kv[i].pos0, p.kv[i].rows, n, p.causal,
-                                      p.scale_log2, w))
-        return;
-    }
-    const int row = p.q_row0 + row_in + 64 * c; /* the warp group's first row in the tensor */
-    const size_t row_stride = (size_t)p.heads * Cfg::D;
-    __nv_bfloat16* out = p.out + (((size_t)b * p.seq_q + row) * p.heads + h) * Cfg::D;
-    float* lse = p.lse ? p.lse + ((size_t)b * p.heads + h) * p.seq_q + row : NULL;
-    attn_finish<Cfg>(st, sm, c, out, row_stride, lse, rows_valid - 64 * c, p.scale);
+    attn_consume<Cfg>(p, sm, wg - 1, w);
   }
 }
 

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn.h"
@@ -61,6 +62,10 @@ static void bad_arguments_are_refused(void) {
   a = g, a.lse = (float*)((char*)fake(3) + 2);
   CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
   a = g, a.lse = NULL; /* optional */
+  CHECK_EQ(mk_attn_fwd_check(&a), 0);
+  a = g, a.batch = 32768, a.heads = 65535, a.kv_heads = 1; /* 3 query tiles: over 2^31 work items */
+  CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+  a = g, a.batch = 32768, a.heads = 65535, a.kv_heads = 1, a.seq_q = 128, a.kv[0].seq = 128; /* 1 tile: just under */
   CHECK_EQ(mk_attn_fwd_check(&a), 0);
   a = g, a.num_kv_blocks = 0;
   CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
@@ -246,10 +251,55 @@ static void bwd_tile_rules_match_brute_force(void) {
       }
 }
 
+/* The persistent forward's schedule: over any CTA count every item is taken exactly once, each
+ * CTA's items in rising order (its rounds), and an item's (tile, head, batch) is a bijection
+ * for both orders; tile-major causal items never grow in length (longest first). */
+static void persistent_items_cover_every_tile_once(void) {
+  static const int shapes[][3] = {{1, 1, 1}, {3, 2, 1}, {128, 64, 1}, {32, 16, 16}, {5, 7, 3}};
+  static const int cta_counts[] = {1, 2, 7, 132, 1000};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    const int tiles = shapes[si][0], heads = shapes[si][1], batch = shapes[si][2];
+    const int n = tiles * heads * batch;
+    unsigned char* seen = calloc((size_t)n, 1);
+    for (size_t ci = 0; ci < sizeof cta_counts / sizeof cta_counts[0]; ci++) {
+      const int ctas = cta_counts[ci] < n ? cta_counts[ci] : n;
+      memset(seen, 0, (size_t)n);
+      for (int c = 0; c < ctas; c++) {
+        int prev = -1;
+        for (int k = 0;; k++) {
+          const int i = mk_attn_cta_item(k, c, ctas, n);
+          if (i < 0) break;
+          CHECK(i > prev);
+          CHECK(i < n);
+          prev = i;
+          seen[i]++;
+        }
+      }
+      for (int i = 0; i < n; i++) CHECK_EQ(seen[i], 1);
+    }
+    for (int order = 0; order < 2; order++)
+      for (int causal = 0; causal < 2; causal++) {
+        memset(seen, 0, (size_t)n);
+        int prev_tile = tiles;
+        for (int i = 0; i < n; i++) {
+          const struct mk_attn_work w = mk_attn_item_work(i, tiles, heads, batch, order, causal);
+          CHECK(w.tile >= 0 && w.tile < tiles && w.head >= 0 && w.head < heads && w.batch >= 0 && w.batch < batch);
+          seen[(w.batch * heads + w.head) * tiles + w.tile]++;
+          if (order && causal) CHECK(w.tile <= prev_tile);
+          prev_tile = w.tile;
+          if (!order && !causal) CHECK_EQ((w.batch * heads + w.head) * tiles + w.tile, i); /* the grid's order */
+        }
+        for (int i = 0; i < n; i++) CHECK_EQ(seen[i], 1);
+      }
+    free(seen);
+  }
+}
+
 int main(void) {
   bad_arguments_are_refused();
   tile_rules_match_brute_force();
   bwd_bad_arguments_are_refused();
   bwd_tile_rules_match_brute_force();
+  persistent_items_cover_every_tile_once();
   return MK_TEST_RESULT();
 }
