@@ -80,30 +80,43 @@ extern "C" int mk_attn_fwd_check(const struct mk_attn_args* a) {
   return 0;
 }
 
-/* attn.h: rows [row0, row0 + rows) of each batch of a bf16 [batch, seq, heads, d] tensor as a
- * 4-D map (d, head, row, batch), box 64 x 1 x box_rows x 1, 128-byte swizzle, zeros past them. */
-extern "C" int mk_attn_tmap_encode_rows(void* map_out, const void* ptr, int batch, int seq, int row0, int rows,
-                                        int heads, int d, int box_rows) {
-  CUtensorMap* map = (CUtensorMap*)map_out;
+/* Rows [row0, row0 + rows) of each batch of a [batch, seq, heads, d] tensor of elem-byte
+ * elements as a 4-D map (d, head, row, batch), box (128 bytes of d) x 1 x box_rows x 1,
+ * 128-byte swizzle, zeros past them (loads) or nothing written there (stores, reductions). */
+static int attn_tmap_encode_typed(CUtensorMap* map, const void* ptr, CUtensorMapDataType type, int elem, int batch,
+                                  int seq, int row0, int rows, int heads, int d, int box_rows) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = mk_encode_tiled();
   if (!encode) {
     MK_WARN("mk_attn: cuTensorMapEncodeTiled not found in the CUDA driver");
     return -ENOTSUP;
   }
-  const char* base = (const char*)ptr + (size_t)row0 * heads * d * 2;
+  const char* base = (const char*)ptr + (size_t)row0 * heads * d * elem;
   cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)heads, (cuuint64_t)rows, (cuuint64_t)batch};
-  cuuint64_t strides[3] = {(cuuint64_t)d * 2, (cuuint64_t)heads * d * 2, (cuuint64_t)seq * heads * d * 2};
-  cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1};
+  cuuint64_t strides[3] = {(cuuint64_t)d * elem, (cuuint64_t)heads * d * elem, (cuuint64_t)seq * heads * d * elem};
+  cuuint32_t box[4] = {(cuuint32_t)(128 / elem), 1, (cuuint32_t)box_rows, 1};
   cuuint32_t estr[4] = {1, 1, 1, 1};
-  CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)base, dims, strides, box, estr,
-                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CUresult r = encode(map, type, 4, (void*)base, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
-    MK_WARN("mk_attn: cuTensorMapEncodeTiled failed (%d) for rows [%d, +%d) of [%d, %d, %d, %d] at %p", (int)r, row0,
-            rows, batch, seq, heads, d, ptr);
+    MK_WARN("mk_attn: cuTensorMapEncodeTiled failed (%d) for rows [%d, +%d) of [%d, %d, %d, %d] x %d bytes at %p",
+            (int)r, row0, rows, batch, seq, heads, d, elem, ptr);
     return -EINVAL;
   }
   return 0;
+}
+
+/* attn.h: bf16, box 64 x 1 x box_rows x 1. */
+extern "C" int mk_attn_tmap_encode_rows(void* map_out, const void* ptr, int batch, int seq, int row0, int rows,
+                                        int heads, int d, int box_rows) {
+  return attn_tmap_encode_typed((CUtensorMap*)map_out, ptr, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, batch, seq, row0, rows,
+                                heads, d, box_rows);
+}
+
+/* attn.h: fp32, box 32 x 1 x box_rows x 1. */
+extern "C" int mk_attn_tmap_encode_rows_f32(void* map_out, const float* ptr, int batch, int seq, int row0, int rows,
+                                            int heads, int d, int box_rows) {
+  return attn_tmap_encode_typed((CUtensorMap*)map_out, ptr, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, batch, seq, row0, rows,
+                                heads, d, box_rows);
 }
 
 /* attn.h: the whole tensor. */

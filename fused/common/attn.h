@@ -79,6 +79,11 @@ int mk_attn_tmap_encode(void* map, const void* ptr, int batch, int seq, int head
 int mk_attn_tmap_encode_rows(void* map, const void* ptr, int batch, int seq, int row0, int rows, int heads, int d,
                              int box_rows);
 
+/* The same for an fp32 tensor (box 32 x 1 x box_rows x 1): the backward's dq_acc, which the
+ * kernel adds into by TMA reductions (nothing is written past the rows). */
+int mk_attn_tmap_encode_rows_f32(void* map, const float* ptr, int batch, int seq, int row0, int rows, int heads, int d,
+                                 int box_rows);
+
 /* ---- the backward core (attn_bwd.cuh; issue 12) --------------------------------------------
  * FlashAttention-2/3 style: P recomputed from q, k and lse. delta = rowsum(dout * out) first
  * (one small kernel), then one CTA per (128-key tile of a KV block, kv head, batch) loops over
@@ -133,6 +138,13 @@ int mk_attn_bwd_check(const struct mk_attn_bwd_args* args);
 /* Launches (up to three kernels) on `stream`. Returns 0, -EINVAL (bad argument, nothing
  * launched), -ENOTSUP (no sm_90 device) or -EIO (launch failure). */
 int mk_attn_bwd_launch(const struct mk_attn_bwd_args* args, cudaStream_t stream);
+
+/* The same with a compiled variant, for A/B runs (attn_perf -b) and tests: 0 is the default
+ * (mk_attn_bwd_launch: each thread adds its dQ fragment into dq_acc with fp32 red.add), 1 stages
+ * each warp group's dQ tile in shared memory and adds it with one TMA reduction (attn_bwd.cuh
+ * DQ_TMA). */
+#define MK_ATTN_BWD_VARIANTS 2
+int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* args, cudaStream_t stream, int variant);
 
 /* The first query tile (bm rows, counted from the range's first query at q_pos0) holding a
  * query that sees a key at key_first (causal: the tiles before it see nothing of a key tile

@@ -21,6 +21,9 @@ extern "C" {
  * D = 64: 3 stages, 88 KB. */
 typedef mk_attn_bwd_cfg<128, 2> mk_attn_bwd_cfg_d128;
 typedef mk_attn_bwd_cfg<64, 3> mk_attn_bwd_cfg_d64;
+/* Variant 1: dQ through shared memory and TMA reductions (+32 KB: D = 128 192 KB of the 227). */
+typedef mk_attn_bwd_cfg<128, 2, 1> mk_attn_bwd_cfg_d128_dqtma;
+typedef mk_attn_bwd_cfg<64, 3, 1> mk_attn_bwd_cfg_d64_dqtma;
 
 #define MK_ATTN_BWD_DEFAULT_TIMEOUT_MS 10000u
 
@@ -109,6 +112,9 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
   MK_CHECK(mk_attn_tmap_encode_rows(&maps.q, a->q, a->batch, a->seq_q, a->q_row0, q_rows, a->heads, Cfg::D, Cfg::BM));
   MK_CHECK(
       mk_attn_tmap_encode_rows(&maps.dout, a->dout, a->batch, a->seq_q, a->q_row0, q_rows, a->heads, Cfg::D, Cfg::BM));
+  if (Cfg::DQ_TMA)
+    MK_CHECK(mk_attn_tmap_encode_rows_f32(&maps.dq_acc, a->dq_acc, a->batch, a->seq_q, a->q_row0, q_rows, a->heads,
+                                          Cfg::D, Cfg::BM));
   int tiles = 0;
   for (int i = 0; i < a->num_kv_blocks; i++) {
     const struct mk_attn_bwd_kv_block* kv = &a->kv[i];
@@ -170,10 +176,18 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
   return 0;
 }
 
-extern "C" int mk_attn_bwd_launch(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
+extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cudaStream_t stream, int variant) {
   MK_CHECK(mk_attn_bwd_check(a));
+  if (variant < 0 || variant >= MK_ATTN_BWD_VARIANTS) BWD_REJECT("mk_attn_bwd: variant %d unknown", variant);
   int sms = 0;
   MK_CHECK(mk_sm90_sms("mk_attn_bwd", &sms));
+  if (variant == 1)
+    return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128_dqtma>(a, stream)
+                            : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64_dqtma>(a, stream);
   return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128>(a, stream)
                           : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64>(a, stream);
+}
+
+extern "C" int mk_attn_bwd_launch(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
+  return mk_attn_bwd_launch_variant(a, stream, 0);
 }

@@ -36,9 +36,14 @@
 
 #include "attn_fwd.cuh"
 
-template <int D_, int STAGES_>
+/* DQ_TMA: each warp group stages its dQ tile (64 queries x 64 columns, fp32) in shared memory,
+ * 128-byte swizzled as two 32-column boxes, and one thread adds it into dq_acc with TMA
+ * reductions; otherwise every thread adds its fragment with red.add (8 L2 sectors per warp
+ * instruction). */
+template <int D_, int STAGES_, int DQ_TMA_ = 0>
 struct mk_attn_bwd_cfg {
   static constexpr int D = D_, BM = MK_ATTN_BWD_BLOCK_M, BN = MK_ATTN_BWD_BLOCK_N, STAGES = STAGES_;
+  static constexpr int DQ_TMA = DQ_TMA_;
   static constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
   static constexpr int SLABS = D / 64;
   static constexpr int QT_SLAB = BM * 128, KV_SLAB = BN * 128; /* bytes between a tile's slabs */
@@ -49,7 +54,10 @@ struct mk_attn_bwd_cfg {
   static constexpr int OFF_DO = OFF_Q + STAGES * QT_BYTES;
   static constexpr int OFF_LSE = OFF_DO + STAGES * QT_BYTES; /* STAGES x BM fp32 */
   static constexpr int OFF_DELTA = OFF_LSE + STAGES * BM * 4;
-  static constexpr int OFF_BAR = OFF_DELTA + STAGES * BM * 4;
+  static constexpr int DQ_BOX = BM * 128; /* 64 rows x 32 fp32 */
+  static constexpr int OFF_DQ = (OFF_DELTA + STAGES * BM * 4 + 1023) / 1024 * 1024; /* swizzled boxes: 1024-aligned */
+  static constexpr int DQ_BYTES = DQ_TMA ? CONSUMERS * 2 * DQ_BOX : 0;
+  static constexpr int OFF_BAR = DQ_TMA ? OFF_DQ + DQ_BYTES : OFF_DELTA + STAGES * BM * 4;
   static constexpr int SMEM_USED = OFF_BAR + (1 + 2 * STAGES + 2) * 8;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024;
   static_assert(D == 64 || D == 128, "head dimensions 64 and 128");
@@ -101,6 +109,7 @@ struct mk_attn_bwd_params {
 
 struct mk_attn_bwd_maps {
   CUtensorMap q, dout; /* rows [q_row0, q_row0 + q_rows), box BM rows */
+  CUtensorMap dq_acc;  /* fp32, the same rows, box 32 columns x BM rows (DQ_TMA) */
   CUtensorMap k[MK_ATTN_MAX_KV_BLOCKS], v[MK_ATTN_MAX_KV_BLOCKS]; /* the block's rows, box BN */
 };
 
@@ -108,11 +117,12 @@ struct mk_attn_bwd_maps {
  * group's first row) and the 64 rows of a Q or dO tile, K = D. One commit group. */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_issue_nt(float* acc, uint32_t a_base, uint32_t b_base) {
+  const uint32_t a_lo = wgmma_desc_lo_sw128(a_base), b_lo = wgmma_desc_lo_sw128(b_base);
 #pragma unroll
   for (int kk = 0; kk < Cfg::D / 16; kk++) {
     const uint32_t off = (kk % 4) * 32;
-    const uint64_t da = wgmma_desc_sw128(a_base + (kk / 4) * Cfg::KV_SLAB + off);
-    const uint64_t db = wgmma_desc_sw128(b_base + (kk / 4) * Cfg::QT_SLAB + off);
+    const uint64_t da = wgmma_desc_from_lo(a_lo + (((kk / 4) * Cfg::KV_SLAB + off) >> 4));
+    const uint64_t db = wgmma_desc_from_lo(b_lo + (((kk / 4) * Cfg::QT_SLAB + off) >> 4));
     wgmma_m64n64k16_bf16_ss<0, 0>(acc, da, db, kk > 0 ? 1 : 0);
   }
 }
@@ -121,7 +131,7 @@ __device__ __forceinline__ void attn_bwd_issue_nt(float* acc, uint32_t a_base, u
  * x D, MN-major in shared memory). */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_issue_tn(float* acc, const uint32_t* a, uint32_t tile_base) {
-  attn_issue_rs_mn<Cfg::D, Cfg::BM, Cfg::QT_SLAB>(acc, a, tile_base);
+  attn_issue_rs_mn<Cfg::D, Cfg::BM, Cfg::QT_SLAB>(acc, a, wgmma_desc_lo_sw128_mn(tile_base, Cfg::QT_SLAB));
 }
 
 /* dQ (64 queries x 64 columns) = dS . K: D = 128, all 128 keys of the buffer and the K tile's
@@ -129,21 +139,66 @@ __device__ __forceinline__ void attn_bwd_issue_tn(float* acc, const uint32_t* a,
  * atom across, so the LBO (the next 64 columns) is never used; given as the next slab anyway. */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_issue_dq(float* dq, uint32_t ds_base, uint32_t k_base, int c) {
+  const uint32_t ds_lo = wgmma_desc_lo_sw128_mn(ds_base, Cfg::DS_BYTES);
   if constexpr (Cfg::D == 128) {
+    const uint32_t k_lo = wgmma_desc_lo_sw128_mn(k_base + c * Cfg::KV_SLAB, Cfg::KV_SLAB);
 #pragma unroll
     for (int kk = 0; kk < Cfg::BN / 16; kk++) {
-      const uint64_t da = wgmma_desc_sw128_mn(ds_base + kk * 16 * 128, Cfg::DS_BYTES);
-      const uint64_t db = wgmma_desc_sw128_mn(k_base + c * Cfg::KV_SLAB + kk * 16 * 128, Cfg::KV_SLAB);
-      wgmma_m64n64k16_bf16_ss<1, 1>(dq, da, db, kk > 0 ? 1 : 0);
+      const uint32_t off = (kk * 16 * 128) >> 4;
+      wgmma_m64n64k16_bf16_ss<1, 1>(dq, wgmma_desc_from_lo(ds_lo + off), wgmma_desc_from_lo(k_lo + off), kk > 0 ? 1 : 0);
     }
   } else {
+    const uint32_t k_lo = wgmma_desc_lo_sw128_mn(k_base, Cfg::KV_SLAB);
 #pragma unroll
     for (int kk = 0; kk < 64 / 16; kk++) {
-      const uint32_t row = c * 64 + kk * 16;
-      const uint64_t da = wgmma_desc_sw128_mn(ds_base + row * 128, Cfg::DS_BYTES);
-      const uint64_t db = wgmma_desc_sw128_mn(k_base + row * 128, Cfg::KV_SLAB);
-      wgmma_m64n64k16_bf16_ss<1, 1>(dq, da, db, kk > 0 ? 1 : 0);
+      const uint32_t off = ((c * 64 + kk * 16) * 128) >> 4;
+      wgmma_m64n64k16_bf16_ss<1, 1>(dq, wgmma_desc_from_lo(ds_lo + off), wgmma_desc_from_lo(k_lo + off), kk > 0 ? 1 : 0);
     }
+  }
+}
+
+/* dq_acc rows of query tile qi, columns [col0, col0 + 64), += dQ * scale: each thread's
+ * fragment (rows kr0, kr0 + 8; columns 8j + 2 (lane % 4) + {0, 1}) by red.add. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_add_dq_red(const struct mk_attn_bwd_params& p, const float* dq, int b, int h,
+                                                    int qi, int col0) {
+  const int lane = threadIdx.x & 31, kr0 = 16 * ((threadIdx.x & 127) >> 5) + (lane >> 2);
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const int row = qi * Cfg::BM + kr0 + 8 * i;
+    if (row >= p.q_rows) continue;
+    float* dst = p.dq_acc + (((size_t)b * p.seq_q + p.q_row0 + row) * p.heads + h) * Cfg::D + col0 + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < 8; j++) red_global_add_v2_f32(dst + 8 * j, dq[4 * j + 2 * i] * p.scale, dq[4 * j + 2 * i + 1] * p.scale);
+  }
+}
+
+/* The same through shared memory: the warp group's fragments into its two 32-column boxes
+ * (128-byte swizzle: 16-byte chunk k of row r at chunk k ^ (r % 8), so a warp's 8-byte stores
+ * take the minimum 2 wavefronts), then thread 0 adds both boxes with TMA reductions (rows past
+ * the range are skipped by the map). The buffer is reused once the last reductions have read it. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_add_dq_tma(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+                                                    const float* dq, uint32_t stage, int c, int b, int h, int qi, int col0) {
+  const int tid = threadIdx.x & 127, lane = tid & 31, kr0 = 16 * (tid >> 5) + (lane >> 2);
+  if (tid == 0) cp_async_bulk_wait_group_read_0();
+  bar_sync(1 + c, 128);
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const int r = kr0 + 8 * i;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int chunk = 2 * (j % 4) + ((lane & 3) >> 1);
+      const uint32_t at = stage + (j / 4) * Cfg::DQ_BOX + r * 128 + ((chunk ^ (r & 7)) << 4) + (lane & 1) * 8;
+      st_shared_v2_f32(at, dq[4 * j + 2 * i] * p.scale, dq[4 * j + 2 * i + 1] * p.scale);
+    }
+  }
+  fence_proxy_async_shared_cta();
+  bar_sync(1 + c, 128);
+  if (tid == 0) {
+    cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0, h, qi * Cfg::BM, b, stage);
+    cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0 + 32, h, qi * Cfg::BM, b, stage + Cfg::DQ_BOX);
+    cp_async_bulk_commit_group();
   }
 }
 
@@ -338,16 +393,13 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
 
       /* dq_acc rows += dQ * scale */
       const int col0 = Cfg::D == 128 ? 64 * c : 0;
-#pragma unroll
-      for (int i = 0; i < 2; i++) {
-        const int row = qi * Cfg::BM + kr0 + 8 * i; /* kr0: the same fragment row numbering */
-        if (row >= p.q_rows) continue;
-        float* dst = p.dq_acc + (((size_t)b * p.seq_q + p.q_row0 + row) * p.heads + h) * Cfg::D + col0 + 2 * (lane & 3);
-#pragma unroll
-        for (int j = 0; j < 8; j++) red_global_add_v2_f32(dst + 8 * j, dq[4 * j + 2 * i] * p.scale, dq[4 * j + 2 * i + 1] * p.scale);
-      }
+      if constexpr (Cfg::DQ_TMA) attn_bwd_add_dq_tma<Cfg>(maps, p, dq, base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX, c, b, h, qi, col0);
+      else attn_bwd_add_dq_red<Cfg>(p, dq, b, h, qi, col0);
       attn_ring_next(&ring, Cfg::STAGES);
     }
+
+    /* the last dQ reductions have read their staging (the CTA's shared memory goes away) */
+    if (Cfg::DQ_TMA && (threadIdx.x & 127) == 0) cp_async_bulk_wait_group_0();
 
     /* dK (times scale) and dV rows of the tile */
 #pragma unroll

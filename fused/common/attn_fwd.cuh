@@ -253,35 +253,37 @@ __device__ __forceinline__ float attn_ex2(float x) {
   return y;
 }
 
-/* S = Q.K^T for this warp group's 64 rows and the BN keys of a stage (one commit group). */
+/* S = Q.K^T for this warp group's 64 rows and the BN keys of a stage (one commit group);
+ * q_lo, k_lo: the tiles' descriptor low words (ptx.cuh wgmma_desc_lo_sw128). */
 template <class Cfg>
-__device__ __forceinline__ void attn_issue_qk(float* s, uint32_t q_base, uint32_t k_base) {
+__device__ __forceinline__ void attn_issue_qk(float* s, uint32_t q_lo, uint32_t k_lo) {
 #pragma unroll
   for (int kk = 0; kk < Cfg::D / 16; kk++) {
     const uint32_t off = (kk % 4) * 32; /* 16 columns = 32 bytes into the 128-byte slab row */
-    const uint64_t da = wgmma_desc_sw128(q_base + (kk / 4) * Cfg::Q_SLAB + off);
-    const uint64_t db = wgmma_desc_sw128(k_base + (kk / 4) * Cfg::KV_SLAB + off);
+    const uint64_t da = wgmma_desc_from_lo(q_lo + (((kk / 4) * Cfg::Q_SLAB + off) >> 4));
+    const uint64_t db = wgmma_desc_from_lo(k_lo + (((kk / 4) * Cfg::KV_SLAB + off) >> 4));
     wgmma_m64n128k16_bf16(s, da, db, kk > 0 ? 1 : 0);
   }
 }
 
 /* acc (64 x D) += A . tile: A (bf16 fragments, 4 registers per 16 of the K rows) from registers,
- * the tile (K rows x D, MN-major, slabs of 64 columns SLAB bytes apart) from shared memory.
+ * the tile (K rows x D, MN-major, slabs of 64 columns SLAB bytes apart) from shared memory,
+ * given by its descriptor low word (wgmma_desc_lo_sw128_mn(base, SLAB)).
  * The forward's O += P.V and the backward's dV += P^T.dO, dK += dS^T.Q. */
 template <int D, int K, int SLAB>
-__device__ __forceinline__ void attn_issue_rs_mn(float* acc, const uint32_t* a, uint32_t tile_base) {
+__device__ __forceinline__ void attn_issue_rs_mn(float* acc, const uint32_t* a, uint32_t tile_lo) {
 #pragma unroll
   for (int kk = 0; kk < K / 16; kk++) {
-    const uint64_t db = wgmma_desc_sw128_mn(tile_base + kk * 16 * 128, SLAB);
+    const uint64_t db = wgmma_desc_from_lo(tile_lo + ((kk * 16 * 128) >> 4));
     if constexpr (D == 128) wgmma_m64n128k16_bf16_rs_tb(acc, a + 4 * kk, db, 1);
     else wgmma_m64n64k16_bf16_rs_tb(acc, a + 4 * kk, db, 1);
   }
 }
 
-/* O += P.V: P (4 registers per 16 keys), V MN-major. */
+/* O += P.V: P (4 registers per 16 keys), V MN-major (v_lo: its descriptor low word). */
 template <class Cfg>
-__device__ __forceinline__ void attn_issue_pv(float* o, const uint32_t* p, uint32_t v_base) {
-  attn_issue_rs_mn<Cfg::D, Cfg::BN, Cfg::KV_SLAB>(o, p, v_base);
+__device__ __forceinline__ void attn_issue_pv(float* o, const uint32_t* p, uint32_t v_lo) {
+  attn_issue_rs_mn<Cfg::D, Cfg::BN, Cfg::KV_SLAB>(o, p, v_lo);
 }
 
 /* The online softmax of one S tile, in place: masks (when `masked`: key columns past
@@ -328,10 +330,14 @@ __device__ __forceinline__ void attn_softmax(struct mk_attn_state<Cfg>& st, floa
 template <class Cfg>
 __device__ __forceinline__ void attn_rescale_and_pack(struct mk_attn_state<Cfg>& st, const float* s, uint32_t* p,
                                                       const float* corr) {
+  /* corr is exactly 1 where a row's max did not move (ex2(0)); once a few tiles are in, that is
+   * most tiles for every row of a warp, and the D / 2 multiplies are skipped (same result) */
+  if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-  for (int j = 0; j < Cfg::D / 8; j++) {
-    st.o[4 * j] *= corr[0], st.o[4 * j + 1] *= corr[0];
-    st.o[4 * j + 2] *= corr[1], st.o[4 * j + 3] *= corr[1];
+    for (int j = 0; j < Cfg::D / 8; j++) {
+      st.o[4 * j] *= corr[0], st.o[4 * j + 1] *= corr[0];
+      st.o[4 * j + 2] *= corr[1], st.o[4 * j + 3] *= corr[1];
+    }
   }
 #pragma unroll
   for (int i = 0; i < Cfg::BN / 4; i++) p[i] = pack_bf16x2(s[2 * i], s[2 * i + 1]);
@@ -374,21 +380,25 @@ __device__ __forceinline__ int attn_consume_kv_block(struct mk_attn_state<Cfg>& 
   int vis[2];
   const int tid = threadIdx.x & 127, lane = tid & 31;
   const long long q_pos_r0 = q_pos_wg + (tid >> 5) * 16 + (lane >> 2);
-  const uint32_t q_base = smem_addr(sm.base) + wg * 64 * 128;
-  const uint32_t k_base = smem_addr(sm.base + Cfg::OFF_K), v_base = smem_addr(sm.base + Cfg::OFF_V);
+  /* descriptor low words: this warp group's 64 Q rows, stage 0's K and V (a stage KV_BYTES on) */
+  const uint32_t q_lo = wgmma_desc_lo_sw128(smem_addr(sm.base) + wg * 64 * 128);
+  const uint32_t k_lo = wgmma_desc_lo_sw128(smem_addr(sm.base + Cfg::OFF_K));
+  const uint32_t v_lo = wgmma_desc_lo_sw128_mn(smem_addr(sm.base + Cfg::OFF_V), Cfg::KV_SLAB);
+  constexpr uint32_t STAGE_LO = Cfg::KV_BYTES >> 4;
   struct mk_attn_ring r = *ring;
 
   if (!attn_wait(&sm.k_full[r.stage], r.phase, w, MK_ATTN_WAIT_K)) return 0;
   if (!attn_turn_begin<Cfg>(st, sm, wg, w)) return 0;
   wgmma_fence();
-  attn_issue_qk<Cfg>(s, q_base, k_base + r.stage * Cfg::KV_BYTES);
+  attn_issue_qk<Cfg>(s, q_lo, k_lo + r.stage * STAGE_LO);
   wgmma_commit_group();
   attn_turn_end<Cfg>(sm, wg);
   wgmma_wait_group<0>();
   wgmma_fence_operands<Cfg::BN / 2>(s);
   if (q_release && n_tiles == 1 && lane == 0) mbarrier_arrive(q_release);
-  attn_visible<Cfg>(vis, q_pos_r0, pos0, rows, 0, causal);
-  attn_softmax<Cfg>(st, s, corr, mk_attn_tile_masked(q_pos_wg, pos0, rows, Cfg::BN, 0, causal), vis, scale_log2);
+  int masked = mk_attn_tile_masked(q_pos_wg, pos0, rows, Cfg::BN, 0, causal);
+  if (masked) attn_visible<Cfg>(vis, q_pos_r0, pos0, rows, 0, causal);
+  attn_softmax<Cfg>(st, s, corr, masked, vis, scale_log2);
   attn_rescale_and_pack<Cfg>(st, s, p, corr);
 
   for (int t = 1; t < n_tiles; t++) {
@@ -398,17 +408,17 @@ __device__ __forceinline__ int attn_consume_kv_block(struct mk_attn_state<Cfg>& 
     if (!attn_wait(&sm.v_full[prev.stage], prev.phase, w, MK_ATTN_WAIT_V)) return 0;
     if (!attn_turn_begin<Cfg>(st, sm, wg, w)) return 0;
     wgmma_fence();
-    attn_issue_qk<Cfg>(s, q_base, k_base + r.stage * Cfg::KV_BYTES);
+    attn_issue_qk<Cfg>(s, q_lo, k_lo + r.stage * STAGE_LO);
     wgmma_commit_group();
-    attn_issue_pv<Cfg>(st.o, p, v_base + prev.stage * Cfg::KV_BYTES);
+    attn_issue_pv<Cfg>(st.o, p, v_lo + prev.stage * STAGE_LO);
     wgmma_commit_group();
     attn_turn_end<Cfg>(sm, wg);
     wgmma_wait_group<1>(); /* S of tile t is in; P.V of tile t-1 may still run */
     wgmma_fence_operands<Cfg::BN / 2>(s);
     if (q_release && t == n_tiles - 1 && lane == 0) mbarrier_arrive(q_release);
-    attn_visible<Cfg>(vis, q_pos_r0, pos0, rows, t, causal);
-    attn_softmax<Cfg>(st, s, corr, mk_attn_tile_masked(q_pos_wg, pos0, rows, Cfg::BN, t, causal), vis,
-                      scale_log2);
+    masked = mk_attn_tile_masked(q_pos_wg, pos0, rows, Cfg::BN, t, causal);
+    if (masked) attn_visible<Cfg>(vis, q_pos_r0, pos0, rows, t, causal);
+    attn_softmax<Cfg>(st, s, corr, masked, vis, scale_log2);
     wgmma_wait_group<0>();
     wgmma_fence_operands<Cfg::D / 2>(st.o);
     wgmma_fence_operands_u32<Cfg::BN / 4>(p);
@@ -419,7 +429,7 @@ __device__ __forceinline__ int attn_consume_kv_block(struct mk_attn_state<Cfg>& 
   if (!attn_wait(&sm.v_full[r.stage], r.phase, w, MK_ATTN_WAIT_V)) return 0;
   if (!attn_turn_begin<Cfg>(st, sm, wg, w)) return 0;
   wgmma_fence();
-  attn_issue_pv<Cfg>(st.o, p, v_base + r.stage * Cfg::KV_BYTES);
+  attn_issue_pv<Cfg>(st.o, p, v_lo + r.stage * STAGE_LO);
   wgmma_commit_group();
   attn_turn_end<Cfg>(sm, wg);
   wgmma_wait_group<0>();

@@ -495,8 +495,9 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
   const int rank = Cfg::CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;
   sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
              p.row_block_order, p.row_block_rotate);
-  const uint32_t a_base = smem_addr(smem) + wg * 64 * 128;
-  const uint32_t b_base = smem_addr(smem + Cfg::OFF_B);
+  /* descriptor low words of stage 0's A rows of this warp group and B (ptx.cuh) */
+  const uint32_t a_lo = wgmma_desc_lo_sw128(smem_addr(smem) + wg * 64 * 128);
+  const uint32_t b_lo = wgmma_desc_lo_sw128(smem_addr(smem + Cfg::OFF_B));
   uint8_t* cstage = smem + Cfg::OFF_C + wg * Cfg::C_STAGE_WG;
   const int lane = threadIdx.x & 31;
   /* read once, first used after the first tile's K loop: the load's latency is hidden */
@@ -523,8 +524,8 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < Cfg::K_STEPS; k++) {
-        const uint64_t da = wgmma_desc_sw128(a_base + stage * Cfg::A_STAGE + k * 32);
-        const uint64_t db = wgmma_desc_sw128(b_base + stage * Cfg::B_STAGE + k * 32);
+        const uint64_t da = wgmma_desc_from_lo(a_lo + stage * (Cfg::A_STAGE >> 4) + k * 2);
+        const uint64_t db = wgmma_desc_from_lo(b_lo + stage * (Cfg::B_STAGE >> 4) + k * 2);
         gemm_mma<Cfg>(acc, da, db, (kb > 0 || k > 0) ? 1 : 0);
       }
       wgmma_commit_group();

@@ -65,8 +65,19 @@ __device__ __forceinline__ void cp_async_bulk_tensor_2d_store(const void* tmap, 
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                ::"l"(tmap), "r"(c0), "r"(c1), "r"(smem_addr(src)) : "memory");
 }
+/* Adds a 4-D box of fp32 from shared memory into the tensor, element-wise (atomic per element
+ * in L2); elements past the tensor's extent are skipped. */
+__device__ __forceinline__ void cp_reduce_async_bulk_tensor_4d_add(const void* tmap, int c0, int c1, int c2, int c3,
+                                                                   uint32_t src) {
+  asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3, %4}], [%5];"
+               ::"l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src) : "memory");
+}
 __device__ __forceinline__ void cp_async_bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_bulk_wait_group_0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+/* The committed bulk groups have read their shared-memory sources (they may still be writing). */
+__device__ __forceinline__ void cp_async_bulk_wait_group_read_0() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
 __device__ __forceinline__ void prefetch_tensormap(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(tmap) : "memory");
 }
@@ -149,6 +160,9 @@ __device__ __forceinline__ void red_global_add_noftz_v4_bf16x2(void* p, uint4 v)
 __device__ __forceinline__ void red_global_add_v2_f32(void* p, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
+__device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
 __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
@@ -180,30 +194,39 @@ __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.a
 __device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait_group() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
 
-/* Shared-memory matrix descriptor for a K-major tile written by TMA with 128-byte swizzle:
- * rows of 128 bytes, 8-row atoms of 1024 bytes (SBO), LBO unused for this layout (1).
- * ASSUMPTION: the tile base is 1024-byte aligned, so the base-offset field stays 0. */
-__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_byte_addr) {
-  uint64_t d = 0;
-  d |= (uint64_t)((smem_byte_addr & 0x3FFFF) >> 4);
-  d |= (uint64_t)1 << 16;
-  d |= (uint64_t)(1024 >> 4) << 32;
-  d |= (uint64_t)1 << 62;
-  return d;
+/* Shared-memory matrix descriptors for tiles written by TMA with 128-byte swizzle, as their two
+ * 32-bit words. The high word (SBO 1024: 8-row atoms of 1024 bytes; the 128-byte swizzle mode)
+ * is the same for every tile here; the low word holds the start address (bits 0-13: address
+ * >> 4) and the LBO. A kernel computes a tile's low word once and adds its slabs' and k steps'
+ * offsets (>> 4) to it: the address plus offset stays below 256 KB, so nothing carries out of
+ * the 14-bit field, and each wgmma's descriptor costs one add (measured: building it from the
+ * address every time was ~7 instructions per wgmma, bench/NOTES.md "Attention core").
+ * ASSUMPTION: tile bases are 1024-byte aligned, so the base-offset field stays 0. */
+#define MK_WGMMA_DESC_HI_SW128 0x40000040u
+
+/* K-major (rows of 128 bytes along K): LBO unused for this layout (1). */
+__device__ __forceinline__ uint32_t wgmma_desc_lo_sw128(uint32_t smem_byte_addr) {
+  return ((smem_byte_addr & 0x3FFFF) >> 4) | (1u << 16);
 }
 
-/* The same for an MN-major (N-contiguous) B operand written by TMA with 128-byte swizzle, e.g.
- * V [keys, D] read as the K x N matrix of O += P.V: rows of 128 bytes (64 N elements) along K,
- * 8-row atoms of 1024 bytes (SBO) along K, and the next 64 N columns `lbo` bytes on (LBO; unused
- * when N <= 64). CUTLASS's canonical MN-major SW128 layout ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)).
- * ASSUMPTION: the base is 1024-byte aligned. */
+/* MN-major (N-contiguous) B operand, e.g. V [keys, D] read as the K x N matrix of O += P.V:
+ * rows of 128 bytes (64 N elements) along K, 8-row atoms of 1024 bytes (SBO) along K, and the
+ * next 64 N columns `lbo` bytes on (LBO; unused when N <= 64). CUTLASS's canonical MN-major
+ * SW128 layout ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)). */
+__device__ __forceinline__ uint32_t wgmma_desc_lo_sw128_mn(uint32_t smem_byte_addr, uint32_t lbo) {
+  return ((smem_byte_addr & 0x3FFFF) >> 4) | (((lbo >> 4) & 0x3FFF) << 16);
+}
+
+__device__ __forceinline__ uint64_t wgmma_desc_from_lo(uint32_t lo) {
+  return ((uint64_t)MK_WGMMA_DESC_HI_SW128 << 32) | lo;
+}
+
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_byte_addr) {
+  return wgmma_desc_from_lo(wgmma_desc_lo_sw128(smem_byte_addr));
+}
+
 __device__ __forceinline__ uint64_t wgmma_desc_sw128_mn(uint32_t smem_byte_addr, uint32_t lbo) {
-  uint64_t d = 0;
-  d |= (uint64_t)((smem_byte_addr & 0x3FFFF) >> 4);
-  d |= (uint64_t)((lbo >> 4) & 0x3FFF) << 16;
-  d |= (uint64_t)(1024 >> 4) << 32;
-  d |= (uint64_t)1 << 62;
-  return d;
+  return wgmma_desc_from_lo(wgmma_desc_lo_sw128_mn(smem_byte_addr, lbo));
 }
 
 /* Accumulator registers must not be touched by other instructions while a wgmma is in

@@ -127,8 +127,11 @@ static struct mk_attn_bwd_args whole_args(const struct bwd_bufs* t) {
   return a;
 }
 
+/* MK_ATTN_VARIANT (attn.h mk_attn_bwd_launch_variant; default 0) picks the compiled variant. */
+static int variant;
+
 static int run_bwd(const struct mk_attn_bwd_args* a) {
-  const int rc = mk_attn_bwd_launch(a, 0);
+  const int rc = mk_attn_bwd_launch_variant(a, 0, variant);
   EXPECT(rc == 0, "mk_attn_bwd_launch returned %d", rc);
   CUDA_OK(cudaDeviceSynchronize());
   struct mk_gemm_error e;
@@ -329,7 +332,8 @@ int main(int argc, char** argv) {
   const char* what = argc > 1 ? argv[1] : "";
   const int all = !strcmp(what, "all");
   int known = all;
-  printf("%s\n", what);
+  variant = getenv("MK_ATTN_VARIANT") ? atoi(getenv("MK_ATTN_VARIANT")) : 0;
+  printf("%s (variant %d)\n", what, variant);
   if (all || !strcmp(what, "backward")) known = 1, printf("backward\n"), test_backward();
   if (all || !strcmp(what, "offsets")) known = 1, printf("offsets\n"), test_offsets();
   if (all || !strcmp(what, "negative_control")) known = 1, printf("negative_control\n"), test_negative_control();

@@ -8,7 +8,7 @@
  * two shapes and their D = 64 twins). -b: the backward core instead (mk_attn_bwd_launch: delta,
  * the main kernel and dq's conversion, timed together; FLOPs = 2.5x the forward's, 10 B H S^2 D,
  * halved for causal; out and lse from one forward run; #nonfinite over the first dq, dk, dv). MK_ATTN_VARIANTS=0,1,.. (default: every compiled
- * variant, attn.h) are timed interleaved, one row each.
+ * variant, attn.h; with -b the backward's) are timed interleaved, one row each.
  */
 #include <algorithm>
 #include <string.h>
@@ -34,7 +34,7 @@ static __global__ void count_nonfinite(const __nv_bfloat16* p, size_t n, unsigne
   atomicAdd(bad, c);
 }
 
-static int variants[MK_ATTN_VARIANTS], num_variants;
+static int variants[MK_ATTN_VARIANTS > MK_ATTN_BWD_VARIANTS ? MK_ATTN_VARIANTS : MK_ATTN_BWD_VARIANTS], num_variants;
 
 static void bench(struct shape sh, int iters) {
   const size_t nq = (size_t)sh.b * sh.s * sh.h * sh.d, nkv = (size_t)sh.b * sh.s * sh.hkv * sh.d;
@@ -144,21 +144,24 @@ static void bench_bwd(struct shape sh, int iters) {
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
-  std::vector<float> ms;
+  std::vector<std::vector<float>> ms(num_variants);
   for (int it = -2; it < iters; it++) {
-    CUDA_OK(cudaEventRecord(e0));
-    if (mk_attn_bwd_launch(&a, 0) != 0) exit(1);
-    CUDA_OK(cudaEventRecord(e1));
-    CUDA_OK(cudaEventSynchronize(e1));
-    if (it == -2) {
-      count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)dq, nq, bad);
-      count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)dk, nkv, bad);
-      count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)dv, nkv, bad);
-      CUDA_OK(cudaGetLastError());
+    for (int vi = 0; vi < num_variants; vi++) {
+      CUDA_OK(cudaEventRecord(e0));
+      if (mk_attn_bwd_launch_variant(&a, 0, variants[vi]) != 0) exit(1);
+      CUDA_OK(cudaEventRecord(e1));
+      CUDA_OK(cudaEventSynchronize(e1));
+      if (it == -2) { /* every variant's first dq, dk, dv (poisoned before the first) */
+        count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)dq, nq, bad);
+        count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)dk, nkv, bad);
+        count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)dv, nkv, bad);
+        CUDA_OK(cudaGetLastError());
+        poison(dq, nq * 2), poison(dk, nkv * 2), poison(dv, nkv * 2);
+      }
+      float t;
+      CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
+      if (it >= 0) ms[vi].push_back(t);
     }
-    float t;
-    CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
-    if (it >= 0) ms.push_back(t);
   }
   CUDA_OK(cudaDeviceSynchronize());
   struct mk_gemm_error he;
@@ -166,11 +169,15 @@ static void bench_bwd(struct shape sh, int iters) {
   CUDA_OK(cudaMemcpy(&he, err, sizeof he, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(&hbad, bad, sizeof hbad, cudaMemcpyDeviceToHost));
   const double flops = 10.0 * sh.b * sh.h * (double)sh.s * sh.s * sh.d / (sh.causal ? 2 : 1);
-  const float med = median(ms), lo = *std::min_element(ms.begin(), ms.end()),
-              hi = *std::max_element(ms.begin(), ms.end());
-  printf("%3d %4d %4d %4d %6d %-10s %3s %9.3f %9.3f %9.3f %8.1f %10llu %s\n", sh.b, sh.h, sh.hkv, sh.d, sh.s,
-         sh.causal ? "causal" : "non-causal", "bwd", med, lo, hi, flops / (med * 1e-3) / 1e12, hbad,
-         he.aborted ? "TIMEOUT" : "ok");
+  for (int vi = 0; vi < num_variants; vi++) {
+    const float med = median(ms[vi]), lo = *std::min_element(ms[vi].begin(), ms[vi].end()),
+                hi = *std::max_element(ms[vi].begin(), ms[vi].end());
+    char var[8];
+    snprintf(var, sizeof var, "b%d", variants[vi]);
+    printf("%3d %4d %4d %4d %6d %-10s %3s %9.3f %9.3f %9.3f %8.1f %10llu %s\n", sh.b, sh.h, sh.hkv, sh.d, sh.s,
+           sh.causal ? "causal" : "non-causal", var, med, lo, hi, flops / (med * 1e-3) / 1e12, hbad,
+           he.aborted ? "TIMEOUT" : "ok");
+  }
   fflush(stdout);
   cudaFree(q), cudaFree(out), cudaFree(dout), cudaFree(dq), cudaFree(k), cudaFree(v), cudaFree(dk), cudaFree(dv);
   cudaFree(lse), cudaFree(delta), cudaFree(dq_acc), cudaFree(err), cudaFree(bad);
@@ -194,20 +201,21 @@ int main(int argc, char** argv) {
   }
   if (shapes.empty())
     shapes = {{1, 64, 8, 128, 16384, 1}, {16, 16, 16, 128, 4096, 0}, {1, 64, 8, 64, 16384, 1}, {16, 16, 16, 64, 4096, 0}};
+  const char* vs = getenv("MK_ATTN_VARIANTS");
+  const int nv = backward ? MK_ATTN_BWD_VARIANTS : MK_ATTN_VARIANTS;
+  for (int v = 0; v < nv; v++) variants[num_variants++] = v;
+  if (vs) {
+    num_variants = 0;
+    for (const char* c = vs; *c && num_variants < nv; c++)
+      if (*c >= '0' && *c < '0' + nv) variants[num_variants++] = *c - '0';
+  }
   if (backward) {
-    printf("# attn_perf -b: backward attention core, one GPU, median of %d after 2 warm-up calls (delta + main kernel + dq conversion; FLOPs 10 B H S^2 D, /2 causal)\n", iters);
+    printf("# attn_perf -b: backward attention core, one GPU, median of %d after 2 warm-up calls (delta + main kernel + dq conversion; FLOPs 10 B H S^2 D, /2 causal; variants b0, b1, .. interleaved)\n", iters);
     printf("#  B    H H_kv    D      S mask      var    med_ms    min_ms    max_ms   TFLOP/s  #nonfinite waits\n");
     for (const struct shape& s : shapes) bench_bwd(s, iters);
     return 0;
   }
   printf("# attn_perf: forward attention core, one GPU, median of %d after 3 warm-up runs (variants interleaved; #nonfinite: all variants' first outputs)\n", iters);
-  const char* vs = getenv("MK_ATTN_VARIANTS");
-  for (int v = 0; v < MK_ATTN_VARIANTS; v++) variants[num_variants++] = v;
-  if (vs) {
-    num_variants = 0;
-    for (const char* c = vs; *c && num_variants < MK_ATTN_VARIANTS; c++)
-      if (*c >= '0' && *c < '0' + MK_ATTN_VARIANTS) variants[num_variants++] = *c - '0';
-  }
   printf("#  B    H H_kv    D      S mask      var    med_ms    min_ms    max_ms   TFLOP/s  #nonfinite waits\n");
   for (const struct shape& s : shapes) bench(s, iters);
   return 0;
