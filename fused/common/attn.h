@@ -89,7 +89,7 @@ int mk_attn_tmap_encode_rows_f32(void* map, const float* ptr, int batch, int seq
  * (one small kernel), then one CTA per (128-key tile of a KV block, kv head, batch) loops over
  * the query heads of its group and the 64-row query tiles that see the tile: S^T = K Q^T,
  * P^T = exp(S^T scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
- * dK += dS^T Q, dQ += dS K (fp32 atomics into dq_acc); dK and dV stay in registers and are
+ * dK += dS^T Q, dQ += dS K (TMA reductions into fp32 dq_acc); dK and dV stay in registers and are
  * written once. Then (optional) dq = bf16(dq_acc).
  *
  * Positions as the forward's: query row q_row0 + i at q_pos0 + i, key row row0 + j of a block
@@ -140,9 +140,9 @@ int mk_attn_bwd_check(const struct mk_attn_bwd_args* args);
 int mk_attn_bwd_launch(const struct mk_attn_bwd_args* args, cudaStream_t stream);
 
 /* The same with a compiled variant, for A/B runs (attn_perf -b) and tests: 0 is the default
- * (mk_attn_bwd_launch: each thread adds its dQ fragment into dq_acc with fp32 red.add), 1 stages
- * each warp group's dQ tile in shared memory and adds it with one TMA reduction (attn_bwd.cuh
- * DQ_TMA). */
+ * (mk_attn_bwd_launch: each warp group's dQ tile is staged in shared memory and added into
+ * dq_acc by TMA reductions, attn_bwd.cuh DQ_TMA), 1 has every thread add its dQ fragment with
+ * fp32 red.add. */
 #define MK_ATTN_BWD_VARIANTS 2
 int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* args, cudaStream_t stream, int variant);
 

@@ -17,13 +17,15 @@ extern "C" {
 #include "mk_log.h"
 }
 
-/* D = 128: K, V 64 KB + two dS^T buffers 32 KB + 2 stages of Q and dO (32 KB each) = 160 KB;
- * D = 64: 3 stages, 88 KB. */
-typedef mk_attn_bwd_cfg<128, 2> mk_attn_bwd_cfg_d128;
-typedef mk_attn_bwd_cfg<64, 3> mk_attn_bwd_cfg_d64;
-/* Variant 1: dQ through shared memory and TMA reductions (+32 KB: D = 128 192 KB of the 227). */
-typedef mk_attn_bwd_cfg<128, 2, 1> mk_attn_bwd_cfg_d128_dqtma;
-typedef mk_attn_bwd_cfg<64, 3, 1> mk_attn_bwd_cfg_d64_dqtma;
+/* D = 128: K, V 64 KB + two dS^T buffers 32 KB + 2 stages of Q and dO (32 KB each) = 160 KB,
+ * + 32 KB of dQ staging; D = 64: 3 stages, 88 KB + 32 KB. */
+/* Variant 0 (the default): dQ through shared memory and TMA reductions (+32 KB: D = 128 192 KB
+ * of the 227); measured 1.19-1.24x variant 1 on an H200 (bench/NOTES.md, session 25).
+ * Variant 1: every thread adds its dQ fragment with red.add (the first version). */
+typedef mk_attn_bwd_cfg<128, 2, 1> mk_attn_bwd_cfg_d128;
+typedef mk_attn_bwd_cfg<64, 3, 1> mk_attn_bwd_cfg_d64;
+typedef mk_attn_bwd_cfg<128, 2, 0> mk_attn_bwd_cfg_d128_red;
+typedef mk_attn_bwd_cfg<64, 3, 0> mk_attn_bwd_cfg_d64_red;
 
 #define MK_ATTN_BWD_DEFAULT_TIMEOUT_MS 10000u
 
@@ -182,8 +184,8 @@ extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cuda
   int sms = 0;
   MK_CHECK(mk_sm90_sms("mk_attn_bwd", &sms));
   if (variant == 1)
-    return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128_dqtma>(a, stream)
-                            : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64_dqtma>(a, stream);
+    return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128_red>(a, stream)
+                            : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64_red>(a, stream);
   return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128>(a, stream)
                           : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64>(a, stream);
 }

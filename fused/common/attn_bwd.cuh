@@ -24,7 +24,8 @@
  *                           buffer of two per step), read M-major; K MN-major. D = 128: warp
  *                           group c takes columns [64c, 64c + 64) over all 128 keys (both
  *                           groups' dS^T: an mbarrier of 256 arrivals per buffer); D = 64: its
- *                           own 64 keys, all columns. fp32 red.add into dq_acc.
+ *                           own 64 keys, all columns. Added into fp32 dq_acc by TMA
+ *                           reductions from shared memory (DQ_TMA) or red.add.
  * dK (times scale) and dV are written once at the end, bf16 and/or added to fp32.
  * Every wait is bounded (attn_wait, attn_fwd.cuh): on expiry the error record is filled and
  * every CTA's waits give up, so a bug ends in a wrong result and an error, never in a hang.
