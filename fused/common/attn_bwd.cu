@@ -116,7 +116,7 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
       mk_attn_tmap_encode_rows(&maps.dout, a->dout, a->batch, a->seq_q, a->q_row0, q_rows, a->heads, Cfg::D, Cfg::BM));
   if (Cfg::DQ_TMA)
     MK_CHECK(mk_attn_tmap_encode_rows_f32(&maps.dq_acc, a->dq_acc, a->batch, a->seq_q, a->q_row0, q_rows, a->heads,
-                                          Cfg::D, Cfg::BM));
+                                          Cfg::D, 16));
   int tiles = 0;
   for (int i = 0; i < a->num_kv_blocks; i++) {
     const struct mk_attn_bwd_kv_block* kv = &a->kv[i];

@@ -110,7 +110,7 @@ struct mk_attn_bwd_params {
 
 struct mk_attn_bwd_maps {
   CUtensorMap q, dout; /* rows [q_row0, q_row0 + q_rows), box BM rows */
-  CUtensorMap dq_acc;  /* fp32, the same rows, box 32 columns x BM rows (DQ_TMA) */
+  CUtensorMap dq_acc;  /* fp32, the same rows, box 32 columns x 16 rows (a warp's; DQ_TMA) */
   CUtensorMap k[MK_ATTN_MAX_KV_BLOCKS], v[MK_ATTN_MAX_KV_BLOCKS]; /* the block's rows, box BN */
 };
 
@@ -176,14 +176,15 @@ __device__ __forceinline__ void attn_bwd_add_dq_red(const struct mk_attn_bwd_par
 
 /* The same through shared memory: the warp group's fragments into its two 32-column boxes
  * (128-byte swizzle: 16-byte chunk k of row r at chunk k ^ (r % 8), so a warp's 8-byte stores
- * take the minimum 2 wavefronts), then thread 0 adds both boxes with TMA reductions (rows past
- * the range are skipped by the map). The buffer is reused once the last reductions have read it. */
+ * take the minimum 2 wavefronts); each warp's lane 0 adds the warp's 16 rows of both boxes
+ * with TMA reductions (rows past the range are skipped by the map), so no warp waits for
+ * another. A warp's rows are reused once its last reductions have read them. */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_add_dq_tma(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
-                                                    const float* dq, uint32_t stage, int c, int b, int h, int qi, int col0) {
-  const int tid = threadIdx.x & 127, lane = tid & 31, kr0 = 16 * (tid >> 5) + (lane >> 2);
-  if (tid == 0) cp_async_bulk_wait_group_read_0();
-  bar_sync(1 + c, 128);
+                                                    const float* dq, uint32_t stage, int b, int h, int qi, int col0) {
+  const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, kr0 = 16 * warp + (lane >> 2);
+  if (lane == 0) cp_async_bulk_wait_group_read_0();
+  __syncwarp();
 #pragma unroll
   for (int i = 0; i < 2; i++) {
     const int r = kr0 + 8 * i;
@@ -195,10 +196,12 @@ __device__ __forceinline__ void attn_bwd_add_dq_tma(const struct mk_attn_bwd_map
     }
   }
   fence_proxy_async_shared_cta();
-  bar_sync(1 + c, 128);
-  if (tid == 0) {
-    cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0, h, qi * Cfg::BM, b, stage);
-    cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0 + 32, h, qi * Cfg::BM, b, stage + Cfg::DQ_BOX);
+  __syncwarp();
+  if (lane == 0) {
+    const int row = qi * Cfg::BM + 16 * warp;
+    const uint32_t src = stage + 16 * warp * 128; /* 2 KB on: still 1024-aligned for the swizzle */
+    cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0, h, row, b, src);
+    cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0 + 32, h, row, b, src + Cfg::DQ_BOX);
     cp_async_bulk_commit_group();
   }
 }
@@ -319,6 +322,10 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
       wgmma_commit_group();
       attn_bwd_issue_nt<Cfg>(dp, v_wg, do_base);
       wgmma_commit_group();
+      /* the step's lse while S^T is computed (loaded after the wait, each exp waited for it) */
+      float2 lse_r[8];
+#pragma unroll
+      for (int j = 0; j < 8; j++) lse_r[j] = ld_shared_v2_f32(lse_a + (8 * j + 2 * (lane & 3)) * 4);
       wgmma_wait_group<1>();
       wgmma_fence_operands<32>(s);
 
@@ -347,12 +354,15 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
       }
 #pragma unroll
       for (int j = 0; j < 8; j++) {
-        const float2 l = ld_shared_v2_f32(lse_a + (8 * j + 2 * (lane & 3)) * 4);
+        const float2 l = lse_r[j];
         s[4 * j] = attn_ex2(fmaf(s[4 * j], p.scale_log2, -l.x));
         s[4 * j + 1] = attn_ex2(fmaf(s[4 * j + 1], p.scale_log2, -l.y));
         s[4 * j + 2] = attn_ex2(fmaf(s[4 * j + 2], p.scale_log2, -l.x));
         s[4 * j + 3] = attn_ex2(fmaf(s[4 * j + 3], p.scale_log2, -l.y));
       }
+      float2 delta_r[8]; /* likewise while dP^T finishes */
+#pragma unroll
+      for (int j = 0; j < 8; j++) delta_r[j] = ld_shared_v2_f32(delta_a + (8 * j + 2 * (lane & 3)) * 4);
       wgmma_wait_group<0>(); /* dP^T */
       wgmma_fence_operands<32>(dp);
 
@@ -362,7 +372,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
        * registers free up as the packed ones fill; dS^T also to the buffer */
 #pragma unroll
       for (int j = 0; j < 8; j++) {
-        const float2 dl = ld_shared_v2_f32(delta_a + (8 * j + 2 * (lane & 3)) * 4);
+        const float2 dl = delta_r[j];
         dsb[2 * j] = pack_bf16x2(s[4 * j] * (dp[4 * j] - dl.x), s[4 * j + 1] * (dp[4 * j + 1] - dl.y));
         dsb[2 * j + 1] = pack_bf16x2(s[4 * j + 2] * (dp[4 * j + 2] - dl.x), s[4 * j + 3] * (dp[4 * j + 3] - dl.y));
         pb[2 * j] = pack_bf16x2(s[4 * j], s[4 * j + 1]);
@@ -394,13 +404,13 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
 
       /* dq_acc rows += dQ * scale */
       const int col0 = Cfg::D == 128 ? 64 * c : 0;
-      if constexpr (Cfg::DQ_TMA) attn_bwd_add_dq_tma<Cfg>(maps, p, dq, base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX, c, b, h, qi, col0);
+      if constexpr (Cfg::DQ_TMA) attn_bwd_add_dq_tma<Cfg>(maps, p, dq, base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX, b, h, qi, col0);
       else attn_bwd_add_dq_red<Cfg>(p, dq, b, h, qi, col0);
       attn_ring_next(&ring, Cfg::STAGES);
     }
 
     /* the last dQ reductions have read their staging (the CTA's shared memory goes away) */
-    if (Cfg::DQ_TMA && (threadIdx.x & 127) == 0) cp_async_bulk_wait_group_0();
+    if (Cfg::DQ_TMA && (threadIdx.x & 31) == 0) cp_async_bulk_wait_group_0();
 
     /* dK (times scale) and dV rows of the tile */
 #pragma unroll
