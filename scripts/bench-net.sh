@@ -10,6 +10,9 @@
 # MK_NET_PROCS: ranks, one process and GPU each, each its own NCCL node (default 2).
 # MK_NET_REPS: runs of every configuration, interleaved (ours, Socket, Socket 4x4, then again);
 # the table gives each one's median and its spread (max/min) over the runs (default 1).
+# MK_AB_PLUGINS="name=path ...": other builds of the plugin (scripts/ab-build.sh REV
+# libnccl-net-mk.so) run beside ours in every round, each as its own label, with the library's
+# defaults.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 mk_build
@@ -44,6 +47,10 @@ for rep in $(seq 1 "$reps"); do
         [ "$rep" = 1 ] && labels+=("$label")
       done
     done
+  done
+  for ab in ${MK_AB_PLUGINS:-}; do
+    run "${ab%%=*}" NCCL_NET_PLUGIN="${ab#*=}" NCCL_NET=mk
+    [ "$rep" = 1 ] && labels+=("${ab%%=*}")
   done
   run socket NCCL_NET_PLUGIN=none NCCL_NET=Socket
   run socket4x4 NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4

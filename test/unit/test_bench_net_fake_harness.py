@@ -4,7 +4,8 @@ all_reduce_perf writing synthetic JSON, MK_SKIP_BUILD=1), and scripts/bench-comp
 synthetic runs. With MK_NET_REPS=2 every configuration runs twice, interleaved (ours,
 Socket, Socket 4x4, then again), each run into its own file, and the table gives the median
 of the runs, the ratios of the medians and each configuration's spread; a run with wrong
-elements is flagged; a missing file is bad input (exit 2).
+elements is flagged; a missing file is bad input (exit 2). MK_AB_PLUGINS runs another build of
+the plugin beside ours in every round, under its own label.
 
 usage: test_bench_net_fake_harness.py <scripts/bench-net.sh> <scripts/bench-compare.py>"""
 import json
@@ -32,11 +33,13 @@ args = sys.argv[1:]
 out = args[args.index("-J") + 1]
 net = os.environ.get("NCCL_NET", "")
 name = "mk" if net == "mk" else ("socket4x4" if os.environ.get("NCCL_SOCKET_NTHREADS") else "socket")
+if net == "mk" and os.environ.get("NCCL_NET_PLUGIN", "").endswith("/ab/libold.so"):
+    name = "old"
 order = os.environ["FAKE_ORDER"]
 with open(order, "a") as f:
     f.write(name + "\\n")
 runs = open(order).read().split().count(name)
-bw = {"mk": 4.0 if runs == 1 else 6.0, "socket": 2.0, "socket4x4": 3.0}[name]
+bw = {"mk": 4.0 if runs == 1 else 6.0, "old": 5.0, "socket": 2.0, "socket4x4": 3.0}[name]
 recs = [{"bytes": b, "busbw": bw, "wrong": 0} for b in (1024, 1048576)]
 json.dump(recs, open(out, "w"))
 """
@@ -63,6 +66,17 @@ with tempfile.TemporaryDirectory() as tmp:
           f"medians 5 (4 and 6), 2, 3: {rows}")
     check(rows and rows[0][4:6] == ["2.50", "1.67"], f"ratios of the medians: {rows}")
     check(rows and rows[0][6:9] == ["1.50", "1.00", "1.00"], f"spreads: {rows}")
+
+    # another build beside ours: its own label in every round, and its own table
+    env_ab = dict(env, MK_NET_REPS="1", MK_AB_PLUGINS="old=/x/ab/libold.so",
+                  OUT=str(pathlib.Path(tmp, "out_ab")), FAKE_ORDER=str(pathlib.Path(tmp, "order_ab")))
+    r = subprocess.run(["bash", BENCH, "all_reduce", "1M"], env=env_ab, capture_output=True, text=True,
+                       timeout=60)
+    check(r.returncode == 0, f"bench-net.sh with MK_AB_PLUGINS exits 0: {r.returncode} {r.stderr[-400:]}")
+    order = pathlib.Path(tmp, "order_ab").read_text().split()
+    check(order == ["mk", "old", "socket", "socket4x4"], f"the other build runs in the round: {order}")
+    rows = [l.split() for l in r.stdout.splitlines() if l.strip().startswith("1048576")]
+    check(len(rows) == 2 and rows[1][1:4] == ["5.000", "2.000", "3.000"], f"its own table: {rows}")
 
     # bench-compare.py alone: one run per label (no spread column), #wrong flagged
     a = pathlib.Path(tmp, "a.json")
