@@ -24,10 +24,7 @@ extern "C" {
  * Variant 1: no ping-pong (the first version), D = 128 with 2 stages.
  * Variant 2: ping-pong, D = 128 with 2 stages, D = 64 with 4.
  * Variants 3 and 4: variant 0 persistent (attn_fwd.cuh PERSISTENT), one CTA per SM over the
- * items head-major (3) or tile-major, longest first (4) (attn.h mk_attn_item_work).
- * Variant 5: variant 0 with KV tiles of 176 keys (FlashAttention-3's non-causal D = 128 tile:
- * fewer softmax reductions, barrier waits and wgmma issues per key) and 2 stages: Q 32 KB +
- * 2 x (44 + 44) KB = 208 KB; D = 64 launches variant 0. */
+ * items head-major (3) or tile-major, longest first (4) (attn.h mk_attn_item_work). */
 typedef mk_attn_cfg<128, 3, 1> mk_attn_cfg_d128;
 typedef mk_attn_cfg<64, 3, 1> mk_attn_cfg_d64;
 typedef mk_attn_cfg<128, 2, 0> mk_attn_cfg_d128_plain;
@@ -36,7 +33,6 @@ typedef mk_attn_cfg<128, 2, 1> mk_attn_cfg_d128_pp2;
 typedef mk_attn_cfg<64, 4, 1> mk_attn_cfg_d64_pp4;
 typedef mk_attn_cfg<128, 3, 1, 1> mk_attn_cfg_d128_pers;
 typedef mk_attn_cfg<64, 3, 1, 1> mk_attn_cfg_d64_pers;
-typedef mk_attn_cfg<128, 2, 1, 0, 176> mk_attn_cfg_d128_bn176;
 
 #define MK_ATTN_DEFAULT_TIMEOUT_MS 10000u
 
@@ -206,8 +202,6 @@ extern "C" int mk_attn_fwd_launch_variant(const struct mk_attn_args* a, cudaStre
     case 3:
     case 4: return d128 ? attn_launch_cfg<mk_attn_cfg_d128_pers>(a, stream, sms, variant - 3)
                         : attn_launch_cfg<mk_attn_cfg_d64_pers>(a, stream, sms, variant - 3);
-    case 5: return d128 ? attn_launch_cfg<mk_attn_cfg_d128_bn176>(a, stream, sms, 0)
-                        : attn_launch_cfg<mk_attn_cfg_d64>(a, stream, sms, 0);
     default: return d128 ? attn_launch_cfg<mk_attn_cfg_d128>(a, stream, sms, 0)
                          : attn_launch_cfg<mk_attn_cfg_d64>(a, stream, sms, 0);
   }

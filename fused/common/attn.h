@@ -31,7 +31,7 @@ struct mk_gemm_error;
 
 #define MK_ATTN_MAX_KV_BLOCKS 4
 #define MK_ATTN_BLOCK_M 128 /* query rows per CTA */
-#define MK_ATTN_BLOCK_N 128 /* keys per KV tile (variant 5: 176) */
+#define MK_ATTN_BLOCK_N 128 /* keys per KV tile */
 
 struct mk_attn_kv_block {
   const void* k; /* bf16 [batch, seq, kv_heads, d_head] */
@@ -65,9 +65,8 @@ int mk_attn_fwd_launch(const struct mk_attn_args* args, cudaStream_t stream);
 /* The same with a compiled variant, for A/B runs (attn_perf) and tests: 0 is the default
  * (mk_attn_fwd_launch: the consumer warp groups ping-pong, attn_fwd.cuh PINGPONG, 3 KV
  * stages), 1 without the ping-pong, 2 with the ping-pong and other stage counts, 3 and 4
- * persistent (one CTA per SM; items head-major, tile-major), 5 the default with KV tiles of
- * 176 keys and 2 stages at D = 128 (at D = 64 the same as 0) (attn.cu). */
-#define MK_ATTN_VARIANTS 6
+ * persistent (one CTA per SM; items head-major, tile-major) (attn.cu). */
+#define MK_ATTN_VARIANTS 5
 int mk_attn_fwd_launch_variant(const struct mk_attn_args* args, cudaStream_t stream, int variant);
 
 /* A bf16 [batch, seq, heads, d] tensor at ptr as a TMA map (a CUtensorMap, 64 bytes aligned)

@@ -8,8 +8,7 @@
  * 128-byte swizzle, D in 64-column slabs) into a STAGES-deep ring of shared memory, K and V of a
  * stage on their own full barriers and released together. Warp groups 1 and 2 are consumers,
  * 64 query rows each:
- *   S = Q.K^T       wgmma m64nBNk16 (BN = 128, or 176 keys for attn.cu's variant 5), both
- *                   operands K-major in shared memory;
+ *   S = Q.K^T       wgmma m64n128k16, both operands K-major in shared memory;
  *   online softmax  in registers: running max m and sum l per row (exp2 with log2(e)/sqrt(D)
  *                   folded into one FFMA), masked scores -inf, rows with nothing visible yet
  *                   kept at m = -inf without NaNs;
@@ -45,9 +44,9 @@
  * last S product of the current one is done and its K and V into the ring as stages free, so
  * no CTA start-up or epilogue is exposed; out is then written from registers (the Q tile, the
  * staging space of the non-persistent finish, already holds the next item's rows). */
-template <int D_, int STAGES_, int PINGPONG_, int PERSISTENT_ = 0, int BN_ = MK_ATTN_BLOCK_N>
+template <int D_, int STAGES_, int PINGPONG_, int PERSISTENT_ = 0>
 struct mk_attn_cfg {
-  static constexpr int D = D_, BM = MK_ATTN_BLOCK_M, BN = BN_, STAGES = STAGES_;
+  static constexpr int D = D_, BM = MK_ATTN_BLOCK_M, BN = MK_ATTN_BLOCK_N, STAGES = STAGES_;
   static constexpr int PINGPONG = PINGPONG_, PERSISTENT = PERSISTENT_;
   static constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
   static constexpr int SLABS = D / 64;                   /* 64-column (128-byte) slabs of a row */
@@ -58,22 +57,9 @@ struct mk_attn_cfg {
   static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES;
   static constexpr int SMEM_USED = OFF_BAR + (1 + 3 * STAGES + 2 + 1) * 8;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
-  /* setmaxnreg per thread of the producer warp group and of each consumer: x 128 threads they
-   * fill the 64K-register file at one CTA per SM. BN = 176 (O 64 + S 88 + P 44 registers)
-   * fits 232 with none to spare, so the producer (one thread issuing TMA) gives up 16 more:
-   * FlashAttention-3's split. */
-  static constexpr int REGS_PRODUCER = BN > 128 ? 24 : 40;
-  static constexpr int REGS_CONSUMER = BN > 128 ? 240 : 232;
   static_assert(D == 64 || D == 128, "head dimensions 64 and 128");
-  /* BN: the n of S's wgmma (ptx.cuh has n128 and n176), 16-key steps of P.V; BN x 128 bytes
-   * keeps each KV slab 1024-byte aligned (the swizzle atom) whenever BN % 8 == 0 */
-  static_assert(BM == 64 * CONSUMERS && (BN == 128 || BN == 176),
-                "wgmma shapes: 64 rows per consumer, n of S");
-  static_assert(BN % 16 == 0 && KV_SLAB % 1024 == 0,
-                "KV tiles of 16-key steps, 1024-byte aligned slabs");
+  static_assert(BM == 64 * CONSUMERS && BN == 128, "wgmma shapes: 64 rows per consumer, n = 128 for S");
   static_assert(SMEM_BYTES <= 232448, "over the 227 KB of dynamic shared memory per block");
-  static_assert(REGS_PRODUCER + CONSUMERS * REGS_CONSUMER <= 512,
-                "over the register file (x 128 threads)");
 };
 
 /* Where a CTA's tiles and barriers are. */
@@ -271,16 +257,12 @@ __device__ __forceinline__ float attn_ex2(float x) {
  * q_lo, k_lo: the tiles' descriptor low words (ptx.cuh wgmma_desc_lo_sw128). */
 template <class Cfg>
 __device__ __forceinline__ void attn_issue_qk(float* s, uint32_t q_lo, uint32_t k_lo) {
-  /* BN = 176: the compiler would hoist the loop-invariant Q descriptors out of the KV loop
-   * into ~14 registers that the consumer lacks (it spilled); one add per wgmma instead */
-  if constexpr (Cfg::BN > 128) q_lo = opaque_u32(q_lo);
 #pragma unroll
   for (int kk = 0; kk < Cfg::D / 16; kk++) {
     const uint32_t off = (kk % 4) * 32; /* 16 columns = 32 bytes into the 128-byte slab row */
     const uint64_t da = wgmma_desc_from_lo(q_lo + (((kk / 4) * Cfg::Q_SLAB + off) >> 4));
     const uint64_t db = wgmma_desc_from_lo(k_lo + (((kk / 4) * Cfg::KV_SLAB + off) >> 4));
-    if constexpr (Cfg::BN == 176) wgmma_m64n176k16_bf16(s, da, db, kk > 0 ? 1 : 0);
-    else wgmma_m64n128k16_bf16(s, da, db, kk > 0 ? 1 : 0);
+    wgmma_m64n128k16_bf16(s, da, db, kk > 0 ? 1 : 0);
   }
 }
 
@@ -646,12 +628,13 @@ mk_attn_fwd_kernel(const __grid_constant__ struct mk_attn_maps maps, const __gri
   w.tile = 0;
   w.timeout_ns = p.timeout_ns;
 
-  /* NOTES: setmaxnreg needs the roles as the two branches of one if/else (Cfg::REGS_*). */
+  /* NOTES: setmaxnreg needs the roles as the two branches of one if/else; 40 + 2 x 232 per
+   * thread x 128 fills the 64K-register file at one CTA per SM. */
   if (wg == 0) {
-    setmaxnreg_dec<Cfg::REGS_PRODUCER>();
+    setmaxnreg_dec<40>();
     if (threadIdx.x == 0) attn_produce<Cfg>(maps, p, sm, w);
   } else {
-    setmaxnreg_inc<Cfg::REGS_CONSUMER>();
+    setmaxnreg_inc<232>();
     attn_consume<Cfg>(p, sm, wg - 1, w);
   }
 }
