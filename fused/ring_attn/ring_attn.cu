@@ -170,7 +170,9 @@ mk_ra_kernel(const __grid_constant__ struct mk_ra_maps maps, const __grid_consta
   w.timeout_ns = p.timeout_ns;
   struct mk_attn_ring ring = {0, 0};
 
-  /* setmaxnreg: the roles as the two branches of one if/else (attn_fwd.cuh's kernel) */
+  /* setmaxnreg: the roles as the two branches of one if/else (attn_fwd.cuh's kernel). At 40
+   * the producer spills 32-44 bytes (its flag waits); 56 / 224 spills nothing but measured 1-3%
+   * slower on 2 H200s (bench/NOTES.md, session 25): the consumers want their 232. */
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
