@@ -134,6 +134,92 @@ static __device__ __forceinline__ int ra_wait_rows(const struct mk_ra_params& p,
   return 1;
 }
 
+/* A work item's query rows: per (batch, head) the query tiles, causal ones longest first (the
+ * late zigzag half, last tile first, then the early half). */
+struct ra_item {
+  int b, h, hk;
+  int q_row, rows_valid;      /* the tile's first local row, and how many are valid */
+  long long q_first, q_last;  /* their global positions */
+};
+
+static __device__ __forceinline__ struct ra_item ra_item_of(const struct mk_ra_params& p, int item, int bm) {
+  struct ra_item it;
+  const int per_bh = p.q_segs * p.seg_tiles;
+  const int ti = item % per_bh;
+  it.h = item / per_bh % p.heads, it.b = item / per_bh / p.heads;
+  it.hk = it.h / (p.heads / p.kv_heads);
+  int seg = 0, tile = ti;
+  if (p.causal) seg = ti < p.seg_tiles ? 1 : 0, tile = p.seg_tiles - 1 - ti % p.seg_tiles;
+  it.q_row = seg * p.seg_rows + tile * bm;
+  it.rows_valid = p.seg_rows - tile * bm < bm ? p.seg_rows - tile * bm : bm;
+  it.q_first = p.causal ? (long long)mk_ra_zigzag_chunk(p.rank, p.nranks, seg) * p.seg_rows + tile * bm
+                        : (long long)p.rank * p.s_local + tile * bm;
+  it.q_last = it.q_first + it.rows_valid - 1;
+  return it;
+}
+
+/* The producer thread: the item's Q tile, then every source's KV tiles in ring order, each
+ * peer tile after a bounded wait for the chunk flags that cover it. */
+template <class Cfg>
+__device__ __forceinline__ void ra_produce(const struct mk_ra_maps& maps, const struct mk_ra_params& p,
+                                           const struct mk_attn_smem& sm, const struct ra_item& it, uint32_t item,
+                                           const struct mk_attn_wait_ctx& w) {
+  struct mk_attn_ring ring = {0, 0};
+  const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
+  prefetch_tensormap(&maps.q);
+  attn_load_q<Cfg>(&maps.q, sm, it.b, it.h, it.q_row);
+  const long flags_per_slot = (long)p.batch * p.chunks_per_batch;
+  int ok = 1;
+  for (int s = 0; s < p.nranks && ok; s++) {
+    const int src = mk_ra_kv_source(p.rank, p.nranks, s);
+    const int slot = s ? mk_sched_rs_slot(src, p.rank) : -1;
+    const int mi = slot + 1;
+    const uint64_t* slot_flags = p.flags + (slot < 0 ? 0 : slot * flags_per_slot);
+    int ready = 0;
+    for (int ks = 0; ks < (p.causal ? 2 : 1) && ok; ks++) {
+      const struct ra_seg g = ra_kv_seg(p, src, ks);
+      const int n = mk_attn_kv_tiles(it.q_last, g.pos0, g.rows, Cfg::BN, p.causal);
+      for (int t = 0; t < n && ok; t++) {
+        const int row = g.row0 + t * Cfg::BN;
+        if (slot >= 0) {
+          const int hi = (row + Cfg::BN < p.s_local ? row + Cfg::BN : p.s_local) - 1;
+          ok = ra_wait_rows(p, slot_flags, it.b, row, hi, &ready, e, item);
+          if (!ok) break;
+        }
+        ok = attn_load_kv_block<Cfg>(&maps.k[mi], &maps.v[mi], sm, &ring, it.b, it.hk, row, 1, w);
+      }
+    }
+  }
+}
+
+/* Consumer warp group c: every source's KV tiles into the running state, in the producer's
+ * order, then out and lse. */
+template <class Cfg>
+__device__ __forceinline__ void ra_consume(const struct mk_ra_params& p, const struct mk_attn_smem& sm, int c,
+                                           const struct ra_item& it, const struct mk_attn_wait_ctx& w) {
+  struct mk_attn_ring ring = {0, 0};
+  struct mk_attn_state<Cfg> st;
+  attn_state_init<Cfg>(st);
+  attn_turns_start<Cfg>(sm, c);
+  int ok = attn_wait(sm.q_full, 0, w, MK_ATTN_WAIT_Q);
+  for (int s = 0; s < p.nranks && ok; s++) {
+    const int src = mk_ra_kv_source(p.rank, p.nranks, s);
+    for (int ks = 0; ks < (p.causal ? 2 : 1) && ok; ks++) {
+      const struct ra_seg g = ra_kv_seg(p, src, ks);
+      const int n = mk_attn_kv_tiles(it.q_last, g.pos0, g.rows, Cfg::BN, p.causal);
+      ok = attn_consume_kv_block<Cfg>(st, sm, &ring, c, it.q_first + 64 * c, g.pos0, g.rows, n, p.causal,
+                                      p.scale_log2, w);
+    }
+  }
+  if (!ok) return;
+  const int row = it.q_row + 64 * c; /* the warp group's first row */
+  const size_t row_stride = (size_t)p.heads * Cfg::D;
+  __nv_bfloat16* out = p.out + (((size_t)it.b * p.s_local + row) * p.heads + it.h) * Cfg::D;
+  float* lse = p.lse ? p.lse + ((size_t)it.b * p.heads + it.h) * p.s_local + row : NULL;
+  attn_finish<Cfg>(st, sm, c, out, row_stride, lse, it.rows_valid - 64 * c, p.scale);
+}
+
+/* Push CTAs first, then one attention CTA per item; every CTA ends the call's count. */
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
 mk_ra_kernel(const __grid_constant__ struct mk_ra_maps maps, const __grid_constant__ struct mk_ra_params p) {
@@ -148,84 +234,24 @@ mk_ra_kernel(const __grid_constant__ struct mk_ra_maps maps, const __grid_consta
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) attn_smem_init<Cfg>(sm);
   __syncthreads();
-
-  /* item: per (batch, head) the query tiles, causal ones longest first (the late zigzag half,
-   * last tile first, then the early half) */
   const int item = (int)blockIdx.x - p.push_ctas;
-  const int per_bh = p.q_segs * p.seg_tiles;
-  const int ti = item % per_bh, h = item / per_bh % p.heads, b = item / per_bh / p.heads;
-  const int hk = h / (p.heads / p.kv_heads);
-  int seg = 0, tile = ti;
-  if (p.causal) seg = ti < p.seg_tiles ? 1 : 0, tile = p.seg_tiles - 1 - ti % p.seg_tiles;
-  const int q_row = seg * p.seg_rows + tile * Cfg::BM; /* local row of the tile */
-  const int rows_valid = p.seg_rows - tile * Cfg::BM < Cfg::BM ? p.seg_rows - tile * Cfg::BM : Cfg::BM;
-  const long long q_first = p.causal ? (long long)mk_ra_zigzag_chunk(p.rank, p.nranks, seg) * p.seg_rows + tile * Cfg::BM
-                                     : (long long)p.rank * p.s_local + tile * Cfg::BM;
-  const long long q_last = q_first + rows_valid - 1;
-  const int kv_segs = p.causal ? 2 : 1;
+  const struct ra_item it = ra_item_of(p, item, Cfg::BM);
   struct mk_attn_wait_ctx w;
   w.err = p.err;
   w.err_tag = p.err_tag;
   w.tile = (uint32_t)item;
   w.timeout_ns = p.timeout_ns;
-  struct mk_attn_ring ring = {0, 0};
 
   /* setmaxnreg: the roles as the two branches of one if/else (attn_fwd.cuh's kernel). At 40
    * the producer spills 32-44 bytes (its flag waits); 56 / 224 spills nothing but measured 1-3%
    * slower on 2 H200s (bench/NOTES.md, session 25): the consumers want their 232. */
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) {
-      const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
-      prefetch_tensormap(&maps.q);
-      attn_load_q<Cfg>(&maps.q, sm, b, h, q_row);
-      const long flags_per_slot = (long)p.batch * p.chunks_per_batch;
-      int ok = 1;
-      for (int s = 0; s < p.nranks && ok; s++) {
-        const int src = mk_ra_kv_source(p.rank, p.nranks, s);
-        const int slot = s ? mk_sched_rs_slot(src, p.rank) : -1;
-        const int mi = slot + 1;
-        const uint64_t* slot_flags = p.flags + (slot < 0 ? 0 : slot * flags_per_slot);
-        int ready = 0;
-        for (int ks = 0; ks < kv_segs && ok; ks++) {
-          const struct ra_seg g = ra_kv_seg(p, src, ks);
-          const int n = mk_attn_kv_tiles(q_last, g.pos0, g.rows, Cfg::BN, p.causal);
-          for (int t = 0; t < n && ok; t++) {
-            const int row = g.row0 + t * Cfg::BN;
-            if (slot >= 0) {
-              const int hi = (row + Cfg::BN < p.s_local ? row + Cfg::BN : p.s_local) - 1;
-              ok = ra_wait_rows(p, slot_flags, b, row, hi, &ready, e, (uint32_t)item);
-              if (!ok) break;
-            }
-            ok = attn_load_kv_block<Cfg>(&maps.k[mi], &maps.v[mi], sm, &ring, b, hk, row, 1, w);
-          }
-        }
-      }
-    }
+    if (threadIdx.x == 0) ra_produce<Cfg>(maps, p, sm, it, (uint32_t)item, w);
     mk_call_end(p.call);
   } else {
     setmaxnreg_inc<232>();
-    const int c = wg - 1;
-    struct mk_attn_state<Cfg> st;
-    attn_state_init<Cfg>(st);
-    attn_turns_start<Cfg>(sm, c);
-    int ok = attn_wait(sm.q_full, 0, w, MK_ATTN_WAIT_Q);
-    for (int s = 0; s < p.nranks && ok; s++) {
-      const int src = mk_ra_kv_source(p.rank, p.nranks, s);
-      for (int ks = 0; ks < kv_segs && ok; ks++) {
-        const struct ra_seg g = ra_kv_seg(p, src, ks);
-        const int n = mk_attn_kv_tiles(q_last, g.pos0, g.rows, Cfg::BN, p.causal);
-        ok = attn_consume_kv_block<Cfg>(st, sm, &ring, c, q_first + 64 * c, g.pos0, g.rows, n, p.causal,
-                                        p.scale_log2, w);
-      }
-    }
-    if (ok) {
-      const int row = q_row + 64 * c; /* the warp group's first row */
-      const size_t row_stride = (size_t)p.heads * Cfg::D;
-      __nv_bfloat16* out = p.out + (((size_t)b * p.s_local + row) * p.heads + h) * Cfg::D;
-      float* lse = p.lse ? p.lse + ((size_t)b * p.heads + h) * p.s_local + row : NULL;
-      attn_finish<Cfg>(st, sm, c, out, row_stride, lse, rows_valid - 64 * c, p.scale);
-    }
+    ra_consume<Cfg>(p, sm, wg - 1, it, w);
     mk_call_end(p.call);
   }
 }
