@@ -142,8 +142,9 @@ int mk_attn_bwd_launch(const struct mk_attn_bwd_args* args, cudaStream_t stream)
 /* The same with a compiled variant, for A/B runs (attn_perf -b) and tests: 0 is the default
  * (mk_attn_bwd_launch: each warp group's dQ tile is staged in shared memory and added into
  * dq_acc by TMA reductions, attn_bwd.cuh DQ_TMA), 1 has every thread add its dQ fragment with
- * fp32 red.add. */
-#define MK_ATTN_BWD_VARIANTS 2
+ * fp32 red.add, 2 issues each step's dQ product in the next step so that the consumer warp
+ * groups need not meet every step (DEFER_DQ; not yet run on a GPU). */
+#define MK_ATTN_BWD_VARIANTS 3
 int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* args, cudaStream_t stream, int variant);
 
 /* The first query tile (bm rows, counted from the range's first query at q_pos0) holding a

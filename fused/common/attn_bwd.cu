@@ -26,6 +26,9 @@ typedef mk_attn_bwd_cfg<128, 2, 1> mk_attn_bwd_cfg_d128;
 typedef mk_attn_bwd_cfg<64, 3, 1> mk_attn_bwd_cfg_d64;
 typedef mk_attn_bwd_cfg<128, 2, 0> mk_attn_bwd_cfg_d128_red;
 typedef mk_attn_bwd_cfg<64, 3, 0> mk_attn_bwd_cfg_d64_red;
+/* Variant 2: variant 0 with each step's dQ issued in the next step (DEFER_DQ, +16 KB). */
+typedef mk_attn_bwd_cfg<128, 2, 1, 1> mk_attn_bwd_cfg_d128_defer;
+typedef mk_attn_bwd_cfg<64, 3, 1, 1> mk_attn_bwd_cfg_d64_defer;
 
 #define MK_ATTN_BWD_DEFAULT_TIMEOUT_MS 10000u
 
@@ -186,6 +189,9 @@ extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cuda
   if (variant == 1)
     return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128_red>(a, stream)
                             : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64_red>(a, stream);
+  if (variant == 2)
+    return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128_defer>(a, stream)
+                            : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64_defer>(a, stream);
   return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128>(a, stream)
                           : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64>(a, stream);
 }

@@ -41,17 +41,22 @@
  * 128-byte swizzled as two 32-column boxes, and one thread adds it into dq_acc with TMA
  * reductions; otherwise every thread adds its fragment with red.add (8 L2 sectors per warp
  * instruction). */
-template <int D_, int STAGES_, int DQ_TMA_ = 0>
+/* DEFER_DQ: a step's dQ product is issued in the next step, after that step's dV and dK, so the
+ * two consumer warp groups, which need each other's dS^T for dQ, no longer meet in every step:
+ * the second group starts half a step late (the `stagger` barrier) and they stay apart, one's
+ * softmax beside the other's products. Three dS^T buffers, each reused once both groups' dQ
+ * of its last step is done (ds_free). */
+template <int D_, int STAGES_, int DQ_TMA_ = 0, int DEFER_DQ_ = 0>
 struct mk_attn_bwd_cfg {
   static constexpr int D = D_, BM = MK_ATTN_BWD_BLOCK_M, BN = MK_ATTN_BWD_BLOCK_N, STAGES = STAGES_;
-  static constexpr int DQ_TMA = DQ_TMA_;
+  static constexpr int DQ_TMA = DQ_TMA_, DEFER_DQ = DEFER_DQ_, DS_BUFS = DEFER_DQ_ ? 3 : 2;
   static constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
   static constexpr int SLABS = D / 64;
   static constexpr int QT_SLAB = BM * 128, KV_SLAB = BN * 128; /* bytes between a tile's slabs */
   static constexpr int QT_BYTES = SLABS * QT_SLAB, KV_BYTES = SLABS * KV_SLAB;
   static constexpr int DS_BYTES = BN * BM * 2; /* dS^T: BN rows (keys) of BM bf16 (128 bytes) */
   static constexpr int OFF_K = 0, OFF_V = KV_BYTES, OFF_DS = 2 * KV_BYTES;
-  static constexpr int OFF_Q = OFF_DS + 2 * DS_BYTES;
+  static constexpr int OFF_Q = OFF_DS + DS_BUFS * DS_BYTES;
   static constexpr int OFF_DO = OFF_Q + STAGES * QT_BYTES;
   static constexpr int OFF_LSE = OFF_DO + STAGES * QT_BYTES; /* STAGES x BM fp32 */
   static constexpr int OFF_DELTA = OFF_LSE + STAGES * BM * 4;
@@ -59,10 +64,11 @@ struct mk_attn_bwd_cfg {
   static constexpr int OFF_DQ = (OFF_DELTA + STAGES * BM * 4 + 1023) / 1024 * 1024; /* swizzled boxes: 1024-aligned */
   static constexpr int DQ_BYTES = DQ_TMA ? CONSUMERS * 2 * DQ_BOX : 0;
   static constexpr int OFF_BAR = DQ_TMA ? OFF_DQ + DQ_BYTES : OFF_DELTA + STAGES * BM * 4;
-  static constexpr int SMEM_USED = OFF_BAR + (1 + 2 * STAGES + 2) * 8;
+  static constexpr int SMEM_USED = OFF_BAR + (1 + 2 * STAGES + 2 * DS_BUFS + 1) * 8;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024;
   static_assert(D == 64 || D == 128, "head dimensions 64 and 128");
   static_assert(BM == 64 && BN == 64 * CONSUMERS, "64 keys per consumer, 64-query steps");
+  static_assert(!DEFER_DQ || DQ_TMA, "the deferred dQ goes through the TMA path");
   static_assert(SMEM_BYTES <= 232448, "over the 227 KB of dynamic shared memory per block");
 };
 
@@ -71,7 +77,9 @@ struct mk_attn_bwd_smem {
   uint64_t* kv_full;  /* 1: K and V */
   uint64_t* full;     /* STAGES: Q, dO (TMA bytes) + lse, delta (32 producer lanes) */
   uint64_t* empty;    /* STAGES: one arrival per consumer warp */
-  uint64_t* ds_ready; /* 2: dS^T buffer b written by all 256 consumer threads */
+  uint64_t* ds_ready; /* DS_BUFS: dS^T buffer b written by all 256 consumer threads */
+  uint64_t* ds_free;  /* DS_BUFS (DEFER_DQ): one arrival per consumer warp once its dQ of b is done */
+  uint64_t* stagger;  /* 1 (DEFER_DQ): group 0's warps, once its first dV, dK are issued */
 };
 
 template <class Cfg>
@@ -82,6 +90,8 @@ __device__ __forceinline__ struct mk_attn_bwd_smem attn_bwd_smem_carve(uint8_t* 
   s.full = s.kv_full + 1;
   s.empty = s.full + Cfg::STAGES;
   s.ds_ready = s.empty + Cfg::STAGES;
+  s.ds_free = s.ds_ready + Cfg::DS_BUFS;
+  s.stagger = s.ds_free + Cfg::DS_BUFS;
   return s;
 }
 
@@ -206,6 +216,28 @@ __device__ __forceinline__ void attn_bwd_add_dq_tma(const struct mk_attn_bwd_map
   }
 }
 
+/* dq_acc rows of query tile qi of head h += this warp group's dQ * scale, by the configured path. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_add_dq_step(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+                                                     const float* dq, uint32_t base, int c, int b, int h, int qi) {
+  const int col0 = Cfg::D == 128 ? 64 * c : 0;
+  if constexpr (Cfg::DQ_TMA) attn_bwd_add_dq_tma<Cfg>(maps, p, dq, base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX, b, h, qi, col0);
+  else attn_bwd_add_dq_red<Cfg>(p, dq, b, h, qi, col0);
+}
+
+/* dQ of step `it` (one commit group) once both groups' dS^T of it are in its buffer.
+ * Returns 0 when the wait gave up. */
+template <class Cfg>
+__device__ __forceinline__ int attn_bwd_issue_dq_of(float* dq, const struct mk_attn_bwd_smem& sm, uint32_t base,
+                                                    uint32_t k_base, int c, int it, const struct mk_attn_wait_ctx& w) {
+  const int buf = it % Cfg::DS_BUFS;
+  if (!attn_wait(&sm.ds_ready[buf], (uint32_t)(it / Cfg::DS_BUFS) & 1, w, MK_ATTN_WAIT_TURN)) return 0;
+  wgmma_fence();
+  attn_bwd_issue_dq<Cfg>(dq, base + Cfg::OFF_DS + buf * Cfg::DS_BYTES, k_base, c);
+  wgmma_commit_group();
+  return 1;
+}
+
 /* grid (key tiles of all blocks, kv heads, batch). */
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
@@ -220,7 +252,11 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
       mbarrier_init(&sm.full[i], 32);
       mbarrier_init(&sm.empty[i], Cfg::CONSUMERS * 4);
     }
-    for (int i = 0; i < 2; i++) mbarrier_init(&sm.ds_ready[i], Cfg::CONSUMERS * 128);
+    for (int i = 0; i < Cfg::DS_BUFS; i++) mbarrier_init(&sm.ds_ready[i], Cfg::CONSUMERS * 128);
+    if (Cfg::DEFER_DQ) {
+      for (int i = 0; i < Cfg::DS_BUFS; i++) mbarrier_init(&sm.ds_free[i], Cfg::CONSUMERS * 4);
+      mbarrier_init(sm.stagger, 4);
+    }
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -305,17 +341,18 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
     if (steps > 0 && !attn_wait(sm.kv_full, 0, w, MK_ATTN_WAIT_K)) return;
 
     for (int it = 0; it < steps; it++) {
-      const int g = it / per_head, qi = i0 + it % per_head, h = hk * group + g;
+      const int qi = i0 + it % per_head;
       const long long q_first = p.q_pos0 + (long long)qi * Cfg::BM;
       const uint32_t q_base = base + Cfg::OFF_Q + ring.stage * Cfg::QT_BYTES;
       const uint32_t do_base = base + Cfg::OFF_DO + ring.stage * Cfg::QT_BYTES;
       const uint32_t lse_a = base + Cfg::OFF_LSE + ring.stage * Cfg::BM * 4;
       const uint32_t delta_a = base + Cfg::OFF_DELTA + ring.stage * Cfg::BM * 4;
-      const int buf = it & 1;
+      const int buf = it % Cfg::DS_BUFS;
       const uint32_t ds_base = base + Cfg::OFF_DS + buf * Cfg::DS_BYTES;
       float s[32], dp[32], dq[32];
       uint32_t pb[16], dsb[16];
 
+      if (Cfg::DEFER_DQ && c == 1 && it == 0 && !attn_wait(sm.stagger, 0, w, MK_ATTN_WAIT_TURN)) return;
       if (!attn_wait(&sm.full[ring.stage], ring.phase, w, MK_ATTN_WAIT_Q)) return;
       wgmma_fence();
       attn_bwd_issue_nt<Cfg>(s, k_wg, q_base);
@@ -378,6 +415,10 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
         pb[2 * j] = pack_bf16x2(s[4 * j], s[4 * j + 1]);
         pb[2 * j + 1] = pack_bf16x2(s[4 * j + 2], s[4 * j + 3]);
       }
+      /* DEFER_DQ: both groups' dQ of this buffer's last step are done */
+      if (Cfg::DEFER_DQ && it >= Cfg::DS_BUFS &&
+          !attn_wait(&sm.ds_free[buf], (uint32_t)(it / Cfg::DS_BUFS - 1) & 1, w, MK_ATTN_WAIT_TURN))
+        return;
 #pragma unroll
       for (int j = 0; j < 8; j++) {
         const int col = 8 * j + 2 * (lane & 3), row = c * 64 + kr0;
@@ -386,27 +427,62 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
       }
       fence_proxy_async_shared_cta();
       mbarrier_arrive(&sm.ds_ready[buf]);
-      wgmma_fence();
-      attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
-      attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
-      wgmma_commit_group();
-      if (!attn_wait(&sm.ds_ready[buf], (it >> 1) & 1, w, MK_ATTN_WAIT_TURN)) return;
-      wgmma_fence();
-      attn_bwd_issue_dq<Cfg>(dq, ds_base, k_base, c);
-      wgmma_commit_group();
-      wgmma_wait_group<0>();
-      wgmma_fence_operands<Cfg::D / 2>(dv);
-      wgmma_fence_operands<Cfg::D / 2>(dk);
-      wgmma_fence_operands<32>(dq);
-      wgmma_fence_operands_u32<16>(pb);
-      wgmma_fence_operands_u32<16>(dsb);
-      if (lane == 0) mbarrier_arrive(&sm.empty[ring.stage]);
-
-      /* dq_acc rows += dQ * scale */
-      const int col0 = Cfg::D == 128 ? 64 * c : 0;
-      if constexpr (Cfg::DQ_TMA) attn_bwd_add_dq_tma<Cfg>(maps, p, dq, base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX, b, h, qi, col0);
-      else attn_bwd_add_dq_red<Cfg>(p, dq, b, h, qi, col0);
+      if constexpr (Cfg::DEFER_DQ) {
+        /* the previous step's dQ first (its dS^T is in), then this step's dV and dK; dQ is
+         * staged while they run */
+        /* issued in every step (wgmmas under a condition made ptxas spill 272 bytes): in the
+         * first it reads an unwritten buffer and nothing is staged */
+        const int prev = it + Cfg::DS_BUFS - 1;
+        if (it > 0 && !attn_wait(&sm.ds_ready[prev % Cfg::DS_BUFS], (uint32_t)((it - 1) / Cfg::DS_BUFS) & 1, w,
+                                 MK_ATTN_WAIT_TURN))
+          return;
+        wgmma_fence();
+        attn_bwd_issue_dq<Cfg>(dq, base + Cfg::OFF_DS + (prev % Cfg::DS_BUFS) * Cfg::DS_BYTES, k_base, c);
+        wgmma_commit_group();
+        attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
+        attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
+        wgmma_commit_group();
+        if (c == 0 && it == 0 && lane == 0) mbarrier_arrive(sm.stagger);
+        wgmma_wait_group<1>();
+        wgmma_fence_operands<32>(dq);
+        if (it > 0) {
+          if (lane == 0) mbarrier_arrive(&sm.ds_free[(it - 1) % Cfg::DS_BUFS]);
+          attn_bwd_add_dq_step<Cfg>(maps, p, dq, base, c, b, hk * group + (it - 1) / per_head,
+                                    i0 + (it - 1) % per_head);
+        }
+        wgmma_wait_group<0>();
+        wgmma_fence_operands<Cfg::D / 2>(dv);
+        wgmma_fence_operands<Cfg::D / 2>(dk);
+        wgmma_fence_operands_u32<16>(pb);
+        wgmma_fence_operands_u32<16>(dsb);
+        if (lane == 0) mbarrier_arrive(&sm.empty[ring.stage]);
+      } else {
+        wgmma_fence();
+        attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
+        attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
+        wgmma_commit_group();
+        if (!attn_bwd_issue_dq_of<Cfg>(dq, sm, base, k_base, c, it, w)) return;
+        wgmma_wait_group<0>();
+        wgmma_fence_operands<Cfg::D / 2>(dv);
+        wgmma_fence_operands<Cfg::D / 2>(dk);
+        wgmma_fence_operands<32>(dq);
+        wgmma_fence_operands_u32<16>(pb);
+        wgmma_fence_operands_u32<16>(dsb);
+        if (lane == 0) mbarrier_arrive(&sm.empty[ring.stage]);
+        /* dq_acc rows += dQ * scale */
+        attn_bwd_add_dq_step<Cfg>(maps, p, dq, base, c, b, hk * group + it / per_head, qi);
+      }
       attn_ring_next(&ring, Cfg::STAGES);
+    }
+
+    /* DEFER_DQ: the last step's dQ */
+    if (Cfg::DEFER_DQ && steps > 0) {
+      float dq[32];
+      if (!attn_bwd_issue_dq_of<Cfg>(dq, sm, base, k_base, c, steps - 1, w)) return;
+      wgmma_wait_group<0>();
+      wgmma_fence_operands<32>(dq);
+      attn_bwd_add_dq_step<Cfg>(maps, p, dq, base, c, b, hk * group + (steps - 1) / per_head,
+                                i0 + (steps - 1) % per_head);
     }
 
     /* the last dQ reductions have read their staging (the CTA's shared memory goes away) */
