@@ -38,10 +38,10 @@
 #include "attn_fwd.cuh"
 
 /* DQ_TMA: each warp group stages its dQ tile (64 queries x 64 columns, fp32) in shared memory,
- * 128-byte swizzled as two 32-column boxes, and one thread adds it into dq_acc with TMA
- * reductions; otherwise every thread adds its fragment with red.add (8 L2 sectors per warp
- * instruction). */
-/* DEFER_DQ: a step's dQ product is issued in the next step, after that step's dV and dK, so the
+ * 128-byte swizzled as two 32-column boxes, and each warp's lane 0 adds the warp's 16 rows into
+ * dq_acc with TMA reductions; otherwise every thread adds its fragment with red.add (8 L2
+ * sectors per warp instruction).
+ * DEFER_DQ: a step's dQ product is issued in the next step, before that step's dV and dK, so the
  * two consumer warp groups, which need each other's dS^T for dQ, no longer meet in every step:
  * the second group starts half a step late (the `stagger` barrier) and they stay apart, one's
  * softmax beside the other's products. Three dS^T buffers, each reused once both groups' dQ
