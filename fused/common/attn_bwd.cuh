@@ -238,6 +238,189 @@ __device__ __forceinline__ int attn_bwd_issue_dq_of(float* dq, const struct mk_a
   return 1;
 }
 
+/* A CTA's key tile: tile t of KV block bi, kv head hk, batch b; its valid keys and first key's
+ * position; the query tiles that see it (i0 on, per_head per query head) and its steps. */
+struct attn_bwd_tile {
+  int bi, t, hk, b, group, keys_left, i0, per_head, steps;
+  long long key_first;
+};
+
+template <class Cfg>
+__device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk_attn_bwd_params& p) {
+  struct attn_bwd_tile k;
+  k.bi = 0;
+  while (k.bi + 1 < p.num_kv_blocks && (int)blockIdx.x >= p.kv[k.bi + 1].tile0) k.bi++;
+  const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
+  k.t = blockIdx.x - blk.tile0;
+  k.hk = blockIdx.y, k.b = blockIdx.z, k.group = p.heads / p.kv_heads;
+  k.keys_left = blk.rows - k.t * Cfg::BN; /* valid keys of the tile (up to BN) */
+  k.key_first = blk.pos0 + (long long)k.t * Cfg::BN;
+  const int nqt = (p.q_rows + Cfg::BM - 1) / Cfg::BM;
+  k.i0 = mk_attn_bwd_first_q_tile(p.q_pos0, k.key_first, Cfg::BM, p.causal);
+  if (k.i0 > nqt) k.i0 = nqt;
+  k.per_head = nqt - k.i0, k.steps = k.group * k.per_head;
+  return k;
+}
+
+/* The producer warp: the K and V tiles once (lane 0), then per step the Q and dO tiles (lane
+ * 0) with the step's lse (times log2 e; +inf past the range or with no key, so P is 0) and
+ * delta stored beside them by every lane. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_produce(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+                                                 const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& k,
+                                                 const struct mk_attn_wait_ctx& w) {
+  struct mk_attn_ring ring = {0, 0};
+  const int lane = threadIdx.x;
+  if (lane == 0) {
+    prefetch_tensormap(&maps.q);
+    prefetch_tensormap(&maps.dout);
+    mbarrier_arrive_expect_tx(sm.kv_full, 2 * Cfg::KV_BYTES);
+#pragma unroll
+    for (int j = 0; j < Cfg::SLABS; j++) {
+      cp_async_bulk_tensor_4d_load(sm.base + Cfg::OFF_K + j * Cfg::KV_SLAB, &maps.k[k.bi], j * 64, k.hk, k.t * Cfg::BN,
+                                   k.b, sm.kv_full);
+      cp_async_bulk_tensor_4d_load(sm.base + Cfg::OFF_V + j * Cfg::KV_SLAB, &maps.v[k.bi], j * 64, k.hk, k.t * Cfg::BN,
+                                   k.b, sm.kv_full);
+    }
+  }
+  float* lse_s = (float*)(sm.base + Cfg::OFF_LSE);
+  float* delta_s = (float*)(sm.base + Cfg::OFF_DELTA);
+  for (int it = 0; it < k.steps; it++) {
+    const int g = it / k.per_head, qi = k.i0 + it % k.per_head, h = k.hk * k.group + g;
+    if (!attn_wait(&sm.empty[ring.stage], ring.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return;
+    const size_t lrow = ((size_t)k.b * p.heads + h) * p.seq_q + p.q_row0;
+#pragma unroll
+    for (int rr = 0; rr < Cfg::BM / 32; rr++) {
+      const int r = lane + 32 * rr, row = qi * Cfg::BM + r;
+      float l = INFINITY, dl = 0.f;
+      if (row < p.q_rows) {
+        l = p.lse[lrow + row];
+        l = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+        dl = p.delta[lrow + row];
+      }
+      lse_s[ring.stage * Cfg::BM + r] = l;
+      delta_s[ring.stage * Cfg::BM + r] = dl;
+    }
+    uint64_t* full = &sm.full[ring.stage];
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(full, 2 * Cfg::QT_BYTES);
+      uint8_t* qd = sm.base + Cfg::OFF_Q + ring.stage * Cfg::QT_BYTES;
+      uint8_t* dd = sm.base + Cfg::OFF_DO + ring.stage * Cfg::QT_BYTES;
+#pragma unroll
+      for (int j = 0; j < Cfg::SLABS; j++) {
+        cp_async_bulk_tensor_4d_load(qd + j * Cfg::QT_SLAB, &maps.q, j * 64, h, qi * Cfg::BM, k.b, full);
+        cp_async_bulk_tensor_4d_load(dd + j * Cfg::QT_SLAB, &maps.dout, j * 64, h, qi * Cfg::BM, k.b, full);
+      }
+    } else {
+      mbarrier_arrive(full);
+    }
+    attn_ring_next(&ring, Cfg::STAGES);
+  }
+}
+
+/* A step's P^T and dS^T as bf16 A fragments (pb, dsb) from its S^T and dP^T products (two
+ * commit groups in flight): waits for S^T, masks (keys past the block; causal, queries before
+ * the key: -inf), P^T = exp2(S^T scale log2 e - lse), waits for dP^T, dS^T = P^T (dP^T - delta).
+ * lse and delta come from the step's stage (lse_a, delta_a), loaded before each wait. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_p_ds(const struct mk_attn_bwd_params& p, float* s, float* dp, uint32_t* pb,
+                                              uint32_t* dsb, uint32_t lse_a, uint32_t delta_a, long long q_first,
+                                              const struct attn_bwd_tile& k, int c, int kr0) {
+  const int lane = threadIdx.x & 31;
+  /* the step's lse while S^T is computed (loaded after the wait, each exp waited for it) */
+  float2 lse_r[8];
+#pragma unroll
+  for (int j = 0; j < 8; j++) lse_r[j] = ld_shared_v2_f32(lse_a + (8 * j + 2 * (lane & 3)) * 4);
+  wgmma_wait_group<1>();
+  wgmma_fence_operands<32>(s);
+
+  /* P^T: masked entries (keys past the block; causal, queries before the key) -inf */
+  if (mk_attn_bwd_tile_masked(q_first, k.key_first, k.keys_left, Cfg::BN, p.causal)) {
+    int fv[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int kidx = c * 64 + kr0 + 8 * i; /* within the tile */
+      int v = 0;
+      if (kidx >= k.keys_left) v = Cfg::BM;
+      else if (p.causal) {
+        long long d = k.key_first + kidx - q_first;
+        v = d < 0 ? 0 : d > Cfg::BM ? Cfg::BM : (int)d;
+      }
+      fv[i] = v;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int col = 8 * j + 2 * (lane & 3) + e;
+        if (col < fv[0]) s[4 * j + e] = -INFINITY;
+        if (col < fv[1]) s[4 * j + 2 + e] = -INFINITY;
+      }
+  }
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+    const float2 l = lse_r[j];
+    s[4 * j] = attn_ex2(fmaf(s[4 * j], p.scale_log2, -l.x));
+    s[4 * j + 1] = attn_ex2(fmaf(s[4 * j + 1], p.scale_log2, -l.y));
+    s[4 * j + 2] = attn_ex2(fmaf(s[4 * j + 2], p.scale_log2, -l.x));
+    s[4 * j + 3] = attn_ex2(fmaf(s[4 * j + 3], p.scale_log2, -l.y));
+  }
+  float2 delta_r[8]; /* likewise while dP^T finishes */
+#pragma unroll
+  for (int j = 0; j < 8; j++) delta_r[j] = ld_shared_v2_f32(delta_a + (8 * j + 2 * (lane & 3)) * 4);
+  wgmma_wait_group<0>(); /* dP^T */
+  wgmma_fence_operands<32>(dp);
+
+  /* dS^T = P^T (dP^T - delta) from the fp32 P^T (a bf16 P here doubled the error of dq and
+   * dk at rows with few visible keys: measured on an H200, one element of 131072 at 1.4x
+   * the bound), then both to bf16 A fragments, element by element so that S^T's and dP^T's
+   * registers free up as the packed ones fill; dS^T also to the buffer */
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+    const float2 dl = delta_r[j];
+    dsb[2 * j] = pack_bf16x2(s[4 * j] * (dp[4 * j] - dl.x), s[4 * j + 1] * (dp[4 * j + 1] - dl.y));
+    dsb[2 * j + 1] = pack_bf16x2(s[4 * j + 2] * (dp[4 * j + 2] - dl.x), s[4 * j + 3] * (dp[4 * j + 3] - dl.y));
+    pb[2 * j] = pack_bf16x2(s[4 * j], s[4 * j + 1]);
+    pb[2 * j + 1] = pack_bf16x2(s[4 * j + 2], s[4 * j + 3]);
+  }
+}
+
+/* The tile's dK (times scale) and dV rows, this thread's fragments (keys kr0, kr0 + 8 of warp
+ * group c's 64), into the block's bf16 outputs and / or fp32 accumulators. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_params& p, const struct attn_bwd_tile& k,
+                                                    const float* dk, const float* dv, int c, int kr0) {
+  const int lane = threadIdx.x & 31;
+  const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const int kidx = c * 64 + kr0 + 8 * i;
+    if (kidx >= k.keys_left) continue;
+    const size_t off =
+        (((size_t)k.b * blk.seq + blk.row0 + k.t * Cfg::BN + kidx) * p.kv_heads + k.hk) * Cfg::D + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < Cfg::D / 8; j++) {
+      const float k0 = dk[4 * j + 2 * i] * p.scale, k1 = dk[4 * j + 2 * i + 1] * p.scale;
+      const float v0 = dv[4 * j + 2 * i], v1 = dv[4 * j + 2 * i + 1];
+      const size_t o = off + 8 * j;
+      if (blk.dk) *(uint32_t*)(blk.dk + o) = pack_bf16x2(k0, k1);
+      if (blk.dv) *(uint32_t*)(blk.dv + o) = pack_bf16x2(v0, v1);
+      if (blk.dk_acc) {
+        float2* a = (float2*)(blk.dk_acc + o);
+        float2 x = *a;
+        x.x += k0, x.y += k1;
+        *a = x;
+      }
+      if (blk.dv_acc) {
+        float2* a = (float2*)(blk.dv_acc + o);
+        float2 x = *a;
+        x.x += v0, x.y += v1;
+        *a = x;
+      }
+    }
+  }
+}
+
 /* grid (key tiles of all blocks, kv heads, batch). */
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
@@ -261,17 +444,9 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
   }
   __syncthreads();
 
-  int bi = 0;
-  while (bi + 1 < p.num_kv_blocks && (int)blockIdx.x >= p.kv[bi + 1].tile0) bi++;
-  const struct mk_attn_bwd_block_params& blk = p.kv[bi];
-  const int t = blockIdx.x - blk.tile0;
-  const int hk = blockIdx.y, b = blockIdx.z, group = p.heads / p.kv_heads;
-  const int keys_left = blk.rows - t * Cfg::BN; /* valid keys of the tile (up to BN) */
-  const long long key_first = blk.pos0 + (long long)t * Cfg::BN;
-  const int nqt = (p.q_rows + Cfg::BM - 1) / Cfg::BM;
-  int i0 = mk_attn_bwd_first_q_tile(p.q_pos0, key_first, Cfg::BM, p.causal);
-  if (i0 > nqt) i0 = nqt;
-  const int per_head = nqt - i0, steps = group * per_head;
+  const struct attn_bwd_tile tile = attn_bwd_tile_of<Cfg>(p);
+  const int hk = tile.hk, b = tile.b, group = tile.group;
+  const int i0 = tile.i0, per_head = tile.per_head, steps = tile.steps;
   struct mk_attn_wait_ctx w;
   w.err = p.err;
   w.err_tag = 0;
@@ -282,52 +457,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x >= 32 || steps == 0) return;
-    const int lane = threadIdx.x;
-    if (lane == 0) {
-      prefetch_tensormap(&maps.q);
-      prefetch_tensormap(&maps.dout);
-      mbarrier_arrive_expect_tx(sm.kv_full, 2 * Cfg::KV_BYTES);
-#pragma unroll
-      for (int j = 0; j < Cfg::SLABS; j++) {
-        cp_async_bulk_tensor_4d_load(sm.base + Cfg::OFF_K + j * Cfg::KV_SLAB, &maps.k[bi], j * 64, hk, t * Cfg::BN, b,
-                                     sm.kv_full);
-        cp_async_bulk_tensor_4d_load(sm.base + Cfg::OFF_V + j * Cfg::KV_SLAB, &maps.v[bi], j * 64, hk, t * Cfg::BN, b,
-                                     sm.kv_full);
-      }
-    }
-    float* lse_s = (float*)(sm.base + Cfg::OFF_LSE);
-    float* delta_s = (float*)(sm.base + Cfg::OFF_DELTA);
-    for (int it = 0; it < steps; it++) {
-      const int g = it / per_head, qi = i0 + it % per_head, h = hk * group + g;
-      if (!attn_wait(&sm.empty[ring.stage], ring.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return;
-      const size_t lrow = ((size_t)b * p.heads + h) * p.seq_q + p.q_row0;
-#pragma unroll
-      for (int rr = 0; rr < Cfg::BM / 32; rr++) {
-        const int r = lane + 32 * rr, row = qi * Cfg::BM + r;
-        float l = INFINITY, dl = 0.f;
-        if (row < p.q_rows) {
-          l = p.lse[lrow + row];
-          l = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
-          dl = p.delta[lrow + row];
-        }
-        lse_s[ring.stage * Cfg::BM + r] = l;
-        delta_s[ring.stage * Cfg::BM + r] = dl;
-      }
-      uint64_t* full = &sm.full[ring.stage];
-      if (lane == 0) {
-        mbarrier_arrive_expect_tx(full, 2 * Cfg::QT_BYTES);
-        uint8_t* qd = sm.base + Cfg::OFF_Q + ring.stage * Cfg::QT_BYTES;
-        uint8_t* dd = sm.base + Cfg::OFF_DO + ring.stage * Cfg::QT_BYTES;
-#pragma unroll
-        for (int j = 0; j < Cfg::SLABS; j++) {
-          cp_async_bulk_tensor_4d_load(qd + j * Cfg::QT_SLAB, &maps.q, j * 64, h, qi * Cfg::BM, b, full);
-          cp_async_bulk_tensor_4d_load(dd + j * Cfg::QT_SLAB, &maps.dout, j * 64, h, qi * Cfg::BM, b, full);
-        }
-      } else {
-        mbarrier_arrive(full);
-      }
-      attn_ring_next(&ring, Cfg::STAGES);
-    }
+    attn_bwd_produce<Cfg>(maps, p, sm, tile, w);
   } else {
     setmaxnreg_inc<232>();
     const int c = wg - 1, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
@@ -359,62 +489,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
       wgmma_commit_group();
       attn_bwd_issue_nt<Cfg>(dp, v_wg, do_base);
       wgmma_commit_group();
-      /* the step's lse while S^T is computed (loaded after the wait, each exp waited for it) */
-      float2 lse_r[8];
-#pragma unroll
-      for (int j = 0; j < 8; j++) lse_r[j] = ld_shared_v2_f32(lse_a + (8 * j + 2 * (lane & 3)) * 4);
-      wgmma_wait_group<1>();
-      wgmma_fence_operands<32>(s);
-
-      /* P^T: masked entries (keys past the block; causal, queries before the key) -inf */
-      if (mk_attn_bwd_tile_masked(q_first, key_first, keys_left, Cfg::BN, p.causal)) {
-        int fv[2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-          const int kidx = c * 64 + kr0 + 8 * i; /* within the tile */
-          int v = 0;
-          if (kidx >= keys_left) v = Cfg::BM;
-          else if (p.causal) {
-            long long d = key_first + kidx - q_first;
-            v = d < 0 ? 0 : d > Cfg::BM ? Cfg::BM : (int)d;
-          }
-          fv[i] = v;
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-          for (int e = 0; e < 2; e++) {
-            const int col = 8 * j + 2 * (lane & 3) + e;
-            if (col < fv[0]) s[4 * j + e] = -INFINITY;
-            if (col < fv[1]) s[4 * j + 2 + e] = -INFINITY;
-          }
-      }
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        const float2 l = lse_r[j];
-        s[4 * j] = attn_ex2(fmaf(s[4 * j], p.scale_log2, -l.x));
-        s[4 * j + 1] = attn_ex2(fmaf(s[4 * j + 1], p.scale_log2, -l.y));
-        s[4 * j + 2] = attn_ex2(fmaf(s[4 * j + 2], p.scale_log2, -l.x));
-        s[4 * j + 3] = attn_ex2(fmaf(s[4 * j + 3], p.scale_log2, -l.y));
-      }
-      float2 delta_r[8]; /* likewise while dP^T finishes */
-#pragma unroll
-      for (int j = 0; j < 8; j++) delta_r[j] = ld_shared_v2_f32(delta_a + (8 * j + 2 * (lane & 3)) * 4);
-      wgmma_wait_group<0>(); /* dP^T */
-      wgmma_fence_operands<32>(dp);
-
-      /* dS^T = P^T (dP^T - delta) from the fp32 P^T (a bf16 P here doubled the error of dq and
-       * dk at rows with few visible keys: measured on an H200, one element of 131072 at 1.4x
-       * the bound), then both to bf16 A fragments, element by element so that S^T's and dP^T's
-       * registers free up as the packed ones fill; dS^T also to the buffer */
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        const float2 dl = delta_r[j];
-        dsb[2 * j] = pack_bf16x2(s[4 * j] * (dp[4 * j] - dl.x), s[4 * j + 1] * (dp[4 * j + 1] - dl.y));
-        dsb[2 * j + 1] = pack_bf16x2(s[4 * j + 2] * (dp[4 * j + 2] - dl.x), s[4 * j + 3] * (dp[4 * j + 3] - dl.y));
-        pb[2 * j] = pack_bf16x2(s[4 * j], s[4 * j + 1]);
-        pb[2 * j + 1] = pack_bf16x2(s[4 * j + 2], s[4 * j + 3]);
-      }
+      attn_bwd_p_ds<Cfg>(p, s, dp, pb, dsb, lse_a, delta_a, q_first, tile, c, kr0);
       /* DEFER_DQ: both groups' dQ of this buffer's last step are done */
       if (Cfg::DEFER_DQ && it >= Cfg::DS_BUFS &&
           !attn_wait(&sm.ds_free[buf], (uint32_t)(it / Cfg::DS_BUFS - 1) & 1, w, MK_ATTN_WAIT_TURN))
@@ -488,34 +563,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
     /* the last dQ reductions have read their staging (the CTA's shared memory goes away) */
     if (Cfg::DQ_TMA && (threadIdx.x & 31) == 0) cp_async_bulk_wait_group_0();
 
-    /* dK (times scale) and dV rows of the tile */
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const int kidx = c * 64 + kr0 + 8 * i;
-      if (kidx >= keys_left) continue;
-      const size_t off =
-          (((size_t)b * blk.seq + blk.row0 + t * Cfg::BN + kidx) * p.kv_heads + hk) * Cfg::D + 2 * (lane & 3);
-#pragma unroll
-      for (int j = 0; j < Cfg::D / 8; j++) {
-        const float k0 = dk[4 * j + 2 * i] * p.scale, k1 = dk[4 * j + 2 * i + 1] * p.scale;
-        const float v0 = dv[4 * j + 2 * i], v1 = dv[4 * j + 2 * i + 1];
-        const size_t o = off + 8 * j;
-        if (blk.dk) *(uint32_t*)(blk.dk + o) = pack_bf16x2(k0, k1);
-        if (blk.dv) *(uint32_t*)(blk.dv + o) = pack_bf16x2(v0, v1);
-        if (blk.dk_acc) {
-          float2* a = (float2*)(blk.dk_acc + o);
-          float2 x = *a;
-          x.x += k0, x.y += k1;
-          *a = x;
-        }
-        if (blk.dv_acc) {
-          float2* a = (float2*)(blk.dv_acc + o);
-          float2 x = *a;
-          x.x += v0, x.y += v1;
-          *a = x;
-        }
-      }
-    }
+    attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0);
   }
 }
 
