@@ -164,6 +164,17 @@ MK_HD int mk_attn_bwd_tile_masked(long long q_first, long long key_first, int ke
   return causal && key_first + bn - 1 > q_first;
 }
 
+/* ---- where the backward stages a dQ element for its TMA reduction (pure) ------------------- */
+
+/* Byte offset, in a warp group's staging (two boxes of 64 rows x 32 fp32, 8 KB each, 128-byte
+ * swizzle: 16-byte chunk k of row r at chunk k ^ (r % 8)), of the pair of dQ columns a thread
+ * holds: row r of the tile, fragment column pair j (columns 8j + 2 (lane % 4) + {0, 1}, as the
+ * wgmma accumulator lays them out). */
+MK_HD unsigned mk_attn_dq_stage_offset(int r, int j, int lane) {
+  const int chunk = 2 * (j % 4) + ((lane & 3) >> 1);
+  return (unsigned)((j / 4) * 64 * 128 + r * 128 + ((chunk ^ (r & 7)) << 4) + (lane & 1) * 8);
+}
+
 /* ---- which work items a CTA of the persistent forward takes (pure) ------------------------ */
 
 /* Work item k (0, 1, ..) of CTA `cta` of `ctas`, in a snake over the item order (round r takes

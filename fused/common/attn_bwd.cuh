@@ -60,7 +60,7 @@ struct mk_attn_bwd_cfg {
   static constexpr int OFF_DO = OFF_Q + STAGES * QT_BYTES;
   static constexpr int OFF_LSE = OFF_DO + STAGES * QT_BYTES; /* STAGES x BM fp32 */
   static constexpr int OFF_DELTA = OFF_LSE + STAGES * BM * 4;
-  static constexpr int DQ_BOX = BM * 128; /* 64 rows x 32 fp32 */
+  static constexpr int DQ_BOX = BM * 128; /* 64 rows x 32 fp32 (attn.h mk_attn_dq_stage_offset) */
   static constexpr int OFF_DQ = (OFF_DELTA + STAGES * BM * 4 + 1023) / 1024 * 1024; /* swizzled boxes: 1024-aligned */
   static constexpr int DQ_BYTES = DQ_TMA ? CONSUMERS * 2 * DQ_BOX : 0;
   static constexpr int OFF_BAR = DQ_TMA ? OFF_DQ + DQ_BYTES : OFF_DELTA + STAGES * BM * 4;
@@ -200,8 +200,7 @@ __device__ __forceinline__ void attn_bwd_add_dq_tma(const struct mk_attn_bwd_map
     const int r = kr0 + 8 * i;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-      const int chunk = 2 * (j % 4) + ((lane & 3) >> 1);
-      const uint32_t at = stage + (j / 4) * Cfg::DQ_BOX + r * 128 + ((chunk ^ (r & 7)) << 4) + (lane & 1) * 8;
+      const uint32_t at = stage + mk_attn_dq_stage_offset(r, j, lane);
       st_shared_v2_f32(at, dq[4 * j + 2 * i] * p.scale, dq[4 * j + 2 * i + 1] * p.scale);
     }
   }

@@ -3,7 +3,8 @@
  * -EINVAL before any device use (each bad set differs from a good one in one field; the good
  * ones get past validation), and the pure tile rules that the producer and the consumers share
  * (which KV tiles a query tile needs, which of them are masked), against a brute-force count of
- * the visible (query, key) pairs.
+ * the visible (query, key) pairs; the persistent forward's item schedule; where the backward
+ * stages dQ for its TMA reductions (the swizzle TMA reads, no bank conflicts).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -295,11 +296,39 @@ static void persistent_items_cover_every_tile_once(void) {
   }
 }
 
+/* The backward's dQ staging (attn.h mk_attn_dq_stage_offset): every element of the warp
+ * group's 64 x 64 fp32 tile lands at the 128-byte-swizzled place TMA reads it from (box
+ * j / 4, row r, column c at chunk (c / 4) ^ (r % 8)), each byte once; and each warp store (a
+ * fixed fragment pair, 32 lanes x 8 bytes) touches every 4-byte bank exactly twice: the two
+ * wavefronts 256 bytes need, no more. */
+static void dq_staging_is_the_tma_swizzle_and_conflict_free(void) {
+  static unsigned char hits[2 * 64 * 128];
+  memset(hits, 0, sizeof hits);
+  for (int warp = 0; warp < 4; warp++)
+    for (int i = 0; i < 2; i++)
+      for (int j = 0; j < 8; j++) {
+        int banks[32] = {0};
+        for (int lane = 0; lane < 32; lane++) {
+          const int r = 16 * warp + lane / 4 + 8 * i, col = 8 * j + 2 * (lane % 4); /* within the 64 */
+          const unsigned at = mk_attn_dq_stage_offset(r, j, lane);
+          const int box = col / 32, c = col % 32; /* box column, fp32 */
+          const unsigned want = (unsigned)(box * 64 * 128 + r * 128 + (((c / 4) ^ (r % 8)) * 16) + (c % 4) * 4);
+          CHECK_EQ(at, want);
+          CHECK(at % 8 == 0 && at + 8 <= sizeof hits);
+          for (int b = 0; b < 8 && at + 8 <= sizeof hits; b++) hits[at + b]++;
+          banks[(at / 4) % 32]++, banks[(at / 4 + 1) % 32]++;
+        }
+        for (int b = 0; b < 32; b++) CHECK_EQ(banks[b], 2);
+      }
+  for (size_t b = 0; b < sizeof hits; b++) CHECK_EQ(hits[b], 1);
+}
+
 int main(void) {
   bad_arguments_are_refused();
   tile_rules_match_brute_force();
   bwd_bad_arguments_are_refused();
   bwd_tile_rules_match_brute_force();
   persistent_items_cover_every_tile_once();
+  dq_staging_is_the_tma_swizzle_and_conflict_free();
   return MK_TEST_RESULT();
 }
