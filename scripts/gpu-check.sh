@@ -2,7 +2,8 @@
 # The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|scale|scale-bench|pairs|all]
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
-#   attn:  the attention cores' tests (forward, backward), then attn_perf (forward, -b backward)
+#   attn:  the attention cores' tests (forward, backward; the other compiled variants against the
+#          reference too), then attn_perf (forward, -b backward: every variant, interleaved)
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
 #   ring:  ncclMkRingAttention's tests on 2 GPUs, then ring_attn_perf and PyTorch's cuDNN attention (scripts/bench-torch-attn.py)
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
@@ -375,6 +376,15 @@ tier_ring() {
 tier_attn() {
   scenarios "$ATTN_CORE_TESTS" "$B/test/gpu/test_attn"
   scenarios "$ATTN_BWD_TESTS" "$B/test/gpu/test_attn_bwd"
+  # the other compiled variants that attn_perf times beside the default (attn.h
+  # MK_ATTN_VARIANTS, MK_ATTN_BWD_VARIANTS) against the float64 reference too
+  local v
+  for v in 1 2 3 4; do
+    step "attn_forward_matches_float64_variant_$v" env MK_ATTN_VARIANT=$v "$B/test/gpu/test_attn" forward
+  done
+  for v in 1 2; do
+    step "attn_backward_matches_float64_variant_$v" env MK_ATTN_VARIANT=$v "$B/test/gpu/test_attn_bwd" backward
+  done
   step attn_perf "$B/test/perf/attn/attn_perf" 20
   grep -A 14 '^#  B' "$LOGS/attn_perf.log" || true
   step attn_perf_bwd "$B/test/perf/attn/attn_perf" -b 10
