@@ -420,6 +420,164 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
   }
 }
 
+/* What a consumer warp group's step functions share: shared-memory addresses and its place. */
+struct attn_bwd_ctx {
+  uint32_t base, k_base; /* the CTA's shared memory; its K tile */
+  int c, kr0;            /* the warp group; the thread's first key row in its 64 */
+};
+
+/* A step's dV += P^T dO and dK += dS^T Q, then its dQ = dS K once both groups' dS^T are in;
+ * one wait for all three, the Q/dO stage released, dQ added into dq_acc. 0 when a wait gave up. */
+template <class Cfg>
+__device__ __forceinline__ int attn_bwd_products(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+                                                 const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
+                                                 const struct attn_bwd_ctx& x, int it, int stage, uint32_t q_base,
+                                                 uint32_t do_base, float* dv, float* dk, uint32_t* pb, uint32_t* dsb,
+                                                 const struct mk_attn_wait_ctx& w){
+  const int lane = threadIdx.x & 31;
+  float dq[32];
+  wgmma_fence();
+  attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
+  attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
+  wgmma_commit_group();
+  if (!attn_bwd_issue_dq_of<Cfg>(dq, sm, x.base, x.k_base, x.c, it, w)) return 0;
+  wgmma_wait_group<0>();
+  wgmma_fence_operands<Cfg::D / 2>(dv);
+  wgmma_fence_operands<Cfg::D / 2>(dk);
+  wgmma_fence_operands<32>(dq);
+  wgmma_fence_operands_u32<16>(pb);
+  wgmma_fence_operands_u32<16>(dsb);
+  if (lane == 0) mbarrier_arrive(&sm.empty[stage]);
+  /* dq_acc rows += dQ * scale */
+  attn_bwd_add_dq_step<Cfg>(maps, p, dq, x.base, x.c, tile.b, tile.hk * tile.group + it / tile.per_head,
+                            tile.i0 + it % tile.per_head);
+  return 1;
+}
+
+/* DEFER_DQ: the previous step's dQ (its dS^T in long ago), then this step's dV and dK; dQ is
+ * staged while they run. 0 when a wait gave up. */
+template <class Cfg>
+__device__ __forceinline__ int attn_bwd_products_deferred(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+                                                          const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
+                                                          const struct attn_bwd_ctx& x, int it, int stage, uint32_t q_base,
+                                                          uint32_t do_base, float* dv, float* dk, uint32_t* pb, uint32_t* dsb,
+                                                          const struct mk_attn_wait_ctx& w){
+  const int lane = threadIdx.x & 31;
+  float dq[32];
+  /* issued in every step (wgmmas under a condition made ptxas spill 272 bytes): in the first
+   * it reads an unwritten buffer and nothing is staged */
+  const int prev = it + Cfg::DS_BUFS - 1;
+  if (it > 0 && !attn_wait(&sm.ds_ready[prev % Cfg::DS_BUFS], (uint32_t)((it - 1) / Cfg::DS_BUFS) & 1, w,
+                           MK_ATTN_WAIT_TURN))
+    return 0;
+  wgmma_fence();
+  attn_bwd_issue_dq<Cfg>(dq, x.base + Cfg::OFF_DS + (prev % Cfg::DS_BUFS) * Cfg::DS_BYTES, x.k_base, x.c);
+  wgmma_commit_group();
+  attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
+  attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
+  wgmma_commit_group();
+  if (x.c == 0 && it == 0 && lane == 0) mbarrier_arrive(sm.stagger);
+  wgmma_wait_group<1>();
+  wgmma_fence_operands<32>(dq);
+  if (it > 0) {
+    if (lane == 0) mbarrier_arrive(&sm.ds_free[(it - 1) % Cfg::DS_BUFS]);
+    attn_bwd_add_dq_step<Cfg>(maps, p, dq, x.base, x.c, tile.b, tile.hk * tile.group + (it - 1) / tile.per_head,
+                              tile.i0 + (it - 1) % tile.per_head);
+  }
+  wgmma_wait_group<0>();
+  wgmma_fence_operands<Cfg::D / 2>(dv);
+  wgmma_fence_operands<Cfg::D / 2>(dk);
+  wgmma_fence_operands_u32<16>(pb);
+  wgmma_fence_operands_u32<16>(dsb);
+  if (lane == 0) mbarrier_arrive(&sm.empty[stage]);
+  return 1;
+}
+
+/* dS^T (this thread's bf16 fragments) into its buffer for the dQ product, then this thread's
+ * arrival on the buffer's ready barrier (all 256 consumer threads). */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_store_ds(const struct mk_attn_bwd_smem& sm, const uint32_t* dsb,
+                                                  uint32_t ds_base, int buf, int c, int kr0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+    const int col = 8 * j + 2 * (lane & 3), row = c * 64 + kr0;
+    st_shared_b32(ds_base + stage_offset_in(row, col, 0), dsb[2 * j]);
+    st_shared_b32(ds_base + stage_offset_in(row + 8, col, 0), dsb[2 * j + 1]);
+  }
+  fence_proxy_async_shared_cta();
+  mbarrier_arrive(&sm.ds_ready[buf]);
+}
+
+/* Consumer warp group c: per step S^T and dP^T, P^T and dS^T, dV += P^T dO, dK += dS^T Q and
+ * dQ = dS K (added into dq_acc), then the tile's dK and dV. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+                                                 const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
+                                                 int c, const struct mk_attn_wait_ctx& w) {
+  const int hk = tile.hk, b = tile.b, group = tile.group;
+  const int i0 = tile.i0, per_head = tile.per_head, steps = tile.steps;
+  struct mk_attn_ring ring = {0, 0};
+  const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  const int kr0 = 16 * warp + (lane >> 2); /* the thread's first key row in the group's 64 */
+  float dv[Cfg::D / 2], dk[Cfg::D / 2];
+#pragma unroll
+  for (int i = 0; i < Cfg::D / 2; i++) dv[i] = dk[i] = 0.f;
+  const uint32_t base = smem_addr(sm.base);
+  const uint32_t k_base = base + Cfg::OFF_K, v_base = base + Cfg::OFF_V;
+  const uint32_t k_wg = k_base + c * 64 * 128, v_wg = v_base + c * 64 * 128;
+  if (steps > 0 && !attn_wait(sm.kv_full, 0, w, MK_ATTN_WAIT_K)) return;
+
+  for (int it = 0; it < steps; it++) {
+    const int qi = i0 + it % per_head;
+    const long long q_first = p.q_pos0 + (long long)qi * Cfg::BM;
+    const uint32_t q_base = base + Cfg::OFF_Q + ring.stage * Cfg::QT_BYTES;
+    const uint32_t do_base = base + Cfg::OFF_DO + ring.stage * Cfg::QT_BYTES;
+    const uint32_t lse_a = base + Cfg::OFF_LSE + ring.stage * Cfg::BM * 4;
+    const uint32_t delta_a = base + Cfg::OFF_DELTA + ring.stage * Cfg::BM * 4;
+    const int buf = it % Cfg::DS_BUFS;
+    const uint32_t ds_base = base + Cfg::OFF_DS + buf * Cfg::DS_BYTES;
+    float s[32], dp[32];
+    uint32_t pb[16], dsb[16];
+
+    if (Cfg::DEFER_DQ && c == 1 && it == 0 && !attn_wait(sm.stagger, 0, w, MK_ATTN_WAIT_TURN)) return;
+    if (!attn_wait(&sm.full[ring.stage], ring.phase, w, MK_ATTN_WAIT_Q)) return;
+    wgmma_fence();
+    attn_bwd_issue_nt<Cfg>(s, k_wg, q_base);
+    wgmma_commit_group();
+    attn_bwd_issue_nt<Cfg>(dp, v_wg, do_base);
+    wgmma_commit_group();
+    attn_bwd_p_ds<Cfg>(p, s, dp, pb, dsb, lse_a, delta_a, q_first, tile, c, kr0);
+    /* DEFER_DQ: both groups' dQ of this buffer's last step are done */
+    if (Cfg::DEFER_DQ && it >= Cfg::DS_BUFS &&
+        !attn_wait(&sm.ds_free[buf], (uint32_t)(it / Cfg::DS_BUFS - 1) & 1, w, MK_ATTN_WAIT_TURN))
+      return;
+    attn_bwd_store_ds<Cfg>(sm, dsb, ds_base, buf, c, kr0);
+    const struct attn_bwd_ctx x = {base, k_base, c, kr0};
+    const int ok = Cfg::DEFER_DQ ? attn_bwd_products_deferred<Cfg>(maps, p, sm, tile, x, it, ring.stage, q_base,
+                                                                   do_base, dv, dk, pb, dsb, w)
+                                 : attn_bwd_products<Cfg>(maps, p, sm, tile, x, it, ring.stage, q_base, do_base, dv,
+                                                          dk, pb, dsb, w);
+    if (!ok) return;
+    attn_ring_next(&ring, Cfg::STAGES);
+  }
+
+  /* DEFER_DQ: the last step's dQ */
+  if (Cfg::DEFER_DQ && steps > 0) {
+    float dq[32];
+    if (!attn_bwd_issue_dq_of<Cfg>(dq, sm, base, k_base, c, steps - 1, w)) return;
+    wgmma_wait_group<0>();
+    wgmma_fence_operands<32>(dq);
+    attn_bwd_add_dq_step<Cfg>(maps, p, dq, base, c, b, hk * group + (steps - 1) / per_head,
+                              i0 + (steps - 1) % per_head);
+  }
+
+  /* the last dQ reductions have read their staging (the CTA's shared memory goes away) */
+  if (Cfg::DQ_TMA && (threadIdx.x & 31) == 0) cp_async_bulk_wait_group_0();
+
+  attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0);
+}
+
 /* grid (key tiles of all blocks, kv heads, batch). */
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
@@ -444,125 +602,19 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
   __syncthreads();
 
   const struct attn_bwd_tile tile = attn_bwd_tile_of<Cfg>(p);
-  const int hk = tile.hk, b = tile.b, group = tile.group;
-  const int i0 = tile.i0, per_head = tile.per_head, steps = tile.steps;
   struct mk_attn_wait_ctx w;
   w.err = p.err;
   w.err_tag = 0;
   w.tile = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   w.timeout_ns = p.timeout_ns;
-  struct mk_attn_ring ring = {0, 0};
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x >= 32 || steps == 0) return;
+    if (threadIdx.x >= 32 || tile.steps == 0) return;
     attn_bwd_produce<Cfg>(maps, p, sm, tile, w);
   } else {
     setmaxnreg_inc<232>();
-    const int c = wg - 1, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
-    const int kr0 = 16 * warp + (lane >> 2); /* the thread's first key row in the group's 64 */
-    float dv[Cfg::D / 2], dk[Cfg::D / 2];
-#pragma unroll
-    for (int i = 0; i < Cfg::D / 2; i++) dv[i] = dk[i] = 0.f;
-    const uint32_t base = smem_addr(sm.base);
-    const uint32_t k_base = base + Cfg::OFF_K, v_base = base + Cfg::OFF_V;
-    const uint32_t k_wg = k_base + c * 64 * 128, v_wg = v_base + c * 64 * 128;
-    if (steps > 0 && !attn_wait(sm.kv_full, 0, w, MK_ATTN_WAIT_K)) return;
-
-    for (int it = 0; it < steps; it++) {
-      const int qi = i0 + it % per_head;
-      const long long q_first = p.q_pos0 + (long long)qi * Cfg::BM;
-      const uint32_t q_base = base + Cfg::OFF_Q + ring.stage * Cfg::QT_BYTES;
-      const uint32_t do_base = base + Cfg::OFF_DO + ring.stage * Cfg::QT_BYTES;
-      const uint32_t lse_a = base + Cfg::OFF_LSE + ring.stage * Cfg::BM * 4;
-      const uint32_t delta_a = base + Cfg::OFF_DELTA + ring.stage * Cfg::BM * 4;
-      const int buf = it % Cfg::DS_BUFS;
-      const uint32_t ds_base = base + Cfg::OFF_DS + buf * Cfg::DS_BYTES;
-      float s[32], dp[32], dq[32];
-      uint32_t pb[16], dsb[16];
-
-      if (Cfg::DEFER_DQ && c == 1 && it == 0 && !attn_wait(sm.stagger, 0, w, MK_ATTN_WAIT_TURN)) return;
-      if (!attn_wait(&sm.full[ring.stage], ring.phase, w, MK_ATTN_WAIT_Q)) return;
-      wgmma_fence();
-      attn_bwd_issue_nt<Cfg>(s, k_wg, q_base);
-      wgmma_commit_group();
-      attn_bwd_issue_nt<Cfg>(dp, v_wg, do_base);
-      wgmma_commit_group();
-      attn_bwd_p_ds<Cfg>(p, s, dp, pb, dsb, lse_a, delta_a, q_first, tile, c, kr0);
-      /* DEFER_DQ: both groups' dQ of this buffer's last step are done */
-      if (Cfg::DEFER_DQ && it >= Cfg::DS_BUFS &&
-          !attn_wait(&sm.ds_free[buf], (uint32_t)(it / Cfg::DS_BUFS - 1) & 1, w, MK_ATTN_WAIT_TURN))
-        return;
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        const int col = 8 * j + 2 * (lane & 3), row = c * 64 + kr0;
-        st_shared_b32(ds_base + stage_offset_in(row, col, 0), dsb[2 * j]);
-        st_shared_b32(ds_base + stage_offset_in(row + 8, col, 0), dsb[2 * j + 1]);
-      }
-      fence_proxy_async_shared_cta();
-      mbarrier_arrive(&sm.ds_ready[buf]);
-      if constexpr (Cfg::DEFER_DQ) {
-        /* the previous step's dQ first (its dS^T is in), then this step's dV and dK; dQ is
-         * staged while they run */
-        /* issued in every step (wgmmas under a condition made ptxas spill 272 bytes): in the
-         * first it reads an unwritten buffer and nothing is staged */
-        const int prev = it + Cfg::DS_BUFS - 1;
-        if (it > 0 && !attn_wait(&sm.ds_ready[prev % Cfg::DS_BUFS], (uint32_t)((it - 1) / Cfg::DS_BUFS) & 1, w,
-                                 MK_ATTN_WAIT_TURN))
-          return;
-        wgmma_fence();
-        attn_bwd_issue_dq<Cfg>(dq, base + Cfg::OFF_DS + (prev % Cfg::DS_BUFS) * Cfg::DS_BYTES, k_base, c);
-        wgmma_commit_group();
-        attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
-        attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
-        wgmma_commit_group();
-        if (c == 0 && it == 0 && lane == 0) mbarrier_arrive(sm.stagger);
-        wgmma_wait_group<1>();
-        wgmma_fence_operands<32>(dq);
-        if (it > 0) {
-          if (lane == 0) mbarrier_arrive(&sm.ds_free[(it - 1) % Cfg::DS_BUFS]);
-          attn_bwd_add_dq_step<Cfg>(maps, p, dq, base, c, b, hk * group + (it - 1) / per_head,
-                                    i0 + (it - 1) % per_head);
-        }
-        wgmma_wait_group<0>();
-        wgmma_fence_operands<Cfg::D / 2>(dv);
-        wgmma_fence_operands<Cfg::D / 2>(dk);
-        wgmma_fence_operands_u32<16>(pb);
-        wgmma_fence_operands_u32<16>(dsb);
-        if (lane == 0) mbarrier_arrive(&sm.empty[ring.stage]);
-      } else {
-        wgmma_fence();
-        attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
-        attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
-        wgmma_commit_group();
-        if (!attn_bwd_issue_dq_of<Cfg>(dq, sm, base, k_base, c, it, w)) return;
-        wgmma_wait_group<0>();
-        wgmma_fence_operands<Cfg::D / 2>(dv);
-        wgmma_fence_operands<Cfg::D / 2>(dk);
-        wgmma_fence_operands<32>(dq);
-        wgmma_fence_operands_u32<16>(pb);
-        wgmma_fence_operands_u32<16>(dsb);
-        if (lane == 0) mbarrier_arrive(&sm.empty[ring.stage]);
-        /* dq_acc rows += dQ * scale */
-        attn_bwd_add_dq_step<Cfg>(maps, p, dq, base, c, b, hk * group + it / per_head, qi);
-      }
-      attn_ring_next(&ring, Cfg::STAGES);
-    }
-
-    /* DEFER_DQ: the last step's dQ */
-    if (Cfg::DEFER_DQ && steps > 0) {
-      float dq[32];
-      if (!attn_bwd_issue_dq_of<Cfg>(dq, sm, base, k_base, c, steps - 1, w)) return;
-      wgmma_wait_group<0>();
-      wgmma_fence_operands<32>(dq);
-      attn_bwd_add_dq_step<Cfg>(maps, p, dq, base, c, b, hk * group + (steps - 1) / per_head,
-                                i0 + (steps - 1) % per_head);
-    }
-
-    /* the last dQ reductions have read their staging (the CTA's shared memory goes away) */
-    if (Cfg::DQ_TMA && (threadIdx.x & 31) == 0) cp_async_bulk_wait_group_0();
-
-    attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0);
+    attn_bwd_consume<Cfg>(maps, p, sm, tile, wg - 1, w);
   }
 }
 
