@@ -224,17 +224,37 @@ __device__ __forceinline__ void attn_bwd_add_dq_step(const struct mk_attn_bwd_ma
   else attn_bwd_add_dq_red<Cfg>(p, dq, b, h, qi, col0);
 }
 
-/* dQ of step `it` (one commit group) once both groups' dS^T of it are in its buffer.
- * Returns 0 when the wait gave up. */
+/* dQ from dS^T buffer `buf` (one commit group), after waiting (when `wait`) for the buffer's
+ * ready phase `parity`: both groups' dS^T of its step are in. 0 when the wait gave up. */
 template <class Cfg>
-__device__ __forceinline__ int attn_bwd_issue_dq_of(float* dq, const struct mk_attn_bwd_smem& sm, uint32_t base,
-                                                    uint32_t k_base, int c, int it, const struct mk_attn_wait_ctx& w) {
-  const int buf = it % Cfg::DS_BUFS;
-  if (!attn_wait(&sm.ds_ready[buf], (uint32_t)(it / Cfg::DS_BUFS) & 1, w, MK_ATTN_WAIT_TURN)) return 0;
+__device__ __forceinline__ int attn_bwd_issue_dq_from(float* dq, const struct mk_attn_bwd_smem& sm, uint32_t base,
+                                                      uint32_t k_base, int c, int buf, uint32_t parity, int wait,
+                                                      const struct mk_attn_wait_ctx& w) {
+  if (wait && !attn_wait(&sm.ds_ready[buf], parity, w, MK_ATTN_WAIT_TURN)) return 0;
   wgmma_fence();
   attn_bwd_issue_dq<Cfg>(dq, base + Cfg::OFF_DS + buf * Cfg::DS_BYTES, k_base, c);
   wgmma_commit_group();
   return 1;
+}
+
+/* dQ of step `it` once both groups' dS^T of it are in its buffer. 0 when the wait gave up. */
+template <class Cfg>
+__device__ __forceinline__ int attn_bwd_issue_dq_of(float* dq, const struct mk_attn_bwd_smem& sm, uint32_t base,
+                                                    uint32_t k_base, int c, int it, const struct mk_attn_wait_ctx& w) {
+  return attn_bwd_issue_dq_from<Cfg>(dq, sm, base, k_base, c, it % Cfg::DS_BUFS, (uint32_t)(it / Cfg::DS_BUFS) & 1, 1,
+                                     w);
+}
+
+/* The end of a step's products (all waited for): their register operands and accumulators
+ * released to the compiler, the step's Q/dO stage to the producer. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_step_done(const struct mk_attn_bwd_smem& sm, float* dv, float* dk,
+                                                   uint32_t* pb, uint32_t* dsb, int stage) {
+  wgmma_fence_operands<Cfg::D / 2>(dv);
+  wgmma_fence_operands<Cfg::D / 2>(dk);
+  wgmma_fence_operands_u32<16>(pb);
+  wgmma_fence_operands_u32<16>(dsb);
+  if ((threadIdx.x & 31) == 0) mbarrier_arrive(&sm.empty[stage]);
 }
 
 /* A CTA's key tile: tile t of KV block bi, kv head hk, batch b; its valid keys and first key's
@@ -433,8 +453,7 @@ __device__ __forceinline__ int attn_bwd_products(const struct mk_attn_bwd_maps& 
                                                  const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
                                                  const struct attn_bwd_ctx& x, int it, int stage, uint32_t q_base,
                                                  uint32_t do_base, float* dv, float* dk, uint32_t* pb, uint32_t* dsb,
-                                                 const struct mk_attn_wait_ctx& w){
-  const int lane = threadIdx.x & 31;
+                                                 const struct mk_attn_wait_ctx& w) {
   float dq[32];
   wgmma_fence();
   attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
@@ -442,12 +461,8 @@ __device__ __forceinline__ int attn_bwd_products(const struct mk_attn_bwd_maps& 
   wgmma_commit_group();
   if (!attn_bwd_issue_dq_of<Cfg>(dq, sm, x.base, x.k_base, x.c, it, w)) return 0;
   wgmma_wait_group<0>();
-  wgmma_fence_operands<Cfg::D / 2>(dv);
-  wgmma_fence_operands<Cfg::D / 2>(dk);
   wgmma_fence_operands<32>(dq);
-  wgmma_fence_operands_u32<16>(pb);
-  wgmma_fence_operands_u32<16>(dsb);
-  if (lane == 0) mbarrier_arrive(&sm.empty[stage]);
+  attn_bwd_step_done<Cfg>(sm, dv, dk, pb, dsb, stage);
   /* dq_acc rows += dQ * scale */
   attn_bwd_add_dq_step<Cfg>(maps, p, dq, x.base, x.c, tile.b, tile.hk * tile.group + it / tile.per_head,
                             tile.i0 + it % tile.per_head);
@@ -461,18 +476,14 @@ __device__ __forceinline__ int attn_bwd_products_deferred(const struct mk_attn_b
                                                           const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
                                                           const struct attn_bwd_ctx& x, int it, int stage, uint32_t q_base,
                                                           uint32_t do_base, float* dv, float* dk, uint32_t* pb, uint32_t* dsb,
-                                                          const struct mk_attn_wait_ctx& w){
+                                                          const struct mk_attn_wait_ctx& w) {
   const int lane = threadIdx.x & 31;
   float dq[32];
   /* issued in every step (wgmmas under a condition made ptxas spill 272 bytes): in the first
    * it reads an unwritten buffer and nothing is staged */
-  const int prev = it + Cfg::DS_BUFS - 1;
-  if (it > 0 && !attn_wait(&sm.ds_ready[prev % Cfg::DS_BUFS], (uint32_t)((it - 1) / Cfg::DS_BUFS) & 1, w,
-                           MK_ATTN_WAIT_TURN))
+  if (!attn_bwd_issue_dq_from<Cfg>(dq, sm, x.base, x.k_base, x.c, (it + Cfg::DS_BUFS - 1) % Cfg::DS_BUFS,
+                                   (uint32_t)((it - 1) / Cfg::DS_BUFS) & 1, it > 0, w))
     return 0;
-  wgmma_fence();
-  attn_bwd_issue_dq<Cfg>(dq, x.base + Cfg::OFF_DS + (prev % Cfg::DS_BUFS) * Cfg::DS_BYTES, x.k_base, x.c);
-  wgmma_commit_group();
   attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
   attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
   wgmma_commit_group();
@@ -485,11 +496,7 @@ __device__ __forceinline__ int attn_bwd_products_deferred(const struct mk_attn_b
                               tile.i0 + (it - 1) % tile.per_head);
   }
   wgmma_wait_group<0>();
-  wgmma_fence_operands<Cfg::D / 2>(dv);
-  wgmma_fence_operands<Cfg::D / 2>(dk);
-  wgmma_fence_operands_u32<16>(pb);
-  wgmma_fence_operands_u32<16>(dsb);
-  if (lane == 0) mbarrier_arrive(&sm.empty[stage]);
+  attn_bwd_step_done<Cfg>(sm, dv, dk, pb, dsb, stage);
   return 1;
 }
 

@@ -221,14 +221,6 @@ __device__ __forceinline__ uint64_t wgmma_desc_from_lo(uint32_t lo) {
   return ((uint64_t)MK_WGMMA_DESC_HI_SW128 << 32) | lo;
 }
 
-__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_byte_addr) {
-  return wgmma_desc_from_lo(wgmma_desc_lo_sw128(smem_byte_addr));
-}
-
-__device__ __forceinline__ uint64_t wgmma_desc_sw128_mn(uint32_t smem_byte_addr, uint32_t lbo) {
-  return wgmma_desc_from_lo(wgmma_desc_lo_sw128_mn(smem_byte_addr, lbo));
-}
-
 /* Accumulator registers must not be touched by other instructions while a wgmma is in
  * flight; this makes the compiler treat them as read and written here. */
 template <int N> __device__ __forceinline__ void wgmma_fence_operands(float* d) {
