@@ -285,6 +285,16 @@ int ofi_errno_of(int fi_err);
 int ofi_progress_start(struct ofi_comm* c);
 void ofi_progress_stop(struct ofi_comm* c);
 void ofi_progress_wake(struct ofi_comm* c);
+/* Asks a helper thread that sleeps on (mu, cv) when idle to leave (*stop = 1 under mu, so it
+ * cannot miss the wake-up between its check and its wait), wakes it, and joins it. */
+static inline void ofi_thread_stop_join(pthread_mutex_t* mu, pthread_cond_t* cv, int* stop, pthread_t thread) {
+  pthread_mutex_lock(mu);
+  __atomic_store_n(stop, 1, __ATOMIC_SEQ_CST);
+  pthread_cond_signal(cv);
+  pthread_mutex_unlock(mu);
+  pthread_join(thread, NULL);
+}
+
 /* The comm lock as NCCL's calls take it: announced, so that a spinning progress thread
  * steps aside instead of taking it again at once. */
 static inline void ofi_cpu_relax(void) {

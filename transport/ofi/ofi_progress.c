@@ -165,11 +165,7 @@ static int ofi_runner_remove(struct ofi_runner* r, struct ofi_comm* c) {
 }
 
 static void ofi_runner_join(struct ofi_runner* r) {
-  pthread_mutex_lock(&r->sleep_mu);
-  __atomic_store_n(&r->stop, 1, __ATOMIC_SEQ_CST);
-  pthread_cond_signal(&r->cv);
-  pthread_mutex_unlock(&r->sleep_mu);
-  pthread_join(r->thread, NULL);
+  ofi_thread_stop_join(&r->sleep_mu, &r->cv, &r->stop, r->thread);
   r->running = 0;
 }
 

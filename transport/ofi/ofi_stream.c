@@ -217,11 +217,7 @@ void ofi_streams_stop(struct ofi_comm* c) {
   for (int k = 1; k < MK_OFI_MAX_STREAMS; k++) {
     struct ofi_stream* st = &c->st[k];
     if (!st->has_thread) continue;
-    pthread_mutex_lock(&st->mu);
-    __atomic_store_n(&st->stop, 1, __ATOMIC_RELEASE);
-    pthread_cond_signal(&st->cv);
-    pthread_mutex_unlock(&st->mu);
-    pthread_join(st->thread, NULL);
+    ofi_thread_stop_join(&st->mu, &st->cv, &st->stop, st->thread);
     st->has_thread = 0;
   }
 }
