@@ -104,6 +104,7 @@ struct mk_attn_bwd_kv_block {
   void* dv;
   float* dk_acc;  /* fp32 like k, optional: rows [row0, row0 + rows) += this call's gradient */
   float* dv_acc;  /* (each of dk, dv needs at least one of its two outputs) */
+  int acc_overwrite; /* 1: dk_acc, dv_acc rows = this call's gradient (stored, never read) */
   int seq;        /* rows of the k, v tensors */
   int row0, rows; /* rows 0: all of [row0, seq) */
   long long pos0; /* global position of row row0 */

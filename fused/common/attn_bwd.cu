@@ -135,6 +135,7 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
     p.kv[i].dv = (__nv_bfloat16*)kv->dv;
     p.kv[i].dk_acc = kv->dk_acc;
     p.kv[i].dv_acc = kv->dv_acc;
+    p.kv[i].acc_overwrite = kv->acc_overwrite ? 1 : 0;
     tiles += (rows + Cfg::BN - 1) / Cfg::BN;
   }
   p.seq_q = a->seq_q;

@@ -101,6 +101,7 @@ struct mk_attn_bwd_block_params {
   int tile0;      /* the block's first tile in the grid's x */
   __nv_bfloat16 *dk, *dv;
   float *dk_acc, *dv_acc;
+  int acc_overwrite;
   int seq;
 };
 
@@ -424,15 +425,18 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
       const size_t o = off + 8 * j;
       if (blk.dk) *(uint32_t*)(blk.dk + o) = pack_bf16x2(k0, k1);
       if (blk.dv) *(uint32_t*)(blk.dv + o) = pack_bf16x2(v0, v1);
+      /* the accumulators may be a peer's memory (the ring): overwriting reads nothing */
       if (blk.dk_acc) {
         float2* a = (float2*)(blk.dk_acc + o);
-        float2 x = *a;
+        float2 x = make_float2(0.f, 0.f);
+        if (!blk.acc_overwrite) x = *a;
         x.x += k0, x.y += k1;
         *a = x;
       }
       if (blk.dv_acc) {
         float2* a = (float2*)(blk.dv_acc + o);
-        float2 x = *a;
+        float2 x = make_float2(0.f, 0.f);
+        if (!blk.acc_overwrite) x = *a;
         x.x += v0, x.y += v1;
         *a = x;
       }
@@ -516,6 +520,14 @@ __device__ __forceinline__ void attn_bwd_store_ds(const struct mk_attn_bwd_smem&
   mbarrier_arrive(&sm.ds_ready[buf]);
 }
 
+/* The warp's dQ reductions have read their staging: before the CTA's shared memory goes away,
+ * on every exit of a consumer (one that gave up on a wait too: a reduction still reading freed
+ * shared memory would add garbage to dq_acc). */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_drain_dq() {
+  if (Cfg::DQ_TMA && (threadIdx.x & 31) == 0) cp_async_bulk_wait_group_0();
+}
+
 /* Consumer warp group c: per step S^T and dP^T, P^T and dS^T, dV += P^T dO, dK += dS^T Q and
  * dQ = dS K (added into dq_acc), then the tile's dK and dV. */
 template <class Cfg>
@@ -533,7 +545,7 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
   const uint32_t base = smem_addr(sm.base);
   const uint32_t k_base = base + Cfg::OFF_K, v_base = base + Cfg::OFF_V;
   const uint32_t k_wg = k_base + c * 64 * 128, v_wg = v_base + c * 64 * 128;
-  if (steps > 0 && !attn_wait(sm.kv_full, 0, w, MK_ATTN_WAIT_K)) return;
+  if (steps > 0 && !attn_wait(sm.kv_full, 0, w, MK_ATTN_WAIT_K)) return attn_bwd_drain_dq<Cfg>();
 
   for (int it = 0; it < steps; it++) {
     const int qi = i0 + it % per_head;
@@ -547,8 +559,9 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
     float s[32], dp[32];
     uint32_t pb[16], dsb[16];
 
-    if (Cfg::DEFER_DQ && c == 1 && it == 0 && !attn_wait(sm.stagger, 0, w, MK_ATTN_WAIT_TURN)) return;
-    if (!attn_wait(&sm.full[ring.stage], ring.phase, w, MK_ATTN_WAIT_Q)) return;
+    if (Cfg::DEFER_DQ && c == 1 && it == 0 && !attn_wait(sm.stagger, 0, w, MK_ATTN_WAIT_TURN))
+      return attn_bwd_drain_dq<Cfg>();
+    if (!attn_wait(&sm.full[ring.stage], ring.phase, w, MK_ATTN_WAIT_Q)) return attn_bwd_drain_dq<Cfg>();
     wgmma_fence();
     attn_bwd_issue_nt<Cfg>(s, k_wg, q_base);
     wgmma_commit_group();
@@ -558,29 +571,28 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
     /* DEFER_DQ: both groups' dQ of this buffer's last step are done */
     if (Cfg::DEFER_DQ && it >= Cfg::DS_BUFS &&
         !attn_wait(&sm.ds_free[buf], (uint32_t)(it / Cfg::DS_BUFS - 1) & 1, w, MK_ATTN_WAIT_TURN))
-      return;
+      return attn_bwd_drain_dq<Cfg>();
     attn_bwd_store_ds<Cfg>(sm, dsb, ds_base, buf, c, kr0);
     const struct attn_bwd_ctx x = {base, k_base, c, kr0};
     const int ok = Cfg::DEFER_DQ ? attn_bwd_products_deferred<Cfg>(maps, p, sm, tile, x, it, ring.stage, q_base,
                                                                    do_base, dv, dk, pb, dsb, w)
                                  : attn_bwd_products<Cfg>(maps, p, sm, tile, x, it, ring.stage, q_base, do_base, dv,
                                                           dk, pb, dsb, w);
-    if (!ok) return;
+    if (!ok) return attn_bwd_drain_dq<Cfg>();
     attn_ring_next(&ring, Cfg::STAGES);
   }
 
   /* DEFER_DQ: the last step's dQ */
   if (Cfg::DEFER_DQ && steps > 0) {
     float dq[32];
-    if (!attn_bwd_issue_dq_of<Cfg>(dq, sm, base, k_base, c, steps - 1, w)) return;
+    if (!attn_bwd_issue_dq_of<Cfg>(dq, sm, base, k_base, c, steps - 1, w)) return attn_bwd_drain_dq<Cfg>();
     wgmma_wait_group<0>();
     wgmma_fence_operands<32>(dq);
     attn_bwd_add_dq_step<Cfg>(maps, p, dq, base, c, b, hk * group + (steps - 1) / per_head,
                               i0 + (steps - 1) % per_head);
   }
 
-  /* the last dQ reductions have read their staging (the CTA's shared memory goes away) */
-  if (Cfg::DQ_TMA && (threadIdx.x & 31) == 0) cp_async_bulk_wait_group_0();
+  attn_bwd_drain_dq<Cfg>();
 
   attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0);
 }

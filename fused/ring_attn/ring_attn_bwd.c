@@ -16,6 +16,10 @@
  *      kernels per call (delta, main, dq).
  *   4. reduce (ring_attn.cu, one kernel): announce (ready word on every peer = e), wait for every
  *      peer's, dk, dv = bf16(sum over ranks of acc[r] on that rank), done = e.
+ * Non-causal, each block is in exactly one core call, so the partials skip the memsets and the
+ * read-back: the core stores (acc_overwrite) rank r's partial of block src straight into acc[r]
+ * on src (over NVLink, plain stores during the compute), and the reduce reads only local
+ * memory; the announcement orders those stores as it does the causal accumulators.
  * So 4 + (kernels of the core calls) launches, not one persistent kernel: the door stays open
  * as AllGather+GEMM's was (the gather is the forward's push CTAs; the core's CTAs can take its
  * flag waits, as the forward's producer does, and the reduce can become the core's epilogue).
@@ -85,7 +89,13 @@ static void ra_bwd_core_args(const struct mk_fused_comm* fc, const struct mk_ra_
           (const uint16_t*)((char*)data + l->slots) + (size_t)mk_sched_rs_slot(src, r) * 2 * l->kv_elems;
       b->k = slot, b->v = slot + l->kv_elems;
     }
-    b->dk_acc = mk_ra_bwd_acc(data, l, src);
+    if (causal) { /* a block's halves meet several query ranges: added here, read by the owner */
+      b->dk_acc = mk_ra_bwd_acc(data, l, src);
+    } else { /* one call per block: stored straight into the owner's acc[r] */
+      void* owner_data = src == r ? data : (char*)fc->peer_sym[src] + MK_AG_DATA_OFFSET;
+      b->dk_acc = mk_ra_bwd_acc(owner_data, l, r);
+      b->acc_overwrite = 1;
+    }
     b->dv_acc = b->dk_acc + l->kv_elems;
     b->seq = s_local;
     if (kh >= 0) {
@@ -102,13 +112,15 @@ static void ra_bwd_core_args(const struct mk_fused_comm* fc, const struct mk_ra_
 /* Step 4's arguments: this rank's accumulator of its own block, each peer's accumulator of
  * this rank's block and its "partials ready" word, the outputs and the call's words. */
 static void ra_bwd_reduce_args(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l, void* data,
-                               const struct mk_ra_args* ga, void* dk, void* dv, struct mk_ra_bwd_reduce_args* ra) {
+                               int causal, const struct mk_ra_args* ga, void* dk, void* dv,
+                               struct mk_ra_bwd_reduce_args* ra) {
   memset(ra, 0, sizeof *ra);
   ra->own_acc = mk_ra_bwd_acc(data, l, fc->rank);
   for (int d = 0; d < fc->nranks; d++) {
     if (d == fc->rank) continue;
     void* peer_data = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
-    ra->peer_acc[d] = mk_ra_bwd_acc(peer_data, l, fc->rank);
+    /* causal: d's partial of this block is in d's acc[rank]; non-causal: d stored it in ours, acc[d] */
+    ra->peer_acc[d] = causal ? mk_ra_bwd_acc(peer_data, l, fc->rank) : mk_ra_bwd_acc(data, l, d);
     ra->peer_ready[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0 + l->ready0 + mk_sched_rs_slot(fc->rank, d);
   }
   ra->ready = (uint64_t*)fc->sym + MK_AG_FLAG0 + l->ready0;
@@ -126,7 +138,7 @@ static int ra_bwd_gather_beside(struct mk_fused_comm* fc, const struct mk_ra_arg
   MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_fork, stream), "cudaEventRecord (fork)"));
   MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
   MK_CHECK(mk_ra_bwd_gather_launch(ga, fc->side));
-  for (int d = 0; d < fc->nranks; d++)
+  for (int d = 0; d < fc->nranks && ga->causal; d++) /* non-causal stores its partials whole */
     if (d != fc->rank)
       MK_CHECK(mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, l, d), 0, 2 * l->kv_elems * 4, fc->side),
                              "cudaMemsetAsync"));
@@ -179,14 +191,14 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
     rc = ra_bwd_gather_beside(fc, &ga, &l, data, stream);
   }
   const size_t acc_bytes = 2 * l.kv_elems * 4;
-  if (!rc)
+  if (!rc && causal)
     rc = mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, &l, fc->rank), 0, acc_bytes, stream), "cudaMemsetAsync");
   for (int i = 0; i < own_calls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
   if (!rc) rc = mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent");
   for (int i = own_calls; i < ncalls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
   if (!rc) {
     struct mk_ra_bwd_reduce_args ra;
-    ra_bwd_reduce_args(fc, &l, data, &ga, dk, dv, &ra);
+    ra_bwd_reduce_args(fc, &l, data, causal, &ga, dk, dv, &ra);
     rc = mk_ra_bwd_reduce_launch(&ra, stream);
   }
   mk_op_device_leave(prev);
