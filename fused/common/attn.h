@@ -203,6 +203,15 @@ MK_HD struct mk_attn_work mk_attn_item_work(int i, int tiles, int heads, int bat
   return w;
 }
 
+/* The backward's CTA c of its (key tiles over all blocks, kv heads, batch) grid: order 0 the
+ * grid's own (key tiles fastest, head by head); order 1 key tiles outermost, then (batch, kv
+ * head). Under the causal mask a key tile's work falls with its index (it sees the queries at
+ * or after it), so order 1 starts every head's longest CTAs first; order 0 starts the last
+ * head's longest CTAs when most of the work is done, which leaves a tail. */
+MK_HD struct mk_attn_work mk_attn_bwd_cta_work(int c, int tiles, int kv_heads, int batch, int order) {
+  return mk_attn_item_work(c, tiles, kv_heads, batch, order, 0);
+}
+
 /* ---- which KV tiles a query tile needs (pure; shared by the producer and the consumers) ---- */
 
 /* Tiles of bn keys, counted from a block's first key (pos0, `rows` keys), that queries up to

@@ -142,6 +142,7 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
   p.heads = a->heads;
   p.kv_heads = a->kv_heads;
   p.causal = a->causal ? 1 : 0;
+  p.order = p.causal; /* longest first (attn.h); without the mask every CTA has the same work */
   p.q_row0 = a->q_row0;
   p.q_rows = q_rows;
   p.q_pos0 = a->q_pos0;

@@ -107,6 +107,7 @@ struct mk_attn_bwd_block_params {
 
 struct mk_attn_bwd_params {
   int seq_q, heads, kv_heads, causal;
+  int order; /* mk_attn_bwd_cta_work's */
   int q_row0, q_rows;
   long long q_pos0;
   int num_kv_blocks;
@@ -268,11 +269,13 @@ struct attn_bwd_tile {
 template <class Cfg>
 __device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk_attn_bwd_params& p) {
   struct attn_bwd_tile k;
+  const int c = (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
+  const struct mk_attn_work cw = mk_attn_bwd_cta_work(c, (int)gridDim.x, (int)gridDim.y, (int)gridDim.z, p.order);
   k.bi = 0;
-  while (k.bi + 1 < p.num_kv_blocks && (int)blockIdx.x >= p.kv[k.bi + 1].tile0) k.bi++;
+  while (k.bi + 1 < p.num_kv_blocks && cw.tile >= p.kv[k.bi + 1].tile0) k.bi++;
   const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
-  k.t = blockIdx.x - blk.tile0;
-  k.hk = blockIdx.y, k.b = blockIdx.z, k.group = p.heads / p.kv_heads;
+  k.t = cw.tile - blk.tile0;
+  k.hk = cw.head, k.b = cw.batch, k.group = p.heads / p.kv_heads;
   k.keys_left = blk.rows - k.t * Cfg::BN; /* valid keys of the tile (up to BN) */
   k.key_first = blk.pos0 + (long long)k.t * Cfg::BN;
   const int nqt = (p.q_rows + Cfg::BM - 1) / Cfg::BM;

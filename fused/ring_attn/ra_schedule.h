@@ -192,4 +192,15 @@ MK_HD long mk_ra_step_tiles(int rank, int nranks, int step, long s_local, int ti
   return n;
 }
 
+/* The forward's order of its work items (query tiles x heads x batch). Causal, a tile's work
+ * grows with its position, so head by head leaves the last heads' long tiles for the end;
+ * tiles outermost (longest first over all heads) removes that tail but runs every head at
+ * once, whose K/V then do not stay in L2. Measured on 2xH200 (bench/NOTES.md, session 26):
+ * tiles outermost +2% at S = 16384 (31 items per SM), -1% at S = 65536 (124 per SM), so it is
+ * taken below MK_RA_TILES_OUTER_PER_SM items per SM. */
+#define MK_RA_TILES_OUTER_PER_SM 64
+MK_HD int mk_ra_items_tiles_outer(int causal, long items, int sms) {
+  return causal && items < (long)MK_RA_TILES_OUTER_PER_SM * sms;
+}
+
 #endif /* MK_RA_SCHEDULE_H_ */

@@ -33,6 +33,7 @@ struct mk_ra_params {
   int rank, nranks, push_ctas;
   int chunk_rows, chunks_per_batch;
   int q_segs, seg_rows, seg_tiles; /* query segments (zigzag halves or the whole), their rows, tiles */
+  int tiles_outer;                 /* the items' order, mk_ra_items_tiles_outer */
   const uint4* k_src;
   const uint4* v_src;
   uint4* dst_k[MK_RA_MAX_RANKS]; /* on peer d: this rank's slot, k then v */
@@ -135,7 +136,8 @@ static __device__ __forceinline__ int ra_wait_rows(const struct mk_ra_params& p,
 }
 
 /* A work item's query rows: per (batch, head) the query tiles, causal ones longest first (the
- * late zigzag half, last tile first, then the early half). */
+ * late zigzag half, last tile first, then the early half); with tiles_outer the tiles are
+ * outermost, then (batch, head) (ra_schedule.h mk_ra_items_tiles_outer). */
 struct ra_item {
   int b, h, hk;
   int q_row, rows_valid;      /* the tile's first local row, and how many are valid */
@@ -144,9 +146,9 @@ struct ra_item {
 
 static __device__ __forceinline__ struct ra_item ra_item_of(const struct mk_ra_params& p, int item, int bm) {
   struct ra_item it;
-  const int per_bh = p.q_segs * p.seg_tiles;
-  const int ti = item % per_bh;
-  it.h = item / per_bh % p.heads, it.b = item / per_bh / p.heads;
+  const int per_bh = p.q_segs * p.seg_tiles, bhs = p.heads * p.batch;
+  const int ti = p.tiles_outer ? item / bhs : item % per_bh, bh = p.tiles_outer ? item % bhs : item / per_bh;
+  it.h = bh % p.heads, it.b = bh / p.heads;
   it.hk = it.h / (p.heads / p.kv_heads);
   int seg = 0, tile = ti;
   if (p.causal) seg = ti < p.seg_tiles ? 1 : 0, tile = p.seg_tiles - 1 - ti % p.seg_tiles;
@@ -293,7 +295,7 @@ static cudaError_t ra_prepare_cfg(void) {
 }
 
 template <class Cfg>
-static int ra_launch_cfg(const struct mk_ra_args* a, cudaStream_t stream) {
+static int ra_launch_cfg(const struct mk_ra_args* a, int sms, cudaStream_t stream) {
   struct mk_ra_maps maps;
   struct mk_ra_params p;
   memset(&maps, 0, sizeof maps);
@@ -321,6 +323,7 @@ static int ra_launch_cfg(const struct mk_ra_args* a, cudaStream_t stream) {
     MK_WARN("ncclMkRingAttention: %ld query tiles are too many for one launch", items);
     return -EINVAL;
   }
+  p.tiles_outer = mk_ra_items_tiles_outer(p.causal, items, sms);
   cudaError_t e = ra_prepare_cfg<Cfg>();
   if (e == cudaSuccess) {
     mk_ra_kernel<Cfg><<<(unsigned)(items + a->push_ctas), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(maps, p);
@@ -342,7 +345,7 @@ extern "C" int mk_ra_launch(const struct mk_ra_args* a, cudaStream_t stream) {
             a->chunk_rows);
     return -EINVAL;
   }
-  return a->d_head == 128 ? ra_launch_cfg<mk_ra_cfg_d128>(a, stream) : ra_launch_cfg<mk_ra_cfg_d64>(a, stream);
+  return a->d_head == 128 ? ra_launch_cfg<mk_ra_cfg_d128>(a, sms, stream) : ra_launch_cfg<mk_ra_cfg_d64>(a, sms, stream);
 }
 
 /* ---- the backward's gather and reduce (ring_attn.h; ncclMkRingAttentionBackward) ------------- */

@@ -191,8 +191,21 @@ static void non_causal_pairs_are_all_full(int n, long s_local, int tile) {
     for (int k = 0; k < 2 * n; k++) CHECK_EQ(mk_ra_chunk_mask(q, k, 0), MK_RA_FULL);
 }
 
+/* The forward's item order (mk_ra_items_tiles_outer): tiles outermost only for causal calls
+ * with few items per SM (the measured S = 16384 case on 132 SMs, 4096 items), head by head at
+ * S = 65536 (16384 items) and for every non-causal call. */
+static void forward_items_take_tiles_outermost_only_when_few_and_causal(void) {
+  const long s16k = 1L * 64 * 2 * (4096 / 128), s64k = 1L * 64 * 2 * (16384 / 128);
+  CHECK(mk_ra_items_tiles_outer(1, s16k, 132));
+  CHECK(!mk_ra_items_tiles_outer(1, s64k, 132));
+  CHECK(!mk_ra_items_tiles_outer(0, s16k, 132));
+  CHECK(!mk_ra_items_tiles_outer(1, (long)MK_RA_TILES_OUTER_PER_SM * 132, 132));
+  CHECK(mk_ra_items_tiles_outer(1, (long)MK_RA_TILES_OUTER_PER_SM * 132 - 1, 132));
+}
+
 int main(void) {
   zigzag_rows_of_two_ranks_match_the_written_example();
+  forward_items_take_tiles_outermost_only_when_few_and_causal();
   for (int n = 2; n <= MAX_N; n++) {
     zigzag_chunks_of_all_ranks_are_a_permutation_of_2n_chunks(n);
     ring_shows_every_rank_every_kv_block_once_own_first(n);
