@@ -152,7 +152,8 @@ struct ofi_req {
   uint64_t put_addr, put_key;
   int signal_waiting;          /* put_signal: signal not posted yet (data stripes still
                                   pending, or EAGAIN) */
-  int cts_waiting;             /* recv: clear-to-send not posted yet (EAGAIN) */
+  int cts_waiting;             /* recv: clear-to-send not posted yet (EAGAIN, or left to the
+                                  progress thread) */
   /* recv, eager (ofi_eager.c): */
   void* data[MK_MAX_RECVS];    /* where each entry's bytes go */
   uint32_t msn0;               /* message number of entry 0's message */
@@ -226,7 +227,7 @@ struct ofi_comm {
   int signals_waiting;        /* put_signal requests whose signal is not posted yet: */
   struct ofi_req** sig_wait;  /*   those requests (one slot per request of the pool) */
   int streams_awake;          /* a put target: streams 1.. progressed without posts */
-  int cts_waiting;            /* receive requests whose clear-to-send got EAGAIN */
+  int cts_waiting;            /* receive requests whose clear-to-send is not posted yet */
   struct ofi_cts_slot slots[MK_MAX_REQUESTS];
   /* eager (ofi_eager.c; the rules in eager.h) */
   uint32_t eager_bytes;       /* negotiated largest eager message; 0: eager is off */

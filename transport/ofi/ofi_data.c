@@ -286,7 +286,12 @@ static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** da
   r->cts.credits = mk_ofi_owed_take(&c->owed);
   r->ops[OFI_OP_CTS_AT] = (struct ofi_op){.req = r, .kind = OFI_OP_CTS_SEND, .idx = (uint8_t)n};
   __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED);
-  MK_CHECK(ofi_cts_post(c, r));
+  if (c->runner) { /* posted by the progress thread: a syscall off NCCL's thread */
+    r->cts_waiting = 1;
+    c->cts_waiting++;
+  } else {
+    MK_CHECK(ofi_cts_post(c, r));
+  }
   c->seq++;
   c->n_cts += (uint64_t)(n - r->eager_done);
   return ofi_eager_drain(c);
