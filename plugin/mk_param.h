@@ -35,6 +35,10 @@
     "comms (not measured yet); 0: NCCL's thread progresses inside test(); " \
     "-1: on over tcp when the process may use 8 or more cores (1.5-1.9x busbw from 256 KiB " \
     "under NCCL on 2xH200), off elsewhere")                                                    \
+  X(INT, OFI_THREAD_SEND_MIN, "NCCL_MK_OFI_THREAD_SEND_MIN", "16384", 0, 1099511627776, "",     \
+    "ofi, with a progress thread: sends of at least this many bytes are posted by that thread "  \
+    "(off NCCL's; 32 KiB all_reduce +29% under NCCL on 2xH200), smaller ones at once (2-8 KiB " \
+    "lost 15-25% when the thread posted them)")                                                \
   X(INT, OFI_STRIPE_MIN, "NCCL_MK_OFI_STRIPE_MIN", "262144", 0, 1099511627776, "",            \
     "ofi: receive buffers larger than this many bytes are striped over the streams")           \
   X(INT, OFI_EAGER_BYTES, "NCCL_MK_OFI_EAGER_BYTES", "0", 0, 1048576, "",                   \

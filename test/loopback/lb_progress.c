@@ -173,9 +173,48 @@ static int several_role(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* Sizes on both sides of NCCL_MK_OFI_THREAD_SEND_MIN (16 KiB by default): with a progress
+ * thread, sends from it on are posted by the thread, smaller ones at once by the caller, so
+ * a later small send may leave before an earlier large one. Posted back to back and waited
+ * for only at the end, each must still land whole in its own receive. */
+static const size_t threshold_sizes[] = {100, 16383, 16384, 70000, 8, 1u << 20, 8192, 32768};
+#define THRESHOLD_MSGS (sizeof threshold_sizes / sizeof threshold_sizes[0])
+
+static int threshold_role(struct lb_ctx* ctx) {
+  LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
+  unsigned char* buf[THRESHOLD_MSGS];
+  struct mk_request* req[THRESHOLD_MSGS];
+  for (size_t i = 0; i < THRESHOLD_MSGS; i++) {
+    buf[i] = lb_alloc(threshold_sizes[i]);
+    if (ctx->is_sender) lb_fill(buf[i], threshold_sizes[i], ctx->seed, 50 + i);
+    else memset(buf[i], 0, threshold_sizes[i]);
+  }
+  if (ctx->is_sender) LB_EXPECT(lb_hear(ctx) == 1); /* every receive posted first */
+  for (size_t i = 0; i < THRESHOLD_MSGS; i++) {
+    size_t len = threshold_sizes[i];
+    int tag = 60 + (int)i;
+    void* d = buf[i];
+    if (ctx->is_sender) LB_OK(lb_send(ctx, buf[i], len, tag, NULL, &req[i]));
+    else LB_OK(lb_recv(ctx, 1, &d, &len, &tag, NULL, &req[i]));
+  }
+  if (!ctx->is_sender) lb_tell(ctx, 1);
+  for (size_t i = 0; i < THRESHOLD_MSGS; i++) {
+    size_t got = 0;
+    LB_OK(lb_wait(ctx, req[i], &got));
+    LB_EXPECT(ctx->is_sender || (got == threshold_sizes[i] &&
+                                 lb_check(buf[i], got, ctx->seed, 50 + i, "message") == 0));
+  }
+  lb_tell(ctx, 2); /* both done before either closes */
+  LB_EXPECT(lb_hear(ctx) == 2);
+  for (size_t i = 0; i < THRESHOLD_MSGS; i++) free(buf[i]);
+  return lb_close(ctx);
+}
+
 const struct lb_case lb_cases_progress[] = {
     {"several_comms_carry_messages_at_once_and_after_idling", several_role, several_role, 40, 0},
     {"progress_thread_moves_a_message_no_test_asks_about", untested_recv, untested_send, 30, 0},
     {"idle_comm_threads_burn_no_cpu", idle_role, idle_role, 30, 0},
+    {"sends_either_side_of_the_thread_send_threshold_land_in_their_receives", threshold_role,
+     threshold_role, 30, 0},
     {NULL, NULL, NULL, 0, 0},
 };

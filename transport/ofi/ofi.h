@@ -154,6 +154,12 @@ struct ofi_req {
                                   pending, or EAGAIN) */
   int cts_waiting;             /* recv: clear-to-send not posted yet (EAGAIN, or left to the
                                   progress thread) */
+  /* send left to the progress thread (ofi_send_post): entry send_idx of the clear-to-send
+   * copied into cts, from send_data (sizes[0] bytes) */
+  int send_waiting;
+  int send_idx;
+  void* send_data;
+  void* send_desc;
   /* recv, eager (ofi_eager.c): */
   void* data[MK_MAX_RECVS];    /* where each entry's bytes go */
   uint32_t msn0;               /* message number of entry 0's message */
@@ -228,6 +234,7 @@ struct ofi_comm {
   struct ofi_req** sig_wait;  /*   those requests (one slot per request of the pool) */
   int streams_awake;          /* a put target: streams 1.. progressed without posts */
   int cts_waiting;            /* receive requests whose clear-to-send is not posted yet */
+  int sends_waiting;          /* send requests the progress thread has not posted yet */
   struct ofi_cts_slot slots[MK_MAX_REQUESTS];
   /* eager (ofi_eager.c; the rules in eager.h) */
   uint32_t eager_bytes;       /* negotiated largest eager message; 0: eager is off */
@@ -353,6 +360,8 @@ int ofi_mr_check(struct ofi_comm* c, struct mk_mr* mr, const void* data, size_t 
 /* ofi_data.c */
 void ofi_req_release(struct ofi_comm* c, struct ofi_req* r);
 int ofi_cts_post(struct ofi_comm* c, struct ofi_req* r);
+/* The progress thread posts a send left to it; 1: not now (EAGAIN, nothing posted). */
+int ofi_send_deferred_post(struct ofi_comm* c, struct ofi_req* r);
 /* ofi_eager.c. Handshake: what our hello offers, then what both ends agreed on. */
 void ofi_eager_offer(const struct ofi_comm* c, struct mk_ofi_hello* out);
 int ofi_eager_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,

@@ -100,8 +100,8 @@ static int ofi_cq_error(struct ofi_comm* c) {
 }
 
 /* Retries what could not be posted earlier (EAGAIN): control receives, clear-to-sends, bounce
- * buffers and credit returns; and posts the signals of puts whose last stripe completed on a
- * stream thread. */
+ * buffers and credit returns; posts the signals of puts whose last stripe completed on a
+ * stream thread; and, on the progress thread, the clear-to-sends and sends left to it. */
 static int ofi_retry_deferred(struct ofi_comm* c) {
   for (unsigned k = 0; c->ctrl_unposted && k < MK_OFI_CTRL_BUFS; k++)
     if (c->ctrl_unposted & (1ull << k)) MK_CHECK(ofi_ctrl_post(c, k));
@@ -115,6 +115,14 @@ static int ofi_retry_deferred(struct ofi_comm* c) {
   for (uint32_t i = 0; c->cts_waiting && i < c->pool.count; i++) {
     struct ofi_req* r = mk_req_pool_slot(&c->pool, i);
     if (r->cts_waiting) MK_CHECK(ofi_cts_post(c, r));
+  }
+  for (uint32_t i = 0; c->sends_waiting && i < c->pool.count; i++) {
+    struct ofi_req* r = mk_req_pool_slot(&c->pool, i);
+    if (r->send_waiting) {
+      int rc = ofi_send_deferred_post(c, r);
+      if (rc < 0) return rc;
+      if (rc == 1) break; /* the provider is full: the rest later */
+    }
   }
   return 0;
 }

@@ -92,6 +92,40 @@ static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct 
   return 0;
 }
 
+/* With a progress thread, a send of NCCL_MK_OFI_THREAD_SEND_MIN bytes or more is posted there
+ * (a post is a syscall over tcp, 7-18 us of NCCL's proxy thread per message, bench/NOTES.md
+ * session 24; smaller ones measured faster posted at once, session 26): the request keeps a
+ * copy of the clear-to-send and counts as in flight until then. */
+static void ofi_send_defer(struct ofi_comm* c, struct ofi_req* r, const struct mk_ofi_cts* cts,
+                           int i, void* data, void* desc) {
+  r->cts = *cts;
+  r->send_idx = i;
+  r->send_data = data;
+  r->send_desc = desc;
+  r->pending = 1; /* not done before it is posted */
+  r->send_waiting = 1;
+  c->sends_waiting++;
+}
+
+int ofi_send_deferred_post(struct ofi_comm* c, struct ofi_req* r) {
+  /* off the waiting list first: a later stripe's EAGAIN progresses the comm, and that
+   * progress must not post this request again */
+  r->send_waiting = 0;
+  c->sends_waiting--;
+  int rc = ofi_send_stripes(c, r, &r->cts, r->send_idx, r->send_data, r->sizes[0], r->send_desc);
+  if (rc == 1) { /* nothing posted: wait again */
+    r->pending = 1;
+    r->send_waiting = 1;
+    c->sends_waiting++;
+    return 1;
+  }
+  if (rc < 0) {
+    MK_WARN("ofi: posting a send of %zu bytes failed: %s", r->sizes[0], strerror(-rc));
+    if (!c->error) c->error = rc;
+  }
+  return rc;
+}
+
 static int ofi_send_post(struct ofi_comm* c, struct ofi_cts_slot* s, int i, void* data,
                          size_t size, struct mk_mr* mr, struct ofi_req** out) {
   struct ofi_req* r = mk_req_pool_alloc(&c->pool);
@@ -99,7 +133,10 @@ static int ofi_send_post(struct ofi_comm* c, struct ofi_cts_slot* s, int i, void
   r->kind = OFI_REQ_SEND;
   r->n = 1;
   r->sizes[0] = size;
-  int rc = ofi_send_stripes(c, r, &s->cts, i, data, size, ofi_mr_desc(mr));
+  int rc = 0;
+  if (c->runner && size >= (size_t)mk_param_int(MK_PARAM_OFI_THREAD_SEND_MIN))
+    ofi_send_defer(c, r, &s->cts, i, data, ofi_mr_desc(mr));
+  else rc = ofi_send_stripes(c, r, &s->cts, i, data, size, ofi_mr_desc(mr));
   if (rc == 1 || (rc < 0 && !c->error)) mk_req_pool_free(&c->pool, r); /* nothing posted */
   if (rc == 1) return 0;
   if (rc < 0) {

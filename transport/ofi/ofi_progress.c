@@ -61,7 +61,8 @@ void ofi_runner_destroy(struct ofi_runner* r) {
 /* Whether the thread has something to drive on c (caller holds c->lock). */
 static int ofi_progress_has_work(const struct ofi_comm* c) {
   return !c->error && (mk_req_pool_in_use(&c->pool) > 0 || c->asking || c->cts_waiting ||
-                       c->signals_waiting || c->ctrl_unposted || c->bounce_unposted);
+                       c->sends_waiting || c->signals_waiting || c->ctrl_unposted ||
+                       c->bounce_unposted);
 }
 
 /* One look at comm c: its completions read and dispatched; *work set when it has any. A comm
