@@ -325,7 +325,8 @@ static void bwd_causal_order_runs_the_longest_ctas_first(void) {
       CHECK(w.tile >= 0 && w.tile < TILES && w.head >= 0 && w.head < KVH && w.batch >= 0 && w.batch < BATCH);
       seen[(w.batch * KVH + w.head) * TILES + w.tile]++;
       if (!order) CHECK_EQ((w.batch * KVH + w.head) * TILES + w.tile, c);
-      steps[order][c] = GROUP * (TILES - mk_attn_bwd_first_q_tile(0, (long long)w.tile * 128, 128, 1));
+      const int bm = MK_ATTN_BWD_BLOCK_M, bn = MK_ATTN_BWD_BLOCK_N, q_tiles = TILES * bn / bm;
+      steps[order][c] = GROUP * (q_tiles - mk_attn_bwd_first_q_tile(0, (long long)w.tile * bn, bm, 1));
       if (order && c) CHECK(steps[order][c] <= steps[order][c - 1]);
       if (!order) total += steps[order][c];
     }
