@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The experiments kept as patches (bench/patches/*.patch, built beside the tree with
 scripts/ab-build.sh MK_AB_PATCH for A/B runs) still apply to the tree: one that no longer
-does is stale and must be regenerated or deleted. Skips (77) outside a git checkout.
+does is stale and must be regenerated or deleted. Skips (77) outside a git checkout and when
+there are none.
 
 usage: test_patches_apply.py <repository root>"""
 import pathlib
@@ -13,6 +14,9 @@ if subprocess.run(["git", "-C", str(root), "rev-parse"], capture_output=True).re
     print("SKIP: not a git checkout")
     sys.exit(77)
 patches = sorted((root / "bench" / "patches").glob("*.patch"))
+if not patches:
+    print("SKIP: no kept patches (bench/patches/*.patch) to check")
+    sys.exit(77)
 failures = []
 for p in patches:
     r = subprocess.run(["git", "-C", str(root), "apply", "--check", str(p)], capture_output=True,
