@@ -77,7 +77,9 @@ static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct 
   unsigned nst = cts->nstripes[i], s0 = cts->stream0[i];
   uint64_t chunk = cts->chunk[i];
   unsigned nsend = mk_ofi_stripes_sent(size, chunk, (uint8_t)nst); /* the rest: cancelled */
-  r->pending = (int)nsend; /* before any post: stream threads may complete stripes at once */
+  /* before any post: stream threads may complete stripes at once; atomic, as a deferred send
+   * is set here by the progress thread while NCCL's test() may read it */
+  __atomic_store_n(&r->pending, (int)nsend, __ATOMIC_RELAXED);
   for (unsigned k = 0; k < nsend; k++) {
     size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
     char* buf = len ? data + (size_t)k * chunk : data;
@@ -102,7 +104,7 @@ static void ofi_send_defer(struct ofi_comm* c, struct ofi_req* r, const struct m
   r->send_idx = i;
   r->send_data = data;
   r->send_desc = desc;
-  r->pending = 1; /* not done before it is posted */
+  __atomic_store_n(&r->pending, 1, __ATOMIC_RELAXED); /* not done before it is posted */
   r->send_waiting = 1;
   c->sends_waiting++;
 }
@@ -114,12 +116,12 @@ int ofi_send_deferred_post(struct ofi_comm* c, struct ofi_req* r) {
   c->sends_waiting--;
   int rc = ofi_send_stripes(c, r, &r->cts, r->send_idx, r->send_data, r->sizes[0], r->send_desc);
   if (rc == 1) { /* nothing posted: wait again */
-    r->pending = 1;
+    __atomic_store_n(&r->pending, 1, __ATOMIC_RELAXED);
     r->send_waiting = 1;
     c->sends_waiting++;
     return 1;
   }
-  if (rc < 0) {
+  if (rc < 0) { /* the request is NCCL's already: the failure reaches it as the comm's error */
     MK_WARN("ofi: posting a send of %zu bytes failed: %s", r->sizes[0], strerror(-rc));
     if (!c->error) c->error = rc;
   }
