@@ -2,7 +2,7 @@
 # Packs the build for the GPU machine: the device tool carries at most 64 MiB of working tree
 # and ignored paths, and build/ (fatbins in every test binary) is larger than that, but
 # compresses ~10x. Writes build-pack/b.tgz holding build-dev/ (build/ without object files,
-# logs and the soft-RoCE VM's image; build/ab/ included for A/B runs).
+# logs, the soft-RoCE VM's image and the ThreadSanitizer build; build/ab/ included for A/B runs).
 # usage: scripts/pack-build.sh        (builds, then packs) then on the device (carry ["build-pack"]):
 #   tar xzf build-pack/b.tgz && MK_BUILD=build-dev MK_SKIP_BUILD=1 scripts/gpu-check.sh TIER
 set -euo pipefail
@@ -14,7 +14,7 @@ source scripts/common.sh
 mk_build
 B=$MK_BUILD
 rm -rf build-dev build-pack && mkdir -p build-dev build-pack
-(cd "$B" && tar cf - --exclude=rxe-vm --exclude=core --exclude='*.p' --exclude=meson-logs .) |
+(cd "$B" && tar cf - --exclude=rxe-vm --exclude=tsan --exclude=core --exclude='*.p' --exclude=meson-logs .) |
   (cd build-dev && tar xf -)
 tar czf build-pack/b.tgz build-dev
 rm -rf build-dev

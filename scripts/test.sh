@@ -10,6 +10,8 @@ suites=(unit loopback)
 skipped=()
 # The soft-RoCE VM (verbs transport on a real RDMA device, ~30 s); RXE_VM=0 leaves it out.
 if [ "${RXE_VM:-1}" != 0 ]; then suites+=(vm); else skipped+=("vm: RXE_VM=0"); fi
+# The ofi transport's threads under ThreadSanitizer (~2 min); TSAN=0 leaves it out.
+if [ "${TSAN:-1}" != 0 ]; then suites+=(tsan); else skipped+=("tsan: TSAN=0"); fi
 if mk_have_gpu; then
   suites+=(gpu)
 else

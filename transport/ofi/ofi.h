@@ -327,6 +327,12 @@ static inline void ofi_comm_lock(struct ofi_comm* c) {
   __atomic_sub_fetch(&c->callers, 1, __ATOMIC_ACQ_REL);
 }
 
+/* The comm fails with rc; its first error stays. Callers hold c->lock; the store is atomic
+ * because test() reads c->error without the lock while a progress thread drives the comm. */
+static inline void ofi_comm_fail(struct ofi_comm* c, int rc) {
+  if (!c->error) __atomic_store_n(&c->error, rc, __ATOMIC_RELAXED);
+}
+
 /* ofi_ep.c: a comm's endpoint resources. */
 int ofi_thread_cores(void);
 int ofi_streams_default(const struct ofi_dev* dev);

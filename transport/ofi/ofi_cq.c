@@ -48,7 +48,7 @@ static int ofi_peer_bye(struct ofi_comm* c) {
  * read the CQ after that) and connection errors mean the peer or its connection is gone. */
 static int ofi_completion_errno(struct ofi_comm* c, int fi_err) {
   int e = ofi_errno_of(fi_err);
-  if (e == -ECONNRESET && !c->error) c->error = e; /* the comm is gone: every later op fails */
+  if (e == -ECONNRESET) ofi_comm_fail(c, e); /* the comm is gone: every later op fails */
   return e;
 }
 
@@ -131,7 +131,7 @@ static int ofi_retry_deferred(struct ofi_comm* c) {
 static int ofi_streams_error(struct ofi_comm* c) {
   for (int k = 1; k < c->nstreams && !c->error; k++) {
     int e = __atomic_load_n(&c->st[k].error, __ATOMIC_ACQUIRE);
-    if (e) c->error = e;
+    if (e) ofi_comm_fail(c, e);
   }
   return c->error;
 }
@@ -150,7 +150,7 @@ int ofi_cq_progress(struct ofi_comm* c) {
     }
     if (n < 0) {
       MK_WARN("ofi: reading the completion queue failed: %s", ofi_sym.strerror((int)-n));
-      c->error = -EIO;
+      ofi_comm_fail(c, -EIO);
       return c->error;
     }
     for (ssize_t i = 0; i < n; i++)
@@ -165,7 +165,7 @@ int ofi_cq_progress(struct ofi_comm* c) {
   MK_CHECK_GOTO(ofi_retry_deferred(c), rc, fail);
   return handled;
 fail:
-  if (!c->error) c->error = rc;
+  ofi_comm_fail(c, rc);
   return c->error;
 }
 
@@ -177,12 +177,12 @@ int ofi_peer_check(struct ofi_comm* c) {
   if (c->peer_state != MK_PEER_BYE) c->peer_state = mk_sock_peer_state(c->sock);
   if (c->peer_state == MK_PEER_DEAD) {
     MK_WARN("ofi: peer of comm %p vanished (side channel closed without bye)", (void*)c);
-    c->error = -ECONNRESET;
+    ofi_comm_fail(c, -ECONNRESET);
   } else if (c->peer_state == MK_PEER_BYE) {
     if (!c->bye_ns) c->bye_ns = now;
     if (now - c->bye_ns > MK_OFI_BYE_GRACE_NS) {
       MK_WARN("ofi: peer of comm %p closed its end with this operation still pending", (void*)c);
-      c->error = -ECONNRESET;
+      ofi_comm_fail(c, -ECONNRESET);
     }
   }
   return c->error;

@@ -65,7 +65,7 @@ int ofi_stripe_post_in_turn(struct ofi_comm* c, int first, unsigned k, void* buf
                             void* desc, uint64_t tag, struct ofi_op* op) {
   if (first) return ofi_rc(ofi_stripe_post(c, k, buf, len, desc, tag, op));
   int rc = ofi_stripe_post_retry(c, k, buf, len, desc, tag, op);
-  if (rc < 0) c->error = rc; /* half posted: the request stays with the provider */
+  if (rc < 0) ofi_comm_fail(c, rc); /* half posted: the request stays with the provider */
   return rc;
 }
 
@@ -123,7 +123,7 @@ int ofi_send_deferred_post(struct ofi_comm* c, struct ofi_req* r) {
   }
   if (rc < 0) { /* the request is NCCL's already: the failure reaches it as the comm's error */
     MK_WARN("ofi: posting a send of %zu bytes failed: %s", r->sizes[0], strerror(-rc));
-    if (!c->error) c->error = rc;
+    ofi_comm_fail(c, rc);
   }
   return rc;
 }
@@ -372,7 +372,7 @@ int ofi_irecv(struct mk_comm* comm, int n, void** data, const size_t* sizes, con
     if (rc == 1) rc = 0;
     if (rc < 0) { /* half-posted: the comm cannot stay in step with its peer */
       MK_WARN("ofi irecv: posting failed (%s); the comm is unusable", strerror(-rc));
-      c->error = rc;
+      ofi_comm_fail(c, rc);
     }
   }
   pthread_mutex_unlock(&c->lock);
@@ -424,7 +424,7 @@ int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
     rc = __atomic_load_n(&r->error, __ATOMIC_RELAXED);
     /* A stripe's stream thread may fail the request after this thread last looked at the
      * streams: a lost connection still makes the whole comm fail from here on. */
-    if (rc == -ECONNRESET && !c->error) c->error = rc;
+    if (rc == -ECONNRESET) ofi_comm_fail(c, rc);
     if (r->kind == OFI_REQ_RECV) ofi_rx_remove(c, r);
     ofi_req_release(c, r);
   } else if (rc == 0) {

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The ofi transport's threads under ThreadSanitizer: builds the loopback program alone with
+# -fsanitize=thread (no CUDA, no verbs) in $MK_BUILD/tsan, then runs the two-sided cases where
+# NCCL's thread, the comm's progress thread (its own, or the device's) and the stream threads
+# meet, and fails on any report. Ends with "N passed, N failed, N skipped".
+#
+# Left out: the cases that read a buffer while it lands on purpose (a message no test() asks
+# about, puts watched until their flag turns, the proxy's stand-in kernels polling words),
+# where the synchronisation is the peer's write through the network, which ThreadSanitizer
+# cannot see; and cases whose time bounds do not allow its 5-15x slowdown.
+# usage: scripts/tsan-check.sh (exit 77 where the compiler has no ThreadSanitizer)
+set -uo pipefail
+source "$(dirname "$0")/common.sh"
+tsan="$MK_BUILD/tsan"
+if ! echo 'int main(void){return 0;}' | cc -fsanitize=thread -x c - -o /tmp/mk-tsan-probe.$$ 2>/dev/null; then
+  echo "SKIP tsan-check: the C compiler cannot build with -fsanitize=thread"
+  exit 77
+fi
+rm -f /tmp/mk-tsan-probe.$$
+if [ ! -f "$tsan/build.ninja" ]; then
+  meson setup "$tsan" "$MK_ROOT" -Dcuda=disabled -Dverbs=disabled -Db_sanitize=thread \
+    -Db_lundef=false >"$tsan.setup.log" 2>&1 || { cat "$tsan.setup.log"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+fi
+ninja -C "$tsan" test/loopback/loopback >"$tsan.ninja.log" 2>&1 ||
+  { tail -30 "$tsan.ninja.log"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+[ -x "$tsan/test/loopback/loopback" ] || { echo "SKIP tsan-check: no loopback program (libfabric missing)"; exit 77; }
+
+# progress thread mode (1: the comm's, 2: the device's) x endpoints per comm, then the cases
+configs="1:4 2:4 1:1"
+cases="killed_peer_gives_econnreset_within_bound
+sends_either_side_of_the_thread_send_threshold_land_in_their_receives
+ordering_300_striped_messages
+grouped_recv_with_striped_buffers
+eager_crossing_posted_receives_3000_messages_in_order
+close_joins_every_stream_thread"
+pass=0 fail=0
+for cfg in $configs; do
+  for c in $cases; do
+    log="$tsan/tsan.${c}.p${cfg%%:*}s${cfg##*:}.log"
+    NCCL_MK_TRANSPORT=ofi NCCL_MK_SOCKET_IFNAME=lo NCCL_MK_OFI_PROGRESS_THREAD="${cfg%%:*}" \
+      NCCL_MK_OFI_STREAMS="${cfg##*:}" \
+      TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1" \
+      timeout 300 "$tsan/test/loopback/loopback" "$c" >"$log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && ! grep -q "WARNING: ThreadSanitizer" "$log"; then
+      pass=$((pass + 1)); echo "ok    $c (progress ${cfg%%:*}, streams ${cfg##*:})"
+    else
+      fail=$((fail + 1)); echo "FAIL  $c (progress ${cfg%%:*}, streams ${cfg##*:}): rc $rc, $log"
+      grep -m1 -A12 "WARNING: ThreadSanitizer" "$log" | sed 's/^/      /'
+    fi
+  done
+done
+echo "$pass passed, $fail failed, 0 skipped"
+[ $fail -eq 0 ]
