@@ -12,7 +12,8 @@
 # the table gives each one's median and its spread (max/min) over the runs (default 1).
 # MK_AB_PLUGINS="name=path ...": other builds of the plugin (scripts/ab-build.sh REV
 # libnccl-net-mk.so) run beside ours in every round, each as its own label, with the library's
-# defaults.
+# defaults. MK_NET_VARIANTS="label:VAR=VALUE[,VAR=VALUE...] ...": our build again under those
+# settings, each as its own label in every round (e.g. "eager4k:NCCL_MK_OFI_EAGER_BYTES=4096").
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 mk_build
@@ -26,6 +27,10 @@ if [ -n "${MK_NET_IFNAME:-}" ]; then
   export NCCL_MK_SOCKET_IFNAME="$MK_NET_IFNAME" NCCL_SOCKET_IFNAME="$MK_NET_IFNAME"
 fi
 reps=${MK_NET_REPS:-1}
+for v in ${MK_NET_VARIANTS:-}; do # label:VAR=VALUE[,VAR=VALUE...]
+  [[ "$v" =~ ^[A-Za-z0-9_]+:[A-Za-z_][A-Za-z0-9_]*=[^,]*(,[A-Za-z_][A-Za-z0-9_]*=[^,]*)*$ ]] || {
+    echo "bench-net: MK_NET_VARIANTS entry '$v' is not label:VAR=VALUE[,VAR=VALUE...]" >&2; exit 2; }
+done
 run() { # label, then environment assignments; writes $out/$label.r$rep.json
   local label=$1; shift
   echo "== $label (run $rep of $reps)"
@@ -51,6 +56,11 @@ for rep in $(seq 1 "$reps"); do
   for ab in ${MK_AB_PLUGINS:-}; do
     run "${ab%%=*}" NCCL_NET_PLUGIN="${ab#*=}" NCCL_NET=mk
     [ "$rep" = 1 ] && labels+=("${ab%%=*}")
+  done
+  for v in ${MK_NET_VARIANTS:-}; do
+    IFS=, read -r -a knobs <<< "${v#*:}"
+    run "${v%%:*}" NCCL_NET_PLUGIN="$MK_BUILD/libnccl-net-mk.so" NCCL_NET=mk "${knobs[@]}"
+    [ "$rep" = 1 ] && labels+=("${v%%:*}")
   done
   run socket NCCL_NET_PLUGIN=none NCCL_NET=Socket
   run socket4x4 NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4

@@ -5,7 +5,8 @@ synthetic runs. With MK_NET_REPS=2 every configuration runs twice, interleaved (
 Socket, Socket 4x4, then again), each run into its own file, and the table gives the median
 of the runs, the ratios of the medians and each configuration's spread; a run with wrong
 elements is flagged; a missing file is bad input (exit 2). MK_AB_PLUGINS runs another build of
-the plugin beside ours in every round, under its own label.
+the plugin beside ours in every round, under its own label; MK_NET_VARIANTS runs ours again
+under other settings, each its own label, and refuses a malformed entry.
 
 usage: test_bench_net_fake_harness.py <scripts/bench-net.sh> <scripts/bench-compare.py>"""
 import json
@@ -35,11 +36,13 @@ net = os.environ.get("NCCL_NET", "")
 name = "mk" if net == "mk" else ("socket4x4" if os.environ.get("NCCL_SOCKET_NTHREADS") else "socket")
 if net == "mk" and os.environ.get("NCCL_NET_PLUGIN", "").endswith("/ab/libold.so"):
     name = "old"
+if net == "mk" and os.environ.get("NCCL_MK_OFI_EAGER_BYTES") == "4096" and os.environ.get("X_TWO") == "2":
+    name = "eager"
 order = os.environ["FAKE_ORDER"]
 with open(order, "a") as f:
     f.write(name + "\\n")
 runs = open(order).read().split().count(name)
-bw = {"mk": 4.0 if runs == 1 else 6.0, "old": 5.0, "socket": 2.0, "socket4x4": 3.0}[name]
+bw = {"mk": 4.0 if runs == 1 else 6.0, "old": 5.0, "eager": 8.0, "socket": 2.0, "socket4x4": 3.0}[name]
 recs = [{"bytes": b, "busbw": bw, "wrong": 0} for b in (1024, 1048576)]
 json.dump(recs, open(out, "w"))
 """
@@ -77,6 +80,21 @@ with tempfile.TemporaryDirectory() as tmp:
     check(order == ["mk", "old", "socket", "socket4x4"], f"the other build runs in the round: {order}")
     rows = [l.split() for l in r.stdout.splitlines() if l.strip().startswith("1048576")]
     check(len(rows) == 2 and rows[1][1:4] == ["5.000", "2.000", "3.000"], f"its own table: {rows}")
+
+    # our build under other settings: a label of its own per variant, every setting applied
+    env_v = dict(env, MK_NET_REPS="1", MK_NET_VARIANTS="eager:NCCL_MK_OFI_EAGER_BYTES=4096,X_TWO=2",
+                 OUT=str(pathlib.Path(tmp, "out_v")), FAKE_ORDER=str(pathlib.Path(tmp, "order_v")))
+    r = subprocess.run(["bash", BENCH, "all_reduce", "1M"], env=env_v, capture_output=True, text=True,
+                       timeout=60)
+    check(r.returncode == 0, f"bench-net.sh with MK_NET_VARIANTS exits 0: {r.returncode} {r.stderr[-400:]}")
+    order = pathlib.Path(tmp, "order_v").read_text().split()
+    check(order == ["mk", "eager", "socket", "socket4x4"], f"the variant runs in the round: {order}")
+    rows = [l.split() for l in r.stdout.splitlines() if l.strip().startswith("1048576")]
+    check(len(rows) == 2 and rows[1][1:4] == ["8.000", "2.000", "3.000"], f"its own table: {rows}")
+    bad = dict(env_v, MK_NET_VARIANTS="eager=NCCL_MK_OFI_EAGER_BYTES")
+    r = subprocess.run(["bash", BENCH, "all_reduce", "1M"], env=bad, capture_output=True, text=True,
+                       timeout=60)
+    check(r.returncode == 2 and "MK_NET_VARIANTS" in r.stderr, f"a malformed variant: exit 2: {r.returncode}")
 
     # bench-compare.py alone: one run per label (no spread column), #wrong flagged
     a = pathlib.Path(tmp, "a.json")
