@@ -70,27 +70,23 @@ with tempfile.TemporaryDirectory() as tmp:
     check(rows and rows[0][4:6] == ["2.50", "1.67"], f"ratios of the medians: {rows}")
     check(rows and rows[0][6:9] == ["1.50", "1.00", "1.00"], f"spreads: {rows}")
 
-    # another build beside ours: its own label in every round, and its own table
-    env_ab = dict(env, MK_NET_REPS="1", MK_AB_PLUGINS="old=/x/ab/libold.so",
-                  OUT=str(pathlib.Path(tmp, "out_ab")), FAKE_ORDER=str(pathlib.Path(tmp, "order_ab")))
-    r = subprocess.run(["bash", BENCH, "all_reduce", "1M"], env=env_ab, capture_output=True, text=True,
-                       timeout=60)
-    check(r.returncode == 0, f"bench-net.sh with MK_AB_PLUGINS exits 0: {r.returncode} {r.stderr[-400:]}")
-    order = pathlib.Path(tmp, "order_ab").read_text().split()
-    check(order == ["mk", "old", "socket", "socket4x4"], f"the other build runs in the round: {order}")
-    rows = [l.split() for l in r.stdout.splitlines() if l.strip().startswith("1048576")]
-    check(len(rows) == 2 and rows[1][1:4] == ["5.000", "2.000", "3.000"], f"its own table: {rows}")
+    def one_round_beside_ours(tag, knob, value, label, busbw):
+        """One round with knob=value: label runs after ours, before Socket, with its own table."""
+        e = dict(env, MK_NET_REPS="1", OUT=str(pathlib.Path(tmp, "out_" + tag)),
+                 FAKE_ORDER=str(pathlib.Path(tmp, "order_" + tag)), **{knob: value})
+        r = subprocess.run(["bash", BENCH, "all_reduce", "1M"], env=e, capture_output=True, text=True,
+                           timeout=60)
+        check(r.returncode == 0, f"bench-net.sh with {knob} exits 0: {r.returncode} {r.stderr[-400:]}")
+        order = pathlib.Path(tmp, "order_" + tag).read_text().split()
+        check(order == ["mk", label, "socket", "socket4x4"], f"{label} runs in the round: {order}")
+        rows = [l.split() for l in r.stdout.splitlines() if l.strip().startswith("1048576")]
+        check(len(rows) == 2 and rows[1][1:4] == [busbw, "2.000", "3.000"], f"{label}'s own table: {rows}")
+        return e
 
-    # our build under other settings: a label of its own per variant, every setting applied
-    env_v = dict(env, MK_NET_REPS="1", MK_NET_VARIANTS="eager:NCCL_MK_OFI_EAGER_BYTES=4096,X_TWO=2",
-                 OUT=str(pathlib.Path(tmp, "out_v")), FAKE_ORDER=str(pathlib.Path(tmp, "order_v")))
-    r = subprocess.run(["bash", BENCH, "all_reduce", "1M"], env=env_v, capture_output=True, text=True,
-                       timeout=60)
-    check(r.returncode == 0, f"bench-net.sh with MK_NET_VARIANTS exits 0: {r.returncode} {r.stderr[-400:]}")
-    order = pathlib.Path(tmp, "order_v").read_text().split()
-    check(order == ["mk", "eager", "socket", "socket4x4"], f"the variant runs in the round: {order}")
-    rows = [l.split() for l in r.stdout.splitlines() if l.strip().startswith("1048576")]
-    check(len(rows) == 2 and rows[1][1:4] == ["8.000", "2.000", "3.000"], f"its own table: {rows}")
+    # another build beside ours; our build under other settings (every setting applied)
+    one_round_beside_ours("ab", "MK_AB_PLUGINS", "old=/x/ab/libold.so", "old", "5.000")
+    env_v = one_round_beside_ours("v", "MK_NET_VARIANTS", "eager:NCCL_MK_OFI_EAGER_BYTES=4096,X_TWO=2",
+                                  "eager", "8.000")
     bad = dict(env_v, MK_NET_VARIANTS="eager=NCCL_MK_OFI_EAGER_BYTES")
     r = subprocess.run(["bash", BENCH, "all_reduce", "1M"], env=bad, capture_output=True, text=True,
                        timeout=60)
