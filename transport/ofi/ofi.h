@@ -218,6 +218,7 @@ struct ofi_comm {
   int nstreams;               /* opened; after the handshake, the number both ends use */
   struct ofi_stream st[MK_OFI_MAX_STREAMS];
   uint64_t stripe_min;        /* recv: NCCL_MK_OFI_STRIPE_MIN, read once */
+  uint64_t thread_send_min;   /* send: NCCL_MK_OFI_THREAD_SEND_MIN, read once */
   int sock;
   int error;                  /* sticky: once the peer is gone every op returns it */
   enum mk_peer_state peer_state;

@@ -98,15 +98,19 @@ static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct 
  * (a post is a syscall over tcp, 7-18 us of NCCL's proxy thread per message, bench/NOTES.md
  * session 24; smaller ones measured faster posted at once, session 26): the request keeps a
  * copy of the clear-to-send and counts as in flight until then. */
+static void ofi_send_wait(struct ofi_comm* c, struct ofi_req* r) {
+  __atomic_store_n(&r->pending, 1, __ATOMIC_RELAXED); /* not done before it is posted */
+  r->send_waiting = 1;
+  c->sends_waiting++;
+}
+
 static void ofi_send_defer(struct ofi_comm* c, struct ofi_req* r, const struct mk_ofi_cts* cts,
                            int i, void* data, void* desc) {
   r->cts = *cts;
   r->send_idx = i;
   r->send_data = data;
   r->send_desc = desc;
-  __atomic_store_n(&r->pending, 1, __ATOMIC_RELAXED); /* not done before it is posted */
-  r->send_waiting = 1;
-  c->sends_waiting++;
+  ofi_send_wait(c, r);
 }
 
 int ofi_send_deferred_post(struct ofi_comm* c, struct ofi_req* r) {
@@ -116,9 +120,7 @@ int ofi_send_deferred_post(struct ofi_comm* c, struct ofi_req* r) {
   c->sends_waiting--;
   int rc = ofi_send_stripes(c, r, &r->cts, r->send_idx, r->send_data, r->sizes[0], r->send_desc);
   if (rc == 1) { /* nothing posted: wait again */
-    __atomic_store_n(&r->pending, 1, __ATOMIC_RELAXED);
-    r->send_waiting = 1;
-    c->sends_waiting++;
+    ofi_send_wait(c, r);
     return 1;
   }
   if (rc < 0) { /* the request is NCCL's already: the failure reaches it as the comm's error */
@@ -136,7 +138,7 @@ static int ofi_send_post(struct ofi_comm* c, struct ofi_cts_slot* s, int i, void
   r->n = 1;
   r->sizes[0] = size;
   int rc = 0;
-  if (c->runner && size >= (size_t)mk_param_int(MK_PARAM_OFI_THREAD_SEND_MIN))
+  if (c->runner && size >= c->thread_send_min)
     ofi_send_defer(c, r, &s->cts, i, data, ofi_mr_desc(mr));
   else rc = ofi_send_stripes(c, r, &s->cts, i, data, size, ofi_mr_desc(mr));
   if (rc == 1 || (rc < 0 && !c->error)) mk_req_pool_free(&c->pool, r); /* nothing posted */
@@ -227,6 +229,12 @@ int ofi_isend(struct mk_comm* comm, void* data, size_t size, int tag, struct mk_
   return rc;
 }
 
+/* r's clear-to-send is left for ofi_cq_progress's retries (the progress thread's, or test()'s). */
+static void ofi_cts_wait(struct ofi_comm* c, struct ofi_req* r) {
+  if (!r->cts_waiting) c->cts_waiting++;
+  r->cts_waiting = 1;
+}
+
 /* The clear-to-send may meet EAGAIN while the provider waits for the peer (connection
  * setup, flow control): then it is deferred and retried from ofi_cq_progress, so irecv
  * never waits for the peer. */
@@ -234,8 +242,7 @@ int ofi_cts_post(struct ofi_comm* c, struct ofi_req* r) {
   ssize_t rc = fi_tsend(c->st[0].ep, &r->cts, sizeof(r->cts), c->pool_desc, c->st[0].peer,
                         MK_OFI_TAG_CTRL, &r->ops[OFI_OP_CTS_AT].ctx);
   if (rc == -FI_EAGAIN) {
-    if (!r->cts_waiting) c->cts_waiting++;
-    r->cts_waiting = 1;
+    ofi_cts_wait(c, r);
     return 0;
   }
   if (r->cts_waiting) c->cts_waiting--;
@@ -325,12 +332,8 @@ static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** da
   r->cts.credits = mk_ofi_owed_take(&c->owed);
   r->ops[OFI_OP_CTS_AT] = (struct ofi_op){.req = r, .kind = OFI_OP_CTS_SEND, .idx = (uint8_t)n};
   __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED);
-  if (c->runner) { /* posted by the progress thread: a syscall off NCCL's thread */
-    r->cts_waiting = 1;
-    c->cts_waiting++;
-  } else {
-    MK_CHECK(ofi_cts_post(c, r));
-  }
+  if (c->runner) ofi_cts_wait(c, r); /* the progress thread posts it: a syscall off NCCL's thread */
+  else MK_CHECK(ofi_cts_post(c, r));
   c->seq++;
   c->n_cts += (uint64_t)(n - r->eager_done);
   return ofi_eager_drain(c);
