@@ -112,15 +112,14 @@ static void ra_bwd_core_args(const struct mk_fused_comm* fc, const struct mk_ra_
 /* Step 4's arguments: this rank's accumulator of its own block, each peer's accumulator of
  * this rank's block and its "partials ready" word, the outputs and the call's words. */
 static void ra_bwd_reduce_args(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l, void* data,
-                               int causal, const struct mk_ra_args* ga, void* dk, void* dv,
-                               struct mk_ra_bwd_reduce_args* ra) {
+                               const struct mk_ra_args* ga, void* dk, void* dv, struct mk_ra_bwd_reduce_args* ra) {
   memset(ra, 0, sizeof *ra);
   ra->own_acc = mk_ra_bwd_acc(data, l, fc->rank);
   for (int d = 0; d < fc->nranks; d++) {
     if (d == fc->rank) continue;
     void* peer_data = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
     /* causal: d's partial of this block is in d's acc[rank]; non-causal: d stored it in ours, acc[d] */
-    ra->peer_acc[d] = causal ? mk_ra_bwd_acc(peer_data, l, fc->rank) : mk_ra_bwd_acc(data, l, d);
+    ra->peer_acc[d] = ga->causal ? mk_ra_bwd_acc(peer_data, l, fc->rank) : mk_ra_bwd_acc(data, l, d);
     ra->peer_ready[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0 + l->ready0 + mk_sched_rs_slot(fc->rank, d);
   }
   ra->ready = (uint64_t*)fc->sym + MK_AG_FLAG0 + l->ready0;
@@ -198,7 +197,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   for (int i = own_calls; i < ncalls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
   if (!rc) {
     struct mk_ra_bwd_reduce_args ra;
-    ra_bwd_reduce_args(fc, &l, data, causal, &ga, dk, dv, &ra);
+    ra_bwd_reduce_args(fc, &l, data, &ga, dk, dv, &ra);
     rc = mk_ra_bwd_reduce_launch(&ra, stream);
   }
   mk_op_device_leave(prev);
