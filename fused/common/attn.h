@@ -144,7 +144,7 @@ int mk_attn_bwd_launch(const struct mk_attn_bwd_args* args, cudaStream_t stream)
  * (mk_attn_bwd_launch: each warp group's dQ tile is staged in shared memory and added into
  * dq_acc by TMA reductions, attn_bwd.cuh DQ_TMA), 1 has every thread add its dQ fragment with
  * fp32 red.add, 2 issues each step's dQ product in the next step so that the consumer warp
- * groups need not meet every step (DEFER_DQ; not yet run on a GPU). */
+ * groups need not meet every step (DEFER_DQ; measured -3% to +1% against 0, session 26). */
 #define MK_ATTN_BWD_VARIANTS 3
 int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* args, cudaStream_t stream, int variant);
 
