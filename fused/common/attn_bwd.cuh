@@ -217,13 +217,35 @@ __device__ __forceinline__ void attn_bwd_add_dq_tma(const struct mk_attn_bwd_map
   }
 }
 
-/* dq_acc rows of query tile qi of head h += this warp group's dQ * scale, by the configured path. */
+/* A CTA's key tile: tile t of KV block bi, kv head hk, batch b; its valid keys and first key's
+ * position; the query tiles that see it (i0 on, per_head per query head) and its steps. */
+struct attn_bwd_tile {
+  int bi, t, hk, b, group, keys_left, i0, per_head, steps;
+  long long key_first;
+};
+
+/* Step s of a tile: the query head it reads (the group's heads in turn, each over its query
+ * tiles) and the query tile. */
+struct attn_bwd_step {
+  int h, qi;
+};
+__device__ __forceinline__ struct attn_bwd_step attn_bwd_step_of(const struct attn_bwd_tile& k, int s) {
+  struct attn_bwd_step st;
+  st.h = k.hk * k.group + s / k.per_head;
+  st.qi = k.i0 + s % k.per_head;
+  return st;
+}
+
+/* dq_acc rows of step s's query tile += this warp group's dQ * scale, by the configured path. */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_add_dq_step(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
-                                                     const float* dq, uint32_t base, int c, int b, int h, int qi) {
+                                                     const float* dq, uint32_t base, int c,
+                                                     const struct attn_bwd_tile& tile, int s) {
   const int col0 = Cfg::D == 128 ? 64 * c : 0;
-  if constexpr (Cfg::DQ_TMA) attn_bwd_add_dq_tma<Cfg>(maps, p, dq, base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX, b, h, qi, col0);
-  else attn_bwd_add_dq_red<Cfg>(p, dq, b, h, qi, col0);
+  const struct attn_bwd_step st = attn_bwd_step_of(tile, s);
+  if constexpr (Cfg::DQ_TMA)
+    attn_bwd_add_dq_tma<Cfg>(maps, p, dq, base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX, tile.b, st.h, st.qi, col0);
+  else attn_bwd_add_dq_red<Cfg>(p, dq, tile.b, st.h, st.qi, col0);
 }
 
 /* dQ from dS^T buffer `buf` (one commit group), after waiting (when `wait`) for the buffer's
@@ -258,13 +280,6 @@ __device__ __forceinline__ void attn_bwd_step_done(const struct mk_attn_bwd_smem
   wgmma_fence_operands_u32<16>(dsb);
   if ((threadIdx.x & 31) == 0) mbarrier_arrive(&sm.empty[stage]);
 }
-
-/* A CTA's key tile: tile t of KV block bi, kv head hk, batch b; its valid keys and first key's
- * position; the query tiles that see it (i0 on, per_head per query head) and its steps. */
-struct attn_bwd_tile {
-  int bi, t, hk, b, group, keys_left, i0, per_head, steps;
-  long long key_first;
-};
 
 template <class Cfg>
 __device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk_attn_bwd_params& p) {
@@ -309,7 +324,8 @@ __device__ __forceinline__ void attn_bwd_produce(const struct mk_attn_bwd_maps& 
   float* lse_s = (float*)(sm.base + Cfg::OFF_LSE);
   float* delta_s = (float*)(sm.base + Cfg::OFF_DELTA);
   for (int it = 0; it < k.steps; it++) {
-    const int g = it / k.per_head, qi = k.i0 + it % k.per_head, h = k.hk * k.group + g;
+    const struct attn_bwd_step st = attn_bwd_step_of(k, it);
+    const int qi = st.qi, h = st.h;
     if (!attn_wait(&sm.empty[ring.stage], ring.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return;
     const size_t lrow = ((size_t)k.b * p.heads + h) * p.seq_q + p.q_row0;
 #pragma unroll
@@ -471,8 +487,7 @@ __device__ __forceinline__ int attn_bwd_products(const struct mk_attn_bwd_maps& 
   wgmma_fence_operands<32>(dq);
   attn_bwd_step_done<Cfg>(sm, dv, dk, pb, dsb, stage);
   /* dq_acc rows += dQ * scale */
-  attn_bwd_add_dq_step<Cfg>(maps, p, dq, x.base, x.c, tile.b, tile.hk * tile.group + it / tile.per_head,
-                            tile.i0 + it % tile.per_head);
+  attn_bwd_add_dq_step<Cfg>(maps, p, dq, x.base, x.c, tile, it);
   return 1;
 }
 
@@ -499,8 +514,7 @@ __device__ __forceinline__ int attn_bwd_products_deferred(const struct mk_attn_b
   wgmma_fence_operands<32>(dq);
   if (it > 0) {
     if (lane == 0) mbarrier_arrive(&sm.ds_free[(it - 1) % Cfg::DS_BUFS]);
-    attn_bwd_add_dq_step<Cfg>(maps, p, dq, x.base, x.c, tile.b, tile.hk * tile.group + (it - 1) / tile.per_head,
-                              tile.i0 + (it - 1) % tile.per_head);
+    attn_bwd_add_dq_step<Cfg>(maps, p, dq, x.base, x.c, tile, it - 1);
   }
   wgmma_wait_group<0>();
   attn_bwd_step_done<Cfg>(sm, dv, dk, pb, dsb, stage);
@@ -537,8 +551,7 @@ template <class Cfg>
 __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
                                                  const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
                                                  int c, const struct mk_attn_wait_ctx& w) {
-  const int hk = tile.hk, b = tile.b, group = tile.group;
-  const int i0 = tile.i0, per_head = tile.per_head, steps = tile.steps;
+  const int steps = tile.steps;
   struct mk_attn_ring ring = {0, 0};
   const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   const int kr0 = 16 * warp + (lane >> 2); /* the thread's first key row in the group's 64 */
@@ -551,7 +564,7 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
   if (steps > 0 && !attn_wait(sm.kv_full, 0, w, MK_ATTN_WAIT_K)) return attn_bwd_drain_dq<Cfg>();
 
   for (int it = 0; it < steps; it++) {
-    const int qi = i0 + it % per_head;
+    const int qi = attn_bwd_step_of(tile, it).qi;
     const long long q_first = p.q_pos0 + (long long)qi * Cfg::BM;
     const uint32_t q_base = base + Cfg::OFF_Q + ring.stage * Cfg::QT_BYTES;
     const uint32_t do_base = base + Cfg::OFF_DO + ring.stage * Cfg::QT_BYTES;
@@ -591,8 +604,7 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
     if (!attn_bwd_issue_dq_of<Cfg>(dq, sm, base, k_base, c, steps - 1, w)) return attn_bwd_drain_dq<Cfg>();
     wgmma_wait_group<0>();
     wgmma_fence_operands<32>(dq);
-    attn_bwd_add_dq_step<Cfg>(maps, p, dq, base, c, b, hk * group + (steps - 1) / per_head,
-                              i0 + (steps - 1) % per_head);
+    attn_bwd_add_dq_step<Cfg>(maps, p, dq, base, c, tile, steps - 1);
   }
 
   attn_bwd_drain_dq<Cfg>();
