@@ -332,7 +332,7 @@ int main(int argc, char** argv) {
   const char* what = argc > 1 ? argv[1] : "";
   const int all = !strcmp(what, "all");
   int known = all;
-  variant = getenv("MK_ATTN_VARIANT") ? atoi(getenv("MK_ATTN_VARIANT")) : 0;
+  variant = attn_test_variant();
   printf("%s (variant %d)\n", what, variant);
   if (all || !strcmp(what, "backward")) known = 1, printf("backward\n"), test_backward();
   if (all || !strcmp(what, "offsets")) known = 1, printf("offsets\n"), test_offsets();
