@@ -137,7 +137,8 @@ static __device__ __forceinline__ int ra_wait_rows(const struct mk_ra_params& p,
 
 /* A work item's query rows: per (batch, head) the query tiles, causal ones longest first (the
  * late zigzag half, last tile first, then the early half); with tiles_outer the tiles are
- * outermost, then (batch, head) (ra_schedule.h mk_ra_items_tiles_outer). */
+ * outermost, then (batch, head) (ra_schedule.h mk_ra_items_tiles_outer; attn.h
+ * mk_attn_item_work's orders 0 and 1). */
 struct ra_item {
   int b, h, hk;
   int q_row, rows_valid;      /* the tile's first local row, and how many are valid */
@@ -146,9 +147,10 @@ struct ra_item {
 
 static __device__ __forceinline__ struct ra_item ra_item_of(const struct mk_ra_params& p, int item, int bm) {
   struct ra_item it;
-  const int per_bh = p.q_segs * p.seg_tiles, bhs = p.heads * p.batch;
-  const int ti = p.tiles_outer ? item / bhs : item % per_bh, bh = p.tiles_outer ? item % bhs : item / per_bh;
-  it.h = bh % p.heads, it.b = bh / p.heads;
+  /* attn.h's item order over (tile, head, batch), the tiles of both query halves as one */
+  const struct mk_attn_work wk = mk_attn_item_work(item, p.q_segs * p.seg_tiles, p.heads, p.batch, p.tiles_outer, 0);
+  const int ti = wk.tile;
+  it.h = wk.head, it.b = wk.batch;
   it.hk = it.h / (p.heads / p.kv_heads);
   int seg = 0, tile = ti;
   if (p.causal) seg = ti < p.seg_tiles ? 1 : 0, tile = p.seg_tiles - 1 - ti % p.seg_tiles;
