@@ -462,6 +462,62 @@ __device__ __forceinline__ void gemm_scale_acc(float* acc, float s) {
   for (int i = 0; i < Cfg::BN / 2; i++) acc[i] *= s;
 }
 
+/* A tile's K loop: one wgmma group per stage (the first tile's stage is already full), each
+ * stage released once its wgmmas are done (with MMA_INFLIGHT, one group later). */
+template <class Cfg>
+__device__ __forceinline__ void gemm_mma_k_blocks(float* acc, const struct mk_gemm_params& p, uint32_t a_lo,
+                                                  uint32_t b_lo, uint64_t* full, uint64_t* empty, int* stage_io,
+                                                  uint32_t* phase_io) {
+  const int lane = threadIdx.x & 31;
+  int stage = *stage_io, prev_stage = 0;
+  uint32_t phase = *phase_io;
+  for (int kb = 0; kb < p.num_k_blocks; kb++) {
+    if (kb > 0) mbarrier_wait_parity(&full[stage], phase);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < Cfg::K_STEPS; k++) {
+      const uint64_t da = wgmma_desc_from_lo(a_lo + stage * (Cfg::A_STAGE >> 4) + k * 2);
+      const uint64_t db = wgmma_desc_from_lo(b_lo + stage * (Cfg::B_STAGE >> 4) + k * 2);
+      gemm_mma<Cfg>(acc, da, db, (kb > 0 || k > 0) ? 1 : 0);
+    }
+    wgmma_commit_group();
+    if (Cfg::MMA_INFLIGHT == 0) {
+      wgmma_wait_group<0>();
+      if (lane == 0) gemm_release_stage<Cfg>(&empty[stage]);
+    } else {
+      wgmma_wait_group<1>(); /* K-block kb-1 is done: release its stage */
+      if (kb > 0 && lane == 0) gemm_release_stage<Cfg>(&empty[prev_stage]);
+      prev_stage = stage;
+    }
+    if (++stage == Cfg::STAGES) { stage = 0; phase ^= 1; }
+  }
+  if (Cfg::MMA_INFLIGHT) {
+    wgmma_wait_group<0>();
+    if (lane == 0) gemm_release_stage<Cfg>(&empty[prev_stage]);
+  }
+  *stage_io = stage, *phase_io = phase;
+}
+
+/* A consumer whose 64 rows of the tile all lie past the tile's row_end has nothing to multiply
+ * (grouped GEMMs with a few rows per group, MoE decode: ~8 rows per expert; a partial last
+ * row-block): it takes and releases the tile's stages without a wgmma, which halves the tensor
+ * work of such tiles. Its accumulator keeps whatever it held: none of its rows is stored (every
+ * epilogue stops at row_end), and zeroing it would make ptxas serialise the other wgmmas
+ * (C7515 in the MMA_INFLIGHT = 0 configurations). */
+template <class Cfg>
+__device__ __forceinline__ void gemm_skip_k_blocks(const struct mk_gemm_params& p, uint64_t* full, uint64_t* empty,
+                                                   int* stage_io, uint32_t* phase_io) {
+  const int lane = threadIdx.x & 31;
+  int stage = *stage_io;
+  uint32_t phase = *phase_io;
+  for (int kb = 0; kb < p.num_k_blocks; kb++) {
+    if (kb > 0) mbarrier_wait_parity(&full[stage], phase);
+    if (lane == 0) gemm_release_stage<Cfg>(&empty[stage]);
+    if (++stage == Cfg::STAGES) { stage = 0; phase ^= 1; }
+  }
+  *stage_io = stage, *phase_io = phase;
+}
+
 /* The CTA's last tile, stored by the consumer warp groups themselves (gemm_last_tile_by_consumers):
  * a reduce-scatter's own rows (gemm_rs_own_last_tile), else the synchronous bf16 epilogue once
  * the storers are done with the staging buffer; then its trace events, the store event in the
@@ -499,10 +555,9 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
   const uint32_t a_lo = wgmma_desc_lo_sw128(smem_addr(smem) + wg * 64 * 128);
   const uint32_t b_lo = wgmma_desc_lo_sw128(smem_addr(smem + Cfg::OFF_B));
   uint8_t* cstage = smem + Cfg::OFF_C + wg * Cfg::C_STAGE_WG;
-  const int lane = threadIdx.x & 31;
   /* read once, first used after the first tile's K loop: the load's latency is hidden */
   const float ab_scale = Cfg::DTYPE == MK_GEMM_E4M3 ? gemm_ab_scale(p) : 1.f;
-  int stage = 0, prev_stage = 0;
+  int stage = 0;
   uint32_t phase = 0;
   struct mk_tile t;
   const int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M;
@@ -519,30 +574,12 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
       }
       return;
     }
-    for (int kb = 0; kb < p.num_k_blocks; kb++) {
-      if (kb > 0) mbarrier_wait_parity(&full[stage], phase);
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < Cfg::K_STEPS; k++) {
-        const uint64_t da = wgmma_desc_from_lo(a_lo + stage * (Cfg::A_STAGE >> 4) + k * 2);
-        const uint64_t db = wgmma_desc_from_lo(b_lo + stage * (Cfg::B_STAGE >> 4) + k * 2);
-        gemm_mma<Cfg>(acc, da, db, (kb > 0 || k > 0) ? 1 : 0);
-      }
-      wgmma_commit_group();
-      if (Cfg::MMA_INFLIGHT == 0) {
-        wgmma_wait_group<0>();
-        if (lane == 0) gemm_release_stage<Cfg>(&empty[stage]);
-      } else {
-        wgmma_wait_group<1>(); /* K-block kb-1 is done: release its stage */
-        if (kb > 0 && lane == 0) gemm_release_stage<Cfg>(&empty[prev_stage]);
-        prev_stage = stage;
-      }
-      if (++stage == Cfg::STAGES) { stage = 0; phase ^= 1; }
-    }
-    if (Cfg::MMA_INFLIGHT) {
-      wgmma_wait_group<0>();
-      if (lane == 0) gemm_release_stage<Cfg>(&empty[prev_stage]);
-    }
+    /* NOTES: bf16 only: with e4m3's scaling of the accumulator after the skip, ptxas serialises
+     * that configuration's wgmmas (C7515). */
+    if (Cfg::DTYPE == MK_GEMM_BF16 && t.row0 + wg * 64 >= t.row_end)
+      gemm_skip_k_blocks<Cfg>(p, full, empty, &stage, &phase);
+    else
+      gemm_mma_k_blocks<Cfg>(acc, p, a_lo, b_lo, full, empty, &stage, &phase);
     wgmma_fence_operands<Cfg::BN / 2>(acc);
     if (!t.valid) continue; /* a cluster partner past the last row-block */
     if constexpr (Cfg::DTYPE == MK_GEMM_E4M3) gemm_scale_acc<Cfg>(acc, ab_scale);

@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(what, "tile_flags")) test_tile_flags();
   else if (!strcmp(what, "num_sms")) test_num_sms();
   else if (!strcmp(what, "grouped")) test_grouped(large);
+  else if (!strcmp(what, "grouped_few_rows")) test_grouped_few_rows();
   else if (!strcmp(what, "grouped_ready_flags")) test_grouped_ready_flags();
   else if (!strcmp(what, "bad_input")) test_bad_input();
   else if (!strcmp(what, "a_local")) test_a_local();

@@ -281,15 +281,8 @@ static void test_num_sms(void) {
   for (int i = 0; i < 4; i++) run_f64_case(2048, 1024, 512, counts[i]);
 }
 
-static void test_grouped(int large) {
-  std::vector<int> sizes = {300, 0, 1, 128, 1000, 0, 257, 129};
-  int n = 520, k = 264;
-  if (large) {
-    sizes.clear();
-    for (int i = 0; i < 16; i++) sizes.push_back(i == 5 ? 0 : 200 + (i * 997) % 1500);
-    n = 4096;
-    k = 2048;
-  }
+/* The grouped GEMM of groups with these row counts against float64. */
+static void check_grouped(const std::vector<int>& sizes, int n, int k) {
   const int groups = (int)sizes.size();
   std::vector<int> offs(groups + 1, 0);
   for (int i = 0; i < groups; i++) offs[i + 1] = offs[i] + sizes[i];
@@ -314,6 +307,27 @@ static void test_grouped(int large) {
   expect_close_bf16(&p, what);
   cudaFree(d_offs); cudaFree(d_rg);
   problem_free(&p);
+}
+
+static void test_grouped(int large) {
+  std::vector<int> sizes = {300, 0, 1, 128, 1000, 0, 257, 129};
+  int n = 520, k = 264;
+  if (large) {
+    sizes.clear();
+    for (int i = 0; i < 16; i++) sizes.push_back(i == 5 ? 0 : 200 + (i * 997) % 1500);
+    n = 4096;
+    k = 2048;
+  }
+  check_grouped(sizes, n, k);
+}
+
+/* MoE decode's shape of work: many groups of 0-20 rows, so most tiles have a consumer warp
+ * group whose 64 rows all lie past the group's end (it skips its wgmmas, gemm.cuh
+ * gemm_skip_k_blocks) next to tiles of 64-80 rows where both multiply. */
+static void test_grouped_few_rows(void) {
+  std::vector<int> sizes;
+  for (int i = 0; i < 96; i++) sizes.push_back(i % 11 == 3 ? 64 + i % 17 : (i * 7) % 21);
+  check_grouped(sizes, 768, 1024);
 }
 
 /* Grouped mode waits per group: groups 0 and 2 are ready at launch, group 3's flag is raised
