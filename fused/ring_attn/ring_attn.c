@@ -18,7 +18,10 @@
 #include "schedule.h"
 
 #define MK_RA_NAME "ncclMkRingAttention"
-#define MK_RA_DEFAULT_PUSH_CTAS 4 /* DESIGN.md: 16-byte NVLink stores from 4 SMs reach ~350 GB/s */
+/* 16-byte NVLink stores from 4 SMs reach ~350 GB/s (DESIGN.md), but 8 push CTAs took the forward
+ * +2% at S = 16384 causal and B = 16 S_local = 4096, +0.2% at 65536 (6-16 alike; backward
+ * within +-1%): a KV block lands sooner (bench/NOTES.md, session 27). */
+#define MK_RA_DEFAULT_PUSH_CTAS 8
 #define MK_RA_MAX_PUSH_CTAS 32
 
 #define RA_REJECT(...)    \
