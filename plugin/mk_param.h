@@ -72,7 +72,8 @@
     "net plugin: write every request's asked/posted/done times and test() count to "          \
     "DIR/mk-net-trace.<pid>.csv at exit (scripts/mk-net-trace summarises); empty: off")       \
   X(STR, TRACE_DIR, "NCCL_MK_TRACE_DIR", "", 0, 0, "",                                        \
-    "where NCCL_MK_TRACE writes mk-trace.rank<R>.call<C>.trace and hang reports; empty: cwd") \
+    "where NCCL_MK_TRACE writes mk-trace.rank<R>.call<C>.trace and hang reports (created "     \
+    "if missing); empty: cwd")                                                                 \
   X(INT, DEBUG_DROP_FLAG, "NCCL_MK_DEBUG_DROP_FLAG", "-1", -1, 1048576, "",                   \
     "testing only: AllGather+GEMM's push never raises the peers' flag of this row-block, so "  \
     "they time out and write a hang report; -1: off")                                           \

@@ -10,12 +10,14 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
 
 #include "mk_log.h"
 
 static const char* const role_names[MK_TRACE_ROLE_COUNT] = {
     "producer", "consumer", "storer", "comm-send", "comm-recv", "proxy"};
-static const char* const kind_names[MK_TRACE_KIND_COUNT] = {"tile", "chunk", "wait"};
+static const char* const kind_names[MK_TRACE_KIND_COUNT] = {"tile", "chunk", "wait", "phase"};
 
 const char* mk_trace_role_name(uint32_t role) {
   return role < MK_TRACE_ROLE_COUNT ? role_names[role] : "?";
@@ -91,6 +93,24 @@ int mk_trace_write(struct mk_trace_buf* b, const char* path) {
   if (fclose(f) != 0 && rc == 0) rc = -EIO;
   if (rc) MK_WARN("trace: short write to %s", path);
   return rc;
+}
+
+int mk_trace_make_dir(const char* dir) {
+  char path[4096];
+  if (!dir || !dir[0]) return 0;
+  if (strlen(dir) >= sizeof(path)) return -ENAMETOOLONG;
+  strcpy(path, dir);
+  for (char* p = path + 1;; p++) {
+    const char c = *p;
+    if (c != '/' && c != '\0') continue;
+    *p = '\0';
+    if (mkdir(path, 0777) != 0 && errno != EEXIST) return -errno;
+    struct stat st;
+    if (stat(path, &st) != 0) return -errno;
+    if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
+    if (c == '\0') return 0;
+    *p = c;
+  }
 }
 
 void mk_trace_file_name(const char* dir, uint32_t rank, uint64_t call, char* out, size_t len) {

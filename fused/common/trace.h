@@ -41,6 +41,10 @@
  *                   (role COMM_SEND, peer = destination, flag = the destination's flag index,
  *                   expected = the value raised to, end = after the release store) or pulled
  *                   (role COMM_RECV, peer = source, flag = the local flag raised).
+ *   MoE dispatch:   its kernel's thread 0 of each CTA, lane MK_TRACE_LANE_COMM (the grouped GEMM
+ *                   after it writes the other lanes): MK_TRACE_PHASE events (route on every
+ *                   CTA, the counts exchange on the last one, then push or expand), the push's
+ *                   chunks, and the waits for `routed` / `offsets_ready` (fused/moe/moe.h).
  */
 #ifndef MK_TRACE_H_
 #define MK_TRACE_H_
@@ -69,6 +73,8 @@ enum mk_trace_kind {
   MK_TRACE_TILE = 0,  /* one output tile, id = linear tile, flag = ready flag it needed */
   MK_TRACE_CHUNK = 1, /* one chunk moved, id = chunk, flag = flag raised when it landed */
   MK_TRACE_WAIT = 2,  /* a bounded wait, id = tile or chunk it was for, flag = flag index */
+  MK_TRACE_PHASE = 3, /* one phase of a multi-phase kernel on this CTA, id = the op's phase number
+                         (MoE dispatch: enum mk_moe_trace_phase in fused/moe/moe.h) */
   MK_TRACE_KIND_COUNT
 };
 
@@ -113,7 +119,7 @@ struct mk_trace_header {
   uint16_t version;         /* MK_TRACE_VERSION */
   uint16_t event_bytes;     /* sizeof(struct mk_trace_event), a check on the reader's layout */
   uint32_t rank, nranks;
-  uint32_t op;              /* enum mk_op_id: 1 AllGather+GEMM, 2 GEMM+RS, 3 GEMM+AR */
+  uint32_t op;              /* enum mk_op_id: 1 AllGather+GEMM, 2 GEMM+RS, 3 GEMM+AR, 4 MoE dispatch */
   uint32_t nrings;          /* ctas x MK_TRACE_LANES */
   uint32_t capacity;        /* events per ring, a power of two */
   uint32_t ctas;
@@ -253,6 +259,9 @@ uint64_t mk_trace_count_dropped(struct mk_trace_buf* b);
 int mk_trace_validate(const struct mk_trace_buf* b, size_t bytes);
 /* Writes the file described above to `path`. 0 or negative errno. */
 int mk_trace_write(struct mk_trace_buf* b, const char* path);
+/* Creates `dir` and its missing parents (mode 0777 before umask); an existing directory is
+ * fine. 0 or negative errno (-ENOTDIR: a part of the path is a file). */
+int mk_trace_make_dir(const char* dir);
 /* "<dir>/mk-trace.rank<R>.call<C>.trace" ("." when dir is empty). */
 void mk_trace_file_name(const char* dir, uint32_t rank, uint64_t call, char* out, size_t len);
 

@@ -5,9 +5,13 @@
  *   unit_trace write PATH    writes the synthetic buffer to PATH for test_mk_trace.py, which
  *                            checks that scripts/mk-trace reads back exactly these events
  *   unit_trace hang PATH     writes the planted hang's report (rank 1, tile 40, flag 9) */
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "mk_test.h"
 #include "trace.h"
@@ -131,6 +135,32 @@ static void stuck_ring_falls_back_to_the_tile_and_wraps_epochs(void) {
   free(b);
 }
 
+/* NCCL_MK_TRACE_DIR is created with its parents (a run that named a new folder lost every trace
+ * and failed its calls before, session 27); an existing one is fine; a file in the way is not. */
+static void trace_dir_is_created_with_its_parents(void) {
+  char base[] = "/tmp/mk-trace-dir-XXXXXX", dir[256], file[256];
+  CHECK(mkdtemp(base) != NULL);
+  snprintf(dir, sizeof(dir), "%s/a/b/c/", base);
+  CHECK(mk_trace_make_dir(dir) == 0);
+  struct stat st;
+  CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode));
+  CHECK(mk_trace_make_dir(dir) == 0);
+  CHECK(mk_trace_make_dir("") == 0);
+  snprintf(file, sizeof(file), "%s/a/f", base);
+  FILE* f = fopen(file, "w");
+  CHECK(f != NULL);
+  if (f) fclose(f);
+  snprintf(dir, sizeof(dir), "%s/a/f/g", base);
+  CHECK(mk_trace_make_dir(dir) == -ENOTDIR);
+  unlink(file);
+  char sub[256];
+  const char* parts[] = {"/a/b/c", "/a/b", "/a", ""};
+  for (int i = 0; i < 4; i++) {
+    snprintf(sub, sizeof(sub), "%s%s", base, parts[i]);
+    CHECK(rmdir(sub) == 0);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[1], "write") == 0) {
     struct mk_trace_buf* b = synthetic_buffer();
@@ -153,6 +183,11 @@ int main(int argc, char** argv) {
   hang_report_names_rank_tile_flag_cta_and_peer();
   hang_report_without_trace_says_how_to_get_one();
   stuck_ring_falls_back_to_the_tile_and_wraps_epochs();
+  trace_dir_is_created_with_its_parents();
+  /* every kind and role has its name (a kind added without one would print NULL) */
+  for (uint32_t k = 0; k < MK_TRACE_KIND_COUNT; k++) CHECK(mk_trace_kind_name(k) && mk_trace_kind_name(k)[0] != '?');
+  for (uint32_t r = 0; r < MK_TRACE_ROLE_COUNT; r++) CHECK(mk_trace_role_name(r) && mk_trace_role_name(r)[0] != '?');
+  CHECK_STR(mk_trace_kind_name(MK_TRACE_PHASE), "phase");
   char name[256];
   mk_trace_file_name("", 3, 12, name, sizeof(name));
   CHECK_STR(name, "./mk-trace.rank3.call12.trace");
