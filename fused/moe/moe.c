@@ -188,6 +188,9 @@ static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, 
   a->push_ctas = overlap ? MOE_PUSH_CTAS : fc->num_sms / 4;
   a->expand_ctas = overlap ? MOE_EXPAND_CTAS : fc->num_sms - a->push_ctas;
   const int ctas = a->push_ctas + a->expand_ctas;
+  /* NCCL_MK_TRACE: the dispatch kernel's phases on each CTA's comm lane, the GEMM's tiles on the
+   * others (fused/common/trace.h) */
+  MK_CHECK(mk_trace_comm_begin(fc, MK_OP_MOE_DISPATCH, (uint32_t)a->tokens, (uint32_t)inter, stream, &a->trace));
   MK_CHECK(mk_moe_begin_launch(a, 1, stream));
   /* beside the GEMM, its scheduler needs the offsets before it starts: route first */
   if (overlap) MK_CHECK(mk_moe_dispatch_launch(a, MK_MOE_PHASE_ROUTE, fc->num_sms, stream));
@@ -195,6 +198,7 @@ static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, 
   moe_gemm_args(fc, MK_OP_MOE_DISPATCH, a, &g);
   g.n = (int)inter, g.k = a->hidden;
   g.a = a->moe[a->rank] + a->g.rows, g.b = w1, g.c = act;
+  g.trace = a->trace;
   if (overlap) {
     g.ready_flags = (const uint64_t*)(a->moe[a->rank] + a->g.ready);
     g.ready_target_ptr = a->words[a->rank] + MK_AG_WORD_CALL;
@@ -208,7 +212,8 @@ static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, 
   if (!overlap) MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
   MK_CHECK(mk_gemm_launch(&g, stream));
   if (overlap) MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
-  return mk_moe_finish_launch(a, stream);
+  MK_CHECK(mk_moe_finish_launch(a, stream));
+  return mk_trace_comm_end(fc, stream);
 }
 
 NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_idx, const void* w1, void* act,

@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "gemm.h"
+#include "mk_hd.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,6 +69,13 @@ struct mk_moe_geom {
   size_t ready, rows_done, route_done, routed, offsets_ready, send_counts, send_list, send_meta, seg, rows;
   size_t bytes;
 };
+
+/* The expand's work split (moe_dispatch.cu): the items of every source (a row's part each), in
+ * step order, numbered across sources, item g to warp g mod warps. A warp whose first item of
+ * a source with `items` items is i0 (0 <= i0 < warps) has this first item in the next one. */
+MK_HD int mk_moe_expand_next_first(int i0, int items, int warps) {
+  return i0 >= items ? i0 - items : (warps - (items - i0) % warps) % warps;
+}
 
 /* Fills the offsets from the sizes (g->nranks ... max_recv_rows set); returns g->bytes. */
 size_t mk_moe_geom_layout(struct mk_moe_geom* g);
@@ -93,6 +101,15 @@ struct mk_moe_args {
   uint32_t err_tag;
   uint64_t timeout_ns;
   int push_ctas, expand_ctas;
+  struct mk_trace_buf* trace;        /* NCCL_MK_TRACE (fused/common/trace.h); NULL: off */
+};
+
+/* MK_TRACE_PHASE ids of the dispatch kernel's events (trace.h; scripts/mktrace names them). */
+enum mk_moe_trace_phase {
+  MK_MOE_TRACE_ROUTE = 0,  /* every CTA: its share of the tokens placed */
+  MK_MOE_TRACE_COUNTS = 1, /* the last routing CTA: counts out, every source's back, offsets */
+  MK_MOE_TRACE_PUSH = 2,   /* a push CTA: from `routed` to its last chunk's flag */
+  MK_MOE_TRACE_EXPAND = 3, /* an expand CTA: from `offsets_ready` to its last row (all warps) */
 };
 
 /* Each returns 0 or -EIO (launch failure). Dispatch: */

@@ -7,6 +7,7 @@
 #include "moe_copy.cuh"
 #include "moe_fp8.cuh"
 #include "ptx.cuh"
+#include "trace.h"
 #include "wait.cuh"
 
 #define MOE_THREADS 512
@@ -197,19 +198,25 @@ static __device__ void moe_counts(const struct mk_moe_args& a, uint64_t e) {
 }
 
 /* Push CTAs: the last routing CTA said every token is placed (before it exchanges counts). */
-static __device__ bool moe_routed(const struct mk_moe_args& a, uint64_t e) {
-  return moe_cta_wait(a, moe_words(a.moe[a.rank], a.g.routed), e, 5, 0);
+static __device__ bool moe_routed(const struct mk_moe_args& a, uint64_t e, struct mk_trace_writer* w) {
+  const uint64_t t0 = mk_trace_begin(w);
+  const bool ok = moe_cta_wait(a, moe_words(a.moe[a.rank], a.g.routed), e, 5, 0);
+  mk_trace_wait(w, t0, MK_TRACE_COMM_SEND, MK_MOE_TRACE_PUSH, 0, e, ok ? e : 0);
+  return ok;
 }
 
 /* Expand CTAs: the last routing CTA published the offsets. */
-static __device__ bool moe_offsets_ready(const struct mk_moe_args& a, uint64_t e) {
-  return moe_cta_wait(a, moe_words(a.moe[a.rank], a.g.offsets_ready), e, 5, 1);
+static __device__ bool moe_offsets_ready(const struct mk_moe_args& a, uint64_t e, struct mk_trace_writer* w) {
+  const uint64_t t0 = mk_trace_begin(w);
+  const bool ok = moe_cta_wait(a, moe_words(a.moe[a.rank], a.g.offsets_ready), e, 5, 1);
+  mk_trace_wait(w, t0, MK_TRACE_COMM_RECV, MK_MOE_TRACE_EXPAND, 1, e, ok ? e : 0);
+  return ok;
 }
 
 /* Push CTAs: for each peer (ring order), once it finished the previous call, this rank's
  * listed tokens and their slots into the peer's recv[rank] / meta[rank], a chunk per CTA at a
  * time, then the chunk's flag. Runs while the last routing CTA exchanges the counts. */
-static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e) {
+static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e, struct mk_trace_writer* w) {
   char* own = a.moe[a.rank];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, stride = MK_MOE_META_HEAD + a.g.max_topk;
   const size_t row_bytes = (size_t)a.hidden * 2;
@@ -220,6 +227,7 @@ static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e) {
     const int n = moe_ints(own, a.g.send_counts)[d * MK_MOE_COUNT_STRIDE];
     const size_t base = (size_t)a.rank * a.g.max_tokens; /* our slot in the peer's arrays */
     for (int c = blockIdx.x; c * MK_MOE_CHUNK_ROWS < n; c += a.push_ctas) {
+      const uint64_t t0 = mk_trace_begin(w);
       const int u0 = c * MK_MOE_CHUNK_ROWS, u1 = min(n, u0 + MK_MOE_CHUNK_ROWS);
       for (int u = u0 + warp; u < u1; u += MOE_WARPS) {
         const size_t mine = (size_t)d * a.g.max_tokens + u;
@@ -234,9 +242,11 @@ static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e) {
       }
       __syncthreads(); /* every thread's stores before thread 0's fence */
       if (threadIdx.x == 0) {
+        const size_t flag = (size_t)a.rank * moe_chunks_max(a.g) + c;
         fence_acq_rel_sys();
-        st_release_sys_u64(moe_words(peer, a.g.chunk_flag) + (size_t)a.rank * moe_chunks_max(a.g) + c, e);
+        st_release_sys_u64(moe_words(peer, a.g.chunk_flag) + flag, e);
         atomicAdd(a.rows_sent, (unsigned long long)(u1 - u0));
+        mk_trace_end(w, t0, MK_TRACE_COMM_SEND, MK_TRACE_CHUNK, (uint32_t)d, (uint32_t)c, (uint32_t)flag, e);
       }
     }
   }
@@ -297,8 +307,10 @@ static __device__ int moe_expand_parts(const struct mk_moe_args& a, int warps) {
 }
 
 /* Expand warps: every source's rows (own first, read in place; then the ranks that push to us
- * first), part p of row u to warp (u * parts + p) mod warps, each peer row once its chunk's flag
- * is up. */
+ * first), item i = u * parts + p (part p of row u) of all sources' items in that order to warp
+ * i mod warps, each peer row once its chunk's flag is up. Numbering items across sources keeps
+ * every warp busy when rows are few: per source, decode's 128 rows x 2 parts went to the same
+ * first 256 of 1584 warps, which then did one source after the other (trace, session 27). */
 static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e) {
   char* own = a.moe[a.rank];
   if (a.group_offsets[a.e_local] == 0) return; /* nothing arrives, or the counts step gave up */
@@ -306,12 +318,16 @@ static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e) {
   const int w = (blockIdx.x - a.push_ctas) * MOE_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
   const int parts = moe_expand_parts(a, warps);
   const size_t row_bytes = (size_t)a.hidden * 2;
+  int first = w; /* this warp's first item of the next source: items of earlier sources shift it */
   for (int step = 0; step < a.nranks; step++) {
     const int src = (a.rank - step + a.nranks) % a.nranks;
     const bool self = src == a.rank;
     const int n = *(volatile int*)&moe_ints(own, a.g.counts)[src * MK_MOE_COUNT_STRIDE];
     int arrived = -1; /* the last chunk seen arrived: flags only grow within a call */
-    for (int i = w; i < n * parts; i += warps) {
+    const int items = n * parts;
+    const int i0 = first;
+    first = mk_moe_expand_next_first(i0, items, warps);
+    for (int i = i0; i < items; i += warps) {
       const int u = i / parts, c = u / MK_MOE_CHUNK_ROWS, flag = src * moe_chunks_max(a.g) + c;
       if (!self && c != arrived) {
         uint64_t seen = e;
@@ -338,18 +354,31 @@ static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e) {
  * so zero counts reach the peers and the rows they push are expanded for this rank's GEMM. */
 static __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const struct mk_moe_args a, int phases) {
   const uint64_t e = moe_call(a);
+  /* NCCL_MK_TRACE: thread 0 writes this CTA's comm lane; the calls below do nothing elsewhere */
+  struct mk_trace_writer w = {0, 0, 0, 0};
+  if (threadIdx.x == 0) w = mk_trace_open(a.trace, blockIdx.x, MK_TRACE_LANE_COMM);
+  uint64_t t0 = mk_trace_begin(&w);
   if (phases & MK_MOE_PHASE_ROUTE) {
     moe_route_block(a);
+    mk_trace_end(&w, t0, MK_TRACE_COMM_SEND, MK_TRACE_PHASE, MK_TRACE_NO_PEER, MK_MOE_TRACE_ROUTE, 0, e);
     if (moe_route_last_block(a)) {
+      t0 = mk_trace_begin(&w);
       if (threadIdx.x == 0) st_release_sys_u64(moe_words(a.moe[a.rank], a.g.routed), e); /* after its fence */
       moe_counts(a, e);
+      mk_trace_end(&w, t0, MK_TRACE_COMM_SEND, MK_TRACE_PHASE, MK_TRACE_NO_PEER, MK_MOE_TRACE_COUNTS, 0, e);
     }
   }
   if (!(phases & MK_MOE_PHASE_COMM)) return;
   if ((int)blockIdx.x < a.push_ctas) {
-    if (moe_routed(a, e)) moe_push(a, e);
-  } else if (moe_offsets_ready(a, e)) {
+    if (!moe_routed(a, e, &w)) return;
+    t0 = mk_trace_begin(&w);
+    moe_push(a, e, &w);
+    mk_trace_end(&w, t0, MK_TRACE_COMM_SEND, MK_TRACE_PHASE, MK_TRACE_NO_PEER, MK_MOE_TRACE_PUSH, 0, e);
+  } else if (moe_offsets_ready(a, e, &w)) {
+    t0 = mk_trace_begin(&w);
     moe_expand(a, e);
+    if (a.trace) __syncthreads(); /* the phase ends with the CTA's last warp */
+    mk_trace_end(&w, t0, MK_TRACE_COMM_RECV, MK_TRACE_PHASE, MK_TRACE_NO_PEER, MK_MOE_TRACE_EXPAND, 0, e);
   }
 }
 

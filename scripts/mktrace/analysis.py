@@ -140,8 +140,27 @@ def summarize(traces):
         ranks.append({"rank": t.rank, "op": t.op_name, "span_ns": t1 - t0, "roles": roles,
                       "compute_ns": sum(e - s for s, e in comp), "comm_ns": comm_ns,
                       "overlap": _overlap(comp, comm) / comm_ns if comm_ns else None,
-                      "dropped": t.dropped})
+                      "dropped": t.dropped, "phases": phase_spans(t)})
     return ranks
+
+
+def phase_spans(trace):
+    """A multi-phase kernel's phases (kind "phase", MoE dispatch) and the GEMM's tiles after
+    it, on one rank: [(name, CTAs, first start, last end)] in ns from the rank's first event,
+    ordered by first start; empty when the trace has no phase events."""
+    evs = [e for e in trace.events if e.kind == "phase"]
+    if not evs:
+        return []
+    t0 = min(e.start for e in trace.events)
+    groups = collections.defaultdict(list)
+    for e in evs:
+        groups[trace.phase_name(e.id)].append(e)
+    tiles = [e for e in trace.events if e.kind == "tile" and e.role == "consumer"]
+    if tiles:
+        groups["gemm tiles"] = tiles
+    rows = [(name, len({e.cta for e in g}), min(e.start for e in g) - t0, max(e.end for e in g) - t0)
+            for name, g in groups.items()]
+    return sorted(rows, key=lambda r: (r[2], r[3]))
 
 
 def critical_path(traces):
@@ -200,6 +219,11 @@ def format_summary(traces):
             f"{100 * r['overlap']:.0f}% of {r['comm_ns'] / 1e3:.1f} us"
         lines.append(f"  compute (consumer busy on any SM) {r['compute_ns'] / 1e3:.1f} us; "
                      f"communication hidden under compute: {ov}")
+        spans = r["phases"]
+        if spans:
+            lines.append(f"  {'phase':<12} {'CTAs':>5} {'from us':>9} {'to us':>9}")
+            for name, ctas, start, end in spans:
+                lines.append(f"  {name:<12} {ctas:>5} {start / 1e3:>9.1f} {end / 1e3:>9.1f}")
     path = critical_path(traces)
     if path:
         lines.append("critical path (oldest first; consecutive events of one lane folded):")

@@ -19,9 +19,11 @@ EVENT = struct.Struct("<QIBBHIIII")
 assert (HEADER.size, RING.size, EVENT.size) == (64, 16, 32)
 
 ROLES = ["producer", "consumer", "storer", "comm-send", "comm-recv", "proxy"]
-KINDS = ["tile", "chunk", "wait"]
+KINDS = ["tile", "chunk", "wait", "phase"]
 LANE_NAMES = ["producer", "consumer0", "consumer1", "storer", "comm"]
-OPS = {1: "AllGather+GEMM", 2: "GEMM+ReduceScatter", 3: "GEMM+AllReduce"}
+OPS = {1: "AllGather+GEMM", 2: "GEMM+ReduceScatter", 3: "GEMM+AllReduce", 4: "MoE dispatch+GEMM"}
+# "phase" events' ids per op (fused/moe/moe.h enum mk_moe_trace_phase)
+PHASES = {4: ["route", "counts", "push", "expand"]}
 COMPUTE_ROLES = ("producer", "consumer", "storer")
 COMM_ROLES = ("comm-send", "comm-recv", "proxy")
 
@@ -75,6 +77,10 @@ class Trace:
     @property
     def op_name(self):
         return OPS.get(self.op, f"op {self.op}")
+
+    def phase_name(self, pid):
+        names = PHASES.get(self.op, [])
+        return names[pid] if pid < len(names) else f"phase {pid}"
 
 
 def parse(data, path="<bytes>"):

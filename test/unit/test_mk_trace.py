@@ -229,6 +229,36 @@ def summary_reports_overlap_and_critical_path(tmp):
           "this comm-bound synthetic run's critical path goes through the chunks")
 
 
+def summary_lists_moe_dispatch_phases(tmp):
+    """A MoE dispatch trace (op 4) as the kernel records it (fused/moe/moe_dispatch.cu): every
+    CTA's route phase, the last one's counts exchange, then push (2 CTAs) and expand (4), and
+    the grouped GEMM's consumer tiles after it. The summary's phase table gives each phase's
+    CTAs and span from the rank's first event, in order; a trace without phases has none."""
+    us = 1000
+    ev = synth._ev
+    lanes = [[[] for _ in range(fmt.LANES)] for _ in range(6)]
+    comm, cons = fmt.LANE_NAMES.index("comm"), fmt.LANE_NAMES.index("consumer0")
+    for cta in range(6):
+        lanes[cta][comm].append(ev(cta * 100, 5 * us + cta * 100, "comm-send", "phase", 0, 0))
+    lanes[5][comm].append(ev(5.5 * us, 20 * us, "comm-send", "phase", 1, 0))
+    for cta in (0, 1):
+        lanes[cta][comm].append(ev(6 * us, 9 * us, "comm-send", "phase", 2, 0))
+    for cta in (2, 3, 4, 5):
+        lanes[cta][comm].append(ev(21 * us, 30 * us + cta * us, "comm-recv", "phase", 3, 0))
+        lanes[cta][cons].append(ev(40 * us, 90 * us, "consumer", "tile", cta, 0))
+    path = os.path.join(tmp, "moe.trace")
+    fmt.write(path, 0, 2, 4, 6, lanes)
+    out = tool("summary", path).stdout
+    rows = [l.split() for l in out.splitlines() if l.split()[:1] and l.split()[0] in
+            ("route", "counts", "push", "expand", "gemm")]
+    want = [["route", "6", "0.0", "5.5"], ["counts", "1", "5.5", "20.0"], ["push", "2", "6.0", "9.0"],
+            ["expand", "4", "21.0", "35.0"], ["gemm", "tiles", "4", "40.0", "90.0"]]
+    check(rows == want, f"phase table in order with CTAs and spans:\n{out}")
+    check("rank 0 (MoE dispatch+GEMM)" in out, f"the op is named:\n{out}")
+    paths, _, _ = synth_traces(tmp)
+    check("phase" not in tool("summary", *paths).stdout, "no phase table without phase events")
+
+
 def arrivals_list_each_block_in_order_before_its_use(tmp):
     paths, traces, _ = synth_traces(tmp)
     table = dict(analysis.arrival_table(traces))

@@ -4,6 +4,7 @@
  * the total is where the last one ends. A pure function: no GPU.
  */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "mk_test.h"
 #include "moe.h"
@@ -51,7 +52,41 @@ static void check_sizes(int nranks, int tokens, int hidden, int topk, int recv_r
   CHECK(bytes >= end && bytes - end < 256); /* no slack past the last region but its rounding */
 }
 
+/* The expand's items of every source (counts[s] items each, in order) over `warps` warps through
+ * mk_moe_expand_next_first: each item exactly once, item g on warp g mod warps, so that warps are
+ * loaded evenly across sources (at most one item apart). */
+static void check_expand_split(const int* counts, int sources, int warps) {
+  int total = 0;
+  for (int s = 0; s < sources; s++) total += counts[s];
+  int* seen = calloc((size_t)total + 1, sizeof(int));
+  int* load = calloc((size_t)warps, sizeof(int));
+  for (int w = 0; w < warps; w++) {
+    int first = w, base = 0;
+    for (int s = 0; s < sources; s++) {
+      for (int i = first; i < counts[s]; i += warps) {
+        CHECK((base + i) % warps == w);
+        seen[base + i]++;
+        load[w]++;
+      }
+      first = mk_moe_expand_next_first(first, counts[s], warps);
+      CHECK(first >= 0 && first < warps);
+      base += counts[s];
+    }
+  }
+  int lo = total, hi = 0;
+  for (int g = 0; g < total; g++) CHECK(seen[g] == 1);
+  for (int w = 0; w < warps; w++) lo = load[w] < lo ? load[w] : lo, hi = load[w] > hi ? load[w] : hi;
+  CHECK(hi - lo <= 1);
+  free(seen);
+  free(load);
+}
+
 int main(void) {
+  const int decode[] = {256, 260}, skewed[] = {0, 5000, 1, 1583, 1584}, one[] = {7};
+  check_expand_split(decode, 2, 1584);
+  check_expand_split(skewed, 5, 1584);
+  check_expand_split(skewed, 5, 3);
+  check_expand_split(one, 1, 16);
   const int ranks[] = {1, 2, 8}, tokens[] = {1, 17, 4096, 16384}, hidden[] = {8, 136, 7168}, topk[] = {1, 8, 16};
   for (int a = 0; a < 3; a++)
     for (int b = 0; b < 4; b++)

@@ -167,7 +167,6 @@ static void run_seq(struct rank* k) {
 /* ---- the variants ---------------------------------------------------------------------------- */
 
 enum { V_FUSED, V_SEQ, V_CORE, NV };
-static const char* vnames[] = {"fused", "seq", "core"};
 
 static void run_fused(struct rank* k) {
   const struct pcase c = k->c;
@@ -475,7 +474,6 @@ static int rank_main(const struct opts* o) {
     if (o->bwd) free_case_bwd(&k);
     free_case(&k);
   }
-  (void)vnames;
   if (json) fclose(json);
   NCCL_OK(ncclMkCommRelease(k.comm));
   ncclCommDestroy(k.comm);
