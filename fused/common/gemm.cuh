@@ -462,8 +462,8 @@ __device__ __forceinline__ void gemm_scale_acc(float* acc, float s) {
   for (int i = 0; i < Cfg::BN / 2; i++) acc[i] *= s;
 }
 
-/* A tile's K loop: one wgmma group per stage (the first tile's stage is already full), each
- * stage released once its wgmmas are done (with MMA_INFLIGHT, one group later). */
+/* A tile's K loop: one wgmma group per stage (the caller already waited for the tile's first
+ * stage), each stage released once its wgmmas are done (with MMA_INFLIGHT, one group later). */
 template <class Cfg>
 __device__ __forceinline__ void gemm_mma_k_blocks(float* acc, const struct mk_gemm_params& p, uint32_t a_lo,
                                                   uint32_t b_lo, uint64_t* full, uint64_t* empty, int* stage_io,

@@ -309,8 +309,8 @@ static __device__ int moe_expand_parts(const struct mk_moe_args& a, int warps) {
 /* Expand warps: every source's rows (own first, read in place; then the ranks that push to us
  * first), item i = u * parts + p (part p of row u) of all sources' items in that order to warp
  * i mod warps, each peer row once its chunk's flag is up. Numbering items across sources keeps
- * every warp busy when rows are few: per source, decode's 128 rows x 2 parts went to the same
- * first 256 of 1584 warps, which then did one source after the other (trace, session 27). */
+ * every warp busy when rows are few: per source, decode's 128 rows x 4 parts went to the same
+ * first 512 of 1584 warps, which then did one source after the other (trace, session 27). */
 static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e) {
   char* own = a.moe[a.rank];
   if (a.group_offsets[a.e_local] == 0) return; /* nothing arrives, or the counts step gave up */
