@@ -30,6 +30,21 @@ static __device__ bool moe_cta_wait(const struct mk_moe_args& a, const uint64_t*
   return __syncthreads_and(seen >= want);
 }
 
+/* moe_cta_wait, recorded (NCCL_MK_TRACE) as a wait of `phase` with flag = index. */
+static __device__ bool moe_cta_wait_traced(const struct mk_moe_args& a, const uint64_t* word, uint64_t want,
+                                           uint32_t index, struct mk_trace_writer* w, uint32_t role, uint32_t phase) {
+  const uint64_t t0 = mk_trace_begin(w);
+  const bool ok = moe_cta_wait(a, word, want, 5, index);
+  mk_trace_wait(w, t0, role, phase, index, want, ok ? want : 0);
+  return ok;
+}
+
+/* One phase of this CTA, from `start` to now (thread 0's lane; nothing when tracing is off). */
+static __device__ void moe_trace_phase(struct mk_trace_writer* w, uint64_t start, uint32_t role, uint32_t phase,
+                                       uint64_t e) {
+  mk_trace_end(w, start, role, MK_TRACE_PHASE, MK_TRACE_NO_PEER, phase, 0, e);
+}
+
 /* call = done + 1; with zero_counters also this call's route counters, expert row counters
  * and rows_sent. */
 static __global__ void moe_begin_kernel(const struct mk_moe_args a, int zero_counters) {
@@ -199,18 +214,13 @@ static __device__ void moe_counts(const struct mk_moe_args& a, uint64_t e) {
 
 /* Push CTAs: the last routing CTA said every token is placed (before it exchanges counts). */
 static __device__ bool moe_routed(const struct mk_moe_args& a, uint64_t e, struct mk_trace_writer* w) {
-  const uint64_t t0 = mk_trace_begin(w);
-  const bool ok = moe_cta_wait(a, moe_words(a.moe[a.rank], a.g.routed), e, 5, 0);
-  mk_trace_wait(w, t0, MK_TRACE_COMM_SEND, MK_MOE_TRACE_PUSH, 0, e, ok ? e : 0);
-  return ok;
+  return moe_cta_wait_traced(a, moe_words(a.moe[a.rank], a.g.routed), e, 0, w, MK_TRACE_COMM_SEND, MK_MOE_TRACE_PUSH);
 }
 
 /* Expand CTAs: the last routing CTA published the offsets. */
 static __device__ bool moe_offsets_ready(const struct mk_moe_args& a, uint64_t e, struct mk_trace_writer* w) {
-  const uint64_t t0 = mk_trace_begin(w);
-  const bool ok = moe_cta_wait(a, moe_words(a.moe[a.rank], a.g.offsets_ready), e, 5, 1);
-  mk_trace_wait(w, t0, MK_TRACE_COMM_RECV, MK_MOE_TRACE_EXPAND, 1, e, ok ? e : 0);
-  return ok;
+  return moe_cta_wait_traced(a, moe_words(a.moe[a.rank], a.g.offsets_ready), e, 1, w, MK_TRACE_COMM_RECV,
+                             MK_MOE_TRACE_EXPAND);
 }
 
 /* Push CTAs: for each peer (ring order), once it finished the previous call, this rank's
@@ -360,12 +370,12 @@ static __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const 
   uint64_t t0 = mk_trace_begin(&w);
   if (phases & MK_MOE_PHASE_ROUTE) {
     moe_route_block(a);
-    mk_trace_end(&w, t0, MK_TRACE_COMM_SEND, MK_TRACE_PHASE, MK_TRACE_NO_PEER, MK_MOE_TRACE_ROUTE, 0, e);
+    moe_trace_phase(&w, t0, MK_TRACE_COMM_SEND, MK_MOE_TRACE_ROUTE, e);
     if (moe_route_last_block(a)) {
       t0 = mk_trace_begin(&w);
       if (threadIdx.x == 0) st_release_sys_u64(moe_words(a.moe[a.rank], a.g.routed), e); /* after its fence */
       moe_counts(a, e);
-      mk_trace_end(&w, t0, MK_TRACE_COMM_SEND, MK_TRACE_PHASE, MK_TRACE_NO_PEER, MK_MOE_TRACE_COUNTS, 0, e);
+      moe_trace_phase(&w, t0, MK_TRACE_COMM_SEND, MK_MOE_TRACE_COUNTS, e);
     }
   }
   if (!(phases & MK_MOE_PHASE_COMM)) return;
@@ -373,12 +383,12 @@ static __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const 
     if (!moe_routed(a, e, &w)) return;
     t0 = mk_trace_begin(&w);
     moe_push(a, e, &w);
-    mk_trace_end(&w, t0, MK_TRACE_COMM_SEND, MK_TRACE_PHASE, MK_TRACE_NO_PEER, MK_MOE_TRACE_PUSH, 0, e);
+    moe_trace_phase(&w, t0, MK_TRACE_COMM_SEND, MK_MOE_TRACE_PUSH, e);
   } else if (moe_offsets_ready(a, e, &w)) {
     t0 = mk_trace_begin(&w);
     moe_expand(a, e);
     if (a.trace) __syncthreads(); /* the phase ends with the CTA's last warp */
-    mk_trace_end(&w, t0, MK_TRACE_COMM_RECV, MK_TRACE_PHASE, MK_TRACE_NO_PEER, MK_MOE_TRACE_EXPAND, 0, e);
+    moe_trace_phase(&w, t0, MK_TRACE_COMM_RECV, MK_MOE_TRACE_EXPAND, e);
   }
 }
 
