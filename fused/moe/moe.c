@@ -185,6 +185,7 @@ static void moe_gemm_args(struct mk_fused_comm* fc, enum mk_op_id op, const stru
 static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, const void* w1, void* act,
                                size_t inter, cudaStream_t stream) {
   const int overlap = (int)mk_param_int(MK_PARAM_MOE_OVERLAP);
+  a->mark_ready = overlap; /* only a GEMM beside the dispatch waits on the per-expert flags */
   a->push_ctas = overlap ? MOE_PUSH_CTAS : fc->num_sms / 4;
   a->expand_ctas = overlap ? MOE_EXPAND_CTAS : fc->num_sms - a->push_ctas;
   const int ctas = a->push_ctas + a->expand_ctas;

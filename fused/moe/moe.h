@@ -18,8 +18,8 @@
  *             a scale rides in the token's meta); expand warps take every source's rows (own
  *             first: read in place; a row split over up to 16 warps when rows are few), copy
  *             each row to its (expert, source, pos) place in the GEMM's A (dequantizing fp8
- *             rows; own rows rounded the same way), and the part that completes expert j
- *             raises ready[j] = e
+ *             rows; own rows rounded the same way), and with the GEMM beside it (overlap) the
+ *             part that completes expert j raises ready[j] = e
  *   GEMM      grouped over the local experts on every SM after the dispatch kernel
  *             (NCCL_MK_MOE_OVERLAP=1: on the SMs it leaves, each group waiting for
  *             ready[j] >= e; the route phase then runs first, as its own launch)
@@ -101,6 +101,7 @@ struct mk_moe_args {
   uint32_t err_tag;
   uint64_t timeout_ns;
   int push_ctas, expand_ctas;
+  int mark_ready;                    /* 1: the expand raises ready[j] per complete expert (overlap) */
   struct mk_trace_buf* trace;        /* NCCL_MK_TRACE (fused/common/trace.h); NULL: off */
 };
 

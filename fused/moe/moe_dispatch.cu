@@ -292,6 +292,7 @@ static __device__ void moe_expand_part(const struct mk_moe_args& a, int src, con
   } else {
     mk_copy_vecs<MOE_COPY_UNROLL, false>(dst, n, (const uint4*)row, v0, v1, lane, 32);
   }
+  if (!a.mark_ready) return; /* the GEMM runs after this kernel: no per-expert flags to raise */
   __syncwarp(); /* every lane's stores before lane 0's fence */
   if (lane != 0) return;
   __threadfence();
