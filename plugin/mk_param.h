@@ -61,9 +61,6 @@
   X(INT, MOE_OVERLAP, "NCCL_MK_MOE_OVERLAP", "0", 0, 1, "",                                   \
     "0: the MoE dispatch on every SM, then the grouped GEMM on every SM (faster on 2 H200s); "  \
     "1: the dispatch on 12 SMs beside the GEMM, which starts each expert once its rows are in") \
-  X(INT, MOE_GATHER_A, "NCCL_MK_MOE_GATHER_A", "0", 0, 1, "",                                 \
-    "1: the MoE dispatch's grouped GEMM reads each bf16 row where it landed (an index per "    \
-    "row); 0: the dispatch first copies every row to each of its experts' places")             \
   X(INT, TIMEOUT_MS, "NCCL_MK_TIMEOUT_MS", "60000", 1, 86400000, "",                           \
     "bound on every wait inside a fused kernel; expiry breaks the communicator")               \
   X(INT, LOCAL_SIZE, "NCCL_MK_LOCAL_SIZE", "0", 0, 1048576, "",                               \

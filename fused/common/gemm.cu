@@ -155,32 +155,13 @@ static int gemm_validate_dtype(const struct mk_gemm_args* a) {
   return 0;
 }
 
-/* Gathered A (gemm.h struct mk_gemm_a_gather). */
-static int gemm_validate_a_gather(const struct mk_gemm_args* a) {
-  const struct mk_gemm_a_gather* g = a->a_gather;
-  if (a->a || a->a_local || a->push || a->rs)
-    GEMM_REJECT("mk_gemm_launch: a_gather replaces a and a_local; no push or rs with it");
-  if (!g->rows || ((uintptr_t)g->rows & 3))
-    GEMM_REJECT("mk_gemm_launch: a_gather rows = %p, must be a non-NULL 4-byte aligned device array",
-                (const void*)g->rows);
-  if (!g->src || gemm_misaligned(g->src) || g->src_rows < 1 || g->src_rows > INT32_MAX)
-    GEMM_REJECT("mk_gemm_launch: a_gather src = %p with %ld rows: must be 16-byte aligned, 1 to 2^31-1 rows",
-                g->src, g->src_rows);
-  if (g->src_local && (gemm_misaligned(g->src_local) || g->src_local_rows < 1 || g->src_local_rows > INT32_MAX))
-    GEMM_REJECT("mk_gemm_launch: a_gather src_local = %p with %ld rows: must be 16-byte aligned, 1 to 2^31-1 rows",
-                g->src_local, g->src_local_rows);
-  return 0;
-}
-
 static int gemm_validate(const struct mk_gemm_args* a) {
   if (!a) GEMM_REJECT("mk_gemm_launch: args is NULL");
   if (a->m < 1) GEMM_REJECT("mk_gemm_launch: m = %d, must be >= 1", a->m);
   if (a->n < 8 || a->n % 8) GEMM_REJECT("mk_gemm_launch: n = %d, must be a positive multiple of 8", a->n);
   if (a->k < 8 || a->k % 8) GEMM_REJECT("mk_gemm_launch: k = %d, must be a positive multiple of 8", a->k);
   MK_CHECK(gemm_validate_dtype(a));
-  if (a->a_gather) MK_CHECK(gemm_validate_a_gather(a));
-  else if (!a->a || gemm_misaligned(a->a))
-    GEMM_REJECT("mk_gemm_launch: a = %p, must be non-NULL and 16-byte aligned", a->a);
+  if (!a->a || gemm_misaligned(a->a)) GEMM_REJECT("mk_gemm_launch: a = %p, must be non-NULL and 16-byte aligned", a->a);
   if (!a->b || gemm_misaligned(a->b)) GEMM_REJECT("mk_gemm_launch: b = %p, must be non-NULL and 16-byte aligned", a->b);
   if (!a->c || gemm_misaligned(a->c)) GEMM_REJECT("mk_gemm_launch: c = %p, must be non-NULL and 16-byte aligned", a->c);
   if (a->epilogue < MK_GEMM_STORE || a->epilogue > MK_GEMM_ADD_F32)
@@ -349,11 +330,6 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   if (a->call) p->call = *a->call;
   if (a->scatter) p->scatter = *a->scatter;
   if (a->push) p->push = *a->push;
-  if (a->a_gather) {
-    p->a_gather_rows = a->a_gather->rows;
-    p->a_gather_src = (const char*)a->a_gather->src;
-    p->a_gather_local = (const char*)a->a_gather->src_local;
-  }
   p->peer_store_lanes = gemm_peer_store_lanes(p->num_k_blocks);
   p->scale_a = a->scale_a;
   p->scale_b = a->scale_b;
@@ -387,16 +363,9 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   const int groups = a->group_offsets ? a->num_groups : 1;
   CUtensorMap tmap_a, tmap_a_local, tmap_b;
   const int eb = Cfg::ELEM_BYTES;
-  const struct mk_gemm_a_gather* ga = a->a_gather;
-  if (ga && Cfg::CLUSTER_M != 1) GEMM_REJECT("mk_gemm_launch: a_gather needs one-CTA clusters");
-  if (ga) { /* the producer warp copies A (gemm.cuh); the maps go unused */
-    MK_CHECK(gemm_make_tmap(&tmap_a, ga->src, ga->src_rows, a->k, Cfg::BM, Cfg::BK, eb));
-    tmap_a_local = tmap_a;
-  } else {
-    MK_CHECK(gemm_make_tmap(&tmap_a, a->a, a->m, a->k, Cfg::BM, Cfg::BK, eb));
-    if (a->a_local) MK_CHECK(gemm_make_tmap(&tmap_a_local, a->a_local, a->a_local_rows, a->k, Cfg::BM, Cfg::BK, eb));
-    else tmap_a_local = tmap_a;
-  }
+  MK_CHECK(gemm_make_tmap(&tmap_a, a->a, a->m, a->k, Cfg::BM, Cfg::BK, eb));
+  if (a->a_local) MK_CHECK(gemm_make_tmap(&tmap_a_local, a->a_local, a->a_local_rows, a->k, Cfg::BM, Cfg::BK, eb));
+  else tmap_a_local = tmap_a;
   MK_CHECK(gemm_make_tmap(&tmap_b, a->b, (long)groups * a->n, a->k, Cfg::B_ROWS_PER_CTA, Cfg::BK, eb));
   struct mk_gemm_params p;
   gemm_fill_params(&p, a, Cfg::BK);
@@ -432,7 +401,7 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
 /* Clusters of two need every wait in the producer to end the same way in both CTAs; the ready
  * flags' timeout cannot promise that, and a single CTA cannot form a pair. */
 static int gemm_use_pairs(const struct mk_gemm_args* a) {
-  return a && !a->ready_flags && !a->rs && !a->call && !a->scatter && !a->push && !a->a_gather && a->num_sms != 1;
+  return a && !a->ready_flags && !a->rs && !a->call && !a->scatter && !a->push && a->num_sms != 1;
 }
 
 extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream) {

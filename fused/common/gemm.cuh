@@ -3,7 +3,7 @@
  * operands (Cfg::DTYPE), bf16 output.
  *
  * One CTA per SM, 3 warp groups: WG0 is the producer (one thread issues TMA loads into a
- * STAGES-deep ring of shared memory completed on mbarriers; a warp with a gathered A), WG1 and WG2 are consumers, each
+ * STAGES-deep ring of shared memory completed on mbarriers), WG1 and WG2 are consumers, each
  * owning 64 rows of the BM x BN tile and issuing wgmma m64n{BN}k16 (bf16) or m64n{BN}k32 (e4m3)
  * with both operands in shared memory (128-byte swizzle: one K row of a stage is 128 bytes,
  * 64 bf16 or 128 e4m3 elements). e4m3 tiles are scaled by scale_a * scale_b in the consumers;
@@ -38,8 +38,6 @@ struct mk_gemm_params {
   const int* row_block_order;
   int row_block_rotate;
   int a_local_row0, a_local_row_end; /* rows read through tmap_a_local; end 0: none */
-  const int* a_gather_rows;          /* gathered A (gemm.h); NULL: off */
-  const char *a_gather_src, *a_gather_local;
   const uint64_t* ready_flags;
   uint64_t ready_target;
   const uint64_t* ready_target_ptr;
@@ -97,8 +95,7 @@ struct mk_gemm_cfg {
   static constexpr int OFF_B = STAGES * A_STAGE;
   static constexpr int OFF_C = OFF_B + STAGES * B_STAGE;
   static constexpr int OFF_BAR = OFF_C + CONSUMERS * C_STAGE_WG;
-  static constexpr int OFF_GATHER = OFF_BAR + (2 * STAGES + 2 * CONSUMERS) * 8 + 16; /* BM row addresses */
-  static constexpr int SMEM_USED = OFF_GATHER + BM * 8;
+  static constexpr int SMEM_USED = OFF_BAR + (2 * STAGES + 2 * CONSUMERS) * 8 + 16;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
   static_assert(BM == 64 * CONSUMERS, "each consumer warp group owns 64 rows");
   static_assert(BN == 256 || (BN == 128 && DTYPE == MK_GEMM_BF16), "wgmma wrappers: bf16 n = 128, 256; e4m3 n = 256");
@@ -162,53 +159,11 @@ __device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, 
   return 1;
 }
 
-/* Gathered A (gemm.h struct mk_gemm_a_gather). A TMA box per row measured 6x slower than the
- * tile's one box (bench/NOTES.md, session 28), so the producer warp copies A's stages itself
- * with cp.async. Per tile: the byte address of each of its rows (rows past the tile's end
- * read its first row: loaded, never stored) into shared memory. */
 template <class Cfg>
-__device__ __forceinline__ void gemm_gather_rows(const struct mk_gemm_params& p, const struct mk_tile& t, int lane,
-                                                 const char** row_ptr) {
-  const size_t row_bytes = (size_t)p.k * Cfg::ELEM_BYTES;
-  __syncwarp(); /* every lane is done issuing the previous tile's copies */
-#pragma unroll
-  for (int i = 0; i < Cfg::BM / 32; i++) {
-    const int r = t.row0 + lane + 32 * i;
-    const int v = p.a_gather_rows[r < t.row_end ? r : t.row0];
-    row_ptr[lane + 32 * i] = v >= 0 ? p.a_gather_src + (size_t)v * row_bytes : p.a_gather_local + (size_t)(-1 - v) * row_bytes;
-  }
-  __syncwarp();
-}
-
-/* K-block kb of the tile's rows into an A stage: each instruction moves four whole 128-byte
- * rows (lane: 16-byte chunk lane & 7 of row lane >> 3, +4 per step) to the 128B-swizzled
- * place TMA would have used (chunk c of row r at r x 128 + (c ^ r % 8) x 16); chunks past k
- * are zero, as TMA fills them. Each lane's arrival on `full` comes once its copies land; the
- * consumers then fence (generic-proxy writes, async-proxy wgmma reads). */
-template <class Cfg>
-__device__ __forceinline__ void gemm_load_gathered_a(const struct mk_gemm_params& p, const char* const* row_ptr,
-                                                     uint8_t* a_stage, int rows, int lane, int kb, uint64_t* full) {
-  const int c = lane & 7, r0 = lane >> 3;
-  const uint32_t bytes = (kb * Cfg::BK + c * (16 / Cfg::ELEM_BYTES)) < p.k ? 16u : 0u;
-  const size_t at = (size_t)kb * 128 + c * 16;
-  const uint32_t base = smem_addr(a_stage);
-  /* only the tile's rows (the rest is never stored; a row of C reads only its row of A) */
-#pragma unroll 4
-  for (int i = 0; i < (rows + 3) / 4; i++) {
-    const int r = r0 + 4 * i;
-    cp_async_16_zfill(base + r * 128 + ((c ^ (r & 7)) << 4), row_ptr[r] + (bytes ? at : 0), bytes);
-  }
-  cp_async_mbarrier_arrive_noinc(full);
-}
-
-/* One thread (lane 0) or, with GATHER, the whole first warp: lane 0 waits and arms the stages,
- * every lane copies its part of a gathered A. */
-template <class Cfg, bool GATHER>
 __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const CUtensorMap* tmap_a_local,
                                               const CUtensorMap* tmap_b,
                                               const struct mk_gemm_params& p, uint8_t* smem,
                                               uint64_t* full, uint64_t* empty, volatile uint32_t* abort_flag) {
-  const int lane = GATHER ? (int)threadIdx.x & 31 : 0;
   struct mk_sched s;
   const int rank = Cfg::CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;
   sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
@@ -224,54 +179,33 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
     const bool local = t.row0 >= p.a_local_row0 && t.row0 < p.a_local_row_end;
     const int ready_index = p.group_offsets ? t.group : t.mb; /* grouped: one flag per group */
     if (p.ready_flags && ready_index != ready_mb && !local) {
-      int ready = lane == 0 ? gemm_wait_row_block(p, ready_index, t.linear) : 0;
-      if (GATHER) ready = __shfl_sync(0xffffffffu, ready, 0);
-      if (!ready) {
+      if (!gemm_wait_row_block(p, ready_index, t.linear)) {
         /* Abort at a tile boundary: every stage loaded so far has been or will be consumed
          * in order, so the consumers drain the ring, then find this data-less arrival with
          * abort_flag naming this tile, and leave. No copy is in flight when the CTA exits. */
-        if (lane == 0) {
-          *abort_flag = (uint32_t)id + 1;
-          mbarrier_wait_parity(&empty[stage], phase ^ 1);
-        }
-        if (GATHER) { /* every arrival the stage counts (1 + 32), after every earlier copy landed */
-          cp_async_wait_all();
-          __syncwarp();
-          mbarrier_arrive(&full[stage]);
-        }
-        if (lane == 0) mbarrier_arrive(&full[stage]);
+        *abort_flag = (uint32_t)id + 1;
+        mbarrier_wait_parity(&empty[stage], phase ^ 1);
+        mbarrier_arrive(&full[stage]);
         return;
       }
       ready_mb = ready_index;
     }
-    if (lane == 0 && p.tile_start_ns && t.valid) p.tile_start_ns[t.linear] = globaltimer_ns();
+    if (p.tile_start_ns && t.valid) p.tile_start_ns[t.linear] = globaltimer_ns();
     const int b_row = t.b_row0 + rank * Cfg::B_ROWS_PER_CTA;
     const CUtensorMap* a_map = local ? tmap_a_local : tmap_a;
     const int a_row = local ? t.row0 - p.a_local_row0 : t.row0;
     uint8_t* b_dst = smem + Cfg::OFF_B + rank * Cfg::B_ROWS_PER_CTA * 128;
-    const char** row_ptr = (const char**)(smem + Cfg::OFF_GATHER);
-    if constexpr (GATHER) gemm_gather_rows<Cfg>(p, t, lane, row_ptr);
     for (int kb = 0; kb < p.num_k_blocks; kb++) {
       /* with clusters, empty[stage] also counts the partner's consumers: its half of B
        * lands in our stage and ours in its */
-      if (lane == 0) {
-        mbarrier_wait_parity(&empty[stage], phase ^ 1);
-        mbarrier_arrive_expect_tx(&full[stage], (GATHER ? 0 : Cfg::A_STAGE) + Cfg::B_STAGE);
-      }
-      if constexpr (GATHER) {
-        __syncwarp(); /* the stage is free before any lane loads into it */
-        gemm_load_gathered_a<Cfg>(p, row_ptr, smem + stage * Cfg::A_STAGE, min(t.row_end - t.row0, Cfg::BM), lane, kb,
-                                  &full[stage]);
-      } else {
-        cp_async_bulk_tensor_2d_load(smem + stage * Cfg::A_STAGE, a_map, kb * Cfg::BK, a_row, &full[stage]);
-      }
-      if (lane == 0) {
-        if (Cfg::CLUSTER_M == 1)
-          cp_async_bulk_tensor_2d_load(b_dst + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row, &full[stage]);
-        else
-          cp_async_bulk_tensor_2d_load_multicast(b_dst + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row,
-                                                 &full[stage], (uint16_t)((1u << Cfg::CLUSTER_M) - 1));
-      }
+      mbarrier_wait_parity(&empty[stage], phase ^ 1);
+      mbarrier_arrive_expect_tx(&full[stage], Cfg::A_STAGE + Cfg::B_STAGE);
+      cp_async_bulk_tensor_2d_load(smem + stage * Cfg::A_STAGE, a_map, kb * Cfg::BK, a_row, &full[stage]);
+      if (Cfg::CLUSTER_M == 1)
+        cp_async_bulk_tensor_2d_load(b_dst + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row, &full[stage]);
+      else
+        cp_async_bulk_tensor_2d_load_multicast(b_dst + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row, &full[stage],
+                                               (uint16_t)((1u << Cfg::CLUSTER_M) - 1));
       if (++stage == Cfg::STAGES) { stage = 0; phase ^= 1; }
     }
   }
@@ -539,7 +473,6 @@ __device__ __forceinline__ void gemm_mma_k_blocks(float* acc, const struct mk_ge
   uint32_t phase = *phase_io;
   for (int kb = 0; kb < p.num_k_blocks; kb++) {
     if (kb > 0) mbarrier_wait_parity(&full[stage], phase);
-    if (p.a_gather_rows) fence_proxy_async_shared_cta(); /* cp.async wrote A (generic proxy); wgmma reads it */
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < Cfg::K_STEPS; k++) {
@@ -691,7 +624,7 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
     prefetch_tensormap(&tmap_a_local);
     prefetch_tensormap(&tmap_b);
     for (int i = 0; i < Cfg::STAGES; i++) {
-      mbarrier_init(&full[i], p.a_gather_rows ? 1 + 32 : 1); /* + each gathering lane's (gemm_load_gathered_a) */
+      mbarrier_init(&full[i], 1);
       mbarrier_init(&empty[i], Cfg::CLUSTER_M * Cfg::CONSUMERS * 4); /* one arrival per consumer warp */
     }
     for (int i = 0; i < Cfg::CONSUMERS; i++) {
@@ -713,14 +646,8 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
   }
   if (wg == 0) {
     setmaxnreg_dec<56>();
-    if (threadIdx.x < 32) {
-      if (p.a_gather_rows)
-        gemm_producer<Cfg, true>(&tmap_a, &tmap_a_local, &tmap_b, p, smem, full, empty, abort_flag);
-      else if (threadIdx.x == 0)
-        gemm_producer<Cfg, false>(&tmap_a, &tmap_a_local, &tmap_b, p, smem, full, empty, abort_flag);
-    } else if (Cfg::ASYNC_EPI) {
-      gemm_storer<Cfg>(p, smem, c_full, c_empty, abort_flag);
-    }
+    if (threadIdx.x == 0) gemm_producer<Cfg>(&tmap_a, &tmap_a_local, &tmap_b, p, smem, full, empty, abort_flag);
+    else if (Cfg::ASYNC_EPI && threadIdx.x >= 32) gemm_storer<Cfg>(p, smem, c_full, c_empty, abort_flag);
     /* NOTES: here, not in the consumers: a call from their branch failed register allocation */
     if (p.rs_gather && p.call.done) gemm_rs_collect<Cfg>(p);
     if (p.call.done) gemm_call_end(p);

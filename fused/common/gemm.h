@@ -36,8 +36,6 @@
  *  - push (struct mk_gemm_push, AllGather+GEMM): extra CTAs ahead of the GEMM's in the grid
  *    copy this rank's shard of A into every peer's gathered A and raise the peer's ready flag
  *    per row-block, so one kernel is the whole call (needs `call`).
- *  - a_gather (struct mk_gemm_a_gather): each row of A read from a row of one of two sources by
- *    index (MoE: the dispatched tokens where they landed, without a per-expert copy).
  */
 #ifndef MK_GEMM_H_
 #define MK_GEMM_H_
@@ -175,23 +173,9 @@ struct mk_gemm_push {
   uint64_t* self_flags;
 };
 
-/* Gathered A (args.a_gather, optional; args.a then NULL; no a_local, push or rs): row r of A is
- * row rows[r] of src when rows[r] >= 0, else row -1 - rows[r] of src_local (both [.., k], the
- * operand type, 16-byte aligned; src_local may be NULL when no entry is negative). rows[r] is
- * read only for the rows of a tile inside its group (or m), and must name a row inside its
- * source (src_rows, src_local_rows: checked on the host against nothing but their signs' use).
- * Copied by the producer warp's 32 lanes with cp.async instead of one TMA box per tile. */
-struct mk_gemm_a_gather {
-  const int* rows; /* device, [m] */
-  const void* src;
-  long src_rows;
-  const void* src_local;
-  long src_local_rows;
-};
-
 struct mk_gemm_args {
   int m, n, k;
-  const void* a; /* bf16 [m, k] (e4m3 with dtype; so are a_local and b); NULL with a_gather */
+  const void* a; /* bf16 [m, k] (e4m3 with dtype; so are a_local and b) */
   /* Rows [a_local_row0, a_local_row0 + a_local_rows) of A are read from a_local (bf16
    * [a_local_rows, k]) instead of a, and never wait for a ready flag: in AllGather+GEMM, this
    * rank's own shard, which then needs no copy. Both ends on a row-block boundary (or m).
@@ -225,7 +209,6 @@ struct mk_gemm_args {
   const struct mk_gemm_call* call;       /* one-kernel call bracket; optional (copied) */
   const struct mk_gemm_scatter* scatter; /* row-scatter epilogue; optional (copied) */
   const struct mk_gemm_push* push;       /* all-gather push; optional (copied) */
-  const struct mk_gemm_a_gather* a_gather; /* gathered A; optional (copied) */
   int dtype; /* enum mk_gemm_dtype; 0 (bf16) when zero-initialised */
   /* e4m3 only: per-tensor scales of A and B, device pointers read when the kernel runs (so a
    * captured CUDA graph picks up new values, as cuBLASLt's scale pointers); NULL means 1. */

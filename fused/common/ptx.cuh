@@ -110,19 +110,6 @@ __device__ __forceinline__ void cp_async_bulk_tensor_2d_load_multicast(void* dst
                ::"r"(smem_addr(dst)), "l"(tmap), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(cta_mask) : "memory");
 }
 
-/* 16 bytes global -> shared through L2 only (cp.async.cg); src_bytes 0 writes zeros and reads
- * nothing. Completion is tracked by cp_async_mbarrier_arrive_noinc. */
-__device__ __forceinline__ void cp_async_16_zfill(uint32_t dst, const void* src, uint32_t src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-/* One arrival on bar once this thread's earlier cp.asyncs have landed (counted in the
- * barrier's expected arrivals: .noinc). */
-__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-/* Until every cp.async this thread issued has landed. */
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
 /* ---- proxy and memory fences ------------------------------------------------------------- */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async;" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }

@@ -27,7 +27,6 @@ struct ncclMkMoeLayout {
   ncclComm_t comm;
   int* group_offsets;             /* [MK_MOE_MAX_LOCAL_EXPERTS + 1] */
   int* row_source;                /* [max_recv_rows][3] */
-  int* a_rows;                    /* [max_recv_rows]: the dispatch GEMM's gathered A rows */
   int* slot_dest;                 /* [max_tokens][max_topk] */
   unsigned long long* rows_sent;
   int max_recv_rows;
@@ -86,7 +85,6 @@ NCCL_MK_API ncclResult_t ncclMkMoeLayoutCreate(ncclComm_t comm, ncclMkMoeLayout_
   const size_t slots = (size_t)fc->cfg.moe_max_tokens * fc->cfg.moe_max_topk;
   if (!rc) rc = mk_cuda_check(cudaMalloc((void**)&l->group_offsets, (MK_MOE_MAX_LOCAL_EXPERTS + 1) * 4), "cudaMalloc (layout)");
   if (!rc) rc = mk_cuda_check(cudaMalloc((void**)&l->row_source, (size_t)l->max_recv_rows * 12), "cudaMalloc (layout)");
-  if (!rc) rc = mk_cuda_check(cudaMalloc((void**)&l->a_rows, (size_t)l->max_recv_rows * 4), "cudaMalloc (layout)");
   if (!rc) rc = mk_cuda_check(cudaMalloc((void**)&l->slot_dest, slots * 4), "cudaMalloc (layout)");
   if (!rc) rc = mk_cuda_check(cudaMalloc((void**)&l->rows_sent, 8), "cudaMalloc (layout)");
   if (!rc) rc = mk_cuda_check(cudaMemset(l->group_offsets, 0, (MK_MOE_MAX_LOCAL_EXPERTS + 1) * 4), "cudaMemset");
@@ -107,7 +105,6 @@ NCCL_MK_API ncclResult_t ncclMkMoeLayoutDestroy(ncclMkMoeLayout_t l) {
   }
   cudaFree(l->group_offsets);
   cudaFree(l->row_source);
-  cudaFree(l->a_rows);
   cudaFree(l->slot_dest);
   cudaFree(l->rows_sent);
   free(l);
@@ -169,7 +166,6 @@ static void moe_args_fill(struct mk_fused_comm* fc, ncclMkMoeLayout_t l, enum mk
   }
   a->tokens = l->tokens, a->topk = l->topk, a->num_experts = l->num_experts, a->e_local = l->e_local;
   a->group_offsets = l->group_offsets, a->row_source = l->row_source, a->slot_dest = l->slot_dest;
-  a->a_rows = l->a_rows;
   a->rows_sent = l->rows_sent;
   a->fp8 = fc->cfg.moe_dispatch_fp8;
   a->err = fc->err;
@@ -186,22 +182,10 @@ static void moe_gemm_args(struct mk_fused_comm* fc, enum mk_op_id op, const stru
   g->group_offsets = a->group_offsets;
 }
 
-/* The GEMM's A without the expand's copies: own rows from x, the peers' where they landed
- * (recv: nranks x max_tokens rows of `hidden`), row r by a_rows[r] (moe.h). */
-static void moe_gather_args(const struct mk_moe_args* a, struct mk_gemm_a_gather* ga, struct mk_gemm_args* g) {
-  ga->rows = a->a_rows;
-  ga->src = a->moe[a->rank] + a->g.recv;
-  ga->src_rows = (long)a->nranks * a->g.max_tokens;
-  ga->src_local = a->tokens > 0 ? a->x : NULL;
-  ga->src_local_rows = a->tokens;
-  g->a_gather = ga;
-}
-
 static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, const void* w1, void* act,
                                size_t inter, cudaStream_t stream) {
   const int overlap = (int)mk_param_int(MK_PARAM_MOE_OVERLAP);
   a->mark_ready = overlap; /* only a GEMM beside the dispatch waits on the per-expert flags */
-  a->gather_a = !a->fp8 && mk_param_int(MK_PARAM_MOE_GATHER_A); /* fp8 rows are dequantized by the copy */
   a->push_ctas = overlap ? MOE_PUSH_CTAS : fc->num_sms / 4;
   a->expand_ctas = overlap ? MOE_EXPAND_CTAS : fc->num_sms - a->push_ctas;
   const int ctas = a->push_ctas + a->expand_ctas;
@@ -214,10 +198,7 @@ static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, 
   struct mk_gemm_args g;
   moe_gemm_args(fc, MK_OP_MOE_DISPATCH, a, &g);
   g.n = (int)inter, g.k = a->hidden;
-  struct mk_gemm_a_gather ga = {0};
-  if (a->gather_a) moe_gather_args(a, &ga, &g);
-  else g.a = a->moe[a->rank] + a->g.rows;
-  g.b = w1, g.c = act;
+  g.a = a->moe[a->rank] + a->g.rows, g.b = w1, g.c = act;
   g.trace = a->trace;
   if (overlap) {
     g.ready_flags = (const uint64_t*)(a->moe[a->rank] + a->g.ready);

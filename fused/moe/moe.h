@@ -16,12 +16,10 @@
  *             their slots into each peer's recv[s] / meta[s], 16-row chunks, raising
  *             chunk_flag[s][c] = e after each (with fp8 dispatch the rows move as e4m3 and
  *             a scale rides in the token's meta); expand warps take every source's rows (own
- *             first: read in place; a row split over up to 16 warps when rows are few) and
- *             give each row its (expert, source, pos) places in the GEMM's A: bf16 rows by
- *             index (a_rows: the GEMM reads the row where it is, in x or recv), fp8 rows and
- *             NCCL_MK_MOE_GATHER_A=0 by a copy to each place (dequantizing fp8 rows; own rows
- *             rounded the same way); with the GEMM beside it (overlap) the part that
- *             completes expert j raises ready[j] = e
+ *             first: read in place; a row split over up to 16 warps when rows are few), copy
+ *             each row to its (expert, source, pos) place in the GEMM's A (dequantizing fp8
+ *             rows; own rows rounded the same way), and with the GEMM beside it (overlap) the
+ *             part that completes expert j raises ready[j] = e
  *   GEMM      grouped over the local experts on every SM after the dispatch kernel
  *             (NCCL_MK_MOE_OVERLAP=1: on the SMs it leaves, each group waiting for
  *             ready[j] >= e; the route phase then runs first, as its own launch)
@@ -97,10 +95,6 @@ struct mk_moe_args {
   /* the layout (device) */
   int* group_offsets;                /* [e_local + 1] */
   int* row_source;                   /* [max_recv_rows][3] */
-  /* gather_a (bf16): the expand writes a_rows[r] (row r of the GEMM's A: recv row >= 0, or
-   * -1 - token of this rank's x) instead of copying the row (gemm.h struct mk_gemm_a_gather) */
-  int gather_a;
-  int* a_rows;                       /* [max_recv_rows] */
   int* slot_dest;                    /* [max_tokens][max_topk]: destination rank or -1 */
   unsigned long long* rows_sent;
   struct mk_gemm_error* err;

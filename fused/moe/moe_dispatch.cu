@@ -263,11 +263,10 @@ static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e, struct 
 }
 
 /* Vectors [part * nvec / parts, ...) of a row, by a warp: read once, written at each
- * (expert, source, pos) place r of its slots with a local expert; with gather_a, a_rows[r] =
- * a_row instead (the row's index in recv, or -1 - its token in x). Every part adds one to its
+ * (expert, source, pos) place of its slots with a local expert. Every part adds one to its
  * experts' counters; the part that completes an expert (rows x parts) raises its ready flag. */
 static __device__ void moe_expand_part(const struct mk_moe_args& a, int src, const int* meta, const void* row,
-                                       int a_row, bool peer_written, int part, int parts, uint64_t e) {
+                                       bool peer_written, int part, int parts, uint64_t e) {
   char* own = a.moe[a.rank];
   const int lane = threadIdx.x & 31, nvec = a.hidden / 8;
   const int t = peer_written ? __ldcg(meta) : meta[0];
@@ -279,14 +278,11 @@ static __device__ void moe_expand_part(const struct mk_moe_args& a, int src, con
     const int j = v >> MK_MOE_POS_BITS, pos = v & ((1 << MK_MOE_POS_BITS) - 1);
     const int r = a.group_offsets[j] + moe_ints(own, a.g.seg)[j * MK_MOE_MAX_RANKS + src] + pos;
     if (part == 0 && lane < 3) a.row_source[(size_t)r * 3 + lane] = lane == 0 ? src : lane == 1 ? t : s;
-    if (a.gather_a && lane == 3) a.a_rows[r] = a_row;
     dst[n] = (uint4*)(own + a.g.rows + (size_t)r * a.hidden * 2);
     expert[n++] = j;
   }
   const int v0 = (int)((long)nvec * part / parts), v1 = (int)((long)nvec * (part + 1) / parts);
-  if (a.gather_a) {
-    /* the GEMM reads the row where it is (a_rows) */
-  } else if (a.fp8 && peer_written) {
+  if (a.fp8 && peer_written) {
     moe_land_fp8_row_to<true>(dst, n, row, 0.f, __int_as_float(__ldcg(meta + 1)), v0, v1);
   } else if (a.fp8) { /* own rows: the same rounding as the rows that moved */
     const float amax = moe_row_amax((const uint4*)row, nvec);
@@ -316,8 +312,8 @@ static __device__ int moe_expand_parts(const struct mk_moe_args& a, int warps) {
   const int* counts = moe_ints(a.moe[a.rank], a.g.counts);
   int rows = 0;
   for (int src = 0; src < a.nranks; src++) rows += *(volatile const int*)&counts[src * MK_MOE_COUNT_STRIDE];
-  int parts = 1; /* with gather_a a row is one index: a part each */
-  while (!a.gather_a && parts < 16 && rows * parts * 2 <= warps) parts *= 2;
+  int parts = 1;
+  while (parts < 16 && rows * parts * 2 <= warps) parts *= 2;
   return parts;
 }
 
@@ -355,7 +351,7 @@ static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e) {
       const size_t slot = (size_t)src * a.g.max_tokens + u;
       const int* meta = self ? moe_ints(own, a.g.send_meta) + slot * stride : moe_ints(own, a.g.meta) + slot * stride;
       const void* row = self ? (const char*)a.x + (size_t)meta[0] * row_bytes : own + a.g.recv + slot * row_bytes;
-      moe_expand_part(a, src, meta, row, self ? -1 - meta[0] : (int)slot, !self, i % parts, parts, e);
+      moe_expand_part(a, src, meta, row, !self, i % parts, parts, e);
     }
   }
 }

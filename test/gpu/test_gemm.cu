@@ -203,7 +203,6 @@ int main(int argc, char** argv) {
   else if (!strcmp(what, "grouped_ready_flags")) test_grouped_ready_flags();
   else if (!strcmp(what, "bad_input")) test_bad_input();
   else if (!strcmp(what, "a_local")) test_a_local();
-  else if (!strcmp(what, "a_gather")) test_a_gather();
   else if (!strcmp(what, "rs_epilogue")) test_rs_epilogue();
   else if (!strcmp(what, "scatter_epilogue")) test_scatter_epilogue();
   else if (!strcmp(what, "fp8_odd_shapes")) test_fp8_odd_shapes(large);

@@ -7,8 +7,6 @@
  * `gemm_perf trace [iters]`: what the trace hooks cost: the same GEMM with its trace pointer
  * NULL (off) and with a trace buffer (on), interleaved, in rounds; prints both medians, the
  * difference and the run-to-run spread (max - min of the off rounds' medians).
- * `gemm_perf gather [iters]`: A read in place against A gathered row by row by index (the MoE
- * dispatch's GEMM), interleaved in rounds; ratio and whether the outputs are bit-identical.
  * `gemm_perf fp8 [iters] [precise]`: e4m3 operands with per-tensor scales (configuration 0)
  * against cuBLASLt's fp8 GEMM on the same shapes and scales (as its alpha: gemm_check.cuh), both bf16 out. cuBLASLt
  * runs with fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM: no periodic promotion, the
@@ -170,84 +168,6 @@ static int trace_overhead(int iters, int sms) {
   return 0;
 }
 
-/* A gathered by index (gemm.h struct mk_gemm_a_gather): A's rows shuffled into src and
- * src_local (alternate rows), named by index, against the same A read in place, interleaved
- * in rounds. The two outputs must be bit-identical (same data, same tiles, same order). */
-static int gather_cost(int iters) {
-  /* plain, and grouped as the MoE dispatch's GEMMs: DeepSeek-like decode (128 local experts of
-   * 16 rows) and 32 experts of 1024 rows */
-  const struct shape shapes[] = {{32768, 2048, 7168}, {8192, 8192, 8192}, {2048, 2048, 7168}, {32768, 2048, 7168}};
-  const int groups_of[] = {1, 1, 128, 32};
-  const int rounds = 5;
-  printf("gathered A: GEMM core, A in place vs gathered by index, interleaved, %d rounds x %d runs\n", rounds, iters);
-  printf("%6s %6s %6s %6s %9s %9s %7s %8s\n", "M", "N", "K", "groups", "in place", "gathered", "ratio", "same");
-  for (int si = 0; si < 4; si++) {
-    const struct shape s = shapes[si];
-    const int groups = groups_of[si];
-    const size_t row = (size_t)s.k * 2;
-    void *a, *b, *c0, *c1, *src, *loc;
-    int* rows;
-    CUDA_OK(cudaMalloc(&a, s.m * row));
-    CUDA_OK(cudaMalloc(&b, (size_t)groups * s.n * row));
-    int* offs;
-    std::vector<int> h_offs(groups + 1);
-    for (int i = 0; i <= groups; i++) h_offs[i] = (int)((long)s.m * i / groups);
-    CUDA_OK(cudaMalloc(&offs, h_offs.size() * 4));
-    CUDA_OK(cudaMemcpy(offs, h_offs.data(), h_offs.size() * 4, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMalloc(&c0, (size_t)s.m * s.n * 2));
-    CUDA_OK(cudaMalloc(&c1, (size_t)s.m * s.n * 2));
-    CUDA_OK(cudaMalloc(&src, s.m * row));
-    CUDA_OK(cudaMalloc(&loc, s.m * row));
-    CUDA_OK(cudaMalloc(&rows, (size_t)s.m * 4));
-    fill_random_bf16(a, (size_t)s.m * s.k, 1, 1.0f);
-    fill_random_bf16(b, (size_t)groups * s.n * s.k, 2, 1.0f);
-    std::vector<int> perm(s.m), idx(s.m);
-    for (int i = 0; i < s.m; i++) perm[i] = i;
-    uint64_t x = 88172645463325252ull;
-    for (int i = s.m - 1; i > 0; i--) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; std::swap(perm[i], perm[x % (i + 1)]); }
-    for (int r = 0; r < s.m; r++) { /* row r at perm[r] of src (even r) or of src_local (odd r) */
-      CUDA_OK(cudaMemcpy((char*)(r & 1 ? loc : src) + perm[r] * row, (char*)a + r * row, row, cudaMemcpyDeviceToDevice));
-      idx[r] = r & 1 ? -1 - perm[r] : perm[r];
-    }
-    CUDA_OK(cudaMemcpy(rows, idx.data(), (size_t)s.m * 4, cudaMemcpyHostToDevice));
-    struct mk_gemm_a_gather ga = {rows, src, s.m, loc, s.m};
-    struct mk_gemm_args g0, g1;
-    memset(&g0, 0, sizeof(g0));
-    g0.m = s.m, g0.n = s.n, g0.k = s.k, g0.a = a, g0.b = b, g0.c = c0;
-    if (groups > 1) g0.num_groups = groups, g0.group_offsets = offs;
-    g1 = g0, g1.a = NULL, g1.a_gather = &ga, g1.c = c1;
-    cudaEvent_t ev[3];
-    for (int i = 0; i < 3; i++) CUDA_OK(cudaEventCreate(&ev[i]));
-    std::vector<float> t0r, t1r;
-    for (int r = 0; r < rounds; r++) {
-      std::vector<float> t0, t1;
-      for (int it = -2; it < iters; it++) {
-        CUDA_OK(cudaEventRecord(ev[0]));
-        if (mk_gemm_launch(&g0, 0)) return 1;
-        CUDA_OK(cudaEventRecord(ev[1]));
-        if (mk_gemm_launch(&g1, 0)) return 1;
-        CUDA_OK(cudaEventRecord(ev[2]));
-        CUDA_OK(cudaEventSynchronize(ev[2]));
-        float ms0, ms1;
-        CUDA_OK(cudaEventElapsedTime(&ms0, ev[0], ev[1]));
-        CUDA_OK(cudaEventElapsedTime(&ms1, ev[1], ev[2]));
-        if (it >= 0) t0.push_back(ms0), t1.push_back(ms1);
-      }
-      t0r.push_back(median(t0)), t1r.push_back(median(t1));
-    }
-    std::vector<uint16_t> h0((size_t)s.m * s.n), h1((size_t)s.m * s.n);
-    CUDA_OK(cudaMemcpy(h0.data(), c0, h0.size() * 2, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(h1.data(), c1, h1.size() * 2, cudaMemcpyDeviceToHost));
-    const int same = h0 == h1;
-    const float m0 = median(t0r), m1 = median(t1r);
-    printf("%6d %6d %6d %6d %9.4f %9.4f %7.3f %8s\n", s.m, s.n, s.k, groups, m0, m1, m0 / m1, same ? "yes" : "NO");
-    for (int i = 0; i < 3; i++) cudaEventDestroy(ev[i]);
-    cudaFree(a), cudaFree(b), cudaFree(c0), cudaFree(c1), cudaFree(src), cudaFree(loc), cudaFree(rows), cudaFree(offs);
-    if (!same) return 1;
-  }
-  return 0;
-}
-
 int main(int argc, char** argv) {
   gpu_or_skip();
   if (argc > 1 && !strcmp(argv[1], "trace")) {
@@ -255,7 +175,6 @@ int main(int argc, char** argv) {
     CUDA_OK(cudaGetDeviceProperties(&p, 0));
     return trace_overhead(argc > 2 ? atoi(argv[2]) : 20, p.multiProcessorCount);
   }
-  if (argc > 1 && !strcmp(argv[1], "gather")) return gather_cost(argc > 2 ? atoi(argv[2]) : 10);
   const int quick = argc > 1 && !strcmp(argv[1], "quick");
   fp8 = argc > 1 && !strcmp(argv[1], "fp8");
   const int iters = argc > 2 ? atoi(argv[2]) : 25;
