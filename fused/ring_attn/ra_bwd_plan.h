@@ -124,4 +124,7 @@ static inline float* mk_ra_bwd_acc(void* data, const struct mk_ra_bwd_layout* l,
   return (float*)((char*)data + l->acc) + (size_t)src * 2 * l->kv_elems;
 }
 
+/* Bytes of one block's accumulator (fp32 [dk | dv]). */
+static inline size_t mk_ra_bwd_acc_bytes(const struct mk_ra_bwd_layout* l) { return 2 * l->kv_elems * sizeof(float); }
+
 #endif /* MK_RA_BWD_PLAN_H_ */

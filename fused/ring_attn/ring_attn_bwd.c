@@ -139,7 +139,7 @@ static int ra_bwd_gather_beside(struct mk_fused_comm* fc, const struct mk_ra_arg
   MK_CHECK(mk_ra_bwd_gather_launch(ga, fc->side));
   for (int d = 0; d < fc->nranks && ga->causal; d++) /* non-causal stores its partials whole */
     if (d != fc->rank)
-      MK_CHECK(mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, l, d), 0, 2 * l->kv_elems * 4, fc->side),
+      MK_CHECK(mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, l, d), 0, mk_ra_bwd_acc_bytes(l), fc->side),
                              "cudaMemsetAsync"));
   return mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)");
 }
@@ -189,9 +189,9 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
     mk_ra_fill_args(fc, MK_OP_RING_ATTN_BWD, k, v, B, S, H, Hkv, D, causal, chunk_rows, l.kv_elems * 2, &ga);
     rc = ra_bwd_gather_beside(fc, &ga, &l, data, stream);
   }
-  const size_t acc_bytes = 2 * l.kv_elems * 4;
   if (!rc && causal)
-    rc = mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, &l, fc->rank), 0, acc_bytes, stream), "cudaMemsetAsync");
+    rc = mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, &l, fc->rank), 0, mk_ra_bwd_acc_bytes(&l), stream),
+                       "cudaMemsetAsync");
   for (int i = 0; i < own_calls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
   if (!rc) rc = mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent");
   for (int i = own_calls; i < ncalls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
