@@ -15,7 +15,8 @@
  *   comm      push CTAs (for each d once d finished call e-1) copy s's listed tokens and
  *             their slots into each peer's recv[s] / meta[s], 16-row chunks, raising
  *             chunk_flag[s][c] = e after each (with fp8 dispatch the rows move as e4m3 and
- *             a scale rides in the token's meta); expand warps take every source's rows (own
+ *             a scale rides in the token's meta); expand warps (and the push CTAs' once their
+ *             push is done: items claimed in order from a counter) take every source's rows (own
  *             first: read in place; a row split over up to 16 warps when rows are few), copy
  *             each row to its (expert, source, pos) place in the GEMM's A (dequantizing fp8
  *             rows; own rows rounded the same way), and with the GEMM beside it (overlap) the
@@ -36,7 +37,7 @@
  *
  * MoE area of each rank's symmetric workspace (after the dense ops' data area), offsets in
  * struct mk_moe_geom: written by peers: counts_flag, comb_flag, counts, chunk_flag, meta,
- * recv, comb; this rank only: ready, rows_done, route_done, routed, offsets_ready,
+ * recv, comb; this rank only: ready, rows_done, route_done, expand_next, routed, offsets_ready,
  * send_counts, send_list, send_meta, seg, rows (the GEMM's A in a dispatch, y in a combine).
  */
 #ifndef MK_MOE_H_
@@ -66,15 +67,23 @@ extern "C" {
 struct mk_moe_geom {
   int nranks, max_tokens, max_hidden, max_topk, max_recv_rows;
   size_t counts_flag, comb_flag, counts, chunk_flag, meta, recv, comb;
-  size_t ready, rows_done, route_done, routed, offsets_ready, send_counts, send_list, send_meta, seg, rows;
+  size_t ready, rows_done, route_done, expand_next, routed, offsets_ready, send_counts, send_list, send_meta, seg,
+      rows;
   size_t bytes;
 };
 
-/* The expand's work split (moe_dispatch.cu): the items of every source (a row's part each), in
- * step order, numbered across sources, item g to warp g mod warps. A warp whose first item of
- * a source with `items` items is i0 (0 <= i0 < warps) has this first item in the next one. */
-MK_HD int mk_moe_expand_next_first(int i0, int items, int warps) {
-  return i0 >= items ? i0 - items : (warps - (items - i0) % warps) % warps;
+/* The expand's items (moe_dispatch.cu): every source's (a row's part each), in step order (own
+ * rows first), numbered across sources from 0. Item i is item *local of step `return`, of
+ * `steps` steps with items[s] items each; -1 (and *local untouched) past the last. */
+MK_HD int mk_moe_expand_item(const int* items, int steps, int i, int* local) {
+  for (int s = 0; s < steps; s++) {
+    if (i < items[s]) {
+      *local = i;
+      return s;
+    }
+    i -= items[s];
+  }
+  return -1;
 }
 
 /* Fills the offsets from the sizes (g->nranks ... max_recv_rows set); returns g->bytes. */

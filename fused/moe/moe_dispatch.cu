@@ -45,8 +45,8 @@ static __device__ void moe_trace_phase(struct mk_trace_writer* w, uint64_t start
   mk_trace_end(w, start, role, MK_TRACE_PHASE, MK_TRACE_NO_PEER, phase, 0, e);
 }
 
-/* call = done + 1; with zero_counters also this call's route counters, expert row counters
- * and rows_sent. */
+/* call = done + 1; with zero_counters also this call's route counters, expert row counters,
+ * rows_sent and the expand's item counter. */
 static __global__ void moe_begin_kernel(const struct mk_moe_args a, int zero_counters) {
   uint64_t* words = a.words[a.rank];
   if (threadIdx.x == 0) words[MK_AG_WORD_CALL] = words[MK_AG_WORD_DONE] + 1;
@@ -56,7 +56,7 @@ static __global__ void moe_begin_kernel(const struct mk_moe_args a, int zero_cou
   for (int i = threadIdx.x; i < a.nranks * MK_MOE_COUNT_STRIDE; i += blockDim.x) send_counts[i] = 0;
   uint32_t* rows_done = (uint32_t*)(own + a.g.rows_done);
   for (int j = threadIdx.x; j < a.e_local; j += blockDim.x) rows_done[j] = 0;
-  if (threadIdx.x == 0) *a.rows_sent = 0;
+  if (threadIdx.x == 0) *a.rows_sent = 0, *(uint32_t*)(own + a.g.expand_next) = 0;
 }
 
 /* Token t's slots: local expert and destination rank of each (-1: masked). */
@@ -317,42 +317,56 @@ static __device__ int moe_expand_parts(const struct mk_moe_args& a, int warps) {
   return parts;
 }
 
-/* Expand warps: every source's rows (own first, read in place; then the ranks that push to us
- * first), item i = u * parts + p (part p of row u) of all sources' items in that order to warp
- * i mod warps, each peer row once its chunk's flag is up. Numbering items across sources keeps
- * every warp busy when rows are few: per source, decode's 128 rows x 4 parts went to the same
- * first 512 of 1584 warps, which then did one source after the other (trace, session 27). */
-static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e) {
+/* The expand's next item after a warp's first: past the expand warps' first items, from the
+ * call's counter (zeroed by the begin kernel); `total` once every item is taken (also when the
+ * first items cover them all: no atomics then, decode's case). */
+static __device__ int moe_expand_claim(uint32_t* next, int warps, int total, int lane) {
+  if (total <= warps) return total;
+  int i = 0;
+  if (lane == 0) i = warps + (int)atomicAdd(next, 1u);
+  return __shfl_sync(0xffffffffu, i, 0);
+}
+
+/* Expand: every source's rows (own first, read in place; then the ranks that push to us first),
+ * item i = u * parts + p (part p of row u) numbered across sources in that order
+ * (mk_moe_expand_item), each peer row once its chunk's flag is up. Expand warp w starts at item
+ * w (first_item; -1: a push CTA's warp, which joins once its push is done) and claims the rest
+ * in order from a counter: the copies run at a rate that grows with the SMs doing them
+ * (2.35 / 2.51 / 2.87 TB/s of writes on 66 / 99 / 132 SMs, session 28), and the push's SMs
+ * were idle for the expand's last 55 us (DeepSeek-like trace, session 27). */
+static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e, int first_item) {
   char* own = a.moe[a.rank];
   if (a.group_offsets[a.e_local] == 0) return; /* nothing arrives, or the counts step gave up */
-  const int warps = a.expand_ctas * MOE_WARPS, stride = MK_MOE_META_HEAD + a.g.max_topk;
-  const int w = (blockIdx.x - a.push_ctas) * MOE_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int warps = a.expand_ctas * MOE_WARPS, stride = MK_MOE_META_HEAD + a.g.max_topk, lane = threadIdx.x & 31;
   const int parts = moe_expand_parts(a, warps);
   const size_t row_bytes = (size_t)a.hidden * 2;
-  int first = w; /* this warp's first item of the next source: items of earlier sources shift it */
+  int items[MK_MOE_MAX_RANKS], total = 0;
   for (int step = 0; step < a.nranks; step++) {
     const int src = (a.rank - step + a.nranks) % a.nranks;
+    items[step] = *(volatile int*)&moe_ints(own, a.g.counts)[src * MK_MOE_COUNT_STRIDE] * parts;
+    total += items[step];
+  }
+  uint32_t* next = (uint32_t*)(own + a.g.expand_next);
+  int arrived = -1; /* the last chunk flag seen up: flags only grow, items come in order */
+  for (int i = first_item >= 0 ? first_item : moe_expand_claim(next, warps, total, lane); i < total;
+       i = moe_expand_claim(next, warps, total, lane)) {
+    int local;
+    const int step = mk_moe_expand_item(items, a.nranks, i, &local);
+    const int src = (a.rank - step + a.nranks) % a.nranks;
     const bool self = src == a.rank;
-    const int n = *(volatile int*)&moe_ints(own, a.g.counts)[src * MK_MOE_COUNT_STRIDE];
-    int arrived = -1; /* the last chunk seen arrived: flags only grow within a call */
-    const int items = n * parts;
-    const int i0 = first;
-    first = mk_moe_expand_next_first(i0, items, warps);
-    for (int i = i0; i < items; i += warps) {
-      const int u = i / parts, c = u / MK_MOE_CHUNK_ROWS, flag = src * moe_chunks_max(a.g) + c;
-      if (!self && c != arrived) {
-        uint64_t seen = e;
-        if (lane == 0)
-          seen = mk_wait_geq(moe_words(own, a.g.chunk_flag) + flag, e, a.err, a.err_tag, 2, (uint32_t)flag,
-                             a.timeout_ns);
-        if (__shfl_sync(0xffffffffu, seen, 0) < e) return;
-        arrived = c;
-      }
-      const size_t slot = (size_t)src * a.g.max_tokens + u;
-      const int* meta = self ? moe_ints(own, a.g.send_meta) + slot * stride : moe_ints(own, a.g.meta) + slot * stride;
-      const void* row = self ? (const char*)a.x + (size_t)meta[0] * row_bytes : own + a.g.recv + slot * row_bytes;
-      moe_expand_part(a, src, meta, row, !self, i % parts, parts, e);
+    const int u = local / parts, flag = src * moe_chunks_max(a.g) + u / MK_MOE_CHUNK_ROWS;
+    if (!self && flag != arrived) {
+      uint64_t seen = e;
+      if (lane == 0)
+        seen = mk_wait_geq(moe_words(own, a.g.chunk_flag) + flag, e, a.err, a.err_tag, 2, (uint32_t)flag,
+                           a.timeout_ns);
+      if (__shfl_sync(0xffffffffu, seen, 0) < e) return;
+      arrived = flag;
     }
+    const size_t slot = (size_t)src * a.g.max_tokens + u;
+    const int* meta = self ? moe_ints(own, a.g.send_meta) + slot * stride : moe_ints(own, a.g.meta) + slot * stride;
+    const void* row = self ? (const char*)a.x + (size_t)meta[0] * row_bytes : own + a.g.recv + slot * row_bytes;
+    moe_expand_part(a, src, meta, row, !self, local % parts, parts, e);
   }
 }
 
@@ -380,14 +394,17 @@ static __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const 
     }
   }
   if (!(phases & MK_MOE_PHASE_COMM)) return;
-  if ((int)blockIdx.x < a.push_ctas) {
+  const bool pushes = (int)blockIdx.x < a.push_ctas;
+  if (pushes) {
     if (!moe_routed(a, e, &w)) return;
     t0 = mk_trace_begin(&w);
     moe_push(a, e, &w);
     moe_trace_phase(&w, t0, MK_TRACE_COMM_SEND, MK_MOE_TRACE_PUSH, e);
-  } else if (moe_offsets_ready(a, e, &w)) {
+  }
+  /* the push CTAs join the expand once their rows are out */
+  if (moe_offsets_ready(a, e, &w)) {
     t0 = mk_trace_begin(&w);
-    moe_expand(a, e);
+    moe_expand(a, e, pushes ? -1 : ((int)blockIdx.x - a.push_ctas) * MOE_WARPS + (int)threadIdx.x / 32);
     if (a.trace) __syncthreads(); /* the phase ends with the CTA's last warp */
     moe_trace_phase(&w, t0, MK_TRACE_COMM_RECV, MK_MOE_TRACE_EXPAND, e);
   }

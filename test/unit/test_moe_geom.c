@@ -27,6 +27,7 @@ static void check_sizes(int nranks, int tokens, int hidden, int topk, int recv_r
       {"ready", g.ready, MK_MOE_MAX_LOCAL_EXPERTS * 8},
       {"rows_done", g.rows_done, MK_MOE_MAX_LOCAL_EXPERTS * 4},
       {"route_done", g.route_done, 4},
+      {"expand_next", g.expand_next, 4},
       {"routed", g.routed, 8},
       {"offsets_ready", g.offsets_ready, 8},
       {"send_counts", g.send_counts, (size_t)MK_MOE_MAX_RANKS * MK_MOE_COUNT_STRIDE * 4},
@@ -52,41 +53,34 @@ static void check_sizes(int nranks, int tokens, int hidden, int topk, int recv_r
   CHECK(bytes >= end && bytes - end < 256); /* no slack past the last region but its rounding */
 }
 
-/* The expand's items of every source (counts[s] items each, in order) over `warps` warps through
- * mk_moe_expand_next_first: each item exactly once, item g on warp g mod warps, so that warps are
- * loaded evenly across sources (at most one item apart). */
-static void check_expand_split(const int* counts, int sources, int warps) {
+/* The expand's item numbering (mk_moe_expand_item) over sources with counts[s] items each:
+ * items 0 .. total-1 name every (source, local) pair exactly once, in source order and in
+ * order within a source; from total on, none. */
+static void check_expand_items(const int* counts, int sources) {
   int total = 0;
   for (int s = 0; s < sources; s++) total += counts[s];
-  int* seen = calloc((size_t)total + 1, sizeof(int));
-  int* load = calloc((size_t)warps, sizeof(int));
-  for (int w = 0; w < warps; w++) {
-    int first = w, base = 0;
-    for (int s = 0; s < sources; s++) {
-      for (int i = first; i < counts[s]; i += warps) {
-        CHECK((base + i) % warps == w);
-        seen[base + i]++;
-        load[w]++;
-      }
-      first = mk_moe_expand_next_first(first, counts[s], warps);
-      CHECK(first >= 0 && first < warps);
-      base += counts[s];
-    }
+  int prev_step = 0, prev_local = -1;
+  for (int i = 0; i < total; i++) {
+    int local = -7;
+    const int step = mk_moe_expand_item(counts, sources, i, &local);
+    CHECK(step >= 0 && step < sources && local >= 0 && local < counts[step]);
+    /* the next pair after the previous one: the same source's next item, or a later source's first */
+    CHECK((step == prev_step && local == prev_local + 1) || (step > prev_step && local == 0));
+    for (int s = prev_step + 1; s < step; s++) CHECK(counts[s] == 0); /* skipped only empty sources */
+    CHECK(step == prev_step || prev_local == counts[prev_step] - 1);  /* after the last of the one before */
+    prev_step = step, prev_local = local;
   }
-  int lo = total, hi = 0;
-  for (int g = 0; g < total; g++) CHECK(seen[g] == 1);
-  for (int w = 0; w < warps; w++) lo = load[w] < lo ? load[w] : lo, hi = load[w] > hi ? load[w] : hi;
-  CHECK(hi - lo <= 1);
-  free(seen);
-  free(load);
+  int local = -7;
+  CHECK(mk_moe_expand_item(counts, sources, total, &local) == -1 && local == -7);
+  CHECK(mk_moe_expand_item(counts, sources, total + 1000, &local) == -1);
 }
 
 int main(void) {
-  const int decode[] = {256, 260}, skewed[] = {0, 5000, 1, 1583, 1584}, one[] = {7};
-  check_expand_split(decode, 2, 1584);
-  check_expand_split(skewed, 5, 1584);
-  check_expand_split(skewed, 5, 3);
-  check_expand_split(one, 1, 16);
+  const int decode[] = {256, 260}, skewed[] = {0, 5000, 1, 0, 0, 1583, 1584}, one[] = {7}, none[] = {0, 0};
+  check_expand_items(decode, 2);
+  check_expand_items(skewed, 7);
+  check_expand_items(one, 1);
+  check_expand_items(none, 2);
   const int ranks[] = {1, 2, 8}, tokens[] = {1, 17, 4096, 16384}, hidden[] = {8, 136, 7168}, topk[] = {1, 8, 16};
   for (int a = 0; a < 3; a++)
     for (int b = 0; b < 4; b++)
