@@ -24,6 +24,7 @@ typedef mk_gemm_cfg<128, 256, 64, 3, 256, 1, 1, 1> mk_gemm_default_cfg; /* overl
 typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1, 1, 0> mk_gemm_cfg_sync1;   /* epilogue by the consumers */
 typedef mk_gemm_cfg<128, 256, 64, 4, 128, 1, 2, 0> mk_gemm_cfg_sync2;   /* same, clusters of 2 */
 typedef mk_gemm_cfg<128, 256, 64, 3, 256, 1, 2, 1> mk_gemm_cfg_async2;
+typedef mk_gemm_cfg<64, 256, 64, 4, 256, 1, 1, 1> mk_gemm_cfg_m64; /* args.block_m = 64: one consumer, 4 stages */
 /* e4m3 operands: the default's tiles and stages in bytes (a 128-byte stage row holds 128
  * elements); compiled for this configuration only, to keep gemm.cu's compile time. */
 typedef mk_gemm_cfg<128, 256, 128, 3, 256, 1, 1, 1, MK_GEMM_E4M3> mk_gemm_fp8_cfg;
@@ -237,7 +238,8 @@ extern "C" void mk_gemm_tile_shape(int* block_m, int* block_n) {
 }
 
 extern "C" long mk_gemm_max_tiles(const struct mk_gemm_args* a) {
-  const long bm = mk_gemm_default_cfg::BM, bn = mk_gemm_default_cfg::BN;
+  const long bm = a->block_m == mk_gemm_cfg_m64::BM ? mk_gemm_cfg_m64::BM : mk_gemm_default_cfg::BM;
+  const long bn = mk_gemm_default_cfg::BN;
   long tiles_m = (a->m + bm - 1) / bm + (a->group_offsets ? a->num_groups : 0);
   return tiles_m * ((a->n + bn - 1) / bn);
 }
@@ -404,7 +406,18 @@ static int gemm_use_pairs(const struct mk_gemm_args* a) {
   return a && !a->ready_flags && !a->rs && !a->call && !a->scatter && !a->push && a->num_sms != 1;
 }
 
+/* args.block_m (gemm.h): 64-row tiles for bf16 without the fused roles that assume 128. */
+static int gemm_validate_block_m(const struct mk_gemm_args* a) {
+  if (a->block_m != 0 && a->block_m != 64 && a->block_m != 128)
+    GEMM_REJECT("mk_gemm_launch: block_m = %d, must be 0 (128), 64 or 128", a->block_m);
+  if (a->block_m == 64 && (a->dtype != MK_GEMM_BF16 || a->a_local || a->push || a->rs))
+    GEMM_REJECT("mk_gemm_launch: block_m = 64 needs bf16 operands and no a_local, push or rs");
+  return 0;
+}
+
 extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream) {
+  if (a) MK_CHECK(gemm_validate_block_m(a));
+  if (a && a->block_m == 64) return gemm_launch_cfg<mk_gemm_cfg_m64>(a, stream);
   if (a && a->dtype == MK_GEMM_E4M3) return gemm_launch_cfg<mk_gemm_fp8_cfg>(a, stream);
   return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream); /* also rejects an unknown dtype */
 }
@@ -421,6 +434,7 @@ extern "C" int mk_gemm_launch_variant(const struct mk_gemm_args* a, cudaStream_t
                                      : gemm_launch_cfg<mk_gemm_cfg_sync1>(a, stream);
     case 3: return gemm_use_pairs(a) ? gemm_launch_cfg<mk_gemm_cfg_async2>(a, stream)
                                      : gemm_launch_cfg<mk_gemm_default_cfg>(a, stream);
+    case 4: return gemm_launch_cfg<mk_gemm_cfg_m64>(a, stream);
     default: return -EINVAL;
   }
 }
@@ -437,6 +451,7 @@ extern "C" int mk_gemm_prepare(void) {
   }
   cudaError_t e = gemm_prepare_cfg<mk_gemm_default_cfg>(sms, &n);
   if (e == cudaSuccess) e = gemm_prepare_cfg<mk_gemm_fp8_cfg>(sms, &n);
+  if (e == cudaSuccess) e = gemm_prepare_cfg<mk_gemm_cfg_m64>(sms, &n);
   if (e != cudaSuccess) {
     MK_WARN("mk_gemm_prepare: %s", cudaGetErrorString(e));
     return -EIO;

@@ -2,9 +2,9 @@
  * Persistent warp-specialised GEMM for sm_90a: C[M,N] = A[M,K] . B[N,K]^T, bf16 or fp8 e4m3
  * operands (Cfg::DTYPE), bf16 output.
  *
- * One CTA per SM, 3 warp groups: WG0 is the producer (one thread issues TMA loads into a
- * STAGES-deep ring of shared memory completed on mbarriers), WG1 and WG2 are consumers, each
- * owning 64 rows of the BM x BN tile and issuing wgmma m64n{BN}k16 (bf16) or m64n{BN}k32 (e4m3)
+ * One CTA per SM, 3 warp groups (2 with BM = 64): WG0 is the producer (one thread issues TMA
+ * loads into a STAGES-deep ring of shared memory completed on mbarriers), WG1 and WG2 are
+ * consumers, each owning 64 rows of the BM x BN tile and issuing wgmma m64n{BN}k16 (bf16) or m64n{BN}k32 (e4m3)
  * with both operands in shared memory (128-byte swizzle: one K row of a stage is 128 bytes,
  * 64 bf16 or 128 e4m3 elements). e4m3 tiles are scaled by scale_a * scale_b in the consumers;
  * from there on both types share everything. The epilogue stages bf16 through swizzled shared
@@ -87,7 +87,7 @@ struct mk_gemm_cfg {
   static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of 1 or 2 CTAs along M");
   static constexpr int B_ROWS_PER_CTA = BN / CLUSTER_M; /* rows of the B tile each CTA loads */
   static_assert(MMA_INFLIGHT == 0 || MMA_INFLIGHT == 1, "0 or 1 wgmma group in flight");
-  static constexpr int CONSUMERS = 2;
+  static constexpr int CONSUMERS = BM_ / 64;
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int A_STAGE = BM * BK * ELEM_BYTES;
   static constexpr int B_STAGE = BN * BK * ELEM_BYTES;
@@ -97,7 +97,7 @@ struct mk_gemm_cfg {
   static constexpr int OFF_BAR = OFF_C + CONSUMERS * C_STAGE_WG;
   static constexpr int SMEM_USED = OFF_BAR + (2 * STAGES + 2 * CONSUMERS) * 8 + 16;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
-  static_assert(BM == 64 * CONSUMERS, "each consumer warp group owns 64 rows");
+  static_assert(BM == 64 || BM == 128, "each consumer warp group owns 64 rows: one or two of them");
   static_assert(BN == 256 || (BN == 128 && DTYPE == MK_GEMM_BF16), "wgmma wrappers: bf16 n = 128, 256; e4m3 n = 256");
   static_assert(BK * ELEM_BYTES == 128, "a K-block row must be one 128-byte swizzle row");
   static_assert(BN % EPI_COLS == 0 && EPI_COLS % 64 == 0, "epilogue passes are whole 64-column atoms");

@@ -210,6 +210,11 @@ struct mk_gemm_args {
   const struct mk_gemm_scatter* scatter; /* row-scatter epilogue; optional (copied) */
   const struct mk_gemm_push* push;       /* all-gather push; optional (copied) */
   int dtype; /* enum mk_gemm_dtype; 0 (bf16) when zero-initialised */
+  /* Rows per tile: 0 or 128 (two consumer warp groups, 3 stages), or 64 (one, 4 stages: half
+   * the wasted rows in a group's partial last tile and more weight bytes in flight, at half the
+   * operand reuse; MoE groups of a few hundred rows or fewer: mk_moe_gemm_block_m). 64: bf16,
+   * no a_local, push or rs. */
+  int block_m;
   /* e4m3 only: per-tensor scales of A and B, device pointers read when the kernel runs (so a
    * captured CUDA graph picks up new values, as cuBLASLt's scale pointers); NULL means 1. */
   const float* scale_a;
@@ -220,13 +225,13 @@ struct mk_gemm_args {
  * it), -ENOTSUP (not an sm_90 device) or -EIO (launch failure). */
 int mk_gemm_launch(const struct mk_gemm_args* args, cudaStream_t stream);
 
-/* Loads the kernels (bf16 and e4m3) now. Call once before launching the GEMM next to a kernel
+/* Loads the kernels (bf16 with either block_m, and e4m3) now. Call once before launching the GEMM next to a kernel
  * that waits on it (ready or tile flags): under lazy loading a first launch waits for running
  * kernels. Returns 0, -ENOTSUP or -EIO. */
 int mk_gemm_prepare(void);
 
-/* Tile shape of the compiled kernel, and an upper bound on tile indices for tile_flags and
- * tile_start_ns (exact in plain mode). */
+/* Tile shape of the default configuration (block_m 0), and an upper bound on tile indices for
+ * tile_flags and tile_start_ns (exact in plain mode) for these arguments. */
 void mk_gemm_tile_shape(int* block_m, int* block_n);
 long mk_gemm_max_tiles(const struct mk_gemm_args* args);
 

@@ -181,6 +181,7 @@ static void moe_gemm_args(struct mk_fused_comm* fc, enum mk_op_id op, const stru
   g->m = a->g.max_recv_rows;
   g->num_groups = a->e_local;
   g->group_offsets = a->group_offsets;
+  g->block_m = mk_moe_gemm_block_m(a->tokens, a->topk, a->nranks, a->num_experts);
 }
 
 static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, const void* w1, void* act,

@@ -86,6 +86,14 @@ MK_HD int mk_moe_expand_item(const int* items, int steps, int i, int* local) {
   return -1;
 }
 
+/* The grouped GEMMs' rows per tile (gemm.h args.block_m) from the mean rows of a local expert
+ * (every rank's tokens x topk over the experts): 64 up to 512 rows, else 128. Measured on
+ * 2 H200s (bench/NOTES.md, session 28): 64 took decode (8 rows) 1.6% and DeepSeek-like (256)
+ * 1.0% faster, Mixtral-like (2048) 8% slower; the threshold between them is not measured. */
+MK_HD int mk_moe_gemm_block_m(long tokens, int topk, int nranks, int num_experts) {
+  return num_experts > 0 && tokens * topk * nranks <= 512L * num_experts ? 64 : 128;
+}
+
 /* Fills the offsets from the sizes (g->nranks ... max_recv_rows set); returns g->bytes. */
 size_t mk_moe_geom_layout(struct mk_moe_geom* g);
 

@@ -19,6 +19,7 @@ static const double TOL = 1e-2;
 
 /* A third argument n runs the test on configuration n of gemm.cu (default: mk_gemm_launch). */
 static int test_variant = -1;
+static int test_block_m = 0; /* args.block_m of every problem_args (test_block_m64) */
 static int gemm_launch(const struct mk_gemm_args* g, cudaStream_t s) {
   return test_variant < 0 ? mk_gemm_launch(g, s) : mk_gemm_launch_variant(g, s, test_variant);
 }
@@ -59,6 +60,7 @@ static struct mk_gemm_args problem_args(const struct problem* p) {
   memset(&g, 0, sizeof(g));
   g.m = p->m; g.n = p->n; g.k = p->k; g.a = p->a; g.b = p->b; g.c = p->c;
   g.dtype = p->dtype; g.scale_a = p->scale_a; g.scale_b = p->scale_b;
+  g.block_m = test_block_m;
   return g;
 }
 static int launch_sync(const struct mk_gemm_args* g) {
@@ -203,6 +205,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(what, "grouped_ready_flags")) test_grouped_ready_flags();
   else if (!strcmp(what, "bad_input")) test_bad_input();
   else if (!strcmp(what, "a_local")) test_a_local();
+  else if (!strcmp(what, "block_m64")) test_block_m64();
   else if (!strcmp(what, "rs_epilogue")) test_rs_epilogue();
   else if (!strcmp(what, "scatter_epilogue")) test_scatter_epilogue();
   else if (!strcmp(what, "fp8_odd_shapes")) test_fp8_odd_shapes(large);

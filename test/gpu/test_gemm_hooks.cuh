@@ -423,6 +423,19 @@ static void test_a_local(void) {
   run_a_local_case(1000, 0, 1000);  /* all of A */
 }
 
+/* args.block_m = 64 (one consumer, 64-row tiles) through mk_gemm_launch: odd plain shapes, and
+ * grouped with uneven, empty and few-row groups (partial tiles of 1-63 rows), against float64. */
+static void test_block_m64(void) {
+  test_block_m = 64;
+  run_f64_case(129, 264, 200, 0);
+  run_f64_case(1000, 520, 264, 0);
+  check_grouped({300, 0, 1, 128, 1000, 0, 257, 129, 63, 64, 65}, 520, 264);
+  std::vector<int> few;
+  for (int i = 0; i < 96; i++) few.push_back((i * 7) % 21);
+  check_grouped(few, 768, 1024);
+  test_block_m = 0;
+}
+
 static void test_bad_input(void) {
   struct problem p;
   problem_alloc(&p, 256, 256, 256, 1, 2);
@@ -471,6 +484,8 @@ static void test_bad_input(void) {
   bad[nb].a_local = p.a; bad[nb].a_local_row0 = 128; bad[nb].a_local_rows = 256; why[nb++] = "a_local past m";
   bad[nb].a_local = p.a; bad[nb].a_local_row0 = 0; bad[nb].a_local_rows = 0; why[nb++] = "a_local with 0 rows";
   bad[nb].a_local = (const char*)p.a + 2; bad[nb].a_local_rows = 128; why[nb++] = "a_local misaligned";
+  bad[nb].block_m = 32; why[nb++] = "block_m = 32";
+  bad[nb].block_m = 64; bad[nb].a_local = p.a; bad[nb].a_local_rows = 128; why[nb++] = "block_m 64 with a_local";
   for (int i = 0; i < nb; i++) {
     int rc = gemm_launch(&bad[i], 0);
     EXPECT(rc == -EINVAL, "%s: rc = %d, want -EINVAL", why[i], rc);

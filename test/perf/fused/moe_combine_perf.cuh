@@ -228,6 +228,7 @@ static void run_combine_gemm(struct rank* k) {
   g.m = k->b.rows, g.n = k->sh.hidden, g.k = k->sh.inter;
   g.a = k->cb.act2_base, g.b = k->cb.w2, g.c = k->cb.y;
   g.num_groups = k->sh.experts / k->n, g.group_offsets = k->b.offsets;
+  g.block_m = mk_moe_gemm_block_m(k->sh.tokens, k->sh.topk, k->n, k->sh.experts); /* the fused op's tiles */
   if (mk_gemm_launch(&g, k->s)) exit(1);
 }
 

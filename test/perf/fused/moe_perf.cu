@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "gemm.h"
+#include "moe.h"
 #include "moe_check.cuh"
 #include "nccl_mk.h"
 #include "perf_launch.h"
@@ -251,6 +252,7 @@ static void run_gemm_ours(struct rank* k) {
   g.m = k->b.rows, g.n = k->sh.inter, g.k = k->sh.hidden;
   g.a = k->b.a_rows, g.b = k->w1, g.c = k->b.c;
   g.num_groups = k->sh.experts / k->n, g.group_offsets = k->b.offsets;
+  g.block_m = mk_moe_gemm_block_m(k->sh.tokens, k->sh.topk, k->n, k->sh.experts); /* the fused op's tiles */
   if (mk_gemm_launch(&g, k->s)) exit(1);
 }
 
