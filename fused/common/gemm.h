@@ -225,9 +225,9 @@ struct mk_gemm_args {
  * it), -ENOTSUP (not an sm_90 device) or -EIO (launch failure). */
 int mk_gemm_launch(const struct mk_gemm_args* args, cudaStream_t stream);
 
-/* Loads the kernels (bf16 with either block_m, and e4m3) now. Call once before launching the GEMM next to a kernel
- * that waits on it (ready or tile flags): under lazy loading a first launch waits for running
- * kernels. Returns 0, -ENOTSUP or -EIO. */
+/* Loads the kernels (bf16 with either block_m, and e4m3) now. Call once before launching the
+ * GEMM next to a kernel that waits on it (ready or tile flags): under lazy loading a first
+ * launch waits for running kernels. Returns 0, -ENOTSUP or -EIO. */
 int mk_gemm_prepare(void);
 
 /* Tile shape of the default configuration (block_m 0), and an upper bound on tile indices for
