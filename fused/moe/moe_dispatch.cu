@@ -12,6 +12,8 @@
 
 #define MOE_THREADS 512
 #define MOE_WARPS (MOE_THREADS / 32)
+static_assert(MK_MOE_MAX_LOCAL_EXPERTS < MOE_THREADS && MOE_THREADS / 32 <= 32,
+              "moe_counts: a thread per local expert (and one for the end), a warp's scan of the warps");
 
 static __device__ __forceinline__ int* moe_ints(char* area, size_t off) { return (int*)(area + off); }
 static __device__ __forceinline__ uint64_t* moe_words(char* area, size_t off) { return (uint64_t*)(area + off); }
@@ -182,12 +184,37 @@ static __device__ void moe_report_overflow(const struct mk_moe_args& a, long tot
   *(volatile uint32_t*)&a.err->aborted = 1;
 }
 
+/* Inclusive prefix sum over the CTA (one value per thread; every thread calls it). */
+static __device__ long long moe_cta_scan(long long x) {
+  __shared__ long long warp_sums[MOE_WARPS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  for (int d = 1; d < 32; d <<= 1) {
+    const long long y = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += y;
+  }
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    long long s = lane < MOE_WARPS ? warp_sums[lane] : 0;
+    for (int d = 1; d < 32; d <<= 1) {
+      const long long y = __shfl_up_sync(0xffffffffu, s, d);
+      if (lane >= d) s += y;
+    }
+    if (lane < MOE_WARPS) warp_sums[lane] = s;
+  }
+  __syncthreads();
+  return x + (warp ? warp_sums[warp - 1] : 0);
+}
+
 /* The last routing CTA: counts to every rank, every source's counts back, then the group
- * offsets and offsets_ready = call for the other CTAs. On a timeout or more rows than fit,
- * the offsets say "no rows" (the GEMM and the expand do nothing) and the error record says
- * why. Needs at least nranks warps and e_local <= MK_MOE_MAX_LOCAL_EXPERTS. */
+ * offsets (a prefix sum over the CTA's threads, thread j expert j) and offsets_ready = call
+ * for the other CTAs. On a timeout or more rows than fit, the offsets say "no rows" (the
+ * GEMM and the expand do nothing) and the error record says why. Needs at least nranks warps
+ * and e_local <= MK_MOE_MAX_LOCAL_EXPERTS < MOE_THREADS. The offsets took 8-13 us with thread 0
+ * summing and storing them one by one and a system-scope fence (trace, session 28); only this
+ * GPU reads them. */
 static __device__ void moe_counts(const struct mk_moe_args& a, uint64_t e) {
-  __shared__ int rows[MK_MOE_MAX_LOCAL_EXPERTS];
+  __shared__ long long total;
   int ok = 1;
   if ((int)threadIdx.x / 32 < a.nranks) ok = moe_counts_publish(a, threadIdx.x / 32, e);
   ok = __syncthreads_and(ok);
@@ -195,21 +222,19 @@ static __device__ void moe_counts(const struct mk_moe_args& a, uint64_t e) {
     ok = mk_wait_geq(moe_words(a.moe[a.rank], a.g.counts_flag) + threadIdx.x, e, a.err, a.err_tag, 1,
                      threadIdx.x, a.timeout_ns) >= e;
   ok = __syncthreads_and(ok);
-  for (int j = threadIdx.x; j < a.e_local; j += blockDim.x) rows[j] = ok ? moe_expert_rows(a, j) : 0;
-  __syncthreads(); /* rows and seg written before thread 0 publishes the offsets */
-  if (threadIdx.x != 0) return;
-  long total = 0;
-  for (int j = 0; j < a.e_local; j++) total += rows[j];
+  const int j = threadIdx.x;
+  const long long rows = ok && j < a.e_local ? moe_expert_rows(a, j) : 0;
+  const long long end = moe_cta_scan(rows); /* expert j's rows end here */
+  if (j == a.e_local - 1) total = end;
+  __syncthreads();
   const bool overflow = total > a.g.max_recv_rows;
-  if (overflow) moe_report_overflow(a, total);
-  int off = 0;
-  for (int j = 0; j < a.e_local; j++) {
-    a.group_offsets[j] = off;
-    off += overflow ? 0 : rows[j];
-  }
-  a.group_offsets[a.e_local] = off;
-  fence_acq_rel_sys();
-  st_release_sys_u64(moe_words(a.moe[a.rank], a.g.offsets_ready), e);
+  if (j < a.e_local) a.group_offsets[j] = overflow ? 0 : (int)(end - rows);
+  if (j == a.e_local) a.group_offsets[j] = overflow ? 0 : (int)total;
+  __syncthreads(); /* every thread's offsets and seg (moe_expert_rows) before thread 0's fence */
+  if (threadIdx.x != 0) return;
+  if (overflow) moe_report_overflow(a, (long)total);
+  __threadfence();
+  st_release_gpu_u64(moe_words(a.moe[a.rank], a.g.offsets_ready), e);
 }
 
 /* Push CTAs: the last routing CTA said every token is placed (before it exchanges counts). */
