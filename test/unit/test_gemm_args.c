@@ -1,6 +1,7 @@
 /*
  * The GEMM core's argument rules for its fused hooks (gemm.h: the reduce-scatter epilogue,
- * the call bracket, the row-scatter epilogue, the all-gather push, row_block_rotate) and for its operand types
+ * the call bracket, the row-scatter epilogue, the all-gather push, row_block_rotate), for its
+ * rows per tile (block_m) and for its operand types
  * (dtype: bf16, e4m3 with scales), checked without a GPU: a bad set is refused with -EINVAL
  * before the launcher looks for a device. Every bad set differs from a good one in one field;
  * the good ones get past validation (-ENOTSUP: no GPU here; on a machine with a Hopper GPU
@@ -209,6 +210,32 @@ static void e4m3_takes_the_hooks_and_only_configuration_0(void) {
   if (no_gpu) CHECK_EQ(mk_gemm_launch_variant(&g, 0, 0), -ENOTSUP);
 }
 
+/* Rows per tile (gemm.h args.block_m): 0, 64 or 128; 64 for bf16 without a_local, push or
+ * rs, and by number only as configuration 4. */
+static void block_m_rules(void) {
+  struct mk_gemm_args g = base_args();
+  int offsets[3] = {0, 100, 256};
+  g.group_offsets = offsets, g.num_groups = 2; /* made up: never launched where a GPU could */
+  for (int bm = 0; bm <= 128; bm += 64) {
+    g.block_m = bm;
+    expect_good(&g);
+  }
+  g.block_m = 32;
+  expect_refused(&g, "block_m = 32", NULL);
+  g.block_m = 64, g.dtype = MK_GEMM_E4M3;
+  expect_refused(&g, "block_m = 64", "bf16");
+  struct mk_gemm_rs rs = base_rs();
+  g.dtype = MK_GEMM_BF16, g.group_offsets = NULL, g.num_groups = 0, g.rs = &rs;
+  expect_refused(&g, "block_m = 64", "rs");
+  g.rs = NULL, g.a_local = fake(20), g.a_local_rows = 128;
+  expect_refused(&g, "block_m = 64", "a_local");
+  g.a_local = NULL, g.a_local_rows = 0;
+  last_warn[0] = '\0';
+  CHECK_EQ(mk_gemm_launch_variant(&g, 0, 1), -EINVAL);
+  CHECK(strstr(last_warn, "configuration 4") != NULL);
+  if (no_gpu) CHECK_EQ(mk_gemm_launch_variant(&g, 0, 4), -ENOTSUP);
+}
+
 /* The all-gather push (gemm.h struct mk_gemm_push): a call bracket, ready flags, plain bf16
  * mode, whole row-blocks per shard, every peer's destination; each missing piece named. */
 static void push_rules(void) {
@@ -280,6 +307,7 @@ int main(void) {
   unknown_dtype_is_refused_by_name();
   scales_are_for_e4m3_only_and_float_aligned();
   e4m3_takes_the_hooks_and_only_configuration_0();
+  block_m_rules();
   push_rules();
   cross_node_rs_rules();
   return MK_TEST_RESULT();
