@@ -3,10 +3,10 @@
  * operands (Cfg::DTYPE), bf16 output.
  *
  * One CTA per SM, 3 warp groups (2 with BM = 64): WG0 is the producer (one thread issues TMA
- * loads into a STAGES-deep ring of shared memory completed on mbarriers), WG1 and WG2 are
- * consumers, each owning 64 rows of the BM x BN tile and issuing wgmma m64n{BN}k16 (bf16) or
- * m64n{BN}k32 (e4m3) with both operands in shared memory (128-byte swizzle: one K row of a stage is 128 bytes,
- * 64 bf16 or 128 e4m3 elements). e4m3 tiles are scaled by scale_a * scale_b in the consumers;
+ * loads into a STAGES-deep ring of shared memory completed on mbarriers), WG1 and WG2 (WG1
+ * alone with BM = 64) are consumers, each owning 64 rows of the BM x BN tile and issuing wgmma
+ * m64n{BN}k16 (bf16) or m64n{BN}k32 (e4m3) with both operands in shared memory (128-byte
+ * swizzle: one K row of a stage is 128 bytes, 64 bf16 or 128 e4m3 elements). e4m3 tiles are scaled by scale_a * scale_b in the consumers;
  * from there on both types share everything. The epilogue stages bf16 through swizzled shared
  * memory and writes 16-byte vectors with row/column clipping (any M; N, K multiples of 8, K of
  * 16 for e4m3).

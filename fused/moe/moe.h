@@ -127,7 +127,8 @@ enum mk_moe_trace_phase {
   MK_MOE_TRACE_ROUTE = 0,  /* every CTA: its share of the tokens placed */
   MK_MOE_TRACE_COUNTS = 1, /* the last routing CTA: counts out, every source's back, offsets */
   MK_MOE_TRACE_PUSH = 2,   /* a push CTA: from `routed` to its last chunk's flag */
-  MK_MOE_TRACE_EXPAND = 3, /* an expand CTA: from `offsets_ready` to its last row (all warps) */
+  MK_MOE_TRACE_EXPAND = 3, /* an expand CTA, or a push CTA once its push is done: from
+                              `offsets_ready` to its last row (all warps) */
 };
 
 /* Each returns 0 or -EIO (launch failure). Dispatch: */
