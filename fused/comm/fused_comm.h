@@ -24,6 +24,10 @@
 #include "nccl_api.h"
 #include "nccl_mk.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define MK_FUSED_FLAG_BYTES (128 << 10)
 
 /* What each rank tells the others at init (gathered with ncclAllGather). */
@@ -136,5 +140,9 @@ int mk_xnode_error(const struct mk_fused_comm* fc, char* msg, size_t len);
 int mk_stream_capturing(cudaStream_t stream);
 /* CUDA error as negative errno with a WARN naming the call. */
 int mk_cuda_check(cudaError_t err, const char* what);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* MK_FUSED_COMM_H_ */

@@ -126,10 +126,15 @@ struct mk_attn_bwd_args {
   struct mk_attn_bwd_kv_block kv[MK_ATTN_MAX_KV_BLOCKS];
   int dq_accumulate; /* 0: dq_acc's rows are zeroed first; 1: added to (an earlier call's) */
   int delta_ready;   /* 1: delta's rows hold rowsum(dout * out) already (an earlier call) */
+  /* optional, device memory: with MK_ATTN_ACC_GATE_CLOSED set in it, nothing goes into dk_acc /
+   * dv_acc (the ring's gather gave up on a peer that may still read them for its previous
+   * call). A bit that call numbers never have: the word is a flag word other ops write. */
+  const uint64_t* acc_gate;
   struct mk_gemm_error* err; /* optional: a wait that timed out is recorded here */
   uint32_t timeout_ms;       /* 0: 10000 */
 };
 
+#define MK_ATTN_ACC_GATE_CLOSED (1ull << 63)
 #define MK_ATTN_BWD_BLOCK_M 64  /* query rows per step */
 #define MK_ATTN_BWD_BLOCK_N 128 /* keys per CTA */
 

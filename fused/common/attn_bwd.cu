@@ -152,6 +152,7 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
   p.dq_acc = a->dq_acc;
   p.scale = (float)(1.0 / sqrt((double)Cfg::D));
   p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)Cfg::D));
+  p.acc_gate = a->acc_gate;
   p.err = a->err;
   p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
 

@@ -116,6 +116,7 @@ struct mk_attn_bwd_params {
   const float* delta;
   float* dq_acc;
   float scale, scale_log2;
+  const uint64_t* acc_gate; /* mk_attn_bwd_args.acc_gate */
   struct mk_gemm_error* err;
   uint64_t timeout_ns;
 };
@@ -431,6 +432,10 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
                                                     const float* dk, const float* dv, int c, int kr0) {
   const int lane = threadIdx.x & 31;
   const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
+  /* The accumulators may be read by a peer (the ring's reduce); once the ring's gather gave up
+   * on a wait (the peer may be late, still reading them for its previous call) nothing goes
+   * there. A device word: the error record is host-mapped, a read per thread crossed PCIe. */
+  const bool acc_on = !(p.acc_gate && (*(volatile const uint64_t*)p.acc_gate & MK_ATTN_ACC_GATE_CLOSED));
 #pragma unroll
   for (int i = 0; i < 2; i++) {
     const int kidx = c * 64 + kr0 + 8 * i;
@@ -445,14 +450,14 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
       if (blk.dk) *(uint32_t*)(blk.dk + o) = pack_bf16x2(k0, k1);
       if (blk.dv) *(uint32_t*)(blk.dv + o) = pack_bf16x2(v0, v1);
       /* the accumulators may be a peer's memory (the ring): overwriting reads nothing */
-      if (blk.dk_acc) {
+      if (blk.dk_acc && acc_on) {
         float2* a = (float2*)(blk.dk_acc + o);
         float2 x = make_float2(0.f, 0.f);
         if (!blk.acc_overwrite) x = *a;
         x.x += k0, x.y += k1;
         *a = x;
       }
-      if (blk.dv_acc) {
+      if (blk.dv_acc && acc_on) {
         float2* a = (float2*)(blk.dv_acc + o);
         float2 x = make_float2(0.f, 0.f);
         if (!blk.acc_overwrite) x = *a;

@@ -17,7 +17,12 @@
  * rank src's block; peers read acc[owner] of each other over NVLink), then delta (fp32
  * [B, H, S_local]) and dq_acc (fp32 like q), used only locally.
  * Flags (u64 words from MK_AG_FLAG0): the forward's K/V chunk flags (n-1 slots x fps), then
- * n-1 "partials ready" words, word (n-1) * fps + mk_sched_rs_slot(from, to) on rank `to`.
+ * n-1 "partials ready" words, word (n-1) * fps + mk_sched_rs_slot(from, to) on rank `to`, then
+ * the "gave up" word (this rank's only): the gather marks it (MK_ATTN_ACC_GATE_CLOSED | call,
+ * a bit no call number has: other ops' flags use the word too) when a wait failed, and the
+ * zero of the accumulators and the core's stores into them (acc_gate) then do nothing: a peer
+ * late by more than the timeout may still be reading them for its previous call. Once marked
+ * the communicator is broken (every later call fails at once), so the mark is never cleared.
  */
 #ifndef MK_RA_BWD_PLAN_H_
 #define MK_RA_BWD_PLAN_H_
@@ -100,6 +105,7 @@ struct mk_ra_bwd_layout {
   size_t slots, acc, delta, dq_acc, total; /* byte offsets in the data area; total: bytes needed */
   long fps;                   /* K/V chunk flags per slot */
   long ready0;                /* the first "partials ready" word, counted from MK_AG_FLAG0 */
+  long gave_up;               /* the gather's "gave up" word (attn.h MK_ATTN_ACC_GATE_CLOSED | call) */
   long flag_words;            /* flag words needed */
 };
 
@@ -116,7 +122,8 @@ static inline void mk_ra_bwd_layout(int nranks, int batch, int s_local, int head
   l->total = l->dq_acc + mk_ra_bwd_align(q_elems * 4);
   l->fps = (long)batch * ((s_local + chunk_rows - 1) / chunk_rows);
   l->ready0 = (long)(nranks - 1) * l->fps;
-  l->flag_words = l->ready0 + nranks - 1;
+  l->gave_up = l->ready0 + nranks - 1;
+  l->flag_words = l->gave_up + 1;
 }
 
 /* acc[src]'s dk (dv: + kv_elems floats) in a data area at `data`. */

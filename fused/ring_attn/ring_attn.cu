@@ -44,6 +44,7 @@ struct mk_ra_params {
   float* lse;
   float scale, scale_log2;
   struct mk_gemm_call call;
+  uint64_t* gave_up; /* the backward's gather: MK_ATTN_ACC_GATE_CLOSED | call when a wait failed */
   struct mk_gemm_error* err;
   uint32_t err_tag;
   uint64_t timeout_ns;
@@ -278,6 +279,7 @@ static void ra_fill_push_params(const struct mk_ra_args* a, size_t kv_elems, str
   }
   p->flags = a->flags;
   p->call = a->call;
+  p->gave_up = a->gave_up;
   p->err = a->err, p->err_tag = a->err_tag;
   p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_RA_DEFAULT_TIMEOUT_MS) * 1000000ull;
 }
@@ -363,14 +365,20 @@ __global__ void __launch_bounds__(MK_RA_BWD_THREADS, 1) mk_ra_bwd_gather_kernel(
   ra_push_cta(p);
   if (threadIdx.x == 0) {
     const long total = (long)(p.nranks - 1) * p.batch * p.chunks_per_batch;
-    for (long i = blockIdx.x; i < total; i += p.push_ctas)
-      if (mk_wait_geq_inline(p.flags + i, e, p.err, p.err_tag, (uint32_t)blockIdx.x, (uint32_t)i, p.timeout_ns) < e)
-        break;
+    bool ok = true;
+    for (long i = blockIdx.x; i < total && ok; i += p.push_ctas)
+      ok = mk_wait_geq_inline(p.flags + i, e, p.err, p.err_tag, (uint32_t)blockIdx.x, (uint32_t)i, p.timeout_ns) >= e;
+    /* a failed push (a peer's previous call not done in time) records it there too */
+    if (!ok || ld_relaxed_sys_u32(&p.err->aborted)) *(volatile uint64_t*)p.gave_up = MK_ATTN_ACC_GATE_CLOSED | e;
     fence_proxy_async_global(); /* the peers' generic-proxy stores, before TMA reads them */
   }
 }
 
 extern "C" int mk_ra_bwd_gather_launch(const struct mk_ra_args* a, cudaStream_t stream) {
+  if (!a->gave_up) {
+    MK_WARN("ncclMkRingAttentionBackward: internal: the gather has no gave-up word");
+    return -EINVAL;
+  }
   struct mk_ra_params p;
   memset(&p, 0, sizeof p);
   ra_fill_push_params(a, (size_t)a->batch * a->s_local * a->kv_heads * a->d_head, &p);
@@ -378,6 +386,36 @@ extern "C" int mk_ra_bwd_gather_launch(const struct mk_ra_args* a, cudaStream_t 
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     MK_WARN("ncclMkRingAttentionBackward: gather launch failed: %s", cudaGetErrorString(e));
+    return -EIO;
+  }
+  return 0;
+}
+
+/* A grid-stride zero of a peer's accumulator in this rank's memory (the causal backward: the
+ * peer reads it in its reduce), unless the gather gave up on a wait: the peer may be late,
+ * still reading it for its previous call (as the core's accumulator stores, attn_bwd.cuh). */
+__global__ void __launch_bounds__(MK_RA_BWD_THREADS) mk_ra_bwd_zero_kernel(float4* acc, size_t n4,
+                                                                          const uint64_t* gave_up) {
+  if (*(volatile const uint64_t*)gave_up & MK_ATTN_ACC_GATE_CLOSED) return;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x)
+    acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+extern "C" int mk_ra_bwd_zero_launch(float* acc, size_t bytes, const uint64_t* gave_up, cudaStream_t stream) {
+  int sms = 0;
+  MK_CHECK(mk_sm90_sms("ncclMkRingAttentionBackward", &sms));
+  if (!acc || !gave_up || bytes % 16) {
+    MK_WARN("ncclMkRingAttentionBackward: internal: accumulator %p of %zu bytes, gave-up word %p", (void*)acc, bytes,
+            (const void*)gave_up);
+    return -EINVAL;
+  }
+  const size_t n4 = bytes / 16, want = (n4 + MK_RA_BWD_THREADS - 1) / MK_RA_BWD_THREADS;
+  const size_t cap = (size_t)sms * 4;
+  const unsigned grid = (unsigned)(want < cap ? (want ? want : 1) : cap);
+  mk_ra_bwd_zero_kernel<<<grid, MK_RA_BWD_THREADS, 0, stream>>>((float4*)acc, n4, gave_up);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    MK_WARN("ncclMkRingAttentionBackward: accumulator zero launch failed: %s", cudaGetErrorString(e));
     return -EIO;
   }
   return 0;

@@ -55,6 +55,7 @@ struct mk_ra_args {
   uint64_t* peer_flags[MK_RA_MAX_RANKS];  /* on peer d: that slot's chunk flags */
   const uint64_t* flags;                  /* this rank's flags, slot 0 first */
   struct mk_gemm_call call;               /* done, exits, peer_done (set_done = 1) */
+  uint64_t* gave_up;                      /* backward gather: closed (attn.h) when a wait failed; else NULL */
   struct mk_gemm_error* err;
   uint32_t err_tag;
   uint32_t timeout_ms;
@@ -65,13 +66,20 @@ struct mk_ra_args {
 int mk_ra_launch(const struct mk_ra_args* a, cudaStream_t stream);
 
 /* ---- the backward's kernels (ncclMkRingAttentionBackward, ring_attn_bwd.c; issue 12) ----------
- * Not one kernel yet: gather, a memset of the accumulators, the backward core's calls
+ * Not one kernel yet: gather, a zero of the accumulators, the backward core's calls
  * (ra_bwd_plan.h), reduce. */
 
 /* The gather: a->push_ctas CTAs run the forward's push (every peer gets this rank's k, v in its
- * slot, flags = e), then wait (bounded) until every peer's k, v arrived in this rank's slots.
- * Sets the call word; does not end the call. 0 or -EIO (launch failure). */
+ * slot, flags = e), then wait (bounded) until every peer's k, v arrived in this rank's slots;
+ * a CTA whose wait failed sets *a->gave_up = MK_ATTN_ACC_GATE_CLOSED | call (ra_bwd_plan.h). Sets the call word; does not
+ * end the call. 0 or -EIO (launch failure). */
 int mk_ra_bwd_gather_launch(const struct mk_ra_args* a, cudaStream_t stream);
+
+/* Zeroes `bytes` (a multiple of 16) at acc, a peer's accumulator in this rank's memory, unless
+ * *gave_up is closed (MK_ATTN_ACC_GATE_CLOSED: the gather gave up; the peer may still be
+ * reading it for its previous call). 0, -EINVAL,
+ * -ENOTSUP (no sm_90 device) or -EIO (launch failure). */
+int mk_ra_bwd_zero_launch(float* acc, size_t bytes, const uint64_t* gave_up, cudaStream_t stream);
 
 struct mk_ra_bwd_reduce_args {
   const float* own_acc;                   /* this rank's acc[rank]: [dk | dv], fp32, 2 x kv_elems */

@@ -5,8 +5,10 @@
  * who reads them from each peer's accumulator over NVLink. Per call on rank r:
  *   1. on the fused comm's side stream: gather (ring_attn.cu, one kernel): the forward's push
  *      CTAs copy r's k, v into its slot on every peer (after the peer's done >= e-1), then wait
- *      (bounded) for every peer's k, v; then a memset of the peers' fp32 accumulators acc[src] =
- *      [dk | dv] (ra_bwd_plan.h's workspace) that r fills for them.
+ *      (bounded) for every peer's k, v; then a zero of the peers' fp32 accumulators acc[src] =
+ *      [dk | dv] (ra_bwd_plan.h's workspace) that r fills for them (skipped, as the core's
+ *      stores into them are, once the call gave up on a wait: a peer late by more than the
+ *      timeout may still be reading them for its previous call).
  *   2. meanwhile on the caller's stream: a memset of acc[r] (only r reads it) and the backward
  *      core (mk_attn_bwd_launch) on r's own block, ra_bwd_plan.h's first calls, one per query
  *      range (zigzag half, or all rows);
@@ -105,6 +107,7 @@ static void ra_bwd_core_args(const struct mk_fused_comm* fc, const struct mk_ra_
       b->row0 = 0, b->rows = s_local, b->pos0 = (long long)src * s_local;
     }
   }
+  a->acc_gate = (const uint64_t*)fc->sym + MK_AG_FLAG0 + l->gave_up; /* the gather's "gave up" */
   a->err = fc->err;
   a->timeout_ms = (uint32_t)fc->cfg.timeout_ms;
 }
@@ -138,9 +141,7 @@ static int ra_bwd_gather_beside(struct mk_fused_comm* fc, const struct mk_ra_arg
   MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
   MK_CHECK(mk_ra_bwd_gather_launch(ga, fc->side));
   for (int d = 0; d < fc->nranks && ga->causal; d++) /* non-causal stores its partials whole */
-    if (d != fc->rank)
-      MK_CHECK(mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, l, d), 0, mk_ra_bwd_acc_bytes(l), fc->side),
-                             "cudaMemsetAsync"));
+    if (d != fc->rank) MK_CHECK(mk_ra_bwd_zero_launch(mk_ra_bwd_acc(data, l, d), mk_ra_bwd_acc_bytes(l), ga->gave_up, fc->side));
   return mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)");
 }
 
@@ -162,7 +163,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   struct mk_ra_bwd_layout l;
   mk_ra_bwd_layout(n, B, S, H, Hkv, D, 128, &l); /* the bytes do not depend on the chunk */
   int chunk_rows = 0;
-  rc = mk_ra_comm_check(fc, MK_RA_BWD_NAME, l.total, B, S, n - 1, &chunk_rows);
+  rc = mk_ra_comm_check(fc, MK_RA_BWD_NAME, l.total, B, S, l.flag_words - l.ready0, &chunk_rows);
   if (rc) return mk_result_from_errno(rc);
   mk_ra_bwd_layout(n, B, S, H, Hkv, D, chunk_rows, &l);
   void* data = (char*)fc->sym + MK_AG_DATA_OFFSET;
@@ -187,6 +188,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   struct mk_ra_args ga;
   if (!rc) {
     mk_ra_fill_args(fc, MK_OP_RING_ATTN_BWD, k, v, B, S, H, Hkv, D, causal, chunk_rows, l.kv_elems * 2, &ga);
+    ga.gave_up = (uint64_t*)fc->sym + MK_AG_FLAG0 + l.gave_up;
     rc = ra_bwd_gather_beside(fc, &ga, &l, data, stream);
   }
   if (!rc && causal)

@@ -37,7 +37,7 @@ static int test_ranks(void) {
 struct rank_harness {
   int nranks;
   /* Optional: the scenario's environment (shorter timeouts, planted faults), set before
-   * anything is opened; "absent_peer" always gets NCCL_MK_TIMEOUT_MS = 2000. */
+   * anything is opened; "absent_peer*" always gets NCCL_MK_TIMEOUT_MS = 2000. */
   void (*scenario_env)(const char* scenario, int rank);
   /* Optional: the test's changes to the default ncclMkConfig (the shapes to prepare for). */
   void (*config)(const char* scenario, ncclMkConfig* cfg);
@@ -51,8 +51,8 @@ struct rank_harness {
 static int rank_harness_child(const struct rank_harness* h, const char* scenario, int rank,
                               const ncclUniqueId* id) {
   printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
-  /* every test's "absent_peer" (a rank that never calls): its bounded waits expire in 2 s */
-  if (!strcmp(scenario, "absent_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
+  /* every test's "absent_peer*" (a rank that never calls): its bounded waits expire in 2 s */
+  if (!strncmp(scenario, "absent_peer", 11)) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
   if (h->scenario_env) h->scenario_env(scenario, rank);
   ncclComm_t comm;
   cudaStream_t stream;

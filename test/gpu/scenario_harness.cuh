@@ -2,8 +2,8 @@
  * Named scenarios over rank_harness.cuh for the GPU tests that run an op as a collective
  * (test_ring_attn, test_ring_attn_bwd): each rank runs nccl-mk with the default config (128
  * MiB of workspace) and the scenario named by argv[1], and reports its failures (expect.h).
- * 2 ranks, or MK_TEST_RANKS (g_nranks); "absent_peer" (rank 1 stays away, rank 0 checks) is
- * a 2-rank scenario and skips above, and gets NCCL_MK_TIMEOUT_MS = 2000 (rank_harness), so
+ * 2 ranks, or MK_TEST_RANKS (g_nranks); "absent_peer" and "absent_peer_noncausal" (rank 1
+ * stays away) are 2-rank scenarios and skip above, and get NCCL_MK_TIMEOUT_MS = 2000 (rank_harness), so
  * that its bounded waits expire within the test.
  */
 #ifndef MK_SCENARIO_HARNESS_CUH_
@@ -76,7 +76,7 @@ static int scenario_main(int argc, char** argv, const struct named_scenario* lis
   }
   g_scenarios = list, g_nscenarios = n;
   g_nranks = test_ranks();
-  static const char* const two_rank_only[] = {"absent_peer", NULL};
+  static const char* const two_rank_only[] = {"absent_peer", "absent_peer_noncausal", NULL};
   const struct rank_harness h = {g_nranks, NULL, NULL, two_rank_only, scenario_run};
   return rank_harness_main(argc, argv, &h);
 }

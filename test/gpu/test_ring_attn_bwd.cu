@@ -11,7 +11,13 @@
  *   graph:            one call captured, replayed 3 times with fresh inputs, each checked.
  *   bad_input:        every bad call refused with its code, nothing launched, outputs untouched.
  *   negative_control: one element of dk (then dq) moved: the checker must reject it.
- *   absent_peer:      rank 1 never calls the backward: rank 0's ends in ncclRemoteError.
+ *   absent_peer:      after a completed call, rank 1 never calls the backward again: rank 0's
+ *                     ends in ncclRemoteError, and (causal) its accumulator of rank 1's block,
+ *                     which rank 1 reads in its reduce, is left as the completed call left it.
+ *   absent_peer_noncausal: the same, non-causal: rank 0's call stores nothing into rank 1's
+ *                     accumulator (rank 1 checks its own memory). A peer that is alive but
+ *                     late by more than the timeout may still be reading these for its
+ *                     previous call (bench/NOTES.md, session 26's timeout hazard).
  * Checker: test_attn_bwd.cu's (||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3, nothing non-finite).
  * usage: test_ring_attn_bwd <scenario>; exit 77 with fewer than 2 GPUs.
@@ -22,8 +28,11 @@
 #include <unistd.h>
 #include <vector>
 
+#include "ag_push.h"
 #include "attn.h"
+#include "fused_comm.h"
 #include "gemm.h"
+#include "ra_bwd_plan.h"
 #include "attn_check.cuh"
 #include "expect.h"
 #include "nccl_mk.h"
@@ -330,13 +339,38 @@ static void scenario_negative_control(struct rank_env* e) {
   expect_healthy(e);
 }
 
-static void scenario_absent_peer(struct rank_env* e) {
+/* A copy (host) of the fp32 accumulator acc[src] in `owner`'s workspace as the call of case c
+ * lays it out; `owner` is this rank (ring_attn_bwd.c's layout, read through the internals). */
+static std::vector<float> acc_snapshot(struct rank_env* e, struct rb_case c, int src) {
+  struct mk_fused_comm* fc = NULL;
+  EXPECT(mk_fused_comm_get(e->comm, e->stream, &fc) == 0 && fc, "rank %d: no fused comm", e->rank);
+  struct mk_ra_bwd_layout l;
+  mk_ra_bwd_layout(g_nranks, c.batch, c.s_local, c.heads, c.kv_heads, c.d, 128, &l);
+  std::vector<float> host(mk_ra_bwd_acc_bytes(&l) / sizeof(float));
+  if (!fc) return host;
+  CUDA_OK(cudaMemcpy(host.data(), mk_ra_bwd_acc((char*)fc->sym + MK_AG_DATA_OFFSET, &l, src),
+                     mk_ra_bwd_acc_bytes(&l), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+/* Rank 1 completes one call, then stays away. Rank 0's next call (fresh inputs) must end in
+ * ncclRemoteError naming it, the call after fail at once, and the failed call must leave the
+ * accumulator that rank 1 reads for its completed call as it was: causal, rank 0's acc[1];
+ * non-causal, rank 1's acc[0], which rank 0's core stores into. */
+static void absent_peer_case(struct rank_env* e, struct rb_case c) {
   struct rb_bufs b;
-  bufs_alloc(&b, {1, 1024, 8, 1, 128, 1}, e->rank);
+  bufs_alloc(&b, c, e->rank);
   bufs_fill(&b, g_seed, 0);
-  NCCL_OK(fwd_call(e, &b)); /* both ranks: the forward completes */
+  NCCL_OK(fwd_call(e, &b)); /* both ranks: a forward and a backward complete */
+  NCCL_OK(bwd_call(e, &b));
   CUDA_OK(cudaStreamSynchronize(e->stream));
+  ranks_barrier(e);
+  const int watcher = c.causal ? 0 : 1, src = c.causal ? 1 : 0;
+  std::vector<float> before;
+  if (e->rank == watcher) before = acc_snapshot(e, c, src);
+  ranks_barrier(e);
   if (e->rank == 0) {
+    bufs_fill(&b, g_seed + 7, 0); /* other partials: a write into acc would show (out, lse stale) */
     NCCL_OK(bwd_call(e, &b));
     CUDA_OK(cudaStreamSynchronize(e->stream));
     ncclResult_t async = ncclSuccess;
@@ -348,8 +382,21 @@ static void scenario_absent_peer(struct rank_env* e) {
     EXPECT(bwd_call(e, &b) == ncclRemoteError, "the next call must fail at once");
   }
   ranks_barrier(e);
+  if (e->rank == watcher) {
+    const std::vector<float> after = acc_snapshot(e, c, src);
+    size_t changed = 0;
+    for (size_t i = 0; i < before.size(); i++) changed += memcmp(&before[i], &after[i], sizeof(float)) != 0;
+    printf("rank %d: acc[%d] after rank 0's failed call: %zu of %zu values changed\n", e->rank, src, changed,
+           before.size());
+    EXPECT(before.size() > 0 && changed == 0, "rank %d: rank 0's failed call changed %zu values of acc[%d]",
+           e->rank, changed, src);
+  }
   bufs_free(&b);
 }
+
+static void scenario_absent_peer(struct rank_env* e) { absent_peer_case(e, {1, 1024, 8, 1, 128, 1}); }
+
+static void scenario_absent_peer_noncausal(struct rank_env* e) { absent_peer_case(e, {1, 1024, 8, 1, 128, 0}); }
 
 static const struct named_scenario scenarios[] = {
     {"small", scenario_small},
@@ -358,6 +405,7 @@ static const struct named_scenario scenarios[] = {
     {"bad_input", scenario_bad_input},
     {"negative_control", scenario_negative_control},
     {"absent_peer", scenario_absent_peer},
+    {"absent_peer_noncausal", scenario_absent_peer_noncausal},
 };
 
 int main(int argc, char** argv) {

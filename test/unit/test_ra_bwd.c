@@ -109,7 +109,8 @@ static void layout_is_aligned_disjoint_and_sized(void) {
       CHECK(l.total >= l.dq_acc + qe * 4 && l.total < l.dq_acc + qe * 4 + 256);
       CHECK_EQ(l.fps, mk_ra_flags_per_slot(x[0], x[1], x[5]));
       CHECK_EQ(l.ready0, (long)(n - 1) * l.fps);
-      CHECK_EQ(l.flag_words, l.ready0 + n - 1);
+      CHECK_EQ(l.gave_up, l.ready0 + n - 1); /* after the ready words, the last word */
+      CHECK_EQ(l.flag_words, l.gave_up + 1);
       char* base = (char*)fake(100);
       CHECK((char*)mk_ra_bwd_acc(base, &l, n - 1) + 2 * kv * 4 <= base + l.delta);
     }
