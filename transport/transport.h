@@ -158,6 +158,9 @@ int mk_ofi_auto_streams(const char* provider);
 int mk_ofi_progress_thread_on(const char* provider);
 /* The automatic rule alone: over tcp with at least 8 usable cores. */
 int mk_ofi_progress_auto(const char* provider, int cores);
+/* A send comm's sends that found no room in the provider after their first stripe and were
+ * resumed later by the progress thread (0 for any other comm); for tests. */
+uint64_t mk_ofi_sends_resumed(const struct mk_comm* comm);
 #endif
 #if MK_HAVE_VERBS
 extern const struct mk_transport_ops mk_ib_ops;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "lb.h"
+#include "mk_config.h"
 #include "mk_param.h"
 
 #define KiB 1024ull
@@ -145,7 +146,8 @@ static int order_recv(struct lb_ctx* ctx) {
   for (int w = 0; w < ORD_WIN; w++) free(bufs[w]);
   return lb_close(ctx);
 }
-static int order_send(struct lb_ctx* ctx) {
+/* order_send up to the close. */
+static int order_send_open(struct lb_ctx* ctx) {
   LB_OK(lb_connect(ctx));
   unsigned char* bufs[ORD_WIN];
   struct mk_request* reqs[ORD_WIN];
@@ -161,6 +163,24 @@ static int order_send(struct lb_ctx* ctx) {
     LB_OK(lb_send(ctx, bufs[w], len, 9, NULL, &reqs[w]));
   }
   for (int w = 0; w < ORD_WIN; w++) free(bufs[w]);
+  return 0;
+}
+static int order_send(struct lb_ctx* ctx) {
+  LB_OK(order_send_open(ctx));
+  return lb_close(ctx);
+}
+
+/* The same with the provider's queue shortened by meson (FI_OFI_RXM_TX_SIZE) and the device's
+ * progress thread posting the sends: a send whose later stripe finds no room goes back on the
+ * thread's list and is resumed from that stripe (the thread serves its other comms meanwhile);
+ * the sender checks that this happened. */
+static int order_send_resumed(struct lb_ctx* ctx) {
+  LB_OK(order_send_open(ctx));
+#if MK_HAVE_OFI
+  const uint64_t resumed = mk_ofi_sends_resumed(ctx->comm);
+  fprintf(stderr, "[sender] %llu sends resumed after a later stripe found no room\n", (unsigned long long)resumed);
+  LB_EXPECT(resumed > 0);
+#endif
   return lb_close(ctx);
 }
 
@@ -178,6 +198,8 @@ const struct lb_case lb_cases_striped[] = {
     {"short_send_into_striped_buffer_reports_exact_size", short_recv, short_send, 60, 0},
     {"grouped_recv_with_striped_buffers", group_recv, group_send, 60, 0},
     {"ordering_300_striped_messages", order_recv, order_send, 90, 0},
+    {"ordering_300_striped_messages_resuming_sends_the_provider_had_no_room_for", order_recv, order_send_resumed, 90,
+     0},
     {"mismatched_stream_counts_use_the_smaller", mismatch_recv, mismatch_send, 60, 0},
     {NULL, NULL, NULL, 0, 0},
 };

@@ -157,6 +157,8 @@ struct ofi_req {
   /* send left to the progress thread (ofi_send_post): entry send_idx of the clear-to-send
    * copied into cts, from send_data (sizes[0] bytes) */
   int send_waiting;
+  uint8_t send_next;           /* its first stripe not posted yet (0: none posted) */
+  uint64_t send_deadline;      /* a later stripe found no room: give up after this (ns) */
   int send_idx;
   void* send_data;
   void* send_desc;
@@ -267,6 +269,7 @@ struct ofi_comm {
   /* counts, logged at close: messages sent or received eager and through a clear-to-send;
    * recv: eager ones that waited for their receive, and that crossed its clear-to-send */
   uint64_t n_eager, n_cts, n_queued, n_crossed;
+  uint64_t n_resumed;         /* deferred sends resumed after a later stripe found no room */
 };
 
 /* ofi_stream.c: per-stream endpoints and their helper threads. */

@@ -273,6 +273,9 @@ int ofi_close(struct mk_comm* comm) {
   pthread_mutex_lock(&c->lock);
   comm->ops = NULL; /* a late call through a stale pointer fails its check, not the provider */
   uint32_t inflight = mk_req_pool_in_use(&c->pool);
+  if (c->n_resumed)
+    MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: comm %p: %llu sends found no room in the provider after their first "
+            "stripe and were resumed later", (void*)c, (unsigned long long)c->n_resumed);
   if (inflight)
     MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: closing a comm with %u requests in flight (cancelled)",
             inflight);

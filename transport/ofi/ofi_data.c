@@ -71,23 +71,38 @@ int ofi_stripe_post_in_turn(struct ofi_comm* c, int first, unsigned k, void* buf
 
 /* The stripes of one send, as the receiver cut its buffer (the clear-to-send says how):
  * stripe k carries the bytes of the message inside [k*chunk, (k+1)*chunk), possibly none.
- * 1: nothing could be posted (retry later); <0: the comm is out of step with its peer. */
+ * Posts stripes k0.. (k0 > 0: a resumed send). 1: nothing could be posted (retry later);
+ * 2 (resumable only): stripes before r->send_next are posted, the provider had no room for
+ * that one (resume from it later); <0: the comm is out of step with its peer. A send that is
+ * not resumable waits out a later stripe's EAGAIN here (ofi_stripe_post_retry). */
 static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct mk_ofi_cts* cts,
-                            int i, char* data, size_t size, void* desc) {
+                            int i, char* data, size_t size, void* desc, unsigned k0, int resumable) {
   unsigned nst = cts->nstripes[i], s0 = cts->stream0[i];
   uint64_t chunk = cts->chunk[i];
   unsigned nsend = mk_ofi_stripes_sent(size, chunk, (uint8_t)nst); /* the rest: cancelled */
   /* before any post: stream threads may complete stripes at once; atomic, as a deferred send
    * is set here by the progress thread while NCCL's test() may read it */
-  __atomic_store_n(&r->pending, (int)nsend, __ATOMIC_RELAXED);
-  for (unsigned k = 0; k < nsend; k++) {
+  if (k0 == 0) __atomic_store_n(&r->pending, (int)nsend, __ATOMIC_RELAXED);
+  for (unsigned k = k0; k < nsend; k++) {
     size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
     char* buf = len ? data + (size_t)k * chunk : data;
     struct ofi_op* op = &r->ops[OFI_OP_AT(0, k)];
     *op = (struct ofi_op){.req = r, .kind = OFI_OP_SEND, .idx = (uint8_t)i, .stripe = (uint8_t)k};
     uint64_t tag = mk_ofi_tag_data(cts->seq, (unsigned)i, k);
-    int rc = ofi_stripe_post_in_turn(c, k == 0, (s0 + k) % (unsigned)c->nstreams, buf, len, desc,
-                                     tag, op);
+    const unsigned stream = (s0 + k) % (unsigned)c->nstreams;
+    if (resumable && k > 0) {
+      const ssize_t rc = ofi_stripe_post(c, stream, buf, len, desc, tag, op);
+      if (rc == -FI_EAGAIN) {
+        r->send_next = (uint8_t)k;
+        return 2;
+      }
+      if (rc != 0) { /* half posted: the request stays with the provider */
+        ofi_comm_fail(c, ofi_rc(rc));
+        return ofi_rc(rc);
+      }
+      continue;
+    }
+    int rc = ofi_stripe_post_in_turn(c, k == 0, stream, buf, len, desc, tag, op);
     if (rc == -FI_EAGAIN) return 1;
     if (rc != 0) return rc;
   }
@@ -113,16 +128,41 @@ static void ofi_send_defer(struct ofi_comm* c, struct ofi_req* r, const struct m
   ofi_send_wait(c, r);
 }
 
+/* A deferred send the provider had no room for after some of its stripes: back on the
+ * waiting list (pending stays: those stripes are posted) until it does, bounded by the connect
+ * timeout. The thread meanwhile serves its other comms: with the device-wide thread
+ * (NCCL_MK_OFI_PROGRESS_THREAD=2) waiting it out here held every comm of the device. */
+static int ofi_send_resume_later(struct ofi_comm* c, struct ofi_req* r) {
+  const uint64_t now = ofi_now_ns();
+  if (!r->send_deadline) {
+    r->send_deadline = now + (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
+    c->n_resumed++;
+  } else if (now > r->send_deadline) {
+    MK_WARN("ofi: stripe %u of a %zu-byte send found no room in the provider for %d ms", r->send_next,
+            r->sizes[0], (int)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS));
+    ofi_comm_fail(c, -ETIMEDOUT);
+    return -ETIMEDOUT;
+  }
+  r->send_waiting = 1;
+  c->sends_waiting++;
+  return 1;
+}
+
+uint64_t mk_ofi_sends_resumed(const struct mk_comm* comm) {
+  const struct ofi_comm* c = (const struct ofi_comm*)comm;
+  return comm && comm->ops == &mk_ofi_ops && c->is_send ? c->n_resumed : 0;
+}
+
 int ofi_send_deferred_post(struct ofi_comm* c, struct ofi_req* r) {
-  /* off the waiting list first: a later stripe's EAGAIN progresses the comm, and that
-   * progress must not post this request again */
+  /* off the waiting list first: progress from inside a post must not post it again */
   r->send_waiting = 0;
   c->sends_waiting--;
-  int rc = ofi_send_stripes(c, r, &r->cts, r->send_idx, r->send_data, r->sizes[0], r->send_desc);
+  int rc = ofi_send_stripes(c, r, &r->cts, r->send_idx, r->send_data, r->sizes[0], r->send_desc, r->send_next, 1);
   if (rc == 1) { /* nothing posted: wait again */
     ofi_send_wait(c, r);
     return 1;
   }
+  if (rc == 2) return ofi_send_resume_later(c, r);
   if (rc < 0) { /* the request is NCCL's already: the failure reaches it as the comm's error */
     MK_WARN("ofi: posting a send of %zu bytes failed: %s", r->sizes[0], strerror(-rc));
     ofi_comm_fail(c, rc);
@@ -140,7 +180,7 @@ static int ofi_send_post(struct ofi_comm* c, struct ofi_cts_slot* s, int i, void
   int rc = 0;
   if (c->runner && size >= c->thread_send_min)
     ofi_send_defer(c, r, &s->cts, i, data, ofi_mr_desc(mr));
-  else rc = ofi_send_stripes(c, r, &s->cts, i, data, size, ofi_mr_desc(mr));
+  else rc = ofi_send_stripes(c, r, &s->cts, i, data, size, ofi_mr_desc(mr), 0, 0);
   if (rc == 1 || (rc < 0 && !c->error)) mk_req_pool_free(&c->pool, r); /* nothing posted */
   if (rc == 1) return 0;
   if (rc < 0) {
