@@ -331,12 +331,9 @@ static __device__ void moe_expand_part(const struct mk_moe_args& a, int src, con
   }
 }
 
-/* Warps per row: 1 when rows outnumber the expand warps; else up to 16 warps split each row,
- * so a small dispatch (decode: a few rows per source) is short too. */
-static __device__ int moe_expand_parts(const struct mk_moe_args& a, int warps) {
-  const int* counts = moe_ints(a.moe[a.rank], a.g.counts);
-  int rows = 0;
-  for (int src = 0; src < a.nranks; src++) rows += *(volatile const int*)&counts[src * MK_MOE_COUNT_STRIDE];
+/* Warps per row of `rows` (every source's): 1 when rows outnumber the expand warps; else up to
+ * 16 warps split each row, so a small dispatch (decode: a few rows per source) is short too. */
+static __device__ int moe_expand_parts(int rows, int warps) {
   int parts = 1;
   while (parts < 16 && rows * parts * 2 <= warps) parts *= 2;
   return parts;
@@ -363,12 +360,16 @@ static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e, int f
   char* own = a.moe[a.rank];
   if (a.group_offsets[a.e_local] == 0) return; /* nothing arrives, or the counts step gave up */
   const int warps = a.expand_ctas * MOE_WARPS, stride = MK_MOE_META_HEAD + a.g.max_topk, lane = threadIdx.x & 31;
-  const int parts = moe_expand_parts(a, warps);
   const size_t row_bytes = (size_t)a.hidden * 2;
-  int items[MK_MOE_MAX_RANKS], total = 0;
-  for (int step = 0; step < a.nranks; step++) {
+  int items[MK_MOE_MAX_RANKS], rows = 0, total = 0;
+  for (int step = 0; step < a.nranks; step++) { /* each source's rows, read once */
     const int src = (a.rank - step + a.nranks) % a.nranks;
-    items[step] = *(volatile int*)&moe_ints(own, a.g.counts)[src * MK_MOE_COUNT_STRIDE] * parts;
+    items[step] = *(volatile int*)&moe_ints(own, a.g.counts)[src * MK_MOE_COUNT_STRIDE];
+    rows += items[step];
+  }
+  const int parts = moe_expand_parts(rows, warps);
+  for (int step = 0; step < a.nranks; step++) {
+    items[step] *= parts;
     total += items[step];
   }
   uint32_t* next = (uint32_t*)(own + a.g.expand_next);
