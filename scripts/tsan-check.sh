@@ -50,5 +50,18 @@ for cfg in $configs; do
     fi
   done
 done
+# the device's thread resuming half-posted sends: the provider's queue shortened to 4 sends
+c=ordering_300_striped_messages_resuming_sends_the_provider_had_no_room_for
+log="$tsan/tsan.${c}.p2s4.log"
+NCCL_MK_TRANSPORT=ofi NCCL_MK_SOCKET_IFNAME=lo NCCL_MK_OFI_PROGRESS_THREAD=2 NCCL_MK_OFI_STREAMS=4 \
+  FI_OFI_RXM_TX_SIZE=4 TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1" \
+  timeout 300 "$tsan/test/loopback/loopback" "$c" >"$log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && ! grep -q "WARNING: ThreadSanitizer" "$log"; then
+  pass=$((pass + 1)); echo "ok    $c (progress 2, streams 4, provider queue 4)"
+else
+  fail=$((fail + 1)); echo "FAIL  $c (progress 2, streams 4, provider queue 4): rc $rc, $log"
+  grep -m1 -A12 "WARNING: ThreadSanitizer" "$log" | sed 's/^/      /'
+fi
 echo "$pass passed, $fail failed, 0 skipped"
 [ $fail -eq 0 ]
