@@ -222,14 +222,7 @@ static void run_combine_baseline(struct rank* k) {
 
 /* The floor: our grouped GEMM on the baseline's per-expert act2 rows with w2. */
 static void run_combine_gemm(struct rank* k) {
-  if (k->b.rows < 1) return;
-  struct mk_gemm_args g;
-  memset(&g, 0, sizeof(g));
-  g.m = k->b.rows, g.n = k->sh.hidden, g.k = k->sh.inter;
-  g.a = k->cb.act2_base, g.b = k->cb.w2, g.c = k->cb.y;
-  g.num_groups = k->sh.experts / k->n, g.group_offsets = k->b.offsets;
-  g.block_m = mk_moe_gemm_block_m(k->sh.tokens, k->sh.topk, k->n, k->sh.experts); /* the fused op's tiles */
-  if (mk_gemm_launch(&g, k->s)) exit(1);
+  run_floor_gemm(k, k->cb.act2_base, k->cb.w2, k->cb.y, k->sh.hidden, k->sh.inter);
 }
 
 /* ---- the check: the fused out against the baseline's, token by token --------------------- */

@@ -193,6 +193,19 @@ static __device__ int row_differs(const __nv_bfloat16* row, const __nv_bfloat16*
   return bad > 0 || !(sqrt(d2 / r2) < 1e-2);
 }
 
+/* A floor's GEMM: our grouped GEMM alone on the baseline's per-expert rows (no communication),
+ * with the fused ops' tiles; the dispatch's (a_rows x w1) and the combine's (act2 x w2). */
+static void run_floor_gemm(struct rank* k, const void* a, const void* w, void* c, int n, int kdim) {
+  if (k->b.rows < 1) return;
+  struct mk_gemm_args g;
+  memset(&g, 0, sizeof(g));
+  g.m = k->b.rows, g.n = n, g.k = kdim;
+  g.a = a, g.b = w, g.c = c;
+  g.num_groups = k->sh.experts / k->n, g.group_offsets = k->b.offsets;
+  g.block_m = mk_moe_gemm_block_m(k->sh.tokens, k->sh.topk, k->n, k->sh.experts);
+  if (mk_gemm_launch(&g, k->s)) exit(1);
+}
+
 #include "moe_baseline.cuh"
 
 #include "moe_combine_perf.cuh"
@@ -244,17 +257,8 @@ static void run_fused(struct rank* k) { run_fused_with(k, k->sh.inter); }
 /* The dispatch's own cost: the fused op with an 8-column GEMM (w1's first 8 rows per expert). */
 static void run_dispatch(struct rank* k) { run_fused_with(k, 8); }
 
-/* The floor's GEMM: our grouped GEMM on the baseline's per-expert rows (no communication). */
-static void run_gemm_ours(struct rank* k) {
-  if (k->b.rows < 1) return;
-  struct mk_gemm_args g;
-  memset(&g, 0, sizeof(g));
-  g.m = k->b.rows, g.n = k->sh.inter, g.k = k->sh.hidden;
-  g.a = k->b.a_rows, g.b = k->w1, g.c = k->b.c;
-  g.num_groups = k->sh.experts / k->n, g.group_offsets = k->b.offsets;
-  g.block_m = mk_moe_gemm_block_m(k->sh.tokens, k->sh.topk, k->n, k->sh.experts); /* the fused op's tiles */
-  if (mk_gemm_launch(&g, k->s)) exit(1);
-}
+/* The dispatch's floor GEMM. */
+static void run_gemm_ours(struct rank* k) { run_floor_gemm(k, k->b.a_rows, k->w1, k->b.c, k->sh.inter, k->sh.hidden); }
 
 static size_t w1_bytes(const struct rank* k) {
   return (size_t)(k->sh.experts / k->n) * k->sh.inter * k->sh.hidden * 2;
