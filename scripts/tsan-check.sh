@@ -34,34 +34,29 @@ grouped_recv_with_striped_buffers
 eager_crossing_posted_receives_3000_messages_in_order
 close_joins_every_stream_thread"
 pass=0 fail=0
+# one case under ThreadSanitizer: run_case CASE LABEL LOG-SUFFIX [VAR=value ...]
+run_case() {
+  local c=$1 label=$2 log="$tsan/tsan.$1.$3.log" rc
+  shift 3
+  env NCCL_MK_TRANSPORT=ofi NCCL_MK_SOCKET_IFNAME=lo "$@" \
+    TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1" \
+    timeout 300 "$tsan/test/loopback/loopback" "$c" >"$log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && ! grep -q "WARNING: ThreadSanitizer" "$log"; then
+    pass=$((pass + 1)); echo "ok    $c ($label)"
+  else
+    fail=$((fail + 1)); echo "FAIL  $c ($label): rc $rc, $log"
+    grep -m1 -A12 "WARNING: ThreadSanitizer" "$log" | sed 's/^/      /'
+  fi
+}
 for cfg in $configs; do
+  p=${cfg%%:*} s=${cfg##*:}
   for c in $cases; do
-    log="$tsan/tsan.${c}.p${cfg%%:*}s${cfg##*:}.log"
-    NCCL_MK_TRANSPORT=ofi NCCL_MK_SOCKET_IFNAME=lo NCCL_MK_OFI_PROGRESS_THREAD="${cfg%%:*}" \
-      NCCL_MK_OFI_STREAMS="${cfg##*:}" \
-      TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1" \
-      timeout 300 "$tsan/test/loopback/loopback" "$c" >"$log" 2>&1
-    rc=$?
-    if [ $rc -eq 0 ] && ! grep -q "WARNING: ThreadSanitizer" "$log"; then
-      pass=$((pass + 1)); echo "ok    $c (progress ${cfg%%:*}, streams ${cfg##*:})"
-    else
-      fail=$((fail + 1)); echo "FAIL  $c (progress ${cfg%%:*}, streams ${cfg##*:}): rc $rc, $log"
-      grep -m1 -A12 "WARNING: ThreadSanitizer" "$log" | sed 's/^/      /'
-    fi
+    run_case "$c" "progress $p, streams $s" "p${p}s$s" NCCL_MK_OFI_PROGRESS_THREAD="$p" NCCL_MK_OFI_STREAMS="$s"
   done
 done
 # the device's thread resuming half-posted sends: the provider's queue shortened to 4 sends
-c=ordering_300_striped_messages_resuming_sends_the_provider_had_no_room_for
-log="$tsan/tsan.${c}.p2s4.log"
-NCCL_MK_TRANSPORT=ofi NCCL_MK_SOCKET_IFNAME=lo NCCL_MK_OFI_PROGRESS_THREAD=2 NCCL_MK_OFI_STREAMS=4 \
-  FI_OFI_RXM_TX_SIZE=4 TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1" \
-  timeout 300 "$tsan/test/loopback/loopback" "$c" >"$log" 2>&1
-rc=$?
-if [ $rc -eq 0 ] && ! grep -q "WARNING: ThreadSanitizer" "$log"; then
-  pass=$((pass + 1)); echo "ok    $c (progress 2, streams 4, provider queue 4)"
-else
-  fail=$((fail + 1)); echo "FAIL  $c (progress 2, streams 4, provider queue 4): rc $rc, $log"
-  grep -m1 -A12 "WARNING: ThreadSanitizer" "$log" | sed 's/^/      /'
-fi
+run_case ordering_300_striped_messages_resuming_sends_the_provider_had_no_room_for \
+  "progress 2, streams 4, provider queue 4" p2s4 NCCL_MK_OFI_PROGRESS_THREAD=2 NCCL_MK_OFI_STREAMS=4 FI_OFI_RXM_TX_SIZE=4
 echo "$pass passed, $fail failed, 0 skipped"
 [ $fail -eq 0 ]
