@@ -60,6 +60,9 @@ int mk_ra_bwd_args_check(const void* q, const void* k, const void* v, const void
   return mk_ra_shape_check(MK_RA_BWD_NAME, lse, batch, s_local, heads, kv_heads, d_head, causal);
 }
 
+/* Flag word `index` of ra_bwd_plan.h's layout in the workspace at `sym` (this rank's or a peer's). */
+static uint64_t* ra_bwd_word(void* sym, long index) { return (uint64_t*)sym + MK_AG_FLAG0 + index; }
+
 /* The core's arguments for plan call c (everything checked before anything is launched). */
 static void ra_bwd_core_args(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l, void* data,
                              const struct mk_ra_bwd_call* c, const void* q, const void* k, const void* v,
@@ -107,7 +110,7 @@ static void ra_bwd_core_args(const struct mk_fused_comm* fc, const struct mk_ra_
       b->row0 = 0, b->rows = s_local, b->pos0 = (long long)src * s_local;
     }
   }
-  a->acc_gate = (const uint64_t*)fc->sym + MK_AG_FLAG0 + l->gave_up; /* the gather's "gave up" */
+  a->acc_gate = ra_bwd_word(fc->sym, l->gave_up); /* the gather's "gave up" */
   a->err = fc->err;
   a->timeout_ms = (uint32_t)fc->cfg.timeout_ms;
 }
@@ -123,9 +126,9 @@ static void ra_bwd_reduce_args(const struct mk_fused_comm* fc, const struct mk_r
     void* peer_data = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
     /* causal: d's partial of this block is in d's acc[rank]; non-causal: d stored it in ours, acc[d] */
     ra->peer_acc[d] = ga->causal ? mk_ra_bwd_acc(peer_data, l, fc->rank) : mk_ra_bwd_acc(data, l, d);
-    ra->peer_ready[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0 + l->ready0 + mk_sched_rs_slot(fc->rank, d);
+    ra->peer_ready[d] = ra_bwd_word(fc->peer_sym[d], l->ready0 + mk_sched_rs_slot(fc->rank, d));
   }
-  ra->ready = (uint64_t*)fc->sym + MK_AG_FLAG0 + l->ready0;
+  ra->ready = ra_bwd_word(fc->sym, l->ready0);
   ra->ready_index0 = (uint32_t)l->ready0;
   ra->dk = dk, ra->dv = dv;
   ra->kv_elems = l->kv_elems;
@@ -141,7 +144,8 @@ static int ra_bwd_gather_beside(struct mk_fused_comm* fc, const struct mk_ra_arg
   MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
   MK_CHECK(mk_ra_bwd_gather_launch(ga, fc->side));
   for (int d = 0; d < fc->nranks && ga->causal; d++) /* non-causal stores its partials whole */
-    if (d != fc->rank) MK_CHECK(mk_ra_bwd_zero_launch(mk_ra_bwd_acc(data, l, d), mk_ra_bwd_acc_bytes(l), ga->gave_up, fc->side));
+    if (d != fc->rank)
+      MK_CHECK(mk_ra_bwd_zero_launch(mk_ra_bwd_acc(data, l, d), mk_ra_bwd_acc_bytes(l), ga->gave_up, fc->side));
   return mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)");
 }
 
@@ -188,7 +192,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   struct mk_ra_args ga;
   if (!rc) {
     mk_ra_fill_args(fc, MK_OP_RING_ATTN_BWD, k, v, B, S, H, Hkv, D, causal, chunk_rows, l.kv_elems * 2, &ga);
-    ga.gave_up = (uint64_t*)fc->sym + MK_AG_FLAG0 + l.gave_up;
+    ga.gave_up = ra_bwd_word(fc->sym, l.gave_up);
     rc = ra_bwd_gather_beside(fc, &ga, &l, data, stream);
   }
   if (!rc && causal)
