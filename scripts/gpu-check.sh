@@ -381,7 +381,7 @@ tier_attn() {
   # the other compiled variants that attn_perf times beside the default (attn.h
   # MK_ATTN_VARIANTS, MK_ATTN_BWD_VARIANTS) against the float64 reference too
   local v
-  for v in 1 2 3 4; do
+  for v in 1 2 3 4 5 6; do
     step "attn_forward_matches_float64_variant_$v" env MK_ATTN_VARIANT=$v "$B/test/gpu/test_attn" forward
   done
   for v in 1 2; do

@@ -6,9 +6,10 @@
  * it loads the Q tile once and then the K and V tiles (BN keys x D) of every KV block the tile
  * needs, by TMA (4-D tensor maps over [B, S, heads, D], so one head's rows are a strided box,
  * 128-byte swizzle, D in 64-column slabs) into a STAGES-deep ring of shared memory, K and V of a
- * stage on their own full barriers and released together. Warp groups 1 and 2 are consumers,
- * 64 query rows each:
- *   S = Q.K^T       wgmma m64n128k16, both operands K-major in shared memory;
+ * stage on their own full barriers and released together (SPLIT_KV: separately, K one tile
+ * ahead). Warp groups 1 and 2 are consumers, 64 query rows each:
+ *   S = Q.K^T       wgmma m64nBNk16 (BN = 128, or 176 keys: attn.cu's default at D = 128), both
+ *                   operands K-major in shared memory;
  *   online softmax  in registers: running max m and sum l per row (exp2 with log2(e)/sqrt(D)
  *                   folded into one FFMA), masked scores -inf, rows with nothing visible yet
  *                   kept at m = -inf without NaNs;
@@ -44,10 +45,10 @@
  * last S product of the current one is done and its K and V into the ring as stages free, so
  * no CTA start-up or epilogue is exposed; out is then written from registers (the Q tile, the
  * staging space of the non-persistent finish, already holds the next item's rows). */
-template <int D_, int STAGES_, int PINGPONG_, int PERSISTENT_ = 0>
+template <int D_, int STAGES_, int PINGPONG_, int PERSISTENT_ = 0, int BN_ = MK_ATTN_BLOCK_N, int SPLIT_KV_ = 0>
 struct mk_attn_cfg {
-  static constexpr int D = D_, BM = MK_ATTN_BLOCK_M, BN = MK_ATTN_BLOCK_N, STAGES = STAGES_;
-  static constexpr int PINGPONG = PINGPONG_, PERSISTENT = PERSISTENT_;
+  static constexpr int D = D_, BM = MK_ATTN_BLOCK_M, BN = BN_, STAGES = STAGES_;
+  static constexpr int PINGPONG = PINGPONG_, PERSISTENT = PERSISTENT_, SPLIT_KV = SPLIT_KV_;
   static constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
   static constexpr int SLABS = D / 64;                   /* 64-column (128-byte) slabs of a row */
   static constexpr int Q_SLAB = BM * 128, KV_SLAB = BN * 128; /* bytes between a tile's slabs */
@@ -55,11 +56,27 @@ struct mk_attn_cfg {
   static constexpr int OFF_K = Q_BYTES;
   static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
   static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES;
-  static constexpr int SMEM_USED = OFF_BAR + (1 + 3 * STAGES + 2 + 1) * 8;
+  static constexpr int SMEM_USED = OFF_BAR + (1 + 3 * STAGES + 2 + 1 + (SPLIT_KV ? STAGES : 0)) * 8;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
+  /* setmaxnreg per thread of the producer warp group and of each consumer: x 128 threads they
+   * fill the 64512 registers that the launch gives the CTA (168 per thread, __launch_bounds__
+   * of 384 threads at one CTA per SM); asking for more makes setmaxnreg.inc wait forever.
+   * BN = 176 (O 64 + S 88 + P 44 registers) fits 240, the producer (one thread issuing TMA)
+   * keeping 24: FlashAttention-3's split. (Persistent with BN = 176 does not fit: its
+   * producer's item loop spills at 24, its consumers at 232; NOTES, session 30.) */
+  static constexpr int REGS_PRODUCER = BN > 128 ? 24 : 40;
+  static constexpr int REGS_CONSUMER = BN > 128 ? 240 : 232;
   static_assert(D == 64 || D == 128, "head dimensions 64 and 128");
-  static_assert(BM == 64 * CONSUMERS && BN == 128, "wgmma shapes: 64 rows per consumer, n = 128 for S");
+  static_assert(BN == 128 || !PERSISTENT, "persistent with BN = 176 spills (REGS_*)");
+  /* BN: the n of S's wgmma (ptx.cuh has n128 and n176), 16-key steps of P.V; BN x 128 bytes
+   * keeps each KV slab 1024-byte aligned (the swizzle atom) whenever BN % 8 == 0 */
+  static_assert(BM == 64 * CONSUMERS && (BN == 128 || BN == 176),
+                "wgmma shapes: 64 rows per consumer, n of S");
+  static_assert(BN % 16 == 0 && KV_SLAB % 1024 == 0,
+                "KV tiles of 16-key steps, 1024-byte aligned slabs");
   static_assert(SMEM_BYTES <= 232448, "over the 227 KB of dynamic shared memory per block");
+  static_assert(REGS_PRODUCER + CONSUMERS * REGS_CONSUMER <= 3 * 168,
+                "over the CTA's registers (x 128 threads): setmaxnreg.inc would never return");
 };
 
 /* Where a CTA's tiles and barriers are. */
@@ -71,6 +88,8 @@ struct mk_attn_smem {
   uint64_t* empty;   /* STAGES: one arrival per consumer warp */
   uint64_t* turn;    /* 2 (PINGPONG): consumer c may issue once turn[c] completes a phase */
   uint64_t* q_empty; /* 1: one arrival per consumer warp once its last S product of an item is done */
+  uint64_t* k_empty; /* SPLIT_KV: STAGES, one arrival per consumer warp once its S product of the
+                      * stage is done; `empty` then frees the stage's V alone */
 };
 
 /* Where producer and consumers are in the ring; both sides advance it the same way. */
@@ -105,6 +124,7 @@ __device__ __forceinline__ struct mk_attn_smem attn_smem_carve(uint8_t* smem_raw
   s.empty = s.v_full + Cfg::STAGES;
   s.turn = s.empty + Cfg::STAGES;
   s.q_empty = s.turn + 2;
+  s.k_empty = s.q_empty + 1; /* past the barriers when !SPLIT_KV: never used then */
   return s;
 }
 
@@ -119,6 +139,8 @@ __device__ __forceinline__ void attn_smem_init(const struct mk_attn_smem& s) {
   }
   for (int i = 0; i < 2; i++) mbarrier_init(&s.turn[i], 4); /* the other warp group's 4 warps */
   mbarrier_init(s.q_empty, Cfg::CONSUMERS * 4);
+  if (Cfg::SPLIT_KV)
+    for (int i = 0; i < Cfg::STAGES; i++) mbarrier_init(&s.k_empty[i], Cfg::CONSUMERS * 4);
   fence_mbarrier_init();
 }
 
@@ -171,6 +193,43 @@ __device__ __forceinline__ void attn_load_q(const CUtensorMap* tmap_q, const str
     cp_async_bulk_tensor_4d_load(s.base + j * Cfg::Q_SLAB, tmap_q, j * 64, h, row, b, s.q_full);
 }
 
+/* One K or V tile (BN rows from `row` of kv head hk, batch b) into dst, on barrier full. */
+template <class Cfg>
+__device__ __forceinline__ void attn_load_kv_tile(uint8_t* dst, const CUtensorMap* tmap, uint64_t* full, int b,
+                                                  int hk, int row) {
+  mbarrier_arrive_expect_tx(full, Cfg::KV_BYTES);
+#pragma unroll
+  for (int j = 0; j < Cfg::SLABS; j++) cp_async_bulk_tensor_4d_load(dst + j * Cfg::KV_SLAB, tmap, j * 64, hk, row, b, full);
+}
+
+/* SPLIT_KV: K runs one tile ahead of V, each on its own release (FlashAttention-3's two
+ * pipelines): S of tile t + 1 is issued with P.V of tile t, and a stage's K is free once its S
+ * product is done, a whole tile before its V; so two stages hide the loads (with K and V
+ * released together they did not: NOTES, session 25). */
+template <class Cfg>
+__device__ __forceinline__ int attn_load_kv_block_split(const CUtensorMap* tmap_k, const CUtensorMap* tmap_v,
+                                                        const struct mk_attn_smem& s, struct mk_attn_ring* ring,
+                                                        int b, int hk, int row0, int n_tiles,
+                                                        const struct mk_attn_wait_ctx& w) {
+  struct mk_attn_ring kr = *ring, vr = *ring;
+  for (int t = -1; t < n_tiles; t++) {
+    if (t + 1 < n_tiles) {
+      if (!attn_wait(&s.k_empty[kr.stage], kr.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return 0;
+      attn_load_kv_tile<Cfg>(s.base + Cfg::OFF_K + kr.stage * Cfg::KV_BYTES, tmap_k, &s.k_full[kr.stage], b, hk,
+                             row0 + (t + 1) * Cfg::BN);
+      attn_ring_next(&kr, Cfg::STAGES);
+    }
+    if (t >= 0) {
+      if (!attn_wait(&s.empty[vr.stage], vr.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return 0;
+      attn_load_kv_tile<Cfg>(s.base + Cfg::OFF_V + vr.stage * Cfg::KV_BYTES, tmap_v, &s.v_full[vr.stage], b, hk,
+                             row0 + t * Cfg::BN);
+      attn_ring_next(&vr, Cfg::STAGES);
+    }
+  }
+  *ring = vr;
+  return 1;
+}
+
 /* n_tiles K and V tiles of kv head hk, batch b, from row `row0` on, into the ring. Returns 0
  * when a wait gave up (then nothing more is loaded). */
 template <class Cfg>
@@ -178,22 +237,20 @@ __device__ __forceinline__ int attn_load_kv_block(const CUtensorMap* tmap_k, con
                                                   const struct mk_attn_smem& s, struct mk_attn_ring* ring, int b,
                                                   int hk, int row0, int n_tiles,
                                                   const struct mk_attn_wait_ctx& w) {
-  for (int t = 0; t < n_tiles; t++) {
-    if (!attn_wait(&s.empty[ring->stage], ring->phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return 0;
-    uint8_t* kd = s.base + Cfg::OFF_K + ring->stage * Cfg::KV_BYTES;
-    uint8_t* vd = s.base + Cfg::OFF_V + ring->stage * Cfg::KV_BYTES;
-    const int row = row0 + t * Cfg::BN;
-    mbarrier_arrive_expect_tx(&s.k_full[ring->stage], Cfg::KV_BYTES);
-#pragma unroll
-    for (int j = 0; j < Cfg::SLABS; j++)
-      cp_async_bulk_tensor_4d_load(kd + j * Cfg::KV_SLAB, tmap_k, j * 64, hk, row, b, &s.k_full[ring->stage]);
-    mbarrier_arrive_expect_tx(&s.v_full[ring->stage], Cfg::KV_BYTES);
-#pragma unroll
-    for (int j = 0; j < Cfg::SLABS; j++)
-      cp_async_bulk_tensor_4d_load(vd + j * Cfg::KV_SLAB, tmap_v, j * 64, hk, row, b, &s.v_full[ring->stage]);
-    attn_ring_next(ring, Cfg::STAGES);
+  if constexpr (Cfg::SPLIT_KV) {
+    return attn_load_kv_block_split<Cfg>(tmap_k, tmap_v, s, ring, b, hk, row0, n_tiles, w);
+  } else {
+    for (int t = 0; t < n_tiles; t++) {
+      if (!attn_wait(&s.empty[ring->stage], ring->phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return 0;
+      const int row = row0 + t * Cfg::BN;
+      attn_load_kv_tile<Cfg>(s.base + Cfg::OFF_K + ring->stage * Cfg::KV_BYTES, tmap_k, &s.k_full[ring->stage], b,
+                             hk, row);
+      attn_load_kv_tile<Cfg>(s.base + Cfg::OFF_V + ring->stage * Cfg::KV_BYTES, tmap_v, &s.v_full[ring->stage], b,
+                             hk, row);
+      attn_ring_next(ring, Cfg::STAGES);
+    }
+    return 1;
   }
-  return 1;
 }
 
 /* ---- consumers (one warp group each, 64 query rows) --------------------------------------- */
@@ -257,12 +314,16 @@ __device__ __forceinline__ float attn_ex2(float x) {
  * q_lo, k_lo: the tiles' descriptor low words (ptx.cuh wgmma_desc_lo_sw128). */
 template <class Cfg>
 __device__ __forceinline__ void attn_issue_qk(float* s, uint32_t q_lo, uint32_t k_lo) {
+  /* BN = 176: the compiler would hoist the loop-invariant Q descriptors out of the KV loop
+   * into ~14 registers that the consumer lacks (it spilled); one add per wgmma instead */
+  if constexpr (Cfg::BN > 128) q_lo = opaque_u32(q_lo);
 #pragma unroll
   for (int kk = 0; kk < Cfg::D / 16; kk++) {
     const uint32_t off = (kk % 4) * 32; /* 16 columns = 32 bytes into the 128-byte slab row */
     const uint64_t da = wgmma_desc_from_lo(q_lo + (((kk / 4) * Cfg::Q_SLAB + off) >> 4));
     const uint64_t db = wgmma_desc_from_lo(k_lo + (((kk / 4) * Cfg::KV_SLAB + off) >> 4));
-    wgmma_m64n128k16_bf16(s, da, db, kk > 0 ? 1 : 0);
+    if constexpr (Cfg::BN == 176) wgmma_m64n176k16_bf16(s, da, db, kk > 0 ? 1 : 0);
+    else wgmma_m64n128k16_bf16(s, da, db, kk > 0 ? 1 : 0);
   }
 }
 
@@ -392,6 +453,7 @@ __device__ __forceinline__ int attn_consume_kv_block(struct mk_attn_state<Cfg>& 
   attn_turn_end<Cfg>(sm, wg);
   wgmma_wait_group<0>();
   wgmma_fence_operands<Cfg::BN / 2>(s);
+  if (Cfg::SPLIT_KV && lane == 0) mbarrier_arrive(&sm.k_empty[r.stage]);
   if (q_release && n_tiles == 1 && lane == 0) mbarrier_arrive(q_release);
   int masked = mk_attn_tile_masked(q_pos_wg, pos0, rows, Cfg::BN, 0, causal);
   if (masked) attn_visible<Cfg>(vis, q_pos_r0, pos0, rows, 0, causal);
@@ -412,6 +474,7 @@ __device__ __forceinline__ int attn_consume_kv_block(struct mk_attn_state<Cfg>& 
     attn_turn_end<Cfg>(sm, wg);
     wgmma_wait_group<1>(); /* S of tile t is in; P.V of tile t-1 may still run */
     wgmma_fence_operands<Cfg::BN / 2>(s);
+    if (Cfg::SPLIT_KV && lane == 0) mbarrier_arrive(&sm.k_empty[r.stage]);
     if (q_release && t == n_tiles - 1 && lane == 0) mbarrier_arrive(q_release);
     masked = mk_attn_tile_masked(q_pos_wg, pos0, rows, Cfg::BN, t, causal);
     if (masked) attn_visible<Cfg>(vis, q_pos_r0, pos0, rows, t, causal);
@@ -628,13 +691,12 @@ mk_attn_fwd_kernel(const __grid_constant__ struct mk_attn_maps maps, const __gri
   w.tile = 0;
   w.timeout_ns = p.timeout_ns;
 
-  /* NOTES: setmaxnreg needs the roles as the two branches of one if/else; 40 + 2 x 232 per
-   * thread x 128 fills the 64K-register file at one CTA per SM. */
+  /* NOTES: setmaxnreg needs the roles as the two branches of one if/else (Cfg::REGS_*). */
   if (wg == 0) {
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<Cfg::REGS_PRODUCER>();
     if (threadIdx.x == 0) attn_produce<Cfg>(maps, p, sm, w);
   } else {
-    setmaxnreg_inc<232>();
+    setmaxnreg_inc<Cfg::REGS_CONSUMER>();
     attn_consume<Cfg>(p, sm, wg - 1, w);
   }
 }
