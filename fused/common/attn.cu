@@ -17,22 +17,23 @@ extern "C" {
 #include "mk_log.h"
 }
 
-/* Variant 0 (the default): the consumer warp groups ping-pong (mk_attn_cfg PINGPONG). D = 128:
- * KV tiles of 176 keys (FlashAttention-3's non-causal D = 128 tile: fewer softmax reductions,
- * barrier waits and wgmma issues per key) in 2 stages whose K and V are released separately
- * (attn_fwd.cuh SPLIT_KV): Q 32 KB + 2 x (44 + 44) KB = 208 KB; on an H200 3-4% above the
- * 128-key tiles in 3 stages (variant 5), causal and not (bench/NOTES.md, session 30). D = 64:
- * 128-key tiles, 3 stages (112 KB).
+/* Variant 0 (the default): the consumer warp groups ping-pong (mk_attn_cfg PINGPONG), KV
+ * tiles of 176 keys (FlashAttention-3's non-causal D = 128 tile: fewer softmax reductions,
+ * barrier waits and wgmma issues per key) whose K and V are released separately (attn_fwd.cuh
+ * SPLIT_KV): D = 128 in 2 stages (Q 32 KB + 2 x (44 + 44) KB = 208 KB), D = 64 in 3 (148 KB).
+ * On an H200 3-7% above the 128-key tiles of variant 5 at D = 128, causal and not, 0-3% at
+ * D = 64 (bench/NOTES.md, session 30).
  * Variant 1: no ping-pong (the first version), D = 128 with 2 stages.
  * Variant 2: ping-pong, D = 128 with 2 stages, D = 64 with 4.
  * Variants 3 and 4: variant 5 persistent (attn_fwd.cuh PERSISTENT), one CTA per SM over the
  * items head-major (3) or tile-major, longest first (4) (attn.h mk_attn_item_work).
  * Variant 5: 128-key tiles in 3 stages, K and V released together (the default until session
- * 30; the ring kernel's configuration); D = 64 the same as 0.
+ * 30; the ring kernel's configuration).
  * Variant 6: 128-key tiles in 2 stages whose K and V are released separately. */
 typedef mk_attn_cfg<128, 2, 1, 0, 176, 1> mk_attn_cfg_d128;
+typedef mk_attn_cfg<64, 3, 1, 0, 176, 1> mk_attn_cfg_d64;
 typedef mk_attn_cfg<128, 3, 1> mk_attn_cfg_d128_bn128;
-typedef mk_attn_cfg<64, 3, 1> mk_attn_cfg_d64;
+typedef mk_attn_cfg<64, 3, 1> mk_attn_cfg_d64_bn128;
 typedef mk_attn_cfg<128, 2, 0> mk_attn_cfg_d128_plain;
 typedef mk_attn_cfg<64, 3, 0> mk_attn_cfg_d64_plain;
 typedef mk_attn_cfg<128, 2, 1> mk_attn_cfg_d128_pp2;
@@ -211,7 +212,7 @@ extern "C" int mk_attn_fwd_launch_variant(const struct mk_attn_args* a, cudaStre
     case 4: return d128 ? attn_launch_cfg<mk_attn_cfg_d128_pers>(a, stream, sms, variant - 3)
                         : attn_launch_cfg<mk_attn_cfg_d64_pers>(a, stream, sms, variant - 3);
     case 5: return d128 ? attn_launch_cfg<mk_attn_cfg_d128_bn128>(a, stream, sms, 0)
-                        : attn_launch_cfg<mk_attn_cfg_d64>(a, stream, sms, 0);
+                        : attn_launch_cfg<mk_attn_cfg_d64_bn128>(a, stream, sms, 0);
     case 6: return d128 ? attn_launch_cfg<mk_attn_cfg_d128_split2>(a, stream, sms, 0)
                         : attn_launch_cfg<mk_attn_cfg_d64_split2>(a, stream, sms, 0);
     default: return d128 ? attn_launch_cfg<mk_attn_cfg_d128>(a, stream, sms, 0)

@@ -31,7 +31,7 @@ struct mk_gemm_error;
 
 #define MK_ATTN_MAX_KV_BLOCKS 4
 #define MK_ATTN_BLOCK_M 128 /* query rows per CTA */
-#define MK_ATTN_BLOCK_N 128 /* keys per KV tile (the forward core's default at D = 128: 176) */
+#define MK_ATTN_BLOCK_N 128 /* keys per KV tile (the forward core's default: 176, attn.cu) */
 
 struct mk_attn_kv_block {
   const void* k; /* bf16 [batch, seq, kv_heads, d_head] */
@@ -63,11 +63,11 @@ int mk_attn_fwd_check(const struct mk_attn_args* args);
 int mk_attn_fwd_launch(const struct mk_attn_args* args, cudaStream_t stream);
 
 /* The same with a compiled variant, for A/B runs (attn_perf) and tests: 0 is the default
- * (mk_attn_fwd_launch: the consumer warp groups ping-pong, attn_fwd.cuh PINGPONG; D = 128 in
- * 176-key KV tiles, 2 stages whose K and V are released separately; D = 64 in 128-key tiles,
- * 3 stages), 1 without the ping-pong, 2 with the ping-pong and other stage counts, 3 and 4
- * persistent (one CTA per SM; items head-major, tile-major), 5 128-key tiles in 3 stages (the
- * default until session 30), 6 128-key tiles in 2 stages released as 0's (attn.cu). */
+ * (mk_attn_fwd_launch: the consumer warp groups ping-pong, attn_fwd.cuh PINGPONG; 176-key KV
+ * tiles whose K and V are released separately, 2 stages at D = 128, 3 at D = 64), 1 without
+ * the ping-pong, 2 with the ping-pong and other stage counts, 3 and 4 persistent (one CTA per
+ * SM; items head-major, tile-major), 5 128-key tiles in 3 stages (the default until session
+ * 30), 6 128-key tiles in 2 stages released as 0's (attn.cu). */
 #define MK_ATTN_VARIANTS 7
 int mk_attn_fwd_launch_variant(const struct mk_attn_args* args, cudaStream_t stream, int variant);
 

@@ -202,32 +202,35 @@ __device__ __forceinline__ void attn_load_kv_tile(uint8_t* dst, const CUtensorMa
   for (int j = 0; j < Cfg::SLABS; j++) cp_async_bulk_tensor_4d_load(dst + j * Cfg::KV_SLAB, tmap, j * 64, hk, row, b, full);
 }
 
-/* SPLIT_KV: K runs one tile ahead of V, each on its own release (FlashAttention-3's two
- * pipelines): S of tile t + 1 is issued with P.V of tile t, and a stage's K is free once its S
- * product is done, a whole tile before its V; so two stages hide the loads (with K and V
- * released together they did not: NOTES, session 25). */
+/* SPLIT_KV: a V tile into the V ring (its own release, `empty`). */
 template <class Cfg>
-__device__ __forceinline__ int attn_load_kv_block_split(const CUtensorMap* tmap_k, const CUtensorMap* tmap_v,
-                                                        const struct mk_attn_smem& s, struct mk_attn_ring* ring,
-                                                        int b, int hk, int row0, int n_tiles,
-                                                        const struct mk_attn_wait_ctx& w) {
-  struct mk_attn_ring kr = *ring, vr = *ring;
-  for (int t = -1; t < n_tiles; t++) {
-    if (t + 1 < n_tiles) {
-      if (!attn_wait(&s.k_empty[kr.stage], kr.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return 0;
-      attn_load_kv_tile<Cfg>(s.base + Cfg::OFF_K + kr.stage * Cfg::KV_BYTES, tmap_k, &s.k_full[kr.stage], b, hk,
-                             row0 + (t + 1) * Cfg::BN);
-      attn_ring_next(&kr, Cfg::STAGES);
-    }
-    if (t >= 0) {
-      if (!attn_wait(&s.empty[vr.stage], vr.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return 0;
-      attn_load_kv_tile<Cfg>(s.base + Cfg::OFF_V + vr.stage * Cfg::KV_BYTES, tmap_v, &s.v_full[vr.stage], b, hk,
-                             row0 + t * Cfg::BN);
-      attn_ring_next(&vr, Cfg::STAGES);
-    }
-  }
-  *ring = vr;
+__device__ __forceinline__ int attn_load_v_split(const CUtensorMap* tmap_v, const struct mk_attn_smem& s,
+                                                 struct mk_attn_ring* vr, int b, int hk, int row,
+                                                 const struct mk_attn_wait_ctx& w) {
+  if (!attn_wait(&s.empty[vr->stage], vr->phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return 0;
+  attn_load_kv_tile<Cfg>(s.base + Cfg::OFF_V + vr->stage * Cfg::KV_BYTES, tmap_v, &s.v_full[vr->stage], b, hk, row);
+  attn_ring_next(vr, Cfg::STAGES);
   return 1;
+}
+
+/* SPLIT_KV, the producer's step for tile t of the n of a block (rows from row0): K runs one
+ * tile ahead of V, each on its own release (FlashAttention-3's two pipelines): K of tile t,
+ * then V of tile t - 1 (the consumers issue S of tile t with P.V of tile t - 1), and at the
+ * block's last tile its V too (the block's last P.V is issued alone). A stage's K is free once
+ * its S product is done, a whole tile before its V, so two stages hide the loads (with K and V
+ * released together they did not: NOTES, session 25). kr, vr: the K and V rings' positions
+ * (they start equal). Returns 0 when a wait gave up. */
+template <class Cfg>
+__device__ __forceinline__ int attn_load_split_step(const CUtensorMap* tmap_k, const CUtensorMap* tmap_v,
+                                                    const struct mk_attn_smem& s, struct mk_attn_ring* kr,
+                                                    struct mk_attn_ring* vr, int b, int hk, int row0, int t, int n,
+                                                    const struct mk_attn_wait_ctx& w) {
+  if (!attn_wait(&s.k_empty[kr->stage], kr->phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return 0;
+  attn_load_kv_tile<Cfg>(s.base + Cfg::OFF_K + kr->stage * Cfg::KV_BYTES, tmap_k, &s.k_full[kr->stage], b, hk,
+                         row0 + t * Cfg::BN);
+  attn_ring_next(kr, Cfg::STAGES);
+  if (t > 0 && !attn_load_v_split<Cfg>(tmap_v, s, vr, b, hk, row0 + (t - 1) * Cfg::BN, w)) return 0;
+  return t < n - 1 || attn_load_v_split<Cfg>(tmap_v, s, vr, b, hk, row0 + t * Cfg::BN, w);
 }
 
 /* n_tiles K and V tiles of kv head hk, batch b, from row `row0` on, into the ring. Returns 0
@@ -238,7 +241,10 @@ __device__ __forceinline__ int attn_load_kv_block(const CUtensorMap* tmap_k, con
                                                   int hk, int row0, int n_tiles,
                                                   const struct mk_attn_wait_ctx& w) {
   if constexpr (Cfg::SPLIT_KV) {
-    return attn_load_kv_block_split<Cfg>(tmap_k, tmap_v, s, ring, b, hk, row0, n_tiles, w);
+    struct mk_attn_ring vr = *ring; /* K's ring ends where V's does: the block's tiles */
+    for (int t = 0; t < n_tiles; t++)
+      if (!attn_load_split_step<Cfg>(tmap_k, tmap_v, s, ring, &vr, b, hk, row0, t, n_tiles, w)) return 0;
+    return 1;
   } else {
     for (int t = 0; t < n_tiles; t++) {
       if (!attn_wait(&s.empty[ring->stage], ring->phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return 0;

@@ -21,7 +21,11 @@ extern "C" {
 #include "mk_log.h"
 }
 
-/* The core's default configurations (attn.cu variant 0). */
+/* The core's configurations until session 30 (attn.cu variant 5: 128-key tiles, 3 stages).
+ * The core's default now (176-key tiles, K and V released separately; at D = 128
+ * mk_attn_cfg<128, 2, 1, 0, 176, 1>) compiles here too (ra_produce's SPLIT_KV step), with 204
+ * bytes of spills at D = 128 (the producer at 24 registers), but has not run on 2 GPUs yet
+ * (bench/NOTES.md, session 30). */
 typedef mk_attn_cfg<128, 3, 1> mk_ra_cfg_d128;
 typedef mk_attn_cfg<64, 3, 1> mk_ra_cfg_d64;
 
@@ -169,7 +173,7 @@ template <class Cfg>
 __device__ __forceinline__ void ra_produce(const struct mk_ra_maps& maps, const struct mk_ra_params& p,
                                            const struct mk_attn_smem& sm, const struct ra_item& it, uint32_t item,
                                            const struct mk_attn_wait_ctx& w) {
-  struct mk_attn_ring ring = {0, 0};
+  struct mk_attn_ring ring = {0, 0}, v_ring = {0, 0}; /* v_ring: SPLIT_KV's V positions */
   const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
   prefetch_tensormap(&maps.q);
   attn_load_q<Cfg>(&maps.q, sm, it.b, it.h, it.q_row);
@@ -191,7 +195,10 @@ __device__ __forceinline__ void ra_produce(const struct mk_ra_maps& maps, const 
           ok = ra_wait_rows(p, slot_flags, it.b, row, hi, &ready, e, item);
           if (!ok) break;
         }
-        ok = attn_load_kv_block<Cfg>(&maps.k[mi], &maps.v[mi], sm, &ring, it.b, it.hk, row, 1, w);
+        if constexpr (Cfg::SPLIT_KV)
+          ok = attn_load_split_step<Cfg>(&maps.k[mi], &maps.v[mi], sm, &ring, &v_ring, it.b, it.hk, g.row0, t, n, w);
+        else
+          ok = attn_load_kv_block<Cfg>(&maps.k[mi], &maps.v[mi], sm, &ring, it.b, it.hk, row, 1, w);
       }
     }
   }
@@ -247,15 +254,16 @@ mk_ra_kernel(const __grid_constant__ struct mk_ra_maps maps, const __grid_consta
   w.tile = (uint32_t)item;
   w.timeout_ns = p.timeout_ns;
 
-  /* setmaxnreg: the roles as the two branches of one if/else (attn_fwd.cuh's kernel). At 40
-   * the producer spills 32-44 bytes (its flag waits); 56 / 224 spills nothing but measured 1-3%
-   * slower on 2 H200s (bench/NOTES.md, session 25): the consumers want their 232. */
+  /* setmaxnreg: the roles as the two branches of one if/else (attn_fwd.cuh's kernel), the
+   * core's split (Cfg::REGS_*). At 40 the producer spills 32-44 bytes (its flag waits); 56 /
+   * 224 spills nothing but measured 1-3% slower on 2 H200s (bench/NOTES.md, session 25): the
+   * consumers want their 232. */
   if (wg == 0) {
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<Cfg::REGS_PRODUCER>();
     if (threadIdx.x == 0) ra_produce<Cfg>(maps, p, sm, it, (uint32_t)item, w);
     mk_call_end(p.call);
   } else {
-    setmaxnreg_inc<232>();
+    setmaxnreg_inc<Cfg::REGS_CONSUMER>();
     ra_consume<Cfg>(p, sm, wg - 1, it, w);
     mk_call_end(p.call);
   }
