@@ -358,12 +358,18 @@ int ofi_signal_post(struct ofi_comm* c, struct ofi_req* r);
 /* ofi_rma.c: the RMA write of one stripe of a put (buf inside the put's source) on stream k. */
 ssize_t ofi_put_stripe_write(struct ofi_comm* c, unsigned k, struct ofi_op* op, void* buf,
                              size_t len, void* desc);
-/* ofi_data.c: one stripe of a send, receive or put (op->kind) on stream k, in order: the
- * first (first != 0) may still be abandoned, so its EAGAIN comes back as -FI_EAGAIN with
- * nothing posted; a later one is waited out, and its failure fails the comm (the earlier
- * stripes stay with the provider). */
-int ofi_stripe_post_in_turn(struct ofi_comm* c, int first, unsigned k, void* buf, size_t len,
-                            void* desc, uint64_t tag, struct ofi_op* op);
+/* ofi_data.c: one stripe of a send, receive or put (op->kind) on stream k, in order. What
+ * its EAGAIN means depends on what was posted before it: */
+enum ofi_post_mode {
+  OFI_POST_FIRST,     /* nothing of the message yet: it may still be abandoned, -FI_EAGAIN
+                       * comes back with nothing posted */
+  OFI_POST_RESUMABLE, /* a later stripe of a send the progress thread resumes from this one:
+                       * -FI_EAGAIN comes back; any other failure fails the comm */
+  OFI_POST_WAITED,    /* any other later stripe: EAGAIN is waited out (bounded); a failure
+                       * fails the comm (the earlier stripes stay with the provider) */
+};
+int ofi_stripe_post_in_turn(struct ofi_comm* c, enum ofi_post_mode mode, unsigned k, void* buf,
+                            size_t len, void* desc, uint64_t tag, struct ofi_op* op);
 /* ofi_rma.c: registrations. */
 void* ofi_mr_desc(struct mk_mr* mr);
 int ofi_mr_check(struct ofi_comm* c, struct mk_mr* mr, const void* data, size_t size);

@@ -61,11 +61,13 @@ static int ofi_stripe_post_retry(struct ofi_comm* c, unsigned k, void* buf, size
   }
 }
 
-int ofi_stripe_post_in_turn(struct ofi_comm* c, int first, unsigned k, void* buf, size_t len,
-                            void* desc, uint64_t tag, struct ofi_op* op) {
-  if (first) return ofi_rc(ofi_stripe_post(c, k, buf, len, desc, tag, op));
-  int rc = ofi_stripe_post_retry(c, k, buf, len, desc, tag, op);
-  if (rc < 0) ofi_comm_fail(c, rc); /* half posted: the request stays with the provider */
+int ofi_stripe_post_in_turn(struct ofi_comm* c, enum ofi_post_mode mode, unsigned k, void* buf,
+                            size_t len, void* desc, uint64_t tag, struct ofi_op* op) {
+  int rc;
+  if (mode == OFI_POST_WAITED) rc = ofi_stripe_post_retry(c, k, buf, len, desc, tag, op);
+  else rc = ofi_rc(ofi_stripe_post(c, k, buf, len, desc, tag, op));
+  if (mode == OFI_POST_FIRST || rc == 0 || (mode == OFI_POST_RESUMABLE && rc == -FI_EAGAIN)) return rc;
+  ofi_comm_fail(c, rc); /* half posted: the request stays with the provider */
   return rc;
 }
 
@@ -90,20 +92,13 @@ static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct 
     *op = (struct ofi_op){.req = r, .kind = OFI_OP_SEND, .idx = (uint8_t)i, .stripe = (uint8_t)k};
     uint64_t tag = mk_ofi_tag_data(cts->seq, (unsigned)i, k);
     const unsigned stream = (s0 + k) % (unsigned)c->nstreams;
-    if (resumable && k > 0) {
-      const ssize_t rc = ofi_stripe_post(c, stream, buf, len, desc, tag, op);
-      if (rc == -FI_EAGAIN) {
-        r->send_next = (uint8_t)k;
-        return 2;
-      }
-      if (rc != 0) { /* half posted: the request stays with the provider */
-        ofi_comm_fail(c, ofi_rc(rc));
-        return ofi_rc(rc);
-      }
-      continue;
+    const enum ofi_post_mode mode = k == 0 ? OFI_POST_FIRST : resumable ? OFI_POST_RESUMABLE : OFI_POST_WAITED;
+    const int rc = ofi_stripe_post_in_turn(c, mode, stream, buf, len, desc, tag, op);
+    if (rc == -FI_EAGAIN && k == 0) return 1;
+    if (rc == -FI_EAGAIN) {
+      r->send_next = (uint8_t)k;
+      return 2;
     }
-    int rc = ofi_stripe_post_in_turn(c, k == 0, stream, buf, len, desc, tag, op);
-    if (rc == -FI_EAGAIN) return 1;
     if (rc != 0) return rc;
   }
   return 0;
@@ -309,8 +304,8 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
     *op = (struct ofi_op){.req = r, .kind = OFI_OP_RECV, .idx = (uint8_t)i, .stripe = (uint8_t)k};
     uint64_t tag = mk_ofi_tag_data(c->seq, (unsigned)i, k);
     __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED); /* before: it may complete at once */
-    int rc = ofi_stripe_post_in_turn(c, first && k == 0, k, data + (size_t)k * chunk, len, desc,
-                                     tag, op);
+    int rc = ofi_stripe_post_in_turn(c, first && k == 0 ? OFI_POST_FIRST : OFI_POST_WAITED, k,
+                                     data + (size_t)k * chunk, len, desc, tag, op);
     if (rc == -FI_EAGAIN) rc = 1; /* nothing posted: the caller may retry */
     if (rc != 0) {
       __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELAXED);

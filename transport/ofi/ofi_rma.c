@@ -218,7 +218,8 @@ static int ofi_put_start(struct ofi_comm* c, struct ofi_req* r, const void* src,
     *op = (struct ofi_op){.req = r, .kind = OFI_OP_PUT, .stripe = (uint8_t)k};
     char* buf = (char*)src + (size_t)k * chunk;
     size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
-    int rc = ofi_stripe_post_in_turn(c, k == 0, (unsigned)first + k, buf, len, desc, 0, op);
+    int rc = ofi_stripe_post_in_turn(c, k == 0 ? OFI_POST_FIRST : OFI_POST_WAITED, (unsigned)first + k,
+                                     buf, len, desc, 0, op);
     if (rc != 0) return rc;
   }
   return ofi_signal_post(c, r); /* at once when there was nothing to write */
