@@ -22,10 +22,10 @@ extern "C" {
 }
 
 /* The core's configurations until session 30 (attn.cu variant 5: 128-key tiles, 3 stages).
- * The core's default now (176-key tiles, K and V released separately; at D = 128
- * mk_attn_cfg<128, 2, 1, 0, 176, 1>) compiles here too (ra_produce's SPLIT_KV step), with 204
- * bytes of spills at D = 128 (the producer at 24 registers), but has not run on 2 GPUs yet
- * (bench/NOTES.md, session 30). */
+ * The core's default now (176-key tiles, K and V released separately:
+ * bench/patches/ring-attn-split-176.patch) compiles here too (ra_produce's SPLIT_KV step), with
+ * 204 / 144 bytes of spill stores at D = 128 / 64 (the producer at 24 registers), but has not
+ * run on 2 GPUs yet (bench/NOTES.md, session 30). */
 typedef mk_attn_cfg<128, 3, 1> mk_ra_cfg_d128;
 typedef mk_attn_cfg<64, 3, 1> mk_ra_cfg_d64;
 
