@@ -20,15 +20,23 @@ extern "C" {
 /* D = 128: K, V 64 KB + two dS^T buffers 32 KB + 2 stages of Q and dO (32 KB each) = 160 KB,
  * + 32 KB of dQ staging; D = 64: 3 stages, 88 KB + 32 KB. */
 /* Variant 0 (the default): dQ through shared memory and TMA reductions (+32 KB: D = 128 192 KB
- * of the 227); measured 1.19-1.24x variant 1 on an H200 (bench/NOTES.md, session 25).
- * Variant 1: every thread adds its dQ fragment with red.add (the first version). */
-typedef mk_attn_bwd_cfg<128, 2, 1> mk_attn_bwd_cfg_d128;
-typedef mk_attn_bwd_cfg<64, 3, 1> mk_attn_bwd_cfg_d64;
+ * of the 227; 1.19-1.24x per-thread red.add, session 25), each step's reductions issued in the
+ * next step (DQ_LATE: +5-8% at D = 128 with them before its S^T and dP^T, +9-12% at D = 64
+ * after them; session 31).
+ * Variant 1: every thread adds its dQ fragment with red.add (the first version).
+ * Variant 2: each step's dQ product issued in the next step (DEFER_DQ, +16 KB).
+ * Variant 3: the reductions issued in their own step (sessions 25-30's default).
+ * Variant 4: the default with the other DQ_LATE placement. */
+typedef mk_attn_bwd_cfg<128, 2, 1, 0, 2> mk_attn_bwd_cfg_d128;
+typedef mk_attn_bwd_cfg<64, 3, 1, 0, 1> mk_attn_bwd_cfg_d64;
 typedef mk_attn_bwd_cfg<128, 2, 0> mk_attn_bwd_cfg_d128_red;
 typedef mk_attn_bwd_cfg<64, 3, 0> mk_attn_bwd_cfg_d64_red;
-/* Variant 2: variant 0 with each step's dQ issued in the next step (DEFER_DQ, +16 KB). */
 typedef mk_attn_bwd_cfg<128, 2, 1, 1> mk_attn_bwd_cfg_d128_defer;
 typedef mk_attn_bwd_cfg<64, 3, 1, 1> mk_attn_bwd_cfg_d64_defer;
+typedef mk_attn_bwd_cfg<128, 2, 1> mk_attn_bwd_cfg_d128_now;
+typedef mk_attn_bwd_cfg<64, 3, 1> mk_attn_bwd_cfg_d64_now;
+typedef mk_attn_bwd_cfg<128, 2, 1, 0, 1> mk_attn_bwd_cfg_d128_late_alt;
+typedef mk_attn_bwd_cfg<64, 3, 1, 0, 2> mk_attn_bwd_cfg_d64_late_alt;
 
 #define MK_ATTN_BWD_DEFAULT_TIMEOUT_MS 10000u
 
@@ -195,6 +203,12 @@ extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cuda
   if (variant == 2)
     return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128_defer>(a, stream)
                             : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64_defer>(a, stream);
+  if (variant == 3)
+    return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128_now>(a, stream)
+                            : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64_now>(a, stream);
+  if (variant == 4)
+    return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128_late_alt>(a, stream)
+                            : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64_late_alt>(a, stream);
   return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128>(a, stream)
                           : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64>(a, stream);
 }

@@ -45,11 +45,15 @@
  * two consumer warp groups, which need each other's dS^T for dQ, no longer meet in every step:
  * the second group starts half a step late (the `stagger` barrier) and they stay apart, one's
  * softmax beside the other's products. Three dS^T buffers, each reused once both groups' dQ
- * of its last step is done (ds_free). */
-template <int D_, int STAGES_, int DQ_TMA_ = 0, int DEFER_DQ_ = 0>
+ * of its last step is done (ds_free).
+ * DQ_LATE (DQ_TMA): a step's dQ is stored into the staging at its end, but the proxy fence and
+ * the reductions are issued in the next step, once its S^T and dP^T are issued (1) or once its
+ * Q and dO have arrived (2), so the fence no longer waits out the staging stores' latency. The
+ * reductions then read the staging during that step's products, before it is rewritten. */
+template <int D_, int STAGES_, int DQ_TMA_ = 0, int DEFER_DQ_ = 0, int DQ_LATE_ = 0>
 struct mk_attn_bwd_cfg {
   static constexpr int D = D_, BM = MK_ATTN_BWD_BLOCK_M, BN = MK_ATTN_BWD_BLOCK_N, STAGES = STAGES_;
-  static constexpr int DQ_TMA = DQ_TMA_, DEFER_DQ = DEFER_DQ_, DS_BUFS = DEFER_DQ_ ? 3 : 2;
+  static constexpr int DQ_TMA = DQ_TMA_, DEFER_DQ = DEFER_DQ_, DS_BUFS = DEFER_DQ_ ? 3 : 2, DQ_LATE = DQ_LATE_;
   static constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
   static constexpr int SLABS = D / 64;
   static constexpr int QT_SLAB = BM * 128, KV_SLAB = BN * 128; /* bytes between a tile's slabs */
@@ -69,6 +73,7 @@ struct mk_attn_bwd_cfg {
   static_assert(D == 64 || D == 128, "head dimensions 64 and 128");
   static_assert(BM == 64 && BN == 64 * CONSUMERS, "64 keys per consumer, 64-query steps");
   static_assert(!DEFER_DQ || DQ_TMA, "the deferred dQ goes through the TMA path");
+  static_assert(!DQ_LATE || (DQ_TMA && !DEFER_DQ), "the late dQ reductions: the TMA path, not deferred");
   static_assert(SMEM_BYTES <= 232448, "over the 227 KB of dynamic shared memory per block");
 };
 
@@ -189,12 +194,9 @@ __device__ __forceinline__ void attn_bwd_add_dq_red(const struct mk_attn_bwd_par
 
 /* The same through shared memory: the warp group's fragments into its two 32-column boxes
  * (128-byte swizzle: 16-byte chunk k of row r at chunk k ^ (r % 8), so a warp's 8-byte stores
- * take the minimum 2 wavefronts); each warp's lane 0 adds the warp's 16 rows of both boxes
- * with TMA reductions (rows past the range are skipped by the map), so no warp waits for
- * another. A warp's rows are reused once its last reductions have read them. */
+ * take the minimum 2 wavefronts), once the warp's last reductions have read them. */
 template <class Cfg>
-__device__ __forceinline__ void attn_bwd_add_dq_tma(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
-                                                    const float* dq, uint32_t stage, int b, int h, int qi, int col0) {
+__device__ __forceinline__ void attn_bwd_stage_dq(const struct mk_attn_bwd_params& p, const float* dq, uint32_t stage) {
   const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, kr0 = 16 * warp + (lane >> 2);
   if (lane == 0) cp_async_bulk_wait_group_read_0();
   __syncwarp();
@@ -207,15 +209,31 @@ __device__ __forceinline__ void attn_bwd_add_dq_tma(const struct mk_attn_bwd_map
       st_shared_v2_f32(at, dq[4 * j + 2 * i] * p.scale, dq[4 * j + 2 * i + 1] * p.scale);
     }
   }
+}
+
+/* The staged dQ to the async proxy; each warp's lane 0 adds the warp's 16 rows of both boxes
+ * with TMA reductions (rows past the range are skipped by the map), so no warp waits for
+ * another. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_reduce_dq(const struct mk_attn_bwd_maps& maps, uint32_t stage, int b, int h,
+                                                   int qi, int col0) {
+  const int warp = (threadIdx.x & 127) >> 5;
   fence_proxy_async_shared_cta();
   __syncwarp();
-  if (lane == 0) {
+  if ((threadIdx.x & 31) == 0) {
     const int row = qi * Cfg::BM + 16 * warp;
     const uint32_t src = stage + 16 * warp * 128; /* 2 KB on: still 1024-aligned for the swizzle */
     cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0, h, row, b, src);
     cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0 + 32, h, row, b, src + Cfg::DQ_BOX);
     cp_async_bulk_commit_group();
   }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_add_dq_tma(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+                                                    const float* dq, uint32_t stage, int b, int h, int qi, int col0) {
+  attn_bwd_stage_dq<Cfg>(p, dq, stage);
+  attn_bwd_reduce_dq<Cfg>(maps, stage, b, h, qi, col0);
 }
 
 /* A CTA's key tile: tile t of KV block bi, kv head hk, batch b; its valid keys and first key's
@@ -237,16 +255,27 @@ __device__ __forceinline__ struct attn_bwd_step attn_bwd_step_of(const struct at
   return st;
 }
 
-/* dq_acc rows of step s's query tile += this warp group's dQ * scale, by the configured path. */
+/* dq_acc rows of step s's query tile += this warp group's dQ * scale, by the configured path
+ * (DQ_LATE: only staged; attn_bwd_reduce_dq_step adds it later). */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_add_dq_step(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
                                                      const float* dq, uint32_t base, int c,
                                                      const struct attn_bwd_tile& tile, int s) {
   const int col0 = Cfg::D == 128 ? 64 * c : 0;
   const struct attn_bwd_step st = attn_bwd_step_of(tile, s);
-  if constexpr (Cfg::DQ_TMA)
-    attn_bwd_add_dq_tma<Cfg>(maps, p, dq, base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX, tile.b, st.h, st.qi, col0);
+  const uint32_t stage = base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX;
+  if constexpr (Cfg::DQ_LATE) attn_bwd_stage_dq<Cfg>(p, dq, stage);
+  else if constexpr (Cfg::DQ_TMA) attn_bwd_add_dq_tma<Cfg>(maps, p, dq, stage, tile.b, st.h, st.qi, col0);
   else attn_bwd_add_dq_red<Cfg>(p, dq, tile.b, st.h, st.qi, col0);
+}
+
+/* DQ_LATE: the reductions of step s's staged dQ. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_reduce_dq_step(const struct mk_attn_bwd_maps& maps, uint32_t base, int c,
+                                                        const struct attn_bwd_tile& tile, int s) {
+  const struct attn_bwd_step st = attn_bwd_step_of(tile, s);
+  attn_bwd_reduce_dq<Cfg>(maps, base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX, tile.b, st.h, st.qi,
+                          Cfg::D == 128 ? 64 * c : 0);
 }
 
 /* dQ from dS^T buffer `buf` (one commit group), after waiting (when `wait`) for the buffer's
@@ -583,11 +612,13 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
     if (Cfg::DEFER_DQ && c == 1 && it == 0 && !attn_wait(sm.stagger, 0, w, MK_ATTN_WAIT_TURN))
       return attn_bwd_drain_dq<Cfg>();
     if (!attn_wait(&sm.full[ring.stage], ring.phase, w, MK_ATTN_WAIT_Q)) return attn_bwd_drain_dq<Cfg>();
+    if (Cfg::DQ_LATE == 2 && it > 0) attn_bwd_reduce_dq_step<Cfg>(maps, base, c, tile, it - 1);
     wgmma_fence();
     attn_bwd_issue_nt<Cfg>(s, k_wg, q_base);
     wgmma_commit_group();
     attn_bwd_issue_nt<Cfg>(dp, v_wg, do_base);
     wgmma_commit_group();
+    if (Cfg::DQ_LATE == 1 && it > 0) attn_bwd_reduce_dq_step<Cfg>(maps, base, c, tile, it - 1);
     attn_bwd_p_ds<Cfg>(p, s, dp, pb, dsb, lse_a, delta_a, q_first, tile, c, kr0);
     /* DEFER_DQ: both groups' dQ of this buffer's last step are done */
     if (Cfg::DEFER_DQ && it >= Cfg::DS_BUFS &&
@@ -602,6 +633,9 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
     if (!ok) return attn_bwd_drain_dq<Cfg>();
     attn_ring_next(&ring, Cfg::STAGES);
   }
+
+  /* DQ_LATE: the last step's reductions */
+  if (Cfg::DQ_LATE && steps > 0) attn_bwd_reduce_dq_step<Cfg>(maps, base, c, tile, steps - 1);
 
   /* DEFER_DQ: the last step's dQ */
   if (Cfg::DEFER_DQ && steps > 0) {
