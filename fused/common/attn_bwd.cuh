@@ -62,18 +62,19 @@ struct mk_attn_bwd_cfg {
   static constexpr int OFF_K = 0, OFF_V = KV_BYTES, OFF_DS = 2 * KV_BYTES;
   static constexpr int OFF_Q = OFF_DS + DS_BUFS * DS_BYTES;
   static constexpr int OFF_DO = OFF_Q + STAGES * QT_BYTES;
-  static constexpr int OFF_LSE = OFF_DO + STAGES * QT_BYTES; /* STAGES x BM fp32 */
-  static constexpr int OFF_DELTA = OFF_LSE + STAGES * BM * 4;
   static constexpr int DQ_BOX = BM * 128; /* 64 rows x 32 fp32 (attn.h mk_attn_dq_stage_offset) */
-  static constexpr int OFF_DQ = (OFF_DELTA + STAGES * BM * 4 + 1023) / 1024 * 1024; /* swizzled boxes: 1024-aligned */
+  static constexpr int OFF_DQ = OFF_DO + STAGES * QT_BYTES; /* swizzled boxes: 1024-aligned */
   static constexpr int DQ_BYTES = DQ_TMA ? CONSUMERS * 2 * DQ_BOX : 0;
-  static constexpr int OFF_BAR = DQ_TMA ? OFF_DQ + DQ_BYTES : OFF_DELTA + STAGES * BM * 4;
+  static constexpr int OFF_LSE = OFF_DQ + DQ_BYTES; /* STAGES x BM fp32 */
+  static constexpr int OFF_DELTA = OFF_LSE + STAGES * BM * 4;
+  static constexpr int OFF_BAR = OFF_DELTA + STAGES * BM * 4;
   static constexpr int SMEM_USED = OFF_BAR + (1 + 2 * STAGES + 2 * DS_BUFS + 1) * 8;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024;
   static_assert(D == 64 || D == 128, "head dimensions 64 and 128");
   static_assert(BM == 64 && BN == 64 * CONSUMERS, "64 keys per consumer, 64-query steps");
   static_assert(!DEFER_DQ || DQ_TMA, "the deferred dQ goes through the TMA path");
   static_assert(!DQ_LATE || (DQ_TMA && !DEFER_DQ), "the late dQ reductions: the TMA path, not deferred");
+  static_assert(OFF_DQ % 1024 == 0, "the dQ staging's swizzle needs 1024-byte alignment");
   static_assert(SMEM_BYTES <= 232448, "over the 227 KB of dynamic shared memory per block");
 };
 
