@@ -21,13 +21,15 @@ extern "C" {
  * + 32 KB of dQ staging; D = 64: 3 stages, 88 KB + 32 KB. */
 /* Variant 0 (the default): dQ through shared memory and TMA reductions (+32 KB: D = 128 192 KB
  * of the 227; 1.19-1.24x per-thread red.add, session 25), each step's reductions issued in the
- * next step (DQ_LATE: +5-8% at D = 128 with them before its S^T and dP^T, +9-12% at D = 64
- * after them; session 31).
+ * next step (DQ_LATE): by the producer warp at D = 128 (3), by the consumers after the step's
+ * first products at D = 64 (1). Session 31: the consumers' late reductions +5-8% at D = 128
+ * (issued before the first products, 2), +9-12% at D = 64 (1); the producer's another +0-6%
+ * at D = 128 but -9-11% at D = 64.
  * Variant 1: every thread adds its dQ fragment with red.add (the first version).
  * Variant 2: each step's dQ product issued in the next step (DEFER_DQ, +16 KB).
  * Variant 3: the reductions issued in their own step (sessions 25-30's default).
- * Variant 4: the default with the other DQ_LATE placement. */
-typedef mk_attn_bwd_cfg<128, 2, 1, 0, 2> mk_attn_bwd_cfg_d128;
+ * Variant 4: the other late mode (D = 128: the consumers', 2; D = 64: the producer's, 3). */
+typedef mk_attn_bwd_cfg<128, 2, 1, 0, 3> mk_attn_bwd_cfg_d128;
 typedef mk_attn_bwd_cfg<64, 3, 1, 0, 1> mk_attn_bwd_cfg_d64;
 typedef mk_attn_bwd_cfg<128, 2, 0> mk_attn_bwd_cfg_d128_red;
 typedef mk_attn_bwd_cfg<64, 3, 0> mk_attn_bwd_cfg_d64_red;
@@ -35,8 +37,8 @@ typedef mk_attn_bwd_cfg<128, 2, 1, 1> mk_attn_bwd_cfg_d128_defer;
 typedef mk_attn_bwd_cfg<64, 3, 1, 1> mk_attn_bwd_cfg_d64_defer;
 typedef mk_attn_bwd_cfg<128, 2, 1> mk_attn_bwd_cfg_d128_now;
 typedef mk_attn_bwd_cfg<64, 3, 1> mk_attn_bwd_cfg_d64_now;
-typedef mk_attn_bwd_cfg<128, 2, 1, 0, 1> mk_attn_bwd_cfg_d128_late_alt;
-typedef mk_attn_bwd_cfg<64, 3, 1, 0, 2> mk_attn_bwd_cfg_d64_late_alt;
+typedef mk_attn_bwd_cfg<128, 2, 1, 0, 2> mk_attn_bwd_cfg_d128_late_alt;
+typedef mk_attn_bwd_cfg<64, 3, 1, 0, 3> mk_attn_bwd_cfg_d64_late_alt;
 
 #define MK_ATTN_BWD_DEFAULT_TIMEOUT_MS 10000u
 
@@ -127,7 +129,7 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
       mk_attn_tmap_encode_rows(&maps.dout, a->dout, a->batch, a->seq_q, a->q_row0, q_rows, a->heads, Cfg::D, Cfg::BM));
   if (Cfg::DQ_TMA)
     MK_CHECK(mk_attn_tmap_encode_rows_f32(&maps.dq_acc, a->dq_acc, a->batch, a->seq_q, a->q_row0, q_rows, a->heads,
-                                          Cfg::D, 16));
+                                          Cfg::D, Cfg::DQ_BOX_ROWS));
   int tiles = 0;
   for (int i = 0; i < a->num_kv_blocks; i++) {
     const struct mk_attn_bwd_kv_block* kv = &a->kv[i];

@@ -10,8 +10,9 @@
  * rows, 128-byte swizzle, D in 64-column slabs), then per step the Q and dO tiles (64 rows of
  * one query head, maps stopping at the query range) into a STAGES-deep ring, with the steps'
  * lse (times log2 e; +inf for rows past the range or with no key, so their P is 0) and delta
- * stored beside them by the warp's lanes. Steps: the query heads of the kv head's group, each
- * over the query tiles that see the key tile (mk_attn_bwd_first_q_tile on).
+ * stored beside them by the warp's lanes (and, DQ_LATE = 3, the dQ reductions of the step that
+ * last used the stage). Steps: the query heads of the kv head's group, each over the query
+ * tiles that see the key tile (mk_attn_bwd_first_q_tile on).
  * Warp groups 1 and 2 are consumers, 64 keys each (the M of every product is keys, so that
  * P^T and dS^T come out of an accumulator in the A-fragment layout):
  *   S^T  = K Q^T            wgmma m64n64k16, both K-major in shared memory
@@ -49,11 +50,16 @@
  * DQ_LATE (DQ_TMA): a step's dQ is stored into the staging at its end, but the proxy fence and
  * the reductions are issued in the next step, once its S^T and dP^T are issued (1) or once its
  * Q and dO have arrived (2), so the fence no longer waits out the staging stores' latency. The
- * reductions then read the staging during that step's products, before it is rewritten. */
+ * reductions then read the staging during that step's products, before it is rewritten.
+ * DQ_LATE = 3: the producer warp issues them (64-row boxes, 4 per step): the consumers fence
+ * their staged dQ at the next step's start and release the step's Q/dO stage only then, so the
+ * producer, once the stage is empty, adds the staged dQ into dq_acc before it reloads the stage
+ * and hands the staging back (dq_free) once its reductions have read it. */
 template <int D_, int STAGES_, int DQ_TMA_ = 0, int DEFER_DQ_ = 0, int DQ_LATE_ = 0>
 struct mk_attn_bwd_cfg {
   static constexpr int D = D_, BM = MK_ATTN_BWD_BLOCK_M, BN = MK_ATTN_BWD_BLOCK_N, STAGES = STAGES_;
   static constexpr int DQ_TMA = DQ_TMA_, DEFER_DQ = DEFER_DQ_, DS_BUFS = DEFER_DQ_ ? 3 : 2, DQ_LATE = DQ_LATE_;
+  static constexpr int DQ_BY_PRODUCER = DQ_LATE_ == 3, DQ_BOX_ROWS = DQ_BY_PRODUCER ? BM : 16;
   static constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
   static constexpr int SLABS = D / 64;
   static constexpr int QT_SLAB = BM * 128, KV_SLAB = BN * 128; /* bytes between a tile's slabs */
@@ -68,7 +74,7 @@ struct mk_attn_bwd_cfg {
   static constexpr int OFF_LSE = OFF_DQ + DQ_BYTES; /* STAGES x BM fp32 */
   static constexpr int OFF_DELTA = OFF_LSE + STAGES * BM * 4;
   static constexpr int OFF_BAR = OFF_DELTA + STAGES * BM * 4;
-  static constexpr int SMEM_USED = OFF_BAR + (1 + 2 * STAGES + 2 * DS_BUFS + 1) * 8;
+  static constexpr int SMEM_USED = OFF_BAR + (1 + 2 * STAGES + 2 * DS_BUFS + 2) * 8;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024;
   static_assert(D == 64 || D == 128, "head dimensions 64 and 128");
   static_assert(BM == 64 && BN == 64 * CONSUMERS, "64 keys per consumer, 64-query steps");
@@ -86,6 +92,7 @@ struct mk_attn_bwd_smem {
   uint64_t* ds_ready; /* DS_BUFS: dS^T buffer b written by all 256 consumer threads */
   uint64_t* ds_free;  /* DS_BUFS (DEFER_DQ): one arrival per consumer warp once its dQ of b is done */
   uint64_t* stagger;  /* 1 (DEFER_DQ): group 0's warps, once its first dV, dK are issued */
+  uint64_t* dq_free;  /* 1 (DQ_BY_PRODUCER): the producer's reductions of a step's dQ have read it */
 };
 
 template <class Cfg>
@@ -98,6 +105,7 @@ __device__ __forceinline__ struct mk_attn_bwd_smem attn_bwd_smem_carve(uint8_t* 
   s.ds_ready = s.empty + Cfg::STAGES;
   s.ds_free = s.ds_ready + Cfg::DS_BUFS;
   s.stagger = s.ds_free + Cfg::DS_BUFS;
+  s.dq_free = s.stagger + 1;
   return s;
 }
 
@@ -199,8 +207,10 @@ __device__ __forceinline__ void attn_bwd_add_dq_red(const struct mk_attn_bwd_par
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_stage_dq(const struct mk_attn_bwd_params& p, const float* dq, uint32_t stage) {
   const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, kr0 = 16 * warp + (lane >> 2);
-  if (lane == 0) cp_async_bulk_wait_group_read_0();
-  __syncwarp();
+  if (!Cfg::DQ_BY_PRODUCER) { /* DQ_BY_PRODUCER: the caller waited for dq_free */
+    if (lane == 0) cp_async_bulk_wait_group_read_0();
+    __syncwarp();
+  }
 #pragma unroll
   for (int i = 0; i < 2; i++) {
     const int r = kr0 + 8 * i;
@@ -309,7 +319,7 @@ __device__ __forceinline__ void attn_bwd_step_done(const struct mk_attn_bwd_smem
   wgmma_fence_operands<Cfg::D / 2>(dk);
   wgmma_fence_operands_u32<16>(pb);
   wgmma_fence_operands_u32<16>(dsb);
-  if ((threadIdx.x & 31) == 0) mbarrier_arrive(&sm.empty[stage]);
+  if (!Cfg::DQ_BY_PRODUCER && (threadIdx.x & 31) == 0) mbarrier_arrive(&sm.empty[stage]);
 }
 
 template <class Cfg>
@@ -329,6 +339,29 @@ __device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk
   if (k.i0 > nqt) k.i0 = nqt;
   k.per_head = nqt - k.i0, k.steps = k.group * k.per_head;
   return k;
+}
+
+/* DQ_BY_PRODUCER, the producer's lane 0: both consumer groups' staged dQ of step s added into
+ * dq_acc (64-row boxes; D = 64: both groups' over the same columns). */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_produce_dq(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_smem& sm,
+                                                    const struct attn_bwd_tile& k, int s) {
+  const struct attn_bwd_step st = attn_bwd_step_of(k, s);
+  const uint32_t staging = smem_addr(sm.base) + Cfg::OFF_DQ;
+#pragma unroll
+  for (int c = 0; c < Cfg::CONSUMERS; c++) {
+    const int col0 = Cfg::D == 128 ? 64 * c : 0;
+    const uint32_t src = staging + c * 2 * Cfg::DQ_BOX;
+    cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0, st.h, st.qi * Cfg::BM, k.b, src);
+    cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0 + 32, st.h, st.qi * Cfg::BM, k.b, src + Cfg::DQ_BOX);
+  }
+  cp_async_bulk_commit_group();
+}
+
+/* ... once they have read the staging (the stage's loads issued meanwhile): dq_free. */
+__device__ __forceinline__ void attn_bwd_produce_dq_read(const struct mk_attn_bwd_smem& sm) {
+  cp_async_bulk_wait_group_read_0();
+  mbarrier_arrive(sm.dq_free);
 }
 
 /* The producer warp: the K and V tiles once (lane 0), then per step the Q and dO tiles (lane
@@ -358,6 +391,7 @@ __device__ __forceinline__ void attn_bwd_produce(const struct mk_attn_bwd_maps& 
     const struct attn_bwd_step st = attn_bwd_step_of(k, it);
     const int qi = st.qi, h = st.h;
     if (!attn_wait(&sm.empty[ring.stage], ring.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return;
+    if (Cfg::DQ_BY_PRODUCER && lane == 0 && it >= Cfg::STAGES) attn_bwd_produce_dq<Cfg>(maps, sm, k, it - Cfg::STAGES);
     const size_t lrow = ((size_t)k.b * p.heads + h) * p.seq_q + p.q_row0;
 #pragma unroll
     for (int rr = 0; rr < Cfg::BM / 32; rr++) {
@@ -383,6 +417,18 @@ __device__ __forceinline__ void attn_bwd_produce(const struct mk_attn_bwd_maps& 
       }
     } else {
       mbarrier_arrive(full);
+    }
+    if (Cfg::DQ_BY_PRODUCER && lane == 0 && it >= Cfg::STAGES) attn_bwd_produce_dq_read(sm);
+    attn_ring_next(&ring, Cfg::STAGES);
+  }
+  /* DQ_BY_PRODUCER: the last steps' dQ, as each of their stages is released */
+  for (int it = k.steps; Cfg::DQ_BY_PRODUCER && it < k.steps + Cfg::STAGES; it++) {
+    if (it >= Cfg::STAGES) {
+      if (!attn_wait(&sm.empty[ring.stage], ring.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return;
+      if (lane == 0) {
+        attn_bwd_produce_dq<Cfg>(maps, sm, k, it - Cfg::STAGES);
+        attn_bwd_produce_dq_read(sm);
+      }
     }
     attn_ring_next(&ring, Cfg::STAGES);
   }
@@ -521,6 +567,9 @@ __device__ __forceinline__ int attn_bwd_products(const struct mk_attn_bwd_maps& 
   wgmma_wait_group<0>();
   wgmma_fence_operands<32>(dq);
   attn_bwd_step_done<Cfg>(sm, dv, dk, pb, dsb, stage);
+  /* DQ_BY_PRODUCER: the producer's reductions of the last step's dQ have read the staging */
+  if (Cfg::DQ_BY_PRODUCER && it > 0 && !attn_wait(sm.dq_free, (uint32_t)(it - 1) & 1, w, MK_ATTN_WAIT_TURN))
+    return 0;
   /* dq_acc rows += dQ * scale */
   attn_bwd_add_dq_step<Cfg>(maps, p, dq, x.base, x.c, tile, it);
   return 1;
@@ -572,6 +621,14 @@ __device__ __forceinline__ void attn_bwd_store_ds(const struct mk_attn_bwd_smem&
   mbarrier_arrive(&sm.ds_ready[buf]);
 }
 
+/* DQ_BY_PRODUCER: this warp's staged dQ to the async proxy, then the stage of its step released
+ * to the producer (one arrival per consumer warp), which adds the dQ into dq_acc. */
+__device__ __forceinline__ void attn_bwd_release_staged(const struct mk_attn_bwd_smem& sm, int stage) {
+  fence_proxy_async_shared_cta();
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) mbarrier_arrive(&sm.empty[stage]);
+}
+
 /* The warp's dQ reductions have read their staging: before the CTA's shared memory goes away,
  * on every exit of a consumer (one that gave up on a wait too: a reduction still reading freed
  * shared memory would add garbage to dq_acc). */
@@ -614,6 +671,7 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
       return attn_bwd_drain_dq<Cfg>();
     if (!attn_wait(&sm.full[ring.stage], ring.phase, w, MK_ATTN_WAIT_Q)) return attn_bwd_drain_dq<Cfg>();
     if (Cfg::DQ_LATE == 2 && it > 0) attn_bwd_reduce_dq_step<Cfg>(maps, base, c, tile, it - 1);
+    if (Cfg::DQ_BY_PRODUCER && it > 0) attn_bwd_release_staged(sm, (ring.stage + Cfg::STAGES - 1) % Cfg::STAGES);
     wgmma_fence();
     attn_bwd_issue_nt<Cfg>(s, k_wg, q_base);
     wgmma_commit_group();
@@ -636,7 +694,8 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
   }
 
   /* DQ_LATE: the last step's reductions */
-  if (Cfg::DQ_LATE && steps > 0) attn_bwd_reduce_dq_step<Cfg>(maps, base, c, tile, steps - 1);
+  if ((Cfg::DQ_LATE == 1 || Cfg::DQ_LATE == 2) && steps > 0) attn_bwd_reduce_dq_step<Cfg>(maps, base, c, tile, steps - 1);
+  if (Cfg::DQ_BY_PRODUCER && steps > 0) attn_bwd_release_staged(sm, (ring.stage + Cfg::STAGES - 1) % Cfg::STAGES);
 
   /* DEFER_DQ: the last step's dQ */
   if (Cfg::DEFER_DQ && steps > 0) {
@@ -667,6 +726,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
       mbarrier_init(&sm.empty[i], Cfg::CONSUMERS * 4);
     }
     for (int i = 0; i < Cfg::DS_BUFS; i++) mbarrier_init(&sm.ds_ready[i], Cfg::CONSUMERS * 128);
+    if (Cfg::DQ_BY_PRODUCER) mbarrier_init(sm.dq_free, 1);
     if (Cfg::DEFER_DQ) {
       for (int i = 0; i < Cfg::DS_BUFS; i++) mbarrier_init(&sm.ds_free[i], Cfg::CONSUMERS * 4);
       mbarrier_init(sm.stagger, 4);
