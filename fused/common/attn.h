@@ -150,7 +150,7 @@ int mk_attn_bwd_launch(const struct mk_attn_bwd_args* args, cudaStream_t stream)
 /* The same with a compiled variant, for A/B runs (attn_perf -b) and tests: 0 is the default
  * (mk_attn_bwd_launch: each warp group's dQ tile is staged in shared memory and added into
  * dq_acc by TMA reductions issued in the next step, by the producer warp at D = 128 and by the
- * consumers at D = 64, attn_bwd.cuh DQ_TMA and DQ_LATE), 1 has every thread add its dQ fragment
+ * consumers at D = 64, attn_bwd_cfg.cuh DQ_TMA and DQ_LATE), 1 has every thread add its dQ fragment
  * with fp32 red.add, 2 issues each step's dQ product in the next step so that the consumer warp
  * groups need not meet every step (DEFER_DQ), 3 issues the reductions in their own step
  * (sessions 25-30's default), 4 is 0 with the other issuer (the consumers at D = 128, the

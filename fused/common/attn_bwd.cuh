@@ -36,110 +36,7 @@
 #ifndef MK_ATTN_BWD_CUH_
 #define MK_ATTN_BWD_CUH_
 
-#include "attn_fwd.cuh"
-
-/* DQ_TMA: each warp group stages its dQ tile (64 queries x 64 columns, fp32) in shared memory,
- * 128-byte swizzled as two 32-column boxes, and each warp's lane 0 adds the warp's 16 rows into
- * dq_acc with TMA reductions; otherwise every thread adds its fragment with red.add (8 L2
- * sectors per warp instruction).
- * DEFER_DQ: a step's dQ product is issued in the next step, before that step's dV and dK, so the
- * two consumer warp groups, which need each other's dS^T for dQ, no longer meet in every step:
- * the second group starts half a step late (the `stagger` barrier) and they stay apart, one's
- * softmax beside the other's products. Three dS^T buffers, each reused once both groups' dQ
- * of its last step is done (ds_free).
- * DQ_LATE (DQ_TMA): a step's dQ is stored into the staging at its end, but the proxy fence and
- * the reductions are issued in the next step, once its S^T and dP^T are issued (1) or once its
- * Q and dO have arrived (2), so the fence no longer waits out the staging stores' latency. The
- * reductions then read the staging during that step's products, before it is rewritten.
- * DQ_LATE = 3: the producer warp issues them (64-row boxes, 4 per step): the consumers fence
- * their staged dQ at the next step's start and release the step's Q/dO stage only then, so the
- * producer, once the stage is empty, adds the staged dQ into dq_acc before it reloads the stage
- * and hands the staging back (dq_free) once its reductions have read it. */
-template <int D_, int STAGES_, int DQ_TMA_ = 0, int DEFER_DQ_ = 0, int DQ_LATE_ = 0>
-struct mk_attn_bwd_cfg {
-  static constexpr int D = D_, BM = MK_ATTN_BWD_BLOCK_M, BN = MK_ATTN_BWD_BLOCK_N, STAGES = STAGES_;
-  static constexpr int DQ_TMA = DQ_TMA_, DEFER_DQ = DEFER_DQ_, DS_BUFS = DEFER_DQ_ ? 3 : 2, DQ_LATE = DQ_LATE_;
-  static constexpr int DQ_BY_PRODUCER = DQ_LATE_ == 3, DQ_BOX_ROWS = DQ_BY_PRODUCER ? BM : 16;
-  static constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
-  static constexpr int SLABS = D / 64;
-  static constexpr int QT_SLAB = BM * 128, KV_SLAB = BN * 128; /* bytes between a tile's slabs */
-  static constexpr int QT_BYTES = SLABS * QT_SLAB, KV_BYTES = SLABS * KV_SLAB;
-  static constexpr int DS_BYTES = BN * BM * 2; /* dS^T: BN rows (keys) of BM bf16 (128 bytes) */
-  static constexpr int OFF_K = 0, OFF_V = KV_BYTES, OFF_DS = 2 * KV_BYTES;
-  static constexpr int OFF_Q = OFF_DS + DS_BUFS * DS_BYTES;
-  static constexpr int OFF_DO = OFF_Q + STAGES * QT_BYTES;
-  static constexpr int DQ_BOX = BM * 128; /* 64 rows x 32 fp32 (attn.h mk_attn_dq_stage_offset) */
-  static constexpr int OFF_DQ = OFF_DO + STAGES * QT_BYTES; /* swizzled boxes: 1024-aligned */
-  static constexpr int DQ_BYTES = DQ_TMA ? CONSUMERS * 2 * DQ_BOX : 0;
-  static constexpr int OFF_LSE = OFF_DQ + DQ_BYTES; /* STAGES x BM fp32 */
-  static constexpr int OFF_DELTA = OFF_LSE + STAGES * BM * 4;
-  static constexpr int OFF_BAR = OFF_DELTA + STAGES * BM * 4;
-  static constexpr int SMEM_USED = OFF_BAR + (1 + 2 * STAGES + 2 * DS_BUFS + 2) * 8;
-  static constexpr int SMEM_BYTES = SMEM_USED + 1024;
-  static_assert(D == 64 || D == 128, "head dimensions 64 and 128");
-  static_assert(BM == 64 && BN == 64 * CONSUMERS, "64 keys per consumer, 64-query steps");
-  static_assert(!DEFER_DQ || DQ_TMA, "the deferred dQ goes through the TMA path");
-  static_assert(!DQ_LATE || (DQ_TMA && !DEFER_DQ), "the late dQ reductions: the TMA path, not deferred");
-  static_assert(OFF_DQ % 1024 == 0, "the dQ staging's swizzle needs 1024-byte alignment");
-  static_assert(SMEM_BYTES <= 232448, "over the 227 KB of dynamic shared memory per block");
-};
-
-struct mk_attn_bwd_smem {
-  uint8_t* base;      /* 1024-aligned */
-  uint64_t* kv_full;  /* 1: K and V */
-  uint64_t* full;     /* STAGES: Q, dO (TMA bytes) + lse, delta (32 producer lanes) */
-  uint64_t* empty;    /* STAGES: one arrival per consumer warp */
-  uint64_t* ds_ready; /* DS_BUFS: dS^T buffer b written by all 256 consumer threads */
-  uint64_t* ds_free;  /* DS_BUFS (DEFER_DQ): one arrival per consumer warp once its dQ of b is done */
-  uint64_t* stagger;  /* 1 (DEFER_DQ): group 0's warps, once its first dV, dK are issued */
-  uint64_t* dq_free;  /* 1 (DQ_BY_PRODUCER): the producer's reductions of a step's dQ have read it */
-};
-
-template <class Cfg>
-__device__ __forceinline__ struct mk_attn_bwd_smem attn_bwd_smem_carve(uint8_t* smem_raw) {
-  struct mk_attn_bwd_smem s;
-  s.base = (uint8_t*)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-  s.kv_full = (uint64_t*)(s.base + Cfg::OFF_BAR);
-  s.full = s.kv_full + 1;
-  s.empty = s.full + Cfg::STAGES;
-  s.ds_ready = s.empty + Cfg::STAGES;
-  s.ds_free = s.ds_ready + Cfg::DS_BUFS;
-  s.stagger = s.ds_free + Cfg::DS_BUFS;
-  s.dq_free = s.stagger + 1;
-  return s;
-}
-
-struct mk_attn_bwd_block_params {
-  int row0, rows; /* rows of the block (the maps start at row0) */
-  long long pos0;
-  int tile0;      /* the block's first tile in the grid's x */
-  __nv_bfloat16 *dk, *dv;
-  float *dk_acc, *dv_acc;
-  int acc_overwrite;
-  int seq;
-};
-
-struct mk_attn_bwd_params {
-  int seq_q, heads, kv_heads, causal;
-  int order; /* mk_attn_bwd_cta_work's */
-  int q_row0, q_rows;
-  long long q_pos0;
-  int num_kv_blocks;
-  struct mk_attn_bwd_block_params kv[MK_ATTN_MAX_KV_BLOCKS];
-  const float* lse;
-  const float* delta;
-  float* dq_acc;
-  float scale, scale_log2;
-  const uint64_t* acc_gate; /* mk_attn_bwd_args.acc_gate */
-  struct mk_gemm_error* err;
-  uint64_t timeout_ns;
-};
-
-struct mk_attn_bwd_maps {
-  CUtensorMap q, dout; /* rows [q_row0, q_row0 + q_rows), box BM rows */
-  CUtensorMap dq_acc;  /* fp32, the same rows, box 32 columns x 16 rows (a warp's; DQ_TMA) */
-  CUtensorMap k[MK_ATTN_MAX_KV_BLOCKS], v[MK_ATTN_MAX_KV_BLOCKS]; /* the block's rows, box BN */
-};
+#include "attn_bwd_dq.cuh"
 
 /* S^T (or dP^T) = A_rows . B^T for this warp group's 64 keys (a: the K or V tile at the warp
  * group's first row) and the 64 rows of a Q or dO tile, K = D. One commit group. */
@@ -185,110 +82,6 @@ __device__ __forceinline__ void attn_bwd_issue_dq(float* dq, uint32_t ds_base, u
   }
 }
 
-/* dq_acc rows of query tile qi, columns [col0, col0 + 64), += dQ * scale: each thread's
- * fragment (rows kr0, kr0 + 8; columns 8j + 2 (lane % 4) + {0, 1}) by red.add. */
-template <class Cfg>
-__device__ __forceinline__ void attn_bwd_add_dq_red(const struct mk_attn_bwd_params& p, const float* dq, int b, int h,
-                                                    int qi, int col0) {
-  const int lane = threadIdx.x & 31, kr0 = 16 * ((threadIdx.x & 127) >> 5) + (lane >> 2);
-#pragma unroll
-  for (int i = 0; i < 2; i++) {
-    const int row = qi * Cfg::BM + kr0 + 8 * i;
-    if (row >= p.q_rows) continue;
-    float* dst = p.dq_acc + (((size_t)b * p.seq_q + p.q_row0 + row) * p.heads + h) * Cfg::D + col0 + 2 * (lane & 3);
-#pragma unroll
-    for (int j = 0; j < 8; j++) red_global_add_v2_f32(dst + 8 * j, dq[4 * j + 2 * i] * p.scale, dq[4 * j + 2 * i + 1] * p.scale);
-  }
-}
-
-/* The same through shared memory: the warp group's fragments into its two 32-column boxes
- * (128-byte swizzle: 16-byte chunk k of row r at chunk k ^ (r % 8), so a warp's 8-byte stores
- * take the minimum 2 wavefronts), once the warp's last reductions have read them. */
-template <class Cfg>
-__device__ __forceinline__ void attn_bwd_stage_dq(const struct mk_attn_bwd_params& p, const float* dq, uint32_t stage) {
-  const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, kr0 = 16 * warp + (lane >> 2);
-  if (!Cfg::DQ_BY_PRODUCER) { /* DQ_BY_PRODUCER: the caller waited for dq_free */
-    if (lane == 0) cp_async_bulk_wait_group_read_0();
-    __syncwarp();
-  }
-#pragma unroll
-  for (int i = 0; i < 2; i++) {
-    const int r = kr0 + 8 * i;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-      const uint32_t at = stage + mk_attn_dq_stage_offset(r, j, lane);
-      st_shared_v2_f32(at, dq[4 * j + 2 * i] * p.scale, dq[4 * j + 2 * i + 1] * p.scale);
-    }
-  }
-}
-
-/* The staged dQ to the async proxy; each warp's lane 0 adds the warp's 16 rows of both boxes
- * with TMA reductions (rows past the range are skipped by the map), so no warp waits for
- * another. */
-template <class Cfg>
-__device__ __forceinline__ void attn_bwd_reduce_dq(const struct mk_attn_bwd_maps& maps, uint32_t stage, int b, int h,
-                                                   int qi, int col0) {
-  const int warp = (threadIdx.x & 127) >> 5;
-  fence_proxy_async_shared_cta();
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0) {
-    const int row = qi * Cfg::BM + 16 * warp;
-    const uint32_t src = stage + 16 * warp * 128; /* 2 KB on: still 1024-aligned for the swizzle */
-    cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0, h, row, b, src);
-    cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0 + 32, h, row, b, src + Cfg::DQ_BOX);
-    cp_async_bulk_commit_group();
-  }
-}
-
-template <class Cfg>
-__device__ __forceinline__ void attn_bwd_add_dq_tma(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
-                                                    const float* dq, uint32_t stage, int b, int h, int qi, int col0) {
-  attn_bwd_stage_dq<Cfg>(p, dq, stage);
-  attn_bwd_reduce_dq<Cfg>(maps, stage, b, h, qi, col0);
-}
-
-/* A CTA's key tile: tile t of KV block bi, kv head hk, batch b; its valid keys and first key's
- * position; the query tiles that see it (i0 on, per_head per query head) and its steps. */
-struct attn_bwd_tile {
-  int bi, t, hk, b, group, keys_left, i0, per_head, steps;
-  long long key_first;
-};
-
-/* Step s of a tile: the query head it reads (the group's heads in turn, each over its query
- * tiles) and the query tile. */
-struct attn_bwd_step {
-  int h, qi;
-};
-__device__ __forceinline__ struct attn_bwd_step attn_bwd_step_of(const struct attn_bwd_tile& k, int s) {
-  struct attn_bwd_step st;
-  st.h = k.hk * k.group + s / k.per_head;
-  st.qi = k.i0 + s % k.per_head;
-  return st;
-}
-
-/* dq_acc rows of step s's query tile += this warp group's dQ * scale, by the configured path
- * (DQ_LATE: only staged; attn_bwd_reduce_dq_step adds it later). */
-template <class Cfg>
-__device__ __forceinline__ void attn_bwd_add_dq_step(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
-                                                     const float* dq, uint32_t base, int c,
-                                                     const struct attn_bwd_tile& tile, int s) {
-  const int col0 = Cfg::D == 128 ? 64 * c : 0;
-  const struct attn_bwd_step st = attn_bwd_step_of(tile, s);
-  const uint32_t stage = base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX;
-  if constexpr (Cfg::DQ_LATE) attn_bwd_stage_dq<Cfg>(p, dq, stage);
-  else if constexpr (Cfg::DQ_TMA) attn_bwd_add_dq_tma<Cfg>(maps, p, dq, stage, tile.b, st.h, st.qi, col0);
-  else attn_bwd_add_dq_red<Cfg>(p, dq, tile.b, st.h, st.qi, col0);
-}
-
-/* DQ_LATE: the reductions of step s's staged dQ. */
-template <class Cfg>
-__device__ __forceinline__ void attn_bwd_reduce_dq_step(const struct mk_attn_bwd_maps& maps, uint32_t base, int c,
-                                                        const struct attn_bwd_tile& tile, int s) {
-  const struct attn_bwd_step st = attn_bwd_step_of(tile, s);
-  attn_bwd_reduce_dq<Cfg>(maps, base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX, tile.b, st.h, st.qi,
-                          Cfg::D == 128 ? 64 * c : 0);
-}
-
 /* dQ from dS^T buffer `buf` (one commit group), after waiting (when `wait`) for the buffer's
  * ready phase `parity`: both groups' dS^T of its step are in. 0 when the wait gave up. */
 template <class Cfg>
@@ -322,114 +115,76 @@ __device__ __forceinline__ void attn_bwd_step_done(const struct mk_attn_bwd_smem
   if (!Cfg::DQ_BY_PRODUCER && (threadIdx.x & 31) == 0) mbarrier_arrive(&sm.empty[stage]);
 }
 
+/* The producer's lane 0: the tile's K and V, once. */
 template <class Cfg>
-__device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk_attn_bwd_params& p) {
-  struct attn_bwd_tile k;
-  const int c = (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
-  const struct mk_attn_work cw = mk_attn_bwd_cta_work(c, (int)gridDim.x, (int)gridDim.y, (int)gridDim.z, p.order);
-  k.bi = 0;
-  while (k.bi + 1 < p.num_kv_blocks && cw.tile >= p.kv[k.bi + 1].tile0) k.bi++;
-  const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
-  k.t = cw.tile - blk.tile0;
-  k.hk = cw.head, k.b = cw.batch, k.group = p.heads / p.kv_heads;
-  k.keys_left = blk.rows - k.t * Cfg::BN; /* valid keys of the tile (up to BN) */
-  k.key_first = blk.pos0 + (long long)k.t * Cfg::BN;
-  const int nqt = (p.q_rows + Cfg::BM - 1) / Cfg::BM;
-  k.i0 = mk_attn_bwd_first_q_tile(p.q_pos0, k.key_first, Cfg::BM, p.causal);
-  if (k.i0 > nqt) k.i0 = nqt;
-  k.per_head = nqt - k.i0, k.steps = k.group * k.per_head;
-  return k;
-}
-
-/* DQ_BY_PRODUCER, the producer's lane 0: both consumer groups' staged dQ of step s added into
- * dq_acc (64-row boxes; D = 64: both groups' over the same columns). */
-template <class Cfg>
-__device__ __forceinline__ void attn_bwd_produce_dq(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_smem& sm,
-                                                    const struct attn_bwd_tile& k, int s) {
-  const struct attn_bwd_step st = attn_bwd_step_of(k, s);
-  const uint32_t staging = smem_addr(sm.base) + Cfg::OFF_DQ;
+__device__ __forceinline__ void attn_bwd_load_kv(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_smem& sm,
+                                                 const struct attn_bwd_tile& k) {
+  prefetch_tensormap(&maps.q);
+  prefetch_tensormap(&maps.dout);
+  mbarrier_arrive_expect_tx(sm.kv_full, 2 * Cfg::KV_BYTES);
 #pragma unroll
-  for (int c = 0; c < Cfg::CONSUMERS; c++) {
-    const int col0 = Cfg::D == 128 ? 64 * c : 0;
-    const uint32_t src = staging + c * 2 * Cfg::DQ_BOX;
-    cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0, st.h, st.qi * Cfg::BM, k.b, src);
-    cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0 + 32, st.h, st.qi * Cfg::BM, k.b, src + Cfg::DQ_BOX);
+  for (int j = 0; j < Cfg::SLABS; j++) {
+    cp_async_bulk_tensor_4d_load(sm.base + Cfg::OFF_K + j * Cfg::KV_SLAB, &maps.k[k.bi], j * 64, k.hk, k.t * Cfg::BN,
+                                 k.b, sm.kv_full);
+    cp_async_bulk_tensor_4d_load(sm.base + Cfg::OFF_V + j * Cfg::KV_SLAB, &maps.v[k.bi], j * 64, k.hk, k.t * Cfg::BN,
+                                 k.b, sm.kv_full);
   }
-  cp_async_bulk_commit_group();
 }
 
-/* ... once they have read the staging (the stage's loads issued meanwhile): dq_free. */
-__device__ __forceinline__ void attn_bwd_produce_dq_read(const struct mk_attn_bwd_smem& sm) {
-  cp_async_bulk_wait_group_read_0();
-  mbarrier_arrive(sm.dq_free);
+/* The producer warp, step st into an empty stage: its lse (times log2 e; +inf past the range
+ * or with no key, so P is 0) and delta stored by every lane, the Q and dO tiles by lane 0. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_load_step(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+                                                   const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& k,
+                                                   struct attn_bwd_step st, int stage) {
+  const int lane = threadIdx.x;
+  float* lse_s = (float*)(sm.base + Cfg::OFF_LSE) + stage * Cfg::BM;
+  float* delta_s = (float*)(sm.base + Cfg::OFF_DELTA) + stage * Cfg::BM;
+  const size_t lrow = ((size_t)k.b * p.heads + st.h) * p.seq_q + p.q_row0;
+#pragma unroll
+  for (int rr = 0; rr < Cfg::BM / 32; rr++) {
+    const int r = lane + 32 * rr, row = st.qi * Cfg::BM + r;
+    float l = INFINITY, dl = 0.f;
+    if (row < p.q_rows) {
+      l = p.lse[lrow + row];
+      l = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+      dl = p.delta[lrow + row];
+    }
+    lse_s[r] = l;
+    delta_s[r] = dl;
+  }
+  uint64_t* full = &sm.full[stage];
+  if (lane != 0) {
+    mbarrier_arrive(full);
+    return;
+  }
+  mbarrier_arrive_expect_tx(full, 2 * Cfg::QT_BYTES);
+  uint8_t* qd = sm.base + Cfg::OFF_Q + stage * Cfg::QT_BYTES;
+  uint8_t* dd = sm.base + Cfg::OFF_DO + stage * Cfg::QT_BYTES;
+#pragma unroll
+  for (int j = 0; j < Cfg::SLABS; j++) {
+    cp_async_bulk_tensor_4d_load(qd + j * Cfg::QT_SLAB, &maps.q, j * 64, st.h, st.qi * Cfg::BM, k.b, full);
+    cp_async_bulk_tensor_4d_load(dd + j * Cfg::QT_SLAB, &maps.dout, j * 64, st.h, st.qi * Cfg::BM, k.b, full);
+  }
 }
 
-/* The producer warp: the K and V tiles once (lane 0), then per step the Q and dO tiles (lane
- * 0) with the step's lse (times log2 e; +inf past the range or with no key, so P is 0) and
- * delta stored beside them by every lane. */
+/* The producer warp: the K and V tiles once, then per step, once its stage is empty, the Q and
+ * dO tiles with the step's lse and delta; DQ_BY_PRODUCER: before a stage is reloaded, the dQ
+ * that its last step staged is added into dq_acc, and after the loop the last steps' dQ as each
+ * of their stages comes back. */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_produce(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
                                                  const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& k,
                                                  const struct mk_attn_wait_ctx& w) {
   struct mk_attn_ring ring = {0, 0};
   const int lane = threadIdx.x;
-  if (lane == 0) {
-    prefetch_tensormap(&maps.q);
-    prefetch_tensormap(&maps.dout);
-    mbarrier_arrive_expect_tx(sm.kv_full, 2 * Cfg::KV_BYTES);
-#pragma unroll
-    for (int j = 0; j < Cfg::SLABS; j++) {
-      cp_async_bulk_tensor_4d_load(sm.base + Cfg::OFF_K + j * Cfg::KV_SLAB, &maps.k[k.bi], j * 64, k.hk, k.t * Cfg::BN,
-                                   k.b, sm.kv_full);
-      cp_async_bulk_tensor_4d_load(sm.base + Cfg::OFF_V + j * Cfg::KV_SLAB, &maps.v[k.bi], j * 64, k.hk, k.t * Cfg::BN,
-                                   k.b, sm.kv_full);
-    }
-  }
-  float* lse_s = (float*)(sm.base + Cfg::OFF_LSE);
-  float* delta_s = (float*)(sm.base + Cfg::OFF_DELTA);
-  for (int it = 0; it < k.steps; it++) {
-    const struct attn_bwd_step st = attn_bwd_step_of(k, it);
-    const int qi = st.qi, h = st.h;
-    if (!attn_wait(&sm.empty[ring.stage], ring.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return;
-    if (Cfg::DQ_BY_PRODUCER && lane == 0 && it >= Cfg::STAGES) attn_bwd_produce_dq<Cfg>(maps, sm, k, it - Cfg::STAGES);
-    const size_t lrow = ((size_t)k.b * p.heads + h) * p.seq_q + p.q_row0;
-#pragma unroll
-    for (int rr = 0; rr < Cfg::BM / 32; rr++) {
-      const int r = lane + 32 * rr, row = qi * Cfg::BM + r;
-      float l = INFINITY, dl = 0.f;
-      if (row < p.q_rows) {
-        l = p.lse[lrow + row];
-        l = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
-        dl = p.delta[lrow + row];
-      }
-      lse_s[ring.stage * Cfg::BM + r] = l;
-      delta_s[ring.stage * Cfg::BM + r] = dl;
-    }
-    uint64_t* full = &sm.full[ring.stage];
-    if (lane == 0) {
-      mbarrier_arrive_expect_tx(full, 2 * Cfg::QT_BYTES);
-      uint8_t* qd = sm.base + Cfg::OFF_Q + ring.stage * Cfg::QT_BYTES;
-      uint8_t* dd = sm.base + Cfg::OFF_DO + ring.stage * Cfg::QT_BYTES;
-#pragma unroll
-      for (int j = 0; j < Cfg::SLABS; j++) {
-        cp_async_bulk_tensor_4d_load(qd + j * Cfg::QT_SLAB, &maps.q, j * 64, h, qi * Cfg::BM, k.b, full);
-        cp_async_bulk_tensor_4d_load(dd + j * Cfg::QT_SLAB, &maps.dout, j * 64, h, qi * Cfg::BM, k.b, full);
-      }
-    } else {
-      mbarrier_arrive(full);
-    }
-    if (Cfg::DQ_BY_PRODUCER && lane == 0 && it >= Cfg::STAGES) attn_bwd_produce_dq_read(sm);
-    attn_ring_next(&ring, Cfg::STAGES);
-  }
-  /* DQ_BY_PRODUCER: the last steps' dQ, as each of their stages is released */
-  for (int it = k.steps; Cfg::DQ_BY_PRODUCER && it < k.steps + Cfg::STAGES; it++) {
-    if (it >= Cfg::STAGES) {
-      if (!attn_wait(&sm.empty[ring.stage], ring.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return;
-      if (lane == 0) {
-        attn_bwd_produce_dq<Cfg>(maps, sm, k, it - Cfg::STAGES);
-        attn_bwd_produce_dq_read(sm);
-      }
-    }
+  if (lane == 0) attn_bwd_load_kv<Cfg>(maps, sm, k);
+  for (int it = 0; it < k.steps + (Cfg::DQ_BY_PRODUCER ? Cfg::STAGES : 0); it++) {
+    const int reduce = Cfg::DQ_BY_PRODUCER && it >= Cfg::STAGES; /* the stage's last step's dQ */
+    if ((it < k.steps || reduce) && !attn_wait(&sm.empty[ring.stage], ring.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return;
+    if (reduce && lane == 0) attn_bwd_produce_dq<Cfg>(maps, sm, k, it - Cfg::STAGES);
+    if (it < k.steps) attn_bwd_load_step<Cfg>(maps, p, sm, k, attn_bwd_step_of(k, it), ring.stage);
+    if (reduce && lane == 0) attn_bwd_produce_dq_read(sm);
     attn_ring_next(&ring, Cfg::STAGES);
   }
 }
@@ -605,6 +360,19 @@ __device__ __forceinline__ int attn_bwd_products_deferred(const struct mk_attn_b
   return 1;
 }
 
+/* DEFER_DQ, after the loop: the last step's dQ. 0 when a wait gave up. */
+template <class Cfg>
+__device__ __forceinline__ int attn_bwd_last_deferred_dq(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+                                                         const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
+                                                         uint32_t base, int c, const struct mk_attn_wait_ctx& w) {
+  float dq[32];
+  if (!attn_bwd_issue_dq_of<Cfg>(dq, sm, base, base + Cfg::OFF_K, c, tile.steps - 1, w)) return 0;
+  wgmma_wait_group<0>();
+  wgmma_fence_operands<32>(dq);
+  attn_bwd_add_dq_step<Cfg>(maps, p, dq, base, c, tile, tile.steps - 1);
+  return 1;
+}
+
 /* dS^T (this thread's bf16 fragments) into its buffer for the dQ product, then this thread's
  * arrival on the buffer's ready barrier (all 256 consumer threads). */
 template <class Cfg>
@@ -619,22 +387,6 @@ __device__ __forceinline__ void attn_bwd_store_ds(const struct mk_attn_bwd_smem&
   }
   fence_proxy_async_shared_cta();
   mbarrier_arrive(&sm.ds_ready[buf]);
-}
-
-/* DQ_BY_PRODUCER: this warp's staged dQ to the async proxy, then the stage of its step released
- * to the producer (one arrival per consumer warp), which adds the dQ into dq_acc. */
-__device__ __forceinline__ void attn_bwd_release_staged(const struct mk_attn_bwd_smem& sm, int stage) {
-  fence_proxy_async_shared_cta();
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0) mbarrier_arrive(&sm.empty[stage]);
-}
-
-/* The warp's dQ reductions have read their staging: before the CTA's shared memory goes away,
- * on every exit of a consumer (one that gave up on a wait too: a reduction still reading freed
- * shared memory would add garbage to dq_acc). */
-template <class Cfg>
-__device__ __forceinline__ void attn_bwd_drain_dq() {
-  if (Cfg::DQ_TMA && (threadIdx.x & 31) == 0) cp_async_bulk_wait_group_0();
 }
 
 /* Consumer warp group c: per step S^T and dP^T, P^T and dS^T, dV += P^T dO, dK += dS^T Q and
@@ -670,14 +422,13 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
     if (Cfg::DEFER_DQ && c == 1 && it == 0 && !attn_wait(sm.stagger, 0, w, MK_ATTN_WAIT_TURN))
       return attn_bwd_drain_dq<Cfg>();
     if (!attn_wait(&sm.full[ring.stage], ring.phase, w, MK_ATTN_WAIT_Q)) return attn_bwd_drain_dq<Cfg>();
-    if (Cfg::DQ_LATE == 2 && it > 0) attn_bwd_reduce_dq_step<Cfg>(maps, base, c, tile, it - 1);
-    if (Cfg::DQ_BY_PRODUCER && it > 0) attn_bwd_release_staged(sm, (ring.stage + Cfg::STAGES - 1) % Cfg::STAGES);
+    if (Cfg::DQ_LATE >= 2 && it > 0) attn_bwd_hand_off_dq<Cfg>(maps, sm, tile, base, c, it - 1, ring);
     wgmma_fence();
     attn_bwd_issue_nt<Cfg>(s, k_wg, q_base);
     wgmma_commit_group();
     attn_bwd_issue_nt<Cfg>(dp, v_wg, do_base);
     wgmma_commit_group();
-    if (Cfg::DQ_LATE == 1 && it > 0) attn_bwd_reduce_dq_step<Cfg>(maps, base, c, tile, it - 1);
+    if (Cfg::DQ_LATE == 1 && it > 0) attn_bwd_hand_off_dq<Cfg>(maps, sm, tile, base, c, it - 1, ring);
     attn_bwd_p_ds<Cfg>(p, s, dp, pb, dsb, lse_a, delta_a, q_first, tile, c, kr0);
     /* DEFER_DQ: both groups' dQ of this buffer's last step are done */
     if (Cfg::DEFER_DQ && it >= Cfg::DS_BUFS &&
@@ -693,19 +444,9 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
     attn_ring_next(&ring, Cfg::STAGES);
   }
 
-  /* DQ_LATE: the last step's reductions */
-  if ((Cfg::DQ_LATE == 1 || Cfg::DQ_LATE == 2) && steps > 0) attn_bwd_reduce_dq_step<Cfg>(maps, base, c, tile, steps - 1);
-  if (Cfg::DQ_BY_PRODUCER && steps > 0) attn_bwd_release_staged(sm, (ring.stage + Cfg::STAGES - 1) % Cfg::STAGES);
-
-  /* DEFER_DQ: the last step's dQ */
-  if (Cfg::DEFER_DQ && steps > 0) {
-    float dq[32];
-    if (!attn_bwd_issue_dq_of<Cfg>(dq, sm, base, k_base, c, steps - 1, w)) return attn_bwd_drain_dq<Cfg>();
-    wgmma_wait_group<0>();
-    wgmma_fence_operands<32>(dq);
-    attn_bwd_add_dq_step<Cfg>(maps, p, dq, base, c, tile, steps - 1);
-  }
-
+  if (Cfg::DQ_LATE && steps > 0) attn_bwd_hand_off_dq<Cfg>(maps, sm, tile, base, c, steps - 1, ring);
+  if (Cfg::DEFER_DQ && steps > 0 && !attn_bwd_last_deferred_dq<Cfg>(maps, p, sm, tile, base, c, w))
+    return attn_bwd_drain_dq<Cfg>();
   attn_bwd_drain_dq<Cfg>();
 
   attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0);

@@ -1,0 +1,152 @@
+/*
+ * The backward attention core's configurations, shared-memory layout, kernel parameters and
+ * work split (attn_bwd.cuh has the kernels, attn_bwd_dq.cuh the ways dQ reaches dq_acc).
+ */
+#ifndef MK_ATTN_BWD_CFG_CUH_
+#define MK_ATTN_BWD_CFG_CUH_
+
+#include "attn_fwd.cuh"
+
+/* DQ_TMA: each warp group stages its dQ tile (64 queries x 64 columns, fp32) in shared memory,
+ * 128-byte swizzled as two 32-column boxes, and each warp's lane 0 adds the warp's 16 rows into
+ * dq_acc with TMA reductions; otherwise every thread adds its fragment with red.add (8 L2
+ * sectors per warp instruction).
+ * DEFER_DQ: a step's dQ product is issued in the next step, before that step's dV and dK, so the
+ * two consumer warp groups, which need each other's dS^T for dQ, no longer meet in every step:
+ * the second group starts half a step late (the `stagger` barrier) and they stay apart, one's
+ * softmax beside the other's products. Three dS^T buffers, each reused once both groups' dQ
+ * of its last step is done (ds_free).
+ * DQ_LATE (DQ_TMA): a step's dQ is stored into the staging at its end, but the proxy fence and
+ * the reductions are issued in the next step, once its S^T and dP^T are issued (1) or once its
+ * Q and dO have arrived (2), so the fence no longer waits out the staging stores' latency. The
+ * reductions then read the staging during that step's products, before it is rewritten.
+ * DQ_LATE = 3: the producer warp issues them (64-row boxes, 4 per step): the consumers fence
+ * their staged dQ at the next step's start and release the step's Q/dO stage only then, so the
+ * producer, once the stage is empty, adds the staged dQ into dq_acc before it reloads the stage
+ * and hands the staging back (dq_free) once its reductions have read it. */
+template <int D_, int STAGES_, int DQ_TMA_ = 0, int DEFER_DQ_ = 0, int DQ_LATE_ = 0>
+struct mk_attn_bwd_cfg {
+  static constexpr int D = D_, BM = MK_ATTN_BWD_BLOCK_M, BN = MK_ATTN_BWD_BLOCK_N, STAGES = STAGES_;
+  static constexpr int DQ_TMA = DQ_TMA_, DEFER_DQ = DEFER_DQ_, DS_BUFS = DEFER_DQ_ ? 3 : 2, DQ_LATE = DQ_LATE_;
+  static constexpr int DQ_BY_PRODUCER = DQ_LATE_ == 3, DQ_BOX_ROWS = DQ_BY_PRODUCER ? BM : 16;
+  static constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
+  static constexpr int SLABS = D / 64;
+  static constexpr int QT_SLAB = BM * 128, KV_SLAB = BN * 128; /* bytes between a tile's slabs */
+  static constexpr int QT_BYTES = SLABS * QT_SLAB, KV_BYTES = SLABS * KV_SLAB;
+  static constexpr int DS_BYTES = BN * BM * 2; /* dS^T: BN rows (keys) of BM bf16 (128 bytes) */
+  static constexpr int OFF_K = 0, OFF_V = KV_BYTES, OFF_DS = 2 * KV_BYTES;
+  static constexpr int OFF_Q = OFF_DS + DS_BUFS * DS_BYTES;
+  static constexpr int OFF_DO = OFF_Q + STAGES * QT_BYTES;
+  static constexpr int DQ_BOX = BM * 128; /* 64 rows x 32 fp32 (attn.h mk_attn_dq_stage_offset) */
+  static constexpr int OFF_DQ = OFF_DO + STAGES * QT_BYTES; /* swizzled boxes: 1024-aligned */
+  static constexpr int DQ_BYTES = DQ_TMA ? CONSUMERS * 2 * DQ_BOX : 0;
+  static constexpr int OFF_LSE = OFF_DQ + DQ_BYTES; /* STAGES x BM fp32 */
+  static constexpr int OFF_DELTA = OFF_LSE + STAGES * BM * 4;
+  static constexpr int OFF_BAR = OFF_DELTA + STAGES * BM * 4;
+  static constexpr int SMEM_USED = OFF_BAR + (1 + 2 * STAGES + 2 * DS_BUFS + 2) * 8;
+  static constexpr int SMEM_BYTES = SMEM_USED + 1024;
+  static_assert(D == 64 || D == 128, "head dimensions 64 and 128");
+  static_assert(BM == 64 && BN == 64 * CONSUMERS, "64 keys per consumer, 64-query steps");
+  static_assert(!DEFER_DQ || DQ_TMA, "the deferred dQ goes through the TMA path");
+  static_assert(!DQ_LATE || (DQ_TMA && !DEFER_DQ), "the late dQ reductions: the TMA path, not deferred");
+  static_assert(OFF_DQ % 1024 == 0, "the dQ staging's swizzle needs 1024-byte alignment");
+  static_assert(SMEM_BYTES <= 232448, "over the 227 KB of dynamic shared memory per block");
+};
+
+struct mk_attn_bwd_smem {
+  uint8_t* base;      /* 1024-aligned */
+  uint64_t* kv_full;  /* 1: K and V */
+  uint64_t* full;     /* STAGES: Q, dO (TMA bytes) + lse, delta (32 producer lanes) */
+  uint64_t* empty;    /* STAGES: one arrival per consumer warp */
+  uint64_t* ds_ready; /* DS_BUFS: dS^T buffer b written by all 256 consumer threads */
+  uint64_t* ds_free;  /* DS_BUFS (DEFER_DQ): one arrival per consumer warp once its dQ of b is done */
+  uint64_t* stagger;  /* 1 (DEFER_DQ): group 0's warps, once its first dV, dK are issued */
+  uint64_t* dq_free;  /* 1 (DQ_BY_PRODUCER): the producer's reductions of a step's dQ have read it */
+};
+
+template <class Cfg>
+__device__ __forceinline__ struct mk_attn_bwd_smem attn_bwd_smem_carve(uint8_t* smem_raw) {
+  struct mk_attn_bwd_smem s;
+  s.base = (uint8_t*)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  s.kv_full = (uint64_t*)(s.base + Cfg::OFF_BAR);
+  s.full = s.kv_full + 1;
+  s.empty = s.full + Cfg::STAGES;
+  s.ds_ready = s.empty + Cfg::STAGES;
+  s.ds_free = s.ds_ready + Cfg::DS_BUFS;
+  s.stagger = s.ds_free + Cfg::DS_BUFS;
+  s.dq_free = s.stagger + 1;
+  return s;
+}
+
+struct mk_attn_bwd_block_params {
+  int row0, rows; /* rows of the block (the maps start at row0) */
+  long long pos0;
+  int tile0;      /* the block's first tile in the grid's x */
+  __nv_bfloat16 *dk, *dv;
+  float *dk_acc, *dv_acc;
+  int acc_overwrite;
+  int seq;
+};
+
+struct mk_attn_bwd_params {
+  int seq_q, heads, kv_heads, causal;
+  int order; /* mk_attn_bwd_cta_work's */
+  int q_row0, q_rows;
+  long long q_pos0;
+  int num_kv_blocks;
+  struct mk_attn_bwd_block_params kv[MK_ATTN_MAX_KV_BLOCKS];
+  const float* lse;
+  const float* delta;
+  float* dq_acc;
+  float scale, scale_log2;
+  const uint64_t* acc_gate; /* mk_attn_bwd_args.acc_gate */
+  struct mk_gemm_error* err;
+  uint64_t timeout_ns;
+};
+
+struct mk_attn_bwd_maps {
+  CUtensorMap q, dout; /* rows [q_row0, q_row0 + q_rows), box BM rows */
+  CUtensorMap dq_acc;  /* fp32, the same rows, box 32 columns x 16 rows (a warp's; DQ_TMA) */
+  CUtensorMap k[MK_ATTN_MAX_KV_BLOCKS], v[MK_ATTN_MAX_KV_BLOCKS]; /* the block's rows, box BN */
+};
+
+/* A CTA's key tile: tile t of KV block bi, kv head hk, batch b; its valid keys and first key's
+ * position; the query tiles that see it (i0 on, per_head per query head) and its steps. */
+struct attn_bwd_tile {
+  int bi, t, hk, b, group, keys_left, i0, per_head, steps;
+  long long key_first;
+};
+
+/* Step s of a tile: the query head it reads (the group's heads in turn, each over its query
+ * tiles) and the query tile. */
+struct attn_bwd_step {
+  int h, qi;
+};
+
+__device__ __forceinline__ struct attn_bwd_step attn_bwd_step_of(const struct attn_bwd_tile& k, int s) {
+  struct attn_bwd_step st;
+  st.h = k.hk * k.group + s / k.per_head;
+  st.qi = k.i0 + s % k.per_head;
+  return st;
+}
+
+template <class Cfg>
+__device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk_attn_bwd_params& p) {
+  struct attn_bwd_tile k;
+  const int c = (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
+  const struct mk_attn_work cw = mk_attn_bwd_cta_work(c, (int)gridDim.x, (int)gridDim.y, (int)gridDim.z, p.order);
+  k.bi = 0;
+  while (k.bi + 1 < p.num_kv_blocks && cw.tile >= p.kv[k.bi + 1].tile0) k.bi++;
+  const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
+  k.t = cw.tile - blk.tile0;
+  k.hk = cw.head, k.b = cw.batch, k.group = p.heads / p.kv_heads;
+  k.keys_left = blk.rows - k.t * Cfg::BN; /* valid keys of the tile (up to BN) */
+  k.key_first = blk.pos0 + (long long)k.t * Cfg::BN;
+  const int nqt = (p.q_rows + Cfg::BM - 1) / Cfg::BM;
+  k.i0 = mk_attn_bwd_first_q_tile(p.q_pos0, k.key_first, Cfg::BM, p.causal);
+  if (k.i0 > nqt) k.i0 = nqt;
+  k.per_head = nqt - k.i0, k.steps = k.group * k.per_head;
+  return k;
+}
+
+#endif /* MK_ATTN_BWD_CFG_CUH_ */
