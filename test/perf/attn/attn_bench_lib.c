@@ -1,0 +1,42 @@
+/*
+ * libmk_attn_bench.so: the attention cores (fused/common/attn.h) behind a small C ABI, so that
+ * scripts/bench-torch-attn.py can time them through ctypes in the same process as PyTorch's
+ * cuDNN attention, interleaved per iteration (cuDNN's rate moves 10-15% between calls of one
+ * session, ours with it: only an interleaved ratio is fair). A benchmark aid, not installed.
+ *
+ * Tensors as attn.h lays them out: q, out, dout, dq bf16 [batch, seq_q, heads, d]; k, v, dk,
+ * dv bf16 [batch, seq_kv, kv_heads, d]; lse, delta fp32 [batch, heads, seq_q]; dq_acc fp32
+ * like q. Causal: query i sees keys 0..i (top-left aligned, as torch's is_causal).
+ * Returns attn.h's codes: 0, -EINVAL (a WARN names the argument), -ENOTSUP, -EIO.
+ */
+#include <string.h>
+
+#include "attn.h"
+
+#define MK_BENCH_API __attribute__((visibility("default")))
+
+MK_BENCH_API int mk_bench_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, int batch,
+                                   int seq_q, int seq_kv, int heads, int kv_heads, int d, int causal, void* stream) {
+  struct mk_attn_args a;
+  memset(&a, 0, sizeof a);
+  a.q = q, a.out = out, a.lse = lse;
+  a.batch = batch, a.seq_q = seq_q, a.heads = heads, a.kv_heads = kv_heads, a.d_head = d;
+  a.causal = causal;
+  a.num_kv_blocks = 1;
+  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].seq = seq_kv;
+  return mk_attn_fwd_launch(&a, (cudaStream_t)stream);
+}
+
+MK_BENCH_API int mk_bench_attn_bwd(const void* q, const void* k, const void* v, const void* out, const float* lse,
+                                   const void* dout, void* dq, void* dk, void* dv, float* delta, float* dq_acc,
+                                   int batch, int seq_q, int seq_kv, int heads, int kv_heads, int d, int causal,
+                                   void* stream) {
+  struct mk_attn_bwd_args a;
+  memset(&a, 0, sizeof a);
+  a.q = q, a.out = out, a.dout = dout, a.lse = lse, a.delta = delta, a.dq_acc = dq_acc, a.dq = dq;
+  a.batch = batch, a.seq_q = seq_q, a.heads = heads, a.kv_heads = kv_heads, a.d_head = d;
+  a.causal = causal;
+  a.num_kv_blocks = 1;
+  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].dk = dk, a.kv[0].dv = dv, a.kv[0].seq = seq_kv;
+  return mk_attn_bwd_launch(&a, (cudaStream_t)stream);
+}
