@@ -7,13 +7,21 @@
  * Tensors as attn.h lays them out: q, out, dout, dq bf16 [batch, seq_q, heads, d]; k, v, dk,
  * dv bf16 [batch, seq_kv, kv_heads, d]; lse, delta fp32 [batch, heads, seq_q]; dq_acc fp32
  * like q. Causal: query i sees keys 0..i (top-left aligned, as torch's is_causal).
+ * MK_ATTN_VARIANT=v runs compiled variant v (attn.h mk_attn_fwd_launch_variant and the
+ * backward's) instead of the default, for A/B runs against cuDNN.
  * Returns attn.h's codes: 0, -EINVAL (a WARN names the argument), -ENOTSUP, -EIO.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn.h"
 
 #define MK_BENCH_API __attribute__((visibility("default")))
+
+static int bench_variant(void) {
+  const char* v = getenv("MK_ATTN_VARIANT");
+  return v ? atoi(v) : 0;
+}
 
 MK_BENCH_API int mk_bench_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, int batch,
                                    int seq_q, int seq_kv, int heads, int kv_heads, int d, int causal, void* stream) {
@@ -24,7 +32,7 @@ MK_BENCH_API int mk_bench_attn_fwd(const void* q, const void* k, const void* v, 
   a.causal = causal;
   a.num_kv_blocks = 1;
   a.kv[0].k = k, a.kv[0].v = v, a.kv[0].seq = seq_kv;
-  return mk_attn_fwd_launch(&a, (cudaStream_t)stream);
+  return mk_attn_fwd_launch_variant(&a, (cudaStream_t)stream, bench_variant());
 }
 
 MK_BENCH_API int mk_bench_attn_bwd(const void* q, const void* k, const void* v, const void* out, const float* lse,
@@ -38,5 +46,5 @@ MK_BENCH_API int mk_bench_attn_bwd(const void* q, const void* k, const void* v, 
   a.causal = causal;
   a.num_kv_blocks = 1;
   a.kv[0].k = k, a.kv[0].v = v, a.kv[0].dk = dk, a.kv[0].dv = dv, a.kv[0].seq = seq_kv;
-  return mk_attn_bwd_launch(&a, (cudaStream_t)stream);
+  return mk_attn_bwd_launch_variant(&a, (cudaStream_t)stream, bench_variant());
 }
