@@ -3,7 +3,8 @@
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
 #   attn:  the attention cores' tests (forward, backward; the other compiled variants against the
-#          reference too), then attn_perf (forward, -b backward: every variant, interleaved)
+#          reference too), then attn_perf (forward, -b backward: every variant, interleaved) and
+#          the cores against cuDNN in the same iterations (scripts/bench-torch-attn.py)
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
 #   ring:  ncclMkRingAttention's tests on 2 GPUs, then ring_attn_perf and PyTorch's cuDNN attention (scripts/bench-torch-attn.py)
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
@@ -369,8 +370,15 @@ tier_ring() {
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
   step ring_attn_perf_bwd "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1 -J "$LOGS/ring_attn_perf_bwd.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd.log" || true
-  # PyTorch's cuDNN attention on the same per-GPU work: the issue's ceiling (fwd and bwd)
-  step bench_torch_attn python3 "$(dirname "$0")/bench-torch-attn.py" --iters 10 --warmup 3 \
+  bench_attn_vs_cudnn
+}
+
+# PyTorch's cuDNN attention on the ring's per-GPU work, the issues' ceiling (fwd and bwd), with
+# our cores timed in the same iterations (scripts/bench-torch-attn.py, libmk_attn_bench.so).
+bench_attn_vs_cudnn() {
+  local ours=()
+  [ -f "$B/test/perf/attn/libmk_attn_bench.so" ] && ours=(--ours "$B/test/perf/attn/libmk_attn_bench.so")
+  step bench_torch_attn python3 "$(dirname "$0")/bench-torch-attn.py" --iters 10 --warmup 3 "${ours[@]}" \
     --json "$LOGS/bench_torch_attn.json"
   grep -E '^(#|  )' "$LOGS/bench_torch_attn.log" || true
 }
@@ -391,6 +399,7 @@ tier_attn() {
   grep -A 14 '^#  B' "$LOGS/attn_perf.log" || true
   step attn_perf_bwd "$B/test/perf/attn/attn_perf" -b 10
   grep -A 8 '^#  B' "$LOGS/attn_perf_bwd.log" || true
+  bench_attn_vs_cudnn
 }
 
 tier=${1:-quick}
