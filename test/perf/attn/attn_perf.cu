@@ -1,12 +1,13 @@
 /*
  * attn_perf: TFLOP/s of the forward attention core (fused/common/attn.h) alone on one GPU, the
- * whole sequence as one KV block. FLOPs = 4 B H S^2 D, halved for causal (the issue's count).
+ * whole sequence as one KV block. FLOPs = 4 B H S S_kv D, halved for causal (the issue's count).
  * Random inputs (never zeros), warm-up, then the median (and min, max) of ITERS runs timed with
  * events; each run checks that no wait timed out. Correctness is test_attn's job (float64
  * reference at small shapes); here a first run's out is checked to be finite and written.
- * Usage: attn_perf [-b] [iters] [shape ...] with shapes B,H,H_kv,D,S,causal (default: the issue's
- * two shapes and their D = 64 twins). -b: the backward core instead (mk_attn_bwd_launch: delta,
- * the main kernel and dq's conversion, timed together; FLOPs = 2.5x the forward's, 10 B H S^2 D,
+ * Usage: attn_perf [-b] [iters] [shape ...] with shapes B,H,H_kv,D,S,causal[,S_kv] (S queries
+ * against S_kv keys, default S; causal: query i sees keys 0..i; default shapes: the issue's two
+ * and their D = 64 twins). -b: the backward core instead (mk_attn_bwd_launch: delta,
+ * the main kernel and dq's conversion, timed together; FLOPs = 2.5x the forward's, 10 B H S S_kv D,
  * halved for causal; out and lse from one forward run; #nonfinite over the first dq, dk, dv). MK_ATTN_VARIANTS=0,1,.. (default: every compiled
  * variant, attn.h; with -b the backward's) are timed interleaved, one row each.
  */
@@ -18,12 +19,17 @@
 #include "gemm_check.cuh"
 
 struct shape {
-  int b, h, hkv, d, s, causal;
+  int b, h, hkv, d, s, causal, skv;
 };
 
-static float median(std::vector<float> v) {
+static void print_row(const struct shape& sh, const char* var, const std::vector<float>& ms, double flops,
+                      unsigned long long bad, int aborted) {
+  std::vector<float> v = ms;
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const float med = v[v.size() / 2];
+  printf("%3d %4d %4d %4d %6d %6d %-10s %3s %9.3f %9.3f %9.3f %8.1f %10llu %s\n", sh.b, sh.h, sh.hkv, sh.d, sh.s,
+         sh.skv, sh.causal ? "causal" : "non-causal", var, med, v.front(), v.back(), flops / (med * 1e-3) / 1e12, bad,
+         aborted ? "TIMEOUT" : "ok");
 }
 
 /* Non-finite elements of a bf16 tensor (poisoned first: unwritten ones count). */
@@ -37,7 +43,7 @@ static __global__ void count_nonfinite(const __nv_bfloat16* p, size_t n, unsigne
 static int variants[MK_ATTN_VARIANTS > MK_ATTN_BWD_VARIANTS ? MK_ATTN_VARIANTS : MK_ATTN_BWD_VARIANTS], num_variants;
 
 static void bench(struct shape sh, int iters) {
-  const size_t nq = (size_t)sh.b * sh.s * sh.h * sh.d, nkv = (size_t)sh.b * sh.s * sh.hkv * sh.d;
+  const size_t nq = (size_t)sh.b * sh.s * sh.h * sh.d, nkv = (size_t)sh.b * sh.skv * sh.hkv * sh.d;
   void *q, *k, *v, *out;
   float* lse;
   struct mk_gemm_error* err;
@@ -60,7 +66,7 @@ static void bench(struct shape sh, int iters) {
   a.q = q, a.out = out, a.lse = lse;
   a.batch = sh.b, a.seq_q = sh.s, a.heads = sh.h, a.kv_heads = sh.hkv, a.d_head = sh.d, a.causal = sh.causal;
   a.num_kv_blocks = 1;
-  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].seq = sh.s;
+  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].seq = sh.skv;
   a.err = err;
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
@@ -86,13 +92,11 @@ static void bench(struct shape sh, int iters) {
   unsigned long long hbad;
   CUDA_OK(cudaMemcpy(&he, err, sizeof he, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(&hbad, bad, sizeof hbad, cudaMemcpyDeviceToHost));
-  const double flops = 4.0 * sh.b * sh.h * (double)sh.s * sh.s * sh.d / (sh.causal ? 2 : 1);
+  const double flops = 4.0 * sh.b * sh.h * (double)sh.s * sh.skv * sh.d / (sh.causal ? 2 : 1);
   for (int vi = 0; vi < num_variants; vi++) {
-    const float med = median(ms[vi]), lo = *std::min_element(ms[vi].begin(), ms[vi].end()),
-                hi = *std::max_element(ms[vi].begin(), ms[vi].end());
-    printf("%3d %4d %4d %4d %6d %-10s %3d %9.3f %9.3f %9.3f %8.1f %10llu %s\n", sh.b, sh.h, sh.hkv, sh.d, sh.s,
-           sh.causal ? "causal" : "non-causal", variants[vi], med, lo, hi, flops / (med * 1e-3) / 1e12, hbad,
-           he.aborted ? "TIMEOUT" : "ok");
+    char var[8];
+    snprintf(var, sizeof var, "%d", variants[vi]);
+    print_row(sh, var, ms[vi], flops, hbad, he.aborted);
   }
   cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(out), cudaFree(lse), cudaFree(err), cudaFree(bad);
   cudaEventDestroy(e0), cudaEventDestroy(e1);
@@ -100,7 +104,7 @@ static void bench(struct shape sh, int iters) {
 
 /* The backward core on one shape: one call = delta + the main kernel + dq's conversion. */
 static void bench_bwd(struct shape sh, int iters) {
-  const size_t nq = (size_t)sh.b * sh.s * sh.h * sh.d, nkv = (size_t)sh.b * sh.s * sh.hkv * sh.d;
+  const size_t nq = (size_t)sh.b * sh.s * sh.h * sh.d, nkv = (size_t)sh.b * sh.skv * sh.hkv * sh.d;
   const size_t nl = (size_t)sh.b * sh.h * sh.s;
   void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
   float *lse, *delta, *dq_acc;
@@ -131,7 +135,7 @@ static void bench_bwd(struct shape sh, int iters) {
   f.q = q, f.out = out, f.lse = lse;
   f.batch = sh.b, f.seq_q = sh.s, f.heads = sh.h, f.kv_heads = sh.hkv, f.d_head = sh.d, f.causal = sh.causal;
   f.num_kv_blocks = 1;
-  f.kv[0].k = k, f.kv[0].v = v, f.kv[0].seq = sh.s;
+  f.kv[0].k = k, f.kv[0].v = v, f.kv[0].seq = sh.skv;
   f.err = err;
   if (mk_attn_fwd_launch(&f, 0) != 0) exit(1);
   struct mk_attn_bwd_args a;
@@ -139,7 +143,7 @@ static void bench_bwd(struct shape sh, int iters) {
   a.q = q, a.out = out, a.dout = dout, a.lse = lse, a.delta = delta, a.dq_acc = dq_acc, a.dq = dq;
   a.batch = sh.b, a.seq_q = sh.s, a.heads = sh.h, a.kv_heads = sh.hkv, a.d_head = sh.d, a.causal = sh.causal;
   a.num_kv_blocks = 1;
-  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].dk = dk, a.kv[0].dv = dv, a.kv[0].seq = sh.s;
+  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].dk = dk, a.kv[0].dv = dv, a.kv[0].seq = sh.skv;
   a.err = err;
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
@@ -168,15 +172,11 @@ static void bench_bwd(struct shape sh, int iters) {
   unsigned long long hbad;
   CUDA_OK(cudaMemcpy(&he, err, sizeof he, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(&hbad, bad, sizeof hbad, cudaMemcpyDeviceToHost));
-  const double flops = 10.0 * sh.b * sh.h * (double)sh.s * sh.s * sh.d / (sh.causal ? 2 : 1);
+  const double flops = 10.0 * sh.b * sh.h * (double)sh.s * sh.skv * sh.d / (sh.causal ? 2 : 1);
   for (int vi = 0; vi < num_variants; vi++) {
-    const float med = median(ms[vi]), lo = *std::min_element(ms[vi].begin(), ms[vi].end()),
-                hi = *std::max_element(ms[vi].begin(), ms[vi].end());
     char var[8];
     snprintf(var, sizeof var, "b%d", variants[vi]);
-    printf("%3d %4d %4d %4d %6d %-10s %3s %9.3f %9.3f %9.3f %8.1f %10llu %s\n", sh.b, sh.h, sh.hkv, sh.d, sh.s,
-           sh.causal ? "causal" : "non-causal", var, med, lo, hi, flops / (med * 1e-3) / 1e12, hbad,
-           he.aborted ? "TIMEOUT" : "ok");
+    print_row(sh, var, ms[vi], flops, hbad, he.aborted);
   }
   fflush(stdout);
   cudaFree(q), cudaFree(out), cudaFree(dout), cudaFree(dq), cudaFree(k), cudaFree(v), cudaFree(dk), cudaFree(dv);
@@ -193,14 +193,17 @@ int main(int argc, char** argv) {
   std::vector<struct shape> shapes;
   for (int i = 2; i < argc; i++) {
     struct shape s;
-    if (sscanf(argv[i], "%d,%d,%d,%d,%d,%d", &s.b, &s.h, &s.hkv, &s.d, &s.s, &s.causal) == 6) shapes.push_back(s);
-    else {
-      fprintf(stderr, "bad shape '%s' (B,H,H_kv,D,S,causal)\n", argv[i]);
+    const int n = sscanf(argv[i], "%d,%d,%d,%d,%d,%d,%d", &s.b, &s.h, &s.hkv, &s.d, &s.s, &s.causal, &s.skv);
+    if (n == 6) s.skv = s.s;
+    if ((n != 6 && n != 7) || s.s < 1 || s.skv < 1) {
+      fprintf(stderr, "bad shape '%s' (B,H,H_kv,D,S,causal[,S_kv])\n", argv[i]);
       return 2;
     }
+    shapes.push_back(s);
   }
   if (shapes.empty())
-    shapes = {{1, 64, 8, 128, 16384, 1}, {16, 16, 16, 128, 4096, 0}, {1, 64, 8, 64, 16384, 1}, {16, 16, 16, 64, 4096, 0}};
+    shapes = {{1, 64, 8, 128, 16384, 1, 16384}, {16, 16, 16, 128, 4096, 0, 4096}, {1, 64, 8, 64, 16384, 1, 16384},
+              {16, 16, 16, 64, 4096, 0, 4096}};
   const char* vs = getenv("MK_ATTN_VARIANTS");
   const int nv = backward ? MK_ATTN_BWD_VARIANTS : MK_ATTN_VARIANTS;
   for (int v = 0; v < nv; v++) variants[num_variants++] = v;
@@ -210,13 +213,13 @@ int main(int argc, char** argv) {
       if (*c >= '0' && *c < '0' + nv) variants[num_variants++] = *c - '0';
   }
   if (backward) {
-    printf("# attn_perf -b: backward attention core, one GPU, median of %d after 2 warm-up calls (delta + main kernel + dq conversion; FLOPs 10 B H S^2 D, /2 causal; variants b0, b1, .. interleaved)\n", iters);
-    printf("#  B    H H_kv    D      S mask      var    med_ms    min_ms    max_ms   TFLOP/s  #nonfinite waits\n");
+    printf("# attn_perf -b: backward attention core, one GPU, median of %d after 2 warm-up calls (delta + main kernel + dq conversion; FLOPs 10 B H S S_kv D, /2 causal; variants b0, b1, .. interleaved)\n", iters);
+    printf("#  B    H H_kv    D      S   S_kv mask      var    med_ms    min_ms    max_ms   TFLOP/s  #nonfinite waits\n");
     for (const struct shape& s : shapes) bench_bwd(s, iters);
     return 0;
   }
   printf("# attn_perf: forward attention core, one GPU, median of %d after 3 warm-up runs (variants interleaved; #nonfinite: all variants' first outputs)\n", iters);
-  printf("#  B    H H_kv    D      S mask      var    med_ms    min_ms    max_ms   TFLOP/s  #nonfinite waits\n");
+  printf("#  B    H H_kv    D      S   S_kv mask      var    med_ms    min_ms    max_ms   TFLOP/s  #nonfinite waits\n");
   for (const struct shape& s : shapes) bench(s, iters);
   return 0;
 }
