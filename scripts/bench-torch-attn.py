@@ -71,7 +71,7 @@ def timed_pair(fa, fb, iters, warmup):
         fb()
     pairs = []
     for i in range(iters):
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
         first, second = (fa, fb) if i % 2 == 0 else (fb, fa)
         ev[0].record()
         first()
@@ -104,6 +104,11 @@ def find_ours(path):
     if path:
         sys.exit(f"bench-torch-attn: no library at {path}")
     return None
+
+
+def bhsd(t):
+    """Our [B, S, H, D] tensor as torch's [B, H, S, D] view."""
+    return t.transpose(1, 2)
 
 
 def rel_diff(ours, ref):
@@ -142,9 +147,6 @@ class Ours:
         if rc:
             raise RuntimeError(f"mk_bench_attn_bwd: {rc}")
 
-    def bhsd(self, t):
-        return t.transpose(1, 2)
-
 
 def run_shape(shape, args, lib=None):
     name, b, h, h_kv, d, s_q, s_kv, causal = shape
@@ -168,10 +170,9 @@ def run_shape(shape, args, lib=None):
             ms = timed(lambda: fwd(), args.iters, args.warmup)
         row["fwd_ms"] = ms
         row["fwd_tflops"] = flops(b, h, d, s_q, s_kv, causal, False) / ms / 1e9
-        out = fwd()
+        out = fwd()  # the timed calls' outputs were dropped; ours.out holds our last one
         if ours:
-            ours.fwd()
-            row["fwd_diff"] = rel_diff(ours.bhsd(ours.out), out)
+            row["fwd_diff"] = rel_diff(bhsd(ours.out), out)
         if not args.no_bwd:
             dout = torch.randn_like(out)
 
@@ -184,8 +185,8 @@ def run_shape(shape, args, lib=None):
                 ms, ms_ours = timed_pair(bwd, ours.bwd, args.iters, args.warmup)
                 row["ours_bwd_tflops"] = flops(b, h, d, s_q, s_kv, causal, True) / ms_ours / 1e9
                 row["bwd_ratio"] = ms / ms_ours
-                row["bwd_diff"] = max(rel_diff(ours.bhsd(ours.dq), q.grad), rel_diff(ours.bhsd(ours.dk), k.grad),
-                                      rel_diff(ours.bhsd(ours.dv), v.grad))
+                row["bwd_diff"] = max(rel_diff(bhsd(ours.dq), q.grad), rel_diff(bhsd(ours.dk), k.grad),
+                                      rel_diff(bhsd(ours.dv), v.grad))
             else:
                 ms = timed(bwd, args.iters, args.warmup)
             row["bwd_ms"] = ms

@@ -104,7 +104,8 @@ __device__ __forceinline__ int attn_bwd_issue_dq_of(float* dq, const struct mk_a
 }
 
 /* The end of a step's products (all waited for): their register operands and accumulators
- * released to the compiler, the step's Q/dO stage to the producer. */
+ * released to the compiler, the step's Q/dO stage to the producer (DQ_BY_PRODUCER: at the next
+ * step's start instead, once the step's dQ is staged: attn_bwd_release_staged). */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_step_done(const struct mk_attn_bwd_smem& sm, float* dv, float* dk,
                                                    uint32_t* pb, uint32_t* dsb, int stage) {
