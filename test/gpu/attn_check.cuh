@@ -18,14 +18,6 @@
 #include "gemm_check.cuh"
 #include "ra_schedule.h"
 
-/* The compiled variant a core test runs (attn.h mk_attn_fwd_launch_variant,
- * mk_attn_bwd_launch_variant): MK_ATTN_VARIANT, a test-only knob outside the library's
- * registry; 0 (the default) when unset. */
-static inline int attn_test_variant(void) {
-  const char* v = getenv("MK_ATTN_VARIANT");
-  return v ? atoi(v) : 0;
-}
-
 #define ATTN_REF_THREADS 128 /* a power of two (the max reduction halves it) */
 #define ATTN_REF_MAX_D 256
 

@@ -21,6 +21,7 @@
 #include <vector>
 #include "attn.h"
 #include "attn_check.cuh"
+#include "attn_run.h"
 #include "expect.h"
 #include "gemm.h"
 
@@ -60,13 +61,8 @@ static void bufs_free(struct attn_bufs* t) {
 
 /* The whole sequence as one block. */
 static struct mk_attn_args whole_args(const struct attn_bufs* t, int causal) {
-  struct mk_attn_args a;
-  memset(&a, 0, sizeof a);
-  a.q = t->q, a.out = t->out, a.lse = t->lse;
-  a.batch = t->batch, a.seq_q = t->seq, a.heads = t->heads, a.kv_heads = t->kv_heads, a.d_head = t->d;
-  a.causal = causal;
-  a.num_kv_blocks = 1;
-  a.kv[0].k = t->k, a.kv[0].v = t->v, a.kv[0].seq = t->seq;
+  struct mk_attn_args a =
+      attn_whole_fwd_args(t->q, t->k, t->v, t->out, t->lse, t->batch, t->seq, t->seq, t->heads, t->kv_heads, t->d, causal);
   a.err = t->err;
   a.timeout_ms = 5000;
   return a;

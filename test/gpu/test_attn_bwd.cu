@@ -30,6 +30,7 @@
 #include <vector>
 #include "attn.h"
 #include "attn_check.cuh"
+#include "attn_run.h"
 #include "expect.h"
 #include "gemm.h"
 
@@ -54,12 +55,7 @@ static void check_err(struct mk_gemm_error* err, const char* what) {
 /* The forward core's out and lse for the whole sequence (test_attn checks it). */
 static void forward(const void* q, const void* k, const void* v, void* out, float* lse, int batch, int seq, int heads,
                     int kv_heads, int d, int causal, struct mk_gemm_error* err) {
-  struct mk_attn_args a;
-  memset(&a, 0, sizeof a);
-  a.q = q, a.out = out, a.lse = lse;
-  a.batch = batch, a.seq_q = seq, a.heads = heads, a.kv_heads = kv_heads, a.d_head = d, a.causal = causal;
-  a.num_kv_blocks = 1;
-  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].seq = seq;
+  struct mk_attn_args a = attn_whole_fwd_args(q, k, v, out, lse, batch, seq, seq, heads, kv_heads, d, causal);
   a.err = err;
   a.timeout_ms = 5000;
   const int rc = mk_attn_fwd_launch(&a, 0);
@@ -114,14 +110,9 @@ static void bufs_free(struct bwd_bufs* t) {
 }
 
 static struct mk_attn_bwd_args whole_args(const struct bwd_bufs* t) {
-  struct mk_attn_bwd_args a;
-  memset(&a, 0, sizeof a);
-  a.q = t->q, a.out = t->out, a.dout = t->dout, a.lse = t->lse, a.delta = t->delta, a.dq_acc = t->dq_acc;
-  a.dq = t->dq;
-  a.batch = t->batch, a.seq_q = t->seq, a.heads = t->heads, a.kv_heads = t->kv_heads, a.d_head = t->d;
-  a.causal = t->causal;
-  a.num_kv_blocks = 1;
-  a.kv[0].k = t->k, a.kv[0].v = t->v, a.kv[0].dk = t->dk, a.kv[0].dv = t->dv, a.kv[0].seq = t->seq;
+  struct mk_attn_bwd_args a = attn_whole_bwd_args(t->q, t->k, t->v, t->out, t->lse, t->dout, t->dq, t->dk, t->dv,
+                                                  t->delta, t->dq_acc, t->batch, t->seq, t->seq, t->heads, t->kv_heads,
+                                                  t->d, t->causal);
   a.err = t->err;
   a.timeout_ms = 5000;
   return a;

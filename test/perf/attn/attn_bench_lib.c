@@ -11,40 +11,21 @@
  * backward's) instead of the default, for A/B runs against cuDNN.
  * Returns attn.h's codes: 0, -EINVAL (a WARN names the argument), -ENOTSUP, -EIO.
  */
-#include <stdlib.h>
-#include <string.h>
-
-#include "attn.h"
+#include "attn_run.h"
 
 #define MK_BENCH_API __attribute__((visibility("default")))
 
-static int bench_variant(void) {
-  const char* v = getenv("MK_ATTN_VARIANT");
-  return v ? atoi(v) : 0;
-}
-
 MK_BENCH_API int mk_bench_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, int batch,
                                    int seq_q, int seq_kv, int heads, int kv_heads, int d, int causal, void* stream) {
-  struct mk_attn_args a;
-  memset(&a, 0, sizeof a);
-  a.q = q, a.out = out, a.lse = lse;
-  a.batch = batch, a.seq_q = seq_q, a.heads = heads, a.kv_heads = kv_heads, a.d_head = d;
-  a.causal = causal;
-  a.num_kv_blocks = 1;
-  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].seq = seq_kv;
-  return mk_attn_fwd_launch_variant(&a, (cudaStream_t)stream, bench_variant());
+  const struct mk_attn_args a = attn_whole_fwd_args(q, k, v, out, lse, batch, seq_q, seq_kv, heads, kv_heads, d, causal);
+  return mk_attn_fwd_launch_variant(&a, (cudaStream_t)stream, attn_test_variant());
 }
 
 MK_BENCH_API int mk_bench_attn_bwd(const void* q, const void* k, const void* v, const void* out, const float* lse,
                                    const void* dout, void* dq, void* dk, void* dv, float* delta, float* dq_acc,
                                    int batch, int seq_q, int seq_kv, int heads, int kv_heads, int d, int causal,
                                    void* stream) {
-  struct mk_attn_bwd_args a;
-  memset(&a, 0, sizeof a);
-  a.q = q, a.out = out, a.dout = dout, a.lse = lse, a.delta = delta, a.dq_acc = dq_acc, a.dq = dq;
-  a.batch = batch, a.seq_q = seq_q, a.heads = heads, a.kv_heads = kv_heads, a.d_head = d;
-  a.causal = causal;
-  a.num_kv_blocks = 1;
-  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].dk = dk, a.kv[0].dv = dv, a.kv[0].seq = seq_kv;
-  return mk_attn_bwd_launch_variant(&a, (cudaStream_t)stream, bench_variant());
+  const struct mk_attn_bwd_args a = attn_whole_bwd_args(q, k, v, out, lse, dout, dq, dk, dv, delta, dq_acc, batch,
+                                                        seq_q, seq_kv, heads, kv_heads, d, causal);
+  return mk_attn_bwd_launch_variant(&a, (cudaStream_t)stream, attn_test_variant());
 }

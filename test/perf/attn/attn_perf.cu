@@ -15,6 +15,7 @@
 #include <string.h>
 #include <vector>
 #include "attn.h"
+#include "attn_run.h"
 #include "gemm.h"
 #include "gemm_check.cuh"
 
@@ -61,12 +62,7 @@ static void bench(struct shape sh, int iters) {
   fill_random_bf16(k, nkv, 12, 2.0f);
   fill_random_bf16(v, nkv, 13, 1.0f);
   poison(out, nq * 2);
-  struct mk_attn_args a;
-  memset(&a, 0, sizeof a);
-  a.q = q, a.out = out, a.lse = lse;
-  a.batch = sh.b, a.seq_q = sh.s, a.heads = sh.h, a.kv_heads = sh.hkv, a.d_head = sh.d, a.causal = sh.causal;
-  a.num_kv_blocks = 1;
-  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].seq = sh.skv;
+  struct mk_attn_args a = attn_whole_fwd_args(q, k, v, out, lse, sh.b, sh.s, sh.skv, sh.h, sh.hkv, sh.d, sh.causal);
   a.err = err;
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
@@ -130,20 +126,11 @@ static void bench_bwd(struct shape sh, int iters) {
   fill_random_bf16(v, nkv, 13, 1.0f);
   fill_random_bf16(dout, nq, 14, 1.0f);
   poison(dq, nq * 2), poison(dk, nkv * 2), poison(dv, nkv * 2);
-  struct mk_attn_args f;
-  memset(&f, 0, sizeof f);
-  f.q = q, f.out = out, f.lse = lse;
-  f.batch = sh.b, f.seq_q = sh.s, f.heads = sh.h, f.kv_heads = sh.hkv, f.d_head = sh.d, f.causal = sh.causal;
-  f.num_kv_blocks = 1;
-  f.kv[0].k = k, f.kv[0].v = v, f.kv[0].seq = sh.skv;
+  struct mk_attn_args f = attn_whole_fwd_args(q, k, v, out, lse, sh.b, sh.s, sh.skv, sh.h, sh.hkv, sh.d, sh.causal);
   f.err = err;
   if (mk_attn_fwd_launch(&f, 0) != 0) exit(1);
-  struct mk_attn_bwd_args a;
-  memset(&a, 0, sizeof a);
-  a.q = q, a.out = out, a.dout = dout, a.lse = lse, a.delta = delta, a.dq_acc = dq_acc, a.dq = dq;
-  a.batch = sh.b, a.seq_q = sh.s, a.heads = sh.h, a.kv_heads = sh.hkv, a.d_head = sh.d, a.causal = sh.causal;
-  a.num_kv_blocks = 1;
-  a.kv[0].k = k, a.kv[0].v = v, a.kv[0].dk = dk, a.kv[0].dv = dv, a.kv[0].seq = sh.skv;
+  struct mk_attn_bwd_args a = attn_whole_bwd_args(q, k, v, out, lse, dout, dq, dk, dv, delta, dq_acc, sh.b, sh.s,
+                                                  sh.skv, sh.h, sh.hkv, sh.d, sh.causal);
   a.err = err;
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
