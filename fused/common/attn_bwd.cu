@@ -194,25 +194,24 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
   return 0;
 }
 
+/* The configuration of a variant for the call's head dimension. */
+template <class Cfg128, class Cfg64>
+static int attn_bwd_launch_d(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
+  return a->d_head == 128 ? attn_bwd_launch_cfg<Cfg128>(a, stream) : attn_bwd_launch_cfg<Cfg64>(a, stream);
+}
+
 extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cudaStream_t stream, int variant) {
   MK_CHECK(mk_attn_bwd_check(a));
   if (variant < 0 || variant >= MK_ATTN_BWD_VARIANTS) BWD_REJECT("mk_attn_bwd: variant %d unknown", variant);
   int sms = 0;
   MK_CHECK(mk_sm90_sms("mk_attn_bwd", &sms));
-  if (variant == 1)
-    return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128_red>(a, stream)
-                            : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64_red>(a, stream);
-  if (variant == 2)
-    return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128_defer>(a, stream)
-                            : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64_defer>(a, stream);
-  if (variant == 3)
-    return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128_now>(a, stream)
-                            : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64_now>(a, stream);
-  if (variant == 4)
-    return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128_late_alt>(a, stream)
-                            : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64_late_alt>(a, stream);
-  return a->d_head == 128 ? attn_bwd_launch_cfg<mk_attn_bwd_cfg_d128>(a, stream)
-                          : attn_bwd_launch_cfg<mk_attn_bwd_cfg_d64>(a, stream);
+  switch (variant) {
+    case 1: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_red, mk_attn_bwd_cfg_d64_red>(a, stream);
+    case 2: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_defer, mk_attn_bwd_cfg_d64_defer>(a, stream);
+    case 3: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_now, mk_attn_bwd_cfg_d64_now>(a, stream);
+    case 4: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_late_alt, mk_attn_bwd_cfg_d64_late_alt>(a, stream);
+    default: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128, mk_attn_bwd_cfg_d64>(a, stream);
+  }
 }
 
 extern "C" int mk_attn_bwd_launch(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
