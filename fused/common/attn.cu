@@ -197,26 +197,26 @@ static int attn_launch_cfg(const struct mk_attn_args* a, cudaStream_t stream, in
   return 0;
 }
 
+/* The configuration of a variant for the call's head dimension. */
+template <class Cfg128, class Cfg64>
+static int attn_launch_d(const struct mk_attn_args* a, cudaStream_t stream, int sms, int order) {
+  return a->d_head == 128 ? attn_launch_cfg<Cfg128>(a, stream, sms, order)
+                          : attn_launch_cfg<Cfg64>(a, stream, sms, order);
+}
+
 extern "C" int mk_attn_fwd_launch_variant(const struct mk_attn_args* a, cudaStream_t stream, int variant) {
   MK_CHECK(mk_attn_fwd_check(a));
   if (variant < 0 || variant >= MK_ATTN_VARIANTS) ATTN_REJECT("mk_attn_fwd: variant %d unknown", variant);
   int sms = 0;
   MK_CHECK(mk_sm90_sms("mk_attn_fwd", &sms));
-  const int d128 = a->d_head == 128;
   switch (variant) {
-    case 1: return d128 ? attn_launch_cfg<mk_attn_cfg_d128_plain>(a, stream, sms, 0)
-                        : attn_launch_cfg<mk_attn_cfg_d64_plain>(a, stream, sms, 0);
-    case 2: return d128 ? attn_launch_cfg<mk_attn_cfg_d128_pp2>(a, stream, sms, 0)
-                        : attn_launch_cfg<mk_attn_cfg_d64_pp4>(a, stream, sms, 0);
+    case 1: return attn_launch_d<mk_attn_cfg_d128_plain, mk_attn_cfg_d64_plain>(a, stream, sms, 0);
+    case 2: return attn_launch_d<mk_attn_cfg_d128_pp2, mk_attn_cfg_d64_pp4>(a, stream, sms, 0);
     case 3:
-    case 4: return d128 ? attn_launch_cfg<mk_attn_cfg_d128_pers>(a, stream, sms, variant - 3)
-                        : attn_launch_cfg<mk_attn_cfg_d64_pers>(a, stream, sms, variant - 3);
-    case 5: return d128 ? attn_launch_cfg<mk_attn_cfg_d128_bn128>(a, stream, sms, 0)
-                        : attn_launch_cfg<mk_attn_cfg_d64_bn128>(a, stream, sms, 0);
-    case 6: return d128 ? attn_launch_cfg<mk_attn_cfg_d128_split2>(a, stream, sms, 0)
-                        : attn_launch_cfg<mk_attn_cfg_d64_split2>(a, stream, sms, 0);
-    default: return d128 ? attn_launch_cfg<mk_attn_cfg_d128>(a, stream, sms, 0)
-                         : attn_launch_cfg<mk_attn_cfg_d64>(a, stream, sms, 0);
+    case 4: return attn_launch_d<mk_attn_cfg_d128_pers, mk_attn_cfg_d64_pers>(a, stream, sms, variant - 3);
+    case 5: return attn_launch_d<mk_attn_cfg_d128_bn128, mk_attn_cfg_d64_bn128>(a, stream, sms, 0);
+    case 6: return attn_launch_d<mk_attn_cfg_d128_split2, mk_attn_cfg_d64_split2>(a, stream, sms, 0);
+    default: return attn_launch_d<mk_attn_cfg_d128, mk_attn_cfg_d64>(a, stream, sms, 0);
   }
 }
 

@@ -61,8 +61,8 @@ static void bufs_free(struct attn_bufs* t) {
 
 /* The whole sequence as one block. */
 static struct mk_attn_args whole_args(const struct attn_bufs* t, int causal) {
-  struct mk_attn_args a =
-      attn_whole_fwd_args(t->q, t->k, t->v, t->out, t->lse, t->batch, t->seq, t->seq, t->heads, t->kv_heads, t->d, causal);
+  struct mk_attn_args a = attn_whole_fwd_args(t->q, t->k, t->v, t->out, t->lse, t->batch, t->seq, t->seq,
+                                              t->heads, t->kv_heads, t->d, causal);
   a.err = t->err;
   a.timeout_ms = 5000;
   return a;

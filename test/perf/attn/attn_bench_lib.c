@@ -17,7 +17,8 @@
 
 MK_BENCH_API int mk_bench_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, int batch,
                                    int seq_q, int seq_kv, int heads, int kv_heads, int d, int causal, void* stream) {
-  const struct mk_attn_args a = attn_whole_fwd_args(q, k, v, out, lse, batch, seq_q, seq_kv, heads, kv_heads, d, causal);
+  const struct mk_attn_args a =
+      attn_whole_fwd_args(q, k, v, out, lse, batch, seq_q, seq_kv, heads, kv_heads, d, causal);
   return mk_attn_fwd_launch_variant(&a, (cudaStream_t)stream, attn_test_variant());
 }
 
