@@ -154,9 +154,8 @@ int mk_attn_bwd_launch(const struct mk_attn_bwd_args* args, cudaStream_t stream)
  * with fp32 red.add, 2 issues each step's dQ product in the next step so that the consumer warp
  * groups need not meet every step (DEFER_DQ), 3 issues the reductions in their own step
  * (sessions 25-30's default), 4 is 0 with the other issuer (the consumers at D = 128, the
- * producer at D = 64), 5 is 0 with each CTA's steps over the query tiles last to first, the
- * group's heads inner (attn_bwd_cfg.cuh attn_bwd_step_of). */
-#define MK_ATTN_BWD_VARIANTS 6
+ * producer at D = 64). */
+#define MK_ATTN_BWD_VARIANTS 5
 int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* args, cudaStream_t stream, int variant);
 
 /* The first query tile (bm rows, counted from the range's first query at q_pos0) holding a

@@ -118,7 +118,7 @@ static cudaError_t attn_bwd_prepare_cfg(void) {
 }
 
 template <class Cfg>
-static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t stream, int step_order) {
+static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
   struct mk_attn_bwd_maps maps;
   struct mk_attn_bwd_params p;
   memset(&maps, 0, sizeof maps);
@@ -153,7 +153,6 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
   p.kv_heads = a->kv_heads;
   p.causal = a->causal ? 1 : 0;
   p.order = p.causal; /* longest first (attn.h); without the mask every CTA has the same work */
-  p.step_order = step_order;
   p.q_row0 = a->q_row0;
   p.q_rows = q_rows;
   p.q_pos0 = a->q_pos0;
@@ -197,9 +196,8 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
 
 /* The configuration of a variant for the call's head dimension. */
 template <class Cfg128, class Cfg64>
-static int attn_bwd_launch_d(const struct mk_attn_bwd_args* a, cudaStream_t stream, int step_order = 0) {
-  return a->d_head == 128 ? attn_bwd_launch_cfg<Cfg128>(a, stream, step_order)
-                          : attn_bwd_launch_cfg<Cfg64>(a, stream, step_order);
+static int attn_bwd_launch_d(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
+  return a->d_head == 128 ? attn_bwd_launch_cfg<Cfg128>(a, stream) : attn_bwd_launch_cfg<Cfg64>(a, stream);
 }
 
 extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cudaStream_t stream, int variant) {
@@ -212,7 +210,6 @@ extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cuda
     case 2: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_defer, mk_attn_bwd_cfg_d64_defer>(a, stream);
     case 3: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_now, mk_attn_bwd_cfg_d64_now>(a, stream);
     case 4: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_late_alt, mk_attn_bwd_cfg_d64_late_alt>(a, stream);
-    case 5: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128, mk_attn_bwd_cfg_d64>(a, stream, 1);
     default: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128, mk_attn_bwd_cfg_d64>(a, stream);
   }
 }

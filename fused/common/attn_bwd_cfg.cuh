@@ -90,8 +90,7 @@ struct mk_attn_bwd_block_params {
 
 struct mk_attn_bwd_params {
   int seq_q, heads, kv_heads, causal;
-  int order;      /* mk_attn_bwd_cta_work's */
-  int step_order; /* attn_bwd_step_of's: 0 head by head, 1 query tiles last to first, heads inner */
+  int order; /* mk_attn_bwd_cta_work's */
   int q_row0, q_rows;
   long long q_pos0;
   int num_kv_blocks;
@@ -114,32 +113,20 @@ struct mk_attn_bwd_maps {
 /* A CTA's key tile: tile t of KV block bi, kv head hk, batch b; its valid keys and first key's
  * position; the query tiles that see it (i0 on, per_head per query head) and its steps. */
 struct attn_bwd_tile {
-  int bi, t, hk, b, group, keys_left, i0, per_head, steps, qmajor, rot;
+  int bi, t, hk, b, group, keys_left, i0, per_head, steps;
   long long key_first;
 };
 
-/* Step s of a tile: the query head it reads and the query tile. Head by head (qmajor 0): the
- * group's heads in turn, each over its query tiles. Query tiles last to first (qmajor 1), the
- * group's heads inner, starting at head rot: the causal CTAs of a kv head then read the same
- * query tiles at the same step (their tiles all end at the last query tile) instead of drifting
- * apart over the heads, and rot (the key tile's index mod the group) keeps neighbours off the
- * same dQ rows at once. */
+/* Step s of a tile: the query head it reads (the group's heads in turn, each over its query
+ * tiles) and the query tile. */
 struct attn_bwd_step {
   int h, qi;
 };
 
 __device__ __forceinline__ struct attn_bwd_step attn_bwd_step_of(const struct attn_bwd_tile& k, int s) {
   struct attn_bwd_step st;
-  if (k.qmajor) {
-    const int g = s / k.group;
-    int h = s - g * k.group + k.rot;
-    if (h >= k.group) h -= k.group;
-    st.h = k.hk * k.group + h;
-    st.qi = k.i0 + k.per_head - 1 - g;
-  } else {
-    st.h = k.hk * k.group + s / k.per_head;
-    st.qi = k.i0 + s % k.per_head;
-  }
+  st.h = k.hk * k.group + s / k.per_head;
+  st.qi = k.i0 + s % k.per_head;
   return st;
 }
 
@@ -159,7 +146,6 @@ __device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk
   k.i0 = mk_attn_bwd_first_q_tile(p.q_pos0, k.key_first, Cfg::BM, p.causal);
   if (k.i0 > nqt) k.i0 = nqt;
   k.per_head = nqt - k.i0, k.steps = k.group * k.per_head;
-  k.qmajor = p.step_order, k.rot = k.t % k.group;
   return k;
 }
 
