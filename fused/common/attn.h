@@ -134,10 +134,6 @@ struct mk_attn_bwd_args {
   const uint64_t* acc_gate;
   struct mk_gemm_error* err; /* optional: a wait that timed out is recorded here */
   uint32_t timeout_ms;       /* 0: 10000 */
-  /* optional: the first wave's CTAs start spread over this many ns (the c-th of the device's
-   * SMs waits c / SMs of it). CTAs of equal work all store their dK/dV at once, in every wave:
-   * where those stores cross NVLink (the ring's partials) each wave then waits out the burst. */
-  uint32_t stagger_ns;
 };
 
 #define MK_ATTN_ACC_GATE_CLOSED (1ull << 63)

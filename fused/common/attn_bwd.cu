@@ -118,7 +118,7 @@ static cudaError_t attn_bwd_prepare_cfg(void) {
 }
 
 template <class Cfg>
-static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t stream, int sms) {
+static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
   struct mk_attn_bwd_maps maps;
   struct mk_attn_bwd_params p;
   memset(&maps, 0, sizeof maps);
@@ -165,8 +165,6 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
   p.acc_gate = a->acc_gate;
   p.err = a->err;
   p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
-  p.stagger_ns = a->stagger_ns;
-  p.stagger_ctas = sms;
 
   cudaError_t e = attn_bwd_prepare_cfg<Cfg>();
   const size_t rows_all = (size_t)a->batch * q_rows * a->heads;
@@ -198,8 +196,8 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
 
 /* The configuration of a variant for the call's head dimension. */
 template <class Cfg128, class Cfg64>
-static int attn_bwd_launch_d(const struct mk_attn_bwd_args* a, cudaStream_t stream, int sms) {
-  return a->d_head == 128 ? attn_bwd_launch_cfg<Cfg128>(a, stream, sms) : attn_bwd_launch_cfg<Cfg64>(a, stream, sms);
+static int attn_bwd_launch_d(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
+  return a->d_head == 128 ? attn_bwd_launch_cfg<Cfg128>(a, stream) : attn_bwd_launch_cfg<Cfg64>(a, stream);
 }
 
 extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cudaStream_t stream, int variant) {
@@ -208,11 +206,11 @@ extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cuda
   int sms = 0;
   MK_CHECK(mk_sm90_sms("mk_attn_bwd", &sms));
   switch (variant) {
-    case 1: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_red, mk_attn_bwd_cfg_d64_red>(a, stream, sms);
-    case 2: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_defer, mk_attn_bwd_cfg_d64_defer>(a, stream, sms);
-    case 3: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_now, mk_attn_bwd_cfg_d64_now>(a, stream, sms);
-    case 4: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_late_alt, mk_attn_bwd_cfg_d64_late_alt>(a, stream, sms);
-    default: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128, mk_attn_bwd_cfg_d64>(a, stream, sms);
+    case 1: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_red, mk_attn_bwd_cfg_d64_red>(a, stream);
+    case 2: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_defer, mk_attn_bwd_cfg_d64_defer>(a, stream);
+    case 3: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_now, mk_attn_bwd_cfg_d64_now>(a, stream);
+    case 4: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_late_alt, mk_attn_bwd_cfg_d64_late_alt>(a, stream);
+    default: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128, mk_attn_bwd_cfg_d64>(a, stream);
   }
 }
 

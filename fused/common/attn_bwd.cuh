@@ -453,12 +453,6 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
   attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0);
 }
 
-/* CTA c of the first wave's `ctas` starts c / ctas of `ns` late (mk_attn_bwd_args.stagger_ns). */
-static __device__ __noinline__ void attn_bwd_stagger(uint32_t ns, int c, int ctas) {
-  const uint64_t delay = (uint64_t)ns * c / ctas, t0 = globaltimer_ns();
-  while (globaltimer_ns() - t0 < delay) __nanosleep(256);
-}
-
 /* grid (key tiles of all blocks, kv heads, batch). */
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
@@ -489,7 +483,6 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
   w.err_tag = 0;
   w.tile = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   w.timeout_ns = p.timeout_ns;
-  if (p.stagger_ns && (int)w.tile < p.stagger_ctas) attn_bwd_stagger(p.stagger_ns, (int)w.tile, p.stagger_ctas);
 
   if (wg == 0) {
     setmaxnreg_dec<40>();

@@ -102,8 +102,6 @@ struct mk_attn_bwd_params {
   const uint64_t* acc_gate; /* mk_attn_bwd_args.acc_gate */
   struct mk_gemm_error* err;
   uint64_t timeout_ns;
-  uint32_t stagger_ns; /* mk_attn_bwd_args.stagger_ns */
-  int stagger_ctas;    /* the first wave: the device's SMs */
 };
 
 struct mk_attn_bwd_maps {

@@ -42,11 +42,6 @@
 #include "schedule.h"
 
 #define MK_RA_BWD_NAME "ncclMkRingAttentionBackward"
-/* Non-causal, the calls on a peer's block store each CTA's fp32 dK/dV (128 keys x D x 8 bytes)
- * into the owner over NVLink at its end; CTAs of equal work do that all at once, in every wave,
- * and wait out the burst: the first wave's starts are spread over one burst's time (132 SMs'
- * stores at ~350 GB/s, DESIGN.md), per column of D. */
-#define MK_RA_BWD_STAGGER_NS_PER_COLUMN 386u
 
 int mk_ra_bwd_args_check(const void* q, const void* k, const void* v, const void* out, const float* lse,
                          const void* dout, const void* dq, const void* dk, const void* dv, size_t batch,
@@ -105,7 +100,6 @@ static void ra_bwd_core_args(const struct mk_fused_comm* fc, const struct mk_ra_
       void* owner_data = src == r ? data : (char*)fc->peer_sym[src] + MK_AG_DATA_OFFSET;
       b->dk_acc = mk_ra_bwd_acc(owner_data, l, r);
       b->acc_overwrite = 1;
-      if (src != r) a->stagger_ns = MK_RA_BWD_STAGGER_NS_PER_COLUMN * (uint32_t)d_head;
     }
     b->dv_acc = b->dk_acc + l->kv_elems;
     b->seq = s_local;
