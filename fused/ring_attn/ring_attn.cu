@@ -22,10 +22,9 @@ extern "C" {
 }
 
 /* The core's configurations until session 30 (attn.cu variant 5: 128-key tiles, 3 stages).
- * The core's default now (176-key tiles, K and V released separately:
- * bench/patches/ring-attn-split-176.patch) compiles here too (ra_produce's SPLIT_KV step), with
- * 204 / 144 bytes of spill stores at D = 128 / 64 (the producer at 24 registers), but has not
- * run on 2 GPUs yet (bench/NOTES.md, session 30). */
+ * The core's default since (176-key tiles, K and V released separately) compiles here too
+ * (ra_produce's SPLIT_KV step) but with producer spills, and ran 3-4% slower in this kernel
+ * on 2 H200s (bench/NOTES.md, session 32), so the ring keeps 128-key tiles. */
 typedef mk_attn_cfg<128, 3, 1> mk_ra_cfg_d128;
 typedef mk_attn_cfg<64, 3, 1> mk_ra_cfg_d64;
 
