@@ -49,14 +49,14 @@ struct mk_ra_bwd_call {
 /* Fills calls[] (room for max) with rank r's core calls; returns their number, or -1 if they
  * do not fit (never with max >= MK_RA_BWD_MAX_CALLS and nranks <= 8). */
 /* Appends to `calls` (n of max used) the segments of query range qh (-1: all rows) from the
- * sources own (1: only this rank's block; 0: only the peers'), four to a call. Returns the new
- * n, or -1 when max is too small. */
+ * sources own (1: only this rank's block; 0: only the peers'; -1: every block), four to a call.
+ * Returns the new n, or -1 when max is too small. */
 static inline int mk_ra_bwd_plan_range(int rank, int nranks, int causal, int qh, int own,
                                        struct mk_ra_bwd_call* calls, int n, int max) {
   const int start = n;
   for (int s = 0; s < nranks; s++) {
     const int src = mk_ra_kv_source(rank, nranks, s);
-    if ((src == rank) != own) continue;
+    if (own >= 0 && (src == rank) != own) continue;
     for (int kh = 0; kh < (causal ? 2 : 1); kh++) {
       if (causal && mk_ra_step_mask(rank, nranks, s, qh, kh, 1) == MK_RA_NONE) continue;
       if (n == start || calls[n - 1].nseg == MK_RA_BWD_MAX_SEGS) {
@@ -75,6 +75,17 @@ static inline int mk_ra_bwd_plan_range(int rank, int nranks, int causal, int qh,
   return n;
 }
 
+/* Marks each query range's first call (computes delta, zeroes dq_acc) and last (writes dq). */
+static inline void mk_ra_bwd_plan_mark(int causal, struct mk_ra_bwd_call* calls, int n) {
+  for (int qh = 0; qh < (causal ? 2 : 1); qh++) {
+    const int want = causal ? qh : -1;
+    int first = -1, last = -1;
+    for (int i = 0; i < n; i++)
+      if (calls[i].q_half == want) last = i, first = first < 0 ? i : first;
+    if (first >= 0) calls[first].first = 1, calls[last].last = 1;
+  }
+}
+
 /* The plan: first every query range against this rank's own block (one call each: it needs
  * nothing from the peers, so it runs while their K/V are still arriving), then every range
  * against the peers' blocks. *own_calls gets the number of the first kind. Returns the number
@@ -89,14 +100,19 @@ static inline int mk_ra_bwd_plan(int rank, int nranks, int causal, struct mk_ra_
     if (n < 0) return -1;
     if (own && own_calls) *own_calls = n;
   }
-  /* a range's first call computes delta and zeroes dq_acc, its last writes dq */
-  for (int qh = 0; qh < qhalves; qh++) {
-    const int want = causal ? qh : -1;
-    int first = -1, last = -1;
-    for (int i = 0; i < n; i++)
-      if (calls[i].q_half == want) last = i, first = first < 0 ? i : first;
-    if (first >= 0) calls[first].first = 1, calls[last].last = 1;
-  }
+  mk_ra_bwd_plan_mark(causal, calls, n);
+  return n;
+}
+
+/* The same work in fewer calls: each query range against every block it sees, own block
+ * first, four segments to a call. A call then reads peers' K/V from its start, so it needs
+ * them there (or its CTAs waiting for them); ring_bwd_emul times both plans on one GPU. */
+static inline int mk_ra_bwd_plan_merged(int rank, int nranks, int causal, struct mk_ra_bwd_call* calls, int max) {
+  int n = 0;
+  for (int qh = 0; qh < (causal ? 2 : 1) && n >= 0; qh++)
+    n = mk_ra_bwd_plan_range(rank, nranks, causal, causal ? qh : -1, -1, calls, n, max);
+  if (n < 0) return -1;
+  mk_ra_bwd_plan_mark(causal, calls, n);
   return n;
 }
 

@@ -103,6 +103,36 @@ struct mk_ra_bwd_reduce_args {
  * then ends the call (done = e). 0, -ENOTSUP (no sm_90 device) or -EIO. */
 int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cudaStream_t stream);
 
+/* Where rank `rank`'s backward core calls read and write: its data area and every rank's
+ * (ra_bwd_plan.h's layout; peer_data[rank] = data), the gather's "gave up" word, the error
+ * record. The ring passes its workspaces; a one-GPU emulation (attn_perf -R) buffers of its own. */
+struct mk_ra_bwd_areas {
+  int rank, nranks;
+  void* data;
+  void* peer_data[MK_RA_MAX_RANKS];
+  const uint64_t* acc_gate;
+  struct mk_gemm_error* err;
+  uint32_t timeout_ms;
+};
+
+/* The call's tensors, as ncclMkRingAttentionBackward takes them. */
+struct mk_ra_bwd_tensors {
+  const void *q, *k, *v, *out;
+  const float* lse;
+  const void* dout;
+  void* dq;
+  int batch, s_local, heads, kv_heads, d_head, causal;
+};
+
+struct mk_ra_bwd_layout;
+struct mk_ra_bwd_call;
+struct mk_attn_bwd_args;
+/* The backward core's arguments for plan call c (ra_bwd_plan.h) of rank ar->rank
+ * (ring_attn_bwd.c): its query range, its KV segments (the rank's own k, v or its slots)
+ * at their global positions, and where their partial dK / dV go. */
+void mk_ra_bwd_core_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bwd_layout* l,
+                         const struct mk_ra_bwd_call* c, const struct mk_ra_bwd_tensors* t, struct mk_attn_bwd_args* a);
+
 /* ---- shared by the forward and the backward (ring_attn.c) ------------------------------- */
 struct mk_fused_comm;
 int mk_ra_shape_check(const char* name, const void* lse, size_t batch, size_t s_local, size_t heads, size_t kv_heads,

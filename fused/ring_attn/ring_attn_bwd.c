@@ -63,19 +63,16 @@ int mk_ra_bwd_args_check(const void* q, const void* k, const void* v, const void
 /* Flag word `index` of ra_bwd_plan.h's layout in the workspace at `sym` (this rank's or a peer's). */
 static uint64_t* ra_bwd_word(void* sym, long index) { return (uint64_t*)sym + MK_AG_FLAG0 + index; }
 
-/* The core's arguments for plan call c (everything checked before anything is launched). */
-static void ra_bwd_core_args(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l, void* data,
-                             const struct mk_ra_bwd_call* c, const void* q, const void* k, const void* v,
-                             const void* out, const float* lse, const void* dout, void* dq, int batch, int s_local,
-                             int heads, int kv_heads, int d_head, int causal, struct mk_attn_bwd_args* a) {
-  const int n = fc->nranks, r = fc->rank, half = s_local / 2;
+void mk_ra_bwd_core_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bwd_layout* l,
+                         const struct mk_ra_bwd_call* c, const struct mk_ra_bwd_tensors* t, struct mk_attn_bwd_args* a) {
+  const int n = ar->nranks, r = ar->rank, s_local = t->s_local, half = s_local / 2;
   memset(a, 0, sizeof *a);
-  a->q = q, a->out = out, a->dout = dout, a->lse = lse;
-  a->delta = (float*)((char*)data + l->delta);
-  a->dq_acc = (float*)((char*)data + l->dq_acc);
-  a->dq = c->last ? dq : NULL;
-  a->batch = batch, a->seq_q = s_local, a->heads = heads, a->kv_heads = kv_heads, a->d_head = d_head;
-  a->causal = causal;
+  a->q = t->q, a->out = t->out, a->dout = t->dout, a->lse = t->lse;
+  a->delta = (float*)((char*)ar->data + l->delta);
+  a->dq_acc = (float*)((char*)ar->data + l->dq_acc);
+  a->dq = c->last ? t->dq : NULL;
+  a->batch = t->batch, a->seq_q = s_local, a->heads = t->heads, a->kv_heads = t->kv_heads, a->d_head = t->d_head;
+  a->causal = t->causal;
   if (c->q_half >= 0) {
     a->q_row0 = c->q_half * half, a->q_rows = half;
     a->q_pos0 = (long long)mk_ra_zigzag_chunk(r, n, c->q_half) * half;
@@ -88,17 +85,16 @@ static void ra_bwd_core_args(const struct mk_fused_comm* fc, const struct mk_ra_
     const int src = c->seg[i].src, kh = c->seg[i].k_half;
     struct mk_attn_bwd_kv_block* b = &a->kv[i];
     if (src == r) {
-      b->k = k, b->v = v;
+      b->k = t->k, b->v = t->v;
     } else {
       const uint16_t* slot = /* bf16 */
-          (const uint16_t*)((char*)data + l->slots) + (size_t)mk_sched_rs_slot(src, r) * 2 * l->kv_elems;
+          (const uint16_t*)((char*)ar->data + l->slots) + (size_t)mk_sched_rs_slot(src, r) * 2 * l->kv_elems;
       b->k = slot, b->v = slot + l->kv_elems;
     }
-    if (causal) { /* a block's halves meet several query ranges: added here, read by the owner */
-      b->dk_acc = mk_ra_bwd_acc(data, l, src);
+    if (t->causal) { /* a block's halves meet several query ranges: added here, read by the owner */
+      b->dk_acc = mk_ra_bwd_acc(ar->data, l, src);
     } else { /* one call per block: stored straight into the owner's acc[r] */
-      void* owner_data = src == r ? data : (char*)fc->peer_sym[src] + MK_AG_DATA_OFFSET;
-      b->dk_acc = mk_ra_bwd_acc(owner_data, l, r);
+      b->dk_acc = mk_ra_bwd_acc(src == r ? ar->data : ar->peer_data[src], l, r);
       b->acc_overwrite = 1;
     }
     b->dv_acc = b->dk_acc + l->kv_elems;
@@ -110,9 +106,9 @@ static void ra_bwd_core_args(const struct mk_fused_comm* fc, const struct mk_ra_
       b->row0 = 0, b->rows = s_local, b->pos0 = (long long)src * s_local;
     }
   }
-  a->acc_gate = ra_bwd_word(fc->sym, l->gave_up); /* the gather's "gave up" */
-  a->err = fc->err;
-  a->timeout_ms = (uint32_t)fc->cfg.timeout_ms;
+  a->acc_gate = ar->acc_gate;
+  a->err = ar->err;
+  a->timeout_ms = ar->timeout_ms;
 }
 
 /* Step 4's arguments: this rank's accumulator of its own block, each peer's accumulator of
@@ -181,8 +177,15 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
     MK_WARN(MK_RA_BWD_NAME ": internal: no plan for rank %d of %d", fc->rank, n);
     return ncclInternalError;
   }
+  struct mk_ra_bwd_areas areas = {.rank = fc->rank, .nranks = n, .data = data,
+                                   .acc_gate = ra_bwd_word(fc->sym, l.gave_up), /* the gather's "gave up" */
+                                   .err = fc->err, .timeout_ms = (uint32_t)fc->cfg.timeout_ms};
+  for (int d = 0; d < n; d++) areas.peer_data[d] = d == fc->rank ? data : (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
+  const struct mk_ra_bwd_tensors tensors = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .dout = dout, .dq = dq,
+                                            .batch = B, .s_local = S, .heads = H, .kv_heads = Hkv, .d_head = D,
+                                            .causal = causal};
   for (int i = 0; i < ncalls; i++) {
-    ra_bwd_core_args(fc, &l, data, &plan[i], q, k, v, out, lse, dout, dq, B, S, H, Hkv, D, causal, &core[i]);
+    mk_ra_bwd_core_args(&areas, &l, &plan[i], &tensors, &core[i]);
     rc = mk_attn_bwd_check(&core[i]);
     if (rc) return mk_result_from_errno(rc);
   }

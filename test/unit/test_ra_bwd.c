@@ -6,6 +6,11 @@
  *     is, at most 4 KV segments per call, a query range's calls are contiguous with `first` on
  *     the first and `last` on the last (the core arguments built from it are checked with
  *     mk_attn_bwd_check by the op itself before any launch, not here);
+ *   - the merged plan (mk_ra_bwd_plan_merged): the same (range, block, half) segments in no more
+ *     calls, a call's segments of one range, the own block first in each range;
+ *   - the core arguments of a plan call (mk_ra_bwd_core_args): the range's rows and position,
+ *     the own k, v or the slot of each peer block, causal partials added into this rank's
+ *     acc[src], non-causal ones stored into the owner's acc[rank];
  *   - the workspace layout: regions in order, 256-byte aligned, disjoint, sized as documented.
  */
 #include <errno.h>
@@ -93,6 +98,82 @@ static void plan_covers_every_visible_pair_own_block_first(void) {
       }
 }
 
+/* (range, src, half) -> count over a plan's calls. */
+static void plan_segments(const struct mk_ra_bwd_call* c, int m, int causal, int seen[2][16][2]) {
+  memset(seen, 0, sizeof(int) * 2 * 16 * 2);
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < c[i].nseg; j++)
+      seen[causal ? c[i].q_half : 0][c[i].seg[j].src][causal ? c[i].seg[j].k_half : 0]++;
+}
+
+static void merged_plan_covers_the_same_pairs_in_no_more_calls(void) {
+  for (int n = 2; n <= MK_RA_MAX_RANKS; n++)
+    for (int causal = 0; causal < 2; causal++)
+      for (int r = 0; r < n; r++) {
+        struct mk_ra_bwd_call a[MK_RA_BWD_MAX_CALLS], b[MK_RA_BWD_MAX_CALLS];
+        const int m = mk_ra_bwd_plan(r, n, causal, a, MK_RA_BWD_MAX_CALLS, NULL);
+        const int mm = mk_ra_bwd_plan_merged(r, n, causal, b, MK_RA_BWD_MAX_CALLS);
+        CHECK(mm >= 1 && mm <= m);
+        CHECK_EQ(mk_ra_bwd_plan_merged(r, n, causal, b, mm - 1), -1);
+        mk_ra_bwd_plan_merged(r, n, causal, b, MK_RA_BWD_MAX_CALLS);
+        int sa[2][16][2], sb[2][16][2];
+        plan_segments(a, m, causal, sa);
+        plan_segments(b, mm, causal, sb);
+        CHECK(!memcmp(sa, sb, sizeof sa));
+        int firsts[3] = {0, 0, 0}, lasts[3] = {0, 0, 0};
+        for (int i = 0; i < mm; i++) {
+          CHECK(b[i].nseg >= 1 && b[i].nseg <= MK_RA_BWD_MAX_SEGS);
+          firsts[b[i].q_half + 1] += b[i].first, lasts[b[i].q_half + 1] += b[i].last;
+          const int range_start = i == 0 || b[i - 1].q_half != b[i].q_half;
+          for (int j = 0; j < b[i].nseg; j++) /* the own block (when seen) is the range's first */
+            CHECK(b[i].seg[j].src != r || (range_start && j < 2));
+        }
+        for (int qh = 0; qh < (causal ? 2 : 1); qh++) {
+          CHECK_EQ(firsts[causal ? qh + 1 : 0], 1);
+          CHECK_EQ(lasts[causal ? qh + 1 : 0], 1);
+        }
+      }
+}
+
+static void core_args_point_at_the_range_the_blocks_and_the_partials_owner(void) {
+  struct mk_ra_bwd_layout l;
+  mk_ra_bwd_layout(2, 1, 256, 8, 2, 128, 128, &l);
+  struct mk_ra_bwd_areas ar;
+  memset(&ar, 0, sizeof ar);
+  ar.rank = 1, ar.nranks = 2, ar.data = fake(10), ar.peer_data[0] = fake(20), ar.peer_data[1] = fake(10);
+  ar.err = (struct mk_gemm_error*)fake(30), ar.timeout_ms = 1234;
+  for (int causal = 0; causal < 2; causal++) {
+    const struct mk_ra_bwd_tensors t = {fake(1), fake(2), fake(3), fake(4), (const float*)fake(5), fake(6), fake(7),
+                                        1, 256, 8, 2, 128, causal};
+    struct mk_ra_bwd_call c[MK_RA_BWD_MAX_CALLS];
+    const int m = mk_ra_bwd_plan(1, 2, causal, c, MK_RA_BWD_MAX_CALLS, NULL);
+    for (int i = 0; i < m; i++) {
+      struct mk_attn_bwd_args a;
+      mk_ra_bwd_core_args(&ar, &l, &c[i], &t, &a);
+      CHECK(a.q == fake(1) && a.dout == fake(6) && a.seq_q == 256 && a.causal == causal);
+      CHECK(a.dq == (c[i].last ? fake(7) : NULL));
+      CHECK_EQ(a.dq_accumulate, !c[i].first);
+      CHECK(a.dq_acc == (float*)((char*)fake(10) + l.dq_acc) && a.err == ar.err && a.timeout_ms == 1234);
+      if (causal) /* rank 1 holds chunks 1 and 2 of 4 */
+        CHECK(a.q_row0 == 128 * c[i].q_half && a.q_rows == 128 && a.q_pos0 == (c[i].q_half ? 256 : 128));
+      else
+        CHECK(a.q_row0 == 0 && a.q_rows == 256 && a.q_pos0 == 256);
+      CHECK_EQ(a.num_kv_blocks, c[i].nseg);
+      for (int j = 0; j < c[i].nseg; j++) {
+        const struct mk_attn_bwd_kv_block* b = &a.kv[j];
+        const int src = c[i].seg[j].src;
+        CHECK(b->k == (src == 1 ? fake(2) : (char*)fake(10) + l.slots));
+        CHECK(b->v == (src == 1 ? fake(3) : (char*)fake(10) + l.slots + 2 * l.kv_elems));
+        if (causal)
+          CHECK(b->dk_acc == mk_ra_bwd_acc(fake(10), &l, src) && !b->acc_overwrite);
+        else
+          CHECK(b->dk_acc == mk_ra_bwd_acc(src == 1 ? fake(10) : fake(20), &l, 1) && b->acc_overwrite);
+        CHECK(b->dv_acc == b->dk_acc + l.kv_elems);
+      }
+    }
+  }
+}
+
 static void layout_is_aligned_disjoint_and_sized(void) {
   const int shapes[][6] = {{1, 256, 8, 1, 128, 128}, {2, 77, 4, 2, 64, 128}, {3, 1000, 16, 2, 128, 256}};
   for (int n = 2; n <= MK_RA_MAX_RANKS; n++)
@@ -119,6 +200,8 @@ static void layout_is_aligned_disjoint_and_sized(void) {
 int main(void) {
   bad_arguments_are_refused();
   plan_covers_every_visible_pair_own_block_first();
+  merged_plan_covers_the_same_pairs_in_no_more_calls();
+  core_args_point_at_the_range_the_blocks_and_the_partials_owner();
   layout_is_aligned_disjoint_and_sized();
   return MK_TEST_RESULT();
 }

@@ -1,0 +1,205 @@
+/*
+ * ring_bwd_emul: the backward core calls that each rank of ncclMkRingAttentionBackward makes
+ * (ra_bwd_plan.h's plan, mk_ra_bwd_core_args's arguments), emulated on one GPU: every rank's
+ * data area (slots, accumulators, delta, dq_acc) is a buffer here, the peers' K/V already in the
+ * slots. It times the core's share of the ring backward, without the gather, the reduce and
+ * NVLink, so that the call structure can be worked on with one GPU (issue 12).
+ * For each shape (S = the whole sequence, S_local = S / n): the core alone on the whole
+ * sequence (the single-GPU figure ring_attn_perf's "core" column gives), then rank r's calls in
+ * order (as one stream runs them), r = 0 .. n-1 one after another, each timed whole, for the
+ * ring's plan (own block first, then the peers') and the merged one (mk_ra_bwd_plan_merged:
+ * fewer calls, each range against every block), interleaved. TFLOP/s
+ * per GPU = (FLOPs of the whole sequence / n) / the slowest rank's time; FLOPs as attn_perf -b
+ * (10 B H S S D, halved causal). Medians of ITERS after two warm-ups. A benchmark, not a test:
+ * correctness is test_ring_attn_bwd's (2 GPUs); inputs random, lse zero (finite P), values
+ * not checked.
+ * Usage: ring_bwd_emul [iters] [shape ...] with shapes B,H,H_kv,D,S,causal; MK_EMUL_RANKS (2).
+ */
+#include <algorithm>
+#include <string.h>
+#include <vector>
+
+#include "attn.h"
+#include "attn_run.h"
+#include "gemm_check.cuh"
+#include "ra_bwd_plan.h"
+#include "ring_attn.h"
+
+struct shape {
+  int b, h, hkv, d, s, causal;
+};
+
+static float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/* One rank's tensors and data area (ra_bwd_plan.h's layout). */
+struct emul_rank {
+  void *q, *k, *v, *out, *dout, *dq, *data;
+  float* lse;
+  struct mk_attn_bwd_args core[2][MK_RA_BWD_MAX_CALLS]; /* the ring's plan, the merged plan */
+  int ncalls[2];
+};
+
+static void emul_alloc(struct emul_rank* e, const struct shape& sh, int s_local, const struct mk_ra_bwd_layout* l,
+                       int r) {
+  const size_t nq = (size_t)sh.b * s_local * sh.h * sh.d, nkv = l->kv_elems;
+  CUDA_OK(cudaMalloc(&e->q, nq * 2));
+  CUDA_OK(cudaMalloc(&e->out, nq * 2));
+  CUDA_OK(cudaMalloc(&e->dout, nq * 2));
+  CUDA_OK(cudaMalloc(&e->dq, nq * 2));
+  CUDA_OK(cudaMalloc(&e->k, nkv * 2));
+  CUDA_OK(cudaMalloc(&e->v, nkv * 2));
+  CUDA_OK(cudaMalloc(&e->lse, (size_t)sh.b * sh.h * s_local * 4));
+  CUDA_OK(cudaMalloc(&e->data, l->total));
+  CUDA_OK(cudaMemset(e->data, 0, l->total));
+  CUDA_OK(cudaMemset(e->lse, 0, (size_t)sh.b * sh.h * s_local * 4));
+  fill_random_bf16(e->q, nq, 100 + r, 1.0f);
+  fill_random_bf16(e->out, nq, 200 + r, 1.0f);
+  fill_random_bf16(e->dout, nq, 300 + r, 1.0f);
+  fill_random_bf16(e->k, nkv, 400 + r, 1.0f);
+  fill_random_bf16(e->v, nkv, 500 + r, 1.0f);
+  /* the slots (what the gather would have brought): random too */
+  fill_random_bf16((char*)e->data + l->slots, (size_t)(l->acc - l->slots) / 2, 600 + r, 1.0f);
+}
+
+static void emul_free(struct emul_rank* e) {
+  cudaFree(e->q), cudaFree(e->out), cudaFree(e->dout), cudaFree(e->dq), cudaFree(e->k), cudaFree(e->v);
+  cudaFree(e->lse), cudaFree(e->data);
+}
+
+/* Times `n` back-to-back launches of `calls` (one rank's sequence, or the whole-sequence core). */
+static float time_calls(const struct mk_attn_bwd_args* calls, int n, cudaEvent_t e0, cudaEvent_t e1) {
+  CUDA_OK(cudaEventRecord(e0));
+  for (int i = 0; i < n; i++)
+    if (mk_attn_bwd_launch(&calls[i], 0) != 0) exit(1);
+  CUDA_OK(cudaEventRecord(e1));
+  CUDA_OK(cudaEventSynchronize(e1));
+  float t;
+  CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
+  return t;
+}
+
+/* The core on the whole sequence: its own buffers, freed before the ranks' are made. */
+static float time_whole(const struct shape& sh, int iters, cudaEvent_t e0, cudaEvent_t e1,
+                        struct mk_gemm_error* err) {
+  const size_t nq = (size_t)sh.b * sh.s * sh.h * sh.d, nkv = (size_t)sh.b * sh.s * sh.hkv * sh.d;
+  void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
+  float *lse, *delta, *dq_acc;
+  const size_t nl = (size_t)sh.b * sh.h * sh.s;
+  void** bf16[] = {&q, &out, &dout, &dq};
+  for (void** p : bf16) CUDA_OK(cudaMalloc(p, nq * 2));
+  void** kv[] = {&k, &v, &dk, &dv};
+  for (void** p : kv) CUDA_OK(cudaMalloc(p, nkv * 2));
+  CUDA_OK(cudaMalloc(&dq_acc, nq * 4));
+  CUDA_OK(cudaMalloc(&lse, nl * 4));
+  CUDA_OK(cudaMalloc(&delta, nl * 4));
+  fill_random_bf16(q, nq, 11, 1.0f);
+  fill_random_bf16(k, nkv, 12, 1.0f);
+  fill_random_bf16(v, nkv, 13, 1.0f);
+  fill_random_bf16(out, nq, 14, 1.0f);
+  fill_random_bf16(dout, nq, 15, 1.0f);
+  CUDA_OK(cudaMemset(lse, 0, nl * 4));
+  struct mk_attn_bwd_args a = attn_whole_bwd_args(q, k, v, out, lse, dout, dq, dk, dv, delta, dq_acc, sh.b, sh.s,
+                                                  sh.s, sh.h, sh.hkv, sh.d, sh.causal);
+  a.err = err;
+  std::vector<float> ms;
+  for (int it = -2; it < iters; it++) {
+    const float t = time_calls(&a, 1, e0, e1);
+    if (it >= 0) ms.push_back(t);
+  }
+  cudaFree(q), cudaFree(out), cudaFree(dout), cudaFree(dq), cudaFree(k), cudaFree(v), cudaFree(dk), cudaFree(dv);
+  cudaFree(dq_acc), cudaFree(lse), cudaFree(delta);
+  return median(ms);
+}
+
+static void bench(const struct shape& sh, int nranks, int iters) {
+  const int s_local = sh.s / nranks;
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  struct mk_gemm_error* err;
+  CUDA_OK(cudaMalloc(&err, sizeof *err));
+  CUDA_OK(cudaMemset(err, 0, sizeof *err));
+  const float whole = time_whole(sh, iters, e0, e1, err);
+
+  struct mk_ra_bwd_layout l;
+  mk_ra_bwd_layout(nranks, sh.b, s_local, sh.h, sh.hkv, sh.d, 128, &l);
+  std::vector<struct emul_rank> ranks(nranks);
+  for (int r = 0; r < nranks; r++) emul_alloc(&ranks[r], sh, s_local, &l, r);
+  for (int r = 0; r < nranks; r++) {
+    struct mk_ra_bwd_areas ar;
+    memset(&ar, 0, sizeof ar);
+    ar.rank = r, ar.nranks = nranks, ar.data = ranks[r].data, ar.err = err;
+    for (int d = 0; d < nranks; d++) ar.peer_data[d] = ranks[d].data;
+    const struct mk_ra_bwd_tensors t = {ranks[r].q, ranks[r].k,    ranks[r].v, ranks[r].out, ranks[r].lse,
+                                        ranks[r].dout, ranks[r].dq, sh.b,    s_local,      sh.h,
+                                        sh.hkv,        sh.d,        sh.causal};
+    struct mk_ra_bwd_call plan[2][MK_RA_BWD_MAX_CALLS];
+    int own = 0;
+    ranks[r].ncalls[0] = mk_ra_bwd_plan(r, nranks, sh.causal, plan[0], MK_RA_BWD_MAX_CALLS, &own);
+    ranks[r].ncalls[1] = mk_ra_bwd_plan_merged(r, nranks, sh.causal, plan[1], MK_RA_BWD_MAX_CALLS);
+    for (int pl = 0; pl < 2; pl++) {
+      if (ranks[r].ncalls[pl] < 1) exit(1);
+      for (int i = 0; i < ranks[r].ncalls[pl]; i++) mk_ra_bwd_core_args(&ar, &l, &plan[pl][i], &t, &ranks[r].core[pl][i]);
+    }
+  }
+  std::vector<std::vector<float>> ms(2 * nranks); /* [plan * nranks + rank] */
+  for (int it = -2; it < iters; it++)
+    for (int r = 0; r < nranks; r++)
+      for (int pl = 0; pl < 2; pl++) {
+        const float t = time_calls(ranks[r].core[pl], ranks[r].ncalls[pl], e0, e1);
+        if (it >= 0) ms[pl * nranks + r].push_back(t);
+      }
+  struct mk_gemm_error he;
+  CUDA_OK(cudaMemcpy(&he, err, sizeof he, cudaMemcpyDeviceToHost));
+  const double flops = 10.0 * sh.b * sh.h * (double)sh.s * sh.s * sh.d / (sh.causal ? 2 : 1);
+  for (int pl = 0; pl < 2; pl++) {
+    float slowest = 0.f;
+    printf("%3d %4d %4d %4d %6d %7d %-10s %-6s | %9.3f %8.1f |", sh.b, sh.h, sh.hkv, sh.d, sh.s, s_local,
+           sh.causal ? "causal" : "non-causal", pl ? "merged" : "ring", whole, flops / (whole * 1e-3) / 1e12);
+    for (int r = 0; r < nranks; r++) {
+      const float m = median(ms[pl * nranks + r]);
+      slowest = std::max(slowest, m);
+      printf(" r%d %d calls %8.3f |", r, ranks[r].ncalls[pl], m);
+    }
+    const double per_gpu = flops / nranks / (slowest * 1e-3) / 1e12;
+    printf(" %8.1f %6.3f %s\n", per_gpu, whole / nranks / slowest, he.aborted ? "TIMEOUT" : "ok");
+  }
+  fflush(stdout);
+  for (int r = 0; r < nranks; r++) emul_free(&ranks[r]);
+  cudaFree(err);
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+}
+
+int main(int argc, char** argv) {
+  gpu_or_skip();
+  int iters = argc > 1 ? atoi(argv[1]) : 10;
+  if (iters < 1) iters = 10;
+  const char* nr = getenv("MK_EMUL_RANKS");
+  const int nranks = nr ? atoi(nr) : 2;
+  if (nranks < 2 || nranks > MK_RA_MAX_RANKS) {
+    fprintf(stderr, "MK_EMUL_RANKS=%d: 2 to %d\n", nranks, MK_RA_MAX_RANKS);
+    return 2;
+  }
+  std::vector<struct shape> shapes;
+  for (int i = 2; i < argc; i++) {
+    struct shape s;
+    if (sscanf(argv[i], "%d,%d,%d,%d,%d,%d", &s.b, &s.h, &s.hkv, &s.d, &s.s, &s.causal) != 6 || s.s < 1 ||
+        s.s % (2 * nranks * 128)) {
+      fprintf(stderr, "bad shape '%s' (B,H,H_kv,D,S,causal; S a multiple of 256 x ranks)\n", argv[i]);
+      return 2;
+    }
+    shapes.push_back(s);
+  }
+  if (shapes.empty()) /* the issue's three, as ring_attn_perf runs them */
+    shapes = {{1, 64, 8, 128, 16384, 1}, {16, 16, 16, 128, 8192, 0}, {1, 64, 8, 128, 65536, 1}};
+  printf("# ring_bwd_emul: each rank's backward core calls of a %d-rank ring on one GPU (no gather, reduce or "
+         "NVLink), medians of %d; ms\n",
+         nranks, iters);
+  printf("#  B    H H_kv    D      S S_local causal     plan   | whole ms  TFLOP/s | per rank: calls, ms | "
+         "per-GPU TFLOP/s, whole/n / slowest\n");
+  for (const struct shape& s : shapes) bench(s, nranks, iters);
+  return 0;
+}
