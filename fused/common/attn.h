@@ -110,6 +110,13 @@ struct mk_attn_bwd_kv_block {
   int seq;        /* rows of the k, v tensors */
   int row0, rows; /* rows 0: all of [row0, seq) */
   long long pos0; /* global position of row row0 */
+  /* optional: the block's rows arrive while the call runs (the ring's slots, written by a peer).
+   * Chunk c of batch b (rows [c ready_chunk_rows, +ready_chunk_rows) of seq) is there once
+   * ready_flags[b ceil(seq / ready_chunk_rows) + c] >= the call number, *ready_done + 1 (a
+   * device word that does not move during the call): each CTA's producer waits (bounded, the
+   * call's timeout) for the chunks of its key tile before loading it. */
+  const uint64_t* ready_flags;
+  int ready_chunk_rows;
 };
 
 struct mk_attn_bwd_args {
@@ -134,6 +141,7 @@ struct mk_attn_bwd_args {
   const uint64_t* acc_gate;
   struct mk_gemm_error* err; /* optional: a wait that timed out is recorded here */
   uint32_t timeout_ms;       /* 0: 10000 */
+  const uint64_t* ready_done; /* with any block's ready_flags: the call number is *ready_done + 1 */
 };
 
 #define MK_ATTN_ACC_GATE_CLOSED (1ull << 63)

@@ -97,6 +97,9 @@ extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
       BWD_REJECT("mk_attn_bwd: kv block %d: rows [%d, +%d) must be a non-empty part of seq = %d", i, kv->row0,
                  kv->rows, kv->seq);
     if (kv->pos0 < 0) BWD_REJECT("mk_attn_bwd: kv block %d: pos0 = %lld, must be >= 0", i, kv->pos0);
+    if (kv->ready_flags && (!a->ready_done || kv->ready_chunk_rows < 1 || bwd_misaligned(kv->ready_flags, 8)))
+      BWD_REJECT("mk_attn_bwd: kv block %d: ready_flags %p need ready_done (%p), ready_chunk_rows >= 1 (%d) and "
+                 "8-byte alignment", i, (const void*)kv->ready_flags, (const void*)a->ready_done, kv->ready_chunk_rows);
     tiles += (rows + MK_ATTN_BWD_BLOCK_N - 1) / MK_ATTN_BWD_BLOCK_N;
   }
   if (tiles > INT_MAX) BWD_REJECT("mk_attn_bwd: %lld key tiles, too many", tiles);
@@ -146,6 +149,9 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
     p.kv[i].dk_acc = kv->dk_acc;
     p.kv[i].dv_acc = kv->dv_acc;
     p.kv[i].acc_overwrite = kv->acc_overwrite ? 1 : 0;
+    p.kv[i].ready_flags = kv->ready_flags;
+    p.kv[i].ready_chunk_rows = kv->ready_chunk_rows;
+    p.kv[i].ready_chunks = kv->ready_flags ? (kv->seq + kv->ready_chunk_rows - 1) / kv->ready_chunk_rows : 0;
     tiles += (rows + Cfg::BN - 1) / Cfg::BN;
   }
   p.seq_q = a->seq_q;
@@ -163,6 +169,7 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
   p.scale = (float)(1.0 / sqrt((double)Cfg::D));
   p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)Cfg::D));
   p.acc_gate = a->acc_gate;
+  p.ready_done = a->ready_done;
   p.err = a->err;
   p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
 

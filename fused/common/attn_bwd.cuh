@@ -37,6 +37,7 @@
 #define MK_ATTN_BWD_CUH_
 
 #include "attn_bwd_dq.cuh"
+#include "wait.cuh"
 
 /* S^T (or dP^T) = A_rows . B^T for this warp group's 64 keys (a: the K or V tile at the warp
  * group's first row) and the 64 rows of a Q or dO tile, K = D. One commit group. */
@@ -132,6 +133,24 @@ __device__ __forceinline__ void attn_bwd_load_kv(const struct mk_attn_bwd_maps& 
   }
 }
 
+/* The producer's lane 0, for a block whose rows arrive during the call (ready_flags): waits
+ * (bounded) until the chunks holding the tile's rows are flagged with the call number, then
+ * orders the writer's stores before the TMA reads. 0 when a wait gave up (recorded in p.err).
+ * Not inlined: once per CTA, outside the producer's 40 registers. */
+template <class Cfg>
+__device__ __noinline__ int attn_bwd_wait_tile_rows(const struct mk_attn_bwd_params& p, int bi, int t, int b,
+                                                    int keys_left, uint32_t cta) {
+  const struct mk_attn_bwd_block_params& blk = p.kv[bi];
+  const uint64_t e = *(volatile const uint64_t*)p.ready_done + 1;
+  const int first = blk.row0 + t * Cfg::BN, last = first + min(keys_left, Cfg::BN) - 1;
+  for (int c = first / blk.ready_chunk_rows; c <= last / blk.ready_chunk_rows; c++) {
+    const uint32_t idx = (uint32_t)(b * blk.ready_chunks + c);
+    if (mk_wait_geq_inline(blk.ready_flags + idx, e, p.err, 0, cta, idx, p.timeout_ns) < e) return 0;
+  }
+  fence_proxy_async_global();
+  return 1;
+}
+
 /* The producer warp, step st into an empty stage: its lse (times log2 e; +inf past the range
  * or with no key, so P is 0) and delta stored by every lane, the Q and dO tiles by lane 0. */
 template <class Cfg>
@@ -179,7 +198,12 @@ __device__ __forceinline__ void attn_bwd_produce(const struct mk_attn_bwd_maps& 
                                                  const struct mk_attn_wait_ctx& w) {
   struct mk_attn_ring ring = {0, 0};
   const int lane = threadIdx.x;
-  if (lane == 0) attn_bwd_load_kv<Cfg>(maps, sm, k);
+  int ok = 1;
+  if (lane == 0) {
+    if (p.kv[k.bi].ready_flags) ok = attn_bwd_wait_tile_rows<Cfg>(p, k.bi, k.t, k.b, k.keys_left, w.tile);
+    if (ok) attn_bwd_load_kv<Cfg>(maps, sm, k);
+  }
+  if (!__shfl_sync(0xffffffffu, ok, 0)) return; /* the consumers' waits give up on the error record */
   for (int it = 0; it < k.steps + (Cfg::DQ_BY_PRODUCER ? Cfg::STAGES : 0); it++) {
     const int reduce = Cfg::DQ_BY_PRODUCER && it >= Cfg::STAGES; /* the stage's last step's dQ */
     if ((it < k.steps || reduce) && !attn_wait(&sm.empty[ring.stage], ring.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return;

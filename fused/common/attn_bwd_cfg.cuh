@@ -86,6 +86,8 @@ struct mk_attn_bwd_block_params {
   float *dk_acc, *dv_acc;
   int acc_overwrite;
   int seq;
+  const uint64_t* ready_flags; /* mk_attn_bwd_kv_block's */
+  int ready_chunk_rows, ready_chunks; /* chunks per batch */
 };
 
 struct mk_attn_bwd_params {
@@ -102,6 +104,7 @@ struct mk_attn_bwd_params {
   const uint64_t* acc_gate; /* mk_attn_bwd_args.acc_gate */
   struct mk_gemm_error* err;
   uint64_t timeout_ns;
+  const uint64_t* ready_done; /* mk_attn_bwd_args's */
 };
 
 struct mk_attn_bwd_maps {

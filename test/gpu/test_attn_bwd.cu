@@ -14,6 +14,11 @@
  *     rank's rows and dk, dv of each rank's rows must equal the reference's.
  *   negative_control: one element of dk moved (the checker must reject it), and a backward run
  *     with every lse + 1 (P off by a factor e: must be rejected).
+ *   ready_flags: a KV block whose rows arrive during the call (mk_attn_bwd_kv_block.ready_flags,
+ *     128-row chunks, call number *ready_done + 1): flags already up, correct; flags raised
+ *     20 ms after the launch by a kernel on another stream, correct and the call took >= 15 ms
+ *     (its CTAs waited); one chunk's flag never raised, the call ends (no hang) with the error
+ *     record naming that chunk's flag and the call number; the refused argument sets.
  *   bad_input: refused with -EINVAL, outputs untouched.
  * Checker (host, float64): ||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3 + 2^-8 mag, nothing non-finite (the poison never
@@ -281,6 +286,79 @@ static void test_negative_control(void) {
   bufs_free(&t);
 }
 
+/* After delay_ns, flags[0 .. n) = value (another stream's kernel: the writer of a ring's slot). */
+static __global__ void raise_flags_after(uint64_t* flags, int n, uint64_t value, uint64_t delay_ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < delay_ns);
+  __threadfence_system();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ((volatile uint64_t*)flags)[i] = value;
+}
+
+static void set_words(uint64_t* d, int n, uint64_t value) {
+  std::vector<uint64_t> h(n, value);
+  CUDA_OK(cudaMemcpy(d, h.data(), n * sizeof(uint64_t), cudaMemcpyHostToDevice));
+}
+
+static void test_ready_flags(void) {
+  struct bwd_bufs t;
+  bufs_alloc(&t, 2, 300, 8, 2, 128, 1, 0xf1a9);
+  const int chunks = 2 * 3; /* 2 batches x ceil(300 / 128) */
+  uint64_t *flags, *done;
+  CUDA_OK(cudaMalloc(&flags, chunks * sizeof(uint64_t)));
+  CUDA_OK(cudaMalloc(&done, sizeof(uint64_t)));
+  set_words(done, 1, 6); /* this call is number 7 */
+  struct mk_attn_bwd_args a = whole_args(&t);
+  a.kv[0].ready_flags = flags, a.kv[0].ready_chunk_rows = 128, a.ready_done = done;
+
+  set_words(flags, chunks, 7);
+  if (run_bwd(&a)) EXPECT(check_all("flags already up", &t), "wrong gradients with every flag up");
+
+  set_words(flags, chunks, 6); /* the previous call's: not enough */
+  poison(t.dq, t.nq * 2), poison(t.dk, t.nkv * 2), poison(t.dv, t.nkv * 2);
+  cudaStream_t writer;
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking));
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  raise_flags_after<<<1, 32, 0, writer>>>(flags, chunks, 7, 20000000ull);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaEventRecord(e0, 0));
+  const int ran = run_bwd(&a); /* synchronizes the device */
+  CUDA_OK(cudaEventRecord(e1, 0));
+  CUDA_OK(cudaEventSynchronize(e1));
+  float ms = 0.f;
+  CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+  printf("  flags raised 20 ms late: the call took %.1f ms\n", ms);
+  EXPECT(ms >= 15.f, "the call took %.1f ms: its CTAs did not wait for the flags", ms);
+  if (ran) EXPECT(check_all("flags raised late", &t), "wrong gradients with the flags raised late");
+
+  set_words(flags, chunks, 7);
+  set_words(flags + 5, 1, 6); /* batch 1, rows 256..299: never raised */
+  a.timeout_ms = 300;
+  const int rc = mk_attn_bwd_launch_variant(&a, 0, variant);
+  EXPECT(rc == 0, "launch returned %d", rc);
+  CUDA_OK(cudaDeviceSynchronize()); /* returns: every wait is bounded */
+  struct mk_gemm_error e;
+  CUDA_OK(cudaMemcpy(&e, t.err, sizeof e, cudaMemcpyDeviceToHost));
+  printf("  a missing flag: aborted %u, flag %u, expected %llu, seen %llu\n", e.aborted, e.flag_index,
+         (unsigned long long)e.expected, (unsigned long long)e.seen);
+  EXPECT(e.aborted && e.flag_index == 5 && e.expected == 7 && e.seen == 6,
+         "a missing flag: the error record does not name flag 5 of call 7");
+
+  struct mk_attn_bwd_args b = a;
+  b.ready_done = NULL;
+  EXPECT(mk_attn_bwd_launch(&b, 0) == -EINVAL, "ready_flags without ready_done accepted");
+  b = a, b.kv[0].ready_chunk_rows = 0;
+  EXPECT(mk_attn_bwd_launch(&b, 0) == -EINVAL, "ready_chunk_rows 0 accepted");
+  cudaFree(flags), cudaFree(done);
+  cudaStreamDestroy(writer), cudaEventDestroy(e0), cudaEventDestroy(e1);
+  bufs_free(&t);
+}
+
 static void test_bad_input(void) {
   struct bwd_bufs t;
   bufs_alloc(&t, 1, 256, 4, 2, 64, 1, 42);
@@ -328,6 +406,7 @@ int main(int argc, char** argv) {
   if (all || !strcmp(what, "backward")) known = 1, printf("backward\n"), test_backward();
   if (all || !strcmp(what, "offsets")) known = 1, printf("offsets\n"), test_offsets();
   if (all || !strcmp(what, "negative_control")) known = 1, printf("negative_control\n"), test_negative_control();
+  if (all || !strcmp(what, "ready_flags")) known = 1, printf("ready_flags\n"), test_ready_flags();
   if (all || !strcmp(what, "bad_input")) known = 1, printf("bad_input\n"), test_bad_input();
   if (!known) {
     fprintf(stderr, "unknown test '%s'\n", what);
