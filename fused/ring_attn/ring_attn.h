@@ -113,6 +113,13 @@ struct mk_ra_bwd_areas {
   const uint64_t* acc_gate;
   struct mk_gemm_error* err;
   uint32_t timeout_ms;
+  /* optional (the merged plan, K/V still arriving): this rank's chunk flags, slot j's from
+   * j * fps, chunk_rows rows each, and the done word (the call number is *done + 1); the
+   * peers' segments then wait for their tiles' chunks (mk_attn_bwd_kv_block.ready_flags) */
+  const uint64_t* flags;
+  long fps;
+  int chunk_rows;
+  const uint64_t* done;
 };
 
 /* The call's tensors, as ncclMkRingAttentionBackward takes them. */

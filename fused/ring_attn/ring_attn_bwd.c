@@ -22,6 +22,10 @@
  * read-back: the core stores (acc_overwrite) rank r's partial of block src straight into acc[r]
  * on src (over NVLink, plain stores during the compute), and the reduce reads only local
  * memory; the announcement orders those stores as it does the causal accumulators.
+ * NCCL_MK_RA_BWD_MERGED=1 (non-causal; off until measured on 2 GPUs): step 3's calls merge into
+ * step 2's (mk_ra_bwd_plan_merged: one call over the own and the peers' blocks, launched beside
+ * the gather), whose CTAs on a peer's block wait for their chunks' flags (the core's
+ * ready_flags) instead of the stream waiting for the whole gather; the join moves before step 4.
  * So 4 + (kernels of the core calls) launches, not one persistent kernel: the door stays open
  * as AllGather+GEMM's was (the gather is the forward's push CTAs; the core's CTAs can take its
  * flag waits, as the forward's producer does, and the reduce can become the core's epilogue).
@@ -36,6 +40,7 @@
 #include "attn.h"
 #include "mk_err.h"
 #include "mk_log.h"
+#include "mk_param.h"
 #include "op_check.h"
 #include "ra_bwd_plan.h"
 #include "ring_attn.h"
@@ -90,6 +95,11 @@ void mk_ra_bwd_core_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bw
       const uint16_t* slot = /* bf16 */
           (const uint16_t*)((char*)ar->data + l->slots) + (size_t)mk_sched_rs_slot(src, r) * 2 * l->kv_elems;
       b->k = slot, b->v = slot + l->kv_elems;
+      if (ar->flags) {
+        b->ready_flags = ar->flags + (long)mk_sched_rs_slot(src, r) * ar->fps;
+        b->ready_chunk_rows = ar->chunk_rows;
+        a->ready_done = ar->done;
+      }
     }
     if (t->causal) { /* a block's halves meet several query ranges: added here, read by the owner */
       b->dk_acc = mk_ra_bwd_acc(ar->data, l, src);
@@ -169,18 +179,28 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   void* data = (char*)fc->sym + MK_AG_DATA_OFFSET;
 
   /* every core call's arguments, checked before anything is launched */
+  /* Merged (non-causal): one core call per query range over every block, launched beside the
+   * gather, its CTAs on a peer's block waiting for their chunks; else the own block's calls
+   * beside the gather, the peers' after it (ra_bwd_plan.h). */
+  const int merged = !causal && mk_param_int(MK_PARAM_RA_BWD_MERGED);
   struct mk_ra_bwd_call plan[MK_RA_BWD_MAX_CALLS];
   struct mk_attn_bwd_args core[MK_RA_BWD_MAX_CALLS];
   int own_calls = 0;
-  const int ncalls = mk_ra_bwd_plan(fc->rank, n, causal, plan, MK_RA_BWD_MAX_CALLS, &own_calls);
+  const int ncalls = merged ? mk_ra_bwd_plan_merged(fc->rank, n, causal, plan, MK_RA_BWD_MAX_CALLS)
+                            : mk_ra_bwd_plan(fc->rank, n, causal, plan, MK_RA_BWD_MAX_CALLS, &own_calls);
   if (ncalls < 1) {
     MK_WARN(MK_RA_BWD_NAME ": internal: no plan for rank %d of %d", fc->rank, n);
     return ncclInternalError;
   }
+  if (merged) own_calls = ncalls; /* every call before the join */
   struct mk_ra_bwd_areas areas = {.rank = fc->rank, .nranks = n, .data = data,
                                    .acc_gate = ra_bwd_word(fc->sym, l.gave_up), /* the gather's "gave up" */
                                    .err = fc->err, .timeout_ms = (uint32_t)fc->cfg.timeout_ms};
   for (int d = 0; d < n; d++) areas.peer_data[d] = d == fc->rank ? data : (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
+  if (merged) {
+    areas.flags = ra_bwd_word(fc->sym, 0), areas.fps = l.fps, areas.chunk_rows = chunk_rows;
+    areas.done = (const uint64_t*)fc->sym + MK_AG_WORD_DONE;
+  }
   const struct mk_ra_bwd_tensors tensors = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .dout = dout, .dq = dq,
                                             .batch = B, .s_local = S, .heads = H, .kv_heads = Hkv, .d_head = D,
                                             .causal = causal};

@@ -21,6 +21,7 @@
 #include "mk_test.h"
 #include "ra_bwd_plan.h"
 #include "ring_attn.h"
+#include "schedule.h"
 
 static void* fake(uintptr_t i) { return (void*)(uintptr_t)(0x100000 + 0x10000 * i); }
 
@@ -169,9 +170,22 @@ static void core_args_point_at_the_range_the_blocks_and_the_partials_owner(void)
         else
           CHECK(b->dk_acc == mk_ra_bwd_acc(src == 1 ? fake(10) : fake(20), &l, 1) && b->acc_overwrite);
         CHECK(b->dv_acc == b->dk_acc + l.kv_elems);
+        CHECK(!b->ready_flags); /* no flags given: the K/V are all there */
       }
     }
   }
+  /* the merged plan's areas: the peer's segments wait for their slot's chunk flags */
+  ar.flags = (const uint64_t*)fake(40), ar.fps = 6, ar.chunk_rows = 128, ar.done = (const uint64_t*)fake(41);
+  const struct mk_ra_bwd_tensors t = {fake(1), fake(2), fake(3), fake(4), (const float*)fake(5), fake(6), fake(7),
+                                      1, 256, 8, 2, 128, 0};
+  struct mk_ra_bwd_call c[MK_RA_BWD_MAX_CALLS];
+  CHECK_EQ(mk_ra_bwd_plan_merged(1, 2, 0, c, MK_RA_BWD_MAX_CALLS), 1);
+  struct mk_attn_bwd_args a;
+  mk_ra_bwd_core_args(&ar, &l, &c[0], &t, &a);
+  CHECK_EQ(a.num_kv_blocks, 2);
+  CHECK(a.kv[0].k == fake(2) && !a.kv[0].ready_flags); /* own block first, nothing to wait for */
+  CHECK(a.kv[1].ready_flags == (const uint64_t*)fake(40) + mk_sched_rs_slot(0, 1) * 6);
+  CHECK(a.kv[1].ready_chunk_rows == 128 && a.ready_done == (const uint64_t*)fake(41));
 }
 
 static void layout_is_aligned_disjoint_and_sized(void) {
