@@ -3,8 +3,9 @@
 #   quick: every GPU test once at small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
 #   attn:  the attention cores' tests (forward, backward; the other compiled variants against the
-#          reference too), then attn_perf (forward, -b backward: every variant, interleaved) and
-#          the cores against cuDNN in the same iterations (scripts/bench-torch-attn.py)
+#          reference too), then attn_perf (forward, -b backward: every variant, interleaved),
+#          ring_bwd_emul (the ring backward's core calls on one GPU) and the cores against cuDNN
+#          in the same iterations (scripts/bench-torch-attn.py)
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
 #   ring:  ncclMkRingAttention's tests on 2 GPUs, then ring_attn_perf and PyTorch's cuDNN attention (scripts/bench-torch-attn.py)
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
@@ -412,6 +413,9 @@ tier_attn() {
   grep -A 14 '^#  B' "$LOGS/attn_perf.log" || true
   step attn_perf_bwd "$B/test/perf/attn/attn_perf" -b 10
   grep -A 8 '^#  B' "$LOGS/attn_perf_bwd.log" || true
+  # the ring backward's core calls on this one GPU, both plans (test/perf/attn/ring_bwd_emul.cu)
+  step ring_bwd_emul "$B/test/perf/attn/ring_bwd_emul" 10
+  grep -A 8 '^#  B' "$LOGS/ring_bwd_emul.log" || true
   bench_attn_vs_cudnn
 }
 
