@@ -13,7 +13,8 @@
  * (10 B H S S D, halved causal). Medians of ITERS after two warm-ups. A benchmark, not a test:
  * correctness is test_ring_attn_bwd's (2 GPUs); inputs random, lse zero (finite P), values
  * not checked.
- * Usage: ring_bwd_emul [iters] [shape ...] with shapes B,H,H_kv,D,S,causal; MK_EMUL_RANKS (2).
+ * Usage: ring_bwd_emul [iters] [shape ...] with shapes B,H,H_kv,D,S,causal; MK_EMUL_RANKS (2),
+ * MK_ATTN_VARIANT (the backward variant of every call, attn.h; 0).
  */
 #include <algorithm>
 #include <string.h>
@@ -69,11 +70,14 @@ static void emul_free(struct emul_rank* e) {
   cudaFree(e->lse), cudaFree(e->data);
 }
 
+/* The compiled backward variant every call runs (MK_ATTN_VARIANT, attn_run.h; 0 the default). */
+static int variant;
+
 /* Times `n` back-to-back launches of `calls` (one rank's sequence, or the whole-sequence core). */
 static float time_calls(const struct mk_attn_bwd_args* calls, int n, cudaEvent_t e0, cudaEvent_t e1) {
   CUDA_OK(cudaEventRecord(e0));
   for (int i = 0; i < n; i++)
-    if (mk_attn_bwd_launch(&calls[i], 0) != 0) exit(1);
+    if (mk_attn_bwd_launch_variant(&calls[i], 0, variant) != 0) exit(1);
   CUDA_OK(cudaEventRecord(e1));
   CUDA_OK(cudaEventSynchronize(e1));
   float t;
@@ -177,6 +181,7 @@ int main(int argc, char** argv) {
   gpu_or_skip();
   int iters = argc > 1 ? atoi(argv[1]) : 10;
   if (iters < 1) iters = 10;
+  variant = attn_test_variant();
   const char* nr = getenv("MK_EMUL_RANKS");
   const int nranks = nr ? atoi(nr) : 2;
   if (nranks < 2 || nranks > MK_RA_MAX_RANKS) {
@@ -196,8 +201,8 @@ int main(int argc, char** argv) {
   if (shapes.empty()) /* the issue's three, as ring_attn_perf runs them */
     shapes = {{1, 64, 8, 128, 16384, 1}, {16, 16, 16, 128, 8192, 0}, {1, 64, 8, 128, 65536, 1}};
   printf("# ring_bwd_emul: each rank's backward core calls of a %d-rank ring on one GPU (no gather, reduce or "
-         "NVLink), medians of %d; ms\n",
-         nranks, iters);
+         "NVLink), backward variant %d, medians of %d; ms\n",
+         nranks, variant, iters);
   printf("#  B    H H_kv    D      S S_local causal     plan   | whole ms  TFLOP/s | per rank: calls, ms | "
          "per-GPU TFLOP/s, whole/n / slowest\n");
   for (const struct shape& s : shapes) bench(s, nranks, iters);
