@@ -33,6 +33,7 @@
 
 #define MK_RA_BWD_MAX_SEGS 4 /* = MK_ATTN_MAX_KV_BLOCKS */
 #define MK_RA_BWD_MAX_CALLS 16
+#define MK_RA_BWD_MAX_RANKS 8 /* = ring_attn.h MK_RA_MAX_RANKS */
 
 struct mk_ra_bwd_seg {
   int src;    /* the rank whose KV block */
@@ -49,28 +50,35 @@ struct mk_ra_bwd_call {
 /* Fills calls[] (room for max) with rank r's core calls; returns their number, or -1 if they
  * do not fit (never with max >= MK_RA_BWD_MAX_CALLS and nranks <= 8). */
 /* Appends to `calls` (n of max used) the segments of query range qh (-1: all rows) from the
- * sources own (1: only this rank's block; 0: only the peers'; -1: every block), four to a call.
- * Returns the new n, or -1 when max is too small. */
+ * sources own (1: only this rank's block; 0: only the peers'; -1: every block), four to a call:
+ * non-causal in ring order, causal by global position (a key tile earlier in the sequence
+ * sees more queries, so the core's key-tiles-outermost CTA order stays longest first across
+ * the call's segments). Returns the new n, or -1 when max is too small. */
 static inline int mk_ra_bwd_plan_range(int rank, int nranks, int causal, int qh, int own,
                                        struct mk_ra_bwd_call* calls, int n, int max) {
-  const int start = n;
+  struct mk_ra_bwd_seg segs[2 * MK_RA_BWD_MAX_RANKS];
+  int chunk[2 * MK_RA_BWD_MAX_RANKS], m = 0;
+  if (nranks > MK_RA_BWD_MAX_RANKS) return -1;
   for (int s = 0; s < nranks; s++) {
     const int src = mk_ra_kv_source(rank, nranks, s);
     if (own >= 0 && (src == rank) != own) continue;
     for (int kh = 0; kh < (causal ? 2 : 1); kh++) {
       if (causal && mk_ra_step_mask(rank, nranks, s, qh, kh, 1) == MK_RA_NONE) continue;
-      if (n == start || calls[n - 1].nseg == MK_RA_BWD_MAX_SEGS) {
-        if (n == max) return -1;
-        calls[n].q_half = causal ? qh : -1;
-        calls[n].nseg = 0;
-        calls[n].first = calls[n].last = 0;
-        n++;
-      }
-      struct mk_ra_bwd_call* c = &calls[n - 1];
-      c->seg[c->nseg].src = src;
-      c->seg[c->nseg].k_half = causal ? kh : -1;
-      c->nseg++;
+      int at = m++;
+      const int c = causal ? mk_ra_zigzag_chunk(src, nranks, kh) : s;
+      for (; at > 0 && chunk[at - 1] > c; at--) segs[at] = segs[at - 1], chunk[at] = chunk[at - 1];
+      segs[at].src = src, segs[at].k_half = causal ? kh : -1, chunk[at] = c;
     }
+  }
+  for (int i = 0; i < m; i++) {
+    if (i % MK_RA_BWD_MAX_SEGS == 0) {
+      if (n == max) return -1;
+      calls[n].q_half = causal ? qh : -1;
+      calls[n].nseg = 0;
+      calls[n].first = calls[n].last = 0;
+      n++;
+    }
+    calls[n - 1].seg[calls[n - 1].nseg++] = segs[i];
   }
   return n;
 }
@@ -104,8 +112,8 @@ static inline int mk_ra_bwd_plan(int rank, int nranks, int causal, struct mk_ra_
   return n;
 }
 
-/* The same work in fewer calls: each query range against every block it sees, own block
- * first, four segments to a call. A call then reads peers' K/V from its start, so it needs
+/* The same work in fewer calls: each query range against every block it sees, four segments
+ * to a call (non-causal: own block first). A call then reads peers' K/V from its start, so it needs
  * them there (or its CTAs waiting for them); ring_bwd_emul times both plans on one GPU. */
 static inline int mk_ra_bwd_plan_merged(int rank, int nranks, int causal, struct mk_ra_bwd_call* calls, int max) {
   int n = 0;

@@ -47,6 +47,7 @@
 #include "schedule.h"
 
 #define MK_RA_BWD_NAME "ncclMkRingAttentionBackward"
+_Static_assert(MK_RA_BWD_MAX_RANKS == MK_RA_MAX_RANKS, "ra_bwd_plan.h plans for every rank count the op takes");
 
 int mk_ra_bwd_args_check(const void* q, const void* k, const void* v, const void* out, const float* lse,
                          const void* dout, const void* dq, const void* dk, const void* dv, size_t batch,

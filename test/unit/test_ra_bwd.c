@@ -7,7 +7,8 @@
  *     the first and `last` on the last (the core arguments built from it are checked with
  *     mk_attn_bwd_check by the op itself before any launch, not here);
  *   - the merged plan (mk_ra_bwd_plan_merged): the same (range, block, half) segments in no more
- *     calls, a call's segments of one range, the own block first in each range;
+ *     calls, a call's segments of one range, non-causal the own block first, causal in order of
+ *     global position;
  *   - the core arguments of a plan call (mk_ra_bwd_core_args): the range's rows and position,
  *     the own k, v or the slot of each peer block, causal partials added into this rank's
  *     acc[src], non-causal ones stored into the owner's acc[rank];
@@ -126,8 +127,13 @@ static void merged_plan_covers_the_same_pairs_in_no_more_calls(void) {
           CHECK(b[i].nseg >= 1 && b[i].nseg <= MK_RA_BWD_MAX_SEGS);
           firsts[b[i].q_half + 1] += b[i].first, lasts[b[i].q_half + 1] += b[i].last;
           const int range_start = i == 0 || b[i - 1].q_half != b[i].q_half;
-          for (int j = 0; j < b[i].nseg; j++) /* the own block (when seen) is the range's first */
-            CHECK(b[i].seg[j].src != r || (range_start && j < 2));
+          for (int j = 0; j < b[i].nseg; j++) {
+            if (!causal) /* non-causal: the own block first */
+              CHECK(b[i].seg[j].src != r || (range_start && j == 0));
+            else if (j > 0) /* causal: by global position, so the CTA order stays longest first */
+              CHECK(mk_ra_zigzag_chunk(b[i].seg[j - 1].src, n, b[i].seg[j - 1].k_half) <
+                    mk_ra_zigzag_chunk(b[i].seg[j].src, n, b[i].seg[j].k_half));
+          }
         }
         for (int qh = 0; qh < (causal ? 2 : 1); qh++) {
           CHECK_EQ(firsts[causal ? qh + 1 : 0], 1);
