@@ -62,10 +62,10 @@
     "0: the MoE dispatch on every SM, then the grouped GEMM on every SM (faster on 2 H200s); "  \
     "1: the dispatch on 12 SMs beside the GEMM, which starts each expert once its rows are in") \
   X(INT, RA_BWD_MERGED, "NCCL_MK_RA_BWD_MERGED", "0", 0, 1, "",                             \
-    "ring attention backward, non-causal: 1 runs each rank's own and peers' blocks in one core " \
-    "call whose CTAs wait for the peers' K/V chunks as they land (its calls 4% faster on one "  \
-    "GPU, ring_bwd_emul; not yet measured on 2 GPUs); 0: the own block's call beside the "    \
-    "gather, then the peers'")                                                                 \
+    "ring attention backward: 1 runs each query range against the own and the peers' blocks " \
+    "in one core call whose CTAs wait for the peers' K/V chunks as they land (the calls 1.5-4% " \
+    "faster on one GPU, ring_bwd_emul; not yet run on 2 GPUs); 0: the own block's calls "      \
+    "beside the gather, then the peers'")                                                      \
   X(INT, TIMEOUT_MS, "NCCL_MK_TIMEOUT_MS", "60000", 1, 86400000, "",                           \
     "bound on every wait inside a fused kernel; expiry breaks the communicator")               \
   X(INT, LOCAL_SIZE, "NCCL_MK_LOCAL_SIZE", "0", 0, 1048576, "",                               \

@@ -365,10 +365,11 @@ negative_control:ring_attention_backward_checker_rejects_one_bad_element
 absent_peer:ring_attention_backward_without_its_peer_ends_in_an_async_error
 absent_peer_noncausal:ring_attention_backward_that_times_out_stores_nothing_into_its_peers_accumulator"
 
-# The non-causal backward's merged plan (NCCL_MK_RA_BWD_MERGED=1; off by default until measured).
+# The backward's merged plan (NCCL_MK_RA_BWD_MERGED=1; off by default until measured on 2 GPUs).
 RING_BWD_MERGED_TESTS="small:ring_attention_backward_merged_plan_matches_float64
 large:ring_attention_backward_merged_plan_matches_the_core
 graph:ring_attention_backward_merged_plan_replays_in_cuda_graphs
+absent_peer:ring_attention_backward_merged_plan_without_its_peer_ends_in_an_async_error
 absent_peer_noncausal:ring_attention_backward_merged_plan_without_its_peer_stores_nothing_into_its_accumulator"
 
 tier_ring() {
@@ -379,7 +380,7 @@ tier_ring() {
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
   step ring_attn_perf_bwd "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1 -J "$LOGS/ring_attn_perf_bwd.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd.log" || true
-  step ring_attn_perf_bwd_merged env NCCL_MK_RA_BWD_MERGED=1 "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1 -c 1
+  step ring_attn_perf_bwd_merged env NCCL_MK_RA_BWD_MERGED=1 "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd_merged.log" || true
   # each rank's backward core calls emulated on one GPU, both plans (test/perf/attn/ring_bwd_emul.cu)
   step ring_bwd_emul "$B/test/perf/attn/ring_bwd_emul" 10

@@ -400,26 +400,38 @@ extern "C" int mk_ra_bwd_gather_launch(const struct mk_ra_args* a, cudaStream_t 
 
 /* A grid-stride zero of a peer's accumulator in this rank's memory (the causal backward: the
  * peer reads it in its reduce), unless the gather gave up on a wait: the peer may be late,
- * still reading it for its previous call (as the core's accumulator stores, attn_bwd.cuh). */
-__global__ void __launch_bounds__(MK_RA_BWD_THREADS) mk_ra_bwd_zero_kernel(float4* acc, size_t n4,
-                                                                          const uint64_t* gave_up) {
-  if (*(volatile const uint64_t*)gave_up & MK_ATTN_ACC_GATE_CLOSED) return;
+ * still reading it for its previous call (as the core's accumulator stores, attn_bwd.cuh).
+ * With peer_done, every CTA first waits for the peer's previous call to have ended. */
+__global__ void __launch_bounds__(MK_RA_BWD_THREADS) mk_ra_bwd_zero_kernel(const struct mk_ra_bwd_zero_args a) {
+  if (a.peer_done) {
+    bool ok = true;
+    if (threadIdx.x == 0) {
+      const uint64_t prev = *(volatile const uint64_t*)a.done; /* e - 1 */
+      ok = mk_wait_geq_inline(a.peer_done, prev, a.err, a.err_tag, (uint32_t)blockIdx.x, a.flag_index,
+                              (uint64_t)a.timeout_ms * 1000000ull) >= prev;
+      if (!ok) *(volatile uint64_t*)a.gave_up = MK_ATTN_ACC_GATE_CLOSED | (prev + 1);
+    }
+    if (!__syncthreads_and(ok)) return;
+  }
+  if (*(volatile const uint64_t*)a.gave_up & MK_ATTN_ACC_GATE_CLOSED) return;
+  float4* acc = (float4*)a.acc;
+  const size_t n4 = a.bytes / 16;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x)
     acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
-extern "C" int mk_ra_bwd_zero_launch(float* acc, size_t bytes, const uint64_t* gave_up, cudaStream_t stream) {
+extern "C" int mk_ra_bwd_zero_launch(const struct mk_ra_bwd_zero_args* a, cudaStream_t stream) {
   int sms = 0;
   MK_CHECK(mk_sm90_sms("ncclMkRingAttentionBackward", &sms));
-  if (!acc || !gave_up || bytes % 16) {
-    MK_WARN("ncclMkRingAttentionBackward: internal: accumulator %p of %zu bytes, gave-up word %p", (void*)acc, bytes,
-            (const void*)gave_up);
+  if (!a->acc || !a->gave_up || a->bytes % 16 || (a->peer_done && !a->done)) {
+    MK_WARN("ncclMkRingAttentionBackward: internal: accumulator %p of %zu bytes, gave-up word %p, done %p",
+            (void*)a->acc, a->bytes, (const void*)a->gave_up, (const void*)a->done);
     return -EINVAL;
   }
-  const size_t n4 = bytes / 16, want = (n4 + MK_RA_BWD_THREADS - 1) / MK_RA_BWD_THREADS;
+  const size_t n4 = a->bytes / 16, want = (n4 + MK_RA_BWD_THREADS - 1) / MK_RA_BWD_THREADS;
   const size_t cap = (size_t)sms * 4;
   const unsigned grid = (unsigned)(want < cap ? (want ? want : 1) : cap);
-  mk_ra_bwd_zero_kernel<<<grid, MK_RA_BWD_THREADS, 0, stream>>>((float4*)acc, n4, gave_up);
+  mk_ra_bwd_zero_kernel<<<grid, MK_RA_BWD_THREADS, 0, stream>>>(*a);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     MK_WARN("ncclMkRingAttentionBackward: accumulator zero launch failed: %s", cudaGetErrorString(e));

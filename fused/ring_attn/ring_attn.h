@@ -77,9 +77,22 @@ int mk_ra_bwd_gather_launch(const struct mk_ra_args* a, cudaStream_t stream);
 
 /* Zeroes `bytes` (a multiple of 16) at acc, a peer's accumulator in this rank's memory, unless
  * *gave_up is closed (MK_ATTN_ACC_GATE_CLOSED: the gather gave up; the peer may still be
- * reading it for its previous call). 0, -EINVAL,
- * -ENOTSUP (no sm_90 device) or -EIO (launch failure). */
-int mk_ra_bwd_zero_launch(float* acc, size_t bytes, const uint64_t* gave_up, cudaStream_t stream);
+ * reading it for its previous call). With peer_done (the merged plan, which zeroes on the
+ * caller's stream before the gather has seen the peer's call start), it first waits (bounded)
+ * until the peer finished its previous call, *peer_done >= *done (this rank's done word: the
+ * call number is *done + 1), and closes *gave_up instead of zeroing when the wait fails.
+ * 0, -EINVAL, -ENOTSUP (no sm_90 device) or -EIO (launch failure). */
+struct mk_ra_bwd_zero_args {
+  float* acc;
+  size_t bytes;
+  uint64_t* gave_up;
+  const uint64_t* peer_done; /* optional */
+  const uint64_t* done;
+  struct mk_gemm_error* err;
+  uint32_t err_tag, flag_index; /* the error record's names for a wait that gives up */
+  uint32_t timeout_ms;
+};
+int mk_ra_bwd_zero_launch(const struct mk_ra_bwd_zero_args* a, cudaStream_t stream);
 
 struct mk_ra_bwd_reduce_args {
   const float* own_acc;                   /* this rank's acc[rank]: [dk | dv], fp32, 2 x kv_elems */

@@ -22,10 +22,12 @@
  * read-back: the core stores (acc_overwrite) rank r's partial of block src straight into acc[r]
  * on src (over NVLink, plain stores during the compute), and the reduce reads only local
  * memory; the announcement orders those stores as it does the causal accumulators.
- * NCCL_MK_RA_BWD_MERGED=1 (non-causal; off until measured on 2 GPUs): step 3's calls merge into
- * step 2's (mk_ra_bwd_plan_merged: one call over the own and the peers' blocks, launched beside
- * the gather), whose CTAs on a peer's block wait for their chunks' flags (the core's
- * ready_flags) instead of the stream waiting for the whole gather; the join moves before step 4.
+ * NCCL_MK_RA_BWD_MERGED=1 (off until measured on 2 GPUs): step 3's calls merge into step 2's
+ * (mk_ra_bwd_plan_merged: one call per query range over the own and the peers' blocks,
+ * launched beside the gather), whose CTAs on a peer's block wait for their chunks' flags (the
+ * core's ready_flags) instead of the stream waiting for the whole gather; the join moves
+ * before step 4; causal, the peers' accumulators are zeroed on the caller's stream first, each
+ * after a bounded wait for its owner to have ended its previous call (step 1 zeroes nothing).
  * So 4 + (kernels of the core calls) launches, not one persistent kernel: the door stays open
  * as AllGather+GEMM's was (the gather is the forward's push CTAs; the core's CTAs can take its
  * flag waits, as the forward's producer does, and the reduce can become the core's epilogue).
@@ -144,16 +146,36 @@ static void ra_bwd_reduce_args(const struct mk_fused_comm* fc, const struct mk_r
   ra->err = fc->err, ra->err_tag = ga->err_tag, ra->timeout_ms = ga->timeout_ms;
 }
 
-/* Step 1 of the top on fc's side stream, forked from `stream`; fc->ev_join marks its end. */
+/* Step 1 of the top on fc's side stream, forked from `stream`; fc->ev_join marks its end. The
+ * merged plan zeroes the peers' accumulators on the caller's stream instead (ra_bwd_zero_waiting). */
 static int ra_bwd_gather_beside(struct mk_fused_comm* fc, const struct mk_ra_args* ga,
-                                const struct mk_ra_bwd_layout* l, void* data, cudaStream_t stream) {
+                                const struct mk_ra_bwd_layout* l, void* data, int merged, cudaStream_t stream) {
   MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_fork, stream), "cudaEventRecord (fork)"));
   MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
   MK_CHECK(mk_ra_bwd_gather_launch(ga, fc->side));
-  for (int d = 0; d < fc->nranks && ga->causal; d++) /* non-causal stores its partials whole */
-    if (d != fc->rank)
-      MK_CHECK(mk_ra_bwd_zero_launch(mk_ra_bwd_acc(data, l, d), mk_ra_bwd_acc_bytes(l), ga->gave_up, fc->side));
+  for (int d = 0; d < fc->nranks && ga->causal && !merged; d++) /* non-causal stores its partials whole */
+    if (d != fc->rank) {
+      const struct mk_ra_bwd_zero_args z = {.acc = mk_ra_bwd_acc(data, l, d), .bytes = mk_ra_bwd_acc_bytes(l),
+                                            .gave_up = ga->gave_up};
+      MK_CHECK(mk_ra_bwd_zero_launch(&z, fc->side));
+    }
   return mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)");
+}
+
+/* The merged plan, causal: the peers' accumulators in this rank's memory zeroed on the
+ * caller's stream, each once its owner has ended its previous call (its reduce read them),
+ * before the calls that add into them. */
+static int ra_bwd_zero_waiting(struct mk_fused_comm* fc, const struct mk_ra_args* ga,
+                               const struct mk_ra_bwd_layout* l, void* data, cudaStream_t stream) {
+  for (int d = 0; d < fc->nranks; d++) {
+    if (d == fc->rank) continue;
+    const struct mk_ra_bwd_zero_args z = {
+        .acc = mk_ra_bwd_acc(data, l, d), .bytes = mk_ra_bwd_acc_bytes(l), .gave_up = ga->gave_up,
+        .peer_done = ga->call.peer_done[d], .done = ga->call.done, .err = ga->err, .err_tag = ga->err_tag,
+        .flag_index = (uint32_t)d, .timeout_ms = ga->timeout_ms};
+    MK_CHECK(mk_ra_bwd_zero_launch(&z, stream));
+  }
+  return 0;
 }
 
 NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* k, const void* v, const void* out,
@@ -180,10 +202,10 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   void* data = (char*)fc->sym + MK_AG_DATA_OFFSET;
 
   /* every core call's arguments, checked before anything is launched */
-  /* Merged (non-causal): one core call per query range over every block, launched beside the
-   * gather, its CTAs on a peer's block waiting for their chunks; else the own block's calls
-   * beside the gather, the peers' after it (ra_bwd_plan.h). */
-  const int merged = !causal && mk_param_int(MK_PARAM_RA_BWD_MERGED);
+  /* Merged: one core call per query range over every block, launched beside the gather, its
+   * CTAs on a peer's block waiting for their chunks; else the own block's calls beside the
+   * gather, the peers' after it (ra_bwd_plan.h). */
+  const int merged = (int)mk_param_int(MK_PARAM_RA_BWD_MERGED);
   struct mk_ra_bwd_call plan[MK_RA_BWD_MAX_CALLS];
   struct mk_attn_bwd_args core[MK_RA_BWD_MAX_CALLS];
   int own_calls = 0;
@@ -217,11 +239,12 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   if (!rc) {
     mk_ra_fill_args(fc, MK_OP_RING_ATTN_BWD, k, v, B, S, H, Hkv, D, causal, chunk_rows, l.kv_elems * 2, &ga);
     ga.gave_up = ra_bwd_word(fc->sym, l.gave_up);
-    rc = ra_bwd_gather_beside(fc, &ga, &l, data, stream);
+    rc = ra_bwd_gather_beside(fc, &ga, &l, data, merged, stream);
   }
   if (!rc && causal)
     rc = mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, &l, fc->rank), 0, mk_ra_bwd_acc_bytes(&l), stream),
                        "cudaMemsetAsync");
+  if (!rc && causal && merged) rc = ra_bwd_zero_waiting(fc, &ga, &l, data, stream);
   for (int i = 0; i < own_calls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
   if (!rc) rc = mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent");
   for (int i = own_calls; i < ncalls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
