@@ -178,6 +178,38 @@ static int ra_bwd_zero_waiting(struct mk_fused_comm* fc, const struct mk_ra_args
   return 0;
 }
 
+/* The plan's core calls and their arguments, every one checked before anything is launched.
+ * Merged: one call per query range over every block, launched beside the gather, its CTAs on
+ * a peer's block waiting for their chunks; else the own block's calls beside the gather, the
+ * peers' after it (ra_bwd_plan.h). Returns the number of calls (*own_calls of them before the
+ * join with the gather), or a negative errno. */
+static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l, int chunk_rows,
+                              int merged, const struct mk_ra_bwd_tensors* t, struct mk_ra_bwd_call* plan,
+                              struct mk_attn_bwd_args* core, int* own_calls) {
+  const int n = fc->nranks;
+  void* data = (char*)fc->sym + MK_AG_DATA_OFFSET;
+  const int ncalls = merged ? mk_ra_bwd_plan_merged(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
+                            : mk_ra_bwd_plan(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS, own_calls);
+  if (ncalls < 1) {
+    MK_WARN(MK_RA_BWD_NAME ": internal: no plan for rank %d of %d", fc->rank, n);
+    return -EPROTO;
+  }
+  if (merged) *own_calls = ncalls; /* every call before the join */
+  struct mk_ra_bwd_areas areas = {.rank = fc->rank, .nranks = n, .data = data,
+                                   .acc_gate = ra_bwd_word(fc->sym, l->gave_up), /* the gather's "gave up" */
+                                   .err = fc->err, .timeout_ms = (uint32_t)fc->cfg.timeout_ms};
+  for (int d = 0; d < n; d++) areas.peer_data[d] = d == fc->rank ? data : (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
+  if (merged) {
+    areas.flags = ra_bwd_word(fc->sym, 0), areas.fps = l->fps, areas.chunk_rows = chunk_rows;
+    areas.done = (const uint64_t*)fc->sym + MK_AG_WORD_DONE;
+  }
+  for (int i = 0; i < ncalls; i++) {
+    mk_ra_bwd_core_args(&areas, l, &plan[i], t, &core[i]);
+    MK_CHECK(mk_attn_bwd_check(&core[i]));
+  }
+  return ncalls;
+}
+
 NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* k, const void* v, const void* out,
                                                      const float* lse, const void* dout, void* dq, void* dk, void* dv,
                                                      size_t batch, size_t s_local, size_t heads, size_t kv_heads,
@@ -201,37 +233,15 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   mk_ra_bwd_layout(n, B, S, H, Hkv, D, chunk_rows, &l);
   void* data = (char*)fc->sym + MK_AG_DATA_OFFSET;
 
-  /* every core call's arguments, checked before anything is launched */
-  /* Merged: one core call per query range over every block, launched beside the gather, its
-   * CTAs on a peer's block waiting for their chunks; else the own block's calls beside the
-   * gather, the peers' after it (ra_bwd_plan.h). */
-  const int merged = (int)mk_param_int(MK_PARAM_RA_BWD_MERGED);
   struct mk_ra_bwd_call plan[MK_RA_BWD_MAX_CALLS];
   struct mk_attn_bwd_args core[MK_RA_BWD_MAX_CALLS];
-  int own_calls = 0;
-  const int ncalls = merged ? mk_ra_bwd_plan_merged(fc->rank, n, causal, plan, MK_RA_BWD_MAX_CALLS)
-                            : mk_ra_bwd_plan(fc->rank, n, causal, plan, MK_RA_BWD_MAX_CALLS, &own_calls);
-  if (ncalls < 1) {
-    MK_WARN(MK_RA_BWD_NAME ": internal: no plan for rank %d of %d", fc->rank, n);
-    return ncclInternalError;
-  }
-  if (merged) own_calls = ncalls; /* every call before the join */
-  struct mk_ra_bwd_areas areas = {.rank = fc->rank, .nranks = n, .data = data,
-                                   .acc_gate = ra_bwd_word(fc->sym, l.gave_up), /* the gather's "gave up" */
-                                   .err = fc->err, .timeout_ms = (uint32_t)fc->cfg.timeout_ms};
-  for (int d = 0; d < n; d++) areas.peer_data[d] = d == fc->rank ? data : (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
-  if (merged) {
-    areas.flags = ra_bwd_word(fc->sym, 0), areas.fps = l.fps, areas.chunk_rows = chunk_rows;
-    areas.done = (const uint64_t*)fc->sym + MK_AG_WORD_DONE;
-  }
+  const int merged = (int)mk_param_int(MK_PARAM_RA_BWD_MERGED);
   const struct mk_ra_bwd_tensors tensors = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .dout = dout, .dq = dq,
                                             .batch = B, .s_local = S, .heads = H, .kv_heads = Hkv, .d_head = D,
                                             .causal = causal};
-  for (int i = 0; i < ncalls; i++) {
-    mk_ra_bwd_core_args(&areas, &l, &plan[i], &tensors, &core[i]);
-    rc = mk_attn_bwd_check(&core[i]);
-    if (rc) return mk_result_from_errno(rc);
-  }
+  int own_calls = 0;
+  const int ncalls = ra_bwd_build_calls(fc, &l, chunk_rows, merged, &tensors, plan, core, &own_calls);
+  if (ncalls < 0) return mk_result_from_errno(ncalls);
 
   int prev;
   rc = mk_op_device_enter(fc, &prev);
