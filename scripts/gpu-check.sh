@@ -110,6 +110,8 @@ tier_quick() {
   scenarios "$ATTN_TESTS" "$B/test/gpu/test_attn_ref"
   scenarios "$ATTN_CORE_TESTS" "$B/test/gpu/test_attn"
   scenarios "$ATTN_BWD_TESTS" "$B/test/gpu/test_attn_bwd"
+  step ring_backward_zero_waits_for_the_owners_previous_call_and_closes_the_gate_on_timeout \
+    "$B/test/gpu/test_ring_bwd_zero"
 }
 
 tier_gemm() {
