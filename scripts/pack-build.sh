@@ -5,6 +5,9 @@
 # logs, the soft-RoCE VM's image and the ThreadSanitizer build; build/ab/ included for A/B runs).
 # usage: scripts/pack-build.sh        (builds, then packs) then on the device (carry ["build-pack"]):
 #   tar xzf build-pack/b.tgz && MK_BUILD=build-dev MK_SKIP_BUILD=1 scripts/gpu-check.sh TIER
+# MK_PACK_EXCLUDE: space-separated tar patterns, relative to the build, left out (every test
+# binary links every kernel, so the whole build is close to the limit: leave out what the call
+# does not run, e.g. MK_PACK_EXCLUDE="./test/perf/fused/moe_perf ./test/gpu/test_moe").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Builds first, through mk_build: a bare `ninja` does not rebuild CUDA objects whose headers
@@ -14,8 +17,16 @@ source scripts/common.sh
 mk_build
 B=$MK_BUILD
 rm -rf build-dev build-pack && mkdir -p build-dev build-pack
-(cd "$B" && tar cf - --exclude=rxe-vm --exclude=tsan --exclude=core --exclude='*.p' --exclude=meson-logs .) |
+excludes=(--exclude=rxe-vm --exclude=tsan --exclude=core --exclude='*.p' --exclude=meson-logs)
+for x in ${MK_PACK_EXCLUDE:-}; do excludes+=("--exclude=$x"); done
+(cd "$B" && tar cf - "${excludes[@]}" .) |
   (cd build-dev && tar xf -)
 tar czf build-pack/b.tgz build-dev
 rm -rf build-dev
 ls -l build-pack/b.tgz
+bytes=$(stat -c %s build-pack/b.tgz)
+if [ "$bytes" -gt $((64 * 1024 * 1024)) ]; then
+  echo "pack-build: build-pack/b.tgz is $bytes bytes, over the 64 MiB the device tool carries:" \
+    "drop build/ab or set MK_PACK_EXCLUDE" >&2
+  exit 1
+fi
