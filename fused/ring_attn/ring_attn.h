@@ -118,7 +118,8 @@ int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cudaStream_t 
 
 /* Where rank `rank`'s backward core calls read and write: its data area and every rank's
  * (ra_bwd_plan.h's layout; peer_data[rank] = data), the gather's "gave up" word, the error
- * record. The ring passes its workspaces; a one-GPU emulation (attn_perf -R) buffers of its own. */
+ * record. The ring passes its workspaces; the one-GPU emulation (test/perf/attn/ring_bwd_emul)
+ * buffers of its own. */
 struct mk_ra_bwd_areas {
   int rank, nranks;
   void* data;

@@ -146,36 +146,33 @@ static void ra_bwd_reduce_args(const struct mk_fused_comm* fc, const struct mk_r
   ra->err = fc->err, ra->err_tag = ga->err_tag, ra->timeout_ms = ga->timeout_ms;
 }
 
+/* The peers' accumulators in this rank's memory zeroed on `stream` (causal: each call adds into
+ * them). wait (the merged plan, on the caller's stream): each zero first waits, bounded, for
+ * its owner to have ended its previous call (its reduce read them); else (step 1, after the
+ * gather, which saw every peer start this call) at once. */
+static int ra_bwd_zero_peers(const struct mk_fused_comm* fc, const struct mk_ra_args* ga,
+                             const struct mk_ra_bwd_layout* l, void* data, int wait, cudaStream_t stream) {
+  for (int d = 0; d < fc->nranks; d++) {
+    if (d == fc->rank) continue;
+    struct mk_ra_bwd_zero_args z = {.acc = mk_ra_bwd_acc(data, l, d), .bytes = mk_ra_bwd_acc_bytes(l),
+                                    .gave_up = ga->gave_up};
+    if (wait)
+      z.peer_done = ga->call.peer_done[d], z.done = ga->call.done, z.err = ga->err, z.err_tag = ga->err_tag,
+      z.flag_index = (uint32_t)d, z.timeout_ms = ga->timeout_ms;
+    MK_CHECK(mk_ra_bwd_zero_launch(&z, stream));
+  }
+  return 0;
+}
+
 /* Step 1 of the top on fc's side stream, forked from `stream`; fc->ev_join marks its end. The
- * merged plan zeroes the peers' accumulators on the caller's stream instead (ra_bwd_zero_waiting). */
+ * merged plan zeroes the peers' accumulators on the caller's stream instead (ra_bwd_zero_peers). */
 static int ra_bwd_gather_beside(struct mk_fused_comm* fc, const struct mk_ra_args* ga,
                                 const struct mk_ra_bwd_layout* l, void* data, int merged, cudaStream_t stream) {
   MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_fork, stream), "cudaEventRecord (fork)"));
   MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
   MK_CHECK(mk_ra_bwd_gather_launch(ga, fc->side));
-  for (int d = 0; d < fc->nranks && ga->causal && !merged; d++) /* non-causal stores its partials whole */
-    if (d != fc->rank) {
-      const struct mk_ra_bwd_zero_args z = {.acc = mk_ra_bwd_acc(data, l, d), .bytes = mk_ra_bwd_acc_bytes(l),
-                                            .gave_up = ga->gave_up};
-      MK_CHECK(mk_ra_bwd_zero_launch(&z, fc->side));
-    }
+  if (ga->causal && !merged) MK_CHECK(ra_bwd_zero_peers(fc, ga, l, data, 0, fc->side)); /* non-causal stores whole */
   return mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)");
-}
-
-/* The merged plan, causal: the peers' accumulators in this rank's memory zeroed on the
- * caller's stream, each once its owner has ended its previous call (its reduce read them),
- * before the calls that add into them. */
-static int ra_bwd_zero_waiting(struct mk_fused_comm* fc, const struct mk_ra_args* ga,
-                               const struct mk_ra_bwd_layout* l, void* data, cudaStream_t stream) {
-  for (int d = 0; d < fc->nranks; d++) {
-    if (d == fc->rank) continue;
-    const struct mk_ra_bwd_zero_args z = {
-        .acc = mk_ra_bwd_acc(data, l, d), .bytes = mk_ra_bwd_acc_bytes(l), .gave_up = ga->gave_up,
-        .peer_done = ga->call.peer_done[d], .done = ga->call.done, .err = ga->err, .err_tag = ga->err_tag,
-        .flag_index = (uint32_t)d, .timeout_ms = ga->timeout_ms};
-    MK_CHECK(mk_ra_bwd_zero_launch(&z, stream));
-  }
-  return 0;
 }
 
 /* The plan's core calls and their arguments, every one checked before anything is launched.
@@ -183,11 +180,10 @@ static int ra_bwd_zero_waiting(struct mk_fused_comm* fc, const struct mk_ra_args
  * a peer's block waiting for their chunks; else the own block's calls beside the gather, the
  * peers' after it (ra_bwd_plan.h). Returns the number of calls (*own_calls of them before the
  * join with the gather), or a negative errno. */
-static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l, int chunk_rows,
-                              int merged, const struct mk_ra_bwd_tensors* t, struct mk_ra_bwd_call* plan,
-                              struct mk_attn_bwd_args* core, int* own_calls) {
+static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l, void* data,
+                              int chunk_rows, int merged, const struct mk_ra_bwd_tensors* t,
+                              struct mk_ra_bwd_call* plan, struct mk_attn_bwd_args* core, int* own_calls) {
   const int n = fc->nranks;
-  void* data = (char*)fc->sym + MK_AG_DATA_OFFSET;
   const int ncalls = merged ? mk_ra_bwd_plan_merged(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
                             : mk_ra_bwd_plan(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS, own_calls);
   if (ncalls < 1) {
@@ -240,7 +236,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
                                             .batch = B, .s_local = S, .heads = H, .kv_heads = Hkv, .d_head = D,
                                             .causal = causal};
   int own_calls = 0;
-  const int ncalls = ra_bwd_build_calls(fc, &l, chunk_rows, merged, &tensors, plan, core, &own_calls);
+  const int ncalls = ra_bwd_build_calls(fc, &l, data, chunk_rows, merged, &tensors, plan, core, &own_calls);
   if (ncalls < 0) return mk_result_from_errno(ncalls);
 
   int prev;
@@ -254,7 +250,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   if (!rc && causal)
     rc = mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, &l, fc->rank), 0, mk_ra_bwd_acc_bytes(&l), stream),
                        "cudaMemsetAsync");
-  if (!rc && causal && merged) rc = ra_bwd_zero_waiting(fc, &ga, &l, data, stream);
+  if (!rc && causal && merged) rc = ra_bwd_zero_peers(fc, &ga, &l, data, 1, stream);
   for (int i = 0; i < own_calls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
   if (!rc) rc = mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent");
   for (int i = own_calls; i < ncalls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
