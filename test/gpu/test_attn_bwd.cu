@@ -38,6 +38,7 @@
 #include "attn_run.h"
 #include "expect.h"
 #include "gemm.h"
+#include "late_raise.cuh"
 
 
 struct bwd_bufs {
@@ -286,23 +287,6 @@ static void test_negative_control(void) {
   bufs_free(&t);
 }
 
-/* After delay_ns, flags[0 .. n) = value (another stream's kernel: the writer of a ring's slot). */
-static __global__ void raise_flags_after(uint64_t* flags, int n, uint64_t value, uint64_t delay_ns) {
-  uint64_t t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    __nanosleep(1000);
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < delay_ns);
-  __threadfence_system();
-  for (int i = threadIdx.x; i < n; i += blockDim.x) ((volatile uint64_t*)flags)[i] = value;
-}
-
-static void set_words(uint64_t* d, int n, uint64_t value) {
-  std::vector<uint64_t> h(n, value);
-  CUDA_OK(cudaMemcpy(d, h.data(), n * sizeof(uint64_t), cudaMemcpyHostToDevice));
-}
-
 static void test_ready_flags(void) {
   struct bwd_bufs t;
   bufs_alloc(&t, 2, 300, 8, 2, 128, 1, 0xf1a9);
@@ -319,19 +303,8 @@ static void test_ready_flags(void) {
 
   set_words(flags, chunks, 6); /* the previous call's: not enough */
   poison(t.dq, t.nq * 2), poison(t.dk, t.nkv * 2), poison(t.dv, t.nkv * 2);
-  cudaStream_t writer;
-  cudaEvent_t e0, e1;
-  CUDA_OK(cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking));
-  CUDA_OK(cudaEventCreate(&e0));
-  CUDA_OK(cudaEventCreate(&e1));
-  raise_flags_after<<<1, 32, 0, writer>>>(flags, chunks, 7, 20000000ull);
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaEventRecord(e0, 0));
-  const int ran = run_bwd(&a); /* synchronizes the device */
-  CUDA_OK(cudaEventRecord(e1, 0));
-  CUDA_OK(cudaEventSynchronize(e1));
-  float ms = 0.f;
-  CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+  int ran = 0;
+  const float ms = time_beside_late_raise(flags, chunks, 7, 20000000ull, [&] { return run_bwd(&a); }, &ran);
   printf("  flags raised 20 ms late: the call took %.1f ms\n", ms);
   EXPECT(ms >= 15.f, "the call took %.1f ms: its CTAs did not wait for the flags", ms);
   if (ran) EXPECT(check_all("flags raised late", &t), "wrong gradients with the flags raised late");
@@ -355,7 +328,6 @@ static void test_ready_flags(void) {
   b = a, b.kv[0].ready_chunk_rows = 0;
   EXPECT(mk_attn_bwd_launch(&b, 0) == -EINVAL, "ready_chunk_rows 0 accepted");
   cudaFree(flags), cudaFree(done);
-  cudaStreamDestroy(writer), cudaEventDestroy(e0), cudaEventDestroy(e1);
   bufs_free(&t);
 }
 

@@ -3,6 +3,7 @@
  * row-block order, epilogue modes, per-tile flags, the SM count, the grouped variant and the
  * rejection of bad input.
  */
+#include "late_raise.cuh" /* delayed_raise_kernel */
 #include "ptx.cuh"
 
 /* Before a launch beside a waiting kernel: load the kernel (a first launch would wait). */
@@ -15,16 +16,6 @@ static int sm_count(void) {
   int sms;
   CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   return sms;
-}
-
-/* Sleeps delay_ns, records the time, then raises flags[0..count) to value (release.sys). */
-static __global__ void delayed_raise_kernel(uint64_t* flags, int count, uint64_t value, uint64_t delay_ns, uint64_t* t_raise) {
-  uint64_t t0 = globaltimer_ns();
-  t_raise[1] = t0;
-  while (globaltimer_ns() - t0 < delay_ns) __nanosleep(1000);
-  *t_raise = globaltimer_ns();
-  fence_acq_rel_sys();
-  for (int i = 0; i < count; i++) st_release_sys_u64(flags + i, value);
 }
 
 static void test_ready_flags(void) {

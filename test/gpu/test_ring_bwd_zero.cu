@@ -14,21 +14,10 @@
 #include "attn.h"
 #include "expect.h"
 #include "gemm_check.cuh"
+#include "late_raise.cuh"
 #include "ring_attn.h"
 
 #define ZERO_FLOATS (1 << 20)
-
-/* After delay_ns, *word = value (another stream's kernel: the owner ending its call). */
-static __global__ void raise_after(uint64_t* word, uint64_t value, uint64_t delay_ns) {
-  uint64_t t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    __nanosleep(1000);
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < delay_ns);
-  __threadfence_system();
-  *(volatile uint64_t*)word = value;
-}
 
 struct zero_bufs {
   float* acc;
@@ -36,7 +25,6 @@ struct zero_bufs {
   struct mk_gemm_error* err;
 };
 
-static void set_word(uint64_t* d, uint64_t v) { CUDA_OK(cudaMemcpy(d, &v, sizeof v, cudaMemcpyHostToDevice)); }
 static uint64_t get_word(const uint64_t* d) {
   uint64_t v;
   CUDA_OK(cudaMemcpy(&v, d, sizeof v, cudaMemcpyDeviceToHost));
@@ -56,7 +44,7 @@ static size_t nonzero(const float* acc) {
 static void reset(struct zero_bufs* b, uint64_t owner) {
   std::vector<float> ones(ZERO_FLOATS, 1.0f);
   CUDA_OK(cudaMemcpy(b->acc, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
-  set_word(b->words, 0), set_word(b->words + 1, 4), set_word(b->words + 2, owner);
+  set_words(b->words, 1, 0), set_words(b->words + 1, 1, 4), set_words(b->words + 2, 1, owner);
   CUDA_OK(cudaMemset(b->err, 0, sizeof *b->err));
 }
 
@@ -87,7 +75,7 @@ int main(void) {
   if (launch_and_wait(&z)) EXPECT(nonzero(b.acc) == 0, "gate open: %zu values left", nonzero(b.acc));
 
   reset(&b, 0);
-  set_word(b.words, MK_ATTN_ACC_GATE_CLOSED | 5);
+  set_words(b.words, 1, MK_ATTN_ACC_GATE_CLOSED | 5);
   if (launch_and_wait(&z)) EXPECT(nonzero(b.acc) == ZERO_FLOATS, "gate closed: values were written");
 
   reset(&b, 4); /* the owner ended call 4, this rank's previous one */
@@ -95,19 +83,8 @@ int main(void) {
   if (launch_and_wait(&z)) EXPECT(nonzero(b.acc) == 0, "owner done: %zu values left", nonzero(b.acc));
 
   reset(&b, 3); /* the owner ends call 4 20 ms after the launch */
-  cudaStream_t owner;
-  cudaEvent_t e0, e1;
-  CUDA_OK(cudaStreamCreateWithFlags(&owner, cudaStreamNonBlocking));
-  CUDA_OK(cudaEventCreate(&e0));
-  CUDA_OK(cudaEventCreate(&e1));
-  raise_after<<<1, 1, 0, owner>>>(b.words + 2, 4, 20000000ull);
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaEventRecord(e0, 0));
-  const int ran = launch_and_wait(&z);
-  CUDA_OK(cudaEventRecord(e1, 0));
-  CUDA_OK(cudaEventSynchronize(e1));
-  float ms = 0.f;
-  CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+  int ran = 0;
+  const float ms = time_beside_late_raise(b.words + 2, 1, 4, 20000000ull, [&] { return launch_and_wait(&z); }, &ran);
   printf("owner done 20 ms late: the zero took %.1f ms\n", ms);
   EXPECT(ms >= 15.f, "the zero took %.1f ms: it did not wait for the owner", ms);
   if (ran) EXPECT(nonzero(b.acc) == 0, "owner done late: %zu values left", nonzero(b.acc));
@@ -125,7 +102,6 @@ int main(void) {
   }
 
   cudaFree(b.acc), cudaFree(b.words), cudaFree(b.err);
-  cudaStreamDestroy(owner), cudaEventDestroy(e0), cudaEventDestroy(e1);
   printf("ring backward zero: %s (%d failures)\n", failures ? "FAILED" : "passed", failures);
   return failures ? 1 : 0;
 }
