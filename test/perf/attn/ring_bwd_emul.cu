@@ -13,8 +13,8 @@
  * (10 B H S S D, halved causal). Medians of ITERS after two warm-ups. A benchmark, not a test:
  * correctness is test_ring_attn_bwd's (2 GPUs); inputs random, lse zero (finite P), values
  * not checked.
- * Usage: ring_bwd_emul [iters] [shape ...] with shapes B,H,H_kv,D,S,causal; MK_EMUL_RANKS (2),
- * MK_ATTN_VARIANT (the backward variant of every call, attn.h; 0).
+ * Usage: ring_bwd_emul [-r ranks (2)] [iters] [shape ...] with shapes B,H,H_kv,D,S,causal;
+ * MK_ATTN_VARIANT (the backward variant of every call, attn.h, attn_run.h's test knob; 0).
  */
 #include <algorithm>
 #include <string.h>
@@ -179,15 +179,15 @@ static void bench(const struct shape& sh, int nranks, int iters) {
 
 int main(int argc, char** argv) {
   gpu_or_skip();
+  int nranks = 2;
+  if (argc > 2 && !strcmp(argv[1], "-r")) nranks = atoi(argv[2]), argc -= 2, argv += 2;
+  if (nranks < 2 || nranks > MK_RA_MAX_RANKS) {
+    fprintf(stderr, "-r %d: 2 to %d ranks\n", nranks, MK_RA_MAX_RANKS);
+    return 2;
+  }
   int iters = argc > 1 ? atoi(argv[1]) : 10;
   if (iters < 1) iters = 10;
   variant = attn_test_variant();
-  const char* nr = getenv("MK_EMUL_RANKS");
-  const int nranks = nr ? atoi(nr) : 2;
-  if (nranks < 2 || nranks > MK_RA_MAX_RANKS) {
-    fprintf(stderr, "MK_EMUL_RANKS=%d: 2 to %d\n", nranks, MK_RA_MAX_RANKS);
-    return 2;
-  }
   std::vector<struct shape> shapes;
   for (int i = 2; i < argc; i++) {
     struct shape s;
