@@ -98,8 +98,10 @@ def find_ours(path):
             lib = ctypes.CDLL(c)
             p, i = ctypes.c_void_p, ctypes.c_int
             lib.mk_bench_attn_fwd.argtypes = [p] * 5 + [i] * 7 + [p]
-            lib.mk_bench_attn_bwd.argtypes = [p] * 11 + [i] * 7 + [p]
+            lib.mk_bench_attn_bwd.argtypes = [p] * 12 + [i] * 7 + [p]
             lib.mk_bench_attn_fwd.restype = lib.mk_bench_attn_bwd.restype = i
+            lib.mk_bench_attn_bwd_ws_floats.argtypes = [i] * 7
+            lib.mk_bench_attn_bwd_ws_floats.restype = ctypes.c_longlong
             return lib
     if path:
         sys.exit(f"bench-torch-attn: no library at {path}")
@@ -138,11 +140,15 @@ class Ours:
         self.dq, self.dk, self.dv = (torch.empty_like(t) for t in (self.q, self.k, self.v))
         self.delta = torch.empty_like(self.lse)
         self.dq_acc = torch.empty(self.q.shape, device=self.q.device, dtype=torch.float32)
+        # grouped-query heads: the workspace that lets the core give each CTA one query head
+        n = self.lib.mk_bench_attn_bwd_ws_floats(*self.dims)
+        self.dkv_ws = torch.empty(n, device=self.q.device, dtype=torch.float32) if n else None
 
     def bwd(self):
         ptrs = (self.q, self.k, self.v, self.out, self.lse, self.dout, self.dq, self.dk, self.dv,
                 self.delta, self.dq_acc)
-        rc = self.lib.mk_bench_attn_bwd(*(t.data_ptr() for t in ptrs), *self.dims,
+        ws = self.dkv_ws.data_ptr() if self.dkv_ws is not None else None
+        rc = self.lib.mk_bench_attn_bwd(*(t.data_ptr() for t in ptrs), ws, *self.dims,
                                         torch.cuda.current_stream().cuda_stream)
         if rc:
             raise RuntimeError(f"mk_bench_attn_bwd: {rc}")

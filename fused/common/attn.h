@@ -142,6 +142,12 @@ struct mk_attn_bwd_args {
   struct mk_gemm_error* err; /* optional: a wait that timed out is recorded here */
   uint32_t timeout_ms;       /* 0: 10000 */
   const uint64_t* ready_done; /* with any block's ready_flags: the call number is *ready_done + 1 */
+  /* optional, fp32 workspace of mk_attn_bwd_dkv_ws_floats(args) floats: with grouped-query heads
+   * (heads > kv_heads) at D = 128 the core gives each CTA one query head instead of a kv head's group
+   * (its CTAs share their heads' query tiles in L2) and adds the group's dK, dV partials here,
+   * then writes the blocks' outputs from it. A block whose outputs are only dk_acc, dv_acc
+   * (added to, acc_overwrite 0) needs none of it: the partials are added there directly. */
+  float* dkv_ws;
 };
 
 #define MK_ATTN_ACC_GATE_CLOSED (1ull << 63)
@@ -164,6 +170,9 @@ int mk_attn_bwd_launch(const struct mk_attn_bwd_args* args, cudaStream_t stream)
  * (sessions 25-30's default), 4 is 0 with the other issuer (the consumers at D = 128, the
  * producer at D = 64). */
 #define MK_ATTN_BWD_VARIANTS 5
+
+/* The floats of dkv_ws that a call with these arguments uses (0: none). */
+size_t mk_attn_bwd_dkv_ws_floats(const struct mk_attn_bwd_args* args);
 int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* args, cudaStream_t stream, int variant);
 
 /* The first query tile (bm rows, counted from the range's first query at q_pos0) holding a
@@ -221,13 +230,29 @@ MK_HD struct mk_attn_work mk_attn_item_work(int i, int tiles, int heads, int bat
   return w;
 }
 
-/* The backward's CTA c of its (key tiles over all blocks, kv heads, batch) grid: order 0 the
- * grid's own (key tiles fastest, head by head); order 1 key tiles outermost, then (batch, kv
- * head). Under the causal mask a key tile's work falls with its index (it sees the queries at
- * or after it), so order 1 starts every head's longest CTAs first; order 0 starts the last
- * head's longest CTAs when most of the work is done, which leaves a tail. */
-MK_HD struct mk_attn_work mk_attn_bwd_cta_work(int c, int tiles, int kv_heads, int batch, int order) {
-  return mk_attn_item_work(c, tiles, kv_heads, batch, order, 0);
+/* The backward's CTA c of its (key tiles over all blocks, heads, batch) grid, in chunks of
+ * `chunk` key tiles: chunk by chunk, in each (batch, head) by (batch, head), in each the chunk's
+ * tiles (the last chunk may be shorter). chunk 1 is key tiles outermost: under the causal mask
+ * a key tile's work falls with its index (it sees the queries at or after it), so every head's
+ * longest CTAs start first. chunk >= tiles is head by head, key tiles fastest (the grid's own
+ * order): the CTAs that run together share their heads' query tiles in L2, but the last head's
+ * longest CTAs start when most of the work is done. Chunks between trade the two. */
+MK_HD struct mk_attn_work mk_attn_bwd_cta_work(int c, int tiles, int heads, int batch, int chunk) {
+  const int hb = heads * batch, full = tiles / chunk * chunk; /* tiles in whole chunks */
+  int t, bh;
+  if (c < full * hb) {
+    t = c / (chunk * hb) * chunk + c % chunk;
+    bh = c / chunk % hb;
+  } else { /* the last, shorter chunk */
+    const int r = tiles - full, k = c - full * hb;
+    t = full + k % r;
+    bh = k / r;
+  }
+  struct mk_attn_work w;
+  w.tile = t;
+  w.head = bh % heads;
+  w.batch = bh / heads;
+  return w;
 }
 
 /* ---- which KV tiles a query tile needs (pure; shared by the producer and the consumers) ---- */

@@ -42,6 +42,14 @@ typedef mk_attn_bwd_cfg<64, 3, 1, 0, 3> mk_attn_bwd_cfg_d64_late_alt;
 
 #define MK_ATTN_BWD_DEFAULT_TIMEOUT_MS 10000u
 
+/* The CTA order's chunk (attn.h mk_attn_bwd_cta_work): 128 key tiles (16K keys) head by head,
+ * then the next 128. Causal, against key tiles outermost (longest first, the order of sessions
+ * 26-32), one H200, session 33: 16K / 64K, GQA 8:1 with a CTA per query head 524 / 538 TFLOP/s
+ * (436 / 327), per kv head's group 500 / 514 (485 / 506), H = H_kv 530 / 536 (430 / 331), D = 64
+ * 370 (367): the CTAs that run together share their heads' query tiles in L2, where longest
+ * first spread them over every head (its makespan gain, ~1% on paper, is smaller than that). */
+#define MK_ATTN_BWD_CHUNK_TILES 128
+
 #define BWD_REJECT(...)   \
   do {                    \
     MK_WARN(__VA_ARGS__); \
@@ -103,7 +111,33 @@ extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
     tiles += (rows + MK_ATTN_BWD_BLOCK_N - 1) / MK_ATTN_BWD_BLOCK_N;
   }
   if (tiles > INT_MAX) BWD_REJECT("mk_attn_bwd: %lld key tiles, too many", tiles);
+  if (bwd_misaligned(a->dkv_ws, 16)) BWD_REJECT("mk_attn_bwd: dkv_ws = %p, must be 16-byte aligned", (void*)a->dkv_ws);
   return 0;
+}
+
+static int bwd_block_rows(const struct mk_attn_bwd_kv_block* kv) { return kv->rows ? kv->rows : kv->seq - kv->row0; }
+
+/* Split, a block whose partials go straight into its accumulators (nothing else to write). */
+static int bwd_block_direct(const struct mk_attn_bwd_kv_block* kv) {
+  return kv->dk_acc && kv->dv_acc && !kv->dk && !kv->dv && !kv->acc_overwrite;
+}
+
+/* Split only at D = 128: at D = 64 (steps half as long) a CTA per query head ran 3.5% slower
+ * than a CTA per group (16K causal, GQA 8:1; bench/NOTES.md, session 33). */
+extern "C" size_t mk_attn_bwd_dkv_ws_floats(const struct mk_attn_bwd_args* a) {
+  if (!a || a->heads <= a->kv_heads || a->d_head != 128 || a->num_kv_blocks < 1 ||
+      a->num_kv_blocks > MK_ATTN_MAX_KV_BLOCKS)
+    return 0;
+  size_t n = 0;
+  for (int i = 0; i < a->num_kv_blocks; i++)
+    if (!bwd_block_direct(&a->kv[i])) n += 2 * (size_t)a->batch * bwd_block_rows(&a->kv[i]) * a->kv_heads * a->d_head;
+  return n;
+}
+
+/* Whether the call gives each CTA one query head (attn.h, dkv_ws): grouped-query heads, and
+ * every block's partials have somewhere to meet. */
+static int bwd_split(const struct mk_attn_bwd_args* a) {
+  return a->heads > a->kv_heads && a->d_head == 128 && (a->dkv_ws || mk_attn_bwd_dkv_ws_floats(a) == 0);
 }
 
 template <class Cfg>
@@ -120,58 +154,91 @@ static cudaError_t attn_bwd_prepare_cfg(void) {
   return e;
 }
 
+/* A block's kernel parameters; split: where its CTAs add their partials (its accumulators, or
+ * the next part of the workspace at *ws, [batch, rows, kv_heads, D] for dk, then for dv). */
+template <class Cfg>
+static void attn_bwd_block_params(const struct mk_attn_bwd_args* a, const struct mk_attn_bwd_kv_block* kv, int split,
+                                  int tile0, float** ws, struct mk_attn_bwd_block_params* b) {
+  const int rows = bwd_block_rows(kv);
+  b->row0 = kv->row0, b->rows = rows, b->pos0 = kv->pos0, b->tile0 = tile0, b->seq = kv->seq;
+  b->dk = (__nv_bfloat16*)kv->dk, b->dv = (__nv_bfloat16*)kv->dv;
+  b->dk_acc = kv->dk_acc, b->dv_acc = kv->dv_acc, b->acc_overwrite = kv->acc_overwrite ? 1 : 0;
+  b->ready_flags = kv->ready_flags;
+  b->ready_chunk_rows = kv->ready_chunk_rows;
+  b->ready_chunks = kv->ready_flags ? (kv->seq + kv->ready_chunk_rows - 1) / kv->ready_chunk_rows : 0;
+  if (split && bwd_block_direct(kv)) {
+    b->dk_red = kv->dk_acc, b->dv_red = kv->dv_acc, b->red_seq = kv->seq, b->red_row0 = kv->row0;
+  } else if (split) {
+    const size_t n = (size_t)a->batch * rows * a->kv_heads * Cfg::D;
+    b->dk_red = *ws, b->dv_red = *ws + n, b->red_seq = rows, b->red_row0 = 0;
+    *ws += 2 * n;
+  }
+}
+
+/* The main kernel's tensor maps and parameters; its key tiles over all blocks. */
+template <class Cfg>
+static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_attn_bwd_maps* maps,
+                         struct mk_attn_bwd_params* p, int* tiles_out) {
+  memset(maps, 0, sizeof *maps);
+  memset(p, 0, sizeof *p);
+  const int q_rows = a->q_rows ? a->q_rows : a->seq_q - a->q_row0;
+  MK_CHECK(mk_attn_tmap_encode_rows(&maps->q, a->q, a->batch, a->seq_q, a->q_row0, q_rows, a->heads, Cfg::D, Cfg::BM));
+  MK_CHECK(mk_attn_tmap_encode_rows(&maps->dout, a->dout, a->batch, a->seq_q, a->q_row0, q_rows, a->heads, Cfg::D,
+                                    Cfg::BM));
+  if (Cfg::DQ_TMA)
+    MK_CHECK(mk_attn_tmap_encode_rows_f32(&maps->dq_acc, a->dq_acc, a->batch, a->seq_q, a->q_row0, q_rows, a->heads,
+                                          Cfg::D, Cfg::DQ_BOX_ROWS));
+  int tiles = 0;
+  float* ws = a->dkv_ws;
+  for (int i = 0; i < a->num_kv_blocks; i++) {
+    const struct mk_attn_bwd_kv_block* kv = &a->kv[i];
+    const int rows = bwd_block_rows(kv);
+    MK_CHECK(mk_attn_tmap_encode_rows(&maps->k[i], kv->k, a->batch, kv->seq, kv->row0, rows, a->kv_heads, Cfg::D, Cfg::BN));
+    MK_CHECK(mk_attn_tmap_encode_rows(&maps->v[i], kv->v, a->batch, kv->seq, kv->row0, rows, a->kv_heads, Cfg::D, Cfg::BN));
+    attn_bwd_block_params<Cfg>(a, kv, split, tiles, &ws, &p->kv[i]);
+    tiles += (rows + Cfg::BN - 1) / Cfg::BN;
+  }
+  p->seq_q = a->seq_q, p->heads = a->heads, p->kv_heads = a->kv_heads, p->causal = a->causal ? 1 : 0;
+  p->split = split;
+  p->chunk = MK_ATTN_BWD_CHUNK_TILES;
+  p->q_row0 = a->q_row0, p->q_rows = q_rows, p->q_pos0 = a->q_pos0;
+  p->num_kv_blocks = a->num_kv_blocks;
+  p->lse = a->lse, p->delta = a->delta, p->dq_acc = a->dq_acc;
+  p->scale = (float)(1.0 / sqrt((double)Cfg::D));
+  p->scale_log2 = (float)(1.4426950408889634 / sqrt((double)Cfg::D));
+  p->acc_gate = a->acc_gate, p->ready_done = a->ready_done, p->err = a->err;
+  p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
+  *tiles_out = tiles;
+  return 0;
+}
+
+/* Split: the outputs of the blocks whose partials met in the workspace. */
+template <class Cfg>
+static cudaError_t attn_bwd_write_ws_blocks(const struct mk_attn_bwd_args* a, const struct mk_attn_bwd_params* p,
+                                            cudaStream_t stream) {
+  for (int i = 0; i < a->num_kv_blocks; i++) {
+    const struct mk_attn_bwd_block_params* b = &p->kv[i];
+    if (b->dk_red == b->dk_acc) continue; /* added there directly */
+    const size_t n2 = (size_t)a->batch * b->rows * a->kv_heads * Cfg::D / 2;
+    const unsigned blocks = (unsigned)(n2 / 256 + 1 < 4096 ? n2 / 256 + 1 : 4096);
+    mk_attn_bwd_dkv_kernel<Cfg::D><<<blocks, 256, 0, stream>>>(b->dk_red, b->dv_red, b->dk, b->dv, b->dk_acc, b->dv_acc,
+                                                              b->acc_overwrite, a->acc_gate, a->batch, b->seq, b->row0,
+                                                              b->rows, a->kv_heads);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 template <class Cfg>
 static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
   struct mk_attn_bwd_maps maps;
   struct mk_attn_bwd_params p;
-  memset(&maps, 0, sizeof maps);
-  memset(&p, 0, sizeof p);
-  const int q_rows = a->q_rows ? a->q_rows : a->seq_q - a->q_row0;
-  MK_CHECK(mk_attn_tmap_encode_rows(&maps.q, a->q, a->batch, a->seq_q, a->q_row0, q_rows, a->heads, Cfg::D, Cfg::BM));
-  MK_CHECK(
-      mk_attn_tmap_encode_rows(&maps.dout, a->dout, a->batch, a->seq_q, a->q_row0, q_rows, a->heads, Cfg::D, Cfg::BM));
-  if (Cfg::DQ_TMA)
-    MK_CHECK(mk_attn_tmap_encode_rows_f32(&maps.dq_acc, a->dq_acc, a->batch, a->seq_q, a->q_row0, q_rows, a->heads,
-                                          Cfg::D, Cfg::DQ_BOX_ROWS));
+  const int split = bwd_split(a);
   int tiles = 0;
-  for (int i = 0; i < a->num_kv_blocks; i++) {
-    const struct mk_attn_bwd_kv_block* kv = &a->kv[i];
-    const int rows = kv->rows ? kv->rows : kv->seq - kv->row0;
-    MK_CHECK(mk_attn_tmap_encode_rows(&maps.k[i], kv->k, a->batch, kv->seq, kv->row0, rows, a->kv_heads, Cfg::D, Cfg::BN));
-    MK_CHECK(mk_attn_tmap_encode_rows(&maps.v[i], kv->v, a->batch, kv->seq, kv->row0, rows, a->kv_heads, Cfg::D, Cfg::BN));
-    p.kv[i].row0 = kv->row0;
-    p.kv[i].rows = rows;
-    p.kv[i].pos0 = kv->pos0;
-    p.kv[i].tile0 = tiles;
-    p.kv[i].seq = kv->seq;
-    p.kv[i].dk = (__nv_bfloat16*)kv->dk;
-    p.kv[i].dv = (__nv_bfloat16*)kv->dv;
-    p.kv[i].dk_acc = kv->dk_acc;
-    p.kv[i].dv_acc = kv->dv_acc;
-    p.kv[i].acc_overwrite = kv->acc_overwrite ? 1 : 0;
-    p.kv[i].ready_flags = kv->ready_flags;
-    p.kv[i].ready_chunk_rows = kv->ready_chunk_rows;
-    p.kv[i].ready_chunks = kv->ready_flags ? (kv->seq + kv->ready_chunk_rows - 1) / kv->ready_chunk_rows : 0;
-    tiles += (rows + Cfg::BN - 1) / Cfg::BN;
-  }
-  p.seq_q = a->seq_q;
-  p.heads = a->heads;
-  p.kv_heads = a->kv_heads;
-  p.causal = a->causal ? 1 : 0;
-  p.order = p.causal; /* longest first (attn.h); without the mask every CTA has the same work */
-  p.q_row0 = a->q_row0;
-  p.q_rows = q_rows;
-  p.q_pos0 = a->q_pos0;
-  p.num_kv_blocks = a->num_kv_blocks;
-  p.lse = a->lse;
-  p.delta = a->delta;
-  p.dq_acc = a->dq_acc;
-  p.scale = (float)(1.0 / sqrt((double)Cfg::D));
-  p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)Cfg::D));
-  p.acc_gate = a->acc_gate;
-  p.ready_done = a->ready_done;
-  p.err = a->err;
-  p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
+  MK_CHECK(attn_bwd_fill<Cfg>(a, split, &maps, &p, &tiles));
+  const int q_rows = p.q_rows;
+  const size_t ws_floats = split ? mk_attn_bwd_dkv_ws_floats(a) : 0;
 
   cudaError_t e = attn_bwd_prepare_cfg<Cfg>();
   const size_t rows_all = (size_t)a->batch * q_rows * a->heads;
@@ -182,11 +249,13 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
         a->q_row0, q_rows, !a->delta_ready, !a->dq_accumulate);
     e = cudaGetLastError();
   }
+  if (e == cudaSuccess && ws_floats) e = cudaMemsetAsync(a->dkv_ws, 0, ws_floats * sizeof(float), stream);
   if (e == cudaSuccess) {
-    const dim3 grid((unsigned)tiles, (unsigned)a->kv_heads, (unsigned)a->batch);
+    const dim3 grid((unsigned)tiles, (unsigned)(split ? a->heads : a->kv_heads), (unsigned)a->batch);
     mk_attn_bwd_kernel<Cfg><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(maps, p);
     e = cudaGetLastError();
   }
+  if (e == cudaSuccess && ws_floats) e = attn_bwd_write_ws_blocks<Cfg>(a, &p, stream);
   if (e == cudaSuccess && a->dq) {
     const size_t n4 = rows_all * Cfg::D / 4;
     const unsigned blocks = (unsigned)(n4 / 256 + 1 < 8192 ? n4 / 256 + 1 : 8192);

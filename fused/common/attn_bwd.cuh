@@ -5,14 +5,15 @@
  * mk_attn_bwd_prep_kernel: delta = rowsum(dout * out) per query row (fp32, [B, H, S]) and the
  * rows of dq_acc zeroed; one warp per (row, head, batch).
  *
- * mk_attn_bwd_kernel: one CTA per (128-key tile of a KV block, kv head, batch). Warp 0 is the
+ * mk_attn_bwd_kernel: one CTA per (128-key tile of a KV block, kv head, batch), or with split
+ * grouped-query heads per (key tile, query head, batch). Warp 0 is the
  * producer: the K and V tiles once (TMA, 4-D maps over [B, S, H_kv, D] stopping at the block's
  * rows, 128-byte swizzle, D in 64-column slabs), then per step the Q and dO tiles (64 rows of
  * one query head, maps stopping at the query range) into a STAGES-deep ring, with the steps'
  * lse (times log2 e; +inf for rows past the range or with no key, so their P is 0) and delta
  * stored beside them by the warp's lanes (and, DQ_LATE = 3, the dQ reductions of the step that
- * last used the stage). Steps: the query heads of the kv head's group, each over the query
- * tiles that see the key tile (mk_attn_bwd_first_q_tile on).
+ * last used the stage). Steps: the query heads of the kv head's group (split: the CTA's one
+ * head), each over the query tiles that see the key tile (mk_attn_bwd_first_q_tile on).
  * Warp groups 1 and 2 are consumers, 64 keys each (the M of every product is keys, so that
  * P^T and dS^T come out of an accumulator in the A-fragment layout):
  *   S^T  = K Q^T            wgmma m64n64k16, both K-major in shared memory
@@ -27,7 +28,8 @@
  *                           groups' dS^T: an mbarrier of 256 arrivals per buffer); D = 64: its
  *                           own 64 keys, all columns. Added into fp32 dq_acc by TMA
  *                           reductions from shared memory (DQ_TMA) or red.add.
- * dK (times scale) and dV are written once at the end, bf16 and/or added to fp32.
+ * dK (times scale) and dV are written once at the end, bf16 and/or added to fp32; split, the
+ * group's heads' partials are added (red.add) into fp32 dk_red, dv_red.
  * Every wait is bounded (attn_wait, attn_fwd.cuh): on expiry the error record is filled and
  * every CTA's waits give up, so a bug ends in a wrong result and an error, never in a hang.
  *
@@ -282,7 +284,8 @@ __device__ __forceinline__ void attn_bwd_p_ds(const struct mk_attn_bwd_params& p
 }
 
 /* The tile's dK (times scale) and dV rows, this thread's fragments (keys kr0, kr0 + 8 of warp
- * group c's 64), into the block's bf16 outputs and / or fp32 accumulators. */
+ * group c's 64), into the block's bf16 outputs and / or fp32 accumulators; split, added into
+ * dk_red, dv_red (the CTAs of the group's other heads add theirs). */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_params& p, const struct attn_bwd_tile& k,
                                                     const float* dk, const float* dv, int c, int kr0) {
@@ -292,17 +295,24 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
    * on a wait (the peer may be late, still reading them for its previous call) nothing goes
    * there. A device word: the error record is host-mapped, a read per thread crossed PCIe. */
   const bool acc_on = !(p.acc_gate && (*(volatile const uint64_t*)p.acc_gate & MK_ATTN_ACC_GATE_CLOSED));
+  if (p.split && blk.dk_red == blk.dk_acc && !acc_on) return; /* dk_red is the gated accumulator */
 #pragma unroll
   for (int i = 0; i < 2; i++) {
     const int kidx = c * 64 + kr0 + 8 * i;
     if (kidx >= k.keys_left) continue;
-    const size_t off =
-        (((size_t)k.b * blk.seq + blk.row0 + k.t * Cfg::BN + kidx) * p.kv_heads + k.hk) * Cfg::D + 2 * (lane & 3);
+    const int key = k.t * Cfg::BN + kidx; /* within the block */
+    const size_t off = (((size_t)k.b * blk.seq + blk.row0 + key) * p.kv_heads + k.hk) * Cfg::D + 2 * (lane & 3);
+    const size_t roff = (((size_t)k.b * blk.red_seq + blk.red_row0 + key) * p.kv_heads + k.hk) * Cfg::D + 2 * (lane & 3);
 #pragma unroll
     for (int j = 0; j < Cfg::D / 8; j++) {
       const float k0 = dk[4 * j + 2 * i] * p.scale, k1 = dk[4 * j + 2 * i + 1] * p.scale;
       const float v0 = dv[4 * j + 2 * i], v1 = dv[4 * j + 2 * i + 1];
       const size_t o = off + 8 * j;
+      if (p.split) { /* the group's heads' partials meet here; attn_bwd.cu writes the outputs */
+        red_global_add_v2_f32(blk.dk_red + roff + 8 * j, k0, k1);
+        red_global_add_v2_f32(blk.dv_red + roff + 8 * j, v0, v1);
+        continue;
+      }
       if (blk.dk) *(uint32_t*)(blk.dk + o) = pack_bf16x2(k0, k1);
       if (blk.dv) *(uint32_t*)(blk.dv + o) = pack_bf16x2(v0, v1);
       /* the accumulators may be a peer's memory (the ring): overwriting reads nothing */
@@ -477,7 +487,7 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
   attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0);
 }
 
-/* grid (key tiles of all blocks, kv heads, batch). */
+/* grid (key tiles of all blocks, kv heads or, split, heads, batch). */
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
 mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
@@ -559,6 +569,33 @@ __global__ void mk_attn_bwd_dq_kernel(const float* dq_acc, __nv_bfloat16* dq, in
     y.x = pack_bf16x2(x.x, x.y);
     y.y = pack_bf16x2(x.z, x.w);
     *(uint2*)(dq + at) = y;
+  }
+}
+
+/* Split, a block whose partials were added into the workspace (ws_k, ws_v: [batch, rows,
+ * kv_heads, D] fp32): dk, dv = bf16 of the sums (where given), dk_acc, dv_acc = or += them (where
+ * given and the gate is open); the block's rows of [batch, seq, kv_heads, D], 2 elements per
+ * thread step (the alignment mk_attn_bwd_check asks of the outputs). */
+template <int D>
+__global__ void mk_attn_bwd_dkv_kernel(const float* ws_k, const float* ws_v, __nv_bfloat16* dk, __nv_bfloat16* dv,
+                                       float* dk_acc, float* dv_acc, int overwrite, const uint64_t* gate, int batch,
+                                       int seq, int row0, int rows, int kv_heads) {
+  const size_t per_batch = (size_t)rows * kv_heads * D / 2, n = (size_t)batch * per_batch;
+  const bool acc_on = !(gate && (*(volatile const uint64_t*)gate & MK_ATTN_ACC_GATE_CLOSED));
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+    const size_t at = ((e / per_batch) * seq + row0) * kv_heads * D + 2 * (e % per_batch);
+    const float2 x = *(const float2*)(ws_k + 2 * e), y = *(const float2*)(ws_v + 2 * e);
+    if (dk) *(uint32_t*)(dk + at) = pack_bf16x2(x.x, x.y);
+    if (dv) *(uint32_t*)(dv + at) = pack_bf16x2(y.x, y.y);
+    if (!acc_on) continue;
+    if (dk_acc) {
+      const float2 o = overwrite ? make_float2(0.f, 0.f) : *(const float2*)(dk_acc + at);
+      *(float2*)(dk_acc + at) = make_float2(o.x + x.x, o.y + x.y);
+    }
+    if (dv_acc) {
+      const float2 o = overwrite ? make_float2(0.f, 0.f) : *(const float2*)(dv_acc + at);
+      *(float2*)(dv_acc + at) = make_float2(o.x + y.x, o.y + y.y);
+    }
   }
 }
 

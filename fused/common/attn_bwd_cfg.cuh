@@ -85,6 +85,8 @@ struct mk_attn_bwd_block_params {
   __nv_bfloat16 *dk, *dv;
   float *dk_acc, *dv_acc;
   int acc_overwrite;
+  float *dk_red, *dv_red; /* split: where the CTAs add their heads' partials (dk_acc or dkv_ws), */
+  int red_seq, red_row0;  /* as [batch, red_seq, kv_heads, D] from row red_row0 */
   int seq;
   const uint64_t* ready_flags; /* mk_attn_bwd_kv_block's */
   int ready_chunk_rows, ready_chunks; /* chunks per batch */
@@ -92,7 +94,8 @@ struct mk_attn_bwd_block_params {
 
 struct mk_attn_bwd_params {
   int seq_q, heads, kv_heads, causal;
-  int order; /* mk_attn_bwd_cta_work's */
+  int chunk; /* mk_attn_bwd_cta_work's */
+  int split; /* 1: a CTA per query head (grid y = heads), its dK, dV added into dk_red, dv_red */
   int q_row0, q_rows;
   long long q_pos0;
   int num_kv_blocks;
@@ -114,21 +117,22 @@ struct mk_attn_bwd_maps {
 };
 
 /* A CTA's key tile: tile t of KV block bi, kv head hk, batch b; its valid keys and first key's
- * position; the query tiles that see it (i0 on, per_head per query head) and its steps. */
+ * position; its query heads (h0 on: the kv head's group, or one head when split); the query
+ * tiles that see the key tile (i0 on, per_head per query head) and its steps. */
 struct attn_bwd_tile {
-  int bi, t, hk, b, group, keys_left, i0, per_head, steps;
+  int bi, t, hk, b, h0, keys_left, i0, per_head, steps;
   long long key_first;
 };
 
-/* Step s of a tile: the query head it reads (the group's heads in turn, each over its query
- * tiles) and the query tile. */
+/* Step s of a tile: the query head it reads (its heads in turn, each over its query tiles) and
+ * the query tile. */
 struct attn_bwd_step {
   int h, qi;
 };
 
 __device__ __forceinline__ struct attn_bwd_step attn_bwd_step_of(const struct attn_bwd_tile& k, int s) {
   struct attn_bwd_step st;
-  st.h = k.hk * k.group + s / k.per_head;
+  st.h = k.h0 + s / k.per_head;
   st.qi = k.i0 + s % k.per_head;
   return st;
 }
@@ -137,18 +141,20 @@ template <class Cfg>
 __device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk_attn_bwd_params& p) {
   struct attn_bwd_tile k;
   const int c = (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
-  const struct mk_attn_work cw = mk_attn_bwd_cta_work(c, (int)gridDim.x, (int)gridDim.y, (int)gridDim.z, p.order);
+  const struct mk_attn_work cw = mk_attn_bwd_cta_work(c, (int)gridDim.x, (int)gridDim.y, (int)gridDim.z, p.chunk);
   k.bi = 0;
   while (k.bi + 1 < p.num_kv_blocks && cw.tile >= p.kv[k.bi + 1].tile0) k.bi++;
   const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
   k.t = cw.tile - blk.tile0;
-  k.hk = cw.head, k.b = cw.batch, k.group = p.heads / p.kv_heads;
+  const int group = p.heads / p.kv_heads, heads = p.split ? 1 : group;
+  k.hk = p.split ? cw.head / group : cw.head, k.b = cw.batch;
+  k.h0 = p.split ? cw.head : cw.head * group;
   k.keys_left = blk.rows - k.t * Cfg::BN; /* valid keys of the tile (up to BN) */
   k.key_first = blk.pos0 + (long long)k.t * Cfg::BN;
   const int nqt = (p.q_rows + Cfg::BM - 1) / Cfg::BM;
   k.i0 = mk_attn_bwd_first_q_tile(p.q_pos0, k.key_first, Cfg::BM, p.causal);
   if (k.i0 > nqt) k.i0 = nqt;
-  k.per_head = nqt - k.i0, k.steps = k.group * k.per_head;
+  k.per_head = nqt - k.i0, k.steps = heads * k.per_head;
   return k;
 }
 

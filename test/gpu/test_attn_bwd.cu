@@ -12,6 +12,10 @@
  *     second call adds to the first's dq_acc (dq_accumulate, delta_ready) and writes dq; dk, dv
  *     add into fp32 dk_acc / dv_acc per source rank over every call of both ranks. dq of each
  *     rank's rows and dk, dv of each rank's rows must equal the reference's.
+ *   split (and every GQA shape of `backward` a second time): a CTA per query head, the group's
+ *     dK, dV partials added in fp32 through the dkv_ws workspace or straight into accumulators;
+ *     each kind of output (bf16; accumulators added to or stored) correct, and behind a closed
+ *     accumulator gate the accumulators untouched.
  *   negative_control: one element of dk moved (the checker must reject it), and a backward run
  *     with every lse + 1 (P off by a factor e: must be rejected).
  *   ready_flags: a KV block whose rows arrive during the call (mk_attn_bwd_kv_block.ready_flags,
@@ -150,14 +154,27 @@ static int check_all(const char* what, const struct bwd_bufs* t) {
   return ok;
 }
 
+/* Grouped-query heads at D = 128 run twice: a CTA per kv head's group (no workspace), then a
+ * CTA per query head (split) with the dkv_ws workspace, outputs poisoned between. */
 static void backward_case(int batch, int seq, int heads, int kv_heads, int d, int causal, uint64_t seed) {
   struct bwd_bufs t;
   bufs_alloc(&t, batch, seq, heads, kv_heads, d, causal, seed);
-  const struct mk_attn_bwd_args a = whole_args(&t);
-  char what[128];
-  snprintf(what, sizeof what, "B=%d S=%4d H=%d H_kv=%d D=%3d %s", batch, seq, heads, kv_heads, d,
-           causal ? "causal" : "non-causal");
-  if (run_bwd(&a)) EXPECT(check_all(what, &t), "%s: dq, dk or dv wrong", what);
+  struct mk_attn_bwd_args a = whole_args(&t);
+  const size_t ws_floats = mk_attn_bwd_dkv_ws_floats(&a);
+  EXPECT((ws_floats > 0) == (heads > kv_heads && d == 128), "workspace of %zu floats at H=%d H_kv=%d D=%d", ws_floats,
+         heads, kv_heads, d);
+  for (int split = 0; split <= (ws_floats > 0); split++) {
+    char what[128];
+    snprintf(what, sizeof what, "B=%d S=%4d H=%d H_kv=%d D=%3d %s%s", batch, seq, heads, kv_heads, d,
+             causal ? "causal" : "non-causal", split ? " split" : "");
+    if (split) {
+      CUDA_OK(cudaMalloc(&a.dkv_ws, ws_floats * 4));
+      poison(a.dkv_ws, ws_floats * 4); /* the core zeroes it */
+      poison(t.dq, t.nq * 2), poison(t.dk, t.nkv * 2), poison(t.dv, t.nkv * 2);
+    }
+    if (run_bwd(&a)) EXPECT(check_all(what, &t), "%s: dq, dk or dv wrong", what);
+  }
+  cudaFree(a.dkv_ws);
   bufs_free(&t);
 }
 
@@ -287,6 +304,75 @@ static void test_negative_control(void) {
   bufs_free(&t);
 }
 
+/* Split (a CTA per query head, GQA 8:1) with each kind of output: bf16 dk, dv with fp32
+ * accumulators added to (prefilled with 1) through the workspace; accumulators stored
+ * (acc_overwrite, poisoned before) through the workspace; accumulators only, added to directly
+ * (no workspace); then with the accumulator gate closed, bf16 outputs written and the
+ * accumulators untouched, through the workspace and directly. */
+static void split_case(int d, int causal, uint64_t seed) {
+  struct bwd_bufs t;
+  bufs_alloc(&t, 2, 300, 8, 1, d, causal, seed);
+  float *dk_acc, *dv_acc, *ws;
+  uint64_t* gate;
+  CUDA_OK(cudaMalloc(&dk_acc, t.nkv * 4));
+  CUDA_OK(cudaMalloc(&dv_acc, t.nkv * 4));
+  CUDA_OK(cudaMalloc(&gate, 8));
+  CUDA_OK(cudaMemset(gate, 0, 8));
+  struct mk_attn_bwd_args a = whole_args(&t);
+  a.kv[0].dk_acc = dk_acc, a.kv[0].dv_acc = dv_acc, a.acc_gate = gate;
+  CUDA_OK(cudaMalloc(&ws, mk_attn_bwd_dkv_ws_floats(&a) * 4));
+  a.dkv_ws = ws;
+  static const char* const modes[5] = {"bf16 + acc added", "acc stored", "acc added directly",
+                                       "gate closed, workspace", "gate closed, direct"};
+  char what[128], w[160];
+  for (int mode = 0; mode < 5; mode++) {
+    const int overwrite = mode == 1, direct = mode == 2 || mode == 4, closed = mode >= 3;
+    snprintf(what, sizeof what, "split D=%d %s: %s", d, causal ? "causal" : "non-causal", modes[mode]);
+    a.kv[0].dk = direct ? NULL : t.dk, a.kv[0].dv = direct ? NULL : t.dv, a.kv[0].acc_overwrite = overwrite;
+    a.dkv_ws = direct ? NULL : ws;
+    EXPECT(mk_attn_bwd_dkv_ws_floats(&a) == (direct ? 0u : 2 * t.nkv), "%s: workspace size", what);
+    poison(t.dq, t.nq * 2), poison(t.dk, t.nkv * 2), poison(t.dv, t.nkv * 2);
+    for (float* acc : {dk_acc, dv_acc}) {
+      if (overwrite) {
+        poison(acc, t.nkv * 4);
+        continue;
+      }
+      CUDA_OK(cudaMemset(acc, 0, t.nkv * 4));
+      add_f32<<<256, 256>>>(acc, t.nkv, 1.f);
+    }
+    const uint64_t g = closed ? MK_ATTN_ACC_GATE_CLOSED | 5 : 0;
+    CUDA_OK(cudaMemcpy(gate, &g, 8, cudaMemcpyHostToDevice));
+    if (!run_bwd(&a)) continue;
+    if (!direct) EXPECT(check_all(what, &t), "%s: dq, bf16 dk or dv wrong", what);
+    snprintf(w, sizeof w, "%s dq", what);
+    if (direct) EXPECT(attn_grad_check(w, (const __nv_bfloat16*)t.dq, t.ref_dq, t.mag.dq, t.nq), "%s", w);
+    if (closed) { /* the accumulators still hold 1 everywhere */
+      std::vector<float> h(t.nkv);
+      for (float* acc : {dk_acc, dv_acc}) {
+        CUDA_OK(cudaMemcpy(h.data(), acc, t.nkv * 4, cudaMemcpyDeviceToHost));
+        size_t moved = 0;
+        for (float x : h) moved += x != 1.f;
+        EXPECT(moved == 0, "%s: %zu accumulator elements written behind the closed gate", what, moved);
+      }
+      continue;
+    }
+    if (!overwrite)
+      for (float* acc : {dk_acc, dv_acc}) add_f32<<<256, 256>>>(acc, t.nkv, -1.f);
+    snprintf(w, sizeof w, "%s dk_acc", what);
+    EXPECT(attn_grad_check(w, dk_acc, t.ref_dk, t.mag.dk, t.nkv), "%s", w);
+    snprintf(w, sizeof w, "%s dv_acc", what);
+    EXPECT(attn_grad_check(w, dv_acc, t.ref_dv, t.mag.dv, t.nkv), "%s", w);
+  }
+  cudaFree(dk_acc), cudaFree(dv_acc), cudaFree(ws), cudaFree(gate);
+  bufs_free(&t);
+}
+
+static void test_split(void) {
+  const uint64_t seed = (uint64_t)time(NULL) + 11;
+  printf("  seed %016llx\n", (unsigned long long)seed);
+  for (int causal = 0; causal < 2; causal++) split_case(128, causal, seed + 10 * causal); /* D = 128 only */
+}
+
 static void test_ready_flags(void) {
   struct bwd_bufs t;
   bufs_alloc(&t, 2, 300, 8, 2, 128, 1, 0xf1a9);
@@ -354,6 +440,8 @@ static void test_bad_input(void) {
   EXPECT(mk_attn_bwd_launch(&a, 0) == -EINVAL, "misaligned q accepted");
   a = g, a.kv[0].rows = 300;
   EXPECT(mk_attn_bwd_launch(&a, 0) == -EINVAL, "kv rows past seq accepted");
+  a = g, a.dkv_ws = (float*)((char*)t.dq_acc + 8);
+  EXPECT(mk_attn_bwd_launch(&a, 0) == -EINVAL, "misaligned dkv_ws accepted");
   CUDA_OK(cudaDeviceSynchronize());
   size_t touched = 0;
   const void* outs[] = {t.dq, t.dk, t.dv, t.delta, t.dq_acc};
@@ -378,6 +466,7 @@ int main(int argc, char** argv) {
   if (all || !strcmp(what, "backward")) known = 1, printf("backward\n"), test_backward();
   if (all || !strcmp(what, "offsets")) known = 1, printf("offsets\n"), test_offsets();
   if (all || !strcmp(what, "negative_control")) known = 1, printf("negative_control\n"), test_negative_control();
+  if (all || !strcmp(what, "split")) known = 1, printf("split\n"), test_split();
   if (all || !strcmp(what, "ready_flags")) known = 1, printf("ready_flags\n"), test_ready_flags();
   if (all || !strcmp(what, "bad_input")) known = 1, printf("bad_input\n"), test_bad_input();
   if (!known) {

@@ -182,6 +182,10 @@ static void bwd_bad_arguments_are_refused(void) {
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.dq_acc = (float*)((char*)fake(6) + 4);
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.dkv_ws = (float*)fake(12);
+  CHECK_EQ(mk_attn_bwd_check(&a), 0);
+  a = g, a.dkv_ws = (float*)((char*)fake(12) + 8);
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.lse = (const float*)((const char*)fake(4) + 2);
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.kv[0].k = NULL;
@@ -310,34 +314,86 @@ static long long list_schedule_makespan(const int* steps, int n, int sms) {
   return end;
 }
 
-/* The backward's CTA order (attn.h mk_attn_bwd_cta_work): both orders visit every (key tile,
- * kv head, batch) once, order 0 is the grid's own, and under the causal mask order 1 runs the
- * CTAs longest first, which on 132 SMs ends within 2% of the even share where the grid's order
- * (the last head's longest CTAs dispatched last) ends later (S = 16384 causal, 8 kv heads x 8). */
-static void bwd_causal_order_runs_the_longest_ctas_first(void) {
-  enum { TILES = 128, KVH = 8, GROUP = 8, BATCH = 1, N = TILES * KVH * BATCH, SMS = 132 };
-  static int steps[2][N];
-  long long total = 0, makespan[2];
-  for (int order = 0; order < 2; order++) {
-    unsigned char seen[N] = {0};
-    for (int c = 0; c < N; c++) {
-      const struct mk_attn_work w = mk_attn_bwd_cta_work(c, TILES, KVH, BATCH, order);
-      CHECK(w.tile >= 0 && w.tile < TILES && w.head >= 0 && w.head < KVH && w.batch >= 0 && w.batch < BATCH);
-      seen[(w.batch * KVH + w.head) * TILES + w.tile]++;
-      if (!order) CHECK_EQ((w.batch * KVH + w.head) * TILES + w.tile, c);
-      const int bm = MK_ATTN_BWD_BLOCK_M, bn = MK_ATTN_BWD_BLOCK_N, q_tiles = TILES * bn / bm;
-      steps[order][c] = GROUP * (q_tiles - mk_attn_bwd_first_q_tile(0, (long long)w.tile * bn, bm, 1));
-      if (order && c) CHECK(steps[order][c] <= steps[order][c - 1]);
-      if (!order) total += steps[order][c];
+/* The split backward's workspace (attn.h dkv_ws): dk and dv of every block's rows (batch x rows
+ * x kv_heads x D each) except a block whose outputs are only accumulators added to, which take
+ * the partials directly; none without grouped-query heads or at D = 64. */
+static void bwd_dkv_workspace_covers_the_blocks_that_need_it(void) {
+  struct mk_attn_bwd_args a = base_bwd_args(); /* B = 2, 300 rows, H_kv = 2, D = 128 */
+  CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)2 * 2 * 300 * 2 * 128);
+  a.num_kv_blocks = 2, a.kv[1] = a.kv[0], a.kv[1].row0 = 100, a.kv[1].rows = 50;
+  CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)2 * 2 * (300 + 50) * 2 * 128);
+  a.kv[0].dk = a.kv[0].dv = NULL, a.kv[0].dk_acc = (float*)fake(13), a.kv[0].dv_acc = (float*)fake(14);
+  CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)2 * 2 * 50 * 2 * 128); /* block 0: added directly */
+  a.kv[0].acc_overwrite = 1; /* stored, not added: several heads' CTAs cannot each store it */
+  CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)2 * 2 * (300 + 50) * 2 * 128);
+  a.d_head = 64; /* split only at D = 128 (attn_bwd.cu) */
+  CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)0);
+  a.d_head = 128, a.heads = a.kv_heads;
+  CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)0);
+  CHECK_EQ(mk_attn_bwd_dkv_ws_floats(NULL), (size_t)0);
+}
+
+/* The backward's CTA order (attn.h mk_attn_bwd_cta_work) over any chunk: every (key tile,
+ * head, batch) once; chunk >= tiles is the grid's own order; inside a chunk the CTAs of one
+ * (batch, head) are consecutive, in tile order. */
+static void bwd_cta_chunks_visit_every_cta_once(void) {
+  static const int shapes[][3] = {{1, 1, 1}, {3, 2, 1}, {128, 64, 1}, {32, 16, 16}, {5, 7, 3}, {512, 8, 1}};
+  static const int chunks[] = {1, 2, 3, 16, 32, 64, 100, 128, 512, 1000};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    const int tiles = shapes[si][0], heads = shapes[si][1], batch = shapes[si][2], n = tiles * heads * batch;
+    unsigned char* seen = calloc((size_t)n, 1);
+    for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
+      const int chunk = chunks[ci];
+      memset(seen, 0, (size_t)n);
+      struct mk_attn_work prev = {-1, -1, -1};
+      for (int c = 0; c < n; c++) {
+        const struct mk_attn_work w = mk_attn_bwd_cta_work(c, tiles, heads, batch, chunk);
+        CHECK(w.tile >= 0 && w.tile < tiles && w.head >= 0 && w.head < heads && w.batch >= 0 && w.batch < batch);
+        seen[(w.batch * heads + w.head) * tiles + w.tile]++;
+        if (chunk >= tiles) CHECK_EQ((w.batch * heads + w.head) * tiles + w.tile, c);
+        if (w.tile % chunk && w.tile != tiles / chunk * chunk) /* not a chunk's first tile */
+          CHECK(prev.tile == w.tile - 1 && prev.head == w.head && prev.batch == w.batch);
+        prev = w;
+      }
+      for (int i = 0; i < n; i++) CHECK_EQ(seen[i], 1);
     }
-    for (int i = 0; i < N; i++) CHECK_EQ(seen[i], 1);
-    makespan[order] = list_schedule_makespan(steps[order], N, SMS);
+    free(seen);
   }
-  const double even = (double)total / SMS;
-  CHECK(makespan[1] <= 1.02 * even);
-  CHECK(makespan[0] > makespan[1]);
-  printf("bwd causal CTA order: makespan / even share %.3f (grid order) -> %.3f (longest first)\n",
-         makespan[0] / even, makespan[1] / even);
+}
+
+/* The causal backward's makespan on 132 SMs against the even share, S = 16384 (128 key tiles),
+ * 64 query heads, 8 kv heads, for a CTA order and the query heads per CTA (8: a kv head's group,
+ * 1: split); steps per CTA from mk_attn_bwd_first_q_tile. */
+static double bwd_causal_makespan(int chunk, int heads_per_cta) {
+  enum { TILES = 128, HEADS = 64, SMS = 132 };
+  static int steps[TILES * HEADS];
+  const int grid_heads = HEADS / heads_per_cta, n = TILES * grid_heads;
+  const int bm = MK_ATTN_BWD_BLOCK_M, bn = MK_ATTN_BWD_BLOCK_N, q_tiles = TILES * bn / bm;
+  long long total = 0;
+  for (int c = 0; c < n; c++) {
+    const struct mk_attn_work w = mk_attn_bwd_cta_work(c, TILES, grid_heads, 1, chunk);
+    steps[c] = heads_per_cta * (q_tiles - mk_attn_bwd_first_q_tile(0, (long long)w.tile * bn, bm, 1));
+    if (chunk == 1 && c) CHECK(steps[c] <= steps[c - 1]); /* longest first */
+    total += steps[c];
+  }
+  return (double)list_schedule_makespan(steps, n, SMS) / ((double)total / SMS);
+}
+
+/* Under the causal mask a key tile's work falls with its index. On paper (list scheduling), with
+ * a kv head's group per CTA, key tiles outermost (chunk 1, longest first) ends within 1% of the
+ * even share and head by head (the grid's order) later; the kernel takes chunks of 128 key
+ * tiles anyway (attn_bwd.cu MK_ATTN_BWD_CHUNK_TILES: measured faster, the CTAs that run together
+ * share query tiles in L2), which costs at most 2% on paper with a group per CTA and 1% with one
+ * query head per CTA (split: 8 times shorter CTAs). */
+static void bwd_causal_order_runs_the_longest_ctas_first(void) {
+  const double grouped_grid = bwd_causal_makespan(128, 8), grouped_longest = bwd_causal_makespan(1, 8);
+  const double split_heads = bwd_causal_makespan(128, 1);
+  CHECK(grouped_longest <= 1.01);
+  CHECK(grouped_grid > grouped_longest);
+  CHECK(grouped_grid <= 1.02);
+  CHECK(split_heads <= 1.01);
+  printf("bwd causal CTA order, makespan / even share: group per CTA %.3f (chunks of 128) -> %.3f (longest first); "
+         "a head per CTA, chunks of 128 %.3f\n", grouped_grid, grouped_longest, split_heads);
 }
 
 /* The backward's dQ staging (attn.h mk_attn_dq_stage_offset): every element of the warp
@@ -373,6 +429,8 @@ int main(void) {
   bwd_bad_arguments_are_refused();
   bwd_tile_rules_match_brute_force();
   persistent_items_cover_every_tile_once();
+  bwd_cta_chunks_visit_every_cta_once();
+  bwd_dkv_workspace_covers_the_blocks_that_need_it();
   bwd_causal_order_runs_the_longest_ctas_first();
   dq_staging_is_the_tma_swizzle_and_conflict_free();
   return MK_TEST_RESULT();

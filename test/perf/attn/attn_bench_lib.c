@@ -22,11 +22,21 @@ MK_BENCH_API int mk_bench_attn_fwd(const void* q, const void* k, const void* v, 
   return mk_attn_fwd_launch_variant(&a, (cudaStream_t)stream, attn_test_variant());
 }
 
+/* dkv_ws: NULL, or mk_bench_attn_bwd_ws_floats() floats (attn.h mk_attn_bwd_args.dkv_ws). */
 MK_BENCH_API int mk_bench_attn_bwd(const void* q, const void* k, const void* v, const void* out, const float* lse,
                                    const void* dout, void* dq, void* dk, void* dv, float* delta, float* dq_acc,
-                                   int batch, int seq_q, int seq_kv, int heads, int kv_heads, int d, int causal,
-                                   void* stream) {
-  const struct mk_attn_bwd_args a = attn_whole_bwd_args(q, k, v, out, lse, dout, dq, dk, dv, delta, dq_acc, batch,
-                                                        seq_q, seq_kv, heads, kv_heads, d, causal);
+                                   float* dkv_ws, int batch, int seq_q, int seq_kv, int heads, int kv_heads, int d,
+                                   int causal, void* stream) {
+  struct mk_attn_bwd_args a = attn_whole_bwd_args(q, k, v, out, lse, dout, dq, dk, dv, delta, dq_acc, batch, seq_q,
+                                                  seq_kv, heads, kv_heads, d, causal);
+  a.dkv_ws = dkv_ws;
   return mk_attn_bwd_launch_variant(&a, (cudaStream_t)stream, attn_test_variant());
+}
+
+/* The floats of the backward's dkv_ws workspace for these shapes (0: it uses none). */
+MK_BENCH_API long long mk_bench_attn_bwd_ws_floats(int batch, int seq_q, int seq_kv, int heads, int kv_heads, int d,
+                                                   int causal) {
+  const struct mk_attn_bwd_args a = attn_whole_bwd_args(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                                        NULL, batch, seq_q, seq_kv, heads, kv_heads, d, causal);
+  return (long long)mk_attn_bwd_dkv_ws_floats(&a);
 }

@@ -8,8 +8,10 @@
  * against S_kv keys, default S; causal: query i sees keys 0..i; default shapes: the issue's two
  * and their D = 64 twins). -b: the backward core instead (mk_attn_bwd_launch: delta,
  * the main kernel and dq's conversion, timed together; FLOPs = 2.5x the forward's, 10 B H S S_kv D,
- * halved for causal; out and lse from one forward run; #nonfinite over the first dq, dk, dv). MK_ATTN_VARIANTS=0,1,.. (default: every compiled
- * variant, attn.h; with -b the backward's) are timed interleaved, one row each.
+ * halved for causal; out and lse from one forward run; #nonfinite over the first dq, dk, dv;
+ * grouped-query heads at D = 128: each variant with the dkv_ws workspace, "bN", a CTA per query
+ * head, and without, "bNg", a CTA per kv head's group). MK_ATTN_VARIANTS=0,1,.. (default: every
+ * compiled variant, attn.h; with -b the backward's) are timed interleaved, one row each.
  */
 #include <algorithm>
 #include <string.h>
@@ -132,14 +134,21 @@ static void bench_bwd(struct shape sh, int iters) {
   struct mk_attn_bwd_args a = attn_whole_bwd_args(q, k, v, out, lse, dout, dq, dk, dv, delta, dq_acc, sh.b, sh.s,
                                                   sh.skv, sh.h, sh.hkv, sh.d, sh.causal);
   a.err = err;
+  /* grouped-query heads: each variant with the workspace (a CTA per query head, "b0") and
+   * without (a CTA per kv head's group, "b0g"), interleaved */
+  float* ws = NULL;
+  const size_t ws_floats = mk_attn_bwd_dkv_ws_floats(&a);
+  if (ws_floats) CUDA_OK(cudaMalloc(&ws, ws_floats * 4));
+  const int modes = ws_floats ? 2 : 1, runs = num_variants * modes;
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
-  std::vector<std::vector<float>> ms(num_variants);
+  std::vector<std::vector<float>> ms(runs);
   for (int it = -2; it < iters; it++) {
-    for (int vi = 0; vi < num_variants; vi++) {
+    for (int vi = 0; vi < runs; vi++) {
+      a.dkv_ws = vi % modes ? NULL : ws;
       CUDA_OK(cudaEventRecord(e0));
-      if (mk_attn_bwd_launch_variant(&a, 0, variants[vi]) != 0) exit(1);
+      if (mk_attn_bwd_launch_variant(&a, 0, variants[vi / modes]) != 0) exit(1);
       CUDA_OK(cudaEventRecord(e1));
       CUDA_OK(cudaEventSynchronize(e1));
       if (it == -2) { /* every variant's first dq, dk, dv (poisoned before the first) */
@@ -160,12 +169,13 @@ static void bench_bwd(struct shape sh, int iters) {
   CUDA_OK(cudaMemcpy(&he, err, sizeof he, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(&hbad, bad, sizeof hbad, cudaMemcpyDeviceToHost));
   const double flops = 10.0 * sh.b * sh.h * (double)sh.s * sh.skv * sh.d / (sh.causal ? 2 : 1);
-  for (int vi = 0; vi < num_variants; vi++) {
+  for (int vi = 0; vi < runs; vi++) {
     char var[8];
-    snprintf(var, sizeof var, "b%d", variants[vi]);
+    snprintf(var, sizeof var, "b%d%s", variants[vi / modes], vi % modes ? "g" : "");
     print_row(sh, var, ms[vi], flops, hbad, he.aborted);
   }
   fflush(stdout);
+  cudaFree(ws);
   cudaFree(q), cudaFree(out), cudaFree(dout), cudaFree(dq), cudaFree(k), cudaFree(v), cudaFree(dk), cudaFree(dv);
   cudaFree(lse), cudaFree(delta), cudaFree(dq_acc), cudaFree(err), cudaFree(bad);
   cudaEventDestroy(e0), cudaEventDestroy(e1);

@@ -67,7 +67,7 @@ struct rank {
   double* scratch;
   /* -b: dout, the fused gradients, the core's on the whole sequence and its workspace */
   void *dout, *dq, *dk, *dv, *dout_g, *dq_g, *dk_g, *dv_g, *core_rows_kv;
-  float *delta_g, *dq_acc_g;
+  float *delta_g, *dq_acc_g, *dkv_ws_g; /* dkv_ws_g: split GQA heads (attn.h), or NULL */
 };
 
 static int parse(int argc, char** argv, struct opts* o) {
@@ -191,7 +191,7 @@ static void run_fused_bwd(struct rank* k) {
                                       c.s_local, c.heads, c.kv_heads, c.d, c.causal, ncclBfloat16, k->comm, k->s));
 }
 
-static void run_core_bwd(struct rank* k) {
+static struct mk_attn_bwd_args core_bwd_args(const struct rank* k) {
   const struct pcase c = k->c;
   struct mk_attn_bwd_args a;
   memset(&a, 0, sizeof a);
@@ -200,6 +200,12 @@ static void run_core_bwd(struct rank* k) {
   a.batch = c.batch, a.seq_q = (int)k->seq, a.heads = c.heads, a.kv_heads = c.kv_heads, a.d_head = c.d;
   a.causal = c.causal, a.num_kv_blocks = 1;
   a.kv[0].k = k->k_g, a.kv[0].v = k->v_g, a.kv[0].dk = k->dk_g, a.kv[0].dv = k->dv_g, a.kv[0].seq = (int)k->seq;
+  a.dkv_ws = k->dkv_ws_g;
+  return a;
+}
+
+static void run_core_bwd(struct rank* k) {
+  const struct mk_attn_bwd_args a = core_bwd_args(k);
   if (mk_attn_bwd_launch(&a, k->s)) exit(1);
 }
 
@@ -259,6 +265,10 @@ static void alloc_case_bwd(struct rank* k) {
   CUDA_OK(cudaMalloc(&k->core_rows_kv, k->nkv * 2));
   CUDA_OK(cudaMalloc(&k->delta_g, n * k->nl * 4));
   CUDA_OK(cudaMalloc(&k->dq_acc_g, n * k->nq * 4));
+  k->dkv_ws_g = NULL;
+  const struct mk_attn_bwd_args a = core_bwd_args(k);
+  const size_t ws_floats = mk_attn_bwd_dkv_ws_floats(&a);
+  if (ws_floats) CUDA_OK(cudaMalloc(&k->dkv_ws_g, ws_floats * 4));
   fill_random_bf16(k->dout_g, n * k->nq, 14, 1.0f);
   take_rows_kernel<<<1024, 256>>>((const __nv_bfloat16*)k->dout_g, (__nv_bfloat16*)k->dout, k->c.batch, k->seq,
                                   (long)k->c.heads * k->c.d, k->r, k->n, k->c.causal);
@@ -271,6 +281,7 @@ static void alloc_case_bwd(struct rank* k) {
 static void free_case_bwd(struct rank* k) {
   cudaFree(k->dout), cudaFree(k->dq), cudaFree(k->dk), cudaFree(k->dv), cudaFree(k->dout_g), cudaFree(k->dq_g);
   cudaFree(k->dk_g), cudaFree(k->dv_g), cudaFree(k->core_rows_kv), cudaFree(k->delta_g), cudaFree(k->dq_acc_g);
+  cudaFree(k->dkv_ws_g);
 }
 
 static void alloc_case(struct rank* k, struct pcase c) {
