@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Packs the build for the GPU machine: the device tool carries at most 64 MiB of working tree
-# and ignored paths, and build/ (fatbins in every test binary) is larger than that, but
-# compresses ~10x. Writes build-pack/b.tgz holding build-dev/ (build/ without object files,
-# logs, the soft-RoCE VM's image and the ThreadSanitizer build; build/ab/ included for A/B runs).
+# and ignored paths, and build/ (fatbins in every test binary, ~230 MB) is larger than that.
+# Writes build-pack/b.tar.zst (zstd with a 128 MiB window, which finds the fatbins that every
+# test binary repeats: ~10 MB) or, without zstd here or with MK_PACK_GZIP=1, build-pack/b.tgz
+# (gzip's 32 KB window does not: ~60 MB, near the limit). Either holds build-dev/ (build/
+# without object files, logs, the soft-RoCE VM's image and the ThreadSanitizer build; build/ab/
+# included for A/B runs).
 # usage: scripts/pack-build.sh        (builds, then packs) then on the device (carry ["build-pack"]):
-#   tar xzf build-pack/b.tgz && MK_BUILD=build-dev MK_SKIP_BUILD=1 scripts/gpu-check.sh TIER
-# MK_PACK_EXCLUDE: space-separated tar patterns, relative to the build, left out (every test
-# binary links every kernel, so the whole build is close to the limit: leave out what the call
-# does not run, e.g. MK_PACK_EXCLUDE="./test/perf/fused/moe_perf ./test/gpu/test_moe").
+#   scripts/unpack-build.sh && MK_BUILD=build-dev MK_SKIP_BUILD=1 scripts/gpu-check.sh TIER
+# MK_PACK_EXCLUDE: space-separated tar patterns, relative to the build, left out (with gzip the
+# whole build is close to the limit: leave out what the call does not run, e.g.
+# MK_PACK_EXCLUDE="./test/perf/fused/moe_perf ./test/gpu/test_moe").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Builds first, through mk_build: a bare `ninja` does not rebuild CUDA objects whose headers
@@ -21,12 +24,18 @@ excludes=(--exclude=rxe-vm --exclude=tsan --exclude=core --exclude='*.p' --exclu
 for x in ${MK_PACK_EXCLUDE:-}; do excludes+=("--exclude=$x"); done
 (cd "$B" && tar cf - "${excludes[@]}" .) |
   (cd build-dev && tar xf -)
-tar czf build-pack/b.tgz build-dev
+if [ "${MK_PACK_GZIP:-0}" != 1 ] && command -v zstd >/dev/null; then
+  out=build-pack/b.tar.zst
+  tar cf - build-dev | zstd -q -T0 --long=27 -6 -o "$out"
+else
+  out=build-pack/b.tgz
+  tar czf "$out" build-dev
+fi
 rm -rf build-dev
-ls -l build-pack/b.tgz
-bytes=$(stat -c %s build-pack/b.tgz)
+ls -l "$out"
+bytes=$(stat -c %s "$out")
 if [ "$bytes" -gt $((64 * 1024 * 1024)) ]; then
-  echo "pack-build: build-pack/b.tgz is $bytes bytes, over the 64 MiB the device tool carries:" \
+  echo "pack-build: $out is $bytes bytes, over the 64 MiB the device tool carries:" \
     "drop build/ab or set MK_PACK_EXCLUDE" >&2
   exit 1
 fi

@@ -52,8 +52,9 @@ struct mk_ra_bwd_call {
 /* Appends to `calls` (n of max used) the segments of query range qh (-1: all rows) from the
  * sources own (1: only this rank's block; 0: only the peers'; -1: every block), four to a call:
  * non-causal in ring order, causal by global position (a key tile earlier in the sequence
- * sees more queries, so the core's key-tiles-outermost CTA order stays longest first across
- * the call's segments). Returns the new n, or -1 when max is too small. */
+ * sees more queries, so the core's CTAs, which take each head's key tiles in order, start each
+ * head with its longest across the call's segments). Returns the new n, or -1 when max is too
+ * small. */
 static inline int mk_ra_bwd_plan_range(int rank, int nranks, int causal, int qh, int own,
                                        struct mk_ra_bwd_call* calls, int n, int max) {
   struct mk_ra_bwd_seg segs[2 * MK_RA_BWD_MAX_RANKS];
