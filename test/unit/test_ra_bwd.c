@@ -11,7 +11,8 @@
  *     global position;
  *   - the core arguments of a plan call (mk_ra_bwd_core_args): the range's rows and position,
  *     the own k, v or the slot of each peer block, causal partials added into this rank's
- *     acc[src], non-causal ones stored into the owner's acc[rank];
+ *     acc[src], non-causal ones stored into the owner's acc[rank] (so with grouped-query heads
+ *     the causal calls take the core's split heads with no workspace, the non-causal ones not);
  *   - the workspace layout: regions in order, 256-byte aligned, disjoint, sized as documented.
  */
 #include <errno.h>
@@ -166,6 +167,11 @@ static void core_args_point_at_the_range_the_blocks_and_the_partials_owner(void)
       else
         CHECK(a.q_row0 == 0 && a.q_rows == 256 && a.q_pos0 == 256);
       CHECK_EQ(a.num_kv_blocks, c[i].nseg);
+      /* GQA 4:1: the causal calls add into accumulators only, so the core splits the heads over
+       * CTAs with no workspace; the non-causal ones store (acc_overwrite), which would need one,
+       * and the ring gives none: a CTA per kv head's group there */
+      CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a) == 0, causal);
+      CHECK(a.dkv_ws == NULL);
       for (int j = 0; j < c[i].nseg; j++) {
         const struct mk_attn_bwd_kv_block* b = &a.kv[j];
         const int src = c[i].seg[j].src;
