@@ -125,7 +125,7 @@ static int bwd_block_direct(const struct mk_attn_bwd_kv_block* kv) {
 /* Split only at D = 128: at D = 64 (steps half as long) a CTA per query head ran 3.5% slower
  * than a CTA per group (16K causal, GQA 8:1; bench/NOTES.md, session 33). */
 extern "C" size_t mk_attn_bwd_dkv_ws_floats(const struct mk_attn_bwd_args* a) {
-  if (!a || a->heads <= a->kv_heads || a->d_head != 128 || a->num_kv_blocks < 1 ||
+  if (!a || a->heads <= a->kv_heads || a->heads > 65535 || a->d_head != 128 || a->num_kv_blocks < 1 ||
       a->num_kv_blocks > MK_ATTN_MAX_KV_BLOCKS)
     return 0;
   size_t n = 0;
@@ -134,10 +134,11 @@ extern "C" size_t mk_attn_bwd_dkv_ws_floats(const struct mk_attn_bwd_args* a) {
   return n;
 }
 
-/* Whether the call gives each CTA one query head (attn.h, dkv_ws): grouped-query heads, and
- * every block's partials have somewhere to meet. */
+/* Whether the call gives each CTA one query head (attn.h, dkv_ws): grouped-query heads at D =
+ * 128, few enough for the grid's y, and every block's partials have somewhere to meet. */
 static int bwd_split(const struct mk_attn_bwd_args* a) {
-  return a->heads > a->kv_heads && a->d_head == 128 && (a->dkv_ws || mk_attn_bwd_dkv_ws_floats(a) == 0);
+  return a->heads > a->kv_heads && a->heads <= 65535 && a->d_head == 128 &&
+         (a->dkv_ws || mk_attn_bwd_dkv_ws_floats(a) == 0);
 }
 
 template <class Cfg>

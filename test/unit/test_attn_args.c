@@ -326,6 +326,9 @@ static void bwd_dkv_workspace_covers_the_blocks_that_need_it(void) {
   CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)2 * 2 * 50 * 2 * 128); /* block 0: added directly */
   a.kv[0].acc_overwrite = 1; /* stored, not added: several heads' CTAs cannot each store it */
   CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)2 * 2 * (300 + 50) * 2 * 128);
+  a.heads = 65536, a.kv_heads = 2; /* more query heads than a grid's y: a CTA per group */
+  CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)0);
+  a.heads = 8;
   a.d_head = 64; /* split only at D = 128 (attn_bwd.cu) */
   CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)0);
   a.d_head = 128, a.heads = a.kv_heads;
