@@ -142,11 +142,12 @@ struct mk_attn_bwd_args {
   struct mk_gemm_error* err; /* optional: a wait that timed out is recorded here */
   uint32_t timeout_ms;       /* 0: 10000 */
   const uint64_t* ready_done; /* with any block's ready_flags: the call number is *ready_done + 1 */
-  /* optional, fp32 workspace of mk_attn_bwd_dkv_ws_floats(args) floats: with grouped-query heads
-   * (heads > kv_heads) at D = 128 the core gives each CTA one query head instead of a kv head's group
-   * (its CTAs share their heads' query tiles in L2) and adds the group's dK, dV partials here,
-   * then writes the blocks' outputs from it. A block whose outputs are only dk_acc, dv_acc
-   * (added to, acc_overwrite 0) needs none of it: the partials are added there directly. */
+  /* optional, fp32 workspace of mk_attn_bwd_dkv_ws_floats(args) floats: with grouped-query
+   * heads (kv_heads < heads <= 65535) at D = 128 the core gives each CTA one query head
+   * instead of a kv head's group (its CTAs share their heads' query tiles in L2), adds the
+   * group's dK, dV partials here, then writes the blocks' outputs from it. A block whose
+   * outputs are only dk_acc, dv_acc (added to, acc_overwrite 0) needs none of it: the partials
+   * are added there directly. */
   float* dkv_ws;
 };
 
@@ -170,10 +171,10 @@ int mk_attn_bwd_launch(const struct mk_attn_bwd_args* args, cudaStream_t stream)
  * (sessions 25-30's default), 4 is 0 with the other issuer (the consumers at D = 128, the
  * producer at D = 64). */
 #define MK_ATTN_BWD_VARIANTS 5
+int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* args, cudaStream_t stream, int variant);
 
 /* The floats of dkv_ws that a call with these arguments uses (0: none). */
 size_t mk_attn_bwd_dkv_ws_floats(const struct mk_attn_bwd_args* args);
-int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* args, cudaStream_t stream, int variant);
 
 /* The first query tile (bm rows, counted from the range's first query at q_pos0) holding a
  * query that sees a key at key_first (causal: the tiles before it see nothing of a key tile
