@@ -194,8 +194,10 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
   for (int i = 0; i < a->num_kv_blocks; i++) {
     const struct mk_attn_bwd_kv_block* kv = &a->kv[i];
     const int rows = bwd_block_rows(kv);
-    MK_CHECK(mk_attn_tmap_encode_rows(&maps->k[i], kv->k, a->batch, kv->seq, kv->row0, rows, a->kv_heads, Cfg::D, Cfg::BN));
-    MK_CHECK(mk_attn_tmap_encode_rows(&maps->v[i], kv->v, a->batch, kv->seq, kv->row0, rows, a->kv_heads, Cfg::D, Cfg::BN));
+    MK_CHECK(mk_attn_tmap_encode_rows(&maps->k[i], kv->k, a->batch, kv->seq, kv->row0, rows, a->kv_heads,
+                                      Cfg::D, Cfg::BN));
+    MK_CHECK(mk_attn_tmap_encode_rows(&maps->v[i], kv->v, a->batch, kv->seq, kv->row0, rows, a->kv_heads,
+                                      Cfg::D, Cfg::BN));
     attn_bwd_block_params<Cfg>(a, kv, split, tiles, &ws, &p->kv[i]);
     tiles += (rows + Cfg::BN - 1) / Cfg::BN;
   }

@@ -302,7 +302,8 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
     if (kidx >= k.keys_left) continue;
     const int key = k.t * Cfg::BN + kidx; /* within the block */
     const size_t off = (((size_t)k.b * blk.seq + blk.row0 + key) * p.kv_heads + k.hk) * Cfg::D + 2 * (lane & 3);
-    const size_t roff = (((size_t)k.b * blk.red_seq + blk.red_row0 + key) * p.kv_heads + k.hk) * Cfg::D + 2 * (lane & 3);
+    const size_t roff =
+        (((size_t)k.b * blk.red_seq + blk.red_row0 + key) * p.kv_heads + k.hk) * Cfg::D + 2 * (lane & 3);
 #pragma unroll
     for (int j = 0; j < Cfg::D / 8; j++) {
       const float k0 = dk[4 * j + 2 * i] * p.scale, k1 = dk[4 * j + 2 * i + 1] * p.scale;
