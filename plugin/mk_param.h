@@ -66,6 +66,11 @@
     "in one core call whose CTAs wait for the peers' K/V chunks as they land (the calls 1.5-4% " \
     "faster on one GPU, ring_bwd_emul; not yet run on 2 GPUs); 0: the own block's calls "      \
     "beside the gather, then the peers'")                                                      \
+  X(INT, RA_FWD_CHUNK, "NCCL_MK_RA_FWD_CHUNK", "0", 0, 1048576, "",                          \
+    "ring attention forward: the order of its query tiles' CTAs; 0: tiles outermost (causal, "  \
+    "under 64 tiles per SM) or head by head; N: in chunks of N tiles, head by head inside "      \
+    "(16 took the persistent core +2.2% over head by head at 64K causal on one GPU; not yet "    \
+    "run on 2 GPUs)")                                                                            \
   X(INT, TIMEOUT_MS, "NCCL_MK_TIMEOUT_MS", "60000", 1, 86400000, "",                           \
     "bound on every wait inside a fused kernel; expiry breaks the communicator")               \
   X(INT, LOCAL_SIZE, "NCCL_MK_LOCAL_SIZE", "0", 0, 1048576, "",                               \

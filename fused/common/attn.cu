@@ -26,7 +26,8 @@ extern "C" {
  * Variant 1: no ping-pong (the first version), D = 128 with 2 stages.
  * Variant 2: ping-pong, D = 128 with 2 stages, D = 64 with 4.
  * Variants 3 and 4: variant 5 persistent (attn_fwd.cuh PERSISTENT), one CTA per SM over the
- * items head-major (3) or tile-major, longest first (4) (attn.h mk_attn_item_work).
+ * items head-major (3) or tile-major, longest first (4) (attn.h mk_attn_item_work's chunk
+ * MK_ATTN_CHUNK_HEADS and 1).
  * Variant 5: 128-key tiles in 3 stages, K and V released together (the default until session
  * 30; the ring kernel's configuration).
  * Variant 6: 128-key tiles in 2 stages whose K and V are released separately. */
@@ -150,7 +151,7 @@ static cudaError_t attn_prepare_cfg(void) {
 }
 
 template <class Cfg>
-static int attn_launch_cfg(const struct mk_attn_args* a, cudaStream_t stream, int sms, int order) {
+static int attn_launch_cfg(const struct mk_attn_args* a, cudaStream_t stream, int sms, int chunk) {
   struct mk_attn_maps maps;
   struct mk_attn_params p;
   memset(&maps, 0, sizeof maps);
@@ -174,7 +175,7 @@ static int attn_launch_cfg(const struct mk_attn_args* a, cudaStream_t stream, in
   p.q_pos0 = a->q_pos0;
   p.q_tiles = (p.q_rows + Cfg::BM - 1) / Cfg::BM;
   p.n_items = p.q_tiles * a->heads * a->batch; /* < 2^31: mk_attn_fwd_check */
-  p.order = Cfg::PERSISTENT ? order : 0;
+  p.chunk = Cfg::PERSISTENT ? chunk : MK_ATTN_CHUNK_HEADS; /* the grid's own order otherwise */
   p.num_kv_blocks = a->num_kv_blocks;
   p.out = (__nv_bfloat16*)a->out;
   p.lse = a->lse;
@@ -199,9 +200,9 @@ static int attn_launch_cfg(const struct mk_attn_args* a, cudaStream_t stream, in
 
 /* The configuration of a variant for the call's head dimension. */
 template <class Cfg128, class Cfg64>
-static int attn_launch_d(const struct mk_attn_args* a, cudaStream_t stream, int sms, int order) {
-  return a->d_head == 128 ? attn_launch_cfg<Cfg128>(a, stream, sms, order)
-                          : attn_launch_cfg<Cfg64>(a, stream, sms, order);
+static int attn_launch_d(const struct mk_attn_args* a, cudaStream_t stream, int sms, int chunk) {
+  return a->d_head == 128 ? attn_launch_cfg<Cfg128>(a, stream, sms, chunk)
+                          : attn_launch_cfg<Cfg64>(a, stream, sms, chunk);
 }
 
 extern "C" int mk_attn_fwd_launch_variant(const struct mk_attn_args* a, cudaStream_t stream, int variant) {
@@ -212,8 +213,8 @@ extern "C" int mk_attn_fwd_launch_variant(const struct mk_attn_args* a, cudaStre
   switch (variant) {
     case 1: return attn_launch_d<mk_attn_cfg_d128_plain, mk_attn_cfg_d64_plain>(a, stream, sms, 0);
     case 2: return attn_launch_d<mk_attn_cfg_d128_pp2, mk_attn_cfg_d64_pp4>(a, stream, sms, 0);
-    case 3:
-    case 4: return attn_launch_d<mk_attn_cfg_d128_pers, mk_attn_cfg_d64_pers>(a, stream, sms, variant - 3);
+    case 3: return attn_launch_d<mk_attn_cfg_d128_pers, mk_attn_cfg_d64_pers>(a, stream, sms, MK_ATTN_CHUNK_HEADS);
+    case 4: return attn_launch_d<mk_attn_cfg_d128_pers, mk_attn_cfg_d64_pers>(a, stream, sms, 1);
     case 5: return attn_launch_d<mk_attn_cfg_d128_bn128, mk_attn_cfg_d64_bn128>(a, stream, sms, 0);
     case 6: return attn_launch_d<mk_attn_cfg_d128_split2, mk_attn_cfg_d64_split2>(a, stream, sms, 0);
     default: return attn_launch_d<mk_attn_cfg_d128, mk_attn_cfg_d64>(a, stream, sms, 0);

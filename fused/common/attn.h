@@ -214,38 +214,25 @@ MK_HD int mk_attn_cta_item(int k, int cta, int ctas, int n_items) {
   return i < n_items ? (int)i : -1;
 }
 
-/* Which query tile (of `tiles` per head), head and batch item i (of tiles x heads x batch) is.
- * order 0 (head-major): (batch, head) outer, tiles inner, as a grid of (tiles, heads, batch);
- * order 1 (tile-major): tiles outer, then (batch, head). Causal tiles run last to first (a
- * causal tile's work grows with its index), so order 1 is longest first over all items. */
 struct mk_attn_work {
   int tile, head, batch;
 };
-MK_HD struct mk_attn_work mk_attn_item_work(int i, int tiles, int heads, int batch, int order, int causal) {
-  const int t = order ? i / (heads * batch) : i % tiles;
-  const int bh = order ? i % (heads * batch) : i / tiles;
-  struct mk_attn_work w;
-  w.tile = causal ? tiles - 1 - t : t;
-  w.head = bh % heads;
-  w.batch = bh / heads;
-  return w;
-}
 
-/* The backward's CTA c of its (key tiles over all blocks, heads, batch) grid, in chunks of
- * `chunk` key tiles: chunk by chunk, in each (batch, head) by (batch, head), in each the chunk's
- * tiles (the last chunk may be shorter). chunk 1 is key tiles outermost: under the causal mask
- * a key tile's work falls with its index (it sees the queries at or after it), so every head's
- * longest CTAs start first. chunk >= tiles is head by head, key tiles fastest (the grid's own
- * order): the CTAs that run together share their heads' query tiles in L2, but the last head's
- * longest CTAs start when most of the work is done. Chunks between trade the two. */
-MK_HD struct mk_attn_work mk_attn_bwd_cta_work(int c, int tiles, int heads, int batch, int chunk) {
+/* Item i of tiles x heads x batch in chunks of `chunk` tiles: chunk by chunk, in each (batch,
+ * head) by (batch, head), in each the chunk's tiles in order (the last chunk may be shorter).
+ * chunk 1: tiles outermost, then (batch, head); chunk >= tiles (MK_ATTN_CHUNK_HEADS): (batch,
+ * head) outer, tiles inner, as a grid of (tiles, heads, batch) numbers its CTAs. Between, the
+ * items that run together share a few heads' rows in L2 and still start with the chunk's
+ * first tiles. */
+#define MK_ATTN_CHUNK_HEADS (1 << 30)
+MK_HD struct mk_attn_work mk_attn_chunk_work(int i, int tiles, int heads, int batch, int chunk) {
   const int hb = heads * batch, full = tiles / chunk * chunk; /* tiles in whole chunks */
   int t, bh;
-  if (c < full * hb) {
-    t = c / (chunk * hb) * chunk + c % chunk;
-    bh = c / chunk % hb;
+  if (i < full * hb) {
+    t = i / (chunk * hb) * chunk + i % chunk;
+    bh = i / chunk % hb;
   } else { /* the last, shorter chunk */
-    const int r = tiles - full, k = c - full * hb;
+    const int r = tiles - full, k = i - full * hb;
     t = full + k % r;
     bh = k / r;
   }
@@ -254,6 +241,24 @@ MK_HD struct mk_attn_work mk_attn_bwd_cta_work(int c, int tiles, int heads, int 
   w.head = bh % heads;
   w.batch = bh / heads;
   return w;
+}
+
+/* The forward's item i: query tile, head and batch in mk_attn_chunk_work's order; causal query
+ * tiles last to first (a causal tile's work grows with its index), so chunk 1 is longest first
+ * over all items. */
+MK_HD struct mk_attn_work mk_attn_item_work(int i, int tiles, int heads, int batch, int chunk, int causal) {
+  struct mk_attn_work w = mk_attn_chunk_work(i, tiles, heads, batch, chunk);
+  if (causal) w.tile = tiles - 1 - w.tile;
+  return w;
+}
+
+/* The backward's CTA c of its (key tiles over all blocks, heads, batch) grid in
+ * mk_attn_chunk_work's order. Under the causal mask a key tile's work falls with its index (it
+ * sees the queries at or after it), so chunk 1 starts every head's longest CTAs first; chunk
+ * >= tiles starts the last head's longest CTAs when most of the work is done, but the CTAs that
+ * run together share their heads' query tiles in L2 (attn_bwd.cu MK_ATTN_BWD_CHUNK_TILES). */
+MK_HD struct mk_attn_work mk_attn_bwd_cta_work(int c, int tiles, int heads, int batch, int chunk) {
+  return mk_attn_chunk_work(c, tiles, heads, batch, chunk);
 }
 
 /* ---- which KV tiles a query tile needs (pure; shared by the producer and the consumers) ---- */

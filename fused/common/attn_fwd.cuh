@@ -583,7 +583,7 @@ struct mk_attn_params {
   int q_row0, q_rows;
   long long q_pos0;
   int q_tiles, n_items; /* query tiles per head; q_tiles x heads x batch */
-  int order;            /* mk_attn_item_work's */
+  int chunk;            /* mk_attn_item_work's */
   int num_kv_blocks;
   struct mk_attn_block_params kv[MK_ATTN_MAX_KV_BLOCKS];
   __nv_bfloat16* out;
@@ -617,7 +617,7 @@ struct mk_attn_item_rows {
 
 __device__ __forceinline__ struct mk_attn_item_rows attn_item_rows(const struct mk_attn_params& p, int item, int bm) {
   struct mk_attn_item_rows r;
-  r.wk = mk_attn_item_work(item, p.q_tiles, p.heads, p.batch, p.order, p.causal);
+  r.wk = mk_attn_item_work(item, p.q_tiles, p.heads, p.batch, p.chunk, p.causal);
   r.row_in = r.wk.tile * bm;
   r.rows_valid = p.q_rows - r.row_in < bm ? p.q_rows - r.row_in : bm;
   r.q_first = p.q_pos0 + r.row_in;
@@ -681,8 +681,8 @@ __device__ __forceinline__ void attn_consume(const struct mk_attn_params& p, con
   }
 }
 
-/* Non-persistent: grid (query tiles, heads, batch) in mk_attn_item_work's order 0. Persistent:
- * one CTA per SM over the items in p.order. */
+/* Non-persistent: grid (query tiles, heads, batch), mk_attn_item_work's chunk
+ * MK_ATTN_CHUNK_HEADS. Persistent: one CTA per SM over the items in p.chunk's order. */
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
 mk_attn_fwd_kernel(const __grid_constant__ struct mk_attn_maps maps, const __grid_constant__ struct mk_attn_params p) {

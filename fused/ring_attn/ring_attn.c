@@ -12,6 +12,7 @@
 #include "ag_push.h"
 #include "mk_err.h"
 #include "mk_log.h"
+#include "mk_param.h"
 #include "op_check.h"
 #include "ra_schedule.h"
 #include "ring_attn.h"
@@ -104,6 +105,7 @@ void mk_ra_fill_args(struct mk_fused_comm* fc, int op, const void* k, const void
   a->batch = batch, a->s_local = s_local, a->heads = heads, a->kv_heads = kv_heads, a->d_head = d_head;
   a->causal = causal, a->rank = fc->rank, a->nranks = fc->nranks;
   a->push_ctas = ra_push_ctas(fc);
+  a->item_chunk = (int)mk_param_int(MK_PARAM_RA_FWD_CHUNK);
   a->chunk_rows = chunk_rows;
   uint64_t* own = (uint64_t*)fc->sym;
   a->slots = (char*)fc->sym + MK_AG_DATA_OFFSET;

@@ -36,7 +36,7 @@ struct mk_ra_params {
   int rank, nranks, push_ctas;
   int chunk_rows, chunks_per_batch;
   int q_segs, seg_rows, seg_tiles; /* query segments (zigzag halves or the whole), their rows, tiles */
-  int tiles_outer;                 /* the items' order, mk_ra_items_tiles_outer */
+  int chunk;                       /* the items' order: attn.h mk_attn_item_work's chunk */
   const uint4* k_src;
   const uint4* v_src;
   uint4* dst_k[MK_RA_MAX_RANKS]; /* on peer d: this rank's slot, k then v */
@@ -140,9 +140,9 @@ static __device__ __forceinline__ int ra_wait_rows(const struct mk_ra_params& p,
 }
 
 /* A work item's query rows: per (batch, head) the query tiles, causal ones longest first (the
- * late zigzag half, last tile first, then the early half); with tiles_outer the tiles are
- * outermost, then (batch, head) (ra_schedule.h mk_ra_items_tiles_outer; attn.h
- * mk_attn_item_work's orders 0 and 1). */
+ * late zigzag half, last tile first, then the early half), in chunks of p.chunk tiles (1: the
+ * tiles outermost, then (batch, head); MK_ATTN_CHUNK_HEADS: head by head; attn.h
+ * mk_attn_chunk_work, ra_schedule.h mk_ra_items_tiles_outer). */
 struct ra_item {
   int b, h, hk;
   int q_row, rows_valid;      /* the tile's first local row, and how many are valid */
@@ -152,7 +152,7 @@ struct ra_item {
 static __device__ __forceinline__ struct ra_item ra_item_of(const struct mk_ra_params& p, int item, int bm) {
   struct ra_item it;
   /* attn.h's item order over (tile, head, batch), the tiles of both query halves as one */
-  const struct mk_attn_work wk = mk_attn_item_work(item, p.q_segs * p.seg_tiles, p.heads, p.batch, p.tiles_outer, 0);
+  const struct mk_attn_work wk = mk_attn_item_work(item, p.q_segs * p.seg_tiles, p.heads, p.batch, p.chunk, 0);
   const int ti = wk.tile;
   it.h = wk.head, it.b = wk.batch;
   it.hk = it.h / (p.heads / p.kv_heads);
@@ -334,7 +334,9 @@ static int ra_launch_cfg(const struct mk_ra_args* a, int sms, cudaStream_t strea
     MK_WARN("ncclMkRingAttention: %ld query tiles are too many for one launch", items);
     return -EINVAL;
   }
-  p.tiles_outer = mk_ra_items_tiles_outer(p.causal, items, sms);
+  p.chunk = a->item_chunk > 0                                  ? a->item_chunk
+            : mk_ra_items_tiles_outer(p.causal, items, sms) ? 1
+                                                            : MK_ATTN_CHUNK_HEADS;
   cudaError_t e = ra_prepare_cfg<Cfg>();
   if (e == cudaSuccess) {
     mk_ra_kernel<Cfg><<<(unsigned)(items + a->push_ctas), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(maps, p);

@@ -49,6 +49,7 @@ struct mk_ra_args {
   int batch, s_local, heads, kv_heads, d_head, causal;
   int rank, nranks;
   int push_ctas;  /* >= 1 */
+  int item_chunk; /* the forward's CTA order: 0 ra_schedule.h's rule, N chunks of N query tiles */
   int chunk_rows; /* rows per flag, a multiple of 128 */
   void* slots;    /* this rank's n-1 slots */
   void* peer_slot[MK_RA_MAX_RANKS];       /* on peer d: the slot this rank writes */

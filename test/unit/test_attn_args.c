@@ -258,7 +258,9 @@ static void bwd_tile_rules_match_brute_force(void) {
 
 /* The persistent forward's schedule: over any CTA count every item is taken exactly once, each
  * CTA's items in rising order (its rounds), and an item's (tile, head, batch) is a bijection
- * for both orders; tile-major causal items never grow in length (longest first). */
+ * for any chunk (mk_attn_item_work); chunk 1 and MK_ATTN_CHUNK_HEADS are the tile-major and
+ * head-major orders they replaced, tile-major causal items never grow in length (longest
+ * first). */
 static void persistent_items_cover_every_tile_once(void) {
   static const int shapes[][3] = {{1, 1, 1}, {3, 2, 1}, {128, 64, 1}, {32, 16, 16}, {5, 7, 3}};
   static const int cta_counts[] = {1, 2, 7, 132, 1000};
@@ -282,17 +284,24 @@ static void persistent_items_cover_every_tile_once(void) {
       }
       for (int i = 0; i < n; i++) CHECK_EQ(seen[i], 1);
     }
-    for (int order = 0; order < 2; order++)
+    static const int chunks[] = {MK_ATTN_CHUNK_HEADS, 1, 3, 16};
+    for (size_t ki = 0; ki < sizeof chunks / sizeof chunks[0]; ki++)
       for (int causal = 0; causal < 2; causal++) {
+        const int chunk = chunks[ki], hb = heads * batch;
         memset(seen, 0, (size_t)n);
         int prev_tile = tiles;
         for (int i = 0; i < n; i++) {
-          const struct mk_attn_work w = mk_attn_item_work(i, tiles, heads, batch, order, causal);
+          const struct mk_attn_work w = mk_attn_item_work(i, tiles, heads, batch, chunk, causal);
           CHECK(w.tile >= 0 && w.tile < tiles && w.head >= 0 && w.head < heads && w.batch >= 0 && w.batch < batch);
           seen[(w.batch * heads + w.head) * tiles + w.tile]++;
-          if (order && causal) CHECK(w.tile <= prev_tile);
+          if (chunk == 1 && causal) CHECK(w.tile <= prev_tile);
           prev_tile = w.tile;
-          if (!order && !causal) CHECK_EQ((w.batch * heads + w.head) * tiles + w.tile, i); /* the grid's order */
+          if (chunk == MK_ATTN_CHUNK_HEADS && !causal) /* the grid's order */
+            CHECK_EQ((w.batch * heads + w.head) * tiles + w.tile, i);
+          if (chunk == 1 || chunk == MK_ATTN_CHUNK_HEADS) { /* sessions 21-32's orders 1 and 0 */
+            const int t = chunk == 1 ? i / hb : i % tiles, bh = chunk == 1 ? i % hb : i / tiles;
+            CHECK(w.tile == (causal ? tiles - 1 - t : t) && w.head == bh % heads && w.batch == bh / heads);
+          }
         }
         for (int i = 0; i < n; i++) CHECK_EQ(seen[i], 1);
       }
