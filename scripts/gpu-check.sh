@@ -7,7 +7,9 @@
 #          ring_bwd_emul (the ring backward's core calls on one GPU) and the cores against cuDNN
 #          in the same iterations (scripts/bench-torch-attn.py)
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
-#   ring:  ncclMkRingAttention's tests on 2 GPUs, then ring_attn_perf and PyTorch's cuDNN attention (scripts/bench-torch-attn.py)
+#   ring:  ncclMkRingAttention's tests on 2 GPUs (the backward's also with its merged plan), then
+#          ring_attn_perf (64K causal also with NCCL_MK_RA_FWD_CHUNK=16; the backward also
+#          merged), ring_bwd_emul and PyTorch's cuDNN attention (scripts/bench-torch-attn.py)
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
 #          (also with the overlap, and with the fp8 dispatch: moe_perf -q)
 #   net:   the net plugin under real NCCL on 2 GPUs (scripts/net-gpu-tests.sh), then
@@ -383,6 +385,14 @@ tier_ring() {
   NCCL_MK_RA_BWD_MERGED=1 scenarios "$RING_BWD_MERGED_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   step ring_attn_perf "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -J "$LOGS/ring_attn_perf.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
+  # the forward's CTAs in chunks of 16 query tiles (NCCL_MK_RA_FWD_CHUNK; session 33's lead for
+  # 64K causal, case 2), then the default again: an A/B within this call
+  local r
+  for r in chunk16 default; do
+    step "ring_attn_perf_64k_$r" env NCCL_MK_RA_FWD_CHUNK=$([ $r = chunk16 ] && echo 16 || echo 0) \
+      "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -c 2
+    grep -A 3 '^#  B' "$LOGS/ring_attn_perf_64k_$r.log" || true
+  done
   step ring_attn_perf_bwd "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1 -J "$LOGS/ring_attn_perf_bwd.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd.log" || true
   step ring_attn_perf_bwd_merged env NCCL_MK_RA_BWD_MERGED=1 "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1
