@@ -23,17 +23,13 @@
 #include "attn.h"
 #include "attn_run.h"
 #include "gemm_check.cuh"
+#include "perf_median.h"
 #include "ra_bwd_plan.h"
 #include "ring_attn.h"
 
 struct shape {
   int b, h, hkv, d, s, causal;
 };
-
-static float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 /* One rank's tensors and data area (ra_bwd_plan.h's layout). */
 struct emul_rank {
@@ -110,7 +106,7 @@ static float time_whole(const struct shape& sh, int iters, cudaEvent_t e0, cudaE
   a.err = err;
   const size_t ws_floats = mk_attn_bwd_dkv_ws_floats(&a); /* the core at its best: split GQA heads */
   if (ws_floats) CUDA_OK(cudaMalloc(&a.dkv_ws, ws_floats * 4));
-  std::vector<float> ms;
+  std::vector<double> ms;
   for (int it = -2; it < iters; it++) {
     const float t = time_calls(&a, 1, e0, e1);
     if (it >= 0) ms.push_back(t);
@@ -118,7 +114,7 @@ static float time_whole(const struct shape& sh, int iters, cudaEvent_t e0, cudaE
   cudaFree(a.dkv_ws);
   cudaFree(q), cudaFree(out), cudaFree(dout), cudaFree(dq), cudaFree(k), cudaFree(v), cudaFree(dk), cudaFree(dv);
   cudaFree(dq_acc), cudaFree(lse), cudaFree(delta);
-  return median(ms);
+  return (float)perf_median(ms.data(), (int)ms.size());
 }
 
 static void bench(const struct shape& sh, int nranks, int iters) {
@@ -152,7 +148,7 @@ static void bench(const struct shape& sh, int nranks, int iters) {
       for (int i = 0; i < ranks[r].ncalls[pl]; i++) mk_ra_bwd_core_args(&ar, &l, &plan[pl][i], &t, &ranks[r].core[pl][i]);
     }
   }
-  std::vector<std::vector<float>> ms(2 * nranks); /* [plan * nranks + rank] */
+  std::vector<std::vector<double>> ms(2 * nranks); /* [plan * nranks + rank] */
   for (int it = -2; it < iters; it++)
     for (int r = 0; r < nranks; r++)
       for (int pl = 0; pl < 2; pl++) {
@@ -167,7 +163,7 @@ static void bench(const struct shape& sh, int nranks, int iters) {
     printf("%3d %4d %4d %4d %6d %7d %-10s %-6s | %9.3f %8.1f |", sh.b, sh.h, sh.hkv, sh.d, sh.s, s_local,
            sh.causal ? "causal" : "non-causal", pl ? "merged" : "ring", whole, flops / (whole * 1e-3) / 1e12);
     for (int r = 0; r < nranks; r++) {
-      const float m = median(ms[pl * nranks + r]);
+      const float m = (float)perf_median(ms[pl * nranks + r].data(), (int)ms[pl * nranks + r].size());
       slowest = std::max(slowest, m);
       printf(" r%d %d calls %8.3f |", r, ranks[r].ncalls[pl], m);
     }
