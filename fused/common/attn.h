@@ -152,6 +152,12 @@ struct mk_attn_bwd_args {
 };
 
 #define MK_ATTN_ACC_GATE_CLOSED (1ull << 63)
+
+/* Whether the accumulators behind `gate` (NULL: none) may be written: one volatile read of the
+ * device word (device code only; the gate moves while kernels run). */
+MK_HD int mk_attn_acc_gate_open(const uint64_t* gate) {
+  return !gate || !(*(volatile const uint64_t*)gate & MK_ATTN_ACC_GATE_CLOSED);
+}
 #define MK_ATTN_BWD_BLOCK_M 64  /* query rows per step */
 #define MK_ATTN_BWD_BLOCK_N 128 /* keys per CTA */
 

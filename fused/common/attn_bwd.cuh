@@ -294,7 +294,7 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
   /* The accumulators may be read by a peer (the ring's reduce); once the ring's gather gave up
    * on a wait (the peer may be late, still reading them for its previous call) nothing goes
    * there. A device word: the error record is host-mapped, a read per thread crossed PCIe. */
-  const bool acc_on = !(p.acc_gate && (*(volatile const uint64_t*)p.acc_gate & MK_ATTN_ACC_GATE_CLOSED));
+  const bool acc_on = mk_attn_acc_gate_open(p.acc_gate);
   if (p.split && blk.dk_red == blk.dk_acc && !acc_on) return; /* dk_red is the gated accumulator */
 #pragma unroll
   for (int i = 0; i < 2; i++) {
@@ -582,7 +582,7 @@ __global__ void mk_attn_bwd_dkv_kernel(const float* ws_k, const float* ws_v, __n
                                        float* dk_acc, float* dv_acc, int overwrite, const uint64_t* gate, int batch,
                                        int seq, int row0, int rows, int kv_heads) {
   const size_t per_batch = (size_t)rows * kv_heads * D / 2, n = (size_t)batch * per_batch;
-  const bool acc_on = !(gate && (*(volatile const uint64_t*)gate & MK_ATTN_ACC_GATE_CLOSED));
+  const bool acc_on = mk_attn_acc_gate_open(gate);
   for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
     const size_t at = ((e / per_batch) * seq + row0) * kv_heads * D + 2 * (e % per_batch);
     const float2 x = *(const float2*)(ws_k + 2 * e), y = *(const float2*)(ws_v + 2 * e);

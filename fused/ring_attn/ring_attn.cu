@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(MK_RA_BWD_THREADS) mk_ra_bwd_zero_kernel(const
     }
     if (!__syncthreads_and(ok)) return;
   }
-  if (*(volatile const uint64_t*)a.gave_up & MK_ATTN_ACC_GATE_CLOSED) return;
+  if (!mk_attn_acc_gate_open(a.gave_up)) return;
   float4* acc = (float4*)a.acc;
   const size_t n4 = a.bytes / 16;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x)
