@@ -58,6 +58,9 @@ typedef mk_attn_bwd_cfg<64, 3, 1, 0, 3> mk_attn_bwd_cfg_d64_late_alt;
 
 static int bwd_misaligned(const void* p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) != 0; }
 
+/* A block's rows (rows 0: all of [row0, seq)). */
+static int bwd_block_rows(const struct mk_attn_bwd_kv_block* kv) { return kv->rows ? kv->rows : kv->seq - kv->row0; }
+
 extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
   if (!a) BWD_REJECT("mk_attn_bwd: args is NULL");
   if (a->d_head != 64 && a->d_head != 128) BWD_REJECT("mk_attn_bwd: d_head = %d, must be 64 or 128", a->d_head);
@@ -100,7 +103,7 @@ extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
       BWD_REJECT("mk_attn_bwd: kv block %d: dk %p / dv %p (4-byte) or dk_acc %p / dv_acc %p (8-byte) misaligned", i,
                  kv->dk, kv->dv, (void*)kv->dk_acc, (void*)kv->dv_acc);
     if (kv->seq < 1) BWD_REJECT("mk_attn_bwd: kv block %d: seq = %d, must be >= 1", i, kv->seq);
-    const int rows = kv->rows ? kv->rows : kv->seq - kv->row0;
+    const int rows = bwd_block_rows(kv);
     if (kv->row0 < 0 || kv->rows < 0 || rows < 1 || (long)kv->row0 + rows > kv->seq)
       BWD_REJECT("mk_attn_bwd: kv block %d: rows [%d, +%d) must be a non-empty part of seq = %d", i, kv->row0,
                  kv->rows, kv->seq);
@@ -114,8 +117,6 @@ extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
   if (bwd_misaligned(a->dkv_ws, 16)) BWD_REJECT("mk_attn_bwd: dkv_ws = %p, must be 16-byte aligned", (void*)a->dkv_ws);
   return 0;
 }
-
-static int bwd_block_rows(const struct mk_attn_bwd_kv_block* kv) { return kv->rows ? kv->rows : kv->seq - kv->row0; }
 
 /* Split, a block whose partials go straight into its accumulators (nothing else to write). */
 static int bwd_block_direct(const struct mk_attn_bwd_kv_block* kv) {
