@@ -386,12 +386,11 @@ tier_ring() {
   step ring_attn_perf "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -J "$LOGS/ring_attn_perf.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
   # the forward's CTAs in chunks of 16 query tiles (NCCL_MK_RA_FWD_CHUNK; session 33's lead for
-  # 64K causal, case 2), then the default again: an A/B within this call
-  local r
-  for r in chunk16 default; do
-    step "ring_attn_perf_64k_$r" env NCCL_MK_RA_FWD_CHUNK=$([ $r = chunk16 ] && echo 16 || echo 0) \
-      "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -c 2
-    grep -A 3 '^#  B' "$LOGS/ring_attn_perf_64k_$r.log" || true
+  # 64K causal, case 2), then the default (0) again: an A/B within this call
+  local c
+  for c in 16 0; do
+    step "ring_attn_perf_64k_chunk$c" env NCCL_MK_RA_FWD_CHUNK=$c "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -c 2
+    grep -A 3 '^#  B' "$LOGS/ring_attn_perf_64k_chunk$c.log" || true
   done
   step ring_attn_perf_bwd "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1 -J "$LOGS/ring_attn_perf_bwd.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd.log" || true
