@@ -7,9 +7,10 @@
 #          ring_bwd_emul (the ring backward's core calls on one GPU) and the cores against cuDNN
 #          in the same iterations (scripts/bench-torch-attn.py)
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
-#   ring:  ncclMkRingAttention's tests on 2 GPUs (the backward's also with its merged plan), then
-#          ring_attn_perf (64K causal also with NCCL_MK_RA_FWD_CHUNK=16; the backward also
-#          merged), ring_bwd_emul and PyTorch's cuDNN attention (scripts/bench-torch-attn.py)
+#   ring:  ncclMkRingAttention's tests on 2 GPUs (the backward's also with its merged and its
+#          own-last plan), then ring_attn_perf (64K causal also with NCCL_MK_RA_FWD_CHUNK=16; the
+#          backward also merged and own-last), ring_bwd_emul and PyTorch's cuDNN attention
+#          (scripts/bench-torch-attn.py)
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
 #          (also with the overlap, and with the fp8 dispatch: moe_perf -q)
 #   net:   the net plugin under real NCCL on 2 GPUs (scripts/net-gpu-tests.sh), then
@@ -106,6 +107,8 @@ offsets:attn_backward_ring_offsets_and_accumulation_match_float64
 split:attn_backward_split_heads_each_output_kind_matches_float64_and_respects_the_gate
 negative_control:attn_backward_checker_rejects_one_bad_element_and_a_wrong_lse
 ready_flags:attn_backward_waits_for_its_key_tiles_ready_flags_and_times_out_naming_a_missing_one
+addends:attn_backward_adds_peer_partials_once_ready_and_times_out_naming_a_missing_one
+pdl:attn_backward_main_kernel_starts_beside_the_kernel_before_it_with_pdl
 bad_input:attn_backward_rejects_bad_input_untouched"
 
 tier_quick() {
@@ -379,10 +382,18 @@ large:ring_attention_backward_merged_plan_matches_the_core
 graph:ring_attention_backward_merged_plan_replays_in_cuda_graphs
 absent_peer_noncausal:ring_attention_backward_merged_plan_without_its_peer_stores_nothing_into_its_accumulator"
 
+# The backward's own-last plan (NCCL_MK_RA_BWD_OWN_LAST=1, non-causal calls only; off by default
+# until run on 2 GPUs): the peers' blocks first, the own block last adding the peers' partials.
+RING_BWD_OWN_LAST_TESTS="small:ring_attention_backward_own_last_plan_matches_float64
+large:ring_attention_backward_own_last_plan_matches_the_core
+graph:ring_attention_backward_own_last_plan_replays_in_cuda_graphs
+absent_peer_noncausal:ring_attention_backward_own_last_plan_without_its_peer_stores_nothing_into_its_accumulator"
+
 tier_ring() {
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_MERGED=1 scenarios "$RING_BWD_MERGED_TESTS" "$B/test/gpu/test_ring_attn_bwd"
+  NCCL_MK_RA_BWD_OWN_LAST=1 scenarios "$RING_BWD_OWN_LAST_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   step ring_attn_perf "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -J "$LOGS/ring_attn_perf.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
   # the forward's CTAs in chunks of 16 query tiles (NCCL_MK_RA_FWD_CHUNK; session 33's lead for
@@ -396,7 +407,9 @@ tier_ring() {
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd.log" || true
   step ring_attn_perf_bwd_merged env NCCL_MK_RA_BWD_MERGED=1 "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd_merged.log" || true
-  # each rank's backward core calls emulated on one GPU, both plans (test/perf/attn/ring_bwd_emul.cu)
+  step ring_attn_perf_bwd_own_last env NCCL_MK_RA_BWD_OWN_LAST=1 "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1
+  grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd_own_last.log" || true
+  # each rank's backward core calls emulated on one GPU, every plan (test/perf/attn/ring_bwd_emul.cu)
   step ring_bwd_emul "$B/test/perf/attn/ring_bwd_emul" 10
   grep -A 8 '^#  B' "$LOGS/ring_bwd_emul.log" || true
   bench_attn_vs_cudnn
@@ -428,7 +441,7 @@ tier_attn() {
   grep -A 14 '^#  B' "$LOGS/attn_perf.log" || true
   step attn_perf_bwd "$B/test/perf/attn/attn_perf" -b 10
   grep -A 8 '^#  B' "$LOGS/attn_perf_bwd.log" || true
-  # the ring backward's core calls on this one GPU, both plans (test/perf/attn/ring_bwd_emul.cu)
+  # the ring backward's core calls on this one GPU, every plan (test/perf/attn/ring_bwd_emul.cu)
   step ring_bwd_emul "$B/test/perf/attn/ring_bwd_emul" 10
   grep -A 8 '^#  B' "$LOGS/ring_bwd_emul.log" || true
   bench_attn_vs_cudnn

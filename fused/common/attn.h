@@ -119,6 +119,21 @@ struct mk_attn_bwd_kv_block {
   int ready_chunk_rows;
 };
 
+#define MK_ATTN_MAX_ADDENDS 7 /* a ring of 8 ranks: every peer's partial of the own block */
+
+/* Partials added to block `block`'s outputs (that block has bf16 dk and dv, no accumulators).
+ * Addend i: dk[i], dv[i], fp32 laid out like k (the block's rows), there once *ready[i] >= the
+ * call number (*ready_done + 1): the CTAs wait for it (bounded; a timeout is recorded in err
+ * with flag index flag_index0 + i, and those rows are not written) before writing. */
+struct mk_attn_bwd_addends {
+  int n; /* 0 .. MK_ATTN_MAX_ADDENDS */
+  int block;
+  const float* dk[MK_ATTN_MAX_ADDENDS];
+  const float* dv[MK_ATTN_MAX_ADDENDS];
+  const uint64_t* ready[MK_ATTN_MAX_ADDENDS];
+  uint32_t flag_index0;
+};
+
 struct mk_attn_bwd_args {
   const void* q;    /* bf16 [batch, seq_q, heads, d_head] */
   const void* out;  /* bf16 like q: the forward's output (read unless delta_ready) */
@@ -149,6 +164,15 @@ struct mk_attn_bwd_args {
    * outputs are only dk_acc, dv_acc (added to, acc_overwrite 0) needs none of it: the partials
    * are added there directly. */
   float* dkv_ws;
+  /* optional: fp32 partials of one block's dK (times scale) and dV that other calls made (the
+   * ring's peers), added to what this call writes into that block's bf16 dk and dv. */
+  struct mk_attn_bwd_addends addends;
+  /* 1: the main kernel may start before the kernel before it on the stream has ended
+   * (programmatic dependent launch; that kernel must issue griddepcontrol.launch_dependents),
+   * so its CTAs are on the SMs first: the ring's gather, whose pushes feed other GPUs' waiting
+   * CTAs. Nothing may then run before the main kernel: needs delta_ready and dq_accumulate
+   * (mk_attn_bwd_prep_launch does that part earlier) and no dkv_ws. */
+  int pdl;
 };
 
 #define MK_ATTN_ACC_GATE_CLOSED (1ull << 63)
@@ -167,6 +191,12 @@ int mk_attn_bwd_check(const struct mk_attn_bwd_args* args);
 /* Launches (up to three kernels) on `stream`. Returns 0, -EINVAL (bad argument, nothing
  * launched), -ENOTSUP (no sm_90 device) or -EIO (launch failure). */
 int mk_attn_bwd_launch(const struct mk_attn_bwd_args* args, cudaStream_t stream);
+
+/* Only the first kernel of such a launch: delta of the query rows (unless delta_ready) and
+ * dq_acc's rows zeroed (unless dq_accumulate), so that a later call with both set can follow
+ * another kernel closely (pdl); it also loads the default main kernel (a lazy load at the pdl
+ * call would wait for the kernel it is to start beside). Same returns. */
+int mk_attn_bwd_prep_launch(const struct mk_attn_bwd_args* args, cudaStream_t stream);
 
 /* The same with a compiled variant, for A/B runs (attn_perf -b) and tests: 0 is the default
  * (mk_attn_bwd_launch: each warp group's dQ tile is staged in shared memory and added into

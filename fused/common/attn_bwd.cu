@@ -61,6 +61,33 @@ static int bwd_misaligned(const void* p, uintptr_t a) { return ((uintptr_t)p & (
 /* A block's rows (rows 0: all of [row0, seq)). */
 static int bwd_block_rows(const struct mk_attn_bwd_kv_block* kv) { return kv->rows ? kv->rows : kv->seq - kv->row0; }
 
+/* The addends (their block writes bf16 dk and dv and nothing else; each addend complete and
+ * 8-byte aligned; a call number to wait for) and pdl (nothing to launch before the main kernel). */
+static int bwd_check_addends_pdl(const struct mk_attn_bwd_args* a) {
+  const struct mk_attn_bwd_addends* ad = &a->addends;
+  if (ad->n < 0 || ad->n > MK_ATTN_MAX_ADDENDS)
+    BWD_REJECT("mk_attn_bwd: addends.n = %d, must be in [0, %d]", ad->n, MK_ATTN_MAX_ADDENDS);
+  if (ad->n) {
+    if (ad->block < 0 || ad->block >= a->num_kv_blocks)
+      BWD_REJECT("mk_attn_bwd: addends.block = %d, not one of the %d kv blocks", ad->block, a->num_kv_blocks);
+    const struct mk_attn_bwd_kv_block* kv = &a->kv[ad->block];
+    if (!kv->dk || !kv->dv || kv->dk_acc || kv->dv_acc)
+      BWD_REJECT("mk_attn_bwd: addends: kv block %d must write bf16 dk and dv and no accumulators", ad->block);
+    if (!a->ready_done) BWD_REJECT("mk_attn_bwd: addends need ready_done (the call number they wait for)");
+    if (a->dkv_ws) /* the CTAs add them as they write; with split heads the write-out kernel writes */
+      BWD_REJECT("mk_attn_bwd: addends with dkv_ws are not supported (leave dkv_ws NULL)");
+    for (int i = 0; i < ad->n; i++)
+      if (!ad->dk[i] || !ad->dv[i] || !ad->ready[i] || bwd_misaligned(ad->dk[i], 8) || bwd_misaligned(ad->dv[i], 8) ||
+          bwd_misaligned(ad->ready[i], 8))
+        BWD_REJECT("mk_attn_bwd: addend %d: dk %p, dv %p, ready %p must be non-NULL and 8-byte aligned", i,
+                   (const void*)ad->dk[i], (const void*)ad->dv[i], (const void*)ad->ready[i]);
+  }
+  if (a->pdl && (!a->delta_ready || !a->dq_accumulate || a->dkv_ws))
+    BWD_REJECT("mk_attn_bwd: pdl needs delta_ready = 1 and dq_accumulate = 1 (mk_attn_bwd_prep_launch first) and "
+               "no dkv_ws (%d, %d, %p)", a->delta_ready, a->dq_accumulate, (void*)a->dkv_ws);
+  return 0;
+}
+
 extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
   if (!a) BWD_REJECT("mk_attn_bwd: args is NULL");
   if (a->d_head != 64 && a->d_head != 128) BWD_REJECT("mk_attn_bwd: d_head = %d, must be 64 or 128", a->d_head);
@@ -115,7 +142,7 @@ extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
   }
   if (tiles > INT_MAX) BWD_REJECT("mk_attn_bwd: %lld key tiles, too many", tiles);
   if (bwd_misaligned(a->dkv_ws, 16)) BWD_REJECT("mk_attn_bwd: dkv_ws = %p, must be 16-byte aligned", (void*)a->dkv_ws);
-  return 0;
+  return bwd_check_addends_pdl(a);
 }
 
 /* Split, a block whose partials go straight into its accumulators (nothing else to write). */
@@ -211,6 +238,7 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
   p->scale = (float)(1.0 / sqrt((double)Cfg::D));
   p->scale_log2 = (float)(1.4426950408889634 / sqrt((double)Cfg::D));
   p->acc_gate = a->acc_gate, p->ready_done = a->ready_done, p->err = a->err;
+  p->addends = a->addends;
   p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
   *tiles_out = tiles;
   return 0;
@@ -234,6 +262,38 @@ static cudaError_t attn_bwd_write_ws_blocks(const struct mk_attn_bwd_args* a, co
   return cudaSuccess;
 }
 
+/* delta (unless delta_ready) and dq_acc's rows zeroed (unless dq_accumulate). */
+template <int D>
+static cudaError_t attn_bwd_prep(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
+  if (a->delta_ready && a->dq_accumulate) return cudaSuccess;
+  const int q_rows = a->q_rows ? a->q_rows : a->seq_q - a->q_row0;
+  const size_t rows_all = (size_t)a->batch * q_rows * a->heads;
+  const unsigned blocks = (unsigned)(rows_all / 8 + 1 < 8192 ? rows_all / 8 + 1 : 8192);
+  mk_attn_bwd_prep_kernel<D><<<blocks, 256, 0, stream>>>((const __nv_bfloat16*)a->out, (const __nv_bfloat16*)a->dout,
+                                                         a->delta, a->dq_acc, a->batch, a->seq_q, a->heads, a->q_row0,
+                                                         q_rows, !a->delta_ready, !a->dq_accumulate);
+  return cudaGetLastError();
+}
+
+/* The main kernel; pdl: launched as a programmatic dependent of the kernel before it. */
+template <class Cfg>
+static cudaError_t attn_bwd_launch_main(const struct mk_attn_bwd_args* a, const struct mk_attn_bwd_maps* maps,
+                                        const struct mk_attn_bwd_params* p, dim3 grid, cudaStream_t stream) {
+  if (!a->pdl) {
+    mk_attn_bwd_kernel<Cfg><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*maps, *p);
+    return cudaGetLastError();
+  }
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = grid, cfg.blockDim = dim3(Cfg::THREADS), cfg.dynamicSmemBytes = Cfg::SMEM_BYTES, cfg.stream = stream;
+  cudaLaunchAttribute at;
+  memset(&at, 0, sizeof at);
+  at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &at, cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, mk_attn_bwd_kernel<Cfg>, *maps, *p);
+}
+
 template <class Cfg>
 static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
   struct mk_attn_bwd_maps maps;
@@ -245,23 +305,15 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
   const size_t ws_floats = split ? mk_attn_bwd_dkv_ws_floats(a) : 0;
 
   cudaError_t e = attn_bwd_prepare_cfg<Cfg>();
-  const size_t rows_all = (size_t)a->batch * q_rows * a->heads;
-  if (e == cudaSuccess && (!a->delta_ready || !a->dq_accumulate)) {
-    const unsigned blocks = (unsigned)(rows_all / 8 + 1 < 8192 ? rows_all / 8 + 1 : 8192);
-    mk_attn_bwd_prep_kernel<Cfg::D><<<blocks, 256, 0, stream>>>(
-        (const __nv_bfloat16*)a->out, (const __nv_bfloat16*)a->dout, a->delta, a->dq_acc, a->batch, a->seq_q, a->heads,
-        a->q_row0, q_rows, !a->delta_ready, !a->dq_accumulate);
-    e = cudaGetLastError();
-  }
+  if (e == cudaSuccess) e = attn_bwd_prep<Cfg::D>(a, stream);
   if (e == cudaSuccess && ws_floats) e = cudaMemsetAsync(a->dkv_ws, 0, ws_floats * sizeof(float), stream);
   if (e == cudaSuccess) {
     const dim3 grid((unsigned)tiles, (unsigned)(split ? a->heads : a->kv_heads), (unsigned)a->batch);
-    mk_attn_bwd_kernel<Cfg><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(maps, p);
-    e = cudaGetLastError();
+    e = attn_bwd_launch_main<Cfg>(a, &maps, &p, grid, stream);
   }
   if (e == cudaSuccess && ws_floats) e = attn_bwd_write_ws_blocks<Cfg>(a, &p, stream);
   if (e == cudaSuccess && a->dq) {
-    const size_t n4 = rows_all * Cfg::D / 4;
+    const size_t n4 = (size_t)a->batch * q_rows * a->heads * Cfg::D / 4;
     const unsigned blocks = (unsigned)(n4 / 256 + 1 < 8192 ? n4 / 256 + 1 : 8192);
     mk_attn_bwd_dq_kernel<Cfg::D><<<blocks, 256, 0, stream>>>(a->dq_acc, (__nv_bfloat16*)a->dq, a->batch, a->seq_q,
                                                              a->heads, a->q_row0, q_rows);
@@ -296,4 +348,20 @@ extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cuda
 
 extern "C" int mk_attn_bwd_launch(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
   return mk_attn_bwd_launch_variant(a, stream, 0);
+}
+
+extern "C" int mk_attn_bwd_prep_launch(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
+  MK_CHECK(mk_attn_bwd_check(a));
+  int sms = 0;
+  MK_CHECK(mk_sm90_sms("mk_attn_bwd", &sms));
+  /* the default main kernel loaded now: with lazy module loading its first launch loads it, and
+   * a load waits for the kernels running then, the one a pdl call is to start beside included
+   * (measured: the call then started only once that kernel ended) */
+  cudaError_t e = a->d_head == 128 ? attn_bwd_prepare_cfg<mk_attn_bwd_cfg_d128>() : attn_bwd_prepare_cfg<mk_attn_bwd_cfg_d64>();
+  if (e == cudaSuccess) e = a->d_head == 128 ? attn_bwd_prep<128>(a, stream) : attn_bwd_prep<64>(a, stream);
+  if (e != cudaSuccess) {
+    MK_WARN("mk_attn_bwd: prep launch failed: %s", cudaGetErrorString(e));
+    return -EIO;
+  }
+  return 0;
 }

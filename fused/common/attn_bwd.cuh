@@ -283,14 +283,42 @@ __device__ __forceinline__ void attn_bwd_p_ds(const struct mk_attn_bwd_params& p
   }
 }
 
+/* Whether the addends (attn.h mk_attn_bwd_addends) of the call are all there: lane 0 of each
+ * warp waits (bounded) for every ready word to reach the call number, then its lanes read them.
+ * 0 when a wait gave up (recorded in p.err). Not inlined: once per CTA, at its end. */
+__device__ __noinline__ int attn_bwd_wait_addends(const struct mk_attn_bwd_params& p, uint32_t tile) {
+  int ok = 1;
+  if ((threadIdx.x & 31) == 0) {
+    const uint64_t e = *(volatile const uint64_t*)p.ready_done + 1;
+    for (int i = 0; i < p.addends.n && ok; i++)
+      ok = mk_wait_geq_inline(p.addends.ready[i], e, p.err, 0, tile, p.addends.flag_index0 + (uint32_t)i,
+                              p.timeout_ns) >= e;
+  }
+  ok = __shfl_sync(0xffffffffu, ok, 0);
+  fence_acq_rel_sys(); /* each lane's reads of the addends after lane 0's acquire */
+  return ok;
+}
+
+/* k0, k1 (v0, v1) plus every addend's dK (dV) pair at element o (L2 reads: a peer wrote them). */
+__device__ __forceinline__ void attn_bwd_add_addends(const struct mk_attn_bwd_addends& ad, size_t o, float& k0,
+                                                     float& k1, float& v0, float& v1) {
+  for (int i = 0; i < ad.n; i++) {
+    const float2 x = __ldcg((const float2*)(ad.dk[i] + o)), y = __ldcg((const float2*)(ad.dv[i] + o));
+    k0 += x.x, k1 += x.y, v0 += y.x, v1 += y.y;
+  }
+}
+
 /* The tile's dK (times scale) and dV rows, this thread's fragments (keys kr0, kr0 + 8 of warp
- * group c's 64), into the block's bf16 outputs and / or fp32 accumulators; split, added into
- * dk_red, dv_red (the CTAs of the group's other heads add theirs). */
+ * group c's 64), into the block's bf16 outputs and / or fp32 accumulators, the addends added
+ * when this is their block; split, added into dk_red, dv_red (the CTAs of the group's other
+ * heads add theirs). */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_params& p, const struct attn_bwd_tile& k,
-                                                    const float* dk, const float* dv, int c, int kr0) {
+                                                    const float* dk, const float* dv, int c, int kr0, uint32_t tile) {
   const int lane = threadIdx.x & 31;
   const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
+  const bool add = p.addends.n && k.bi == p.addends.block; /* never split (mk_attn_bwd_check) */
+  if (add && !attn_bwd_wait_addends(p, tile)) return;
   /* The accumulators may be read by a peer (the ring's reduce); once the ring's gather gave up
    * on a wait (the peer may be late, still reading them for its previous call) nothing goes
    * there. A device word: the error record is host-mapped, a read per thread crossed PCIe. */
@@ -306,14 +334,15 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
         (((size_t)k.b * blk.red_seq + blk.red_row0 + key) * p.kv_heads + k.hk) * Cfg::D + 2 * (lane & 3);
 #pragma unroll
     for (int j = 0; j < Cfg::D / 8; j++) {
-      const float k0 = dk[4 * j + 2 * i] * p.scale, k1 = dk[4 * j + 2 * i + 1] * p.scale;
-      const float v0 = dv[4 * j + 2 * i], v1 = dv[4 * j + 2 * i + 1];
+      float k0 = dk[4 * j + 2 * i] * p.scale, k1 = dk[4 * j + 2 * i + 1] * p.scale;
+      float v0 = dv[4 * j + 2 * i], v1 = dv[4 * j + 2 * i + 1];
       const size_t o = off + 8 * j;
       if (p.split) { /* the group's heads' partials meet here; attn_bwd.cu writes the outputs */
         red_global_add_v2_f32(blk.dk_red + roff + 8 * j, k0, k1);
         red_global_add_v2_f32(blk.dv_red + roff + 8 * j, v0, v1);
         continue;
       }
+      if (add) attn_bwd_add_addends(p.addends, o, k0, k1, v0, v1);
       if (blk.dk) *(uint32_t*)(blk.dk + o) = pack_bf16x2(k0, k1);
       if (blk.dv) *(uint32_t*)(blk.dv + o) = pack_bf16x2(v0, v1);
       /* the accumulators may be a peer's memory (the ring): overwriting reads nothing */
@@ -485,7 +514,7 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
     return attn_bwd_drain_dq<Cfg>();
   attn_bwd_drain_dq<Cfg>();
 
-  attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0);
+  attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0, w.tile);
 }
 
 /* grid (key tiles of all blocks, kv heads or, split, heads, batch). */

@@ -108,6 +108,7 @@ struct mk_attn_bwd_params {
   struct mk_gemm_error* err;
   uint64_t timeout_ns;
   const uint64_t* ready_done; /* mk_attn_bwd_args's */
+  struct mk_attn_bwd_addends addends; /* mk_attn_bwd_args's */
 };
 
 struct mk_attn_bwd_maps {

@@ -95,7 +95,12 @@ struct mk_ra_bwd_zero_args {
 };
 int mk_ra_bwd_zero_launch(const struct mk_ra_bwd_zero_args* a, cudaStream_t stream);
 
+#define MK_RA_REDUCE_ALL 0      /* announce, wait for the peers', sum, end the call */
+#define MK_RA_REDUCE_ANNOUNCE 1 /* only the announcement (the own-last plan, before its last call) */
+#define MK_RA_REDUCE_END 2      /* only the call's end (the own-last plan, after its last call) */
+
 struct mk_ra_bwd_reduce_args {
+  int mode;                               /* MK_RA_REDUCE_* */
   const float* own_acc;                   /* this rank's acc[rank]: [dk | dv], fp32, 2 x kv_elems */
   const float* peer_acc[MK_RA_MAX_RANKS]; /* on peer d: acc[rank] (d's partial of this rank's block) */
   uint64_t* peer_ready[MK_RA_MAX_RANKS];  /* on peer d: the "partials ready" word of this rank */
@@ -114,7 +119,8 @@ struct mk_ra_bwd_reduce_args {
 /* The reduce: announces this rank's partials to every peer (fence.sys, then st.release.sys of
  * its ready word on each peer to e), waits (bounded) for every peer's word, then
  * dk, dv = bf16(own acc + every peer's acc[rank]) (reading the peers' accumulators over NVLink),
- * then ends the call (done = e). 0, -ENOTSUP (no sm_90 device) or -EIO. */
+ * then ends the call (done = e); MK_RA_REDUCE_ANNOUNCE / _END: only the first / the last part
+ * (one CTA). 0, -ENOTSUP (no sm_90 device) or -EIO. */
 int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cudaStream_t stream);
 
 /* Where rank `rank`'s backward core calls read and write: its data area and every rank's
@@ -135,6 +141,12 @@ struct mk_ra_bwd_areas {
   long fps;
   int chunk_rows;
   const uint64_t* done;
+  /* optional (the own-last plan, ra_bwd_plan.h, with flags and done): this rank's "partials
+   * ready" words by slot (flag index ready_index0 on), which the own block's call waits for
+   * before it adds the peers' partials (its acc[src]) into dk, dv */
+  int own_last;
+  const uint64_t* ready;
+  uint32_t ready_index0;
 };
 
 /* The call's tensors, as ncclMkRingAttentionBackward takes them. */
@@ -144,6 +156,7 @@ struct mk_ra_bwd_tensors {
   const void* dout;
   void* dq;
   int batch, s_local, heads, kv_heads, d_head, causal;
+  void *dk, *dv; /* the own-last plan writes them in the own block's call */
 };
 
 struct mk_ra_bwd_layout;

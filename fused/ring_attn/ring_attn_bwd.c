@@ -71,6 +71,22 @@ int mk_ra_bwd_args_check(const void* q, const void* k, const void* v, const void
 /* Flag word `index` of ra_bwd_plan.h's layout in the workspace at `sym` (this rank's or a peer's). */
 static uint64_t* ra_bwd_word(void* sym, long index) { return (uint64_t*)sym + MK_AG_FLAG0 + index; }
 
+/* The own-last plan's own block (segment i of its call): dk, dv written whole, with every peer
+ * d's partial (acc[d] here, stored by d) added once d has announced it (ready word slot(d)). */
+static void ra_bwd_own_block_last(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bwd_layout* l,
+                                  const struct mk_ra_bwd_tensors* t, int i, struct mk_attn_bwd_args* a) {
+  a->kv[i].dk = t->dk, a->kv[i].dv = t->dv;
+  a->addends.n = ar->nranks - 1, a->addends.block = i, a->addends.flag_index0 = ar->ready_index0;
+  for (int d = 0; d < ar->nranks; d++) {
+    if (d == ar->rank) continue;
+    const int slot = mk_sched_rs_slot(d, ar->rank);
+    a->addends.dk[slot] = mk_ra_bwd_acc(ar->data, l, d);
+    a->addends.dv[slot] = a->addends.dk[slot] + l->kv_elems;
+    a->addends.ready[slot] = ar->ready + slot;
+  }
+  a->ready_done = ar->done;
+}
+
 void mk_ra_bwd_core_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bwd_layout* l,
                          const struct mk_ra_bwd_call* c, const struct mk_ra_bwd_tensors* t, struct mk_attn_bwd_args* a) {
   const int n = ar->nranks, r = ar->rank, s_local = t->s_local, half = s_local / 2;
@@ -104,13 +120,15 @@ void mk_ra_bwd_core_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bw
         a->ready_done = ar->done;
       }
     }
-    if (t->causal) { /* a block's halves meet several query ranges: added here, read by the owner */
+    if (ar->own_last && src == r) {
+      ra_bwd_own_block_last(ar, l, t, i, a);
+    } else if (t->causal) { /* a block's halves meet several query ranges: added here, read by the owner */
       b->dk_acc = mk_ra_bwd_acc(ar->data, l, src);
     } else { /* one call per block: stored straight into the owner's acc[r] */
       b->dk_acc = mk_ra_bwd_acc(src == r ? ar->data : ar->peer_data[src], l, r);
       b->acc_overwrite = 1;
     }
-    b->dv_acc = b->dk_acc + l->kv_elems;
+    if (b->dk_acc) b->dv_acc = b->dk_acc + l->kv_elems;
     b->seq = s_local;
     if (kh >= 0) {
       b->row0 = kh * half, b->rows = half;
@@ -175,35 +193,74 @@ static int ra_bwd_gather_beside(struct mk_fused_comm* fc, const struct mk_ra_arg
   return mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)");
 }
 
+/* Which plan a call takes (ra_bwd_plan.h): the own block's calls beside the gather, then the
+ * peers'; one merged call per query range beside the gather; or (non-causal) the peers' blocks
+ * first and the own block last, with no reduce pass. */
+enum ra_bwd_plan_kind { RA_BWD_SPLIT, RA_BWD_MERGED, RA_BWD_OWN_LAST };
+
+static enum ra_bwd_plan_kind ra_bwd_plan_kind(int causal) {
+  if (!causal && mk_param_int(MK_PARAM_RA_BWD_OWN_LAST)) return RA_BWD_OWN_LAST;
+  return mk_param_int(MK_PARAM_RA_BWD_MERGED) ? RA_BWD_MERGED : RA_BWD_SPLIT;
+}
+
 /* The plan's core calls and their arguments, every one checked before anything is launched.
- * Merged: one call per query range over every block, launched beside the gather, its CTAs on
- * a peer's block waiting for their chunks; else the own block's calls beside the gather, the
- * peers' after it (ra_bwd_plan.h). Returns the number of calls (*own_calls of them before the
- * join with the gather), or a negative errno. */
+ * Merged and own-last: the calls' CTAs on a peer's block wait for their chunks (so all of them
+ * may run before the gather ends); own-last: the first call launched beside the gather (pdl,
+ * its delta and dq_acc zeroing launched before the gather: ra_bwd_run_own_last). Returns the
+ * number of calls (*own_calls of them before the join with the gather), or a negative errno. */
 static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l, void* data,
-                              int chunk_rows, int merged, const struct mk_ra_bwd_tensors* t,
+                              int chunk_rows, enum ra_bwd_plan_kind kind, const struct mk_ra_bwd_tensors* t,
                               struct mk_ra_bwd_call* plan, struct mk_attn_bwd_args* core, int* own_calls) {
   const int n = fc->nranks;
-  const int ncalls = merged ? mk_ra_bwd_plan_merged(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
-                            : mk_ra_bwd_plan(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS, own_calls);
+  const int ncalls = kind == RA_BWD_OWN_LAST ? mk_ra_bwd_plan_own_last(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
+                     : kind == RA_BWD_MERGED ? mk_ra_bwd_plan_merged(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
+                                             : mk_ra_bwd_plan(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS, own_calls);
   if (ncalls < 1) {
     MK_WARN(MK_RA_BWD_NAME ": internal: no plan for rank %d of %d", fc->rank, n);
     return -EPROTO;
   }
-  if (merged) *own_calls = ncalls; /* every call before the join */
+  if (kind != RA_BWD_SPLIT) *own_calls = ncalls; /* every call before the join */
   struct mk_ra_bwd_areas areas = {.rank = fc->rank, .nranks = n, .data = data,
                                    .acc_gate = ra_bwd_word(fc->sym, l->gave_up), /* the gather's "gave up" */
                                    .err = fc->err, .timeout_ms = (uint32_t)fc->cfg.timeout_ms};
   for (int d = 0; d < n; d++) areas.peer_data[d] = d == fc->rank ? data : (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
-  if (merged) {
+  if (kind != RA_BWD_SPLIT) {
     areas.flags = ra_bwd_word(fc->sym, 0), areas.fps = l->fps, areas.chunk_rows = chunk_rows;
     areas.done = (const uint64_t*)fc->sym + MK_AG_WORD_DONE;
   }
+  if (kind == RA_BWD_OWN_LAST)
+    areas.own_last = 1, areas.ready = ra_bwd_word(fc->sym, l->ready0), areas.ready_index0 = (uint32_t)l->ready0;
   for (int i = 0; i < ncalls; i++) {
     mk_ra_bwd_core_args(&areas, l, &plan[i], t, &core[i]);
     MK_CHECK(mk_attn_bwd_check(&core[i]));
   }
+  if (kind == RA_BWD_OWN_LAST) { /* its prep is launched apart (ra_bwd_run_own_last) */
+    core[0].delta_ready = core[0].dq_accumulate = 1, core[0].pdl = 1;
+    MK_CHECK(mk_attn_bwd_check(&core[0]));
+  }
   return ncalls;
+}
+
+/* The own-last plan on the caller's stream: the first call's delta and dq_acc zeroing; the
+ * gather (its pushes feed the peers' waiting CTAs, so it is on the SMs first: the first call
+ * starts beside it, pdl); the calls on the peers' blocks (partials stored into the owners'
+ * acc[rank]); the announcement of those; the own block's call, whose CTAs wait for every
+ * peer's announcement and add their partials into dk, dv; the call's end. */
+static int ra_bwd_run_own_last(struct mk_fused_comm* fc, const struct mk_ra_args* ga, const struct mk_ra_bwd_layout* l,
+                               void* data, const struct mk_attn_bwd_args* core, int ncalls, void* dk, void* dv,
+                               cudaStream_t stream) {
+  struct mk_attn_bwd_args prep = core[0];
+  prep.delta_ready = prep.dq_accumulate = 0, prep.pdl = 0;
+  MK_CHECK(mk_attn_bwd_prep_launch(&prep, stream));
+  MK_CHECK(mk_ra_bwd_gather_launch(ga, stream));
+  for (int i = 0; i < ncalls - 1; i++) MK_CHECK(mk_attn_bwd_launch(&core[i], stream));
+  struct mk_ra_bwd_reduce_args ra;
+  ra_bwd_reduce_args(fc, l, data, ga, dk, dv, &ra);
+  ra.mode = MK_RA_REDUCE_ANNOUNCE;
+  MK_CHECK(mk_ra_bwd_reduce_launch(&ra, stream));
+  MK_CHECK(mk_attn_bwd_launch(&core[ncalls - 1], stream));
+  ra.mode = MK_RA_REDUCE_END;
+  return mk_ra_bwd_reduce_launch(&ra, stream);
 }
 
 NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* k, const void* v, const void* out,
@@ -231,12 +288,13 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
 
   struct mk_ra_bwd_call plan[MK_RA_BWD_MAX_CALLS];
   struct mk_attn_bwd_args core[MK_RA_BWD_MAX_CALLS];
-  const int merged = (int)mk_param_int(MK_PARAM_RA_BWD_MERGED);
+  const enum ra_bwd_plan_kind kind = ra_bwd_plan_kind(causal);
+  const int merged = kind == RA_BWD_MERGED;
   const struct mk_ra_bwd_tensors tensors = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .dout = dout, .dq = dq,
                                             .batch = B, .s_local = S, .heads = H, .kv_heads = Hkv, .d_head = D,
-                                            .causal = causal};
+                                            .causal = causal, .dk = dk, .dv = dv};
   int own_calls = 0;
-  const int ncalls = ra_bwd_build_calls(fc, &l, data, chunk_rows, merged, &tensors, plan, core, &own_calls);
+  const int ncalls = ra_bwd_build_calls(fc, &l, data, chunk_rows, kind, &tensors, plan, core, &own_calls);
   if (ncalls < 0) return mk_result_from_errno(ncalls);
 
   int prev;
@@ -245,8 +303,13 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   if (!rc) {
     mk_ra_fill_args(fc, MK_OP_RING_ATTN_BWD, k, v, B, S, H, Hkv, D, causal, chunk_rows, l.kv_elems * 2, &ga);
     ga.gave_up = ra_bwd_word(fc->sym, l.gave_up);
-    rc = ra_bwd_gather_beside(fc, &ga, &l, data, merged, stream);
   }
+  if (!rc && kind == RA_BWD_OWN_LAST) {
+    rc = ra_bwd_run_own_last(fc, &ga, &l, data, core, ncalls, dk, dv, stream);
+    mk_op_device_leave(prev);
+    return mk_result_from_errno(rc);
+  }
+  if (!rc) rc = ra_bwd_gather_beside(fc, &ga, &l, data, merged, stream);
   if (!rc && causal)
     rc = mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, &l, fc->rank), 0, mk_ra_bwd_acc_bytes(&l), stream),
                        "cudaMemsetAsync");

@@ -23,6 +23,12 @@
  *     20 ms after the launch by a kernel on another stream, correct and the call took >= 15 ms
  *     (its CTAs waited); one chunk's flag never raised, the call ends (no hang) with the error
  *     record naming that chunk's flag and the call number; the refused argument sets.
+ *   addends: fp32 partials of another call (a ring peer's) added to a block's bf16 dk, dv:
+ *     ready already, ready 20 ms late (the CTAs waited), never ready (the error record names
+ *     the addend's flag; no hang); the refused argument sets.
+ *   pdl: the main kernel launched as a programmatic dependent starts while the kernel before
+ *     it still runs (that kernel waits for the call's CTAs to touch dq_acc before it raises the
+ *     flags they need; without pdl, the control, it gives up); correct gradients either way.
  *   bad_input: refused with -EINVAL, outputs untouched.
  * Checker (host, float64): ||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3 + 2^-8 mag, nothing non-finite (the poison never
@@ -417,6 +423,149 @@ static void test_ready_flags(void) {
   bufs_free(&t);
 }
 
+/* fp32 values in [-scale, scale) from a hash of the index. */
+static __global__ void fill_hash_f32(float* p, size_t n, uint64_t seed, float scale) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+    x ^= x >> 29, x *= 0xbf58476d1ce4e5b9ull, x ^= x >> 32;
+    p[i] = ((float)(x & 0xffff) / 32768.f - 1.f) * scale;
+  }
+}
+
+/* ref[i] += sign * a[i]. */
+static __global__ void add_into_ref(double* ref, const float* a, size_t n, double sign) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    ref[i] += sign * (double)a[i];
+}
+
+/* Two addends (fp32 partials as a peer would leave them) on the block's bf16 dk, dv: their ready
+ * words already at the call number, then one raised 20 ms late (the CTAs wait), then one never
+ * raised (a bounded wait, the error record naming that addend's flag), and the refused sets. */
+static void test_addends(void) {
+  struct bwd_bufs t;
+  bufs_alloc(&t, 2, 300, 8, 2, 128, 0, 0xadd5);
+  float* part[4]; /* addend i: part[2i] (dk), part[2i + 1] (dv) */
+  for (int i = 0; i < 4; i++) {
+    CUDA_OK(cudaMalloc(&part[i], t.nkv * 4));
+    fill_hash_f32<<<256, 256>>>(part[i], t.nkv, 0x5eed + i, 0.5f);
+  }
+  uint64_t *ready, *done;
+  CUDA_OK(cudaMalloc(&ready, 2 * sizeof(uint64_t)));
+  CUDA_OK(cudaMalloc(&done, sizeof(uint64_t)));
+  set_words(done, 1, 6); /* this call is number 7 */
+  struct mk_attn_bwd_args a = whole_args(&t);
+  a.ready_done = done;
+  a.addends.n = 2, a.addends.block = 0, a.addends.flag_index0 = 40;
+  for (int i = 0; i < 2; i++) a.addends.dk[i] = part[2 * i], a.addends.dv[i] = part[2 * i + 1], a.addends.ready[i] = ready + i;
+  for (int i = 0; i < 2; i++) { /* the reference with the addends in it */
+    add_into_ref<<<256, 256>>>(t.ref_dk, part[2 * i], t.nkv, 1.0);
+    add_into_ref<<<256, 256>>>(t.ref_dv, part[2 * i + 1], t.nkv, 1.0);
+  }
+  set_words(ready, 2, 7);
+  if (run_bwd(&a)) EXPECT(check_all("addends ready", &t), "wrong dk, dv with the addends ready");
+
+  set_words(ready + 1, 1, 6); /* the previous call's */
+  poison(t.dq, t.nq * 2), poison(t.dk, t.nkv * 2), poison(t.dv, t.nkv * 2);
+  int ran = 0;
+  const float ms = time_beside_late_raise(ready + 1, 1, 7, 20000000ull, [&] { return run_bwd(&a); }, &ran);
+  printf("  an addend ready 20 ms late: the call took %.1f ms\n", ms);
+  EXPECT(ms >= 15.f, "the call took %.1f ms: its CTAs did not wait for the addend", ms);
+  if (ran) EXPECT(check_all("an addend ready late", &t), "wrong dk, dv with an addend ready late");
+
+  set_words(ready + 1, 1, 6); /* never raised */
+  a.timeout_ms = 300;
+  EXPECT(mk_attn_bwd_launch_variant(&a, 0, variant) == 0, "launch refused");
+  CUDA_OK(cudaDeviceSynchronize()); /* returns: the wait is bounded */
+  struct mk_gemm_error e;
+  CUDA_OK(cudaMemcpy(&e, t.err, sizeof e, cudaMemcpyDeviceToHost));
+  printf("  a missing addend: aborted %u, flag %u, expected %llu, seen %llu\n", e.aborted, e.flag_index,
+         (unsigned long long)e.expected, (unsigned long long)e.seen);
+  EXPECT(e.aborted && e.flag_index == 41 && e.expected == 7 && e.seen == 6,
+         "a missing addend: the error record does not name flag 41 of call 7");
+
+  struct mk_attn_bwd_args b = a;
+  b.addends.n = MK_ATTN_MAX_ADDENDS + 1;
+  EXPECT(mk_attn_bwd_launch(&b, 0) == -EINVAL, "%d addends accepted", b.addends.n);
+  b = a, b.addends.block = 1;
+  EXPECT(mk_attn_bwd_launch(&b, 0) == -EINVAL, "addends on a block the call does not have accepted");
+  b = a, b.kv[0].dk_acc = part[0], b.kv[0].dv_acc = part[1];
+  EXPECT(mk_attn_bwd_launch(&b, 0) == -EINVAL, "addends on a block with accumulators accepted");
+  b = a, b.ready_done = NULL;
+  EXPECT(mk_attn_bwd_launch(&b, 0) == -EINVAL, "addends without ready_done accepted");
+  b = a, b.addends.ready[1] = NULL;
+  EXPECT(mk_attn_bwd_launch(&b, 0) == -EINVAL, "an addend without a ready word accepted");
+  b = a, b.dkv_ws = part[2];
+  EXPECT(mk_attn_bwd_launch(&b, 0) == -EINVAL, "addends with dkv_ws accepted");
+  for (int i = 0; i < 4; i++) cudaFree(part[i]);
+  cudaFree(ready), cudaFree(done);
+  bufs_free(&t);
+}
+
+/* The kernel before a pdl call: lets its dependents launch, then waits (bounded, 2 s) until
+ * *watch (an element of dq_acc) is no longer 0, which only the call's CTAs can do, then raises
+ * the flags the call waits for. *waited_out = 1 when it had to give up. */
+static __global__ void pdl_gate_kernel(const float* watch, uint64_t* flags, int count, uint64_t value,
+                                       int* waited_out) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const uint64_t t0 = globaltimer_ns();
+  while (*(volatile const float*)watch == 0.f)
+    if (globaltimer_ns() - t0 > 2000000000ull) {
+      *waited_out = 1;
+      break;
+    }
+  fence_acq_rel_sys();
+  for (int i = 0; i < count; i++) st_release_sys_u64(flags + i, value);
+}
+
+/* pdl: the main kernel starts while the kernel before it on the stream still runs. That kernel
+ * (pdl_gate_kernel) raises the block's ready flags only once the call's CTAs have added into
+ * dq_acc (from the one chunk raised before): with pdl = 1 it sees that at once; with pdl = 0
+ * (the control) the call waits for it to end, and it gives up after 2 s. */
+static void test_pdl(void) {
+  struct bwd_bufs t;
+  bufs_alloc(&t, 2, 300, 8, 2, 128, 0, 0x9d1);
+  const int chunks = 2 * 3; /* 2 batches x ceil(300 / 128) */
+  uint64_t *flags, *done;
+  int* waited_out;
+  CUDA_OK(cudaMalloc(&flags, chunks * sizeof(uint64_t)));
+  CUDA_OK(cudaMalloc(&done, sizeof(uint64_t)));
+  CUDA_OK(cudaMalloc(&waited_out, sizeof(int)));
+  set_words(done, 1, 2); /* call 3 */
+  struct mk_attn_bwd_args a = whole_args(&t);
+  a.kv[0].ready_flags = flags, a.kv[0].ready_chunk_rows = 128, a.ready_done = done;
+  cudaStream_t st;
+  CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  for (int pdl = 1; pdl >= 0; pdl--) {
+    set_words(flags, chunks, 2);
+    set_words(flags, 1, 3); /* batch 0's first 128 keys: the CTAs that wake the gate */
+    CUDA_OK(cudaMemset(waited_out, 0, sizeof(int)));
+    poison(t.dq, t.nq * 2), poison(t.dk, t.nkv * 2), poison(t.dv, t.nkv * 2);
+    struct mk_attn_bwd_args b = a;
+    EXPECT(mk_attn_bwd_prep_launch(&b, st) == 0, "prep launch refused");
+    b.delta_ready = b.dq_accumulate = 1, b.pdl = pdl;
+    pdl_gate_kernel<<<1, 1, 0, st>>>(t.dq_acc, flags, chunks, 3, waited_out);
+    CUDA_OK(cudaGetLastError());
+    EXPECT(mk_attn_bwd_launch_variant(&b, st, variant) == 0, "launch refused (pdl %d)", pdl);
+    CUDA_OK(cudaStreamSynchronize(st));
+    struct mk_gemm_error e;
+    CUDA_OK(cudaMemcpy(&e, t.err, sizeof e, cudaMemcpyDeviceToHost));
+    EXPECT(!e.aborted, "pdl %d: a wait timed out (flag %u)", pdl, e.flag_index);
+    const int ran = !e.aborted;
+    int w = 0;
+    CUDA_OK(cudaMemcpy(&w, waited_out, sizeof w, cudaMemcpyDeviceToHost));
+    printf("  pdl %d: the gate %s\n", pdl, w ? "gave up (the call had not started)" : "saw the call's CTAs");
+    if (pdl) EXPECT(!w, "pdl = 1: the call's CTAs did not start while the kernel before them ran");
+    else EXPECT(w, "pdl = 0 (control): the call started before the kernel before it ended");
+    if (ran) EXPECT(check_all(pdl ? "pdl" : "no pdl", &t), "wrong gradients (pdl %d)", pdl);
+  }
+  struct mk_attn_bwd_args b = a;
+  b.pdl = 1;
+  EXPECT(mk_attn_bwd_launch(&b, 0) == -EINVAL, "pdl with the prep kernel still to run accepted");
+  cudaStreamDestroy(st);
+  cudaFree(flags), cudaFree(done), cudaFree(waited_out);
+  bufs_free(&t);
+}
+
 static void test_bad_input(void) {
   struct bwd_bufs t;
   bufs_alloc(&t, 1, 256, 4, 2, 64, 1, 42);
@@ -468,6 +617,8 @@ int main(int argc, char** argv) {
   if (all || !strcmp(what, "negative_control")) known = 1, printf("negative_control\n"), test_negative_control();
   if (all || !strcmp(what, "split")) known = 1, printf("split\n"), test_split();
   if (all || !strcmp(what, "ready_flags")) known = 1, printf("ready_flags\n"), test_ready_flags();
+  if (all || !strcmp(what, "addends")) known = 1, printf("addends\n"), test_addends();
+  if (all || !strcmp(what, "pdl")) known = 1, printf("pdl\n"), test_pdl();
   if (all || !strcmp(what, "bad_input")) known = 1, printf("bad_input\n"), test_bad_input();
   if (!known) {
     fprintf(stderr, "unknown test '%s'\n", what);

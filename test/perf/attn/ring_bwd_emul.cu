@@ -2,13 +2,17 @@
  * ring_bwd_emul: the backward core calls that each rank of ncclMkRingAttentionBackward makes
  * (ra_bwd_plan.h's plan, mk_ra_bwd_core_args's arguments), emulated on one GPU: every rank's
  * data area (slots, accumulators, delta, dq_acc) is a buffer here, the peers' K/V already in the
- * slots. It times the core's share of the ring backward, without the gather, the reduce and
- * NVLink, so that the call structure can be worked on with one GPU (issue 12).
+ * slots. It times the core's share of the ring backward and the reduce (ring_attn.cu, its waits
+ * already satisfied), without the gather and NVLink, so that the call structure can be worked
+ * on with one GPU (issue 12).
  * For each shape (S = the whole sequence, S_local = S / n): the core alone on the whole
  * sequence (the single-GPU figure ring_attn_perf's "core" column gives), then rank r's calls in
  * order (as one stream runs them), r = 0 .. n-1 one after another, each timed whole, for the
- * ring's plan (own block first, then the peers') and the merged one (mk_ra_bwd_plan_merged:
- * fewer calls, each range against every block), interleaved. TFLOP/s
+ * ring's plan (own block first, then the peers'; then the reduce), the merged one
+ * (mk_ra_bwd_plan_merged: fewer calls, each range against every block; then the reduce) and,
+ * non-causal, the own-last one (mk_ra_bwd_plan_own_last: delta first, the peers' blocks, the
+ * own block last with the peers' partials added as it writes dk, dv; no reduce), interleaved.
+ * TFLOP/s
  * per GPU = (FLOPs of the whole sequence / n) / the slowest rank's time; FLOPs as attn_perf -b
  * (10 B H S S D, halved causal). Medians of ITERS after two warm-ups. A benchmark, not a test:
  * correctness is test_ring_attn_bwd's (2 GPUs); inputs random, lse zero (finite P), values
@@ -31,12 +35,18 @@ struct shape {
   int b, h, hkv, d, s, causal;
 };
 
-/* One rank's tensors and data area (ra_bwd_plan.h's layout). */
+#define EMUL_PLANS 3 /* the ring's plan, the merged plan, the own-last plan (non-causal) */
+
+/* One rank's tensors and data area (ra_bwd_plan.h's layout), its calls per plan and its reduce
+ * (every wait of it already satisfied: words[0] is done = 0, the ready words are 1). */
 struct emul_rank {
-  void *q, *k, *v, *out, *dout, *dq, *data;
+  void *q, *k, *v, *out, *dout, *dq, *dk, *dv, *data;
   float* lse;
-  struct mk_attn_bwd_args core[2][MK_RA_BWD_MAX_CALLS]; /* the ring's plan, the merged plan */
-  int ncalls[2];
+  uint64_t* words; /* done, then the ready words, then the peers' ready words it announces to */
+  uint32_t* exits;
+  struct mk_attn_bwd_args core[EMUL_PLANS][MK_RA_BWD_MAX_CALLS];
+  int ncalls[EMUL_PLANS];
+  struct mk_ra_bwd_reduce_args reduce;
 };
 
 static void emul_alloc(struct emul_rank* e, const struct shape& sh, int s_local, const struct mk_ra_bwd_layout* l,
@@ -48,6 +58,14 @@ static void emul_alloc(struct emul_rank* e, const struct shape& sh, int s_local,
   CUDA_OK(cudaMalloc(&e->dq, nq * 2));
   CUDA_OK(cudaMalloc(&e->k, nkv * 2));
   CUDA_OK(cudaMalloc(&e->v, nkv * 2));
+  CUDA_OK(cudaMalloc(&e->dk, nkv * 2));
+  CUDA_OK(cudaMalloc(&e->dv, nkv * 2));
+  CUDA_OK(cudaMalloc(&e->words, 32 * sizeof(uint64_t)));
+  CUDA_OK(cudaMalloc(&e->exits, sizeof(uint32_t)));
+  CUDA_OK(cudaMemset(e->exits, 0, sizeof(uint32_t)));
+  std::vector<uint64_t> w(32, 1);
+  w[0] = 0; /* done: every call is call 1 */
+  CUDA_OK(cudaMemcpy(e->words, w.data(), 32 * sizeof(uint64_t), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMalloc(&e->lse, (size_t)sh.b * sh.h * s_local * 4));
   CUDA_OK(cudaMalloc(&e->data, l->total));
   CUDA_OK(cudaMemset(e->data, 0, l->total));
@@ -63,17 +81,21 @@ static void emul_alloc(struct emul_rank* e, const struct shape& sh, int s_local,
 
 static void emul_free(struct emul_rank* e) {
   cudaFree(e->q), cudaFree(e->out), cudaFree(e->dout), cudaFree(e->dq), cudaFree(e->k), cudaFree(e->v);
-  cudaFree(e->lse), cudaFree(e->data);
+  cudaFree(e->dk), cudaFree(e->dv), cudaFree(e->words), cudaFree(e->exits), cudaFree(e->lse), cudaFree(e->data);
 }
 
 /* The compiled backward variant every call runs (MK_ATTN_VARIANT, attn_run.h; 0 the default). */
 static int variant;
 
-/* Times `n` back-to-back launches of `calls` (one rank's sequence, or the whole-sequence core). */
-static float time_calls(const struct mk_attn_bwd_args* calls, int n, cudaEvent_t e0, cudaEvent_t e1) {
+/* Times `n` back-to-back launches of `calls` (one rank's sequence, or the whole-sequence core),
+ * after `prep` (the own-last plan's delta) and before `reduce` where given. */
+static float time_calls(const struct mk_attn_bwd_args* calls, int n, cudaEvent_t e0, cudaEvent_t e1,
+                        const struct mk_attn_bwd_args* prep = NULL, const struct mk_ra_bwd_reduce_args* reduce = NULL) {
   CUDA_OK(cudaEventRecord(e0));
+  if (prep && mk_attn_bwd_prep_launch(prep, 0) != 0) exit(1);
   for (int i = 0; i < n; i++)
     if (mk_attn_bwd_launch_variant(&calls[i], 0, variant) != 0) exit(1);
+  if (reduce && mk_ra_bwd_reduce_launch(reduce, 0) != 0) exit(1);
   CUDA_OK(cudaEventRecord(e1));
   CUDA_OK(cudaEventSynchronize(e1));
   float t;
@@ -117,6 +139,44 @@ static float time_whole(const struct shape& sh, int iters, cudaEvent_t e0, cudaE
   return (float)perf_median(ms.data(), (int)ms.size());
 }
 
+/* The own-last plan's prep (delta, dq_acc zeroed) sits after its calls in core[2]. */
+#define EMUL_PREP (MK_RA_BWD_MAX_CALLS - 1)
+
+/* Rank r's calls for each plan (the own-last one only non-causal) and its reduce. */
+static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const struct shape& sh, int s_local,
+                       const struct mk_ra_bwd_layout* l, int r, int nranks, struct mk_gemm_error* err) {
+  struct mk_ra_bwd_areas ar;
+  memset(&ar, 0, sizeof ar);
+  ar.rank = r, ar.nranks = nranks, ar.data = e->data, ar.err = err;
+  for (int d = 0; d < nranks; d++) ar.peer_data[d] = all[d].data;
+  const struct mk_ra_bwd_tensors t = {e->q,  e->k,     e->v,  e->out,   e->lse, e->dout, e->dq,  sh.b,
+                                      s_local, sh.h, sh.hkv, sh.d, sh.causal, e->dk,   e->dv};
+  struct mk_ra_bwd_call plan[EMUL_PLANS][MK_RA_BWD_MAX_CALLS];
+  int own = 0;
+  e->ncalls[0] = mk_ra_bwd_plan(r, nranks, sh.causal, plan[0], MK_RA_BWD_MAX_CALLS, &own);
+  e->ncalls[1] = mk_ra_bwd_plan_merged(r, nranks, sh.causal, plan[1], MK_RA_BWD_MAX_CALLS);
+  e->ncalls[2] = sh.causal ? 0 : mk_ra_bwd_plan_own_last(r, nranks, 0, plan[2], EMUL_PREP);
+  for (int pl = 0; pl < EMUL_PLANS; pl++) {
+    if (pl == 2) ar.own_last = 1, ar.done = e->words, ar.ready = e->words + 1;
+    if (e->ncalls[pl] < (pl == 2 && sh.causal ? 0 : 1)) exit(1);
+    for (int i = 0; i < e->ncalls[pl]; i++) mk_ra_bwd_core_args(&ar, l, &plan[pl][i], &t, &e->core[pl][i]);
+  }
+  if (e->ncalls[2]) { /* as ring_attn_bwd.c: delta apart, then every call accumulates (no gather: no pdl) */
+    e->core[2][EMUL_PREP] = e->core[2][0];
+    e->core[2][0].delta_ready = e->core[2][0].dq_accumulate = 1;
+  }
+  struct mk_ra_bwd_reduce_args* ra = &e->reduce;
+  memset(ra, 0, sizeof *ra);
+  ra->mode = MK_RA_REDUCE_ALL, ra->own_acc = mk_ra_bwd_acc(e->data, l, r);
+  for (int d = 0; d < nranks; d++) /* as ring_attn_bwd.c ra_bwd_reduce_args, every rank's area here */
+    if (d != r)
+      ra->peer_acc[d] = sh.causal ? mk_ra_bwd_acc(all[d].data, l, r) : mk_ra_bwd_acc(e->data, l, d),
+      ra->peer_ready[d] = e->words + 16 + d;
+  ra->ready = e->words + 1, ra->dk = e->dk, ra->dv = e->dv, ra->kv_elems = l->kv_elems;
+  ra->rank = r, ra->nranks = nranks, ra->err = err;
+  ra->call.done = e->words, ra->call.exits = e->exits; /* set_done 0: every call stays call 1 */
+}
+
 static void bench(const struct shape& sh, int nranks, int iters) {
   const int s_local = sh.s / nranks;
   cudaEvent_t e0, e1;
@@ -131,37 +191,26 @@ static void bench(const struct shape& sh, int nranks, int iters) {
   mk_ra_bwd_layout(nranks, sh.b, s_local, sh.h, sh.hkv, sh.d, 128, &l);
   std::vector<struct emul_rank> ranks(nranks);
   for (int r = 0; r < nranks; r++) emul_alloc(&ranks[r], sh, s_local, &l, r);
-  for (int r = 0; r < nranks; r++) {
-    struct mk_ra_bwd_areas ar;
-    memset(&ar, 0, sizeof ar);
-    ar.rank = r, ar.nranks = nranks, ar.data = ranks[r].data, ar.err = err;
-    for (int d = 0; d < nranks; d++) ar.peer_data[d] = ranks[d].data;
-    const struct mk_ra_bwd_tensors t = {ranks[r].q, ranks[r].k,    ranks[r].v, ranks[r].out, ranks[r].lse,
-                                        ranks[r].dout, ranks[r].dq, sh.b,    s_local,      sh.h,
-                                        sh.hkv,        sh.d,        sh.causal};
-    struct mk_ra_bwd_call plan[2][MK_RA_BWD_MAX_CALLS];
-    int own = 0;
-    ranks[r].ncalls[0] = mk_ra_bwd_plan(r, nranks, sh.causal, plan[0], MK_RA_BWD_MAX_CALLS, &own);
-    ranks[r].ncalls[1] = mk_ra_bwd_plan_merged(r, nranks, sh.causal, plan[1], MK_RA_BWD_MAX_CALLS);
-    for (int pl = 0; pl < 2; pl++) {
-      if (ranks[r].ncalls[pl] < 1) exit(1);
-      for (int i = 0; i < ranks[r].ncalls[pl]; i++) mk_ra_bwd_core_args(&ar, &l, &plan[pl][i], &t, &ranks[r].core[pl][i]);
-    }
-  }
-  std::vector<std::vector<double>> ms(2 * nranks); /* [plan * nranks + rank] */
+  for (int r = 0; r < nranks; r++) emul_plans(&ranks[r], ranks.data(), sh, s_local, &l, r, nranks, err);
+  std::vector<std::vector<double>> ms(EMUL_PLANS * nranks); /* [plan * nranks + rank] */
   for (int it = -2; it < iters; it++)
     for (int r = 0; r < nranks; r++)
-      for (int pl = 0; pl < 2; pl++) {
-        const float t = time_calls(ranks[r].core[pl], ranks[r].ncalls[pl], e0, e1);
+      for (int pl = 0; pl < EMUL_PLANS; pl++) {
+        const struct emul_rank* e = &ranks[r];
+        if (!e->ncalls[pl]) continue;
+        const float t = pl == 2 ? time_calls(e->core[pl], e->ncalls[pl], e0, e1, &e->core[pl][EMUL_PREP])
+                                : time_calls(e->core[pl], e->ncalls[pl], e0, e1, NULL, &e->reduce);
         if (it >= 0) ms[pl * nranks + r].push_back(t);
       }
   struct mk_gemm_error he;
   CUDA_OK(cudaMemcpy(&he, err, sizeof he, cudaMemcpyDeviceToHost));
   const double flops = 10.0 * sh.b * sh.h * (double)sh.s * sh.s * sh.d / (sh.causal ? 2 : 1);
-  for (int pl = 0; pl < 2; pl++) {
+  static const char* const names[EMUL_PLANS] = {"ring", "merged", "own-last"};
+  for (int pl = 0; pl < EMUL_PLANS; pl++) {
+    if (!ranks[0].ncalls[pl]) continue;
     float slowest = 0.f;
-    printf("%3d %4d %4d %4d %6d %7d %-10s %-6s | %9.3f %8.1f |", sh.b, sh.h, sh.hkv, sh.d, sh.s, s_local,
-           sh.causal ? "causal" : "non-causal", pl ? "merged" : "ring", whole, flops / (whole * 1e-3) / 1e12);
+    printf("%3d %4d %4d %4d %6d %7d %-10s %-8s | %9.3f %8.1f |", sh.b, sh.h, sh.hkv, sh.d, sh.s, s_local,
+           sh.causal ? "causal" : "non-causal", names[pl], whole, flops / (whole * 1e-3) / 1e12);
     for (int r = 0; r < nranks; r++) {
       const float m = (float)perf_median(ms[pl * nranks + r].data(), (int)ms[pl * nranks + r].size());
       slowest = std::max(slowest, m);
@@ -199,10 +248,10 @@ int main(int argc, char** argv) {
   }
   if (shapes.empty()) /* the issue's three, as ring_attn_perf runs them */
     shapes = {{1, 64, 8, 128, 16384, 1}, {16, 16, 16, 128, 8192, 0}, {1, 64, 8, 128, 65536, 1}};
-  printf("# ring_bwd_emul: each rank's backward core calls of a %d-rank ring on one GPU (no gather, reduce or "
+  printf("# ring_bwd_emul: each rank's backward core calls and reduce of a %d-rank ring on one GPU (no gather or "
          "NVLink), backward variant %d, medians of %d; ms\n",
          nranks, variant, iters);
-  printf("#  B    H H_kv    D      S S_local causal     plan   | whole ms  TFLOP/s | per rank: calls, ms | "
+  printf("#  B    H H_kv    D      S S_local causal     plan     | whole ms  TFLOP/s | per rank: calls, ms | "
          "per-GPU TFLOP/s, whole/n / slowest\n");
   for (const struct shape& s : shapes) bench(s, nranks, iters);
   return 0;
