@@ -28,7 +28,8 @@
  *     the addend's flag; no hang); the refused argument sets.
  *   pdl: the main kernel launched as a programmatic dependent starts while the kernel before
  *     it still runs (that kernel waits for the call's CTAs to touch dq_acc before it raises the
- *     flags they need; without pdl, the control, it gives up); correct gradients either way.
+ *     flags they need; without pdl, the control, it gives up), also captured in a CUDA graph;
+ *     correct gradients every time.
  *   bad_input: refused with -EINVAL, outputs untouched.
  * Checker (host, float64): ||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3 + 2^-8 mag, nothing non-finite (the poison never
@@ -535,28 +536,39 @@ static void test_pdl(void) {
   a.kv[0].ready_flags = flags, a.kv[0].ready_chunk_rows = 128, a.ready_done = done;
   cudaStream_t st;
   CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  for (int pdl = 1; pdl >= 0; pdl--) {
+  for (int run = 0; run < 3; run++) { /* pdl, pdl in a CUDA graph, no pdl (the control) */
+    const int pdl = run < 2, graph = run == 1;
     set_words(flags, chunks, 2);
     set_words(flags, 1, 3); /* batch 0's first 128 keys: the CTAs that wake the gate */
     CUDA_OK(cudaMemset(waited_out, 0, sizeof(int)));
     poison(t.dq, t.nq * 2), poison(t.dk, t.nkv * 2), poison(t.dv, t.nkv * 2);
     struct mk_attn_bwd_args b = a;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    if (graph) CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
     EXPECT(mk_attn_bwd_prep_launch(&b, st) == 0, "prep launch refused");
     b.delta_ready = b.dq_accumulate = 1, b.pdl = pdl;
     pdl_gate_kernel<<<1, 1, 0, st>>>(t.dq_acc, flags, chunks, 3, waited_out);
     CUDA_OK(cudaGetLastError());
     EXPECT(mk_attn_bwd_launch_variant(&b, st, variant) == 0, "launch refused (pdl %d)", pdl);
+    if (graph) {
+      CUDA_OK(cudaStreamEndCapture(st, &g));
+      CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+      CUDA_OK(cudaGraphLaunch(ge, st));
+    }
     CUDA_OK(cudaStreamSynchronize(st));
+    if (graph) cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
     struct mk_gemm_error e;
     CUDA_OK(cudaMemcpy(&e, t.err, sizeof e, cudaMemcpyDeviceToHost));
     EXPECT(!e.aborted, "pdl %d: a wait timed out (flag %u)", pdl, e.flag_index);
     const int ran = !e.aborted;
     int w = 0;
     CUDA_OK(cudaMemcpy(&w, waited_out, sizeof w, cudaMemcpyDeviceToHost));
-    printf("  pdl %d: the gate %s\n", pdl, w ? "gave up (the call had not started)" : "saw the call's CTAs");
-    if (pdl) EXPECT(!w, "pdl = 1: the call's CTAs did not start while the kernel before them ran");
-    else EXPECT(w, "pdl = 0 (control): the call started before the kernel before it ended");
-    if (ran) EXPECT(check_all(pdl ? "pdl" : "no pdl", &t), "wrong gradients (pdl %d)", pdl);
+    static const char* const names[3] = {"pdl", "pdl, graph", "no pdl"};
+    printf("  %s: the gate %s\n", names[run], w ? "gave up (the call had not started)" : "saw the call's CTAs");
+    if (pdl) EXPECT(!w, "%s: the call's CTAs did not start while the kernel before them ran", names[run]);
+    else EXPECT(w, "no pdl (control): the call started before the kernel before it ended");
+    if (ran) EXPECT(check_all(names[run], &t), "wrong gradients (%s)", names[run]);
   }
   struct mk_attn_bwd_args b = a;
   b.pdl = 1;
