@@ -299,13 +299,28 @@ __device__ __noinline__ int attn_bwd_wait_addends(const struct mk_attn_bwd_param
   return ok;
 }
 
-/* k0, k1 (v0, v1) plus every addend's dK (dV) pair at element o (L2 reads: a peer wrote them). */
-__device__ __forceinline__ void attn_bwd_add_addends(const struct mk_attn_bwd_addends& ad, size_t o, float& k0,
-                                                     float& k1, float& v0, float& v1) {
-  for (int i = 0; i < ad.n; i++) {
-    const float2 x = __ldcg((const float2*)(ad.dk[i] + o)), y = __ldcg((const float2*)(ad.dv[i] + o));
-    k0 += x.x, k1 += x.y, v0 += y.x, v1 += y.y;
-  }
+/* What a thread's row adds to its outputs before writing them, every value loaded before any
+ * output is stored (loads interleaved with the stores, which may alias them, waited out one
+ * round trip each: 5% of the ring's non-causal call on one GPU): the sums of every addend's
+ * dK (dV) pairs at o + 8 j, j < N (L2 reads: a peer wrote them); or an accumulator's old
+ * values (acc, NULL: zeros). */
+template <int N>
+__device__ __forceinline__ void attn_bwd_sum_addends(const struct mk_attn_bwd_addends& ad, size_t o, float2* sk,
+                                                     float2* sv) {
+#pragma unroll
+  for (int j = 0; j < N; j++) sk[j] = sv[j] = make_float2(0.f, 0.f);
+  for (int a = 0; a < ad.n; a++)
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+      const float2 x = __ldcg((const float2*)(ad.dk[a] + o + 8 * j)), y = __ldcg((const float2*)(ad.dv[a] + o + 8 * j));
+      sk[j].x += x.x, sk[j].y += x.y, sv[j].x += y.x, sv[j].y += y.y;
+    }
+}
+
+template <int N>
+__device__ __forceinline__ void attn_bwd_load_acc(const float* acc, size_t o, float2* s) {
+#pragma unroll
+  for (int j = 0; j < N; j++) s[j] = acc ? __ldcg((const float2*)(acc + o + 8 * j)) : make_float2(0.f, 0.f);
 }
 
 /* The tile's dK (times scale) and dV rows, this thread's fragments (keys kr0, kr0 + 8 of warp
@@ -332,6 +347,14 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
     const size_t off = (((size_t)k.b * blk.seq + blk.row0 + key) * p.kv_heads + k.hk) * Cfg::D + 2 * (lane & 3);
     const size_t roff =
         (((size_t)k.b * blk.red_seq + blk.red_row0 + key) * p.kv_heads + k.hk) * Cfg::D + 2 * (lane & 3);
+    float2 sk[Cfg::D / 8], sv[Cfg::D / 8]; /* the addends' sums, or the accumulators' old values */
+    if (add) {
+      attn_bwd_sum_addends<Cfg::D / 8>(p.addends, off, sk, sv);
+    } else if (!p.split) { /* the accumulators are a peer's memory only when overwritten (the ring) */
+      const bool old = acc_on && !blk.acc_overwrite;
+      attn_bwd_load_acc<Cfg::D / 8>(old ? blk.dk_acc : NULL, off, sk);
+      attn_bwd_load_acc<Cfg::D / 8>(old ? blk.dv_acc : NULL, off, sv);
+    }
 #pragma unroll
     for (int j = 0; j < Cfg::D / 8; j++) {
       float k0 = dk[4 * j + 2 * i] * p.scale, k1 = dk[4 * j + 2 * i + 1] * p.scale;
@@ -342,24 +365,12 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
         red_global_add_v2_f32(blk.dv_red + roff + 8 * j, v0, v1);
         continue;
       }
-      if (add) attn_bwd_add_addends(p.addends, o, k0, k1, v0, v1);
+      if (add) k0 += sk[j].x, k1 += sk[j].y, v0 += sv[j].x, v1 += sv[j].y;
       if (blk.dk) *(uint32_t*)(blk.dk + o) = pack_bf16x2(k0, k1);
       if (blk.dv) *(uint32_t*)(blk.dv + o) = pack_bf16x2(v0, v1);
-      /* the accumulators may be a peer's memory (the ring): overwriting reads nothing */
-      if (blk.dk_acc && acc_on) {
-        float2* a = (float2*)(blk.dk_acc + o);
-        float2 x = make_float2(0.f, 0.f);
-        if (!blk.acc_overwrite) x = *a;
-        x.x += k0, x.y += k1;
-        *a = x;
-      }
-      if (blk.dv_acc && acc_on) {
-        float2* a = (float2*)(blk.dv_acc + o);
-        float2 x = make_float2(0.f, 0.f);
-        if (!blk.acc_overwrite) x = *a;
-        x.x += v0, x.y += v1;
-        *a = x;
-      }
+      /* no accumulators with addends (mk_attn_bwd_check): sk, sv are their old values or 0 */
+      if (blk.dk_acc && acc_on) *(float2*)(blk.dk_acc + o) = make_float2(k0 + sk[j].x, k1 + sk[j].y);
+      if (blk.dv_acc && acc_on) *(float2*)(blk.dv_acc + o) = make_float2(v0 + sv[j].x, v1 + sv[j].y);
     }
   }
 }
