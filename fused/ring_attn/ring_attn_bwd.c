@@ -272,6 +272,26 @@ static int ra_bwd_run_own_last(struct mk_fused_comm* fc, const struct mk_ra_args
   return mk_ra_bwd_reduce_launch(&ra, stream);
 }
 
+/* The split and merged plans: the gather (and, causal and not merged, the peers' accumulators
+ * zeroed) on the side stream; on the caller's stream (causal) this rank's accumulator zeroed,
+ * (merged) the peers' after their owners' previous calls, the first own_calls calls, the join,
+ * the rest, the reduce. */
+static int ra_bwd_run_beside(struct mk_fused_comm* fc, const struct mk_ra_args* ga, const struct mk_ra_bwd_layout* l,
+                             void* data, int merged, const struct mk_attn_bwd_args* core, int ncalls, int own_calls,
+                             void* dk, void* dv, cudaStream_t stream) {
+  MK_CHECK(ra_bwd_gather_beside(fc, ga, l, data, merged, stream));
+  if (ga->causal)
+    MK_CHECK(mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, l, fc->rank), 0, mk_ra_bwd_acc_bytes(l), stream),
+                           "cudaMemsetAsync"));
+  if (ga->causal && merged) MK_CHECK(ra_bwd_zero_peers(fc, ga, l, data, 1, stream));
+  for (int i = 0; i < own_calls; i++) MK_CHECK(mk_attn_bwd_launch(&core[i], stream));
+  MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
+  for (int i = own_calls; i < ncalls; i++) MK_CHECK(mk_attn_bwd_launch(&core[i], stream));
+  struct mk_ra_bwd_reduce_args ra;
+  ra_bwd_reduce_args(fc, l, data, ga, dk, dv, &ra);
+  return mk_ra_bwd_reduce_launch(&ra, stream);
+}
+
 NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* k, const void* v, const void* out,
                                                      const float* lse, const void* dout, void* dq, void* dk, void* dv,
                                                      size_t batch, size_t s_local, size_t heads, size_t kv_heads,
@@ -298,7 +318,6 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   struct mk_ra_bwd_call plan[MK_RA_BWD_MAX_CALLS];
   struct mk_attn_bwd_args core[MK_RA_BWD_MAX_CALLS];
   const enum ra_bwd_plan_kind kind = ra_bwd_plan_kind(causal);
-  const int merged = kind == RA_BWD_MERGED;
   const struct mk_ra_bwd_tensors tensors = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .dout = dout, .dq = dq,
                                             .batch = B, .s_local = S, .heads = H, .kv_heads = Hkv, .d_head = D,
                                             .causal = causal, .dk = dk, .dv = dv};
@@ -313,24 +332,10 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
     mk_ra_fill_args(fc, MK_OP_RING_ATTN_BWD, k, v, B, S, H, Hkv, D, causal, chunk_rows, l.kv_elems * 2, &ga);
     ga.gave_up = ra_bwd_word(fc->sym, l.gave_up);
   }
-  if (!rc && kind == RA_BWD_OWN_LAST) {
-    rc = ra_bwd_run_own_last(fc, &ga, &l, data, core, ncalls, dk, dv, stream);
-    mk_op_device_leave(prev);
-    return mk_result_from_errno(rc);
-  }
-  if (!rc) rc = ra_bwd_gather_beside(fc, &ga, &l, data, merged, stream);
-  if (!rc && causal)
-    rc = mk_cuda_check(cudaMemsetAsync(mk_ra_bwd_acc(data, &l, fc->rank), 0, mk_ra_bwd_acc_bytes(&l), stream),
-                       "cudaMemsetAsync");
-  if (!rc && causal && merged) rc = ra_bwd_zero_peers(fc, &ga, &l, data, 1, stream);
-  for (int i = 0; i < own_calls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
-  if (!rc) rc = mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent");
-  for (int i = own_calls; i < ncalls && !rc; i++) rc = mk_attn_bwd_launch(&core[i], stream);
-  if (!rc) {
-    struct mk_ra_bwd_reduce_args ra;
-    ra_bwd_reduce_args(fc, &l, data, &ga, dk, dv, &ra);
-    rc = mk_ra_bwd_reduce_launch(&ra, stream);
-  }
+  if (!rc)
+    rc = kind == RA_BWD_OWN_LAST ? ra_bwd_run_own_last(fc, &ga, &l, data, core, ncalls, dk, dv, stream)
+                                 : ra_bwd_run_beside(fc, &ga, &l, data, kind == RA_BWD_MERGED, core, ncalls, own_calls,
+                                                     dk, dv, stream);
   mk_op_device_leave(prev);
   return mk_result_from_errno(rc);
 }
