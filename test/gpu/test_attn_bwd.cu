@@ -380,6 +380,20 @@ static void test_split(void) {
   for (int causal = 0; causal < 2; causal++) split_case(128, causal, seed + 10 * causal); /* D = 128 only */
 }
 
+/* A launch whose wait for flag `flag` of call `call` cannot succeed (it holds call - 1): it
+ * returns (every wait is bounded) with the error record naming that flag and call. */
+static void expect_timeout_named(const struct mk_attn_bwd_args* a, const char* what, uint32_t flag, uint64_t call) {
+  const int rc = mk_attn_bwd_launch_variant(a, 0, variant);
+  EXPECT(rc == 0, "%s: launch returned %d", what, rc);
+  CUDA_OK(cudaDeviceSynchronize());
+  struct mk_gemm_error e;
+  CUDA_OK(cudaMemcpy(&e, a->err, sizeof e, cudaMemcpyDeviceToHost));
+  printf("  %s: aborted %u, flag %u, expected %llu, seen %llu\n", what, e.aborted, e.flag_index,
+         (unsigned long long)e.expected, (unsigned long long)e.seen);
+  EXPECT(e.aborted && e.flag_index == flag && e.expected == call && e.seen == call - 1,
+         "%s: the error record does not name flag %u of call %llu", what, flag, (unsigned long long)call);
+}
+
 static void test_ready_flags(void) {
   struct bwd_bufs t;
   bufs_alloc(&t, 2, 300, 8, 2, 128, 1, 0xf1a9);
@@ -405,15 +419,7 @@ static void test_ready_flags(void) {
   set_words(flags, chunks, 7);
   set_words(flags + 5, 1, 6); /* batch 1, rows 256..299: never raised */
   a.timeout_ms = 300;
-  const int rc = mk_attn_bwd_launch_variant(&a, 0, variant);
-  EXPECT(rc == 0, "launch returned %d", rc);
-  CUDA_OK(cudaDeviceSynchronize()); /* returns: every wait is bounded */
-  struct mk_gemm_error e;
-  CUDA_OK(cudaMemcpy(&e, t.err, sizeof e, cudaMemcpyDeviceToHost));
-  printf("  a missing flag: aborted %u, flag %u, expected %llu, seen %llu\n", e.aborted, e.flag_index,
-         (unsigned long long)e.expected, (unsigned long long)e.seen);
-  EXPECT(e.aborted && e.flag_index == 5 && e.expected == 7 && e.seen == 6,
-         "a missing flag: the error record does not name flag 5 of call 7");
+  expect_timeout_named(&a, "a missing flag", 5, 7);
 
   struct mk_attn_bwd_args b = a;
   b.ready_done = NULL;
@@ -475,14 +481,7 @@ static void test_addends(void) {
 
   set_words(ready + 1, 1, 6); /* never raised */
   a.timeout_ms = 300;
-  EXPECT(mk_attn_bwd_launch_variant(&a, 0, variant) == 0, "launch refused");
-  CUDA_OK(cudaDeviceSynchronize()); /* returns: the wait is bounded */
-  struct mk_gemm_error e;
-  CUDA_OK(cudaMemcpy(&e, t.err, sizeof e, cudaMemcpyDeviceToHost));
-  printf("  a missing addend: aborted %u, flag %u, expected %llu, seen %llu\n", e.aborted, e.flag_index,
-         (unsigned long long)e.expected, (unsigned long long)e.seen);
-  EXPECT(e.aborted && e.flag_index == 41 && e.expected == 7 && e.seen == 6,
-         "a missing addend: the error record does not name flag 41 of call 7");
+  expect_timeout_named(&a, "a missing addend", 41, 7);
 
   struct mk_attn_bwd_args b = a;
   b.addends.n = MK_ATTN_MAX_ADDENDS + 1;

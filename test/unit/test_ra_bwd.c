@@ -147,13 +147,19 @@ static void merged_plan_covers_the_same_pairs_in_no_more_calls(void) {
       }
 }
 
+/* Rank 1's areas in a ring of n: its data at fake(10), peer d's at fake(20 + 5 d). */
+static void areas_of_rank1(struct mk_ra_bwd_areas* ar, int n) {
+  memset(ar, 0, sizeof *ar);
+  ar->rank = 1, ar->nranks = n, ar->data = fake(10);
+  for (int d = 0; d < n; d++) ar->peer_data[d] = d == 1 ? fake(10) : fake(20 + 5 * d);
+  ar->err = (struct mk_gemm_error*)fake(60), ar->timeout_ms = 1234;
+}
+
 static void core_args_point_at_the_range_the_blocks_and_the_partials_owner(void) {
   struct mk_ra_bwd_layout l;
   mk_ra_bwd_layout(2, 1, 256, 8, 2, 128, 128, &l);
   struct mk_ra_bwd_areas ar;
-  memset(&ar, 0, sizeof ar);
-  ar.rank = 1, ar.nranks = 2, ar.data = fake(10), ar.peer_data[0] = fake(20), ar.peer_data[1] = fake(10);
-  ar.err = (struct mk_gemm_error*)fake(30), ar.timeout_ms = 1234;
+  areas_of_rank1(&ar, 2);
   for (int causal = 0; causal < 2; causal++) {
     const struct mk_ra_bwd_tensors t = {fake(1), fake(2), fake(3), fake(4), (const float*)fake(5), fake(6), fake(7),
                                         1, 256, 8, 2, 128, causal};
@@ -231,9 +237,7 @@ static void own_last_core_args_add_every_peers_partial_into_the_own_block(void) 
   struct mk_ra_bwd_layout l;
   mk_ra_bwd_layout(3, 1, 256, 8, 2, 128, 128, &l);
   struct mk_ra_bwd_areas ar;
-  memset(&ar, 0, sizeof ar);
-  ar.rank = 1, ar.nranks = 3, ar.data = fake(10), ar.peer_data[0] = fake(20), ar.peer_data[1] = fake(10);
-  ar.peer_data[2] = fake(25), ar.err = (struct mk_gemm_error*)fake(30), ar.timeout_ms = 1234;
+  areas_of_rank1(&ar, 3);
   ar.flags = (const uint64_t*)fake(40), ar.fps = 2, ar.chunk_rows = 128, ar.done = (const uint64_t*)fake(41);
   ar.own_last = 1, ar.ready = (const uint64_t*)fake(50), ar.ready_index0 = 77;
   const struct mk_ra_bwd_tensors t = {fake(1), fake(2), fake(3), fake(4), (const float*)fake(5), fake(6), fake(7),
@@ -249,7 +253,7 @@ static void own_last_core_args_add_every_peers_partial_into_the_own_block(void) 
       CHECK_EQ(a.addends.n, 0);
       for (int j = 0; j < a.num_kv_blocks; j++) {
         const int src = c[i].seg[j].src;
-        CHECK(a.kv[j].dk_acc == mk_ra_bwd_acc(src == 0 ? fake(20) : fake(25), &l, 1) && a.kv[j].acc_overwrite);
+        CHECK(a.kv[j].dk_acc == mk_ra_bwd_acc(fake(20 + 5 * src), &l, 1) && a.kv[j].acc_overwrite);
         CHECK(a.kv[j].ready_flags == (const uint64_t*)fake(40) + mk_sched_rs_slot(src, 1) * 2);
       }
       continue;
