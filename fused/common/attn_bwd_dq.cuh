@@ -26,8 +26,11 @@ __device__ __forceinline__ void attn_bwd_add_dq_red(const struct mk_attn_bwd_par
 }
 
 /* The same through shared memory: the warp group's fragments into its two 32-column boxes
- * (128-byte swizzle: 16-byte chunk k of row r at chunk k ^ (r % 8), so a warp's 8-byte stores
- * take the minimum 2 wavefronts), once the warp's last reductions have read them. */
+ * (128-byte swizzle: 16-byte chunk k of row r at chunk k ^ (r % 8)), once the warp's last
+ * reductions have read them. A warp's 8-byte stores take 4 wavefronts, not the minimum 2 (ncu,
+ * session 34): each half-warp's 4 rows r, r + 1 (r even) land on the same chunk pair. Rows
+ * storing their fragments in turn j ^ (r % 4) would not, but at the price of register
+ * selects. */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_stage_dq(const struct mk_attn_bwd_params& p, const float* dq, uint32_t stage) {
   const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, kr0 = 16 * warp + (lane >> 2);
