@@ -224,18 +224,11 @@ static void test_bad_input(void) {
 int main(int argc, char** argv) {
   gpu_or_skip();
   const char* what = argc > 1 ? argv[1] : "";
-  const int all = !strcmp(what, "all");
-  int known = all;
   variant = attn_test_variant();
   printf("%s (variant %d)\n", what, variant);
-  if (all || !strcmp(what, "forward")) known = 1, printf("forward\n"), test_forward();
-  if (all || !strcmp(what, "offsets")) known = 1, printf("offsets\n"), test_offsets();
-  if (all || !strcmp(what, "negative_control")) known = 1, printf("negative_control\n"), test_negative_control();
-  if (all || !strcmp(what, "bad_input")) known = 1, printf("bad_input\n"), test_bad_input();
-  if (!known) {
-    fprintf(stderr, "unknown test '%s'\n", what);
-    return 2;
-  }
-  printf("%s: %s (%d failures)\n", what, failures ? "FAILED" : "passed", failures);
-  return failures ? 1 : 0;
+  static const struct named_test tests[] = {{"forward", test_forward},
+                                            {"offsets", test_offsets},
+                                            {"negative_control", test_negative_control},
+                                            {"bad_input", test_bad_input}};
+  return run_named_tests(what, tests, (int)(sizeof tests / sizeof *tests));
 }

@@ -619,22 +619,12 @@ static void test_bad_input(void) {
 int main(int argc, char** argv) {
   gpu_or_skip();
   const char* what = argc > 1 ? argv[1] : "";
-  const int all = !strcmp(what, "all");
-  int known = all;
   variant = attn_test_variant();
   printf("%s (variant %d)\n", what, variant);
-  if (all || !strcmp(what, "backward")) known = 1, printf("backward\n"), test_backward();
-  if (all || !strcmp(what, "offsets")) known = 1, printf("offsets\n"), test_offsets();
-  if (all || !strcmp(what, "negative_control")) known = 1, printf("negative_control\n"), test_negative_control();
-  if (all || !strcmp(what, "split")) known = 1, printf("split\n"), test_split();
-  if (all || !strcmp(what, "ready_flags")) known = 1, printf("ready_flags\n"), test_ready_flags();
-  if (all || !strcmp(what, "addends")) known = 1, printf("addends\n"), test_addends();
-  if (all || !strcmp(what, "pdl")) known = 1, printf("pdl\n"), test_pdl();
-  if (all || !strcmp(what, "bad_input")) known = 1, printf("bad_input\n"), test_bad_input();
-  if (!known) {
-    fprintf(stderr, "unknown test '%s'\n", what);
-    return 2;
-  }
-  printf("%s: %s (%d failures)\n", what, failures ? "FAILED" : "passed", failures);
-  return failures ? 1 : 0;
+  static const struct named_test tests[] = {{"backward", test_backward},     {"offsets", test_offsets},
+                                            {"negative_control", test_negative_control},
+                                            {"split", test_split},           {"ready_flags", test_ready_flags},
+                                            {"addends", test_addends},       {"pdl", test_pdl},
+                                            {"bad_input", test_bad_input}};
+  return run_named_tests(what, tests, (int)(sizeof tests / sizeof *tests));
 }
