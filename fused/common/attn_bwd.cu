@@ -58,8 +58,9 @@ typedef mk_attn_bwd_cfg<64, 3, 1, 0, 3> mk_attn_bwd_cfg_d64_late_alt;
 
 static int bwd_misaligned(const void* p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) != 0; }
 
-/* A block's rows (rows 0: all of [row0, seq)). */
+/* A block's rows (rows 0: all of [row0, seq)); the call's query rows likewise. */
 static int bwd_block_rows(const struct mk_attn_bwd_kv_block* kv) { return kv->rows ? kv->rows : kv->seq - kv->row0; }
+static int bwd_q_rows(const struct mk_attn_bwd_args* a) { return a->q_rows ? a->q_rows : a->seq_q - a->q_row0; }
 
 /* The addends (their block writes bf16 dk and dv and nothing else; each addend complete and
  * 8-byte aligned; a call number to wait for) and pdl (nothing to launch before the main kernel). */
@@ -111,7 +112,7 @@ extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
     if (bwd_misaligned(ptrs[i].p, ptrs[i].align))
       BWD_REJECT("mk_attn_bwd: %s = %p, must be %u-byte aligned", ptrs[i].name, ptrs[i].p, (unsigned)ptrs[i].align);
   }
-  const int q_rows = a->q_rows ? a->q_rows : a->seq_q - a->q_row0;
+  const int q_rows = bwd_q_rows(a);
   if (a->q_row0 < 0 || a->q_rows < 0 || q_rows < 1 || (long)a->q_row0 + q_rows > a->seq_q)
     BWD_REJECT("mk_attn_bwd: q rows [%d, +%d) must be a non-empty part of seq_q = %d", a->q_row0, a->q_rows,
                a->seq_q);
@@ -210,7 +211,7 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
                          struct mk_attn_bwd_params* p, int* tiles_out) {
   memset(maps, 0, sizeof *maps);
   memset(p, 0, sizeof *p);
-  const int q_rows = a->q_rows ? a->q_rows : a->seq_q - a->q_row0;
+  const int q_rows = bwd_q_rows(a);
   MK_CHECK(mk_attn_tmap_encode_rows(&maps->q, a->q, a->batch, a->seq_q, a->q_row0, q_rows, a->heads, Cfg::D, Cfg::BM));
   MK_CHECK(mk_attn_tmap_encode_rows(&maps->dout, a->dout, a->batch, a->seq_q, a->q_row0, q_rows, a->heads, Cfg::D,
                                     Cfg::BM));
@@ -266,13 +267,21 @@ static cudaError_t attn_bwd_write_ws_blocks(const struct mk_attn_bwd_args* a, co
 template <int D>
 static cudaError_t attn_bwd_prep(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
   if (a->delta_ready && a->dq_accumulate) return cudaSuccess;
-  const int q_rows = a->q_rows ? a->q_rows : a->seq_q - a->q_row0;
+  const int q_rows = bwd_q_rows(a);
   const size_t rows_all = (size_t)a->batch * q_rows * a->heads;
   const unsigned blocks = (unsigned)(rows_all / 8 + 1 < 8192 ? rows_all / 8 + 1 : 8192);
   mk_attn_bwd_prep_kernel<D><<<blocks, 256, 0, stream>>>((const __nv_bfloat16*)a->out, (const __nv_bfloat16*)a->dout,
                                                          a->delta, a->dq_acc, a->batch, a->seq_q, a->heads, a->q_row0,
                                                          q_rows, !a->delta_ready, !a->dq_accumulate);
   return cudaGetLastError();
+}
+
+/* The main kernel of Cfg loaded (and its shared memory set), then the prep kernel: the start
+ * of every launch, and all of mk_attn_bwd_prep_launch. */
+template <class Cfg>
+static cudaError_t attn_bwd_prepare_and_prep(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
+  const cudaError_t e = attn_bwd_prepare_cfg<Cfg>();
+  return e == cudaSuccess ? attn_bwd_prep<Cfg::D>(a, stream) : e;
 }
 
 /* The main kernel; pdl: launched as a programmatic dependent of the kernel before it. */
@@ -304,8 +313,7 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
   const int q_rows = p.q_rows;
   const size_t ws_floats = split ? mk_attn_bwd_dkv_ws_floats(a) : 0;
 
-  cudaError_t e = attn_bwd_prepare_cfg<Cfg>();
-  if (e == cudaSuccess) e = attn_bwd_prep<Cfg::D>(a, stream);
+  cudaError_t e = attn_bwd_prepare_and_prep<Cfg>(a, stream);
   if (e == cudaSuccess && ws_floats) e = cudaMemsetAsync(a->dkv_ws, 0, ws_floats * sizeof(float), stream);
   if (e == cudaSuccess) {
     const dim3 grid((unsigned)tiles, (unsigned)(split ? a->heads : a->kv_heads), (unsigned)a->batch);
@@ -357,8 +365,8 @@ extern "C" int mk_attn_bwd_prep_launch(const struct mk_attn_bwd_args* a, cudaStr
   /* the default main kernel loaded now: with lazy module loading its first launch loads it, and
    * a load waits for the kernels running then, the one a pdl call is to start beside included
    * (measured: the call then started only once that kernel ended) */
-  cudaError_t e = a->d_head == 128 ? attn_bwd_prepare_cfg<mk_attn_bwd_cfg_d128>() : attn_bwd_prepare_cfg<mk_attn_bwd_cfg_d64>();
-  if (e == cudaSuccess) e = a->d_head == 128 ? attn_bwd_prep<128>(a, stream) : attn_bwd_prep<64>(a, stream);
+  const cudaError_t e = a->d_head == 128 ? attn_bwd_prepare_and_prep<mk_attn_bwd_cfg_d128>(a, stream)
+                                         : attn_bwd_prepare_and_prep<mk_attn_bwd_cfg_d64>(a, stream);
   if (e != cudaSuccess) {
     MK_WARN("mk_attn_bwd: prep launch failed: %s", cudaGetErrorString(e));
     return -EIO;

@@ -141,10 +141,9 @@ struct mk_ra_bwd_areas {
   long fps;
   int chunk_rows;
   const uint64_t* done;
-  /* optional (the own-last plan, ra_bwd_plan.h, with flags and done): this rank's "partials
+  /* optional, the own-last plan (ra_bwd_plan.h; with flags and done): this rank's "partials
    * ready" words by slot (flag index ready_index0 on), which the own block's call waits for
-   * before it adds the peers' partials (its acc[src]) into dk, dv */
-  int own_last;
+   * before it adds the peers' partials (its acc[src]) into dk, dv; NULL: the other plans */
   const uint64_t* ready;
   uint32_t ready_index0;
 };

@@ -129,7 +129,7 @@ void mk_ra_bwd_core_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bw
         a->ready_done = ar->done;
       }
     }
-    if (ar->own_last && src == r) {
+    if (ar->ready && src == r) { /* the own-last plan */
       ra_bwd_own_block_last(ar, l, t, i, a);
     } else if (t->causal) { /* a block's halves meet several query ranges: added here, read by the owner */
       b->dk_acc = mk_ra_bwd_acc(ar->data, l, src);
@@ -238,7 +238,7 @@ static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra
     areas.done = (const uint64_t*)fc->sym + MK_AG_WORD_DONE;
   }
   if (kind == RA_BWD_OWN_LAST)
-    areas.own_last = 1, areas.ready = ra_bwd_word(fc->sym, l->ready0), areas.ready_index0 = (uint32_t)l->ready0;
+    areas.ready = ra_bwd_word(fc->sym, l->ready0), areas.ready_index0 = (uint32_t)l->ready0;
   for (int i = 0; i < ncalls; i++) {
     mk_ra_bwd_core_args(&areas, l, &plan[i], t, &core[i]);
     MK_CHECK(mk_attn_bwd_check(&core[i]));

@@ -239,7 +239,7 @@ static void own_last_core_args_add_every_peers_partial_into_the_own_block(void) 
   struct mk_ra_bwd_areas ar;
   areas_of_rank1(&ar, 3);
   ar.flags = (const uint64_t*)fake(40), ar.fps = 2, ar.chunk_rows = 128, ar.done = (const uint64_t*)fake(41);
-  ar.own_last = 1, ar.ready = (const uint64_t*)fake(50), ar.ready_index0 = 77;
+  ar.ready = (const uint64_t*)fake(50), ar.ready_index0 = 77;
   const struct mk_ra_bwd_tensors t = {fake(1), fake(2), fake(3), fake(4), (const float*)fake(5), fake(6), fake(7),
                                       1, 256, 8, 2, 128, 0, fake(8), fake(9)};
   struct mk_ra_bwd_call c[MK_RA_BWD_MAX_CALLS];

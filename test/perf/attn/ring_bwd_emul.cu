@@ -157,7 +157,7 @@ static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const s
   e->ncalls[1] = mk_ra_bwd_plan_merged(r, nranks, sh.causal, plan[1], MK_RA_BWD_MAX_CALLS);
   e->ncalls[2] = sh.causal ? 0 : mk_ra_bwd_plan_own_last(r, nranks, 0, plan[2], EMUL_PREP);
   for (int pl = 0; pl < EMUL_PLANS; pl++) {
-    if (pl == 2) ar.own_last = 1, ar.done = e->words, ar.ready = e->words + 1;
+    if (pl == 2) ar.done = e->words, ar.ready = e->words + 1;
     if (e->ncalls[pl] < (pl == 2 && sh.causal ? 0 : 1)) exit(1);
     for (int i = 0; i < e->ncalls[pl]; i++) mk_ra_bwd_core_args(&ar, l, &plan[pl][i], &t, &e->core[pl][i]);
   }
