@@ -25,7 +25,9 @@
 #          P2P, SHM or NVLS; our net plugin over libfabric tcp;ofi_rxm on lo), 1 KiB-64 MiB x4,
 #          channels 0/4/8, 20 iterations; file $LOGS/tune-net.txt (aimed at < 4 minutes; not
 #          part of all)
-#   pairs: every 2-GPU test program's scenarios, no benchmarks (fused ops, MoE, ring attention)
+#   pairs: every 2-GPU test program's scenarios, no benchmarks (fused ops, MoE, ring attention,
+#          the ring backward's merged and own-last plans too); on a 1-GPU machine under
+#          scripts/mps.sh the two ranks share the GPU (correctness only)
 #   scale: issue 9 on 4 or 8 GPUs (skips with fewer): at 4 and 8 ranks (MK_SCALE_RANKS) every
 #          GPU test program's scenarios (MK_TEST_RANKS; the fused ops also across emulated
 #          nodes) (not part of all)
@@ -62,9 +64,11 @@ step() {
 
 # gpus_at_least N TIER: 0 when this host has N GPUs (GPUS gets the count); else a skip row
 # saying so, and 1.
+# Under scripts/mps.sh (MK_SHARE_GPU=1) the ranks share GPUs: one is enough.
 gpus_at_least() {
   GPUS=$(mk_gpu_count)
   [ "$GPUS" -ge "$1" ] && return 0
+  [ "${MK_SHARE_GPU:-0}" = 1 ] && [ "$GPUS" -ge 1 ] && return 0
   echo "$2: needs $1 GPUs, found $GPUS"
   ROWS+=("$(printf '%-48s %-5s %5ss' "$2_needs_$1_gpus" skip 0)")
   return 1
@@ -192,6 +196,8 @@ tier_pairs() {
   scenarios "$MOE_TESTS" "$B/test/gpu/test_moe"
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
+  NCCL_MK_RA_BWD_MERGED=1 scenarios "$RING_BWD_MERGED_TESTS" "$B/test/gpu/test_ring_attn_bwd"
+  NCCL_MK_RA_BWD_OWN_LAST=1 scenarios "$RING_BWD_OWN_LAST_TESTS" "$B/test/gpu/test_ring_attn_bwd"
 }
 
 # Issue 9 on a machine with 4 or 8 GPUs (skipped with fewer), at MK_SCALE_RANKS ranks (default

@@ -56,7 +56,7 @@ static int rank_harness_child(const struct rank_harness* h, const char* scenario
   if (h->scenario_env) h->scenario_env(scenario, rank);
   ncclComm_t comm;
   cudaStream_t stream;
-  CUDA_OK(cudaSetDevice(rank));
+  CUDA_OK(cudaSetDevice(perf_rank_device(rank)));
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   NCCL_OK(ncclCommInitRank(&comm, h->nranks, *id, rank));
   ncclMkConfig cfg;
@@ -85,7 +85,7 @@ static int rank_harness_main(int argc, char** argv, const struct rank_harness* h
     g_seed = perf_seed_from_id(argv[5]);
     return rank_harness_child(h, argv[1], rank, &id);
   }
-  gpus_or_skip(h->nranks);
+  gpus_or_skip(perf_gpus_needed(h->nranks));
   return perf_launch_local(2, argv, h->nranks, 0);
 }
 

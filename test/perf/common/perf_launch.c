@@ -43,6 +43,7 @@ int perf_launch_local(int argc, char** argv, int nprocs, int distinct_hosts) {
     return 1;
   }
   perf_id_to_hex(&id, hex);
+  if (perf_gpus_shared()) distinct_hosts = 1;
   pid_t pids[64];
   int n = nprocs < 64 ? nprocs : 64;
   for (int p = 0; p < n; p++)

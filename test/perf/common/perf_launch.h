@@ -19,8 +19,28 @@ extern "C" {
 #define PERF_ID_HEX_LEN (2 * sizeof(ncclUniqueId) + 1)
 
 /* Runs nprocs children and returns the worst exit status (128 + signal for a killed one).
- * distinct_hosts: each child gets its own NCCL_HOSTID, so NCCL sees one node per process. */
+ * distinct_hosts: each child gets its own NCCL_HOSTID, so NCCL sees one node per process
+ * (always so when the GPUs are shared: perf_gpus_shared). */
 int perf_launch_local(int argc, char** argv, int nprocs, int distinct_hosts);
+
+/* 1 with MK_SHARE_GPU=1, which scripts/mps.sh sets beside a running MPS server: ranks may
+ * share a GPU (rank r on device r % count), so the 2-rank tests run on one GPU. Each process
+ * is then its own NCCL node, because NCCL refuses two ranks of one node on one GPU; without
+ * MPS the two processes' kernels would take turns in time slices (~4.5 ms per NCCL step). */
+static inline int perf_gpus_shared(void) {
+  const char* v = getenv("MK_SHARE_GPU");
+  return v && strcmp(v, "1") == 0;
+}
+
+/* The device of a rank: its own GPU, or with shared GPUs rank % device count. */
+static inline int perf_rank_device(int rank) {
+  int n = 0;
+  if (!perf_gpus_shared() || cudaGetDeviceCount(&n) != cudaSuccess || n < 1) return rank;
+  return rank % n;
+}
+
+/* The GPUs that nranks ranks need here: one each, or one when they may share (MK_SHARE_GPU). */
+static inline int perf_gpus_needed(int nranks) { return perf_gpus_shared() ? 1 : nranks; }
 
 void perf_id_to_hex(const ncclUniqueId* id, char* hex);
 void perf_hex_to_id(const char* hex, ncclUniqueId* id);
@@ -29,8 +49,8 @@ void perf_hex_to_id(const char* hex, ncclUniqueId* id);
  * fewer than nprocs GPUs; else perf_launch_local's status. */
 static inline int perf_launch_local_or_skip_hosts(int argc, char** argv, int nprocs, int distinct_hosts) {
   int ngpu = 0;
-  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < nprocs) {
-    printf("needs %d GPUs, found %d\n", nprocs, ngpu);
+  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < perf_gpus_needed(nprocs)) {
+    printf("needs %d GPUs, found %d (MK_SHARE_GPU=1 under scripts/mps.sh shares one)\n", nprocs, ngpu);
     return 77;
   }
   return perf_launch_local(argc, argv, nprocs, distinct_hosts);

@@ -524,7 +524,7 @@ static int rank_main(const struct opts* o) {
   ncclUniqueId id;
   perf_hex_to_id(o->id, &id);
   k.r = o->proc, k.n = o->nprocs, k.fp8 = o->fp8, k.combine = o->combine;
-  CUDA_OK(cudaSetDevice(k.r));
+  CUDA_OK(cudaSetDevice(perf_rank_device(k.r)));
   CUDA_OK(cudaStreamCreateWithFlags(&k.s, cudaStreamNonBlocking));
   CUDA_OK(cudaMalloc((void**)&k.scratch, 16 * sizeof(double))); /* reduce_over_ranks: <= NV */
   CUDA_OK(cudaMalloc((void**)&k.sink, sizeof(unsigned)));

@@ -424,7 +424,7 @@ static int rank_main(const struct opts* o) {
   ncclUniqueId id;
   perf_hex_to_id(o->id, &id);
   k.r = o->proc, k.n = o->nprocs;
-  CUDA_OK(cudaSetDevice(k.r));
+  CUDA_OK(cudaSetDevice(perf_rank_device(k.r)));
   CUDA_OK(cudaStreamCreateWithFlags(&k.s, cudaStreamNonBlocking));
   CUDA_OK(cudaStreamCreateWithFlags(&k.s2, cudaStreamNonBlocking));
   CUDA_OK(cudaEventCreateWithFlags(&k.fork, cudaEventDisableTiming));
