@@ -155,6 +155,7 @@ struct mk_attn_bwd_args {
    * call). A bit that call numbers never have: the word is a flag word other ops write. */
   const uint64_t* acc_gate;
   struct mk_gemm_error* err; /* optional: a wait that timed out is recorded here */
+  uint32_t err_tag;          /* the record's op/rank tag (mk_op_err_tag: the caller's op); 0 bare */
   uint32_t timeout_ms;       /* 0: 10000 */
   const uint64_t* ready_done; /* with any block's ready_flags: the call number is *ready_done + 1 */
   /* optional, fp32 workspace of mk_attn_bwd_dkv_ws_floats(args) floats: with grouped-query

@@ -238,7 +238,7 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
   p->lse = a->lse, p->delta = a->delta, p->dq_acc = a->dq_acc;
   p->scale = (float)(1.0 / sqrt((double)Cfg::D));
   p->scale_log2 = (float)(1.4426950408889634 / sqrt((double)Cfg::D));
-  p->acc_gate = a->acc_gate, p->ready_done = a->ready_done, p->err = a->err;
+  p->acc_gate = a->acc_gate, p->ready_done = a->ready_done, p->err = a->err, p->err_tag = a->err_tag;
   p->addends = a->addends;
   p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
   *tiles_out = tiles;

@@ -147,7 +147,7 @@ __device__ __noinline__ int attn_bwd_wait_tile_rows(const struct mk_attn_bwd_par
   const int first = blk.row0 + t * Cfg::BN, last = first + min(keys_left, Cfg::BN) - 1;
   for (int c = first / blk.ready_chunk_rows; c <= last / blk.ready_chunk_rows; c++) {
     const uint32_t idx = (uint32_t)(b * blk.ready_chunks + c);
-    if (mk_wait_geq_inline(blk.ready_flags + idx, e, p.err, 0, cta, idx, p.timeout_ns) < e) return 0;
+    if (mk_wait_geq_inline(blk.ready_flags + idx, e, p.err, p.err_tag, cta, idx, p.timeout_ns) < e) return 0;
   }
   fence_proxy_async_global();
   return 1;
@@ -291,7 +291,7 @@ __device__ __noinline__ int attn_bwd_wait_addends(const struct mk_attn_bwd_param
   if ((threadIdx.x & 31) == 0) {
     const uint64_t e = *(volatile const uint64_t*)p.ready_done + 1;
     for (int i = 0; i < p.addends.n && ok; i++)
-      ok = mk_wait_geq_inline(p.addends.ready[i], e, p.err, 0, tile, p.addends.flag_index0 + (uint32_t)i,
+      ok = mk_wait_geq_inline(p.addends.ready[i], e, p.err, p.err_tag, tile, p.addends.flag_index0 + (uint32_t)i,
                               p.timeout_ns) >= e;
   }
   ok = __shfl_sync(0xffffffffu, ok, 0);
@@ -555,7 +555,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
   const struct attn_bwd_tile tile = attn_bwd_tile_of<Cfg>(p);
   struct mk_attn_wait_ctx w;
   w.err = p.err;
-  w.err_tag = 0;
+  w.err_tag = p.err_tag;
   w.tile = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   w.timeout_ns = p.timeout_ns;
 

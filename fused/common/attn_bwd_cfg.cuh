@@ -106,6 +106,7 @@ struct mk_attn_bwd_params {
   float scale, scale_log2;
   const uint64_t* acc_gate; /* mk_attn_bwd_args.acc_gate */
   struct mk_gemm_error* err;
+  uint32_t err_tag; /* mk_attn_bwd_args's */
   uint64_t timeout_ns;
   const uint64_t* ready_done; /* mk_attn_bwd_args's */
   struct mk_attn_bwd_addends addends; /* mk_attn_bwd_args's */

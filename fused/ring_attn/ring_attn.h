@@ -133,6 +133,7 @@ struct mk_ra_bwd_areas {
   void* peer_data[MK_RA_MAX_RANKS];
   const uint64_t* acc_gate;
   struct mk_gemm_error* err;
+  uint32_t err_tag; /* names the op and rank in a timeout record (mk_op_err_tag) */
   uint32_t timeout_ms;
   /* optional (the merged plan, K/V still arriving): this rank's chunk flags, slot j's from
    * j * fps, chunk_rows rows each, and the done word (the call number is *done + 1); the

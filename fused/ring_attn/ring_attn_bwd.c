@@ -147,7 +147,7 @@ void mk_ra_bwd_core_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bw
     }
   }
   a->acc_gate = ar->acc_gate;
-  a->err = ar->err;
+  a->err = ar->err, a->err_tag = ar->err_tag;
   a->timeout_ms = ar->timeout_ms;
 }
 
@@ -231,7 +231,8 @@ static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra
   if (kind != RA_BWD_SPLIT) *own_calls = ncalls; /* every call before the join */
   struct mk_ra_bwd_areas areas = {.rank = fc->rank, .nranks = n, .data = data,
                                    .acc_gate = ra_bwd_word(fc->sym, l->gave_up), /* the gather's "gave up" */
-                                   .err = fc->err, .timeout_ms = (uint32_t)fc->cfg.timeout_ms};
+                                   .err = fc->err, .err_tag = mk_op_err_tag(fc, MK_OP_RING_ATTN_BWD),
+                                   .timeout_ms = (uint32_t)fc->cfg.timeout_ms};
   for (int d = 0; d < n; d++) areas.peer_data[d] = d == fc->rank ? data : (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
   if (kind != RA_BWD_SPLIT) {
     areas.flags = ra_bwd_word(fc->sym, 0), areas.fps = l->fps, areas.chunk_rows = chunk_rows;

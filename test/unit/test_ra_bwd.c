@@ -152,7 +152,7 @@ static void areas_of_rank1(struct mk_ra_bwd_areas* ar, int n) {
   memset(ar, 0, sizeof *ar);
   ar->rank = 1, ar->nranks = n, ar->data = fake(10);
   for (int d = 0; d < n; d++) ar->peer_data[d] = d == 1 ? fake(10) : fake(20 + 5 * d);
-  ar->err = (struct mk_gemm_error*)fake(60), ar->timeout_ms = 1234;
+  ar->err = (struct mk_gemm_error*)fake(60), ar->err_tag = 0x1107, ar->timeout_ms = 1234;
 }
 
 static void core_args_point_at_the_range_the_blocks_and_the_partials_owner(void) {
@@ -172,6 +172,8 @@ static void core_args_point_at_the_range_the_blocks_and_the_partials_owner(void)
       CHECK(a.dq == (c[i].last ? fake(7) : NULL));
       CHECK_EQ(a.dq_accumulate, !c[i].first);
       CHECK(a.dq_acc == (float*)((char*)fake(10) + l.dq_acc) && a.err == ar.err && a.timeout_ms == 1234);
+      /* a wait that gives up names the ring backward, not a bare op 0 (found on 2 ranks, session 35) */
+      CHECK_EQ(a.err_tag, 0x1107u);
       if (causal) /* rank 1 holds chunks 1 and 2 of 4 */
         CHECK(a.q_row0 == 128 * c[i].q_half && a.q_rows == 128 && a.q_pos0 == (c[i].q_half ? 256 : 128));
       else
@@ -208,6 +210,7 @@ static void core_args_point_at_the_range_the_blocks_and_the_partials_owner(void)
   CHECK(a.kv[0].k == fake(2) && !a.kv[0].ready_flags); /* own block first, nothing to wait for */
   CHECK(a.kv[1].ready_flags == (const uint64_t*)fake(40) + mk_sched_rs_slot(0, 1) * 6);
   CHECK(a.kv[1].ready_chunk_rows == 128 && a.ready_done == (const uint64_t*)fake(41));
+  CHECK_EQ(a.err_tag, 0x1107u); /* the merged call waits for chunks: its timeouts name the op */
 }
 
 static void own_last_plan_puts_the_own_block_alone_in_the_last_call(void) {
