@@ -1,7 +1,8 @@
 /*
  * One process per GPU for the GPU tests that run an op as a collective (test_fused_ops,
  * test_moe, and through scenario_harness.cuh test_ring_attn and test_ring_attn_bwd). The binary
- * relaunches itself, one process per GPU (perf_launch.h; exit 77 with fewer GPUs), and each
+ * relaunches itself, one process per GPU (perf_launch.h; exit 77 with fewer GPUs, unless
+ * MK_SHARE_GPU=1 under scripts/mps.sh puts the ranks on shared GPUs), and each
  * child opens its rank the same way: the scenario's environment, its device, a stream, NCCL,
  * nccl-mk with the test's config; runs the scenario; closes the rank. What the tests differ in
  * is struct rank_harness.
