@@ -38,6 +38,7 @@
 #          nodes (not part of all)
 # The build is made elsewhere (no GPU needed) and carried: MK_BUILD names it (default build).
 # Logs go to MK_CHECK_LOGS (default $OUT/gpu-check when OUT is set, else /tmp/gpu-check).
+# MK_CHECK_PROGRESS=1 also prints each step's row as it ends.
 # To add a tier: write a tier_NAME function that calls `step NAME COMMAND...` and add it to
 # the case at the bottom.
 set -u
@@ -59,6 +60,7 @@ step() {
   local st=pass
   if [ $rc -eq 77 ]; then st=skip; elif [ $rc -ne 0 ]; then st=FAIL; FAILED=$((FAILED + 1)); fi
   ROWS+=("$(printf '%-48s %-5s %5ss' "$name" "$st" $((SECONDS - t0)))")
+  [ "${MK_CHECK_PROGRESS:-0}" = 1 ] && echo "${ROWS[-1]}" # each row as it ends (a call that may be cut short)
   if [ "$st" = FAIL ]; then echo "---- $name (rc $rc), last lines:"; tail -n 15 "$LOGS/$name.log"; fi
 }
 
@@ -214,9 +216,13 @@ tier_pairs() {
 # 2-rank and skip themselves). scale-bench: the fused ops' benchmarks on the issue's 8192
 # shapes against NCCL + cuBLASLt, then the net plugin against Socket through the forced
 # network path.
+# Under scripts/mps.sh (MK_SHARE_GPU=1) the ranks share the GPUs: every count runs (for N ranks
+# on one GPU give each 100/N % of the SMs: MK_MPS_PERCENT=25 for 4); correctness only.
 scale_ranks() {
   local n
-  for n in ${MK_SCALE_RANKS:-4 8}; do [ "$GPUS" -ge "$n" ] && echo "$n"; done
+  for n in ${MK_SCALE_RANKS:-4 8}; do
+    if [ "$GPUS" -ge "$n" ] || [ "${MK_SHARE_GPU:-0}" = 1 ]; then echo "$n"; fi
+  done
 }
 
 tier_scale() {
@@ -226,7 +232,7 @@ tier_scale() {
     MK_TEST_RANKS=$n scenarios "$FUSED_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
     MK_TEST_RANKS=$n NCCL_MK_LOCAL_SIZE=1 NCCL_MK_TRANSPORT=ofi NCCL_MK_OFI_PROVIDER="tcp;ofi_rxm" \
       NCCL_MK_TIMEOUT_MS=15000 scenarios "$XNODE_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
-    MK_TEST_RANKS=$n scenarios "$MOE_TESTS" "$B/test/gpu/test_moe" "_${n}_ranks"
+    MK_TEST_RANKS=$n SCENARIO_ENV=$(moe_env) scenarios "$MOE_TESTS" "$B/test/gpu/test_moe" "_${n}_ranks"
     MK_TEST_RANKS=$n scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn" "_${n}_ranks"
     MK_TEST_RANKS=$n scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd" "_${n}_ranks"
   done

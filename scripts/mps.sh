@@ -21,6 +21,10 @@ nvidia-cuda-mps-control -d ||
   { echo "mps.sh: the MPS control daemon did not start (log: $CUDA_MPS_LOG_DIRECTORY)" >&2; exit 1; }
 stop() { echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; sleep 1; rm -rf "$dir"; }
 trap stop EXIT
+child=
+trap '[ -n "$child" ] && kill "$child" 2>/dev/null; exit 143' TERM INT # timeout(1) still stops the server
 export MK_SHARE_GPU=1 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="${MK_MPS_PERCENT:-50}"
 echo "mps.sh: MPS server up, ranks share the GPUs, ${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE}% of the SMs each"
-"$@"
+"$@" &
+child=$!
+wait "$child" # the command in the background, so that a TERM reaches the trap at once
