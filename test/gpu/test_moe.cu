@@ -10,13 +10,18 @@
  *                     while the other has tokens: both still check against the reference
  *   bad_input         every bad call rejected before it launches anything
  *   negative_control  every checker fails on one planted error
+ *   peer_writes       every rank's stores into its peers' workspaces (a running kernel's
+ *                     handshake on counts_flag, markers across the area) land where they
+ *                     read them (moe_peer_writes.cuh)
  *
- * usage: test_moe <correctness|fp8|graph|empty_rank_tokens|bad_input|negative_control|dead_peer>
+ * usage: test_moe <correctness|fp8|graph|empty_rank_tokens|bad_input|negative_control|dead_peer|
+ *                 peer_writes>
  * The binary starts one process per GPU itself.
  */
 #include <unistd.h>
 
 #include "moe_test_common.cuh"
+#include "moe_peer_writes.cuh"
 #include "perf_launch.h"
 #include "rank_harness.cuh"
 
@@ -273,7 +278,8 @@ static void run_scenario(struct rank_env* e, const char* name) {
                    {"graph", scenario_graph},
                    {"empty_rank_tokens", scenario_empty_rank_tokens},
                    {"bad_input", scenario_bad_input},
-                   {"negative_control", scenario_negative_control}};
+                   {"negative_control", scenario_negative_control},
+                   {"peer_writes", scenario_peer_writes}};
   size_t i = 0, n = sizeof(scenarios) / sizeof(scenarios[0]);
   while (i < n && strcmp(name, scenarios[i].name)) i++;
   if (i < n) scenarios[i].run(e);
