@@ -15,6 +15,7 @@
 
 #include "fused_comm.h"
 #include "ptx.cuh"
+#include "rank_harness.cuh"
 
 #define PEER_WRITES_MAX 8 /* MK_MOE_MAX_RANKS */
 
@@ -48,14 +49,6 @@ static __global__ void peer_marker_kernel(char* const* peers, int nranks, int ra
   if (p < nranks && p != rank) *(volatile uint64_t*)(peers[p] + off + 8 * (size_t)rank) = peer_marker(rank);
 }
 
-static void peer_writes_barrier(struct rank_env* e) {
-  double* one;
-  CUDA_OK(cudaMalloc(&one, sizeof(double)));
-  NCCL_OK(ncclAllReduce(one, one, 1, ncclFloat64, ncclSum, e->comm, e->stream));
-  CUDA_OK(cudaStreamSynchronize(e->stream));
-  cudaFree(one);
-}
-
 /* This rank's own slots at `off` hold every peer's marker (its own slot untouched: 0). */
 static void peer_writes_check(struct rank_env* e, const struct mk_fused_comm* fc, size_t off, const char* where) {
   uint64_t got[PEER_WRITES_MAX];
@@ -87,7 +80,7 @@ static void scenario_peer_writes(struct rank_env* e) {
   h.rank = e->rank, h.nranks = NR;
   CUDA_OK(cudaMalloc(&h.seen, sizeof(unsigned long long) * NR));
   CUDA_OK(cudaMemset(h.seen, 0, sizeof(unsigned long long) * NR));
-  peer_writes_barrier(e); /* every rank's mapping is open */
+  rank_barrier(e->comm, e->stream); /* every rank's mapping is open */
   peer_handshake_kernel<<<1, 32, 0, e->stream>>>(h);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaStreamSynchronize(e->stream));
@@ -107,13 +100,13 @@ static void scenario_peer_writes(struct rank_env* e) {
   for (int i = 0; i < 3; i++) peer_marker_kernel<<<1, 32, 0, e->stream>>>(peers, NR, e->rank, offs[i]);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaStreamSynchronize(e->stream));
-  peer_writes_barrier(e); /* every rank's markers are stored */
+  rank_barrier(e->comm, e->stream); /* every rank's markers are stored */
   peer_writes_check(e, fc, flags, "counts_flag, from the handshake");
   peer_writes_check(e, fc, offs[0], "the dense data area's end");
   peer_writes_check(e, fc, offs[1], "the MoE area's recv");
   peer_writes_check(e, fc, offs[2], "the workspace's last bytes");
   printf("rank %d: peer writes checked at 4 places of %zu bytes\n", e->rank, fc->sym_bytes);
-  peer_writes_barrier(e); /* nobody reads these any more */
+  rank_barrier(e->comm, e->stream); /* nobody reads these any more */
   cudaFree(peers);
   cudaFree(h.seen);
 }

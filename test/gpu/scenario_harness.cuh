@@ -34,14 +34,8 @@ struct named_scenario {
   void (*run)(struct rank_env* e);
 };
 
-/* Every rank meets (a one-element all-reduce on the stream, then a sync). */
-static void ranks_barrier(struct rank_env* e) {
-  double* one;
-  CUDA_OK(cudaMalloc(&one, sizeof(double)));
-  NCCL_OK(ncclAllReduce(one, one, 1, ncclFloat64, ncclSum, e->comm, e->stream));
-  CUDA_OK(cudaStreamSynchronize(e->stream));
-  cudaFree(one);
-}
+/* Every rank meets (rank_harness.cuh's rank_barrier). */
+static void ranks_barrier(struct rank_env* e) { rank_barrier(e->comm, e->stream); }
 
 /* The communicator reports no asynchronous error. */
 static void expect_healthy(struct rank_env* e) {

@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include "moe_test_common.cuh"
-#include "moe_peer_writes.cuh"
 #include "perf_launch.h"
 #include "rank_harness.cuh"
+#include "moe_peer_writes.cuh" /* after rank_harness.cuh: its rank_barrier */
 
 /* clang-format off */
 static const struct moe_case correctness_cases[] = {
@@ -255,11 +255,7 @@ static void scenario_dead_peer(struct rank_env* e) {
     expect(e, again == ncclRemoteError, "the next call fails at once", 0);
   }
   CUDA_OK(cudaStreamSynchronize(e->stream));
-  double* one;
-  CUDA_OK(cudaMalloc(&one, sizeof(double)));
-  NCCL_OK(ncclAllReduce(one, one, 1, ncclFloat64, ncclSum, e->comm, e->stream)); /* the barrier */
-  CUDA_OK(cudaStreamSynchronize(e->stream));
-  cudaFree(one);
+  rank_barrier(e->comm, e->stream);
   bufs_free(&b);
 }
 
