@@ -216,8 +216,8 @@ tier_pairs() {
 # 2-rank and skip themselves). scale-bench: the fused ops' benchmarks on the issue's 8192
 # shapes against NCCL + cuBLASLt, then the net plugin against Socket through the forced
 # network path.
-# Under scripts/mps.sh (MK_SHARE_GPU=1) the ranks share the GPUs: every count runs (for N ranks
-# on one GPU give each 100/N % of the SMs: MK_MPS_PERCENT=25 for 4); correctness only.
+# Under scripts/mps.sh (MK_SHARE_GPU=1) the ranks share the GPUs: every count runs, each rank's
+# MPS client with 100/N % of the SMs (tier_scale sets it); correctness only.
 scale_ranks() {
   local n
   for n in ${MK_SCALE_RANKS:-4 8}; do
@@ -229,6 +229,8 @@ tier_scale() {
   local n
   gpus_at_least 4 scale || return
   for n in $(scale_ranks); do
+    # shared GPUs (scripts/mps.sh): each of the n ranks' MPS clients gets 100/n % of the SMs
+    [ "${MK_SHARE_GPU:-0}" = 1 ] && export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / n))
     MK_TEST_RANKS=$n scenarios "$FUSED_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
     MK_TEST_RANKS=$n NCCL_MK_LOCAL_SIZE=1 NCCL_MK_TRANSPORT=ofi NCCL_MK_OFI_PROVIDER="tcp;ofi_rxm" \
       NCCL_MK_TIMEOUT_MS=15000 scenarios "$XNODE_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
