@@ -22,7 +22,7 @@
 #include "nccl_ok.h"
 #include "perf_launch.h"
 
-static uint64_t g_seed;
+static uint64_t g_seed; /* from the NCCL id: fresh each run, the same on every rank, printed */
 
 /* Every rank of comm meets: a one-element all-reduce on the stream, then a sync. */
 static void rank_barrier(ncclComm_t comm, cudaStream_t stream) {
@@ -31,7 +31,7 @@ static void rank_barrier(ncclComm_t comm, cudaStream_t stream) {
   NCCL_OK(ncclAllReduce(one, one, 1, ncclFloat64, ncclSum, comm, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
   cudaFree(one);
-} /* from the NCCL id: fresh each run, the same on every rank, printed */
+}
 
 /* The ranks a test runs: 2, or MK_TEST_RANKS (2 to 8; exits 2 otherwise). */
 static int test_ranks(void) {
