@@ -458,7 +458,7 @@ tier_attn() {
   for v in 1 2 3 4 5 6; do
     step "attn_forward_matches_float64_variant_$v" env MK_ATTN_VARIANT=$v "$B/test/gpu/test_attn" forward
   done
-  for v in 1 2 3 4; do
+  for v in 1 2 3 4 5; do
     step "attn_backward_matches_float64_variant_$v" env MK_ATTN_VARIANT=$v "$B/test/gpu/test_attn_bwd" backward
   done
   step attn_perf "$B/test/perf/attn/attn_perf" 20

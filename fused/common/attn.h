@@ -206,8 +206,9 @@ int mk_attn_bwd_prep_launch(const struct mk_attn_bwd_args* args, cudaStream_t st
  * with fp32 red.add, 2 issues each step's dQ product in the next step so that the consumer warp
  * groups need not meet every step (DEFER_DQ), 3 issues the reductions in their own step
  * (sessions 25-30's default), 4 is 0 with the other issuer (the consumers at D = 128, the
- * producer at D = 64). */
-#define MK_ATTN_BWD_VARIANTS 5
+ * producer at D = 64), 5 computes a step pair's dQ as one m64n128 product per warp group at
+ * D = 128 (attn_bwd_cfg.cuh PAIR_DQ; D = 64 as 0). */
+#define MK_ATTN_BWD_VARIANTS 6
 int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* args, cudaStream_t stream, int variant);
 
 /* The floats of dkv_ws that a call with these arguments uses (0: none). */

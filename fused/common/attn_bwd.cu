@@ -28,7 +28,9 @@ extern "C" {
  * Variant 1: every thread adds its dQ fragment with red.add (the first version).
  * Variant 2: each step's dQ product issued in the next step (DEFER_DQ, +16 KB).
  * Variant 3: the reductions issued in their own step (sessions 25-30's default).
- * Variant 4: the other late mode (D = 128: the consumers', 2; D = 64: the producer's, 3). */
+ * Variant 4: the other late mode (D = 128: the consumers', 2; D = 64: the producer's, 3).
+ * Variant 5 (D = 128; D = 64 takes the default): a step pair's dQ as one m64n128 product per
+ * warp group (PAIR_DQ; written in session 35 without a GPU: not run yet). */
 typedef mk_attn_bwd_cfg<128, 2, 1, 0, 3> mk_attn_bwd_cfg_d128;
 typedef mk_attn_bwd_cfg<64, 3, 1, 0, 1> mk_attn_bwd_cfg_d64;
 typedef mk_attn_bwd_cfg<128, 2, 0> mk_attn_bwd_cfg_d128_red;
@@ -39,6 +41,7 @@ typedef mk_attn_bwd_cfg<128, 2, 1> mk_attn_bwd_cfg_d128_now;
 typedef mk_attn_bwd_cfg<64, 3, 1> mk_attn_bwd_cfg_d64_now;
 typedef mk_attn_bwd_cfg<128, 2, 1, 0, 2> mk_attn_bwd_cfg_d128_late_alt;
 typedef mk_attn_bwd_cfg<64, 3, 1, 0, 3> mk_attn_bwd_cfg_d64_late_alt;
+typedef mk_attn_bwd_cfg<128, 2, 1, 0, 0, 1> mk_attn_bwd_cfg_d128_pair;
 
 #define MK_ATTN_BWD_DEFAULT_TIMEOUT_MS 10000u
 
@@ -350,6 +353,7 @@ extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cuda
     case 2: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_defer, mk_attn_bwd_cfg_d64_defer>(a, stream);
     case 3: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_now, mk_attn_bwd_cfg_d64_now>(a, stream);
     case 4: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_late_alt, mk_attn_bwd_cfg_d64_late_alt>(a, stream);
+    case 5: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_pair, mk_attn_bwd_cfg_d64>(a, stream);
     default: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128, mk_attn_bwd_cfg_d64>(a, stream);
   }
 }

@@ -85,6 +85,19 @@ __device__ __forceinline__ void attn_bwd_issue_dq(float* dq, uint32_t ds_base, u
   }
 }
 
+/* PAIR_DQ: the whole dQ (64 queries x 128 columns) = dS . K over the buffer's 128 keys; the K
+ * tile's second 64-column slab is the B operand's leading-byte offset (KV_SLAB). */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_issue_dq_whole(float* dq, uint32_t ds_base, uint32_t k_base) {
+  const uint32_t ds_lo = wgmma_desc_lo_sw128_mn(ds_base, Cfg::DS_BYTES);
+  const uint32_t k_lo = wgmma_desc_lo_sw128_mn(k_base, Cfg::KV_SLAB);
+#pragma unroll
+  for (int kk = 0; kk < Cfg::BN / 16; kk++) {
+    const uint32_t off = (kk * 16 * 128) >> 4;
+    wgmma_m64n128k16_bf16<1, 1>(dq, wgmma_desc_from_lo(ds_lo + off), wgmma_desc_from_lo(k_lo + off), kk > 0 ? 1 : 0);
+  }
+}
+
 /* dQ from dS^T buffer `buf` (one commit group), after waiting (when `wait`) for the buffer's
  * ready phase `parity`: both groups' dS^T of its step are in. 0 when the wait gave up. */
 template <class Cfg>
@@ -206,11 +219,12 @@ __device__ __forceinline__ void attn_bwd_produce(const struct mk_attn_bwd_maps& 
     if (ok) attn_bwd_load_kv<Cfg>(maps, sm, k);
   }
   if (!__shfl_sync(0xffffffffu, ok, 0)) return; /* the consumers' waits give up on the error record */
-  for (int it = 0; it < k.steps + (Cfg::DQ_BY_PRODUCER ? Cfg::STAGES : 0); it++) {
+  const int steps = attn_bwd_loop_steps<Cfg>(k);
+  for (int it = 0; it < steps + (Cfg::DQ_BY_PRODUCER ? Cfg::STAGES : 0); it++) {
     const int reduce = Cfg::DQ_BY_PRODUCER && it >= Cfg::STAGES; /* the stage's last step's dQ */
-    if ((it < k.steps || reduce) && !attn_wait(&sm.empty[ring.stage], ring.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return;
+    if ((it < steps || reduce) && !attn_wait(&sm.empty[ring.stage], ring.phase ^ 1, w, MK_ATTN_WAIT_EMPTY)) return;
     if (reduce && lane == 0) attn_bwd_produce_dq<Cfg>(maps, sm, k, it - Cfg::STAGES);
-    if (it < k.steps) attn_bwd_load_step<Cfg>(maps, p, sm, k, attn_bwd_step_of(k, it), ring.stage);
+    if (it < steps) attn_bwd_load_step<Cfg>(maps, p, sm, k, attn_bwd_step_or_dummy<Cfg>(k, p.q_rows, it), ring.stage);
     if (reduce && lane == 0) attn_bwd_produce_dq_read(sm);
     attn_ring_next(&ring, Cfg::STAGES);
   }
@@ -465,12 +479,89 @@ __device__ __forceinline__ void attn_bwd_store_ds(const struct mk_attn_bwd_smem&
   mbarrier_arrive(&sm.ds_ready[buf]);
 }
 
+/* PAIR_DQ: step `it` of a pair (attn_bwd_cfg.cuh): S^T, dP^T, P^T and dS^T (into buffer it % 2
+ * once the group that read it last pair is done), dV += P^T dO, dK += dS^T Q, the stage back to
+ * the producer. 0 when a wait gave up. */
+template <class Cfg>
+__device__ __forceinline__ int attn_bwd_pair_step(const struct mk_attn_bwd_params& p, const struct mk_attn_bwd_smem& sm,
+                                                  const struct attn_bwd_tile& tile, int c, int kr0, uint32_t base,
+                                                  int it, struct mk_attn_ring* ring, float* dv, float* dk,
+                                                  const struct mk_attn_wait_ctx& w) {
+  const struct attn_bwd_step st = attn_bwd_step_or_dummy<Cfg>(tile, p.q_rows, it);
+  const long long q_first = p.q_pos0 + (long long)st.qi * Cfg::BM;
+  const uint32_t q_base = base + Cfg::OFF_Q + ring->stage * Cfg::QT_BYTES;
+  const uint32_t do_base = base + Cfg::OFF_DO + ring->stage * Cfg::QT_BYTES;
+  const uint32_t lse_a = base + Cfg::OFF_LSE + ring->stage * Cfg::BM * 4;
+  const uint32_t delta_a = base + Cfg::OFF_DELTA + ring->stage * Cfg::BM * 4;
+  const int buf = it & 1;
+  float s[32], dp[32];
+  uint32_t pb[16], dsb[16];
+  if (!attn_wait(&sm.full[ring->stage], ring->phase, w, MK_ATTN_WAIT_Q)) return 0;
+  wgmma_fence();
+  attn_bwd_issue_nt<Cfg>(s, base + Cfg::OFF_K + c * 64 * 128, q_base);
+  wgmma_commit_group();
+  attn_bwd_issue_nt<Cfg>(dp, base + Cfg::OFF_V + c * 64 * 128, do_base);
+  wgmma_commit_group();
+  attn_bwd_p_ds<Cfg>(p, s, dp, pb, dsb, lse_a, delta_a, q_first, tile, c, kr0);
+  if (it >= 2 && !attn_wait(&sm.ds_free[buf], (uint32_t)((it >> 1) - 1) & 1, w, MK_ATTN_WAIT_TURN)) return 0;
+  attn_bwd_store_ds<Cfg>(sm, dsb, base + Cfg::OFF_DS + buf * Cfg::DS_BYTES, buf, c, kr0);
+  wgmma_fence();
+  attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
+  attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  attn_bwd_step_done<Cfg>(sm, dv, dk, pb, dsb, ring->stage);
+  attn_ring_next(ring, Cfg::STAGES);
+  return 1;
+}
+
+/* PAIR_DQ: after pair pr's two steps, this group's whole dQ of the pair's step c (buffer c, once
+ * both groups' dS^T of it are in), buffer c handed back, the dQ added into dq_acc. */
+template <class Cfg>
+__device__ __forceinline__ int attn_bwd_pair_dq(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+                                                const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
+                                                int c, uint32_t base, int pr, const struct mk_attn_wait_ctx& w) {
+  float dq[64];
+  if (!attn_wait(&sm.ds_ready[c], (uint32_t)pr & 1, w, MK_ATTN_WAIT_TURN)) return 0;
+  wgmma_fence();
+  attn_bwd_issue_dq_whole<Cfg>(dq, base + Cfg::OFF_DS + c * Cfg::DS_BYTES, base + Cfg::OFF_K);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  wgmma_fence_operands<64>(dq);
+  if ((threadIdx.x & 31) == 0) mbarrier_arrive(&sm.ds_free[c]);
+  attn_bwd_add_dq_whole<Cfg>(maps, p, dq, base, c, tile, 2 * pr + c);
+  return 1;
+}
+
+/* PAIR_DQ's consumer warp group c: per pair two steps' products, then one whole dQ; then the
+ * tile's dK and dV. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_consume_pairs(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+                                                       const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
+                                                       int c, const struct mk_attn_wait_ctx& w) {
+  const int tid = threadIdx.x & 127, kr0 = 16 * (tid >> 5) + ((tid & 31) >> 2);
+  float dv[Cfg::D / 2], dk[Cfg::D / 2];
+#pragma unroll
+  for (int i = 0; i < Cfg::D / 2; i++) dv[i] = dk[i] = 0.f;
+  const uint32_t base = smem_addr(sm.base);
+  struct mk_attn_ring ring = {0, 0};
+  if (tile.steps > 0 && !attn_wait(sm.kv_full, 0, w, MK_ATTN_WAIT_K)) return attn_bwd_drain_dq<Cfg>();
+  for (int pr = 0; pr < attn_bwd_loop_steps<Cfg>(tile) / 2; pr++)
+    if (!attn_bwd_pair_step<Cfg>(p, sm, tile, c, kr0, base, 2 * pr, &ring, dv, dk, w) ||
+        !attn_bwd_pair_step<Cfg>(p, sm, tile, c, kr0, base, 2 * pr + 1, &ring, dv, dk, w) ||
+        !attn_bwd_pair_dq<Cfg>(maps, p, sm, tile, c, base, pr, w))
+      return attn_bwd_drain_dq<Cfg>();
+  attn_bwd_drain_dq<Cfg>();
+  attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0, w.tile);
+}
+
 /* Consumer warp group c: per step S^T and dP^T, P^T and dS^T, dV += P^T dO, dK += dS^T Q and
  * dQ = dS K (added into dq_acc), then the tile's dK and dV. */
 template <class Cfg>
 __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
                                                  const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
                                                  int c, const struct mk_attn_wait_ctx& w) {
+  if constexpr (Cfg::PAIR_DQ) return attn_bwd_consume_pairs<Cfg>(maps, p, sm, tile, c, w);
   const int steps = tile.steps;
   struct mk_attn_ring ring = {0, 0};
   const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
@@ -544,6 +635,8 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
     }
     for (int i = 0; i < Cfg::DS_BUFS; i++) mbarrier_init(&sm.ds_ready[i], Cfg::CONSUMERS * 128);
     if (Cfg::DQ_BY_PRODUCER) mbarrier_init(sm.dq_free, 1);
+    if (Cfg::PAIR_DQ)
+      for (int i = 0; i < Cfg::DS_BUFS; i++) mbarrier_init(&sm.ds_free[i], 4); /* the reading group's warps */
     if (Cfg::DEFER_DQ) {
       for (int i = 0; i < Cfg::DS_BUFS; i++) mbarrier_init(&sm.ds_free[i], Cfg::CONSUMERS * 4);
       mbarrier_init(sm.stagger, 4);

@@ -23,11 +23,19 @@
  * DQ_LATE = 3: the producer warp issues them (64-row boxes, 4 per step): the consumers fence
  * their staged dQ at the next step's start and release the step's Q/dO stage only then, so the
  * producer, once the stage is empty, adds the staged dQ into dq_acc before it reloads the stage
- * and hands the staging back (dq_free) once its reductions have read it. */
-template <int D_, int STAGES_, int DQ_TMA_ = 0, int DEFER_DQ_ = 0, int DQ_LATE_ = 0>
+ * and hands the staging back (dq_free) once its reductions have read it.
+ * PAIR_DQ (D = 128, DQ_TMA, neither DEFER_DQ nor DQ_LATE): the steps go in pairs; after both
+ * steps' S^T, dP^T, dV and dK, warp group g computes the whole dQ (64 queries x 128 columns,
+ * m64n128 over the 128 keys) of the pair's step g, stages it (four boxes) and adds it with TMA
+ * reductions; both groups run the same instructions (only addresses depend on g), so no wgmma
+ * sits in a divergent path (ptxas C7518). An odd step count gets a dummy last step whose
+ * query rows lie past the range (lse +inf: P and dS are 0; its reductions are clipped by the
+ * map). Before a pair rewrites dS^T buffer g, group g's dQ of it is done (ds_free[g]). */
+template <int D_, int STAGES_, int DQ_TMA_ = 0, int DEFER_DQ_ = 0, int DQ_LATE_ = 0, int PAIR_DQ_ = 0>
 struct mk_attn_bwd_cfg {
   static constexpr int D = D_, BM = MK_ATTN_BWD_BLOCK_M, BN = MK_ATTN_BWD_BLOCK_N, STAGES = STAGES_;
   static constexpr int DQ_TMA = DQ_TMA_, DEFER_DQ = DEFER_DQ_, DS_BUFS = DEFER_DQ_ ? 3 : 2, DQ_LATE = DQ_LATE_;
+  static constexpr int PAIR_DQ = PAIR_DQ_, DQ_BOXES = PAIR_DQ_ ? 4 : 2; /* staged boxes per group */
   static constexpr int DQ_BY_PRODUCER = DQ_LATE_ == 3, DQ_BOX_ROWS = DQ_BY_PRODUCER ? BM : 16;
   static constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
   static constexpr int SLABS = D / 64;
@@ -39,7 +47,7 @@ struct mk_attn_bwd_cfg {
   static constexpr int OFF_DO = OFF_Q + STAGES * QT_BYTES;
   static constexpr int DQ_BOX = BM * 128; /* 64 rows x 32 fp32 (attn.h mk_attn_dq_stage_offset) */
   static constexpr int OFF_DQ = OFF_DO + STAGES * QT_BYTES; /* swizzled boxes: 1024-aligned */
-  static constexpr int DQ_BYTES = DQ_TMA ? CONSUMERS * 2 * DQ_BOX : 0;
+  static constexpr int DQ_BYTES = DQ_TMA ? CONSUMERS * DQ_BOXES * DQ_BOX : 0;
   static constexpr int OFF_LSE = OFF_DQ + DQ_BYTES; /* STAGES x BM fp32 */
   static constexpr int OFF_DELTA = OFF_LSE + STAGES * BM * 4;
   static constexpr int OFF_BAR = OFF_DELTA + STAGES * BM * 4;
@@ -49,6 +57,7 @@ struct mk_attn_bwd_cfg {
   static_assert(BM == 64 && BN == 64 * CONSUMERS, "64 keys per consumer, 64-query steps");
   static_assert(!DEFER_DQ || DQ_TMA, "the deferred dQ goes through the TMA path");
   static_assert(!DQ_LATE || (DQ_TMA && !DEFER_DQ), "the late dQ reductions: the TMA path, not deferred");
+  static_assert(!PAIR_DQ || (D == 128 && DQ_TMA && !DEFER_DQ && !DQ_LATE), "the pairs' dQ: D = 128, TMA, its own step");
   static_assert(OFF_DQ % 1024 == 0, "the dQ staging's swizzle needs 1024-byte alignment");
   static_assert(SMEM_BYTES <= 232448, "over the 227 KB of dynamic shared memory per block");
 };
@@ -59,7 +68,8 @@ struct mk_attn_bwd_smem {
   uint64_t* full;     /* STAGES: Q, dO (TMA bytes) + lse, delta (32 producer lanes) */
   uint64_t* empty;    /* STAGES: one arrival per consumer warp */
   uint64_t* ds_ready; /* DS_BUFS: dS^T buffer b written by all 256 consumer threads */
-  uint64_t* ds_free;  /* DS_BUFS (DEFER_DQ): one arrival per consumer warp once its dQ of b is done */
+  uint64_t* ds_free;  /* DS_BUFS: DEFER_DQ one arrival per consumer warp once its dQ of b is done;
+                       * PAIR_DQ one per warp of the group that reads b */
   uint64_t* stagger;  /* 1 (DEFER_DQ): group 0's warps, once its first dV, dK are issued */
   uint64_t* dq_free;  /* 1 (DQ_BY_PRODUCER): the producer's reductions of a step's dQ have read it */
 };
@@ -140,6 +150,22 @@ __device__ __forceinline__ struct attn_bwd_step attn_bwd_step_of(const struct at
   const int j = s % k.per_head + k.rot;
   st.qi = k.i0 + (j < k.per_head ? j : j - k.per_head);
   return st;
+}
+
+/* PAIR_DQ: step s, or past the last (an odd count's dummy) a step whose query rows all lie past
+ * the range: the first head, the query tile after the last. */
+template <class Cfg>
+__device__ __forceinline__ struct attn_bwd_step attn_bwd_step_or_dummy(const struct attn_bwd_tile& k, int q_rows, int s) {
+  if (s < k.steps) return attn_bwd_step_of(k, s);
+  struct attn_bwd_step st;
+  st.h = k.h0, st.qi = (q_rows + Cfg::BM - 1) / Cfg::BM;
+  return st;
+}
+
+/* The steps the CTA's loops run: PAIR_DQ rounds them up to whole pairs. */
+template <class Cfg>
+__device__ __forceinline__ int attn_bwd_loop_steps(const struct attn_bwd_tile& k) {
+  return Cfg::PAIR_DQ ? (k.steps + 1) & ~1 : k.steps;
 }
 
 template <class Cfg>

@@ -82,10 +82,25 @@ __device__ __forceinline__ void attn_bwd_add_dq_step(const struct mk_attn_bwd_ma
                                                      const struct attn_bwd_tile& tile, int s) {
   const int col0 = Cfg::D == 128 ? 64 * c : 0;
   const struct attn_bwd_step st = attn_bwd_step_of(tile, s);
-  const uint32_t stage = base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX;
+  const uint32_t stage = base + Cfg::OFF_DQ + c * Cfg::DQ_BOXES * Cfg::DQ_BOX;
   if constexpr (Cfg::DQ_LATE) attn_bwd_stage_dq<Cfg>(p, dq, stage);
   else if constexpr (Cfg::DQ_TMA) attn_bwd_add_dq_tma<Cfg>(maps, p, dq, stage, tile.b, st.h, st.qi, col0);
   else attn_bwd_add_dq_red<Cfg>(p, dq, tile.b, st.h, st.qi, col0);
+}
+
+/* PAIR_DQ: dq_acc rows of step s's query tile += this warp group's whole dQ (64 queries x 128
+ * columns: the fragment's first 32 floats are columns 0-63, the rest 64-127) * scale, staged in
+ * the group's four boxes and added by TMA reductions (a dummy step's rows lie past the map). */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_add_dq_whole(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+                                                      const float* dq, uint32_t base, int c,
+                                                      const struct attn_bwd_tile& tile, int s) {
+  const struct attn_bwd_step st = attn_bwd_step_or_dummy<Cfg>(tile, p.q_rows, s);
+  const uint32_t stage = base + Cfg::OFF_DQ + c * Cfg::DQ_BOXES * Cfg::DQ_BOX;
+  attn_bwd_stage_dq<Cfg>(p, dq, stage);
+  attn_bwd_stage_dq<Cfg>(p, dq + 32, stage + 2 * Cfg::DQ_BOX);
+  attn_bwd_reduce_dq<Cfg>(maps, stage, tile.b, st.h, st.qi, 0);
+  attn_bwd_reduce_dq<Cfg>(maps, stage + 2 * Cfg::DQ_BOX, tile.b, st.h, st.qi, 64);
 }
 
 /* DQ_LATE: the reductions of step s's staged dQ. */
@@ -93,7 +108,7 @@ template <class Cfg>
 __device__ __forceinline__ void attn_bwd_reduce_dq_step(const struct mk_attn_bwd_maps& maps, uint32_t base, int c,
                                                         const struct attn_bwd_tile& tile, int s) {
   const struct attn_bwd_step st = attn_bwd_step_of(tile, s);
-  attn_bwd_reduce_dq<Cfg>(maps, base + Cfg::OFF_DQ + c * 2 * Cfg::DQ_BOX, tile.b, st.h, st.qi,
+  attn_bwd_reduce_dq<Cfg>(maps, base + Cfg::OFF_DQ + c * Cfg::DQ_BOXES * Cfg::DQ_BOX, tile.b, st.h, st.qi,
                           Cfg::D == 128 ? 64 * c : 0);
 }
 
@@ -107,7 +122,7 @@ __device__ __forceinline__ void attn_bwd_produce_dq(const struct mk_attn_bwd_map
 #pragma unroll
   for (int c = 0; c < Cfg::CONSUMERS; c++) {
     const int col0 = Cfg::D == 128 ? 64 * c : 0;
-    const uint32_t src = staging + c * 2 * Cfg::DQ_BOX;
+    const uint32_t src = staging + c * Cfg::DQ_BOXES * Cfg::DQ_BOX;
     cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0, st.h, st.qi * Cfg::BM, k.b, src);
     cp_reduce_async_bulk_tensor_4d_add(&maps.dq_acc, col0 + 32, st.h, st.qi * Cfg::BM, k.b, src + Cfg::DQ_BOX);
   }

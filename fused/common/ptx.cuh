@@ -315,8 +315,11 @@ __device__ __forceinline__ void wgmma_m64n256k32_e4m3(float* d, uint64_t desc_a,
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-/* wgmma.mma_async m64n128k16 bf16*bf16 -> f32, A and B from shared memory (K-major).
-   scale_d == 0 overwrites d (first k-step of a tile), 1 accumulates. */
+/* wgmma.mma_async m64n128k16 bf16*bf16 -> f32, A and B from shared memory, K-major unless the
+   transpose immediates TA / TB say 1 (MN-major, as wgmma_m64n64k16_bf16_ss; the attention
+   backward's whole dQ = dS.K of a step pair). scale_d == 0 overwrites d (first k-step of a
+   tile), 1 accumulates. */
+template <int TA = 0, int TB = 0>
 __device__ __forceinline__ void wgmma_m64n128k16_bf16(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -325,7 +328,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16(float* d, uint64_t desc_a,
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -334,7 +337,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16(float* d, uint64_t desc_a,
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
 /* wgmma.mma_async m64n176k16 bf16*bf16 -> f32, A and B from shared memory (K-major): S of the
