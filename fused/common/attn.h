@@ -242,6 +242,19 @@ MK_HD unsigned mk_attn_dq_stage_offset(int r, int j, int lane) {
   return (unsigned)((j / 4) * 64 * 128 + r * 128 + ((chunk ^ (r & 7)) << 4) + (lane & 1) * 8);
 }
 
+/* ---- the step pairs of backward variant 5 (attn_bwd_cfg.cuh PAIR_DQ; pure) ----------------- */
+
+/* The steps a CTA's loops run for `steps` steps: whole pairs (an odd count's last is a dummy). */
+MK_HD int mk_attn_pair_steps(int steps) { return (steps + 1) & ~1; }
+/* The dS^T buffer of step `it`: the pair's step g uses buffer g, which warp group g reads for
+ * the pair's dQ. */
+MK_HD int mk_attn_pair_buf(int it) { return it & 1; }
+/* The mbarrier phase parity that step it (>= 2) waits for on ds_free[buf]: group buf's dQ read of
+ * the buffer in the previous pair. */
+MK_HD unsigned mk_attn_pair_free_parity(int it) { return (unsigned)((it >> 1) - 1) & 1u; }
+/* The parity pair pr's dQ waits for on ds_ready[g]: both groups' dS^T of step 2 pr + g stored. */
+MK_HD unsigned mk_attn_pair_ready_parity(int pr) { return (unsigned)pr & 1u; }
+
 /* ---- which work items a CTA of the persistent forward takes (pure) ------------------------ */
 
 /* Work item k (0, 1, ..) of CTA `cta` of `ctas`, in a snake over the item order (round r takes

@@ -493,7 +493,7 @@ __device__ __forceinline__ int attn_bwd_pair_step(const struct mk_attn_bwd_param
   const uint32_t do_base = base + Cfg::OFF_DO + ring->stage * Cfg::QT_BYTES;
   const uint32_t lse_a = base + Cfg::OFF_LSE + ring->stage * Cfg::BM * 4;
   const uint32_t delta_a = base + Cfg::OFF_DELTA + ring->stage * Cfg::BM * 4;
-  const int buf = it & 1;
+  const int buf = mk_attn_pair_buf(it);
   float s[32], dp[32];
   uint32_t pb[16], dsb[16];
   if (!attn_wait(&sm.full[ring->stage], ring->phase, w, MK_ATTN_WAIT_Q)) return 0;
@@ -503,7 +503,7 @@ __device__ __forceinline__ int attn_bwd_pair_step(const struct mk_attn_bwd_param
   attn_bwd_issue_nt<Cfg>(dp, base + Cfg::OFF_V + c * 64 * 128, do_base);
   wgmma_commit_group();
   attn_bwd_p_ds<Cfg>(p, s, dp, pb, dsb, lse_a, delta_a, q_first, tile, c, kr0);
-  if (it >= 2 && !attn_wait(&sm.ds_free[buf], (uint32_t)((it >> 1) - 1) & 1, w, MK_ATTN_WAIT_TURN)) return 0;
+  if (it >= 2 && !attn_wait(&sm.ds_free[buf], mk_attn_pair_free_parity(it), w, MK_ATTN_WAIT_TURN)) return 0;
   attn_bwd_store_ds<Cfg>(sm, dsb, base + Cfg::OFF_DS + buf * Cfg::DS_BYTES, buf, c, kr0);
   wgmma_fence();
   attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
@@ -522,7 +522,7 @@ __device__ __forceinline__ int attn_bwd_pair_dq(const struct mk_attn_bwd_maps& m
                                                 const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
                                                 int c, uint32_t base, int pr, const struct mk_attn_wait_ctx& w) {
   float dq[64];
-  if (!attn_wait(&sm.ds_ready[c], (uint32_t)pr & 1, w, MK_ATTN_WAIT_TURN)) return 0;
+  if (!attn_wait(&sm.ds_ready[c], mk_attn_pair_ready_parity(pr), w, MK_ATTN_WAIT_TURN)) return 0;
   wgmma_fence();
   attn_bwd_issue_dq_whole<Cfg>(dq, base + Cfg::OFF_DS + c * Cfg::DS_BYTES, base + Cfg::OFF_K);
   wgmma_commit_group();

@@ -165,7 +165,7 @@ __device__ __forceinline__ struct attn_bwd_step attn_bwd_step_or_dummy(const str
 /* The steps the CTA's loops run: PAIR_DQ rounds them up to whole pairs. */
 template <class Cfg>
 __device__ __forceinline__ int attn_bwd_loop_steps(const struct attn_bwd_tile& k) {
-  return Cfg::PAIR_DQ ? (k.steps + 1) & ~1 : k.steps;
+  return Cfg::PAIR_DQ ? mk_attn_pair_steps(k.steps) : k.steps;
 }
 
 template <class Cfg>
