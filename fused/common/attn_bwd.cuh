@@ -62,6 +62,41 @@ __device__ __forceinline__ void attn_bwd_issue_tn(float* acc, const uint32_t* a,
   attn_issue_rs_mn<Cfg::D, Cfg::BM, Cfg::QT_SLAB>(acc, a, wgmma_desc_lo_sw128_mn(tile_base, Cfg::QT_SLAB));
 }
 
+/* A step's shared-memory operands in Q/dO stage `stage`: the Q and dO tiles, lse and delta. */
+struct attn_bwd_stage_at {
+  uint32_t q, dout, lse, delta;
+};
+
+template <class Cfg>
+__device__ __forceinline__ struct attn_bwd_stage_at attn_bwd_stage_of(uint32_t base, int stage) {
+  struct attn_bwd_stage_at a;
+  a.q = base + Cfg::OFF_Q + stage * Cfg::QT_BYTES;
+  a.dout = base + Cfg::OFF_DO + stage * Cfg::QT_BYTES;
+  a.lse = base + Cfg::OFF_LSE + stage * Cfg::BM * 4;
+  a.delta = base + Cfg::OFF_DELTA + stage * Cfg::BM * 4;
+  return a;
+}
+
+/* A step's S^T = K Q^T and dP^T = V dO^T over the group's 64 keys (k_wg, v_wg), one commit
+ * group each. */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_issue_s_dp(float* s, float* dp, uint32_t k_wg, uint32_t v_wg,
+                                                    const struct attn_bwd_stage_at& at) {
+  wgmma_fence();
+  attn_bwd_issue_nt<Cfg>(s, k_wg, at.q);
+  wgmma_commit_group();
+  attn_bwd_issue_nt<Cfg>(dp, v_wg, at.dout);
+  wgmma_commit_group();
+}
+
+/* dV += P^T dO and dK += dS^T Q (not committed: the caller's group may take more). */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_issue_dv_dk(float* dv, float* dk, const uint32_t* pb, const uint32_t* dsb,
+                                                     uint32_t q_base, uint32_t do_base) {
+  attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
+  attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
+}
+
 /* dQ (64 queries x 64 columns) = dS . K: D = 128, all 128 keys of the buffer and the K tile's
  * slab c; D = 64, the warp group's own 64 keys. Both operands MN-major, 64 wide: one swizzle
  * atom across, so the LBO (the next 64 columns) is never used; given as the next slab anyway. */
@@ -405,8 +440,7 @@ __device__ __forceinline__ int attn_bwd_products(const struct mk_attn_bwd_maps& 
                                                  const struct mk_attn_wait_ctx& w) {
   float dq[32];
   wgmma_fence();
-  attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
-  attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
+  attn_bwd_issue_dv_dk<Cfg>(dv, dk, pb, dsb, q_base, do_base);
   wgmma_commit_group();
   if (!attn_bwd_issue_dq_of<Cfg>(dq, sm, x.base, x.k_base, x.c, it, w)) return 0;
   wgmma_wait_group<0>();
@@ -435,8 +469,7 @@ __device__ __forceinline__ int attn_bwd_products_deferred(const struct mk_attn_b
   if (!attn_bwd_issue_dq_from<Cfg>(dq, sm, x.base, x.k_base, x.c, (it + Cfg::DS_BUFS - 1) % Cfg::DS_BUFS,
                                    (uint32_t)((it - 1) / Cfg::DS_BUFS) & 1, it > 0, w))
     return 0;
-  attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
-  attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
+  attn_bwd_issue_dv_dk<Cfg>(dv, dk, pb, dsb, q_base, do_base);
   wgmma_commit_group();
   if (x.c == 0 && it == 0 && lane == 0) mbarrier_arrive(sm.stagger);
   wgmma_wait_group<1>();
@@ -489,25 +522,17 @@ __device__ __forceinline__ int attn_bwd_pair_step(const struct mk_attn_bwd_param
                                                   const struct mk_attn_wait_ctx& w) {
   const struct attn_bwd_step st = attn_bwd_step_or_dummy<Cfg>(tile, p.q_rows, it);
   const long long q_first = p.q_pos0 + (long long)st.qi * Cfg::BM;
-  const uint32_t q_base = base + Cfg::OFF_Q + ring->stage * Cfg::QT_BYTES;
-  const uint32_t do_base = base + Cfg::OFF_DO + ring->stage * Cfg::QT_BYTES;
-  const uint32_t lse_a = base + Cfg::OFF_LSE + ring->stage * Cfg::BM * 4;
-  const uint32_t delta_a = base + Cfg::OFF_DELTA + ring->stage * Cfg::BM * 4;
+  const struct attn_bwd_stage_at at = attn_bwd_stage_of<Cfg>(base, ring->stage);
   const int buf = mk_attn_pair_buf(it);
   float s[32], dp[32];
   uint32_t pb[16], dsb[16];
   if (!attn_wait(&sm.full[ring->stage], ring->phase, w, MK_ATTN_WAIT_Q)) return 0;
-  wgmma_fence();
-  attn_bwd_issue_nt<Cfg>(s, base + Cfg::OFF_K + c * 64 * 128, q_base);
-  wgmma_commit_group();
-  attn_bwd_issue_nt<Cfg>(dp, base + Cfg::OFF_V + c * 64 * 128, do_base);
-  wgmma_commit_group();
-  attn_bwd_p_ds<Cfg>(p, s, dp, pb, dsb, lse_a, delta_a, q_first, tile, c, kr0);
+  attn_bwd_issue_s_dp<Cfg>(s, dp, base + Cfg::OFF_K + c * 64 * 128, base + Cfg::OFF_V + c * 64 * 128, at);
+  attn_bwd_p_ds<Cfg>(p, s, dp, pb, dsb, at.lse, at.delta, q_first, tile, c, kr0);
   if (it >= 2 && !attn_wait(&sm.ds_free[buf], mk_attn_pair_free_parity(it), w, MK_ATTN_WAIT_TURN)) return 0;
   attn_bwd_store_ds<Cfg>(sm, dsb, base + Cfg::OFF_DS + buf * Cfg::DS_BYTES, buf, c, kr0);
   wgmma_fence();
-  attn_bwd_issue_tn<Cfg>(dv, pb, do_base);
-  attn_bwd_issue_tn<Cfg>(dk, dsb, q_base);
+  attn_bwd_issue_dv_dk<Cfg>(dv, dk, pb, dsb, at.q, at.dout);
   wgmma_commit_group();
   wgmma_wait_group<0>();
   attn_bwd_step_done<Cfg>(sm, dv, dk, pb, dsb, ring->stage);
@@ -577,10 +602,7 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
   for (int it = 0; it < steps; it++) {
     const int qi = attn_bwd_step_of(tile, it).qi;
     const long long q_first = p.q_pos0 + (long long)qi * Cfg::BM;
-    const uint32_t q_base = base + Cfg::OFF_Q + ring.stage * Cfg::QT_BYTES;
-    const uint32_t do_base = base + Cfg::OFF_DO + ring.stage * Cfg::QT_BYTES;
-    const uint32_t lse_a = base + Cfg::OFF_LSE + ring.stage * Cfg::BM * 4;
-    const uint32_t delta_a = base + Cfg::OFF_DELTA + ring.stage * Cfg::BM * 4;
+    const struct attn_bwd_stage_at at = attn_bwd_stage_of<Cfg>(base, ring.stage);
     const int buf = it % Cfg::DS_BUFS;
     const uint32_t ds_base = base + Cfg::OFF_DS + buf * Cfg::DS_BYTES;
     float s[32], dp[32];
@@ -590,22 +612,18 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
       return attn_bwd_drain_dq<Cfg>();
     if (!attn_wait(&sm.full[ring.stage], ring.phase, w, MK_ATTN_WAIT_Q)) return attn_bwd_drain_dq<Cfg>();
     if (Cfg::DQ_LATE >= 2 && it > 0) attn_bwd_hand_off_dq<Cfg>(maps, sm, tile, base, c, it - 1, ring);
-    wgmma_fence();
-    attn_bwd_issue_nt<Cfg>(s, k_wg, q_base);
-    wgmma_commit_group();
-    attn_bwd_issue_nt<Cfg>(dp, v_wg, do_base);
-    wgmma_commit_group();
+    attn_bwd_issue_s_dp<Cfg>(s, dp, k_wg, v_wg, at);
     if (Cfg::DQ_LATE == 1 && it > 0) attn_bwd_hand_off_dq<Cfg>(maps, sm, tile, base, c, it - 1, ring);
-    attn_bwd_p_ds<Cfg>(p, s, dp, pb, dsb, lse_a, delta_a, q_first, tile, c, kr0);
+    attn_bwd_p_ds<Cfg>(p, s, dp, pb, dsb, at.lse, at.delta, q_first, tile, c, kr0);
     /* DEFER_DQ: both groups' dQ of this buffer's last step are done */
     if (Cfg::DEFER_DQ && it >= Cfg::DS_BUFS &&
         !attn_wait(&sm.ds_free[buf], (uint32_t)(it / Cfg::DS_BUFS - 1) & 1, w, MK_ATTN_WAIT_TURN))
       return attn_bwd_drain_dq<Cfg>();
     attn_bwd_store_ds<Cfg>(sm, dsb, ds_base, buf, c, kr0);
     const struct attn_bwd_ctx x = {base, k_base, c, kr0};
-    const int ok = Cfg::DEFER_DQ ? attn_bwd_products_deferred<Cfg>(maps, p, sm, tile, x, it, ring.stage, q_base,
-                                                                   do_base, dv, dk, pb, dsb, w)
-                                 : attn_bwd_products<Cfg>(maps, p, sm, tile, x, it, ring.stage, q_base, do_base, dv,
+    const int ok = Cfg::DEFER_DQ ? attn_bwd_products_deferred<Cfg>(maps, p, sm, tile, x, it, ring.stage, at.q,
+                                                                   at.dout, dv, dk, pb, dsb, w)
+                                 : attn_bwd_products<Cfg>(maps, p, sm, tile, x, it, ring.stage, at.q, at.dout, dv,
                                                           dk, pb, dsb, w);
     if (!ok) return attn_bwd_drain_dq<Cfg>();
     attn_ring_next(&ring, Cfg::STAGES);
@@ -635,12 +653,10 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
     }
     for (int i = 0; i < Cfg::DS_BUFS; i++) mbarrier_init(&sm.ds_ready[i], Cfg::CONSUMERS * 128);
     if (Cfg::DQ_BY_PRODUCER) mbarrier_init(sm.dq_free, 1);
-    if (Cfg::PAIR_DQ)
-      for (int i = 0; i < Cfg::DS_BUFS; i++) mbarrier_init(&sm.ds_free[i], 4); /* the reading group's warps */
-    if (Cfg::DEFER_DQ) {
-      for (int i = 0; i < Cfg::DS_BUFS; i++) mbarrier_init(&sm.ds_free[i], Cfg::CONSUMERS * 4);
-      mbarrier_init(sm.stagger, 4);
-    }
+    /* ds_free: DEFER_DQ both groups' warps, PAIR_DQ the reading group's */
+    if (Cfg::DEFER_DQ || Cfg::PAIR_DQ)
+      for (int i = 0; i < Cfg::DS_BUFS; i++) mbarrier_init(&sm.ds_free[i], Cfg::DEFER_DQ ? Cfg::CONSUMERS * 4 : 4);
+    if (Cfg::DEFER_DQ) mbarrier_init(sm.stagger, 4);
     fence_mbarrier_init();
   }
   __syncthreads();
