@@ -15,6 +15,7 @@
 
 #include "fused_comm.h"
 #include "ptx.cuh"
+#include "wait.cuh"
 #include "rank_harness.cuh"
 
 #define PEER_WRITES_MAX 8 /* MK_MOE_MAX_RANKS */
@@ -28,19 +29,14 @@ struct peer_handshake_args {
 
 static __host__ __device__ uint64_t peer_marker(int rank) { return 0xC0DE0000ull + (uint64_t)rank; }
 
-/* Thread p: the store into peer p, then the wait (5 s) for p's store here. */
+/* Thread p: the store into peer p, then the bounded wait (5 s, as the kernels wait: wait.cuh)
+ * for p's store here; what it saw (the check wants exactly p's marker). */
 static __global__ void peer_handshake_kernel(struct peer_handshake_args a) {
   const int p = threadIdx.x;
   if (p >= a.nranks || p == a.rank) return;
   fence_acq_rel_sys();
   st_release_sys_u64(a.peer_slot[p], peer_marker(a.rank));
-  const uint64_t t0 = globaltimer_ns();
-  uint64_t v = ld_acquire_sys_u64(a.own_slot + p);
-  while (v != peer_marker(p) && globaltimer_ns() - t0 < 5000000000ull) {
-    __nanosleep(1000);
-    v = ld_acquire_sys_u64(a.own_slot + p);
-  }
-  a.seen[p] = v;
+  a.seen[p] = mk_wait_geq_inline(a.own_slot + p, peer_marker(p), NULL, 0, 0, (uint32_t)p, 5000000000ull);
 }
 
 /* Writing rank `rank`'s marker into slot `rank` at `off` of every peer's workspace. */
