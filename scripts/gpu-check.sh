@@ -296,7 +296,7 @@ MOE_TESTS="correctness:moe_dispatch_and_combine_match_float64_on_random_and_skew
 fp8:moe_fp8_dispatch_matches_quantized_float64_reference
 graph:moe_ops_replay_in_cuda_graphs_with_changed_routing bad_input:moe_ops_reject_bad_input_untouched empty_rank_tokens:moe_rank_with_zero_tokens_dispatches_and_combines_correctly
 negative_control:moe_checker_rejects_one_bad_element dead_peer:moe_dispatch_without_its_peer_ends_in_an_async_error
-peer_writes:moe_peer_writes_land_where_the_peer_reads_them"
+peer_writes:moe_peer_writes_land_where_the_peer_reads_them busy_sms:moe_ops_finish_correct_while_another_kernel_holds_a_quarter_of_the_sms"
 
 # The MoE ops on 2 GPUs (skipped with fewer), on the default dispatch and on the overlapped one
 # (NCCL_MK_MOE_OVERLAP=1), then moe_perf on the Mixtral, DeepSeek-V3 and decode shapes against

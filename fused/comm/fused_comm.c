@@ -105,7 +105,11 @@ static int fused_comm_alloc(struct mk_fused_comm* fc) {
   MK_CHECK(mk_cuda_check(cudaDeviceGetAttribute(&fc->num_sms, cudaDevAttrMultiProcessorCount,
                                                 fc->dev), "cudaDeviceGetAttribute"));
   MK_CHECK(mk_cuda_check(cudaMalloc(&fc->sym, fc->sym_bytes), "cudaMalloc (workspace)"));
-  MK_CHECK(mk_cuda_check(cudaMemset(fc->sym, 0, fc->sym_bytes), "cudaMemset (workspace)"));
+  /* Zeroed on the stream of the workspace exchange: a peer learns our workspace only from that
+   * gather, so it cannot store into it before the zeroing ends. cudaMemset on the legacy stream
+   * is asynchronous and unordered with the gather's non-blocking stream; with two ranks on one
+   * GPU under MPS the fast rank's first MoE counts were wiped by the slow rank's zeroing. */
+  MK_CHECK(mk_cuda_check(cudaMemsetAsync(fc->sym, 0, fc->sym_bytes, fc->internal), "cudaMemset (workspace)"));
   MK_CHECK(mk_cuda_check(cudaMalloc((void**)&fc->records_dev,
                                     (nr + 1) * sizeof(struct mk_peer_record)),
                          "cudaMalloc (records)"));

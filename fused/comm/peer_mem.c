@@ -57,10 +57,10 @@ int mk_peer_exchange_post(struct mk_fused_comm* fc) {
   size_t rec = sizeof(struct mk_peer_record);
   struct mk_peer_record* send = fc->records_dev + fc->nranks;
   if (!rc)
-    rc = mk_cuda_check(cudaMemset(fc->records_dev, 0xff, (size_t)fc->nranks * rec),
+    rc = mk_cuda_check(cudaMemsetAsync(fc->records_dev, 0xff, (size_t)fc->nranks * rec, fc->internal),
                        "record poison");
-  if (!rc)
-    rc = mk_cuda_check(cudaMemcpy(send, &mine, rec, cudaMemcpyHostToDevice), "record upload");
+  if (!rc) /* from pageable memory: returns once `mine` is staged */
+    rc = mk_cuda_check(cudaMemcpyAsync(send, &mine, rec, cudaMemcpyHostToDevice, fc->internal), "record upload");
   if (rc) return rc;
   rc = mk_nccl_check(fc->api->group_start(), "ncclGroupStart");
   if (rc) return rc;

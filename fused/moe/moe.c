@@ -54,6 +54,7 @@ size_t mk_moe_geom_layout(struct mk_moe_geom* g) {
   g->rows_done = moe_take(&at, MK_MOE_MAX_LOCAL_EXPERTS * 4);
   g->route_done = moe_take(&at, 4);
   g->expand_next = moe_take(&at, 4);
+  g->claims = moe_take(&at, MK_MOE_CLAIMS * 4);
   g->routed = moe_take(&at, 8);
   g->offsets_ready = moe_take(&at, 8);
   g->send_counts = moe_take(&at, (size_t)MK_MOE_MAX_RANKS * MK_MOE_COUNT_STRIDE * 4);

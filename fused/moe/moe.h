@@ -4,16 +4,17 @@
  * Dispatch, call e on rank s (every rank on this host; ncclMkMoeDispatchGemm in moe.c): a
  * begin kernel (call = done + 1; zero this call's counters), then one dispatch kernel whose
  * phases are
- *   route     every CTA its share of the tokens: once per destination rank d that owns one
- *             of its experts, a place u in d's list, and per (token, slot) with an expert j
- *             on d a place pos among s's rows for (d, j) (atomics: the order inside a group
- *             is not fixed, each row says where it came from)
- *   counts    the last CTA to finish routing raises routed = e (the push starts), then, for
- *             each d once d finished call e-1: s's counts into d's counts[s], then
+ *   route     CTAs claim chunks of the tokens (mk_moe_route_chunks): each token once per
+ *             destination rank d that owns one of its experts, a place u in d's list, and per
+ *             (token, slot) with an expert j on d a place pos among s's rows for (d, j)
+ *             (atomics: the order inside a group is not fixed, each row says where it came from)
+ *   counts    the CTA that finishes the last chunk raises routed = e (the push starts), then,
+ *             for each d once d finished call e-1: s's counts into d's counts[s], then
  *             counts_flag[s] = e; waits for every source's counts, writes the group offsets
  *             (expert j's rows: sources in rank order) and offsets_ready = e (the expand starts)
- *   comm      push CTAs (for each d once d finished call e-1) copy s's listed tokens and
- *             their slots into each peer's recv[s] / meta[s], 16-row chunks, raising
+ *   comm      the first push_ctas CTAs to get here push: they claim (destination, chunk)
+ *             items, and once d finished call e-1 copy s's listed tokens and their slots
+ *             into d's recv[s] / meta[s], 16-row chunks, raising
  *             chunk_flag[s][c] = e after each (with fp8 dispatch the rows move as e4m3 and
  *             a scale rides in the token's meta); expand warps (and the push CTAs' once their
  *             push is done: items claimed in order from a counter) take every source's rows (own
@@ -25,6 +26,10 @@
  *             (NCCL_MK_MOE_OVERLAP=1: on the SMs it leaves, each group waiting for
  *             ready[j] >= e; the route phase then runs first, as its own launch)
  *   finish    done = e (peers may write this rank's areas again)
+ * Work is claimed from counters, never tied to blockIdx: the kernel finishes with any number
+ * of its CTAs on the GPU at once (one resident CTA is enough). A CTA that waits for another
+ * that cannot start would hang when other kernels hold SMs: another stream's, or a peer's
+ * sharing the GPU under MPS (where the whole-grid dispatch hung in session 35).
  * A rank with no tokens (T = 0) runs every phase the same way: it routes nothing, sends zero
  * counts, pushes nothing, and expands and multiplies the rows its peers push to it.
  * Combine, call e: begin; the grouped GEMM, whose epilogue stores every row straight into its
@@ -37,7 +42,7 @@
  *
  * MoE area of each rank's symmetric workspace (after the dense ops' data area), offsets in
  * struct mk_moe_geom: written by peers: counts_flag, comb_flag, counts, chunk_flag, meta,
- * recv, comb; this rank only: ready, rows_done, route_done, expand_next, routed, offsets_ready,
+ * recv, comb; this rank only: ready, rows_done, route_done, expand_next, claims, routed, offsets_ready,
  * send_counts, send_list, send_meta, seg, rows (the GEMM's A in a dispatch, y in a combine).
  */
 #ifndef MK_MOE_H_
@@ -67,15 +72,26 @@ extern "C" {
 struct mk_moe_geom {
   int nranks, max_tokens, max_hidden, max_topk, max_recv_rows;
   size_t counts_flag, comb_flag, counts, chunk_flag, meta, recv, comb;
-  size_t ready, rows_done, route_done, expand_next, routed, offsets_ready, send_counts, send_list, send_meta, seg,
-      rows;
+  size_t ready, rows_done, route_done, expand_next, claims, routed, offsets_ready, send_counts, send_list, send_meta,
+      seg, rows;
   size_t bytes;
 };
 
-/* The expand's items (moe_dispatch.cu): every source's (a row's part each), in step order (own
- * rows first), numbered across sources from 0. Item i is item *local of step `return`, of
+/* The dispatch's claim counters (claims in the MoE area, zeroed by the begin kernel): the
+ * route's token chunks, the CTAs' roles in arrival order, the push's chunks. */
+enum mk_moe_claim { MK_MOE_CLAIM_ROUTE, MK_MOE_CLAIM_ROLE, MK_MOE_CLAIM_PUSH, MK_MOE_CLAIMS };
+
+/* The route's token chunks for a grid of `ctas`: *per tokens each (at least 1), as many chunks
+ * as CTAs or fewer, and one (empty) chunk with no tokens, whose end still ends the route. */
+MK_HD int mk_moe_route_chunks(int tokens, int ctas, int* per) {
+  *per = tokens > 0 ? (tokens + ctas - 1) / ctas : 1;
+  return tokens > 0 ? (tokens + *per - 1) / *per : 1;
+}
+
+/* Items numbered across steps (moe_dispatch.cu: the expand's rows or row parts per source, own
+ * rows first; the push's chunks per destination): item i is item *local of step `return`, of
  * `steps` steps with items[s] items each; -1 (and *local untouched) past the last. */
-MK_HD int mk_moe_expand_item(const int* items, int steps, int i, int* local) {
+MK_HD int mk_moe_step_item(const int* items, int steps, int i, int* local) {
   for (int s = 0; s < steps; s++) {
     if (i < items[s]) {
       *local = i;
@@ -124,7 +140,7 @@ struct mk_moe_args {
 
 /* MK_TRACE_PHASE ids of the dispatch kernel's events (trace.h; scripts/mktrace names them). */
 enum mk_moe_trace_phase {
-  MK_MOE_TRACE_ROUTE = 0,  /* every CTA: its share of the tokens placed */
+  MK_MOE_TRACE_ROUTE = 0,  /* a CTA: from its start to its last route chunk placed */
   MK_MOE_TRACE_COUNTS = 1, /* the last routing CTA: counts out, every source's back, offsets */
   MK_MOE_TRACE_PUSH = 2,   /* a push CTA: from `routed` to its last chunk's flag */
   MK_MOE_TRACE_EXPAND = 3, /* an expand CTA, or a push CTA once its push is done: from

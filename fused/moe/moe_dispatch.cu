@@ -59,6 +59,17 @@ static __global__ void moe_begin_kernel(const struct mk_moe_args a, int zero_cou
   uint32_t* rows_done = (uint32_t*)(own + a.g.rows_done);
   for (int j = threadIdx.x; j < a.e_local; j += blockDim.x) rows_done[j] = 0;
   if (threadIdx.x == 0) *a.rows_sent = 0, *(uint32_t*)(own + a.g.expand_next) = 0;
+  if (threadIdx.x < MK_MOE_CLAIMS) ((uint32_t*)(own + a.g.claims))[threadIdx.x] = 0;
+}
+
+/* The next item of a claim counter (enum mk_moe_claim) for the whole CTA (every thread calls). */
+static __device__ int moe_claim(const struct mk_moe_args& a, int which) {
+  __shared__ int claimed;
+  if (threadIdx.x == 0) claimed = (int)atomicAdd((uint32_t*)(a.moe[a.rank] + a.g.claims) + which, 1u);
+  __syncthreads();
+  const int c = claimed;
+  __syncthreads(); /* every thread read it before the next claim writes it */
+  return c;
 }
 
 /* Token t's slots: local expert and destination rank of each (-1: masked). */
@@ -104,14 +115,13 @@ static __device__ void moe_route_token(const struct mk_moe_args& a, int t, int* 
   }
 }
 
-/* This CTA's share of the tokens in two passes over counters in shared memory (fast atomics):
- * count, reserve the CTA's places with one global atomic per counter, place. Places are
- * unique; their order is not fixed (each row of the layout says where it came from). */
-static __device__ void moe_route_block(const struct mk_moe_args& a) {
+/* Tokens [t0, t1) in two passes over counters in shared memory (fast atomics): count, reserve
+ * the chunk's places with one global atomic per counter, place. Places are unique; their
+ * order is not fixed (each row of the layout says where it came from). */
+static __device__ void moe_route_chunk(const struct mk_moe_args& a, int t0, int t1) {
   __shared__ int cnt[MK_MOE_MAX_RANKS * MK_MOE_COUNT_STRIDE], base[MK_MOE_MAX_RANKS * MK_MOE_COUNT_STRIDE];
   int* global = moe_ints(a.moe[a.rank], a.g.send_counts);
-  const int n = a.nranks * MK_MOE_COUNT_STRIDE, per = (a.tokens + gridDim.x - 1) / gridDim.x;
-  const int t0 = blockIdx.x * per, t1 = min(a.tokens, t0 + per);
+  const int n = a.nranks * MK_MOE_COUNT_STRIDE;
   for (int i = threadIdx.x; i < n; i += blockDim.x) cnt[i] = 0;
   __syncthreads();
   for (int t = t0 + threadIdx.x; t < t1; t += blockDim.x) moe_route_token(a, t, cnt, NULL);
@@ -124,20 +134,33 @@ static __device__ void moe_route_block(const struct mk_moe_args& a) {
   for (int t = t0 + threadIdx.x; t < t1; t += blockDim.x) moe_route_token(a, t, cnt, base);
 }
 
-/* After its route: 1 in the CTA that finished last (it then sees every CTA's counts). */
-static __device__ bool moe_route_last_block(const struct mk_moe_args& a) {
+/* After a route chunk: 1 in the CTA that finished the call's last one (it then sees every
+ * chunk's counts). */
+static __device__ bool moe_route_chunk_done(const struct mk_moe_args& a, int chunks) {
   __shared__ int last;
   __syncthreads(); /* every thread's writes before thread 0's fence */
   if (threadIdx.x == 0) {
     uint32_t* done = (uint32_t*)(a.moe[a.rank] + a.g.route_done);
     __threadfence();
-    last = atomicAdd(done, 1u) == gridDim.x - 1;
+    last = atomicAdd(done, 1u) == (uint32_t)chunks - 1;
     if (last) {
-      *done = 0; /* for the next call: no CTA adds to it again in this one */
+      *done = 0; /* for the next call: every chunk is counted */
       __threadfence();
     }
   }
   __syncthreads();
+  return last;
+}
+
+/* Route chunks claimed until none is left; 1 in the CTA that finished the last. */
+static __device__ bool moe_route(const struct mk_moe_args& a) {
+  int per;
+  const int chunks = mk_moe_route_chunks(a.tokens, gridDim.x, &per);
+  bool last = false;
+  for (int c = moe_claim(a, MK_MOE_CLAIM_ROUTE); c < chunks; c = moe_claim(a, MK_MOE_CLAIM_ROUTE)) {
+    moe_route_chunk(a, c * per, min(a.tokens, (c + 1) * per));
+    last = moe_route_chunk_done(a, chunks);
+  }
   return last;
 }
 
@@ -248,42 +271,59 @@ static __device__ bool moe_offsets_ready(const struct mk_moe_args& a, uint64_t e
                              MK_MOE_TRACE_EXPAND);
 }
 
-/* Push CTAs: for each peer (ring order), once it finished the previous call, this rank's
- * listed tokens and their slots into the peer's recv[rank] / meta[rank], a chunk per CTA at a
- * time, then the chunk's flag. Runs while the last routing CTA exchanges the counts. */
-static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e, struct mk_trace_writer* w) {
+/* Chunk c (16 rows) of this rank's listed tokens for d, n rows in all, and their slots into
+ * d's recv[rank] / meta[rank], then the chunk's flag. */
+static __device__ void moe_push_chunk(const struct mk_moe_args& a, int d, int c, int n, uint64_t e,
+                                      struct mk_trace_writer* w) {
   char* own = a.moe[a.rank];
+  char* peer = a.moe[d];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, stride = MK_MOE_META_HEAD + a.g.max_topk;
   const size_t row_bytes = (size_t)a.hidden * 2;
-  for (int step = 1; step < a.nranks; step++) {
+  const size_t base = (size_t)a.rank * a.g.max_tokens; /* our slot in the peer's arrays */
+  const uint64_t t0 = mk_trace_begin(w);
+  const int u0 = c * MK_MOE_CHUNK_ROWS, u1 = min(n, u0 + MK_MOE_CHUNK_ROWS);
+  for (int u = u0 + warp; u < u1; u += MOE_WARPS) {
+    const size_t mine = (size_t)d * a.g.max_tokens + u;
+    const int t = moe_ints(own, a.g.send_list)[mine];
+    const char* x_row = (const char*)a.x + (size_t)t * row_bytes;
+    float scale = 0.f;
+    if (a.fp8) scale = moe_quant_row((uint2*)(peer + a.g.recv + (base + u) * row_bytes), (const uint4*)x_row, a.hidden / 8);
+    else moe_copy_row<false>(peer + a.g.recv + (base + u) * row_bytes, x_row, a.hidden);
+    if (lane < stride)
+      moe_ints(peer, a.g.meta)[(base + u) * stride + lane] =
+          lane == 1 ? __float_as_int(scale) : moe_ints(own, a.g.send_meta)[mine * stride + lane];
+  }
+  __syncthreads(); /* every thread's stores before thread 0's fence */
+  if (threadIdx.x == 0) {
+    const size_t flag = (size_t)a.rank * moe_chunks_max(a.g) + c;
+    fence_acq_rel_sys();
+    st_release_sys_u64(moe_words(peer, a.g.chunk_flag) + flag, e);
+    atomicAdd(a.rows_sent, (unsigned long long)(u1 - u0));
+    mk_trace_end(w, t0, MK_TRACE_COMM_SEND, MK_TRACE_CHUNK, (uint32_t)d, (uint32_t)c, (uint32_t)flag, e);
+  }
+}
+
+/* Push CTAs: (destination, chunk) items claimed in order, the peers in ring order; a peer's
+ * first once it finished the previous call. Runs while the last routing CTA exchanges the
+ * counts. */
+static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e, struct mk_trace_writer* w) {
+  const int* send_counts = moe_ints(a.moe[a.rank], a.g.send_counts);
+  int chunks[MK_MOE_MAX_RANKS];
+  for (int step = 0; step < a.nranks; step++) {
+    const int n = step ? send_counts[((a.rank + step) % a.nranks) * MK_MOE_COUNT_STRIDE] : 0;
+    chunks[step] = (n + MK_MOE_CHUNK_ROWS - 1) / MK_MOE_CHUNK_ROWS;
+  }
+  uint32_t peers_free = 0; /* the peers seen done with the previous call */
+  for (;;) {
+    int c;
+    const int step = mk_moe_step_item(chunks, a.nranks, moe_claim(a, MK_MOE_CLAIM_PUSH), &c);
+    if (step < 0) return;
     const int d = (a.rank + step) % a.nranks;
-    char* peer = a.moe[d];
-    if (!moe_cta_wait(a, a.words[d] + MK_AG_WORD_DONE, e - 1, 0, MK_AG_WORD_DONE)) return;
-    const int n = moe_ints(own, a.g.send_counts)[d * MK_MOE_COUNT_STRIDE];
-    const size_t base = (size_t)a.rank * a.g.max_tokens; /* our slot in the peer's arrays */
-    for (int c = blockIdx.x; c * MK_MOE_CHUNK_ROWS < n; c += a.push_ctas) {
-      const uint64_t t0 = mk_trace_begin(w);
-      const int u0 = c * MK_MOE_CHUNK_ROWS, u1 = min(n, u0 + MK_MOE_CHUNK_ROWS);
-      for (int u = u0 + warp; u < u1; u += MOE_WARPS) {
-        const size_t mine = (size_t)d * a.g.max_tokens + u;
-        const int t = moe_ints(own, a.g.send_list)[mine];
-        const char* x_row = (const char*)a.x + (size_t)t * row_bytes;
-        float scale = 0.f;
-        if (a.fp8) scale = moe_quant_row((uint2*)(peer + a.g.recv + (base + u) * row_bytes), (const uint4*)x_row, a.hidden / 8);
-        else moe_copy_row<false>(peer + a.g.recv + (base + u) * row_bytes, x_row, a.hidden);
-        if (lane < stride)
-          moe_ints(peer, a.g.meta)[(base + u) * stride + lane] =
-              lane == 1 ? __float_as_int(scale) : moe_ints(own, a.g.send_meta)[mine * stride + lane];
-      }
-      __syncthreads(); /* every thread's stores before thread 0's fence */
-      if (threadIdx.x == 0) {
-        const size_t flag = (size_t)a.rank * moe_chunks_max(a.g) + c;
-        fence_acq_rel_sys();
-        st_release_sys_u64(moe_words(peer, a.g.chunk_flag) + flag, e);
-        atomicAdd(a.rows_sent, (unsigned long long)(u1 - u0));
-        mk_trace_end(w, t0, MK_TRACE_COMM_SEND, MK_TRACE_CHUNK, (uint32_t)d, (uint32_t)c, (uint32_t)flag, e);
-      }
+    if (!(peers_free >> d & 1u)) {
+      if (!moe_cta_wait(a, a.words[d] + MK_AG_WORD_DONE, e - 1, 0, MK_AG_WORD_DONE)) return;
+      peers_free |= 1u << d;
     }
+    moe_push_chunk(a, d, c, send_counts[d * MK_MOE_COUNT_STRIDE], e, w);
   }
 }
 
@@ -351,7 +391,7 @@ static __device__ int moe_expand_claim(uint32_t* next, int warps, int total, int
 
 /* Expand: every source's rows (own first, read in place; then the ranks that push to us first),
  * item i = u * parts + p (part p of row u) numbered across sources in that order
- * (mk_moe_expand_item), each peer row once its chunk's flag is up. Expand warp w starts at item
+ * (mk_moe_step_item), each peer row once its chunk's flag is up. Expand warp w starts at item
  * w (first_item; -1: a push CTA's warp, which joins once its push is done) and claims the rest
  * in order from a counter: the copies run at a rate that grows with the SMs doing them
  * (2.35 / 2.51 / 2.87 TB/s of writes on 66 / 99 / 132 SMs, session 28), and the push's SMs
@@ -377,7 +417,7 @@ static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e, int f
   for (int i = first_item >= 0 ? first_item : moe_expand_claim(next, warps, total, lane); i < total;
        i = moe_expand_claim(next, warps, total, lane)) {
     int local;
-    const int step = mk_moe_expand_item(items, a.nranks, i, &local);
+    const int step = mk_moe_step_item(items, a.nranks, i, &local);
     const int src = (a.rank - step + a.nranks) % a.nranks;
     const bool self = src == a.rank;
     const int u = local / parts, flag = src * moe_chunks_max(a.g) + u / MK_MOE_CHUNK_ROWS;
@@ -396,12 +436,12 @@ static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e, int f
   }
 }
 
-/* The dispatch in one kernel: every CTA routes its share of the tokens; the last one says so
- * (push CTAs start), exchanges the counts and publishes the offsets (expand CTAs start). `phases`
- * (MK_MOE_PHASE_*) runs a part: with the GEMM beside the comm phase, the route phase runs
- * first on the GEMM's stream, whose scheduler reads the offsets when it starts. Every CTA
- * must be resident at once (CTAs wait for the last one): grid <= the SMs left free. The grid
- * does not depend on the tokens: with none (x and topk_idx never read) every phase still runs,
+/* The dispatch in one kernel: CTAs claim the tokens' route chunks; the one that finishes the
+ * last says so (push CTAs start), exchanges the counts and publishes the offsets (expand CTAs
+ * start). `phases` (MK_MOE_PHASE_*) runs a part: with the GEMM beside the comm phase, the route
+ * phase runs first on the GEMM's stream, whose scheduler reads the offsets when it starts.
+ * Roles and work are claimed, so the CTAs that are resident finish every phase whatever the
+ * others do (moe.h). The grid does not depend on the tokens: with none (x and topk_idx never read) every phase still runs,
  * so zero counts reach the peers and the rows they push are expanded for this rank's GEMM. */
 static __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const struct mk_moe_args a, int phases) {
   const uint64_t e = moe_call(a);
@@ -410,9 +450,9 @@ static __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const 
   if (threadIdx.x == 0) w = mk_trace_open(a.trace, blockIdx.x, MK_TRACE_LANE_COMM);
   uint64_t t0 = mk_trace_begin(&w);
   if (phases & MK_MOE_PHASE_ROUTE) {
-    moe_route_block(a);
+    const bool last = moe_route(a);
     moe_trace_phase(&w, t0, MK_TRACE_COMM_SEND, MK_MOE_TRACE_ROUTE, e);
-    if (moe_route_last_block(a)) {
+    if (last) {
       t0 = mk_trace_begin(&w);
       if (threadIdx.x == 0) st_release_sys_u64(moe_words(a.moe[a.rank], a.g.routed), e); /* after its fence */
       moe_counts(a, e);
@@ -420,7 +460,8 @@ static __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const 
     }
   }
   if (!(phases & MK_MOE_PHASE_COMM)) return;
-  const bool pushes = (int)blockIdx.x < a.push_ctas;
+  const int role = moe_claim(a, MK_MOE_CLAIM_ROLE); /* arrival order: the first ones push */
+  const bool pushes = role < a.push_ctas;
   if (pushes) {
     if (!moe_routed(a, e, &w)) return;
     t0 = mk_trace_begin(&w);
@@ -430,7 +471,7 @@ static __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const 
   /* the push CTAs join the expand once their rows are out */
   if (moe_offsets_ready(a, e, &w)) {
     t0 = mk_trace_begin(&w);
-    moe_expand(a, e, pushes ? -1 : ((int)blockIdx.x - a.push_ctas) * MOE_WARPS + (int)threadIdx.x / 32);
+    moe_expand(a, e, pushes ? -1 : (role - a.push_ctas) * MOE_WARPS + (int)threadIdx.x / 32);
     if (a.trace) __syncthreads(); /* the phase ends with the CTA's last warp */
     moe_trace_phase(&w, t0, MK_TRACE_COMM_RECV, MK_MOE_TRACE_EXPAND, e);
   }

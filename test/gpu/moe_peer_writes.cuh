@@ -6,9 +6,11 @@
  *     peer's store into this rank's own counts_flag[peer];
  *   - markers at the dense data area's end, the MoE area's recv and the workspace's last bytes
  *     (a slot per writing rank), checked by their owner after a barrier.
- * Why: under MPS (two ranks sharing one GPU, scripts/mps.sh) the dispatch's first call hung
- * with one rank never seeing its peer's counts (session 35): this tells a mapping or
- * visibility fault from a scheduling one. Everything written is zeroed again before the end.
+ * The handshake is the scenario's first GPU work, with no barrier after ncclMkCommInit (whose
+ * exchange has opened every mapping): a peer's first store must survive the owner's zeroing of
+ * its workspace. Under MPS (two ranks sharing one GPU, scripts/mps.sh) the dispatch's first
+ * call hung because it did not (session 35: the zeroing was on the legacy stream, unordered
+ * with the exchange; session 36 fixed it). Everything written is zeroed again before the end.
  */
 #ifndef MK_MOE_PEER_WRITES_CUH_
 #define MK_MOE_PEER_WRITES_CUH_
@@ -75,8 +77,7 @@ static void scenario_peer_writes(struct rank_env* e) {
   h.own_slot = (const uint64_t*)((char*)fc->sym + flags);
   h.rank = e->rank, h.nranks = NR;
   CUDA_OK(cudaMalloc(&h.seen, sizeof(unsigned long long) * NR));
-  CUDA_OK(cudaMemset(h.seen, 0, sizeof(unsigned long long) * NR));
-  rank_barrier(e->comm, e->stream); /* every rank's mapping is open */
+  CUDA_OK(cudaMemsetAsync(h.seen, 0, sizeof(unsigned long long) * NR, e->stream));
   peer_handshake_kernel<<<1, 32, 0, e->stream>>>(h);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaStreamSynchronize(e->stream));

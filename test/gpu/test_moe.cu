@@ -13,9 +13,11 @@
  *   peer_writes       every rank's stores into its peers' workspaces (a running kernel's
  *                     handshake on counts_flag, markers across the area) land where they
  *                     read them (moe_peer_writes.cuh)
+ *   busy_sms          both ops correct while another kernel holds a quarter of the SMs
+ *                     (moe_busy_sms.cuh)
  *
  * usage: test_moe <correctness|fp8|graph|empty_rank_tokens|bad_input|negative_control|dead_peer|
- *                 peer_writes>
+ *                 peer_writes|busy_sms>
  * The binary starts one process per GPU itself.
  */
 #include <unistd.h>
@@ -24,6 +26,7 @@
 #include "perf_launch.h"
 #include "rank_harness.cuh"
 #include "moe_peer_writes.cuh" /* after rank_harness.cuh: its rank_barrier */
+#include "moe_busy_sms.cuh"
 
 /* clang-format off */
 static const struct moe_case correctness_cases[] = {
@@ -275,7 +278,8 @@ static void run_scenario(struct rank_env* e, const char* name) {
                    {"empty_rank_tokens", scenario_empty_rank_tokens},
                    {"bad_input", scenario_bad_input},
                    {"negative_control", scenario_negative_control},
-                   {"peer_writes", scenario_peer_writes}};
+                   {"peer_writes", scenario_peer_writes},
+                   {"busy_sms", scenario_busy_sms}};
   size_t i = 0, n = sizeof(scenarios) / sizeof(scenarios[0]);
   while (i < n && strcmp(name, scenarios[i].name)) i++;
   if (i < n) scenarios[i].run(e);
@@ -288,6 +292,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
 static void moe_scenario_env(const char* scenario, int rank) {
   (void)rank;
   if (!strcmp(scenario, "dead_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
+  if (!strcmp(scenario, "busy_sms")) setenv("NCCL_MK_TIMEOUT_MS", "10000", 1); /* a hang ends before the holder's 30 s */
 }
 
 static void moe_config(const char* scenario, ncclMkConfig* cfg) {

@@ -28,6 +28,7 @@ static void check_sizes(int nranks, int tokens, int hidden, int topk, int recv_r
       {"rows_done", g.rows_done, MK_MOE_MAX_LOCAL_EXPERTS * 4},
       {"route_done", g.route_done, 4},
       {"expand_next", g.expand_next, 4},
+      {"claims", g.claims, MK_MOE_CLAIMS * 4},
       {"routed", g.routed, 8},
       {"offsets_ready", g.offsets_ready, 8},
       {"send_counts", g.send_counts, (size_t)MK_MOE_MAX_RANKS * MK_MOE_COUNT_STRIDE * 4},
@@ -53,7 +54,7 @@ static void check_sizes(int nranks, int tokens, int hidden, int topk, int recv_r
   CHECK(bytes >= end && bytes - end < 256); /* no slack past the last region but its rounding */
 }
 
-/* The expand's item numbering (mk_moe_expand_item) over sources with counts[s] items each:
+/* The expand's and the push's item numbering (mk_moe_step_item) over sources with counts[s] items each:
  * items 0 .. total-1 name every (source, local) pair exactly once, in source order and in
  * order within a source; from total on, none. */
 static void check_expand_items(const int* counts, int sources) {
@@ -62,7 +63,7 @@ static void check_expand_items(const int* counts, int sources) {
   int prev_step = 0, prev_local = -1;
   for (int i = 0; i < total; i++) {
     int local = -7;
-    const int step = mk_moe_expand_item(counts, sources, i, &local);
+    const int step = mk_moe_step_item(counts, sources, i, &local);
     CHECK(step >= 0 && step < sources && local >= 0 && local < counts[step]);
     /* the next pair after the previous one: the same source's next item, or a later source's first */
     CHECK((step == prev_step && local == prev_local + 1) || (step > prev_step && local == 0));
@@ -71,8 +72,8 @@ static void check_expand_items(const int* counts, int sources) {
     prev_step = step, prev_local = local;
   }
   int local = -7;
-  CHECK(mk_moe_expand_item(counts, sources, total, &local) == -1 && local == -7);
-  CHECK(mk_moe_expand_item(counts, sources, total + 1000, &local) == -1);
+  CHECK(mk_moe_step_item(counts, sources, total, &local) == -1 && local == -7);
+  CHECK(mk_moe_step_item(counts, sources, total + 1000, &local) == -1);
 }
 
 /* mk_moe_gemm_block_m: 64-row tiles up to 512 mean rows per local expert, 128 above. */
@@ -86,8 +87,24 @@ static void check_gemm_block_m(void) {
   CHECK(mk_moe_gemm_block_m(16, 1, 1, 0) == 128);     /* nonsense experts: the default */
 }
 
+/* mk_moe_route_chunks: every token in exactly one chunk, no chunk empty but the one of a call
+ * with no tokens, never more chunks than CTAs (each CTA that gets here may take one). */
+static void check_route_chunks(int tokens, int ctas) {
+  int per = -1;
+  const int chunks = mk_moe_route_chunks(tokens, ctas, &per);
+  CHECK(per >= 1 && chunks >= 1 && chunks <= ctas);
+  if (tokens == 0) {
+    CHECK(chunks == 1);
+    return;
+  }
+  CHECK((long)(chunks - 1) * per < tokens && (long)chunks * per >= tokens); /* the last one not empty */
+}
+
 int main(void) {
   check_gemm_block_m();
+  const int route_tokens[] = {0, 1, 2, 7, 131, 132, 133, 4096, 16384}, route_ctas[] = {1, 2, 8, 12, 33, 132};
+  for (int a = 0; a < 9; a++)
+    for (int b = 0; b < 6; b++) check_route_chunks(route_tokens[a], route_ctas[b]);
   const int decode[] = {256, 260}, skewed[] = {0, 5000, 1, 0, 0, 1583, 1584}, one[] = {7}, none[] = {0, 0};
   check_expand_items(decode, 2);
   check_expand_items(skewed, 7);
