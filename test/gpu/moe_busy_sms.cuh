@@ -4,7 +4,9 @@
  * SM (one CTA each): before its work was claimed from counters (moe.h) its CTAs waited for
  * the last routing CTA, which could not start while the SMs it needed were held, and the call
  * hung until its bounded waits gave up (first seen with two ranks sharing a GPU under MPS,
- * session 35). The holder is released only after both calls have ended.
+ * session 35). The holder is released only after both calls have ended. Each case runs once
+ * unheld first: with CUDA's lazy loading, a kernel's first launch waits for the kernels
+ * running in the context (here the holder) to end, as NCCL's do (bench/NOTES.md, session 36).
  */
 #ifndef MK_MOE_BUSY_SMS_CUH_
 #define MK_MOE_BUSY_SMS_CUH_
@@ -68,6 +70,7 @@ static void scenario_busy_sms(struct rank_env* e) {
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     const struct moe_case* c = &cases[i];
     const uint64_t base = g_seed + 3000 + i * 7;
+    run_case(e, c, base, 0); /* loads the kernels */
     struct moe_bufs b;
     bufs_alloc(&b, c);
     inputs_fill(e, &b, c, base);
