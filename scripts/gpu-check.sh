@@ -84,13 +84,6 @@ scenarios() {
   for t in $list; do step "${t#*:}$sfx" "${pre[@]}" "$bin" "${t%%:*}"; done
 }
 
-# The MoE ops' first dispatch hangs under scripts/mps.sh (session 35: the rank that runs ahead
-# writes its counts into its peer's area and the peer never sees them; not understood, see
-# bench/NOTES.md). With the GPU shared they run outside MPS instead: the two ranks' kernels take
-# turns in time slices, correct and slow per step. moe_env prints env(1) options, or nothing;
-# moe_sfx the step names' suffix that says so in the table.
-moe_env() { if [ "${MK_SHARE_GPU:-0}" = 1 ]; then echo "-u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_LOG_DIRECTORY"; fi; }
-moe_sfx() { if [ "${MK_SHARE_GPU:-0}" = 1 ]; then echo "_time_sliced"; fi; }
 
 GEMM_TESTS="odd_shapes:gemm_matches_float64_on_odd_shapes cublas:gemm_matches_cublaslt
 negative_control:gemm_checker_rejects_one_bad_element ready_flags:gemm_waits_for_row_block_flags
@@ -204,7 +197,7 @@ tier_fused() {
 # no benchmarks: the check after a change to what they share (test/gpu/rank_harness.cuh).
 tier_pairs() {
   scenarios "$FUSED_TESTS" "$B/test/gpu/test_fused_ops"
-  SCENARIO_ENV=$(moe_env) scenarios "$MOE_TESTS" "$B/test/gpu/test_moe" "$(moe_sfx)"
+  scenarios "$MOE_TESTS" "$B/test/gpu/test_moe"
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_MERGED=1 scenarios "$RING_BWD_MERGED_TESTS" "$B/test/gpu/test_ring_attn_bwd"
@@ -236,7 +229,7 @@ tier_scale() {
     MK_TEST_RANKS=$n scenarios "$FUSED_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
     MK_TEST_RANKS=$n NCCL_MK_LOCAL_SIZE=1 NCCL_MK_TRANSPORT=ofi NCCL_MK_OFI_PROVIDER="tcp;ofi_rxm" \
       NCCL_MK_TIMEOUT_MS=15000 scenarios "$XNODE_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
-    MK_TEST_RANKS=$n SCENARIO_ENV=$(moe_env) scenarios "$MOE_TESTS" "$B/test/gpu/test_moe" "_${n}_ranks$(moe_sfx)"
+    MK_TEST_RANKS=$n scenarios "$MOE_TESTS" "$B/test/gpu/test_moe" "_${n}_ranks"
     MK_TEST_RANKS=$n scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn" "_${n}_ranks"
     MK_TEST_RANKS=$n scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd" "_${n}_ranks"
   done
@@ -305,10 +298,10 @@ peer_writes:moe_peer_writes_land_where_the_peer_reads_them busy_sms:moe_ops_fini
 tier_moe() {
   local t n=20
   [ "${MK_FUSED_SHAPES:-}" = small ] && n=5
-  SCENARIO_ENV=$(moe_env) scenarios "$MOE_TESTS" "$B/test/gpu/test_moe" "$(moe_sfx)"
+  scenarios "$MOE_TESTS" "$B/test/gpu/test_moe"
   # The same with the dispatch beside the GEMM (NCCL_MK_MOE_OVERLAP=1; the default is 0).
   for t in correctness fp8 graph; do
-    step "moe_ops_${t}_with_overlap$(moe_sfx)" env $(moe_env) NCCL_MK_MOE_OVERLAP=1 "$B/test/gpu/test_moe" "$t"
+    step "moe_ops_${t}_with_overlap" env NCCL_MK_MOE_OVERLAP=1 "$B/test/gpu/test_moe" "$t"
   done
   step moe_perf "$B/test/perf/fused/moe_perf" -n "$n" -w 3 -J "$LOGS/moe_perf.json"
   grep -A 6 '^# shape' "$LOGS/moe_perf.log" || true
