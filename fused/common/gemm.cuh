@@ -95,7 +95,7 @@ struct mk_gemm_cfg {
   static constexpr int OFF_B = STAGES * A_STAGE;
   static constexpr int OFF_C = OFF_B + STAGES * B_STAGE;
   static constexpr int OFF_BAR = OFF_C + CONSUMERS * C_STAGE_WG;
-  static constexpr int SMEM_USED = OFF_BAR + (2 * STAGES + 2 * CONSUMERS) * 8 + 16;
+  static constexpr int SMEM_USED = OFF_BAR + (2 * STAGES + 2 * CONSUMERS) * 8 + 16; /* + abort flag, collect slot */
   static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
   static_assert(BM == 64 || BM == 128, "each consumer warp group owns 64 rows: one or two of them");
   static_assert(BN == 256 || (BN == 128 && DTYPE == MK_GEMM_BF16), "wgmma wrappers: bf16 n = 128, 256; e4m3 n = 256");
@@ -644,12 +644,13 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
     gemm_push_cta<Cfg>(p);
     return;
   }
+  if (threadIdx.x == 0 && p.rs.collect_claims) atomicAdd((unsigned long long*)p.rs.collect_claims, 1ull);
   if (wg == 0) {
     setmaxnreg_dec<56>();
     if (threadIdx.x == 0) gemm_producer<Cfg>(&tmap_a, &tmap_a_local, &tmap_b, p, smem, full, empty, abort_flag);
     else if (Cfg::ASYNC_EPI && threadIdx.x >= 32) gemm_storer<Cfg>(p, smem, c_full, c_empty, abort_flag);
     /* NOTES: here, not in the consumers: a call from their branch failed register allocation */
-    if (p.rs_gather && p.call.done) gemm_rs_collect<Cfg>(p);
+    if (p.rs_gather && p.call.done) gemm_rs_collect<Cfg>(p, (volatile int*)(abort_flag + 1));
     if (p.call.done) gemm_call_end(p);
   } else {
     setmaxnreg_inc<224>();

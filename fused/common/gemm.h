@@ -99,6 +99,11 @@ struct mk_gemm_rs {
   const void* gathered[MK_GEMM_RS_MAX_RANKS];
   const uint64_t* gathered_counts[MK_GEMM_RS_MAX_RANKS];
   void* c_full;
+  /* With the gather: [0] the GEMM CTAs that have started, [1] the collect's items taken (in
+   * call.counters: 0 between calls). A CTA collects only once every GEMM CTA has started, so
+   * that no CTA waits in the collect for rows whose tiles belong to a CTA that cannot start
+   * until an SM is freed (another stream's kernels, MPS: the call timed out). */
+  uint64_t* collect_claims;
   /* Cross-node (issue 13; fused/proxy/xnode.h; xn NULL: off; needs args.call). For d in
    * remote_mask: out[d] is the bounce buffer's out slot for d and out_counts[d] this rank's own
    * counters of it (in call.counters: 0 between calls), raised by the storers as for a peer;

@@ -217,22 +217,33 @@ __device__ __forceinline__ void gemm_rs_own_last_tile(const float* acc, const st
 #define MK_GEMM_RS_COLLECT_SPLITS 8 /* CTAs sharing one row-block's copy */
 
 /* The all-reduce's last step, by the producer warp group (128 threads) once its tiles are stored:
- * CTA b copies items b, b + grid, ... (a peer's reduced row-block, split 8 ways) from this
- * rank's gather slots into c_full, each once the peer's counter says it is complete. */
+ * items (a peer's reduced row-block, split 8 ways) taken in order from a counter and copied
+ * from this rank's gather slots into c_full, each once the peer's counter says it is complete.
+ * Only once every GEMM CTA has started (gemm.h collect_claims): before that a CTA leaves the
+ * items to the later ones, since a wait here could hold the SM a tile of those rows needs. The
+ * CTA that starts last finds them all started, so every item is taken. `slot`: a shared word
+ * (thread 0 hands each claimed item to the group through it). */
 template <class Cfg>
-__device__ __noinline__ void gemm_rs_collect(const struct mk_gemm_params& p) {
+__device__ __noinline__ void gemm_rs_collect(const struct mk_gemm_params& p, volatile int* slot) {
   const int tid = threadIdx.x, blocks = p.rs.shard_rows / Cfg::BM;
   const uint64_t tiles_n = (uint64_t)((p.n + Cfg::BN - 1) / Cfg::BN);
   const int items = (p.rs.nranks - 1) * blocks * MK_GEMM_RS_COLLECT_SPLITS;
   const size_t block_vecs = (size_t)Cfg::BM * p.n / 8;
   const size_t per = (block_vecs + MK_GEMM_RS_COLLECT_SPLITS - 1) / MK_GEMM_RS_COLLECT_SPLITS;
-  for (int item = gemm_cta(p); item < items; item += p.gemm_ctas) {
+  unsigned long long* claims = (unsigned long long*)p.rs.collect_claims;
+  if (!bar_red_and(5, 128, tid != 0 || *(volatile uint64_t*)claims >= (uint64_t)p.gemm_ctas))
+    return;
+  for (;;) {
+    if (tid == 0) *slot = (int)atomicAdd(&claims[1], 1ull);
+    bar_sync(5, 128);
+    const int item = *slot;
+    if (item >= items) return;
     const int split = item % MK_GEMM_RS_COLLECT_SPLITS, ib = item / MK_GEMM_RS_COLLECT_SPLITS;
     const int src = (p.rs.rank + 1 + ib / blocks) % p.rs.nranks, mb = ib % blocks;
     const int ok = tid != 0 || mk_wait_geq(p.rs.gathered_counts[src] + mb, tiles_n, p.err, p.err_tag,
                                            MK_GEMM_ERR_TILE_COLLECT, (uint32_t)(src * blocks + mb),
                                            p.timeout_ns) >= tiles_n;
-    if (!bar_red_and(5, 128, ok)) return;
+    if (!bar_red_and(5, 128, ok)) return; /* also: every thread read the slot before its next write */
     const size_t lo = per * split, hi = lo + per < block_vecs ? lo + per : block_vecs;
     const uint4* from = (const uint4*)p.rs.gathered[src] + (size_t)mb * block_vecs;
     uint4* to = (uint4*)p.rs.c_full + ((size_t)src * blocks + mb) * block_vecs;

@@ -57,7 +57,7 @@ int mk_gemm_rs_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k
   return fc->fused && gemm_rs_reachable(fc, m, n, gather) && fc->nranks <= MK_RS_MAX_RANKS &&
          m % (size_t)fc->nranks == 0 &&
          shard % MK_AG_BLOCK_ROWS == 0 && blocks_all <= MK_AG_MAX_BLOCKS &&
-         blocks_all * (gather ? 2 : 1) <= MK_RS_MAX_COUNTERS && m <= fc->cfg.max_m && n <= fc->cfg.max_n &&
+         blocks_all * (gather ? 2 : 1) + 2 <= MK_RS_MAX_COUNTERS && m <= fc->cfg.max_m && n <= fc->cfg.max_n &&
          k <= fc->cfg.max_k && gemm_rs_data_bytes(fc, m, n, gather) <= fc->sym_bytes - MK_FUSED_FLAG_BYTES;
 }
 
@@ -116,6 +116,10 @@ static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, in
   call->done = (uint64_t*)own + MK_AG_WORD_DONE, call->call = (uint64_t*)own + MK_AG_WORD_CALL;
   call->exits = (uint32_t*)((uint64_t*)own + MK_AG_WORD_EXITS), call->set_done = 1;
   call->counters = own_counts, call->num_counters = nr * (int)blocks * (gather ? 2 : 1);
+  if (gather) { /* the collect's two claim counters after the gather counters */
+    rs->collect_claims = own_counts + call->num_counters;
+    call->num_counters += 2;
+  }
 }
 
 int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b, void* c, size_t m, size_t n,

@@ -10,7 +10,8 @@
  * each rank its own emulated node: AllGather+GEMM then goes through the proxy).
  *
  * usage: test_fused_ops <correctness|bad_input|graph|back_to_back|negative_control|group_init|
- *                        hang_report|absent_peer|one_kernel|proxy_bytes|killed_peer|no_proxy_fallback>
+ *                        hang_report|absent_peer|one_kernel|proxy_bytes|killed_peer|no_proxy_fallback|
+ *                        busy_sms>
  * The binary starts one process per GPU itself (group_init: one process, two GPUs).
  */
 #include <glob.h>
@@ -26,6 +27,7 @@
 #include "nccl_ok.h"
 #include "perf_launch.h"
 #include "rank_harness.cuh"
+#include "sm_hold.cuh"
 
 
 /* Ranks: 2, or MK_TEST_RANKS (4 and 8 on a larger machine, gpu-check's scale tier); every
@@ -140,13 +142,18 @@ static void bufs_fill(struct rank_env* e, struct op_bufs* o, struct shape s, uin
   CUDA_OK(cudaDeviceSynchronize());
 }
 
+/* Op 0 AllGather+GEMM (with the gathered A when ag is set), 1 GEMM+ReduceScatter, 2 GEMM+AllReduce. */
+static void run_op(struct rank_env* e, struct op_bufs* o, struct shape s, int op, void* ag) {
+  if (op == 0)
+    NCCL_OK(ncclMkAllGatherGemm(o->a_shard, o->b, o->c_ag, ag, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+  else if (op == 1)
+    NCCL_OK(ncclMkGemmReduceScatter(o->a, o->b, o->c_rs, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+  else
+    NCCL_OK(ncclMkGemmAllReduce(o->a, o->b, o->c_ar, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+}
+
 static void run_ops(struct rank_env* e, struct op_bufs* o, struct shape s) {
-  NCCL_OK(ncclMkAllGatherGemm(o->a_shard, o->b, o->c_ag, o->ag, s.m, s.n, s.k, ncclBfloat16,
-                              e->comm, e->stream));
-  NCCL_OK(ncclMkGemmReduceScatter(o->a, o->b, o->c_rs, s.m, s.n, s.k, ncclBfloat16, e->comm,
-                                  e->stream));
-  NCCL_OK(ncclMkGemmAllReduce(o->a, o->b, o->c_ar, s.m, s.n, s.k, ncclBfloat16, e->comm,
-                              e->stream));
+  for (int op = 0; op < 3; op++) run_op(e, o, s, op, o->ag);
 }
 
 static void check_ops(struct rank_env* e, struct op_bufs* o, struct shape s, uint64_t base) {
@@ -240,12 +247,7 @@ static void capture_op(struct rank_env* e, struct op_bufs* o, struct shape s, in
                        size_t* kernels) {
   cudaGraph_t graph;
   CUDA_OK(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeGlobal));
-  if (op == 0)
-    NCCL_OK(ncclMkAllGatherGemm(o->a_shard, o->b, o->c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
-  else if (op == 1)
-    NCCL_OK(ncclMkGemmReduceScatter(o->a, o->b, o->c_rs, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
-  else
-    NCCL_OK(ncclMkGemmAllReduce(o->a, o->b, o->c_ar, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+  run_op(e, o, s, op, NULL);
   CUDA_OK(cudaStreamEndCapture(e->stream, &graph));
   cudaGraphNode_t list[16];
   *nodes = 16;
@@ -300,6 +302,48 @@ static void scenario_back_to_back(struct rank_env* e) {
   CUDA_OK(cudaStreamSynchronize(e->stream));
   for (int i = 0; i < CALLS; i++) check_ag(e, s, g_seed + i, c[i], NULL, 0);
   for (int i = 0; i < CALLS; i++) cudaFree(a[i]), cudaFree(b[i]), cudaFree(c[i]);
+}
+
+/* Each op on its overlapped paths while another kernel holds a quarter of the SMs
+ * (sm_hold.cuh), after an unheld run of all three (lazy loading): no timeout, a checked output,
+ * and the holder held its SMs to the end of the call. Diagnostic (not in gpu-check's lists):
+ * the dense ops' CTAs wait for one another through their peers (a tile's owner sums every
+ * rank's partial; the all-reduce's collect waits for reduced rows), so a call whose CTAs
+ * cannot all be resident may time out, as the MoE dispatch did before its work was claimed. */
+static void scenario_busy_sms(struct rank_env* e) {
+  static const char* names[] = {"AllGather+GEMM", "GEMM+ReduceScatter", "GEMM+AllReduce"};
+  const struct shape shapes[] = {per_rank(128, 256, 512), per_rank(4096, 264, 136)};
+  for (int i = 0; i < 2; i++) {
+    const struct shape s = shapes[i];
+    const uint64_t base = g_seed + 5000 + i;
+    struct op_bufs o;
+    bufs_alloc(&o, s);
+    bufs_fill(e, &o, s, base);
+    run_ops(e, &o, s);
+    check_ops(e, &o, s, base);
+    for (int op = 0; op < 3; op++) {
+      bufs_fill(e, &o, s, base);
+      struct sm_hold h;
+      const int started = sm_hold_start(&h, perf_rank_device(e->rank), 4);
+      if (started == h.ctas) run_op(e, &o, s, op, NULL);
+      CUDA_OK(cudaStreamSynchronize(e->stream));
+      const int held = sm_hold_end(&h);
+      expect(e, started == h.ctas && held == h.ctas, "a quarter of the SMs held throughout the call", 0);
+      ncclResult_t async = ncclSuccess;
+      char msg[256] = "";
+      NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
+      printf("rank %d: %s M=%zu N=%zu K=%zu with %d of %d SMs held: %s\n", e->rank, names[op], s.m, s.n, s.k,
+             started, h.sms, async == ncclSuccess ? "no error" : msg);
+      if (async != ncclSuccess) { /* the communicator is broken: nothing after can run */
+        e->failures++;
+        bufs_free(&o);
+        return;
+      }
+      if (op == 0) check_ag(e, s, base, o.c_ag, NULL, 0);
+      else check_sum(e, s, base, op == 1 ? o.c_rs : o.c_ar, op == 1);
+    }
+    bufs_free(&o);
+  }
 }
 
 /* 1 when this run emulates one node per rank (NCCL_MK_LOCAL_SIZE=1, as gpu-check's xnode tier
@@ -543,6 +587,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
   else if (!strcmp(name, "one_kernel")) scenario_one_kernel(e);
   else if (!strcmp(name, "proxy_bytes")) scenario_proxy_bytes(e);
   else if (!strcmp(name, "no_proxy_fallback")) scenario_no_proxy_fallback(e);
+  else if (!strcmp(name, "busy_sms")) scenario_busy_sms(e);
   else { fprintf(stderr, "unknown scenario %s\n", name); e->failures++; }
   NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
   if (async != ncclSuccess) fprintf(stderr, "rank %d: asynchronous error: %s\n", e->rank, msg);
@@ -551,7 +596,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
 
 static void fused_scenario_env(const char* scenario, int rank) {
   if (!strcmp(scenario, "hang_report")) hang_report_env(rank);
-  if (!strcmp(scenario, "killed_peer")) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
+  if (!strcmp(scenario, "killed_peer") || !strcmp(scenario, "busy_sms")) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
   if (!strcmp(scenario, "no_proxy_fallback")) setenv("NCCL_MK_OFI_PROVIDER", "no-such-provider", 1);
 }
 

@@ -1,0 +1,66 @@
+/*
+ * A kernel that holds a share of the GPU's SMs (one CTA per SM, by shared memory) until the
+ * host releases it: the GPU tests' stand-in for another stream's kernels (NCCL's, a
+ * compute stream's, or a peer rank's sharing the GPU under MPS) while a fused op runs. The
+ * flags are mapped host memory, so the host sees the holder start and releases it without a
+ * stream. A fused kernel's first launch must come before the hold: with CUDA's lazy loading a
+ * kernel's first launch waits for the context's running kernels (the holder) to end.
+ */
+#ifndef MK_SM_HOLD_CUH_
+#define MK_SM_HOLD_CUH_
+
+#include <string.h>
+#include <unistd.h>
+
+#include "gemm_check.cuh" /* CUDA_OK */
+#include "ptx.cuh"
+
+#define SM_HOLD_SMEM (200 << 10) /* two do not fit in an SM's 228 KB */
+
+/* *released counts the CTAs that saw the release (the others gave up after limit_ns). */
+static __global__ void sm_hold_kernel(unsigned* started, const volatile unsigned* release, unsigned* released,
+                                      unsigned long long limit_ns) {
+  extern __shared__ char hold_smem[];
+  if (threadIdx.x) return;
+  hold_smem[0] = 1;
+  atomicAdd(started, 1u);
+  __threadfence_system();
+  const unsigned long long t0 = globaltimer_ns();
+  while (!*release && globaltimer_ns() - t0 < limit_ns) __nanosleep(2000);
+  if (*release) atomicAdd(released, 1u);
+}
+
+struct sm_hold {
+  unsigned* flags; /* mapped host memory: started, release, released */
+  cudaStream_t stream;
+  int ctas, sms;   /* CTAs of the holder, SMs the device reports (under MPS: the client's) */
+};
+
+/* Holds sms / div SMs of `device` for up to 30 s; waits (up to 5 s) until every holding CTA
+ * runs and returns how many do. */
+static int sm_hold_start(struct sm_hold* h, int device, int div) {
+  CUDA_OK(cudaDeviceGetAttribute(&h->sms, cudaDevAttrMultiProcessorCount, device));
+  h->ctas = h->sms / div;
+  CUDA_OK(cudaHostAlloc((void**)&h->flags, 3 * sizeof(unsigned), cudaHostAllocMapped));
+  memset(h->flags, 0, 3 * sizeof(unsigned));
+  CUDA_OK(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
+  CUDA_OK(cudaFuncSetAttribute(sm_hold_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SM_HOLD_SMEM));
+  unsigned* dev;
+  CUDA_OK(cudaHostGetDevicePointer((void**)&dev, h->flags, 0));
+  sm_hold_kernel<<<h->ctas, 32, SM_HOLD_SMEM, h->stream>>>(dev, dev + 1, dev + 2, 30000000000ull);
+  CUDA_OK(cudaGetLastError());
+  for (int ms = 0; ms < 5000 && *(volatile unsigned*)&h->flags[0] < (unsigned)h->ctas; ms++) usleep(1000);
+  return (int)*(volatile unsigned*)&h->flags[0];
+}
+
+/* Releases the holder, waits for it; returns how many CTAs held their SM until now. */
+static int sm_hold_end(struct sm_hold* h) {
+  *(volatile unsigned*)&h->flags[1] = 1;
+  CUDA_OK(cudaStreamSynchronize(h->stream));
+  const int held = (int)h->flags[2];
+  CUDA_OK(cudaStreamDestroy(h->stream));
+  CUDA_OK(cudaFreeHost(h->flags));
+  return held;
+}
+
+#endif /* MK_SM_HOLD_CUH_ */
