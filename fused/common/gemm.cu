@@ -76,8 +76,8 @@ static int gemm_validate_rs(const struct mk_gemm_args* a, int bm, int async_epi)
     if (gather && a->call && (!rs->gathered[d] || !rs->gathered_counts[d] || gemm_misaligned(rs->gathered[d])))
       GEMM_REJECT("mk_gemm_launch: rs gathered slots of rank %d missing or misaligned", d);
   }
-  if (gather && a->call && (!rs->c_full || gemm_misaligned(rs->c_full)))
-    GEMM_REJECT("mk_gemm_launch: rs with the gather and a call bracket needs an aligned c_full");
+  if (gather && a->call && (!rs->c_full || gemm_misaligned(rs->c_full) || !rs->collect_claims))
+    GEMM_REJECT("mk_gemm_launch: rs with the gather and a call bracket needs an aligned c_full and collect_claims");
   if ((rs->remote_mask && !rs->xn) || (rs->xn && (!a->call || !a->err || !a->push || rs->nranks > 32 ||
                                                   (rs->remote_mask >> rs->rank & 1))))
     GEMM_REJECT("mk_gemm_launch: rs across nodes needs xn with remote ranks, a call bracket, an error record, "

@@ -15,16 +15,18 @@
  *                  + peers' partials (fp32 sum, one bf16 rounding, as NCCL's reduce-scatter of
  *                  bf16 partials on 2 ranks); for the all-reduce the sums also go into every
  *                  peer's gather slot for r, counted in its gather counters [r][mb]
- *   collect        (all-reduce) each CTA's consumer warps, once their tiles are done, copy
- *                  the peers' reduced row-blocks from this rank's gather slots into c as
- *                  their counters complete
+ *   collect        (all-reduce) each CTA's producer warp group, once its tiles are done and
+ *                  every GEMM CTA has started, takes items from a counter: copies of the
+ *                  peers' reduced row-blocks from this rank's gather slots into c as their
+ *                  counters complete
  *   end            the last CTA to finish zeroes the counters, then done = e (release, system
  *                  scope): the peers may write this rank's slots for e + 1
  * Each rank computes the others' rows in the same rotation, so every partial a rank needs is
  * produced before the peer reaches its own rows, and no owner is flooded.
  *
  * Workspace of each rank (fused_comm.h): words done, call, exits (ag_push.h MK_AG_WORD_*);
- * counters at MK_RS_COUNT_OFFSET, u64: partials [n][blocks], then gather [n][blocks]; data
+ * counters at MK_RS_COUNT_OFFSET, u64: partials [n][blocks], then gather [n][blocks] and the
+ * collect's 2 claim counters (gemm.h collect_claims); data
  * area: the n - 1 peers' partial slots [shard][n_cols] bf16 (mk_sched_rs_slot: peers in rank
  * order, the rank itself skipped), then (all-reduce) their n - 1 gather slots: 2 (n - 1) / n
  * times one copy of C, so on 2 ranks both fit where AllGather+GEMM's gathered A or one C does.

@@ -94,6 +94,8 @@ static void reduce_scatter_rules(void) {
   g.call = &call;
   CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
   rs.gathered[1] = fake(13), rs.gathered_counts[1] = fake(14), rs.c_full = fake(15);
+  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL); /* the collect's claim counters missing */
+  rs.collect_claims = (uint64_t*)fake(16);
   expect_good(&g);
   rs.c_full = NULL;
   CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
@@ -289,6 +291,7 @@ static void cross_node_rs_rules(void) {
   expect_refused(&g, "rs across nodes", NULL);
   g.err = &err, rs.gather[1] = fake(11), rs.gather_counts[1] = fake(12); /* the all-reduce's gather too */
   rs.gathered[1] = fake(13), rs.gathered_counts[1] = fake(14), rs.c_full = fake(15);
+  rs.collect_claims = (uint64_t*)fake(16);
   expect_good(&g);
   rs = base_rs(), rs.remote_mask = 1u << 1; /* remote ranks without the cross-node state */
   expect_refused(&g, "rs across nodes", NULL);
