@@ -148,7 +148,8 @@ negative_control:fused_checker_rejects_one_bad_element group_init:fused_init_ins
 hang_report:planted_missing_flag_gives_a_hang_report_naming_rank_tile_flag_and_peer
 one_kernel:fused_ops_are_one_kernel_per_call_on_their_overlapped_paths
 absent_peer:fused_op_without_its_peer_ends_in_an_async_error_and_later_calls_fail
-proxy_bytes:fused_ops_send_nothing_through_the_proxy_when_every_rank_is_local"
+proxy_bytes:fused_ops_send_nothing_through_the_proxy_when_every_rank_is_local
+busy_sms:fused_ops_finish_correct_while_another_kernel_holds_a_quarter_of_the_sms"
 
 # The same on 2 GPUs with each rank its own emulated node (NCCL_MK_LOCAL_SIZE=1): the overlapped
 # ops go through the proxy over libfabric tcp;ofi_rxm on loopback. group_init does not apply

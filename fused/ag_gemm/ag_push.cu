@@ -3,6 +3,7 @@
 
 #include "ag_push.h"
 #include "ptx.cuh"
+#include "sm90.h"
 
 static_assert(MK_AG_WORDS_BYTES <= MK_AG_COUNT_OFFSET && MK_AG_COUNT_OFFSET + MK_AG_MAX_BLOCKS * 4 <= MK_AG_DATA_OFFSET,
               "the push counters overlap the words or the data");
@@ -18,3 +19,5 @@ extern "C" int mk_ag_finish_launch(void* own_ws, cudaStream_t stream) {
   ag_finish_kernel<<<1, 1, 0, stream>>>((uint64_t*)own_ws);
   return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }
+
+extern "C" int mk_ag_load(void) { return mk_kernel_load((const void*)ag_finish_kernel, "ag_finish_kernel"); }

@@ -54,6 +54,9 @@ extern "C" {
 /* done = done + 1 (the call's number e) on `stream`, after the gathered A was copied out. 0 or -EIO. */
 int mk_ag_finish_launch(void* own_ws, cudaStream_t stream);
 
+/* Loads the finish kernel (sm90.h mk_kernel_load). 0 or -EIO. */
+int mk_ag_load(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,11 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ag_push.h"
+#include "attn.h"
 #include "gemm_rs.h"
 #include "mk_err.h"
 #include "mk_log.h"
 #include "mk_param.h"
+#include "moe.h"
 #include "op_check.h"
+#include "ring_attn.h"
 
 #define MK_FUSED_MAX_COMMS 1024
 
@@ -127,6 +131,22 @@ static int fused_comm_alloc(struct mk_fused_comm* fc) {
   return mk_trace_comm_open(fc);
 }
 
+/* Every kernel the ops launch, loaded at init (sm90.h mk_kernel_load): under CUDA's lazy
+ * loading an op's first launch would wait for whatever the device runs then, which may be
+ * waiting for the peers' progress in this very call (test_moe / test_fused_ops busy_sms
+ * without their warm-up calls). */
+static int fused_comm_load_kernels(const struct mk_fused_comm* fc) {
+  MK_CHECK(mk_gemm_prepare());
+  MK_CHECK(mk_ag_load());
+  MK_CHECK(mk_ra_load());
+  MK_CHECK(mk_attn_bwd_load());
+  if (fc->moe_bytes) {
+    MK_CHECK(mk_moe_dispatch_load());
+    MK_CHECK(mk_moe_combine_load());
+  }
+  return 0;
+}
+
 static int device_is_hopper(int dev) {
   struct cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return 0;
@@ -162,6 +182,7 @@ int mk_fused_comm_create(ncclComm_t comm, const ncclMkConfig* cfg) {
   MK_CHECK_GOTO(fused_comm_identify(fc), rc, fail);
   MK_CHECK_GOTO(mk_cuda_check(cudaSetDevice(fc->dev), "cudaSetDevice"), rc, fail);
   MK_CHECK_GOTO(fused_comm_alloc(fc), rc, fail);
+  MK_CHECK_GOTO(fused_comm_load_kernels(fc), rc, fail);
   MK_CHECK_GOTO(mk_peer_exchange_post(fc), rc, fail);
   rc = mk_peer_exchange_finish(fc);
   if (rc == -EAGAIN) rc = 0; /* inside the caller's group: finished at first use */

@@ -199,6 +199,10 @@ int mk_attn_bwd_launch(const struct mk_attn_bwd_args* args, cudaStream_t stream)
  * call would wait for the kernel it is to start beside). Same returns. */
 int mk_attn_bwd_prep_launch(const struct mk_attn_bwd_args* args, cudaStream_t stream);
 
+/* Loads the default variant's backward kernels at D = 64 and 128 (sm90.h mk_kernel_load). 0 or
+ * -EIO. */
+int mk_attn_bwd_load(void);
+
 /* The same with a compiled variant, for A/B runs (attn_perf -b) and tests: 0 is the default
  * (mk_attn_bwd_launch: each warp group's dQ tile is staged in shared memory and added into
  * dq_acc by TMA reductions issued in the next step, by the producer warp at D = 128 and by the

@@ -377,3 +377,21 @@ extern "C" int mk_attn_bwd_prep_launch(const struct mk_attn_bwd_args* a, cudaStr
   }
   return 0;
 }
+
+template <class Cfg>
+static int attn_bwd_load_cfg(void) {
+  const cudaError_t e = attn_bwd_prepare_cfg<Cfg>();
+  if (e != cudaSuccess) {
+    MK_WARN("loading the attention backward kernel (D = %d): %s", Cfg::D, cudaGetErrorString(e));
+    return -EIO;
+  }
+  MK_CHECK(mk_kernel_load((const void*)mk_attn_bwd_prep_kernel<Cfg::D>, "mk_attn_bwd_prep_kernel"));
+  MK_CHECK(mk_kernel_load((const void*)mk_attn_bwd_dq_kernel<Cfg::D>, "mk_attn_bwd_dq_kernel"));
+  return mk_kernel_load((const void*)mk_attn_bwd_dkv_kernel<Cfg::D>, "mk_attn_bwd_dkv_kernel");
+}
+
+/* The default variant's kernels at both head dimensions (the ring attention's backward). */
+extern "C" int mk_attn_bwd_load(void) {
+  MK_CHECK(attn_bwd_load_cfg<mk_attn_bwd_cfg_d128>());
+  return attn_bwd_load_cfg<mk_attn_bwd_cfg_d64>();
+}

@@ -232,6 +232,14 @@ extern "C" int mk_sm90_sms(const char* who, int* sms) {
   return 0;
 }
 
+extern "C" int mk_kernel_load(const void* kernel, const char* name) {
+  cudaFuncAttributes fa;
+  const cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
+  if (e == cudaSuccess) return 0;
+  MK_WARN("loading kernel %s: %s", name, cudaGetErrorString(e));
+  return -EIO;
+}
+
 extern "C" void mk_gemm_tile_shape(int* block_m, int* block_n) {
   *block_m = mk_gemm_default_cfg::BM;
   *block_n = mk_gemm_default_cfg::BN;

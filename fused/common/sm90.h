@@ -1,7 +1,8 @@
 /*
  * What every sm_90a kernel launcher needs from the device and the driver (CUDA sources only):
  * the tensor-map encoder (the driver entry point resolved through the runtime, so libcuda is
- * never linked) and the check that the current device is a Hopper. Defined in gemm.cu.
+ * never linked), the check that the current device is a Hopper, and loading a kernel ahead of its
+ * first launch. Defined in gemm.cu.
  */
 #ifndef MK_SM90_H_
 #define MK_SM90_H_
@@ -18,6 +19,11 @@ PFN_cuTensorMapEncodeTiled_v12000 mk_encode_tiled(void);
 /* The SM count of the current device in *sms; -ENOTSUP (with a WARN starting with `who`) when
  * there is no usable device or it is not sm_90. */
 int mk_sm90_sms(const char* who, int* sms);
+
+/* Loads `kernel` now (cudaFuncGetAttributes): under lazy module loading a kernel's first launch
+ * waits for every kernel then running on the device, which hangs a fused call whose peers'
+ * progress those kernels wait for. 0, or -EIO with a WARN naming `name`. */
+int mk_kernel_load(const void* kernel, const char* name);
 
 #ifdef __cplusplus
 }

@@ -154,6 +154,9 @@ int mk_moe_begin_launch(const struct mk_moe_args* a, int zero_counters, cudaStre
 int mk_moe_dispatch_launch(const struct mk_moe_args* a, int phases, int ctas, cudaStream_t stream);
 /* Combine (after the GEMM that scatters the rows): */
 int mk_moe_reduce_launch(const struct mk_moe_args* a, cudaStream_t stream);
+/* Load the dispatch's and the combine's kernels (sm90.h mk_kernel_load). 0 or -EIO. */
+int mk_moe_dispatch_load(void);
+int mk_moe_combine_load(void);
 /* done = call (both). */
 int mk_moe_finish_launch(const struct mk_moe_args* a, cudaStream_t stream);
 

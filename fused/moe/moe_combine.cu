@@ -6,6 +6,7 @@
 #include "ag_push.h"
 #include "moe.h"
 #include "ptx.cuh"
+#include "sm90.h"
 #include "wait.cuh"
 
 #define MOE_THREADS 512
@@ -59,3 +60,5 @@ extern "C" int mk_moe_reduce_launch(const struct mk_moe_args* a, cudaStream_t st
   moe_reduce_kernel<<<ctas, MOE_THREADS, 0, stream>>>(*a);
   return moe_launched();
 }
+
+extern "C" int mk_moe_combine_load(void) { return mk_kernel_load((const void*)moe_reduce_kernel, "moe_reduce_kernel"); }

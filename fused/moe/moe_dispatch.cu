@@ -7,8 +7,12 @@
 #include "moe_copy.cuh"
 #include "moe_fp8.cuh"
 #include "ptx.cuh"
+#include "sm90.h"
 #include "trace.h"
 #include "wait.cuh"
+extern "C" {
+#include "mk_err.h"
+}
 
 #define MOE_THREADS 512
 #define MOE_WARPS (MOE_THREADS / 32)
@@ -497,4 +501,10 @@ extern "C" int mk_moe_dispatch_launch(const struct mk_moe_args* a, int phases, i
 extern "C" int mk_moe_finish_launch(const struct mk_moe_args* a, cudaStream_t stream) {
   moe_finish_kernel<<<1, 1, 0, stream>>>(a->words[a->rank]);
   return moe_launched();
+}
+
+extern "C" int mk_moe_dispatch_load(void) {
+  MK_CHECK(mk_kernel_load((const void*)moe_begin_kernel, "moe_begin_kernel"));
+  MK_CHECK(mk_kernel_load((const void*)moe_dispatch_kernel, "moe_dispatch_kernel"));
+  return mk_kernel_load((const void*)moe_finish_kernel, "moe_finish_kernel");
 }

@@ -538,3 +538,17 @@ extern "C" int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cu
   }
   return 0;
 }
+
+/* Every kernel of the ring attention's forward and backward but the backward core's
+ * (attn_bwd.cu mk_attn_bwd_load). */
+extern "C" int mk_ra_load(void) {
+  cudaError_t e = ra_prepare_cfg<mk_ra_cfg_d128>();
+  if (e == cudaSuccess) e = ra_prepare_cfg<mk_ra_cfg_d64>();
+  if (e != cudaSuccess) {
+    MK_WARN("loading the ring attention kernels: %s", cudaGetErrorString(e));
+    return -EIO;
+  }
+  MK_CHECK(mk_kernel_load((const void*)mk_ra_bwd_gather_kernel, "mk_ra_bwd_gather_kernel"));
+  MK_CHECK(mk_kernel_load((const void*)mk_ra_bwd_zero_kernel, "mk_ra_bwd_zero_kernel"));
+  return mk_kernel_load((const void*)mk_ra_bwd_reduce_kernel, "mk_ra_bwd_reduce_kernel");
+}

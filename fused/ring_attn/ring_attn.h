@@ -66,6 +66,9 @@ struct mk_ra_args {
  * (no sm_90 device) or -EIO (launch failure). The caller checked the arguments. */
 int mk_ra_launch(const struct mk_ra_args* a, cudaStream_t stream);
 
+/* Loads the ring attention's own kernels (sm90.h mk_kernel_load). 0 or -EIO. */
+int mk_ra_load(void);
+
 /* ---- the backward's kernels (ncclMkRingAttentionBackward, ring_attn_bwd.c; issue 12) ----------
  * Not one kernel yet: gather, a zero of the accumulators, the backward core's calls
  * (ra_bwd_plan.h), reduce. */

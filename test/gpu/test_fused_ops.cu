@@ -305,11 +305,11 @@ static void scenario_back_to_back(struct rank_env* e) {
 }
 
 /* Each op on its overlapped paths while another kernel holds a quarter of the SMs
- * (sm_hold.cuh), after an unheld run of all three (lazy loading): no timeout, a checked output,
- * and the holder held its SMs to the end of the call. Diagnostic (not in gpu-check's lists):
- * the dense ops' CTAs wait for one another through their peers (a tile's owner sums every
- * rank's partial; the all-reduce's collect waits for reduced rows), so a call whose CTAs
- * cannot all be resident may time out, as the MoE dispatch did before its work was claimed. */
+ * (sm_hold.cuh): no timeout, a checked output, and the holder held its SMs to the end of the
+ * call. The first calls run held (ncclMkCommInit loaded the kernels; a lazy load would wait
+ * for the holder). The ops' CTAs wait for one another through their peers (a tile's owner sums
+ * every rank's partial; the all-reduce's collect waits for reduced rows): GEMM+AllReduce timed
+ * out here before its collect waited for every CTA to have started (gemm_rs.cuh). */
 static void scenario_busy_sms(struct rank_env* e) {
   static const char* names[] = {"AllGather+GEMM", "GEMM+ReduceScatter", "GEMM+AllReduce"};
   const struct shape shapes[] = {per_rank(128, 256, 512), per_rank(4096, 264, 136)};
@@ -318,9 +318,6 @@ static void scenario_busy_sms(struct rank_env* e) {
     const uint64_t base = g_seed + 5000 + i;
     struct op_bufs o;
     bufs_alloc(&o, s);
-    bufs_fill(e, &o, s, base);
-    run_ops(e, &o, s);
-    check_ops(e, &o, s, base);
     for (int op = 0; op < 3; op++) {
       bufs_fill(e, &o, s, base);
       struct sm_hold h;
