@@ -89,13 +89,16 @@ NCCL_MK_API ncclResult_t ncclMkConfigDefaults(ncclMkConfig* config);
  * GPUs of one process); ranks on other nodes (or emulated ones, NCCL_MK_LOCAL_SIZE) are
  * reached through a proxy thread it starts (pinned host buffers of max_m x max(max_k,
  * 3 max_n) bf16; every rank falls back to the reference paths when some cannot start one).
+ * It also loads every kernel the ops launch, so that no op's first call waits for a lazy
+ * module load (which waits for every kernel running on the device).
  * Collective over `comm`, like ncclCommInitRank: every rank calls it, with ranks on several
  * nodes each from its own thread or process. Must be called outside graph capture; safe
  * inside ncclGroupStart/End when one thread drives several GPUs of one node (the caller's
  * group is respected). Calling it again on the same comm
  * is ncclInvalidUsage. Returns ncclSuccess, ncclInvalidArgument (comm NULL, bad config
  * size/fields), ncclInvalidUsage (already initialised, inside capture, no NCCL 2.19+ in the
- * process, not a Hopper GPU), ncclSystemError/ncclUnhandledCudaError (allocation, IPC).
+ * process, not a Hopper GPU), ncclSystemError/ncclUnhandledCudaError (allocation, IPC, kernel
+ * load).
  */
 NCCL_MK_API ncclResult_t ncclMkCommInit(ncclComm_t comm, const ncclMkConfig* config);
 
