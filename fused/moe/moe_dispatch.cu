@@ -445,8 +445,9 @@ static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e, int f
  * start). `phases` (MK_MOE_PHASE_*) runs a part: with the GEMM beside the comm phase, the route
  * phase runs first on the GEMM's stream, whose scheduler reads the offsets when it starts.
  * Roles and work are claimed, so the CTAs that are resident finish every phase whatever the
- * others do (moe.h). The grid does not depend on the tokens: with none (x and topk_idx never read) every phase still runs,
- * so zero counts reach the peers and the rows they push are expanded for this rank's GEMM. */
+ * others do (moe.h). The grid does not depend on the tokens: with none (x and topk_idx never
+ * read) every phase still runs, so zero counts reach the peers and the rows they push are
+ * expanded for this rank's GEMM. */
 static __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const struct mk_moe_args a, int phases) {
   const uint64_t e = moe_call(a);
   /* NCCL_MK_TRACE: thread 0 writes this CTA's comm lane; the calls below do nothing elsewhere */
