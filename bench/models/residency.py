@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Which GEMM+ReduceScatter / GEMM+AllReduce schedules finish when only R of a rank's G CTAs can
+be resident at once (other kernels, or other MPS clients, hold the rest of the SMs; a CTA that
+leaves frees its SM for the next). A model of the rules, not of the kernel's timing: each rank's
+CTA c walks its tiles in the rotated order (the next rank's rows first, its own last; slots c,
+c + G, ..); a peer-row tile adds a partial to its owner at once; an own-row tile waits until every
+peer's partials of its row-block are in (the storers' wait); with the all-reduce, a complete
+own row-block goes to every peer's gather slot and each rank's collect copies the peers' reduced
+row-blocks (items of S splits) once complete. Every rank has the same R (the hardest case).
+
+Rules compared (bench/NOTES.md, session 36):
+  rs static   today's GEMM+RS walk
+  rs claimed  own-row tiles taken in order from a counter, and only by a CTA that finds every
+              CTA of its rank started (one that finds some not started leaves after its
+              peer-row tiles, freeing its SM)
+  ar old      the all-reduce's collect before session 36: items c, c + G, .. after the tiles
+  ar new      session 36's: items from a counter, only once every CTA started (else leave)
+Prints, per shape, how many residencies 1..G end in a deadlock.
+usage: bench/models/residency.py
+"""
+
+
+def walk(rank, n, blocks, tiles_n, own=True):
+    tiles = [((rank + 1 + i) % n, mb, nb) for i in range(n) for mb in range(blocks) for nb in range(tiles_n)]
+    return tiles if own else [t for t in tiles if t[0] != rank]
+
+
+def simulate(n, G, R, blocks, tiles_n, rs_rule, collect=None, splits=8):
+    claimed_own = rs_rule == "claimed"
+    seq = [[walk(r, n, blocks, tiles_n, not claimed_own)[c::G] for c in range(G)] for r in range(n)]
+    own = [[(mb, nb) for mb in range(blocks) for nb in range(tiles_n)] for _ in range(n)]
+    partial = [[[0] * blocks for _ in range(n)] for _ in range(n)]   # [owner][src][mb]
+    gathered = [[[0] * blocks for _ in range(n)] for _ in range(n)]  # [dest][src][mb]
+    own_done = [[0] * blocks for _ in range(n)]
+    items = (n - 1) * blocks * splits
+    st = [[{"pos": 0, "own": None, "item": None, "phase": "tiles"} for _ in range(G)] for _ in range(n)]
+    next_own, next_item = [0] * n, [0] * n
+    started = [min(R, G)] * n
+    active = [list(range(min(R, G))) for _ in range(n)]
+
+    def ready(r, mb):
+        return all(partial[r][s][mb] == tiles_n for s in range(n) if s != r)
+
+    def own_tile_done(r, mb):
+        own_done[r][mb] += 1
+        if own_done[r][mb] == tiles_n:
+            for d in range(n):
+                if d != r:
+                    gathered[d][r][mb] = tiles_n
+
+    def step(r, c):  # advances CTA c of rank r as far as it can; True when it moved
+        s, moved = st[r][c], False
+        while s["phase"] == "tiles" and s["pos"] < len(seq[r][c]):
+            shard, mb, _ = seq[r][c][s["pos"]]
+            if shard != r:
+                partial[shard][r][mb] += 1
+            elif ready(r, mb):
+                own_tile_done(r, mb)
+            else:
+                return moved
+            s["pos"] += 1
+            moved = True
+        if s["phase"] == "tiles":
+            s["phase"] = "own" if claimed_own else "collect"
+            moved = True
+            if claimed_own and started[r] < G:
+                s["phase"] = "leave"
+        while s["phase"] == "own":
+            if s["own"] is None:
+                s["own"], next_own[r] = next_own[r], next_own[r] + 1
+            if s["own"] >= len(own[r]):
+                s["phase"] = "collect"
+                break
+            mb = own[r][s["own"]][0]
+            if not ready(r, mb):
+                return moved
+            own_tile_done(r, mb)
+            s["own"], moved = None, True
+        if s["phase"] == "collect":
+            if not collect:
+                s["phase"] = "leave"
+            elif collect == "new" and started[r] < G and s["item"] is None:
+                s["phase"] = "leave"
+            else:
+                while True:
+                    if s["item"] is None:
+                        if collect == "old":
+                            s["item"] = c
+                        else:
+                            s["item"], next_item[r] = next_item[r], next_item[r] + 1
+                    if s["item"] >= items:
+                        s["phase"] = "leave"
+                        break
+                    ib = s["item"] // splits
+                    src, mb = (r + 1 + ib // blocks) % n, ib % blocks
+                    if gathered[r][src][mb] < tiles_n:
+                        return moved
+                    s["item"] = s["item"] + G if collect == "old" else None
+                    moved = True
+        return True  # left
+
+    while True:
+        progress = False
+        for r in range(n):
+            for c in list(active[r]):
+                progress |= step(r, c)
+                if st[r][c]["phase"] == "leave":
+                    active[r].remove(c)
+                    if started[r] < G:
+                        active[r].append(started[r])
+                        started[r] += 1
+        if all(not active[r] and started[r] == G for r in range(n)):
+            return True
+        if not progress:
+            return False
+
+
+def main():
+    shapes = [  # ranks, CTAs per rank, row-blocks per shard, column tiles; what it stands for
+        (2, 66, 32, 3, "busy_sms's 8192 x 264 on 2 ranks under MPS (66 SMs each)"),
+        (4, 33, 16, 2, "4 ranks on one GPU, the 4-rank overlapped shape"),
+        (8, 16, 32, 2, "8 ranks on one GPU (16 SMs each), 4096 rows per rank, N = 264"),
+        (2, 66, 64, 32, "2 H200s, M = 16384 N = 8192 (66 two-CTA clusters)"),
+    ]
+    rules = [("rs static", "static", None), ("rs claimed", "claimed", None),
+             ("ar old", "static", "old"), ("ar new", "static", "new"), ("ar new + rs claimed", "claimed", "new")]
+    for n, G, blocks, tiles_n, what in shapes:
+        print(f"{what}: n={n} G={G} row-blocks/shard={blocks} column tiles={tiles_n}")
+        for name, rs_rule, collect in rules:
+            bad = [R for R in range(1, G + 1) if not simulate(n, G, R, blocks, tiles_n, rs_rule, collect)]
+            span = f" (R = {bad[0]}..{bad[-1]})" if bad else ""
+            print(f"  {name:22s} deadlocks at {len(bad):3d} of {G} residencies{span}")
+
+
+if __name__ == "__main__":
+    main()
