@@ -291,8 +291,9 @@ static __device__ void moe_push_chunk(const struct mk_moe_args& a, int d, int c,
     const int t = moe_ints(own, a.g.send_list)[mine];
     const char* x_row = (const char*)a.x + (size_t)t * row_bytes;
     float scale = 0.f;
-    if (a.fp8) scale = moe_quant_row((uint2*)(peer + a.g.recv + (base + u) * row_bytes), (const uint4*)x_row, a.hidden / 8);
-    else moe_copy_row<false>(peer + a.g.recv + (base + u) * row_bytes, x_row, a.hidden);
+    char* dst = peer + a.g.recv + (base + u) * row_bytes;
+    if (a.fp8) scale = moe_quant_row((uint2*)dst, (const uint4*)x_row, a.hidden / 8);
+    else moe_copy_row<false>(dst, x_row, a.hidden);
     if (lane < stride)
       moe_ints(peer, a.g.meta)[(base + u) * stride + lane] =
           lane == 1 ? __float_as_int(scale) : moe_ints(own, a.g.send_meta)[mine * stride + lane];

@@ -292,7 +292,8 @@ static void run_scenario(struct rank_env* e, const char* name) {
 static void moe_scenario_env(const char* scenario, int rank) {
   (void)rank;
   if (!strcmp(scenario, "dead_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
-  if (!strcmp(scenario, "busy_sms")) setenv("NCCL_MK_TIMEOUT_MS", "10000", 1); /* a hang ends before the holder's 30 s */
+  /* busy_sms: a hang ends before the holder's 30 s */
+  if (!strcmp(scenario, "busy_sms")) setenv("NCCL_MK_TIMEOUT_MS", "10000", 1);
 }
 
 static void moe_config(const char* scenario, ncclMkConfig* cfg) {
