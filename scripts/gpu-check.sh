@@ -61,7 +61,15 @@ step() {
   if [ $rc -eq 77 ]; then st=skip; elif [ $rc -ne 0 ]; then st=FAIL; FAILED=$((FAILED + 1)); fi
   ROWS+=("$(printf '%-48s %-5s %5ss' "$name" "$st" $((SECONDS - t0)))")
   [ "${MK_CHECK_PROGRESS:-0}" = 1 ] && echo "${ROWS[-1]}" # each row as it ends (a call that may be cut short)
-  if [ "$st" = FAIL ]; then echo "---- $name (rc $rc), last lines:"; tail -n 15 "$LOGS/$name.log"; fi
+  if [ "$st" = FAIL ]; then
+    # what went wrong first (the WARN / failed / timed-out lines; NCCL's INFO lines drown a
+    # plain tail), then the last lines
+    echo "---- $name (rc $rc), its errors:"
+    grep -E "WARN|failed|FAIL|timed out|error|Error|stuck:|SKIP" "$LOGS/$name.log" | grep -v "NCCL INFO" |
+      sort | uniq -c | sort -rn | head -n 10 | cut -c1-240
+    echo "---- last lines:"
+    grep -v "NCCL INFO" "$LOGS/$name.log" | tail -n 8 | cut -c1-240
+  fi
 }
 
 # gpus_at_least N TIER: 0 when this host has N GPUs (GPUS gets the count); else a skip row
