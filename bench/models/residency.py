@@ -13,6 +13,9 @@ Rules compared (bench/NOTES.md, session 36):
   rs claimed  own-row tiles taken in order from a counter, and only by a CTA that finds every
               CTA of its rank started (one that finds some not started leaves after its
               peer-row tiles, freeing its SM)
+  rs split    the peer-row tiles on the first G - G/n CTAs to start, the own-row tiles on the
+              last G/n (NCCL_MK_RS_SPLIT=1: each CTA's place is its arrival ticket, so the
+              own-row CTAs start only after every other has, as modelled)
   ar old      the all-reduce's collect before session 36: items c, c + G, .. after the tiles
   ar new      session 36's: items from a counter, only once every CTA started (else leave)
 Prints, per shape, how many residencies 1..G end in a deadlock.
@@ -28,6 +31,11 @@ def walk(rank, n, blocks, tiles_n, own=True):
 def simulate(n, G, R, blocks, tiles_n, rs_rule, collect=None, splits=8):
     claimed_own = rs_rule == "claimed"
     seq = [[walk(r, n, blocks, tiles_n, not claimed_own)[c::G] for c in range(G)] for r in range(n)]
+    if rs_rule == "split":
+        k = max(1, G // n)  # CTAs G - k .. G - 1 take the own rows
+        for r in range(n):
+            peer_rows, own_rows = walk(r, n, blocks, tiles_n, False), [t for t in walk(r, n, blocks, tiles_n) if t[0] == r]
+            seq[r] = [peer_rows[c::G - k] for c in range(G - k)] + [own_rows[c::k] for c in range(k)]
     own = [[(mb, nb) for mb in range(blocks) for nb in range(tiles_n)] for _ in range(n)]
     partial = [[[0] * blocks for _ in range(n)] for _ in range(n)]   # [owner][src][mb]
     gathered = [[[0] * blocks for _ in range(n)] for _ in range(n)]  # [dest][src][mb]
@@ -122,7 +130,7 @@ def main():
         (8, 16, 32, 2, "8 ranks on one GPU (16 SMs each), 4096 rows per rank, N = 264"),
         (2, 66, 64, 32, "2 H200s, M = 16384 N = 8192 (66 two-CTA clusters)"),
     ]
-    rules = [("rs static", "static", None), ("rs claimed", "claimed", None),
+    rules = [("rs static", "static", None), ("rs claimed", "claimed", None), ("rs split", "split", None),
              ("ar old", "static", "old"), ("ar new", "static", "new"), ("ar new + rs claimed", "claimed", "new")]
     for n, G, blocks, tiles_n, what in shapes:
         print(f"{what}: n={n} G={G} row-blocks/shard={blocks} column tiles={tiles_n}")

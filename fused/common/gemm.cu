@@ -28,6 +28,10 @@ typedef mk_gemm_cfg<64, 256, 64, 4, 256, 1, 1, 1> mk_gemm_cfg_m64; /* args.block
 /* e4m3 operands: the default's tiles and stages in bytes (a 128-byte stage row holds 128
  * elements); compiled for this configuration only, to keep gemm.cu's compile time. */
 typedef mk_gemm_cfg<128, 256, 128, 3, 256, 1, 1, 1, MK_GEMM_E4M3> mk_gemm_fp8_cfg;
+/* args.rs_split: the default's tiles, the CTAs' slots by arrival (gemm.cuh gemm_walk). */
+struct mk_gemm_rs_split_cfg : mk_gemm_default_cfg {
+  static constexpr int RS_SPLIT = 1;
+};
 
 #define MK_GEMM_DEFAULT_TIMEOUT_MS 30000u
 #define MK_GEMM_DEFAULT_GROUP_M 8
@@ -82,6 +86,19 @@ static int gemm_validate_rs(const struct mk_gemm_args* a, int bm, int async_epi)
                                                   (rs->remote_mask >> rs->rank & 1))))
     GEMM_REJECT("mk_gemm_launch: rs across nodes needs xn with remote ranks, a call bracket, an error record, "
                 "its sender CTA (push), at most 32 ranks and this rank outside remote_mask");
+  return 0;
+}
+
+/* args.rs_split (gemm.h): what the walk by arrival needs. */
+static int gemm_validate_rs_split(const struct mk_gemm_args* a) {
+  if (!a->rs || !a->call || !a->rs->collect_claims || a->push || a->row_block_order || a->dtype != MK_GEMM_BF16 ||
+      a->block_m == 64 || a->rs->xn)
+    GEMM_REJECT("mk_gemm_launch: rs_split needs rs with collect_claims, a call bracket, bf16, 128-row tiles, no "
+                "push, no row_block_order and every rank local");
+  const int blocks = a->rs->shard_rows / mk_gemm_default_cfg::BM;
+  if (a->row_block_rotate != (a->rs->rank + 1) % a->rs->nranks * blocks)
+    GEMM_REJECT("mk_gemm_launch: rs_split needs row_block_rotate = %d (the next rank's rows first), not %d",
+                (a->rs->rank + 1) % a->rs->nranks * blocks, a->row_block_rotate);
   return 0;
 }
 
@@ -341,6 +358,8 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   if (a->scatter) p->scatter = *a->scatter;
   if (a->push) p->push = *a->push;
   p->peer_store_lanes = gemm_peer_store_lanes(p->num_k_blocks);
+  /* no raster group across two shards: this rank's rows are then the last slots */
+  if (a->rs_split) p->group_m = mk_gemm_rs_split_group_m(p->group_m, a->rs->shard_rows / mk_gemm_default_cfg::BM);
   p->scale_a = a->scale_a;
   p->scale_b = a->scale_b;
 }
@@ -427,11 +446,19 @@ extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream)
   if (a) MK_CHECK(gemm_validate_block_m(a));
   if (a && a->block_m == 64) return gemm_launch_cfg<mk_gemm_cfg_m64>(a, stream);
   if (a && a->dtype == MK_GEMM_E4M3) return gemm_launch_cfg<mk_gemm_fp8_cfg>(a, stream);
+  if (a && a->rs_split) {
+    MK_CHECK(gemm_validate_rs_split(a));
+    return gemm_launch_cfg<mk_gemm_rs_split_cfg>(a, stream);
+  }
   return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream); /* also rejects an unknown dtype */
 }
 
 extern "C" int mk_gemm_launch_variant(const struct mk_gemm_args* a, cudaStream_t stream, int variant) {
   if (a) MK_CHECK(gemm_validate_block_m(a));
+  if (a && a->rs_split) { /* compiled for the default configuration only */
+    if (variant == 0) return mk_gemm_launch(a, stream);
+    GEMM_REJECT("mk_gemm_launch_variant: rs_split is compiled for configuration 0 only, not %d", variant);
+  }
   if (a && a->block_m == 64 && variant != 4)
     GEMM_REJECT("mk_gemm_launch_variant: block_m = 64 is configuration 4, not %d", variant);
   if (a && a->dtype == MK_GEMM_E4M3) {
@@ -463,6 +490,7 @@ extern "C" int mk_gemm_prepare(void) {
   cudaError_t e = gemm_prepare_cfg<mk_gemm_default_cfg>(sms, &n);
   if (e == cudaSuccess) e = gemm_prepare_cfg<mk_gemm_fp8_cfg>(sms, &n);
   if (e == cudaSuccess) e = gemm_prepare_cfg<mk_gemm_cfg_m64>(sms, &n);
+  if (e == cudaSuccess) e = gemm_prepare_cfg<mk_gemm_rs_split_cfg>(sms, &n);
   if (e != cudaSuccess) {
     MK_WARN("mk_gemm_prepare: %s", cudaGetErrorString(e));
     return -EIO;

@@ -62,6 +62,18 @@ struct mk_gemm_params {
 /* This CTA's index among the GEMM's (the push CTAs come first in the grid). */
 __device__ __forceinline__ int gemm_cta(const struct mk_gemm_params& p) { return (int)blockIdx.x - p.push.ctas; }
 
+/* RS_SPLIT: the slots a role of this CTA walks (first, first + step, .. below end), by the CTA's
+ * arrival ticket, which thread 0 took at the start and left in ctl[2] (the word after the
+ * abort flag and the collect's slot; gemm.h mk_gemm_rs_split_walk). Without it the walk is
+ * slots cta, cta + ctas, .. (the loops' own first_slot and slot_step). */
+template <class Cfg>
+__device__ __forceinline__ void gemm_rs_split_slots(const struct mk_gemm_params& p, const volatile uint32_t* ctl,
+                                                    int* first, int* step, int* end) {
+  const int blocks = p.rs.shard_rows / Cfg::BM, tiles = blocks * ((p.n + Cfg::BN - 1) / Cfg::BN);
+  mk_gemm_rs_split_walk((int)ctl[2], p.gemm_ctas, p.rs.nranks, (p.rs.nranks - 1) * tiles, p.rs.nranks * tiles, first,
+                        step, end);
+}
+
 #include "gemm_push.cuh" /* the push role, on struct mk_gemm_params */
 
 /* MMA_INFLIGHT: wgmma groups left in flight when a K-block is done (0 or 1): with 1, the
@@ -78,6 +90,7 @@ struct mk_gemm_cfg {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_, EPI_COLS = EPI_COLS_;
   static constexpr int MMA_INFLIGHT = MMA_INFLIGHT_, CLUSTER_M = CLUSTER_M_, ASYNC_EPI = ASYNC_EPI_;
   static constexpr int DTYPE = DTYPE_;
+  static constexpr int RS_SPLIT = 0; /* 1 in gemm.cu's mk_gemm_rs_split_cfg (args.rs_split) */
   static_assert(DTYPE == MK_GEMM_BF16 || DTYPE == MK_GEMM_E4M3, "bf16 or e4m3 operands");
   static constexpr int ELEM_BYTES = DTYPE == MK_GEMM_E4M3 ? 1 : 2;
   /* wgmma steps per stage: each takes 32 bytes of K (k16 bf16, k32 e4m3) */
@@ -95,7 +108,8 @@ struct mk_gemm_cfg {
   static constexpr int OFF_B = STAGES * A_STAGE;
   static constexpr int OFF_C = OFF_B + STAGES * B_STAGE;
   static constexpr int OFF_BAR = OFF_C + CONSUMERS * C_STAGE_WG;
-  static constexpr int SMEM_USED = OFF_BAR + (2 * STAGES + 2 * CONSUMERS) * 8 + 16; /* + abort flag, collect slot */
+  /* + abort flag, the collect's slot, the arrival ticket (gemm_walk) */
+  static constexpr int SMEM_USED = OFF_BAR + (2 * STAGES + 2 * CONSUMERS) * 8 + 16;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
   static_assert(BM == 64 || BM == 128, "each consumer warp group owns 64 rows: one or two of them");
   static_assert(BN == 256 || (BN == 128 && DTYPE == MK_GEMM_BF16), "wgmma wrappers: bf16 n = 128, 256; e4m3 n = 256");
@@ -172,8 +186,9 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
   uint32_t phase = 0;
   int ready_mb = -1; /* last row-block seen ready: flags only grow within a launch */
   struct mk_tile t;
-  const int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M;
-  for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
+  int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M, slot_end = 0;
+  if constexpr (Cfg::RS_SPLIT) gemm_rs_split_slots<Cfg>(p, abort_flag, &first_slot, &slot_step, &slot_end);
+  for (int id = first_slot; (!Cfg::RS_SPLIT || id < slot_end) && sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     /* ASSUMPTION: ready flags only with CLUSTER_M == 1 (the launcher picks it): an abort in
      * one CTA of a pair would leave its partner waiting for the multicast half. */
     const bool local = t.row0 >= p.a_local_row0 && t.row0 < p.a_local_row_end;
@@ -361,8 +376,9 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
   if (p.call.done && (p.rs.shard_rows || p.scatter.row_dest))
     rs_failed = !bar_red_and(4, Cfg::STORER_THREADS, stid != 0 || gemm_call_wait_peers_free(p));
   struct mk_tile t;
-  const int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M;
-  for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
+  int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M, slot_end = 0;
+  if constexpr (Cfg::RS_SPLIT) gemm_rs_split_slots<Cfg>(p, abort_flag, &first_slot, &slot_step, &slot_end);
+  for (int id = first_slot; (!Cfg::RS_SPLIT || id < slot_end) && sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     if (!t.valid || gemm_last_tile_by_consumers<Cfg>(p, s, id, slot_step, t)) continue;
     const int owner = gemm_rs_owner(p, t);
     const int shard_row0 = owner >= 0 ? owner * p.rs.shard_rows : 0;
@@ -560,8 +576,9 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
   int stage = 0;
   uint32_t phase = 0;
   struct mk_tile t;
-  const int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M;
-  for (int id = first_slot; sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
+  int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M, slot_end = 0;
+  if constexpr (Cfg::RS_SPLIT) gemm_rs_split_slots<Cfg>(p, abort_flag, &first_slot, &slot_step, &slot_end);
+  for (int id = first_slot; (!Cfg::RS_SPLIT || id < slot_end) && sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     /* NOTES: checked outside the K loop, where no wgmma is in flight; inside it, ptxas
      * injects a warpgroup.wait (C7517) that serialises the wgmma groups. */
     mbarrier_wait_parity(&full[stage], phase);
@@ -632,6 +649,9 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
       mbarrier_init(&c_empty[i], Cfg::STORER_THREADS);
     }
     *abort_flag = 0;
+    if constexpr (Cfg::RS_SPLIT) /* the arrival ticket (gemm_walk), for the GEMM's CTAs */
+      abort_flag[2] = (int)blockIdx.x >= p.push.ctas ? (uint32_t)atomicAdd((unsigned long long*)p.rs.collect_claims, 1ull)
+                                                     : 0u;
     fence_mbarrier_init();
   }
   /* the partner's multicasts and arrivals target our barriers: initialised first */
@@ -644,7 +664,8 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
     gemm_push_cta<Cfg>(p);
     return;
   }
-  if (threadIdx.x == 0 && p.rs.collect_claims) atomicAdd((unsigned long long*)p.rs.collect_claims, 1ull);
+  if constexpr (!Cfg::RS_SPLIT) /* with RS_SPLIT: the ticket above */
+    if (threadIdx.x == 0 && p.rs.collect_claims) atomicAdd((unsigned long long*)p.rs.collect_claims, 1ull);
   if (wg == 0) {
     setmaxnreg_dec<56>();
     if (threadIdx.x == 0) gemm_producer<Cfg>(&tmap_a, &tmap_a_local, &tmap_b, p, smem, full, empty, abort_flag);

@@ -43,6 +43,8 @@
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
+#include "mk_hd.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -99,10 +101,11 @@ struct mk_gemm_rs {
   const void* gathered[MK_GEMM_RS_MAX_RANKS];
   const uint64_t* gathered_counts[MK_GEMM_RS_MAX_RANKS];
   void* c_full;
-  /* With the gather: [0] the GEMM CTAs that have started, [1] the collect's items taken (in
-   * call.counters: 0 between calls). A CTA collects only once every GEMM CTA has started, so
-   * that no CTA waits in the collect for rows whose tiles belong to a CTA that cannot start
-   * until an SM is freed (another stream's kernels, MPS: the call timed out). */
+  /* [0] the GEMM CTAs that have started (with args.rs_split: each CTA's arrival ticket), [1]
+   * the collect's items taken (in call.counters: 0 between calls). A CTA collects only once
+   * every GEMM CTA has started, so that no CTA waits in the collect for rows whose tiles belong
+   * to a CTA that cannot start until an SM is freed (another stream's kernels, MPS: the call
+   * timed out). Needed with the gather and with rs_split. */
   uint64_t* collect_claims;
   /* Cross-node (issue 13; fused/proxy/xnode.h; xn NULL: off; needs args.call). For d in
    * remote_mask: out[d] is the bounce buffer's out slot for d and out_counts[d] this rank's own
@@ -220,11 +223,44 @@ struct mk_gemm_args {
    * operand reuse; MoE groups of a few hundred rows or fewer: mk_moe_gemm_block_m). 64: bf16,
    * no a_local, push or rs. */
   int block_m;
+  /* With rs (and call, rs.collect_claims, the rotation that puts this rank's rows last, bf16,
+   * 128-row tiles, no push): the CTAs take their slots in arrival order, the first ones the
+   * peers' rows, the last ones this rank's (mk_gemm_rs_split_walk), so that no tile waits for a
+   * peer's partial while a CTA that owes one cannot start (bench/models/residency.py: the
+   * default walk deadlocks when too few CTAs are resident on every rank). 0: the default walk. */
+  int rs_split;
   /* e4m3 only: per-tensor scales of A and B, device pointers read when the kernel runs (so a
    * captured CUDA graph picks up new values, as cuBLASLt's scale pointers); NULL means 1. */
   const float* scale_a;
   const float* scale_b;
 };
+
+/* args.rs_split: the slots (first, first + step, .. below end) of the CTA that arrived
+ * `ticket`-th of `ctas`. Of the rotated order's `total` slots, those from own_first on are this
+ * rank's rows; the last own = min(max(1, ctas / nranks), ctas - 1) arrivals walk them, the
+ * others the peers' rows. Fewer than 2 CTAs: the one walks every slot. */
+MK_HD void mk_gemm_rs_split_walk(int ticket, int ctas, int nranks, int own_first, int total, int* first, int* step,
+                                 int* end) {
+  int own = ctas / nranks;
+  own = own < 1 ? 1 : own;
+  own = own > ctas - 1 ? ctas - 1 : own;
+  if (own < 1) {
+    *first = ticket, *step = ctas > 0 ? ctas : 1, *end = total;
+  } else if (ticket < ctas - own) {
+    *first = ticket, *step = ctas - own, *end = own_first;
+  } else {
+    *first = own_first + ticket - (ctas - own), *step = own, *end = total;
+  }
+}
+
+/* args.rs_split: the raster group (row-blocks) for `blocks` row-blocks per shard: the largest
+ * power of two up to group_m that divides blocks, so that no raster group spans two shards and
+ * this rank's rows are exactly the slots from (nranks - 1) x blocks x column tiles on. */
+MK_HD int mk_gemm_rs_split_group_m(int group_m, int blocks) {
+  int g = 1;
+  while (g * 2 <= group_m && blocks % (g * 2) == 0) g *= 2;
+  return g;
+}
 
 /* Launches on `stream`. Returns 0, -EINVAL (bad argument, nothing launched, a WARN names
  * it), -ENOTSUP (not an sm_90 device) or -EIO (launch failure). */

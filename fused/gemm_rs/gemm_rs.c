@@ -16,6 +16,7 @@
 #include "ag_push.h"
 #include "gemm_rs.h"
 #include "mk_err.h"
+#include "mk_param.h"
 #include "op_check.h"
 #include "rs_comm.h"
 #include "schedule.h"
@@ -116,10 +117,10 @@ static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, in
   call->done = (uint64_t*)own + MK_AG_WORD_DONE, call->call = (uint64_t*)own + MK_AG_WORD_CALL;
   call->exits = (uint32_t*)((uint64_t*)own + MK_AG_WORD_EXITS), call->set_done = 1;
   call->counters = own_counts, call->num_counters = nr * (int)blocks * (gather ? 2 : 1);
-  if (gather) { /* the collect's two claim counters after the gather counters */
-    rs->collect_claims = own_counts + call->num_counters;
-    call->num_counters += 2;
-  }
+  /* the CTAs' start count (NCCL_MK_RS_SPLIT: arrival tickets) and the collect's items, after
+   * the gather counters */
+  rs->collect_claims = own_counts + call->num_counters;
+  call->num_counters += 2;
 }
 
 int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b, void* c, size_t m, size_t n,
@@ -140,6 +141,7 @@ int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b
   g.row_block_rotate = mk_sched_rs_row_block(fc->rank, fc->nranks, (int)(shard / MK_AG_BLOCK_ROWS), 0);
   struct mk_gemm_push sender = {.ctas = 1}; /* across nodes: the CTA that feeds the proxy */
   if (rs.xn) g.push = &sender, g.num_sms = fc->num_sms - 1;
+  else g.rs_split = (int)mk_param_int(MK_PARAM_RS_SPLIT); /* every rank local */
   fc->rs_shard_blocks = (int)(shard / MK_AG_BLOCK_ROWS); /* for a hang report */
   MK_CHECK(mk_gemm_launch(&g, stream)); /* the whole call: rs_comm.h */
   return mk_trace_comm_end(fc, stream);

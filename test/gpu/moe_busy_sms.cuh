@@ -26,7 +26,7 @@ static void scenario_busy_sms(struct rank_env* e) {
     bufs_alloc(&b, c);
     inputs_fill(e, &b, c, base);
     struct sm_hold h;
-    const int started = sm_hold_start(&h, perf_rank_device(e->rank), 4);
+    const int started = sm_hold_start(&h, perf_rank_device(e->rank), 1);
     printf("rank %d: %d of %d SMs held\n", e->rank, started, h.sms);
     expect(e, started == h.ctas, "every holding CTA runs before the MoE calls", 0);
     if (started == h.ctas) {

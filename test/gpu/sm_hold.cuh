@@ -36,11 +36,11 @@ struct sm_hold {
   int ctas, sms;   /* CTAs of the holder, SMs the device reports (under MPS: the client's) */
 };
 
-/* Holds sms / div SMs of `device` for up to 30 s; waits (up to 5 s) until every holding CTA
- * runs and returns how many do. */
-static int sm_hold_start(struct sm_hold* h, int device, int div) {
+/* Holds held_of_4 quarters of the SMs of `device` (sms x held_of_4 / 4) for up to 30 s; waits
+ * (up to 5 s) until every holding CTA runs and returns how many do. */
+static int sm_hold_start(struct sm_hold* h, int device, int held_of_4) {
   CUDA_OK(cudaDeviceGetAttribute(&h->sms, cudaDevAttrMultiProcessorCount, device));
-  h->ctas = h->sms / div;
+  h->ctas = h->sms * held_of_4 / 4;
   CUDA_OK(cudaHostAlloc((void**)&h->flags, 3 * sizeof(unsigned), cudaHostAllocMapped));
   memset(h->flags, 0, 3 * sizeof(unsigned));
   CUDA_OK(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));

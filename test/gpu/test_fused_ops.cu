@@ -11,7 +11,7 @@
  *
  * usage: test_fused_ops <correctness|bad_input|graph|back_to_back|negative_control|group_init|
  *                        hang_report|absent_peer|one_kernel|proxy_bytes|killed_peer|no_proxy_fallback|
- *                        busy_sms>
+ *                        busy_sms|busy_sms_most>
  * The binary starts one process per GPU itself (group_init: one process, two GPUs).
  */
 #include <glob.h>
@@ -304,13 +304,13 @@ static void scenario_back_to_back(struct rank_env* e) {
   for (int i = 0; i < CALLS; i++) cudaFree(a[i]), cudaFree(b[i]), cudaFree(c[i]);
 }
 
-/* Each op on its overlapped paths while another kernel holds a quarter of the SMs
+/* Each op on its overlapped paths while another kernel holds held_of_4 quarters of the SMs
  * (sm_hold.cuh): no timeout, a checked output, and the holder held its SMs to the end of the
  * call. The first calls run held (ncclMkCommInit loaded the kernels; a lazy load would wait
  * for the holder). The ops' CTAs wait for one another through their peers (a tile's owner sums
  * every rank's partial; the all-reduce's collect waits for reduced rows): GEMM+AllReduce timed
  * out here before its collect waited for every CTA to have started (gemm_rs.cuh). */
-static void scenario_busy_sms(struct rank_env* e) {
+static void busy_sms_run(struct rank_env* e, int held_of_4) {
   static const char* names[] = {"AllGather+GEMM", "GEMM+ReduceScatter", "GEMM+AllReduce"};
   const struct shape shapes[] = {per_rank(128, 256, 512), per_rank(4096, 264, 136)};
   for (int i = 0; i < 2; i++) {
@@ -321,11 +321,11 @@ static void scenario_busy_sms(struct rank_env* e) {
     for (int op = 0; op < 3; op++) {
       bufs_fill(e, &o, s, base);
       struct sm_hold h;
-      const int started = sm_hold_start(&h, perf_rank_device(e->rank), 4);
+      const int started = sm_hold_start(&h, perf_rank_device(e->rank), held_of_4);
       if (started == h.ctas) run_op(e, &o, s, op, NULL);
       CUDA_OK(cudaStreamSynchronize(e->stream));
       const int held = sm_hold_end(&h);
-      expect(e, started == h.ctas && held == h.ctas, "a quarter of the SMs held throughout the call", 0);
+      expect(e, started == h.ctas && held == h.ctas, "the SMs held throughout the call", 0);
       ncclResult_t async = ncclSuccess;
       char msg[256] = "";
       NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
@@ -342,6 +342,13 @@ static void scenario_busy_sms(struct rank_env* e) {
     bufs_free(&o);
   }
 }
+
+static void scenario_busy_sms(struct rank_env* e) { busy_sms_run(e, 1); }
+
+/* Three quarters of the SMs held: fewer CTAs resident than GEMM+ReduceScatter's and
+ * GEMM+AllReduce's default walk needs at 8192 rows (bench/models/residency.py: it deadlocks
+ * below 31 of 66 on 2 ranks); NCCL_MK_RS_SPLIT=1's walk by arrival is meant to pass. */
+static void scenario_busy_sms_most(struct rank_env* e) { busy_sms_run(e, 3); }
 
 /* 1 when this run emulates one node per rank (NCCL_MK_LOCAL_SIZE=1, as gpu-check's xnode tier
  * sets it): the ops then go through the proxy, and some expectations differ. */
@@ -585,6 +592,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
   else if (!strcmp(name, "proxy_bytes")) scenario_proxy_bytes(e);
   else if (!strcmp(name, "no_proxy_fallback")) scenario_no_proxy_fallback(e);
   else if (!strcmp(name, "busy_sms")) scenario_busy_sms(e);
+  else if (!strcmp(name, "busy_sms_most")) scenario_busy_sms_most(e);
   else { fprintf(stderr, "unknown scenario %s\n", name); e->failures++; }
   NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
   if (async != ncclSuccess) fprintf(stderr, "rank %d: asynchronous error: %s\n", e->rank, msg);
@@ -593,7 +601,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
 
 static void fused_scenario_env(const char* scenario, int rank) {
   if (!strcmp(scenario, "hang_report")) hang_report_env(rank);
-  if (!strcmp(scenario, "killed_peer") || !strcmp(scenario, "busy_sms")) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
+  if (!strcmp(scenario, "killed_peer") || !strncmp(scenario, "busy_sms", 8)) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
   if (!strcmp(scenario, "no_proxy_fallback")) setenv("NCCL_MK_OFI_PROVIDER", "no-such-provider", 1);
 }
 

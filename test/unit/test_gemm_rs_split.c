@@ -1,0 +1,73 @@
+/*
+ * NCCL_MK_RS_SPLIT's walk (fused/common/gemm.h mk_gemm_rs_split_walk, mk_gemm_rs_split_group_m)
+ * on the GEMM's own tile scheduler (fused/common/sched.cuh, compiled here as C): across the
+ * arrival tickets of a grid every slot is taken exactly once; the last arrivals take exactly
+ * this rank's rows and the others the peers' (with the rotation and raster group the launcher
+ * uses); the raster group is the largest power of two up to the default that divides the
+ * row-blocks of a shard. No GPU.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mk_test.h"
+#include "gemm.h"
+
+/* sched.cuh's device helpers as plain C */
+#undef __device__
+#undef __forceinline__
+#define __device__
+#define __forceinline__ static inline
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+#include "sched.cuh"
+
+static void group_m_divides_the_shard(void) {
+  for (int blocks = 1; blocks <= 96; blocks++)
+    for (int group_m = 1; group_m <= 16; group_m *= 2) {
+      const int g = mk_gemm_rs_split_group_m(group_m, blocks);
+      CHECK(g >= 1 && g <= group_m && (g & (g - 1)) == 0 && blocks % g == 0);
+      CHECK(g * 2 > group_m || blocks % (g * 2) != 0); /* the largest such */
+    }
+}
+
+/* Every slot of the rotated order once; the own-row workers on this rank's rows only. */
+static void walk_case(int nranks, int rank, int blocks, int tiles_n, int ctas) {
+  const int bm = 128, bn = 256, m = nranks * blocks * bm, n = tiles_n * bn - 8; /* a partial column tile */
+  const int total = nranks * blocks * tiles_n, own_first = (nranks - 1) * blocks * tiles_n;
+  const int group_m = mk_gemm_rs_split_group_m(8, blocks), rotate = (rank + 1) % nranks * blocks;
+  char* seen = calloc((size_t)total, 1);
+  int own = 0;
+  for (int ticket = 0; ticket < ctas; ticket++) {
+    int first, step, end;
+    mk_gemm_rs_split_walk(ticket, ctas, nranks, own_first, total, &first, &step, &end);
+    struct mk_sched s;
+    sched_init(&s, m, n, bm, bn, group_m, 1, 0, 1, NULL, NULL, rotate);
+    struct mk_tile t;
+    const int own_worker = ctas >= 2 && first >= own_first;
+    own += own_worker;
+    for (int id = first; id < end && sched_tile(&s, m, n, id, &t); id += step) {
+      CHECK(id >= 0 && id < total && !seen[id]);
+      if (id < 0 || id >= total) break;
+      seen[id] = 1;
+      const int owner = t.row0 / (blocks * bm);
+      if (ctas >= 2 && owner == rank && !own_worker)
+        fprintf(stderr, "n=%d rank=%d blocks=%d tiles=%d ctas=%d: ticket %d (a peer-row worker) got own slot %d\n",
+                nranks, rank, blocks, tiles_n, ctas, ticket, id);
+      CHECK(ctas < 2 || (owner == rank) == own_worker);
+    }
+  }
+  for (int id = 0; id < total; id++) CHECK(seen[id]);
+  if (ctas >= 2) CHECK(own >= 1 && own <= ctas - 1);
+  free(seen);
+}
+
+int main(void) {
+  group_m_divides_the_shard();
+  const int ranks[] = {2, 3, 4, 8}, blocks[] = {1, 2, 3, 6, 32}, tiles[] = {1, 2, 3}, ctas[] = {1, 2, 3, 16, 66, 132};
+  for (int a = 0; a < 4; a++)
+    for (int r = 0; r < ranks[a]; r++)
+      for (int b = 0; b < 5; b++)
+        for (int t = 0; t < 3; t++)
+          for (int c = 0; c < 6; c++) walk_case(ranks[a], r, blocks[b], tiles[t], ctas[c]);
+  return MK_TEST_RESULT();
+}
