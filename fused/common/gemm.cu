@@ -28,7 +28,7 @@ typedef mk_gemm_cfg<64, 256, 64, 4, 256, 1, 1, 1> mk_gemm_cfg_m64; /* args.block
 /* e4m3 operands: the default's tiles and stages in bytes (a 128-byte stage row holds 128
  * elements); compiled for this configuration only, to keep gemm.cu's compile time. */
 typedef mk_gemm_cfg<128, 256, 128, 3, 256, 1, 1, 1, MK_GEMM_E4M3> mk_gemm_fp8_cfg;
-/* args.rs_split: the default's tiles, the CTAs' slots by arrival (gemm.cuh gemm_walk). */
+/* args.rs_split: the default's tiles, the CTAs' slots by arrival (gemm.cuh gemm_slots). */
 struct mk_gemm_rs_split_cfg : mk_gemm_default_cfg {
   static constexpr int RS_SPLIT = 1;
 };

@@ -62,16 +62,19 @@ struct mk_gemm_params {
 /* This CTA's index among the GEMM's (the push CTAs come first in the grid). */
 __device__ __forceinline__ int gemm_cta(const struct mk_gemm_params& p) { return (int)blockIdx.x - p.push.ctas; }
 
-/* RS_SPLIT: the slots a role of this CTA walks (first, first + step, .. below end), by the CTA's
- * arrival ticket, which thread 0 took at the start and left in ctl[2] (the word after the
- * abort flag and the collect's slot; gemm.h mk_gemm_rs_split_walk). Without it the walk is
- * slots cta, cta + ctas, .. (the loops' own first_slot and slot_step). */
+/* The slots every role of this CTA walks: first, first + step, .. (slots cta, cta + ctas, ..);
+ * with RS_SPLIT below end, by the CTA's arrival ticket, which thread 0 took at the start and
+ * left in ctl[2] (the word after the abort flag and the collect's slot; gemm.h
+ * mk_gemm_rs_split_walk). */
 template <class Cfg>
-__device__ __forceinline__ void gemm_rs_split_slots(const struct mk_gemm_params& p, const volatile uint32_t* ctl,
-                                                    int* first, int* step, int* end) {
-  const int blocks = p.rs.shard_rows / Cfg::BM, tiles = blocks * ((p.n + Cfg::BN - 1) / Cfg::BN);
-  mk_gemm_rs_split_walk((int)ctl[2], p.gemm_ctas, p.rs.nranks, (p.rs.nranks - 1) * tiles, p.rs.nranks * tiles, first,
-                        step, end);
+__device__ __forceinline__ void gemm_slots(const struct mk_gemm_params& p, const volatile uint32_t* ctl, int* first,
+                                           int* step, int* end) {
+  *first = gemm_cta(p) / Cfg::CLUSTER_M, *step = p.gemm_ctas / Cfg::CLUSTER_M, *end = 0;
+  if constexpr (Cfg::RS_SPLIT) {
+    const int blocks = p.rs.shard_rows / Cfg::BM, tiles = blocks * ((p.n + Cfg::BN - 1) / Cfg::BN);
+    mk_gemm_rs_split_walk((int)ctl[2], p.gemm_ctas, p.rs.nranks, (p.rs.nranks - 1) * tiles, p.rs.nranks * tiles, first,
+                          step, end);
+  }
 }
 
 #include "gemm_push.cuh" /* the push role, on struct mk_gemm_params */
@@ -108,7 +111,7 @@ struct mk_gemm_cfg {
   static constexpr int OFF_B = STAGES * A_STAGE;
   static constexpr int OFF_C = OFF_B + STAGES * B_STAGE;
   static constexpr int OFF_BAR = OFF_C + CONSUMERS * C_STAGE_WG;
-  /* + abort flag, the collect's slot, the arrival ticket (gemm_walk) */
+  /* + abort flag, the collect's slot, the arrival ticket (gemm_slots) */
   static constexpr int SMEM_USED = OFF_BAR + (2 * STAGES + 2 * CONSUMERS) * 8 + 16;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
   static_assert(BM == 64 || BM == 128, "each consumer warp group owns 64 rows: one or two of them");
@@ -186,8 +189,8 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
   uint32_t phase = 0;
   int ready_mb = -1; /* last row-block seen ready: flags only grow within a launch */
   struct mk_tile t;
-  int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M, slot_end = 0;
-  if constexpr (Cfg::RS_SPLIT) gemm_rs_split_slots<Cfg>(p, abort_flag, &first_slot, &slot_step, &slot_end);
+  int first_slot, slot_step, slot_end;
+  gemm_slots<Cfg>(p, abort_flag, &first_slot, &slot_step, &slot_end);
   for (int id = first_slot; (!Cfg::RS_SPLIT || id < slot_end) && sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     /* ASSUMPTION: ready flags only with CLUSTER_M == 1 (the launcher picks it): an abort in
      * one CTA of a pair would leave its partner waiting for the multicast half. */
@@ -376,8 +379,8 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
   if (p.call.done && (p.rs.shard_rows || p.scatter.row_dest))
     rs_failed = !bar_red_and(4, Cfg::STORER_THREADS, stid != 0 || gemm_call_wait_peers_free(p));
   struct mk_tile t;
-  int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M, slot_end = 0;
-  if constexpr (Cfg::RS_SPLIT) gemm_rs_split_slots<Cfg>(p, abort_flag, &first_slot, &slot_step, &slot_end);
+  int first_slot, slot_step, slot_end;
+  gemm_slots<Cfg>(p, abort_flag, &first_slot, &slot_step, &slot_end);
   for (int id = first_slot; (!Cfg::RS_SPLIT || id < slot_end) && sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     if (!t.valid || gemm_last_tile_by_consumers<Cfg>(p, s, id, slot_step, t)) continue;
     const int owner = gemm_rs_owner(p, t);
@@ -576,8 +579,8 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
   int stage = 0;
   uint32_t phase = 0;
   struct mk_tile t;
-  int first_slot = gemm_cta(p) / Cfg::CLUSTER_M, slot_step = p.gemm_ctas / Cfg::CLUSTER_M, slot_end = 0;
-  if constexpr (Cfg::RS_SPLIT) gemm_rs_split_slots<Cfg>(p, abort_flag, &first_slot, &slot_step, &slot_end);
+  int first_slot, slot_step, slot_end;
+  gemm_slots<Cfg>(p, abort_flag, &first_slot, &slot_step, &slot_end);
   for (int id = first_slot; (!Cfg::RS_SPLIT || id < slot_end) && sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     /* NOTES: checked outside the K loop, where no wgmma is in flight; inside it, ptxas
      * injects a warpgroup.wait (C7517) that serialises the wgmma groups. */
@@ -649,7 +652,7 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
       mbarrier_init(&c_empty[i], Cfg::STORER_THREADS);
     }
     *abort_flag = 0;
-    if constexpr (Cfg::RS_SPLIT) /* the arrival ticket (gemm_walk), for the GEMM's CTAs */
+    if constexpr (Cfg::RS_SPLIT) /* the arrival ticket (gemm_slots), for the GEMM's CTAs */
       abort_flag[2] = (int)blockIdx.x >= p.push.ctas ? (uint32_t)atomicAdd((unsigned long long*)p.rs.collect_claims, 1ull)
                                                      : 0u;
     fence_mbarrier_init();

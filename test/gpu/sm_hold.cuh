@@ -3,8 +3,9 @@
  * host releases it: the GPU tests' stand-in for another stream's kernels (NCCL's, a
  * compute stream's, or a peer rank's sharing the GPU under MPS) while a fused op runs. The
  * flags are mapped host memory, so the host sees the holder start and releases it without a
- * stream. A fused kernel's first launch must come before the hold: with CUDA's lazy loading a
- * kernel's first launch waits for the context's running kernels (the holder) to end.
+ * stream. A kernel first launched during the hold must be loaded before it (ncclMkCommInit
+ * loads the library's; a test loads its own): with CUDA's lazy loading a kernel's first launch
+ * waits for the context's running kernels (the holder) to end.
  */
 #ifndef MK_SM_HOLD_CUH_
 #define MK_SM_HOLD_CUH_
