@@ -15,10 +15,15 @@ Rules compared (bench/NOTES.md, session 36):
               peer-row tiles, freeing its SM)
   rs split    the peer-row tiles on the first G - G/n CTAs to start, the own-row tiles on the
               last G/n (NCCL_MK_RS_SPLIT=1: each CTA's place is its arrival ticket, so the
-              own-row CTAs start only after every other has, as modelled)
+              own-row CTAs start only after every other has, as modelled); beyond 2 ranks the
+              peers' shards interleaved row-block by row-block (sched.cuh sched_interleaved)
   ar old      the all-reduce's collect before session 36: items c, c + G, .. after the tiles
   ar new      session 36's: items from a counter, only once every CTA started (else leave)
-Prints, per shape, how many residencies 1..G end in a deadlock.
+Prints, per shape, how many residencies 1..G end in a deadlock; then, with every CTA resident,
+the makespan of the RS walks in tile times (a tile takes one; an own-row tile starts once its
+CTA is free and its row-block's last partial is in): the split's cost, and why its peers' shards
+are interleaved beyond 2 ranks (in the rotated order the own rows' G/n CTAs wait for the last
+peer, which reaches their rows only at the end: 1.7-1.9x at 4 and 8 ranks).
 usage: bench/models/residency.py
 """
 
@@ -28,14 +33,49 @@ def walk(rank, n, blocks, tiles_n, own=True):
     return tiles if own else [t for t in tiles if t[0] != rank]
 
 
+def peer_walk_interleaved(rank, n, blocks, tiles_n):
+    """The peers' rows, row-block by row-block across the peers (raster group 1)."""
+    return [((rank + 1 + i) % n, mb, nb) for mb in range(blocks) for i in range(n - 1) for nb in range(tiles_n)]
+
+
+def split_sequences(r, n, G, blocks, tiles_n, interleave=True):
+    k = max(1, G // n)  # CTAs G - k .. G - 1 take the own rows
+    peer_rows = peer_walk_interleaved(r, n, blocks, tiles_n) if interleave else walk(r, n, blocks, tiles_n, False)
+    own_rows = [t for t in walk(r, n, blocks, tiles_n) if t[0] == r]
+    return [peer_rows[c::G - k] for c in range(G - k)] + [own_rows[c::k] for c in range(k)]
+
+
+def rs_sequences(n, G, blocks, tiles_n, rule):
+    if rule == "static":
+        return [[walk(r, n, blocks, tiles_n)[c::G] for c in range(G)] for r in range(n)]
+    return [split_sequences(r, n, G, blocks, tiles_n, rule == "split") for r in range(n)]
+
+
+def makespan(n, G, blocks, tiles_n, rule):
+    """Every CTA resident; rule: static, split (interleaved beyond 2 ranks), split rotated."""
+    seqs = rs_sequences(n, G, blocks, tiles_n, rule)
+    ready = [[0] * blocks for _ in range(n)]  # [owner][mb]: when its last partial is in
+    for r in range(n):
+        for seq in seqs[r]:
+            for t, (shard, mb, _) in enumerate(seq):
+                if shard == r:
+                    break  # a CTA's peer-row tiles come before its own-row tiles
+                ready[shard][mb] = max(ready[shard][mb], t + 1)
+    end = 0
+    for r in range(n):
+        for seq in seqs[r]:
+            t = 0
+            for shard, mb, _ in seq:
+                t = (t if shard != r else max(t, ready[r][mb])) + 1
+            end = max(end, t)
+    return end
+
+
 def simulate(n, G, R, blocks, tiles_n, rs_rule, collect=None, splits=8):
     claimed_own = rs_rule == "claimed"
     seq = [[walk(r, n, blocks, tiles_n, not claimed_own)[c::G] for c in range(G)] for r in range(n)]
     if rs_rule == "split":
-        k = max(1, G // n)  # CTAs G - k .. G - 1 take the own rows
-        for r in range(n):
-            peer_rows, own_rows = walk(r, n, blocks, tiles_n, False), [t for t in walk(r, n, blocks, tiles_n) if t[0] == r]
-            seq[r] = [peer_rows[c::G - k] for c in range(G - k)] + [own_rows[c::k] for c in range(k)]
+        seq = rs_sequences(n, G, blocks, tiles_n, "split")
     own = [[(mb, nb) for mb in range(blocks) for nb in range(tiles_n)] for _ in range(n)]
     partial = [[[0] * blocks for _ in range(n)] for _ in range(n)]   # [owner][src][mb]
     gathered = [[[0] * blocks for _ in range(n)] for _ in range(n)]  # [dest][src][mb]
@@ -125,10 +165,11 @@ def simulate(n, G, R, blocks, tiles_n, rs_rule, collect=None, splits=8):
 
 def main():
     shapes = [  # ranks, CTAs per rank, row-blocks per shard, column tiles; what it stands for
-        (2, 66, 32, 3, "busy_sms's 8192 x 264 on 2 ranks under MPS (66 SMs each)"),
+        (2, 66, 32, 2, "busy_sms's 8192 x 264 on 2 ranks under MPS (66 SMs each; 256-column tiles)"),
+        (2, 66, 32, 16, "busy_sms's 8192 x 4096 on 2 ranks under MPS"),
         (4, 33, 16, 2, "4 ranks on one GPU, the 4-rank overlapped shape"),
         (8, 16, 32, 2, "8 ranks on one GPU (16 SMs each), 4096 rows per rank, N = 264"),
-        (2, 66, 64, 32, "2 H200s, M = 16384 N = 8192 (66 two-CTA clusters)"),
+        (2, 132, 64, 32, "2 H200s, M = 16384 N = 8192 (132 CTAs)"),
     ]
     rules = [("rs static", "static", None), ("rs claimed", "claimed", None), ("rs split", "split", None),
              ("ar old", "static", "old"), ("ar new", "static", "new"), ("ar new + rs claimed", "claimed", "new")]
@@ -138,6 +179,12 @@ def main():
             bad = [R for R in range(1, G + 1) if not simulate(n, G, R, blocks, tiles_n, rs_rule, collect)]
             span = f" (R = {bad[0]}..{bad[-1]})" if bad else ""
             print(f"  {name:22s} deadlocks at {len(bad):3d} of {G} residencies{span}")
+    print("makespan with every CTA resident, in tile times (ideal: tiles / CTAs):")
+    for n, G, blocks, tiles_n, what in [(2, 132, 64, 32, "2 H200s, 16384 x 8192"), (2, 132, 16, 16, "2 H200s, 4096 x 4096"),
+                                        (4, 132, 32, 32, "4 H200s, 16384 x 8192"), (8, 132, 16, 32, "8 H200s, 16384 x 8192"),
+                                        (8, 132, 8, 16, "8 H200s, 8192 x 4096")]:
+        times = {rule: makespan(n, G, blocks, tiles_n, rule) for rule in ("static", "split", "split rotated")}
+        print(f"  {what}: ideal {n * blocks * tiles_n / G:.1f}, " + ", ".join(f"{k} {v}" for k, v in times.items()))
 
 
 if __name__ == "__main__":

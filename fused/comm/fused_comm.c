@@ -66,13 +66,14 @@ static void fused_comm_free(struct mk_fused_comm* fc) {
   mk_xnode_release(fc);
   mk_peer_close(fc);
   mk_trace_comm_close(fc);
-  if (fc->internal) cudaStreamDestroy(fc->internal);
+  /* stream-ordered like its allocation (mk_fused_scratch), before the stream goes */
+  if (fc->scratch) cudaFreeAsync(fc->scratch, fc->internal);
+  if (fc->internal) cudaStreamSynchronize(fc->internal), cudaStreamDestroy(fc->internal);
   if (fc->side) cudaStreamDestroy(fc->side);
   if (fc->ev_fork) cudaEventDestroy(fc->ev_fork);
   if (fc->ev_join) cudaEventDestroy(fc->ev_join);
   cudaFree(fc->sym);
   cudaFree(fc->records_dev);
-  cudaFree(fc->scratch);
   cudaFreeHost(fc->records_host);
   cudaFreeHost(fc->err);
   free(fc->peer_sym);
@@ -127,7 +128,8 @@ static int fused_comm_alloc(struct mk_fused_comm* fc) {
    * graph capture never need to grow it. */
   const ncclMkConfig* c = &fc->cfg;
   fc->scratch_bytes = c->max_m * (c->max_n > c->max_k ? c->max_n : c->max_k) * 2;
-  MK_CHECK(mk_cuda_check(cudaMalloc(&fc->scratch, fc->scratch_bytes), "cudaMalloc (scratch)"));
+  MK_CHECK(mk_cuda_check(cudaMallocAsync(&fc->scratch, fc->scratch_bytes, fc->internal), "cudaMallocAsync (scratch)"));
+  MK_CHECK(mk_cuda_check(cudaStreamSynchronize(fc->internal), "cudaStreamSynchronize (scratch)"));
   return mk_trace_comm_open(fc);
 }
 
@@ -291,11 +293,17 @@ int mk_fused_scratch(struct mk_fused_comm* fc, cudaStream_t stream, size_t bytes
               "ncclMkConfig's max_m/max_n/max_k", bytes, fc->scratch_bytes);
       return -ENOTSUP;
     }
+    /* Waits for this stream only (the old scratch's readers are its earlier calls): cudaFree
+     * would wait for every kernel on the device, including another stream's that waits for
+     * this call's peers (a deadlock, or 30 s with test_fused_ops busy_sms's holder). The
+     * second sync makes the new allocation usable from any stream, as cudaMalloc's is. */
+    void* grown = NULL;
     MK_CHECK(mk_cuda_check(cudaStreamSynchronize(stream), "stream sync before growing"));
-    cudaFree(fc->scratch);
-    fc->scratch = NULL;
-    fc->scratch_bytes = 0;
-    MK_CHECK(mk_cuda_check(cudaMalloc(&fc->scratch, bytes), "cudaMalloc (scratch)"));
+    MK_CHECK(mk_cuda_check(cudaFreeAsync(fc->scratch, stream), "cudaFreeAsync (scratch)"));
+    fc->scratch = NULL, fc->scratch_bytes = 0;
+    MK_CHECK(mk_cuda_check(cudaMallocAsync(&grown, bytes, stream), "cudaMallocAsync (scratch)"));
+    MK_CHECK(mk_cuda_check(cudaStreamSynchronize(stream), "stream sync after growing"));
+    fc->scratch = grown;
     fc->scratch_bytes = bytes;
   }
   *out = fc->scratch;

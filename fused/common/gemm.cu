@@ -359,7 +359,7 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   if (a->push) p->push = *a->push;
   p->peer_store_lanes = gemm_peer_store_lanes(p->num_k_blocks);
   /* no raster group across two shards: this rank's rows are then the last slots */
-  if (a->rs_split) p->group_m = mk_gemm_rs_split_group_m(p->group_m, a->rs->shard_rows / mk_gemm_default_cfg::BM);
+  if (a->rs) p->group_m = mk_gemm_rs_group_m(p->group_m, a->rs->shard_rows / mk_gemm_default_cfg::BM);
   p->scale_a = a->scale_a;
   p->scale_b = a->scale_b;
 }

@@ -62,16 +62,20 @@ struct mk_gemm_params {
 /* This CTA's index among the GEMM's (the push CTAs come first in the grid). */
 __device__ __forceinline__ int gemm_cta(const struct mk_gemm_params& p) { return (int)blockIdx.x - p.push.ctas; }
 
-/* The slots every role of this CTA walks: first, first + step, .. (slots cta, cta + ctas, ..);
- * with RS_SPLIT below end, by the CTA's arrival ticket, which thread 0 took at the start and
- * left in ctl[2] (the word after the abort flag and the collect's slot; gemm.h
- * mk_gemm_rs_split_walk). */
+/* The tile scheduler and the slots every role of this CTA walks: first, first + step, ..
+ * (slots cta, cta + ctas, ..); with RS_SPLIT below end, by the CTA's arrival ticket, which
+ * thread 0 took at the start and left in ctl[2] (the word after the abort flag and the
+ * collect's slot; gemm.h mk_gemm_rs_split_walk), the peers' shards interleaved beyond 2 ranks
+ * (sched.cuh) so that this rank's rows' few CTAs are fed from the start. */
 template <class Cfg>
-__device__ __forceinline__ void gemm_slots(const struct mk_gemm_params& p, const volatile uint32_t* ctl, int* first,
-                                           int* step, int* end) {
+__device__ __forceinline__ void gemm_slots(const struct mk_gemm_params& p, const volatile uint32_t* ctl, int rank,
+                                           struct mk_sched* s, int* first, int* step, int* end) {
+  sched_init(s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
+             p.row_block_order, p.row_block_rotate);
   *first = gemm_cta(p) / Cfg::CLUSTER_M, *step = p.gemm_ctas / Cfg::CLUSTER_M, *end = 0;
   if constexpr (Cfg::RS_SPLIT) {
     const int blocks = p.rs.shard_rows / Cfg::BM, tiles = blocks * ((p.n + Cfg::BN - 1) / Cfg::BN);
+    if (p.rs.nranks > 2) sched_interleave(s, p.rs.nranks, blocks);
     mk_gemm_rs_split_walk((int)ctl[2], p.gemm_ctas, p.rs.nranks, (p.rs.nranks - 1) * tiles, p.rs.nranks * tiles, first,
                           step, end);
   }
@@ -183,14 +187,12 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
                                               uint64_t* full, uint64_t* empty, volatile uint32_t* abort_flag) {
   struct mk_sched s;
   const int rank = Cfg::CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;
-  sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
-             p.row_block_order, p.row_block_rotate);
   int stage = 0;
   uint32_t phase = 0;
   int ready_mb = -1; /* last row-block seen ready: flags only grow within a launch */
   struct mk_tile t;
   int first_slot, slot_step, slot_end;
-  gemm_slots<Cfg>(p, abort_flag, &first_slot, &slot_step, &slot_end);
+  gemm_slots<Cfg>(p, abort_flag, rank, &s, &first_slot, &slot_step, &slot_end);
   for (int id = first_slot; (!Cfg::RS_SPLIT || id < slot_end) && sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     /* ASSUMPTION: ready flags only with CLUSTER_M == 1 (the launcher picks it): an abort in
      * one CTA of a pair would leave its partner waiting for the multicast half. */
@@ -368,8 +370,6 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
   if (p.epilogue == MK_GEMM_ADD_F32) return;
   struct mk_sched s;
   const int rank = Cfg::CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;
-  sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
-             p.row_block_order, p.row_block_rotate);
   const int stid = threadIdx.x - 32, add = p.epilogue == MK_GEMM_ADD_BF16;
   constexpr int CHUNKS_ROW = Cfg::BN / 8;
   uint32_t c_phase = 0;
@@ -380,7 +380,7 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
     rs_failed = !bar_red_and(4, Cfg::STORER_THREADS, stid != 0 || gemm_call_wait_peers_free(p));
   struct mk_tile t;
   int first_slot, slot_step, slot_end;
-  gemm_slots<Cfg>(p, abort_flag, &first_slot, &slot_step, &slot_end);
+  gemm_slots<Cfg>(p, abort_flag, rank, &s, &first_slot, &slot_step, &slot_end);
   for (int id = first_slot; (!Cfg::RS_SPLIT || id < slot_end) && sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     if (!t.valid || gemm_last_tile_by_consumers<Cfg>(p, s, id, slot_step, t)) continue;
     const int owner = gemm_rs_owner(p, t);
@@ -568,8 +568,6 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
   uint32_t c_phase = 0;
   struct mk_sched s;
   const int rank = Cfg::CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;
-  sched_init(&s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
-             p.row_block_order, p.row_block_rotate);
   /* descriptor low words of stage 0's A rows of this warp group and B (ptx.cuh) */
   const uint32_t a_lo = wgmma_desc_lo_sw128(smem_addr(smem) + wg * 64 * 128);
   const uint32_t b_lo = wgmma_desc_lo_sw128(smem_addr(smem + Cfg::OFF_B));
@@ -580,7 +578,7 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
   uint32_t phase = 0;
   struct mk_tile t;
   int first_slot, slot_step, slot_end;
-  gemm_slots<Cfg>(p, abort_flag, &first_slot, &slot_step, &slot_end);
+  gemm_slots<Cfg>(p, abort_flag, rank, &s, &first_slot, &slot_step, &slot_end);
   for (int id = first_slot; (!Cfg::RS_SPLIT || id < slot_end) && sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
     /* NOTES: checked outside the K loop, where no wgmma is in flight; inside it, ptxas
      * injects a warpgroup.wait (C7517) that serialises the wgmma groups. */

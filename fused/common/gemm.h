@@ -253,10 +253,15 @@ MK_HD void mk_gemm_rs_split_walk(int ticket, int ctas, int nranks, int own_first
   }
 }
 
-/* args.rs_split: the raster group (row-blocks) for `blocks` row-blocks per shard: the largest
- * power of two up to group_m that divides blocks, so that no raster group spans two shards and
- * this rank's rows are exactly the slots from (nranks - 1) x blocks x column tiles on. */
-MK_HD int mk_gemm_rs_split_group_m(int group_m, int blocks) {
+/* With rs (either walk): the raster group (row-blocks) for `blocks` row-blocks per shard: the
+ * largest power of two up to group_m that divides blocks, so that no raster group spans two
+ * shards and this rank's rows are exactly the slots from (nranks - 1) x blocks x column tiles
+ * on. Then every CTA meets its own-row tiles, whose storers wait for the peers' partials, only
+ * after its peer-row tiles, which the peers wait for. A group spanning shards (8 ranks, 2
+ * row-blocks per shard) put a peer-row tile after an own-row tile in one CTA: its storers,
+ * waiting in the own tile, kept the staging buffer the peer tile needed, and every rank's
+ * CTAs waited on the next rank's in a cycle. */
+MK_HD int mk_gemm_rs_group_m(int group_m, int blocks) {
   int g = 1;
   while (g * 2 <= group_m && blocks % (g * 2) == 0) g *= 2;
   return g;

@@ -11,6 +11,7 @@
 #define MK_SM_HOLD_CUH_
 
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gemm_check.cuh" /* CUDA_OK */
@@ -52,6 +53,13 @@ static int sm_hold_start(struct sm_hold* h, int device, int held_of_4) {
   CUDA_OK(cudaGetLastError());
   for (int ms = 0; ms < 5000 && *(volatile unsigned*)&h->flags[0] < (unsigned)h->ctas; ms++) usleep(1000);
   return (int)*(volatile unsigned*)&h->flags[0];
+}
+
+/* Monotonic milliseconds: how long a call took while the SMs were held. */
+static double sm_hold_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
 /* Releases the holder, waits for it; returns how many CTAs held their SM until now. */

@@ -306,14 +306,17 @@ static void scenario_back_to_back(struct rank_env* e) {
 
 /* Each op on its overlapped paths while another kernel holds held_of_4 quarters of the SMs
  * (sm_hold.cuh): no timeout, a checked output, and the holder held its SMs to the end of the
- * call. The first calls run held (ncclMkCommInit loaded the kernels; a lazy load would wait
+ * call. The widest shape is wider than busy_sms's prepared N (fused_config): there the
+ * GEMM+RS and GEMM+AllReduce take the reference path and grow its scratch, which waited for
+ * the holder to end (cudaFree syncs the device) before mk_fused_scratch grew it in stream
+ * order. The first calls run held (ncclMkCommInit loaded the kernels; a lazy load would wait
  * for the holder). The ops' CTAs wait for one another through their peers (a tile's owner sums
  * every rank's partial; the all-reduce's collect waits for reduced rows): GEMM+AllReduce timed
  * out here before its collect waited for every CTA to have started (gemm_rs.cuh). */
 static void busy_sms_run(struct rank_env* e, int held_of_4) {
   static const char* names[] = {"AllGather+GEMM", "GEMM+ReduceScatter", "GEMM+AllReduce"};
-  const struct shape shapes[] = {per_rank(128, 256, 512), per_rank(4096, 264, 136)};
-  for (int i = 0; i < 2; i++) {
+  const struct shape shapes[] = {per_rank(128, 256, 512), per_rank(4096, 264, 136), per_rank(4096, 4096, 136)};
+  for (int i = 0; i < 3; i++) {
     const struct shape s = shapes[i];
     const uint64_t base = g_seed + 5000 + i;
     struct op_bufs o;
@@ -322,15 +325,21 @@ static void busy_sms_run(struct rank_env* e, int held_of_4) {
       bufs_fill(e, &o, s, base);
       struct sm_hold h;
       const int started = sm_hold_start(&h, perf_rank_device(e->rank), held_of_4);
+      /* every rank's holder runs before any rank's op: a rank whose holder still waits for SMs
+       * that the others' ops hold while they wait for it would start its op only once they
+       * time out (4 ranks on one GPU under MPS: 4 x (24 + 8) of 132 SMs) */
+      rank_barrier(e->comm, e->stream);
+      const double t0 = sm_hold_now_ms();
       if (started == h.ctas) run_op(e, &o, s, op, NULL);
       CUDA_OK(cudaStreamSynchronize(e->stream));
+      const double ms = sm_hold_now_ms() - t0;
       const int held = sm_hold_end(&h);
       expect(e, started == h.ctas && held == h.ctas, "the SMs held throughout the call", 0);
       ncclResult_t async = ncclSuccess;
       char msg[256] = "";
       NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
-      printf("rank %d: %s M=%zu N=%zu K=%zu with %d of %d SMs held: %s\n", e->rank, names[op], s.m, s.n, s.k,
-             started, h.sms, async == ncclSuccess ? "no error" : msg);
+      printf("rank %d: %s M=%zu N=%zu K=%zu with %d of %d SMs held: %s (%.1f ms)\n", e->rank, names[op], s.m, s.n,
+             s.k, started, h.sms, async == ncclSuccess ? "no error" : msg, ms);
       if (async != ncclSuccess) { /* the communicator is broken: nothing after can run */
         e->failures++;
         bufs_free(&o);
@@ -346,8 +355,9 @@ static void busy_sms_run(struct rank_env* e, int held_of_4) {
 static void scenario_busy_sms(struct rank_env* e) { busy_sms_run(e, 1); }
 
 /* Three quarters of the SMs held: fewer CTAs resident than GEMM+ReduceScatter's and
- * GEMM+AllReduce's default walk needs at 8192 rows (bench/models/residency.py: it deadlocks
- * below 31 of 66 on 2 ranks); NCCL_MK_RS_SPLIT=1's walk by arrival is meant to pass. */
+ * GEMM+AllReduce's default walk needs at 8192 x 4096 (bench/models/residency.py: with 16
+ * column tiles it deadlocks at 31 or fewer of 66 on 2 ranks under MPS; at N = 264 only at 3
+ * or fewer): for NCCL_MK_RS_SPLIT=1's walk by arrival, which passes at any residency. */
 static void scenario_busy_sms_most(struct rank_env* e) { busy_sms_run(e, 3); }
 
 /* 1 when this run emulates one node per rank (NCCL_MK_LOCAL_SIZE=1, as gpu-check's xnode tier
@@ -606,8 +616,8 @@ static void fused_scenario_env(const char* scenario, int rank) {
 }
 
 static void fused_config(const char* scenario, ncclMkConfig* cfg) {
-  (void)scenario;
   cfg->max_m = (size_t)NR * 4097, cfg->max_n = 1024, cfg->max_k = 1024;
+  if (!strcmp(scenario, "busy_sms_most")) cfg->max_n = 4096; /* its widest shape overlapped */
 }
 
 static int fused_run(const char* scenario, int rank, ncclComm_t comm, cudaStream_t stream) {

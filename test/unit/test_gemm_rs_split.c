@@ -1,9 +1,14 @@
 /*
- * NCCL_MK_RS_SPLIT's walk (fused/common/gemm.h mk_gemm_rs_split_walk, mk_gemm_rs_split_group_m)
- * on the GEMM's own tile scheduler (fused/common/sched.cuh, compiled here as C): across the
+ * GEMM+ReduceScatter's walks on the GEMM's own tile scheduler. The default walk (slots c,
+ * c + G, .. of the rotated order, raster group mk_gemm_rs_group_m): every CTA meets this
+ * rank's rows only after all its peers' rows (an own tile's storers wait for the peers, and a
+ * peer tile behind it in the same CTA deadlocked 8 ranks at 2 row-blocks per shard).
+ * NCCL_MK_RS_SPLIT's walk (fused/common/gemm.h mk_gemm_rs_split_walk) (fused/common/sched.cuh, compiled here as C): across the
  * arrival tickets of a grid every slot is taken exactly once; the last arrivals take exactly
  * this rank's rows and the others the peers' (with the rotation and raster group the launcher
- * uses); the raster group is the largest power of two up to the default that divides the
+ * uses); beyond 2 ranks the peers' shards are interleaved raster group by raster group (every
+ * peer's row-block b comes before any peer's b + group: the own rows' few CTAs are fed from the
+ * start); the raster group is the largest power of two up to the default that divides the
  * row-blocks of a shard. No GPU.
  */
 #include <stdlib.h>
@@ -24,7 +29,7 @@ static inline int max(int a, int b) { return a > b ? a : b; }
 static void group_m_divides_the_shard(void) {
   for (int blocks = 1; blocks <= 96; blocks++)
     for (int group_m = 1; group_m <= 16; group_m *= 2) {
-      const int g = mk_gemm_rs_split_group_m(group_m, blocks);
+      const int g = mk_gemm_rs_group_m(group_m, blocks);
       CHECK(g >= 1 && g <= group_m && (g & (g - 1)) == 0 && blocks % g == 0);
       CHECK(g * 2 > group_m || blocks % (g * 2) != 0); /* the largest such */
     }
@@ -34,14 +39,17 @@ static void group_m_divides_the_shard(void) {
 static void walk_case(int nranks, int rank, int blocks, int tiles_n, int ctas) {
   const int bm = 128, bn = 256, m = nranks * blocks * bm, n = tiles_n * bn - 8; /* a partial column tile */
   const int total = nranks * blocks * tiles_n, own_first = (nranks - 1) * blocks * tiles_n;
-  const int group_m = mk_gemm_rs_split_group_m(8, blocks), rotate = (rank + 1) % nranks * blocks;
+  const int group_m = mk_gemm_rs_group_m(8, blocks), rotate = (rank + 1) % nranks * blocks;
   char* seen = calloc((size_t)total, 1);
+  int* first_visit = malloc(sizeof(int) * (size_t)(nranks * blocks)); /* per row-block: first slot */
+  for (int i = 0; i < nranks * blocks; i++) first_visit[i] = total;
   int own = 0;
   for (int ticket = 0; ticket < ctas; ticket++) {
     int first, step, end;
     mk_gemm_rs_split_walk(ticket, ctas, nranks, own_first, total, &first, &step, &end);
     struct mk_sched s;
     sched_init(&s, m, n, bm, bn, group_m, 1, 0, 1, NULL, NULL, rotate);
+    if (nranks > 2) sched_interleave(&s, nranks, blocks); /* as gemm.cuh gemm_slots */
     struct mk_tile t;
     const int own_worker = ctas >= 2 && first >= own_first;
     own += own_worker;
@@ -49,6 +57,7 @@ static void walk_case(int nranks, int rank, int blocks, int tiles_n, int ctas) {
       CHECK(id >= 0 && id < total && !seen[id]);
       if (id < 0 || id >= total) break;
       seen[id] = 1;
+      if (id < first_visit[t.mb]) first_visit[t.mb] = id;
       const int owner = t.row0 / (blocks * bm);
       if (ctas >= 2 && owner == rank && !own_worker)
         fprintf(stderr, "n=%d rank=%d blocks=%d tiles=%d ctas=%d: ticket %d (a peer-row worker) got own slot %d\n",
@@ -58,11 +67,46 @@ static void walk_case(int nranks, int rank, int blocks, int tiles_n, int ctas) {
   }
   for (int id = 0; id < total; id++) CHECK(seen[id]);
   if (ctas >= 2) CHECK(own >= 1 && own <= ctas - 1);
+  for (int s1 = 0; s1 < nranks; s1++)
+    for (int s2 = 0; s2 < nranks; s2++)
+      for (int b = 0; b + group_m < blocks && s1 != rank && s2 != rank; b++)
+        CHECK(first_visit[s1 * blocks + b] < first_visit[s2 * blocks + b + group_m]);
+  free(first_visit);
   free(seen);
+}
+
+/* The default walk: in every CTA's slots, no peer-row tile after an own-row tile. */
+static void default_walk_case(int nranks, int rank, int blocks, int tiles_n, int ctas, int group_m) {
+  const int bm = 128, bn = 256, m = nranks * blocks * bm, n = tiles_n * bn;
+  const int rotate = (rank + 1) % nranks * blocks;
+  for (int c = 0; c < ctas; c++) {
+    struct mk_sched s;
+    sched_init(&s, m, n, bm, bn, group_m, 1, 0, 1, NULL, NULL, rotate);
+    struct mk_tile t;
+    int seen_own = 0;
+    for (int id = c; sched_tile(&s, m, n, id, &t); id += ctas) {
+      const int own = t.row0 / (blocks * bm) == rank;
+      if (seen_own && !own)
+        fprintf(stderr, "n=%d rank=%d blocks=%d tiles=%d ctas=%d group=%d: cta %d has peer slot %d after an own one\n",
+                nranks, rank, blocks, tiles_n, ctas, group_m, c, id);
+      CHECK(!seen_own || own);
+      if (seen_own && !own) return;
+      seen_own |= own;
+    }
+  }
 }
 
 int main(void) {
   group_m_divides_the_shard();
+  {
+    const int ranks[] = {2, 3, 4, 8}, blocks[] = {1, 2, 3, 6, 12, 32}, tiles[] = {1, 3, 4}, ctas[] = {1, 5, 14, 66, 132};
+    for (int a = 0; a < 4; a++)
+      for (int r = 0; r < ranks[a]; r++)
+        for (int b = 0; b < 6; b++)
+          for (int t = 0; t < 3; t++)
+            for (int c = 0; c < 5; c++)
+              default_walk_case(ranks[a], r, blocks[b], tiles[t], ctas[c], mk_gemm_rs_group_m(8, blocks[b]));
+  }
   const int ranks[] = {2, 3, 4, 8}, blocks[] = {1, 2, 3, 6, 32}, tiles[] = {1, 2, 3}, ctas[] = {1, 2, 3, 16, 66, 132};
   for (int a = 0; a < 4; a++)
     for (int r = 0; r < ranks[a]; r++)
