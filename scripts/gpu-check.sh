@@ -160,7 +160,7 @@ proxy_bytes:fused_ops_send_nothing_through_the_proxy_when_every_rank_is_local
 busy_sms:fused_ops_finish_correct_while_another_kernel_holds_a_quarter_of_the_sms"
 # NCCL_MK_RS_SPLIT=1 (gemm.h rs_split): the scenarios that reach GEMM+RS / GEMM+AllReduce's
 # overlapped path, and three quarters of the SMs held, which the default walk cannot finish
-# (bench/models/residency.py); not yet run on a GPU.
+# (bench/models/residency.py; without the split it times out there, session 37).
 FUSED_SPLIT_TESTS="correctness:fused_ops_match_float64_on_odd_shapes_rs_split
 graph:fused_ops_replay_in_cuda_graphs_with_fresh_inputs_rs_split
 back_to_back:fused_ops_back_to_back_with_a_delayed_rank_rs_split
@@ -223,6 +223,7 @@ tier_pairs() {
   scenarios "$FUSED_TESTS" "$B/test/gpu/test_fused_ops"
   NCCL_MK_RS_SPLIT=1 scenarios "$FUSED_SPLIT_TESTS" "$B/test/gpu/test_fused_ops"
   scenarios "$MOE_TESTS" "$B/test/gpu/test_moe"
+  step moe_ops_busy_sms_with_overlap env NCCL_MK_MOE_OVERLAP=1 "$B/test/gpu/test_moe" busy_sms
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_MERGED=1 scenarios "$RING_BWD_MERGED_TESTS" "$B/test/gpu/test_ring_attn_bwd"
@@ -325,7 +326,8 @@ tier_moe() {
   [ "${MK_FUSED_SHAPES:-}" = small ] && n=5
   scenarios "$MOE_TESTS" "$B/test/gpu/test_moe"
   # The same with the dispatch beside the GEMM (NCCL_MK_MOE_OVERLAP=1; the default is 0).
-  for t in correctness fp8 graph; do
+  # busy_sms: the GEMM, the dispatch's programmatic dependent, leaves the dispatch its SMs
+  for t in correctness fp8 graph busy_sms; do
     step "moe_ops_${t}_with_overlap" env NCCL_MK_MOE_OVERLAP=1 "$B/test/gpu/test_moe" "$t"
   done
   step moe_perf "$B/test/perf/fused/moe_perf" -n "$n" -w 3 -J "$LOGS/moe_perf.json"

@@ -407,17 +407,23 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
     /* the push CTAs take SMs of their own: all of them resident together with the GEMM's */
     p.gemm_ctas = gemm_grid_size<Cfg>(a, max_ctas - p.push.ctas);
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = Cfg::CLUSTER_M;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
+    cudaLaunchAttribute attr[2];
+    memset(attr, 0, sizeof attr);
+    int attrs = 0;
+    if (Cfg::CLUSTER_M > 1) {
+      attr[attrs].id = cudaLaunchAttributeClusterDimension;
+      attr[attrs++].val.clusterDim = {(unsigned)Cfg::CLUSTER_M, 1, 1};
+    }
+    if (a->pdl) { /* gemm.h args.pdl */
+      attr[attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[attrs++].val.programmaticStreamSerializationAllowed = 1;
+    }
     cfg.gridDim = dim3(p.push.ctas + p.gemm_ctas);
     cfg.blockDim = dim3(Cfg::THREADS);
     cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
     cfg.stream = stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = Cfg::CLUSTER_M > 1 ? 1 : 0;
+    cfg.attrs = attr;
+    cfg.numAttrs = attrs;
     e = cudaLaunchKernelEx(&cfg, mk_gemm_kernel<Cfg>, tmap_a, tmap_a_local, tmap_b, p);
   }
   if (e != cudaSuccess) {

@@ -229,6 +229,11 @@ struct mk_gemm_args {
    * peer's partial while a CTA that owes one cannot start (bench/models/residency.py: the
    * default walk deadlocks when too few CTAs are resident on every rank). 0: the default walk. */
   int rs_split;
+  /* 1: launched as a programmatic dependent of the kernel before it on the stream, which must
+   * issue griddepcontrol.launch_dependents in every CTA: the GEMM's CTAs take SMs only once
+   * every CTA of that kernel runs. The GEMM never waits for that kernel's end (griddepcontrol
+   * .wait), only for what it raises (ready_flags). MoE's dispatch beside its GEMM. */
+  int pdl;
   /* e4m3 only: per-tensor scales of A and B, device pointers read when the kernel runs (so a
    * captured CUDA graph picks up new values, as cuBLASLt's scale pointers); NULL means 1. */
   const float* scale_a;

@@ -208,14 +208,20 @@ static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, 
     g.ready_target_ptr = a->words[a->rank] + MK_AG_WORD_CALL;
     g.num_sms = fc->num_sms - a->push_ctas - a->expand_ctas;
   }
-  MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_fork, stream), "cudaEventRecord (fork)"));
-  MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
-  MK_CHECK(mk_moe_dispatch_launch(a, overlap ? MK_MOE_PHASE_COMM : MK_MOE_PHASE_ROUTE | MK_MOE_PHASE_COMM, ctas,
-                                  fc->side));
-  MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)"));
-  if (!overlap) MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
+  if (overlap) {
+    /* the GEMM as the comm kernel's programmatic dependent (gemm.h pdl): on another stream it
+     * could take every free SM first and wait for rows that the comm kernel, left without
+     * one, never sent (test_moe busy_sms under MPS) */
+    MK_CHECK(mk_moe_dispatch_launch(a, MK_MOE_PHASE_COMM, ctas, stream));
+    g.pdl = 1;
+  } else {
+    MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_fork, stream), "cudaEventRecord (fork)"));
+    MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(fc->side, fc->ev_fork, 0), "cudaStreamWaitEvent"));
+    MK_CHECK(mk_moe_dispatch_launch(a, MK_MOE_PHASE_ROUTE | MK_MOE_PHASE_COMM, ctas, fc->side));
+    MK_CHECK(mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)"));
+    MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
+  }
   MK_CHECK(mk_gemm_launch(&g, stream));
-  if (overlap) MK_CHECK(mk_cuda_check(cudaStreamWaitEvent(stream, fc->ev_join, 0), "cudaStreamWaitEvent"));
   MK_CHECK(mk_moe_finish_launch(a, stream));
   return mk_trace_comm_end(fc, stream);
 }

@@ -450,6 +450,10 @@ static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e, int f
  * read) every phase still runs, so zero counts reach the peers and the rows they push are
  * expanded for this rank's GEMM. */
 static __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const struct mk_moe_args a, int phases) {
+  /* With NCCL_MK_MOE_OVERLAP the GEMM is this kernel's programmatic dependent (gemm.h pdl): it
+   * takes SMs only once every CTA here runs, so it cannot hold them all waiting for flags that
+   * this kernel, left without an SM, would never raise. Without a dependent: nothing. */
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const uint64_t e = moe_call(a);
   /* NCCL_MK_TRACE: thread 0 writes this CTA's comm lane; the calls below do nothing elsewhere */
   struct mk_trace_writer w = {0, 0, 0, 0};

@@ -24,13 +24,16 @@
 
 static uint64_t g_seed; /* from the NCCL id: fresh each run, the same on every rank, printed */
 
+/* The barrier's element: a device global, one per device, so that a barrier allocates and
+ * frees nothing (cudaFree waits for every kernel on the device: busy_sms's holder). */
+static __device__ double rank_barrier_word;
+
 /* Every rank of comm meets: a one-element all-reduce on the stream, then a sync. */
 static void rank_barrier(ncclComm_t comm, cudaStream_t stream) {
   double* one;
-  CUDA_OK(cudaMalloc(&one, sizeof(double)));
+  CUDA_OK(cudaGetSymbolAddress((void**)&one, rank_barrier_word));
   NCCL_OK(ncclAllReduce(one, one, 1, ncclFloat64, ncclSum, comm, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
-  cudaFree(one);
 }
 
 /* The ranks a test runs: 2, or MK_TEST_RANKS (2 to 8; exits 2 otherwise). */

@@ -316,6 +316,7 @@ static void scenario_back_to_back(struct rank_env* e) {
 static void busy_sms_run(struct rank_env* e, int held_of_4) {
   static const char* names[] = {"AllGather+GEMM", "GEMM+ReduceScatter", "GEMM+AllReduce"};
   const struct shape shapes[] = {per_rank(128, 256, 512), per_rank(4096, 264, 136), per_rank(4096, 4096, 136)};
+  rank_barrier(e->comm, e->stream); /* loads NCCL's kernel now: a lazy load waits for the holder */
   for (int i = 0; i < 3; i++) {
     const struct shape s = shapes[i];
     const uint64_t base = g_seed + 5000 + i;
