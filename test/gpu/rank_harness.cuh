@@ -50,7 +50,7 @@ static int test_ranks(void) {
 struct rank_harness {
   int nranks;
   /* Optional: the scenario's environment (shorter timeouts, planted faults), set before
-   * anything is opened; "absent_peer*" always gets NCCL_MK_TIMEOUT_MS = 2000. */
+   * anything is opened; "absent_peer*" always gets NCCL_MK_TIMEOUT_MS = 2000, "busy_sms*" 5000. */
   void (*scenario_env)(const char* scenario, int rank);
   /* Optional: the test's changes to the default ncclMkConfig (the shapes to prepare for). */
   void (*config)(const char* scenario, ncclMkConfig* cfg);
@@ -66,6 +66,8 @@ static int rank_harness_child(const struct rank_harness* h, const char* scenario
   printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
   /* every test's "absent_peer*" (a rank that never calls): its bounded waits expire in 2 s */
   if (!strncmp(scenario, "absent_peer", 11)) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
+  /* "busy_sms*" (sm_hold.cuh): a hang ends well before the holder's 30 s */
+  if (!strncmp(scenario, "busy_sms", 8)) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
   if (h->scenario_env) h->scenario_env(scenario, rank);
   ncclComm_t comm;
   cudaStream_t stream;

@@ -612,7 +612,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
 
 static void fused_scenario_env(const char* scenario, int rank) {
   if (!strcmp(scenario, "hang_report")) hang_report_env(rank);
-  if (!strcmp(scenario, "killed_peer") || !strncmp(scenario, "busy_sms", 8)) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
+  if (!strcmp(scenario, "killed_peer")) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
   if (!strcmp(scenario, "no_proxy_fallback")) setenv("NCCL_MK_OFI_PROVIDER", "no-such-provider", 1);
 }
 

@@ -14,6 +14,9 @@
  *   negative_control: one element of out (then of lse) moved: the checker must reject it.
  *   absent_peer:      rank 1 never calls: rank 0's call ends in ncclRemoteError (timeout 2 s),
  *                     its next call fails at once.
+ *   busy_sms, busy_sms_most: calls while another kernel holds a quarter (three quarters) of
+ *                     the SMs (sm_hold.cuh): no timeout, checked out and lse, the SMs held
+ *                     to the end of each call.
  * usage: test_ring_attn <scenario>; exit 77 with fewer than 2 GPUs.
  */
 #include <nccl.h>
@@ -343,6 +346,33 @@ static void scenario_absent_peer(struct rank_env* e) {
   bufs_free(&b);
 }
 
+static ncclResult_t ra_call_bufs(struct rank_env* e, void* b) {
+  return ra_call(e, (struct ra_bufs*)b, ((struct ra_bufs*)b)->out, ((struct ra_bufs*)b)->lse);
+}
+
+/* Each case called while held_of_4 quarters of the SMs are held by another kernel
+ * (scenario_harness.cuh held_call): the op's CTAs wait for the peer's chunks, which must not
+ * depend on CTAs that cannot start. */
+static void busy_sms_run(struct rank_env* e, int held_of_4) {
+  const struct ra_case cases[] = {{1, 4096, 8, 1, 128, 1}, {2, 2048, 4, 4, 128, 0}, {1, 4096, 2, 2, 64, 0}};
+  ranks_barrier(e); /* loads NCCL's kernel before any hold */
+  for (int i = 0; i < 3; i++) {
+    struct ra_bufs b;
+    bufs_alloc(&b, cases[i], e->rank);
+    bufs_fill(&b, g_seed + 10 * i, 1);
+    const struct held_call h = held_call(e, held_of_4, ra_call_bufs, &b);
+    char what[160];
+    ra_name(&b, "", what, sizeof what);
+    printf("%s with %d of %d SMs held: %.1f ms\n", what, h.started, h.sms, h.ms);
+    expect_healthy(e);
+    EXPECT(ra_check(&b, b.out, b.lse, ""), "%s: out or lse wrong with the SMs held", what);
+    bufs_free(&b);
+  }
+}
+
+static void scenario_busy_sms(struct rank_env* e) { busy_sms_run(e, 1); }
+static void scenario_busy_sms_most(struct rank_env* e) { busy_sms_run(e, 3); }
+
 static const struct named_scenario scenarios[] = {
     {"small", scenario_small},
     {"large", scenario_large},
@@ -352,6 +382,8 @@ static const struct named_scenario scenarios[] = {
     {"bad_input", scenario_bad_input},
     {"negative_control", scenario_negative_control},
     {"absent_peer", scenario_absent_peer},
+    {"busy_sms", scenario_busy_sms},
+    {"busy_sms_most", scenario_busy_sms_most},
 };
 
 int main(int argc, char** argv) {

@@ -18,6 +18,9 @@
  *                     accumulator (rank 1 checks its own memory). A peer that is alive but
  *                     late by more than the timeout may still be reading these for its
  *                     previous call (bench/NOTES.md, session 26's timeout hazard).
+ *   busy_sms, busy_sms_most: the forward and backward called while another kernel holds a
+ *                     quarter (three quarters) of the SMs (scenario_harness.cuh held_call):
+ *                     no timeout, checked gradients, the SMs held to the end.
  * Checker: test_attn_bwd.cu's (||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3, nothing non-finite).
  * usage: test_ring_attn_bwd <scenario>; exit 77 with fewer than 2 GPUs.
@@ -398,6 +401,31 @@ static void scenario_absent_peer(struct rank_env* e) { absent_peer_case(e, {1, 1
 
 static void scenario_absent_peer_noncausal(struct rank_env* e) { absent_peer_case(e, {1, 1024, 8, 1, 128, 0}); }
 
+static ncclResult_t fwd_bwd_call(struct rank_env* e, void* b) {
+  const ncclResult_t r = fwd_call(e, (struct rb_bufs*)b);
+  return r != ncclSuccess ? r : bwd_call(e, (struct rb_bufs*)b);
+}
+
+/* The forward and backward while held_of_4 quarters of the SMs are held: the backward's CTAs
+ * wait for the peer's gathered chunks and partial gradients. */
+static void busy_sms_run(struct rank_env* e, int held_of_4) {
+  const struct rb_case cases[] = {{1, 2048, 8, 1, 128, 1}, {1, 2048, 4, 4, 128, 0}, {1, 1024, 4, 2, 64, 1}};
+  ranks_barrier(e); /* loads NCCL's kernel before any hold */
+  for (int i = 0; i < 3; i++) {
+    struct rb_bufs b;
+    bufs_alloc(&b, cases[i], e->rank);
+    bufs_fill(&b, g_seed + 10 * i, 1);
+    const struct held_call h = held_call(e, held_of_4, fwd_bwd_call, &b);
+    printf("rank %d: case %d with %d of %d SMs held: %.1f ms\n", e->rank, i, h.started, h.sms, h.ms);
+    expect_healthy(e);
+    EXPECT(rb_check(&b, ""), "rank %d: dq, dk or dv wrong with the SMs held", e->rank);
+    bufs_free(&b);
+  }
+}
+
+static void scenario_busy_sms(struct rank_env* e) { busy_sms_run(e, 1); }
+static void scenario_busy_sms_most(struct rank_env* e) { busy_sms_run(e, 3); }
+
 static const struct named_scenario scenarios[] = {
     {"small", scenario_small},
     {"large", scenario_large},
@@ -406,6 +434,8 @@ static const struct named_scenario scenarios[] = {
     {"negative_control", scenario_negative_control},
     {"absent_peer", scenario_absent_peer},
     {"absent_peer_noncausal", scenario_absent_peer_noncausal},
+    {"busy_sms", scenario_busy_sms},
+    {"busy_sms_most", scenario_busy_sms_most},
 };
 
 int main(int argc, char** argv) {
