@@ -225,7 +225,8 @@ struct mk_gemm_args {
   int block_m;
   /* With rs (and call, rs.collect_claims, the rotation that puts this rank's rows last, bf16,
    * 128-row tiles, no push): the CTAs take their slots in arrival order, the first ones the
-   * peers' rows, the last ones this rank's (mk_gemm_rs_split_walk), so that no tile waits for a
+   * peers' rows (beyond 2 ranks interleaved, so the own rows' few CTAs are fed from the start:
+   * sched.cuh), the last ones this rank's (mk_gemm_rs_split_walk), so that no tile waits for a
    * peer's partial while a CTA that owes one cannot start (bench/models/residency.py: the
    * default walk deadlocks when too few CTAs are resident on every rank). 0: the default walk. */
   int rs_split;
