@@ -19,6 +19,7 @@ static void scenario_busy_sms(struct rank_env* e) {
   cudaFuncAttributes fa;
   CUDA_OK(cudaFuncGetAttributes(&fa, fill_act2_kernel)); /* run_dispatch's, between the calls */
   static const struct moe_case cases[] = {{300, 136, 128, 72, 2, 8, SKEWED}, {4096, 256, 128, 64, 8, 256, UNIFORM}};
+  rank_barrier(e->comm, e->stream); /* loads NCCL's kernel before any hold */
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     const struct moe_case* c = &cases[i];
     const uint64_t base = g_seed + 3000 + i * 7;
@@ -29,7 +30,9 @@ static void scenario_busy_sms(struct rank_env* e) {
     const int started = sm_hold_start(&h, perf_rank_device(e->rank), 1);
     printf("rank %d: %d of %d SMs held\n", e->rank, started, h.sms);
     expect(e, started == h.ctas, "every holding CTA runs before the MoE calls", 0);
+    rank_barrier(e->comm, e->stream); /* every rank's holder runs before any rank calls */
     if (started == h.ctas) {
+      sm_hold_delay(e->stream, 2000000); /* the calls queued behind work, as in a job */
       run_dispatch(e, &b, c);
       run_combine(e, &b, c);
       CUDA_OK(cudaStreamSynchronize(e->stream));

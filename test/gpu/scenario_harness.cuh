@@ -55,7 +55,8 @@ struct held_call {
 };
 
 /* call(e, arg) while held_of_4 quarters of this rank's SMs are held by another kernel
- * (sm_hold.cuh), every rank's holder running before any rank calls (else a rank whose holder
+ * (sm_hold.cuh), queued behind 2 ms of other work on the stream, every rank's holder running
+ * before any rank calls (else a rank whose holder
  * still waits for SMs that the others' calls hold while they wait for it starts late);
  * synchronous. NCCL's kernel must be loaded first (one ranks_barrier): a lazy load would wait
  * for the holder. */
@@ -67,6 +68,7 @@ static struct held_call held_call(struct rank_env* e, int held_of_4, ncclResult_
   r.ctas = h.ctas, r.sms = h.sms;
   ranks_barrier(e);
   const double t0 = sm_hold_now_ms();
+  sm_hold_delay(e->stream, 2000000); /* the op's kernels queue behind work, as in a job */
   if (r.started == h.ctas) r.result = call(e, arg);
   CUDA_OK(cudaStreamSynchronize(e->stream));
   r.ms = sm_hold_now_ms() - t0;

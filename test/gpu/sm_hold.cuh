@@ -32,6 +32,19 @@ static __global__ void sm_hold_kernel(unsigned* started, const volatile unsigned
   if (*release) atomicAdd(released, 1u);
 }
 
+/* One warp spinning `ns` on its stream: what an op enqueues next waits behind running work, so
+ * that kernels it forks onto two streams become ready at the same moment (after an idle
+ * stream the forked one starts first and hides which of them would take the free SMs). */
+static __global__ void sm_hold_delay_kernel(unsigned long long ns) {
+  const unsigned long long t0 = globaltimer_ns();
+  while (globaltimer_ns() - t0 < ns) __nanosleep(1000);
+}
+
+static void sm_hold_delay(cudaStream_t stream, unsigned long long ns) {
+  sm_hold_delay_kernel<<<1, 32, 0, stream>>>(ns);
+  CUDA_OK(cudaGetLastError());
+}
+
 struct sm_hold {
   unsigned* flags; /* mapped host memory: started, release, released */
   cudaStream_t stream;
@@ -46,6 +59,7 @@ static int sm_hold_start(struct sm_hold* h, int device, int held_of_4) {
   CUDA_OK(cudaHostAlloc((void**)&h->flags, 3 * sizeof(unsigned), cudaHostAllocMapped));
   memset(h->flags, 0, 3 * sizeof(unsigned));
   CUDA_OK(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
+  sm_hold_delay(h->stream, 0); /* loaded now: a lazy load during the hold waits for the holder */
   CUDA_OK(cudaFuncSetAttribute(sm_hold_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SM_HOLD_SMEM));
   unsigned* dev;
   CUDA_OK(cudaHostGetDevicePointer((void**)&dev, h->flags, 0));

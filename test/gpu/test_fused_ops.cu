@@ -331,6 +331,7 @@ static void busy_sms_run(struct rank_env* e, int held_of_4) {
        * time out (4 ranks on one GPU under MPS: 4 x (24 + 8) of 132 SMs) */
       rank_barrier(e->comm, e->stream);
       const double t0 = sm_hold_now_ms();
+      sm_hold_delay(e->stream, 2000000); /* the op queued behind work, as in a job */
       if (started == h.ctas) run_op(e, &o, s, op, NULL);
       CUDA_OK(cudaStreamSynchronize(e->stream));
       const double ms = sm_hold_now_ms() - t0;
