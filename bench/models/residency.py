@@ -23,7 +23,8 @@ Prints, per shape, how many residencies 1..G end in a deadlock; then, with every
 the makespan of the RS walks in tile times (a tile takes one; an own-row tile starts once its
 CTA is free and its row-block's last partial is in): the split's cost, and why its peers' shards
 are interleaved beyond 2 ranks (in the rotated order the own rows' G/n CTAs wait for the last
-peer, which reaches their rows only at the end: 1.7-1.9x at 4 and 8 ranks).
+peer, which reaches their rows only at the end: 1.7-1.9x at 4 and 8 ranks), and that the
+claimed rule keeps the static walk's makespan.
 usage: bench/models/residency.py
 """
 
@@ -52,8 +53,12 @@ def rs_sequences(n, G, blocks, tiles_n, rule):
 
 
 def makespan(n, G, blocks, tiles_n, rule):
-    """Every CTA resident; rule: static, split (interleaved beyond 2 ranks), split rotated."""
-    seqs = rs_sequences(n, G, blocks, tiles_n, rule)
+    """Every CTA resident; rule: static, split (interleaved beyond 2 ranks), split rotated, or
+    claimed (the static walk's peer-row tiles, then own-row tiles in order from a counter, each
+    taken by the CTA free first)."""
+    claimed = rule == "claimed"
+    seqs = [[walk(r, n, blocks, tiles_n, False)[c::G] for c in range(G)] for r in range(n)] if claimed \
+        else rs_sequences(n, G, blocks, tiles_n, rule)
     ready = [[0] * blocks for _ in range(n)]  # [owner][mb]: when its last partial is in
     for r in range(n):
         for seq in seqs[r]:
@@ -63,11 +68,18 @@ def makespan(n, G, blocks, tiles_n, rule):
                 ready[shard][mb] = max(ready[shard][mb], t + 1)
     end = 0
     for r in range(n):
+        free = []
         for seq in seqs[r]:
             t = 0
             for shard, mb, _ in seq:
                 t = (t if shard != r else max(t, ready[r][mb])) + 1
-            end = max(end, t)
+            free.append(t)
+        if claimed:  # own-row tiles in order, each to the CTA free first
+            for mb in range(blocks):
+                for _ in range(tiles_n):
+                    c = min(range(G), key=free.__getitem__)
+                    free[c] = max(free[c], ready[r][mb]) + 1
+        end = max(end, max(free))
     return end
 
 
@@ -183,7 +195,7 @@ def main():
     for n, G, blocks, tiles_n, what in [(2, 132, 64, 32, "2 H200s, 16384 x 8192"), (2, 132, 16, 16, "2 H200s, 4096 x 4096"),
                                         (4, 132, 32, 32, "4 H200s, 16384 x 8192"), (8, 132, 16, 32, "8 H200s, 16384 x 8192"),
                                         (8, 132, 8, 16, "8 H200s, 8192 x 4096")]:
-        times = {rule: makespan(n, G, blocks, tiles_n, rule) for rule in ("static", "split", "split rotated")}
+        times = {rule: makespan(n, G, blocks, tiles_n, rule) for rule in ("static", "split", "split rotated", "claimed")}
         print(f"  {what}: ideal {n * blocks * tiles_n / G:.1f}, " + ", ".join(f"{k} {v}" for k, v in times.items()))
 
 
