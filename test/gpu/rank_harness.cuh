@@ -21,6 +21,7 @@
 #include "nccl_mk.h"
 #include "nccl_ok.h"
 #include "perf_launch.h"
+#include "sm_hold.cuh"
 
 static uint64_t g_seed; /* from the NCCL id: fresh each run, the same on every rank, printed */
 
@@ -34,6 +35,37 @@ static void rank_barrier(ncclComm_t comm, cudaStream_t stream) {
   CUDA_OK(cudaGetSymbolAddress((void**)&one, rank_barrier_word));
   NCCL_OK(ncclAllReduce(one, one, 1, ncclFloat64, ncclSum, comm, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
+}
+
+/* What rank_held_call saw; the caller judges it. */
+struct held_call {
+  ncclResult_t result; /* call's (ncclSuccess when the holder did not start: not called) */
+  int started, held;   /* the holder's CTAs running before the call, and until its end */
+  int ctas, sms;       /* the holder's CTAs; the SMs the device reports (under MPS: the client's) */
+  double ms;           /* the call, to its stream's end */
+};
+
+/* call(env, arg), which enqueues an op on `stream`, while held_of_4 quarters of this rank's SMs
+ * are held by another kernel (sm_hold.cuh); synchronous. Every rank meets first (which also
+ * loads NCCL's kernel: a lazy load during the hold would wait for the holder) and again once
+ * its holder runs (else a rank whose holder still waits for SMs that the others' calls hold
+ * while they wait for it starts late); the op then queues behind 2 ms of other work, as in a
+ * job (kernels it forks onto two streams become ready together). */
+static struct held_call rank_held_call(int rank, ncclComm_t comm, cudaStream_t stream, int held_of_4,
+                                       ncclResult_t (*call)(void* env, void* arg), void* env, void* arg) {
+  struct held_call r = {ncclSuccess, 0, 0, 0, 0, 0.0};
+  struct sm_hold h;
+  rank_barrier(comm, stream);
+  r.started = sm_hold_start(&h, perf_rank_device(rank), held_of_4);
+  r.ctas = h.ctas, r.sms = h.sms;
+  rank_barrier(comm, stream);
+  const double t0 = sm_hold_now_ms();
+  sm_hold_delay(stream, 2000000);
+  if (r.started == h.ctas) r.result = call(env, arg);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  r.ms = sm_hold_now_ms() - t0;
+  r.held = sm_hold_end(&h);
+  return r;
 }
 
 /* The ranks a test runs: 2, or MK_TEST_RANKS (2 to 8; exits 2 otherwise). */

@@ -20,7 +20,6 @@
 #include "nccl_ok.h"
 #include "perf_launch.h"
 #include "rank_harness.cuh"
-#include "sm_hold.cuh"
 
 static int g_nranks = 2; /* set by scenario_main */
 
@@ -46,33 +45,10 @@ static void expect_healthy(struct rank_env* e) {
   EXPECT(async == ncclSuccess, "rank %d: asynchronous error: %s", e->rank, msg);
 }
 
-/* What held_call saw. */
-struct held_call {
-  ncclResult_t result; /* call's (ncclSuccess when the holder did not start: not called) */
-  int started, held;   /* the holder's CTAs running before the call, and until its end */
-  int ctas, sms;       /* the holder's CTAs; the SMs the device reports (under MPS: the client's) */
-  double ms;           /* the call, to its stream's end */
-};
-
-/* call(e, arg) while held_of_4 quarters of this rank's SMs are held by another kernel
- * (sm_hold.cuh), queued behind 2 ms of other work on the stream, every rank's holder running
- * before any rank calls (else a rank whose holder
- * still waits for SMs that the others' calls hold while they wait for it starts late);
- * synchronous. NCCL's kernel must be loaded first (one ranks_barrier): a lazy load would wait
- * for the holder. */
-static struct held_call held_call(struct rank_env* e, int held_of_4, ncclResult_t (*call)(struct rank_env*, void*),
+/* rank_held_call (rank_harness.cuh) with env = e, judged: no error, the SMs held throughout. */
+static struct held_call held_call(struct rank_env* e, int held_of_4, ncclResult_t (*call)(void* e, void* arg),
                                   void* arg) {
-  struct held_call r = {ncclSuccess, 0, 0, 0, 0, 0.0};
-  struct sm_hold h;
-  r.started = sm_hold_start(&h, perf_rank_device(e->rank), held_of_4);
-  r.ctas = h.ctas, r.sms = h.sms;
-  ranks_barrier(e);
-  const double t0 = sm_hold_now_ms();
-  sm_hold_delay(e->stream, 2000000); /* the op's kernels queue behind work, as in a job */
-  if (r.started == h.ctas) r.result = call(e, arg);
-  CUDA_OK(cudaStreamSynchronize(e->stream));
-  r.ms = sm_hold_now_ms() - t0;
-  r.held = sm_hold_end(&h);
+  const struct held_call r = rank_held_call(e->rank, e->comm, e->stream, held_of_4, call, e, arg);
   EXPECT(r.result == ncclSuccess && r.started == r.ctas && r.held == r.ctas,
          "rank %d: call %d, %d of %d SMs held, %d to the end", e->rank, (int)r.result, r.started, r.ctas, r.held);
   return r;

@@ -27,7 +27,6 @@
 #include "nccl_ok.h"
 #include "perf_launch.h"
 #include "rank_harness.cuh"
-#include "sm_hold.cuh"
 
 
 /* Ranks: 2, or MK_TEST_RANKS (4 and 8 on a larger machine, gpu-check's scale tier); every
@@ -305,7 +304,7 @@ static void scenario_back_to_back(struct rank_env* e) {
 }
 
 /* Each op on its overlapped paths while another kernel holds held_of_4 quarters of the SMs
- * (sm_hold.cuh): no timeout, a checked output, and the holder held its SMs to the end of the
+ * (rank_harness.cuh rank_held_call): no timeout, a checked output, and the holder held its SMs to the end of the
  * call. The widest shape is wider than busy_sms's prepared N (fused_config): there the
  * GEMM+RS and GEMM+AllReduce take the reference path and grow its scratch, which waited for
  * the holder to end (cudaFree syncs the device) before mk_fused_scratch grew it in stream
@@ -313,10 +312,21 @@ static void scenario_back_to_back(struct rank_env* e) {
  * for the holder). The ops' CTAs wait for one another through their peers (a tile's owner sums
  * every rank's partial; the all-reduce's collect waits for reduced rows): GEMM+AllReduce timed
  * out here before its collect waited for every CTA to have started (gemm_rs.cuh). */
+struct held_op {
+  struct op_bufs* o;
+  struct shape s;
+  int op;
+};
+
+static ncclResult_t held_op_run(void* e, void* arg) {
+  const struct held_op* h = (const struct held_op*)arg;
+  run_op((struct rank_env*)e, h->o, h->s, h->op, NULL);
+  return ncclSuccess;
+}
+
 static void busy_sms_run(struct rank_env* e, int held_of_4) {
   static const char* names[] = {"AllGather+GEMM", "GEMM+ReduceScatter", "GEMM+AllReduce"};
   const struct shape shapes[] = {per_rank(128, 256, 512), per_rank(4096, 264, 136), per_rank(4096, 4096, 136)};
-  rank_barrier(e->comm, e->stream); /* loads NCCL's kernel now: a lazy load waits for the holder */
   for (int i = 0; i < 3; i++) {
     const struct shape s = shapes[i];
     const uint64_t base = g_seed + 5000 + i;
@@ -324,24 +334,14 @@ static void busy_sms_run(struct rank_env* e, int held_of_4) {
     bufs_alloc(&o, s);
     for (int op = 0; op < 3; op++) {
       bufs_fill(e, &o, s, base);
-      struct sm_hold h;
-      const int started = sm_hold_start(&h, perf_rank_device(e->rank), held_of_4);
-      /* every rank's holder runs before any rank's op: a rank whose holder still waits for SMs
-       * that the others' ops hold while they wait for it would start its op only once they
-       * time out (4 ranks on one GPU under MPS: 4 x (24 + 8) of 132 SMs) */
-      rank_barrier(e->comm, e->stream);
-      const double t0 = sm_hold_now_ms();
-      sm_hold_delay(e->stream, 2000000); /* the op queued behind work, as in a job */
-      if (started == h.ctas) run_op(e, &o, s, op, NULL);
-      CUDA_OK(cudaStreamSynchronize(e->stream));
-      const double ms = sm_hold_now_ms() - t0;
-      const int held = sm_hold_end(&h);
-      expect(e, started == h.ctas && held == h.ctas, "the SMs held throughout the call", 0);
+      struct held_op arg = {&o, s, op};
+      const struct held_call h = rank_held_call(e->rank, e->comm, e->stream, held_of_4, held_op_run, e, &arg);
+      expect(e, h.started == h.ctas && h.held == h.ctas, "the SMs held throughout the call", 0);
       ncclResult_t async = ncclSuccess;
       char msg[256] = "";
       NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
       printf("rank %d: %s M=%zu N=%zu K=%zu with %d of %d SMs held: %s (%.1f ms)\n", e->rank, names[op], s.m, s.n,
-             s.k, started, h.sms, async == ncclSuccess ? "no error" : msg, ms);
+             s.k, h.started, h.sms, async == ncclSuccess ? "no error" : msg, h.ms);
       if (async != ncclSuccess) { /* the communicator is broken: nothing after can run */
         e->failures++;
         bufs_free(&o);

@@ -346,8 +346,9 @@ static void scenario_absent_peer(struct rank_env* e) {
   bufs_free(&b);
 }
 
-static ncclResult_t ra_call_bufs(struct rank_env* e, void* b) {
-  return ra_call(e, (struct ra_bufs*)b, ((struct ra_bufs*)b)->out, ((struct ra_bufs*)b)->lse);
+static ncclResult_t ra_call_bufs(void* e, void* bufs) {
+  struct ra_bufs* b = (struct ra_bufs*)bufs;
+  return ra_call((struct rank_env*)e, b, b->out, b->lse);
 }
 
 /* Each case called while held_of_4 quarters of the SMs are held by another kernel
@@ -355,7 +356,6 @@ static ncclResult_t ra_call_bufs(struct rank_env* e, void* b) {
  * depend on CTAs that cannot start. */
 static void busy_sms_run(struct rank_env* e, int held_of_4) {
   const struct ra_case cases[] = {{1, 4096, 8, 1, 128, 1}, {2, 2048, 4, 4, 128, 0}, {1, 4096, 2, 2, 64, 0}};
-  ranks_barrier(e); /* loads NCCL's kernel before any hold */
   for (int i = 0; i < 3; i++) {
     struct ra_bufs b;
     bufs_alloc(&b, cases[i], e->rank);

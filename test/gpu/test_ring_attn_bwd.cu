@@ -401,16 +401,17 @@ static void scenario_absent_peer(struct rank_env* e) { absent_peer_case(e, {1, 1
 
 static void scenario_absent_peer_noncausal(struct rank_env* e) { absent_peer_case(e, {1, 1024, 8, 1, 128, 0}); }
 
-static ncclResult_t fwd_bwd_call(struct rank_env* e, void* b) {
-  const ncclResult_t r = fwd_call(e, (struct rb_bufs*)b);
-  return r != ncclSuccess ? r : bwd_call(e, (struct rb_bufs*)b);
+static ncclResult_t fwd_bwd_call(void* env, void* bufs) {
+  struct rank_env* e = (struct rank_env*)env;
+  struct rb_bufs* b = (struct rb_bufs*)bufs;
+  const ncclResult_t r = fwd_call(e, b);
+  return r != ncclSuccess ? r : bwd_call(e, b);
 }
 
 /* The forward and backward while held_of_4 quarters of the SMs are held: the backward's CTAs
  * wait for the peer's gathered chunks and partial gradients. */
 static void busy_sms_run(struct rank_env* e, int held_of_4) {
   const struct rb_case cases[] = {{1, 2048, 8, 1, 128, 1}, {1, 2048, 4, 4, 128, 0}, {1, 1024, 4, 2, 64, 1}};
-  ranks_barrier(e); /* loads NCCL's kernel before any hold */
   for (int i = 0; i < 3; i++) {
     struct rb_bufs b;
     bufs_alloc(&b, cases[i], e->rank);
