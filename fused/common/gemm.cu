@@ -3,6 +3,7 @@
  * through the runtime, so libcuda is never linked), and the persistent launch.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <cuda.h>
@@ -364,6 +365,18 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   p->scale_b = a->scale_b;
 }
 
+/* The reduce-scatter's claimed walk (gemm.h collect_claims): with the claim counter and
+ * a call bracket that zeroes it, one-CTA clusters and the rotation that puts this rank's rows
+ * last; not with rs_split (its own walk by arrival). */
+template <class Cfg>
+static void gemm_fill_claims(struct mk_gemm_params* p, const struct mk_gemm_args* a) {
+  if (!a->rs || !a->call || !a->rs->collect_claims || Cfg::CLUSTER_M != 1 || Cfg::RS_SPLIT || a->row_block_order)
+    return;
+  const int blocks = a->rs->shard_rows / Cfg::BM, tiles_n = (a->n + Cfg::BN - 1) / Cfg::BN;
+  if (a->row_block_rotate != (a->rs->rank + 1) % a->rs->nranks * blocks) return;
+  p->claim_end = a->rs->nranks * blocks * tiles_n;
+}
+
 /* CTAs in the persistent grid: num_sms (or all), no more than can be resident, no more than
  * there is work for, a whole number of clusters. */
 template <class Cfg>
@@ -398,6 +411,7 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   MK_CHECK(gemm_make_tmap(&tmap_b, a->b, (long)groups * a->n, a->k, Cfg::B_ROWS_PER_CTA, Cfg::BK, eb));
   struct mk_gemm_params p;
   gemm_fill_params(&p, a, Cfg::BK);
+  gemm_fill_claims<Cfg>(&p, a);
 
   cudaError_t e = gemm_prepare_cfg<Cfg>(sms, &max_ctas);
   if (e == cudaSuccess && a->push && a->push->ctas >= max_ctas)

@@ -54,6 +54,7 @@ struct mk_gemm_params {
   struct mk_gemm_scatter scatter; /* row_dest NULL: off */
   struct mk_gemm_push push;       /* ctas 0: off */
   int gemm_ctas;                  /* the GEMM's CTAs: push.ctas .. push.ctas + gemm_ctas - 1 */
+  int claim_end; /* the claimed walk (gemm.h collect_claims): slots 0 .. claim_end - 1; 0: off */
   int peer_store_lanes;           /* storer threads that write a tile into a peer (gemm.cu) */
   const float* scale_a; /* e4m3 only; NULL: 1 */
   const float* scale_b;
@@ -79,6 +80,36 @@ __device__ __forceinline__ void gemm_slots(const struct mk_gemm_params& p, const
     mk_gemm_rs_split_walk((int)ctl[2], p.gemm_ctas, p.rs.nranks, (p.rs.nranks - 1) * tiles, p.rs.nranks * tiles, first,
                           step, end);
   }
+}
+
+/* ---- the claimed walk (gemm.h collect_claims) ----------------------------------------------
+ * Instead of the static slots first, first + step, .., the producer's thread takes each slot
+ * from the counter (or finds the end) and writes it into the stage's slot word before the
+ * stage's first arrival; the consumers read it after their wait on that stage, and each
+ * consumer writes it into its staged slot word before handing the staged tile to the storer
+ * warps; -1 in either word is the end. */
+
+/* The control words after the barriers: [0] abort flag (gemm_producer), [1] the collect's
+ * slot, [2] the arrival ticket (gemm_slots), [3] spare, then the slot words. */
+__device__ __forceinline__ volatile int* gemm_stage_slot(volatile uint32_t* ctl, int stage) {
+  return (volatile int*)ctl + 4 + stage;
+}
+
+template <class Cfg>
+__device__ __forceinline__ volatile int* gemm_staged_slot(volatile uint32_t* ctl, int wg) {
+  return (volatile int*)ctl + 4 + Cfg::STAGES + wg;
+}
+
+/* The slot after `id` in a role's walk: the static walk's next (the claimed walk reads it). */
+__device__ __forceinline__ int gemm_next_slot(const struct mk_gemm_params& p, int id, int step) {
+  return p.claim_end ? id : id + step;
+}
+
+/* The producer's thread: the next claimed slot, or -1 at the end. Not inlined: the producer
+ * runs on 56 registers. */
+__device__ __noinline__ int gemm_claim_slot(const struct mk_gemm_params& p) {
+  const int id = (int)atomicAdd((unsigned long long*)p.rs.collect_claims + 2, 1ull);
+  return id < p.claim_end ? id : -1;
 }
 
 #include "gemm_push.cuh" /* the push role, on struct mk_gemm_params */
@@ -115,8 +146,10 @@ struct mk_gemm_cfg {
   static constexpr int OFF_B = STAGES * A_STAGE;
   static constexpr int OFF_C = OFF_B + STAGES * B_STAGE;
   static constexpr int OFF_BAR = OFF_C + CONSUMERS * C_STAGE_WG;
-  /* + abort flag, the collect's slot, the arrival ticket (gemm_slots) */
-  static constexpr int SMEM_USED = OFF_BAR + (2 * STAGES + 2 * CONSUMERS) * 8 + 16;
+  /* + the control words (gemm_ctl_words): abort flag, the collect's slot, the arrival
+   * ticket, a spare, then the claimed walk's slot words, one per stage and per consumer */
+  static constexpr int CTL_WORDS = 4 + STAGES + CONSUMERS;
+  static constexpr int SMEM_USED = OFF_BAR + (2 * STAGES + 2 * CONSUMERS) * 8 + CTL_WORDS * 4;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
   static_assert(BM == 64 || BM == 128, "each consumer warp group owns 64 rows: one or two of them");
   static_assert(BN == 256 || (BN == 128 && DTYPE == MK_GEMM_BF16), "wgmma wrappers: bf16 n = 128, 256; e4m3 n = 256");
@@ -193,7 +226,17 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
   struct mk_tile t;
   int first_slot, slot_step, slot_end;
   gemm_slots<Cfg>(p, abort_flag, rank, &s, &first_slot, &slot_step, &slot_end);
-  for (int id = first_slot; (!Cfg::RS_SPLIT || id < slot_end) && sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
+  for (int id = first_slot; !Cfg::RS_SPLIT || id < slot_end; id = gemm_next_slot(p, id, slot_step)) {
+    if (p.claim_end) { /* the claimed walk: the slot word before the stage's arrival */
+      id = gemm_claim_slot(p);
+      mbarrier_wait_parity(&empty[stage], phase ^ 1);
+      *gemm_stage_slot(abort_flag, stage) = id;
+      if (id < 0) {
+        mbarrier_arrive(&full[stage]);
+        return;
+      }
+    }
+    if (!sched_tile(&s, p.m, p.n, id, &t)) break;
     /* ASSUMPTION: ready flags only with CLUSTER_M == 1 (the launcher picks it): an abort in
      * one CTA of a pair would leave its partner waiting for the multicast half. */
     const bool local = t.row0 >= p.a_local_row0 && t.row0 < p.a_local_row_end;
@@ -205,6 +248,7 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
          * abort_flag naming this tile, and leave. No copy is in flight when the CTA exits. */
         *abort_flag = (uint32_t)id + 1;
         mbarrier_wait_parity(&empty[stage], phase ^ 1);
+        *gemm_stage_slot(abort_flag, stage) = -1; /* the claimed walk's consumers: the end */
         mbarrier_arrive(&full[stage]);
         return;
       }
@@ -311,11 +355,23 @@ __device__ __forceinline__ void gemm_stage_write(const float* acc, uint8_t* csta
   }
 }
 
+/* ... and its slot into the staged slot word (the claimed walk's storers read it there). */
 template <class Cfg>
 __device__ __forceinline__ void gemm_stage_tile(const float* acc, uint8_t* cstage, uint64_t* c_full, uint64_t* c_empty,
-                                                uint32_t c_phase) {
+                                                uint32_t c_phase, volatile int* staged_slot, int id) {
   gemm_stage_write<Cfg>(acc, cstage, c_empty, c_phase);
+  if ((threadIdx.x & 127) == 0) *staged_slot = id;
   mbarrier_arrive(c_full); /* release: our shared stores happen before the storers' reads */
+}
+
+/* ASYNC_EPI, consumer side: no further tile for the storer warps (the claimed walk's end, or
+ * an abort): -1 as the staged slot, once they are done with the buffer. c_phase stays: the
+ * storers do not hand this one back. */
+__device__ __forceinline__ void gemm_stage_end(uint64_t* c_full, uint64_t* c_empty, uint32_t c_phase,
+                                               volatile int* staged_slot) {
+  mbarrier_wait_parity(c_empty, c_phase ^ 1);
+  if ((threadIdx.x & 127) == 0) *staged_slot = -1;
+  mbarrier_arrive(c_full);
 }
 
 #include "gemm_rs.cuh" /* the reduce-scatter epilogue, on the helpers above */
@@ -381,7 +437,12 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
   struct mk_tile t;
   int first_slot, slot_step, slot_end;
   gemm_slots<Cfg>(p, abort_flag, rank, &s, &first_slot, &slot_step, &slot_end);
-  for (int id = first_slot; (!Cfg::RS_SPLIT || id < slot_end) && sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
+  for (int id = first_slot; !Cfg::RS_SPLIT || id < slot_end; id = gemm_next_slot(p, id, slot_step)) {
+    if (p.claim_end) { /* the claimed walk: the slot the consumers staged, or the end */
+      mbarrier_wait_parity(&c_full[0], c_phase);
+      if ((id = *gemm_staged_slot<Cfg>(abort_flag, 0)) < 0) return;
+    }
+    if (!sched_tile(&s, p.m, p.n, id, &t)) break;
     if (!t.valid || gemm_last_tile_by_consumers<Cfg>(p, s, id, slot_step, t)) continue;
     const int owner = gemm_rs_owner(p, t);
     const int shard_row0 = owner >= 0 ? owner * p.rs.shard_rows : 0;
@@ -537,6 +598,16 @@ __device__ __forceinline__ void gemm_skip_k_blocks(const struct mk_gemm_params& 
   *stage_io = stage, *phase_io = phase;
 }
 
+/* The claimed walk, consumers, after the K loop of a tile of this rank's rows (the only ones
+ * they store themselves): whether the producer's next slot word (in the stage after the
+ * tile's) is the end, which makes the tile the CTA's last. The wait
+ * costs nothing: the producer claimed the next slot once it had issued this tile's loads. */
+__device__ __forceinline__ bool gemm_claimed_walk_ends(uint64_t* full, int stage, uint32_t phase,
+                                                       volatile uint32_t* ctl) {
+  mbarrier_wait_parity(&full[stage], phase);
+  return *gemm_stage_slot(ctl, stage) < 0;
+}
+
 /* The CTA's last tile, stored by the consumer warp groups themselves (gemm_last_tile_by_consumers):
  * a reduce-scatter's own rows (gemm_rs_own_last_tile), else the synchronous bf16 epilogue once
  * the storers are done with the staging buffer; then its trace events, the store event in the
@@ -578,18 +649,25 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
   uint32_t phase = 0;
   struct mk_tile t;
   int first_slot, slot_step, slot_end;
+  volatile int* staged_slot = gemm_staged_slot<Cfg>(abort_flag, wg);
   gemm_slots<Cfg>(p, abort_flag, rank, &s, &first_slot, &slot_step, &slot_end);
-  for (int id = first_slot; (!Cfg::RS_SPLIT || id < slot_end) && sched_tile(&s, p.m, p.n, id, &t); id += slot_step) {
+  for (int id = first_slot; !Cfg::RS_SPLIT || id < slot_end; id = gemm_next_slot(p, id, slot_step)) {
+    if (p.claim_end) { /* the claimed walk: the producer's slot word, or the end */
+      mbarrier_wait_parity(&full[stage], phase);
+      if ((id = *gemm_stage_slot(abort_flag, stage)) < 0) {
+        if (async_epi) gemm_stage_end(&c_full[wg], &c_empty[wg], c_phase, staged_slot);
+        break;
+      }
+    }
+    if (!sched_tile(&s, p.m, p.n, id, &t)) break;
     /* NOTES: checked outside the K loop, where no wgmma is in flight; inside it, ptxas
      * injects a warpgroup.wait (C7517) that serialises the wgmma groups. */
     mbarrier_wait_parity(&full[stage], phase);
     /* the tile's first data is in; kept in shared memory, not in a register the wgmma needs */
     if (p.trace && (threadIdx.x & 127) == 0) traced_from[wg] = globaltimer_ns();
     if (*abort_flag == (uint32_t)id + 1) { /* see gemm_producer */
-      if (async_epi) { /* tell the storer warps too, once they are done with our last tile */
-        mbarrier_wait_parity(&c_empty[wg], c_phase ^ 1);
-        mbarrier_arrive(&c_full[wg]);
-      }
+      /* tell the storer warps too, once they are done with our last tile */
+      if (async_epi) gemm_stage_end(&c_full[wg], &c_empty[wg], c_phase, staged_slot);
       return;
     }
     /* NOTES: only in a group of at most 64 rows (the second consumer's rows are then all past
@@ -604,12 +682,15 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
     wgmma_fence_operands<Cfg::BN / 2>(acc);
     if (!t.valid) continue; /* a cluster partner past the last row-block */
     if constexpr (Cfg::DTYPE == MK_GEMM_E4M3) gemm_scale_acc<Cfg>(acc, ab_scale);
-    if (async_epi && gemm_last_tile_by_consumers<Cfg>(p, s, id, slot_step, t)) {
+    if (async_epi && (gemm_last_tile_by_consumers<Cfg>(p, s, id, slot_step, t) ||
+                      (p.claim_end && gemm_rs_owner(p, t) == p.rs.rank &&
+                       gemm_claimed_walk_ends(full, stage, phase, abort_flag)))) {
+      if (p.claim_end) gemm_stage_end(&c_full[wg], &c_empty[wg], c_phase, staged_slot);
       gemm_consumers_store_last_tile<Cfg>(acc, p, t, wg, cstage, &c_empty[wg], c_phase, s.tiles_n, traced_from);
       break; /* the last tile; and acc is dead from here, which the registers need */
     }
     if (async_epi) {
-      gemm_stage_tile<Cfg>(acc, cstage, &c_full[wg], &c_empty[wg], c_phase);
+      gemm_stage_tile<Cfg>(acc, cstage, &c_full[wg], &c_empty[wg], c_phase, staged_slot, id);
       c_phase ^= 1;
       gemm_trace_tile(p, wg, t, traced_from[wg]);
       continue;

@@ -101,11 +101,21 @@ struct mk_gemm_rs {
   const void* gathered[MK_GEMM_RS_MAX_RANKS];
   const uint64_t* gathered_counts[MK_GEMM_RS_MAX_RANKS];
   void* c_full;
-  /* [0] the GEMM CTAs that have started (with args.rs_split: each CTA's arrival ticket), [1]
-   * the collect's items taken (in call.counters: 0 between calls). A CTA collects only once
-   * every GEMM CTA has started, so that no CTA waits in the collect for rows whose tiles belong
-   * to a CTA that cannot start until an SM is freed (another stream's kernels, MPS: the call
-   * timed out). Needed with the gather and with rs_split. */
+  /* MK_GEMM_RS_CLAIM_WORDS words (in call.counters: 0 between calls): [0] the GEMM CTAs that
+   * have started (with args.rs_split: each CTA's arrival ticket), [1] the collect's items
+   * taken, [2] the tiles taken. A CTA collects only once every GEMM CTA has started, so that
+   * no CTA waits in the collect for rows whose tiles belong to a CTA that cannot start until
+   * an SM is freed (another stream's kernels, MPS: the call timed out). Needed with the
+   * gather and with rs_split.
+   * With a call bracket (and without rs_split), the claimed walk: no CTA owns a tile before it
+   * runs. The producer's thread of a CTA takes the tiles one at a time from [2], in the
+   * rotated order (the peers' rows first, this rank's last, a raster group dividing the
+   * shard), and its consumers and storers learn each one through shared memory. A peer-row
+   * tile never waits, and an own-row tile is taken only after every peer-row tile has been
+   * taken by a running CTA, so no tile any rank waits for sits with a CTA that cannot start.
+   * The default static walk (CTA c: slots c, c + G, ..) deadlocks when too few CTAs are
+   * resident on every rank, and with most but not all resident it leaves the late CTAs'
+   * share to the end (bench/models/residency.py, bench/NOTES.md session 38). */
   uint64_t* collect_claims;
   /* Cross-node (issue 13; fused/proxy/xnode.h; xn NULL: off; needs args.call). For d in
    * remote_mask: out[d] is the bounce buffer's out slot for d and out_counts[d] this rank's own
@@ -272,6 +282,8 @@ MK_HD int mk_gemm_rs_group_m(int group_m, int blocks) {
   while (g * 2 <= group_m && blocks % (g * 2) == 0) g *= 2;
   return g;
 }
+
+#define MK_GEMM_RS_CLAIM_WORDS 3
 
 /* Launches on `stream`. Returns 0, -EINVAL (bad argument, nothing launched, a WARN names
  * it), -ENOTSUP (not an sm_90 device) or -EIO (launch failure). */

@@ -58,7 +58,7 @@ int mk_gemm_rs_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k
   return fc->fused && gemm_rs_reachable(fc, m, n, gather) && fc->nranks <= MK_RS_MAX_RANKS &&
          m % (size_t)fc->nranks == 0 &&
          shard % MK_AG_BLOCK_ROWS == 0 && blocks_all <= MK_AG_MAX_BLOCKS &&
-         blocks_all * (gather ? 2 : 1) + 2 <= MK_RS_MAX_COUNTERS && m <= fc->cfg.max_m && n <= fc->cfg.max_n &&
+         blocks_all * (gather ? 2 : 1) + MK_GEMM_RS_CLAIM_WORDS <= MK_RS_MAX_COUNTERS && m <= fc->cfg.max_m && n <= fc->cfg.max_n &&
          k <= fc->cfg.max_k && gemm_rs_data_bytes(fc, m, n, gather) <= fc->sym_bytes - MK_FUSED_FLAG_BYTES;
 }
 
@@ -117,10 +117,10 @@ static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, in
   call->done = (uint64_t*)own + MK_AG_WORD_DONE, call->call = (uint64_t*)own + MK_AG_WORD_CALL;
   call->exits = (uint32_t*)((uint64_t*)own + MK_AG_WORD_EXITS), call->set_done = 1;
   call->counters = own_counts, call->num_counters = nr * (int)blocks * (gather ? 2 : 1);
-  /* the CTAs' start count (NCCL_MK_RS_SPLIT: arrival tickets) and the collect's items, after
-   * the gather counters */
+  /* the claim words (gemm.h collect_claims: the CTAs' start count, or NCCL_MK_RS_SPLIT's
+   * arrival tickets, the collect's items, the claimed walk's tiles), after the gather counters */
   rs->collect_claims = own_counts + call->num_counters;
-  call->num_counters += 2;
+  call->num_counters += MK_GEMM_RS_CLAIM_WORDS;
 }
 
 int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b, void* c, size_t m, size_t n,

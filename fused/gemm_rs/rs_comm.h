@@ -26,7 +26,7 @@
  *
  * Workspace of each rank (fused_comm.h): words done, call, exits (ag_push.h MK_AG_WORD_*);
  * counters at MK_RS_COUNT_OFFSET, u64: partials [n][blocks], then gather [n][blocks] and the
- * collect's 2 claim counters (gemm.h collect_claims); data
+ * 3 claim words (gemm.h collect_claims); data
  * area: the n - 1 peers' partial slots [shard][n_cols] bf16 (mk_sched_rs_slot: peers in rank
  * order, the rank itself skipped), then (all-reduce) their n - 1 gather slots: 2 (n - 1) / n
  * times one copy of C, so on 2 ranks both fit where AllGather+GEMM's gathered A or one C does.

@@ -20,15 +20,15 @@ struct rs_fake_peers {
   struct mk_gemm_call call;
   void* bufs[4][MK_GEMM_RS_MAX_RANKS]; /* in, gathered (this rank's), out, gather (the peers') */
   uint64_t* counts;                    /* [4][nranks][blocks], the same four; own = the first two,
-                                          * then the collect's 2 claim counters (rs_region) */
+                                          * then the 3 claim words (rs_region) */
   uint64_t* words;                     /* [0] done [1] call [2] exits, then each peer's done */
 };
 
 enum { RS_IN, RS_GATHERED, RS_OUT, RS_GATHER };
 
-/* Region b's counters: this rank's own two, the collect's claims, then the peers' two, so
+/* Region b's counters: this rank's own two, the claim words, then the peers' two, so
  * that the call's counters (zeroed at its end) are contiguous as in gemm_rs.c. */
-static size_t rs_region(int b, size_t region) { return (size_t)b * region + (b >= RS_OUT ? 2 : 0); }
+static size_t rs_region(int b, size_t region) { return (size_t)b * region + (b >= RS_OUT ? MK_GEMM_RS_CLAIM_WORDS : 0); }
 
 /* peers_ready: the peers' partials and reduced rows are complete before the launch. */
 static void rs_fake_peers_make(struct rs_fake_peers* f, int rank, int nranks, int shard, int n, int tiles_n,
@@ -37,8 +37,8 @@ static void rs_fake_peers_make(struct rs_fake_peers* f, int rank, int nranks, in
   const size_t slot = (size_t)shard * n, region = (size_t)nranks * blocks;
   memset(f, 0, sizeof(*f));
   f->rs.shard_rows = shard, f->rs.rank = rank, f->rs.nranks = nranks;
-  CUDA_OK(cudaMalloc(&f->counts, (4 * region + 2) * 8));
-  CUDA_OK(cudaMemset(f->counts, 0, (4 * region + 2) * 8));
+  CUDA_OK(cudaMalloc(&f->counts, (4 * region + MK_GEMM_RS_CLAIM_WORDS) * 8));
+  CUDA_OK(cudaMemset(f->counts, 0, (4 * region + MK_GEMM_RS_CLAIM_WORDS) * 8));
   f->rs.collect_claims = f->counts + 2 * region;
   CUDA_OK(cudaMalloc(&f->words, (3 + MK_GEMM_RS_MAX_RANKS) * 8));
   CUDA_OK(cudaMemset(f->words, 0, (3 + MK_GEMM_RS_MAX_RANKS) * 8));
@@ -72,7 +72,7 @@ static void rs_fake_peers_bracket(struct rs_fake_peers* f, uint64_t done, uint64
   c->done = f->words, c->call = f->words + 1, c->exits = (uint32_t*)(f->words + 2);
   for (int d = 0; d < f->rs.nranks; d++)
     if (d != f->rs.rank) c->peer_done[d] = f->words + 3 + d;
-  c->counters = f->counts, c->num_counters = 2 * f->rs.nranks * (f->rs.shard_rows / 128) + 2;
+  c->counters = f->counts, c->num_counters = 2 * f->rs.nranks * (f->rs.shard_rows / 128) + MK_GEMM_RS_CLAIM_WORDS;
 }
 
 static void rs_fake_peers_free(struct rs_fake_peers* f) {
@@ -86,7 +86,7 @@ static void rs_fake_peers_free(struct rs_fake_peers* f) {
 static int rs_counts_all(const struct rs_fake_peers* f, int which, int blocks, uint64_t want) {
   const int nr = f->rs.nranks;
   const size_t region = (size_t)nr * blocks;
-  std::vector<uint64_t> h(4 * region + 2);
+  std::vector<uint64_t> h(4 * region + MK_GEMM_RS_CLAIM_WORDS);
   CUDA_OK(cudaMemcpy(h.data(), f->counts, h.size() * 8, cudaMemcpyDeviceToHost));
   for (int d = 0; d < nr; d++)
     for (int b = 0; d != f->rs.rank && b < blocks; b++)
@@ -173,9 +173,10 @@ static void run_rs_bracket_case(int rank, int nranks, int n, int k) {
   printf("  %s: done %llu call %llu exits %llu\n", label, (unsigned long long)words[0], (unsigned long long)words[1],
          (unsigned long long)words[2]);
   EXPECT(words[0] == 7 && words[1] == 7 && words[2] == 0, "%s: done/call must be 7, exits 0", label);
-  uint64_t claims[2];
+  uint64_t claims[MK_GEMM_RS_CLAIM_WORDS];
   CUDA_OK(cudaMemcpy(claims, f.rs.collect_claims, sizeof claims, cudaMemcpyDeviceToHost));
-  EXPECT(rs_counts_all(&f, RS_IN, blocks, 0) && rs_counts_all(&f, RS_GATHERED, blocks, 0) && !claims[0] && !claims[1],
+  EXPECT(rs_counts_all(&f, RS_IN, blocks, 0) && rs_counts_all(&f, RS_GATHERED, blocks, 0) && !claims[0] && !claims[1] &&
+             !claims[2],
          "%s: this rank's counters and the collect's claims must be back to 0", label);
   EXPECT(rs_counts_all(&f, RS_OUT, blocks, (uint64_t)tiles_n), "%s: the peers' counters must be %d", label, tiles_n);
   rs_fake_peers_free(&f);

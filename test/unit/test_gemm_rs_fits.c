@@ -58,8 +58,8 @@ static void row_blocks_stay_inside_the_tables(void) {
   struct mk_fused_comm fc = comm_for(2, 1 << 20, 64, 64);
   CHECK_EQ(mk_gemm_rs_fits(&fc, 4032 * 128, 64, 64, 0), 1);  /* the order table's last entry */
   CHECK_EQ(mk_gemm_rs_fits(&fc, 4034 * 128, 64, 64, 0), 0);  /* past it */
-  CHECK_EQ(mk_gemm_rs_fits(&fc, 2046 * 128, 64, 64, 1), 1);  /* partial + gather counters + the collect's 2: 4094 */
-  CHECK_EQ(mk_gemm_rs_fits(&fc, 2048 * 128, 64, 64, 1), 0);  /* 4098 */
+  CHECK_EQ(mk_gemm_rs_fits(&fc, 2046 * 128, 64, 64, 1), 1);  /* partial + gather counters + 3 claim words: 4095 */
+  CHECK_EQ(mk_gemm_rs_fits(&fc, 2048 * 128, 64, 64, 1), 0);  /* 4099 */
 }
 
 int main(void) {

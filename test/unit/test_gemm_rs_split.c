@@ -9,7 +9,7 @@
  * uses); beyond 2 ranks the peers' shards are interleaved raster group by raster group (every
  * peer's row-block b comes before any peer's b + group: the own rows' few CTAs are fed from the
  * start); the raster group is the largest power of two up to the default that divides the
- * row-blocks of a shard. No GPU.
+ * row-blocks of a shard; in the claimed walk's order every peer-row slot comes first. No GPU.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -96,8 +96,35 @@ static void default_walk_case(int nranks, int rank, int blocks, int tiles_n, int
   }
 }
 
+/* The claimed walk (gemm.h collect_claims) takes the slots in order, so that an own-row tile
+ * is taken only after every peer-row tile: with the launcher's rotation and group, the first
+ * (nranks - 1) x blocks x tiles_n slots must be exactly the peers' rows. Returns the slots on
+ * the wrong side (0 expected). */
+static int claimed_split_misplaced(int nranks, int rank, int blocks, int tiles_n, int group_m) {
+  const int bm = 128, bn = 256, m = nranks * blocks * bm, n = tiles_n * bn - 8;
+  const int from = (nranks - 1) * blocks * tiles_n;
+  struct mk_sched s;
+  sched_init(&s, m, n, bm, bn, group_m, 1, 0, 1, NULL, NULL, (rank + 1) % nranks * blocks);
+  struct mk_tile t;
+  int wrong = 0, id = 0;
+  for (; sched_tile(&s, m, n, id, &t); id++) wrong += (t.row0 / (blocks * bm) == rank) != (id >= from);
+  return wrong + (id != nranks * blocks * tiles_n);
+}
+
+static void claimed_walk_takes_every_peer_row_tile_before_an_own_one(void) {
+  const int ranks[] = {2, 3, 4, 8}, blocks[] = {1, 2, 3, 6, 12, 32}, tiles[] = {1, 2, 3};
+  for (int a = 0; a < 4; a++)
+    for (int r = 0; r < ranks[a]; r++)
+      for (int b = 0; b < 6; b++)
+        for (int t = 0; t < 3; t++)
+          CHECK_EQ(claimed_split_misplaced(ranks[a], r, blocks[b], tiles[t], mk_gemm_rs_group_m(8, blocks[b])), 0);
+  /* negative control: a raster group across two shards (the group before session 37) */
+  CHECK(claimed_split_misplaced(8, 1, 2, 2, 8) > 0);
+}
+
 int main(void) {
   group_m_divides_the_shard();
+  claimed_walk_takes_every_peer_row_tile_before_an_own_one();
   {
     const int ranks[] = {2, 3, 4, 8}, blocks[] = {1, 2, 3, 6, 12, 32}, tiles[] = {1, 3, 4}, ctas[] = {1, 5, 14, 66, 132};
     for (int a = 0; a < 4; a++)
