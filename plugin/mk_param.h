@@ -58,11 +58,6 @@
   X(INT, FUSED, "NCCL_MK_FUSED", "1", 0, 1, "",                                                \
     "1: the fused ops overlap communication with the GEMM when all ranks share a host (a "     \
     "max_m x max(max_k, max_n) bf16 workspace); 0: NCCL's collective, then the GEMM")           \
-  X(INT, RS_SPLIT, "NCCL_MK_RS_SPLIT", "0", 0, 1, "",                                         \
-    "GEMM+ReduceScatter and GEMM+AllReduce across local ranks: 1 has the CTAs take their tiles " \
-    "in arrival order, the peers' rows on the first, this rank's own on the last, so no call "   \
-    "waits forever while other kernels hold SMs (0.2-6.6% slower on one H200 under MPS); 0: "   \
-    "every CTA walks the peers' rows, then its own")                                            \
   X(INT, MOE_OVERLAP, "NCCL_MK_MOE_OVERLAP", "0", 0, 1, "",                                   \
     "0: the MoE dispatch on every SM, then the grouped GEMM on every SM (faster on 2 H200s); "  \
     "1: the dispatch on 12 SMs beside the GEMM, which starts each expert once its rows are in") \

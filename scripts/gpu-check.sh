@@ -157,16 +157,8 @@ hang_report:planted_missing_flag_gives_a_hang_report_naming_rank_tile_flag_and_p
 one_kernel:fused_ops_are_one_kernel_per_call_on_their_overlapped_paths
 absent_peer:fused_op_without_its_peer_ends_in_an_async_error_and_later_calls_fail
 proxy_bytes:fused_ops_send_nothing_through_the_proxy_when_every_rank_is_local
-busy_sms:fused_ops_finish_correct_while_another_kernel_holds_a_quarter_of_the_sms"
-# NCCL_MK_RS_SPLIT=1 (gemm.h rs_split): the scenarios that reach GEMM+RS / GEMM+AllReduce's
-# overlapped path, and three quarters of the SMs held, which the default walk cannot finish
-# (bench/models/residency.py; without the split it times out there, session 37).
-FUSED_SPLIT_TESTS="correctness:fused_ops_match_float64_on_odd_shapes_rs_split
-graph:fused_ops_replay_in_cuda_graphs_with_fresh_inputs_rs_split
-back_to_back:fused_ops_back_to_back_with_a_delayed_rank_rs_split
-one_kernel:fused_ops_are_one_kernel_per_call_on_their_overlapped_paths_rs_split
-busy_sms:fused_ops_finish_correct_while_another_kernel_holds_a_quarter_of_the_sms_rs_split
-busy_sms_most:fused_ops_finish_correct_while_another_kernel_holds_three_quarters_of_the_sms_rs_split"
+busy_sms:fused_ops_finish_correct_while_another_kernel_holds_a_quarter_of_the_sms
+busy_sms_most:fused_ops_finish_correct_while_another_kernel_holds_three_quarters_of_the_sms"
 
 # The same on 2 GPUs with each rank its own emulated node (NCCL_MK_LOCAL_SIZE=1): the overlapped
 # ops go through the proxy over libfabric tcp;ofi_rxm on loopback. group_init does not apply
@@ -200,12 +192,6 @@ tier_fused() {
     step "${op}_perf" "$B/test/perf/fused/${op}_perf" -M "$m" -n 20 -w 3 -J "$LOGS/${op}_perf.json"
     grep -A 20 '^#    M' "$LOGS/${op}_perf.log" || true
   done
-  # the walk by arrival (NCCL_MK_RS_SPLIT=1): its scenarios, then its timings beside the rows above
-  NCCL_MK_RS_SPLIT=1 scenarios "$FUSED_SPLIT_TESTS" "$B/test/gpu/test_fused_ops"
-  for op in gemm_rs gemm_ar; do
-    step "${op}_perf_rs_split" env NCCL_MK_RS_SPLIT=1 "$B/test/perf/fused/${op}_perf" -M "$m" -n 20 -w 3
-    grep -A 20 '^#    M' "$LOGS/${op}_perf_rs_split.log" || true
-  done
   # A traced AllGather+GEMM call on its overlapped path: every tile once, no tile before the
   # row-block it reads arrived (scripts/mk-trace check), and the picture.
   step trace_of_a_real_ag_gemm_call_passes_mk_trace_check bash -c "rm -rf '$LOGS/trace' &&
@@ -221,7 +207,6 @@ tier_fused() {
 # no benchmarks: the check after a change to what they share (test/gpu/rank_harness.cuh).
 tier_pairs() {
   scenarios "$FUSED_TESTS" "$B/test/gpu/test_fused_ops"
-  NCCL_MK_RS_SPLIT=1 scenarios "$FUSED_SPLIT_TESTS" "$B/test/gpu/test_fused_ops"
   scenarios "$MOE_TESTS" "$B/test/gpu/test_moe"
   step moe_ops_busy_sms_with_overlap env NCCL_MK_MOE_OVERLAP=1 "$B/test/gpu/test_moe" busy_sms
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"

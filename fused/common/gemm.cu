@@ -29,10 +29,6 @@ typedef mk_gemm_cfg<64, 256, 64, 4, 256, 1, 1, 1> mk_gemm_cfg_m64; /* args.block
 /* e4m3 operands: the default's tiles and stages in bytes (a 128-byte stage row holds 128
  * elements); compiled for this configuration only, to keep gemm.cu's compile time. */
 typedef mk_gemm_cfg<128, 256, 128, 3, 256, 1, 1, 1, MK_GEMM_E4M3> mk_gemm_fp8_cfg;
-/* args.rs_split: the default's tiles, the CTAs' slots by arrival (gemm.cuh gemm_slots). */
-struct mk_gemm_rs_split_cfg : mk_gemm_default_cfg {
-  static constexpr int RS_SPLIT = 1;
-};
 
 #define MK_GEMM_DEFAULT_TIMEOUT_MS 30000u
 #define MK_GEMM_DEFAULT_GROUP_M 8
@@ -87,19 +83,6 @@ static int gemm_validate_rs(const struct mk_gemm_args* a, int bm, int async_epi)
                                                   (rs->remote_mask >> rs->rank & 1))))
     GEMM_REJECT("mk_gemm_launch: rs across nodes needs xn with remote ranks, a call bracket, an error record, "
                 "its sender CTA (push), at most 32 ranks and this rank outside remote_mask");
-  return 0;
-}
-
-/* args.rs_split (gemm.h): what the walk by arrival needs. */
-static int gemm_validate_rs_split(const struct mk_gemm_args* a) {
-  if (!a->rs || !a->call || !a->rs->collect_claims || a->push || a->row_block_order || a->dtype != MK_GEMM_BF16 ||
-      a->block_m == 64 || a->rs->xn)
-    GEMM_REJECT("mk_gemm_launch: rs_split needs rs with collect_claims, a call bracket, bf16, 128-row tiles, no "
-                "push, no row_block_order and every rank local");
-  const int blocks = a->rs->shard_rows / mk_gemm_default_cfg::BM;
-  if (a->row_block_rotate != (a->rs->rank + 1) % a->rs->nranks * blocks)
-    GEMM_REJECT("mk_gemm_launch: rs_split needs row_block_rotate = %d (the next rank's rows first), not %d",
-                (a->rs->rank + 1) % a->rs->nranks * blocks, a->row_block_rotate);
   return 0;
 }
 
@@ -367,10 +350,10 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
 
 /* The reduce-scatter's claimed walk (gemm.h collect_claims): with the claim counter and
  * a call bracket that zeroes it, one-CTA clusters and the rotation that puts this rank's rows
- * last; not with rs_split (its own walk by arrival). */
+ * last. */
 template <class Cfg>
 static void gemm_fill_claims(struct mk_gemm_params* p, const struct mk_gemm_args* a) {
-  if (!a->rs || !a->call || !a->rs->collect_claims || Cfg::CLUSTER_M != 1 || Cfg::RS_SPLIT || a->row_block_order)
+  if (!a->rs || !a->call || !a->rs->collect_claims || Cfg::CLUSTER_M != 1 || a->row_block_order)
     return;
   const int blocks = a->rs->shard_rows / Cfg::BM, tiles_n = (a->n + Cfg::BN - 1) / Cfg::BN;
   if (a->row_block_rotate != (a->rs->rank + 1) % a->rs->nranks * blocks) return;
@@ -466,19 +449,11 @@ extern "C" int mk_gemm_launch(const struct mk_gemm_args* a, cudaStream_t stream)
   if (a) MK_CHECK(gemm_validate_block_m(a));
   if (a && a->block_m == 64) return gemm_launch_cfg<mk_gemm_cfg_m64>(a, stream);
   if (a && a->dtype == MK_GEMM_E4M3) return gemm_launch_cfg<mk_gemm_fp8_cfg>(a, stream);
-  if (a && a->rs_split) {
-    MK_CHECK(gemm_validate_rs_split(a));
-    return gemm_launch_cfg<mk_gemm_rs_split_cfg>(a, stream);
-  }
   return gemm_launch_cfg<mk_gemm_default_cfg>(a, stream); /* also rejects an unknown dtype */
 }
 
 extern "C" int mk_gemm_launch_variant(const struct mk_gemm_args* a, cudaStream_t stream, int variant) {
   if (a) MK_CHECK(gemm_validate_block_m(a));
-  if (a && a->rs_split) { /* compiled for the default configuration only */
-    if (variant == 0) return mk_gemm_launch(a, stream);
-    GEMM_REJECT("mk_gemm_launch_variant: rs_split is compiled for configuration 0 only, not %d", variant);
-  }
   if (a && a->block_m == 64 && variant != 4)
     GEMM_REJECT("mk_gemm_launch_variant: block_m = 64 is configuration 4, not %d", variant);
   if (a && a->dtype == MK_GEMM_E4M3) {
@@ -510,7 +485,6 @@ extern "C" int mk_gemm_prepare(void) {
   cudaError_t e = gemm_prepare_cfg<mk_gemm_default_cfg>(sms, &n);
   if (e == cudaSuccess) e = gemm_prepare_cfg<mk_gemm_fp8_cfg>(sms, &n);
   if (e == cudaSuccess) e = gemm_prepare_cfg<mk_gemm_cfg_m64>(sms, &n);
-  if (e == cudaSuccess) e = gemm_prepare_cfg<mk_gemm_rs_split_cfg>(sms, &n);
   if (e != cudaSuccess) {
     MK_WARN("mk_gemm_prepare: %s", cudaGetErrorString(e));
     return -EIO;

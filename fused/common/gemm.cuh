@@ -63,23 +63,14 @@ struct mk_gemm_params {
 /* This CTA's index among the GEMM's (the push CTAs come first in the grid). */
 __device__ __forceinline__ int gemm_cta(const struct mk_gemm_params& p) { return (int)blockIdx.x - p.push.ctas; }
 
-/* The tile scheduler and the slots every role of this CTA walks: first, first + step, ..
- * (slots cta, cta + ctas, ..); with RS_SPLIT below end, by the CTA's arrival ticket, which
- * thread 0 took at the start and left in ctl[2] (the word after the abort flag and the
- * collect's slot; gemm.h mk_gemm_rs_split_walk), the peers' shards interleaved beyond 2 ranks
- * (sched.cuh) so that this rank's rows' few CTAs are fed from the start. */
+/* The tile scheduler and the static slots every role of this CTA walks: first, first + step,
+ * .. (slots cta, cta + ctas, ..; the claimed walk takes its slots from the producer instead). */
 template <class Cfg>
-__device__ __forceinline__ void gemm_slots(const struct mk_gemm_params& p, const volatile uint32_t* ctl, int rank,
-                                           struct mk_sched* s, int* first, int* step, int* end) {
+__device__ __forceinline__ void gemm_slots(const struct mk_gemm_params& p, int rank, struct mk_sched* s, int* first,
+                                           int* step) {
   sched_init(s, p.m, p.n, Cfg::BM, Cfg::BN, p.group_m, Cfg::CLUSTER_M, rank, p.num_groups, p.group_offsets,
              p.row_block_order, p.row_block_rotate);
-  *first = gemm_cta(p) / Cfg::CLUSTER_M, *step = p.gemm_ctas / Cfg::CLUSTER_M, *end = 0;
-  if constexpr (Cfg::RS_SPLIT) {
-    const int blocks = p.rs.shard_rows / Cfg::BM, tiles = blocks * ((p.n + Cfg::BN - 1) / Cfg::BN);
-    if (p.rs.nranks > 2) sched_interleave(s, p.rs.nranks, blocks);
-    mk_gemm_rs_split_walk((int)ctl[2], p.gemm_ctas, p.rs.nranks, (p.rs.nranks - 1) * tiles, p.rs.nranks * tiles, first,
-                          step, end);
-  }
+  *first = gemm_cta(p) / Cfg::CLUSTER_M, *step = p.gemm_ctas / Cfg::CLUSTER_M;
 }
 
 /* ---- the claimed walk (gemm.h collect_claims) ----------------------------------------------
@@ -90,7 +81,7 @@ __device__ __forceinline__ void gemm_slots(const struct mk_gemm_params& p, const
  * warps; -1 in either word is the end. */
 
 /* The control words after the barriers: [0] abort flag (gemm_producer), [1] the collect's
- * slot, [2] the arrival ticket (gemm_slots), [3] spare, then the slot words. */
+ * slot (gemm_rs_collect), [2], [3] spare, then the slot words. */
 __device__ __forceinline__ volatile int* gemm_stage_slot(volatile uint32_t* ctl, int stage) {
   return (volatile int*)ctl + 4 + stage;
 }
@@ -128,7 +119,6 @@ struct mk_gemm_cfg {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_, EPI_COLS = EPI_COLS_;
   static constexpr int MMA_INFLIGHT = MMA_INFLIGHT_, CLUSTER_M = CLUSTER_M_, ASYNC_EPI = ASYNC_EPI_;
   static constexpr int DTYPE = DTYPE_;
-  static constexpr int RS_SPLIT = 0; /* 1 in gemm.cu's mk_gemm_rs_split_cfg (args.rs_split) */
   static_assert(DTYPE == MK_GEMM_BF16 || DTYPE == MK_GEMM_E4M3, "bf16 or e4m3 operands");
   static constexpr int ELEM_BYTES = DTYPE == MK_GEMM_E4M3 ? 1 : 2;
   /* wgmma steps per stage: each takes 32 bytes of K (k16 bf16, k32 e4m3) */
@@ -146,8 +136,8 @@ struct mk_gemm_cfg {
   static constexpr int OFF_B = STAGES * A_STAGE;
   static constexpr int OFF_C = OFF_B + STAGES * B_STAGE;
   static constexpr int OFF_BAR = OFF_C + CONSUMERS * C_STAGE_WG;
-  /* + the control words (gemm_ctl_words): abort flag, the collect's slot, the arrival
-   * ticket, a spare, then the claimed walk's slot words, one per stage and per consumer */
+  /* + the control words (gemm_stage_slot): abort flag, the collect's slot, 2 spare, then the
+   * claimed walk's slot words, one per stage and per consumer */
   static constexpr int CTL_WORDS = 4 + STAGES + CONSUMERS;
   static constexpr int SMEM_USED = OFF_BAR + (2 * STAGES + 2 * CONSUMERS) * 8 + CTL_WORDS * 4;
   static constexpr int SMEM_BYTES = SMEM_USED + 1024; /* slack to align the base to 1024 */
@@ -224,9 +214,9 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
   uint32_t phase = 0;
   int ready_mb = -1; /* last row-block seen ready: flags only grow within a launch */
   struct mk_tile t;
-  int first_slot, slot_step, slot_end;
-  gemm_slots<Cfg>(p, abort_flag, rank, &s, &first_slot, &slot_step, &slot_end);
-  for (int id = first_slot; !Cfg::RS_SPLIT || id < slot_end; id = gemm_next_slot(p, id, slot_step)) {
+  int first_slot, slot_step;
+  gemm_slots<Cfg>(p, rank, &s, &first_slot, &slot_step);
+  for (int id = first_slot;; id = gemm_next_slot(p, id, slot_step)) {
     if (p.claim_end) { /* the claimed walk: the slot word before the stage's arrival */
       id = gemm_claim_slot(p);
       mbarrier_wait_parity(&empty[stage], phase ^ 1);
@@ -435,9 +425,9 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
   if (p.call.done && (p.rs.shard_rows || p.scatter.row_dest))
     rs_failed = !bar_red_and(4, Cfg::STORER_THREADS, stid != 0 || gemm_call_wait_peers_free(p));
   struct mk_tile t;
-  int first_slot, slot_step, slot_end;
-  gemm_slots<Cfg>(p, abort_flag, rank, &s, &first_slot, &slot_step, &slot_end);
-  for (int id = first_slot; !Cfg::RS_SPLIT || id < slot_end; id = gemm_next_slot(p, id, slot_step)) {
+  int first_slot, slot_step;
+  gemm_slots<Cfg>(p, rank, &s, &first_slot, &slot_step);
+  for (int id = first_slot;; id = gemm_next_slot(p, id, slot_step)) {
     if (p.claim_end) { /* the claimed walk: the slot the consumers staged, or the end */
       mbarrier_wait_parity(&c_full[0], c_phase);
       if ((id = *gemm_staged_slot<Cfg>(abort_flag, 0)) < 0) return;
@@ -648,10 +638,10 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
   int stage = 0;
   uint32_t phase = 0;
   struct mk_tile t;
-  int first_slot, slot_step, slot_end;
+  int first_slot, slot_step;
   volatile int* staged_slot = gemm_staged_slot<Cfg>(abort_flag, wg);
-  gemm_slots<Cfg>(p, abort_flag, rank, &s, &first_slot, &slot_step, &slot_end);
-  for (int id = first_slot; !Cfg::RS_SPLIT || id < slot_end; id = gemm_next_slot(p, id, slot_step)) {
+  gemm_slots<Cfg>(p, rank, &s, &first_slot, &slot_step);
+  for (int id = first_slot;; id = gemm_next_slot(p, id, slot_step)) {
     if (p.claim_end) { /* the claimed walk: the producer's slot word, or the end */
       mbarrier_wait_parity(&full[stage], phase);
       if ((id = *gemm_stage_slot(abort_flag, stage)) < 0) {
@@ -731,9 +721,6 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
       mbarrier_init(&c_empty[i], Cfg::STORER_THREADS);
     }
     *abort_flag = 0;
-    if constexpr (Cfg::RS_SPLIT) /* the arrival ticket (gemm_slots), for the GEMM's CTAs */
-      abort_flag[2] = (int)blockIdx.x >= p.push.ctas ? (uint32_t)atomicAdd((unsigned long long*)p.rs.collect_claims, 1ull)
-                                                     : 0u;
     fence_mbarrier_init();
   }
   /* the partner's multicasts and arrivals target our barriers: initialised first */
@@ -746,8 +733,7 @@ mk_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant
     gemm_push_cta<Cfg>(p);
     return;
   }
-  if constexpr (!Cfg::RS_SPLIT) /* with RS_SPLIT: the ticket above */
-    if (threadIdx.x == 0 && p.rs.collect_claims) atomicAdd((unsigned long long*)p.rs.collect_claims, 1ull);
+  if (threadIdx.x == 0 && p.rs.collect_claims) atomicAdd((unsigned long long*)p.rs.collect_claims, 1ull);
   if (wg == 0) {
     setmaxnreg_dec<56>();
     if (threadIdx.x == 0) gemm_producer<Cfg>(&tmap_a, &tmap_a_local, &tmap_b, p, smem, full, empty, abort_flag);

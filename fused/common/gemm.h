@@ -102,12 +102,11 @@ struct mk_gemm_rs {
   const uint64_t* gathered_counts[MK_GEMM_RS_MAX_RANKS];
   void* c_full;
   /* MK_GEMM_RS_CLAIM_WORDS words (in call.counters: 0 between calls): [0] the GEMM CTAs that
-   * have started (with args.rs_split: each CTA's arrival ticket), [1] the collect's items
-   * taken, [2] the tiles taken. A CTA collects only once every GEMM CTA has started, so that
-   * no CTA waits in the collect for rows whose tiles belong to a CTA that cannot start until
-   * an SM is freed (another stream's kernels, MPS: the call timed out). Needed with the
-   * gather and with rs_split.
-   * With a call bracket (and without rs_split), the claimed walk: no CTA owns a tile before it
+   * have started, [1] the collect's items taken, [2] the tiles taken. A CTA collects only once
+   * every GEMM CTA has started, so that no CTA waits in the collect for rows whose tiles belong
+   * to a CTA that cannot start until an SM is freed (another stream's kernels, MPS: the call
+   * timed out). Needed with the gather.
+   * With a call bracket, the claimed walk: no CTA owns a tile before it
    * runs. The producer's thread of a CTA takes the tiles one at a time from [2], in the
    * rotated order (the peers' rows first, this rank's last, a raster group dividing the
    * shard), and its consumers and storers learn each one through shared memory. A peer-row
@@ -233,13 +232,6 @@ struct mk_gemm_args {
    * operand reuse; MoE groups of a few hundred rows or fewer: mk_moe_gemm_block_m). 64: bf16,
    * no a_local, push or rs. */
   int block_m;
-  /* With rs (and call, rs.collect_claims, the rotation that puts this rank's rows last, bf16,
-   * 128-row tiles, no push): the CTAs take their slots in arrival order, the first ones the
-   * peers' rows (beyond 2 ranks interleaved, so the own rows' few CTAs are fed from the start:
-   * sched.cuh), the last ones this rank's (mk_gemm_rs_split_walk), so that no tile waits for a
-   * peer's partial while a CTA that owes one cannot start (bench/models/residency.py: the
-   * default walk deadlocks when too few CTAs are resident on every rank). 0: the default walk. */
-  int rs_split;
   /* 1: launched as a programmatic dependent of the kernel before it on the stream, which must
    * issue griddepcontrol.launch_dependents in every CTA: the GEMM's CTAs take SMs only once
    * every CTA of that kernel runs. The GEMM never waits for that kernel's end (griddepcontrol
@@ -250,24 +242,6 @@ struct mk_gemm_args {
   const float* scale_a;
   const float* scale_b;
 };
-
-/* args.rs_split: the slots (first, first + step, .. below end) of the CTA that arrived
- * `ticket`-th of `ctas`. Of the rotated order's `total` slots, those from own_first on are this
- * rank's rows; the last own = min(max(1, ctas / nranks), ctas - 1) arrivals walk them, the
- * others the peers' rows. Fewer than 2 CTAs: the one walks every slot. */
-MK_HD void mk_gemm_rs_split_walk(int ticket, int ctas, int nranks, int own_first, int total, int* first, int* step,
-                                 int* end) {
-  int own = ctas / nranks;
-  own = own < 1 ? 1 : own;
-  own = own > ctas - 1 ? ctas - 1 : own;
-  if (own < 1) {
-    *first = ticket, *step = ctas > 0 ? ctas : 1, *end = total;
-  } else if (ticket < ctas - own) {
-    *first = ticket, *step = ctas - own, *end = own_first;
-  } else {
-    *first = own_first + ticket - (ctas - own), *step = own, *end = total;
-  }
-}
 
 /* With rs (either walk): the raster group (row-blocks) for `blocks` row-blocks per shard: the
  * largest power of two up to group_m that divides blocks, so that no raster group spans two

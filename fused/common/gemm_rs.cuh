@@ -183,8 +183,7 @@ __device__ __noinline__ int gemm_call_wait_peers_free(const struct mk_gemm_param
 template <class Cfg>
 __device__ __forceinline__ bool gemm_last_tile_by_consumers(const struct mk_gemm_params& p, const struct mk_sched& s,
                                                             int id, int slot_step, const struct mk_tile& t) {
-  /* with RS_SPLIT too: only the last arrivals walk this rank's rows, up to the last slot; the
-   * claimed walk's last tile is known from the producer's next slot word instead */
+  /* the claimed walk's last tile is known from the producer's next slot word instead */
   return Cfg::CLUSTER_M == 1 && !p.claim_end && t.valid && s.num_groups == 1 && id + slot_step >= s.g_slots_m * s.tiles_n &&
          !p.scatter.row_dest && (!p.rs.shard_rows || gemm_rs_owner(p, t) == p.rs.rank);
 }

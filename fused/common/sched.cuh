@@ -10,11 +10,7 @@
  * in L2. An optional `row_block_order` table maps the position in that order to the row-block
  * actually visited (e.g. the local shard first in AllGather+GEMM); without one, `rotate` starts
  * the walk at row-block `rotate` and wraps (e.g. the next rank's shard first in
- * GEMM+ReduceScatter), which needs no table in memory. With `interleave_ranks` (the walk by
- * arrival of GEMM+ReduceScatter, NCCL_MK_RS_SPLIT) the peers' shards, which the rotation puts
- * first, are interleaved raster group by raster group, so that every rank's row-block j is
- * complete at about the same time and its owner's storers are kept busy from the start; the
- * rank's own shard stays last.
+ * GEMM+ReduceScatter), which needs no table in memory.
  *
  * Grouped (MoE) mode: `group_offsets[0..num_groups]` are row prefix sums in device memory; the
  * scheduler walks them, group-major, with a cursor that only moves forward (slot ids increase).
@@ -32,8 +28,6 @@ struct mk_sched {
   const int* group_offsets;   /* NULL in plain mode */
   const int* row_block_order; /* NULL: natural order, rotated */
   int rotate;                 /* plain mode without a table: position p visits (p + rotate) % tiles */
-  int interleave_ranks;       /* 0, or (with rotate, one group) ranks whose shards of */
-  int shard_blocks;           /* shard_blocks row-blocks each are interleaved (sched_interleaved) */
   /* cursor over groups */
   int g;
   int g_slot_base; /* slots in the groups before g */
@@ -79,30 +73,10 @@ __device__ __forceinline__ void sched_init(struct mk_sched* s, int m, int n, int
   s->group_offsets = group_offsets;
   s->row_block_order = row_block_order;
   s->rotate = rotate;
-  s->interleave_ranks = 0;
-  s->shard_blocks = 0;
   s->g = 0;
   s->g_slot_base = 0;
   s->g_tile_base = 0;
   sched_load_group(s, m, n);
-}
-
-/* Interleaves the peers' shards (see the order above); rotate must be the next rank's first
- * row-block ((rank + 1) % ranks x shard_blocks) and the raster group divide shard_blocks. */
-__device__ __forceinline__ void sched_interleave(struct mk_sched* s, int ranks, int shard_blocks) {
-  s->interleave_ranks = ranks;
-  s->shard_blocks = shard_blocks;
-}
-
-/* The row-block at position mpos with interleave_ranks: position group q (of group_m row-blocks)
- * below the peers' end takes peer q % (ranks - 1) in rotated order, its raster group
- * q / (ranks - 1); from there on, the rotation (this rank's shard). With 2 ranks, the rotation. */
-__device__ __forceinline__ int sched_interleaved(const struct mk_sched* s, int mpos) {
-  const int peers = s->interleave_ranks - 1, blocks = s->shard_blocks, g = s->group_m * s->cluster_m;
-  if (mpos >= peers * blocks) return (mpos + s->rotate) % s->g_tiles_m;
-  const int q = mpos / g;
-  const int shard = (s->rotate / blocks + q % peers) % s->interleave_ranks;
-  return shard * blocks + q / peers * g + mpos % g;
 }
 
 /* Fills *t for slot `id`; returns 0 once id is past the last slot.
@@ -123,7 +97,6 @@ __device__ __forceinline__ int sched_tile(struct mk_sched* s, int m, int n, int 
   t->valid = mpos < s->g_tiles_m;
   t->nb = within / slots_in_group;
   t->mb = !t->valid ? mpos : s->row_block_order ? s->row_block_order[mpos]
-                             : s->interleave_ranks ? sched_interleaved(s, mpos)
                              : s->rotate ? (mpos + s->rotate) % s->g_tiles_m : mpos;
   t->group = s->g;
   t->row0 = s->g_row0 + t->mb * s->block_m;

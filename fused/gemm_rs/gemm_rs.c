@@ -16,7 +16,6 @@
 #include "ag_push.h"
 #include "gemm_rs.h"
 #include "mk_err.h"
-#include "mk_param.h"
 #include "op_check.h"
 #include "rs_comm.h"
 #include "schedule.h"
@@ -117,8 +116,8 @@ static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, in
   call->done = (uint64_t*)own + MK_AG_WORD_DONE, call->call = (uint64_t*)own + MK_AG_WORD_CALL;
   call->exits = (uint32_t*)((uint64_t*)own + MK_AG_WORD_EXITS), call->set_done = 1;
   call->counters = own_counts, call->num_counters = nr * (int)blocks * (gather ? 2 : 1);
-  /* the claim words (gemm.h collect_claims: the CTAs' start count, or NCCL_MK_RS_SPLIT's
-   * arrival tickets, the collect's items, the claimed walk's tiles), after the gather counters */
+  /* the claim words (gemm.h collect_claims: the CTAs' start count, the collect's items, the
+   * claimed walk's tiles), after the gather counters */
   rs->collect_claims = own_counts + call->num_counters;
   call->num_counters += MK_GEMM_RS_CLAIM_WORDS;
 }
@@ -141,7 +140,6 @@ int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b
   g.row_block_rotate = mk_sched_rs_row_block(fc->rank, fc->nranks, (int)(shard / MK_AG_BLOCK_ROWS), 0);
   struct mk_gemm_push sender = {.ctas = 1}; /* across nodes: the CTA that feeds the proxy */
   if (rs.xn) g.push = &sender, g.num_sms = fc->num_sms - 1;
-  else g.rs_split = (int)mk_param_int(MK_PARAM_RS_SPLIT); /* every rank local */
   fc->rs_shard_blocks = (int)(shard / MK_AG_BLOCK_ROWS); /* for a hang report */
   MK_CHECK(mk_gemm_launch(&g, stream)); /* the whole call: rs_comm.h */
   return mk_trace_comm_end(fc, stream);

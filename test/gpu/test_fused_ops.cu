@@ -357,9 +357,9 @@ static void busy_sms_run(struct rank_env* e, int held_of_4) {
 static void scenario_busy_sms(struct rank_env* e) { busy_sms_run(e, 1); }
 
 /* Three quarters of the SMs held: fewer CTAs resident than GEMM+ReduceScatter's and
- * GEMM+AllReduce's default walk needs at 8192 x 4096 (bench/models/residency.py: with 16
- * column tiles it deadlocks at 31 or fewer of 66 on 2 ranks under MPS; at N = 264 only at 3
- * or fewer): for NCCL_MK_RS_SPLIT=1's walk by arrival, which passes at any residency. */
+ * GEMM+AllReduce's static walk needs at 8192 x 4096 (bench/models/residency.py: with 16
+ * column tiles it deadlocks at 31 or fewer of 66 on 2 ranks under MPS; it timed out here in
+ * session 37); the claimed walk (gemm.h collect_claims) passes at any residency. */
 static void scenario_busy_sms_most(struct rank_env* e) { busy_sms_run(e, 3); }
 
 /* 1 when this run emulates one node per rank (NCCL_MK_LOCAL_SIZE=1, as gpu-check's xnode tier

@@ -101,29 +101,6 @@ static void reduce_scatter_rules(void) {
   CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL);
 }
 
-/* args.rs_split: the walk by arrival needs the call bracket, the start counter, the rotation
- * that puts this rank's rows last, bf16 128-row tiles and no push; the WARN names the rule. */
-static void rs_split_rules(void) {
-  struct mk_gemm_args g = base_args();
-  struct mk_gemm_rs rs = base_rs();
-  struct mk_gemm_call call = base_call();
-  g.rs = &rs, g.call = &call, g.rs_split = 1, g.row_block_rotate = 1; /* rank 0 of 2: rank 1's row-block first */
-  expect_refused(&g, "rs_split needs rs with collect_claims", NULL);
-  rs.collect_claims = (uint64_t*)fake(16);
-  expect_good(&g);
-  g.row_block_rotate = 0;
-  expect_refused(&g, "rs_split needs row_block_rotate = 1", NULL);
-  g.row_block_rotate = 1, g.call = NULL;
-  expect_refused(&g, "rs_split needs rs with collect_claims, a call bracket", NULL);
-  g.call = &call, g.block_m = 64;
-  CHECK_EQ(mk_gemm_launch(&g, 0), -EINVAL); /* block_m 64 takes no rs at all */
-  g.block_m = 0, g.rs = NULL;
-  expect_refused(&g, "rs_split needs rs", NULL);
-  g.rs = &rs;
-  CHECK_EQ(mk_gemm_launch_variant(&g, 0, 1), -EINVAL); /* compiled for the default configuration only */
-  expect_good(&g);
-}
-
 static void call_bracket_rules(void) {
   struct mk_gemm_args g = base_args();
   struct mk_gemm_call call = base_call(), bad;
@@ -325,7 +302,6 @@ int main(void) {
   no_gpu = mk_gemm_prepare() == -ENOTSUP;
   printf("%s\n", no_gpu ? "no sm_90 GPU: good sets launched (expect -ENOTSUP)" : "a GPU: good sets not launched");
   reduce_scatter_rules();
-  rs_split_rules();
   call_bracket_rules();
   row_scatter_rules();
   rotation_rules();
