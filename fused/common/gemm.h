@@ -106,13 +106,13 @@ struct mk_gemm_rs {
    * every GEMM CTA has started, so that no CTA waits in the collect for rows whose tiles belong
    * to a CTA that cannot start until an SM is freed (another stream's kernels, MPS: the call
    * timed out). Needed with the gather.
-   * With a call bracket, the claimed walk: no CTA owns a tile before it
-   * runs. The producer's thread of a CTA takes the tiles one at a time from [2], in the
-   * rotated order (the peers' rows first, this rank's last, a raster group dividing the
-   * shard), and its consumers and storers learn each one through shared memory. A peer-row
-   * tile never waits, and an own-row tile is taken only after every peer-row tile has been
-   * taken by a running CTA, so no tile any rank waits for sits with a CTA that cannot start.
-   * The default static walk (CTA c: slots c, c + G, ..) deadlocks when too few CTAs are
+   * With a call bracket, the claimed walk: no CTA owns a tile before it runs. The producer's
+   * thread of a CTA takes the tiles one at a time from [2], in the rotated order (the peers'
+   * rows first, this rank's last, a raster group dividing the shard), and its consumers and
+   * storers learn each one through shared memory. A peer-row tile never waits, and an
+   * own-row tile is taken only after every peer-row tile has been taken by a running CTA, so
+   * no tile any rank waits for sits with a CTA that cannot start. The static walk (CTA c:
+   * slots c, c + G, ..; what runs without a call bracket) deadlocks when too few CTAs are
    * resident on every rank, and with most but not all resident it leaves the late CTAs'
    * share to the end (bench/models/residency.py, bench/NOTES.md session 38). */
   uint64_t* collect_claims;
