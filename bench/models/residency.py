@@ -108,12 +108,12 @@ def main():
             bad = [R for R in range(1, G + 1) if timed(n, G, R, blocks, tiles_n, rule, collect) is None]
             span = f" (R = {bad[0]}..{bad[-1]})" if bad else ""
             print(f"  {name:22s} deadlocks at {len(bad):3d} of {G} residencies{span}")
-    print("makespan in tile times (ideal: tiles / resident CTAs), all resident | 6 short:")
+    print("makespan in tile times (ideal: tiles / resident CTAs), all resident | 6 short | 8 short:")
     for n, G, blocks, tiles_n, what in [(2, 66, 64, 32, "one H200 under MPS, 2 x 66, 16384 x 8192"),
                                         (2, 132, 64, 32, "2 H200s, 16384 x 8192"), (2, 132, 16, 16, "2 H200s, 4096 x 4096"),
                                         (4, 132, 32, 32, "4 H200s, 16384 x 8192"), (8, 132, 16, 32, "8 H200s, 16384 x 8192")]:
         row = []
-        for R in (G, G - 6):
+        for R in (G, G - 6, G - 8):
             tiles = n * blocks * tiles_n
             spans = {rule: timed(n, G, R, blocks, tiles_n, rule) for rule in ("static", "claimed")}
             row.append(f"R {R}: ideal {tiles / R:.1f} " + " ".join(f"{k} {v}" for k, v in spans.items()))
