@@ -91,6 +91,7 @@ static void ag_gemm_push_call(const struct mk_fused_comm* fc, const void* a_shar
   }
   call->done = own + MK_AG_WORD_DONE, call->call = own + MK_AG_WORD_CALL;
   call->exits = (uint32_t*)(own + MK_AG_WORD_EXITS), call->set_done = set_done;
+  call->claims = call->counters = own + MK_AG_WORD_CLAIMS, call->num_counters = 1;
 }
 
 /* The caller's gathered A: the peers' rows from the workspace, the own shard from a_shard (the

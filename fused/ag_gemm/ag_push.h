@@ -20,7 +20,8 @@
  * gathered buffer suffices: a peer writes it for call e only after our call e-1 finished.
  *
  * Workspace of each rank (symmetric, mapped by its local peers):
- *   words:    32 KiB of u64   [0] done, [1] call (shared by all ops), [2] exits,
+ *   words:    32 KiB of u64   [0] done, [1] call (shared by all ops), [2] exits, [3] the
+ *             claimed walk's tiles (gemm.h call.claims; 0 between calls),
  *             [MK_AG_FLAG0 + mb] flags (all zero at init: the first call is 1)
  *   counts:   MK_AG_MAX_BLOCKS x 4 B   CTAs done with each push item (own CTAs only; the
  *                                      last one resets it to 0)
@@ -45,6 +46,7 @@ extern "C" {
 #define MK_AG_WORD_DONE 0             /* the last call this rank finished (peers read it) */
 #define MK_AG_WORD_CALL 1             /* the call in progress */
 #define MK_AG_WORD_EXITS 2            /* one-kernel calls: CTAs finished (u32; 0 between calls) */
+#define MK_AG_WORD_CLAIMS 3           /* AllGather+GEMM's claimed walk: tiles taken (0 between calls) */
 #define MK_AG_FLAG0 64                /* first flag word */
 #define MK_AG_MAX_BLOCKS 4032         /* flags in the 32 KiB word area */
 #define MK_AG_WORDS_BYTES (32u << 10)

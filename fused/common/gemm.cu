@@ -348,16 +348,17 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
   p->scale_b = a->scale_b;
 }
 
-/* The reduce-scatter's claimed walk (gemm.h collect_claims): with the claim counter and
- * a call bracket that zeroes it, one-CTA clusters and the rotation that puts this rank's rows
- * last. */
+/* The claimed walk's rules (gemm.h call.claims). */
 template <class Cfg>
-static void gemm_fill_claims(struct mk_gemm_params* p, const struct mk_gemm_args* a) {
-  if (!a->rs || !a->call || !a->rs->collect_claims || Cfg::CLUSTER_M != 1 || a->row_block_order)
-    return;
-  const int blocks = a->rs->shard_rows / Cfg::BM, tiles_n = (a->n + Cfg::BN - 1) / Cfg::BN;
-  if (a->row_block_rotate != (a->rs->rank + 1) % a->rs->nranks * blocks) return;
-  p->claim_end = a->rs->nranks * blocks * tiles_n;
+static int gemm_validate_claims(const struct mk_gemm_args* a) {
+  if (!a->call || !a->call->claims) return 0;
+  if (Cfg::CLUSTER_M != 1 || a->group_offsets || ((uintptr_t)a->call->claims & 7))
+    GEMM_REJECT("mk_gemm_launch: call.claims (the claimed walk) needs plain mode, one-CTA clusters and an 8-byte "
+                "aligned counter");
+  if (a->rs && a->row_block_rotate != (a->rs->rank + 1) % a->rs->nranks * (a->rs->shard_rows / Cfg::BM))
+    GEMM_REJECT("mk_gemm_launch: call.claims with rs needs row_block_rotate = %d (this rank's rows last), not %d",
+                (a->rs->rank + 1) % a->rs->nranks * (a->rs->shard_rows / Cfg::BM), a->row_block_rotate);
+  return 0;
 }
 
 /* CTAs in the persistent grid: num_sms (or all), no more than can be resident, no more than
@@ -379,6 +380,7 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   MK_CHECK(gemm_validate(a));
   if (a->rs) MK_CHECK(gemm_validate_rs(a, Cfg::BM, Cfg::ASYNC_EPI));
   MK_CHECK(gemm_validate_call(a));
+  MK_CHECK(gemm_validate_claims<Cfg>(a));
   if (a->push) MK_CHECK(gemm_validate_push(a, Cfg::BM, Cfg::CLUSTER_M));
   if (a->scatter && !Cfg::ASYNC_EPI) GEMM_REJECT("mk_gemm_launch: scatter needs the storer warps (ASYNC_EPI)");
   if (a->dtype != Cfg::DTYPE)
@@ -394,7 +396,8 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   MK_CHECK(gemm_make_tmap(&tmap_b, a->b, (long)groups * a->n, a->k, Cfg::B_ROWS_PER_CTA, Cfg::BK, eb));
   struct mk_gemm_params p;
   gemm_fill_params(&p, a, Cfg::BK);
-  gemm_fill_claims<Cfg>(&p, a);
+  if (a->call && a->call->claims) /* the claimed walk: every slot of the plain schedule */
+    p.claim_end = (a->m + Cfg::BM - 1) / Cfg::BM * ((a->n + Cfg::BN - 1) / Cfg::BN);
 
   cudaError_t e = gemm_prepare_cfg<Cfg>(sms, &max_ctas);
   if (e == cudaSuccess && a->push && a->push->ctas >= max_ctas)

@@ -102,19 +102,10 @@ struct mk_gemm_rs {
   const uint64_t* gathered_counts[MK_GEMM_RS_MAX_RANKS];
   void* c_full;
   /* MK_GEMM_RS_CLAIM_WORDS words (in call.counters: 0 between calls): [0] the GEMM CTAs that
-   * have started, [1] the collect's items taken, [2] the tiles taken. A CTA collects only once
-   * every GEMM CTA has started, so that no CTA waits in the collect for rows whose tiles belong
-   * to a CTA that cannot start until an SM is freed (another stream's kernels, MPS: the call
-   * timed out). Needed with the gather.
-   * With a call bracket, the claimed walk: no CTA owns a tile before it runs. The producer's
-   * thread of a CTA takes the tiles one at a time from [2], in the rotated order (the peers'
-   * rows first, this rank's last, a raster group dividing the shard), and its consumers and
-   * storers learn each one through shared memory. A peer-row tile never waits, and an
-   * own-row tile is taken only after every peer-row tile has been taken by a running CTA, so
-   * no tile any rank waits for sits with a CTA that cannot start. The static walk (CTA c:
-   * slots c, c + G, ..; what runs without a call bracket) deadlocks when too few CTAs are
-   * resident on every rank, and with most but not all resident it leaves the late CTAs'
-   * share to the end (bench/models/residency.py, bench/NOTES.md session 38). */
+   * have started, [1] the collect's items taken, [2] the claimed walk's tiles (call.claims
+   * points here). A CTA collects only once every GEMM CTA has started, so that no CTA waits
+   * in the collect for rows whose tiles belong to a CTA that cannot start until an SM is freed
+   * (another stream's kernels, MPS: the call timed out). Needed with the gather. */
   uint64_t* collect_claims;
   /* Cross-node (issue 13; fused/proxy/xnode.h; xn NULL: off; needs args.call). For d in
    * remote_mask: out[d] is the bounce buffer's out slot for d and out_counts[d] this rank's own
@@ -146,6 +137,17 @@ struct mk_gemm_call {
   int num_counters;
   uint64_t* notify[MK_GEMM_RS_MAX_RANKS];
   int set_done;
+  /* The claimed walk (optional; plain mode, one-CTA clusters; one of counters, so 0 between
+   * calls): no CTA owns a tile before it runs. The producer's thread of each CTA takes the
+   * slots one at a time from *claims, in the scheduler's order, and its consumers and storers
+   * learn each through shared memory. The static walk (CTA c: slots c, c + G, ..) leaves the
+   * share of CTAs that start late (other kernels hold SMs) to the end, about doubling the
+   * call; with rs it deadlocks when too few CTAs are resident on every rank. With rs the order
+   * must put this rank's rows last (row_block_rotate = the next rank's first row-block): a
+   * peer-row tile never waits, and an own-row tile is taken only after every peer-row tile
+   * has been taken by a running CTA, so no tile any rank waits for sits with a CTA that cannot
+   * start (bench/models/residency.py, bench/NOTES.md session 38). */
+  uint64_t* claims;
 };
 
 /* Row-scatter epilogue (args.scatter, optional; plain or grouped, STORE): output row r goes to

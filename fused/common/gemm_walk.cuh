@@ -21,7 +21,7 @@ __device__ __forceinline__ void gemm_slots(const struct mk_gemm_params& p, int r
   *first = gemm_cta(p) / Cfg::CLUSTER_M, *step = p.gemm_ctas / Cfg::CLUSTER_M;
 }
 
-/* ---- the claimed walk (gemm.h collect_claims) ----------------------------------------------
+/* ---- the claimed walk (gemm.h call.claims) -------------------------------------------------
  * Instead of the static slots first, first + step, .., the producer's thread takes each slot
  * from the counter (or finds the end) and writes it into the stage's slot word before the
  * stage's first arrival; the consumers read it after their wait on that stage, and each
@@ -47,14 +47,14 @@ __device__ __forceinline__ int gemm_next_slot(const struct mk_gemm_params& p, in
 /* The producer's thread: the next claimed slot, or -1 at the end. Not inlined: the producer
  * runs on 56 registers. */
 __device__ __noinline__ int gemm_claim_slot(const struct mk_gemm_params& p) {
-  const int id = (int)atomicAdd((unsigned long long*)p.rs.collect_claims + 2, 1ull);
+  const int id = (int)atomicAdd((unsigned long long*)p.call.claims, 1ull);
   return id < p.claim_end ? id : -1;
 }
 
-/* The claimed walk, consumers, after the K loop of a tile of this rank's rows (the only ones
- * they store themselves): whether the producer's next slot word (in the stage after the
- * tile's) is the end, which makes the tile the CTA's last. The wait costs nothing: the
- * producer claimed the next slot once it had issued this tile's loads. */
+/* The claimed walk, consumers, after the K loop of a tile they would store themselves: whether
+ * the producer's next slot word (in the stage after the tile's) is the end, which makes the
+ * tile the CTA's last. The wait costs nothing: the producer claimed the next slot once it had
+ * issued this tile's loads. */
 __device__ __forceinline__ bool gemm_claimed_walk_ends(uint64_t* full, int stage, uint32_t phase,
                                                        volatile uint32_t* ctl) {
   mbarrier_wait_parity(&full[stage], phase);

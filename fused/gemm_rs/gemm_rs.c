@@ -119,6 +119,7 @@ static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, in
   /* the claim words (gemm.h collect_claims: the CTAs' start count, the collect's items, the
    * claimed walk's tiles), after the gather counters */
   rs->collect_claims = own_counts + call->num_counters;
+  call->claims = rs->collect_claims + 2;
   call->num_counters += MK_GEMM_RS_CLAIM_WORDS;
 }
 

@@ -51,11 +51,11 @@ struct sm_hold {
   int ctas, sms;   /* CTAs of the holder, SMs the device reports (under MPS: the client's) */
 };
 
-/* Holds held_of_4 quarters of the SMs of `device` (sms x held_of_4 / 4) for up to 30 s; waits
- * (up to 5 s) until every holding CTA runs and returns how many do. */
-static int sm_hold_start(struct sm_hold* h, int device, int held_of_4) {
+/* Holds `ctas` SMs of `device` for up to 30 s; waits (up to 5 s) until every holding CTA runs
+ * and returns how many do. */
+static int sm_hold_start_ctas(struct sm_hold* h, int device, int ctas) {
   CUDA_OK(cudaDeviceGetAttribute(&h->sms, cudaDevAttrMultiProcessorCount, device));
-  h->ctas = h->sms * held_of_4 / 4;
+  h->ctas = ctas;
   CUDA_OK(cudaHostAlloc((void**)&h->flags, 3 * sizeof(unsigned), cudaHostAllocMapped));
   memset(h->flags, 0, 3 * sizeof(unsigned));
   CUDA_OK(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
@@ -67,6 +67,13 @@ static int sm_hold_start(struct sm_hold* h, int device, int held_of_4) {
   CUDA_OK(cudaGetLastError());
   for (int ms = 0; ms < 5000 && *(volatile unsigned*)&h->flags[0] < (unsigned)h->ctas; ms++) usleep(1000);
   return (int)*(volatile unsigned*)&h->flags[0];
+}
+
+/* Holds held_of_4 quarters of the SMs of `device` (sms x held_of_4 / 4), as above. */
+static int sm_hold_start(struct sm_hold* h, int device, int held_of_4) {
+  int sms;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sm_hold_start_ctas(h, device, sms * held_of_4 / 4);
 }
 
 /* Monotonic milliseconds: how long a call took while the SMs were held. */

@@ -73,6 +73,7 @@ static void rs_fake_peers_bracket(struct rs_fake_peers* f, uint64_t done, uint64
   for (int d = 0; d < f->rs.nranks; d++)
     if (d != f->rs.rank) c->peer_done[d] = f->words + 3 + d;
   c->counters = f->counts, c->num_counters = 2 * f->rs.nranks * (f->rs.shard_rows / 128) + MK_GEMM_RS_CLAIM_WORDS;
+  c->claims = f->rs.collect_claims + 2; /* the claimed walk, as gemm_rs.c */
 }
 
 static void rs_fake_peers_free(struct rs_fake_peers* f) {
@@ -200,6 +201,7 @@ static void run_rs_missing_case(int peer_busy) {
   memset(err, 0, sizeof(*err));
   struct mk_gemm_args g = problem_args(&p);
   g.rs = &f.rs, g.err = err, g.err_tag = 0x5A, g.timeout_ms = 50;
+  g.row_block_rotate = (rank + 1) % nranks * (shard / 128); /* the claimed walk's order (bracket) */
   if (peer_busy) g.call = &f.call;
   EXPECT(gemm_launch(&g, 0) == 0, "launch");
   cudaError_t e = cudaDeviceSynchronize();

@@ -71,6 +71,25 @@ static void expect_good(const struct mk_gemm_args* g) {
   if (no_gpu) CHECK_EQ(mk_gemm_launch(g, 0), -ENOTSUP);
 }
 
+/* call.claims (the claimed walk): plain mode, an aligned counter, and with rs the rotation
+ * that puts this rank's rows last; the WARN names the rule. */
+static void claimed_walk_rules(void) {
+  struct mk_gemm_args g = base_args();
+  struct mk_gemm_call call = base_call();
+  struct mk_gemm_rs rs = base_rs();
+  call.claims = (uint64_t*)fake(11);
+  g.call = &call;
+  expect_good(&g);
+  call.claims = (uint64_t*)((char*)fake(11) + 4);
+  expect_refused(&g, "call.claims (the claimed walk) needs plain mode", "8-byte aligned");
+  call.claims = (uint64_t*)fake(11), g.group_offsets = (const int*)fake(12), g.num_groups = 2;
+  expect_refused(&g, "call.claims (the claimed walk) needs plain mode", NULL);
+  g.group_offsets = NULL, g.num_groups = 0, g.rs = &rs; /* rank 0 of 2: rank 1's row-block first */
+  expect_refused(&g, "call.claims with rs needs row_block_rotate = 1", NULL);
+  g.row_block_rotate = 1;
+  expect_good(&g);
+}
+
 static void reduce_scatter_rules(void) {
   struct mk_gemm_args g = base_args();
   struct mk_gemm_rs rs = base_rs(), bad;
@@ -301,6 +320,7 @@ int main(void) {
   mk_log_set_logger(capture_logger);
   no_gpu = mk_gemm_prepare() == -ENOTSUP;
   printf("%s\n", no_gpu ? "no sm_90 GPU: good sets launched (expect -ENOTSUP)" : "a GPU: good sets not launched");
+  claimed_walk_rules();
   reduce_scatter_rules();
   call_bracket_rules();
   row_scatter_rules();

@@ -10,7 +10,7 @@
  * waits out the skew and leaves the ranks aligned for the baseline after it.
  *
  * usage: <op>_perf [-p procs] [-M list] [-N list] [-K list] [-n iters] [-w warmup] [-J json]
- *                  [-S comm_sms] [-F] [-U] [-H]
+ *                  [-S comm_sms] [-F] [-U] [-H] [-B sms]
  * lists are comma-separated; defaults are the shapes of DESIGN.md for the op. -S sets
  * ncclMkConfig.comm_sms (0: the library's choice, from NCCL_MK_TUNER_FILE when it has the
  * shape); -F times the fused op alone (scripts/tune.sh's sweeps; the check still runs).
@@ -18,6 +18,10 @@
  * picks the transport: NCCL_NET_PLUGIN=mk NCCL_NET=mk for ours); with NCCL_MK_LOCAL_SIZE=1
  * the fused op then also goes between "nodes", through its proxy. The last line gives the
  * bytes each rank's proxy sent (ncclMkCommGetProxyBytes; 0 when every rank is local).
+ * -B holds that many SMs of each rank's GPU with another kernel (test/gpu/sm_hold.cuh) while
+ * every variant is timed (after the warm-ups, which load every kernel first), as a
+ * data-parallel NCCL kernel on another stream would: a persistent kernel's CTAs that do not
+ * fit start late, and a static tile walk leaves their share to the end.
  */
 #include <nccl.h>
 #include <string.h>
@@ -29,6 +33,7 @@
 #include "nccl_ok.h"
 #include "perf_launch.h"
 #include "perf_median.h"
+#include "sm_hold.cuh"
 
 
 enum op { AG, RS, AR };
@@ -40,7 +45,7 @@ struct opts {
   size_t ms[16], ns[16], ks[16];
   int nm, nn, nk;
   const char* json;
-  int comm_sms, fused_only, no_barrier, distinct_hosts;
+  int comm_sms, fused_only, no_barrier, distinct_hosts, hold_sms;
   char id[PERF_ID_HEX_LEN];
 };
 
@@ -72,7 +77,7 @@ static int parse(int argc, char** argv, struct opts* o) {
   int c, launched = 0;
   o->nprocs = 2, o->iters = 20, o->warmup = 5;
   default_shapes(o);
-  while ((c = getopt(argc, argv, "p:M:N:K:n:w:J:P:I:S:FUH")) != -1) {
+  while ((c = getopt(argc, argv, "p:M:N:K:n:w:J:P:I:S:B:FUH")) != -1) {
     switch (c) {
       case 'p': o->nprocs = atoi(optarg); break;
       case 'M': o->nm = parse_list(optarg, o->ms); break;
@@ -85,6 +90,7 @@ static int parse(int argc, char** argv, struct opts* o) {
       case 'F': o->fused_only = 1; break;
       case 'U': o->no_barrier = 1; break;
       case 'H': o->distinct_hosts = 1; break;
+      case 'B': o->hold_sms = atoi(optarg); break;
       case 'P': o->proc = atoi(optarg), launched = 1; break;
       case 'I': snprintf(o->id, sizeof(o->id), "%s", optarg), launched = 1; break;
       default: return -1;
@@ -170,6 +176,13 @@ static void time_shape(struct rank* k, const struct opts* o, size_t m, size_t n,
   }
   for (int i = 0; i < o->warmup; i++)
     for (int v = 0; v < nv; v++) run_variant(k, o->op, v, m, n, kk);
+  struct sm_hold hold;
+  if (o->hold_sms) { /* the barrier's kernel loaded too: a first launch would wait for the holder */
+    NCCL_OK(ncclAllReduce(k->scratch, k->scratch, 1, ncclFloat64, ncclSum, k->comm, k->s));
+    CUDA_OK(cudaStreamSynchronize(k->s));
+    if (sm_hold_start_ctas(&hold, perf_rank_device(k->r), o->hold_sms) < o->hold_sms)
+      fprintf(stderr, "rank %d: only %u of %d holding CTAs started\n", k->r, hold.flags[0], o->hold_sms);
+  }
   for (int i = 0; i < o->iters; i++) {
     for (int v = 0; v < nv; v++) {
       if (!o->no_barrier) NCCL_OK(ncclAllReduce(k->scratch, k->scratch, 1, ncclFloat64, ncclSum, k->comm, k->s));
@@ -184,6 +197,7 @@ static void time_shape(struct rank* k, const struct opts* o, size_t m, size_t n,
       t[v * o->iters + i] = ms;
     }
   }
+  if (o->hold_sms) sm_hold_end(&hold);
   double local[NV];
   for (int v = 0; v < NV; v++) local[v] = perf_median(t + v * o->iters, o->iters);
   CUDA_OK(cudaMemcpy(k->scratch, local, sizeof(local), cudaMemcpyHostToDevice));
@@ -242,9 +256,10 @@ static int rank_main(const struct opts* o) {
   NCCL_OK(ncclMkCommInit(k.comm, &cfg));
   FILE* json = k.r == 0 && o->json ? fopen(o->json, "w") : NULL;
   if (k.r == 0)
-    printf("# %s on %d ranks, bf16, medians of %d (warm-up %d), times in ms, max over ranks\n"
+    printf("# %s on %d ranks, bf16, medians of %d (warm-up %d), times in ms, max over ranks%s\n"
            "#    M      N      K      fused  TFLOP/s   baseline TFLOP/s speedup     gemm      comm  "
-           "E      rel_err\n", op_names[o->op], k.n, o->iters, o->warmup);
+           "E      rel_err\n", op_names[o->op], k.n, o->iters, o->warmup,
+           o->hold_sms ? ", another kernel holding -B SMs of each GPU while timed" : "");
   int wrong = 0;
   for (int im = 0; im < o->nm; im++)
     for (int in = 0; in < o->nn; in++)
@@ -275,7 +290,7 @@ int main(int argc, char** argv) {
   int launched = parse(argc, argv, &o);
   if (launched < 0) {
     fprintf(stderr, "usage: %s [-p procs] [-M list] [-N list] [-K list] [-n iters] [-w warmup] "
-            "[-J json] [-S comm_sms] [-F] [-U] [-H]\n", argv[0]);
+            "[-J json] [-S comm_sms] [-F] [-U] [-H] [-B sms]\n", argv[0]);
     return 2;
   }
   if (!launched) return perf_launch_local_or_skip_hosts(argc, argv, o.nprocs, o.distinct_hosts);
