@@ -361,14 +361,20 @@ static int gemm_validate_claims(const struct mk_gemm_args* a) {
   return 0;
 }
 
+/* The slots of the plain schedule (sched.cuh): row-block clusters times column tiles. */
+template <class Cfg>
+static long gemm_plain_slots(const struct mk_gemm_args* a) {
+  const long bm = Cfg::BM, bn = Cfg::BN;
+  return ((a->m + bm * Cfg::CLUSTER_M - 1) / (bm * Cfg::CLUSTER_M)) * ((a->n + bn - 1) / bn);
+}
+
 /* CTAs in the persistent grid: num_sms (or all), no more than can be resident, no more than
  * there is work for, a whole number of clusters. */
 template <class Cfg>
 static int gemm_grid_size(const struct mk_gemm_args* a, int max_ctas) {
   int grid = a->num_sms && a->num_sms < max_ctas ? a->num_sms : max_ctas;
   if (!a->group_offsets) {
-    const long bm = Cfg::BM, bn = Cfg::BN;
-    const long slots = ((a->m + bm * Cfg::CLUSTER_M - 1) / (bm * Cfg::CLUSTER_M)) * ((a->n + bn - 1) / bn);
+    const long slots = gemm_plain_slots<Cfg>(a);
     if (slots * Cfg::CLUSTER_M < grid) grid = (int)(slots * Cfg::CLUSTER_M);
   }
   grid -= grid % Cfg::CLUSTER_M;
@@ -397,7 +403,7 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   struct mk_gemm_params p;
   gemm_fill_params(&p, a, Cfg::BK);
   if (a->call && a->call->claims) /* the claimed walk: every slot of the plain schedule */
-    p.claim_end = (a->m + Cfg::BM - 1) / Cfg::BM * ((a->n + Cfg::BN - 1) / Cfg::BN);
+    p.claim_end = (int)gemm_plain_slots<Cfg>(a);
 
   cudaError_t e = gemm_prepare_cfg<Cfg>(sms, &max_ctas);
   if (e == cudaSuccess && a->push && a->push->ctas >= max_ctas)
