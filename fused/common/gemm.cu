@@ -352,9 +352,9 @@ static void gemm_fill_params(struct mk_gemm_params* p, const struct mk_gemm_args
 template <class Cfg>
 static int gemm_validate_claims(const struct mk_gemm_args* a) {
   if (!a->call || !a->call->claims) return 0;
-  if (Cfg::CLUSTER_M != 1 || a->group_offsets || ((uintptr_t)a->call->claims & 7))
-    GEMM_REJECT("mk_gemm_launch: call.claims (the claimed walk) needs plain mode, one-CTA clusters and an 8-byte "
-                "aligned counter");
+  if (Cfg::CLUSTER_M != 1 || ((uintptr_t)a->call->claims & 7))
+    GEMM_REJECT("mk_gemm_launch: call.claims (the claimed walk) needs one-CTA clusters and an 8-byte aligned "
+                "counter");
   if (a->rs && a->row_block_rotate != (a->rs->rank + 1) % a->rs->nranks * (a->rs->shard_rows / Cfg::BM))
     GEMM_REJECT("mk_gemm_launch: call.claims with rs needs row_block_rotate = %d (this rank's rows last), not %d",
                 (a->rs->rank + 1) % a->rs->nranks * (a->rs->shard_rows / Cfg::BM), a->row_block_rotate);
@@ -403,7 +403,8 @@ static int gemm_launch_cfg(const struct mk_gemm_args* a, cudaStream_t stream) {
   struct mk_gemm_params p;
   gemm_fill_params(&p, a, Cfg::BK);
   if (a->call && a->call->claims) /* the claimed walk: every slot of the plain schedule */
-    p.claim_end = (int)gemm_plain_slots<Cfg>(a);
+    p.claim_end = a->group_offsets ? INT_MAX /* the end: the scheduler finds no slot */
+                                   : (int)gemm_plain_slots<Cfg>(a);
 
   cudaError_t e = gemm_prepare_cfg<Cfg>(sms, &max_ctas);
   if (e == cudaSuccess && a->push && a->push->ctas >= max_ctas)

@@ -178,14 +178,16 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
   for (int id = first_slot;; id = gemm_next_slot(p, id, slot_step)) {
     if (p.claim_end) { /* the claimed walk: the slot word before the stage's arrival */
       id = gemm_claim_slot(p);
+      if (id >= 0 && !sched_tile(&s, p.m, p.n, id, &t)) id = -1; /* grouped: past the last group */
       mbarrier_wait_parity(&empty[stage], phase ^ 1);
       *gemm_stage_slot(abort_flag, stage) = id;
       if (id < 0) {
         mbarrier_arrive(&full[stage]);
         return;
       }
+    } else if (!sched_tile(&s, p.m, p.n, id, &t)) {
+      break;
     }
-    if (!sched_tile(&s, p.m, p.n, id, &t)) break;
     /* ASSUMPTION: ready flags only with CLUSTER_M == 1 (the launcher picks it): an abort in
      * one CTA of a pair would leave its partner waiting for the multicast half. */
     const bool local = t.row0 >= p.a_local_row0 && t.row0 < p.a_local_row_end;
@@ -550,7 +552,7 @@ __device__ __forceinline__ void gemm_skip_k_blocks(const struct mk_gemm_params& 
 /* The claimed walk: whether the consumers would store tile t themselves were it the CTA's
  * last (gemm_last_tile_by_consumers's rules but the last slot's). */
 __device__ __forceinline__ bool gemm_claimed_by_consumers(const struct mk_gemm_params& p, const struct mk_tile& t) {
-  return t.valid && !p.scatter.row_dest && (!p.rs.shard_rows || gemm_rs_owner(p, t) == p.rs.rank);
+  return t.valid && p.num_groups == 1 && !p.scatter.row_dest && (!p.rs.shard_rows || gemm_rs_owner(p, t) == p.rs.rank);
 }
 
 /* The CTA's last tile, stored by the consumer warp groups themselves (gemm_last_tile_by_consumers):

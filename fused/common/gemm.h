@@ -137,8 +137,9 @@ struct mk_gemm_call {
   int num_counters;
   uint64_t* notify[MK_GEMM_RS_MAX_RANKS];
   int set_done;
-  /* The claimed walk (optional; plain mode, one-CTA clusters; one of counters, so 0 between
-   * calls): no CTA owns a tile before it runs. The producer's thread of each CTA takes the
+  /* The claimed walk (optional; one-CTA clusters; one of counters, so 0 between calls; in
+   * grouped mode a CTA's walk ends when the scheduler has no slot): no CTA owns a tile before
+   * it runs. The producer's thread of each CTA takes the
    * slots one at a time from *claims, in the scheduler's order, and its consumers and storers
    * learn each through shared memory. The static walk (CTA c: slots c, c + G, ..) leaves the
    * share of CTAs that start late (other kernels hold SMs) to the end, about doubling the

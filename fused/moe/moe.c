@@ -259,6 +259,7 @@ static void moe_combine_scatter(const struct mk_moe_args* a, struct mk_gemm_scat
   call->rank = a->rank, call->nranks = a->nranks;
   call->done = a->words[a->rank] + MK_AG_WORD_DONE;
   call->exits = (uint32_t*)(a->words[a->rank] + MK_AG_WORD_EXITS);
+  call->claims = call->counters = a->words[a->rank] + MK_AG_WORD_CLAIMS, call->num_counters = 1;
   for (int d = 0; d < a->nranks; d++) {
     sc->base[d] = a->moe[d] + a->g.comb;
     call->notify[d] = (uint64_t*)(a->moe[d] + a->g.comb_flag) + a->rank;

@@ -71,8 +71,8 @@ static void expect_good(const struct mk_gemm_args* g) {
   if (no_gpu) CHECK_EQ(mk_gemm_launch(g, 0), -ENOTSUP);
 }
 
-/* call.claims (the claimed walk): plain mode, an aligned counter, and with rs the rotation
- * that puts this rank's rows last; the WARN names the rule. */
+/* call.claims (the claimed walk): an aligned counter, plain or grouped, and with rs the
+ * rotation that puts this rank's rows last; the WARN names the rule. */
 static void claimed_walk_rules(void) {
   struct mk_gemm_args g = base_args();
   struct mk_gemm_call call = base_call();
@@ -81,9 +81,9 @@ static void claimed_walk_rules(void) {
   g.call = &call;
   expect_good(&g);
   call.claims = (uint64_t*)((char*)fake(11) + 4);
-  expect_refused(&g, "call.claims (the claimed walk) needs plain mode", "8-byte aligned");
+  expect_refused(&g, "call.claims (the claimed walk) needs one-CTA clusters", "8-byte aligned");
   call.claims = (uint64_t*)fake(11), g.group_offsets = (const int*)fake(12), g.num_groups = 2;
-  expect_refused(&g, "call.claims (the claimed walk) needs plain mode", NULL);
+  expect_good(&g); /* grouped too: the end is where the scheduler has no slot */
   g.group_offsets = NULL, g.num_groups = 0, g.rs = &rs; /* rank 0 of 2: rank 1's row-block first */
   expect_refused(&g, "call.claims with rs needs row_block_rotate = 1", NULL);
   g.row_block_rotate = 1;
