@@ -549,12 +549,6 @@ __device__ __forceinline__ void gemm_skip_k_blocks(const struct mk_gemm_params& 
   *stage_io = stage, *phase_io = phase;
 }
 
-/* The claimed walk: whether the consumers would store tile t themselves were it the CTA's
- * last (gemm_last_tile_by_consumers's rules but the last slot's). */
-__device__ __forceinline__ bool gemm_claimed_by_consumers(const struct mk_gemm_params& p, const struct mk_tile& t) {
-  return t.valid && p.num_groups == 1 && !p.scatter.row_dest && (!p.rs.shard_rows || gemm_rs_owner(p, t) == p.rs.rank);
-}
-
 /* The CTA's last tile, stored by the consumer warp groups themselves (gemm_last_tile_by_consumers):
  * a reduce-scatter's own rows (gemm_rs_own_last_tile), else the synchronous bf16 epilogue once
  * the storers are done with the staging buffer; then its trace events, the store event in the
@@ -630,7 +624,7 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
     if (!t.valid) continue; /* a cluster partner past the last row-block */
     if constexpr (Cfg::DTYPE == MK_GEMM_E4M3) gemm_scale_acc<Cfg>(acc, ab_scale);
     if (async_epi && (gemm_last_tile_by_consumers<Cfg>(p, s, id, slot_step, t) ||
-                      (p.claim_end && gemm_claimed_by_consumers(p, t) &&
+                      (p.claim_end && gemm_tile_storable_by_consumers(p, t) &&
                        gemm_claimed_walk_ends(full, stage, phase, abort_flag)))) {
       if (p.claim_end) gemm_stage_end(&c_full[wg], &c_empty[wg], c_phase, staged_slot);
       gemm_consumers_store_last_tile<Cfg>(acc, p, t, wg, cstage, &c_empty[wg], c_phase, s.tiles_n, traced_from);

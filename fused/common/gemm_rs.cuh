@@ -174,18 +174,23 @@ __device__ __noinline__ int gemm_call_wait_peers_free(const struct mk_gemm_param
   return 1;
 }
 
-/* Whether tile t (slot id) is the CTA's last and its consumer warp groups store it
- * themselves (the storer warps skip it; both sides walk the same slots): nothing is left to
- * hide that tile's epilogue behind, and 256 threads finish it sooner than the storers' 96
- * (bench/NOTES.md, "the tail"). Plain stores or bf16 adds (gemm_epilogue_bf16) and a
- * reduce-scatter's own rows (gemm_rs_own_last_tile); not a peer's rows, not the row scatter.
- * Single-group schedules only. */
+/* Whether the consumer warp groups store tile t themselves when it is the CTA's last (the
+ * storer warps skip it; both sides see the same tiles): nothing is left to hide that tile's
+ * epilogue behind, and 256 threads finish it sooner than the storers' 96 (bench/NOTES.md,
+ * "the tail"). Plain stores or bf16 adds (gemm_epilogue_bf16) and a reduce-scatter's own rows
+ * (gemm_rs_own_last_tile); not a peer's rows, not the row scatter; single-group schedules. */
+__device__ __forceinline__ bool gemm_tile_storable_by_consumers(const struct mk_gemm_params& p, const struct mk_tile& t) {
+  return t.valid && p.num_groups == 1 && !p.scatter.row_dest && (!p.rs.shard_rows || gemm_rs_owner(p, t) == p.rs.rank);
+}
+
+/* The static walk: tile t (slot id) is the CTA's last and its consumers store it. The
+ * claimed walk learns its last tile from the producer's next slot word instead
+ * (gemm_claimed_walk_ends). */
 template <class Cfg>
 __device__ __forceinline__ bool gemm_last_tile_by_consumers(const struct mk_gemm_params& p, const struct mk_sched& s,
                                                             int id, int slot_step, const struct mk_tile& t) {
-  /* the claimed walk's last tile is known from the producer's next slot word instead */
-  return Cfg::CLUSTER_M == 1 && !p.claim_end && t.valid && s.num_groups == 1 && id + slot_step >= s.g_slots_m * s.tiles_n &&
-         !p.scatter.row_dest && (!p.rs.shard_rows || gemm_rs_owner(p, t) == p.rs.rank);
+  return Cfg::CLUSTER_M == 1 && !p.claim_end && id + slot_step >= s.g_slots_m * s.tiles_n &&
+         gemm_tile_storable_by_consumers(p, t);
 }
 
 /* The CTA's last own tile, by its consumer warp group: staged as for the storers (once they

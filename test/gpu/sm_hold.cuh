@@ -10,6 +10,8 @@
 #ifndef MK_SM_HOLD_CUH_
 #define MK_SM_HOLD_CUH_
 
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +20,11 @@
 #include "ptx.cuh"
 
 #define SM_HOLD_SMEM (200 << 10) /* two do not fit in an SM's 228 KB */
+/* NOTES (session 39): holders polling mapped host memory every 2 us slowed the kernels they
+ * ran beside 2-4x (cuBLAS, 16 or 33 holding CTAs on one H200; 8 CTAs of two MPS clients),
+ * where holders that only read the clock cost what their SMs are worth. A release seen
+ * 100 us late costs nothing. */
+#define SM_HOLD_POLL_NS 100000u
 
 /* *released counts the CTAs that saw the release (the others gave up after limit_ns). */
 static __global__ void sm_hold_kernel(unsigned* started, const volatile unsigned* release, unsigned* released,
@@ -28,7 +35,7 @@ static __global__ void sm_hold_kernel(unsigned* started, const volatile unsigned
   atomicAdd(started, 1u);
   __threadfence_system();
   const unsigned long long t0 = globaltimer_ns();
-  while (!*release && globaltimer_ns() - t0 < limit_ns) __nanosleep(2000);
+  while (!*release && globaltimer_ns() - t0 < limit_ns) __nanosleep(SM_HOLD_POLL_NS);
   if (*release) atomicAdd(released, 1u);
 }
 
@@ -51,6 +58,30 @@ struct sm_hold {
   int ctas, sms;   /* CTAs of the holder, SMs the device reports (under MPS: the client's) */
 };
 
+/* The running holder's release word, raised at exit and on SIGTERM/SIGINT: a process that
+ * fails (CUDA_OK's exit) or is stopped by timeout(1) while holding would otherwise leave the
+ * holder on its SMs for up to 30 s, and under MPS the next test in the same server fails. */
+static volatile unsigned* sm_hold_active_release;
+
+static void sm_hold_release_at_exit(void) {
+  if (sm_hold_active_release) *sm_hold_active_release = 1;
+}
+
+static void sm_hold_release_on_signal(int sig) {
+  sm_hold_release_at_exit();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void sm_hold_arm_release(volatile unsigned* release) {
+  static int armed;
+  sm_hold_active_release = release;
+  if (armed++) return;
+  atexit(sm_hold_release_at_exit);
+  signal(SIGTERM, sm_hold_release_on_signal);
+  signal(SIGINT, sm_hold_release_on_signal);
+}
+
 /* Holds `ctas` SMs of `device` for up to 30 s; waits (up to 5 s) until every holding CTA runs
  * and returns how many do. */
 static int sm_hold_start_ctas(struct sm_hold* h, int device, int ctas) {
@@ -58,6 +89,7 @@ static int sm_hold_start_ctas(struct sm_hold* h, int device, int ctas) {
   h->ctas = ctas;
   CUDA_OK(cudaHostAlloc((void**)&h->flags, 3 * sizeof(unsigned), cudaHostAllocMapped));
   memset(h->flags, 0, 3 * sizeof(unsigned));
+  sm_hold_arm_release(&h->flags[1]);
   CUDA_OK(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
   sm_hold_delay(h->stream, 0); /* loaded now: a lazy load during the hold waits for the holder */
   CUDA_OK(cudaFuncSetAttribute(sm_hold_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SM_HOLD_SMEM));
@@ -86,6 +118,7 @@ static double sm_hold_now_ms(void) {
 /* Releases the holder, waits for it; returns how many CTAs held their SM until now. */
 static int sm_hold_end(struct sm_hold* h) {
   *(volatile unsigned*)&h->flags[1] = 1;
+  sm_hold_active_release = NULL;
   CUDA_OK(cudaStreamSynchronize(h->stream));
   const int held = (int)h->flags[2];
   CUDA_OK(cudaStreamDestroy(h->stream));
