@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import nccl_mk  # noqa: E402
+from nccl_mk._shared_gpu import claim_rank_device  # noqa: E402
 
 AG_NK = "8192x8192,14336x8192,28672x8192"
 RS_NK = "8192x8192,8192x14336,8192x28672"
@@ -178,7 +179,7 @@ def print_row(row):
 def main():
     args = parse_args()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    dev = torch.device("cuda", local_rank)
+    dev = claim_rank_device(local_rank)
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", device_id=dev, timeout=datetime.timedelta(seconds=300))
     world, rank = dist.get_world_size(), dist.get_rank()

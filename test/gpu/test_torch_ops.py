@@ -30,8 +30,10 @@ def launch_or_skip():
     except ImportError as e:
         print(f"SKIP: torch is not importable ({e})")
         sys.exit(77)
-    if torch.cuda.device_count() < 2:
-        print(f"SKIP: {torch.cuda.device_count()} GPU(s) visible; these tests need 2")
+    from nccl_mk._shared_gpu import gpus_needed
+    if torch.cuda.device_count() < gpus_needed(2):
+        print(f"SKIP: {torch.cuda.device_count()} GPU(s) visible; these tests need 2 "
+              "(MK_SHARE_GPU=1 under scripts/mps.sh shares one)")
         sys.exit(77)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            os.path.abspath(__file__)] + sys.argv[1:]
@@ -46,9 +48,10 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import nccl_mk  # noqa: E402
 from nccl_mk import _comm  # noqa: E402
+from nccl_mk._shared_gpu import claim_rank_device  # noqa: E402
 
 LOCAL_RANK = int(os.environ["LOCAL_RANK"])
-DEV = torch.device("cuda", LOCAL_RANK)
+DEV = claim_rank_device(LOCAL_RANK)
 BF16 = torch.bfloat16
 
 
@@ -172,14 +175,15 @@ def test_ops_match_sequential():
 def test_bad_inputs_named_and_untouched():
     rows, n, k = 64, 128, 256
     a_shard, a, b = rand(rows, k), rand(rows * WORLD, k), rand(n, k)
-    other = torch.device("cuda", 1 - LOCAL_RANK)
+    # another GPU of this process, where there is one (ranks sharing one GPU have none)
+    other = torch.device("cuda", 1 - DEV.index) if torch.cuda.device_count() > 1 else None
     misaligned = torch.empty(rows * k + 1, device=DEV, dtype=BF16)[1:].view(rows, k)
     cases = [
         ("a_shard", lambda out: nccl_mk.all_gather_gemm(a_shard.float(), b, out=out)),
         ("a_shard", lambda out: nccl_mk.all_gather_gemm(a_shard.cpu(), b, out=out)),
         ("a_shard", lambda out: nccl_mk.all_gather_gemm(misaligned, b, out=out)),
         ("b", lambda out: nccl_mk.all_gather_gemm(a_shard, b.t().contiguous().t(), out=out)),
-        ("b", lambda out: nccl_mk.all_gather_gemm(a_shard, b.to(other), out=out)),
+        ("b", lambda out: nccl_mk.all_gather_gemm(a_shard, b.to(other or "cpu"), out=out)),
         ("b", lambda out: nccl_mk.all_gather_gemm(a_shard, rand(n, k + 8), out=out)),
         ("out", lambda out: nccl_mk.all_gather_gemm(a_shard, b, out=out[:rows])),
         ("a", lambda out: nccl_mk.gemm_reduce_scatter(rand(rows * WORLD + 1, k), b)),

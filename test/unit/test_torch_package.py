@@ -257,6 +257,21 @@ def test_zigzag_positions_give_chunks_r_and_2n_minus_1_minus_r():
             expect(True, f"zigzag_positions{bad} is refused with ValueError")
 
 
+def test_shared_gpu_ranks_need_one_gpu_only_under_mk_share_gpu():
+    from nccl_mk import _shared_gpu
+    old = os.environ.pop("MK_SHARE_GPU", None)
+    try:
+        expect(_shared_gpu.gpus_needed(2) == 2, "2 ranks need 2 GPUs without MK_SHARE_GPU")
+        os.environ["MK_SHARE_GPU"] = "0"
+        expect(not _shared_gpu.gpus_shared(), "MK_SHARE_GPU=0 shares nothing")
+        os.environ["MK_SHARE_GPU"] = "1"
+        expect(_shared_gpu.gpus_needed(2) == 1, "2 ranks need 1 GPU with MK_SHARE_GPU=1")
+    finally:
+        os.environ.pop("MK_SHARE_GPU", None)
+        if old is not None:
+            os.environ["MK_SHARE_GPU"] = old
+
+
 def test_loader(so):
     import nccl_mk
     from nccl_mk import _lib
@@ -404,6 +419,7 @@ def main():
         test_ring_attention_lse_only_needs_4_byte_alignment()
         test_ring_attention_backward_checks_name_the_argument()
         test_zigzag_positions_give_chunks_r_and_2n_minus_1_minus_r()
+        test_shared_gpu_ranks_need_one_gpu_only_under_mk_share_gpu()
         test_loader(so)
         test_c_errors()
         test_without_torch()
