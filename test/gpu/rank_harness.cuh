@@ -121,6 +121,9 @@ static int rank_harness_child(const struct rank_harness* h, const char* scenario
  * rank; the launcher starts h->nranks of them. */
 static int rank_harness_main(int argc, char** argv, const struct rank_harness* h) {
   alarm(300); /* a bug must not hang the suite */
+  /* each line as it is printed: a rank killed by a step's timeout (timeout(1), the alarm)
+   * otherwise loses everything still in its buffer, and its log says nothing of how far it got */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   for (const char* const* s = h->two_rank_only; h->nranks > 2 && s && *s; s++)
     if (!strcmp(argv[1], *s)) {
       printf("SKIP: %s is a 2-rank scenario (MK_TEST_RANKS=%d)\n", argv[1], h->nranks);

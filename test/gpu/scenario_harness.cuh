@@ -1,7 +1,8 @@
 /*
  * Named scenarios over rank_harness.cuh for the GPU tests that run an op as a collective
  * (test_ring_attn, test_ring_attn_bwd): each rank runs nccl-mk with the default config (128
- * MiB of workspace) and the scenario named by argv[1], and reports its failures (expect.h).
+ * MiB of workspace) or the test's changes to it (config, optional) and the scenario named by
+ * argv[1], and reports its failures (expect.h).
  * 2 ranks, or MK_TEST_RANKS (g_nranks); "absent_peer" and "absent_peer_noncausal" (rank 1
  * stays away) are 2-rank scenarios and skip above, and get NCCL_MK_TIMEOUT_MS = 2000 (rank_harness), so
  * that its bounded waits expire within the test.
@@ -69,8 +70,10 @@ static int scenario_run(const char* scenario, int rank, ncclComm_t comm, cudaStr
   return failures;
 }
 
-/* The test's main: argv[1] names a scenario of list (n of them). */
-static int scenario_main(int argc, char** argv, const struct named_scenario* list, int n) {
+/* The test's main: argv[1] names a scenario of list (n of them); config (or NULL) changes the
+ * default ncclMkConfig, once g_nranks is known. */
+static int scenario_main(int argc, char** argv, const struct named_scenario* list, int n,
+                         void (*config)(const char* scenario, ncclMkConfig* cfg)) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s <", argv[0]);
     for (int i = 0; i < n; i++) fprintf(stderr, "%s%s", i ? "|" : "", list[i].name);
@@ -80,7 +83,7 @@ static int scenario_main(int argc, char** argv, const struct named_scenario* lis
   g_scenarios = list, g_nscenarios = n;
   g_nranks = test_ranks();
   static const char* const two_rank_only[] = {"absent_peer", "absent_peer_noncausal", NULL};
-  const struct rank_harness h = {g_nranks, NULL, NULL, two_rank_only, scenario_run};
+  const struct rank_harness h = {g_nranks, NULL, config, two_rank_only, scenario_run};
   return rank_harness_main(argc, argv, &h);
 }
 

@@ -387,5 +387,5 @@ static const struct named_scenario scenarios[] = {
 };
 
 int main(int argc, char** argv) {
-  return scenario_main(argc, argv, scenarios, (int)(sizeof scenarios / sizeof *scenarios));
+  return scenario_main(argc, argv, scenarios, (int)(sizeof scenarios / sizeof *scenarios), NULL);
 }
