@@ -19,12 +19,38 @@ export CUDA_MPS_PIPE_DIRECTORY="$dir/pipe" CUDA_MPS_LOG_DIRECTORY="$dir/log"
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 nvidia-cuda-mps-control -d ||
   { echo "mps.sh: the MPS control daemon did not start (log: $CUDA_MPS_LOG_DIRECTORY)" >&2; exit 1; }
-stop() { echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; sleep 1; rm -rf "$dir"; }
+# The daemon and server of this server only (their environment names our pipe directory).
+ours() {
+  local d
+  for d in /proc/[0-9]*; do
+    tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q nvidia-cuda-mps || continue
+    tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qxF "CUDA_MPS_PIPE_DIRECTORY=$CUDA_MPS_PIPE_DIRECTORY" &&
+      echo "${d#/proc/}"
+  done
+}
+# Bounded: `quit` waits for the server's clients, and a client stuck in a kernel kept a device
+# call past its limit (session 39); what is still ours after 10 s is killed.
+stop() {
+  echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
+  sleep 1
+  local left
+  left=$(ours)
+  [ -n "$left" ] && { echo "mps.sh: the MPS server did not quit; killing it" >&2; kill -9 $left 2>/dev/null; }
+  rm -rf "$dir"
+}
 trap stop EXIT
 child=
-trap '[ -n "$child" ] && kill "$child" 2>/dev/null; exit 143' TERM INT # timeout(1) still stops the server
+# A TERM (timeout(1)) stops the command's whole process group, the ranks it started included:
+# a rank left running keeps the server busy, so stop() would wait and the next test fail.
+stop_child() {
+  [ -n "$child" ] || return
+  kill -TERM -- "-$child" 2>/dev/null
+  sleep 2
+  kill -KILL -- "-$child" 2>/dev/null
+}
+trap 'stop_child; exit 143' TERM INT
 export MK_SHARE_GPU=1 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="${MK_MPS_PERCENT:-50}"
 echo "mps.sh: MPS server up, ranks share the GPUs, ${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE}% of the SMs each"
-"$@" &
+setsid "$@" & # a process group of its own (a background job of a script is no group leader, so pgid = pid)
 child=$!
 wait "$child" # the command in the background, so that a TERM reaches the trap at once
