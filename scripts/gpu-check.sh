@@ -30,7 +30,8 @@
 #          scripts/mps.sh the two ranks share the GPU (correctness only)
 #   scale: issue 9 on 4 or 8 GPUs (skips with fewer): at 4 and 8 ranks (MK_SCALE_RANKS) every
 #          GPU test program's scenarios (MK_TEST_RANKS; the fused ops also across emulated
-#          nodes) (not part of all)
+#          nodes) (not part of all); MK_SCALE_PROGRAMS="fused xnode moe ring ring_bwd" picks
+#          the programs (at 8 ranks on one GPU the whole tier needs more than one device call)
 #   scale-bench: the same rank counts: {ag_gemm,gemm_rs,gemm_ar}_perf on the 8192 shapes and
 #          bench-net (not part of all)
 #   xnode: the fused ops' tests with each rank its own emulated node (NCCL_MK_LOCAL_SIZE=1: the
@@ -231,19 +232,26 @@ scale_ranks() {
   done
 }
 
+# MK_SCALE_PROGRAMS (default "fused xnode moe ring ring_bwd") picks the test programs: at 8
+# ranks on one GPU the whole tier takes longer than one 10-minute device call (session 39).
+scale_program() { [[ " ${MK_SCALE_PROGRAMS:-fused xnode moe ring ring_bwd} " == *" $1 "* ]]; }
+
 tier_scale() {
   local n
   gpus_at_least 4 scale || return
   for n in $(scale_ranks); do
     # shared GPUs (scripts/mps.sh): each of the n ranks' MPS clients gets 100/n % of the SMs
     [ "${MK_SHARE_GPU:-0}" = 1 ] && export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / n))
-    MK_TEST_RANKS=$n scenarios "$FUSED_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
-    MK_TEST_RANKS=$n NCCL_MK_LOCAL_SIZE=1 NCCL_MK_TRANSPORT=ofi NCCL_MK_OFI_PROVIDER="tcp;ofi_rxm" \
-      NCCL_MK_TIMEOUT_MS=15000 scenarios "$XNODE_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
-    MK_TEST_RANKS=$n scenarios "$MOE_TESTS" "$B/test/gpu/test_moe" "_${n}_ranks"
-    MK_TEST_RANKS=$n scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn" "_${n}_ranks"
-    MK_TEST_RANKS=$n scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd" "_${n}_ranks"
+    scale_program fused && MK_TEST_RANKS=$n scenarios "$FUSED_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
+    scale_program xnode && MK_TEST_RANKS=$n NCCL_MK_LOCAL_SIZE=1 NCCL_MK_TRANSPORT=ofi \
+      NCCL_MK_OFI_PROVIDER="tcp;ofi_rxm" NCCL_MK_TIMEOUT_MS=15000 \
+      scenarios "$XNODE_TESTS" "$B/test/gpu/test_fused_ops" "_${n}_ranks"
+    scale_program moe && MK_TEST_RANKS=$n scenarios "$MOE_TESTS" "$B/test/gpu/test_moe" "_${n}_ranks"
+    scale_program ring && MK_TEST_RANKS=$n scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn" "_${n}_ranks"
+    scale_program ring_bwd &&
+      MK_TEST_RANKS=$n scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd" "_${n}_ranks"
   done
+  return 0
 }
 
 tier_scale_bench() {
