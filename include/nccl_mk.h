@@ -91,6 +91,8 @@ NCCL_MK_API ncclResult_t ncclMkConfigDefaults(ncclMkConfig* config);
  * 3 max_n) bf16; every rank falls back to the reference paths when some cannot start one).
  * It also loads every kernel the ops launch, so that no op's first call waits for a lazy
  * module load (which waits for every kernel running on the device).
+ * Give every rank the same config sizes (max_m, max_n, max_k, moe_*): a rank of this host
+ * whose workspace differs in size is reached as a remote rank, with a WARN naming it.
  * Collective over `comm`, like ncclCommInitRank: every rank calls it, with ranks on several
  * nodes each from its own thread or process. Must be called outside graph capture; safe
  * inside ncclGroupStart/End when one thread drives several GPUs of one node (the caller's

@@ -76,8 +76,15 @@ int mk_peer_exchange_post(struct mk_fused_comm* fc) {
  * the proxy (fused/proxy) to reach through the transport. */
 static int peer_map(struct mk_fused_comm* fc, int p, const struct mk_peer_record* mine) {
   const struct mk_peer_record* r = &fc->records_host[p];
-  if (r->host_hash != mine->host_hash || r->sym_bytes != fc->sym_bytes) return 0;
+  if (r->host_hash != mine->host_hash) return 0;
   if (!mk_local_team_same(fc->rank, p, (int)mk_param_int(MK_PARAM_LOCAL_SIZE))) return 0;
+  if (r->sym_bytes != fc->sym_bytes) { /* its offsets would not be ours: reached as if remote */
+    MK_WARN("ncclMkCommInit: rank %d's workspace is %llu bytes, rank %d's %llu: give every rank the same "
+            "ncclMkConfig sizes (max_m, max_n, max_k, moe_*); rank %d is reached as a remote rank (through "
+            "the proxy, or the reference paths), ring attention and MoE refuse this communicator",
+            p, (unsigned long long)r->sym_bytes, fc->rank, (unsigned long long)fc->sym_bytes, p);
+    return 0;
+  }
   if (r->pid == mine->pid) {
     if (r->dev != fc->dev) {
       cudaError_t err = cudaDeviceEnablePeerAccess(r->dev, 0);
