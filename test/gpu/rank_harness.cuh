@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gemm_check.cuh"
@@ -91,7 +92,20 @@ struct rank_harness {
   const char* const* two_rank_only;
   /* The scenario on the opened rank; returns its failure count. */
   int (*run)(const char* scenario, int rank, ncclComm_t comm, cudaStream_t stream);
+  /* Optional, NULL-terminated: scenarios in which a rank's process dies with a kernel in
+   * flight; skipped under MPS (exit 77), where that death faults every client of the server
+   * (bench/probes/ipc_peer_death.cu), so they need processes on their own GPUs. */
+  const char* const* not_under_mps;
 };
+
+/* An MPS control daemon is listening where this process's CUDA would connect to it. */
+static int rank_harness_under_mps(void) {
+  const char* dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+  char path[512];
+  snprintf(path, sizeof path, "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
+  struct stat st;
+  return stat(path, &st) == 0;
+}
 
 static int rank_harness_child(const struct rank_harness* h, const char* scenario, int rank,
                               const ncclUniqueId* id) {
@@ -127,6 +141,11 @@ static int rank_harness_main(int argc, char** argv, const struct rank_harness* h
   for (const char* const* s = h->two_rank_only; h->nranks > 2 && s && *s; s++)
     if (!strcmp(argv[1], *s)) {
       printf("SKIP: %s is a 2-rank scenario (MK_TEST_RANKS=%d)\n", argv[1], h->nranks);
+      return 77;
+    }
+  for (const char* const* s = h->not_under_mps; s && *s; s++)
+    if (!strcmp(argv[1], *s) && rank_harness_under_mps()) {
+      printf("SKIP: %s kills a rank with its kernel in flight, which under MPS faults every client\n", argv[1]);
       return 77;
     }
   ncclUniqueId id;
