@@ -23,8 +23,9 @@ nvidia-cuda-mps-control -d ||
 ours() {
   local d
   for d in /proc/[0-9]*; do
-    tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q nvidia-cuda-mps || continue
-    tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qxF "CUDA_MPS_PIPE_DIRECTORY=$CUDA_MPS_PIPE_DIRECTORY" &&
+    # stderr first: a process that exits meanwhile fails the redirection itself
+    tr '\0' ' ' 2>/dev/null <"$d/cmdline" | grep -q nvidia-cuda-mps || continue
+    tr '\0' '\n' 2>/dev/null <"$d/environ" | grep -qxF "CUDA_MPS_PIPE_DIRECTORY=$CUDA_MPS_PIPE_DIRECTORY" &&
       echo "${d#/proc/}"
   done
 }

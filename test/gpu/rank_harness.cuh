@@ -69,6 +69,66 @@ static struct held_call rank_held_call(int rank, ncclComm_t comm, cudaStream_t s
   return r;
 }
 
+/* call(env, arg)'s outcome on `stream`: its error at launch, else the asynchronous error once
+ * the stream is done (its text in msg). */
+static ncclResult_t rank_call_outcome(ncclComm_t comm, cudaStream_t stream, ncclResult_t (*call)(void* env, void* arg),
+                                      void* env, void* arg, char* msg, size_t len) {
+  ncclResult_t r = call(env, arg);
+  msg[0] = '\0';
+  if (r == ncclSuccess) {
+    CUDA_OK(cudaStreamSynchronize(stream));
+    NCCL_OK(ncclMkCommGetAsyncError(comm, &r, msg, len));
+  }
+  return r;
+}
+
+/* Ends rank 0's process after its peer died: the release is bounded (the peer's goodbye never
+ * comes), NCCL's communicator is aborted (destroying it would wait for the peer). */
+static void rank_exit_after_peer_death(ncclComm_t comm, const char* scenario, int failures) {
+  NCCL_OK(ncclMkCommRelease(comm));
+  ncclCommAbort(comm);
+  printf("rank 0: %s: %d failure(s)\n", scenario, failures);
+  fflush(stdout);
+  _exit(failures ? 1 : 0);
+}
+
+/* A rank dying mid-call, for scenarios named "peer_dies*" (2 ranks, not under MPS, 5 s waits:
+ * rank_harness_main and rank_harness_child see to it). Rank 1
+ * enqueues call(env, arg) and its process exits 0.2 s later with the kernel in flight; rank 0
+ * calls 0.5 s in, then again. Rank 0's first outcome must be success (the peer's data arrived
+ * before it died) or ncclRemoteError, its second ncclRemoteError, and its GPU must stay healthy
+ * (a dead process's memory stays mapped: bench/probes/ipc_peer_death.cu). Neither rank returns:
+ * rank 0 exits with `failures` plus this check's. */
+static void rank_peer_dies_mid_call(int rank, ncclComm_t comm, cudaStream_t stream, const char* scenario,
+                                    ncclResult_t (*call)(void* env, void* arg), void* env, void* arg, int failures) {
+  if (rank == 1) {
+    const ncclResult_t r = call(env, arg);
+    usleep(200 * 1000);
+    printf("rank 1: call returned %d, exiting with its kernel in flight\n", (int)r);
+    fflush(stdout);
+    _exit(r == ncclSuccess ? 0 : 1);
+  }
+  usleep(500 * 1000);
+  char msg[256];
+  for (int i = 0; i < 2; i++) {
+    const ncclResult_t r = rank_call_outcome(comm, stream, call, env, arg, msg, sizeof msg);
+    printf("rank 0: call %d after the peer died: %d %s\n", i, (int)r, msg);
+    if (r != ncclRemoteError && (i == 1 || r != ncclSuccess)) {
+      fprintf(stderr, "FAIL: rank 0's call %d ended in %d, not %sncclRemoteError\n", i, (int)r, i ? "" : "success or ");
+      failures++;
+    }
+  }
+  double* word;
+  CUDA_OK(cudaGetSymbolAddress((void**)&word, rank_barrier_word));
+  const cudaError_t health = cudaMemsetAsync(word, 0, sizeof(double), stream);
+  const cudaError_t sync = cudaStreamSynchronize(stream);
+  if (health != cudaSuccess || sync != cudaSuccess) {
+    fprintf(stderr, "FAIL: rank 0's GPU after its peer died: %s\n", cudaGetErrorString(health ? health : sync));
+    failures++;
+  }
+  rank_exit_after_peer_death(comm, scenario, failures);
+}
+
 /* The ranks a test runs: 2, or MK_TEST_RANKS (2 to 8; exits 2 otherwise). */
 static int test_ranks(void) {
   const char* v = getenv("MK_TEST_RANKS");
@@ -92,10 +152,6 @@ struct rank_harness {
   const char* const* two_rank_only;
   /* The scenario on the opened rank; returns its failure count. */
   int (*run)(const char* scenario, int rank, ncclComm_t comm, cudaStream_t stream);
-  /* Optional, NULL-terminated: scenarios in which a rank's process dies with a kernel in
-   * flight; skipped under MPS (exit 77), where that death faults every client of the server
-   * (bench/probes/ipc_peer_death.cu), so they need processes on their own GPUs. */
-  const char* const* not_under_mps;
 };
 
 /* An MPS control daemon is listening where this process's CUDA would connect to it. */
@@ -114,6 +170,8 @@ static int rank_harness_child(const struct rank_harness* h, const char* scenario
   if (!strncmp(scenario, "absent_peer", 11)) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
   /* "busy_sms*" (sm_hold.cuh): a hang ends well before the holder's 30 s */
   if (!strncmp(scenario, "busy_sms", 8)) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
+  /* "peer_dies*": rank 0's second call times out within the test */
+  if (!strncmp(scenario, "peer_dies", 9)) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
   if (h->scenario_env) h->scenario_env(scenario, rank);
   ncclComm_t comm;
   cudaStream_t stream;
@@ -143,11 +201,13 @@ static int rank_harness_main(int argc, char** argv, const struct rank_harness* h
       printf("SKIP: %s is a 2-rank scenario (MK_TEST_RANKS=%d)\n", argv[1], h->nranks);
       return 77;
     }
-  for (const char* const* s = h->not_under_mps; s && *s; s++)
-    if (!strcmp(argv[1], *s) && rank_harness_under_mps()) {
-      printf("SKIP: %s kills a rank with its kernel in flight, which under MPS faults every client\n", argv[1]);
-      return 77;
-    }
+  /* every test's "peer_dies*" (rank_peer_dies_mid_call): 2 ranks, and not under MPS, where a
+   * client dying with a kernel in flight faults every client (bench/probes/ipc_peer_death.cu) */
+  if (!strncmp(argv[1], "peer_dies", 9) && (h->nranks > 2 || rank_harness_under_mps())) {
+    printf("SKIP: %s kills rank 1 with its kernel in flight: 2 ranks, not under MPS (which faults every client)\n",
+           argv[1]);
+    return 77;
+  }
   ncclUniqueId id;
   int rank;
   if (perf_test_child(argc, argv, &rank, &id)) {

@@ -573,57 +573,27 @@ static void scenario_killed_peer(struct rank_env* e) {
   expect(e, ncclMkAllGatherGemm(o.a_shard, o.b, o.c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream) ==
                 ncclRemoteError, "the next call fails at once", 0);
   bufs_free(&o);
-  NCCL_OK(ncclMkCommRelease(e->comm)); /* bounded: the peer's goodbye never comes */
-  ncclCommAbort(e->comm);
-  printf("rank 0: killed_peer: %d failure(s)\n", e->failures);
-  fflush(stdout);
-  _exit(e->failures ? 1 : 0);
+  rank_exit_after_peer_death(e->comm, "killed_peer", e->failures);
 }
 
-/* An AllGather+GEMM's outcome: its error at launch (across emulated nodes the proxy may have
- * seen the peer's death first), else its asynchronous error once the stream is done. */
-static ncclResult_t ag_call_result(struct rank_env* e, struct op_bufs* o, struct shape s) {
-  ncclResult_t r = ncclMkAllGatherGemm(o->a_shard, o->b, o->c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream);
-  char msg[256] = "";
-  if (r == ncclSuccess) {
-    CUDA_OK(cudaStreamSynchronize(e->stream));
-    NCCL_OK(ncclMkCommGetAsyncError(e->comm, &r, msg, sizeof(msg)));
-  }
-  printf("rank %d: AllGather+GEMM: %d %s\n", e->rank, (int)r, msg);
-  return r;
+struct ag_call_arg { struct op_bufs* o; struct shape s; };
+
+static ncclResult_t ag_call(void* env, void* arg) {
+  struct rank_env* e = (struct rank_env*)env;
+  struct ag_call_arg* a = (struct ag_call_arg*)arg;
+  return ncclMkAllGatherGemm(a->o->a_shard, a->o->b, a->o->c_ag, NULL, a->s.m, a->s.n, a->s.k, ncclBfloat16, e->comm,
+                             e->stream);
 }
 
-/* Rank 1 starts an AllGather+GEMM and its process dies while the kernel waits for rank 0's
- * rows; rank 0 calls 0.5 s later. Rank 0's first call may complete (rank 1 pushed its rows
- * before dying) or end in ncclRemoteError; its second call, whose peer is certainly gone, must
- * end in ncclRemoteError; and rank 0's GPU must be healthy throughout (no fault from touching
- * the dead process's workspace, which stays mapped: bench/NOTES.md, session 40). Not under MPS,
- * where a client dying with a kernel in flight faults every client. */
+/* rank_harness.cuh's rank_peer_dies_mid_call with an AllGather+GEMM: over NVLink rank 0's
+ * waits time out, across emulated nodes its proxy sees the connection reset. */
 static void scenario_peer_dies_mid_call(struct rank_env* e) {
   struct shape s = per_rank(256, 256, 256);
   struct op_bufs o;
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
-  if (e->rank == 1) {
-    const ncclResult_t r = ncclMkAllGatherGemm(o.a_shard, o.b, o.c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, e->comm,
-                                               e->stream);
-    usleep(200 * 1000);
-    printf("rank 1: call returned %d, exiting with its kernel in flight\n", (int)r);
-    fflush(stdout);
-    _exit(r == ncclSuccess ? 0 : 1);
-  }
-  usleep(500 * 1000);
-  const ncclResult_t first = ag_call_result(e, &o, s);
-  expect(e, first == ncclSuccess || first == ncclRemoteError, "the first call completes or ends in ncclRemoteError", 0);
-  expect(e, ag_call_result(e, &o, s) == ncclRemoteError, "the call after the peer died ends in ncclRemoteError", 0);
-  expect(e, cudaMemset(o.c_ag, 0, 256) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess,
-         "rank 0's GPU is healthy after its peer died mid-call", 0);
-  bufs_free(&o);
-  NCCL_OK(ncclMkCommRelease(e->comm));
-  ncclCommAbort(e->comm);
-  printf("rank 0: peer_dies_mid_call: %d failure(s)\n", e->failures);
-  fflush(stdout);
-  _exit(e->failures ? 1 : 0);
+  struct ag_call_arg arg = {&o, s};
+  rank_peer_dies_mid_call(e->rank, e->comm, e->stream, "peer_dies_mid_call", ag_call, e, &arg, e->failures);
 }
 
 static void run_scenario(struct rank_env* e, const char* name) {
@@ -663,8 +633,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
 
 static void fused_scenario_env(const char* scenario, int rank) {
   if (!strcmp(scenario, "hang_report")) hang_report_env(rank);
-  if (!strcmp(scenario, "killed_peer") || !strcmp(scenario, "peer_dies_mid_call"))
-    setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
+  if (!strcmp(scenario, "killed_peer")) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
   if (!strcmp(scenario, "no_proxy_fallback")) setenv("NCCL_MK_OFI_PROVIDER", "no-such-provider", 1);
 }
 
@@ -731,9 +700,7 @@ int main(int argc, char** argv) {
     return group_init_main();
   }
   NR = test_ranks();
-  static const char* const two_rank_only[] = {"hang_report", "absent_peer", "killed_peer", "peer_dies_mid_call",
-                                                      NULL};
-  static const char* const not_under_mps[] = {"peer_dies_mid_call", NULL};
-  const struct rank_harness h = {NR, fused_scenario_env, fused_config, two_rank_only, fused_run, not_under_mps};
+  static const char* const two_rank_only[] = {"hang_report", "absent_peer", "killed_peer", NULL};
+  const struct rank_harness h = {NR, fused_scenario_env, fused_config, two_rank_only, fused_run};
   return rank_harness_main(argc, argv, &h);
 }

@@ -15,9 +15,12 @@
  *                     read them (moe_peer_writes.cuh)
  *   busy_sms          both ops correct while another kernel holds a quarter of the SMs
  *                     (moe_busy_sms.cuh)
+ *   dead_peer         rank 1 never dispatches: rank 0's dispatch ends in an asynchronous error
+ *   peer_dies_mid_call rank 1's process dies with its dispatch kernel in flight: rank 0's
+ *                     calls end in ncclRemoteError, its GPU healthy (rank_harness.cuh)
  *
  * usage: test_moe <correctness|fp8|graph|empty_rank_tokens|bad_input|negative_control|dead_peer|
- *                 peer_writes|busy_sms>
+ *                 peer_dies_mid_call|peer_writes|busy_sms>
  * The binary starts one process per GPU itself.
  */
 #include <unistd.h>
@@ -262,11 +265,36 @@ static void scenario_dead_peer(struct rank_env* e) {
   bufs_free(&b);
 }
 
+struct dispatch_arg { struct moe_bufs* b; const struct moe_case* c; };
+
+static ncclResult_t dispatch_call(void* env, void* arg) {
+  struct rank_env* e = (struct rank_env*)env;
+  const struct dispatch_arg* a = (const struct dispatch_arg*)arg;
+  const struct moe_case* c = a->c;
+  return ncclMkMoeDispatchGemm(a->b->x, a->b->topk_idx, a->b->w1, a->b->act, c->tokens, c->hidden, c->inter, c->topk,
+                               c->experts, e->layout, ncclBfloat16, e->comm, e->stream);
+}
+
+/* rank_harness.cuh's rank_peer_dies_mid_call with a dispatch: rank 1's process dies while its
+ * dispatch kernel waits for rank 0's counts. */
+static void scenario_peer_dies_mid_call(struct rank_env* e) {
+  const struct moe_case c = {64, 128, 64, 64, 2, 8, UNIFORM};
+  struct moe_bufs b;
+  bufs_alloc(&b, &c);
+  inputs_fill(e, &b, &c, g_seed);
+  struct dispatch_arg arg = {&b, &c};
+  rank_peer_dies_mid_call(e->rank, e->comm, e->stream, "peer_dies_mid_call", dispatch_call, e, &arg, e->failures);
+}
+
 static void run_scenario(struct rank_env* e, const char* name) {
   ncclResult_t async = ncclSuccess;
   char msg[256] = "";
   if (!strcmp(name, "dead_peer")) { /* ends with an asynchronous error on purpose */
     scenario_dead_peer(e);
+    return;
+  }
+  if (!strcmp(name, "peer_dies_mid_call")) { /* ends the process itself */
+    scenario_peer_dies_mid_call(e);
     return;
   }
   static const struct {
@@ -313,7 +341,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr,
             "usage: %s <correctness|fp8|graph|empty_rank_tokens|bad_input|negative_control|"
-            "dead_peer>\n", argv[0]);
+            "dead_peer|peer_dies_mid_call|peer_writes|busy_sms>\n", argv[0]);
     return 2;
   }
   NR = test_ranks();

@@ -14,6 +14,8 @@
  *   negative_control: one element of out (then of lse) moved: the checker must reject it.
  *   absent_peer:      rank 1 never calls: rank 0's call ends in ncclRemoteError (timeout 2 s),
  *                     its next call fails at once.
+ *   peer_dies_mid_call: rank 1's process dies with its kernel in flight: rank 0's calls end in
+ *                     ncclRemoteError, its GPU healthy (rank_harness.cuh).
  *   busy_sms, busy_sms_most: calls while another kernel holds a quarter (three quarters) of
  *                     the SMs (sm_hold.cuh): no timeout, checked out and lse, the SMs held
  *                     to the end of each call.
@@ -370,6 +372,15 @@ static void busy_sms_run(struct rank_env* e, int held_of_4) {
   }
 }
 
+/* rank_harness.cuh's rank_peer_dies_mid_call: rank 1's process dies while its kernel waits for
+ * rank 0's blocks. */
+static void scenario_peer_dies_mid_call(struct rank_env* e) {
+  struct ra_bufs b;
+  bufs_alloc(&b, {1, 1024, 8, 1, 128, 1}, e->rank);
+  bufs_fill(&b, g_seed, 0);
+  rank_peer_dies_mid_call(e->rank, e->comm, e->stream, "peer_dies_mid_call", ra_call_bufs, e, &b, failures);
+}
+
 static void scenario_busy_sms(struct rank_env* e) { busy_sms_run(e, 1); }
 static void scenario_busy_sms_most(struct rank_env* e) { busy_sms_run(e, 3); }
 
@@ -382,6 +393,7 @@ static const struct named_scenario scenarios[] = {
     {"bad_input", scenario_bad_input},
     {"negative_control", scenario_negative_control},
     {"absent_peer", scenario_absent_peer},
+    {"peer_dies_mid_call", scenario_peer_dies_mid_call},
     {"busy_sms", scenario_busy_sms},
     {"busy_sms_most", scenario_busy_sms_most},
 };

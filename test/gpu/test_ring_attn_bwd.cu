@@ -21,6 +21,8 @@
  *   busy_sms, busy_sms_most: the forward and backward called while another kernel holds a
  *                     quarter (three quarters) of the SMs (scenario_harness.cuh held_call):
  *                     no timeout, checked gradients, the SMs held to the end.
+ *   peer_dies_mid_call: after a forward, rank 1's process dies with its backward kernel in
+ *                     flight: rank 0's calls end in ncclRemoteError, its GPU healthy.
  * Checker: test_attn_bwd.cu's (||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3, nothing non-finite).
  * usage: test_ring_attn_bwd <scenario>; exit 77 with fewer than 2 GPUs.
@@ -397,6 +399,22 @@ static void absent_peer_case(struct rank_env* e, struct rb_case c) {
   bufs_free(&b);
 }
 
+static ncclResult_t bwd_call_bufs(void* e, void* bufs) {
+  return bwd_call((struct rank_env*)e, (struct rb_bufs*)bufs);
+}
+
+/* After a forward on both ranks, rank_harness.cuh's rank_peer_dies_mid_call with the backward:
+ * rank 1's process dies while its backward kernel waits for rank 0's blocks. */
+static void scenario_peer_dies_mid_call(struct rank_env* e) {
+  struct rb_bufs b;
+  bufs_alloc(&b, {1, 1024, 8, 1, 128, 1}, e->rank);
+  bufs_fill(&b, g_seed, 0);
+  NCCL_OK(fwd_call(e, &b));
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  ranks_barrier(e);
+  rank_peer_dies_mid_call(e->rank, e->comm, e->stream, "peer_dies_mid_call", bwd_call_bufs, e, &b, failures);
+}
+
 static void scenario_absent_peer(struct rank_env* e) { absent_peer_case(e, {1, 1024, 8, 1, 128, 1}); }
 
 static void scenario_absent_peer_noncausal(struct rank_env* e) { absent_peer_case(e, {1, 1024, 8, 1, 128, 0}); }
@@ -435,6 +453,7 @@ static const struct named_scenario scenarios[] = {
     {"negative_control", scenario_negative_control},
     {"absent_peer", scenario_absent_peer},
     {"absent_peer_noncausal", scenario_absent_peer_noncausal},
+    {"peer_dies_mid_call", scenario_peer_dies_mid_call},
     {"busy_sms", scenario_busy_sms},
     {"busy_sms_most", scenario_busy_sms_most},
 };

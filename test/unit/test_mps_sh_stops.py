@@ -6,7 +6,9 @@ or with FAKE_MPS_QUIT_HANGS=1 hangs):
   - timeout(1) stopping mps.sh: the command's children (the ranks a test starts) are stopped
     too, and mps.sh ends within seconds; in session 39 a rank left running kept the server
     busy, mps.sh's `quit` waited for it, and a device call ran past its limit;
-  - a `quit` that hangs: mps.sh still ends, and kills its own server.
+  - a `quit` that hangs: mps.sh still ends, and kills its own server;
+  - processes that exit while mps.sh looks for its server's leave no error on its stderr
+    (session 40: "/proc/847/cmdline: No such file or directory" from the redirection).
 
 usage: test_mps_sh_stops.py <scripts/mps.sh>
 """
@@ -104,6 +106,17 @@ def main():
         expect(r.returncode == 0 and took < 25, f"a hanging quit still ends mps.sh ({took:.1f} s)")
         expect(not servers_left, "mps.sh killed its own server when quit hung")
         expect("did not quit" in r.stderr, "mps.sh says the server did not quit")
+        churn = subprocess.Popen(["bash", "-c", "while :; do /bin/true; done"])
+        try:
+            for _ in range(3):
+                r, took, servers_left = run(mps_sh, tmp, ["true"])
+                if "No such file" in r.stderr:
+                    break
+        finally:
+            churn.kill()
+            churn.wait()
+        expect("No such file" not in r.stderr,
+               f"processes exiting during the server search leave no error ({r.stderr.strip()[:120]!r})")
     print(f"{len(FAILURES)} failed")
     sys.exit(1 if FAILURES else 0)
 
