@@ -2,10 +2,11 @@
  * One process per GPU for the GPU tests that run an op as a collective (test_fused_ops,
  * test_moe, and through scenario_harness.cuh test_ring_attn and test_ring_attn_bwd). The binary
  * relaunches itself, one process per GPU (perf_launch.h; exit 77 with fewer GPUs, unless
- * MK_SHARE_GPU=1 under scripts/mps.sh puts the ranks on shared GPUs), and each
- * child opens its rank the same way: the scenario's environment, its device, a stream, NCCL,
- * nccl-mk with the test's config; runs the scenario; closes the rank. What the tests differ in
- * is struct rank_harness.
+ * MK_SHARE_GPU=1 puts the ranks on shared GPUs: under scripts/mps.sh, or time-sliced without
+ * MPS), and each child opens its rank the same way: the scenario's environment, its device, a
+ * stream, NCCL, nccl-mk with the test's config; runs the scenario; closes the rank. What the
+ * tests differ in is struct rank_harness. Scenario names with rules of their own: absent_peer*
+ * (2 s waits), busy_sms* (5 s), peer_dies* (rank_peer_dies_mid_call: 5 s, 2 ranks, not under MPS).
  */
 #ifndef MK_RANK_HARNESS_CUH_
 #define MK_RANK_HARNESS_CUH_
