@@ -75,7 +75,8 @@ step() {
 
 # gpus_at_least N TIER: 0 when this host has N GPUs (GPUS gets the count); else a skip row
 # saying so, and 1.
-# Under scripts/mps.sh (MK_SHARE_GPU=1) the ranks share GPUs: one is enough.
+# With MK_SHARE_GPU=1 the ranks share GPUs, one is enough: under scripts/mps.sh (concurrent), or
+# without MPS, where the ranks' contexts time-slice the GPU (the peer_dies* scenarios need that).
 gpus_at_least() {
   GPUS=$(mk_gpu_count)
   [ "$GPUS" -ge "$1" ] && return 0
