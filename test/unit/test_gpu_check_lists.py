@@ -12,13 +12,7 @@ import pathlib
 import re
 import sys
 
-FAILURES = []
-
-
-def expect(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        FAILURES.append(what)
+from checks import expect, finish  # test/unit/checks.py, beside this file
 
 
 def listed(check_sh):
@@ -60,8 +54,7 @@ def main():
     dropped = re.sub(r"\sdead_peer:moe_\w+", "", check_sh, count=1)
     unlisted = mismatches(root, dropped)["test_moe"][1]
     expect(unlisted == ["dead_peer"], f"a scenario in no list is caught (found {unlisted})")
-    print(f"{len(FAILURES)} failed")
-    sys.exit(1 if FAILURES else 0)
+    finish()
 
 
 if __name__ == "__main__":

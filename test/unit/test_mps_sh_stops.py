@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 
+from checks import expect, finish  # test/unit/checks.py, beside this file
+
 FAKE_CONTROL = """#!/bin/bash
 if [ "$1" = -d ]; then
   (exec -a nvidia-cuda-mps-server sleep 600) </dev/null >/dev/null 2>&1 &
@@ -33,13 +35,6 @@ read -r cmd
 kill "$(cat "$CUDA_MPS_PIPE_DIRECTORY/server.pid")"
 """
 
-FAILURES = []
-
-
-def expect(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        FAILURES.append(what)
 
 
 def alive(pid):
@@ -117,8 +112,7 @@ def main():
             churn.wait()
         expect("No such file" not in r.stderr,
                f"processes exiting during the server search leave no error ({r.stderr.strip()[:120]!r})")
-    print(f"{len(FAILURES)} failed")
-    sys.exit(1 if FAILURES else 0)
+    finish()
 
 
 if __name__ == "__main__":

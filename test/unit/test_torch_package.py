@@ -16,13 +16,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
-FAILED = []
-
-
-def expect(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        FAILED.append(what)
+from checks import expect, finish  # test/unit/checks.py, beside this file
 
 
 def raises_naming(fn, argument, what, exc=None):
@@ -423,8 +417,7 @@ def main():
         test_loader(so)
         test_c_errors()
         test_without_torch()
-    print(f"{len(FAILED)} failed")
-    sys.exit(1 if FAILED else 0)
+    finish()
 
 
 if __name__ == "__main__":
