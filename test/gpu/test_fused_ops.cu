@@ -1,11 +1,12 @@
 /*
  * The fused operations on 2 ranks (or MK_TEST_RANKS, 2 to 8: hang_report, absent_peer,
  * killed_peer and peer_dies_mid_call plant their fault on rank 1 and skip above 2) against a
- * float64 reference: correctness on odd and small shapes, bad input rejected before launch with outputs untouched, CUDA-graph
- * capture and replays with fresh inputs, back-to-back calls with a randomly delayed rank,
- * ncclMkCommInit inside ncclGroupStart/End from one thread driving 2 GPUs, a planted missing
- * flag that must end in a hang report naming the right rank, tile, flag and peer, a peer that
- * never calls, a peer whose process dies with its kernel in flight, one kernel per call on the overlapped paths, and a negative control for the
+ * float64 reference: correctness on odd and small shapes, bad input rejected before launch
+ * with outputs untouched, CUDA-graph capture and replays with fresh inputs, back-to-back calls
+ * with a randomly delayed rank, ncclMkCommInit inside ncclGroupStart/End from one thread
+ * driving 2 GPUs, a planted missing flag that must end in a hang report naming the right rank,
+ * tile, flag and peer, a peer that never calls, a peer whose process dies with its kernel in
+ * flight, one kernel per call on the overlapped paths, and a negative control for the
  * checker, and the proxy's byte counter (all of them also run with NCCL_MK_LOCAL_SIZE=1,
  * each rank its own emulated node: AllGather+GEMM then goes through the proxy).
  *
@@ -585,8 +586,8 @@ static ncclResult_t ag_call(void* env, void* arg) {
                              e->stream);
 }
 
-/* rank_harness.cuh's rank_peer_dies_mid_call with an AllGather+GEMM: over NVLink rank 0's
- * waits time out, across emulated nodes its proxy sees the connection reset. */
+/* rank_harness.cuh's rank_peer_dies_mid_call with an AllGather+GEMM: on the load/store path
+ * rank 0's waits time out, across emulated nodes its proxy sees the connection reset. */
 static void scenario_peer_dies_mid_call(struct rank_env* e) {
   struct shape s = per_rank(256, 256, 256);
   struct op_bufs o;
