@@ -46,7 +46,7 @@ extern "C" {
 #define MK_AG_WORD_DONE 0             /* the last call this rank finished (peers read it) */
 #define MK_AG_WORD_CALL 1             /* the call in progress */
 #define MK_AG_WORD_EXITS 2            /* one-kernel calls: CTAs finished (u32; 0 between calls) */
-/* the claimed walk's tiles taken (0 between calls), by AllGather+GEMM and the MoE combine */
+/* the claimed walk's tiles taken (0 between calls), by AllGather+GEMM and the MoE GEMMs */
 #define MK_AG_WORD_CLAIMS 3
 #define MK_AG_FLAG0 64                /* first flag word */
 #define MK_AG_MAX_BLOCKS 4032         /* flags in the 32 KiB word area */

@@ -185,6 +185,20 @@ static void moe_gemm_args(struct mk_fused_comm* fc, enum mk_op_id op, const stru
   g->block_m = mk_moe_gemm_block_m(a->tokens, a->topk, a->nranks, a->num_experts);
 }
 
+/* The bracket of a MoE GEMM (gemm.h struct mk_gemm_call), for the claimed walk: its counter
+ * (word 3, 0 between calls: the last CTA zeroes it) and exit count; the call's done word, which
+ * the finishing kernel (mk_moe_finish_launch) raises, not the GEMM; the peers' done words. The
+ * dispatch and combine GEMMs run one after the other on the caller's stream, so they share it. */
+static void moe_gemm_bracket(const struct mk_moe_args* a, struct mk_gemm_call* call) {
+  memset(call, 0, sizeof(*call));
+  call->rank = a->rank, call->nranks = a->nranks;
+  call->done = a->words[a->rank] + MK_AG_WORD_DONE;
+  call->exits = (uint32_t*)(a->words[a->rank] + MK_AG_WORD_EXITS);
+  call->claims = call->counters = a->words[a->rank] + MK_AG_WORD_CLAIMS, call->num_counters = 1;
+  for (int d = 0; d < a->nranks; d++)
+    if (d != a->rank) call->peer_done[d] = a->words[d] + MK_AG_WORD_DONE;
+}
+
 static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, const void* w1, void* act,
                                size_t inter, cudaStream_t stream) {
   const int overlap = (int)mk_param_int(MK_PARAM_MOE_OVERLAP);
@@ -199,10 +213,12 @@ static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, 
   /* beside the GEMM, its scheduler needs the offsets before it starts: route first */
   if (overlap) MK_CHECK(mk_moe_dispatch_launch(a, MK_MOE_PHASE_ROUTE, fc->num_sms, stream));
   struct mk_gemm_args g;
+  struct mk_gemm_call call;
   moe_gemm_args(fc, MK_OP_MOE_DISPATCH, a, &g);
+  moe_gemm_bracket(a, &call);
   g.n = (int)inter, g.k = a->hidden;
   g.a = a->moe[a->rank] + a->g.rows, g.b = w1, g.c = act;
-  g.trace = a->trace;
+  g.trace = a->trace, g.call = &call; /* the claimed walk: no tile waits for a late CTA */
   if (overlap) {
     g.ready_flags = (const uint64_t*)(a->moe[a->rank] + a->g.ready);
     g.ready_target_ptr = a->words[a->rank] + MK_AG_WORD_CALL;
@@ -254,16 +270,11 @@ NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_id
  * bracket that raises every source's flag once this rank's rows are all there. */
 static void moe_combine_scatter(const struct mk_moe_args* a, struct mk_gemm_scatter* sc, struct mk_gemm_call* call) {
   memset(sc, 0, sizeof(*sc));
-  memset(call, 0, sizeof(*call));
+  moe_gemm_bracket(a, call);
   sc->row_dest = a->row_source, sc->row_mult = a->g.max_topk;
-  call->rank = a->rank, call->nranks = a->nranks;
-  call->done = a->words[a->rank] + MK_AG_WORD_DONE;
-  call->exits = (uint32_t*)(a->words[a->rank] + MK_AG_WORD_EXITS);
-  call->claims = call->counters = a->words[a->rank] + MK_AG_WORD_CLAIMS, call->num_counters = 1;
   for (int d = 0; d < a->nranks; d++) {
     sc->base[d] = a->moe[d] + a->g.comb;
     call->notify[d] = (uint64_t*)(a->moe[d] + a->g.comb_flag) + a->rank;
-    if (d != a->rank) call->peer_done[d] = a->words[d] + MK_AG_WORD_DONE;
   }
 }
 

@@ -11,7 +11,7 @@
  * each rank its own emulated node: AllGather+GEMM then goes through the proxy).
  *
  * usage: test_fused_ops <correctness|bad_input|graph|back_to_back|negative_control|group_init|
- *                        hang_report|absent_peer|one_kernel|proxy_bytes|killed_peer|peer_dies_mid_call|
+ *                        hang_report|absent_peer|one_kernel|proxy_bytes|killed_peer|peer_dies_mid_call[_rs|_ar]|
  *                        no_proxy_fallback|busy_sms|busy_sms_most>
  * The binary starts one process per GPU itself (group_init: one process, two GPUs).
  */
@@ -586,15 +586,30 @@ static ncclResult_t ag_call(void* env, void* arg) {
                              e->stream);
 }
 
-/* rank_harness.cuh's rank_peer_dies_mid_call with an AllGather+GEMM: on the load/store path
- * rank 0's waits time out, across emulated nodes its proxy sees the connection reset. */
-static void scenario_peer_dies_mid_call(struct rank_env* e) {
+static ncclResult_t rs_call(void* env, void* arg) {
+  struct rank_env* e = (struct rank_env*)env;
+  struct ag_call_arg* a = (struct ag_call_arg*)arg;
+  return ncclMkGemmReduceScatter(a->o->a, a->o->b, a->o->c_rs, a->s.m, a->s.n, a->s.k, ncclBfloat16, e->comm,
+                                 e->stream);
+}
+
+static ncclResult_t ar_call(void* env, void* arg) {
+  struct rank_env* e = (struct rank_env*)env;
+  struct ag_call_arg* a = (struct ag_call_arg*)arg;
+  return ncclMkGemmAllReduce(a->o->a, a->o->b, a->o->c_ar, a->s.m, a->s.n, a->s.k, ncclBfloat16, e->comm, e->stream);
+}
+
+/* rank_harness.cuh's rank_peer_dies_mid_call with one op (128-row shards: the overlapped
+ * paths): on the load/store path rank 0's waits time out, across emulated nodes its proxy
+ * sees the connection reset. */
+static void peer_dies_mid_call_run(struct rank_env* e, const char* scenario,
+                                   ncclResult_t (*call)(void* env, void* arg)) {
   struct shape s = per_rank(256, 256, 256);
   struct op_bufs o;
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
   struct ag_call_arg arg = {&o, s};
-  rank_peer_dies_mid_call(e->rank, e->comm, e->stream, "peer_dies_mid_call", ag_call, e, &arg, e->failures);
+  rank_peer_dies_mid_call(e->rank, e->comm, e->stream, scenario, call, e, &arg, e->failures);
 }
 
 static void run_scenario(struct rank_env* e, const char* name) {
@@ -602,10 +617,12 @@ static void run_scenario(struct rank_env* e, const char* name) {
     scenario_killed_peer(e);
     return;
   }
-  if (!strcmp(name, "peer_dies_mid_call")) { /* likewise */
-    scenario_peer_dies_mid_call(e);
-    return;
-  }
+  static const struct {
+    const char* name;
+    ncclResult_t (*call)(void* env, void* arg);
+  } peer_dies[] = {{"peer_dies_mid_call", ag_call}, {"peer_dies_mid_call_rs", rs_call}, {"peer_dies_mid_call_ar", ar_call}};
+  for (size_t i = 0; i < sizeof peer_dies / sizeof *peer_dies; i++)
+    if (!strcmp(name, peer_dies[i].name)) peer_dies_mid_call_run(e, name, peer_dies[i].call); /* ends the process */
   if (!strcmp(name, "hang_report")) { /* ends with an asynchronous error on purpose */
     scenario_hang_report(e);
     return;

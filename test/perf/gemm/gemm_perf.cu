@@ -3,7 +3,9 @@
  * interleaved, median of ITERS timed runs each after warm-up; input sets rotate when they
  * would fit in L2. Prints M N K, both TFLOP/s, the ratio and the agreement of the outputs,
  * then the median and min ratio. Usage: gemm_perf [quick|full] [iters] [variants] [group_m] [num_sms]
- * (variants: comma-separated configuration numbers of gemm.cu, first is reported; default 0).
+ * (variants: comma-separated configuration numbers of gemm.cu, first is reported; default 0;
+ * 100 + v: configuration v on the claimed walk, through a one-rank call bracket, as the fused
+ * ops launch it: what the claims cost beside the static walk on a whole GPU).
  * `gemm_perf trace [iters]`: what the trace hooks cost: the same GEMM with its trace pointer
  * NULL (off) and with a trace buffer (on), interleaved, in rounds; prints both medians, the
  * difference and the run-to-run spread (max - min of the off rounds' medians).
@@ -31,6 +33,21 @@ static int variants[MAX_VARIANTS] = {0}, num_variants = 1, group_m = 0, num_sms 
 static int fp8 = 0, lt_fast_accum = 1; /* gemm_perf fp8 [iters] [precise] */
 
 struct result { struct shape s; double ours[MAX_VARIANTS], lt, rel; };
+
+/* Variant 100 + v (see the usage): a one-rank call bracket over four device words (done, call,
+ * exits, claims: 0 between calls, the last CTA zeroes the counter). */
+#define CLAIMED_VARIANT 100
+static void claimed_call_init(struct mk_gemm_call* call, uint64_t* words) {
+  memset(call, 0, sizeof(*call));
+  call->rank = 0, call->nranks = 1;
+  call->done = words, call->exits = (uint32_t*)(words + 2);
+  call->claims = call->counters = words + 3, call->num_counters = 1;
+}
+
+static int launch_variant(struct mk_gemm_args* g, const struct mk_gemm_call* call, int variant) {
+  g->call = variant >= CLAIMED_VARIANT ? call : NULL;
+  return mk_gemm_launch_variant(g, 0, variant % CLAIMED_VARIANT);
+}
 
 /* Input sets (A, B) of the operand type, as many as keep 3x L2 rotating (at most 4). */
 static int alloc_inputs(struct shape s, size_t l2_bytes, std::vector<void*>& a, std::vector<void*>& b) {
@@ -72,6 +89,11 @@ static struct result bench_shape(struct shape s, int iters, size_t l2_bytes) {
   if (fp8) g.dtype = MK_GEMM_E4M3, g.scale_a = scales, g.scale_b = scales + 1;
   g.raster_group_m = group_m;
   g.num_sms = num_sms;
+  uint64_t* call_words;
+  CUDA_OK(cudaMalloc((void**)&call_words, 4 * sizeof(uint64_t)));
+  CUDA_OK(cudaMemset(call_words, 0, 4 * sizeof(uint64_t)));
+  struct mk_gemm_call call;
+  claimed_call_init(&call, call_words);
   cudaEvent_t ev[MAX_VARIANTS + 2];
   for (int i = 0; i < MAX_VARIANTS + 2; i++) CUDA_OK(cudaEventCreate(&ev[i]));
   std::vector<float> t_ours[MAX_VARIANTS], t_lt;
@@ -80,7 +102,7 @@ static struct result bench_shape(struct shape s, int iters, size_t l2_bytes) {
     g.a = a[set]; g.b = b[set];
     CUDA_OK(cudaEventRecord(ev[0]));
     for (int v = 0; v < num_variants; v++) {
-      if (mk_gemm_launch_variant(&g, 0, variants[v]) != 0) exit(1);
+      if (launch_variant(&g, &call, variants[v]) != 0) exit(1);
       CUDA_OK(cudaEventRecord(ev[v + 1]));
     }
     lt_gemm_run(&lt, a[set], b[set], c_lt, 0);
@@ -103,7 +125,7 @@ static struct result bench_shape(struct shape s, int iters, size_t l2_bytes) {
   lt_gemm_fini(&lt);
   for (int i = 0; i < MAX_VARIANTS + 2; i++) cudaEventDestroy(ev[i]);
   for (int i = 0; i < sets; i++) { cudaFree(a[i]); cudaFree(b[i]); }
-  cudaFree(c_ours); cudaFree(c_lt); cudaFree(scales);
+  cudaFree(c_ours); cudaFree(c_lt); cudaFree(scales); cudaFree(call_words);
   return res;
 }
 
