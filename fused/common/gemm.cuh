@@ -175,9 +175,11 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
   struct mk_tile t;
   int first_slot, slot_step;
   gemm_slots<Cfg>(p, rank, &s, &first_slot, &slot_step);
+  const int claim_kb = gemm_claim_kb<Cfg>(p);
+  uint32_t claim = p.claim_end ? gemm_claim_issue(p) : 0;
   for (int id = first_slot;; id = gemm_next_slot(p, id, slot_step)) {
     if (p.claim_end) { /* the claimed walk: the slot word before the stage's arrival */
-      id = gemm_claim_slot(p);
+      id = gemm_claimed_slot(p, claim);
       if (id >= 0 && !sched_tile(&s, p.m, p.n, id, &t)) id = -1; /* grouped: past the last group */
       mbarrier_wait_parity(&empty[stage], phase ^ 1);
       *gemm_stage_slot(abort_flag, stage) = id;
@@ -221,6 +223,7 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
       else
         cp_async_bulk_tensor_2d_load_multicast(b_dst + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row, &full[stage],
                                                (uint16_t)((1u << Cfg::CLUSTER_M) - 1));
+      if (kb == claim_kb) claim = gemm_claim_issue(p); /* the next tile's slot, read at its start */
       if (++stage == Cfg::STAGES) { stage = 0; phase ^= 1; }
     }
   }

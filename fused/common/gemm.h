@@ -139,9 +139,9 @@ struct mk_gemm_call {
   int set_done;
   /* The claimed walk (optional; one-CTA clusters; one of counters, so 0 between calls; in
    * grouped mode a CTA's walk ends when the scheduler has no slot): no CTA owns a tile before
-   * it runs. The producer's thread of each CTA takes the
-   * slots one at a time from *claims, in the scheduler's order, and its consumers and storers
-   * learn each through shared memory. The static walk (CTA c: slots c, c + G, ..) leaves the
+   * it runs but the one it takes a few K blocks before its current tile's end. The producer's
+   * thread of each CTA takes the slots one at a time from *claims (its low 32 bits), in the
+   * scheduler's order, and its consumers and storers learn each through shared memory. The static walk (CTA c: slots c, c + G, ..) leaves the
    * share of CTAs that start late (other kernels hold SMs) to the end, about doubling the
    * call; with rs it deadlocks when too few CTAs are resident on every rank. With rs the order
    * must put this rank's rows last (row_block_rotate = the next rank's first row-block): a

@@ -44,17 +44,30 @@ __device__ __forceinline__ int gemm_next_slot(const struct mk_gemm_params& p, in
   return p.claim_end ? id : id + step;
 }
 
-/* The producer's thread: the next claimed slot, or -1 at the end. Not inlined: the producer
- * runs on 56 registers. */
-__device__ __noinline__ int gemm_claim_slot(const struct mk_gemm_params& p) {
-  const int id = (int)atomicAdd((unsigned long long*)p.call.claims, 1ull);
-  return id < p.claim_end ? id : -1;
+/* The producer's thread takes each slot from the counter a few K blocks before it needs it
+ * (gemm_claim_kb): the atomic (every CTA on one L2 word) is issued there and its value is
+ * first read at the next tile's start, so its latency hides behind the tile's last loads. A
+ * CTA holds one slot ahead only for those few K blocks. The low 32 bits of the counter word:
+ * a call takes fewer than 2^31 slots. */
+__device__ __forceinline__ uint32_t gemm_claim_issue(const struct mk_gemm_params& p) {
+  return atomicAdd((unsigned int*)p.call.claims, 1u);
+}
+
+/* The claimed slot, or -1 at the end. */
+__device__ __forceinline__ int gemm_claimed_slot(const struct mk_gemm_params& p, uint32_t claim) {
+  return (int)claim < p.claim_end ? (int)claim : -1;
+}
+
+/* The K block at whose load the producer claims the next slot. */
+template <class Cfg>
+__device__ __forceinline__ int gemm_claim_kb(const struct mk_gemm_params& p) {
+  return p.claim_end ? max(0, p.num_k_blocks - Cfg::STAGES - 1) : -1;
 }
 
 /* The claimed walk, consumers, after the K loop of a tile they would store themselves: whether
  * the producer's next slot word (in the stage after the tile's) is the end, which makes the
- * tile the CTA's last. The wait costs nothing: the producer claimed the next slot once it had
- * issued this tile's loads. */
+ * tile the CTA's last. The wait costs nothing: the producer claimed the next slot a few K
+ * blocks before this tile's last (gemm_claim_kb). */
 __device__ __forceinline__ bool gemm_claimed_walk_ends(uint64_t* full, int stage, uint32_t phase,
                                                        volatile uint32_t* ctl) {
   mbarrier_wait_parity(&full[stage], phase);

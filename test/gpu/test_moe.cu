@@ -237,6 +237,17 @@ static void scenario_negative_control(struct rank_env* e) {
   run_case(e, &c, g_seed, 1);
 }
 
+/* One dispatch of case c (rank_harness.cuh's call shape). */
+struct dispatch_arg { struct moe_bufs* b; const struct moe_case* c; };
+
+static ncclResult_t dispatch_call(void* env, void* arg) {
+  struct rank_env* e = (struct rank_env*)env;
+  const struct dispatch_arg* a = (const struct dispatch_arg*)arg;
+  const struct moe_case* c = a->c;
+  return ncclMkMoeDispatchGemm(a->b->x, a->b->topk_idx, a->b->w1, a->b->act, c->tokens, c->hidden, c->inter, c->topk,
+                               c->experts, e->layout, ncclBfloat16, e->comm, e->stream);
+}
+
 /* Rank 1 never dispatches (NCCL_MK_TIMEOUT_MS=2000, set by rank_main): rank 0's dispatch
  * must end (no hang) with an asynchronous error naming the rank and the MoE op, and its next
  * call must fail at once. Rank 1 waits on an NCCL barrier so that its workspace, which rank 0
@@ -246,33 +257,21 @@ static void scenario_dead_peer(struct rank_env* e) {
   struct moe_bufs b;
   bufs_alloc(&b, &c);
   inputs_fill(e, &b, &c, g_seed);
+  struct dispatch_arg arg = {&b, &c};
   ncclResult_t async = ncclSuccess;
   char msg[256] = "";
   if (e->rank == 0) {
-    NCCL_OK(ncclMkMoeDispatchGemm(b.x, b.topk_idx, b.w1, b.act, c.tokens, c.hidden, c.inter, c.topk,
-                                  c.experts, e->layout, ncclBfloat16, e->comm, e->stream));
+    NCCL_OK(dispatch_call(e, &arg));
     CUDA_OK(cudaStreamSynchronize(e->stream));
     NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
     printf("rank 0: asynchronous error %d: %s\n", (int)async, msg);
     expect(e, async == ncclRemoteError, "a dispatch without its peer ends in ncclRemoteError", 0);
     expect(e, strstr(msg, "rank 0: fused op 0x4 timed out") != NULL, "the error names rank 0 and the dispatch", 0);
-    ncclResult_t again = ncclMkMoeDispatchGemm(b.x, b.topk_idx, b.w1, b.act, c.tokens, c.hidden, c.inter,
-                                               c.topk, c.experts, e->layout, ncclBfloat16, e->comm, e->stream);
-    expect(e, again == ncclRemoteError, "the next call fails at once", 0);
+    expect(e, dispatch_call(e, &arg) == ncclRemoteError, "the next call fails at once", 0);
   }
   CUDA_OK(cudaStreamSynchronize(e->stream));
   rank_barrier(e->comm, e->stream);
   bufs_free(&b);
-}
-
-struct dispatch_arg { struct moe_bufs* b; const struct moe_case* c; };
-
-static ncclResult_t dispatch_call(void* env, void* arg) {
-  struct rank_env* e = (struct rank_env*)env;
-  const struct dispatch_arg* a = (const struct dispatch_arg*)arg;
-  const struct moe_case* c = a->c;
-  return ncclMkMoeDispatchGemm(a->b->x, a->b->topk_idx, a->b->w1, a->b->act, c->tokens, c->hidden, c->inter, c->topk,
-                               c->experts, e->layout, ncclBfloat16, e->comm, e->stream);
 }
 
 /* rank_harness.cuh's rank_peer_dies_mid_call with a dispatch: rank 1's process dies while its
