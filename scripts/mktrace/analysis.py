@@ -286,3 +286,35 @@ def format_arrivals(traces):
             gap = "-" if use is None else f"{(use - arrived) / 1e3:.1f}"
             lines.append(f"  {flag:>5} {peer:>4} {arrived / 1e3:>11.1f} {u:>13} {gap:>8}")
     return "\n".join(lines)
+
+
+def tile_gaps(traces):
+    """Per rank: the idle time of each consumer warp group between the end of one tile and the
+    start (its first data in) of the next on the same CTA, in ns, sorted: what a CTA loses
+    between tiles (the next slot's choice, the scheduler's walk to its group, a late load)."""
+    out = []
+    for t in traces:
+        lanes = collections.defaultdict(list)
+        for e in t.events:
+            if e.role == "consumer" and e.kind == "tile":
+                lanes[(e.cta, e.lane)].append(e)
+        gaps = []
+        for evs in lanes.values():
+            evs.sort(key=lambda e: e.start)
+            gaps += [b.start - a.end for a, b in zip(evs, evs[1:])]
+        out.append({"rank": t.rank, "call": t.call, "op": t.op_name, "gaps": sorted(gaps)})
+    return out
+
+
+def format_gaps(traces):
+    lines = ["consumer idle between two tiles of a CTA (us):",
+             f"  {'rank':>4} {'call':>5} {'op':<22} {'gaps':>6} {'median':>8} {'mean':>8} {'p90':>8} {'max':>8}"]
+    for r in tile_gaps(traces):
+        g = r["gaps"]
+        if not g:
+            lines.append(f"  {r['rank']:>4} {r['call']:>5} {r['op']:<22} {0:>6}  (one tile per CTA or none)")
+            continue
+        us = [x / 1e3 for x in g]
+        lines.append(f"  {r['rank']:>4} {r['call']:>5} {r['op']:<22} {len(us):>6} {us[len(us) // 2]:>8.2f} "
+                     f"{sum(us) / len(us):>8.2f} {us[int(0.9 * (len(us) - 1))]:>8.2f} {us[-1]:>8.2f}")
+    return "\n".join(lines)

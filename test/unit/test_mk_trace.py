@@ -5,6 +5,7 @@ negative control), the Perfetto JSON, the PNG from the stored trace and from a r
 and hang reports.
 
 usage: test_mk_trace.py CASE MK_TRACE UNIT_TRACE [DATA_DIR]"""
+import collections
 import json
 import os
 import subprocess
@@ -111,6 +112,28 @@ def storer_event_on_a_consumer_lane_counts_as_stored(tmp):
     traces[0].events.remove(moved)
     check(any("storer" in p for p in analysis.check_tiles_once(traces)),
           "without the event the stored tile is missing")
+
+
+def gaps_measure_each_ctas_idle_between_tiles(tmp):
+    """Consumer tiles laid out 10 us long with 3 us between them on every CTA and warp group,
+    one gap of 50 us: `gaps` reports the median 3 and the max 50, per rank."""
+    _, traces, _ = synth_traces(tmp)
+    for t in traces:
+        lanes = collections.defaultdict(list)
+        for e in t.events:
+            if e.role == "consumer" and e.kind == "tile":
+                lanes[(e.cta, e.lane)].append(e)
+        for i, evs in enumerate(lanes.values()):
+            evs.sort(key=lambda e: e.start)
+            start = evs[0].start
+            for j, e in enumerate(evs):
+                e.start, e.dur = start, 10000
+                start += 10000 + (50000 if (t.rank, i, j) == (1, 0, 0) else 3000)
+    g = analysis.tile_gaps(traces)
+    check([r["gaps"][len(r["gaps"]) // 2] for r in g] == [3000, 3000], f"median gap 3 us: {g}")
+    check(g[0]["gaps"][-1] == 3000 and g[1]["gaps"][-1] == 50000, "the planted 50 us gap, on rank 1")
+    out = tool("gaps", *write_traces(tmp, traces, "gaps")).stdout
+    check("3.00" in out and "50.00" in out, f"mk-trace gaps prints them:\n{out}")
 
 
 def perfetto_json_has_a_process_per_rank_and_track_per_sm_role(tmp):
