@@ -141,10 +141,11 @@ struct mk_gemm_call {
    * grouped mode a CTA's walk ends when the scheduler has no slot): no CTA owns a tile before
    * it runs but the one it takes a few K blocks before its current tile's end. The producer's
    * thread of each CTA takes the slots one at a time from *claims (its low 32 bits), in the
-   * scheduler's order, and its consumers and storers learn each through shared memory. The static walk (CTA c: slots c, c + G, ..) leaves the
-   * share of CTAs that start late (other kernels hold SMs) to the end, about doubling the
-   * call; with rs it deadlocks when too few CTAs are resident on every rank. With rs the order
-   * must put this rank's rows last (row_block_rotate = the next rank's first row-block): a
+   * scheduler's order, and its consumers and storers learn each through shared memory. The
+   * static walk (CTA c: slots c, c + G, ..) leaves the share of CTAs that start late (other
+   * kernels hold SMs) to the end, about doubling the call; with rs it deadlocks when too few
+   * CTAs are resident on every rank. With rs the order must put this rank's rows last
+   * (row_block_rotate = the next rank's first row-block): a
    * peer-row tile never waits, and an own-row tile is taken only after every peer-row tile
    * has been taken by a running CTA, so no tile any rank waits for sits with a CTA that cannot
    * start (bench/models/residency.py, bench/NOTES.md session 38). */
