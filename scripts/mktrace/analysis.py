@@ -163,22 +163,29 @@ def phase_spans(trace):
     return sorted(rows, key=lambda r: (r[2], r[3]))
 
 
+def _sorted_lanes(events):
+    """{(rank, cta, lane): that lane's events in start order}."""
+    lanes = collections.defaultdict(list)
+    for e in events:
+        lanes[(e.rank, e.cta, e.lane)].append(e)
+    for evs in lanes.values():
+        evs.sort(key=lambda e: e.start)
+    return lanes
+
+
 def critical_path(traces):
     """The chain of events that ends last, walked backwards: on a producer lane each event
     waits for the previous one, except that a wait which ended on a chunk's arrival hands the
     blame to that chunk (possibly on another rank), whose lane is then followed. Returns the
     events oldest first. A heuristic: it follows recorded dependencies only."""
     arr_event = {}
-    lanes = collections.defaultdict(list)
     for t in traces:
         for e in t.events:
-            lanes[(e.rank, e.cta, e.lane)].append(e)
             if e.kind == "chunk":
                 key = (e.peer, e.flag) if e.role == "comm-send" else (e.rank, e.flag)
                 if key not in arr_event or e.end > arr_event[key].end:
                     arr_event[key] = e
-    for evs in lanes.values():
-        evs.sort(key=lambda e: e.start)
+    lanes = _sorted_lanes(e for t in traces for e in t.events)
     every = [e for evs in lanes.values() for e in evs]
     if not every:
         return []
@@ -294,14 +301,8 @@ def tile_gaps(traces):
     between tiles (the next slot's choice, the scheduler's walk to its group, a late load)."""
     out = []
     for t in traces:
-        lanes = collections.defaultdict(list)
-        for e in t.events:
-            if e.role == "consumer" and e.kind == "tile":
-                lanes[(e.cta, e.lane)].append(e)
-        gaps = []
-        for evs in lanes.values():
-            evs.sort(key=lambda e: e.start)
-            gaps += [b.start - a.end for a, b in zip(evs, evs[1:])]
+        lanes = _sorted_lanes(e for e in t.events if e.role == "consumer" and e.kind == "tile")
+        gaps = [b.start - a.end for evs in lanes.values() for a, b in zip(evs, evs[1:])]
         out.append({"rank": t.rank, "call": t.call, "op": t.op_name, "gaps": sorted(gaps)})
     return out
 
