@@ -577,25 +577,25 @@ static void scenario_killed_peer(struct rank_env* e) {
   rank_exit_after_peer_death(e->comm, "killed_peer", e->failures);
 }
 
-struct ag_call_arg { struct op_bufs* o; struct shape s; };
+struct op_call_arg { struct op_bufs* o; struct shape s; };
 
 static ncclResult_t ag_call(void* env, void* arg) {
   struct rank_env* e = (struct rank_env*)env;
-  struct ag_call_arg* a = (struct ag_call_arg*)arg;
+  struct op_call_arg* a = (struct op_call_arg*)arg;
   return ncclMkAllGatherGemm(a->o->a_shard, a->o->b, a->o->c_ag, NULL, a->s.m, a->s.n, a->s.k, ncclBfloat16, e->comm,
                              e->stream);
 }
 
 static ncclResult_t rs_call(void* env, void* arg) {
   struct rank_env* e = (struct rank_env*)env;
-  struct ag_call_arg* a = (struct ag_call_arg*)arg;
+  struct op_call_arg* a = (struct op_call_arg*)arg;
   return ncclMkGemmReduceScatter(a->o->a, a->o->b, a->o->c_rs, a->s.m, a->s.n, a->s.k, ncclBfloat16, e->comm,
                                  e->stream);
 }
 
 static ncclResult_t ar_call(void* env, void* arg) {
   struct rank_env* e = (struct rank_env*)env;
-  struct ag_call_arg* a = (struct ag_call_arg*)arg;
+  struct op_call_arg* a = (struct op_call_arg*)arg;
   return ncclMkGemmAllReduce(a->o->a, a->o->b, a->o->c_ar, a->s.m, a->s.n, a->s.k, ncclBfloat16, e->comm, e->stream);
 }
 
@@ -608,7 +608,7 @@ static void peer_dies_mid_call_run(struct rank_env* e, const char* scenario,
   struct op_bufs o;
   bufs_alloc(&o, s);
   bufs_fill(e, &o, s, g_seed);
-  struct ag_call_arg arg = {&o, s};
+  struct op_call_arg arg = {&o, s};
   rank_peer_dies_mid_call(e->rank, e->comm, e->stream, scenario, call, e, &arg, e->failures);
 }
 
