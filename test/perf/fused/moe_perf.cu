@@ -33,8 +33,10 @@
  * moe_baseline.cuh (the dispatch baseline), moe_combine_perf.cuh (the combine variants).
  *
  * usage: moe_perf [-p procs] [-s mixtral|deepseek|decode|all] [-n iters] [-w warmup] [-q]
- *                 [-c] [-J json]
+ *                 [-c] [-T tokens] [-J json]
  * -c adds the combine line (opt-in; first run on 2 H200s in session 18, bench/NOTES.md).
+ * -T sets every shape's tokens per rank (e.g. -p 1 -T 8192 gives one rank the rows per
+ * local expert that EP=2 gives each rank at T = 4096).
  */
 #include <nccl.h>
 #include <string.h>
@@ -66,6 +68,7 @@ struct opts {
   int nprocs, proc, iters, warmup, shape; /* shape -1: all */
   int fp8;                                /* -q: the fp8 dispatch */
   int combine;                            /* -c: the combine variants too */
+  int tokens;                             /* -T: tokens per rank for every shape (0: the shape's) */
   const char* json;
   char id[PERF_ID_HEX_LEN];
 };
@@ -504,11 +507,18 @@ static int run_shape(struct rank* k, const struct opts* o, const struct moe_shap
   return sums[2] > 0 || sums[4] > 0 || sums[0] != sums[1];
 }
 
+/* Shape i as this run takes it (-T). */
+static struct moe_shape shape_of(const struct opts* o, int i) {
+  struct moe_shape s = shapes[i];
+  if (o->tokens > 0) s.tokens = o->tokens;
+  return s;
+}
+
 static void moe_config(const struct opts* o, int nranks, ncclMkConfig* cfg, size_t* max_recv_rows) {
   NCCL_OK(ncclMkConfigDefaults(cfg));
   for (int i = 0; i < NSHAPES; i++) {
     if (o->shape >= 0 && i != o->shape) continue;
-    const struct moe_shape* s = &shapes[i];
+    const struct moe_shape sh = shape_of(o, i), *s = &sh;
     if (s->tokens > cfg->moe_max_tokens) cfg->moe_max_tokens = s->tokens;
     if (s->hidden > cfg->moe_max_hidden) cfg->moe_max_hidden = s->hidden;
     if (s->topk > cfg->moe_max_topk) cfg->moe_max_topk = s->topk;
@@ -536,8 +546,10 @@ static int rank_main(const struct opts* o) {
   FILE* json = k.r == 0 && o->json ? fopen(o->json, "w") : NULL;
   if (k.r == 0) print_header(&k, o);
   int bad = 0;
-  for (int i = 0; i < NSHAPES; i++)
-    if (o->shape < 0 || i == o->shape) bad += run_shape(&k, o, &shapes[i], json);
+  for (int i = 0; i < NSHAPES; i++) {
+    struct moe_shape sh = shape_of(o, i);
+    if (o->shape < 0 || i == o->shape) bad += run_shape(&k, o, &sh, json);
+  }
   if (json) fclose(json);
   ncclResult_t async = ncclSuccess;
   NCCL_OK(ncclMkCommGetAsyncError(k.comm, &async, NULL, 0));
@@ -557,7 +569,7 @@ static int shape_index(const char* name) {
 static int parse(int argc, char** argv, struct opts* o) {
   int c, launched = 0;
   o->nprocs = 2, o->iters = 5, o->warmup = 2, o->shape = -1;
-  while ((c = getopt(argc, argv, "p:s:n:w:qcJ:P:I:")) != -1) {
+  while ((c = getopt(argc, argv, "p:s:n:w:qcT:J:P:I:")) != -1) {
     /* clang-format off */
     switch (c) {
       case 'p': o->nprocs = atoi(optarg); break;
@@ -566,6 +578,7 @@ static int parse(int argc, char** argv, struct opts* o) {
       case 'w': o->warmup = atoi(optarg); break;
       case 'q': o->fp8 = 1; break;
       case 'c': o->combine = 1; break;
+      case 'T': o->tokens = atoi(optarg); break;
       case 'J': o->json = optarg; break;
       case 'P': o->proc = atoi(optarg), launched = 1; break;
       case 'I': snprintf(o->id, sizeof(o->id), "%s", optarg), launched = 1; break;
@@ -573,7 +586,8 @@ static int parse(int argc, char** argv, struct opts* o) {
     }
     /* clang-format on */
   }
-  if (o->iters < 1 || o->warmup < 0 || o->nprocs < 1 || o->nprocs > MAX_RANKS || o->shape < -1)
+  if (o->iters < 1 || o->warmup < 0 || o->nprocs < 1 || o->nprocs > MAX_RANKS || o->shape < -1 ||
+      o->tokens < 0)
     return -1;
   return launched;
 }
@@ -584,7 +598,7 @@ int main(int argc, char** argv) {
   int launched = parse(argc, argv, &o);
   if (launched < 0) {
     fprintf(stderr, "usage: %s [-p procs] [-s mixtral|deepseek|decode|all] [-n iters] [-w warmup]"
-            " [-q] [-c] [-J json]\n", argv[0]);
+            " [-q] [-c] [-T tokens] [-J json]\n", argv[0]);
     return 2;
   }
   if (!launched) return perf_launch_local_or_skip(argc, argv, o.nprocs);
