@@ -103,11 +103,14 @@ MK_HD int mk_moe_step_item(const int* items, int steps, int i, int* local) {
 }
 
 /* The grouped GEMMs' rows per tile (gemm.h args.block_m) from the mean rows of a local expert
- * (every rank's tokens x topk over the experts): 64 up to 512 rows, else 128. Measured on
- * 2 H200s (bench/NOTES.md, session 28): 64 took decode (8 rows) 1.6% and DeepSeek-like (256)
- * 1.0% faster, Mixtral-like (2048) 8% slower; the threshold between them is not measured. */
+ * (every rank's tokens x topk over the experts): 64 up to 32 rows, else 128. With the claimed
+ * walk (sessions 39-41) a weight block read by two 64-row tiles is no longer read by TPC
+ * siblings at once, so 128-row tiles, which read it once, win from 64 mean rows on (one H200,
+ * moe_perf -p 1 -s deepseek -c -T 2048..16384, bench/NOTES.md session 42: dispatch 4-11% and
+ * combine 5-11% faster); 64-row tiles keep decode (4-8 rows) 5% faster. 32 lies between the
+ * measured sizes. */
 MK_HD int mk_moe_gemm_block_m(long tokens, int topk, int nranks, int num_experts) {
-  return num_experts > 0 && tokens * topk * nranks <= 512L * num_experts ? 64 : 128;
+  return num_experts > 0 && tokens * topk * nranks <= 32L * num_experts ? 64 : 128;
 }
 
 /* Fills the offsets from the sizes (g->nranks ... max_recv_rows set); returns g->bytes. */

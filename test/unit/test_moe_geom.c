@@ -76,13 +76,13 @@ static void check_expand_items(const int* counts, int sources) {
   CHECK(mk_moe_step_item(counts, sources, total + 1000, &local) == -1);
 }
 
-/* mk_moe_gemm_block_m: 64-row tiles up to 512 mean rows per local expert, 128 above. */
+/* mk_moe_gemm_block_m: 64-row tiles up to 32 mean rows per local expert, 128 above. */
 static void check_gemm_block_m(void) {
   CHECK(mk_moe_gemm_block_m(128, 8, 2, 256) == 64);   /* decode: 8 rows */
-  CHECK(mk_moe_gemm_block_m(4096, 8, 2, 256) == 64);  /* DeepSeek-like: 256 */
+  CHECK(mk_moe_gemm_block_m(512, 8, 2, 256) == 64);   /* 32: the last at 64 */
+  CHECK(mk_moe_gemm_block_m(513, 8, 2, 256) == 128);
+  CHECK(mk_moe_gemm_block_m(4096, 8, 2, 256) == 128); /* DeepSeek-like: 256 */
   CHECK(mk_moe_gemm_block_m(4096, 2, 2, 8) == 128);   /* Mixtral-like: 2048 */
-  CHECK(mk_moe_gemm_block_m(8192, 8, 2, 256) == 64);  /* 512: the last at 64 */
-  CHECK(mk_moe_gemm_block_m(8193, 8, 2, 256) == 128);
   CHECK(mk_moe_gemm_block_m(0, 8, 2, 256) == 64);     /* no tokens here: the peers' few rows */
   CHECK(mk_moe_gemm_block_m(16, 1, 1, 0) == 128);     /* nonsense experts: the default */
 }
