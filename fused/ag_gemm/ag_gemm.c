@@ -73,11 +73,10 @@ static void ag_gemm_push_call(const struct mk_fused_comm* fc, const void* a_shar
                               struct mk_gemm_push* push, struct mk_gemm_call* call, int set_done) {
   uint64_t* own = (uint64_t*)fc->sym;
   memset(push, 0, sizeof(*push));
-  memset(call, 0, sizeof(*call));
+  mk_ag_call_words(call, fc->rank, fc->nranks, own, 1, set_done);
   push->ctas = ctas, push->src = a_shard, push->shard_rows = (int)(m / (size_t)fc->nranks);
   push->counts = (uint32_t*)((char*)fc->sym + MK_AG_COUNT_OFFSET);
   push->drop_flag_block = (int)mk_param_int(MK_PARAM_DEBUG_DROP_FLAG) + 1; /* -1 (off) -> 0 */
-  call->rank = fc->rank, call->nranks = fc->nranks;
   struct mk_xnode_view xv;
   mk_xnode_view(fc, &xv); /* all zero without a proxy */
   push->xn = xv.dev, push->remote_mask = xv.remote_mask;
@@ -89,8 +88,6 @@ static void ag_gemm_push_call(const struct mk_fused_comm* fc, const void* a_shar
     push->dst_flags[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0;
     call->peer_done[d] = (const uint64_t*)fc->peer_sym[d] + MK_AG_WORD_DONE;
   }
-  call->done = own + MK_AG_WORD_DONE, call->call = own + MK_AG_WORD_CALL;
-  call->exits = (uint32_t*)(own + MK_AG_WORD_EXITS), call->set_done = set_done;
   call->claims = call->counters = own + MK_AG_WORD_CLAIMS, call->num_counters = 1;
 }
 

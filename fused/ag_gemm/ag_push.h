@@ -34,6 +34,7 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "gemm.h"
 
@@ -53,6 +54,17 @@ extern "C" {
 #define MK_AG_WORDS_BYTES (32u << 10)
 #define MK_AG_COUNT_OFFSET (48u << 10)
 #define MK_AG_DATA_OFFSET (128u << 10) /* = MK_FUSED_FLAG_BYTES */
+
+/* A one-kernel call bracket (gemm.h struct mk_gemm_call) over these words: zeroed, then this
+ * rank's done and exits words (and the call word when with_call) and set_done. The op adds
+ * the peers' done words, its counters and its claims. */
+static inline void mk_ag_call_words(struct mk_gemm_call* call, int rank, int nranks, uint64_t* own,
+                                    int with_call, int set_done) {
+  memset(call, 0, sizeof(*call));
+  call->rank = rank, call->nranks = nranks;
+  call->done = own + MK_AG_WORD_DONE, call->call = with_call ? own + MK_AG_WORD_CALL : NULL;
+  call->exits = (uint32_t*)(own + MK_AG_WORD_EXITS), call->set_done = set_done;
+}
 
 /* done = done + 1 (the call's number e) on `stream`, after the gathered A was copied out. 0 or -EIO. */
 int mk_ag_finish_launch(void* own_ws, cudaStream_t stream);

@@ -88,9 +88,8 @@ static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, in
   char* own = (char*)fc->sym;
   uint64_t* own_counts = (uint64_t*)(own + MK_RS_COUNT_OFFSET);
   memset(rs, 0, sizeof(*rs));
-  memset(call, 0, sizeof(*call));
+  mk_ag_call_words(call, r, nr, (uint64_t*)own, 1, 1);
   rs->shard_rows = (int)shard, rs->rank = r, rs->nranks = nr;
-  call->rank = r, call->nranks = nr;
   struct mk_xnode_view xv;
   mk_xnode_view(fc, &xv); /* all zero without a proxy */
   rs->xn = xv.remote_mask ? xv.dev : NULL, rs->remote_mask = xv.remote_mask;
@@ -113,8 +112,6 @@ static void gemm_rs_peers(const struct mk_fused_comm* fc, size_t m, size_t n, in
     rs->gathered[d] = own + MK_AG_DATA_OFFSET + gather0 + (size_t)mk_sched_rs_slot(d, r) * slot;
     rs->gathered_counts[d] = own_counts + (size_t)(nr + d) * blocks;
   }
-  call->done = (uint64_t*)own + MK_AG_WORD_DONE, call->call = (uint64_t*)own + MK_AG_WORD_CALL;
-  call->exits = (uint32_t*)((uint64_t*)own + MK_AG_WORD_EXITS), call->set_done = 1;
   call->counters = own_counts, call->num_counters = nr * (int)blocks * (gather ? 2 : 1);
   /* the claim words (gemm.h collect_claims: the CTAs' start count, the collect's items, the
    * claimed walk's tiles), after the gather counters */

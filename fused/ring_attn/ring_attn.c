@@ -111,6 +111,7 @@ void mk_ra_fill_args(struct mk_fused_comm* fc, int op, const void* k, const void
   a->slots = (char*)fc->sym + MK_AG_DATA_OFFSET;
   a->flags = own + MK_AG_FLAG0;
   const long fps = mk_ra_flags_per_slot(batch, s_local, chunk_rows);
+  mk_ag_call_words(&a->call, fc->rank, fc->nranks, own, 1, 1);
   for (int d = 0; d < fc->nranks; d++) {
     if (d == fc->rank) continue;
     const int slot = mk_sched_rs_slot(fc->rank, d); /* this rank's slot on d */
@@ -118,9 +119,6 @@ void mk_ra_fill_args(struct mk_fused_comm* fc, int op, const void* k, const void
     a->peer_flags[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0 + slot * fps;
     a->call.peer_done[d] = (const uint64_t*)fc->peer_sym[d] + MK_AG_WORD_DONE;
   }
-  a->call.rank = fc->rank, a->call.nranks = fc->nranks;
-  a->call.done = own + MK_AG_WORD_DONE, a->call.call = own + MK_AG_WORD_CALL;
-  a->call.exits = (uint32_t*)(own + MK_AG_WORD_EXITS), a->call.set_done = 1;
   a->err = fc->err;
   a->err_tag = mk_op_err_tag(fc, (enum mk_op_id)op);
   a->timeout_ms = (uint32_t)fc->cfg.timeout_ms;
