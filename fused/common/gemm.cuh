@@ -162,6 +162,48 @@ __device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, 
   return 1;
 }
 
+/* The producer's abort: a data-less arrival on the next stage, once the consumers have released
+ * it, with its slot word -1 (the claimed walk's consumers: the end). */
+template <class Cfg>
+__device__ __forceinline__ void gemm_producer_abort(uint64_t* full, uint64_t* empty, int stage, uint32_t phase,
+                                                  volatile uint32_t* abort_flag) {
+  mbarrier_wait_parity(&empty[stage], phase ^ 1);
+  *gemm_stage_slot(abort_flag, stage) = -1;
+  mbarrier_arrive(&full[stage]);
+}
+
+/* One tile's K blocks into the stage ring: A's rows (from the local shard's map when they are
+ * local), B's rows (multicast to the cluster's CTAs when CLUSTER_M > 1); the claimed walk's
+ * next slot is claimed at K block claim_kb. */
+template <class Cfg>
+__device__ __forceinline__ void gemm_load_tile(const CUtensorMap* tmap_a, const CUtensorMap* tmap_a_local,
+                                               const CUtensorMap* tmap_b, const struct mk_gemm_params& p,
+                                               const struct mk_tile& t, int rank, bool local, uint8_t* smem,
+                                               uint64_t* full, uint64_t* empty, int* stage_io, uint32_t* phase_io,
+                                               int claim_kb, uint32_t* claim) {
+  const int b_row = t.b_row0 + rank * Cfg::B_ROWS_PER_CTA;
+  const CUtensorMap* a_map = local ? tmap_a_local : tmap_a;
+  const int a_row = local ? t.row0 - p.a_local_row0 : t.row0;
+  uint8_t* b_dst = smem + Cfg::OFF_B + rank * Cfg::B_ROWS_PER_CTA * 128;
+  int stage = *stage_io;
+  uint32_t phase = *phase_io;
+  for (int kb = 0; kb < p.num_k_blocks; kb++) {
+    /* with clusters, empty[stage] also counts the partner's consumers: its half of B
+     * lands in our stage and ours in its */
+    mbarrier_wait_parity(&empty[stage], phase ^ 1);
+    mbarrier_arrive_expect_tx(&full[stage], Cfg::A_STAGE + Cfg::B_STAGE);
+    cp_async_bulk_tensor_2d_load(smem + stage * Cfg::A_STAGE, a_map, kb * Cfg::BK, a_row, &full[stage]);
+    if (Cfg::CLUSTER_M == 1)
+      cp_async_bulk_tensor_2d_load(b_dst + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row, &full[stage]);
+    else
+      cp_async_bulk_tensor_2d_load_multicast(b_dst + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row, &full[stage],
+                                             (uint16_t)((1u << Cfg::CLUSTER_M) - 1));
+    if (kb == claim_kb) *claim = gemm_claim_issue(p); /* the next tile's slot, read at its start */
+    if (++stage == Cfg::STAGES) { stage = 0; phase ^= 1; }
+  }
+  *stage_io = stage, *phase_io = phase;
+}
+
 template <class Cfg>
 __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const CUtensorMap* tmap_a_local,
                                               const CUtensorMap* tmap_b,
@@ -200,32 +242,14 @@ __device__ __forceinline__ void gemm_producer(const CUtensorMap* tmap_a, const C
          * in order, so the consumers drain the ring, then find this data-less arrival with
          * abort_flag naming this tile, and leave. No copy is in flight when the CTA exits. */
         *abort_flag = (uint32_t)id + 1;
-        mbarrier_wait_parity(&empty[stage], phase ^ 1);
-        *gemm_stage_slot(abort_flag, stage) = -1; /* the claimed walk's consumers: the end */
-        mbarrier_arrive(&full[stage]);
+        gemm_producer_abort<Cfg>(full, empty, stage, phase, abort_flag);
         return;
       }
       ready_mb = ready_index;
     }
     if (p.tile_start_ns && t.valid) p.tile_start_ns[t.linear] = globaltimer_ns();
-    const int b_row = t.b_row0 + rank * Cfg::B_ROWS_PER_CTA;
-    const CUtensorMap* a_map = local ? tmap_a_local : tmap_a;
-    const int a_row = local ? t.row0 - p.a_local_row0 : t.row0;
-    uint8_t* b_dst = smem + Cfg::OFF_B + rank * Cfg::B_ROWS_PER_CTA * 128;
-    for (int kb = 0; kb < p.num_k_blocks; kb++) {
-      /* with clusters, empty[stage] also counts the partner's consumers: its half of B
-       * lands in our stage and ours in its */
-      mbarrier_wait_parity(&empty[stage], phase ^ 1);
-      mbarrier_arrive_expect_tx(&full[stage], Cfg::A_STAGE + Cfg::B_STAGE);
-      cp_async_bulk_tensor_2d_load(smem + stage * Cfg::A_STAGE, a_map, kb * Cfg::BK, a_row, &full[stage]);
-      if (Cfg::CLUSTER_M == 1)
-        cp_async_bulk_tensor_2d_load(b_dst + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row, &full[stage]);
-      else
-        cp_async_bulk_tensor_2d_load_multicast(b_dst + stage * Cfg::B_STAGE, tmap_b, kb * Cfg::BK, b_row, &full[stage],
-                                               (uint16_t)((1u << Cfg::CLUSTER_M) - 1));
-      if (kb == claim_kb) claim = gemm_claim_issue(p); /* the next tile's slot, read at its start */
-      if (++stage == Cfg::STAGES) { stage = 0; phase ^= 1; }
-    }
+    gemm_load_tile<Cfg>(tmap_a, tmap_a_local, tmap_b, p, t, rank, local, smem, full, empty, &stage, &phase, claim_kb,
+                        &claim);
   }
 }
 
