@@ -103,12 +103,11 @@ MK_HD int mk_moe_step_item(const int* items, int steps, int i, int* local) {
 }
 
 /* The grouped GEMMs' rows per tile (gemm.h args.block_m) from the mean rows of a local expert
- * (every rank's tokens x topk over the experts): 64 up to 32 rows, else 128. With the claimed
- * walk (sessions 39-41) a weight block read by two 64-row tiles is no longer read by TPC
- * siblings at once, so 128-row tiles, which read it once, win from 64 mean rows on (one H200,
- * moe_perf -p 1 -s deepseek -c -T 2048..16384, bench/NOTES.md session 42: dispatch 4-11% and
- * combine 5-11% faster); 64-row tiles keep decode (4-8 rows) 5% faster. 32 lies between the
- * measured sizes. */
+ * (every rank's tokens x topk over the experts): 64 up to 32 rows, else 128. On the claimed
+ * walk (sessions 39-41) 128-row tiles, which read an expert's weight block once per 128 rows,
+ * win from 64 mean rows on (one H200, moe_perf -p 1 -s deepseek -c -T 2048..16384,
+ * bench/NOTES.md session 42: dispatch 4-11% and combine 5-11% faster); 64-row tiles keep
+ * decode (4-8 rows) 5% faster. 32 lies between the measured sizes. */
 MK_HD int mk_moe_gemm_block_m(long tokens, int topk, int nranks, int num_experts) {
   return num_experts > 0 && tokens * topk * nranks <= 32L * num_experts ? 64 : 128;
 }
