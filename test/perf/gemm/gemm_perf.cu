@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <string.h>
 #include <vector>
+#include "ag_push.h" /* mk_ag_call_words: the fused ops' call words */
 #include "gemm_tune.h"
 #include "gemm_check.cuh"
 #include "trace.h"
@@ -34,14 +35,13 @@ static int fp8 = 0, lt_fast_accum = 1; /* gemm_perf fp8 [iters] [precise] */
 
 struct result { struct shape s; double ours[MAX_VARIANTS], lt, rel; };
 
-/* Variant 100 + v (see the usage): a one-rank call bracket over four device words (done, call,
- * exits, claims: 0 between calls, the last CTA zeroes the counter). */
+/* Variant 100 + v (see the usage): a one-rank call bracket over four device words laid out as
+ * a fused op's (ag_push.h: done, call, exits, claims; 0 between calls, the last CTA zeroes the
+ * counter). */
 #define CLAIMED_VARIANT 100
 static void claimed_call_init(struct mk_gemm_call* call, uint64_t* words) {
-  memset(call, 0, sizeof(*call));
-  call->rank = 0, call->nranks = 1;
-  call->done = words, call->exits = (uint32_t*)(words + 2);
-  call->claims = call->counters = words + 3, call->num_counters = 1;
+  mk_ag_call_words(call, 0, 1, words, 0, 0);
+  call->claims = call->counters = words + MK_AG_WORD_CLAIMS, call->num_counters = 1;
 }
 
 static int launch_variant(struct mk_gemm_args* g, const struct mk_gemm_call* call, int variant) {
