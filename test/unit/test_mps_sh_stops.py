@@ -36,7 +36,6 @@ kill "$(cat "$CUDA_MPS_PIPE_DIRECTORY/server.pid")"
 """
 
 
-
 def alive(pid):
     try:
         os.kill(pid, 0)
