@@ -153,7 +153,9 @@ __device__ __forceinline__ int attn_wait_slow(uint64_t* bar, uint32_t parity, co
     if (polls % 64) continue;
     if (w.err && ld_relaxed_sys_u32(&w.err->aborted)) return 0;
     if (globaltimer_ns() - t0 > w.timeout_ns) {
-      if (w.err) {
+      /* a barrier is fed by this CTA's other warps: when one of their waits gave up first (a
+       * flag of the call), its record names the cause; this one would only name the symptom */
+      if (w.err && !ld_relaxed_sys_u32(&w.err->aborted)) {
         w.err->tag = w.err_tag;
         w.err->tile = w.tile;
         w.err->flag_index = what;
