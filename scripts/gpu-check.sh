@@ -7,9 +7,9 @@
 #          ring_bwd_emul (the ring backward's core calls on one GPU) and the cores against cuDNN
 #          in the same iterations (scripts/bench-torch-attn.py)
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
-#   ring:  ncclMkRingAttention's tests on 2 GPUs (the backward's also with its merged and its
-#          own-last plan), then ring_attn_perf (64K causal also with NCCL_MK_RA_FWD_CHUNK=16; the
-#          backward also merged and own-last), ring_bwd_emul and PyTorch's cuDNN attention
+#   ring:  ncclMkRingAttention's tests on 2 GPUs (the backward's also with its merged plan and,
+#          non-causal, its split plan), then ring_attn_perf (64K causal also with
+#          NCCL_MK_RA_FWD_CHUNK=16; the backward also merged and split), ring_bwd_emul and PyTorch's cuDNN attention
 #          (scripts/bench-torch-attn.py)
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
 #          (also with the overlap, and with the fp8 dispatch: moe_perf -q)
@@ -26,7 +26,7 @@
 #          channels 0/4/8, 20 iterations; file $LOGS/tune-net.txt (aimed at < 4 minutes; not
 #          part of all)
 #   pairs: every 2-GPU test program's scenarios, no benchmarks (fused ops, MoE, ring attention,
-#          the ring backward's merged and own-last plans too); on a 1-GPU machine under
+#          the ring backward's merged and non-causal split plans too); on a 1-GPU machine under
 #          scripts/mps.sh the two ranks share the GPU (correctness only)
 #   scale: issue 9 on 4 or 8 GPUs (skips with fewer): at 4 and 8 ranks (MK_SCALE_RANKS) every
 #          GPU test program's scenarios (MK_TEST_RANKS; the fused ops also across emulated
@@ -219,7 +219,7 @@ tier_pairs() {
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_MERGED=1 scenarios "$RING_BWD_MERGED_TESTS" "$B/test/gpu/test_ring_attn_bwd"
-  NCCL_MK_RA_BWD_OWN_LAST=1 scenarios "$RING_BWD_OWN_LAST_TESTS" "$B/test/gpu/test_ring_attn_bwd"
+  NCCL_MK_RA_BWD_OWN_LAST=0 scenarios "$RING_BWD_SPLIT_TESTS" "$B/test/gpu/test_ring_attn_bwd"
 }
 
 # Issue 9 on a machine with 4 or 8 GPUs (skipped with fewer), at MK_SCALE_RANKS ranks (default
@@ -433,19 +433,20 @@ graph:ring_attention_backward_merged_plan_replays_in_cuda_graphs
 absent_peer_noncausal:ring_attention_backward_merged_plan_without_its_peer_stores_nothing_into_its_accumulator
 busy_sms_most:ring_attention_backward_merged_plan_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
 
-# The backward's own-last plan (NCCL_MK_RA_BWD_OWN_LAST=1, non-causal calls only; off by default
-# until run on 2 GPUs): the peers' blocks first, the own block last adding the peers' partials.
-RING_BWD_OWN_LAST_TESTS="small:ring_attention_backward_own_last_plan_matches_float64
-large:ring_attention_backward_own_last_plan_matches_the_core
-graph:ring_attention_backward_own_last_plan_replays_in_cuda_graphs
-absent_peer_noncausal:ring_attention_backward_own_last_plan_without_its_peer_stores_nothing_into_its_accumulator
-busy_sms_most:ring_attention_backward_own_last_plan_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
+# The backward's split plan on non-causal calls (NCCL_MK_RA_BWD_OWN_LAST=0; the own-last plan is
+# the default there since session 43): the own block's calls beside the gather, then the
+# peers', then the reduce pass.
+RING_BWD_SPLIT_TESTS="small:ring_attention_backward_split_plan_noncausal_matches_float64
+large:ring_attention_backward_split_plan_noncausal_matches_the_core
+graph:ring_attention_backward_split_plan_noncausal_replays_in_cuda_graphs
+absent_peer_noncausal:ring_attention_backward_split_plan_without_its_peer_stores_nothing_into_its_accumulator
+busy_sms_most:ring_attention_backward_split_plan_noncausal_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
 
 tier_ring() {
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_MERGED=1 scenarios "$RING_BWD_MERGED_TESTS" "$B/test/gpu/test_ring_attn_bwd"
-  NCCL_MK_RA_BWD_OWN_LAST=1 scenarios "$RING_BWD_OWN_LAST_TESTS" "$B/test/gpu/test_ring_attn_bwd"
+  NCCL_MK_RA_BWD_OWN_LAST=0 scenarios "$RING_BWD_SPLIT_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   step ring_attn_perf "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -J "$LOGS/ring_attn_perf.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
   # the forward's CTAs in chunks of 16 query tiles (NCCL_MK_RA_FWD_CHUNK; session 33's lead for
@@ -459,8 +460,8 @@ tier_ring() {
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd.log" || true
   step ring_attn_perf_bwd_merged env NCCL_MK_RA_BWD_MERGED=1 "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd_merged.log" || true
-  step ring_attn_perf_bwd_own_last env NCCL_MK_RA_BWD_OWN_LAST=1 "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1
-  grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd_own_last.log" || true
+  step ring_attn_perf_bwd_split env NCCL_MK_RA_BWD_OWN_LAST=0 "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1
+  grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd_split.log" || true
   # each rank's backward core calls emulated on one GPU, every plan (test/perf/attn/ring_bwd_emul.cu)
   step ring_bwd_emul "$B/test/perf/attn/ring_bwd_emul" 10
   grep -A 8 '^#  B' "$LOGS/ring_bwd_emul.log" || true

@@ -28,7 +28,8 @@
  * core's ready_flags) instead of the stream waiting for the whole gather; the join moves
  * before step 4; causal, the peers' accumulators are zeroed on the caller's stream first, each
  * after a bounded wait for its owner to have ended its previous call (step 1 zeroes nothing).
- * NCCL_MK_RA_BWD_OWN_LAST=1 (non-causal; off until run on 2 GPUs): everything on the caller's
+ * NCCL_MK_RA_BWD_OWN_LAST=1 (non-causal; the default since session 43, on one-GPU evidence:
+ * ring_bwd_emul +7.5%, two ranks under MPS +8-11%; not yet run on 2 GPUs): everything on the caller's
  * stream, no side stream and no reduce pass: the first call's delta and dq_acc zeroing, the
  * gather (it lets the next kernel start beside it: pdl), the calls on the peers' blocks (their
  * CTAs waiting for each chunk; partials stored into the owners' acc[r] as above), the
