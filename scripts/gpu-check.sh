@@ -7,9 +7,8 @@
 #          ring_bwd_emul (the ring backward's core calls on one GPU) and the cores against cuDNN
 #          in the same iterations (scripts/bench-torch-attn.py)
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
-#   ring:  ncclMkRingAttention's tests on 2 GPUs (the backward's also with its merged plan and,
-#          non-causal, its split plan), then ring_attn_perf (64K causal also with
-#          NCCL_MK_RA_FWD_CHUNK=16; the backward also merged and split), ring_bwd_emul and PyTorch's cuDNN attention
+#   ring:  ncclMkRingAttention's tests on 2 GPUs (the backward's also with its split plan), then
+#          ring_attn_perf (64K causal also with NCCL_MK_RA_FWD_CHUNK=16; the backward also split), ring_bwd_emul and PyTorch's cuDNN attention
 #          (scripts/bench-torch-attn.py)
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
 #          (also with the overlap, and with the fp8 dispatch: moe_perf -q)
@@ -26,7 +25,7 @@
 #          channels 0/4/8, 20 iterations; file $LOGS/tune-net.txt (aimed at < 4 minutes; not
 #          part of all)
 #   pairs: every 2-GPU test program's scenarios, no benchmarks (fused ops, MoE, ring attention,
-#          the ring backward's merged and non-causal split plans too); on a 1-GPU machine under
+#          the ring backward's split plan too); on a 1-GPU machine under
 #          scripts/mps.sh the two ranks share the GPU (correctness only)
 #   scale: issue 9 on 4 or 8 GPUs (skips with fewer): at 4 and 8 ranks (MK_SCALE_RANKS) every
 #          GPU test program's scenarios (MK_TEST_RANKS; the fused ops also across emulated
@@ -218,8 +217,7 @@ tier_pairs() {
   step moe_ops_busy_sms_with_overlap env NCCL_MK_MOE_OVERLAP=1 "$B/test/gpu/test_moe" busy_sms
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
-  NCCL_MK_RA_BWD_MERGED=1 scenarios "$RING_BWD_MERGED_TESTS" "$B/test/gpu/test_ring_attn_bwd"
-  NCCL_MK_RA_BWD_OWN_LAST=0 scenarios "$RING_BWD_SPLIT_TESTS" "$B/test/gpu/test_ring_attn_bwd"
+  NCCL_MK_RA_BWD_MERGED=0 NCCL_MK_RA_BWD_OWN_LAST=0 scenarios "$RING_BWD_SPLIT_TESTS" "$B/test/gpu/test_ring_attn_bwd"
 }
 
 # Issue 9 on a machine with 4 or 8 GPUs (skipped with fewer), at MK_SCALE_RANKS ranks (default
@@ -423,30 +421,22 @@ absent_peer_noncausal:ring_attention_backward_that_times_out_stores_nothing_into
 busy_sms:ring_attention_backward_finishes_correct_while_another_kernel_holds_a_quarter_of_the_sms
 busy_sms_most:ring_attention_backward_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
 
-# The backward's merged plan (NCCL_MK_RA_BWD_MERGED=1; off by default until measured on 2 GPUs).
-# Not the causal absent_peer: merged, rank 0 zeroes its accumulator of rank 1's block once
-# rank 1 has ended its previous call (safe: rank 1 read it there), which that scenario's
-# "unchanged" check cannot tell from a hazard.
-RING_BWD_MERGED_TESTS="small:ring_attention_backward_merged_plan_matches_float64
-large:ring_attention_backward_merged_plan_matches_the_core
-graph:ring_attention_backward_merged_plan_replays_in_cuda_graphs
-absent_peer_noncausal:ring_attention_backward_merged_plan_without_its_peer_stores_nothing_into_its_accumulator
-busy_sms_most:ring_attention_backward_merged_plan_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
-
-# The backward's split plan on non-causal calls (NCCL_MK_RA_BWD_OWN_LAST=0; the own-last plan is
-# the default there since session 43): the own block's calls beside the gather, then the
-# peers', then the reduce pass.
-RING_BWD_SPLIT_TESTS="small:ring_attention_backward_split_plan_noncausal_matches_float64
-large:ring_attention_backward_split_plan_noncausal_matches_the_core
-graph:ring_attention_backward_split_plan_noncausal_replays_in_cuda_graphs
+# The backward's split plan (NCCL_MK_RA_BWD_MERGED=0 NCCL_MK_RA_BWD_OWN_LAST=0; the default
+# until session 43, which made the merged plan the causal default and the own-last plan the
+# non-causal one): the own block's calls beside the gather, then the peers', then the reduce.
+# Its causal absent_peer keeps the strict check (the accumulator of the absent peer's block
+# unchanged); the default's merged plan may zero it once its owner ended its previous call.
+RING_BWD_SPLIT_TESTS="small:ring_attention_backward_split_plan_matches_float64
+large:ring_attention_backward_split_plan_matches_the_core
+graph:ring_attention_backward_split_plan_replays_in_cuda_graphs
+absent_peer:ring_attention_backward_split_plan_without_its_peer_leaves_its_accumulator_unchanged
 absent_peer_noncausal:ring_attention_backward_split_plan_without_its_peer_stores_nothing_into_its_accumulator
-busy_sms_most:ring_attention_backward_split_plan_noncausal_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
+busy_sms_most:ring_attention_backward_split_plan_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
 
 tier_ring() {
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
-  NCCL_MK_RA_BWD_MERGED=1 scenarios "$RING_BWD_MERGED_TESTS" "$B/test/gpu/test_ring_attn_bwd"
-  NCCL_MK_RA_BWD_OWN_LAST=0 scenarios "$RING_BWD_SPLIT_TESTS" "$B/test/gpu/test_ring_attn_bwd"
+  NCCL_MK_RA_BWD_MERGED=0 NCCL_MK_RA_BWD_OWN_LAST=0 scenarios "$RING_BWD_SPLIT_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   step ring_attn_perf "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -J "$LOGS/ring_attn_perf.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
   # the forward's CTAs in chunks of 16 query tiles (NCCL_MK_RA_FWD_CHUNK; session 33's lead for
@@ -458,9 +448,7 @@ tier_ring() {
   done
   step ring_attn_perf_bwd "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1 -J "$LOGS/ring_attn_perf_bwd.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd.log" || true
-  step ring_attn_perf_bwd_merged env NCCL_MK_RA_BWD_MERGED=1 "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1
-  grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd_merged.log" || true
-  step ring_attn_perf_bwd_split env NCCL_MK_RA_BWD_OWN_LAST=0 "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1
+  step ring_attn_perf_bwd_split env NCCL_MK_RA_BWD_MERGED=0 NCCL_MK_RA_BWD_OWN_LAST=0 "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd_split.log" || true
   # each rank's backward core calls emulated on one GPU, every plan (test/perf/attn/ring_bwd_emul.cu)
   step ring_bwd_emul "$B/test/perf/attn/ring_bwd_emul" 10
