@@ -8,8 +8,8 @@
 #          in the same iterations (scripts/bench-torch-attn.py)
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
 #   ring:  ncclMkRingAttention's tests on 2 GPUs (the backward's also with its split plan), then
-#          ring_attn_perf (64K causal also with NCCL_MK_RA_FWD_CHUNK=16; the backward also split), ring_bwd_emul and PyTorch's cuDNN attention
-#          (scripts/bench-torch-attn.py)
+#          ring_attn_perf (64K causal also with NCCL_MK_RA_FWD_CHUNK=16; the backward also
+#          split), ring_bwd_emul and PyTorch's cuDNN attention (scripts/bench-torch-attn.py)
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
 #          (also with the overlap, and with the fp8 dispatch: moe_perf -q)
 #   net:   the net plugin under real NCCL on 2 GPUs (scripts/net-gpu-tests.sh), then

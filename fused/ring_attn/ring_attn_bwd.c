@@ -22,17 +22,18 @@
  * read-back: the core stores (acc_overwrite) rank r's partial of block src straight into acc[r]
  * on src (over NVLink, plain stores during the compute), and the reduce reads only local
  * memory; the announcement orders those stores as it does the causal accumulators.
- * NCCL_MK_RA_BWD_MERGED=1 (the causal default since session 43, on one-GPU evidence: +4% at
- * 16K and +0% at 64K with two ranks under MPS; not yet run on 2 GPUs): step 3's calls merge into step 2's
- * (mk_ra_bwd_plan_merged: one call per query range over the own and the peers' blocks,
- * launched beside the gather), whose CTAs on a peer's block wait for their chunks' flags (the
- * core's ready_flags) instead of the stream waiting for the whole gather; the join moves
- * before step 4; causal, the peers' accumulators are zeroed on the caller's stream first, each
- * after a bounded wait for its owner to have ended its previous call (step 1 zeroes nothing).
+ * NCCL_MK_RA_BWD_MERGED=1 (the causal default since session 43, on one-GPU evidence: +3-4%
+ * at 16K and +0% at 64K with two ranks under MPS; not yet run on 2 GPUs): step 3's calls
+ * merge into step 2's (mk_ra_bwd_plan_merged: one call per query range over the own and the
+ * peers' blocks, launched beside the gather), whose CTAs on a peer's block wait for their
+ * chunks' flags (the core's ready_flags) instead of the stream waiting for the whole gather;
+ * the join moves before step 4; causal, the peers' accumulators are zeroed on the caller's
+ * stream first, each after a bounded wait for its owner to have ended its previous call (step
+ * 1 zeroes nothing).
  * NCCL_MK_RA_BWD_OWN_LAST=1 (non-causal; the default since session 43, on one-GPU evidence:
- * ring_bwd_emul +7.5%, two ranks under MPS +8-11%; not yet run on 2 GPUs): everything on the caller's
- * stream, no side stream and no reduce pass: the first call's delta and dq_acc zeroing, the
- * gather (it lets the next kernel start beside it: pdl), the calls on the peers' blocks (their
+ * ring_bwd_emul +7.5%, two ranks under MPS +8-11%; not yet run on 2 GPUs): everything on the
+ * caller's stream, no side stream and no reduce pass: the first call's delta and dq_acc
+ * zeroing, the gather (it lets the next kernel start beside it: pdl), the calls on the peers' blocks (their
  * CTAs waiting for each chunk; partials stored into the owners' acc[r] as above), the
  * announcement (the reduce kernel's first part), the call on the own block, whose CTAs wait for
  * every peer's announcement and write dk, dv = bf16(their sum + the peers' partials) (the
