@@ -37,6 +37,7 @@
 #include "gemm.h"
 #include "ptx.cuh"
 #include "stage.cuh"
+#include "wait.cuh"
 
 /* PINGPONG: the two consumer warp groups take turns issuing their wgmmas (FA3's
  * inter-warp-group schedule, turns passed on two mbarriers), so one's softmax runs while the
@@ -155,15 +156,8 @@ __device__ __forceinline__ int attn_wait_slow(uint64_t* bar, uint32_t parity, co
     if (globaltimer_ns() - t0 > w.timeout_ns) {
       /* a barrier is fed by this CTA's other warps: when one of their waits gave up first (a
        * flag of the call), its record names the cause; this one would only name the symptom */
-      if (w.err && !ld_relaxed_sys_u32(&w.err->aborted)) {
-        w.err->tag = w.err_tag;
-        w.err->tile = w.tile;
-        w.err->flag_index = what;
-        w.err->expected = parity;
-        w.err->seen = parity ^ 1;
-        fence_acq_rel_sys();
-        *(volatile uint32_t*)&w.err->aborted = 1;
-      }
+      if (w.err && !ld_relaxed_sys_u32(&w.err->aborted))
+        mk_gemm_error_raise(w.err, w.err_tag, w.tile, what, parity, parity ^ 1);
       return 0;
     }
   }
