@@ -33,13 +33,13 @@
  * NCCL_MK_RA_BWD_OWN_LAST=1 (non-causal; the default since session 43, on one-GPU evidence:
  * ring_bwd_emul +7.5%, two ranks under MPS +8-11%; not yet run on 2 GPUs): everything on the
  * caller's stream, no side stream and no reduce pass: the first call's delta and dq_acc
- * zeroing, the gather (it lets the next kernel start beside it: pdl), the calls on the peers' blocks (their
- * CTAs waiting for each chunk; partials stored into the owners' acc[r] as above), the
- * announcement (the reduce kernel's first part), the call on the own block, whose CTAs wait for
- * every peer's announcement and write dk, dv = bf16(their sum + the peers' partials) (the
- * core's addends), and the call's end (the reduce kernel's last part). It saves the reduce's
- * pass over every partial and the own partial's fp32 round trip (one GPU, ring_bwd_emul:
- * +7.5% at B=16 H=16 S_local=4096).
+ * zeroing, the gather (it lets the next kernel start beside it: pdl), the calls on the peers'
+ * blocks (their CTAs waiting for each chunk; partials stored into the owners' acc[r] as
+ * above), the announcement (the reduce kernel's first part), the call on the own block, whose
+ * CTAs wait for every peer's announcement and write dk, dv = bf16(their sum + the peers'
+ * partials) (the core's addends), and the call's end (the reduce kernel's last part). It
+ * saves the reduce's pass over every partial and the own partial's fp32 round trip (one GPU,
+ * ring_bwd_emul: +7.5% at B=16 H=16 S_local=4096).
  * So 4 + (kernels of the core calls) launches, not one persistent kernel: the door stays open
  * as AllGather+GEMM's was (the gather is the forward's push CTAs; the core's CTAs can take its
  * flag waits, as the forward's producer does, and the reduce can become the core's epilogue).
