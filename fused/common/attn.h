@@ -117,11 +117,20 @@ struct mk_attn_bwd_kv_block {
    * call's timeout) for the chunks of its key tile before loading it. */
   const uint64_t* ready_flags;
   int ready_chunk_rows;
+  /* optional (with ready_done): once every CTA of this block has written its dK/dV (outputs
+   * or accumulators, made visible at system scope), *announce = the call number (release at
+   * system scope; a peer's word: the ring's owner of the block adds these partials once it
+   * sees it). Not raised when a wait of the call gave up or acc_gate closed. announce_count:
+   * a device u32, 0 between calls (the last counter resets it), one per announcing block. */
+  uint64_t* announce;
+  uint32_t* announce_count;
 };
 
 #define MK_ATTN_MAX_ADDENDS 7 /* a ring of 8 ranks: every peer's partial of the own block */
 
-/* Partials added to block `block`'s outputs (that block has bf16 dk and dv, no accumulators).
+/* Partials added to block `block`'s outputs (that block has bf16 dk and dv, no accumulators; it
+ * is the call's last block, and with addends the CTAs take the blocks in turn, so the waiting
+ * CTAs start after every CTA of the other blocks, whose announcements the peers may wait for).
  * Addend i: dk[i], dv[i], fp32 laid out like k (the block's rows), there once *ready[i] >= the
  * call number (*ready_done + 1): the CTAs wait for it (bounded; a timeout is recorded in err
  * with flag index flag_index0 + i, and those rows are not written) before writing. */

@@ -424,6 +424,23 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
   }
 }
 
+/* After a consumer warp's dK/dV stores: the warp is counted on its block's announce_count, and
+ * the block's last warp raises the announcement (attn.h), unless the accumulators' gate closed
+ * or a wait of the call gave up (stores may be missing: a warp that gave up is never counted). */
+template <class Cfg>
+__device__ __forceinline__ void attn_bwd_announce(const struct mk_attn_bwd_params& p, const struct attn_bwd_tile& k) {
+  const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
+  if (!blk.announce) return;
+  __syncwarp();
+  if (threadIdx.x & 31) return;
+  fence_acq_rel_sys(); /* the warp's stores, a peer's memory among them, before its count */
+  if (atomicAdd(blk.announce_count, 1u) != blk.announce_warps - 1) return;
+  fence_acq_rel_sys();
+  *(volatile uint32_t*)blk.announce_count = 0;
+  if (!mk_attn_acc_gate_open(p.acc_gate) || (p.err && ld_relaxed_sys_u32(&p.err->aborted))) return;
+  st_release_sys_u64(blk.announce, *(volatile const uint64_t*)p.ready_done + 1);
+}
+
 /* What a consumer warp group's step functions share: shared-memory addresses and its place. */
 struct attn_bwd_ctx {
   uint32_t base, k_base; /* the CTA's shared memory; its K tile */
@@ -578,6 +595,7 @@ __device__ __forceinline__ void attn_bwd_consume_pairs(const struct mk_attn_bwd_
       return attn_bwd_drain_dq<Cfg>();
   attn_bwd_drain_dq<Cfg>();
   attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0, w.tile);
+  attn_bwd_announce<Cfg>(p, tile);
 }
 
 /* Consumer warp group c: per step S^T and dP^T, P^T and dS^T, dV += P^T dO, dK += dS^T Q and
@@ -635,6 +653,7 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
   attn_bwd_drain_dq<Cfg>();
 
   attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0, w.tile);
+  attn_bwd_announce<Cfg>(p, tile);
 }
 
 /* grid (key tiles of all blocks, kv heads or, split, heads, batch). */

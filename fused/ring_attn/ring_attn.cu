@@ -480,7 +480,6 @@ __global__ void __launch_bounds__(MK_RA_BWD_THREADS) mk_ra_bwd_reduce_kernel(con
     for (int d = 0; d < p.nranks; d++)
       if (d != p.rank) st_release_sys_u64(p.peer_ready[d], e);
   }
-  if (p.mode == MK_RA_REDUCE_ANNOUNCE) return;
   if (p.mode == MK_RA_REDUCE_END) return mk_call_end(p.call);
   __shared__ int ok;
   if (threadIdx.x == 0) {
