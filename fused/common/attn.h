@@ -28,6 +28,7 @@ extern "C" {
 #endif
 
 struct mk_gemm_error;
+struct mk_gemm_call;
 
 #define MK_ATTN_MAX_KV_BLOCKS 4
 #define MK_ATTN_BLOCK_M 128 /* query rows per CTA */
@@ -183,6 +184,10 @@ struct mk_attn_bwd_args {
    * CTAs. Nothing may then run before the main kernel: needs delta_ready and dq_accumulate
    * (mk_attn_bwd_prep_launch does that part earlier) and no dkv_ws. */
   int pdl;
+  /* optional (with dq): a one-kernel call bracket (gemm.h mk_gemm_call, the ring's) that this
+   * call ends: the dq kernel's last CTA ends it (call_end.cuh mk_call_end: done = the call
+   * number), so that nothing is launched after the call. */
+  const struct mk_gemm_call* end_call;
 };
 
 #define MK_ATTN_ACC_GATE_CLOSED (1ull << 63)

@@ -66,7 +66,8 @@ static int bwd_block_rows(const struct mk_attn_bwd_kv_block* kv) { return kv->ro
 static int bwd_q_rows(const struct mk_attn_bwd_args* a) { return a->q_rows ? a->q_rows : a->seq_q - a->q_row0; }
 
 /* The addends (their block writes bf16 dk and dv and nothing else; each addend complete and
- * 8-byte aligned; a call number to wait for) and pdl (nothing to launch before the main kernel). */
+ * 8-byte aligned; a call number to wait for), end_call (a dq kernel to end it) and pdl (nothing
+ * to launch before the main kernel). */
 static int bwd_check_addends_pdl(const struct mk_attn_bwd_args* a) {
   const struct mk_attn_bwd_addends* ad = &a->addends;
   if (ad->n < 0 || ad->n > MK_ATTN_MAX_ADDENDS)
@@ -86,6 +87,9 @@ static int bwd_check_addends_pdl(const struct mk_attn_bwd_args* a) {
         BWD_REJECT("mk_attn_bwd: addend %d: dk %p, dv %p, ready %p must be non-NULL and 8-byte aligned", i,
                    (const void*)ad->dk[i], (const void*)ad->dv[i], (const void*)ad->ready[i]);
   }
+  if (a->end_call && (!a->dq || !a->end_call->done || !a->end_call->exits))
+    BWD_REJECT("mk_attn_bwd: end_call needs dq (its kernel ends the call) and the call's done and exits words "
+               "(dq %p)", a->dq);
   if (a->pdl && (!a->delta_ready || !a->dq_accumulate || a->dkv_ws))
     BWD_REJECT("mk_attn_bwd: pdl needs delta_ready = 1 and dq_accumulate = 1 (mk_attn_bwd_prep_launch first) and "
                "no dkv_ws (%d, %d, %p)", a->delta_ready, a->dq_accumulate, (void*)a->dkv_ws);
@@ -347,8 +351,11 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
   if (e == cudaSuccess && a->dq) {
     const size_t n4 = (size_t)a->batch * q_rows * a->heads * Cfg::D / 4;
     const unsigned blocks = (unsigned)(n4 / 256 + 1 < 8192 ? n4 / 256 + 1 : 8192);
+    struct mk_gemm_call none;
+    memset(&none, 0, sizeof none);
     mk_attn_bwd_dq_kernel<Cfg::D><<<blocks, 256, 0, stream>>>(a->dq_acc, (__nv_bfloat16*)a->dq, a->batch, a->seq_q,
-                                                             a->heads, a->q_row0, q_rows);
+                                                             a->heads, a->q_row0, q_rows,
+                                                             a->end_call ? *a->end_call : none, a->end_call != NULL);
     e = cudaGetLastError();
   }
   if (e != cudaSuccess) {

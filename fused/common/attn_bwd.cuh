@@ -39,6 +39,7 @@
 #define MK_ATTN_BWD_CUH_
 
 #include "attn_bwd_dq.cuh"
+#include "call_end.cuh"
 #include "wait.cuh"
 
 /* S^T (or dP^T) = A_rows . B^T for this warp group's 64 keys (a: the K or V tile at the warp
@@ -725,10 +726,11 @@ __global__ void mk_attn_bwd_prep_kernel(const __nv_bfloat16* out, const __nv_bfl
   }
 }
 
-/* dq = bf16(dq_acc) over the rows of the range, 4 elements per thread step. */
+/* dq = bf16(dq_acc) over the rows of the range, 4 elements per thread step; with end, then
+ * the call bracket's end (mk_attn_bwd_args.end_call). */
 template <int D>
 __global__ void mk_attn_bwd_dq_kernel(const float* dq_acc, __nv_bfloat16* dq, int batch, int seq_q, int heads,
-                                      int q_row0, int q_rows) {
+                                      int q_row0, int q_rows, const struct mk_gemm_call call, int end) {
   const size_t per_batch = (size_t)q_rows * heads * D / 4, n = (size_t)batch * per_batch;
   for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
     const size_t b = e / per_batch, in = e % per_batch;
@@ -739,6 +741,7 @@ __global__ void mk_attn_bwd_dq_kernel(const float* dq_acc, __nv_bfloat16* dq, in
     y.y = pack_bf16x2(x.z, x.w);
     *(uint2*)(dq + at) = y;
   }
+  if (end) mk_call_end(call);
 }
 
 /* Split, a block whose partials were added into the workspace (ws_k, ws_v: [batch, rows,

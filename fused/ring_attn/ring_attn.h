@@ -98,11 +98,7 @@ struct mk_ra_bwd_zero_args {
 };
 int mk_ra_bwd_zero_launch(const struct mk_ra_bwd_zero_args* a, cudaStream_t stream);
 
-#define MK_RA_REDUCE_ALL 0 /* announce, wait for the peers', sum, end the call */
-#define MK_RA_REDUCE_END 2 /* only the call's end (the own-last plan, after its last call) */
-
 struct mk_ra_bwd_reduce_args {
-  int mode;                               /* MK_RA_REDUCE_* */
   const float* own_acc;                   /* this rank's acc[rank]: [dk | dv], fp32, 2 x kv_elems */
   const float* peer_acc[MK_RA_MAX_RANKS]; /* on peer d: acc[rank] (d's partial of this rank's block) */
   uint64_t* peer_ready[MK_RA_MAX_RANKS];  /* on peer d: the "partials ready" word of this rank */
@@ -121,8 +117,9 @@ struct mk_ra_bwd_reduce_args {
 /* The reduce: announces this rank's partials to every peer (fence.sys, then st.release.sys of
  * its ready word on each peer to e), waits (bounded) for every peer's word, then
  * dk, dv = bf16(own acc + every peer's acc[rank]) (reading the peers' accumulators over NVLink),
- * then ends the call (done = e); MK_RA_REDUCE_END: only the last part (one CTA; the own-last
- * plan's core calls announce their partials themselves). 0, -ENOTSUP (no sm_90 device) or -EIO. */
+ * then ends the call (done = e). The split and merged plans' last kernel (the own-last plan's
+ * core calls announce their partials and end the call themselves). 0, -ENOTSUP (no sm_90
+ * device) or -EIO. */
 int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cudaStream_t stream);
 
 /* Where rank `rank`'s backward core calls read and write: its data area and every rank's

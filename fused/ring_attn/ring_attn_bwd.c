@@ -38,11 +38,11 @@
  * as above, each block's last CTA announcing it to its owner: the core's announce) and, last,
  * on the own block (in the same call when it has room: up to 4 ranks), whose CTAs run after
  * the peers' blocks' and wait for every peer's announcement to write dk, dv = bf16(their sum
- * + the peers' partials) (the core's addends), and the call's end (the reduce kernel's last
- * part). It saves the reduce's pass over every partial and the own partial's fp32 round trip
- * (one GPU, ring_bwd_emul: +7.5% at B=16 H=16 S_local=4096). On 2 ranks: prep, gather, one
- * core call (main kernel, dq), end: 5 launches (7 until session 44).
- * So 3 + (kernels of the core calls) launches, not one persistent kernel: the door stays open
+ * + the peers' partials) (the core's addends); that call's dq kernel ends the call (the
+ * core's end_call). It saves the reduce's pass over every partial and the own partial's fp32
+ * round trip (one GPU, ring_bwd_emul: +7.5% at B=16 H=16 S_local=4096). On 2 ranks: prep,
+ * gather, one core call (main kernel, dq): 4 launches (7 until session 44).
+ * So 2 + (kernels of the core calls) launches, not one persistent kernel: the door stays open
  * as AllGather+GEMM's was (the gather is the forward's push CTAs; the core's CTAs can take its
  * flag waits, as the forward's producer does, and the reduce can become the core's epilogue).
  * A peer reads acc[r] of this rank only after r's announcement, and r zeroes its accumulators
@@ -267,19 +267,17 @@ static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra
  * starts beside it, pdl); the core calls: the peers' blocks (partials stored into the owners'
  * acc[rank], each block announced by its last CTA), then the own block, in the last call with
  * the last peers' (n <= 4 ranks) or alone, whose CTAs wait for every peer's announcement and
- * add their partials into dk, dv; the call's end. */
-static int ra_bwd_run_own_last(struct mk_fused_comm* fc, const struct mk_ra_args* ga, const struct mk_ra_bwd_layout* l,
-                               void* data, const struct mk_attn_bwd_args* core, int ncalls, void* dk, void* dv,
+ * add their partials into dk, dv, and whose dq kernel ends the call. */
+static int ra_bwd_run_own_last(const struct mk_ra_args* ga, const struct mk_attn_bwd_args* core, int ncalls,
                                cudaStream_t stream) {
-  struct mk_attn_bwd_args prep = core[0];
+  struct mk_attn_bwd_args prep = core[0], last = core[ncalls - 1];
   prep.delta_ready = prep.dq_accumulate = 0, prep.pdl = 0;
+  last.end_call = &ga->call; /* its dq kernel ends the call: nothing runs after it */
+  MK_CHECK(mk_attn_bwd_check(&last));
   MK_CHECK(mk_attn_bwd_prep_launch(&prep, stream));
   MK_CHECK(mk_ra_bwd_gather_launch(ga, stream));
-  for (int i = 0; i < ncalls; i++) MK_CHECK(mk_attn_bwd_launch(&core[i], stream));
-  struct mk_ra_bwd_reduce_args ra;
-  ra_bwd_reduce_args(fc, l, data, ga, dk, dv, &ra);
-  ra.mode = MK_RA_REDUCE_END;
-  return mk_ra_bwd_reduce_launch(&ra, stream);
+  for (int i = 0; i < ncalls - 1; i++) MK_CHECK(mk_attn_bwd_launch(&core[i], stream));
+  return mk_attn_bwd_launch(&last, stream);
 }
 
 /* The split and merged plans: the gather (and, causal and not merged, the peers' accumulators
@@ -343,7 +341,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
     ga.gave_up = ra_bwd_word(fc->sym, l.gave_up);
   }
   if (!rc)
-    rc = kind == RA_BWD_OWN_LAST ? ra_bwd_run_own_last(fc, &ga, &l, data, core, ncalls, dk, dv, stream)
+    rc = kind == RA_BWD_OWN_LAST ? ra_bwd_run_own_last(&ga, core, ncalls, stream)
                                  : ra_bwd_run_beside(fc, &ga, &l, data, kind == RA_BWD_MERGED, core, ncalls, own_calls,
                                                      dk, dv, stream);
   mk_op_device_leave(prev);

@@ -31,8 +31,9 @@
  *     number), block 1 writes bf16 dk, dv with that partial as an addend waiting for the word
  *     (the ring's own-last call on one GPU; its CTAs run block by block, or block 1's would wait
  *     for CTAs that cannot start): dq, the stored partial, block 1's sums, the word and the
- *     counter (back at 0) checked; then behind a closed accumulator gate nothing is stored or
- *     announced and block 1's wait gives up naming its addend (no hang). D = 128 and 64.
+ *     counter (back at 0) checked, and the call bracket the dq kernel ends (end_call: done =
+ *     the call number, exits back at 0); then behind a closed accumulator gate nothing is
+ *     stored or announced and block 1's wait gives up naming its addend (no hang). D = 128, 64.
  *   pdl: the main kernel launched as a programmatic dependent starts while the kernel before
  *     it still runs (that kernel waits for the call's CTAs to touch dq_acc before it raises the
  *     flags they need; without pdl, the control, it gives up), also captured in a CUDA graph;
@@ -523,12 +524,15 @@ static void announce_case(int d, uint64_t seed) {
     CUDA_OK(cudaMalloc(&part[i], (t.nkv + shift) * 4));
     poison(part[i], (t.nkv + shift) * 4);
   }
-  uint64_t *words, *gate; /* done, the announcement, the counter (a u32) */
-  CUDA_OK(cudaMalloc(&words, 3 * sizeof(uint64_t)));
+  uint64_t *words, *gate; /* done, the announcement, the counter (a u32), the call's exits (a u32) */
+  CUDA_OK(cudaMalloc(&words, 4 * sizeof(uint64_t)));
   CUDA_OK(cudaMalloc(&gate, sizeof(uint64_t)));
-  set_words(words, 1, 6), set_words(words + 1, 2, 0), set_words(gate, 1, 0); /* this call is number 7 */
+  set_words(words, 1, 6), set_words(words + 1, 3, 0), set_words(gate, 1, 0); /* this call is number 7 */
+  struct mk_gemm_call call; /* ended by the dq kernel: done = 7 */
+  memset(&call, 0, sizeof call);
+  call.done = words, call.exits = (uint32_t*)(words + 3), call.set_done = 1;
   struct mk_attn_bwd_args a = whole_args(&t);
-  a.ready_done = words, a.acc_gate = gate, a.num_kv_blocks = 2;
+  a.ready_done = words, a.acc_gate = gate, a.num_kv_blocks = 2, a.end_call = &call;
   a.kv[1] = a.kv[0], a.kv[1].row0 = half, a.kv[1].rows = half, a.kv[1].pos0 = half;
   struct mk_attn_bwd_kv_block* b0 = &a.kv[0];
   b0->rows = half, b0->dk = b0->dv = NULL, b0->dk_acc = part[0] + shift, b0->dv_acc = part[1] + shift;
@@ -566,14 +570,17 @@ static void announce_case(int d, uint64_t seed) {
       cudaFree(r1), cudaFree(m1);
     }
   }
-  uint64_t h[3];
+  uint64_t h[4];
   CUDA_OK(cudaMemcpy(h, words, sizeof h, cudaMemcpyDeviceToHost));
-  printf("  %s: announcement %llu, counter %u\n", what, (unsigned long long)h[1], (unsigned)h[2]);
+  printf("  %s: announcement %llu, counter %u; the call ended: done %llu, exits %u\n", what,
+         (unsigned long long)h[1], (unsigned)h[2], (unsigned long long)h[0], (unsigned)h[3]);
   EXPECT(h[1] == 7 && (uint32_t)h[2] == 0, "announcement %llu (want 7), counter %u (want 0, reset by the last)",
          (unsigned long long)h[1], (unsigned)h[2]);
+  EXPECT(h[0] == 7 && (uint32_t)h[3] == 0, "the dq kernel did not end the call: done %llu (want 7), exits %u",
+         (unsigned long long)h[0], (unsigned)h[3]);
 
   /* the accumulators' gate closed: nothing stored, nothing announced, block 1 gives up on it */
-  set_words(words + 1, 1, 6), set_words(gate, 1, MK_ATTN_ACC_GATE_CLOSED | 7);
+  set_words(words, 1, 6), set_words(words + 1, 1, 6), set_words(gate, 1, MK_ATTN_ACC_GATE_CLOSED | 7);
   poison(part[0], (t.nkv + shift) * 4);
   a.timeout_ms = 300;
   expect_timeout_named(&a, "the gate closed", 40, 7);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "gemm.h"
 #include "mk_test.h"
 
 static void* fake(uintptr_t i) { return (void*)(uintptr_t)(0x100000 + 0x10000 * i); }
@@ -213,6 +214,22 @@ static void bwd_announce_rules(void) {
   CHECK_EQ(mk_attn_bwd_check(&a), 0);
   a = g, a.dkv_ws = (float*)fake(30), a.kv[0].announce = NULL, a.kv[0].announce_count = NULL;
   CHECK_EQ(mk_attn_bwd_check(&a), 0); /* nothing to announce: split as before */
+}
+
+/* end_call: the call bracket the dq kernel ends (nothing launched after the call). */
+static void bwd_end_call_needs_dq_and_the_calls_words(void) {
+  struct mk_attn_bwd_args a = base_bwd_args();
+  struct mk_gemm_call call;
+  memset(&call, 0, sizeof call);
+  call.done = (uint64_t*)fake(40), call.exits = (uint32_t*)fake(41);
+  a.end_call = &call;
+  CHECK_EQ(mk_attn_bwd_check(&a), 0);
+  a.dq = NULL; /* no dq kernel to end it */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = base_bwd_args(), a.end_call = &call, call.exits = NULL;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  call.exits = (uint32_t*)fake(41), call.done = NULL;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
 }
 
 static void bwd_bad_arguments_are_refused(void) {
@@ -520,6 +537,7 @@ int main(void) {
   bwd_bad_arguments_are_refused();
   bwd_addends_and_pdl_rules();
   bwd_announce_rules();
+  bwd_end_call_needs_dq_and_the_calls_words();
   bwd_tile_rules_match_brute_force();
   persistent_items_cover_every_tile_once();
   bwd_cta_chunks_visit_every_cta_once();

@@ -172,7 +172,7 @@ static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const s
   }
   struct mk_ra_bwd_reduce_args* ra = &e->reduce;
   memset(ra, 0, sizeof *ra);
-  ra->mode = MK_RA_REDUCE_ALL, ra->own_acc = mk_ra_bwd_acc(e->data, l, r);
+  ra->own_acc = mk_ra_bwd_acc(e->data, l, r);
   for (int d = 0; d < nranks; d++) /* as ring_attn_bwd.c ra_bwd_reduce_args, every rank's area here */
     if (d != r)
       ra->peer_acc[d] = sh.causal ? mk_ra_bwd_acc(all[d].data, l, r) : mk_ra_bwd_acc(e->data, l, d),
