@@ -28,7 +28,6 @@ extern "C" {
 #endif
 
 struct mk_gemm_error;
-struct mk_gemm_call;
 
 #define MK_ATTN_MAX_KV_BLOCKS 4
 #define MK_ATTN_BLOCK_M 128 /* query rows per CTA */
@@ -118,20 +117,11 @@ struct mk_attn_bwd_kv_block {
    * call's timeout) for the chunks of its key tile before loading it. */
   const uint64_t* ready_flags;
   int ready_chunk_rows;
-  /* optional (with ready_done): once every CTA of this block has written its dK/dV (outputs
-   * or accumulators, made visible at system scope), *announce = the call number (release at
-   * system scope; a peer's word: the ring's owner of the block adds these partials once it
-   * sees it). Not raised when a wait of the call gave up or acc_gate closed. announce_count:
-   * a device u32, 0 between calls (the last counter resets it), one per announcing block. */
-  uint64_t* announce;
-  uint32_t* announce_count;
 };
 
 #define MK_ATTN_MAX_ADDENDS 7 /* a ring of 8 ranks: every peer's partial of the own block */
 
-/* Partials added to block `block`'s outputs (that block has bf16 dk and dv, no accumulators; it
- * is the call's last block, and with addends the CTAs take the blocks in turn, so the waiting
- * CTAs start after every CTA of the other blocks, whose announcements the peers may wait for).
+/* Partials added to block `block`'s outputs (that block has bf16 dk and dv, no accumulators).
  * Addend i: dk[i], dv[i], fp32 laid out like k (the block's rows), there once *ready[i] >= the
  * call number (*ready_done + 1): the CTAs wait for it (bounded; a timeout is recorded in err
  * with flag index flag_index0 + i, and those rows are not written) before writing. */
@@ -184,10 +174,6 @@ struct mk_attn_bwd_args {
    * CTAs. Nothing may then run before the main kernel: needs delta_ready and dq_accumulate
    * (mk_attn_bwd_prep_launch does that part earlier) and no dkv_ws. */
   int pdl;
-  /* optional (with dq): a one-kernel call bracket (gemm.h mk_gemm_call, the ring's) that this
-   * call ends: the dq kernel's last CTA ends it (call_end.cuh mk_call_end: done = the call
-   * number), so that nothing is launched after the call. */
-  const struct mk_gemm_call* end_call;
 };
 
 #define MK_ATTN_ACC_GATE_CLOSED (1ull << 63)

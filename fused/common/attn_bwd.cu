@@ -66,15 +66,14 @@ static int bwd_block_rows(const struct mk_attn_bwd_kv_block* kv) { return kv->ro
 static int bwd_q_rows(const struct mk_attn_bwd_args* a) { return a->q_rows ? a->q_rows : a->seq_q - a->q_row0; }
 
 /* The addends (their block writes bf16 dk and dv and nothing else; each addend complete and
- * 8-byte aligned; a call number to wait for), end_call (a dq kernel to end it) and pdl (nothing
- * to launch before the main kernel). */
+ * 8-byte aligned; a call number to wait for) and pdl (nothing to launch before the main kernel). */
 static int bwd_check_addends_pdl(const struct mk_attn_bwd_args* a) {
   const struct mk_attn_bwd_addends* ad = &a->addends;
   if (ad->n < 0 || ad->n > MK_ATTN_MAX_ADDENDS)
     BWD_REJECT("mk_attn_bwd: addends.n = %d, must be in [0, %d]", ad->n, MK_ATTN_MAX_ADDENDS);
   if (ad->n) {
-    if (ad->block != a->num_kv_blocks - 1) /* its CTAs run after the other blocks' (blocks_outer) */
-      BWD_REJECT("mk_attn_bwd: addends.block = %d, must be the last of the %d kv blocks", ad->block, a->num_kv_blocks);
+    if (ad->block < 0 || ad->block >= a->num_kv_blocks)
+      BWD_REJECT("mk_attn_bwd: addends.block = %d, not one of the %d kv blocks", ad->block, a->num_kv_blocks);
     const struct mk_attn_bwd_kv_block* kv = &a->kv[ad->block];
     if (!kv->dk || !kv->dv || kv->dk_acc || kv->dv_acc)
       BWD_REJECT("mk_attn_bwd: addends: kv block %d must write bf16 dk and dv and no accumulators", ad->block);
@@ -87,28 +86,9 @@ static int bwd_check_addends_pdl(const struct mk_attn_bwd_args* a) {
         BWD_REJECT("mk_attn_bwd: addend %d: dk %p, dv %p, ready %p must be non-NULL and 8-byte aligned", i,
                    (const void*)ad->dk[i], (const void*)ad->dv[i], (const void*)ad->ready[i]);
   }
-  if (a->end_call && (!a->dq || !a->end_call->done || !a->end_call->exits))
-    BWD_REJECT("mk_attn_bwd: end_call needs dq (its kernel ends the call) and the call's done and exits words "
-               "(dq %p)", a->dq);
   if (a->pdl && (!a->delta_ready || !a->dq_accumulate || a->dkv_ws))
     BWD_REJECT("mk_attn_bwd: pdl needs delta_ready = 1 and dq_accumulate = 1 (mk_attn_bwd_prep_launch first) and "
                "no dkv_ws (%d, %d, %p)", a->delta_ready, a->dq_accumulate, (void*)a->dkv_ws);
-  return 0;
-}
-
-static int bwd_split(const struct mk_attn_bwd_args* a);
-static int bwd_block_direct(const struct mk_attn_bwd_kv_block* kv);
-
-/* A block's announcement (attn.h): its counter and the call number, and partials the main
- * kernel writes itself (split heads put a non-direct block's through the write-out kernel). */
-static int bwd_check_announce(const struct mk_attn_bwd_args* a, int i) {
-  const struct mk_attn_bwd_kv_block* kv = &a->kv[i];
-  if (!kv->announce) return 0;
-  if (!kv->announce_count || !a->ready_done || bwd_misaligned(kv->announce, 8) || bwd_misaligned(kv->announce_count, 4))
-    BWD_REJECT("mk_attn_bwd: kv block %d: announce %p needs announce_count (%p, 4-byte aligned), ready_done (%p) "
-               "and 8-byte alignment", i, (void*)kv->announce, (void*)kv->announce_count, (const void*)a->ready_done);
-  if (bwd_split(a) && !bwd_block_direct(kv))
-    BWD_REJECT("mk_attn_bwd: kv block %d: announce with split heads needs dk_acc and dv_acc only (added to)", i);
   return 0;
 }
 
@@ -162,7 +142,6 @@ extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
     if (kv->ready_flags && (!a->ready_done || kv->ready_chunk_rows < 1 || bwd_misaligned(kv->ready_flags, 8)))
       BWD_REJECT("mk_attn_bwd: kv block %d: ready_flags %p need ready_done (%p), ready_chunk_rows >= 1 (%d) and "
                  "8-byte alignment", i, (const void*)kv->ready_flags, (const void*)a->ready_done, kv->ready_chunk_rows);
-    MK_CHECK(bwd_check_announce(a, i));
     tiles += (rows + MK_ATTN_BWD_BLOCK_N - 1) / MK_ATTN_BWD_BLOCK_N;
   }
   if (tiles > INT_MAX) BWD_REJECT("mk_attn_bwd: %lld key tiles, too many", tiles);
@@ -220,9 +199,6 @@ static void attn_bwd_block_params(const struct mk_attn_bwd_args* a, const struct
   b->ready_flags = kv->ready_flags;
   b->ready_chunk_rows = kv->ready_chunk_rows;
   b->ready_chunks = kv->ready_flags ? (kv->seq + kv->ready_chunk_rows - 1) / kv->ready_chunk_rows : 0;
-  b->announce = kv->announce, b->announce_count = kv->announce_count;
-  b->announce_warps = (uint32_t)((rows + Cfg::BN - 1) / Cfg::BN) * (uint32_t)(split ? a->heads : a->kv_heads) *
-                      (uint32_t)a->batch * Cfg::CONSUMERS * 4;
   if (split && bwd_block_direct(kv)) {
     b->dk_red = kv->dk_acc, b->dv_red = kv->dv_acc, b->red_seq = kv->seq, b->red_row0 = kv->row0;
   } else if (split) {
@@ -259,7 +235,6 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
   }
   p->seq_q = a->seq_q, p->heads = a->heads, p->kv_heads = a->kv_heads, p->causal = a->causal ? 1 : 0;
   p->split = split;
-  p->blocks_outer = a->addends.n > 0; /* the addends' block (the last) waits for the others' announcements */
   p->chunk = MK_ATTN_BWD_CHUNK_TILES;
   p->q_row0 = a->q_row0, p->q_rows = q_rows, p->q_pos0 = a->q_pos0;
   p->num_kv_blocks = a->num_kv_blocks;
@@ -351,11 +326,8 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
   if (e == cudaSuccess && a->dq) {
     const size_t n4 = (size_t)a->batch * q_rows * a->heads * Cfg::D / 4;
     const unsigned blocks = (unsigned)(n4 / 256 + 1 < 8192 ? n4 / 256 + 1 : 8192);
-    struct mk_gemm_call none;
-    memset(&none, 0, sizeof none);
     mk_attn_bwd_dq_kernel<Cfg::D><<<blocks, 256, 0, stream>>>(a->dq_acc, (__nv_bfloat16*)a->dq, a->batch, a->seq_q,
-                                                             a->heads, a->q_row0, q_rows,
-                                                             a->end_call ? *a->end_call : none, a->end_call != NULL);
+                                                             a->heads, a->q_row0, q_rows);
     e = cudaGetLastError();
   }
   if (e != cudaSuccess) {

@@ -39,7 +39,6 @@
 #define MK_ATTN_BWD_CUH_
 
 #include "attn_bwd_dq.cuh"
-#include "call_end.cuh"
 #include "wait.cuh"
 
 /* S^T (or dP^T) = A_rows . B^T for this warp group's 64 keys (a: the K or V tile at the warp
@@ -425,23 +424,6 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
   }
 }
 
-/* After a consumer warp's dK/dV stores: the warp is counted on its block's announce_count, and
- * the block's last warp raises the announcement (attn.h), unless the accumulators' gate closed
- * or a wait of the call gave up (stores may be missing: a warp that gave up is never counted). */
-template <class Cfg>
-__device__ __forceinline__ void attn_bwd_announce(const struct mk_attn_bwd_params& p, const struct attn_bwd_tile& k) {
-  const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
-  if (!blk.announce) return;
-  __syncwarp();
-  if (threadIdx.x & 31) return;
-  fence_acq_rel_sys(); /* the warp's stores, a peer's memory among them, before its count */
-  if (atomicAdd(blk.announce_count, 1u) != blk.announce_warps - 1) return;
-  fence_acq_rel_sys();
-  *(volatile uint32_t*)blk.announce_count = 0;
-  if (!mk_attn_acc_gate_open(p.acc_gate) || (p.err && ld_relaxed_sys_u32(&p.err->aborted))) return;
-  st_release_sys_u64(blk.announce, *(volatile const uint64_t*)p.ready_done + 1);
-}
-
 /* What a consumer warp group's step functions share: shared-memory addresses and its place. */
 struct attn_bwd_ctx {
   uint32_t base, k_base; /* the CTA's shared memory; its K tile */
@@ -596,7 +578,6 @@ __device__ __forceinline__ void attn_bwd_consume_pairs(const struct mk_attn_bwd_
       return attn_bwd_drain_dq<Cfg>();
   attn_bwd_drain_dq<Cfg>();
   attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0, w.tile);
-  attn_bwd_announce<Cfg>(p, tile);
 }
 
 /* Consumer warp group c: per step S^T and dP^T, P^T and dS^T, dV += P^T dO, dK += dS^T Q and
@@ -654,7 +635,6 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
   attn_bwd_drain_dq<Cfg>();
 
   attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0, w.tile);
-  attn_bwd_announce<Cfg>(p, tile);
 }
 
 /* grid (key tiles of all blocks, kv heads or, split, heads, batch). */
@@ -726,11 +706,10 @@ __global__ void mk_attn_bwd_prep_kernel(const __nv_bfloat16* out, const __nv_bfl
   }
 }
 
-/* dq = bf16(dq_acc) over the rows of the range, 4 elements per thread step; with end, then
- * the call bracket's end (mk_attn_bwd_args.end_call). */
+/* dq = bf16(dq_acc) over the rows of the range, 4 elements per thread step. */
 template <int D>
 __global__ void mk_attn_bwd_dq_kernel(const float* dq_acc, __nv_bfloat16* dq, int batch, int seq_q, int heads,
-                                      int q_row0, int q_rows, const struct mk_gemm_call call, int end) {
+                                      int q_row0, int q_rows) {
   const size_t per_batch = (size_t)q_rows * heads * D / 4, n = (size_t)batch * per_batch;
   for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
     const size_t b = e / per_batch, in = e % per_batch;
@@ -741,7 +720,6 @@ __global__ void mk_attn_bwd_dq_kernel(const float* dq_acc, __nv_bfloat16* dq, in
     y.y = pack_bf16x2(x.z, x.w);
     *(uint2*)(dq + at) = y;
   }
-  if (end) mk_call_end(call);
 }
 
 /* Split, a block whose partials were added into the workspace (ws_k, ws_v: [batch, rows,

@@ -100,16 +100,12 @@ struct mk_attn_bwd_block_params {
   int seq;
   const uint64_t* ready_flags; /* mk_attn_bwd_kv_block's */
   int ready_chunk_rows, ready_chunks; /* chunks per batch */
-  uint64_t* announce;              /* mk_attn_bwd_kv_block's */
-  uint32_t* announce_count;
-  uint32_t announce_warps;         /* consumer warps of the block's CTAs: the count that raises it */
 };
 
 struct mk_attn_bwd_params {
   int seq_q, heads, kv_heads, causal;
   int chunk; /* mk_attn_bwd_cta_work's */
   int split; /* 1: a CTA per query head (grid y = heads), its dK, dV added into dk_red, dv_red */
-  int blocks_outer; /* 1: the CTAs take the blocks in turn (each block's in mk_attn_bwd_cta_work's order) */
   int q_row0, q_rows;
   long long q_pos0;
   int num_kv_blocks;
@@ -176,19 +172,9 @@ template <class Cfg>
 __device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk_attn_bwd_params& p) {
   struct attn_bwd_tile k;
   const int c = (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
-  struct mk_attn_work cw;
+  const struct mk_attn_work cw = mk_attn_bwd_cta_work(c, (int)gridDim.x, (int)gridDim.y, (int)gridDim.z, p.chunk);
   k.bi = 0;
-  if (p.blocks_outer) { /* block by block (the addends' block last: its CTAs wait for the others) */
-    const int per_tile = (int)(gridDim.y * gridDim.z);
-    while (k.bi + 1 < p.num_kv_blocks && c >= p.kv[k.bi + 1].tile0 * per_tile) k.bi++;
-    const int end = k.bi + 1 < p.num_kv_blocks ? p.kv[k.bi + 1].tile0 : (int)gridDim.x;
-    const int t0 = p.kv[k.bi].tile0;
-    cw = mk_attn_bwd_cta_work(c - t0 * per_tile, end - t0, (int)gridDim.y, (int)gridDim.z, p.chunk);
-    cw.tile += t0;
-  } else {
-    cw = mk_attn_bwd_cta_work(c, (int)gridDim.x, (int)gridDim.y, (int)gridDim.z, p.chunk);
-    while (k.bi + 1 < p.num_kv_blocks && cw.tile >= p.kv[k.bi + 1].tile0) k.bi++;
-  }
+  while (k.bi + 1 < p.num_kv_blocks && cw.tile >= p.kv[k.bi + 1].tile0) k.bi++;
   const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
   k.t = cw.tile - blk.tile0;
   const int group = p.heads / p.kv_heads, heads = p.split ? 1 : group;

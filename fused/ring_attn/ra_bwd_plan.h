@@ -126,21 +126,14 @@ static inline int mk_ra_bwd_plan_merged(int rank, int nranks, int causal, struct
 }
 
 /* Non-causal, the own block last: every query row against the peers' blocks (ring order, four
- * to a call), then against this rank's own block, as the last segment of the last call (in a
- * call of its own when that one is full), whose dK/dV the core writes with the peers' partials
- * added (mk_attn_bwd_addends): no reduce pass. The peers' blocks come first (the core runs the
- * CTAs of an addends call block by block), their CTAs waiting for each K/V chunk as it lands
- * and announcing their partials to the owners. -1 when causal (a block's halves meet several
- * query ranges there) or max is too small. */
+ * to a call), then against this rank's own block alone in the last call, whose dK/dV the core
+ * writes with the peers' partials added (mk_attn_bwd_addends): no reduce pass. The peers'
+ * calls run first, their CTAs waiting for each K/V chunk as it lands. -1 when causal (a
+ * block's halves meet several query ranges there) or max is too small. */
 static inline int mk_ra_bwd_plan_own_last(int rank, int nranks, int causal, struct mk_ra_bwd_call* calls, int max) {
   if (causal) return -1;
   int n = mk_ra_bwd_plan_range(rank, nranks, 0, -1, 0, calls, 0, max);
-  if (n > 0 && calls[n - 1].nseg < MK_RA_BWD_MAX_SEGS) {
-    struct mk_ra_bwd_seg* own = &calls[n - 1].seg[calls[n - 1].nseg++];
-    own->src = rank, own->k_half = -1;
-  } else if (n >= 0) {
-    n = mk_ra_bwd_plan_range(rank, nranks, 0, -1, 1, calls, n, max);
-  }
+  if (n >= 0) n = mk_ra_bwd_plan_range(rank, nranks, 0, -1, 1, calls, n, max);
   if (n < 0) return -1;
   mk_ra_bwd_plan_mark(0, calls, n);
   return n;

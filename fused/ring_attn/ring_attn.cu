@@ -445,6 +445,7 @@ extern "C" int mk_ra_bwd_zero_launch(const struct mk_ra_bwd_zero_args* a, cudaSt
 }
 
 struct mk_ra_reduce_params {
+  int mode; /* MK_RA_REDUCE_* */
   const float4* own;
   const float4* peer[MK_RA_MAX_RANKS];
   uint64_t* peer_ready[MK_RA_MAX_RANKS];
@@ -474,11 +475,13 @@ static __device__ __forceinline__ uint2 ra_pack_bf16x4(float4 x) {
  * (the own at its place), so it does not depend on timing. */
 __global__ void __launch_bounds__(MK_RA_BWD_THREADS) mk_ra_bwd_reduce_kernel(const __grid_constant__ struct mk_ra_reduce_params p) {
   const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
+  if (p.mode != MK_RA_REDUCE_END && blockIdx.x == 0 && threadIdx.x == 0) {
     fence_acq_rel_sys(); /* the core's accumulator stores (earlier kernels) before the announcement */
     for (int d = 0; d < p.nranks; d++)
       if (d != p.rank) st_release_sys_u64(p.peer_ready[d], e);
   }
+  if (p.mode == MK_RA_REDUCE_ANNOUNCE) return;
+  if (p.mode == MK_RA_REDUCE_END) return mk_call_end(p.call);
   __shared__ int ok;
   if (threadIdx.x == 0) {
     int good = 1;
@@ -514,6 +517,7 @@ extern "C" int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cu
   }
   struct mk_ra_reduce_params p;
   memset(&p, 0, sizeof p);
+  p.mode = a->mode;
   p.own = (const float4*)a->own_acc;
   for (int d = 0; d < a->nranks; d++)
     if (d != a->rank) p.peer[d] = (const float4*)a->peer_acc[d], p.peer_ready[d] = a->peer_ready[d];
@@ -524,7 +528,7 @@ extern "C" int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cu
   p.call = a->call;
   p.err = a->err, p.err_tag = a->err_tag;
   p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_RA_DEFAULT_TIMEOUT_MS) * 1000000ull;
-  const size_t want = (2 * p.n4 + MK_RA_BWD_THREADS - 1) / MK_RA_BWD_THREADS;
+  const size_t want = a->mode == MK_RA_REDUCE_ALL ? (2 * p.n4 + MK_RA_BWD_THREADS - 1) / MK_RA_BWD_THREADS : 1;
   const unsigned grid = (unsigned)(want < (size_t)sms ? (want ? want : 1) : (size_t)sms);
   mk_ra_bwd_reduce_kernel<<<grid, MK_RA_BWD_THREADS, 0, stream>>>(p);
   const cudaError_t e = cudaGetLastError();

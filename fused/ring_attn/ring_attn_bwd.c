@@ -33,16 +33,14 @@
  * NCCL_MK_RA_BWD_OWN_LAST=1 (non-causal; the default since session 43, on one-GPU evidence:
  * ring_bwd_emul +7.5%, two ranks under MPS +8-11%; not yet run on 2 GPUs): everything on the
  * caller's stream, no side stream and no reduce pass: the first call's delta and dq_acc
- * zeroing, the gather (it lets the next kernel start beside it: pdl), the core calls on the
- * peers' blocks (their CTAs waiting for each chunk; partials stored into the owners' acc[r]
- * as above, each block's last CTA announcing it to its owner: the core's announce) and, last,
- * on the own block (in the same call when it has room: up to 4 ranks), whose CTAs run after
- * the peers' blocks' and wait for every peer's announcement to write dk, dv = bf16(their sum
- * + the peers' partials) (the core's addends); that call's dq kernel ends the call (the
- * core's end_call). It saves the reduce's pass over every partial and the own partial's fp32
- * round trip (one GPU, ring_bwd_emul: +7.5% at B=16 H=16 S_local=4096). On 2 ranks: prep,
- * gather, one core call (main kernel, dq): 4 launches (7 until session 44).
- * So 2 + (kernels of the core calls) launches, not one persistent kernel: the door stays open
+ * zeroing, the gather (it lets the next kernel start beside it: pdl), the calls on the peers'
+ * blocks (their CTAs waiting for each chunk; partials stored into the owners' acc[r] as
+ * above), the announcement (the reduce kernel's first part), the call on the own block, whose
+ * CTAs wait for every peer's announcement and write dk, dv = bf16(their sum + the peers'
+ * partials) (the core's addends), and the call's end (the reduce kernel's last part). It
+ * saves the reduce's pass over every partial and the own partial's fp32 round trip (one GPU,
+ * ring_bwd_emul: +7.5% at B=16 H=16 S_local=4096).
+ * So 4 + (kernels of the core calls) launches, not one persistent kernel: the door stays open
  * as AllGather+GEMM's was (the gather is the forward's push CTAs; the core's CTAs can take its
  * flag waits, as the forward's producer does, and the reduce can become the core's epilogue).
  * A peer reads acc[r] of this rank only after r's announcement, and r zeroes its accumulators
@@ -141,8 +139,6 @@ void mk_ra_bwd_core_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bw
     } else { /* one call per block: stored straight into the owner's acc[r] */
       b->dk_acc = mk_ra_bwd_acc(src == r ? ar->data : ar->peer_data[src], l, r);
       b->acc_overwrite = 1;
-      if (ar->ready) /* the own-last plan: the owner adds it once this call announces it */
-        b->announce = ar->peer_ready[src], b->announce_count = (uint32_t*)(ar->announce_words + mk_sched_rs_slot(src, r));
     }
     if (b->dk_acc) b->dv_acc = b->dk_acc + l->kv_elems;
     b->seq = s_local;
@@ -245,12 +241,8 @@ static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra
     areas.flags = ra_bwd_word(fc->sym, 0), areas.fps = l->fps, areas.chunk_rows = chunk_rows;
     areas.done = (const uint64_t*)fc->sym + MK_AG_WORD_DONE;
   }
-  if (kind == RA_BWD_OWN_LAST) {
+  if (kind == RA_BWD_OWN_LAST)
     areas.ready = ra_bwd_word(fc->sym, l->ready0), areas.ready_index0 = (uint32_t)l->ready0;
-    areas.announce_words = (uint64_t*)fc->sym + MK_AG_WORD_ANNOUNCE0;
-    for (int d = 0; d < n; d++)
-      if (d != fc->rank) areas.peer_ready[d] = ra_bwd_word(fc->peer_sym[d], l->ready0 + mk_sched_rs_slot(fc->rank, d));
-  }
   for (int i = 0; i < ncalls; i++) {
     mk_ra_bwd_core_args(&areas, l, &plan[i], t, &core[i]);
     MK_CHECK(mk_attn_bwd_check(&core[i]));
@@ -264,20 +256,24 @@ static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra
 
 /* The own-last plan on the caller's stream: the first call's delta and dq_acc zeroing; the
  * gather (its pushes feed the peers' waiting CTAs, so it is on the SMs first: the first call
- * starts beside it, pdl); the core calls: the peers' blocks (partials stored into the owners'
- * acc[rank], each block announced by its last CTA), then the own block, in the last call with
- * the last peers' (n <= 4 ranks) or alone, whose CTAs wait for every peer's announcement and
- * add their partials into dk, dv, and whose dq kernel ends the call. */
-static int ra_bwd_run_own_last(const struct mk_ra_args* ga, const struct mk_attn_bwd_args* core, int ncalls,
+ * starts beside it, pdl); the calls on the peers' blocks (partials stored into the owners'
+ * acc[rank]); the announcement of those; the own block's call, whose CTAs wait for every
+ * peer's announcement and add their partials into dk, dv; the call's end. */
+static int ra_bwd_run_own_last(struct mk_fused_comm* fc, const struct mk_ra_args* ga, const struct mk_ra_bwd_layout* l,
+                               void* data, const struct mk_attn_bwd_args* core, int ncalls, void* dk, void* dv,
                                cudaStream_t stream) {
-  struct mk_attn_bwd_args prep = core[0], last = core[ncalls - 1];
+  struct mk_attn_bwd_args prep = core[0];
   prep.delta_ready = prep.dq_accumulate = 0, prep.pdl = 0;
-  last.end_call = &ga->call; /* its dq kernel ends the call: nothing runs after it */
-  MK_CHECK(mk_attn_bwd_check(&last));
   MK_CHECK(mk_attn_bwd_prep_launch(&prep, stream));
   MK_CHECK(mk_ra_bwd_gather_launch(ga, stream));
   for (int i = 0; i < ncalls - 1; i++) MK_CHECK(mk_attn_bwd_launch(&core[i], stream));
-  return mk_attn_bwd_launch(&last, stream);
+  struct mk_ra_bwd_reduce_args ra;
+  ra_bwd_reduce_args(fc, l, data, ga, dk, dv, &ra);
+  ra.mode = MK_RA_REDUCE_ANNOUNCE;
+  MK_CHECK(mk_ra_bwd_reduce_launch(&ra, stream));
+  MK_CHECK(mk_attn_bwd_launch(&core[ncalls - 1], stream));
+  ra.mode = MK_RA_REDUCE_END;
+  return mk_ra_bwd_reduce_launch(&ra, stream);
 }
 
 /* The split and merged plans: the gather (and, causal and not merged, the peers' accumulators
@@ -341,7 +337,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
     ga.gave_up = ra_bwd_word(fc->sym, l.gave_up);
   }
   if (!rc)
-    rc = kind == RA_BWD_OWN_LAST ? ra_bwd_run_own_last(&ga, core, ncalls, stream)
+    rc = kind == RA_BWD_OWN_LAST ? ra_bwd_run_own_last(fc, &ga, &l, data, core, ncalls, dk, dv, stream)
                                  : ra_bwd_run_beside(fc, &ga, &l, data, kind == RA_BWD_MERGED, core, ncalls, own_calls,
                                                      dk, dv, stream);
   mk_op_device_leave(prev);

@@ -26,14 +26,6 @@
  *   addends: fp32 partials of another call (a ring peer's) added to a block's bf16 dk, dv:
  *     ready already, ready 20 ms late (the CTAs waited), never ready (the error record names
  *     the addend's flag; no hang); the refused argument sets.
- *   announce: one call, two blocks (keys [0, S/2) and [S/2, S), non-causal): block 0 stores
- *     its fp32 dK/dV partial (acc_overwrite) and its last CTA announces it (a word = the call
- *     number), block 1 writes bf16 dk, dv with that partial as an addend waiting for the word
- *     (the ring's own-last call on one GPU; its CTAs run block by block, or block 1's would wait
- *     for CTAs that cannot start): dq, the stored partial, block 1's sums, the word and the
- *     counter (back at 0) checked, and the call bracket the dq kernel ends (end_call: done =
- *     the call number, exits back at 0); then behind a closed accumulator gate nothing is
- *     stored or announced and block 1's wait gives up naming its addend (no hang). D = 128, 64.
  *   pdl: the main kernel launched as a programmatic dependent starts while the kernel before
  *     it still runs (that kernel waits for the call's CTAs to touch dq_acc before it raises the
  *     flags they need; without pdl, the control, it gives up), also captured in a CUDA graph;
@@ -509,100 +501,6 @@ static void test_addends(void) {
   bufs_free(&t);
 }
 
-static __global__ void add_f64(double* x, const double* y, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] += y[i];
-}
-
-/* See the top: block 0's partial announced inside the call to block 1, which adds it. */
-static void announce_case(int d, uint64_t seed) {
-  struct bwd_bufs t;
-  const int batch = 2, seq = 600, half = seq / 2, kvh = 2;
-  bufs_alloc(&t, batch, seq, 8, kvh, d, 0, seed);
-  const size_t shift = (size_t)half * kvh * d, n_l = t.nkv / 2; /* a block's rows: half the keys */
-  float* part[2]; /* dk, dv partials of block 0, at rows [0, half) of each batch from part + shift */
-  for (int i = 0; i < 2; i++) {
-    CUDA_OK(cudaMalloc(&part[i], (t.nkv + shift) * 4));
-    poison(part[i], (t.nkv + shift) * 4);
-  }
-  uint64_t *words, *gate; /* done, the announcement, the counter (a u32), the call's exits (a u32) */
-  CUDA_OK(cudaMalloc(&words, 4 * sizeof(uint64_t)));
-  CUDA_OK(cudaMalloc(&gate, sizeof(uint64_t)));
-  set_words(words, 1, 6), set_words(words + 1, 3, 0), set_words(gate, 1, 0); /* this call is number 7 */
-  struct mk_gemm_call call; /* ended by the dq kernel: done = 7 */
-  memset(&call, 0, sizeof call);
-  call.done = words, call.exits = (uint32_t*)(words + 3), call.set_done = 1;
-  struct mk_attn_bwd_args a = whole_args(&t);
-  a.ready_done = words, a.acc_gate = gate, a.num_kv_blocks = 2, a.end_call = &call;
-  a.kv[1] = a.kv[0], a.kv[1].row0 = half, a.kv[1].rows = half, a.kv[1].pos0 = half;
-  struct mk_attn_bwd_kv_block* b0 = &a.kv[0];
-  b0->rows = half, b0->dk = b0->dv = NULL, b0->dk_acc = part[0] + shift, b0->dv_acc = part[1] + shift;
-  b0->acc_overwrite = 1, b0->announce = words + 1, b0->announce_count = (uint32_t*)(words + 2);
-  a.addends.n = 1, a.addends.block = 1, a.addends.flag_index0 = 40;
-  a.addends.dk[0] = part[0], a.addends.dv[0] = part[1], a.addends.ready[0] = words + 1;
-
-  double *want, *want_mag, *got_l;
-  CUDA_OK(cudaMalloc(&want, n_l * 8));
-  CUDA_OK(cudaMalloc(&want_mag, n_l * 8));
-  CUDA_OK(cudaMalloc(&got_l, n_l * 4));
-  char what[96];
-  snprintf(what, sizeof what, "B=%d S=%d H=8 H_kv=%d D=%d non-causal, 2 blocks", batch, seq, kvh, d);
-  if (run_bwd(&a)) {
-    char w[160];
-    snprintf(w, sizeof w, "%s dq", what);
-    EXPECT(attn_grad_check(w, (const __nv_bfloat16*)t.dq, t.ref_dq, t.mag.dq, t.nq), "%s", w);
-    const double* refs[2][2] = {{t.ref_dk, t.mag.dk}, {t.ref_dv, t.mag.dv}};
-    void* outs[2] = {t.dk, t.dv};
-    for (int g = 0; g < 2; g++) {
-      attn_take_rank_rows(refs[g][0], want, batch, seq, (long)kvh * d, 0, 2, 0);
-      attn_take_rank_rows(refs[g][1], want_mag, batch, seq, (long)kvh * d, 0, 2, 0);
-      attn_take_rank_rows((const float*)(part[g] + shift), (float*)got_l, batch, seq, (long)kvh * d, 0, 2, 0);
-      snprintf(w, sizeof w, "%s block 0's stored %s partial", what, g ? "dv" : "dk");
-      EXPECT(attn_grad_check(w, (const float*)got_l, want, want_mag, n_l), "%s", w);
-      double *r1, *m1; /* block 1's rows: its own gradient + block 0's (the addend) */
-      CUDA_OK(cudaMalloc(&r1, n_l * 8));
-      CUDA_OK(cudaMalloc(&m1, n_l * 8));
-      attn_take_rank_rows(refs[g][0], r1, batch, seq, (long)kvh * d, 1, 2, 0);
-      attn_take_rank_rows(refs[g][1], m1, batch, seq, (long)kvh * d, 1, 2, 0);
-      add_f64<<<256, 256>>>(want, r1, n_l), add_f64<<<256, 256>>>(want_mag, m1, n_l);
-      attn_take_rank_rows((const __nv_bfloat16*)outs[g], (__nv_bfloat16*)got_l, batch, seq, (long)kvh * d, 1, 2, 0);
-      snprintf(w, sizeof w, "%s block 1's %s with block 0's added", what, g ? "dv" : "dk");
-      EXPECT(attn_grad_check(w, (const __nv_bfloat16*)got_l, want, want_mag, n_l), "%s", w);
-      cudaFree(r1), cudaFree(m1);
-    }
-  }
-  uint64_t h[4];
-  CUDA_OK(cudaMemcpy(h, words, sizeof h, cudaMemcpyDeviceToHost));
-  printf("  %s: announcement %llu, counter %u; the call ended: done %llu, exits %u\n", what,
-         (unsigned long long)h[1], (unsigned)h[2], (unsigned long long)h[0], (unsigned)h[3]);
-  EXPECT(h[1] == 7 && (uint32_t)h[2] == 0, "announcement %llu (want 7), counter %u (want 0, reset by the last)",
-         (unsigned long long)h[1], (unsigned)h[2]);
-  EXPECT(h[0] == 7 && (uint32_t)h[3] == 0, "the dq kernel did not end the call: done %llu (want 7), exits %u",
-         (unsigned long long)h[0], (unsigned)h[3]);
-
-  /* the accumulators' gate closed: nothing stored, nothing announced, block 1 gives up on it */
-  set_words(words, 1, 6), set_words(words + 1, 1, 6), set_words(gate, 1, MK_ATTN_ACC_GATE_CLOSED | 7);
-  poison(part[0], (t.nkv + shift) * 4);
-  a.timeout_ms = 300;
-  expect_timeout_named(&a, "the gate closed", 40, 7);
-  CUDA_OK(cudaMemcpy(h, words, sizeof h, cudaMemcpyDeviceToHost));
-  std::vector<uint32_t> hp((t.nkv + shift));
-  CUDA_OK(cudaMemcpy(hp.data(), part[0], hp.size() * 4, cudaMemcpyDeviceToHost));
-  size_t stored = 0;
-  for (uint32_t x : hp) stored += x != 0xFFFFFFFFu;
-  printf("  the gate closed: announcement %llu, counter %u, %zu partial values stored\n", (unsigned long long)h[1],
-         (unsigned)h[2], stored);
-  EXPECT(h[1] == 6 && (uint32_t)h[2] == 0 && stored == 0, "behind a closed gate: announcement %llu (want 6), "
-         "counter %u, %zu values stored", (unsigned long long)h[1], (unsigned)h[2], stored);
-  for (int i = 0; i < 2; i++) cudaFree(part[i]);
-  cudaFree(words), cudaFree(gate), cudaFree(want), cudaFree(want_mag), cudaFree(got_l);
-  bufs_free(&t);
-}
-
-static void test_announce(void) {
-  announce_case(128, 0xa770);
-  announce_case(64, 0xa771);
-}
-
 /* The kernel before a pdl call: lets its dependents launch, then waits (bounded, 2 s) until
  * *watch (an element of dq_acc) is no longer 0, which only the call's CTAs can do, then raises
  * the flags the call waits for. *waited_out = 1 when it had to give up. */
@@ -726,8 +624,7 @@ int main(int argc, char** argv) {
   static const struct named_test tests[] = {{"backward", test_backward},     {"offsets", test_offsets},
                                             {"negative_control", test_negative_control},
                                             {"split", test_split},           {"ready_flags", test_ready_flags},
-                                            {"addends", test_addends},       {"announce", test_announce},
-                                            {"pdl", test_pdl},
+                                            {"addends", test_addends},       {"pdl", test_pdl},
                                             {"bad_input", test_bad_input}};
   return run_named_tests(what, tests, (int)(sizeof tests / sizeof *tests));
 }

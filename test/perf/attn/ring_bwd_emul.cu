@@ -10,9 +10,8 @@
  * order (as one stream runs them), r = 0 .. n-1 one after another, each timed whole, for the
  * ring's plan (own block first, then the peers'; then the reduce), the merged one
  * (mk_ra_bwd_plan_merged: fewer calls, each range against every block; then the reduce) and,
- * non-causal, the own-last one (mk_ra_bwd_plan_own_last: delta first, the peers' blocks, each
- * announced by its last CTA, the own block last with the peers' partials added as it writes
- * dk, dv; no reduce), interleaved.
+ * non-causal, the own-last one (mk_ra_bwd_plan_own_last: delta first, the peers' blocks, the
+ * own block last with the peers' partials added as it writes dk, dv; no reduce), interleaved.
  * TFLOP/s
  * per GPU = (FLOPs of the whole sequence / n) / the slowest rank's time; FLOPs as attn_perf -b
  * (10 B H S S D, halved causal). Medians of ITERS after two warm-ups. A benchmark, not a test:
@@ -66,7 +65,6 @@ static void emul_alloc(struct emul_rank* e, const struct shape& sh, int s_local,
   CUDA_OK(cudaMemset(e->exits, 0, sizeof(uint32_t)));
   std::vector<uint64_t> w(32, 1);
   w[0] = 0; /* done: every call is call 1 */
-  for (int i = 24; i < 32; i++) w[i] = 0; /* the own-last plan's announcement counters */
   CUDA_OK(cudaMemcpy(e->words, w.data(), 32 * sizeof(uint64_t), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMalloc(&e->lse, (size_t)sh.b * sh.h * s_local * 4));
   CUDA_OK(cudaMalloc(&e->data, l->total));
@@ -159,10 +157,7 @@ static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const s
   e->ncalls[1] = mk_ra_bwd_plan_merged(r, nranks, sh.causal, plan[1], MK_RA_BWD_MAX_CALLS);
   e->ncalls[2] = sh.causal ? 0 : mk_ra_bwd_plan_own_last(r, nranks, 0, plan[2], EMUL_PREP);
   for (int pl = 0; pl < EMUL_PLANS; pl++) {
-    if (pl == 2) { /* the peers' blocks announce (into words 16 on; counters from word 24, zero) */
-      ar.done = e->words, ar.ready = e->words + 1, ar.announce_words = e->words + 24;
-      for (int d = 0; d < nranks; d++) ar.peer_ready[d] = e->words + 16 + d;
-    }
+    if (pl == 2) ar.done = e->words, ar.ready = e->words + 1;
     if (e->ncalls[pl] < (pl == 2 && sh.causal ? 0 : 1)) exit(1);
     for (int i = 0; i < e->ncalls[pl]; i++) mk_ra_bwd_core_args(&ar, l, &plan[pl][i], &t, &e->core[pl][i]);
   }
@@ -172,7 +167,7 @@ static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const s
   }
   struct mk_ra_bwd_reduce_args* ra = &e->reduce;
   memset(ra, 0, sizeof *ra);
-  ra->own_acc = mk_ra_bwd_acc(e->data, l, r);
+  ra->mode = MK_RA_REDUCE_ALL, ra->own_acc = mk_ra_bwd_acc(e->data, l, r);
   for (int d = 0; d < nranks; d++) /* as ring_attn_bwd.c ra_bwd_reduce_args, every rank's area here */
     if (d != r)
       ra->peer_acc[d] = sh.causal ? mk_ra_bwd_acc(all[d].data, l, r) : mk_ra_bwd_acc(e->data, l, d),
