@@ -459,6 +459,7 @@ struct mk_ra_reduce_params {
   struct mk_gemm_error* err;
   uint32_t err_tag;
   uint64_t timeout_ns;
+  const uint64_t* gave_up;
 };
 
 static __device__ __forceinline__ uint2 ra_pack_bf16x4(float4 x) {
@@ -475,7 +476,10 @@ static __device__ __forceinline__ uint2 ra_pack_bf16x4(float4 x) {
  * (the own at its place), so it does not depend on timing. */
 __global__ void __launch_bounds__(MK_RA_BWD_THREADS) mk_ra_bwd_reduce_kernel(const __grid_constant__ struct mk_ra_reduce_params p) {
   const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
-  if (p.mode != MK_RA_REDUCE_END && blockIdx.x == 0 && threadIdx.x == 0) {
+  /* nothing announced once the call gave up on a wait (the gather closed the gate, or any wait
+   * raised the record): its partials may be missing, and a late peer would sum stale ones */
+  if (p.mode != MK_RA_REDUCE_END && blockIdx.x == 0 && threadIdx.x == 0 && mk_attn_acc_gate_open(p.gave_up) &&
+      !ld_relaxed_sys_u32(&p.err->aborted)) {
     fence_acq_rel_sys(); /* the core's accumulator stores (earlier kernels) before the announcement */
     for (int d = 0; d < p.nranks; d++)
       if (d != p.rank) st_release_sys_u64(p.peer_ready[d], e);
@@ -511,8 +515,9 @@ __global__ void __launch_bounds__(MK_RA_BWD_THREADS) mk_ra_bwd_reduce_kernel(con
 extern "C" int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cudaStream_t stream) {
   int sms = 0;
   MK_CHECK(mk_sm90_sms("ncclMkRingAttentionBackward", &sms));
-  if (a->nranks < 2 || a->nranks > MK_RA_MAX_RANKS || a->kv_elems % 4) {
-    MK_WARN("ncclMkRingAttentionBackward: internal: nranks %d, kv_elems %zu", a->nranks, a->kv_elems);
+  if (a->nranks < 2 || a->nranks > MK_RA_MAX_RANKS || a->kv_elems % 4 || !a->err) {
+    MK_WARN("ncclMkRingAttentionBackward: internal: nranks %d, kv_elems %zu, error record %p", a->nranks,
+            a->kv_elems, (void*)a->err);
     return -EINVAL;
   }
   struct mk_ra_reduce_params p;
@@ -526,7 +531,7 @@ extern "C" int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cu
   p.n4 = a->kv_elems / 4;
   p.rank = a->rank, p.nranks = a->nranks;
   p.call = a->call;
-  p.err = a->err, p.err_tag = a->err_tag;
+  p.err = a->err, p.err_tag = a->err_tag, p.gave_up = a->gave_up;
   p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_RA_DEFAULT_TIMEOUT_MS) * 1000000ull;
   const size_t want = a->mode == MK_RA_REDUCE_ALL ? (2 * p.n4 + MK_RA_BWD_THREADS - 1) / MK_RA_BWD_THREADS : 1;
   const unsigned grid = (unsigned)(want < (size_t)sms ? (want ? want : 1) : (size_t)sms);

@@ -117,10 +117,12 @@ struct mk_ra_bwd_reduce_args {
   struct mk_gemm_error* err;
   uint32_t err_tag;
   uint32_t timeout_ms;
+  const uint64_t* gave_up; /* the gather's gate word (attn.h MK_ATTN_ACC_GATE_CLOSED) */
 };
 
 /* The reduce: announces this rank's partials to every peer (fence.sys, then st.release.sys of
- * its ready word on each peer to e), waits (bounded) for every peer's word, then
+ * its ready word on each peer to e; not when the call gave up on a wait: its partials may be
+ * missing, and a peer that is late, not dead, would add what an earlier call left), waits (bounded) for every peer's word, then
  * dk, dv = bf16(own acc + every peer's acc[rank]) (reading the peers' accumulators over NVLink),
  * then ends the call (done = e); MK_RA_REDUCE_ANNOUNCE / _END: only the first / the last part
  * (one CTA). 0, -ENOTSUP (no sm_90 device) or -EIO. */

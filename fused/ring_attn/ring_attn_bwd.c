@@ -173,7 +173,7 @@ static void ra_bwd_reduce_args(const struct mk_fused_comm* fc, const struct mk_r
   ra->kv_elems = l->kv_elems;
   ra->rank = fc->rank, ra->nranks = fc->nranks;
   ra->call = ga->call;
-  ra->err = fc->err, ra->err_tag = ga->err_tag, ra->timeout_ms = ga->timeout_ms;
+  ra->err = fc->err, ra->err_tag = ga->err_tag, ra->timeout_ms = ga->timeout_ms, ra->gave_up = ga->gave_up;
 }
 
 /* The peers' accumulators in this rank's memory zeroed on `stream` (causal: each call adds into

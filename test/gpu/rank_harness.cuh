@@ -6,7 +6,7 @@
  * MPS), and each child opens its rank the same way: the scenario's environment, its device, a
  * stream, NCCL, nccl-mk with the test's config; runs the scenario; closes the rank. What the
  * tests differ in is struct rank_harness. Scenario names with rules of their own: absent_peer*
- * (2 s waits), busy_sms* (5 s), peer_dies* (rank_peer_dies_mid_call: 5 s, 2 ranks, not under MPS).
+ * and late_peer* (2 s waits), busy_sms* (5 s), peer_dies* (rank_peer_dies_mid_call: 5 s, 2 ranks, not under MPS).
  */
 #ifndef MK_RANK_HARNESS_CUH_
 #define MK_RANK_HARNESS_CUH_
@@ -144,7 +144,8 @@ static int test_ranks(void) {
 struct rank_harness {
   int nranks;
   /* Optional: the scenario's environment (shorter timeouts, planted faults), set before
-   * anything is opened; "absent_peer*" always gets NCCL_MK_TIMEOUT_MS = 2000, "busy_sms*" 5000. */
+   * anything is opened; "absent_peer*" and "late_peer*" always get NCCL_MK_TIMEOUT_MS = 2000,
+   * "busy_sms*" 5000. */
   void (*scenario_env)(const char* scenario, int rank);
   /* Optional: the test's changes to the default ncclMkConfig (the shapes to prepare for). */
   void (*config)(const char* scenario, ncclMkConfig* cfg);
@@ -167,8 +168,10 @@ static int rank_harness_under_mps(void) {
 static int rank_harness_child(const struct rank_harness* h, const char* scenario, int rank,
                               const ncclUniqueId* id) {
   printf("rank %d: %s, seed %llu\n", rank, scenario, (unsigned long long)g_seed);
-  /* every test's "absent_peer*" (a rank that never calls): its bounded waits expire in 2 s */
-  if (!strncmp(scenario, "absent_peer", 11)) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
+  /* every test's "absent_peer*" and "late_peer*" (a rank that never calls, or calls late): the
+   * bounded waits expire in 2 s */
+  if (!strncmp(scenario, "absent_peer", 11) || !strncmp(scenario, "late_peer", 9))
+    setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
   /* "busy_sms*" (sm_hold.cuh): a hang ends well before the holder's 30 s */
   if (!strncmp(scenario, "busy_sms", 8)) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
   /* "peer_dies*": rank 0's second call times out within the test */

@@ -19,6 +19,9 @@
  *                     accumulator (rank 1 checks its own memory). A peer that is alive but
  *                     late by more than the timeout may still be reading these for its
  *                     previous call (bench/NOTES.md, session 26's timeout hazard).
+ *   late_peer, late_peer_noncausal: rank 1 late, not dead: after rank 0's backward gave up
+ *                     alone, rank 1's own call must end in ncclRemoteError too (or, if it
+ *                     succeeds, with correct gradients), never sum what an earlier call left.
  *   busy_sms, busy_sms_most: the forward and backward called while another kernel holds a
  *                     quarter (three quarters) of the SMs (scenario_harness.cuh held_call):
  *                     no timeout, checked gradients, the SMs held to the end.
@@ -405,6 +408,48 @@ static void absent_peer_case(struct rank_env* e, struct rb_case c) {
   bufs_free(&b);
 }
 
+/* Rank 1 is late, not dead: after a completed call and a forward on fresh inputs, rank 0's
+ * backward runs alone and gives up (ncclRemoteError); then rank 1 calls. Its peer's partials
+ * never came, so its call must end in an error too, never succeed with gradients that sum
+ * what an earlier call left (found in session 44: the announcement was made regardless). */
+static void late_peer_case(struct rank_env* e, struct rb_case c) {
+  struct rb_bufs b;
+  bufs_alloc(&b, c, e->rank);
+  bufs_fill(&b, g_seed, 0);
+  NCCL_OK(fwd_call(e, &b)); /* both ranks: a forward and a backward complete */
+  NCCL_OK(bwd_call(e, &b));
+  bufs_fill(&b, g_seed + 7, 1); /* fresh inputs, their forward on both ranks */
+  NCCL_OK(fwd_call(e, &b));
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  ranks_barrier(e);
+  ncclResult_t async = ncclSuccess;
+  char msg[256] = "";
+  if (e->rank == 0) {
+    NCCL_OK(bwd_call(e, &b));
+    CUDA_OK(cudaStreamSynchronize(e->stream));
+    NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof msg));
+    printf("rank 0, alone: asynchronous error %d: %s\n", (int)async, msg);
+    EXPECT(async == ncclRemoteError, "a backward without its peer must end in ncclRemoteError");
+  }
+  ranks_barrier(e); /* rank 1 calls once rank 0's call has ended */
+  if (e->rank == 1) {
+    NCCL_OK(bwd_call(e, &b));
+    CUDA_OK(cudaStreamSynchronize(e->stream));
+    NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof msg));
+    printf("rank 1, late: asynchronous error %d: %s\n", (int)async, msg);
+    if (async == ncclSuccess) /* acceptable only with the right gradients */
+      EXPECT(rb_check(&b, "late "), "rank 1's late call succeeded with wrong gradients");
+    else
+      EXPECT(async == ncclRemoteError, "rank 1's late call ended in %d, not ncclRemoteError", (int)async);
+  }
+  ranks_barrier(e);
+  bufs_free(&b);
+}
+
+static void scenario_late_peer(struct rank_env* e) { late_peer_case(e, {1, 1024, 8, 1, 128, 1}); }
+
+static void scenario_late_peer_noncausal(struct rank_env* e) { late_peer_case(e, {1, 1024, 8, 1, 128, 0}); }
+
 static ncclResult_t bwd_call_bufs(void* e, void* bufs) {
   return bwd_call((struct rank_env*)e, (struct rb_bufs*)bufs);
 }
@@ -459,6 +504,8 @@ static const struct named_scenario scenarios[] = {
     {"negative_control", scenario_negative_control},
     {"absent_peer", scenario_absent_peer},
     {"absent_peer_noncausal", scenario_absent_peer_noncausal},
+    {"late_peer", scenario_late_peer},
+    {"late_peer_noncausal", scenario_late_peer_noncausal},
     {"peer_dies_mid_call", scenario_peer_dies_mid_call},
     {"busy_sms", scenario_busy_sms},
     {"busy_sms_most", scenario_busy_sms_most},
