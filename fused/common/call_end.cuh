@@ -1,10 +1,11 @@
 /*
  * The end of a one-kernel call (gemm.h struct mk_gemm_call): every thread of every CTA calls
  * mk_call_end once its role is done; the last CTA to get here zeroes the call's counters,
- * raises the notify flags and ends the call (done = e, release at system scope: the peers may
- * write this rank's workspace for call e + 1). Shared by the GEMM core (gemm_call_end) and
- * the ring attention kernel. Called inside each role's branch (whole warps: bar.sync 0 counts
- * all the CTA's threads wherever they wait).
+ * raises the notify flags (not when a wait of the call gave up: err, the call's error record)
+ * and ends the call (done = e, release at system scope: the peers may write this rank's
+ * workspace for call e + 1). Shared by the GEMM core (gemm_call_end) and the ring attention
+ * kernel. Called inside each role's branch (whole warps: bar.sync 0 counts all the CTA's
+ * threads wherever they wait).
  */
 #ifndef MK_CALL_END_CUH_
 #define MK_CALL_END_CUH_
@@ -12,7 +13,7 @@
 #include "gemm.h"
 #include "ptx.cuh"
 
-__device__ __forceinline__ void mk_call_end(const struct mk_gemm_call& call) {
+__device__ __forceinline__ void mk_call_end(const struct mk_gemm_call& call, const struct mk_gemm_error* err) {
   __shared__ int last;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -28,8 +29,10 @@ __device__ __forceinline__ void mk_call_end(const struct mk_gemm_call& call) {
   *call.exits = 0;
   const uint64_t e = *(volatile uint64_t*)call.done + 1;
   fence_acq_rel_sys();
+  /* a call that gave up on a wait skipped stores the notify flags vouch for: a late peer must
+   * time out, not read what an earlier call left (every CTA's raise precedes its count) */
   for (int d = 0; d < call.nranks; d++)
-    if (call.notify[d]) st_release_sys_u64(call.notify[d], e);
+    if (call.notify[d] && !(err && ld_relaxed_sys_u32(&err->aborted))) st_release_sys_u64(call.notify[d], e);
   if (call.set_done) st_release_sys_u64(call.done, e);
 }
 

@@ -355,7 +355,7 @@ __device__ __forceinline__ void gemm_stage_end(uint64_t* c_full, uint64_t* c_emp
 #include "gemm_rs.cuh" /* the reduce-scatter epilogue, on the helpers above */
 
 /* The call bracket's end (call_end.cuh), on the kernel's copy of args.call. */
-__device__ __forceinline__ void gemm_call_end(const struct mk_gemm_params& p) { mk_call_end(p.call); }
+__device__ __forceinline__ void gemm_call_end(const struct mk_gemm_params& p) { mk_call_end(p.call, p.err); }
 
 /* A push CTA's whole life (gemm.h struct mk_gemm_push), or the cross-node reduce-scatter's
  * sender CTA's. Not inlined: inside the kernel it made the consumers' register allocation fail

@@ -238,7 +238,7 @@ mk_ra_kernel(const __grid_constant__ struct mk_ra_maps maps, const __grid_consta
   if (blockIdx.x == 0 && threadIdx.x == 0 && p.call.call) *p.call.call = *(volatile uint64_t*)p.call.done + 1;
   if ((int)blockIdx.x < p.push_ctas) {
     ra_push_cta(p);
-    mk_call_end(p.call);
+    mk_call_end(p.call, p.err);
     return;
   }
   const struct mk_attn_smem sm = attn_smem_carve<Cfg>(smem_raw);
@@ -260,11 +260,11 @@ mk_ra_kernel(const __grid_constant__ struct mk_ra_maps maps, const __grid_consta
   if (wg == 0) {
     setmaxnreg_dec<Cfg::REGS_PRODUCER>();
     if (threadIdx.x == 0) ra_produce<Cfg>(maps, p, sm, it, (uint32_t)item, w);
-    mk_call_end(p.call);
+    mk_call_end(p.call, p.err);
   } else {
     setmaxnreg_inc<Cfg::REGS_CONSUMER>();
     ra_consume<Cfg>(p, sm, wg - 1, it, w);
-    mk_call_end(p.call);
+    mk_call_end(p.call, p.err);
   }
 }
 
@@ -485,7 +485,7 @@ __global__ void __launch_bounds__(MK_RA_BWD_THREADS) mk_ra_bwd_reduce_kernel(con
       if (d != p.rank) st_release_sys_u64(p.peer_ready[d], e);
   }
   if (p.mode == MK_RA_REDUCE_ANNOUNCE) return;
-  if (p.mode == MK_RA_REDUCE_END) return mk_call_end(p.call);
+  if (p.mode == MK_RA_REDUCE_END) return mk_call_end(p.call, p.err);
   __shared__ int ok;
   if (threadIdx.x == 0) {
     int good = 1;
@@ -509,7 +509,7 @@ __global__ void __launch_bounds__(MK_RA_BWD_THREADS) mk_ra_bwd_reduce_kernel(con
       else p.dv[i - p.n4] = ra_pack_bf16x4(s);
     }
   }
-  mk_call_end(p.call);
+  mk_call_end(p.call, p.err);
 }
 
 extern "C" int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cudaStream_t stream) {

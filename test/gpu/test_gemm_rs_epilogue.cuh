@@ -233,7 +233,8 @@ static void test_rs_epilogue(void) {
 
 /* Row-scatter epilogue with a call bracket (the MoE combine's GEMM): row r goes to rank
  * dest[3r] at row dest[3r+1] * mult + dest[3r+2] (a third of the rows dropped), and the last
- * CTA raises both notify words to e without touching done. */
+ * CTA raises both notify words to e without touching done; then with the peer's previous call
+ * not done, the call gives up (the record names it) and raises no notify word. */
 static void test_scatter_epilogue(void) {
   const int m = 300, n = 264, k = 128, mult = 4, ranks = 2;
   struct problem p;
@@ -289,6 +290,26 @@ static void test_scatter_epilogue(void) {
   EXPECT(bad == 0, "scattered rows differ from the reference (%ld elements)", bad);
   EXPECT(w[0] == 3 && w[2] == 0 && w[3] == 4 && w[4] == 4, "bracket words: done 3 (not set), exits 0, notify 4");
   EXPECT(all_bytes_are(p.c, (size_t)m * n * 2, 0xFF), "c must not be written with the scatter epilogue");
-  cudaFree(d_dest), cudaFree(base[0]), cudaFree(base[1]), cudaFree(words);
+
+  /* the peer has not finished its previous call (done 2 of 3): the call gives up before any
+   * store into it and must raise no notify word (a late peer would sum the stale rows) */
+  const uint64_t w1[5] = {3, 2, 0, 0, 0};
+  CUDA_OK(cudaMemcpy(words, w1, sizeof w1, cudaMemcpyHostToDevice));
+  struct mk_gemm_error* err;
+  CUDA_OK(cudaMalloc(&err, sizeof *err));
+  CUDA_OK(cudaMemset(err, 0, sizeof *err));
+  g.err = err, g.err_tag = 0x5B, g.timeout_ms = 50;
+  EXPECT(launch_sync(&g) == 0, "launch");
+  struct mk_gemm_error e;
+  CUDA_OK(cudaMemcpy(&e, err, sizeof e, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(w, words, sizeof w, cudaMemcpyDeviceToHost));
+  printf("  scatter, the peer late: aborted %u tile %x flag %u; done %llu exits %llu notify %llu %llu\n", e.aborted,
+         e.tile, e.flag_index, (unsigned long long)w[0], (unsigned long long)w[2], (unsigned long long)w[3],
+         (unsigned long long)w[4]);
+  EXPECT(e.aborted && e.tile == MK_GEMM_ERR_TILE_PEER_FREE && e.flag_index == 1,
+         "the record must name the late peer's previous call");
+  EXPECT(w[2] == 0 && w[3] == 0 && w[4] == 0, "a call that gave up raised its notify words (%llu %llu)",
+         (unsigned long long)w[3], (unsigned long long)w[4]);
+  cudaFree(err), cudaFree(d_dest), cudaFree(base[0]), cudaFree(base[1]), cudaFree(words);
   problem_free(&p);
 }
