@@ -363,6 +363,15 @@ static std::vector<float> acc_snapshot(struct rank_env* e, struct rb_case c, int
   return host;
 }
 
+/* The case's buffers (inputs from g_seed, no reference) after a forward and a backward that
+ * every rank called (enqueued on e's stream). */
+static void bufs_after_a_completed_call(struct rank_env* e, struct rb_bufs* b, struct rb_case c) {
+  bufs_alloc(b, c, e->rank);
+  bufs_fill(b, g_seed, 0);
+  NCCL_OK(fwd_call(e, b));
+  NCCL_OK(bwd_call(e, b));
+}
+
 /* Rank 1 completes one call, then stays away. Rank 0's next call (fresh inputs) must end in
  * ncclRemoteError naming it, the call after fail at once, and the failed call must leave the
  * accumulator that rank 1 reads for its completed call as it was: causal, rank 0's acc[1];
@@ -371,10 +380,7 @@ static std::vector<float> acc_snapshot(struct rank_env* e, struct rb_case c, int
  * have become 0: no partial of the failed call lands. */
 static void absent_peer_case(struct rank_env* e, struct rb_case c) {
   struct rb_bufs b;
-  bufs_alloc(&b, c, e->rank);
-  bufs_fill(&b, g_seed, 0);
-  NCCL_OK(fwd_call(e, &b)); /* both ranks: a forward and a backward complete */
-  NCCL_OK(bwd_call(e, &b));
+  bufs_after_a_completed_call(e, &b, c);
   CUDA_OK(cudaStreamSynchronize(e->stream));
   ranks_barrier(e);
   const int watcher = c.causal ? 0 : 1, src = c.causal ? 1 : 0;
@@ -414,10 +420,7 @@ static void absent_peer_case(struct rank_env* e, struct rb_case c) {
  * what an earlier call left (found in session 44: the announcement was made regardless). */
 static void late_peer_case(struct rank_env* e, struct rb_case c) {
   struct rb_bufs b;
-  bufs_alloc(&b, c, e->rank);
-  bufs_fill(&b, g_seed, 0);
-  NCCL_OK(fwd_call(e, &b)); /* both ranks: a forward and a backward complete */
-  NCCL_OK(bwd_call(e, &b));
+  bufs_after_a_completed_call(e, &b, c);
   bufs_fill(&b, g_seed + 7, 1); /* fresh inputs, their forward on both ranks */
   NCCL_OK(fwd_call(e, &b));
   CUDA_OK(cudaStreamSynchronize(e->stream));
