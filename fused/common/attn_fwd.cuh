@@ -104,8 +104,16 @@ struct mk_attn_wait_ctx {
   struct mk_gemm_error* err; /* optional */
   uint32_t err_tag;
   uint32_t tile;             /* recorded on a timeout: the CTA's linear tile */
+  /* mk_attn_barrier_timeout_ns of the call's: a barrier is fed by the CTA's other warps,
+   * whose flag waits (the call's bound) are the cause when it stalls */
   uint64_t timeout_ns;
 };
+
+/* A barrier wait's bound: 1.5 x the call's flag waits', so that a flag wait's record, not the
+ * barrier's (the symptom), names what was missing. With equal bounds the barrier's, started a
+ * little earlier, often won ("waiting for flag 1: expected 0, seen 1": the K barrier's
+ * parity; ring backward absent_peer, session 44). */
+MK_HD uint64_t mk_attn_barrier_timeout_ns(uint64_t call_timeout_ns) { return call_timeout_ns + call_timeout_ns / 2; }
 
 /* Barrier codes recorded in mk_gemm_error.flag_index: which wait gave up. */
 #define MK_ATTN_WAIT_Q 0u
@@ -154,8 +162,7 @@ __device__ __forceinline__ int attn_wait_slow(uint64_t* bar, uint32_t parity, co
     if (polls % 64) continue;
     if (w.err && ld_relaxed_sys_u32(&w.err->aborted)) return 0;
     if (globaltimer_ns() - t0 > w.timeout_ns) {
-      /* a barrier is fed by this CTA's other warps: when one of their waits gave up first (a
-       * flag of the call), its record names the cause; this one would only name the symptom */
+      /* when one of the feeding warps' waits gave up first, its record names the cause */
       if (w.err && !ld_relaxed_sys_u32(&w.err->aborted))
         mk_gemm_error_raise(w.err, w.err_tag, w.tile, what, parity, parity ^ 1);
       return 0;
@@ -691,7 +698,7 @@ mk_attn_fwd_kernel(const __grid_constant__ struct mk_attn_maps maps, const __gri
   w.err = p.err;
   w.err_tag = 0;
   w.tile = 0;
-  w.timeout_ns = p.timeout_ns;
+  w.timeout_ns = mk_attn_barrier_timeout_ns(p.timeout_ns);
 
   /* NOTES: setmaxnreg needs the roles as the two branches of one if/else (Cfg::REGS_*). */
   if (wg == 0) {

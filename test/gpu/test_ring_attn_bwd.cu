@@ -363,6 +363,15 @@ static std::vector<float> acc_snapshot(struct rank_env* e, struct rb_case c, int
   return host;
 }
 
+/* An asynchronous error's message names what was missing: a flag of the call, waited for up to
+ * a call number (>= 2 here), not a CTA's own barrier (its parity, 0 or 1: the symptom). */
+static void expect_cause_named(const char* msg) {
+  const char* x = strstr(msg, "expected ");
+  unsigned long long want = 0;
+  EXPECT(x && sscanf(x, "expected %llu", &want) == 1 && want >= 2,
+         "the record names a barrier's parity, not the missing flag: %s", msg);
+}
+
 /* The case's buffers (inputs from g_seed, no reference) after a forward and a backward that
  * every rank called (enqueued on e's stream). */
 static void bufs_after_a_completed_call(struct rank_env* e, struct rb_bufs* b, struct rb_case c) {
@@ -397,6 +406,7 @@ static void absent_peer_case(struct rank_env* e, struct rb_case c) {
     printf("rank 0: asynchronous error %d: %s\n", (int)async, msg);
     EXPECT(async == ncclRemoteError, "a backward without its peer must end in ncclRemoteError");
     EXPECT(strstr(msg, "rank 0: fused op 0x7") != NULL, "the error names rank 0 and the ring backward op");
+    expect_cause_named(msg);
     EXPECT(bwd_call(e, &b) == ncclRemoteError, "the next call must fail at once");
   }
   ranks_barrier(e);
@@ -433,6 +443,7 @@ static void late_peer_case(struct rank_env* e, struct rb_case c) {
     NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof msg));
     printf("rank 0, alone: asynchronous error %d: %s\n", (int)async, msg);
     EXPECT(async == ncclRemoteError, "a backward without its peer must end in ncclRemoteError");
+    expect_cause_named(msg);
   }
   ranks_barrier(e); /* rank 1 calls once rank 0's call has ended */
   if (e->rank == 1) {
@@ -444,6 +455,7 @@ static void late_peer_case(struct rank_env* e, struct rb_case c) {
       EXPECT(rb_check(&b, "late "), "rank 1's late call succeeded with wrong gradients");
     else
       EXPECT(async == ncclRemoteError, "rank 1's late call ended in %d, not ncclRemoteError", (int)async);
+    if (async != ncclSuccess) expect_cause_named(msg);
   }
   ranks_barrier(e);
   bufs_free(&b);
