@@ -122,10 +122,11 @@ struct mk_ra_bwd_reduce_args {
 
 /* The reduce: announces this rank's partials to every peer (fence.sys, then st.release.sys of
  * its ready word on each peer to e; not when the call gave up on a wait: its partials may be
- * missing, and a peer that is late, not dead, would add what an earlier call left), waits (bounded) for every peer's word, then
- * dk, dv = bf16(own acc + every peer's acc[rank]) (reading the peers' accumulators over NVLink),
- * then ends the call (done = e); MK_RA_REDUCE_ANNOUNCE / _END: only the first / the last part
- * (one CTA). 0, -ENOTSUP (no sm_90 device) or -EIO. */
+ * missing, and a peer that is late, not dead, would add what an earlier call left), waits
+ * (bounded) for every peer's word, then dk, dv = bf16(own acc + every peer's acc[rank])
+ * (reading the peers' accumulators over NVLink), then ends the call (done = e);
+ * MK_RA_REDUCE_ANNOUNCE / _END: only the first / the last part (one CTA). 0, -ENOTSUP (no
+ * sm_90 device) or -EIO. */
 int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cudaStream_t stream);
 
 /* Where rank `rank`'s backward core calls read and write: its data area and every rank's
