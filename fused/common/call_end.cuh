@@ -30,7 +30,9 @@ __device__ __forceinline__ void mk_call_end(const struct mk_gemm_call& call, con
   const uint64_t e = *(volatile uint64_t*)call.done + 1;
   fence_acq_rel_sys();
   /* a call that gave up on a wait skipped stores the notify flags vouch for: a late peer must
-   * time out, not read what an earlier call left (every CTA's raise precedes its count) */
+   * time out, not read what an earlier call left (every CTA's raise precedes its count). The
+   * record is read only behind a set notify word: read once into a flag before the loop, it
+   * cost five GEMM kernels 4-12 spill bytes (session 44). */
   for (int d = 0; d < call.nranks; d++)
     if (call.notify[d] && !(err && ld_relaxed_sys_u32(&err->aborted))) st_release_sys_u64(call.notify[d], e);
   if (call.set_done) st_release_sys_u64(call.done, e);

@@ -6,7 +6,8 @@
  * MPS), and each child opens its rank the same way: the scenario's environment, its device, a
  * stream, NCCL, nccl-mk with the test's config; runs the scenario; closes the rank. What the
  * tests differ in is struct rank_harness. Scenario names with rules of their own: absent_peer*
- * and late_peer* (2 s waits), busy_sms* (5 s), peer_dies* (rank_peer_dies_mid_call: 5 s, 2 ranks, not under MPS).
+ * and late_peer* (2 s waits), busy_sms* (5 s), peer_dies* (rank_peer_dies_mid_call: 5 s, 2
+ * ranks, not under MPS).
  */
 #ifndef MK_RANK_HARNESS_CUH_
 #define MK_RANK_HARNESS_CUH_
