@@ -88,7 +88,7 @@ static void ag_gemm_push_call(const struct mk_fused_comm* fc, const void* a_shar
     push->dst_flags[d] = (uint64_t*)fc->peer_sym[d] + MK_AG_FLAG0;
     call->peer_done[d] = (const uint64_t*)fc->peer_sym[d] + MK_AG_WORD_DONE;
   }
-  call->claims = call->counters = own + MK_AG_WORD_CLAIMS, call->num_counters = 1;
+  mk_ag_call_claims(call, own);
 }
 
 /* The caller's gathered A: the peers' rows from the workspace, the own shard from a_shard (the

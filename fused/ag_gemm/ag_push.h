@@ -66,6 +66,12 @@ static inline void mk_ag_call_words(struct mk_gemm_call* call, int rank, int nra
   call->exits = (uint32_t*)(own + MK_AG_WORD_EXITS), call->set_done = set_done;
 }
 
+/* The claimed walk's word (MK_AG_WORD_CLAIMS of own) as the call's claims and its one counter
+ * (the bracket zeroes it for the next call). */
+static inline void mk_ag_call_claims(struct mk_gemm_call* call, uint64_t* own) {
+  call->claims = call->counters = own + MK_AG_WORD_CLAIMS, call->num_counters = 1;
+}
+
 /* done = done + 1 (the call's number e) on `stream`, after the gathered A was copied out. 0 or -EIO. */
 int mk_ag_finish_launch(void* own_ws, cudaStream_t stream);
 

@@ -191,7 +191,7 @@ static void moe_gemm_args(struct mk_fused_comm* fc, enum mk_op_id op, const stru
  * dispatch and combine GEMMs run one after the other on the caller's stream, so they share it. */
 static void moe_gemm_bracket(const struct mk_moe_args* a, struct mk_gemm_call* call) {
   mk_ag_call_words(call, a->rank, a->nranks, a->words[a->rank], 0, 0);
-  call->claims = call->counters = a->words[a->rank] + MK_AG_WORD_CLAIMS, call->num_counters = 1;
+  mk_ag_call_claims(call, a->words[a->rank]);
   for (int d = 0; d < a->nranks; d++)
     if (d != a->rank) call->peer_done[d] = a->words[d] + MK_AG_WORD_DONE;
 }

@@ -41,7 +41,7 @@ struct result { struct shape s; double ours[MAX_VARIANTS], lt, rel; };
 #define CLAIMED_VARIANT 100
 static void claimed_call_init(struct mk_gemm_call* call, uint64_t* words) {
   mk_ag_call_words(call, 0, 1, words, 0, 0);
-  call->claims = call->counters = words + MK_AG_WORD_CLAIMS, call->num_counters = 1;
+  mk_ag_call_claims(call, words);
 }
 
 static int launch_variant(struct mk_gemm_args* g, const struct mk_gemm_call* call, int variant) {
