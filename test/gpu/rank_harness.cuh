@@ -131,6 +131,62 @@ static void rank_peer_dies_mid_call(int rank, ncclComm_t comm, cudaStream_t stre
   rank_exit_after_peer_death(comm, scenario, failures);
 }
 
+/* One op for rank_late_peer: call enqueues it (its launch error returned), fill gives every
+ * rank fresh inputs (synchronous; every rank calls it at the same point, so it may run
+ * collectives, e.g. the dispatch before a combine), check says whether the output is right for
+ * the inputs of the last fill (1) and reports what is wrong (0). */
+struct rank_late_op {
+  ncclResult_t (*call)(void* env, void* arg);
+  void (*fill)(void* env, void* arg);
+  int (*check)(void* env, void* arg);
+  void (*judge_record)(const char* msg); /* optional: the test's checks of an error's text */
+};
+
+/* A late peer, for scenarios named "late_peer*" (2 ranks, 2 s waits: rank_harness_child). Rank
+ * 1 is late, not dead: every rank runs one completed, checked call; then fresh inputs; rank 0
+ * calls alone and must end in ncclRemoteError, its record saying what it timed out on; then
+ * rank 1 calls. Its peer gave up, so rank 1 must end in ncclRemoteError as well, or succeed
+ * with the right output: never succeed with data that rank 0's call skipped or an earlier call
+ * left (session 44 found the ring backward and the MoE combine doing that). Returns the
+ * failures. */
+static int rank_late_peer(int rank, ncclComm_t comm, cudaStream_t stream, const struct rank_late_op* op, void* env,
+                          void* arg) {
+  int failures = 0;
+  char msg[256];
+  ncclResult_t r = rank_call_outcome(comm, stream, op->call, env, arg, msg, sizeof msg);
+  if (r != ncclSuccess || !op->check(env, arg)) {
+    fprintf(stderr, "FAIL: rank %d: the completed call before the late one: %d %s\n", rank, (int)r, msg);
+    return 1;
+  }
+  op->fill(env, arg);
+  rank_barrier(comm, stream);
+  if (rank == 0) {
+    r = rank_call_outcome(comm, stream, op->call, env, arg, msg, sizeof msg);
+    printf("rank 0, alone: %d %s\n", (int)r, msg);
+    if (r != ncclRemoteError || !strstr(msg, "timed out")) {
+      fprintf(stderr, "FAIL: rank 0's call without its peer ended in %d (%s), not a timeout's ncclRemoteError\n",
+              (int)r, msg);
+      failures++;
+    }
+    if (op->judge_record) op->judge_record(msg);
+  }
+  rank_barrier(comm, stream); /* rank 1 calls once rank 0's call has ended */
+  if (rank == 1) {
+    r = rank_call_outcome(comm, stream, op->call, env, arg, msg, sizeof msg);
+    printf("rank 1, late: %d %s\n", (int)r, msg);
+    if (r == ncclSuccess && !op->check(env, arg)) {
+      fprintf(stderr, "FAIL: rank 1's late call succeeded with a wrong output\n");
+      failures++;
+    } else if (r != ncclSuccess && r != ncclRemoteError) {
+      fprintf(stderr, "FAIL: rank 1's late call ended in %d, not success or ncclRemoteError\n", (int)r);
+      failures++;
+    }
+    if (r != ncclSuccess && op->judge_record) op->judge_record(msg);
+  }
+  rank_barrier(comm, stream);
+  return failures;
+}
+
 /* The ranks a test runs: 2, or MK_TEST_RANKS (2 to 8; exits 2 otherwise). */
 static int test_ranks(void) {
   const char* v = getenv("MK_TEST_RANKS");

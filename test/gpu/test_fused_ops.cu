@@ -1,17 +1,19 @@
 /*
  * The fused operations on 2 ranks (or MK_TEST_RANKS, 2 to 8: hang_report, absent_peer,
- * killed_peer and peer_dies_mid_call plant their fault on rank 1 and skip above 2) against a
+ * killed_peer, peer_dies_mid_call and late_peer plant their fault on rank 1 and skip above 2) against a
  * float64 reference: correctness on odd and small shapes, bad input rejected before launch
  * with outputs untouched, CUDA-graph capture and replays with fresh inputs, back-to-back calls
  * with a randomly delayed rank, ncclMkCommInit inside ncclGroupStart/End from one thread
  * driving 2 GPUs, a planted missing flag that must end in a hang report naming the right rank,
  * tile, flag and peer, a peer that never calls, a peer whose process dies with its kernel in
- * flight, one kernel per call on the overlapped paths, and a negative control for the
+ * flight, a peer that calls after the other gave up (late_peer[_rs|_ar]: an error or the right
+ * output, never stale data), one kernel per call on the overlapped paths, and a negative control for the
  * checker, and the proxy's byte counter (all of them also run with NCCL_MK_LOCAL_SIZE=1,
  * each rank its own emulated node: AllGather+GEMM then goes through the proxy).
  *
  * usage: test_fused_ops <correctness|bad_input|graph|back_to_back|negative_control|group_init|
- *                        hang_report|absent_peer|one_kernel|proxy_bytes|killed_peer|peer_dies_mid_call[_rs|_ar]|
+ *                        hang_report|absent_peer|late_peer[_rs|_ar]|one_kernel|proxy_bytes|killed_peer|
+ *                        peer_dies_mid_call[_rs|_ar]|
  *                        no_proxy_fallback|busy_sms|busy_sms_most>
  * The binary starts one process per GPU itself (group_init: one process, two GPUs).
  */
@@ -612,6 +614,37 @@ static void peer_dies_mid_call_run(struct rank_env* e, const char* scenario,
   rank_peer_dies_mid_call(e->rank, e->comm, e->stream, scenario, call, e, &arg, e->failures);
 }
 
+/* rank_harness.cuh's rank_late_peer with one op (256-row shards: one kernel per call, as in
+ * one_kernel). The op's call reads its op_call_arg, the first member. */
+struct late_op_arg { struct op_call_arg c; int op; uint64_t base; };
+
+static void late_op_fill(void* env, void* arg) {
+  struct late_op_arg* a = (struct late_op_arg*)arg;
+  a->base += 7;
+  bufs_fill((struct rank_env*)env, a->c.o, a->c.s, a->base);
+}
+
+static int late_op_check(void* env, void* arg) {
+  struct rank_env* e = (struct rank_env*)env;
+  const struct late_op_arg* a = (const struct late_op_arg*)arg;
+  const int before = e->failures;
+  if (a->op == 0) check_ag(e, a->c.s, a->base, a->c.o->c_ag, NULL, 0);
+  else check_sum(e, a->c.s, a->base, a->op == 1 ? a->c.o->c_rs : a->c.o->c_ar, a->op == 1);
+  return e->failures == before;
+}
+
+static void late_peer_run(struct rank_env* e, int op) {
+  static ncclResult_t (*const calls[3])(void* env, void* arg) = {ag_call, rs_call, ar_call};
+  struct shape s = per_rank(256, 256, 256);
+  struct op_bufs o;
+  bufs_alloc(&o, s);
+  struct late_op_arg a = {{&o, s}, op, g_seed};
+  bufs_fill(e, &o, s, a.base);
+  const struct rank_late_op late = {calls[op], late_op_fill, late_op_check};
+  e->failures += rank_late_peer(e->rank, e->comm, e->stream, &late, e, &a);
+  bufs_free(&o);
+}
+
 static void run_scenario(struct rank_env* e, const char* name) {
   if (!strcmp(name, "killed_peer")) { /* ends the process itself */
     scenario_killed_peer(e);
@@ -631,6 +664,12 @@ static void run_scenario(struct rank_env* e, const char* name) {
     scenario_absent_peer(e);
     return;
   }
+  static const char* const late[] = {"late_peer", "late_peer_rs", "late_peer_ar"}; /* likewise */
+  for (int op = 0; op < 3; op++)
+    if (!strcmp(name, late[op])) {
+      late_peer_run(e, op);
+      return;
+    }
   ncclResult_t async = ncclSuccess;
   char msg[256];
   if (!strcmp(name, "correctness") || !strcmp(name, "group_init")) scenario_correctness(e);
@@ -718,7 +757,8 @@ int main(int argc, char** argv) {
     return group_init_main();
   }
   NR = test_ranks();
-  static const char* const two_rank_only[] = {"hang_report", "absent_peer", "killed_peer", NULL};
+  static const char* const two_rank_only[] = {"hang_report", "absent_peer", "killed_peer", "late_peer",
+                                              "late_peer_rs", "late_peer_ar", NULL};
   const struct rank_harness h = {NR, fused_scenario_env, fused_config, two_rank_only, fused_run};
   return rank_harness_main(argc, argv, &h);
 }

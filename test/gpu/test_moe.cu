@@ -16,11 +16,14 @@
  *   busy_sms          both ops correct while another kernel holds a quarter of the SMs
  *                     (moe_busy_sms.cuh)
  *   dead_peer         rank 1 never dispatches: rank 0's dispatch ends in an asynchronous error
+ *   late_peer         rank 1 dispatches after rank 0's layer gave up without it, and
+ *   late_peer_combine combines after rank 0's combine gave up: an error, or the right layout,
+ *                     act and out; never rows that rank 0 skipped (rank_harness.cuh)
  *   peer_dies_mid_call rank 1's process dies with its dispatch kernel in flight: rank 0's
  *                     calls end in ncclRemoteError, its GPU healthy (rank_harness.cuh)
  *
  * usage: test_moe <correctness|fp8|graph|empty_rank_tokens|bad_input|negative_control|dead_peer|
- *                 peer_dies_mid_call|peer_writes|busy_sms>
+ *                 late_peer|late_peer_combine|peer_dies_mid_call|peer_writes|busy_sms>
  * The binary starts one process per GPU itself.
  */
 #include <unistd.h>
@@ -285,11 +288,67 @@ static void scenario_peer_dies_mid_call(struct rank_env* e) {
   rank_peer_dies_mid_call(e->rank, e->comm, e->stream, "peer_dies_mid_call", dispatch_call, e, &arg, e->failures);
 }
 
+/* rank_harness.cuh's rank_late_peer over one MoE layer: late_peer makes rank 1 late for the
+ * dispatch (the call: dispatch, act2, combine), late_peer_combine for the combine only (both
+ * ranks dispatch in the fill). */
+struct late_layer_arg { struct moe_bufs* b; const struct moe_case* c; uint64_t base; int combine_only; };
+
+static ncclResult_t late_layer_call(void* env, void* arg) {
+  struct rank_env* e = (struct rank_env*)env;
+  const struct late_layer_arg* a = (const struct late_layer_arg*)arg;
+  if (!a->combine_only) {
+    struct dispatch_arg d = {a->b, a->c};
+    const ncclResult_t r = dispatch_call(e, &d);
+    if (r != ncclSuccess) return r;
+    ncclMkMoeLayoutInfo info;
+    NCCL_OK(ncclMkMoeLayoutGetInfo(e->layout, &info));
+    fill_act2_kernel<<<1024, 256, 0, e->stream>>>((__nv_bfloat16*)a->b->act2, info.row_source, info.group_offsets,
+                                                  a->c->experts / NR, a->c->inter2, rows_cap(), act2_seed());
+    CUDA_OK(cudaGetLastError());
+  }
+  return ncclMkMoeGemmCombine(a->b->act2, a->b->w2, a->b->weights, a->b->out, a->c->tokens, a->c->hidden,
+                              a->c->inter2, e->layout, ncclBfloat16, e->comm, e->stream);
+}
+
+static void late_layer_fill(void* env, void* arg) {
+  struct rank_env* e = (struct rank_env*)env;
+  struct late_layer_arg* a = (struct late_layer_arg*)arg;
+  a->base += 7;
+  inputs_fill(e, a->b, a->c, a->base);
+  if (!a->combine_only) return;
+  run_dispatch(e, a->b, a->c);
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+}
+
+static int late_layer_check(void* env, void* arg) {
+  struct rank_env* e = (struct rank_env*)env;
+  const struct late_layer_arg* a = (const struct late_layer_arg*)arg;
+  const int before = e->failures;
+  check_case(e, a->b, a->c, a->base, 0);
+  return e->failures == before;
+}
+
+static void late_peer_run(struct rank_env* e, int combine_only) {
+  const struct moe_case c = {64, 128, 64, 64, 2, 8, UNIFORM};
+  struct moe_bufs b;
+  bufs_alloc(&b, &c);
+  struct late_layer_arg a = {&b, &c, g_seed, combine_only};
+  inputs_fill(e, &b, &c, a.base);
+  if (combine_only) run_dispatch(e, &b, &c);
+  const struct rank_late_op late = {late_layer_call, late_layer_fill, late_layer_check};
+  e->failures += rank_late_peer(e->rank, e->comm, e->stream, &late, e, &a);
+  bufs_free(&b);
+}
+
 static void run_scenario(struct rank_env* e, const char* name) {
   ncclResult_t async = ncclSuccess;
   char msg[256] = "";
   if (!strcmp(name, "dead_peer")) { /* ends with an asynchronous error on purpose */
     scenario_dead_peer(e);
+    return;
+  }
+  if (!strcmp(name, "late_peer") || !strcmp(name, "late_peer_combine")) { /* errors on purpose */
+    late_peer_run(e, !strcmp(name, "late_peer_combine"));
     return;
   }
   if (!strcmp(name, "peer_dies_mid_call")) { /* ends the process itself */
@@ -340,11 +399,11 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr,
             "usage: %s <correctness|fp8|graph|empty_rank_tokens|bad_input|negative_control|"
-            "dead_peer|peer_dies_mid_call|peer_writes|busy_sms>\n", argv[0]);
+            "dead_peer|late_peer|late_peer_combine|peer_dies_mid_call|peer_writes|busy_sms>\n", argv[0]);
     return 2;
   }
   NR = test_ranks();
-  static const char* const two_rank_only[] = {"dead_peer", NULL};
+  static const char* const two_rank_only[] = {"dead_peer", "late_peer", "late_peer_combine", NULL};
   const struct rank_harness h = {NR, moe_scenario_env, moe_config, two_rank_only, moe_run};
   return rank_harness_main(argc, argv, &h);
 }

@@ -14,6 +14,8 @@
  *   negative_control: one element of out (then of lse) moved: the checker must reject it.
  *   absent_peer:      rank 1 never calls: rank 0's call ends in ncclRemoteError (timeout 2 s),
  *                     its next call fails at once.
+ *   late_peer:        rank 1 calls after rank 0's call gave up: an error, or the right out and
+ *                     lse (rank_harness.cuh rank_late_peer).
  *   peer_dies_mid_call: rank 1's process dies with its kernel in flight: rank 0's calls end in
  *                     ncclRemoteError, its GPU healthy (rank_harness.cuh).
  *   busy_sms, busy_sms_most: calls while another kernel holds a quarter (three quarters) of
@@ -353,6 +355,33 @@ static ncclResult_t ra_call_bufs(void* e, void* bufs) {
   return ra_call((struct rank_env*)e, b, b->out, b->lse);
 }
 
+/* rank_harness.cuh's rank_late_peer: rank 0's forward gives up without its peer, then rank 1
+ * calls (an error, or the right out and lse; never stale K/V). */
+struct late_bufs { struct ra_bufs b; uint64_t seed; }; /* b first: ra_call_bufs takes it */
+
+static void late_fill(void* e, void* arg) {
+  (void)e;
+  struct late_bufs* l = (struct late_bufs*)arg;
+  l->seed += 7;
+  bufs_fill(&l->b, l->seed, 1);
+}
+
+static int late_check(void* e, void* arg) {
+  (void)e;
+  struct ra_bufs* b = (struct ra_bufs*)arg;
+  return ra_check(b, b->out, b->lse, "late: ");
+}
+
+static void scenario_late_peer(struct rank_env* e) {
+  struct late_bufs l;
+  l.seed = g_seed;
+  bufs_alloc(&l.b, {1, 1024, 8, 1, 128, 1}, e->rank);
+  bufs_fill(&l.b, l.seed, 1);
+  const struct rank_late_op op = {ra_call_bufs, late_fill, late_check};
+  failures += rank_late_peer(e->rank, e->comm, e->stream, &op, e, &l);
+  bufs_free(&l.b);
+}
+
 /* Each case called while held_of_4 quarters of the SMs are held by another kernel
  * (scenario_harness.cuh held_call): the op's CTAs wait for the peer's chunks, which must not
  * depend on CTAs that cannot start. */
@@ -393,6 +422,7 @@ static const struct named_scenario scenarios[] = {
     {"bad_input", scenario_bad_input},
     {"negative_control", scenario_negative_control},
     {"absent_peer", scenario_absent_peer},
+    {"late_peer", scenario_late_peer},
     {"peer_dies_mid_call", scenario_peer_dies_mid_call},
     {"busy_sms", scenario_busy_sms},
     {"busy_sms_most", scenario_busy_sms_most},
