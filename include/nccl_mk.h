@@ -120,9 +120,12 @@ NCCL_MK_API ncclResult_t ncclMkCommGetProxyBytes(ncclComm_t comm, uint64_t* byte
 
 /*
  * ncclMkCommGetAsyncError: ncclSuccess in *result while the communicator is healthy;
- * ncclRemoteError once a kernel gave up waiting for a peer, and then `msg` (if not NULL)
- * gets a one-line account: rank, op, tile, flag, expected and seen values. Every later
- * fused call on the comm returns that error. Does not synchronise the stream.
+ * ncclRemoteError once a kernel gave up waiting for a peer (or a MoE dispatch received more
+ * rows than moe_max_recv_rows, or the cross-node proxy failed), and then `msg` (if not NULL)
+ * gets a one-line account: the rank, the op by name, what the wait was for (a tile, or e.g.
+ * "a peer's token counts"), the flag and its expected and seen values, e.g.
+ *   rank 0: ncclMkAllGatherGemm (op 0x1) timed out at tile 2 waiting for flag 2: expected 2, seen 1
+ * Every later fused call on the comm returns that error. Does not synchronise the stream.
  */
 NCCL_MK_API ncclResult_t ncclMkCommGetAsyncError(ncclComm_t comm, ncclResult_t* result,
                                                  char* msg, size_t msg_len);

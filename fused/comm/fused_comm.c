@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ag_push.h"
+#include "err_text.h"
 #include "attn.h"
 #include "gemm_rs.h"
 #include "mk_err.h"
@@ -254,16 +255,16 @@ int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {
     if (msg && len) snprintf(msg, len, "rank %d: the cross-node proxy failed: %s", fc->rank, proxy_msg);
     return -ECONNRESET;
   }
-  if (!fc->broken) {
+  struct mk_gemm_error copy = *(struct mk_gemm_error*)e;
+  if (!fc->broken && !(copy.tag & MK_MOE_ERR_OVERFLOW)) { /* a wait timed out: the hang report */
     /* The peer is known for AllGather+GEMM's, ring attention's, GEMM+RS/AR's and the MoE
      * combine's store waits;
      * the other waits report it unknown. */
-    struct mk_gemm_error copy = *(struct mk_gemm_error*)e;
     uint64_t progress = 0;
     char what[96] = "";
     int prev, peer = -1;
     if (!mk_op_device_enter(fc, &prev)) {
-      const uint32_t op = copy.tag & 0x7fu;
+      const uint32_t op = mk_err_tag_op(copy.tag);
       if (op == MK_OP_AG_GEMM) peer = mk_ag_gemm_hang_peer(fc, &copy, &progress, what, sizeof(what));
       else if (op == MK_OP_RING_ATTN || op == MK_OP_RING_ATTN_BWD) peer = mk_ra_hang_peer(fc, &copy, &progress, what, sizeof(what));
       else if (op == MK_OP_GEMM_RS || op == MK_OP_GEMM_AR || op == MK_OP_MOE_COMBINE)
@@ -273,15 +274,11 @@ int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {
     }
     mk_op_device_leave(prev);
   }
-  if (!fc->broken)
-    MK_WARN("rank %d: a fused kernel timed out (op/rank tag 0x%x, tile %u, flag %u, expected "
-            "%" PRIu64 ", seen %" PRIu64 "); the communicator is broken", fc->rank, e->tag,
-            e->tile, e->flag_index, e->expected, e->seen);
+  char text[256];
+  mk_err_record_text(fc->rank, &copy, text, sizeof text);
+  if (!fc->broken) MK_WARN("%s; the communicator is broken", text);
   fc->broken = 1;
-  if (msg && len)
-    snprintf(msg, len, "rank %d: fused op 0x%x timed out at tile %u waiting for flag %u: "
-             "expected %" PRIu64 ", seen %" PRIu64, fc->rank, e->tag, e->tile, e->flag_index,
-             e->expected, e->seen);
+  if (msg && len) snprintf(msg, len, "%s", text);
   return -ECONNRESET;
 }
 

@@ -172,7 +172,8 @@ struct mk_gemm_scatter {
  * dst_flags[d][row-block of M] = e (release, system scope, after every CTA's stores). Before
  * the first row into d, d's previous call is done (call.peer_done[d] >= e - 1). counts: one u32
  * per (destination step, row-block) item, 0 between calls (the last CTA of an item resets it).
- * Its waits report with MK_GEMM_ERR_TAG_PUSH in the error's tag and the item as its tile. */
+ * Its waits report with MK_GEMM_ERR_TAG_PUSH in the error's tag and the item as its tile (the
+ * MoE dispatch and combine kernels' waits too, with their moe.h MK_MOE_WAIT_* as the tile). */
 #define MK_GEMM_ERR_TAG_PUSH 0x80u
 struct mk_gemm_push {
   int ctas;

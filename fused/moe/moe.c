@@ -171,7 +171,8 @@ static void moe_args_fill(struct mk_fused_comm* fc, ncclMkMoeLayout_t l, enum mk
   a->rows_sent = l->rows_sent;
   a->fp8 = fc->cfg.moe_dispatch_fp8;
   a->err = fc->err;
-  a->err_tag = mk_op_err_tag(fc, op);
+  /* these kernels' waits are the op's communication role's, not a GEMM tile's (err_text.c) */
+  a->err_tag = mk_op_err_tag(fc, op) | MK_GEMM_ERR_TAG_PUSH;
   a->timeout_ns = (uint64_t)fc->cfg.timeout_ms * 1000000u;
 }
 

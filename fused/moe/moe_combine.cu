@@ -30,7 +30,7 @@ static __global__ void __launch_bounds__(MOE_THREADS) moe_reduce_kernel(const st
   const uint64_t* flags = (const uint64_t*)(a.moe[a.rank] + a.g.comb_flag);
   int ok = 1;
   if ((int)threadIdx.x < a.nranks)
-    ok = mk_wait_geq(flags + threadIdx.x, e, a.err, a.err_tag, 4, threadIdx.x, a.timeout_ns) >= e;
+    ok = mk_wait_geq(flags + threadIdx.x, e, a.err, a.err_tag, MK_MOE_WAIT_ROWS, threadIdx.x, a.timeout_ns) >= e;
   if (!__syncthreads_and(ok)) return;
   const int t = blockIdx.x * MOE_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (t >= a.tokens) return;

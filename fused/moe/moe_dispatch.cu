@@ -40,7 +40,7 @@ static __device__ bool moe_cta_wait(const struct mk_moe_args& a, const uint64_t*
 static __device__ bool moe_cta_wait_traced(const struct mk_moe_args& a, const uint64_t* word, uint64_t want,
                                            uint32_t index, struct mk_trace_writer* w, uint32_t role, uint32_t phase) {
   const uint64_t t0 = mk_trace_begin(w);
-  const bool ok = moe_cta_wait(a, word, want, 5, index);
+  const bool ok = moe_cta_wait(a, word, want, MK_MOE_WAIT_OWN, index);
   mk_trace_wait(w, t0, role, phase, index, want, ok ? want : 0);
   return ok;
 }
@@ -174,7 +174,8 @@ static __device__ int moe_counts_publish(const struct mk_moe_args& a, int d, uin
   const int lane = threadIdx.x & 31;
   uint64_t done = e;
   if (d != a.rank && lane == 0)
-    done = mk_wait_geq(a.words[d] + MK_AG_WORD_DONE, e - 1, a.err, a.err_tag, 0, MK_AG_WORD_DONE, a.timeout_ns);
+    done = mk_wait_geq(a.words[d] + MK_AG_WORD_DONE, e - 1, a.err, a.err_tag, MK_MOE_WAIT_PEER_DONE, (uint32_t)d,
+                      a.timeout_ns);
   if (__shfl_sync(0xffffffffu, done, 0) < e - 1) return 0;
   const int* src = moe_ints(a.moe[a.rank], a.g.send_counts) + d * MK_MOE_COUNT_STRIDE;
   int* dst = moe_ints(a.moe[d], a.g.counts) + a.rank * MK_MOE_COUNT_STRIDE;
@@ -246,7 +247,7 @@ static __device__ void moe_counts(const struct mk_moe_args& a, uint64_t e) {
   if ((int)threadIdx.x / 32 < a.nranks) ok = moe_counts_publish(a, threadIdx.x / 32, e);
   ok = __syncthreads_and(ok);
   if (ok && threadIdx.x < a.nranks)
-    ok = mk_wait_geq(moe_words(a.moe[a.rank], a.g.counts_flag) + threadIdx.x, e, a.err, a.err_tag, 1,
+    ok = mk_wait_geq(moe_words(a.moe[a.rank], a.g.counts_flag) + threadIdx.x, e, a.err, a.err_tag, MK_MOE_WAIT_COUNTS,
                      threadIdx.x, a.timeout_ns) >= e;
   ok = __syncthreads_and(ok);
   const int j = threadIdx.x;
@@ -325,7 +326,7 @@ static __device__ void moe_push(const struct mk_moe_args& a, uint64_t e, struct 
     if (step < 0) return;
     const int d = (a.rank + step) % a.nranks;
     if (!(peers_free >> d & 1u)) {
-      if (!moe_cta_wait(a, a.words[d] + MK_AG_WORD_DONE, e - 1, 0, MK_AG_WORD_DONE)) return;
+      if (!moe_cta_wait(a, a.words[d] + MK_AG_WORD_DONE, e - 1, MK_MOE_WAIT_PEER_DONE, (uint32_t)d)) return;
       peers_free |= 1u << d;
     }
     moe_push_chunk(a, d, c, send_counts[d * MK_MOE_COUNT_STRIDE], e, w);
@@ -429,7 +430,7 @@ static __device__ void moe_expand(const struct mk_moe_args& a, uint64_t e, int f
     if (!self && flag != arrived) {
       uint64_t seen = e;
       if (lane == 0)
-        seen = mk_wait_geq(moe_words(own, a.g.chunk_flag) + flag, e, a.err, a.err_tag, 2, (uint32_t)flag,
+        seen = mk_wait_geq(moe_words(own, a.g.chunk_flag) + flag, e, a.err, a.err_tag, MK_MOE_WAIT_CHUNK, (uint32_t)flag,
                            a.timeout_ns);
       if (__shfl_sync(0xffffffffu, seen, 0) < e) return;
       arrived = flag;

@@ -548,7 +548,7 @@ static void scenario_absent_peer(struct rank_env* e) {
     char msg[256];
     const ncclResult_t async = ag_call_then_async_error(e, &o, s, msg, sizeof(msg));
     expect(e, async == ncclRemoteError, "a call without its peer ends in ncclRemoteError", 0);
-    expect(e, strstr(msg, "rank 0: fused op 0x1 timed out") && strstr(msg, "tile "),
+    expect(e, strstr(msg, "rank 0: ncclMkAllGatherGemm (op 0x1) timed out") && strstr(msg, "tile "),
            "the error names rank 0, the AllGather+GEMM and the tile", 0);
     ncclResult_t again = ncclMkGemmReduceScatter(o.a, o.b, o.c_rs, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream);
     expect(e, again == ncclRemoteError, "the next call fails at once", 0);

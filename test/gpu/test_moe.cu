@@ -16,6 +16,8 @@
  *   busy_sms          both ops correct while another kernel holds a quarter of the SMs
  *                     (moe_busy_sms.cuh)
  *   dead_peer         rank 1 never dispatches: rank 0's dispatch ends in an asynchronous error
+ *   recv_overflow     more rows routed to a rank than moe_max_recv_rows: ncclRemoteError
+ *                     naming the limit, an empty layout
  *   late_peer         rank 1 dispatches after rank 0's layer gave up without it, and
  *   late_peer_combine combines after rank 0's combine gave up: an error, or the right layout,
  *                     act and out; never rows that rank 0 skipped (rank_harness.cuh)
@@ -23,7 +25,7 @@
  *                     calls end in ncclRemoteError, its GPU healthy (rank_harness.cuh)
  *
  * usage: test_moe <correctness|fp8|graph|empty_rank_tokens|bad_input|negative_control|dead_peer|
- *                 late_peer|late_peer_combine|peer_dies_mid_call|peer_writes|busy_sms>
+ *                 late_peer|late_peer_combine|recv_overflow|peer_dies_mid_call|peer_writes|busy_sms>
  * The binary starts one process per GPU itself.
  */
 #include <unistd.h>
@@ -269,10 +271,35 @@ static void scenario_dead_peer(struct rank_env* e) {
     NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
     printf("rank 0: asynchronous error %d: %s\n", (int)async, msg);
     expect(e, async == ncclRemoteError, "a dispatch without its peer ends in ncclRemoteError", 0);
-    expect(e, strstr(msg, "rank 0: fused op 0x4 timed out") != NULL, "the error names rank 0 and the dispatch", 0);
+    expect(e, strstr(msg, "rank 0: ncclMkMoeDispatchGemm (op 0x4) timed out") != NULL, "the error names rank 0 and the dispatch", 0);
     expect(e, dispatch_call(e, &arg) == ncclRemoteError, "the next call fails at once", 0);
   }
   CUDA_OK(cudaStreamSynchronize(e->stream));
+  rank_barrier(e->comm, e->stream);
+  bufs_free(&b);
+}
+
+/* moe_max_recv_rows = 16 (moe_config) against a case that routes ~128 rows to every rank: each
+ * dispatch ends in ncclRemoteError whose text names the limit (no timeout: it said "timed out
+ * at tile 0" before session 45), the layout is empty, and the next call fails at once. */
+static void scenario_recv_overflow(struct rank_env* e) {
+  const struct moe_case c = {64, 128, 64, 64, 2, 8, UNIFORM};
+  struct moe_bufs b;
+  bufs_alloc(&b, &c);
+  inputs_fill(e, &b, &c, g_seed);
+  struct dispatch_arg arg = {&b, &c};
+  char msg[256];
+  const ncclResult_t r = rank_call_outcome(e->comm, e->stream, dispatch_call, e, &arg, msg, sizeof msg);
+  printf("rank %d: %d %s\n", e->rank, (int)r, msg);
+  expect(e, r == ncclRemoteError, "a dispatch past moe_max_recv_rows ends in ncclRemoteError", 0);
+  expect(e, strstr(msg, "ncclMkConfig.moe_max_recv_rows = 16") && !strstr(msg, "timed out"),
+         "the error names the limit, not a timeout", 0);
+  ncclMkMoeLayoutInfo info;
+  NCCL_OK(ncclMkMoeLayoutGetInfo(e->layout, &info));
+  int rows = -1;
+  CUDA_OK(cudaMemcpy(&rows, info.group_offsets + c.experts / NR, sizeof rows, cudaMemcpyDeviceToHost));
+  expect(e, rows == 0, "the layout of the call is empty", 0);
+  expect(e, dispatch_call(e, &arg) == ncclRemoteError, "the next call fails at once", 0);
   rank_barrier(e->comm, e->stream);
   bufs_free(&b);
 }
@@ -347,6 +374,10 @@ static void run_scenario(struct rank_env* e, const char* name) {
     scenario_dead_peer(e);
     return;
   }
+  if (!strcmp(name, "recv_overflow")) { /* likewise */
+    scenario_recv_overflow(e);
+    return;
+  }
   if (!strcmp(name, "late_peer") || !strcmp(name, "late_peer_combine")) { /* errors on purpose */
     late_peer_run(e, !strcmp(name, "late_peer_combine"));
     return;
@@ -378,6 +409,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
 static void moe_scenario_env(const char* scenario, int rank) {
   (void)rank;
   if (!strcmp(scenario, "dead_peer")) setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
+  if (!strcmp(scenario, "recv_overflow")) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1); /* no wait should expire */
   /* busy_sms: a hang ends before the holder's 30 s */
   if (!strcmp(scenario, "busy_sms")) setenv("NCCL_MK_TIMEOUT_MS", "10000", 1);
 }
@@ -385,6 +417,7 @@ static void moe_scenario_env(const char* scenario, int rank) {
 static void moe_config(const char* scenario, ncclMkConfig* cfg) {
   cfg->moe_max_tokens = MAX_TOKENS, cfg->moe_max_hidden = MAX_HIDDEN, cfg->moe_max_topk = MAX_TOPK;
   cfg->moe_dispatch_fp8 = !strcmp(scenario, "fp8");
+  if (!strcmp(scenario, "recv_overflow")) cfg->moe_max_recv_rows = 16;
 }
 
 static int moe_run(const char* scenario, int rank, ncclComm_t comm, cudaStream_t stream) {
@@ -399,7 +432,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr,
             "usage: %s <correctness|fp8|graph|empty_rank_tokens|bad_input|negative_control|"
-            "dead_peer|late_peer|late_peer_combine|peer_dies_mid_call|peer_writes|busy_sms>\n", argv[0]);
+            "dead_peer|late_peer|late_peer_combine|recv_overflow|peer_dies_mid_call|peer_writes|busy_sms>\n", argv[0]);
     return 2;
   }
   NR = test_ranks();

@@ -343,7 +343,7 @@ static void scenario_absent_peer(struct rank_env* e) {
     NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof msg));
     printf("rank 0: asynchronous error %d: %s\n", (int)async, msg);
     EXPECT(async == ncclRemoteError, "a call without its peer must end in ncclRemoteError");
-    EXPECT(strstr(msg, "rank 0: fused op 0x6") != NULL, "the error names rank 0 and the ring attention op");
+    EXPECT(strstr(msg, "rank 0: ncclMkRingAttention (op 0x6)") != NULL, "the error names rank 0 and the ring attention op");
     EXPECT(ra_call(e, &b, b.out, b.lse) == ncclRemoteError, "the next call must fail at once");
   }
   ranks_barrier(e);

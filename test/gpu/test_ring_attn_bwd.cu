@@ -405,7 +405,7 @@ static void absent_peer_case(struct rank_env* e, struct rb_case c) {
     NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof msg));
     printf("rank 0: asynchronous error %d: %s\n", (int)async, msg);
     EXPECT(async == ncclRemoteError, "a backward without its peer must end in ncclRemoteError");
-    EXPECT(strstr(msg, "rank 0: fused op 0x7") != NULL, "the error names rank 0 and the ring backward op");
+    EXPECT(strstr(msg, "rank 0: ncclMkRingAttentionBackward (op 0x7)") != NULL, "the error names rank 0 and the ring backward op");
     expect_cause_named(msg);
     EXPECT(bwd_call(e, &b) == ncclRemoteError, "the next call must fail at once");
   }
