@@ -109,11 +109,10 @@ struct mk_attn_wait_ctx {
   uint64_t timeout_ns;
 };
 
-/* A barrier wait's bound: 1.5 x the call's flag waits', so that a flag wait's record, not the
- * barrier's (the symptom), names what was missing. With equal bounds the barrier's, started a
- * little earlier, often won ("waiting for flag 1: expected 0, seen 1": the K barrier's
- * parity; ring backward absent_peer, session 44). */
-MK_HD uint64_t mk_attn_barrier_timeout_ns(uint64_t call_timeout_ns) { return call_timeout_ns + call_timeout_ns / 2; }
+/* A barrier wait's bound (wait.cuh mk_wait_inner_timeout_ns): with equal bounds the barrier's
+ * record won ("waiting for flag 1: expected 0, seen 1": the K barrier's parity; ring backward
+ * absent_peer, session 44). */
+MK_HD uint64_t mk_attn_barrier_timeout_ns(uint64_t call_timeout_ns) { return mk_wait_inner_timeout_ns(call_timeout_ns); }
 
 /* Barrier codes recorded in mk_gemm_error.flag_index: which wait gave up. */
 #define MK_ATTN_WAIT_Q 0u

@@ -13,6 +13,15 @@
 #include "gemm.h"
 #include "ptx.cuh"
 
+/* The bound of a wait that this call's own CTAs or warps feed (a barrier, another CTA's step):
+ * 1.5 x the call's, so that when a peer is missing the peer-facing wait, the cause, expires
+ * first and its record names the missing flag, not the symptom. With equal bounds the inner
+ * wait, often started a little earlier, won (session 44: the ring backward named a barrier's
+ * parity; session 45: the MoE dispatch named its own layout step, not the peer's counts). */
+static __host__ __device__ __forceinline__ uint64_t mk_wait_inner_timeout_ns(uint64_t call_timeout_ns) {
+  return call_timeout_ns + call_timeout_ns / 2;
+}
+
 /* Fills the error record (what, flag_index, want, seen under err_tag) and raises its abort
  * word: the host's asynchronous error, and every other wait of the call gives up. */
 static __device__ __forceinline__ void mk_gemm_error_raise(struct mk_gemm_error* err, uint32_t err_tag, uint32_t what,

@@ -28,11 +28,13 @@ static __device__ __forceinline__ int moe_chunks_max(const struct mk_moe_geom& g
   return (g.max_tokens + MK_MOE_CHUNK_ROWS - 1) / MK_MOE_CHUNK_ROWS;
 }
 
-/* Thread 0 waits until *word >= want (bounded); the CTA learns whether it got there. */
+/* Thread 0 waits until *word >= want (bounded; a wait for this call's own CTAs longer, so that
+ * a missing peer's wait names it); the CTA learns whether it got there. */
 static __device__ bool moe_cta_wait(const struct mk_moe_args& a, const uint64_t* word, uint64_t want, uint32_t what,
                                     uint32_t index) {
   uint64_t seen = want;
-  if (threadIdx.x == 0) seen = mk_wait_geq(word, want, a.err, a.err_tag, what, index, a.timeout_ns);
+  const uint64_t bound = what == MK_MOE_WAIT_OWN ? mk_wait_inner_timeout_ns(a.timeout_ns) : a.timeout_ns;
+  if (threadIdx.x == 0) seen = mk_wait_geq(word, want, a.err, a.err_tag, what, index, bound);
   return __syncthreads_and(seen >= want);
 }
 

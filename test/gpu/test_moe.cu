@@ -254,7 +254,8 @@ static ncclResult_t dispatch_call(void* env, void* arg) {
 }
 
 /* Rank 1 never dispatches (NCCL_MK_TIMEOUT_MS=2000, set by rank_main): rank 0's dispatch
- * must end (no hang) with an asynchronous error naming the rank and the MoE op, and its next
+ * must end (no hang) with an asynchronous error naming the rank, the MoE op and the peer's
+ * token counts it waited for (not its own layout step, which waits on them), and its next
  * call must fail at once. Rank 1 waits on an NCCL barrier so that its workspace, which rank 0
  * still writes, outlives rank 0's call. */
 static void scenario_dead_peer(struct rank_env* e) {
@@ -272,6 +273,8 @@ static void scenario_dead_peer(struct rank_env* e) {
     printf("rank 0: asynchronous error %d: %s\n", (int)async, msg);
     expect(e, async == ncclRemoteError, "a dispatch without its peer ends in ncclRemoteError", 0);
     expect(e, strstr(msg, "rank 0: ncclMkMoeDispatchGemm (op 0x4) timed out") != NULL, "the error names rank 0 and the dispatch", 0);
+    /* the cause, not its own layout step that waited on it (session 45) */
+    expect(e, strstr(msg, "waiting for a peer's token counts") != NULL, "the error names the peer's counts", 0);
     expect(e, dispatch_call(e, &arg) == ncclRemoteError, "the next call fails at once", 0);
   }
   CUDA_OK(cudaStreamSynchronize(e->stream));
