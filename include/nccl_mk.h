@@ -104,7 +104,9 @@ NCCL_MK_API ncclResult_t ncclMkConfigDefaults(ncclMkConfig* config);
  */
 NCCL_MK_API ncclResult_t ncclMkCommInit(ncclComm_t comm, const ncclMkConfig* config);
 
-/* Frees what ncclMkCommInit made; call before ncclCommDestroy. Not collective while every
+/* Frees what ncclMkCommInit made; call before ncclCommDestroy (nccl-mk knows a communicator
+ * by its address: one destroyed without it leaves state that a new communicator NCCL places at
+ * the same address would meet, and its ncclMkCommInit fails saying so). Not collective while every
  * rank is reachable by load/store (one node). With ranks on other nodes (or emulated ones,
  * NCCL_MK_LOCAL_SIZE) every rank must call it: it waits for the GPU, then up to
  * NCCL_MK_TIMEOUT_MS for the other ranks' release, then stops the proxy thread and closes its

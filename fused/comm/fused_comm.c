@@ -172,7 +172,8 @@ int mk_fused_comm_create(ncclComm_t comm, const ncclMkConfig* cfg) {
   int known = registry_slot(comm) != NULL;
   pthread_mutex_unlock(&registry_lock);
   if (known) { /* before any collective: a second init must not post an exchange */
-    MK_WARN("ncclMkCommInit: this communicator is already initialised");
+    MK_WARN("ncclMkCommInit: communicator %p already has nccl-mk state: a second ncclMkCommInit, or "
+            "an earlier communicator at this address was destroyed without ncclMkCommRelease", (void*)comm);
     return -ENOTSUP;
   }
   struct mk_fused_comm* fc = calloc(1, sizeof(*fc));

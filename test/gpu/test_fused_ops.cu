@@ -7,12 +7,12 @@
  * driving 2 GPUs, a planted missing flag that must end in a hang report naming the right rank,
  * tile, flag and peer, a peer that never calls, a peer whose process dies with its kernel in
  * flight, a peer that calls after the other gave up (late_peer[_rs|_ar]: an error or the right
- * output, never stale data), one kernel per call on the overlapped paths, and a negative control for the
+ * output, never stale data), two fused communicators in use at once (two_comms), one kernel per call on the overlapped paths, and a negative control for the
  * checker, and the proxy's byte counter (all of them also run with NCCL_MK_LOCAL_SIZE=1,
  * each rank its own emulated node: AllGather+GEMM then goes through the proxy).
  *
  * usage: test_fused_ops <correctness|bad_input|graph|back_to_back|negative_control|group_init|
- *                        hang_report|absent_peer|late_peer[_rs|_ar]|one_kernel|proxy_bytes|killed_peer|
+ *                        hang_report|absent_peer|late_peer[_rs|_ar]|one_kernel|two_comms|proxy_bytes|killed_peer|
  *                        peer_dies_mid_call[_rs|_ar]|
  *                        no_proxy_fallback|busy_sms|busy_sms_most>
  * The binary starts one process per GPU itself (group_init: one process, two GPUs).
@@ -242,6 +242,46 @@ static void scenario_graph(struct rank_env* e) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   bufs_free(&o);
+}
+
+static void fused_config(const char* scenario, ncclMkConfig* cfg);
+
+/* Two fused communicators on every rank (the world's and a split of it, as a job's tensor-
+ * and data-parallel groups): AllGather+GEMM on one and GEMM+ReduceScatter on the other,
+ * enqueued on two streams in the same order on every rank, so that they run at once where
+ * the SMs allow; 10 rounds with fresh inputs, every output checked: the two share no state. */
+static void scenario_two_comms(struct rank_env* e) {
+  ncclComm_t comm2;
+  NCCL_OK(ncclCommSplit(e->comm, 0, e->rank, &comm2, NULL));
+  ncclMkConfig cfg;
+  NCCL_OK(ncclMkConfigDefaults(&cfg));
+  fused_config("two_comms", &cfg);
+  NCCL_OK(ncclMkCommInit(comm2, &cfg));
+  struct rank_env e2 = {e->rank, comm2, NULL, 0};
+  CUDA_OK(cudaStreamCreateWithFlags(&e2.stream, cudaStreamNonBlocking));
+  const struct shape s = per_rank(128, 256, 512); /* one kernel per call (one_kernel) */
+  struct op_bufs o1, o2;
+  bufs_alloc(&o1, s), bufs_alloc(&o2, s);
+  for (int round = 0; round < 10; round++) {
+    const uint64_t b1 = g_seed + 100 + round, b2 = g_seed + 200 + round;
+    bufs_fill(e, &o1, s, b1), bufs_fill(&e2, &o2, s, b2);
+    run_op(e, &o1, s, 0, o1.ag);
+    run_op(&e2, &o2, s, 1, NULL);
+    CUDA_OK(cudaStreamSynchronize(e->stream));
+    CUDA_OK(cudaStreamSynchronize(e2.stream));
+    check_ag(e, s, b1, o1.c_ag, o1.ag, 0);
+    check_sum(&e2, s, b2, o2.c_rs, 1);
+  }
+  printf("rank %d: 10 rounds on two communicators checked\n", e->rank);
+  ncclResult_t async = ncclSuccess;
+  char msg[256] = "";
+  NCCL_OK(ncclMkCommGetAsyncError(comm2, &async, msg, sizeof msg));
+  expect(&e2, async == ncclSuccess, "no asynchronous error on the second communicator", 0);
+  e->failures += e2.failures;
+  bufs_free(&o1), bufs_free(&o2);
+  NCCL_OK(ncclMkCommRelease(comm2));
+  NCCL_OK(ncclCommDestroy(comm2));
+  CUDA_OK(cudaStreamDestroy(e2.stream));
 }
 
 /* One op captured alone: the graph's node count and how many of them are kernels. */
@@ -686,6 +726,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
   else if (!strcmp(name, "back_to_back")) scenario_back_to_back(e);
   else if (!strcmp(name, "negative_control")) scenario_negative_control(e);
   else if (!strcmp(name, "one_kernel")) scenario_one_kernel(e);
+  else if (!strcmp(name, "two_comms")) scenario_two_comms(e);
   else if (!strcmp(name, "proxy_bytes")) scenario_proxy_bytes(e);
   else if (!strcmp(name, "no_proxy_fallback")) scenario_no_proxy_fallback(e);
   else if (!strcmp(name, "busy_sms")) scenario_busy_sms(e);
