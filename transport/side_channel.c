@@ -1,11 +1,14 @@
 #include "side_channel.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "mk_err.h"
+#include "mk_log.h"
 #include "sock.h"
 #include "transport.h"
 
@@ -61,4 +64,66 @@ void mk_pending_put(struct mk_pending_list* list, struct mk_pending_connect* p) 
   p->next = list->head;
   list->head = p;
   pthread_mutex_unlock(&list->lock);
+}
+
+/* The handshake in progress for this handle buffer, unless the buffer now holds another
+ * handle (then dropped), else a new one. */
+static int side_connect_state(struct mk_pending_list* pending, const struct mk_handshake_ops* ops, const void* handle,
+                              const struct mk_handle* h, int (*start)(void* ctx, const struct mk_handle* h, void** hs),
+                              void* ctx, struct mk_pending_connect** out) {
+  struct mk_pending_connect* p = mk_pending_take(pending, handle);
+  if (p && (p->decoded.nonce != h->nonce || memcmp(&p->decoded.addr, &h->addr, sizeof(h->addr)))) {
+    ops->free(p->state, 0);
+    free(p);
+    p = NULL;
+  }
+  if (!p) {
+    p = calloc(1, sizeof(*p));
+    if (!p) return -ENOMEM;
+    int rc = start(ctx, h, &p->state);
+    if (rc < 0) {
+      free(p);
+      return rc;
+    }
+    p->handle = handle;
+    p->decoded = *h;
+  }
+  *out = p;
+  return 0;
+}
+
+int mk_side_connect(struct mk_pending_list* pending, const struct mk_handshake_ops* ops, const void* handle,
+                    const struct mk_handle* h, int (*start)(void* ctx, const struct mk_handle* h, void** hs),
+                    void* ctx, struct mk_comm** out) {
+  struct mk_pending_connect* p;
+  *out = NULL;
+  MK_CHECK(side_connect_state(pending, ops, handle, h, start, ctx, &p));
+  int rc = ops->step(p->state);
+  if (rc == 0) {
+    mk_pending_put(pending, p);
+    return 0;
+  }
+  if (rc == 1) *out = ops->comm_of(p->state);
+  else MK_WARN("%s connect: handshake with the listener failed: %s", ops->name, strerror(-rc));
+  ops->free(p->state, rc == 1);
+  free(p);
+  return rc < 0 ? rc : 0;
+}
+
+int mk_side_accept(struct mk_side_listen* l, void** hs, const struct mk_handshake_ops* ops,
+                   int (*start)(void* ctx, int fd, void** hs), void* ctx, struct mk_comm** out) {
+  *out = NULL;
+  if (!*hs) {
+    int fd;
+    MK_CHECK(mk_sock_accept(l->fd, &fd));
+    if (fd < 0) return 0;
+    MK_CHECK(start(ctx, fd, hs));
+  }
+  int rc = ops->step(*hs);
+  if (rc == 0) return 0;
+  if (rc == 1) *out = ops->comm_of(*hs);
+  ops->free(*hs, rc == 1);
+  *hs = NULL;
+  if (rc == -EBADMSG || rc == -ECONNRESET) return 0; /* not our peer: keep listening */
+  return rc < 0 ? rc : 0;
 }

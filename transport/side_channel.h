@@ -44,4 +44,30 @@ struct mk_pending_list {
 struct mk_pending_connect* mk_pending_take(struct mk_pending_list* list, const void* handle);
 void mk_pending_put(struct mk_pending_list* list, struct mk_pending_connect* p);
 
+struct mk_comm;
+
+/* A transport's connection handshake over the side channel (its own hellos), driven through
+ * connect and accept calls by mk_side_connect and mk_side_accept. */
+struct mk_handshake_ops {
+  const char* name;                     /* "ib", "ofi": in messages */
+  int (*step)(void* hs);                /* 1: done, 0: call again, < 0: failed */
+  struct mk_comm* (*comm_of)(void* hs); /* once done: the comm, which keeps the socket */
+  void (*free)(void* hs, int keep);     /* keep: the comm (and its socket) live on */
+};
+
+/* One connect call with handle (decoded: h): steps the handshake in progress for this handle
+ * buffer, or one that start(ctx, h, &hs) begins (also when the buffer now holds another handle:
+ * the old one is dropped). *out gets the comm once the handshake is done, NULL until then.
+ * 0 or negative errno (the handshake is then gone). */
+int mk_side_connect(struct mk_pending_list* pending, const struct mk_handshake_ops* ops, const void* handle,
+                    const struct mk_handle* h, int (*start)(void* ctx, const struct mk_handle* h, void** hs),
+                    void* ctx, struct mk_comm** out);
+
+/* One accept call on l, whose handshake in progress is *hs (NULL: none): a new socket, if one
+ * waits, gets one that start(ctx, fd, hs) begins (it closes fd when it fails). *out gets the
+ * comm once done. A caller that is not our peer (-EBADMSG, -ECONNRESET) is dropped and
+ * listening goes on. 0 or negative errno. */
+int mk_side_accept(struct mk_side_listen* l, void** hs, const struct mk_handshake_ops* ops,
+                   int (*start)(void* ctx, int fd, void** hs), void* ctx, struct mk_comm** out);
+
 #endif /* MK_SIDE_CHANNEL_H_ */

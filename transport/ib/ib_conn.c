@@ -39,7 +39,7 @@ struct ib_handshake {
 
 struct ib_listen {
   struct mk_side_listen side;
-  struct ib_handshake* hs; /* the accept in progress, if any */
+  void* hs; /* the accept in progress (struct ib_handshake), if any */
 };
 
 /* In-progress connects; their state is a struct ib_handshake. */
@@ -148,30 +148,38 @@ int ib_listen(int dev, void* handle, void** listen_comm) {
   return 0;
 }
 
-static int ib_connect_start(int dev, int tc, const void* handle, const struct mk_handle* h,
-                            struct mk_pending_connect** out) {
-  int fd = -1, rc;
-  struct mk_pending_connect* p = calloc(1, sizeof(*p));
-  if (!p) return -ENOMEM;
-  MK_CHECK_GOTO(mk_sock_connect_start(&h->addr, &fd), rc, fail);
-  struct ib_handshake* hs = ib_hs_new(fd, dev, tc, h->nonce, 1);
+/* mk_handshake_ops over struct ib_handshake. */
+static int ib_hs_step_any(void* hs) { return ib_hs_step(hs); }
+static void ib_hs_free_any(void* hs, int keep) { ib_hs_free(hs, keep); }
+static struct mk_comm* ib_hs_comm(void* state) {
+  struct ib_handshake* hs = state;
+  hs->comm->sock = hs->fd;
+  hs->comm->base.dev = hs->dev;
+  return &hs->comm->base;
+}
+static const struct mk_handshake_ops ib_hs_ops = {"ib", ib_hs_step_any, ib_hs_comm, ib_hs_free_any};
+
+struct ib_connect_ctx {
+  int dev, tc;
+};
+
+/* The connector's handshake: TCP connect started, QPs planned, our hello prepared. */
+static int ib_connect_begin(void* ctx, const struct mk_handle* h, void** out) {
+  const struct ib_connect_ctx* c = ctx;
+  int fd = -1;
+  MK_CHECK(mk_sock_connect_start(&h->addr, &fd));
+  struct ib_handshake* hs = ib_hs_new(fd, c->dev, c->tc, h->nonce, 1);
   if (!hs) {
     close(fd);
-    rc = -ENOMEM;
-    goto fail;
+    return -ENOMEM;
   }
-  p->state = hs;
-  struct ib_vdev* v = &ib.devs[dev];
-  MK_CHECK_GOTO(ib_hs_build(hs, (int)mk_param_int(MK_PARAM_IB_QPS) * v->nrails), rc, fail_hs);
-  p->handle = handle;
-  p->decoded = *h;
-  *out = p;
+  const int rc = ib_hs_build(hs, (int)mk_param_int(MK_PARAM_IB_QPS) * ib.devs[c->dev].nrails);
+  if (rc < 0) {
+    ib_hs_free(hs, 0);
+    return rc;
+  }
+  *out = hs;
   return 0;
-fail_hs:
-  ib_hs_free(hs, 0);
-fail:
-  free(p);
-  return rc;
 }
 
 int ib_connect(int dev, const void* handle, int traffic_class, struct mk_comm** send_comm) {
@@ -184,29 +192,17 @@ int ib_connect(int dev, const void* handle, int traffic_class, struct mk_comm** 
   *send_comm = NULL;
   MK_CHECK(ib_vdev_get(dev, &v));
   MK_CHECK(mk_handle_decode(handle, MK_HANDLE_MAX, &h));
-  struct mk_pending_connect* p = mk_pending_take(&pending, handle);
-  if (p && (p->decoded.nonce != h.nonce || memcmp(&p->decoded.addr, &h.addr, sizeof(h.addr)))) {
-    ib_hs_free(p->state, 0); /* the buffer now holds another handle: start over */
-    free(p);
-    p = NULL;
-  }
-  if (!p) MK_CHECK(ib_connect_start(dev, traffic_class, handle, &h, &p));
-  struct ib_handshake* hs = p->state;
-  int rc = ib_hs_step(hs);
-  if (rc == 0) {
-    mk_pending_put(&pending, p);
-    return 0;
-  }
-  if (rc == 1) {
-    hs->comm->sock = hs->fd;
-    hs->comm->base.dev = dev;
-    *send_comm = &hs->comm->base;
-  } else {
-    MK_WARN("ib connect: handshake with the listener failed: %s", strerror(-rc));
-  }
-  ib_hs_free(hs, rc == 1);
-  free(p);
-  return rc < 0 ? rc : 0;
+  struct ib_connect_ctx ctx = {dev, traffic_class};
+  return mk_side_connect(&pending, &ib_hs_ops, handle, &h, ib_connect_begin, &ctx, send_comm);
+}
+
+/* The acceptor's handshake on a new socket (closed if it cannot start). */
+static int ib_accept_begin(void* ctx, int fd, void** out) {
+  const struct ib_listen* lc = ctx;
+  *out = ib_hs_new(fd, lc->side.dev, -1, lc->side.nonce, 0);
+  if (*out) return 0;
+  close(fd);
+  return -ENOMEM;
 }
 
 int ib_accept(void* listen_comm, struct mk_comm** recv_comm) {
@@ -215,29 +211,7 @@ int ib_accept(void* listen_comm, struct mk_comm** recv_comm) {
     MK_WARN("ib accept: bad argument (listen_comm %p)", listen_comm);
     return -EINVAL;
   }
-  *recv_comm = NULL;
-  if (!lc->hs) {
-    int fd;
-    MK_CHECK(mk_sock_accept(lc->side.fd, &fd));
-    if (fd < 0) return 0;
-    lc->hs = ib_hs_new(fd, lc->side.dev, -1, lc->side.nonce, 0);
-    if (!lc->hs) {
-      close(fd);
-      return -ENOMEM;
-    }
-  }
-  int rc = ib_hs_step(lc->hs);
-  if (rc == 0) return 0;
-  if (rc == 1) {
-    lc->hs->comm->sock = lc->hs->fd;
-    lc->hs->comm->base.dev = lc->side.dev;
-    *recv_comm = &lc->hs->comm->base;
-  }
-  ib_hs_free(lc->hs, rc == 1);
-  lc->hs = NULL;
-  /* Something that is not our peer dialled the port: drop it and keep listening. */
-  if (rc == -EBADMSG || rc == -ECONNRESET) return 0;
-  return rc < 0 ? rc : 0;
+  return mk_side_accept(&lc->side, &lc->hs, &ib_hs_ops, ib_accept_begin, lc, recv_comm);
 }
 
 int ib_close_listen(void* listen_comm) {

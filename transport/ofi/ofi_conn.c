@@ -36,7 +36,7 @@ struct ofi_handshake {
 
 struct ofi_listen {
   struct mk_side_listen side;
-  struct ofi_handshake* hs; /* the accept in progress, if any */
+  void* hs; /* the accept in progress (struct ofi_handshake), if any */
 };
 
 /* In-progress connects; their state is a struct ofi_handshake. */
@@ -162,68 +162,50 @@ int ofi_listen(int dev, void* handle, void** listen_comm) {
   return 0;
 }
 
-static int ofi_connect_start(struct ofi_dev* d, const void* handle, const struct mk_handle* h,
-                             struct mk_pending_connect** out) {
+/* mk_handshake_ops over struct ofi_handshake. */
+static int ofi_hs_step_any(void* hs) { return ofi_hs_step(hs); }
+static void ofi_hs_free_any(void* hs, int keep) { ofi_hs_free(hs, keep); }
+static struct mk_comm* ofi_hs_comm(void* state) {
+  struct ofi_handshake* hs = state;
+  hs->comm->sock = hs->fd;
+  return &hs->comm->base;
+}
+static const struct mk_handshake_ops ofi_hs_ops = {"ofi", ofi_hs_step_any, ofi_hs_comm, ofi_hs_free_any};
+
+/* The connector's handshake: a send comm on device ctx, TCP connect started. */
+static int ofi_connect_begin(void* ctx, const struct mk_handle* h, void** out) {
   struct ofi_comm* c = NULL;
   int fd = -1, rc;
-  struct mk_pending_connect* p = calloc(1, sizeof(*p));
-  if (!p) return -ENOMEM;
-  MK_CHECK_GOTO(ofi_comm_create(d, 1, &c), rc, fail);
+  MK_CHECK_GOTO(ofi_comm_create(ctx, 1, &c), rc, fail);
   MK_CHECK_GOTO(mk_sock_connect_start(&h->addr, &fd), rc, fail);
-  p->state = ofi_hs_new(fd, c, h->nonce, 1);
-  if (!p->state) {
-    rc = -ENOMEM;
-    goto fail;
-  }
-  p->handle = handle;
-  p->decoded = *h;
-  *out = p;
-  return 0;
+  *out = ofi_hs_new(fd, c, h->nonce, 1);
+  if (*out) return 0;
+  rc = -ENOMEM;
 fail:
   if (fd >= 0) close(fd);
   ofi_comm_destroy(c);
-  free(p);
   return rc;
 }
 
 int ofi_connect(int dev, const void* handle, int traffic_class, struct mk_comm** send_comm) {
   struct ofi_dev* d;
   struct mk_handle h;
+  (void)traffic_class;
   if (!handle || !send_comm) return -EINVAL;
   *send_comm = NULL;
   MK_CHECK(ofi_dev_get(dev, &d));
   MK_CHECK(mk_handle_decode(handle, MK_HANDLE_MAX, &h));
-  struct mk_pending_connect* p = mk_pending_take(&pending, handle);
-  if (p && (p->decoded.nonce != h.nonce || memcmp(&p->decoded.addr, &h.addr, sizeof(h.addr)))) {
-    ofi_hs_free(p->state, 0); /* the buffer now holds another handle: start over */
-    free(p);
-    p = NULL;
-  }
-  if (!p) MK_CHECK(ofi_connect_start(d, handle, &h, &p));
-  struct ofi_handshake* hs = p->state;
-  int rc = ofi_hs_step(hs);
-  if (rc == 0) {
-    mk_pending_put(&pending, p);
-    return 0;
-  }
-  if (rc == 1) {
-    hs->comm->sock = hs->fd;
-    *send_comm = &hs->comm->base;
-  } else {
-    MK_WARN("ofi connect: handshake with the listener failed: %s", strerror(-rc));
-  }
-  ofi_hs_free(hs, rc == 1);
-  free(p);
-  return rc < 0 ? rc : 0;
+  return mk_side_connect(&pending, &ofi_hs_ops, handle, &h, ofi_connect_begin, d, send_comm);
 }
 
-/* An accepted socket: build the receive comm and start its handshake. */
-static int ofi_accept_start(struct ofi_listen* lc, int fd) {
+/* The acceptor's handshake on a new socket: a receive comm (fd closed if it cannot start). */
+static int ofi_accept_begin(void* ctx, int fd, void** out) {
+  const struct ofi_listen* lc = ctx;
   struct ofi_comm* c = NULL;
   int rc = ofi_comm_create(&ofi.devs[lc->side.dev], 0, &c);
   if (rc == 0) {
-    lc->hs = ofi_hs_new(fd, c, lc->side.nonce, 0);
-    if (lc->hs) return 0;
+    *out = ofi_hs_new(fd, c, lc->side.nonce, 0);
+    if (*out) return 0;
     rc = -ENOMEM;
   }
   ofi_comm_destroy(c);
@@ -234,24 +216,7 @@ static int ofi_accept_start(struct ofi_listen* lc, int fd) {
 int ofi_accept(void* listen_comm, struct mk_comm** recv_comm) {
   struct ofi_listen* lc = listen_comm;
   if (!mk_side_listen_valid(&lc->side, OFI_LISTEN_MAGIC) || !recv_comm) return -EINVAL;
-  *recv_comm = NULL;
-  if (!lc->hs) {
-    int fd;
-    MK_CHECK(mk_sock_accept(lc->side.fd, &fd));
-    if (fd < 0) return 0;
-    MK_CHECK(ofi_accept_start(lc, fd));
-  }
-  int rc = ofi_hs_step(lc->hs);
-  if (rc == 0) return 0;
-  if (rc == 1) {
-    lc->hs->comm->sock = lc->hs->fd;
-    *recv_comm = &lc->hs->comm->base;
-  }
-  ofi_hs_free(lc->hs, rc == 1);
-  lc->hs = NULL;
-  /* Something that is not our peer dialled the port: drop it and keep listening. */
-  if (rc == -EBADMSG || rc == -ECONNRESET) return 0;
-  return rc < 0 ? rc : 0;
+  return mk_side_accept(&lc->side, &lc->hs, &ofi_hs_ops, ofi_accept_begin, lc, recv_comm);
 }
 
 int ofi_close_listen(void* listen_comm) {
