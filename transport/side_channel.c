@@ -110,20 +110,49 @@ int mk_side_connect(struct mk_pending_list* pending, const struct mk_handshake_o
   return rc < 0 ? rc : 0;
 }
 
-int mk_side_accept(struct mk_side_listen* l, void** hs, const struct mk_handshake_ops* ops,
-                   int (*start)(void* ctx, int fd, void** hs), void* ctx, struct mk_comm** out) {
-  *out = NULL;
-  if (!*hs) {
-    int fd;
-    MK_CHECK(mk_sock_accept(l->fd, &fd));
-    if (fd < 0) return 0;
-    MK_CHECK(start(ctx, fd, hs));
+int mk_listen_comm_open(uint32_t magic, int dev, void* handle, void** out) {
+  struct mk_listen_comm* lc = calloc(1, sizeof(*lc));
+  if (!lc) return -ENOMEM;
+  int rc = mk_side_listen_open(&lc->side, magic, dev, handle);
+  if (rc < 0) {
+    free(lc);
+    return rc;
   }
-  int rc = ops->step(*hs);
+  *out = lc;
+  return 0;
+}
+
+int mk_listen_comm_close(void* listen_comm, uint32_t magic, const struct mk_handshake_ops* ops) {
+  struct mk_listen_comm* lc = listen_comm;
+  if (!mk_side_listen_valid(&lc->side, magic)) {
+    MK_WARN("%s close_listen: bad argument %p", ops->name, listen_comm);
+    return -EINVAL;
+  }
+  if (lc->hs) ops->free(lc->hs, 0);
+  mk_side_listen_close(&lc->side);
+  free(lc);
+  return 0;
+}
+
+int mk_side_accept(void* listen_comm, uint32_t magic, const struct mk_handshake_ops* ops,
+                   int (*start)(void* ctx, int fd, void** hs), void* ctx, struct mk_comm** out) {
+  struct mk_listen_comm* lc = listen_comm;
+  if (!mk_side_listen_valid(&lc->side, magic) || !out) {
+    MK_WARN("%s accept: bad argument (listen_comm %p)", ops->name, listen_comm);
+    return -EINVAL;
+  }
+  *out = NULL;
+  if (!lc->hs) {
+    int fd;
+    MK_CHECK(mk_sock_accept(lc->side.fd, &fd));
+    if (fd < 0) return 0;
+    MK_CHECK(start(ctx, fd, &lc->hs));
+  }
+  int rc = ops->step(lc->hs);
   if (rc == 0) return 0;
-  if (rc == 1) *out = ops->comm_of(*hs);
-  ops->free(*hs, rc == 1);
-  *hs = NULL;
+  if (rc == 1) *out = ops->comm_of(lc->hs);
+  ops->free(lc->hs, rc == 1);
+  lc->hs = NULL;
   if (rc == -EBADMSG || rc == -ECONNRESET) return 0; /* not our peer: keep listening */
   return rc < 0 ? rc : 0;
 }

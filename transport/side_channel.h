@@ -63,11 +63,23 @@ int mk_side_connect(struct mk_pending_list* pending, const struct mk_handshake_o
                     const struct mk_handle* h, int (*start)(void* ctx, const struct mk_handle* h, void** hs),
                     void* ctx, struct mk_comm** out);
 
-/* One accept call on l, whose handshake in progress is *hs (NULL: none): a new socket, if one
- * waits, gets one that start(ctx, fd, hs) begins (it closes fd when it fails). *out gets the
- * comm once done. A caller that is not our peer (-EBADMSG, -ECONNRESET) is dropped and
- * listening goes on. 0 or negative errno. */
-int mk_side_accept(struct mk_side_listen* l, void** hs, const struct mk_handshake_ops* ops,
+/* Every transport's listen comm: the listening socket and the accept in progress. */
+struct mk_listen_comm {
+  struct mk_side_listen side;
+  void* hs; /* the transport's handshake, NULL when none is in progress */
+};
+
+/* A listen comm for the transport owning `magic` (mk_side_listen_open). 0 or negative errno. */
+int mk_listen_comm_open(uint32_t magic, int dev, void* handle, void** out);
+/* Closes lc (checked against magic: -EINVAL with a WARN otherwise), dropping the accept in
+ * progress through ops. */
+int mk_listen_comm_close(void* lc, uint32_t magic, const struct mk_handshake_ops* ops);
+
+/* One accept call on lc (checked against magic): a new socket, if one waits, gets the
+ * handshake that start(ctx, fd, &hs) begins (it closes fd when it fails); *out gets the comm
+ * once done. A caller that is not our peer (-EBADMSG, -ECONNRESET) is dropped and listening
+ * goes on. 0 or negative errno. */
+int mk_side_accept(void* lc, uint32_t magic, const struct mk_handshake_ops* ops,
                    int (*start)(void* ctx, int fd, void** hs), void* ctx, struct mk_comm** out);
 
 #endif /* MK_SIDE_CHANNEL_H_ */

@@ -37,10 +37,6 @@ struct ib_handshake {
   char ready;
 };
 
-struct ib_listen {
-  struct mk_side_listen side;
-  void* hs; /* the accept in progress (struct ib_handshake), if any */
-};
 
 /* In-progress connects; their state is a struct ib_handshake. */
 static struct mk_pending_list pending = MK_PENDING_LIST_INIT;
@@ -137,15 +133,7 @@ int ib_listen(int dev, void* handle, void** listen_comm) {
   }
   *listen_comm = NULL;
   MK_CHECK(ib_vdev_get(dev, &v));
-  struct ib_listen* lc = calloc(1, sizeof(*lc));
-  if (!lc) return -ENOMEM;
-  int rc = mk_side_listen_open(&lc->side, IB_LISTEN_MAGIC, dev, handle);
-  if (rc < 0) {
-    free(lc);
-    return rc;
-  }
-  *listen_comm = lc;
-  return 0;
+  return mk_listen_comm_open(IB_LISTEN_MAGIC, dev, handle, listen_comm);
 }
 
 /* mk_handshake_ops over struct ib_handshake. */
@@ -198,7 +186,7 @@ int ib_connect(int dev, const void* handle, int traffic_class, struct mk_comm** 
 
 /* The acceptor's handshake on a new socket (closed if it cannot start). */
 static int ib_accept_begin(void* ctx, int fd, void** out) {
-  const struct ib_listen* lc = ctx;
+  const struct mk_listen_comm* lc = ctx;
   *out = ib_hs_new(fd, lc->side.dev, -1, lc->side.nonce, 0);
   if (*out) return 0;
   close(fd);
@@ -206,25 +194,10 @@ static int ib_accept_begin(void* ctx, int fd, void** out) {
 }
 
 int ib_accept(void* listen_comm, struct mk_comm** recv_comm) {
-  struct ib_listen* lc = listen_comm;
-  if (!mk_side_listen_valid(&lc->side, IB_LISTEN_MAGIC) || !recv_comm) {
-    MK_WARN("ib accept: bad argument (listen_comm %p)", listen_comm);
-    return -EINVAL;
-  }
-  return mk_side_accept(&lc->side, &lc->hs, &ib_hs_ops, ib_accept_begin, lc, recv_comm);
+  return mk_side_accept(listen_comm, IB_LISTEN_MAGIC, &ib_hs_ops, ib_accept_begin, listen_comm, recv_comm);
 }
 
-int ib_close_listen(void* listen_comm) {
-  struct ib_listen* lc = listen_comm;
-  if (!mk_side_listen_valid(&lc->side, IB_LISTEN_MAGIC)) {
-    MK_WARN("ib close_listen: bad argument %p", listen_comm);
-    return -EINVAL;
-  }
-  ib_hs_free(lc->hs, 0);
-  mk_side_listen_close(&lc->side);
-  free(lc);
-  return 0;
-}
+int ib_close_listen(void* listen_comm) { return mk_listen_comm_close(listen_comm, IB_LISTEN_MAGIC, &ib_hs_ops); }
 
 int ib_close(struct mk_comm* comm) {
   struct ib_comm* c = (struct ib_comm*)comm;

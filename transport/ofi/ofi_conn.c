@@ -34,10 +34,6 @@ struct ofi_handshake {
   struct ofi_comm* comm;
 };
 
-struct ofi_listen {
-  struct mk_side_listen side;
-  void* hs; /* the accept in progress (struct ofi_handshake), if any */
-};
 
 /* In-progress connects; their state is a struct ofi_handshake. */
 static struct mk_pending_list pending = MK_PENDING_LIST_INIT;
@@ -151,15 +147,7 @@ int ofi_listen(int dev, void* handle, void** listen_comm) {
   if (!handle || !listen_comm) return -EINVAL;
   *listen_comm = NULL;
   MK_CHECK(ofi_dev_get(dev, &d));
-  struct ofi_listen* lc = calloc(1, sizeof(*lc));
-  if (!lc) return -ENOMEM;
-  int rc = mk_side_listen_open(&lc->side, OFI_LISTEN_MAGIC, dev, handle);
-  if (rc < 0) {
-    free(lc);
-    return rc;
-  }
-  *listen_comm = lc;
-  return 0;
+  return mk_listen_comm_open(OFI_LISTEN_MAGIC, dev, handle, listen_comm);
 }
 
 /* mk_handshake_ops over struct ofi_handshake. */
@@ -200,7 +188,7 @@ int ofi_connect(int dev, const void* handle, int traffic_class, struct mk_comm**
 
 /* The acceptor's handshake on a new socket: a receive comm (fd closed if it cannot start). */
 static int ofi_accept_begin(void* ctx, int fd, void** out) {
-  const struct ofi_listen* lc = ctx;
+  const struct mk_listen_comm* lc = ctx;
   struct ofi_comm* c = NULL;
   int rc = ofi_comm_create(&ofi.devs[lc->side.dev], 0, &c);
   if (rc == 0) {
@@ -214,19 +202,10 @@ static int ofi_accept_begin(void* ctx, int fd, void** out) {
 }
 
 int ofi_accept(void* listen_comm, struct mk_comm** recv_comm) {
-  struct ofi_listen* lc = listen_comm;
-  if (!mk_side_listen_valid(&lc->side, OFI_LISTEN_MAGIC) || !recv_comm) return -EINVAL;
-  return mk_side_accept(&lc->side, &lc->hs, &ofi_hs_ops, ofi_accept_begin, lc, recv_comm);
+  return mk_side_accept(listen_comm, OFI_LISTEN_MAGIC, &ofi_hs_ops, ofi_accept_begin, listen_comm, recv_comm);
 }
 
-int ofi_close_listen(void* listen_comm) {
-  struct ofi_listen* lc = listen_comm;
-  if (!mk_side_listen_valid(&lc->side, OFI_LISTEN_MAGIC)) return -EINVAL;
-  ofi_hs_free(lc->hs, 0);
-  mk_side_listen_close(&lc->side);
-  free(lc);
-  return 0;
-}
+int ofi_close_listen(void* listen_comm) { return mk_listen_comm_close(listen_comm, OFI_LISTEN_MAGIC, &ofi_hs_ops); }
 
 /* NCCL may close a comm from its service thread while its progress thread is still inside
  * test() on it (ncclCommAbort after a peer died): take the comm's lock so the provider
