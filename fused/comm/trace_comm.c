@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "err_text.h"
 #include "fused_comm.h"
 #include "mk_err.h"
 #include "mk_log.h"
@@ -120,8 +121,10 @@ int mk_trace_comm_end(struct mk_fused_comm* fc, cudaStream_t stream) {
 int mk_trace_comm_hang(struct mk_fused_comm* fc, const struct mk_gemm_error* e, int peer,
                        uint64_t peer_progress, const char* progress_what) {
   struct mk_trace_state* t = fc->trace;
-  struct mk_trace_hang h = {(uint32_t)fc->rank, e->tag & 0x7fu, e->tile, e->flag_index,
-                            e->expected, e->seen, peer, peer_progress, progress_what};
+  char account[256];
+  mk_err_record_text(fc->rank, e, account, sizeof account);
+  struct mk_trace_hang h = {(uint32_t)fc->rank, mk_err_tag_op(e->tag), e->tile, e->flag_index,
+                            e->expected, e->seen, peer, peer_progress, progress_what, account};
   /* The kernel exited cleanly on the timeout, so the buffer is complete; the internal
    * stream avoids waiting on whatever the caller queued behind the kernel. */
   if (t) MK_CHECK(trace_copy_out(t, fc->internal));

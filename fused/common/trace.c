@@ -208,6 +208,7 @@ int mk_trace_hang_report(struct mk_trace_buf* b, const struct mk_trace_hang* h, 
   rb_printf(&rb, "rank %" PRIu32 " op %" PRIu32 " call %" PRIu64 "\n", h->rank, h->op, b ? b->h.call : 0);
   rb_printf(&rb, "stuck: tile %" PRIu32 " waiting for flag %" PRIu32 ": expected %" PRIu64 ", seen %" PRIu64 "\n",
             h->tile, h->flag, h->expected, h->seen);
+  if (h->account) rb_printf(&rb, "account: %s\n", h->account); /* what the wait was for, in words */
   if (h->peer >= 0)
     rb_printf(&rb, "peer: rank %" PRId32 " progress %" PRIu64 " (%s)\n", h->peer, h->peer_progress,
               h->progress_what ? h->progress_what : "chunks it has sent");

@@ -272,6 +272,7 @@ struct mk_trace_hang {
   int32_t peer;           /* the rank whose data the flag announces; -1 unknown */
   uint64_t peer_progress; /* that peer's progress counter */
   const char* progress_what; /* what peer_progress counts; NULL: "chunks it has sent" */
+  const char* account;       /* the asynchronous error's text (comm/err_text.c), or NULL */
 };
 /* The ring (cta x lanes + lane) whose newest event is the timed-out wait on h->flag, else the
  * one whose newest event names h->tile; -1 when no ring matches. */

@@ -20,6 +20,8 @@ def parse_report(text):
         elif m := re.match(r"stuck: tile (\d+) waiting for flag (\d+): expected (\d+), seen (\d+)",
                            line):
             r.update(tile=int(m[1]), flag=int(m[2]), expected=int(m[3]), seen=int(m[4]))
+        elif m := re.match(r"account: (.*)$", line):
+            r["account"] = m[1]
         elif m := re.match(r"peer: rank (-?\d+) progress (\d+)", line):
             r.update(peer=int(m[1]), peer_progress=int(m[2]))
         elif m := re.match(r"cta: (\d+) sm (\d+) lane (\d+)", line):
@@ -73,6 +75,8 @@ def render(r):
            f"for flag {r['flag']} to reach {r['expected']} and saw {r['seen']}"]
     if r.get("waited_ns"):
         out[0] += f" for {r['waited_ns'] / 1e6:.3f} ms"
+    if r.get("account"):
+        out.append(f"  {r['account']}")
     if r.get("cta") is not None:
         out.append(f"  stuck CTA {r['cta']} on SM {r['sm']} ({LANE_NAMES[r['lane']]} lane)"
                    + (f"; {r['also_stopped']} other CTA(s) stopped on the abort"

@@ -223,9 +223,12 @@ def hang_report_names_rank_tile_flag(tmp):
         r = hang.parse_report(f.read())
     check((r["rank"], r["tile"], r["flag"], r["cta"], r["peer"]) == (1, 40, 9, 2, 0),
           f"C report fields: {r}")
+    check(r.get("account", "").startswith("rank 1: ncclMkAllGatherGemm (op 0x1) timed out at tile 40"),
+          f"the report's account line: {r}")
     out = tool("hang", report).stdout
     check("HANG on rank 1" in out and "tile 40" in out and "flag 9" in out and
-          "<-- stuck" in out and "rank 0" in out, f"rendered C report:\n{out}")
+          "<-- stuck" in out and "rank 0" in out and "ncclMkAllGatherGemm (op 0x1) timed out" in out,
+          f"rendered C report:\n{out}")
     # From the traces of a synthetic run where rank 0 never sends the chunk behind flag 5.
     paths, _, stuck = synth_traces(tmp, hang=(1, 5))
     tile, flag = stuck[1]

@@ -108,6 +108,9 @@ static void hang_report_names_rank_tile_flag_cta_and_peer(void) {
   free(b);
 }
 
+/* What comm/err_text.c would say of the planted hang (the report's account line). */
+#define PLANTED_ACCOUNT "rank 1: ncclMkAllGatherGemm (op 0x1) timed out at tile 40 waiting for flag 9: expected 3, seen 2"
+
 static void hang_report_without_trace_says_how_to_get_one(void) {
   struct mk_trace_hang h = {3, 2, 17, 4, 1, 0, -1, 0};
   char out[1024];
@@ -120,6 +123,11 @@ static void hang_report_without_trace_says_how_to_get_one(void) {
   struct mk_trace_hang known = {0, 1, 6, 6, 1, 0, 1, 3, "row-blocks of its shard arrived, of 4"};
   mk_trace_hang_report(NULL, &known, 8, out, sizeof(out));
   CHECK(strstr(out, "peer: rank 1 progress 3 (row-blocks of its shard arrived, of 4)\n") != NULL);
+  CHECK(strstr(out, "account:") == NULL); /* none given */
+  /* The asynchronous error's text, when given, follows the stuck line. */
+  known.account = PLANTED_ACCOUNT;
+  mk_trace_hang_report(NULL, &known, 8, out, sizeof(out));
+  CHECK(strstr(out, "seen 0\naccount: " PLANTED_ACCOUNT "\npeer: rank 1") != NULL);
 }
 
 static void stuck_ring_falls_back_to_the_tile_and_wraps_epochs(void) {
@@ -171,6 +179,7 @@ int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[1], "hang") == 0) {
     struct mk_trace_hang h;
     struct mk_trace_buf* b = hung_buffer(&h);
+    h.account = PLANTED_ACCOUNT;
     char out[4096];
     mk_trace_hang_report(b, &h, 8, out, sizeof(out));
     free(b);
