@@ -47,6 +47,9 @@ int lb_ofi_progress_thread(void);
 /* Runs one case; returns the process exit code (0 pass, 1 fail, 77 skip). */
 int lb_run(const struct lb_case* c);
 
+/* A listener's handle through the pipe: sent, or read into ctx->handle (returns 0). */
+void lb_tell_handle(struct lb_ctx* ctx, const unsigned char* handle);
+int lb_hear_handle(struct lb_ctx* ctx);
 /* Connection: the receiver listens (sends the handle) and accepts; the sender connects. */
 int lb_accept(struct lb_ctx* ctx);
 int lb_connect(struct lb_ctx* ctx);

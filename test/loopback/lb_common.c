@@ -62,15 +62,24 @@ uint64_t lb_hear(struct lb_ctx* ctx) {
   return v;
 }
 
+void lb_tell_handle(struct lb_ctx* ctx, const unsigned char* handle) {
+  pipe_write(ctx->to_peer, handle, MK_HANDLE_MAX);
+}
+
+int lb_hear_handle(struct lb_ctx* ctx) {
+  pipe_read(ctx->from_peer, ctx->handle, sizeof(ctx->handle));
+  return 0;
+}
+
 int lb_accept(struct lb_ctx* ctx) {
   int rc = ctx->ops->listen(ctx->dev, ctx->handle, &ctx->listen_comm);
   if (rc) return rc;
-  pipe_write(ctx->to_peer, ctx->handle, sizeof(ctx->handle));
+  lb_tell_handle(ctx, ctx->handle);
   return lb_reconnect(ctx);
 }
 
 int lb_connect(struct lb_ctx* ctx) {
-  pipe_read(ctx->from_peer, ctx->handle, sizeof(ctx->handle));
+  lb_hear_handle(ctx);
   return lb_reconnect(ctx);
 }
 

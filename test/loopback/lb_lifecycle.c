@@ -1,5 +1,6 @@
 /* Lifecycle: reconnect on one listen comm, close with requests in flight, a killed peer,
- * a handshake that never completes, and bad arguments. */
+ * a handshake that never completes, bad arguments, a caller that is not our peer, a
+ * connect whose handle buffer changes under it, and fini with comms still open. */
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -9,7 +10,9 @@
 #include <unistd.h>
 
 #include "lb.h"
+#include "handle.h"
 #include "mk_param.h"
+#include "sock.h"
 
 static int one_message(struct lb_ctx* ctx, uint64_t stream) {
   unsigned char buf[4096];
@@ -214,6 +217,74 @@ static int badargs_send(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* Something that is not our peer dials the listener first (a port scanner, a stale job): the
+ * receiver's accept drops it and keeps listening, and the real connection that follows is
+ * accepted and carries a message (transport/side_channel.c mk_side_accept). */
+static int foreign_recv(struct lb_ctx* ctx) {
+  LB_OK(lb_accept(ctx));
+  LB_OK(one_message(ctx, 7));
+  return lb_close(ctx);
+}
+
+static int foreign_send(struct lb_ctx* ctx) {
+  struct mk_handle h;
+  int fd = -1;
+  unsigned char junk[1024];
+  memset(junk, 0x11, sizeof(junk));
+  LB_EXPECT(lb_hear_handle(ctx) == 0);
+  LB_OK(mk_handle_decode(ctx->handle, MK_HANDLE_MAX, &h));
+  LB_OK(mk_sock_connect_start(&h.addr, &fd));
+  int rc = 0;
+  while ((rc = mk_sock_connect_poll(fd)) == 0) {}
+  LB_EXPECT(rc == 1);
+  LB_EXPECT(write(fd, junk, sizeof(junk)) == (ssize_t)sizeof(junk));
+  close(fd);
+  LB_OK(lb_reconnect(ctx));
+  LB_OK(one_message(ctx, 7));
+  return lb_close(ctx);
+}
+
+/* NCCL calls connect again with the same handle buffer until a comm comes back; a buffer that
+ * meanwhile holds another listener's handle must start over there, not finish the first
+ * connection. The receiver listens twice (A, B) and accepts on B only; the sender connects
+ * to A for a while (its handshake cannot finish: A never accepts), then the buffer gets B's
+ * handle and the connect must end on B, with a message through it. */
+static int handle_change_recv(struct lb_ctx* ctx) {
+  void* listen_a = NULL;
+  unsigned char handle_a[MK_HANDLE_MAX];
+  LB_OK(ctx->ops->listen(ctx->dev, handle_a, &listen_a));
+  lb_tell_handle(ctx, handle_a);
+  LB_OK(lb_accept(ctx)); /* B: sends its handle, then accepts */
+  LB_OK(one_message(ctx, 9));
+  LB_OK(ctx->ops->close_listen(listen_a));
+  return lb_close(ctx);
+}
+
+static int handle_change_send(struct lb_ctx* ctx) {
+  unsigned char handle_b[MK_HANDLE_MAX];
+  LB_EXPECT(lb_hear_handle(ctx) == 0); /* A */
+  for (int i = 0; i < 50; i++) {
+    LB_OK(ctx->ops->connect(ctx->dev, ctx->handle, -1, &ctx->comm));
+    LB_EXPECT(ctx->comm == NULL); /* A never accepts */
+    usleep(1000);
+  }
+  memcpy(handle_b, ctx->handle, sizeof(handle_b));
+  LB_EXPECT(lb_hear_handle(ctx) == 0); /* B, into the same buffer */
+  LB_EXPECT(memcmp(handle_b, ctx->handle, sizeof(handle_b)) != 0);
+  LB_OK(lb_reconnect(ctx));
+  LB_OK(one_message(ctx, 9));
+  return lb_close(ctx);
+}
+
+/* The transport's fini with a comm still open on both ends (NCCL after an abort): the comms'
+ * progress and stream threads must be stopped before the domain and libfabric go. Both roles
+ * return without closing; the harness then calls fini (lb_role). Before the fix (session 45)
+ * the sender died of SIGSEGV in ofi_cq_progress with streams and a progress thread. */
+static int fini_open_role(struct lb_ctx* ctx) {
+  LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
+  return one_message(ctx, 11); /* fini follows at once: the threads are still polling */
+}
+
 /* Threads of this process (/proc/self/task). */
 static int thread_count(void) {
   DIR* d = opendir("/proc/self/task");
@@ -311,5 +382,8 @@ const struct lb_case lb_cases_lifecycle[] = {
     {"killed_peer_gives_econnreset_within_bound", killed_recv, killed_send, 40, 1},
     {"connect_times_out_when_never_accepted", timeout_recv, timeout_send, 30, 0},
     {"bad_arguments_einval_nothing_written", badargs_recv, badargs_send, 30, 0},
+    {"accept_drops_a_caller_that_is_not_our_peer_and_keeps_listening", foreign_recv, foreign_send, 30, 0},
+    {"connect_starts_over_when_its_handle_buffer_holds_another_handle", handle_change_recv, handle_change_send, 30, 0},
+    {"fini_with_a_comm_still_open_stops_its_threads_first", fini_open_role, fini_open_role, 30, 0},
     {NULL, NULL, NULL, 0, 0},
 };

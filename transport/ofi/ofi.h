@@ -270,6 +270,7 @@ struct ofi_comm {
    * recv: eager ones that waited for their receive, and that crossed its clear-to-send */
   uint64_t n_eager, n_cts, n_queued, n_crossed;
   uint64_t n_resumed;         /* deferred sends resumed after a later stripe found no room */
+  struct ofi_comm *live_prev, *live_next; /* every comm not yet destroyed (ofi_ep.c) */
 };
 
 /* ofi_stream.c: per-stream endpoints and their helper threads. */
@@ -344,6 +345,9 @@ int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out);
 /* Closes the provider objects of a comm (endpoint first), leaving the comm itself. */
 void ofi_comm_close_fabric(struct ofi_comm* c);
 void ofi_comm_destroy(struct ofi_comm* c);
+/* Stops the progress and stream threads of every comm not yet destroyed (joined): at fini,
+ * for comms NCCL never closed (an abort), before the domain and libfabric go. */
+void ofi_comms_stop_threads(void);
 int ofi_comm_set_peer(struct ofi_comm* c, int k, const uint8_t* addr, size_t len);
 int ofi_ctrl_post(struct ofi_comm* c, unsigned k);
 /* FI_MR_LOCAL: registers a buffer of ours (no-op otherwise). */

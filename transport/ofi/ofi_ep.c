@@ -89,6 +89,36 @@ int ofi_streams_default(const struct ofi_dev* dev) {
   return set > 0 ? (int)set : mk_ofi_auto_streams(dev->info->fabric_attr->prov_name);
 }
 
+/* Every comm from its creation to its destroy (a dead peer's comm stays: ofi_close). */
+static pthread_mutex_t ofi_live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ofi_comm* ofi_live;
+
+static void ofi_live_add(struct ofi_comm* c) {
+  pthread_mutex_lock(&ofi_live_mu);
+  c->live_next = ofi_live;
+  if (ofi_live) ofi_live->live_prev = c;
+  ofi_live = c;
+  pthread_mutex_unlock(&ofi_live_mu);
+}
+
+static void ofi_live_remove(struct ofi_comm* c) {
+  pthread_mutex_lock(&ofi_live_mu);
+  if (c->live_prev) c->live_prev->live_next = c->live_next;
+  else if (ofi_live == c) ofi_live = c->live_next;
+  if (c->live_next) c->live_next->live_prev = c->live_prev;
+  c->live_prev = c->live_next = NULL;
+  pthread_mutex_unlock(&ofi_live_mu);
+}
+
+void ofi_comms_stop_threads(void) {
+  pthread_mutex_lock(&ofi_live_mu);
+  for (struct ofi_comm* c = ofi_live; c; c = c->live_next) {
+    ofi_progress_stop(c);
+    ofi_streams_stop(c);
+  }
+  pthread_mutex_unlock(&ofi_live_mu);
+}
+
 int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
   int rc;
   *out = NULL;
@@ -106,6 +136,7 @@ int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
     pthread_mutex_init(&c->st[k].mu, NULL);
     pthread_cond_init(&c->st[k].cv, NULL);
   }
+  ofi_live_add(c);
   uint32_t nreq = is_send ? MK_MAX_REQUESTS * MK_MAX_RECVS : MK_MAX_REQUESTS;
   MK_CHECK_GOTO(mk_req_pool_init(&c->pool, nreq, sizeof(struct ofi_req)), rc, fail);
   c->sig_wait = calloc(nreq, sizeof(*c->sig_wait));
@@ -153,6 +184,7 @@ void ofi_comm_close_fabric(struct ofi_comm* c) {
 
 void ofi_comm_destroy(struct ofi_comm* c) {
   if (!c) return;
+  ofi_live_remove(c);
   ofi_comm_close_fabric(c);
   free(c->ctrl);
   free(c->sig_wait);

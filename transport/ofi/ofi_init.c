@@ -158,6 +158,9 @@ static int ofi_init(void) {
 }
 
 static void ofi_fini(void) {
+  /* comms NCCL never closed (an abort): their own progress and stream threads must not read
+   * CQs while the domain and libfabric go (found in session 45: SIGSEGV in ofi_cq_progress) */
+  ofi_comms_stop_threads();
   for (int d = 0; d < ofi.ndev; d++) {
     struct ofi_dev* dev = &ofi.devs[d];
     /* first: a device thread still serving comms NCCL never closed (an abort) must not read
