@@ -38,7 +38,9 @@ else
            integrity_checker_catches_one_corrupt_byte put_lands_every_byte \
            put_signal_never_before_data reconnect_on_same_listen_comm_and_close_in_flight \
            killed_peer_gives_econnreset_within_bound connect_times_out_when_never_accepted \
-           bad_arguments_einval_nothing_written iflush_reads_back_received_buffers; do
+           bad_arguments_einval_nothing_written iflush_reads_back_received_buffers \
+           accept_drops_a_caller_that_is_not_our_peer_and_keeps_listening \
+           connect_starts_over_when_its_handle_buffer_holds_another_handle; do
     run "ib_$c" ./loopback $c
   done
   for c in sizes_0B_to_64MiB_intact grouped_recv_tags_pick_buffers put_signal_never_before_data \
