@@ -40,7 +40,8 @@ else
            killed_peer_gives_econnreset_within_bound connect_times_out_when_never_accepted \
            bad_arguments_einval_nothing_written iflush_reads_back_received_buffers \
            accept_drops_a_caller_that_is_not_our_peer_and_keeps_listening \
-           connect_starts_over_when_its_handle_buffer_holds_another_handle; do
+           connect_starts_over_when_its_handle_buffer_holds_another_handle \
+           fini_with_a_comm_still_open_stops_its_threads_first; do
     run "ib_$c" ./loopback $c
   done
   for c in sizes_0B_to_64MiB_intact grouped_recv_tags_pick_buffers put_signal_never_before_data \
