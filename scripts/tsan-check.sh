@@ -2,7 +2,8 @@
 # The ofi transport's threads under ThreadSanitizer: builds the loopback program alone with
 # -fsanitize=thread (no CUDA, no verbs) in $MK_BUILD/tsan, then runs the two-sided cases where
 # NCCL's thread, the comm's progress thread (its own, or the device's) and the stream threads
-# meet, and fails on any report. Ends with "N passed, N failed, N skipped".
+# meet, and fails on any report; last, builds every other target of that build (the project
+# without CUDA and verbs must build). Ends with "N passed, N failed, N skipped".
 #
 # Left out: the cases that read a buffer while it lands on purpose (a message no test() asks
 # about, puts watched until their flag turns, the proxy's stand-in kernels polling words),
@@ -58,5 +59,13 @@ done
 # the device's thread resuming half-posted sends: the provider's queue shortened to 4 sends
 run_case ordering_300_striped_messages_resuming_sends_the_provider_had_no_room_for \
   "progress 2, streams 4, provider queue 4" p2s4 NCCL_MK_OFI_PROGRESS_THREAD=2 NCCL_MK_OFI_STREAMS=4 FI_OFI_RXM_TX_SIZE=4
+# This build is also the project without CUDA and verbs: every target of it must build (session
+# 45: a unit test of CUDA-only code, declared outside the CUDA-only block, broke it unnoticed).
+if ninja -C "$tsan" >"$tsan.ninja-all.log" 2>&1; then
+  pass=$((pass + 1)); echo "ok    every target builds without CUDA and verbs"
+else
+  fail=$((fail + 1)); echo "FAIL  the build without CUDA and verbs: $tsan.ninja-all.log"
+  grep -m3 -B1 -A4 "FAILED\|error:" "$tsan.ninja-all.log" | sed 's/^/      /'
+fi
 echo "$pass passed, $fail failed, 0 skipped"
 [ $fail -eq 0 ]
