@@ -5,7 +5,7 @@
 # that every test binary repeats: ~5 MB in ~5 s; the GPU machine has xz, not zstd) or, without
 # xz here or with MK_PACK_GZIP=1, build-pack/b.tgz (gzip's 32 KB window does not: ~60 MB, near
 # the limit). Either holds build-dev/ (build/
-# without object files, logs, the soft-RoCE VM's image and the ThreadSanitizer build; build/ab/
+# without object files, logs, the soft-RoCE VM's image and the sanitizer builds; build/ab/
 # included for A/B runs).
 # usage: scripts/pack-build.sh        (builds, then packs) then on the device (carry ["build-pack"]):
 #   scripts/unpack-build.sh && MK_BUILD=build-dev MK_SKIP_BUILD=1 scripts/gpu-check.sh TIER
@@ -21,7 +21,7 @@ source scripts/common.sh
 mk_build
 B=$MK_BUILD
 rm -rf build-dev build-pack && mkdir -p build-dev build-pack
-excludes=(--exclude=rxe-vm --exclude=tsan --exclude=core --exclude='*.p' --exclude=meson-logs)
+excludes=(--exclude=rxe-vm --exclude=tsan --exclude=asan --exclude=core --exclude='*.p' --exclude=meson-logs)
 for x in ${MK_PACK_EXCLUDE:-}; do excludes+=("--exclude=$x"); done
 (cd "$B" && tar cf - "${excludes[@]}" .) |
   (cd build-dev && tar xf -)

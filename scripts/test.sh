@@ -12,6 +12,8 @@ skipped=()
 if [ "${RXE_VM:-1}" != 0 ]; then suites+=(vm); else skipped+=("vm: RXE_VM=0"); fi
 # The ofi transport's threads under ThreadSanitizer (~2 min); TSAN=0 leaves it out.
 if [ "${TSAN:-1}" != 0 ]; then suites+=(tsan); else skipped+=("tsan: TSAN=0"); fi
+# The transport and the proxy under ASan and UBSan (~1 min); ASAN=0 leaves it out.
+if [ "${ASAN:-1}" != 0 ]; then suites+=(asan); else skipped+=("asan: ASAN=0"); fi
 if mk_have_gpu; then
   suites+=(gpu)
 else
