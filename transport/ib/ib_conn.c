@@ -54,7 +54,9 @@ static struct ib_handshake* ib_hs_new(int fd, int dev, int tc, uint64_t nonce, i
   return hs;
 }
 
-static void ib_hs_free(struct ib_handshake* hs, int keep) {
+/* mk_handshake_ops' free and step take the handshake untyped: these are them. */
+static void ib_hs_free(void* state, int keep) {
+  struct ib_handshake* hs = state;
   if (!hs) return;
   if (!keep) {
     if (hs->fd >= 0) close(hs->fd);
@@ -87,7 +89,8 @@ static int ib_hs_hello_in(struct ib_handshake* hs) {
 }
 
 /* 1: complete, 0: call again, <0: failed. */
-static int ib_hs_step(struct ib_handshake* hs) {
+static int ib_hs_step(void* state) {
+  struct ib_handshake* hs = state;
   int rc;
   if (hs->connecting) {
     rc = mk_sock_connect_poll(hs->fd);
@@ -136,16 +139,14 @@ int ib_listen(int dev, void* handle, void** listen_comm) {
   return mk_listen_comm_open(IB_LISTEN_MAGIC, dev, handle, listen_comm);
 }
 
-/* mk_handshake_ops over struct ib_handshake. */
-static int ib_hs_step_any(void* hs) { return ib_hs_step(hs); }
-static void ib_hs_free_any(void* hs, int keep) { ib_hs_free(hs, keep); }
+/* A done handshake's comm, and the handshake ops (mk_side_connect, mk_side_accept). */
 static struct mk_comm* ib_hs_comm(void* state) {
   struct ib_handshake* hs = state;
   hs->comm->sock = hs->fd;
   hs->comm->base.dev = hs->dev;
   return &hs->comm->base;
 }
-static const struct mk_handshake_ops ib_hs_ops = {"ib", ib_hs_step_any, ib_hs_comm, ib_hs_free_any};
+static const struct mk_handshake_ops ib_hs_ops = {"ib", ib_hs_step, ib_hs_comm, ib_hs_free};
 
 struct ib_connect_ctx {
   int dev, tc;

@@ -56,7 +56,9 @@ static struct ofi_handshake* ofi_hs_new(int fd, struct ofi_comm* c, uint64_t non
   return hs;
 }
 
-static void ofi_hs_free(struct ofi_handshake* hs, int keep) {
+/* mk_handshake_ops' free and step take the handshake untyped: these are them. */
+static void ofi_hs_free(void* state, int keep) {
+  struct ofi_handshake* hs = state;
   if (!hs) return;
   if (!keep) {
     if (hs->fd >= 0) close(hs->fd);
@@ -95,7 +97,8 @@ static int ofi_hs_peers(struct ofi_handshake* hs) {
 }
 
 /* 1: handshake complete, 0: call again, <0: failed. */
-static int ofi_hs_step(struct ofi_handshake* hs) {
+static int ofi_hs_step(void* state) {
+  struct ofi_handshake* hs = state;
   int rc;
   if (hs->connecting) {
     rc = mk_sock_connect_poll(hs->fd);
@@ -150,15 +153,13 @@ int ofi_listen(int dev, void* handle, void** listen_comm) {
   return mk_listen_comm_open(OFI_LISTEN_MAGIC, dev, handle, listen_comm);
 }
 
-/* mk_handshake_ops over struct ofi_handshake. */
-static int ofi_hs_step_any(void* hs) { return ofi_hs_step(hs); }
-static void ofi_hs_free_any(void* hs, int keep) { ofi_hs_free(hs, keep); }
+/* A done handshake's comm, and the handshake ops (mk_side_connect, mk_side_accept). */
 static struct mk_comm* ofi_hs_comm(void* state) {
   struct ofi_handshake* hs = state;
   hs->comm->sock = hs->fd;
   return &hs->comm->base;
 }
-static const struct mk_handshake_ops ofi_hs_ops = {"ofi", ofi_hs_step_any, ofi_hs_comm, ofi_hs_free_any};
+static const struct mk_handshake_ops ofi_hs_ops = {"ofi", ofi_hs_step, ofi_hs_comm, ofi_hs_free};
 
 /* The connector's handshake: a send comm on device ctx, TCP connect started. */
 static int ofi_connect_begin(void* ctx, const struct mk_handle* h, void** out) {
