@@ -13,12 +13,12 @@ static const char* const op_names[] = {
     [MK_OP_MOE_COMBINE] = "ncclMkMoeGemmCombine",     [MK_OP_RING_ATTN] = "ncclMkRingAttention",
     [MK_OP_RING_ATTN_BWD] = "ncclMkRingAttentionBackward"};
 
+#define ERR_TAG_OP_BITS 0x3fu /* below the MoE overflow and push bits */
+
 unsigned mk_err_tag_op(unsigned tag) {
-  const unsigned op = tag & 0x3fu; /* below the MoE overflow and push bits */
+  const unsigned op = tag & ERR_TAG_OP_BITS;
   return op < sizeof op_names / sizeof *op_names && op_names[op] ? op : 0;
 }
-
-unsigned mk_err_tag_rank(unsigned tag) { return tag >> 8; }
 
 /* What a MoE dispatch or combine kernel's wait was for (moe.h MK_MOE_WAIT_*). */
 static const char* moe_wait_name(uint32_t phase) {
@@ -51,13 +51,14 @@ int mk_err_record_text(int rank, const struct mk_gemm_error* e, char* out, size_
     return snprintf(out, len, "rank %d: %s received %" PRIu64 " rows, more than its layout holds "
                     "(ncclMkConfig.moe_max_recv_rows = %" PRIu64 "); the layout of this call is empty",
                     rank, name, e->seen, e->expected);
+  const unsigned code = e->tag & ERR_TAG_OP_BITS;
   char buf[64];
   const char* what = wait_what(op, e, buf, sizeof buf);
   if (what)
     return snprintf(out, len, "rank %d: %s (op 0x%x) timed out waiting %s (flag %" PRIu32 ": expected %" PRIu64
-                    ", seen %" PRIu64 ")", rank, name, e->tag & 0x3fu, what, e->flag_index, e->expected, e->seen);
+                    ", seen %" PRIu64 ")", rank, name, code, what, e->flag_index, e->expected, e->seen);
   return snprintf(out, len, "rank %d: %s (op 0x%x) timed out at %s %" PRIu32 " waiting for flag %" PRIu32
-                  ": expected %" PRIu64 ", seen %" PRIu64, rank, name, e->tag & 0x3fu,
+                  ": expected %" PRIu64 ", seen %" PRIu64, rank, name, code,
                   (e->tag & MK_GEMM_ERR_TAG_PUSH) ? "push item" : "tile", e->tile, e->flag_index, e->expected,
                   e->seen);
 }

@@ -7,9 +7,8 @@
 
 #include "gemm.h"
 
-/* The record's op (1 .. 7, op_check.h enum mk_op_id; 0 when not one) and rank. */
+/* The record's op (1 .. 7, op_check.h enum mk_op_id; 0 when not one). */
 unsigned mk_err_tag_op(unsigned tag);
-unsigned mk_err_tag_rank(unsigned tag);
 
 /* One line, NUL-terminated in out[len]: "rank R: NAME (op 0xN) timed out WHERE waiting for
  * flag F: expected E, seen S", WHERE "at tile N" or what a wait that is not a tile's waited

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "ag_push.h"
-#include "err_text.h"
 #include "attn.h"
+#include "err_text.h"
 #include "gemm_rs.h"
 #include "mk_err.h"
 #include "mk_log.h"
@@ -257,6 +257,8 @@ int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {
     return -ECONNRESET;
   }
   struct mk_gemm_error copy = *(struct mk_gemm_error*)e;
+  char text[256];
+  mk_err_record_text(fc->rank, &copy, text, sizeof text);
   if (!fc->broken && !(copy.tag & MK_MOE_ERR_OVERFLOW)) { /* a wait timed out: the hang report */
     /* The peer is known for AllGather+GEMM's, ring attention's, GEMM+RS/AR's and the MoE
      * combine's store waits;
@@ -271,12 +273,10 @@ int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {
       else if (op == MK_OP_GEMM_RS || op == MK_OP_GEMM_AR || op == MK_OP_MOE_COMBINE)
         peer = mk_gemm_rs_hang_peer(fc->rank, fc->nranks, op == MK_OP_MOE_COMBINE ? 0 : fc->rs_shard_blocks,
                                     &copy, &progress, what, sizeof(what));
-      mk_trace_comm_hang(fc, &copy, peer, progress, what[0] ? what : NULL);
+      mk_trace_comm_hang(fc, &copy, text, peer, progress, what[0] ? what : NULL);
     }
     mk_op_device_leave(prev);
   }
-  char text[256];
-  mk_err_record_text(fc->rank, &copy, text, sizeof text);
   if (!fc->broken) MK_WARN("%s; the communicator is broken", text);
   fc->broken = 1;
   if (msg && len) snprintf(msg, len, "%s", text);

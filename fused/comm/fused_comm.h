@@ -95,7 +95,8 @@ void mk_trace_comm_close(struct mk_fused_comm* fc);
 int mk_trace_comm_begin(struct mk_fused_comm* fc, uint32_t op, uint32_t m, uint32_t n,
                         cudaStream_t stream, struct mk_trace_buf** dev);
 int mk_trace_comm_end(struct mk_fused_comm* fc, cudaStream_t stream);
-int mk_trace_comm_hang(struct mk_fused_comm* fc, const struct mk_gemm_error* e, int peer,
+/* account: the error's text (err_text.c), the report's account line */
+int mk_trace_comm_hang(struct mk_fused_comm* fc, const struct mk_gemm_error* e, const char* account, int peer,
                        uint64_t peer_progress, const char* progress_what);
 /* ag_gemm.c: the peer an overlapped AllGather+GEMM's timed-out wait depended on, with its
  * progress as this rank sees it (*what says what it counts); -1 when unknown. */

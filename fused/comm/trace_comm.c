@@ -118,11 +118,9 @@ int mk_trace_comm_end(struct mk_fused_comm* fc, cudaStream_t stream) {
   return 0;
 }
 
-int mk_trace_comm_hang(struct mk_fused_comm* fc, const struct mk_gemm_error* e, int peer,
+int mk_trace_comm_hang(struct mk_fused_comm* fc, const struct mk_gemm_error* e, const char* account, int peer,
                        uint64_t peer_progress, const char* progress_what) {
   struct mk_trace_state* t = fc->trace;
-  char account[256];
-  mk_err_record_text(fc->rank, e, account, sizeof account);
   struct mk_trace_hang h = {(uint32_t)fc->rank, mk_err_tag_op(e->tag), e->tile, e->flag_index,
                             e->expected, e->seen, peer, peer_progress, progress_what, account};
   /* The kernel exited cleanly on the timeout, so the buffer is complete; the internal

@@ -69,7 +69,7 @@ extern "C" {
 #define MK_MOE_ERR_OVERFLOW 0x40u /* error-tag bit: more rows arrived than max_recv_rows */
 /* What a wait of the dispatch or combine kernel (not the GEMMs) was for: the error record's
  * tile, its tag carrying MK_GEMM_ERR_TAG_PUSH (comm/err_text.c puts it in words). */
-#define MK_MOE_WAIT_PEER_DONE 0 /* a peer's previous call (flag: its done word) */
+#define MK_MOE_WAIT_PEER_DONE 0 /* a peer's previous call (flag: the peer) */
 #define MK_MOE_WAIT_COUNTS 1    /* a peer's token counts (flag: the peer) */
 #define MK_MOE_WAIT_CHUNK 2     /* a chunk of a peer's tokens (flag: the chunk) */
 #define MK_MOE_WAIT_ROWS 4      /* the combine: a peer's rows of this rank's tokens (flag: the peer) */

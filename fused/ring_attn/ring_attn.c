@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ag_push.h"
+#include "err_text.h"
 #include "mk_err.h"
 #include "mk_log.h"
 #include "mk_param.h"
@@ -152,7 +153,7 @@ int mk_ra_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uin
   }
   if (fps <= 0) return -1;
   const uint32_t ready0 = (uint32_t)(fc->nranks - 1) * (uint32_t)fps;
-  if ((e->tag & 0x7fu) == MK_OP_RING_ATTN_BWD && e->flag_index >= ready0) {
+  if (mk_err_tag_op(e->tag) == MK_OP_RING_ATTN_BWD && e->flag_index >= ready0) {
     /* the backward's "partials ready" word of the slot's source (ra_bwd_plan.h) */
     const int slot = (int)(e->flag_index - ready0);
     const int peer = slot < fc->rank ? slot : slot + 1;
