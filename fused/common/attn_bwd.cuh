@@ -666,7 +666,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
   w.err = p.err;
   w.err_tag = p.err_tag;
   w.tile = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-  w.timeout_ns = mk_attn_barrier_timeout_ns(p.timeout_ns);
+  w.timeout_ns = mk_wait_inner_timeout_ns(p.timeout_ns);
 
   if (wg == 0) {
     setmaxnreg_dec<40>();

@@ -104,15 +104,12 @@ struct mk_attn_wait_ctx {
   struct mk_gemm_error* err; /* optional */
   uint32_t err_tag;
   uint32_t tile;             /* recorded on a timeout: the CTA's linear tile */
-  /* mk_attn_barrier_timeout_ns of the call's: a barrier is fed by the CTA's other warps,
-   * whose flag waits (the call's bound) are the cause when it stalls */
+  /* wait.cuh mk_wait_inner_timeout_ns of the call's: a barrier is fed by the CTA's other
+   * warps, whose flag waits (the call's bound) are the cause when it stalls; with equal bounds
+   * the barrier's record won ("waiting for flag 1: expected 0, seen 1": the K barrier's parity;
+   * ring backward absent_peer, session 44) */
   uint64_t timeout_ns;
 };
-
-/* A barrier wait's bound (wait.cuh mk_wait_inner_timeout_ns): with equal bounds the barrier's
- * record won ("waiting for flag 1: expected 0, seen 1": the K barrier's parity; ring backward
- * absent_peer, session 44). */
-MK_HD uint64_t mk_attn_barrier_timeout_ns(uint64_t call_timeout_ns) { return mk_wait_inner_timeout_ns(call_timeout_ns); }
 
 /* Barrier codes recorded in mk_gemm_error.flag_index: which wait gave up. */
 #define MK_ATTN_WAIT_Q 0u
@@ -697,7 +694,7 @@ mk_attn_fwd_kernel(const __grid_constant__ struct mk_attn_maps maps, const __gri
   w.err = p.err;
   w.err_tag = 0;
   w.tile = 0;
-  w.timeout_ns = mk_attn_barrier_timeout_ns(p.timeout_ns);
+  w.timeout_ns = mk_wait_inner_timeout_ns(p.timeout_ns);
 
   /* NOTES: setmaxnreg needs the roles as the two branches of one if/else (Cfg::REGS_*). */
   if (wg == 0) {

@@ -13,7 +13,8 @@
 #include "gemm.h"
 #include "ptx.cuh"
 
-/* The bound of a wait that this call's own CTAs or warps feed (a barrier, another CTA's step):
+/* The bound of a wait that this call's own CTAs or warps feed (an attention core's barrier,
+ * the MoE dispatch's wait for another CTA's step):
  * 1.5 x the call's, so that when a peer is missing the peer-facing wait, the cause, expires
  * first and its record names the missing flag, not the symptom. With equal bounds the inner
  * wait, often started a little earlier, won (session 44: the ring backward named a barrier's

@@ -251,7 +251,7 @@ mk_ra_kernel(const __grid_constant__ struct mk_ra_maps maps, const __grid_consta
   w.err = p.err;
   w.err_tag = p.err_tag;
   w.tile = (uint32_t)item;
-  w.timeout_ns = mk_attn_barrier_timeout_ns(p.timeout_ns);
+  w.timeout_ns = mk_wait_inner_timeout_ns(p.timeout_ns);
 
   /* setmaxnreg: the roles as the two branches of one if/else (attn_fwd.cuh's kernel), the
    * core's split (Cfg::REGS_*). At 40 the producer spills 32-44 bytes (its flag waits); 56 /
