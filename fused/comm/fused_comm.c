@@ -77,6 +77,7 @@ static void fused_comm_free(struct mk_fused_comm* fc) {
   cudaFree(fc->records_dev);
   cudaFreeHost(fc->records_host);
   cudaFreeHost(fc->err);
+  cudaFree(fc->err_claim);
   free(fc->peer_sym);
   free(fc->peer_opened);
   free(fc);
@@ -125,6 +126,10 @@ static int fused_comm_alloc(struct mk_fused_comm* fc) {
   MK_CHECK(mk_cuda_check(cudaHostAlloc((void**)&fc->err, sizeof(*fc->err),
                                        cudaHostAllocMapped), "cudaHostAlloc (error record)"));
   memset(fc->err, 0, sizeof(*fc->err));
+  MK_CHECK(mk_cuda_check(cudaMalloc((void**)&fc->err_claim, sizeof(*fc->err_claim)), "cudaMalloc (error claim)"));
+  MK_CHECK(mk_cuda_check(cudaMemsetAsync(fc->err_claim, 0, sizeof(*fc->err_claim), fc->internal),
+                         "cudaMemset (error claim)"));
+  fc->err->claim = fc->err_claim;
   /* The reference path's scratch for the largest configured shapes, so that calls inside
    * graph capture never need to grow it. */
   const ncclMkConfig* c = &fc->cfg;

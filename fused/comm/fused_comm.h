@@ -61,6 +61,7 @@ struct mk_fused_comm {
   void* scratch;                /* local scratch of the reference path; grows outside capture */
   size_t scratch_bytes;
   struct mk_gemm_error* err;    /* host-mapped: kernels report timeouts here */
+  uint32_t* err_claim;          /* device: err->claim, the record's one writer */
   int broken;
   struct mk_trace_state* trace; /* NCCL_MK_TRACE=1 only (trace_comm.c), else NULL */
   size_t moe_offset, moe_bytes; /* the MoE area in sym (fused/moe/moe.h); 0 bytes: none */

@@ -140,16 +140,7 @@ __device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, 
       if (polls % MK_WAIT_CLOCK_POLLS) continue;
       if (polls % MK_WAIT_ABORT_POLLS == 0 && p.err && ld_relaxed_sys_u32(&p.err->aborted)) return 0;
       if (globaltimer_ns() - t0 > p.timeout_ns) {
-        if (p.err) {
-          /* NOTES: two CTAs timing out together may both write; either record is right. */
-          p.err->tag = p.err_tag;
-          p.err->tile = (uint32_t)tile;
-          p.err->flag_index = (uint32_t)mb;
-          p.err->expected = target;
-          p.err->seen = seen;
-          fence_acq_rel_sys();
-          *(volatile uint32_t*)&p.err->aborted = 1;
-        }
+        if (p.err) mk_gemm_error_raise(p.err, p.err_tag, (uint32_t)tile, (uint32_t)mb, target, seen);
         break;
       }
     }

@@ -81,6 +81,13 @@ struct mk_gemm_error {
   uint32_t flag_index; /* index into ready_flags */
   uint64_t expected;
   uint64_t seen;
+  /* Optional, a zeroed word in device memory: the first wait to expire takes it and alone
+   * fills the fields above, so that two waits expiring together (an absent peer starts many
+   * at once) cannot leave one's tile beside the other's flag. Never given back: the record
+   * describes the first failure for good. NULL: every expiring wait writes (tests that give
+   * a kernel a record of its own). Atomics on host-mapped memory are not atomic on every
+   * system, hence device memory. */
+  uint32_t* claim;
 };
 
 #define MK_GEMM_RS_MAX_RANKS 8

@@ -24,9 +24,12 @@ static __host__ __device__ __forceinline__ uint64_t mk_wait_inner_timeout_ns(uin
 }
 
 /* Fills the error record (what, flag_index, want, seen under err_tag) and raises its abort
- * word: the host's asynchronous error, and every other wait of the call gives up. */
+ * word: the host's asynchronous error, and every other wait of the call gives up. With a claim
+ * word only its first taker writes; the others leave (the taker raises the abort word). */
 static __device__ __forceinline__ void mk_gemm_error_raise(struct mk_gemm_error* err, uint32_t err_tag, uint32_t what,
                                                            uint32_t flag_index, uint64_t want, uint64_t seen) {
+  uint32_t* claim = *(uint32_t* volatile*)&err->claim;
+  if (claim && atomicExch(claim, 1u) != 0u) return;
   err->tag = err_tag;
   err->tile = what;
   err->flag_index = flag_index;

@@ -142,13 +142,13 @@ struct rank_late_op {
   void (*judge_record)(const char* msg); /* optional: the test's checks of an error's text */
 };
 
-/* A late peer, for scenarios named "late_peer*" (2 ranks, 2 s waits: rank_harness_child). Rank
- * 1 is late, not dead: every rank runs one completed, checked call; then fresh inputs; rank 0
- * calls alone and must end in ncclRemoteError, its record saying what it timed out on; then
- * rank 1 calls. Its peer gave up, so rank 1 must end in ncclRemoteError as well, or succeed
- * with the right output: never succeed with data that rank 0's call skipped or an earlier call
- * left (session 44 found the ring backward and the MoE combine doing that). Returns the
- * failures. */
+/* A late peer, for scenarios named "late_peer*" (2 s waits: rank_harness_child). The ranks
+ * other than 0 are late, not dead: every rank runs one completed, checked call; then fresh
+ * inputs; rank 0 calls alone and must end in ncclRemoteError, its record saying what it timed
+ * out on; then the others call together. Rank 0 gave up, so each of them must end in
+ * ncclRemoteError as well, or succeed with the right output: never succeed with data that rank
+ * 0's call skipped or an earlier call left (session 44 found the ring backward and the MoE
+ * combine doing that). Returns the failures. */
 static int rank_late_peer(int rank, ncclComm_t comm, cudaStream_t stream, const struct rank_late_op* op, void* env,
                           void* arg) {
   int failures = 0;
@@ -164,21 +164,21 @@ static int rank_late_peer(int rank, ncclComm_t comm, cudaStream_t stream, const 
     r = rank_call_outcome(comm, stream, op->call, env, arg, msg, sizeof msg);
     printf("rank 0, alone: %d %s\n", (int)r, msg);
     if (r != ncclRemoteError || !strstr(msg, "timed out")) {
-      fprintf(stderr, "FAIL: rank 0's call without its peer ended in %d (%s), not a timeout's ncclRemoteError\n",
+      fprintf(stderr, "FAIL: rank 0's call without its peers ended in %d (%s), not a timeout's ncclRemoteError\n",
               (int)r, msg);
       failures++;
     }
     if (op->judge_record) op->judge_record(msg);
   }
-  rank_barrier(comm, stream); /* rank 1 calls once rank 0's call has ended */
-  if (rank == 1) {
+  rank_barrier(comm, stream); /* the others call once rank 0's call has ended */
+  if (rank != 0) {
     r = rank_call_outcome(comm, stream, op->call, env, arg, msg, sizeof msg);
-    printf("rank 1, late: %d %s\n", (int)r, msg);
+    printf("rank %d, late: %d %s\n", rank, (int)r, msg);
     if (r == ncclSuccess && !op->check(env, arg)) {
-      fprintf(stderr, "FAIL: rank 1's late call succeeded with a wrong output\n");
+      fprintf(stderr, "FAIL: rank %d's late call succeeded with a wrong output\n", rank);
       failures++;
     } else if (r != ncclSuccess && r != ncclRemoteError) {
-      fprintf(stderr, "FAIL: rank 1's late call ended in %d, not success or ncclRemoteError\n", (int)r);
+      fprintf(stderr, "FAIL: rank %d's late call ended in %d, not success or ncclRemoteError\n", rank, (int)r);
       failures++;
     }
     if (r != ncclSuccess && op->judge_record) op->judge_record(msg);

@@ -3,9 +3,10 @@
  * (test_ring_attn, test_ring_attn_bwd): each rank runs nccl-mk with the default config (128
  * MiB of workspace) or the test's changes to it (config, optional) and the scenario named by
  * argv[1], and reports its failures (expect.h).
- * 2 ranks, or MK_TEST_RANKS (g_nranks); "absent_peer", "late_peer" and their "_noncausal" (rank 1
- * stays away or comes late) are 2-rank scenarios and skip above, and get NCCL_MK_TIMEOUT_MS = 2000
- * (rank_harness), so that their bounded waits expire within the test.
+ * 2 ranks, or MK_TEST_RANKS (g_nranks); "absent_peer" and "absent_peer_noncausal" (rank 1 stays
+ * away) are 2-rank scenarios and skip above; they and "late_peer*" (the ranks but 0 come late)
+ * get NCCL_MK_TIMEOUT_MS = 2000 (rank_harness), so that their bounded waits expire within the
+ * test.
  */
 #ifndef MK_SCENARIO_HARNESS_CUH_
 #define MK_SCENARIO_HARNESS_CUH_
@@ -82,8 +83,7 @@ static int scenario_main(int argc, char** argv, const struct named_scenario* lis
   }
   g_scenarios = list, g_nscenarios = n;
   g_nranks = test_ranks();
-  static const char* const two_rank_only[] = {"absent_peer", "absent_peer_noncausal", "late_peer",
-                                              "late_peer_noncausal", NULL};
+  static const char* const two_rank_only[] = {"absent_peer", "absent_peer_noncausal", NULL};
   const struct rank_harness h = {g_nranks, NULL, config, two_rank_only, scenario_run};
   return rank_harness_main(argc, argv, &h);
 }

@@ -1,13 +1,13 @@
 /*
  * The fused operations on 2 ranks (or MK_TEST_RANKS, 2 to 8: hang_report, absent_peer,
- * killed_peer, peer_dies_mid_call and late_peer plant their fault on rank 1 and skip above 2) against a
+ * killed_peer and peer_dies_mid_call plant their fault on rank 1 and skip above 2) against a
  * float64 reference: correctness on odd and small shapes, bad input rejected before launch
  * with outputs untouched, CUDA-graph capture and replays with fresh inputs, back-to-back calls
  * with a randomly delayed rank, ncclMkCommInit inside ncclGroupStart/End from one thread
  * driving 2 GPUs, a planted missing flag that must end in a hang report naming the right rank,
  * tile, flag and peer, a peer that never calls (also under a graph: absent_peer_graph), a peer whose process dies with its kernel in
- * flight, a peer that calls after the other gave up (late_peer[_rs|_ar]: an error or the right
- * output, never stale data), two fused communicators in use at once (two_comms), one kernel per call on the overlapped paths, and a negative control for the
+ * flight, peers that call after rank 0 gave up (late_peer[_rs|_ar], at any rank count: an error
+ * or the right output, never stale data), two fused communicators in use at once (two_comms), one kernel per call on the overlapped paths, and a negative control for the
  * checker, and the proxy's byte counter (all of them also run with NCCL_MK_LOCAL_SIZE=1,
  * each rank its own emulated node: AllGather+GEMM then goes through the proxy).
  *
@@ -627,8 +627,7 @@ int main(int argc, char** argv) {
     return group_init_main();
   }
   NR = test_ranks();
-  static const char* const two_rank_only[] = {"hang_report", "absent_peer", "absent_peer_graph", "killed_peer", "late_peer",
-                                              "late_peer_rs", "late_peer_ar", NULL};
+  static const char* const two_rank_only[] = {"hang_report", "absent_peer", "absent_peer_graph", "killed_peer", NULL};
   const struct rank_harness h = {NR, fused_scenario_env, fused_config, two_rank_only, fused_run};
   return rank_harness_main(argc, argv, &h);
 }

@@ -184,6 +184,7 @@ static void test_checker_negative_control(void) {
 #include "test_gemm_hooks.cuh"
 #include "test_gemm_rs_epilogue.cuh"
 #include "test_gemm_fp8.cuh"
+#include "test_error_record.cuh"
 
 int main(int argc, char** argv) {
   gpu_or_skip();
@@ -196,6 +197,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(what, "negative_control")) test_checker_negative_control();
   else if (!strcmp(what, "ready_flags")) test_ready_flags();
   else if (!strcmp(what, "timeout")) test_timeout();
+  else if (!strcmp(what, "error_record_claim")) test_error_record_claim();
   else if (!strcmp(what, "row_block_order")) test_row_block_order();
   else if (!strcmp(what, "epilogues")) test_epilogues();
   else if (!strcmp(what, "tile_flags")) test_tile_flags();

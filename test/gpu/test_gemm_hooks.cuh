@@ -78,8 +78,12 @@ static void test_timeout(void) {
   CUDA_OK(cudaMalloc(&flags, 4 * 8));
   CUDA_OK(cudaMemset(flags, 0, 4 * 8));
   struct mk_gemm_error* err;
+  uint32_t* claim; /* as a fused communicator's record has: the producers' path takes it */
   CUDA_OK(cudaHostAlloc((void**)&err, sizeof(*err), cudaHostAllocMapped));
   memset(err, 0, sizeof(*err));
+  CUDA_OK(cudaMalloc(&claim, sizeof(*claim)));
+  CUDA_OK(cudaMemset(claim, 0, sizeof(*claim)));
+  err->claim = claim;
   struct mk_gemm_args g = problem_args(&p);
   g.ready_flags = flags;
   g.ready_target = 1;
@@ -99,8 +103,11 @@ static void test_timeout(void) {
   EXPECT(err->aborted == 1 && err->tag == 0xABC && err->flag_index < 4 && err->expected == 1 && err->seen == 0,
          "error record");
   EXPECT(ms < 2000, "timed out after %.0f ms, limit 50", ms);
+  uint32_t taken = 0;
+  CUDA_OK(cudaMemcpy(&taken, claim, sizeof(taken), cudaMemcpyDeviceToHost));
+  EXPECT(taken == 1, "the record's claim word reads %u after the timeout, not 1", taken);
   CUDA_OK(cudaFreeHost(err));
-  cudaFree(flags);
+  cudaFree(flags), cudaFree(claim);
   problem_free(&p);
   run_f64_case(300, 264, 512, 0); /* the context still works */
 }

@@ -14,7 +14,7 @@
  *   negative_control: one element of out (then of lse) moved: the checker must reject it.
  *   absent_peer:      rank 1 never calls: rank 0's call ends in ncclRemoteError (timeout 2 s),
  *                     its next call fails at once.
- *   late_peer:        rank 1 calls after rank 0's call gave up: an error, or the right out and
+ *   late_peer:        the ranks but 0 call after rank 0's call gave up: an error, or the right out and
  *                     lse (rank_harness.cuh rank_late_peer).
  *   peer_dies_mid_call: rank 1's process dies with its kernel in flight: rank 0's calls end in
  *                     ncclRemoteError, its GPU healthy (rank_harness.cuh).
@@ -355,8 +355,8 @@ static ncclResult_t ra_call_bufs(void* e, void* bufs) {
   return ra_call((struct rank_env*)e, b, b->out, b->lse);
 }
 
-/* rank_harness.cuh's rank_late_peer: rank 0's forward gives up without its peer, then rank 1
- * calls (an error, or the right out and lse; never stale K/V). */
+/* rank_harness.cuh's rank_late_peer: rank 0's forward gives up without its peers, then they
+ * call (an error, or the right out and lse; never stale K/V). */
 struct late_bufs { struct ra_bufs b; uint64_t seed; }; /* b first: ra_call_bufs takes it */
 
 static void late_fill(void* e, void* arg) {

@@ -19,9 +19,9 @@
  *                     accumulator (rank 1 checks its own memory). A peer that is alive but
  *                     late by more than the timeout may still be reading these for its
  *                     previous call (bench/NOTES.md, session 26's timeout hazard).
- *   late_peer, late_peer_noncausal: rank 1 late, not dead: after rank 0's backward gave up
- *                     alone, rank 1's own call must end in ncclRemoteError too (or, if it
- *                     succeeds, with correct gradients), never sum what an earlier call left.
+ *   late_peer, late_peer_noncausal: the ranks but 0 late, not dead: after rank 0's backward
+ *                     gave up alone, their own calls must end in ncclRemoteError too (or, if
+ *                     they succeed, with correct gradients), never sum what an earlier call left.
  *   busy_sms, busy_sms_most: the forward and backward called while another kernel holds a
  *                     quarter (three quarters) of the SMs (scenario_harness.cuh held_call):
  *                     no timeout, checked gradients, the SMs held to the end.
@@ -424,9 +424,9 @@ static void absent_peer_case(struct rank_env* e, struct rb_case c) {
   bufs_free(&b);
 }
 
-/* Rank 1 is late, not dead (rank_harness.cuh rank_late_peer): after a completed call, fresh
- * inputs and their forward on both ranks, rank 0's backward runs alone and gives up; then rank
- * 1 calls. Its peer's partials never came, so its call must end in an error too, never succeed
+/* The ranks but 0 are late, not dead (rank_harness.cuh rank_late_peer): after a completed call,
+ * fresh inputs and their forward on every rank, rank 0's backward runs alone and gives up; then
+ * the others call. Rank 0's partials never came, so their calls must end in an error too, never succeed
  * with gradients that sum what an earlier call left (found in session 44: the announcement was
  * made regardless). */
 struct late_bufs { struct rb_bufs b; uint64_t seed; }; /* b first: bwd_call_bufs takes it */
