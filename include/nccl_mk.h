@@ -127,7 +127,9 @@ NCCL_MK_API ncclResult_t ncclMkCommGetProxyBytes(ncclComm_t comm, uint64_t* byte
  * gets a one-line account: the rank, the op by name, what the wait was for (a tile, or e.g.
  * "a peer's token counts"), the flag and its expected and seen values, e.g.
  *   rank 0: ncclMkAllGatherGemm (op 0x1) timed out at tile 2 waiting for flag 2: expected 2, seen 1
- * Every later fused call on the comm returns that error. Does not synchronise the stream.
+ * The account is of the first wait that gave up, all of its fields from that one wait, also
+ * when many expired together. Every later fused call on the comm returns that error. Does not
+ * synchronise the stream.
  */
 NCCL_MK_API ncclResult_t ncclMkCommGetAsyncError(ncclComm_t comm, ncclResult_t* result,
                                                  char* msg, size_t msg_len);

@@ -132,9 +132,9 @@ static void rank_peer_dies_mid_call(int rank, ncclComm_t comm, cudaStream_t stre
 }
 
 /* One op for rank_late_peer: call enqueues it (its launch error returned), fill gives every
- * rank fresh inputs (synchronous; every rank calls it at the same point, so it may run
- * collectives, e.g. the dispatch before a combine), check says whether the output is right for
- * the inputs of the last fill (1) and reports what is wrong (0). */
+ * rank fresh inputs (synchronous; every rank calls it at the same point, right after a
+ * barrier, so it may run collectives, e.g. the dispatch before a combine), check says whether
+ * the output is right for the inputs of the last fill (1) and reports what is wrong (0). */
 struct rank_late_op {
   ncclResult_t (*call)(void* env, void* arg);
   void (*fill)(void* env, void* arg);
@@ -148,16 +148,22 @@ struct rank_late_op {
  * out on; then the others call together. Rank 0 gave up, so each of them must end in
  * ncclRemoteError as well, or succeed with the right output: never succeed with data that rank
  * 0's call skipped or an earlier call left (session 44 found the ring backward and the MoE
- * combine doing that). Returns the failures. */
+ * combine doing that). Every fill and call that must overlap starts after a barrier: the waits
+ * are 2 s, and a check or first launch that takes one rank longer (4 ranks on one GPU) must
+ * not look like a late peer. Returns the failures. */
 static int rank_late_peer(int rank, ncclComm_t comm, cudaStream_t stream, const struct rank_late_op* op, void* env,
                           void* arg) {
   int failures = 0;
   char msg[256];
+  rank_barrier(comm, stream);
+  op->fill(env, arg);
+  rank_barrier(comm, stream);
   ncclResult_t r = rank_call_outcome(comm, stream, op->call, env, arg, msg, sizeof msg);
   if (r != ncclSuccess || !op->check(env, arg)) {
     fprintf(stderr, "FAIL: rank %d: the completed call before the late one: %d %s\n", rank, (int)r, msg);
     return 1;
   }
+  rank_barrier(comm, stream);
   op->fill(env, arg);
   rank_barrier(comm, stream);
   if (rank == 0) {
@@ -229,6 +235,10 @@ static int rank_harness_child(const struct rank_harness* h, const char* scenario
    * bounded waits expire in 2 s */
   if (!strncmp(scenario, "absent_peer", 11) || !strncmp(scenario, "late_peer", 9))
     setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
+  /* "late_peer*": every kernel loaded before the first call, not by it (lazy loading), so that
+   * one rank's slower load is not taken for lateness (session 46: 4 ranks on one GPU, a rank's
+   * first ring forward over 2 s behind its peers'). Read at CUDA's initialisation, below. */
+  if (!strncmp(scenario, "late_peer", 9)) setenv("CUDA_MODULE_LOADING", "EAGER", 1);
   /* "busy_sms*" (sm_hold.cuh): a hang ends well before the holder's 30 s */
   if (!strncmp(scenario, "busy_sms", 8)) setenv("NCCL_MK_TIMEOUT_MS", "5000", 1);
   /* "peer_dies*": rank 0's second call times out within the test */

@@ -363,8 +363,6 @@ static void late_peer_run(struct rank_env* e, int combine_only) {
   struct moe_bufs b;
   bufs_alloc(&b, &c);
   struct late_layer_arg a = {&b, &c, g_seed, combine_only};
-  inputs_fill(e, &b, &c, a.base);
-  if (combine_only) run_dispatch(e, &b, &c);
   const struct rank_late_op late = {late_layer_call, late_layer_fill, late_layer_check};
   e->failures += rank_late_peer(e->rank, e->comm, e->stream, &late, e, &a);
   bufs_free(&b);

@@ -376,7 +376,6 @@ static void scenario_late_peer(struct rank_env* e) {
   struct late_bufs l;
   l.seed = g_seed;
   bufs_alloc(&l.b, {1, 1024, 8, 1, 128, 1}, e->rank);
-  bufs_fill(&l.b, l.seed, 1);
   const struct rank_late_op op = {ra_call_bufs, late_fill, late_check};
   failures += rank_late_peer(e->rank, e->comm, e->stream, &op, e, &l);
   bufs_free(&l.b);

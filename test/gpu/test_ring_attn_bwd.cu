@@ -451,7 +451,6 @@ static void late_peer_case(struct rank_env* e, struct rb_case c) {
   struct late_bufs l;
   l.seed = g_seed;
   bufs_alloc(&l.b, c, e->rank);
-  late_fill(e, &l);
   const struct rank_late_op op = {bwd_call_bufs, late_fill, late_check, expect_cause_named};
   failures += rank_late_peer(e->rank, e->comm, e->stream, &op, e, &l);
   bufs_free(&l.b);
