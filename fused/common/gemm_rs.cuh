@@ -36,20 +36,22 @@ __device__ __noinline__ int gemm_xn_rs_staging_free(const struct mk_gemm_params&
   struct mk_xnode_dev* xn = p.rs.xn;
   const uint64_t tail = xn->call_tail;
   if (!tail || !mk_proxy_queue_wait_completed(xn->q, p.rs.rank, tail - 1, xn->timeout_ns)) return 1;
-  mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, (uint32_t)p.rs.rank, tail,
+  mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PROXY_SENT, (uint32_t)p.rs.rank, tail,
                       mk_pq_load_acquire(&xn->q->completed));
   return 0;
 }
 
 /* The sender CTA's thread 0: until every other CTA has counted its exit (call_end.cuh),
- * bounded; 0 when it gave up (timeout, or another wait of the call did). */
+ * bounded; 0 when it gave up (timeout, or another wait of the call did). The other CTAs wait
+ * for peers: the inner bound lets their record, the cause, be the one kept (session 46: at 4
+ * ranks this wait expired first and named itself). */
 __device__ __forceinline__ int gemm_xn_wait_others_left(const struct mk_gemm_params& p) {
   const uint32_t want = gridDim.x - 1;
   const uint64_t t0 = globaltimer_ns();
   for (uint32_t seen; (seen = ld_relaxed_sys_u32(p.call.exits)) < want;) {
     if (ld_relaxed_sys_u32(&p.err->aborted)) return 0;
-    if (globaltimer_ns() - t0 > p.timeout_ns) {
-      mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, (uint32_t)p.rs.rank, want, seen);
+    if (globaltimer_ns() - t0 > mk_wait_inner_timeout_ns(p.timeout_ns)) {
+      mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_OWN_CTAS, (uint32_t)p.rs.rank, want, seen);
       return 0;
     }
     __nanosleep(MK_WAIT_MAX_SLEEP_NS);
@@ -66,13 +68,13 @@ __device__ __forceinline__ int gemm_xn_rs_publish(const struct mk_gemm_params& p
                                                   int gather) {
   struct mk_xnode_dev* xn = p.rs.xn;
   const int rank = p.rs.rank;
-  if (mk_wait_geq_inline(count, tiles_n, p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, (uint32_t)d, p.timeout_ns) <
-      tiles_n)
+  if (mk_wait_geq_inline(count, tiles_n, p.err, p.err_tag, MK_GEMM_ERR_TILE_OWN_ROWS, (uint32_t)d,
+                         mk_wait_inner_timeout_ns(p.timeout_ns)) < tiles_n) /* this call's CTAs store them */
     return 0;
   const struct mk_proxy_desc desc = mk_xn_rs_block_desc(rank, d, p.rs.nranks, blocks, mb, row_bytes, tiles_n, gather,
                                                         p.err_tag);
   const int rc = mk_proxy_mp_publish(xn->q, &xn->prod.tail, &desc, xn->timeout_ns, rank, NULL);
-  if (rc) mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, (uint32_t)d, tiles_n, (uint64_t)(-rc));
+  if (rc) mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PROXY_SENT, (uint32_t)d, tiles_n, (uint64_t)(-rc));
   return rc == 0;
 }
 

@@ -49,6 +49,17 @@ static void the_waits_that_are_not_a_tiles_are_put_in_words(void) {
   CHECK(strstr(text_of(MK_OP_MOE_DISPATCH, 1, 1, 3, 1), "(op 0x4) timed out at tile 1 waiting for flag 1"));
 }
 
+/* Session 46: across nodes these read "waiting for rank 2's previous call to end" on rank 2. */
+static void the_cross_node_senders_own_waits_say_what_they_are(void) {
+  CHECK(!strcmp(text_of(0x200 | MK_OP_GEMM_AR, MK_GEMM_ERR_TILE_OWN_CTAS, 2, 8, 0),
+                "rank 2: ncclMkGemmAllReduce (op 0x3) timed out waiting for this call's other CTAs to finish "
+                "(flag 2: expected 8, seen 0)"));
+  CHECK(strstr(text_of(0x100 | MK_OP_GEMM_RS, MK_GEMM_ERR_TILE_OWN_ROWS, 3, 4, 1),
+               "timed out waiting for this rank's rows bound for rank 3 to be stored (flag 3:"));
+  CHECK(strstr(text_of(MK_OP_GEMM_RS, MK_GEMM_ERR_TILE_PROXY_SENT, 0, 9, 6),
+               "timed out waiting for the cross-node proxy (its queue, or the previous call's sends)"));
+}
+
 static void a_moe_overflow_names_the_limit_and_is_no_timeout(void) {
   const char* t = text_of(MK_MOE_ERR_OVERFLOW | MK_GEMM_ERR_TAG_PUSH | MK_OP_MOE_DISPATCH, 0, 0, 64, 300);
   CHECK(!strcmp(t, "rank 0: ncclMkMoeDispatchGemm received 300 rows, more than its layout holds "
@@ -70,6 +81,7 @@ int main(void) {
   a_tile_wait_names_the_op_tile_and_flag();
   a_push_wait_says_push_item_and_keeps_the_ops_tag();
   the_waits_that_are_not_a_tiles_are_put_in_words();
+  the_cross_node_senders_own_waits_say_what_they_are();
   a_moe_overflow_names_the_limit_and_is_no_timeout();
   an_unknown_op_and_a_short_buffer_stay_safe();
   return MK_TEST_RESULT();

@@ -1,8 +1,8 @@
 /*
  * A timed-out wait of a one-kernel GEMM+RS/AR (or MoE combine) call names the peer it waited
  * for (mk_gemm_rs_hang_peer), from the error record alone: the wait for a peer's previous call,
- * for a peer's partial of a row-block, for a peer's reduced row-block; records it cannot read
- * name nobody. No GPU.
+ * for a peer's partial of a row-block, for a peer's reduced row-block; records it cannot read,
+ * and the cross-node sender's waits on this rank's own work, name nobody. No GPU.
  */
 #include <string.h>
 
@@ -47,8 +47,21 @@ static void partial_and_reduced_row_block_waits_name_their_source(void) {
   CHECK_EQ(mk_gemm_rs_hang_peer(0, 3, blocks, &e, &progress, what, sizeof what), -1);
 }
 
+/* The cross-node sender's waits on this rank's own proxy, CTAs and rows: flag_index is this
+ * rank or a destination, never a peer that owes something. */
+static void the_senders_own_waits_name_nobody(void) {
+  const uint32_t own[] = {MK_GEMM_ERR_TILE_PROXY_SENT, MK_GEMM_ERR_TILE_OWN_CTAS, MK_GEMM_ERR_TILE_OWN_ROWS};
+  for (int i = 0; i < 3; i++) {
+    struct mk_gemm_error e = record(own[i], 2, 8, 0);
+    uint64_t progress = 0;
+    char what[128] = "";
+    CHECK_EQ(mk_gemm_rs_hang_peer(1, 4, 16, &e, &progress, what, sizeof what), -1);
+  }
+}
+
 int main(void) {
   previous_call_wait_names_that_peer();
+  the_senders_own_waits_name_nobody();
   partial_and_reduced_row_block_waits_name_their_source();
   return MK_TEST_RESULT();
 }
