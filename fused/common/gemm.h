@@ -72,8 +72,8 @@ enum mk_gemm_dtype {
  * reduced row-block (flag_index = peer x row-blocks per shard + row-block). */
 #define MK_GEMM_ERR_TILE_PEER_FREE 0xFFFFFFFFu
 #define MK_GEMM_ERR_TILE_COLLECT 0xFFFFFFFEu
-/* The cross-node reduce-scatter sender's own waits (gemm_rs.cuh): for the proxy (to finish
- * sending this rank's previous call, flag_index = this rank; or a slot of its queue,
+/* The cross-node senders' own waits (gemm_rs.cuh, gemm_push_xnode.cuh): for the proxy (to
+ * finish sending this rank's previous call, flag_index = this rank; or a slot of its queue,
  * flag_index = the peer), for the call's other CTAs to leave (flag_index = this rank), and for
  * this rank's rows bound for peer flag_index to be stored. */
 #define MK_GEMM_ERR_TILE_PROXY_SENT 0xFFFFFFFDu

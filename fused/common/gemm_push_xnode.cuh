@@ -38,7 +38,7 @@ static __device__ int gemm_xn_send_ready(const struct mk_gemm_params& p, int blo
   if (xn->prod.tail) {
     const uint64_t last = xn->prod.tail - 1;
     if (mk_proxy_wait_completed(&xn->prod, last, xn->timeout_ns)) {
-      mk_gemm_error_raise(p.err, p.err_tag | MK_GEMM_ERR_TAG_PUSH, 0, (uint32_t)rank, last + 1,
+      mk_gemm_error_raise(p.err, p.err_tag | MK_GEMM_ERR_TAG_PUSH, MK_GEMM_ERR_TILE_PROXY_SENT, (uint32_t)rank, last + 1,
                           mk_pq_load_acquire(&xn->q->completed));
       return 0;
     }
@@ -55,20 +55,18 @@ static __device__ int gemm_xn_send_ready(const struct mk_gemm_params& p, int blo
 }
 
 /* Thread 0 of the send CTA: one descriptor into the queue, or the call's error. */
-static __device__ int gemm_xn_publish(const struct mk_gemm_params& p, const struct mk_proxy_desc* d,
-                                      int item) {
+static __device__ int gemm_xn_publish(const struct mk_gemm_params& p, const struct mk_proxy_desc* d) {
   struct mk_xnode_dev* xn = p.push.xn;
   const int rc = mk_proxy_publish(&xn->prod, d, xn->timeout_ns, NULL);
   if (rc)
-    mk_gemm_error_raise(p.err, p.err_tag | MK_GEMM_ERR_TAG_PUSH, (uint32_t)item, (uint32_t)d->peer,
+    mk_gemm_error_raise(p.err, p.err_tag | MK_GEMM_ERR_TAG_PUSH, MK_GEMM_ERR_TILE_PROXY_SENT, (uint32_t)d->peer,
                         xn->prod.tail + 1, (uint64_t)(-rc));
   return rc == 0;
 }
 
 /* Thread 0 of the send CTA, after the CTA staged row-block mb: a put+signal of it to every
  * remote rank, in the push order (rank - 1, rank - 2, ...). */
-static __device__ int gemm_xn_send_block(const struct mk_gemm_params& p, int blocks, int mb,
-                                         size_t bytes, uint64_t e) {
+static __device__ int gemm_xn_send_block(const struct mk_gemm_params& p, int mb, size_t bytes, uint64_t e) {
   const int n = p.call.nranks, rank = p.call.rank;
   mk_pq_fence_sys(); /* after bar.sync: the CTA's staging stores are visible to the proxy */
   for (int step = 1; step < n; step++) {
@@ -76,7 +74,7 @@ static __device__ int gemm_xn_send_block(const struct mk_gemm_params& p, int blo
     if (!(p.push.remote_mask >> d & 1)) continue;
     const struct mk_proxy_desc desc =
         mk_xn_block_desc(d, mb, bytes, e, mb + 1 != p.push.drop_flag_block, p.err_tag);
-    if (!gemm_xn_publish(p, &desc, step * blocks + mb % blocks)) return 0;
+    if (!gemm_xn_publish(p, &desc)) return 0;
   }
   return 1;
 }
@@ -88,15 +86,16 @@ static __device__ void gemm_xn_signal_done(const struct mk_gemm_params& p, int b
     if (!(p.push.remote_mask >> s & 1)) continue;
     for (int b = 0; b < blocks; b++) {
       const int mb = s * blocks + b;
-      if (mk_wait_geq_inline(p.push.self_flags + mb, e, p.err, p.err_tag, (uint32_t)mb,
-                             (uint32_t)mb, p.timeout_ns) < e)
+      /* copied in by this call's receive CTAs, whose waits for the peers are the cause */
+      if (mk_wait_geq_inline(p.push.self_flags + mb, e, p.err, p.err_tag, (uint32_t)mb, (uint32_t)mb,
+                             mk_wait_inner_timeout_ns(p.timeout_ns)) < e)
         return;
     }
   }
   for (int d = 0; d < n; d++) {
     if (!(p.push.remote_mask >> d & 1)) continue;
     const struct mk_proxy_desc desc = mk_xn_done_desc(rank, d, e, p.err_tag);
-    if (!gemm_xn_publish(p, &desc, gemm_xn_step_of_dest(rank, n, d) * blocks)) return;
+    if (!gemm_xn_publish(p, &desc)) return;
   }
   p.push.xn->last_call = e;
   p.push.xn->call_tail = p.push.xn->prod.tail;
@@ -120,7 +119,7 @@ static __device__ void gemm_xn_send_role(const struct mk_gemm_params& p, uint64_
                                              blockDim.x);
     __syncthreads(); /* every thread's staging stores before thread 0's fence */
     if (threadIdx.x == 0) {
-      ok = gemm_xn_send_block(p, blocks, mb, block_vecs * 16, e);
+      ok = gemm_xn_send_block(p, mb, block_vecs * 16, e);
       /* staged and published: the chunk's time on this side (the proxy moves it after) */
       mk_trace_emit(p.trace, blockIdx.x, MK_TRACE_LANE_COMM, t0, MK_TRACE_COMM_SEND, MK_TRACE_CHUNK,
                     MK_TRACE_NO_PEER, (uint32_t)mb, (uint32_t)mb, e, ok ? e : 0);

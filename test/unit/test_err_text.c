@@ -58,6 +58,9 @@ static void the_cross_node_senders_own_waits_say_what_they_are(void) {
                "timed out waiting for this rank's rows bound for rank 3 to be stored (flag 3:"));
   CHECK(strstr(text_of(MK_OP_GEMM_RS, MK_GEMM_ERR_TILE_PROXY_SENT, 0, 9, 6),
                "timed out waiting for the cross-node proxy (its queue, or the previous call's sends)"));
+  /* the AllGather+GEMM push's (push role): the same words, not "push item 4294967293" */
+  CHECK(strstr(text_of(MK_GEMM_ERR_TAG_PUSH | MK_OP_AG_GEMM, MK_GEMM_ERR_TILE_PROXY_SENT, 1, 3, 2),
+               "ncclMkAllGatherGemm (op 0x1) timed out waiting for the cross-node proxy"));
 }
 
 static void a_moe_overflow_names_the_limit_and_is_no_timeout(void) {
