@@ -133,8 +133,9 @@ static void rank_peer_dies_mid_call(int rank, ncclComm_t comm, cudaStream_t stre
 
 /* One op for rank_late_peer: call enqueues it (its launch error returned), fill gives every
  * rank fresh inputs (synchronous; every rank calls it at the same point, right after a
- * barrier, so it may run collectives, e.g. the dispatch before a combine), check says whether
- * the output is right for the inputs of the last fill (1) and reports what is wrong (0). */
+ * barrier, so it may run collectives, e.g. the dispatch before a combine, behind a barrier of
+ * its own after any local work whose time differs between ranks), check says whether the
+ * output is right for the inputs of the last fill (1) and reports what is wrong (0). */
 struct rank_late_op {
   ncclResult_t (*call)(void* env, void* arg);
   void (*fill)(void* env, void* arg);

@@ -346,6 +346,7 @@ static void late_layer_fill(void* env, void* arg) {
   a->base += 7;
   inputs_fill(e, a->b, a->c, a->base);
   if (!a->combine_only) return;
+  rank_barrier(e->comm, e->stream); /* the dispatch's 2 s waits start together */
   run_dispatch(e, a->b, a->c);
   CUDA_OK(cudaStreamSynchronize(e->stream));
 }

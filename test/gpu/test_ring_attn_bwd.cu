@@ -436,6 +436,9 @@ static void late_fill(void* env, void* arg) {
   struct late_bufs* l = (struct late_bufs*)arg;
   l->seed += 7;
   bufs_fill(&l->b, l->seed, 1);
+  /* the float64 reference above takes each rank a different time (seconds at 4 ranks on one
+   * GPU, session 46): the forward's 2 s waits start together */
+  rank_barrier(e->comm, e->stream);
   NCCL_OK(fwd_call(e, &l->b));
   CUDA_OK(cudaStreamSynchronize(e->stream));
 }
