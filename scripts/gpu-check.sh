@@ -306,6 +306,16 @@ tier_xnode() {
   step transport_bw env NCCL_MK_OFI_STREAMS=4 LB_BENCH_SIZE=2097152 LB_BENCH_WINDOW=8 \
     LB_BENCH_ITERS=400 "$B/test/loopback/loopback" bench_bw
   grep -h BENCH "$LOGS/transport_put_bw.log" "$LOGS/transport_bw.log" || true
+  # The proxy itself as the ops drive it, both ways at once (2 MiB put+signals and their
+  # acknowledgements), at 1 and 4 streams: the instrument to set NCCL_MK_PROXY_STREAMS by if it
+  # ranks the counts as the ops do on this host (session 46: on a 2-core CPU machine 1 stream
+  # ran 2-2.5x faster than 4; on the GPU host the ops ran 1.5-1.8x slower with 1, session 45).
+  local s
+  for s in 1 4; do
+    step "proxy_bw_${s}_streams" env NCCL_MK_PROXY_STREAMS=$s LB_BENCH_ITERS=200 \
+      "$B/test/loopback/proxy_loopback" bench_proxy_bw
+    grep -h BENCH "$LOGS/proxy_bw_${s}_streams.log" | sed "s/^/streams $s: /" || true
+  done
   # Where a cross-node AllGather+GEMM's time goes: its send CTA's staged-and-published blocks,
   # the receivers' waits and copy-ins, the GEMM's tiles (the summary is informational).
   step trace_of_an_ag_gemm_call_across_emulated_nodes bash -c "rm -rf '$LOGS/xtrace' &&

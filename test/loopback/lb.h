@@ -39,6 +39,8 @@ struct lb_case {
 const struct mk_transport_ops* lb_transport(void);
 /* The harness's own settings (LB_*), read in one place. */
 const char* lb_env(const char* name);
+/* The variable as a size (strtoull, any base), or def when it is not set. */
+size_t lb_env_size(const char* name, size_t def);
 /* The endpoints per comm these cases get: NCCL_MK_OFI_STREAMS, or with 0 (auto) what the ofi
  * transport picks for NCCL_MK_OFI_PROVIDER (tcp;ofi_rxm unless the caller set another). */
 int lb_ofi_streams(void);

@@ -28,11 +28,6 @@ static int bench_wait(struct lb_ctx* ctx, struct mk_request* req) {
   return rc;
 }
 
-static size_t env_size(const char* name, size_t def) {
-  const char* v = lb_env(name);
-  return v ? (size_t)strtoull(v, NULL, 0) : def;
-}
-
 /* What a windowed benchmark posts: message m into window slot w (bench_window). */
 struct bench_op {
   int (*post)(const struct bench_op* op, size_t m, int w, struct mk_request** req);
@@ -75,10 +70,10 @@ static int send_post(const struct bench_op* op, size_t m, int w, struct mk_reque
 }
 
 static int bw_recv(struct lb_ctx* ctx) {
-  size_t iters = env_size("LB_BENCH_ITERS", 200);
+  size_t iters = lb_env_size("LB_BENCH_ITERS", 200);
   /* LB_BENCH_RECV_SIZE: buffers larger than the messages, as NCCL posts a whole step's slot */
-  size_t len = env_size("LB_BENCH_RECV_SIZE", env_size("LB_BENCH_SIZE", 1 << 20));
-  int window = (int)env_size("LB_BENCH_WINDOW", 32);
+  size_t len = lb_env_size("LB_BENCH_RECV_SIZE", lb_env_size("LB_BENCH_SIZE", 1 << 20));
+  int window = (int)lb_env_size("LB_BENCH_WINDOW", 32);
   LB_OK(lb_accept(ctx));
   unsigned char* buf = lb_alloc(len * (size_t)window);
   struct mk_mr* mr;
@@ -93,8 +88,8 @@ static int bw_recv(struct lb_ctx* ctx) {
 }
 
 static int bw_send(struct lb_ctx* ctx) {
-  size_t len = env_size("LB_BENCH_SIZE", 1 << 20), iters = env_size("LB_BENCH_ITERS", 200);
-  int window = (int)env_size("LB_BENCH_WINDOW", 32);
+  size_t len = lb_env_size("LB_BENCH_SIZE", 1 << 20), iters = lb_env_size("LB_BENCH_ITERS", 200);
+  int window = (int)lb_env_size("LB_BENCH_WINDOW", 32);
   LB_OK(lb_connect(ctx));
   unsigned char* buf = lb_alloc(len);
   memset(buf, 3, len);
@@ -116,7 +111,7 @@ static int bw_send(struct lb_ctx* ctx) {
  * LB_BENCH_SIGNAL=1 put+signals) of it in flight and prints MiB/s from its first post to its
  * last completion, beside bench_bw's two-sided figure for the same size. */
 static int put_bw_target(struct lb_ctx* ctx) {
-  size_t len = env_size("LB_BENCH_SIZE", 1 << 20);
+  size_t len = lb_env_size("LB_BENCH_SIZE", 1 << 20);
   LB_OK(lb_accept(ctx));
   unsigned char* region = lb_alloc(len + 4096);
   struct mk_mr* mr;
@@ -148,8 +143,8 @@ static int put_post(const struct bench_op* op, size_t m, int w, struct mk_reques
 }
 
 static int put_bw_initiator(struct lb_ctx* ctx) {
-  size_t len = env_size("LB_BENCH_SIZE", 1 << 20), iters = env_size("LB_BENCH_ITERS", 200);
-  int window = (int)env_size("LB_BENCH_WINDOW", 16), signal = env_size("LB_BENCH_SIGNAL", 0) != 0;
+  size_t len = lb_env_size("LB_BENCH_SIZE", 1 << 20), iters = lb_env_size("LB_BENCH_ITERS", 200);
+  int window = (int)lb_env_size("LB_BENCH_WINDOW", 16), signal = lb_env_size("LB_BENCH_SIGNAL", 0) != 0;
   LB_OK(lb_connect(ctx));
   struct mk_rkey k = lb_hear_rkey(ctx);
   unsigned char* buf = lb_alloc(len);
@@ -197,9 +192,9 @@ static int cmp_double(const void* a, const void* b) {
 
 /* One side of the ping-pong: `rx` receives, `tx` sends; the initiator sends first. */
 static int lat_side(struct lb_ctx* ctx, struct mk_comm* rx, struct mk_comm* tx, int initiator) {
-  size_t len = env_size("LB_BENCH_SIZE", 2), iters = env_size("LB_BENCH_ITERS", 1000);
+  size_t len = lb_env_size("LB_BENCH_SIZE", 2), iters = lb_env_size("LB_BENCH_ITERS", 1000);
   /* the first round trips pay connection set-up (rxm connects on first use): not counted */
-  const size_t warm = env_size("LB_BENCH_WARMUP", 20);
+  const size_t warm = lb_env_size("LB_BENCH_WARMUP", 20);
   const size_t cap = len < 4096 ? 4096 : len; /* messages of any size: the per-message cost */
   unsigned char* sbuf = calloc(1, cap);
   unsigned char* rbuf = calloc(1, cap);

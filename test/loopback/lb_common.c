@@ -176,6 +176,11 @@ size_t lb_check(const void* buf, size_t len, uint64_t seed, uint64_t stream, con
  * NCCL_MK_* variables go through the registry like everywhere else. */
 const char* lb_env(const char* name) { return getenv(name); }
 
+size_t lb_env_size(const char* name, size_t def) {
+  const char* v = lb_env(name);
+  return v ? (size_t)strtoull(v, NULL, 0) : def;
+}
+
 /* The transport under test: NCCL_MK_TRANSPORT=ib runs the same cases over verbs. */
 const struct mk_transport_ops* lb_transport(void) {
   const char* t = mk_param_str(MK_PARAM_TRANSPORT);

@@ -313,6 +313,90 @@ static int stop_target(struct lb_ctx* ctx) {
   return 0;
 }
 
+/* ---- bench_proxy_bw: the proxy as the cross-node fused ops drive it ----
+ * Both ranks at once: each puts LB_BENCH_ITERS blocks of LB_BENCH_SIZE (default 2 MiB, the
+ * ops' block) with a signal into LB_BENCH_SLOTS landing slots of its peer, at different
+ * offsets as row-blocks land, and acknowledges each block it receives with a signal; a slot
+ * is reused once its peer has seen it. The transport's own benchmarks (loopback bench_bw,
+ * bench_put_bw) drive one direction from the calling thread; this one goes through the
+ * proxy's queue and thread, with traffic both ways, which is what NCCL_MK_PROXY_STREAMS and
+ * the proxy's settings should be tuned against (session 45: the one-direction put
+ * benchmark ranked stream counts opposite to the ops). Prints MiB/s each way. */
+#define PB_DEPTH 64u
+
+struct pb {
+  size_t len;
+  uint32_t slots;
+  uint64_t iters;
+};
+
+/* Block j to the peer once its landing slot is free (*sent = 1), else *sent = 0. */
+static int pb_send_next(struct px* x, const struct pb* b, uint64_t j, int* sent) {
+  const uint32_t k = (uint32_t)(j % b->slots);
+  const uint64_t r = j / b->slots + 1;
+  *sent = r == 1 || mk_pq_load_acquire(&x->flags[b->slots + k]) >= r - 1;
+  if (!*sent) return 0;
+  const struct mk_proxy_desc d = {.op = MK_PROXY_PUT_SIGNAL, .peer = x->peer, .src_off = 0,
+                                  .dst_off = (uint64_t)(1 + k) * b->len, .size = b->len,
+                                  .flag_off = (uint64_t)k * 8, .flag_value = r, .tag = (uint32_t)j};
+  return mk_proxy_publish(&x->prod, &d, WAIT_NS, NULL);
+}
+
+/* Block i from the peer: once its flag is up (*got = 1), its acknowledgement. */
+static int pb_recv_next(struct px* x, const struct pb* b, uint64_t i, int* got) {
+  const uint32_t k = (uint32_t)(i % b->slots);
+  const uint64_t r = i / b->slots + 1;
+  *got = mk_pq_load_acquire(&x->flags[k]) >= r;
+  if (!*got) return 0;
+  const struct mk_proxy_desc ack = {.op = MK_PROXY_SIGNAL, .peer = x->peer,
+                                    .flag_off = (uint64_t)(b->slots + k) * 8, .flag_value = r};
+  return mk_proxy_publish(&x->prod, &ack, WAIT_NS, NULL);
+}
+
+/* 1 once the peer acknowledged our last block. */
+static int pb_last_acked(struct px* x, const struct pb* b) {
+  const uint64_t last = b->iters - 1;
+  return mk_pq_load_acquire(&x->flags[b->slots + last % b->slots]) >= last / b->slots + 1;
+}
+
+static int proxy_bench_rank(struct lb_ctx* ctx) {
+  const struct pb b = {lb_env_size("LB_BENCH_SIZE", 2u << 20), (uint32_t)lb_env_size("LB_BENCH_SLOTS", 8),
+                       lb_env_size("LB_BENCH_ITERS", 200)};
+  LB_EXPECT(b.len > 0 && b.slots > 0 && b.iters > 0);
+  struct px x = {0};
+  LB_OK(px_setup(ctx, &x, PB_DEPTH, 16, (1 + (size_t)b.slots) * b.len, 2 * (size_t)b.slots));
+  lb_fill(x.data, b.len, ctx->seed, (uint64_t)x.rank);
+  LB_OK(mk_proxy_start(x.p, x.keys));
+  const int threads_running = count_threads();
+  lb_tell(ctx, 7); /* both proxies run: start together */
+  LB_EXPECT(lb_hear(ctx) == 7);
+  const double t0 = lb_now();
+  uint64_t i = 0, j = 0;
+  while (i < b.iters || j < b.iters || !pb_last_acked(&x, &b)) {
+    int got = 0, sent = 0;
+    if (i < b.iters) LB_OK(pb_recv_next(&x, &b, i, &got));
+    if (j < b.iters) LB_OK(pb_send_next(&x, &b, j, &sent));
+    i += (uint64_t)got, j += (uint64_t)sent;
+    char msg[256];
+    if (mk_proxy_error(x.p, msg, sizeof(msg))) {
+      fprintf(stderr, "  unexpected proxy error: %s\n", msg);
+      return 1;
+    }
+    LB_EXPECT(lb_now() - t0 < 120);
+    if (!got && !sent) sched_yield();
+  }
+  const double dt = lb_now() - t0;
+  LB_OK(mk_proxy_wait_completed(&x.prod, x.prod.tail - 1, WAIT_NS));
+  LB_EXPECT(lb_check(x.data + b.len * (1 + (b.iters - 1) % b.slots), b.len, ctx->seed, (uint64_t)x.peer,
+                     "the last block received") == 0);
+  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.peer) == b.iters * b.len);
+  printf("BENCH mk_proxy_bw %zu %.1f\n", b.len, (double)b.len * (double)b.iters / dt / 1048576.0);
+  fflush(stdout);
+  LB_OK(px_stop(ctx, &x, threads_running));
+  px_free(&x);
+  return 0;
+}
+
 static const struct lb_case cases[] = {
     {"proxy_reducescatter_protocol_several_producers_back_to_back_stay_correct", lb_xnode_reducescatter_rank, lb_xnode_reducescatter_rank, 90, 0},
     {"proxy_allreduce_protocol_partials_then_reduced_rows_stay_correct", lb_xnode_allreduce_rank, lb_xnode_allreduce_rank, 90, 0},
@@ -327,6 +411,7 @@ static const struct lb_case cases[] = {
     {"proxy_killed_peer_gives_async_error_within_bound_and_stops", killed_survivor, killed_victim,
      90, 1},
     {"proxy_stop_joins_thread_with_puts_in_flight", stop_initiator, stop_target, 60, 0},
+    {"bench_proxy_bw", proxy_bench_rank, proxy_bench_rank, 150, 0},
     {NULL, NULL, NULL, 0, 0},
 };
 
