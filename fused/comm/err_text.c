@@ -41,10 +41,12 @@ static const char* wait_what(unsigned op, const struct mk_gemm_error* e, char* b
     return buf;
   }
   if (e->tile == MK_GEMM_ERR_TILE_COLLECT) return "for a peer's reduced rows (the all-reduce's gather)";
-  if (e->tile == MK_GEMM_ERR_TILE_PROXY_SENT) return "for the cross-node proxy (its queue, or the previous call's sends)";
+  if (e->tile == MK_GEMM_ERR_TILE_PROXY_SENT)
+    return "for the cross-node proxy (its queue, or the previous call's sends)";
   if (e->tile == MK_GEMM_ERR_TILE_OWN_CTAS) return "for this call's other CTAs to finish";
   if (e->tile == MK_GEMM_ERR_TILE_OWN_ROWS) {
-    snprintf(buf, len, "for this rank's rows bound for rank %" PRIu32 " to be stored", e->flag_index);
+    snprintf(buf, len, "for this rank's rows bound for rank %" PRIu32 " to be stored",
+             e->flag_index);
     return buf;
   }
   return NULL;

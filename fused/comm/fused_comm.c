@@ -126,7 +126,8 @@ static int fused_comm_alloc(struct mk_fused_comm* fc) {
   MK_CHECK(mk_cuda_check(cudaHostAlloc((void**)&fc->err, sizeof(*fc->err),
                                        cudaHostAllocMapped), "cudaHostAlloc (error record)"));
   memset(fc->err, 0, sizeof(*fc->err));
-  MK_CHECK(mk_cuda_check(cudaMalloc((void**)&fc->err_claim, sizeof(*fc->err_claim)), "cudaMalloc (error claim)"));
+  MK_CHECK(mk_cuda_check(cudaMalloc((void**)&fc->err_claim, sizeof(*fc->err_claim)),
+                         "cudaMalloc (error claim)"));
   MK_CHECK(mk_cuda_check(cudaMemsetAsync(fc->err_claim, 0, sizeof(*fc->err_claim), fc->internal),
                          "cudaMemset (error claim)"));
   fc->err->claim = fc->err_claim;

@@ -140,7 +140,8 @@ __device__ __noinline__ int gemm_wait_row_block(const struct mk_gemm_params& p, 
       if (polls % MK_WAIT_CLOCK_POLLS) continue;
       if (polls % MK_WAIT_ABORT_POLLS == 0 && p.err && ld_relaxed_sys_u32(&p.err->aborted)) return 0;
       if (globaltimer_ns() - t0 > p.timeout_ns) {
-        if (p.err) mk_gemm_error_raise(p.err, p.err_tag, (uint32_t)tile, (uint32_t)mb, target, seen);
+        if (p.err)
+          mk_gemm_error_raise(p.err, p.err_tag, (uint32_t)tile, (uint32_t)mb, target, seen);
         break;
       }
     }

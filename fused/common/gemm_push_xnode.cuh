@@ -38,8 +38,8 @@ static __device__ int gemm_xn_send_ready(const struct mk_gemm_params& p, int blo
   if (xn->prod.tail) {
     const uint64_t last = xn->prod.tail - 1;
     if (mk_proxy_wait_completed(&xn->prod, last, xn->timeout_ns)) {
-      mk_gemm_error_raise(p.err, p.err_tag | MK_GEMM_ERR_TAG_PUSH, MK_GEMM_ERR_TILE_PROXY_SENT, (uint32_t)rank, last + 1,
-                          mk_pq_load_acquire(&xn->q->completed));
+      mk_gemm_error_raise(p.err, p.err_tag | MK_GEMM_ERR_TAG_PUSH, MK_GEMM_ERR_TILE_PROXY_SENT,
+                          (uint32_t)rank, last + 1, mk_pq_load_acquire(&xn->q->completed));
       return 0;
     }
   }
@@ -55,18 +55,20 @@ static __device__ int gemm_xn_send_ready(const struct mk_gemm_params& p, int blo
 }
 
 /* Thread 0 of the send CTA: one descriptor into the queue, or the call's error. */
-static __device__ int gemm_xn_publish(const struct mk_gemm_params& p, const struct mk_proxy_desc* d) {
+static __device__ int gemm_xn_publish(const struct mk_gemm_params& p,
+                                      const struct mk_proxy_desc* d) {
   struct mk_xnode_dev* xn = p.push.xn;
   const int rc = mk_proxy_publish(&xn->prod, d, xn->timeout_ns, NULL);
   if (rc)
-    mk_gemm_error_raise(p.err, p.err_tag | MK_GEMM_ERR_TAG_PUSH, MK_GEMM_ERR_TILE_PROXY_SENT, (uint32_t)d->peer,
-                        xn->prod.tail + 1, (uint64_t)(-rc));
+    mk_gemm_error_raise(p.err, p.err_tag | MK_GEMM_ERR_TAG_PUSH, MK_GEMM_ERR_TILE_PROXY_SENT,
+                        (uint32_t)d->peer, xn->prod.tail + 1, (uint64_t)(-rc));
   return rc == 0;
 }
 
 /* Thread 0 of the send CTA, after the CTA staged row-block mb: a put+signal of it to every
  * remote rank, in the push order (rank - 1, rank - 2, ...). */
-static __device__ int gemm_xn_send_block(const struct mk_gemm_params& p, int mb, size_t bytes, uint64_t e) {
+static __device__ int gemm_xn_send_block(const struct mk_gemm_params& p, int mb, size_t bytes,
+                                         uint64_t e) {
   const int n = p.call.nranks, rank = p.call.rank;
   mk_pq_fence_sys(); /* after bar.sync: the CTA's staging stores are visible to the proxy */
   for (int step = 1; step < n; step++) {
@@ -87,8 +89,8 @@ static __device__ void gemm_xn_signal_done(const struct mk_gemm_params& p, int b
     for (int b = 0; b < blocks; b++) {
       const int mb = s * blocks + b;
       /* copied in by this call's receive CTAs, whose waits for the peers are the cause */
-      if (mk_wait_geq_inline(p.push.self_flags + mb, e, p.err, p.err_tag, (uint32_t)mb, (uint32_t)mb,
-                             mk_wait_inner_timeout_ns(p.timeout_ns)) < e)
+      if (mk_wait_geq_inline(p.push.self_flags + mb, e, p.err, p.err_tag, (uint32_t)mb,
+                             (uint32_t)mb, mk_wait_inner_timeout_ns(p.timeout_ns)) < e)
         return;
     }
   }

@@ -51,7 +51,8 @@ __device__ __forceinline__ int gemm_xn_wait_others_left(const struct mk_gemm_par
   for (uint32_t seen; (seen = ld_relaxed_sys_u32(p.call.exits)) < want;) {
     if (ld_relaxed_sys_u32(&p.err->aborted)) return 0;
     if (globaltimer_ns() - t0 > mk_wait_inner_timeout_ns(p.timeout_ns)) {
-      mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_OWN_CTAS, (uint32_t)p.rs.rank, want, seen);
+      mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_OWN_CTAS, (uint32_t)p.rs.rank, want,
+                          seen);
       return 0;
     }
     __nanosleep(MK_WAIT_MAX_SLEEP_NS);
@@ -68,13 +69,16 @@ __device__ __forceinline__ int gemm_xn_rs_publish(const struct mk_gemm_params& p
                                                   int gather) {
   struct mk_xnode_dev* xn = p.rs.xn;
   const int rank = p.rs.rank;
+  /* this call's CTAs store them: the inner bound */
   if (mk_wait_geq_inline(count, tiles_n, p.err, p.err_tag, MK_GEMM_ERR_TILE_OWN_ROWS, (uint32_t)d,
-                         mk_wait_inner_timeout_ns(p.timeout_ns)) < tiles_n) /* this call's CTAs store them */
+                         mk_wait_inner_timeout_ns(p.timeout_ns)) < tiles_n)
     return 0;
   const struct mk_proxy_desc desc = mk_xn_rs_block_desc(rank, d, p.rs.nranks, blocks, mb, row_bytes, tiles_n, gather,
                                                         p.err_tag);
   const int rc = mk_proxy_mp_publish(xn->q, &xn->prod.tail, &desc, xn->timeout_ns, rank, NULL);
-  if (rc) mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PROXY_SENT, (uint32_t)d, tiles_n, (uint64_t)(-rc));
+  if (rc)
+    mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PROXY_SENT, (uint32_t)d, tiles_n,
+                        (uint64_t)(-rc));
   return rc == 0;
 }
 

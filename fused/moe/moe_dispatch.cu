@@ -205,7 +205,8 @@ static __device__ int moe_expert_rows(const struct mk_moe_args& a, int j) {
 
 /* More rows arrive than the layout holds: the error record says so (the comm breaks). */
 static __device__ void moe_report_overflow(const struct mk_moe_args& a, long total) {
-  mk_gemm_error_raise(a.err, a.err_tag | MK_MOE_ERR_OVERFLOW, 0, 0, (uint64_t)a.g.max_recv_rows, (uint64_t)total);
+  mk_gemm_error_raise(a.err, a.err_tag | MK_MOE_ERR_OVERFLOW, 0, 0, (uint64_t)a.g.max_recv_rows,
+                      (uint64_t)total);
 }
 
 /* Inclusive prefix sum over the CTA (one value per thread; every thread calls it). */

@@ -144,7 +144,8 @@ static int put_post(const struct bench_op* op, size_t m, int w, struct mk_reques
 
 static int put_bw_initiator(struct lb_ctx* ctx) {
   size_t len = lb_env_size("LB_BENCH_SIZE", 1 << 20), iters = lb_env_size("LB_BENCH_ITERS", 200);
-  int window = (int)lb_env_size("LB_BENCH_WINDOW", 16), signal = lb_env_size("LB_BENCH_SIGNAL", 0) != 0;
+  int window = (int)lb_env_size("LB_BENCH_WINDOW", 16),
+      signal = lb_env_size("LB_BENCH_SIGNAL", 0) != 0;
   LB_OK(lb_connect(ctx));
   struct mk_rkey k = lb_hear_rkey(ctx);
   unsigned char* buf = lb_alloc(len);

@@ -336,9 +336,14 @@ static int pb_send_next(struct px* x, const struct pb* b, uint64_t j, int* sent)
   const uint64_t r = j / b->slots + 1;
   *sent = r == 1 || mk_pq_load_acquire(&x->flags[b->slots + k]) >= r - 1;
   if (!*sent) return 0;
-  const struct mk_proxy_desc d = {.op = MK_PROXY_PUT_SIGNAL, .peer = x->peer, .src_off = 0,
-                                  .dst_off = (uint64_t)(1 + k) * b->len, .size = b->len,
-                                  .flag_off = (uint64_t)k * 8, .flag_value = r, .tag = (uint32_t)j};
+  const struct mk_proxy_desc d = {.op = MK_PROXY_PUT_SIGNAL,
+                                  .peer = x->peer,
+                                  .src_off = 0,
+                                  .dst_off = (uint64_t)(1 + k) * b->len,
+                                  .size = b->len,
+                                  .flag_off = (uint64_t)k * 8,
+                                  .flag_value = r,
+                                  .tag = (uint32_t)j};
   return mk_proxy_publish(&x->prod, &d, WAIT_NS, NULL);
 }
 
@@ -348,8 +353,10 @@ static int pb_recv_next(struct px* x, const struct pb* b, uint64_t i, int* got) 
   const uint64_t r = i / b->slots + 1;
   *got = mk_pq_load_acquire(&x->flags[k]) >= r;
   if (!*got) return 0;
-  const struct mk_proxy_desc ack = {.op = MK_PROXY_SIGNAL, .peer = x->peer,
-                                    .flag_off = (uint64_t)(b->slots + k) * 8, .flag_value = r};
+  const struct mk_proxy_desc ack = {.op = MK_PROXY_SIGNAL,
+                                    .peer = x->peer,
+                                    .flag_off = (uint64_t)(b->slots + k) * 8,
+                                    .flag_value = r};
   return mk_proxy_publish(&x->prod, &ack, WAIT_NS, NULL);
 }
 
@@ -360,7 +367,8 @@ static int pb_last_acked(struct px* x, const struct pb* b) {
 }
 
 static int proxy_bench_rank(struct lb_ctx* ctx) {
-  const struct pb b = {lb_env_size("LB_BENCH_SIZE", 2u << 20), (uint32_t)lb_env_size("LB_BENCH_SLOTS", 8),
+  const struct pb b = {lb_env_size("LB_BENCH_SIZE", 2u << 20),
+                       (uint32_t)lb_env_size("LB_BENCH_SLOTS", 8),
                        lb_env_size("LB_BENCH_ITERS", 200)};
   LB_EXPECT(b.len > 0 && b.slots > 0 && b.iters > 0);
   struct px x = {0};
@@ -387,8 +395,8 @@ static int proxy_bench_rank(struct lb_ctx* ctx) {
   }
   const double dt = lb_now() - t0;
   LB_OK(mk_proxy_wait_completed(&x.prod, x.prod.tail - 1, WAIT_NS));
-  LB_EXPECT(lb_check(x.data + b.len * (1 + (b.iters - 1) % b.slots), b.len, ctx->seed, (uint64_t)x.peer,
-                     "the last block received") == 0);
+  LB_EXPECT(lb_check(x.data + b.len * (1 + (b.iters - 1) % b.slots), b.len, ctx->seed,
+                     (uint64_t)x.peer, "the last block received") == 0);
   LB_EXPECT(mk_proxy_sent_bytes(x.p, x.peer) == b.iters * b.len);
   printf("BENCH mk_proxy_bw %zu %.1f\n", b.len, (double)b.len * (double)b.iters / dt / 1048576.0);
   fflush(stdout);
@@ -398,14 +406,16 @@ static int proxy_bench_rank(struct lb_ctx* ctx) {
 }
 
 static const struct lb_case cases[] = {
-    {"proxy_reducescatter_protocol_several_producers_back_to_back_stay_correct", lb_xnode_reducescatter_rank, lb_xnode_reducescatter_rank, 90, 0},
-    {"proxy_allreduce_protocol_partials_then_reduced_rows_stay_correct", lb_xnode_allreduce_rank, lb_xnode_allreduce_rank, 90, 0},
-    {"proxy_allgather_protocol_back_to_back_calls_with_a_delayed_rank_stay_correct", lb_xnode_allgather_rank, lb_xnode_allgather_rank,
-     90, 0},
-    {"proxy_goodbye_then_close_needs_no_agreement_and_raises_no_error", lb_xnode_goodbye_rank, lb_xnode_goodbye_rank,
-     60, 0},
-    {"proxy_goodbye_without_the_peer_returns_within_its_bound", lb_xnode_goodbye_survivor, lb_xnode_goodbye_victim,
-     60, 1},
+    {"proxy_reducescatter_protocol_several_producers_back_to_back_stay_correct",
+     lb_xnode_reducescatter_rank, lb_xnode_reducescatter_rank, 90, 0},
+    {"proxy_allreduce_protocol_partials_then_reduced_rows_stay_correct", lb_xnode_allreduce_rank,
+     lb_xnode_allreduce_rank, 90, 0},
+    {"proxy_allgather_protocol_back_to_back_calls_with_a_delayed_rank_stay_correct",
+     lb_xnode_allgather_rank, lb_xnode_allgather_rank, 90, 0},
+    {"proxy_goodbye_then_close_needs_no_agreement_and_raises_no_error", lb_xnode_goodbye_rank,
+     lb_xnode_goodbye_rank, 60, 0},
+    {"proxy_goodbye_without_the_peer_returns_within_its_bound", lb_xnode_goodbye_survivor,
+     lb_xnode_goodbye_victim, 60, 1},
     {"proxy_put_signal_stream_flags_never_before_data_and_byte_counters_exact", stream_rank,
      stream_rank, 150, 0},
     {"proxy_killed_peer_gives_async_error_within_bound_and_stops", killed_survivor, killed_victim,

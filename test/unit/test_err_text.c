@@ -51,13 +51,15 @@ static void the_waits_that_are_not_a_tiles_are_put_in_words(void) {
 
 /* Session 46: across nodes these read "waiting for rank 2's previous call to end" on rank 2. */
 static void the_cross_node_senders_own_waits_say_what_they_are(void) {
-  CHECK(!strcmp(text_of(0x200 | MK_OP_GEMM_AR, MK_GEMM_ERR_TILE_OWN_CTAS, 2, 8, 0),
-                "rank 2: ncclMkGemmAllReduce (op 0x3) timed out waiting for this call's other CTAs to finish "
-                "(flag 2: expected 8, seen 0)"));
+  CHECK(!strcmp(
+      text_of(0x200 | MK_OP_GEMM_AR, MK_GEMM_ERR_TILE_OWN_CTAS, 2, 8, 0),
+      "rank 2: ncclMkGemmAllReduce (op 0x3) timed out waiting for this call's other CTAs to finish "
+      "(flag 2: expected 8, seen 0)"));
   CHECK(strstr(text_of(0x100 | MK_OP_GEMM_RS, MK_GEMM_ERR_TILE_OWN_ROWS, 3, 4, 1),
                "timed out waiting for this rank's rows bound for rank 3 to be stored (flag 3:"));
-  CHECK(strstr(text_of(MK_OP_GEMM_RS, MK_GEMM_ERR_TILE_PROXY_SENT, 0, 9, 6),
-               "timed out waiting for the cross-node proxy (its queue, or the previous call's sends)"));
+  CHECK(strstr(
+      text_of(MK_OP_GEMM_RS, MK_GEMM_ERR_TILE_PROXY_SENT, 0, 9, 6),
+      "timed out waiting for the cross-node proxy (its queue, or the previous call's sends)"));
   /* the AllGather+GEMM push's (push role): the same words, not "push item 4294967293" */
   CHECK(strstr(text_of(MK_GEMM_ERR_TAG_PUSH | MK_OP_AG_GEMM, MK_GEMM_ERR_TILE_PROXY_SENT, 1, 3, 2),
                "ncclMkAllGatherGemm (op 0x1) timed out waiting for the cross-node proxy"));

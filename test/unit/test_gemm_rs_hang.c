@@ -50,7 +50,8 @@ static void partial_and_reduced_row_block_waits_name_their_source(void) {
 /* The cross-node sender's waits on this rank's own proxy, CTAs and rows: flag_index is this
  * rank or a destination, never a peer that owes something. */
 static void the_senders_own_waits_name_nobody(void) {
-  const uint32_t own[] = {MK_GEMM_ERR_TILE_PROXY_SENT, MK_GEMM_ERR_TILE_OWN_CTAS, MK_GEMM_ERR_TILE_OWN_ROWS};
+  const uint32_t own[] = {MK_GEMM_ERR_TILE_PROXY_SENT, MK_GEMM_ERR_TILE_OWN_CTAS,
+                          MK_GEMM_ERR_TILE_OWN_ROWS};
   for (int i = 0; i < 3; i++) {
     struct mk_gemm_error e = record(own[i], 2, 8, 0);
     uint64_t progress = 0;
