@@ -143,8 +143,7 @@ static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const vo
 int mk_ag_gemm_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uint64_t* progress,
                          char* what, size_t what_len) {
   const int blocks = fc->ag_shard_blocks;
-  if (blocks <= 0 || e->tile == MK_GEMM_ERR_TILE_PROXY_SENT)
-    return -1; /* the proxy's: no peer owes it */
+  if (blocks <= 0 || mk_gemm_err_tile_is_own_wait(e->tile)) return -1;
   if (e->tag & MK_GEMM_ERR_TAG_PUSH) {
     int peer = mk_sched_ag_dest(fc->rank, fc->nranks, (int)(e->tile / (uint32_t)blocks));
     if (!fc->peer_sym[peer] || cudaMemcpy(progress, (uint64_t*)fc->peer_sym[peer] + MK_AG_WORD_DONE, 8,

@@ -80,6 +80,12 @@ enum mk_gemm_dtype {
 #define MK_GEMM_ERR_TILE_OWN_CTAS 0xFFFFFFFCu
 #define MK_GEMM_ERR_TILE_OWN_ROWS 0xFFFFFFFBu
 
+/* 1 for those three: waits on this rank's own work, no peer for a hang report to name. */
+MK_HD int mk_gemm_err_tile_is_own_wait(uint32_t tile) {
+  return tile == MK_GEMM_ERR_TILE_PROXY_SENT || tile == MK_GEMM_ERR_TILE_OWN_CTAS ||
+         tile == MK_GEMM_ERR_TILE_OWN_ROWS;
+}
+
 /* Written by the kernel when a wait times out; device or host-mapped memory. */
 struct mk_gemm_error {
   uint32_t aborted;    /* 1 once any CTA gave up */

@@ -145,9 +145,7 @@ int mk_gemm_rs_overlapped(struct mk_fused_comm* fc, const void* a, const void* b
 
 int mk_gemm_rs_hang_peer(int rank, int nranks, int blocks, const struct mk_gemm_error* e,
                          uint64_t* progress, char* what, size_t what_len) {
-  if (e->tile == MK_GEMM_ERR_TILE_PROXY_SENT || e->tile == MK_GEMM_ERR_TILE_OWN_CTAS ||
-      e->tile == MK_GEMM_ERR_TILE_OWN_ROWS)
-    return -1; /* this rank's own waits: no peer to name */
+  if (mk_gemm_err_tile_is_own_wait(e->tile)) return -1;
   if (e->tile == MK_GEMM_ERR_TILE_PEER_FREE) {
     const int peer = (int)e->flag_index;
     if (peer < 0 || peer >= nranks || peer == rank) return -1;

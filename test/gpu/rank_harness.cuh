@@ -132,16 +132,30 @@ static void rank_peer_dies_mid_call(int rank, ncclComm_t comm, cudaStream_t stre
 }
 
 /* One op for rank_late_peer: call enqueues it (its launch error returned), fill gives every
- * rank fresh inputs (synchronous; every rank calls it at the same point, right after a
- * barrier, so it may run collectives, e.g. the dispatch before a combine, behind a barrier of
- * its own after any local work whose time differs between ranks), check says whether the
+ * rank fresh inputs (synchronous, this rank's own work: no collective), check says whether the
  * output is right for the inputs of the last fill (1) and reports what is wrong (0). */
 struct rank_late_op {
   ncclResult_t (*call)(void* env, void* arg);
   void (*fill)(void* env, void* arg);
   int (*check)(void* env, void* arg);
   void (*judge_record)(const char* msg); /* optional: the test's checks of an error's text */
+  /* optional, synchronous: the collectives the fresh inputs need before the call (the forward
+   * before a backward, the dispatch before a combine), started on every rank together */
+  void (*setup)(void* env, void* arg);
 };
+
+/* Fresh inputs on every rank, lined up: a fill takes the ranks different times (a float64
+ * reference: seconds at 4 ranks on one GPU, session 46), and whatever follows waits only 2 s
+ * for its peers; so a barrier before and after the fill, and after the setup. */
+static void rank_late_refill(ncclComm_t comm, cudaStream_t stream, const struct rank_late_op* op, void* env,
+                             void* arg) {
+  rank_barrier(comm, stream);
+  op->fill(env, arg);
+  rank_barrier(comm, stream);
+  if (!op->setup) return;
+  op->setup(env, arg);
+  rank_barrier(comm, stream);
+}
 
 /* A late peer, for scenarios named "late_peer*" (2 s waits: rank_harness_child). The ranks
  * other than 0 are late, not dead: every rank runs one completed, checked call; then fresh
@@ -149,24 +163,19 @@ struct rank_late_op {
  * out on; then the others call together. Rank 0 gave up, so each of them must end in
  * ncclRemoteError as well, or succeed with the right output: never succeed with data that rank
  * 0's call skipped or an earlier call left (session 44 found the ring backward and the MoE
- * combine doing that). Every fill and call that must overlap starts after a barrier: the waits
- * are 2 s, and a check or first launch that takes one rank longer (4 ranks on one GPU) must
- * not look like a late peer. Returns the failures. */
+ * combine doing that). Fresh inputs come through rank_late_refill: a check or fill that takes
+ * one rank longer (4 ranks on one GPU) must not look like a late peer. Returns the failures. */
 static int rank_late_peer(int rank, ncclComm_t comm, cudaStream_t stream, const struct rank_late_op* op, void* env,
                           void* arg) {
   int failures = 0;
   char msg[256];
-  rank_barrier(comm, stream);
-  op->fill(env, arg);
-  rank_barrier(comm, stream);
+  rank_late_refill(comm, stream, op, env, arg);
   ncclResult_t r = rank_call_outcome(comm, stream, op->call, env, arg, msg, sizeof msg);
   if (r != ncclSuccess || !op->check(env, arg)) {
     fprintf(stderr, "FAIL: rank %d: the completed call before the late one: %d %s\n", rank, (int)r, msg);
     return 1;
   }
-  rank_barrier(comm, stream);
-  op->fill(env, arg);
-  rank_barrier(comm, stream);
+  rank_late_refill(comm, stream, op, env, arg);
   if (rank == 0) {
     r = rank_call_outcome(comm, stream, op->call, env, arg, msg, sizeof msg);
     printf("rank 0, alone: %d %s\n", (int)r, msg);

@@ -77,7 +77,8 @@ static void test_error_record_claim(void) {
   CUDA_OK(cudaMalloc(&meet, sizeof(*meet)));
 
   /* the checker's negative control: one field from another raiser */
-  struct mk_gemm_error mix = {1, RECORD_TAG_BASE + 3, 3, record_flag_of(3), record_expected_of(3), record_seen_of(5)};
+  struct mk_gemm_error mix = {1, RECORD_TAG_BASE + 3, 3, record_flag_of(3), record_expected_of(3), record_seen_of(5),
+                             NULL};
   EXPECT(!record_from_one_raiser(&mix, 8), "the checker accepted a record with another raiser's seen");
   mix.seen = record_seen_of(3);
   EXPECT(record_from_one_raiser(&mix, 8), "the checker rejected a consistent record");

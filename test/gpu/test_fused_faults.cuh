@@ -228,7 +228,7 @@ static void late_peer_run(struct rank_env* e, int op) {
   struct op_bufs o;
   bufs_alloc(&o, s);
   struct late_op_arg a = {{&o, s}, op, g_seed};
-  const struct rank_late_op late = {calls[op], late_op_fill, late_op_check};
+  const struct rank_late_op late = {calls[op], late_op_fill, late_op_check, NULL, NULL};
   e->failures += rank_late_peer(e->rank, e->comm, e->stream, &late, e, &a);
   bufs_free(&o);
 }

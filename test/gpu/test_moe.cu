@@ -319,8 +319,8 @@ static void scenario_peer_dies_mid_call(struct rank_env* e) {
 }
 
 /* rank_harness.cuh's rank_late_peer over one MoE layer: late_peer makes the ranks but 0 late for the
- * dispatch (the call: dispatch, act2, combine), late_peer_combine for the combine only (both
- * ranks dispatch in the fill). */
+ * dispatch (the call: dispatch, act2, combine), late_peer_combine for the combine only (every
+ * rank dispatches in the setup). */
 struct late_layer_arg { struct moe_bufs* b; const struct moe_case* c; uint64_t base; int combine_only; };
 
 static ncclResult_t late_layer_call(void* env, void* arg) {
@@ -345,8 +345,12 @@ static void late_layer_fill(void* env, void* arg) {
   struct late_layer_arg* a = (struct late_layer_arg*)arg;
   a->base += 7;
   inputs_fill(e, a->b, a->c, a->base);
-  if (!a->combine_only) return;
-  rank_barrier(e->comm, e->stream); /* the dispatch's 2 s waits start together */
+}
+
+/* late_peer_combine's setup (rank_late_op.setup): every rank dispatches the fresh inputs. */
+static void late_layer_dispatch(void* env, void* arg) {
+  struct rank_env* e = (struct rank_env*)env;
+  const struct late_layer_arg* a = (const struct late_layer_arg*)arg;
   run_dispatch(e, a->b, a->c);
   CUDA_OK(cudaStreamSynchronize(e->stream));
 }
@@ -364,7 +368,8 @@ static void late_peer_run(struct rank_env* e, int combine_only) {
   struct moe_bufs b;
   bufs_alloc(&b, &c);
   struct late_layer_arg a = {&b, &c, g_seed, combine_only};
-  const struct rank_late_op late = {late_layer_call, late_layer_fill, late_layer_check};
+  const struct rank_late_op late = {late_layer_call, late_layer_fill, late_layer_check, NULL,
+                                    combine_only ? late_layer_dispatch : NULL};
   e->failures += rank_late_peer(e->rank, e->comm, e->stream, &late, e, &a);
   bufs_free(&b);
 }

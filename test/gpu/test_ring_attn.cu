@@ -376,7 +376,7 @@ static void scenario_late_peer(struct rank_env* e) {
   struct late_bufs l;
   l.seed = g_seed;
   bufs_alloc(&l.b, {1, 1024, 8, 1, 128, 1}, e->rank);
-  const struct rank_late_op op = {ra_call_bufs, late_fill, late_check};
+  const struct rank_late_op op = {ra_call_bufs, late_fill, late_check, NULL, NULL};
   failures += rank_late_peer(e->rank, e->comm, e->stream, &op, e, &l);
   bufs_free(&l.b);
 }

@@ -432,14 +432,16 @@ static void absent_peer_case(struct rank_env* e, struct rb_case c) {
 struct late_bufs { struct rb_bufs b; uint64_t seed; }; /* b first: bwd_call_bufs takes it */
 
 static void late_fill(void* env, void* arg) {
-  struct rank_env* e = (struct rank_env*)env;
+  (void)env;
   struct late_bufs* l = (struct late_bufs*)arg;
   l->seed += 7;
   bufs_fill(&l->b, l->seed, 1);
-  /* the float64 reference above takes each rank a different time (seconds at 4 ranks on one
-   * GPU, session 46): the forward's 2 s waits start together */
-  rank_barrier(e->comm, e->stream);
-  NCCL_OK(fwd_call(e, &l->b));
+}
+
+/* The forward the backward needs (rank_late_op.setup: after every rank's float64 reference). */
+static void late_forward(void* env, void* arg) {
+  struct rank_env* e = (struct rank_env*)env;
+  NCCL_OK(fwd_call(e, &((struct late_bufs*)arg)->b));
   CUDA_OK(cudaStreamSynchronize(e->stream));
 }
 
@@ -454,7 +456,7 @@ static void late_peer_case(struct rank_env* e, struct rb_case c) {
   struct late_bufs l;
   l.seed = g_seed;
   bufs_alloc(&l.b, c, e->rank);
-  const struct rank_late_op op = {bwd_call_bufs, late_fill, late_check, expect_cause_named};
+  const struct rank_late_op op = {bwd_call_bufs, late_fill, late_check, expect_cause_named, late_forward};
   failures += rank_late_peer(e->rank, e->comm, e->stream, &op, e, &l);
   bufs_free(&l.b);
 }
