@@ -307,9 +307,9 @@ tier_xnode() {
     LB_BENCH_ITERS=400 "$B/test/loopback/loopback" bench_bw
   grep -h BENCH "$LOGS/transport_put_bw.log" "$LOGS/transport_bw.log" || true
   # The proxy itself as the ops drive it, both ways at once (2 MiB put+signals and their
-  # acknowledgements), at 1 and 4 streams: the instrument to set NCCL_MK_PROXY_STREAMS by if it
-  # ranks the counts as the ops do on this host (session 46: on a 2-core CPU machine 1 stream
-  # ran 2-2.5x faster than 4; on the GPU host the ops ran 1.5-1.8x slower with 1, session 45).
+  # unfenced acknowledgements), at 1 and 4 streams, with each block's publish-to-flag latency:
+  # the instrument to set NCCL_MK_PROXY_STREAMS and _INFLIGHT_BYTES by (session 47 on the GPU
+  # host: 4 streams 3.1-3.4 GB/s each way, the two-sided transport's rate both ways at once).
   local s
   for s in 1 4; do
     step "proxy_bw_${s}_streams" env NCCL_MK_PROXY_STREAMS=$s LB_BENCH_ITERS=200 \

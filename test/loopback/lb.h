@@ -41,6 +41,8 @@ const struct mk_transport_ops* lb_transport(void);
 const char* lb_env(const char* name);
 /* The variable as a size (strtoull, any base), or def when it is not set. */
 size_t lb_env_size(const char* name, size_t def);
+/* qsort order of doubles, ascending */
+int lb_cmp_double(const void* a, const void* b);
 /* The endpoints per comm these cases get: NCCL_MK_OFI_STREAMS, or with 0 (auto) what the ofi
  * transport picks for NCCL_MK_OFI_PROVIDER (tcp;ofi_rxm unless the caller set another). */
 int lb_ofi_streams(void);

@@ -186,11 +186,6 @@ static int lat_reverse(struct lb_ctx* ctx, void** lc, struct mk_comm** back) {
   return 0;
 }
 
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
 /* One side of the ping-pong: `rx` receives, `tx` sends; the initiator sends first. */
 static int lat_side(struct lb_ctx* ctx, struct mk_comm* rx, struct mk_comm* tx, int initiator) {
   size_t len = lb_env_size("LB_BENCH_SIZE", 2), iters = lb_env_size("LB_BENCH_ITERS", 1000);
@@ -231,7 +226,7 @@ static int lat_side(struct lb_ctx* ctx, struct mk_comm* rx, struct mk_comm* tx, 
   if (initiator) {
     double sum = 0;
     for (size_t i = 0; i < iters; i++) sum += t[i];
-    qsort(t, iters, sizeof(double), cmp_double);
+    qsort(t, iters, sizeof(double), lb_cmp_double);
     printf("BENCH mk_lat %zu %.2f %.2f %.2f %.2f\n", len, t[iters / 2], sum / (double)iters,
            t[iters * 9 / 10], t[iters * 99 / 100]); /* size, median, mean, p90, p99 */
     fflush(stdout);

@@ -297,3 +297,8 @@ struct mk_rkey lb_hear_rkey(struct lb_ctx* ctx) {
   k.size = lb_hear(ctx);
   return k;
 }
+
+int lb_cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}

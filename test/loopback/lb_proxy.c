@@ -316,18 +316,21 @@ static int stop_target(struct lb_ctx* ctx) {
 /* ---- bench_proxy_bw: the proxy as the cross-node fused ops drive it ----
  * Both ranks at once: each puts LB_BENCH_ITERS blocks of LB_BENCH_SIZE (default 2 MiB, the
  * ops' block) with a signal into LB_BENCH_SLOTS landing slots of its peer, at different
- * offsets as row-blocks land, and acknowledges each block it receives with a signal; a slot
- * is reused once its peer has seen it. The transport's own benchmarks (loopback bench_bw,
+ * offsets as row-blocks land, and acknowledges each block it receives (a 0-byte put+signal,
+ * unfenced as the ops' flags are; LB_BENCH_ACK=signal: a fenced SIGNAL); a slot is reused
+ * once its peer has seen it. One untimed round of every slot first. The transport's own benchmarks (loopback bench_bw,
  * bench_put_bw) drive one direction from the calling thread; this one goes through the
  * proxy's queue and thread, with traffic both ways, which is what NCCL_MK_PROXY_STREAMS and
  * the proxy's settings should be tuned against (session 45: the one-direction put
- * benchmark ranked stream counts opposite to the ops). Prints MiB/s each way. */
+ * benchmark ranked stream counts opposite to the ops). Prints MiB/s each way and each block's
+ * latency from its publish to its flag at the peer. */
 #define PB_DEPTH 64u
 
 struct pb {
   size_t len;
   uint32_t slots;
   uint64_t iters;
+  int ack_fenced; /* LB_BENCH_ACK=signal */
 };
 
 /* Block j to the peer once its landing slot is free (*sent = 1), else *sent = 0. */
@@ -342,64 +345,109 @@ static int pb_send_next(struct px* x, const struct pb* b, uint64_t j, int* sent)
                                   .dst_off = (uint64_t)(1 + k) * b->len,
                                   .size = b->len,
                                   .flag_off = (uint64_t)k * 8,
-                                  .flag_value = r,
+                                  .flag_value = mk_pq_now_ns(), /* the receiver times the block */
                                   .tag = (uint32_t)j};
   return mk_proxy_publish(&x->prod, &d, WAIT_NS, NULL);
 }
 
-/* Block i from the peer: once its flag is up (*got = 1), its acknowledgement. */
-static int pb_recv_next(struct px* x, const struct pb* b, uint64_t i, int* got) {
+/* The receiving side's record: the last flag value of each slot (a block's publish time on
+ * the host's monotonic clock, which both processes share, so a newer one is the next round),
+ * and each block's latency from its publish to its flag seen here. */
+struct pb_rx {
+  uint64_t* seen;
+  double* lat_us;
+};
+
+/* Block i from the peer: once its flag is up (*got = 1), its acknowledgement: a 0-byte
+ * PUT_SIGNAL (unfenced, as the ops' per-block flags are), or with LB_BENCH_ACK=signal a
+ * SIGNAL (always fenced: it waits for every earlier put of ours to that peer, and the puts
+ * after it wait for it to be posted, so each ack drains our direction's pipeline: 25% less
+ * each way on the GPU host, session 47). */
+static int pb_recv_next(struct px* x, const struct pb* b, struct pb_rx* rx, uint64_t i, int* got) {
   const uint32_t k = (uint32_t)(i % b->slots);
-  const uint64_t r = i / b->slots + 1;
-  *got = mk_pq_load_acquire(&x->flags[k]) >= r;
+  const uint64_t r = i / b->slots + 1, published = mk_pq_load_acquire(&x->flags[k]);
+  *got = published > rx->seen[k];
   if (!*got) return 0;
-  const struct mk_proxy_desc ack = {.op = MK_PROXY_SIGNAL,
+  rx->seen[k] = published;
+  rx->lat_us[i] = (double)(mk_pq_now_ns() - published) / 1e3;
+  const struct mk_proxy_desc ack = {.op = b->ack_fenced ? MK_PROXY_SIGNAL : MK_PROXY_PUT_SIGNAL,
                                     .peer = x->peer,
                                     .flag_off = (uint64_t)(b->slots + k) * 8,
                                     .flag_value = r};
   return mk_proxy_publish(&x->prod, &ack, WAIT_NS, NULL);
 }
 
-/* 1 once the peer acknowledged our last block. */
-static int pb_last_acked(struct px* x, const struct pb* b) {
-  const uint64_t last = b->iters - 1;
+/* 1 once the peer acknowledged our block `last`. */
+static int pb_acked(struct px* x, const struct pb* b, uint64_t last) {
   return mk_pq_load_acquire(&x->flags[b->slots + last % b->slots]) >= last / b->slots + 1;
 }
 
-static int proxy_bench_rank(struct lb_ctx* ctx) {
-  const struct pb b = {lb_env_size("LB_BENCH_SIZE", 2u << 20),
-                       (uint32_t)lb_env_size("LB_BENCH_SLOTS", 8),
-                       lb_env_size("LB_BENCH_ITERS", 200)};
-  LB_EXPECT(b.len > 0 && b.slots > 0 && b.iters > 0);
-  struct px x = {0};
-  LB_OK(px_setup(ctx, &x, PB_DEPTH, 16, (1 + (size_t)b.slots) * b.len, 2 * (size_t)b.slots));
-  lb_fill(x.data, b.len, ctx->seed, (uint64_t)x.rank);
-  LB_OK(mk_proxy_start(x.p, x.keys));
-  const int threads_running = count_threads();
-  lb_tell(ctx, 7); /* both proxies run: start together */
-  LB_EXPECT(lb_hear(ctx) == 7);
+/* A block's publish-to-flag latency, us: the first timed block's (sent as the pipeline
+ * starts), the median, p90 and the largest (a block posted behind a full cap waits for the
+ * blocks before it). */
+static void pb_print_latency(const struct pb* b, double* lat_us) {
+  const double first = lat_us[0];
+  qsort(lat_us, b->iters, sizeof(double), lb_cmp_double);
+  printf("BENCH mk_proxy_lat_us first %.0f median %.0f p90 %.0f max %.0f\n", first,
+         lat_us[b->iters / 2], lat_us[b->iters * 9 / 10], lat_us[b->iters - 1]);
+}
+
+/* Blocks [from, to) both ways, until the peer acknowledged our last one: 0, or 1 on a proxy
+ * error or after 120 s. */
+static int pb_run(struct lb_ctx* ctx, struct px* x, const struct pb* b, struct pb_rx* rx, uint64_t from,
+                  uint64_t to) {
   const double t0 = lb_now();
-  uint64_t i = 0, j = 0;
-  while (i < b.iters || j < b.iters || !pb_last_acked(&x, &b)) {
+  uint64_t i = from, j = from;
+  while (i < to || j < to || !pb_acked(x, b, to - 1)) {
     int got = 0, sent = 0;
-    if (i < b.iters) LB_OK(pb_recv_next(&x, &b, i, &got));
-    if (j < b.iters) LB_OK(pb_send_next(&x, &b, j, &sent));
+    if (i < to) LB_OK(pb_recv_next(x, b, rx, i, &got));
+    if (j < to) LB_OK(pb_send_next(x, b, j, &sent));
     i += (uint64_t)got, j += (uint64_t)sent;
     char msg[256];
-    if (mk_proxy_error(x.p, msg, sizeof(msg))) {
+    if (mk_proxy_error(x->p, msg, sizeof(msg))) {
       fprintf(stderr, "  unexpected proxy error: %s\n", msg);
       return 1;
     }
     LB_EXPECT(lb_now() - t0 < 120);
     if (!got && !sent) sched_yield();
   }
+  return 0;
+}
+
+static int proxy_bench_rank(struct lb_ctx* ctx) {
+  const struct pb b = {lb_env_size("LB_BENCH_SIZE", 2u << 20),
+                       (uint32_t)lb_env_size("LB_BENCH_SLOTS", 8),
+                       lb_env_size("LB_BENCH_ITERS", 200),
+                       lb_env("LB_BENCH_ACK") && strcmp(lb_env("LB_BENCH_ACK"), "signal") == 0};
+  LB_EXPECT(b.len > 0 && b.slots > 0 && b.iters > 0);
+  struct px x = {0};
+  LB_OK(px_setup(ctx, &x, PB_DEPTH, 16, (1 + (size_t)b.slots) * b.len, 2 * (size_t)b.slots));
+  lb_fill(x.data, b.len, ctx->seed, (uint64_t)x.rank);
+  LB_OK(mk_proxy_start(x.p, x.keys));
+  const int threads_running = count_threads();
+  /* one untimed round of every slot first: the streams' connections form on their first
+   * write (tens of ms on a busy host), which is not the rate */
+  const uint64_t warm = b.slots, total = warm + b.iters;
+  struct pb_rx rx = {calloc(b.slots, sizeof(uint64_t)), calloc(total, sizeof(double))};
+  LB_EXPECT(rx.seen && rx.lat_us);
+  lb_tell(ctx, 7); /* both proxies run: start together */
+  LB_EXPECT(lb_hear(ctx) == 7);
+  LB_OK(pb_run(ctx, &x, &b, &rx, 0, warm));
+  printf("BENCH mk_proxy_lat_us warm-up first %.0f\n", rx.lat_us[0]);
+  lb_tell(ctx, 8); /* both sides' warm-up blocks landed and were acknowledged */
+  LB_EXPECT(lb_hear(ctx) == 8);
+  const double t0 = lb_now();
+  LB_OK(pb_run(ctx, &x, &b, &rx, warm, total));
   const double dt = lb_now() - t0;
   LB_OK(mk_proxy_wait_completed(&x.prod, x.prod.tail - 1, WAIT_NS));
-  LB_EXPECT(lb_check(x.data + b.len * (1 + (b.iters - 1) % b.slots), b.len, ctx->seed,
+  LB_EXPECT(lb_check(x.data + b.len * (1 + (total - 1) % b.slots), b.len, ctx->seed,
                      (uint64_t)x.peer, "the last block received") == 0);
-  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.peer) == b.iters * b.len);
+  LB_EXPECT(mk_proxy_sent_bytes(x.p, x.peer) == total * b.len);
   printf("BENCH mk_proxy_bw %zu %.1f\n", b.len, (double)b.len * (double)b.iters / dt / 1048576.0);
+  pb_print_latency(&b, rx.lat_us + warm);
   fflush(stdout);
+  free(rx.seen);
+  free(rx.lat_us);
   LB_OK(px_stop(ctx, &x, threads_running));
   px_free(&x);
   return 0;
