@@ -318,12 +318,12 @@ static int stop_target(struct lb_ctx* ctx) {
  * ops' block) with a signal into LB_BENCH_SLOTS landing slots of its peer, at different
  * offsets as row-blocks land, and acknowledges each block it receives (a 0-byte put+signal,
  * unfenced as the ops' flags are; LB_BENCH_ACK=signal: a fenced SIGNAL); a slot is reused
- * once its peer has seen it. One untimed round of every slot first. The transport's own benchmarks (loopback bench_bw,
- * bench_put_bw) drive one direction from the calling thread; this one goes through the
- * proxy's queue and thread, with traffic both ways, which is what NCCL_MK_PROXY_STREAMS and
- * the proxy's settings should be tuned against (session 45: the one-direction put
- * benchmark ranked stream counts opposite to the ops). Prints MiB/s each way and each block's
- * latency from its publish to its flag at the peer. */
+ * once its peer has seen it. One untimed round of every slot first. The transport's own benchmarks
+ * (loopback bench_bw, bench_put_bw) drive one direction from the calling thread; this one goes
+ * through the proxy's queue and thread, with traffic both ways, which is what NCCL_MK_PROXY_STREAMS
+ * and the proxy's settings should be tuned against (session 45: the one-direction put benchmark
+ * ranked stream counts opposite to the ops). Prints MiB/s each way and each block's latency from
+ * its publish to its flag at the peer. */
 #define PB_DEPTH 64u
 
 struct pb {
@@ -394,8 +394,8 @@ static void pb_print_latency(const struct pb* b, double* lat_us) {
 
 /* Blocks [from, to) both ways, until the peer acknowledged our last one: 0, or 1 on a proxy
  * error or after 120 s. */
-static int pb_run(struct lb_ctx* ctx, struct px* x, const struct pb* b, struct pb_rx* rx, uint64_t from,
-                  uint64_t to) {
+static int pb_run(struct lb_ctx* ctx, struct px* x, const struct pb* b, struct pb_rx* rx,
+                  uint64_t from, uint64_t to) {
   const double t0 = lb_now();
   uint64_t i = from, j = from;
   while (i < to || j < to || !pb_acked(x, b, to - 1)) {
