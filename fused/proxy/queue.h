@@ -17,7 +17,7 @@
  *     line 0  : magic, depth                     (constant after mk_proxy_queue_init)
  *     line 1  : consumed, completed              (written by the proxy only)
  *     line 2  : proxy_err    1 x 64              (written by the proxy only)
- *     line 3  : producer_err 1 x 64              (written by the producer only)
+ *     line 3  : producer_err 1 x 64              (written by the producers only)
  *   slots     : depth x 64        struct mk_proxy_desc, slot = ticket % depth
  *
  * Protocol. Tickets count descriptors from 0. The producer owns ticket t when
@@ -45,10 +45,15 @@
  * Errors. Each side writes only its own record: the fields, then a release store of
  * `aborted` = 1. Every wait here is bounded by a timeout and returns at once when the
  * other side's record is set, so neither a dead proxy nor a dead producer leaves the other
- * waiting.
+ * waiting. The producers' record may be raised by several producers at once (the CTAs of
+ * mk_proxy_mp_publish, host-mapped memory without atomics), so its fields can mix; only
+ * `aborted` and `err` (-ETIMEDOUT from every producer) are read (mk_proxy_queue_failed), and
+ * a fused call's account of what it waited for is the GEMM error record, which a claim word
+ * keeps whole (gemm.h mk_gemm_error).
  *
- * GPU status: the device paths of this header (the __CUDA_ARCH__ branches) are compiled
- * (fused/proxy/queue_dev_check.cu) but have NOT yet run on a GPU.
+ * GPU status: the device paths of this header (the __CUDA_ARCH__ branches) run in the
+ * cross-node fused ops (gemm_push_xnode.cuh, gemm_rs.cuh; `scripts/gpu-check.sh xnode`) and
+ * in queue_dev_check.cu's compile check.
  */
 #ifndef MK_PROXY_QUEUE_H_
 #define MK_PROXY_QUEUE_H_
