@@ -41,6 +41,9 @@ struct mk_conn_hints {
   int streams;         /* ofi: endpoints per comm (NCCL_MK_OFI_STREAMS otherwise) */
   int progress_thread; /* ofi: -1 none, 1 the comm's own, 2 the device's (0:
                           NCCL_MK_OFI_PROGRESS_THREAD) */
+  int connect_ahead;   /* ofi: 1 forms every stream's fabric connection right after the
+                          handshake (both ends must ask: the proxy's comms, whose every put
+                          uses every stream), not on its first write */
 };
 void mk_conn_hints_set(const struct mk_conn_hints* h); /* NULL clears */
 const struct mk_conn_hints* mk_conn_hints_get(void);
@@ -161,6 +164,9 @@ int mk_ofi_progress_auto(const char* provider, int cores);
 /* A send comm's sends that found no room in the provider after their first stripe and were
  * resumed later by the progress thread (0 for any other comm); for tests. */
 uint64_t mk_ofi_sends_resumed(const struct mk_comm* comm);
+/* The streams of a comm whose fabric connection was formed ahead (the hint connect_ahead)
+ * and has carried its 0-byte message; for tests. */
+int mk_ofi_streams_connected_ahead(const struct mk_comm* comm);
 #endif
 #if MK_HAVE_VERBS
 extern const struct mk_transport_ops mk_ib_ops;

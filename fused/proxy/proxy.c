@@ -289,7 +289,8 @@ int mk_proxy_connect(struct mk_proxy* p, const struct mk_proxy_addr* all) {
    * against NCCL, 2xH200, bench/NOTES.md session 24) */
   struct mk_conn_hints hints = {
       .streams = p->conf.streams ? p->conf.streams : (int)mk_param_int(MK_PARAM_PROXY_STREAMS),
-      .progress_thread = -1};
+      .progress_thread = -1,
+      .connect_ahead = 1}; /* every put uses every stream: form them all now, in parallel */
   mk_conn_hints_set(&hints); /* this thread's connects and accepts below */
   int rc = proxy_connect_all(p, all, &nnamed);
   mk_conn_hints_set(NULL);

@@ -375,7 +375,48 @@ static int hints_role(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* Waits (bounded) until want streams of ctx->comm were connected ahead; the count seen. */
+static int connected_ahead_within(struct lb_ctx* ctx, int want, double seconds) {
+  const double t0 = lb_now();
+  int n;
+  while ((n = mk_ofi_streams_connected_ahead(ctx->comm)) < want && lb_now() - t0 < seconds)
+    usleep(1000);
+  return n;
+}
+
+/* The proxy's hint connect_ahead: right after the handshake, with no data posted, every
+ * stream 1.. of both ends forms its fabric connection (its 0-byte message lands), so a put's
+ * first write does not pay for it; a comm without the hint forms none, and both still carry
+ * messages. */
+static int connect_ahead_role(struct lb_ctx* ctx) {
+  LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
+  const int plain = connected_ahead_within(ctx, 1, 0.2);
+  LB_OK(one_message(ctx, 1));
+  LB_OK(ctx->ops->close(ctx->comm));
+  ctx->comm = NULL;
+  lb_tell(ctx, 8);
+  LB_EXPECT(lb_hear(ctx) == 8);
+  const struct mk_conn_hints h = {.streams = 4, .connect_ahead = 1};
+  mk_conn_hints_set(&h);
+  int rc = lb_reconnect(ctx);
+  mk_conn_hints_set(NULL);
+  LB_OK(rc);
+  const int ahead = connected_ahead_within(ctx, 3, 10.0);
+  printf("  [%s] streams connected ahead: %d with the hint (of 3), %d without\n",
+         ctx->is_sender ? "sender" : "receiver", ahead, plain);
+  LB_EXPECT(plain == 0);
+  LB_EXPECT(ahead == (mk_param_int(MK_PARAM_OFI_STREAM_THREADS) ? 3 : 0));
+  LB_OK(one_message(ctx, 2));
+  LB_OK(ctx->ops->close(ctx->comm));
+  ctx->comm = NULL;
+  lb_tell(ctx, 9);
+  LB_EXPECT(lb_hear(ctx) == 9);
+  return lb_close(ctx);
+}
+
 const struct lb_case lb_cases_lifecycle[] = {
+    {"connection_hint_connect_ahead_forms_every_streams_connection_before_any_data",
+     connect_ahead_role, connect_ahead_role, 30, 0},
     {"connection_hints_set_the_stream_count_and_progress_thread", hints_role, hints_role, 30, 0},
     {"close_joins_every_stream_thread", threads_role, threads_role, 30, 0},
     {"reconnect_on_same_listen_comm_and_close_in_flight", reconnect_recv, reconnect_send, 30, 0},

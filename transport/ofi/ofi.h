@@ -115,7 +115,8 @@ struct ofi_req;
 
 /* What a completion means; one per posted libfabric operation. */
 enum ofi_op_kind { OFI_OP_SEND, OFI_OP_RECV, OFI_OP_CTS_SEND, OFI_OP_CTRL_RECV, OFI_OP_PUT,
-                   OFI_OP_SIGNAL, OFI_OP_EAGER_RECV, OFI_OP_CREDIT_SEND };
+                   OFI_OP_SIGNAL, OFI_OP_EAGER_RECV, OFI_OP_CREDIT_SEND,
+                   OFI_OP_CONNECT /* a stream's connection formed ahead: no request */ };
 
 struct ofi_op {
   struct fi_context2 ctx; /* first: libfabric hands this pointer back in the CQ entry */
@@ -210,6 +211,11 @@ struct ofi_stream {
   int active;                 /* atomic: posted operations not completed yet */
   int stop;                   /* atomic: close asks the thread to leave */
   int error;                  /* atomic: the connection failed (-ECONNRESET / -EIO) */
+  /* ofi_streams_connect_ahead: send side, the thread retries the 0-byte send until this
+   * deadline (atomic, 0 once posted or given up); both sides, the op it completes */
+  uint64_t connect_deadline_ns;
+  struct ofi_op connect_op;
+  int connected_ahead; /* atomic: connect_op completed without error */
 };
 
 struct ofi_comm {
@@ -259,6 +265,7 @@ struct ofi_comm {
   uint32_t nrx;
   /* the progress thread (ofi_progress.c): while runner is set, stream 0's CQ is read by it
    * (always under lock) and NCCL's calls only post and look at their requests */
+  int connect_ahead;          /* the hint: form the streams' connections after the handshake */
   int progress_wanted;        /* decided at creation (hint, parameter, provider): an
                                  enum ofi_progress_mode */
   struct ofi_runner* runner;  /* own_runner, the device's, or NULL (NCCL's thread reads) */
@@ -278,6 +285,9 @@ int ofi_stream_open(struct ofi_comm* c, struct ofi_stream* st);
 void ofi_stream_close_ep(struct ofi_stream* st);
 void ofi_stream_close_rest(struct ofi_stream* st);
 int ofi_streams_start(struct ofi_comm* c);
+/* After the handshake, with the streams' threads running: every stream 1.. forms its fabric
+ * connection now, each on its own thread (the hint connect_ahead). */
+void ofi_streams_connect_ahead(struct ofi_comm* c);
 /* Asks every helper thread to leave and joins it; safe to call twice. */
 void ofi_streams_stop(struct ofi_comm* c);
 /* Around posting an operation on st: wakes its thread, undone when the post failed. */

@@ -124,6 +124,7 @@ static int ofi_hs_step(void* state) {
     if (rc == 1) {
       if (hs->ack != OFI_ACK_MAGIC) return -EBADMSG;
       if (ofi_streams_start(hs->comm) < 0 || ofi_progress_start(hs->comm) < 0) return -EAGAIN;
+      if (hs->comm->connect_ahead) ofi_streams_connect_ahead(hs->comm);
       return 1;
     }
   }

@@ -154,6 +154,10 @@ static void ofi_stream_error(struct ofi_stream* st) {
     return;
   }
   struct ofi_op* op = e.op_context;
+  if (op->kind == OFI_OP_CONNECT) { /* the stream's first real operation reports the failure */
+    ofi_stream_idle(st);
+    return;
+  }
   if (__atomic_load_n(&op->cancelled, __ATOMIC_ACQUIRE) && e.err == FI_ECANCELED) { /* its message came eager (ofi_eager.c) */
     ofi_req_complete(op->req, op, 0, 0);
     ofi_stream_idle(st);
@@ -181,20 +185,73 @@ int ofi_stream_poll(struct ofi_stream* st, int block) {
   }
   for (ssize_t i = 0; i < n; i++) {
     struct ofi_op* op = e[i].op_context;
-    ofi_req_complete(op->req, op, e[i].len, 0);
+    if (op->kind == OFI_OP_CONNECT) __atomic_store_n(&st->connected_ahead, 1, __ATOMIC_RELEASE);
+    else ofi_req_complete(op->req, op, e[i].len, 0);
     ofi_stream_idle(st);
   }
   return (int)n;
+}
+
+/* The send side of ofi_streams_connect_ahead, on the stream's thread: the 0-byte send, retried
+ * while rxm says the connection is still forming (each try moves it on), bounded. */
+static void ofi_stream_connect_step(struct ofi_stream* st) {
+  const uint64_t deadline = __atomic_load_n(&st->connect_deadline_ns, __ATOMIC_ACQUIRE);
+  if (!deadline) return;
+  ssize_t rc = fi_tsend(st->ep, NULL, 0, NULL, st->peer, MK_OFI_TAG_CONNECT, &st->connect_op.ctx);
+  if (rc == -FI_EAGAIN && ofi_now_ns() < deadline) return;
+  __atomic_store_n(&st->connect_deadline_ns, 0, __ATOMIC_RELEASE);
+  if (rc != 0) { /* not formed ahead: the first write forms it, as without the hint */
+    MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: a stream's connection was not formed ahead: %s",
+            ofi_sym.strerror(rc == -FI_EAGAIN ? FI_ETIMEDOUT : (int)-rc));
+    ofi_stream_idle(st);
+  }
 }
 
 static void* ofi_stream_thread(void* arg) {
   struct ofi_stream* st = arg;
   int spins = 0;
   while (ofi_stream_wait(st)) {
+    if (__atomic_load_n(&st->connect_deadline_ns, __ATOMIC_ACQUIRE)) {
+      ofi_stream_connect_step(st);
+      ofi_stream_poll(st, 0);
+      sched_yield();
+      continue;
+    }
     if (ofi_stream_poll(st, spins >= OFI_STREAM_SPINS) > 0) spins = 0;
     else if (++spins >= OFI_STREAM_SPINS && !st->can_wait) sched_yield(), spins = 0;
   }
   return NULL;
+}
+
+/* tcp;ofi_rxm forms a stream's fabric connection on its first post, and that post also
+ * grows rxm's send-buffer pool (16 MB, page-faulted under the endpoint's lock); the
+ * connection moves only while both ends read the endpoint. Left to a put's first write, the
+ * streams paid this one after another (each stripe waits out its EAGAIN before the next is
+ * posted): 30 / 100-200 / 300-550 ms at 2 / 4 / 8 streams on a 2-core host (bench/NOTES.md,
+ * session 47). Here every stream 1.. pays it at once on its own thread: the receiver posts
+ * a 0-byte receive of MK_OFI_TAG_CONNECT (its thread reads the CQ until it lands), the
+ * sender's thread retries a 0-byte send of it until rxm takes it. */
+void ofi_streams_connect_ahead(struct ofi_comm* c) {
+  const uint64_t deadline =
+      ofi_now_ns() + (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
+  for (int k = 1; k < c->nstreams; k++) {
+    struct ofi_stream* st = &c->st[k];
+    if (!st->has_thread) continue; /* NCCL_MK_OFI_STREAM_THREADS=0: the first write forms it */
+    st->connect_op = (struct ofi_op){.kind = OFI_OP_CONNECT};
+    if (c->is_send) __atomic_store_n(&st->connect_deadline_ns, deadline, __ATOMIC_RELEASE);
+    ofi_stream_busy(st); /* until the op completes */
+    if (!c->is_send && fi_trecv(st->ep, NULL, 0, NULL, FI_ADDR_UNSPEC, MK_OFI_TAG_CONNECT, 0,
+                                &st->connect_op.ctx) != 0)
+      ofi_stream_idle(st);
+  }
+}
+
+int mk_ofi_streams_connected_ahead(const struct mk_comm* comm) {
+  if (!comm || comm->ops != &mk_ofi_ops) return 0;
+  const struct ofi_comm* c = (const struct ofi_comm*)comm;
+  int n = 0;
+  for (int k = 1; k < c->nstreams; k++) n += __atomic_load_n(&c->st[k].connected_ahead, __ATOMIC_ACQUIRE);
+  return n;
 }
 
 int ofi_streams_start(struct ofi_comm* c) {

@@ -53,6 +53,10 @@
 #define MK_OFI_MSN_MASK 0x3fffffffu /* the msn bits an eager tag carries */
 /* Bounce buffers match every eager tag: only bits 63 and 62 are compared. */
 #define MK_OFI_EAGER_IGNORE (~(MK_OFI_TAG_CTRL | MK_OFI_TAG_EAGER))
+/* The 0-byte message that forms a stream's connection ahead (ofi_streams_connect_ahead): on
+ * streams 1.. only, which carry data tags (bits 63, 62 clear); bounce buffers (bits 63, 62 =
+ * 01) and control receives (exactly bit 63) never match it. */
+#define MK_OFI_TAG_CONNECT (MK_OFI_TAG_CTRL | MK_OFI_TAG_EAGER)
 #define MK_OFI_TAG_IDX_SHIFT 32
 #define MK_OFI_TAG_IDX_MASK 0xfull
 #define MK_OFI_TAG_STRIPE_SHIFT 36
