@@ -33,7 +33,8 @@ sends_either_side_of_the_thread_send_threshold_land_in_their_receives
 ordering_300_striped_messages
 grouped_recv_with_striped_buffers
 eager_crossing_posted_receives_3000_messages_in_order
-close_joins_every_stream_thread"
+close_joins_every_stream_thread
+connection_hint_connect_ahead_forms_every_streams_connection_before_any_data"
 pass=0 fail=0
 # one case under ThreadSanitizer: run_case CASE LABEL LOG-SUFFIX [VAR=value ...]
 run_case() {
