@@ -227,7 +227,7 @@ static void* ofi_stream_thread(void* arg) {
  * grows rxm's send-buffer pool (16 MB, page-faulted under the endpoint's lock); the
  * connection moves only while both ends read the endpoint. Left to a put's first write, the
  * streams paid this one after another (each stripe waits out its EAGAIN before the next is
- * posted): 30 / 100-200 / 300-550 ms at 2 / 4 / 8 streams on a 2-core host (bench/NOTES.md,
+ * posted): 30 / 75-200 / 300-940 ms at 2 / 4 / 8 streams on a 2-core host (bench/NOTES.md,
  * session 47). Here every stream 1.. pays it at once on its own thread: the receiver posts
  * a 0-byte receive of MK_OFI_TAG_CONNECT (its thread reads the CQ until it lands), the
  * sender's thread retries a 0-byte send of it until rxm takes it. */
