@@ -125,6 +125,11 @@ struct ofi_op {
   uint8_t idx;            /* entry of a grouped receive */
   uint8_t stripe;         /* stripe of that entry = the stream it was posted on */
   uint8_t cancelled;      /* a recv whose message came eager: its FI_ECANCELED is no error */
+  /* a put stripe handed to its stream's thread (ofi_stream_post_later): what to write */
+  void* buf;
+  size_t len;
+  void* desc;
+  struct ofi_op* next_post;
 };
 
 /* Data ops: entry i, stripe k at OFI_OP_AT(i, k); the clear-to-send after all of them. */
@@ -216,6 +221,9 @@ struct ofi_stream {
   uint64_t connect_deadline_ns;
   struct ofi_op connect_op;
   int connected_ahead; /* atomic: connect_op completed without error */
+  /* put stripes its thread posts (NCCL_MK_OFI_STREAM_POSTS), oldest first; under mu */
+  struct ofi_op *posts_head, *posts_tail;
+  uint64_t posts_refused_since; /* the thread's: first EAGAIN of the head, 0 when none */
 };
 
 struct ofi_comm {
@@ -266,6 +274,7 @@ struct ofi_comm {
   /* the progress thread (ofi_progress.c): while runner is set, stream 0's CQ is read by it
    * (always under lock) and NCCL's calls only post and look at their requests */
   int connect_ahead;          /* the hint: form the streams' connections after the handshake */
+  int stream_posts;           /* NCCL_MK_OFI_STREAM_POSTS: streams' threads post put stripes */
   int progress_wanted;        /* decided at creation (hint, parameter, provider): an
                                  enum ofi_progress_mode */
   struct ofi_runner* runner;  /* own_runner, the device's, or NULL (NCCL's thread reads) */
@@ -290,6 +299,10 @@ int ofi_streams_start(struct ofi_comm* c);
 void ofi_streams_connect_ahead(struct ofi_comm* c);
 /* Asks every helper thread to leave and joins it; safe to call twice. */
 void ofi_streams_stop(struct ofi_comm* c);
+/* Hands a put stripe (op->buf, len, desc set) to st's thread, which posts it: over tcp the
+ * post itself copies the data into the socket, so one poster serialised every stream's
+ * copies. Counts as posted (busy) at once. */
+void ofi_stream_post_later(struct ofi_stream* st, struct ofi_op* op);
 /* Around posting an operation on st: wakes its thread, undone when the post failed. */
 void ofi_stream_busy(struct ofi_stream* st);
 void ofi_stream_idle(struct ofi_stream* st);
@@ -369,9 +382,9 @@ int ofi_cq_progress(struct ofi_comm* c);
 int ofi_peer_check(struct ofi_comm* c);
 /* ofi_rma.c: the signal write of a put_signal, once its data write has completed. */
 int ofi_signal_post(struct ofi_comm* c, struct ofi_req* r);
-/* ofi_rma.c: the RMA write of one stripe of a put (buf inside the put's source) on stream k. */
-ssize_t ofi_put_stripe_write(struct ofi_comm* c, unsigned k, struct ofi_op* op, void* buf,
-                             size_t len, void* desc);
+/* ofi_rma.c: the RMA write of one stripe of a put (buf inside the put's source) on stream st. */
+ssize_t ofi_put_stripe_write(struct ofi_stream* st, struct ofi_op* op, void* buf, size_t len,
+                             void* desc);
 /* ofi_data.c: one stripe of a send, receive or put (op->kind) on stream k, in order. What
  * its EAGAIN means depends on what was posted before it: */
 enum ofi_post_mode {

@@ -39,7 +39,7 @@ static ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, void* buf, size_t
   struct ofi_stream* st = &c->st[k];
   ofi_stream_busy(st);
   ssize_t rc;
-  if (op->kind == OFI_OP_PUT) rc = ofi_put_stripe_write(c, k, op, buf, len, desc);
+  if (op->kind == OFI_OP_PUT) rc = ofi_put_stripe_write(st, op, buf, len, desc);
   else if (op->kind == OFI_OP_SEND) rc = fi_tsend(st->ep, buf, len, desc, st->peer, tag, &op->ctx);
   else rc = fi_trecv(st->ep, buf, len, desc, FI_ADDR_UNSPEC, tag, 0, &op->ctx);
   if (rc != 0) ofi_stream_idle(st);

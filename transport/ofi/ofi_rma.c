@@ -126,20 +126,20 @@ int ofi_mr_rkey(struct mk_mr* m, struct mk_rkey* out) {
   return 0;
 }
 
-static ssize_t ofi_write_on(struct ofi_comm* c, unsigned k, struct ofi_op* op, const void* buf,
-                            size_t len, void* desc, uint64_t addr, uint64_t key, uint64_t flags) {
+static ssize_t ofi_write_on(struct ofi_stream* st, struct ofi_op* op, const void* buf, size_t len,
+                            void* desc, uint64_t addr, uint64_t key, uint64_t flags) {
   struct iovec iov = {.iov_base = (void*)buf, .iov_len = len};
   struct fi_rma_iov rma = {.addr = addr, .len = len, .key = key};
-  struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = c->st[k].peer,
+  struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = st->peer,
                            .rma_iov = &rma, .rma_iov_count = 1, .context = &op->ctx};
-  return fi_writemsg(c->st[k].ep, &msg, FI_COMPLETION | flags);
+  return fi_writemsg(st->ep, &msg, FI_COMPLETION | flags);
 }
 
-ssize_t ofi_put_stripe_write(struct ofi_comm* c, unsigned k, struct ofi_op* op, void* buf,
-                             size_t len, void* desc) {
+ssize_t ofi_put_stripe_write(struct ofi_stream* st, struct ofi_op* op, void* buf, size_t len,
+                             void* desc) {
   const struct ofi_req* r = op->req;
   uint64_t addr = r->put_addr + (uint64_t)((const char*)buf - r->put_src);
-  return ofi_write_on(c, k, op, buf, len, desc, addr, r->put_key, r->flags);
+  return ofi_write_on(st, op, buf, len, desc, addr, r->put_key, r->flags);
 }
 
 static void ofi_signal_unwait(struct ofi_comm* c, struct ofi_req* r) {
@@ -161,7 +161,7 @@ int ofi_signal_post(struct ofi_comm* c, struct ofi_req* r) {
     __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELEASE);
     return 0;
   }
-  int rc = ofi_rc(ofi_write_on(c, 0, &r->ops[OFI_OP_SIGNAL_AT], &r->signal_value,
+  int rc = ofi_rc(ofi_write_on(&c->st[0], &r->ops[OFI_OP_SIGNAL_AT], &r->signal_value,
                                sizeof(r->signal_value), c->pool_desc, r->signal_addr,
                                r->signal_key, r->flags));
   if (rc == -FI_EAGAIN) return 0; /* retried from ofi_cq_progress */
@@ -218,6 +218,12 @@ static int ofi_put_start(struct ofi_comm* c, struct ofi_req* r, const void* src,
     *op = (struct ofi_op){.req = r, .kind = OFI_OP_PUT, .stripe = (uint8_t)k};
     char* buf = (char*)src + (size_t)k * chunk;
     size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
+    struct ofi_stream* st = &c->st[first + (int)k];
+    if (c->stream_posts && st->has_thread) { /* its thread posts it, beside the other streams' */
+      op->buf = buf, op->len = len, op->desc = desc;
+      ofi_stream_post_later(st, op);
+      continue;
+    }
     int rc = ofi_stripe_post_in_turn(c, k == 0 ? OFI_POST_FIRST : OFI_POST_WAITED, (unsigned)first + k,
                                      buf, len, desc, 0, op);
     if (rc != 0) return rc;

@@ -192,6 +192,49 @@ int ofi_stream_poll(struct ofi_stream* st, int block) {
   return (int)n;
 }
 
+void ofi_stream_post_later(struct ofi_stream* st, struct ofi_op* op) {
+  op->next_post = NULL;
+  pthread_mutex_lock(&st->mu);
+  if (st->posts_tail) st->posts_tail->next_post = op;
+  else st->posts_head = op;
+  st->posts_tail = op;
+  pthread_mutex_unlock(&st->mu);
+  ofi_stream_busy(st);
+  if (st->can_wait) fi_cq_signal(st->cq); /* out of a 1 ms sread at once */
+}
+
+/* The thread's side: posts what was handed over, oldest first, until the provider says "not
+ * now" (kept for the next turn, after reading the CQ frees room) or the queue is empty. A
+ * stripe refused past the connect timeout, or failed, fails its request and the stream.
+ * 1 while something is left. */
+static int ofi_stream_posts_run(struct ofi_stream* st) {
+  for (;;) {
+    pthread_mutex_lock(&st->mu);
+    struct ofi_op* op = st->posts_head; /* the producer only appends */
+    pthread_mutex_unlock(&st->mu);
+    if (!op) return 0;
+    ssize_t rc = ofi_put_stripe_write(st, op, op->buf, op->len, op->desc);
+    const uint64_t now = ofi_now_ns();
+    if (rc == -FI_EAGAIN) {
+      if (!st->posts_refused_since) st->posts_refused_since = now;
+      if (now - st->posts_refused_since < (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000)
+        return 1;
+      rc = -FI_ETIMEDOUT;
+    }
+    st->posts_refused_since = 0;
+    pthread_mutex_lock(&st->mu);
+    st->posts_head = op->next_post;
+    if (!st->posts_head) st->posts_tail = NULL;
+    pthread_mutex_unlock(&st->mu);
+    if (rc != 0) {
+      MK_WARN("ofi: posting a put's stripe failed: %s", ofi_sym.strerror((int)-rc));
+      ofi_stream_fail(st, ofi_errno_of((int)-rc));
+      ofi_req_complete(op->req, op, 0, (int)rc);
+      ofi_stream_idle(st);
+    }
+  }
+}
+
 /* The send side of ofi_streams_connect_ahead, on the stream's thread: the 0-byte send, retried
  * while rxm says the connection is still forming (each try moves it on), bounded. */
 static void ofi_stream_connect_step(struct ofi_stream* st) {
@@ -217,7 +260,8 @@ static void* ofi_stream_thread(void* arg) {
       sched_yield();
       continue;
     }
-    if (ofi_stream_poll(st, spins >= OFI_STREAM_SPINS) > 0) spins = 0;
+    const int queued = ofi_stream_posts_run(st);
+    if (ofi_stream_poll(st, !queued && spins >= OFI_STREAM_SPINS) > 0) spins = 0;
     else if (++spins >= OFI_STREAM_SPINS && !st->can_wait) sched_yield(), spins = 0;
   }
   return NULL;
