@@ -143,6 +143,14 @@ static void ofi_stream_fail(struct ofi_stream* st, int err) {
   __atomic_compare_exchange_n(&st->error, &expected, err, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
+/* A stripe on st failed with libfabric error fi_err (positive) after len bytes: the stream
+ * fails (NCCL's thread picks it up through st->error) and so does the stripe's request. */
+static void ofi_stream_op_failed(struct ofi_stream* st, struct ofi_op* op, size_t len, int fi_err) {
+  ofi_stream_fail(st, ofi_errno_of(fi_err));
+  ofi_req_complete(op->req, op, len, -fi_err);
+  ofi_stream_idle(st);
+}
+
 /* An error entry: its op fails (and with a connection error, the whole stream). */
 static void ofi_stream_error(struct ofi_stream* st) {
   struct fi_cq_err_entry e;
@@ -164,9 +172,7 @@ static void ofi_stream_error(struct ofi_stream* st) {
     return;
   }
   MK_WARN("ofi: striped operation failed: %s", ofi_sym.strerror(e.err));
-  ofi_stream_fail(st, ofi_errno_of(e.err));
-  ofi_req_complete(((struct ofi_op*)e.op_context)->req, e.op_context, e.len, -(int)e.err);
-  ofi_stream_idle(st);
+  ofi_stream_op_failed(st, op, e.len, (int)e.err);
 }
 
 int ofi_stream_poll(struct ofi_stream* st, int block) {
@@ -214,11 +220,10 @@ static int ofi_stream_posts_run(struct ofi_stream* st) {
     pthread_mutex_unlock(&st->mu);
     if (!op) return 0;
     ssize_t rc = ofi_put_stripe_write(st, op, op->buf, op->len, op->desc);
-    const uint64_t now = ofi_now_ns();
     if (rc == -FI_EAGAIN) {
+      const uint64_t now = ofi_now_ns();
       if (!st->posts_refused_since) st->posts_refused_since = now;
-      if (now - st->posts_refused_since < (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000)
-        return 1;
+      if (now - st->posts_refused_since < ofi_connect_timeout_ns()) return 1;
       rc = -FI_ETIMEDOUT;
     }
     st->posts_refused_since = 0;
@@ -228,9 +233,7 @@ static int ofi_stream_posts_run(struct ofi_stream* st) {
     pthread_mutex_unlock(&st->mu);
     if (rc != 0) {
       MK_WARN("ofi: posting a put's stripe failed: %s", ofi_sym.strerror((int)-rc));
-      ofi_stream_fail(st, ofi_errno_of((int)-rc));
-      ofi_req_complete(op->req, op, 0, (int)rc);
-      ofi_stream_idle(st);
+      ofi_stream_op_failed(st, op, 0, (int)-rc);
     }
   }
 }
@@ -276,8 +279,7 @@ static void* ofi_stream_thread(void* arg) {
  * a 0-byte receive of MK_OFI_TAG_CONNECT (its thread reads the CQ until it lands), the
  * sender's thread retries a 0-byte send of it until rxm takes it. */
 void ofi_streams_connect_ahead(struct ofi_comm* c) {
-  const uint64_t deadline =
-      ofi_now_ns() + (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
+  const uint64_t deadline = ofi_now_ns() + ofi_connect_timeout_ns();
   for (int k = 1; k < c->nstreams; k++) {
     struct ofi_stream* st = &c->st[k];
     if (!st->has_thread) continue; /* NCCL_MK_OFI_STREAM_THREADS=0: the first write forms it */
