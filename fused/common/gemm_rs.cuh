@@ -69,16 +69,25 @@ __device__ __forceinline__ int gemm_xn_rs_publish(const struct mk_gemm_params& p
                                                   int gather) {
   struct mk_xnode_dev* xn = p.rs.xn;
   const int rank = p.rs.rank;
+  const uint64_t t0 = p.trace ? globaltimer_ns() : 0;
   /* this call's CTAs store them: the inner bound */
-  if (mk_wait_geq_inline(count, tiles_n, p.err, p.err_tag, MK_GEMM_ERR_TILE_OWN_ROWS, (uint32_t)d,
-                         mk_wait_inner_timeout_ns(p.timeout_ns)) < tiles_n)
-    return 0;
+  const uint64_t seen = mk_wait_geq_inline(count, tiles_n, p.err, p.err_tag, MK_GEMM_ERR_TILE_OWN_ROWS, (uint32_t)d,
+                                           mk_wait_inner_timeout_ns(p.timeout_ns));
+  /* NCCL_MK_TRACE: the wait for the row-block's tiles (peer: its destination; flag 1: the gather) */
+  mk_trace_emit(p.trace, blockIdx.x, MK_TRACE_LANE_COMM, t0, MK_TRACE_COMM_SEND, MK_TRACE_WAIT, (uint32_t)d,
+                (uint32_t)mb, (uint32_t)gather, tiles_n, seen);
+  if (seen < tiles_n) return 0;
+  const uint64_t t1 = p.trace ? globaltimer_ns() : 0;
   const struct mk_proxy_desc desc = mk_xn_rs_block_desc(rank, d, p.rs.nranks, blocks, mb, row_bytes, tiles_n, gather,
                                                         p.err_tag);
   const int rc = mk_proxy_mp_publish(xn->q, &xn->prod.tail, &desc, xn->timeout_ns, rank, NULL);
   if (rc)
     mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_PROXY_SENT, (uint32_t)d, tiles_n,
                         (uint64_t)(-rc));
+  /* and its publication (room in the queue). No peer: the proxy moves the rows after, so its
+   * end is not their arrival (scripts/mktrace/analysis.py arrival_events) */
+  mk_trace_emit(p.trace, blockIdx.x, MK_TRACE_LANE_COMM, t1, MK_TRACE_COMM_SEND, MK_TRACE_CHUNK, MK_TRACE_NO_PEER,
+                (uint32_t)mb, (uint32_t)gather, (uint64_t)d + 1, rc == 0 ? (uint64_t)d + 1 : 0);
   return rc == 0;
 }
 

@@ -319,3 +319,34 @@ def format_gaps(traces):
         lines.append(f"  {r['rank']:>4} {r['call']:>5} {r['op']:<22} {len(us):>6} {us[len(us) // 2]:>8.2f} "
                      f"{sum(us) / len(us):>8.2f} {us[int(0.9 * (len(us) - 1))]:>8.2f} {us[-1]:>8.2f}")
     return "\n".join(lines)
+
+
+def send_table(traces):
+    """Per rank, the cross-node GEMM+ReduceScatter / AllReduce sender CTA's row-blocks in the
+    order it published them: [(rank, [(dest, mb, gather, ready_ns, published_ns)])], times
+    from that rank's first event. Ready: the sender's wait for the row-block's tiles ended;
+    published: its descriptor went into the proxy's queue (the queue having room). Each wait
+    (comm-send wait) is paired with the publication after it on its lane (comm-send chunk,
+    same id and flag); a wait without one (a call that gave up) is left out. What tells a
+    sender held by the GEMM (ready late) from one held by the queue (published long after
+    ready); when the rows then land is the peer's to say (its storers' tile events)."""
+    out = []
+    for t in traces:
+        t0 = min(e.start for e in t.events) if t.events else 0
+        sends = []
+        for evs in _sorted_lanes(e for e in t.events if e.role == "comm-send").values():
+            sends += [(w.peer, w.id, w.flag, w.end - t0, c.end - t0) for w, c in zip(evs, evs[1:])
+                      if w.kind == "wait" and c.kind == "chunk" and c.id == w.id and c.flag == w.flag]
+        out.append((t.rank, sorted(sends, key=lambda s: s[4])))
+    return out
+
+
+def format_sends(traces):
+    lines = []
+    for rank, sends in send_table(traces):
+        lines.append(f"rank {rank}: {len(sends)} row-blocks published")
+        lines.append(f"  {'to':>3} {'mb':>4} {'what':<8} {'ready us':>9} {'published us':>13} {'queued us':>10}")
+        for dest, mb, gather, ready, pub in sends:
+            lines.append(f"  {dest:>3} {mb:>4} {'reduced' if gather else 'partial':<8} {ready / 1e3:>9.1f}"
+                         f" {pub / 1e3:>13.1f} {(pub - ready) / 1e3:>10.1f}")
+    return "\n".join(lines)

@@ -391,6 +391,35 @@ def png_of_132_sm_trace_has_bounded_height(tmp):
     check(png.panel_inches(4, 2) < png.panel_inches(132, 2), "a panel grows with its SMs")
 
 
+def sends_pair_each_wait_with_its_publication(tmp):
+    """The cross-node RS/AR sender records, per row-block and destination, its wait for the
+    tiles (comm-send wait) then its publication (comm-send chunk, same id and flag). `sends`
+    lists them in publication order with ready and queued times; a wait whose publication is
+    missing (a call that gave up) is not listed as published."""
+    _, traces, _ = synth_traces(tmp)
+    t = traces[0]
+    t0 = min(e.start for e in t.events)
+    cta = t.ctas - 1
+    comm = fmt.LANE_NAMES.index("comm")
+
+    def ev(start, dur, kind, peer, eid, flag):
+        return fmt.Event(t.rank, cta, 0, comm, t0 + start, dur, "comm-send", kind, peer, eid, flag, 32, 32)
+
+    t.events = [e for e in t.events if e.cta != cta]
+    t.events += [ev(0, 100_000, "wait", 1, 3, 0),             # partial of row-block 3, ready at 100 us
+                 ev(100_000, 2_000, "chunk", -1, 3, 0),       # published at 102
+                 ev(102_000, 50_000, "wait", 1, 0, 1),        # reduced rows of 0, ready at 152
+                 ev(152_000, 400_000, "chunk", -1, 0, 1),     # queued 400 us
+                 ev(552_000, 10_000, "wait", 1, 1, 1)]        # gave up: no publication
+    rows = dict(analysis.send_table(traces))
+    check(rows[t.rank] == [(1, 3, 0, 100_000, 102_000), (1, 0, 1, 152_000, 552_000)],
+          f"two publications in order, the unpublished wait left out: {rows[t.rank]}")
+    check(rows[1 - t.rank] == [], "the other rank has none")
+    out = tool("sends", *write_traces(tmp, traces, "sends")).stdout
+    check("rank 0: 2 row-blocks published" in out and "reduced" in out and "400.0" in out,
+          f"mk-trace sends prints them:\n{out}")
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         globals()[CASE](tmp)
