@@ -101,8 +101,15 @@ static void fill_random_f32(void* p, size_t n, uint64_t seed, float scale) {
   fill_random_f32_kernel<<<1024, 256>>>((float*)p, n, seed, scale);
   CUDA_OK(cudaGetLastError());
 }
-/* 0xFF bytes: NaN in bf16 and in fp32, so an unwritten element can never pass. */
-static void poison(void* p, size_t bytes) { CUDA_OK(cudaMemset(p, 0xFF, bytes)); }
+/* 0xFF bytes: NaN in bf16 and in fp32, so an unwritten element can never pass. Done before it
+ * returns: cudaMemset runs on the legacy stream and returns before it finishes, and the
+ * tests' non-blocking streams do not wait for that stream, so a kernel launched next could
+ * write its output before the poison landed on it (session 48: a GEMM+AllReduce check found
+ * NaN left in its first call's output, no error reported). */
+static void poison(void* p, size_t bytes) {
+  CUDA_OK(cudaMemset(p, 0xFF, bytes));
+  CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+}
 
 static __device__ __forceinline__ double load_as_double(const __nv_bfloat16* p, size_t i) { return (double)__bfloat162float(p[i]); }
 static __device__ __forceinline__ double load_as_double(const float* p, size_t i) { return (double)p[i]; }

@@ -131,7 +131,11 @@ int coll_fill(void* dev_buf, size_t count, int rank, ncclDataType_t dt, int seed
 int coll_poison(void* dev_buf, size_t bytes) {
   /* 0x7f bytes: NaN in half, about 3e38 in float/bf16, a huge integer otherwise; never a
    * value of the pattern, so an unwritten element is always counted wrong. */
-  return cudaMemset(dev_buf, 0x7f, bytes) == cudaSuccess ? 0 : -1;
+  /* done before it returns: the harness's non-blocking streams do not wait for the legacy
+   * stream cudaMemset runs on (gemm_check.cuh poison) */
+  return cudaMemset(dev_buf, 0x7f, bytes) == cudaSuccess && cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess
+             ? 0
+             : -1;
 }
 
 long coll_count_wrong(const struct coll_desc* coll, const void* dev_buf, size_t recv_count,
