@@ -55,3 +55,7 @@ int mk_transport_get(const struct mk_transport_ops** ops) {
   *ops = selected;
   return 0;
 }
+
+uint64_t mk_connect_timeout_ns(void) {
+  return (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
+}

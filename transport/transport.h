@@ -150,6 +150,10 @@ struct mk_transport_ops {
  * ofi), initialised once. -ENODEV when none can run here. */
 int mk_transport_get(const struct mk_transport_ops** ops);
 
+/* NCCL_MK_CONNECT_TIMEOUT_MS in ns: the bound of every connection step (a handshake, a
+ * stream's first post, a post the provider keeps refusing). */
+uint64_t mk_connect_timeout_ns(void);
+
 #if MK_HAVE_OFI
 extern const struct mk_transport_ops mk_ofi_ops;
 /* The endpoints per comm ofi opens with NCCL_MK_OFI_STREAMS=0 (auto) over this libfabric

@@ -231,7 +231,7 @@ static int proxy_connect_all(struct mk_proxy* p, const struct mk_proxy_addr* all
   if (!acc) return -ENOMEM;
   int naccepted = 0, rc = 0;
   *nnamed = 0;
-  uint64_t deadline = now_ns() + 2 * (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
+  uint64_t deadline = now_ns() + 2 * mk_connect_timeout_ns();
   for (;;) {
     int pending = proxy_dial_step(p, all);
     if (pending < 0) rc = pending;

@@ -50,7 +50,7 @@ static struct ib_handshake* ib_hs_new(int fd, int dev, int tc, uint64_t nonce, i
   hs->nonce = nonce;
   hs->connector = hs->connecting = connector;
   hs->ready = IB_READY;
-  hs->deadline_ns = ib_now_ns() + (uint64_t)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS) * 1000000;
+  hs->deadline_ns = ib_now_ns() + mk_connect_timeout_ns();
   return hs;
 }
 

@@ -378,7 +378,6 @@ int ofi_internal_reg(struct ofi_comm* c, void* buf, size_t len, struct fid_mr** 
 uint64_t ofi_now_ns(void);
 /* NCCL_MK_CONNECT_TIMEOUT_MS in ns: the bound on a handshake and on any wait for the provider
  * to take a post. */
-uint64_t ofi_connect_timeout_ns(void);
 /* ofi_cq.c: reads the CQ and dispatches completions; returns how many it handled. */
 int ofi_cq_progress(struct ofi_comm* c);
 /* Rate-limited dead-peer check for an op that is waiting; returns c->error. */

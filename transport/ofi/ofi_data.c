@@ -51,7 +51,7 @@ static ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, void* buf, size_t
  * their threads), bounded. */
 static int ofi_stripe_post_retry(struct ofi_comm* c, unsigned k, void* buf, size_t len,
                                  void* desc, uint64_t tag, struct ofi_op* op) {
-  uint64_t deadline = ofi_now_ns() + ofi_connect_timeout_ns();
+  uint64_t deadline = ofi_now_ns() + mk_connect_timeout_ns();
   for (;;) {
     ssize_t rc = ofi_stripe_post(c, k, buf, len, desc, tag, op);
     if (rc != -FI_EAGAIN) return ofi_rc(rc);
@@ -130,7 +130,7 @@ static void ofi_send_defer(struct ofi_comm* c, struct ofi_req* r, const struct m
 static int ofi_send_resume_later(struct ofi_comm* c, struct ofi_req* r) {
   const uint64_t now = ofi_now_ns();
   if (!r->send_deadline) {
-    r->send_deadline = now + ofi_connect_timeout_ns();
+    r->send_deadline = now + mk_connect_timeout_ns();
     c->n_resumed++;
   } else if (now > r->send_deadline) {
     MK_WARN("ofi: stripe %u of a %zu-byte send found no room in the provider for %d ms", r->send_next,

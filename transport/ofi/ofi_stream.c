@@ -223,7 +223,7 @@ static int ofi_stream_posts_run(struct ofi_stream* st) {
     if (rc == -FI_EAGAIN) {
       const uint64_t now = ofi_now_ns();
       if (!st->posts_refused_since) st->posts_refused_since = now;
-      if (now - st->posts_refused_since < ofi_connect_timeout_ns()) return 1;
+      if (now - st->posts_refused_since < mk_connect_timeout_ns()) return 1;
       rc = -FI_ETIMEDOUT;
     }
     st->posts_refused_since = 0;
@@ -279,7 +279,7 @@ static void* ofi_stream_thread(void* arg) {
  * a 0-byte receive of MK_OFI_TAG_CONNECT (its thread reads the CQ until it lands), the
  * sender's thread retries a 0-byte send of it until rxm takes it. */
 void ofi_streams_connect_ahead(struct ofi_comm* c) {
-  const uint64_t deadline = ofi_now_ns() + ofi_connect_timeout_ns();
+  const uint64_t deadline = ofi_now_ns() + mk_connect_timeout_ns();
   for (int k = 1; k < c->nstreams; k++) {
     struct ofi_stream* st = &c->st[k];
     if (!st->has_thread) continue; /* NCCL_MK_OFI_STREAM_THREADS=0: the first write forms it */
