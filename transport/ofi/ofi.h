@@ -271,10 +271,10 @@ struct ofi_comm {
   struct ofi_req* rx[MK_MAX_REQUESTS]; /* recv: live receives in posting order */
   int tails_pending;          /* recv: entries whose later stripes await cancelling (atomic) */
   uint32_t nrx;
-  /* the progress thread (ofi_progress.c): while runner is set, stream 0's CQ is read by it
-   * (always under lock) and NCCL's calls only post and look at their requests */
   int connect_ahead;          /* the hint: form the streams' connections after the handshake */
   int stream_posts;           /* NCCL_MK_OFI_STREAM_POSTS: streams' threads post put stripes */
+  /* the progress thread (ofi_progress.c): while runner is set, stream 0's CQ is read by it
+   * (always under lock) and NCCL's calls only post and look at their requests */
   int progress_wanted;        /* decided at creation (hint, parameter, provider): an
                                  enum ofi_progress_mode */
   struct ofi_runner* runner;  /* own_runner, the device's, or NULL (NCCL's thread reads) */
@@ -376,8 +376,6 @@ int ofi_ctrl_post(struct ofi_comm* c, unsigned k);
 /* FI_MR_LOCAL: registers a buffer of ours (no-op otherwise). */
 int ofi_internal_reg(struct ofi_comm* c, void* buf, size_t len, struct fid_mr** mr, void** desc);
 uint64_t ofi_now_ns(void);
-/* NCCL_MK_CONNECT_TIMEOUT_MS in ns: the bound on a handshake and on any wait for the provider
- * to take a post. */
 /* ofi_cq.c: reads the CQ and dispatches completions; returns how many it handled. */
 int ofi_cq_progress(struct ofi_comm* c);
 /* Rate-limited dead-peer check for an op that is waiting; returns c->error. */

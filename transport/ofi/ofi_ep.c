@@ -16,7 +16,6 @@ uint64_t ofi_now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-
 /* FI_MR_LOCAL: buffers we hand to the provider ourselves need a descriptor too. */
 int ofi_internal_reg(struct ofi_comm* c, void* buf, size_t len, struct fid_mr** mr, void** desc) {
   if (!c->dev->mr_local) return 0;
