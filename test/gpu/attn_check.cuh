@@ -147,7 +147,7 @@ static inline struct elem_result elem_check(const OutT* out, const double* ref, 
   unsigned long long* acc;
   unsigned long long h[3];
   CUDA_OK(cudaMalloc(&acc, sizeof h));
-  CUDA_OK(cudaMemset(acc, 0, sizeof h));
+  memset_now(acc, 0, sizeof h);
   attn_elem_check_kernel<OutT><<<512, 256>>>(out, ref, n, atol, rtol, acc);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaMemcpy(h, acc, sizeof h, cudaMemcpyDeviceToHost));
@@ -459,7 +459,7 @@ template <class T>
 static void attn_take_rank_rows(const T* global, T* local, int batch, long seq, long width,
                                 int rank, int nranks, int zigzag) {
   attn_take_rank_rows_kernel<T><<<1024, 256>>>(global, local, batch, seq, width, rank, nranks, zigzag);
-  CUDA_OK(cudaGetLastError());
+  legacy_stream_done();
 }
 
 /* local[b, h, i] = global[b, h, attn_global_row(i)]: rank r's part of lse [B, H, S]. */
@@ -478,7 +478,7 @@ template <class T>
 static void attn_take_rank_lse(const T* global, T* local, int batch, int heads, long seq, int rank,
                                int nranks, int zigzag) {
   attn_take_rank_lse_kernel<T><<<1024, 256>>>(global, local, batch, heads, seq, rank, nranks, zigzag);
-  CUDA_OK(cudaGetLastError());
+  legacy_stream_done();
 }
 
 /* Negative controls: element i of a device array (bf16 or a float type) += delta. */

@@ -89,27 +89,33 @@ static __global__ void fill_random_e4m3_kernel(__nv_fp8_e4m3* p, size_t n, uint6
     p[i] = __nv_fp8_e4m3((float)((2.0 * u - 1.0) * scale));
   }
 }
+/* The helpers below that write device memory on the legacy stream (cudaMemset, the fill
+ * kernels, cudaMemcpy from pageable memory) return only once it has landed: the tests'
+ * non-blocking streams do not wait for the legacy stream, so a kernel launched on one next
+ * could otherwise read or write the buffer first (session 48: a GEMM+AllReduce check found
+ * NaN left in its first call's output by the poison landing after the call). */
+static void legacy_stream_done(void) {
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+}
+static void memset_now(void* p, int value, size_t bytes) {
+  CUDA_OK(cudaMemset(p, value, bytes));
+  legacy_stream_done();
+}
 static void fill_random_e4m3(void* p, size_t n, uint64_t seed, float scale) {
   fill_random_e4m3_kernel<<<1024, 256>>>((__nv_fp8_e4m3*)p, n, seed, scale);
-  CUDA_OK(cudaGetLastError());
+  legacy_stream_done();
 }
 static void fill_random_bf16(void* p, size_t n, uint64_t seed, float scale) {
   fill_random_bf16_kernel<<<1024, 256>>>((__nv_bfloat16*)p, n, seed, scale);
-  CUDA_OK(cudaGetLastError());
+  legacy_stream_done();
 }
 static void fill_random_f32(void* p, size_t n, uint64_t seed, float scale) {
   fill_random_f32_kernel<<<1024, 256>>>((float*)p, n, seed, scale);
-  CUDA_OK(cudaGetLastError());
+  legacy_stream_done();
 }
-/* 0xFF bytes: NaN in bf16 and in fp32, so an unwritten element can never pass. Done before it
- * returns: cudaMemset runs on the legacy stream and returns before it finishes, and the
- * tests' non-blocking streams do not wait for that stream, so a kernel launched next could
- * write its output before the poison landed on it (session 48: a GEMM+AllReduce check found
- * NaN left in its first call's output, no error reported). */
-static void poison(void* p, size_t bytes) {
-  CUDA_OK(cudaMemset(p, 0xFF, bytes));
-  CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
-}
+/* 0xFF bytes: NaN in bf16 and in fp32, so an unwritten element can never pass. */
+static void poison(void* p, size_t bytes) { memset_now(p, 0xFF, bytes); }
 
 static __device__ __forceinline__ double load_as_double(const __nv_bfloat16* p, size_t i) { return (double)__bfloat162float(p[i]); }
 static __device__ __forceinline__ double load_as_double(const float* p, size_t i) { return (double)p[i]; }

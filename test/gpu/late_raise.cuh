@@ -51,6 +51,7 @@ static float time_beside_late_raise(uint64_t* flags, int count, uint64_t value, 
 static void set_words(uint64_t* words, int n, uint64_t value) {
   std::vector<uint64_t> h(n, value);
   CUDA_OK(cudaMemcpy(words, h.data(), n * sizeof(uint64_t), cudaMemcpyHostToDevice));
+  legacy_stream_done(); /* from pageable memory the copy may still be in flight */
 }
 
 #endif /* MK_LATE_RAISE_CUH_ */

@@ -58,7 +58,7 @@ static void peer_writes_check(struct rank_env* e, const struct mk_fused_comm* fc
               fc->sym_bytes, p, (unsigned long long)got[p], (unsigned long long)want);
     expect(e, got[p] == want, where, 0);
   }
-  CUDA_OK(cudaMemset((char*)fc->sym + off, 0, 8 * (size_t)NR));
+  memset_now((char*)fc->sym + off, 0, 8 * (size_t)NR);
 }
 
 static void scenario_peer_writes(struct rank_env* e) {
@@ -93,6 +93,7 @@ static void scenario_peer_writes(struct rank_env* e) {
   char** peers;
   CUDA_OK(cudaMalloc(&peers, sizeof(char*) * NR));
   CUDA_OK(cudaMemcpy(peers, peers_host, sizeof(char*) * NR, cudaMemcpyHostToDevice));
+  legacy_stream_done(); /* the kernels below run on a non-blocking stream */
   const size_t offs[3] = {fc->moe_offset - 64, fc->moe_offset + fc->moe_geom.recv, fc->sym_bytes - 64};
   for (int i = 0; i < 3; i++) peer_marker_kernel<<<1, 32, 0, e->stream>>>(peers, NR, e->rank, offs[i]);
   CUDA_OK(cudaGetLastError());

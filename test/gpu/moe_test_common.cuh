@@ -248,7 +248,7 @@ static __global__ void count_not_ff_kernel(const unsigned char* p, size_t n,
 static unsigned long long count_not_ff(const void* p, size_t bytes) {
   unsigned long long *d, h = 0;
   CUDA_OK(cudaMalloc(&d, sizeof(*d)));
-  CUDA_OK(cudaMemset(d, 0, sizeof(*d)));
+  memset_now(d, 0, sizeof(*d));
   if (bytes) count_not_ff_kernel<<<1024, 256>>>((const unsigned char*)p, bytes, d);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost));
@@ -340,7 +340,7 @@ static void bufs_free(struct moe_bufs* b) {
 static void fill_x(void* x, const struct moe_case* c, uint64_t base, int p, int fp8) {
   fill_random_bf16(x, (size_t)c->tokens * c->hidden, seed_of(base, p, 1), 1.0f);
   if (fp8) shape_x_rows_kernel<<<1024, 256>>>((__nv_bfloat16*)x, c->tokens, c->hidden);
-  CUDA_OK(cudaGetLastError());
+  legacy_stream_done();
 }
 
 /* Fresh inputs for `base` (written into the same buffers), outputs poisoned; synchronous.

@@ -32,8 +32,10 @@ static uint64_t g_seed; /* from the NCCL id: fresh each run, the same on every r
  * frees nothing (cudaFree waits for every kernel on the device: busy_sms's holder). */
 static __device__ double rank_barrier_word;
 
-/* Every rank of comm meets: a one-element all-reduce on the stream, then a sync. */
+/* Every rank of comm meets, its legacy-stream work (set-up) done: a one-element all-reduce on
+ * the stream, then a sync. */
 static void rank_barrier(ncclComm_t comm, cudaStream_t stream) {
+  legacy_stream_done();
   double* one;
   CUDA_OK(cudaGetSymbolAddress((void**)&one, rank_barrier_word));
   NCCL_OK(ncclAllReduce(one, one, 1, ncclFloat64, ncclSum, comm, stream));

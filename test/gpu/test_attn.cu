@@ -46,7 +46,7 @@ static void bufs_alloc(struct attn_bufs* t, int batch, int seq, int heads, int k
   CUDA_OK(cudaMalloc(&t->ref_out, t->nq * 8));
   CUDA_OK(cudaMalloc(&t->ref_lse, t->nl * 8));
   CUDA_OK(cudaMalloc(&t->err, sizeof(struct mk_gemm_error)));
-  CUDA_OK(cudaMemset(t->err, 0, sizeof(struct mk_gemm_error)));
+  memset_now(t->err, 0, sizeof(struct mk_gemm_error));
   fill_random_bf16(t->q, t->nq, seed, 2.0f); /* scores of a few units: a softmax with peaks */
   fill_random_bf16(t->k, t->nkv, seed + 1, 2.0f);
   fill_random_bf16(t->v, t->nkv, seed + 2, 1.0f);

@@ -104,7 +104,7 @@ static void bufs_alloc(struct bwd_bufs* t, int batch, int seq, int heads, int kv
   CUDA_OK(cudaMalloc(&t->mag.dk, t->nkv * 8));
   CUDA_OK(cudaMalloc(&t->mag.dv, t->nkv * 8));
   CUDA_OK(cudaMalloc(&t->err, sizeof(struct mk_gemm_error)));
-  CUDA_OK(cudaMemset(t->err, 0, sizeof(struct mk_gemm_error)));
+  memset_now(t->err, 0, sizeof(struct mk_gemm_error));
   fill_random_bf16(t->q, t->nq, seed, 2.0f);
   fill_random_bf16(t->k, t->nkv, seed + 1, 2.0f);
   fill_random_bf16(t->v, t->nkv, seed + 2, 1.0f);
@@ -218,8 +218,8 @@ static void offsets_case(int batch, int chunk, int heads, int kv_heads, int d, i
     poison(dq_l[r], nq_l * 2);
     poison(delta_l[r], nl_l * 4);
     poison(dq_acc_l[r], nq_l * 4);
-    CUDA_OK(cudaMemset(dk_acc[r], 0, nkv_l * 4));
-    CUDA_OK(cudaMemset(dv_acc[r], 0, nkv_l * 4));
+    memset_now(dk_acc[r], 0, nkv_l * 4);
+    memset_now(dv_acc[r], 0, nkv_l * 4);
   }
   CUDA_OK(cudaMalloc(&ref_l, (nq_l > nkv_l ? nq_l : nkv_l) * 8));
   CUDA_OK(cudaMalloc(&mag_l, (nq_l > nkv_l ? nq_l : nkv_l) * 8));
@@ -324,7 +324,7 @@ static void split_case(int d, int causal, uint64_t seed) {
   CUDA_OK(cudaMalloc(&dk_acc, t.nkv * 4));
   CUDA_OK(cudaMalloc(&dv_acc, t.nkv * 4));
   CUDA_OK(cudaMalloc(&gate, 8));
-  CUDA_OK(cudaMemset(gate, 0, 8));
+  memset_now(gate, 0, 8);
   struct mk_attn_bwd_args a = whole_args(&t);
   a.kv[0].dk_acc = dk_acc, a.kv[0].dv_acc = dv_acc, a.acc_gate = gate;
   CUDA_OK(cudaMalloc(&ws, mk_attn_bwd_dkv_ws_floats(&a) * 4));
@@ -344,7 +344,7 @@ static void split_case(int d, int causal, uint64_t seed) {
         poison(acc, t.nkv * 4);
         continue;
       }
-      CUDA_OK(cudaMemset(acc, 0, t.nkv * 4));
+      memset_now(acc, 0, t.nkv * 4);
       add_f32<<<256, 256>>>(acc, t.nkv, 1.f);
     }
     const uint64_t g = closed ? MK_ATTN_ACC_GATE_CLOSED | 5 : 0;
@@ -539,7 +539,7 @@ static void test_pdl(void) {
     const int pdl = run < 2, graph = run == 1;
     set_words(flags, chunks, 2);
     set_words(flags, 1, 3); /* batch 0's first 128 keys: the CTAs that wake the gate */
-    CUDA_OK(cudaMemset(waited_out, 0, sizeof(int)));
+    memset_now(waited_out, 0, sizeof(int));
     poison(t.dq, t.nq * 2), poison(t.dk, t.nkv * 2), poison(t.dv, t.nkv * 2);
     struct mk_attn_bwd_args b = a;
     cudaGraph_t g = NULL;

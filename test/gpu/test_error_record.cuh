@@ -49,8 +49,8 @@ static int count_mixed_records(struct mk_gemm_error* err, uint32_t* claim, unsig
   for (int r = 0; r < rounds; r++) {
     memset(err, 0, sizeof(*err));
     err->claim = claim;
-    if (claim) CUDA_OK(cudaMemset(claim, 0, sizeof(*claim)));
-    CUDA_OK(cudaMemset(meet, 0, sizeof(*meet)));
+    if (claim) memset_now(claim, 0, sizeof(*claim));
+    memset_now(meet, 0, sizeof(*meet));
     raise_together_kernel<<<ctas, 32>>>(err, meet);
     CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaDeviceSynchronize());

@@ -30,7 +30,7 @@ static void test_ready_flags(void) {
   std::vector<uint64_t> init(bms, 0);
   for (int i = 0; i < late_from; i++) init[i] = 7;
   CUDA_OK(cudaMemcpy(flags, init.data(), bms * 8, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(starts, 0, tiles * 8));
+  memset_now(starts, 0, tiles * 8);
   prepare_for_overlap();
   cudaStream_t s1, s2;
   CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
@@ -76,13 +76,13 @@ static void test_timeout(void) {
   problem_alloc(&p, 512, 512, 512, 1, 2);
   uint64_t* flags;
   CUDA_OK(cudaMalloc(&flags, 4 * 8));
-  CUDA_OK(cudaMemset(flags, 0, 4 * 8));
+  memset_now(flags, 0, 4 * 8);
   struct mk_gemm_error* err;
   uint32_t* claim; /* as a fused communicator's record has: the producers' path takes it */
   CUDA_OK(cudaHostAlloc((void**)&err, sizeof(*err), cudaHostAllocMapped));
   memset(err, 0, sizeof(*err));
   CUDA_OK(cudaMalloc(&claim, sizeof(*claim)));
-  CUDA_OK(cudaMemset(claim, 0, sizeof(*claim)));
+  memset_now(claim, 0, sizeof(*claim));
   err->claim = claim;
   struct mk_gemm_args g = problem_args(&p);
   g.ready_flags = flags;
@@ -238,11 +238,11 @@ static void test_tile_flags(void) {
   void* mirror;
   int* timeouts;
   CUDA_OK(cudaMalloc(&flags, tiles * 8));
-  CUDA_OK(cudaMemset(flags, 0, tiles * 8));
+  memset_now(flags, 0, tiles * 8);
   CUDA_OK(cudaMalloc(&mirror, (size_t)m * n * 2));
   poison(mirror, (size_t)m * n * 2);
   CUDA_OK(cudaMalloc(&timeouts, 4));
-  CUDA_OK(cudaMemset(timeouts, 0, 4));
+  memset_now(timeouts, 0, 4);
   prepare_for_overlap();
   cudaStream_t s1, s2;
   CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
@@ -354,7 +354,7 @@ static void test_grouped_ready_flags(void) {
   CUDA_OK(cudaMemcpy(d_rg, row_group.data(), m * 4, cudaMemcpyHostToDevice));
   const uint64_t init[4] = {5, 0, 5, 0};
   CUDA_OK(cudaMemcpy(flags, init, sizeof(init), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(starts, 0, tiles * 8));
+  memset_now(starts, 0, tiles * 8);
   prepare_for_overlap();
   cudaStream_t s1, s2;
   CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));

@@ -38,10 +38,10 @@ static void rs_fake_peers_make(struct rs_fake_peers* f, int rank, int nranks, in
   memset(f, 0, sizeof(*f));
   f->rs.shard_rows = shard, f->rs.rank = rank, f->rs.nranks = nranks;
   CUDA_OK(cudaMalloc(&f->counts, (4 * region + MK_GEMM_RS_CLAIM_WORDS) * 8));
-  CUDA_OK(cudaMemset(f->counts, 0, (4 * region + MK_GEMM_RS_CLAIM_WORDS) * 8));
+  memset_now(f->counts, 0, (4 * region + MK_GEMM_RS_CLAIM_WORDS) * 8);
   f->rs.collect_claims = f->counts + 2 * region;
   CUDA_OK(cudaMalloc(&f->words, (3 + MK_GEMM_RS_MAX_RANKS) * 8));
-  CUDA_OK(cudaMemset(f->words, 0, (3 + MK_GEMM_RS_MAX_RANKS) * 8));
+  memset_now(f->words, 0, (3 + MK_GEMM_RS_MAX_RANKS) * 8);
   for (int d = 0; d < nranks; d++) {
     if (d == rank) continue;
     for (int b = 0; b < 4; b++) CUDA_OK(cudaMalloc(&f->bufs[b][d], slot * 2));
@@ -297,7 +297,7 @@ static void test_scatter_epilogue(void) {
   CUDA_OK(cudaMemcpy(words, w1, sizeof w1, cudaMemcpyHostToDevice));
   struct mk_gemm_error* err;
   CUDA_OK(cudaMalloc(&err, sizeof *err));
-  CUDA_OK(cudaMemset(err, 0, sizeof *err));
+  memset_now(err, 0, sizeof *err);
   g.err = err, g.err_tag = 0x5B, g.timeout_ms = 50;
   EXPECT(launch_sync(&g) == 0, "launch");
   struct mk_gemm_error e;

@@ -217,7 +217,7 @@ static void large_case(struct rank_env* e, struct rb_case c, uint64_t seed) {
   CUDA_OK(cudaMalloc(&delta_g, nl_g * 4));
   CUDA_OK(cudaMalloc(&dq_acc_g, b.nq_g * 4));
   CUDA_OK(cudaMalloc(&err, sizeof *err));
-  CUDA_OK(cudaMemset(err, 0, sizeof *err));
+  memset_now(err, 0, sizeof *err);
   struct mk_attn_args f;
   memset(&f, 0, sizeof f);
   f.q = b.q_g, f.out = out_g, f.lse = lse_g;

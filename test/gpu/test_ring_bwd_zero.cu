@@ -45,7 +45,7 @@ static void reset(struct zero_bufs* b, uint64_t owner) {
   std::vector<float> ones(ZERO_FLOATS, 1.0f);
   CUDA_OK(cudaMemcpy(b->acc, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
   set_words(b->words, 1, 0), set_words(b->words + 1, 1, 4), set_words(b->words + 2, 1, owner);
-  CUDA_OK(cudaMemset(b->err, 0, sizeof *b->err));
+  memset_now(b->err, 0, sizeof *b->err);
 }
 
 static struct mk_ra_bwd_zero_args args_of(const struct zero_bufs* b, int wait) {
