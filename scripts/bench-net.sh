@@ -8,6 +8,8 @@
 # the interface for both sides (NCCL_MK_SOCKET_IFNAME and NCCL_SOCKET_IFNAME; default: each
 # one's own choice, the first interface but loopback), so both see the same number of NICs.
 # MK_NET_PROCS: ranks, one process and GPU each, each its own NCCL node (default 2).
+# MK_NET_MIN, MK_NET_FACTOR, MK_NET_ITERS: the sizes (from MK_NET_MIN bytes, default 8, times
+# MK_NET_FACTOR, default 4, up to maxbytes) and the timed iterations per size (default 20).
 # MK_NET_REPS: runs of every configuration, interleaved (ours, Socket, Socket 4x4, then again);
 # the table gives each one's median and its spread (max/min) over the runs (default 1).
 # MK_AB_PLUGINS="name=path ...": other builds of the plugin (scripts/ab-build.sh REV
@@ -34,7 +36,8 @@ done
 run() { # label, then environment assignments; writes $out/$label.r$rep.json
   local label=$1; shift
   echo "== $label (run $rep of $reps)"
-  env "$@" "$bin" -p "${MK_NET_PROCS:-2}" -g 1 -H -b 8 -e "$max" -f 4 -n 20 -w 5 -c 1 \
+  env "$@" "$bin" -p "${MK_NET_PROCS:-2}" -g 1 -H -b "${MK_NET_MIN:-8}" -e "$max" -f "${MK_NET_FACTOR:-4}" \
+    -n "${MK_NET_ITERS:-20}" -w 5 -c 1 \
     -J "$out/$label.r$rep.json"
 }
 # the runs of a label, as bench-compare.py takes them

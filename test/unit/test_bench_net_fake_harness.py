@@ -6,7 +6,8 @@ Socket, Socket 4x4, then again), each run into its own file, and the table gives
 of the runs, the ratios of the medians and each configuration's spread; a run with wrong
 elements is flagged; a missing file is bad input (exit 2). MK_AB_PLUGINS runs another build of
 the plugin beside ours in every round, under its own label; MK_NET_VARIANTS runs ours again
-under other settings, each its own label, and refuses a malformed entry.
+under other settings, each its own label, and refuses a malformed entry; MK_NET_MIN,
+MK_NET_FACTOR and MK_NET_ITERS reach every run's size range and iterations.
 
 usage: test_bench_net_fake_harness.py <scripts/bench-net.sh> <scripts/bench-compare.py>"""
 import json
@@ -39,6 +40,8 @@ if net == "mk" and os.environ.get("NCCL_NET_PLUGIN", "").endswith("/ab/libold.so
 if net == "mk" and os.environ.get("NCCL_MK_OFI_EAGER_BYTES") == "4096" and os.environ.get("X_TWO") == "2":
     name = "eager"
 order = os.environ["FAKE_ORDER"]
+with open(order + ".args", "a") as f:
+    f.write(" ".join(args[args.index("-b"):args.index("-J")]) + "\\n")
 with open(order, "a") as f:
     f.write(name + "\\n")
 runs = open(order).read().split().count(name)
@@ -91,6 +94,19 @@ with tempfile.TemporaryDirectory() as tmp:
     r = subprocess.run(["bash", BENCH, "all_reduce", "1M"], env=bad, capture_output=True, text=True,
                        timeout=60)
     check(r.returncode == 2 and "MK_NET_VARIANTS" in r.stderr, f"a malformed variant: exit 2: {r.returncode}")
+
+    # the sizes and iterations: the defaults, then MK_NET_MIN / MK_NET_FACTOR / MK_NET_ITERS
+    args = pathlib.Path(tmp, "order.args").read_text().splitlines()
+    check(args and args[0].split()[:6] == ["-b", "8", "-e", "1M", "-f", "4"] and "-n 20" in args[0],
+          f"default sizes 8 B x4 and 20 iterations: {args[:1]}")
+    e = dict(env, MK_NET_REPS="1", MK_NET_MIN="1048576", MK_NET_FACTOR="2", MK_NET_ITERS="7",
+             OUT=str(pathlib.Path(tmp, "out_sizes")), FAKE_ORDER=str(pathlib.Path(tmp, "order_sizes")))
+    r = subprocess.run(["bash", BENCH, "all_reduce", "256M"], env=e, capture_output=True, text=True,
+                       timeout=60)
+    args = pathlib.Path(tmp, "order_sizes.args").read_text().splitlines()
+    check(r.returncode == 0 and len(args) == 3 and all(
+        a.split()[:6] == ["-b", "1048576", "-e", "256M", "-f", "2"] and "-n 7" in a for a in args),
+          f"every run from 1 MiB x2 with 7 iterations: {args}")
 
     # bench-compare.py alone: one run per label (no spread column), #wrong flagged
     a = pathlib.Path(tmp, "a.json")
