@@ -115,7 +115,9 @@ static void fill_random_f32(void* p, size_t n, uint64_t seed, float scale) {
   legacy_stream_done();
 }
 /* 0xFF bytes: NaN in bf16 and in fp32, so an unwritten element can never pass. */
-static void poison(void* p, size_t bytes) { memset_now(p, 0xFF, bytes); }
+static void poison(void* p, size_t bytes) {
+  memset_now(p, 0xFF, bytes);
+}
 
 static __device__ __forceinline__ double load_as_double(const __nv_bfloat16* p, size_t i) { return (double)__bfloat162float(p[i]); }
 static __device__ __forceinline__ double load_as_double(const float* p, size_t i) { return (double)p[i]; }

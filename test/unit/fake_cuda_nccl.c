@@ -6,6 +6,10 @@
  * the two sides are timed close together. Events record the clock. The call order goes to
  * stderr: 'A' or 'B' per collective, '|' per event, a newline per stream wait (the harness's
  * own float64 reductions of its results are not collectives of either side and are not shown).
+ * Writes on the legacy stream (cudaMemset, cudaMemcpy from the host) land only when that
+ * stream is synchronised or runs its next copy back, as a real GPU may let them (cudaMemset
+ * returns before it runs; a copy from pageable memory may still be in flight), so a harness
+ * that hands them to a collective on its non-blocking stream without waiting reads stale data.
  */
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -42,23 +46,50 @@ static size_t fake_type_size(ncclDataType_t t) {
   }
 }
 
+/* The legacy stream's writes not yet landed, in order. */
+struct legacy_write {
+  void* dst;
+  unsigned char* bytes;
+  size_t n;
+};
+static struct legacy_write legacy_queue[64];
+static int legacy_queued;
+
+static void legacy_land(void) {
+  for (int i = 0; i < legacy_queued; i++) {
+    memcpy(legacy_queue[i].dst, legacy_queue[i].bytes, legacy_queue[i].n);
+    free(legacy_queue[i].bytes);
+  }
+  legacy_queued = 0;
+}
+static cudaError_t legacy_write(void* d, const void* s, int v, size_t n) {
+  if (legacy_queued == (int)(sizeof legacy_queue / sizeof legacy_queue[0])) legacy_land();
+  unsigned char* bytes = malloc(n + 1);
+  if (!bytes) return cudaErrorMemoryAllocation;
+  if (s) memcpy(bytes, s, n); /* a copy: the host may reuse its buffer at once */
+  if (!s) memset(bytes, v, n);
+  legacy_queue[legacy_queued++] = (struct legacy_write){d, bytes, n};
+  return cudaSuccess;
+}
+
 cudaError_t cudaMalloc(void** p, size_t n) {
   *p = calloc(1, n);
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaMemcpy(void* d, const void* s, size_t n, enum cudaMemcpyKind k) {
-  (void)k;
+  if (k == cudaMemcpyHostToDevice) return legacy_write(d, s, 0, n);
+  legacy_land(); /* a copy back runs after the stream's earlier work and waits for itself */
   memmove(d, s, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, enum cudaMemcpyKind k,
                             cudaStream_t st) {
-  (void)st;
-  return cudaMemcpy(d, s, n, k);
+  (void)k, (void)st; /* the harness's own stream: in order with its collectives */
+  memmove(d, s, n);
+  return cudaSuccess;
 }
 cudaError_t cudaMemset(void* d, int v, size_t n) {
-  memset(d, v, n);
-  return cudaSuccess;
+  return legacy_write(d, NULL, v, n);
 }
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
   *e = (cudaEvent_t)calloc(1, sizeof(double));
@@ -79,8 +110,12 @@ cudaError_t cudaStreamQuery(cudaStream_t st) {
   fputc('\n', stderr);
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t st) { /* every fake call is done when it returns */
-  (void)st;
+cudaError_t cudaStreamSynchronize(cudaStream_t st) { /* the other streams' calls are done at once */
+  if (st == cudaStreamLegacy || st == NULL) legacy_land();
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+  legacy_land();
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* st, unsigned flags) {

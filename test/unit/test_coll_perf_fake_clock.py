@@ -7,7 +7,8 @@ With -A the sides take turns batch by batch after both warm-ups (A1 B1 A2 B2 ...
 that opens every turn being F at the first size and alternating per size; so the drift moves
 A/B by at most one batch (within 0.5% of 10/8 here, where whole -n blocks one after the other
 gave 1.238 and 1.262). Without -A the pass is side A's batches alone (one event before each,
-one after the last), as before -A existed.
+one after the last), as before -A existed. The inputs a check fills land before the
+collective reads them (the fake's legacy-stream writes land only when that stream is synced).
 
 usage: test_coll_perf_fake_clock.py <all_reduce_perf built on fake_cuda_nccl.c>
 """
@@ -67,10 +68,23 @@ def one_side_pass_is_side_a_batches_alone(binary):
     return problems
 
 
+def checked_inputs_land_before_the_collective_reads_them(binary):
+    """The fake's legacy-stream writes land only at that stream's sync: a fill or poison that
+    did not wait for them would be read stale by the collective (session 49's wrong in-place
+    elements under real NCCL). -X (one element corrupted) is the control: it must be caught."""
+    problems = []
+    for extra, want in (("", "Out of bounds values : 0 OK"), ("-X", "FAILED")):
+        r, _ = run(binary, f"-b 8 -e 64K -f 4 -n 2 -w 1 -c 2 {extra}".split())
+        if want not in r.stdout:
+            problems.append(f"{extra or 'no -X'}: rc {r.returncode}, want '{want}': {r.stdout[-600:]}")
+    return problems
+
+
 def main(argv):
     failed = 0
     for fn in (ab_sides_take_turns_batch_by_batch, ab_without_batches_times_one_block_per_side,
-               ab_ratio_holds_under_drift, one_side_pass_is_side_a_batches_alone):
+               ab_ratio_holds_under_drift, one_side_pass_is_side_a_batches_alone,
+               checked_inputs_land_before_the_collective_reads_them):
         problems = fn(argv[0])
         for p in problems:
             print(f"FAIL {fn.__name__}: {p}")

@@ -123,7 +123,11 @@ int coll_fill(void* dev_buf, size_t count, int rank, ncclDataType_t dt, int seed
   void* host = malloc(count * es + 1);
   if (!host) return -1;
   for (size_t i = 0; i < count; i++) put_value(host, i, dt, coll_input_value(i, rank, dt, seed));
+  /* done before it returns: from pageable memory the copy may still be in flight on the
+   * legacy stream, which the harness's non-blocking streams do not wait for (session 49: the
+   * last 256 KiB of a 1 MiB in-place all_reduce's input came after NCCL had read it) */
   cudaError_t err = cudaMemcpy(dev_buf, host, count * es, cudaMemcpyHostToDevice);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(cudaStreamLegacy);
   free(host);
   return err == cudaSuccess ? 0 : -1;
 }

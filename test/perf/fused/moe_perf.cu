@@ -396,7 +396,8 @@ static struct shape_check check_shape(struct rank* k) {
 
 /* Sums (or maxima) of `count` doubles over the ranks, through the scratch buffer. */
 static void reduce_over_ranks(struct rank* k, double* v, int count, ncclRedOp_t op) {
-  CUDA_OK(cudaMemcpy(k->scratch, v, count * sizeof(double), cudaMemcpyHostToDevice));
+  /* on the reduction's stream: the non-blocking stream would not wait for a cudaMemcpy */
+  CUDA_OK(cudaMemcpyAsync(k->scratch, v, count * sizeof(double), cudaMemcpyHostToDevice, k->s));
   NCCL_OK(ncclAllReduce(k->scratch, k->scratch, count, ncclFloat64, op, k->comm, k->s));
   CUDA_OK(cudaMemcpyAsync(v, k->scratch, count * sizeof(double), cudaMemcpyDeviceToHost, k->s));
   CUDA_OK(cudaStreamSynchronize(k->s));

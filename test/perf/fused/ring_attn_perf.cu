@@ -374,7 +374,8 @@ static void barrier(struct rank* k) {
 
 /* Sum (or max) over ranks of `count` doubles in v. */
 static void reduce(struct rank* k, double* v, int count, ncclRedOp_t op) {
-  CUDA_OK(cudaMemcpy(k->scratch, v, count * sizeof(double), cudaMemcpyHostToDevice));
+  /* on the reduction's stream: the non-blocking stream would not wait for a cudaMemcpy */
+  CUDA_OK(cudaMemcpyAsync(k->scratch, v, count * sizeof(double), cudaMemcpyHostToDevice, k->s));
   NCCL_OK(ncclAllReduce(k->scratch, k->scratch, count, ncclFloat64, op, k->comm, k->s));
   CUDA_OK(cudaMemcpyAsync(v, k->scratch, count * sizeof(double), cudaMemcpyDeviceToHost, k->s));
   CUDA_OK(cudaStreamSynchronize(k->s));
