@@ -52,8 +52,10 @@ static int xnode_allgather(struct mk_fused_comm* fc, const void* mine, size_t by
   struct mk_xnode* xn = fc->xn;
   char* buf = xn->exchange;
   const size_t n = (size_t)fc->nranks;
-  MK_CHECK(mk_cuda_check(cudaMemcpy(buf + n * bytes, mine, bytes, cudaMemcpyHostToDevice),
-                         "proxy record upload"));
+  /* on the internal stream: it does not wait for the legacy stream that cudaMemcpy uses */
+  MK_CHECK(mk_cuda_check(
+      cudaMemcpyAsync(buf + n * bytes, mine, bytes, cudaMemcpyHostToDevice, fc->internal),
+      "proxy record upload"));
   MK_CHECK(mk_nccl_check(
       fc->api->all_gather(buf + n * bytes, buf, bytes, ncclUint8, fc->nccl, fc->internal),
       "ncclAllGather (proxy records)"));
@@ -101,9 +103,13 @@ static int xnode_alloc(struct mk_fused_comm* fc, struct mk_xnode* xn) {
   mk_proxy_producer_init(&d->prod, d->q, fc->rank);
   xn->bounce_dev = d->bounce, xn->flags_dev = d->flags;
   int rc = d->q && d->bounce && d->flags ? 0 : -EIO;
+  /* landed before init returns: the ops' kernels run on the caller's streams, which need
+   * not wait for the legacy stream that cudaMemcpy uses */
   if (!rc)
-    rc = mk_cuda_check(cudaMemcpy(xn->dev, d, sizeof(*d), cudaMemcpyHostToDevice),
-                       "cross-node state upload");
+    rc =
+        mk_cuda_check(cudaMemcpyAsync(xn->dev, d, sizeof(*d), cudaMemcpyHostToDevice, fc->internal),
+                      "cross-node state upload");
+  if (!rc) rc = mk_cuda_check(cudaStreamSynchronize(fc->internal), "cross-node state upload");
   free(d);
   return rc;
 }

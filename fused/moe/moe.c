@@ -89,8 +89,15 @@ NCCL_MK_API ncclResult_t ncclMkMoeLayoutCreate(ncclComm_t comm, ncclMkMoeLayout_
   if (!rc) rc = mk_cuda_check(cudaMalloc((void**)&l->row_source, (size_t)l->max_recv_rows * 12), "cudaMalloc (layout)");
   if (!rc) rc = mk_cuda_check(cudaMalloc((void**)&l->slot_dest, slots * 4), "cudaMalloc (layout)");
   if (!rc) rc = mk_cuda_check(cudaMalloc((void**)&l->rows_sent, 8), "cudaMalloc (layout)");
-  if (!rc) rc = mk_cuda_check(cudaMemset(l->group_offsets, 0, (MK_MOE_MAX_LOCAL_EXPERTS + 1) * 4), "cudaMemset");
-  if (!rc) rc = mk_cuda_check(cudaMemset(l->rows_sent, 0, 8), "cudaMemset");
+  /* zeroed before the layout is handed out: on the internal stream, synchronised, as the
+   * caller's stream need not wait for the legacy stream that cudaMemset uses */
+  if (!rc)
+    rc = mk_cuda_check(
+        cudaMemsetAsync(l->group_offsets, 0, (MK_MOE_MAX_LOCAL_EXPERTS + 1) * 4, fc->internal),
+        "cudaMemset");
+  if (!rc) rc = mk_cuda_check(cudaMemsetAsync(l->rows_sent, 0, 8, fc->internal), "cudaMemset");
+  if (!rc)
+    rc = mk_cuda_check(cudaStreamSynchronize(fc->internal), "cudaStreamSynchronize (layout)");
   mk_op_device_leave(prev);
   if (rc) {
     ncclMkMoeLayoutDestroy(l);
