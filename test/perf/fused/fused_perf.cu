@@ -33,6 +33,7 @@
 #include "nccl_ok.h"
 #include "perf_launch.h"
 #include "perf_median.h"
+#include "perf_rank_reduce.cuh"
 #include "sm_hold.cuh"
 
 
@@ -198,13 +199,8 @@ static void time_shape(struct rank* k, const struct opts* o, size_t m, size_t n,
     }
   }
   if (o->hold_sms) sm_hold_end(&hold);
-  double local[NV];
-  for (int v = 0; v < NV; v++) local[v] = perf_median(t + v * o->iters, o->iters);
-  /* on the reduction's stream: the non-blocking stream would not wait for a cudaMemcpy */
-  CUDA_OK(cudaMemcpyAsync(k->scratch, local, sizeof(local), cudaMemcpyHostToDevice, k->s));
-  NCCL_OK(ncclAllReduce(k->scratch, k->scratch, NV, ncclFloat64, ncclMax, k->comm, k->s));
-  CUDA_OK(cudaMemcpyAsync(med, k->scratch, sizeof(local), cudaMemcpyDeviceToHost, k->s));
-  CUDA_OK(cudaStreamSynchronize(k->s));
+  for (int v = 0; v < NV; v++) med[v] = perf_median(t + v * o->iters, o->iters);
+  perf_rank_reduce(med, NV, ncclMax, k->scratch, k->comm, k->s);
   for (int v = 0; v < NV; v++) cudaEventDestroy(ev[v][0]), cudaEventDestroy(ev[v][1]);
   free(t);
 }

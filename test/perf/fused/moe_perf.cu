@@ -48,6 +48,7 @@
 #include "nccl_mk.h"
 #include "perf_launch.h"
 #include "perf_median.h"
+#include "perf_rank_reduce.cuh"
 
 enum { MAX_RANKS = 8, MAX_LOCAL_EXPERTS = 256, MAX_PLANS = 1024 };
 
@@ -396,11 +397,7 @@ static struct shape_check check_shape(struct rank* k) {
 
 /* Sums (or maxima) of `count` doubles over the ranks, through the scratch buffer. */
 static void reduce_over_ranks(struct rank* k, double* v, int count, ncclRedOp_t op) {
-  /* on the reduction's stream: the non-blocking stream would not wait for a cudaMemcpy */
-  CUDA_OK(cudaMemcpyAsync(k->scratch, v, count * sizeof(double), cudaMemcpyHostToDevice, k->s));
-  NCCL_OK(ncclAllReduce(k->scratch, k->scratch, count, ncclFloat64, op, k->comm, k->s));
-  CUDA_OK(cudaMemcpyAsync(v, k->scratch, count * sizeof(double), cudaMemcpyDeviceToHost, k->s));
-  CUDA_OK(cudaStreamSynchronize(k->s));
+  perf_rank_reduce(v, count, op, k->scratch, k->comm, k->s);
 }
 
 /* Medians over the iterations of variants [v0, v1), interleaved, each after align_ranks. */

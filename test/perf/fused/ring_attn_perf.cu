@@ -29,6 +29,7 @@
 #include "nccl_ok.h"
 #include "perf_launch.h"
 #include "perf_median.h"
+#include "perf_rank_reduce.cuh"
 #include "ra_schedule.h"
 
 struct pcase {
@@ -374,11 +375,7 @@ static void barrier(struct rank* k) {
 
 /* Sum (or max) over ranks of `count` doubles in v. */
 static void reduce(struct rank* k, double* v, int count, ncclRedOp_t op) {
-  /* on the reduction's stream: the non-blocking stream would not wait for a cudaMemcpy */
-  CUDA_OK(cudaMemcpyAsync(k->scratch, v, count * sizeof(double), cudaMemcpyHostToDevice, k->s));
-  NCCL_OK(ncclAllReduce(k->scratch, k->scratch, count, ncclFloat64, op, k->comm, k->s));
-  CUDA_OK(cudaMemcpyAsync(v, k->scratch, count * sizeof(double), cudaMemcpyDeviceToHost, k->s));
-  CUDA_OK(cudaStreamSynchronize(k->s));
+  perf_rank_reduce(v, count, op, k->scratch, k->comm, k->s);
 }
 
 static void time_case(struct rank* k, const struct opts* o, double med[NV]) {
