@@ -49,6 +49,11 @@
     "ofi: a send of at most this many bytes whose clear-to-send has not arrived goes at once "  \
     "into a receiver bounce buffer; 0 (the default: under NCCL on 2xH200, 16-256 KiB changed " \
     "nothing beyond the spread) turns eager off; both ends use the smaller value")             \
+  X(INT, OFI_WRITES, "NCCL_MK_OFI_WRITES", "1", 0, 1, "",                                    \
+    "ofi: 1 lets a receiver have each message written into its buffer with one RMA write "    \
+    "(its clear-to-send carries the address) instead of sent to a posted receive, which over " \
+    "tcp;ofi_rxm takes a rendezvous above 16 KiB; needs 8 bytes of remote CQ data from the "   \
+    "provider and eager sends off at both ends; 0 posts receives for every message")          \
   X(INT, OFI_EAGER_BUFS, "NCCL_MK_OFI_EAGER_BUFS", "16", 1, 256, "",                          \
     "ofi: bounce buffers per receive comm, each NCCL_MK_OFI_EAGER_BYTES: the eager messages "  \
     "a sender may have in flight or unreceived (its credits)")                                 \

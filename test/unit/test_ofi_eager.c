@@ -166,6 +166,6 @@ int main(void) {
   unexpected_queue_is_bounded_keeps_arrival_order_and_finds_by_msn();
   size_check_refuses_only_what_does_not_fit();
   CHECK_EQ(sizeof(struct mk_ofi_hello), 536); /* unchanged: a v2 peer reads it and says why */
-  CHECK_EQ(sizeof(struct mk_ofi_cts), 200);
+  CHECK_EQ(sizeof(struct mk_ofi_cts), 336); /* version 5: written entries */
   return MK_TEST_RESULT();
 }

@@ -117,12 +117,47 @@ static void put_streams(void) {
   CHECK_EQ(first, 1);
 }
 
+/* A written stripe's remote CQ data (version 5) round-trips, and the receiver takes it only
+ * when it names a live receive's written entry, a stripe of its plan and no more bytes than
+ * that stripe holds: anything else is refused (the comm fails), never counted. */
+static void written_stripes(void) {
+  const uint32_t seqs[] = {0, 1, 63, 64, 0xffffu, 0x10000u, 0xfffffffeu};
+  const uint64_t lens[] = {0, 1, 4096, (1ull << 40) - 1};
+  for (unsigned s = 0; s < 7; s++)
+    for (unsigned i = 0; i < MK_MAX_RECVS; i++)
+      for (unsigned k = 0; k < MK_OFI_MAX_STREAMS; k++)
+        for (unsigned l = 0; l < 4; l++) {
+          struct mk_ofi_imm m = mk_ofi_imm_parse(mk_ofi_imm(seqs[s], i, k, lens[l]));
+          CHECK_EQ(m.seq16, seqs[s] & 0xffffu);
+          CHECK_EQ(m.idx, i);
+          CHECK_EQ(m.stripe, k);
+          CHECK_EQ(m.len, lens[l]);
+        }
+  /* receive 70: entry 0 written, 3 stripes of 4096 over 10000 bytes; entry 1 posted */
+  const uint8_t write[MK_MAX_RECVS] = {1, 0}, nst[MK_MAX_RECVS] = {3, 1};
+  const uint64_t sizes[MK_MAX_RECVS] = {10000, 50}, chunk[MK_MAX_RECVS] = {4096, 50};
+  struct mk_ofi_imm ok = mk_ofi_imm_parse(mk_ofi_imm(70, 0, 2, 10000 - 8192));
+  CHECK(mk_ofi_imm_fits(&ok, 70, 2, write, sizes, chunk, nst));
+  CHECK(mk_ofi_imm_fits(&ok, 70 + 0x10000, 2, write, sizes, chunk, nst)); /* 16 bits carried */
+  const struct mk_ofi_imm bad[] = {
+      mk_ofi_imm_parse(mk_ofi_imm(71, 0, 0, 10)),           /* another receive */
+      mk_ofi_imm_parse(mk_ofi_imm(70, 1, 0, 10)),           /* a posted entry */
+      mk_ofi_imm_parse(mk_ofi_imm(70, 2, 0, 10)),           /* past the receive's entries */
+      mk_ofi_imm_parse(mk_ofi_imm(70, 0, 3, 0)),            /* past the plan's stripes */
+      mk_ofi_imm_parse(mk_ofi_imm(70, 0, 2, 10000 - 8191)), /* more than the last stripe holds */
+      mk_ofi_imm_parse(mk_ofi_imm(70, 0, 0, 4097)),         /* more than a stripe holds */
+  };
+  for (unsigned b = 0; b < sizeof(bad) / sizeof(bad[0]); b++)
+    CHECK(!mk_ofi_imm_fits(&bad[b], 70, 2, write, sizes, chunk, nst));
+}
+
 int main(void) {
   tags();
   plans();
   stripes_sent_end_at_the_message();
   put_streams();
-  CHECK_EQ(sizeof(struct mk_ofi_cts), 200);
+  written_stripes();
+  CHECK_EQ(sizeof(struct mk_ofi_cts), 336);
   CHECK_EQ(sizeof(struct mk_ofi_hello), 536);
   return MK_TEST_RESULT();
 }

@@ -41,6 +41,10 @@
 /* Control receives a send comm keeps posted: one clear-to-send per receive the peer can have
  * posted, plus the one credit-only message it can have in flight, plus slack. */
 #define MK_OFI_CTRL_BUFS (MK_MAX_REQUESTS + 4)
+/* Receives with written entries, by sequence number: twice the live receives, so that one
+ * still live from long ago rarely shares a slot (a receive that would falls back to posted
+ * receives); divides 2^16, the sequence bits a write carries. */
+#define MK_OFI_WRITTEN_SLOTS (2 * MK_MAX_REQUESTS)
 
 /* The libfabric functions we call by symbol: everything else goes through the providers'
  * ops tables (the header's inline helpers), so the .so has no load-time link to libfabric. */
@@ -98,6 +102,7 @@ struct ofi_dev {
   uint64_t next_key;    /* user-chosen MR keys when the provider does not pick them */
   /* What the provider reported, which drives behaviour. */
   int mr_local, mr_virt_addr, mr_prov_key, mr_allocated, hmem, delivery_complete;
+  int can_write_data;   /* FI_RMA with 8 bytes of remote CQ data: messages may be written */
   size_t max_msg_size;
   struct ofi_runner runner; /* OFI_PROGRESS_DEVICE: the one progress thread of its comms */
 };
@@ -115,7 +120,7 @@ struct ofi_req;
 
 /* What a completion means; one per posted libfabric operation. */
 enum ofi_op_kind { OFI_OP_SEND, OFI_OP_RECV, OFI_OP_CTS_SEND, OFI_OP_CTRL_RECV, OFI_OP_PUT,
-                   OFI_OP_SIGNAL, OFI_OP_EAGER_RECV, OFI_OP_CREDIT_SEND,
+                   OFI_OP_SIGNAL, OFI_OP_EAGER_RECV, OFI_OP_CREDIT_SEND, OFI_OP_WRITE_SEND,
                    OFI_OP_CONNECT /* a stream's connection formed ahead: no request */ };
 
 struct ofi_op {
@@ -154,8 +159,9 @@ struct ofi_req {
   uint64_t signal_value;       /* put_signal: the 8 bytes written after the data */
   uint64_t signal_addr, signal_key;
   uint64_t flags;              /* FI_DELIVERY_COMPLETE when the provider has it */
-  const char* put_src;         /* put: the source, and where its first byte lands */
+  const char* put_src;         /* put, written send: the source, and where its first byte lands */
   uint64_t put_addr, put_key;
+  uint32_t write_seq;          /* written send: the receive it goes to (its remote CQ data) */
   int signal_waiting;          /* put_signal: signal not posted yet (data stripes still
                                   pending, or EAGAIN) */
   int cts_waiting;             /* recv: clear-to-send not posted yet (EAGAIN, or left to the
@@ -202,6 +208,7 @@ struct ofi_cts_slot {
 
 /* One endpoint of a comm. Fields below `thread` are shared with its helper thread. */
 struct ofi_stream {
+  struct ofi_comm* comm;
   struct fid_ep* ep;
   struct fid_cq* cq;
   struct fid_av* av;
@@ -269,6 +276,11 @@ struct ofi_comm {
   struct ofi_ctrl_buf* credit_msg; /* recv: inside bounce_mem */
   int credit_busy;            /* the credit-only message is in flight */
   struct ofi_req* rx[MK_MAX_REQUESTS]; /* recv: live receives in posting order */
+  /* messages written with RMA (ofi_write.c): both ends offered them */
+  int write_data;
+  struct ofi_req* written_rx[MK_OFI_WRITTEN_SLOTS]; /* recv: by seq % MK_OFI_WRITTEN_SLOTS,
+                                                       the live receives with written entries
+                                                       (atomic) */
   int tails_pending;          /* recv: entries whose later stripes await cancelling (atomic) */
   uint32_t nrx;
   int connect_ahead;          /* the hint: form the streams' connections after the handshake */
@@ -285,6 +297,7 @@ struct ofi_comm {
   /* counts, logged at close: messages sent or received eager and through a clear-to-send;
    * recv: eager ones that waited for their receive, and that crossed its clear-to-send */
   uint64_t n_eager, n_cts, n_queued, n_crossed;
+  uint64_t n_written;         /* messages sent (send) or announced (recv) as written */
   uint64_t n_resumed;         /* deferred sends resumed after a later stripe found no room */
   struct ofi_comm *live_prev, *live_next; /* every comm not yet destroyed (ofi_ep.c) */
 };
@@ -400,11 +413,32 @@ int ofi_stripe_post_in_turn(struct ofi_comm* c, enum ofi_post_mode mode, unsigne
 /* ofi_rma.c: registrations. */
 void* ofi_mr_desc(struct mk_mr* mr);
 int ofi_mr_check(struct ofi_comm* c, struct mk_mr* mr, const void* data, size_t size);
+int ofi_mr_remote(struct mk_mr* mr, const void* data, uint64_t* addr, uint64_t* key);
 /* ofi_data.c */
 void ofi_req_release(struct ofi_comm* c, struct ofi_req* r);
 int ofi_cts_post(struct ofi_comm* c, struct ofi_req* r);
 /* The progress thread posts a send left to it; 1: not now (EAGAIN, nothing posted). */
 int ofi_send_deferred_post(struct ofi_comm* c, struct ofi_req* r);
+/* ofi_write.c: messages written with RMA (protocol version 5). Handshake: what our hello
+ * offers, then what both ends agreed on. */
+void ofi_write_offer(const struct ofi_comm* c, struct mk_ofi_hello* out);
+void ofi_write_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,
+                     const struct mk_ofi_hello* theirs);
+/* Whether receive seq may have written entries (writes agreed, its slot free), and then
+ * whether its entry (buffer data, size bytes, registration mr) is to be written. */
+int ofi_write_slot_free(const struct ofi_comm* c, uint32_t seq);
+int ofi_write_wanted(const struct ofi_comm* c, const void* data, size_t size, struct mk_mr* mr);
+/* Receive side: entry i of r is written, nothing posted; its clear-to-send fields, pending
+ * count and streams are set up (call once every posted entry is in, before the clear-to-send). */
+int ofi_write_expect(struct ofi_comm* c, struct ofi_req* r, int i, void* data, size_t size,
+                     struct mk_mr* mr);
+/* A written stripe's remote CQ data arrived on stream k (any thread): counts it. <0: it names
+ * no stripe we expect (the comm is out of step). */
+int ofi_write_landed(struct ofi_comm* c, unsigned k, uint64_t imm);
+/* A receive is over: no write may name it any more. */
+void ofi_write_forget(struct ofi_comm* c, struct ofi_req* r);
+/* Send side: the writes of entry i of cts from data (r->flags, the source and target). */
+void ofi_write_send_prepare(struct ofi_req* r, const struct mk_ofi_cts* cts, int i, const void* data);
 /* ofi_eager.c. Handshake: what our hello offers, then what both ends agreed on. */
 void ofi_eager_offer(const struct ofi_comm* c, struct mk_ofi_hello* out);
 int ofi_eager_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,

@@ -50,9 +50,10 @@ static struct ofi_handshake* ofi_hs_new(int fd, struct ofi_comm* c, uint64_t non
   hs->ack = connector ? OFI_ACK_MAGIC : 0;
   hs->out = (struct mk_ofi_hello){.magic = MK_OFI_HELLO_MAGIC, .version = MK_OFI_PROTO_VERSION,
                                   .addr_len = (uint16_t)c->st[0].addr_len, .nonce = nonce,
-                                  .nstreams = (uint16_t)c->nstreams};
+                                  .nstreams = (uint8_t)c->nstreams};
   for (int k = 0; k < c->nstreams; k++) memcpy(hs->out.addr[k], c->st[k].addr, c->st[k].addr_len);
   ofi_eager_offer(c, &hs->out);
+  ofi_write_offer(c, &hs->out);
   return hs;
 }
 
@@ -74,7 +75,7 @@ static int ofi_hello_check(const struct ofi_handshake* hs) {
     return -EBADMSG;
   }
   if (h->version != MK_OFI_PROTO_VERSION) {
-    MK_WARN("ofi: peer speaks wire protocol %u, we speak %d (version 3 added eager sends): "
+    MK_WARN("ofi: peer speaks wire protocol %u, we speak %d (version 5 added messages written with RMA): "
             "run the same nccl-mk build on every host", h->version, MK_OFI_PROTO_VERSION);
     return -EPROTO;
   }
@@ -113,6 +114,7 @@ static int ofi_hs_step(void* state) {
       MK_CHECK(ofi_hello_check(hs));
       MK_CHECK(ofi_hs_peers(hs));
       MK_CHECK(ofi_eager_agree(hs->comm, &hs->out, &hs->in));
+      ofi_write_agree(hs->comm, &hs->out, &hs->in);
       hs->out_ready = 1; /* the acceptor answers once it knows who called */
     }
   }

@@ -12,6 +12,11 @@
 static int ofi_cts_check_stripes(const struct ofi_comm* c, const struct mk_ofi_cts* cts) {
   for (uint32_t i = 0; i < cts->n; i++) {
     unsigned nst = cts->nstripes[i];
+    if (cts->write[i] > 1 || (cts->write[i] && !c->write_data)) {
+      MK_WARN("ofi: clear-to-send %u entry %u asks to be written, which this comm did not agree to",
+              cts->seq, i);
+      return -EPROTO;
+    }
     if (nst < 1 || nst > (unsigned)c->nstreams || cts->stream0[i] >= c->nstreams ||
         (nst > 1 && (cts->chunk[i] == 0 || cts->chunk[i] * (nst - 1) >= cts->sizes[i]))) {
       MK_WARN("ofi: clear-to-send %u entry %u: %u stripes of %llu bytes do not fit %d streams",
@@ -72,6 +77,15 @@ static int ofi_op_done(struct ofi_comm* c, struct ofi_op* op, uint64_t tag, size
   ofi_req_complete(r, op, len, err);
   /* a put's signal goes out once its last data stripe is delivered */
   return op->kind == OFI_OP_PUT ? ofi_signal_post(c, r) : 0;
+}
+
+/* A completion with no operation of ours: the remote CQ data of a written stripe. */
+static int ofi_remote_done(struct ofi_comm* c, const struct fi_cq_tagged_entry* e) {
+  if (!(e->flags & FI_REMOTE_CQ_DATA) || !c->write_data) {
+    MK_WARN("ofi: a completion without an operation (flags 0x%llx)", (unsigned long long)e->flags);
+    return -EPROTO;
+  }
+  return ofi_write_landed(c, 0, e->data);
 }
 
 static int ofi_cq_error(struct ofi_comm* c) {
@@ -154,8 +168,8 @@ int ofi_cq_progress(struct ofi_comm* c) {
       return c->error;
     }
     for (ssize_t i = 0; i < n; i++)
-      MK_CHECK_GOTO(ofi_op_done(c, (struct ofi_op*)e[i].op_context, e[i].tag, e[i].len, 0), rc,
-                    fail);
+      MK_CHECK_GOTO(e[i].op_context ? ofi_op_done(c, e[i].op_context, e[i].tag, e[i].len, 0)
+                                    : ofi_remote_done(c, &e[i]), rc, fail);
     handled += (int)n;
     if (n < OFI_CQ_BATCH) break;
   }

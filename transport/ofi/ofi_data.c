@@ -32,14 +32,15 @@ static int ofi_cts_match(const struct ofi_cts_slot* s, int tag) {
 }
 
 /* Posts one operation on stream k, telling its thread (if any) that work is coming. What is
- * posted follows op->kind: a tagged send or receive, or a put's RMA write (tag unused; the
- * remote address comes from the request, ofi_rma.c). */
+ * posted follows op->kind: a tagged send or receive, or the RMA write of a put or of a
+ * written send (tag unused; the remote address comes from the request, ofi_rma.c). */
 static ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, void* buf, size_t len,
                                void* desc, uint64_t tag, struct ofi_op* op) {
   struct ofi_stream* st = &c->st[k];
   ofi_stream_busy(st);
   ssize_t rc;
-  if (op->kind == OFI_OP_PUT) rc = ofi_put_stripe_write(st, op, buf, len, desc);
+  if (op->kind == OFI_OP_PUT || op->kind == OFI_OP_WRITE_SEND)
+    rc = ofi_put_stripe_write(st, op, buf, len, desc);
   else if (op->kind == OFI_OP_SEND) rc = fi_tsend(st->ep, buf, len, desc, st->peer, tag, &op->ctx);
   else rc = fi_trecv(st->ep, buf, len, desc, FI_ADDR_UNSPEC, tag, 0, &op->ctx);
   if (rc != 0) ofi_stream_idle(st);
@@ -82,6 +83,8 @@ static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct 
   unsigned nst = cts->nstripes[i], s0 = cts->stream0[i];
   uint64_t chunk = cts->chunk[i];
   unsigned nsend = mk_ofi_stripes_sent(size, chunk, (uint8_t)nst); /* the rest: cancelled */
+  const uint8_t kind = cts->write[i] ? OFI_OP_WRITE_SEND : OFI_OP_SEND;
+  if (cts->write[i]) ofi_write_send_prepare(r, cts, i, data);
   /* before any post: stream threads may complete stripes at once; atomic, as a deferred send
    * is set here by the progress thread while NCCL's test() may read it */
   if (k0 == 0) __atomic_store_n(&r->pending, (int)nsend, __ATOMIC_RELAXED);
@@ -89,7 +92,7 @@ static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct 
     size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
     char* buf = len ? data + (size_t)k * chunk : data;
     struct ofi_op* op = &r->ops[OFI_OP_AT(0, k)];
-    *op = (struct ofi_op){.req = r, .kind = OFI_OP_SEND, .idx = (uint8_t)i, .stripe = (uint8_t)k};
+    *op = (struct ofi_op){.req = r, .kind = kind, .idx = (uint8_t)i, .stripe = (uint8_t)k};
     uint64_t tag = mk_ofi_tag_data(cts->seq, (unsigned)i, k);
     const unsigned stream = (s0 + k) % (unsigned)c->nstreams;
     const enum ofi_post_mode mode = k == 0 ? OFI_POST_FIRST : resumable ? OFI_POST_RESUMABLE : OFI_POST_WAITED;
@@ -185,6 +188,7 @@ static int ofi_send_post(struct ofi_comm* c, struct ofi_cts_slot* s, int i, void
   s->matched |= 1u << i;
   if (s->matched == (1u << s->cts.n) - 1) s->valid = 0; /* every buffer has its send */
   c->n_cts++;
+  c->n_written += s->cts.write[i];
   *out = r;
   return 0;
 }
@@ -318,22 +322,30 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
   return 0;
 }
 
-/* The stripes of every entry no eager message has taken. 1: the very first post met
- * EAGAIN and nothing is posted (the receive can still be abandoned). */
+/* The stripes of every entry no eager message has taken and that is not to be written;
+ * then, once nothing can be abandoned any more, the written ones (ofi_write.c). 1: the very
+ * first post met EAGAIN and nothing is posted (the receive can still be abandoned). */
 static int ofi_recv_post_entries(struct ofi_comm* c, struct ofi_req* r, struct mk_mr** mrs) {
-  int first = r->eager_done == 0;
+  int first = r->eager_done == 0, writable = ofi_write_slot_free(c, r->cts.seq);
+  uint8_t written = 0;
   for (int i = 0; i < r->n; i++) {
+    struct mk_mr* mr = mrs ? mrs[i] : NULL;
     if (r->eager_mask & (1u << i)) {
       r->cts.nstripes[i] = 1; /* never used: its message is in already */
       r->cts.chunk[i] = r->cts.sizes[i];
       continue;
     }
-    int rc = ofi_recv_stripes(c, r, i, r->data[i], r->cts.sizes[i],
-                              ofi_mr_desc(mrs ? mrs[i] : NULL), first);
+    if (writable && ofi_write_wanted(c, r->data[i], r->cts.sizes[i], mr)) {
+      written |= (uint8_t)(1u << i);
+      continue;
+    }
+    int rc = ofi_recv_stripes(c, r, i, r->data[i], r->cts.sizes[i], ofi_mr_desc(mr), first);
     if (rc != 0) return rc;
     first = 0;
     r->posted_mask |= (uint8_t)(1u << i);
   }
+  for (int i = 0; i < r->n; i++)
+    if (written & (1u << i)) MK_CHECK(ofi_write_expect(c, r, i, r->data[i], r->cts.sizes[i], mrs[i]));
   return 0;
 }
 
@@ -352,6 +364,8 @@ static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** da
   c->msn += (uint32_t)n;
   MK_CHECK(ofi_eager_drain(c));
   if (r->eager_done == n) return 0; /* all in: no clear-to-send */
+  r->cts.seq = c->seq; /* before the entries: a written one is found by it */
+  r->cts.n = (uint32_t)n;
   r->posting = 1;
   int rc = ofi_recv_post_entries(c, r, mrs);
   r->posting = 0;
@@ -463,7 +477,7 @@ int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
     /* A stripe's stream thread may fail the request after this thread last looked at the
      * streams: a lost connection still makes the whole comm fail from here on. */
     if (rc == -ECONNRESET) ofi_comm_fail(c, rc);
-    if (r->kind == OFI_REQ_RECV) ofi_rx_remove(c, r);
+    if (r->kind == OFI_REQ_RECV) ofi_rx_remove(c, r), ofi_write_forget(c, r);
     ofi_req_release(c, r);
   } else if (rc == 0) {
     rc = ofi_peer_check(c); /* waiting without progress: is the peer still there? */

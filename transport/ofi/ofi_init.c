@@ -77,16 +77,17 @@ static void ofi_dev_add(const struct fi_info* i, int delivery_complete) {
   dev->mr_allocated = !!(m & FI_MR_ALLOCATED);
   dev->hmem = !!(i->caps & FI_HMEM);
   dev->delivery_complete = delivery_complete;
+  dev->can_write_data = (i->caps & FI_RMA) && i->domain_attr->cq_data_size >= sizeof(uint64_t);
   /* Larger is never a real message: treat it as a bad size (and advertise at most this). */
   dev->max_msg_size = i->ep_attr->max_msg_size < MK_OFI_MAX_P2P_BYTES ? i->ep_attr->max_msg_size
                                                                        : MK_OFI_MAX_P2P_BYTES;
   dev->next_key = 1;
   ofi.ndev++;
   MK_INFO(MK_NCCL_SUBSYS_INIT | MK_NCCL_SUBSYS_NET,
-          "ofi dev %d: %s (%s) mr_mode%s%s%s%s hmem=%d delivery_complete=%d", ofi.ndev - 1,
+          "ofi dev %d: %s (%s) mr_mode%s%s%s%s hmem=%d delivery_complete=%d write_data=%d", ofi.ndev - 1,
           dev->name, i->fabric_attr->prov_name, dev->mr_local ? " LOCAL" : "",
           dev->mr_virt_addr ? " VIRT_ADDR" : "", dev->mr_prov_key ? " PROV_KEY" : "",
-          dev->mr_allocated ? " ALLOCATED" : "", dev->hmem, delivery_complete);
+          dev->mr_allocated ? " ALLOCATED" : "", dev->hmem, delivery_complete, dev->can_write_data);
 }
 
 /* One device per domain name, IPv4 entries preferred, in rank order. */

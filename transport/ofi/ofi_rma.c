@@ -126,20 +126,33 @@ int ofi_mr_rkey(struct mk_mr* m, struct mk_rkey* out) {
   return 0;
 }
 
+/* Where data (inside registration m) is for a peer that writes into it. */
+int ofi_mr_remote(struct mk_mr* m, const void* data, uint64_t* addr, uint64_t* key) {
+  struct mk_rkey k;
+  MK_CHECK(ofi_mr_rkey(m, &k));
+  *addr = k.base + (uint64_t)((uintptr_t)data - ((struct ofi_mr*)m)->addr);
+  *key = k.key;
+  return 0;
+}
+
 static ssize_t ofi_write_on(struct ofi_stream* st, struct ofi_op* op, const void* buf, size_t len,
-                            void* desc, uint64_t addr, uint64_t key, uint64_t flags) {
+                            void* desc, uint64_t addr, uint64_t key, uint64_t flags, uint64_t data) {
   struct iovec iov = {.iov_base = (void*)buf, .iov_len = len};
   struct fi_rma_iov rma = {.addr = addr, .len = len, .key = key};
   struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = st->peer,
-                           .rma_iov = &rma, .rma_iov_count = 1, .context = &op->ctx};
+                           .rma_iov = &rma, .rma_iov_count = 1, .context = &op->ctx,
+                           .data = data};
   return fi_writemsg(st->ep, &msg, FI_COMPLETION | flags);
 }
 
+/* A put's stripe, or a written send's (its remote CQ data names the receive, entry and
+ * stripe, and the bytes it carries). */
 ssize_t ofi_put_stripe_write(struct ofi_stream* st, struct ofi_op* op, void* buf, size_t len,
                              void* desc) {
   const struct ofi_req* r = op->req;
   uint64_t addr = r->put_addr + (uint64_t)((const char*)buf - r->put_src);
-  return ofi_write_on(st, op, buf, len, desc, addr, r->put_key, r->flags);
+  uint64_t imm = op->kind == OFI_OP_WRITE_SEND ? mk_ofi_imm(r->write_seq, op->idx, op->stripe, len) : 0;
+  return ofi_write_on(st, op, buf, len, desc, addr, r->put_key, r->flags, imm);
 }
 
 static void ofi_signal_unwait(struct ofi_comm* c, struct ofi_req* r) {
@@ -163,7 +176,7 @@ int ofi_signal_post(struct ofi_comm* c, struct ofi_req* r) {
   }
   int rc = ofi_rc(ofi_write_on(&c->st[0], &r->ops[OFI_OP_SIGNAL_AT], &r->signal_value,
                                sizeof(r->signal_value), c->pool_desc, r->signal_addr,
-                               r->signal_key, r->flags));
+                               r->signal_key, r->flags, 0));
   if (rc == -FI_EAGAIN) return 0; /* retried from ofi_cq_progress */
   ofi_signal_unwait(c, r);
   if (rc != 0) {

@@ -45,6 +45,7 @@ int ofi_stream_open(struct ofi_comm* c, struct ofi_stream* st) {
   struct ofi_dev* dev = c->dev;
   struct fi_av_attr av_attr = {.type = FI_AV_TABLE, .count = 4};
   st->peer = FI_ADDR_NOTAVAIL;
+  st->comm = c;
   int rc = fi_endpoint(dev->domain, dev->info, &st->ep, NULL);
   if (rc == 0) rc = ofi_stream_cq_open(c, st);
   if (rc == 0) rc = fi_av_open(dev->domain, &av_attr, &st->av, NULL);
@@ -191,6 +192,13 @@ int ofi_stream_poll(struct ofi_stream* st, int block) {
   }
   for (ssize_t i = 0; i < n; i++) {
     struct ofi_op* op = e[i].op_context;
+    if (!op) { /* the remote CQ data of a stripe written into a receive */
+      int rc = st->comm->write_data && (e[i].flags & FI_REMOTE_CQ_DATA)
+                   ? ofi_write_landed(st->comm, (unsigned)(st - st->comm->st), e[i].data)
+                   : -EPROTO;
+      if (rc < 0) ofi_stream_fail(st, rc);
+      continue;
+    }
     if (op->kind == OFI_OP_CONNECT) __atomic_store_n(&st->connected_ahead, 1, __ATOMIC_RELEASE);
     else ofi_req_complete(op->req, op, e[i].len, 0);
     ofi_stream_idle(st);

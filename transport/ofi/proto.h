@@ -34,6 +34,16 @@
  * stripes get nothing, and it cancels them. NCCL posts whole step slots (512 KiB) for
  * messages of any size, and with 4 streams every 64 KiB message used to cost three empty
  * messages on helper threads (2-3x slower than one stream at 128-512 KiB, bench/NOTES.md).
+ *
+ * Version 5 (messages written with RMA): when both hellos offer MK_OFI_FEATURE_WRITE, a
+ * receiver may mark an entry of its clear-to-send as written (write[i] = 1, with the remote
+ * address and key of its buffer) and post no receive for it. The sender then moves each
+ * stripe of its message with one RMA write into that buffer (stripe k at k * chunk, on the
+ * stream a tagged stripe would take), carrying remote CQ data mk_ofi_imm(seq, i, k, len): the
+ * receiver counts the stripe when that completion arrives, so one message is one hop instead
+ * of rxm's rendezvous (a request, a read and an acknowledgement above rxm's 16 KiB eager
+ * size). Stripes that end a message early work as in version 4, except that the receiver has
+ * nothing posted to cancel. An end offers writes only with eager sends off.
  */
 #ifndef MK_OFI_PROTO_H_
 #define MK_OFI_PROTO_H_
@@ -42,7 +52,7 @@
 
 #include "transport.h"
 
-#define MK_OFI_PROTO_VERSION 4
+#define MK_OFI_PROTO_VERSION 5
 #define MK_OFI_HELLO_MAGIC 0x4f4b4d48u /* "HMKO" */
 #define MK_OFI_CTS_MAGIC 0x5354434du   /* "MCTS" */
 #define MK_OFI_ADDR_MAX 64             /* fabric address bytes carried in the hello */
@@ -92,11 +102,17 @@ struct mk_ofi_hello {
   uint16_t version;
   uint16_t addr_len;            /* of each address (one provider: all the same length) */
   uint64_t nonce;               /* the listen handle's nonce, echoed by both sides */
-  uint16_t nstreams;            /* endpoints the sender of the hello opened (1..MAX) */
+  uint8_t nstreams;             /* endpoints the sender of the hello opened (1..MAX) */
+  uint8_t features;             /* MK_OFI_FEATURE_* this side offers (version 5; the byte
+                                   was nstreams' high byte, always 0, so the hello keeps its
+                                   size and an older peer still reads it whole and names the
+                                   version it does not speak) */
   uint16_t eager_bufs;          /* bounce buffers a receiver posts (0: no eager) */
   uint32_t eager_bytes;         /* largest eager message this side takes or sends (0: none) */
   uint8_t addr[MK_OFI_MAX_STREAMS][MK_OFI_ADDR_MAX]; /* fi_getname of each endpoint */
 };
+
+#define MK_OFI_FEATURE_WRITE 1u /* version 5: messages written with RMA */
 
 /* Clear-to-send: the receiver posted receive seq with n buffers, for messages msn.. . With
  * n = 0 it only returns credits. */
@@ -113,7 +129,47 @@ struct mk_ofi_cts {
   uint8_t nstripes[MK_MAX_RECVS]; /* 1: not striped */
   uint8_t stream0[MK_MAX_RECVS];  /* stream of stripe 0 (0 since version 4); stripe k rides
                                      (stream0 + k) % streams */
+  uint8_t write[MK_MAX_RECVS];    /* 1: no receive posted, write the message (version 5) */
+  uint64_t raddr[MK_MAX_RECVS];   /* write: where the buffer's byte 0 is, for the writer */
+  uint64_t rkey[MK_MAX_RECVS];    /* write: the buffer's remote key */
 };
+
+/* The remote CQ data of a written stripe (version 5): the receive's sequence number (low 16
+ * bits: the receiver finds the receive by them, in 2 * MK_MAX_REQUESTS slots), the entry,
+ * the stripe and the bytes written. A stripe of 2^40 bytes or more is never written: a
+ * receiver marks only buffers below MK_OFI_WRITE_MAX_BYTES. */
+#define MK_OFI_IMM_LEN_BITS 40
+#define MK_OFI_WRITE_MAX_BYTES (1ull << MK_OFI_IMM_LEN_BITS)
+struct mk_ofi_imm {
+  uint32_t seq16;
+  unsigned idx, stripe;
+  uint64_t len;
+};
+static inline uint64_t mk_ofi_imm(uint32_t seq, unsigned idx, unsigned stripe, uint64_t len) {
+  return ((uint64_t)(seq & 0xffffu) << 48) | ((uint64_t)(idx & 0xfu) << 44) |
+         ((uint64_t)(stripe & 0xfu) << 40) | (len & (MK_OFI_WRITE_MAX_BYTES - 1));
+}
+static inline struct mk_ofi_imm mk_ofi_imm_parse(uint64_t imm) {
+  return (struct mk_ofi_imm){.seq16 = (uint32_t)(imm >> 48), .idx = (unsigned)(imm >> 44) & 0xfu,
+                             .stripe = (unsigned)(imm >> 40) & 0xfu,
+                             .len = imm & (MK_OFI_WRITE_MAX_BYTES - 1)};
+}
+
+/* Whether a written stripe's data fits the receive it names: a live receive with that seq,
+ * an entry marked written, a stripe of its plan and no more bytes than that stripe holds.
+ * n, write, sizes, chunk and nstripes are the receive's clear-to-send. */
+static inline int mk_ofi_imm_fits(const struct mk_ofi_imm* m, uint32_t seq, uint32_t n,
+                                  const uint8_t* write, const uint64_t* sizes,
+                                  const uint64_t* chunk, const uint8_t* nstripes) {
+  if (m->seq16 != (seq & 0xffffu) || m->idx >= n || !write[m->idx]) return 0;
+  unsigned i = m->idx;
+  if (m->stripe >= nstripes[i]) return 0;
+  uint64_t cap = nstripes[i] == 1 ? sizes[i]
+                                  : (m->stripe + 1ull) * chunk[i] > sizes[i]
+                                        ? sizes[i] - m->stripe * chunk[i]
+                                        : chunk[i];
+  return m->len <= cap;
+}
 
 /* How a receiver cuts a buffer of size bytes over nstreams streams: not at all up to
  * stripe_min bytes (and below two pages), else into equal 4 KiB-multiple chunks (page-aligned
@@ -175,6 +231,8 @@ static inline int mk_ofi_put_streams(int nstreams, int delivery_complete, int ha
 }
 
 _Static_assert(sizeof(struct mk_ofi_hello) == 536, "hello layout");
-_Static_assert(sizeof(struct mk_ofi_cts) == 200, "cts layout");
+_Static_assert(sizeof(struct mk_ofi_cts) == 336, "cts layout");
+_Static_assert(2 * MK_MAX_REQUESTS <= 0x10000 && (0x10000 % (2 * MK_MAX_REQUESTS)) == 0,
+               "16 sequence bits index the receives with written entries");
 
 #endif /* MK_OFI_PROTO_H_ */

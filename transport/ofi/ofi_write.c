@@ -1,0 +1,95 @@
+/*
+ * Messages written with RMA (protocol version 5, proto.h). Over tcp;ofi_rxm a tagged message
+ * above rxm's 16 KiB eager size takes rxm's rendezvous: a request to the receiver, which
+ * reads the data and acknowledges, three trips on top of our clear-to-send (one 128 KiB
+ * message: 90 us one way on the CPU host against 56 us for a put, bench/NOTES.md session
+ * 50). Our clear-to-send already tells the sender where the receive's buffer is, so the
+ * sender can write the message there itself: the receiver posts nothing for such an entry,
+ * and counts each stripe when its remote CQ data arrives (on the stream it was written on,
+ * read by that stream's thread or by stream 0's progress).
+ */
+#include "mk_err.h"
+#include "mk_log.h"
+#include "mk_param.h"
+#include "ofi.h"
+
+/* Eager sends need posted receives to cancel when an eager message crosses one: an end
+ * that sends or takes eager messages offers no writes, so the two are never on together. */
+void ofi_write_offer(const struct ofi_comm* c, struct mk_ofi_hello* out) {
+  int on = c->dev->can_write_data && mk_param_int(MK_PARAM_OFI_WRITES) &&
+           mk_param_int(MK_PARAM_OFI_EAGER_BYTES) == 0;
+  out->features = on ? MK_OFI_FEATURE_WRITE : 0;
+}
+
+void ofi_write_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,
+                     const struct mk_ofi_hello* theirs) {
+  c->write_data = (ours->features & theirs->features & MK_OFI_FEATURE_WRITE) != 0;
+  MK_INFO(MK_NCCL_SUBSYS_NET, "ofi %s comm %p: messages %s", c->is_send ? "send" : "recv",
+          (void*)c, c->write_data ? "written with RMA" : "sent to posted receives");
+}
+
+int ofi_write_slot_free(const struct ofi_comm* c, uint32_t seq) {
+  return c->write_data && !__atomic_load_n(&c->written_rx[seq % MK_OFI_WRITTEN_SLOTS], __ATOMIC_RELAXED);
+}
+
+int ofi_write_wanted(const struct ofi_comm* c, const void* data, size_t size, struct mk_mr* mr) {
+  return c->write_data && mr && data && size > 0 && size < MK_OFI_WRITE_MAX_BYTES;
+}
+
+int ofi_write_expect(struct ofi_comm* c, struct ofi_req* r, int i, void* data, size_t size,
+                     struct mk_mr* mr) {
+  uint8_t nst;
+  uint64_t chunk;
+  MK_CHECK(ofi_mr_remote(mr, data, &r->cts.raddr[i], &r->cts.rkey[i]));
+  mk_ofi_stripe_plan(size, c->nstreams, c->stripe_min, &nst, &chunk);
+  r->cts.write[i] = 1;
+  r->cts.nstripes[i] = nst;
+  r->cts.chunk[i] = chunk;
+  r->cts.stream0[i] = 0;
+  /* stripe k lands on stream k: its thread reads that CQ while it expects something */
+  __atomic_add_fetch(&r->pending, (int)nst, __ATOMIC_RELAXED);
+  for (unsigned k = 0; k < nst; k++) ofi_stream_busy(&c->st[k]);
+  __atomic_store_n(&c->written_rx[r->cts.seq % MK_OFI_WRITTEN_SLOTS], r, __ATOMIC_RELEASE);
+  c->n_written++;
+  return 0;
+}
+
+int ofi_write_landed(struct ofi_comm* c, unsigned k, uint64_t imm) {
+  const struct mk_ofi_imm m = mk_ofi_imm_parse(imm);
+  struct ofi_req* r = __atomic_load_n(&c->written_rx[m.seq16 % MK_OFI_WRITTEN_SLOTS], __ATOMIC_ACQUIRE);
+  const struct mk_ofi_cts* cts = r ? &r->cts : NULL;
+  if (!r || !mk_ofi_imm_fits(&m, cts->seq, cts->n, cts->write, cts->sizes, cts->chunk,
+                             cts->nstripes) || (cts->stream0[m.idx] + m.stripe) % (unsigned)c->nstreams != k) {
+    MK_WARN("ofi: a write names no stripe this comm expects (receive %u, entry %u, stripe %u, "
+            "%llu bytes, stream %u)", m.seq16, m.idx, m.stripe, (unsigned long long)m.len, k);
+    return -EPROTO;
+  }
+  const unsigned nst = cts->nstripes[m.idx];
+  int done = 1;
+  ofi_stream_idle(&c->st[k]);
+  /* a stripe shorter than its chunk ends the message: the later ones are never written */
+  if (mk_ofi_stripe_ends_message(m.stripe, (uint8_t)nst, m.len, cts->chunk[m.idx]))
+    for (unsigned j = m.stripe + 1; j < nst; j++, done++)
+      ofi_stream_idle(&c->st[(cts->stream0[m.idx] + j) % (unsigned)c->nstreams]);
+  __atomic_add_fetch(&r->sizes[m.idx], m.len, __ATOMIC_RELAXED);
+  __atomic_sub_fetch(&r->pending, done, __ATOMIC_RELEASE);
+  return 0;
+}
+
+void ofi_write_forget(struct ofi_comm* c, struct ofi_req* r) {
+  struct ofi_req** slot = &c->written_rx[r->cts.seq % MK_OFI_WRITTEN_SLOTS];
+  if (__atomic_load_n(slot, __ATOMIC_RELAXED) == r) __atomic_store_n(slot, NULL, __ATOMIC_RELEASE);
+}
+
+/* A plain local completion is enough: the receiver learns of the data from its own. */
+void ofi_write_send_prepare(struct ofi_req* r, const struct mk_ofi_cts* cts, int i, const void* data) {
+  r->put_src = data;
+  r->put_addr = cts->raddr[i];
+  r->put_key = cts->rkey[i];
+  r->write_seq = cts->seq;
+  r->flags = FI_REMOTE_CQ_DATA;
+}
+
+uint64_t mk_ofi_messages_written(const struct mk_comm* comm) {
+  return comm && comm->ops == &mk_ofi_ops ? ((const struct ofi_comm*)comm)->n_written : 0;
+}
