@@ -416,6 +416,10 @@ int ofi_mr_check(struct ofi_comm* c, struct mk_mr* mr, const void* data, size_t 
 int ofi_mr_remote(struct mk_mr* mr, const void* data, uint64_t* addr, uint64_t* key);
 /* ofi_data.c */
 void ofi_req_release(struct ofi_comm* c, struct ofi_req* r);
+/* How a receive cuts entry i's buffer of size bytes (mk_ofi_stripe_plan), written into its
+ * clear-to-send: stripe k rides stream k (stream0 = 0 since version 4). Posted and written
+ * entries alike. */
+void ofi_recv_plan(const struct ofi_comm* c, struct mk_ofi_cts* cts, int i, size_t size);
 int ofi_cts_post(struct ofi_comm* c, struct ofi_req* r);
 /* The progress thread posts a send left to it; 1: not now (EAGAIN, nothing posted). */
 int ofi_send_deferred_post(struct ofi_comm* c, struct ofi_req* r);
@@ -432,9 +436,10 @@ int ofi_write_wanted(const struct ofi_comm* c, const void* data, size_t size, st
  * count and streams are set up (call once every posted entry is in, before the clear-to-send). */
 int ofi_write_expect(struct ofi_comm* c, struct ofi_req* r, int i, void* data, size_t size,
                      struct mk_mr* mr);
-/* A written stripe's remote CQ data arrived on stream k (any thread): counts it. <0: it names
- * no stripe we expect (the comm is out of step). */
-int ofi_write_landed(struct ofi_comm* c, unsigned k, uint64_t imm);
+/* A completion with no operation of ours arrived on stream k (any thread), with its CQ flags
+ * and data: a written stripe's remote CQ data, counted. <0: it is not one, or it names no
+ * stripe we expect (the comm is out of step). */
+int ofi_write_landed(struct ofi_comm* c, unsigned k, uint64_t flags, uint64_t imm);
 /* A receive is over: no write may name it any more. */
 void ofi_write_forget(struct ofi_comm* c, struct ofi_req* r);
 /* Send side: the writes of entry i of cts from data (r->flags, the source and target). */

@@ -79,15 +79,6 @@ static int ofi_op_done(struct ofi_comm* c, struct ofi_op* op, uint64_t tag, size
   return op->kind == OFI_OP_PUT ? ofi_signal_post(c, r) : 0;
 }
 
-/* A completion with no operation of ours: the remote CQ data of a written stripe. */
-static int ofi_remote_done(struct ofi_comm* c, const struct fi_cq_tagged_entry* e) {
-  if (!(e->flags & FI_REMOTE_CQ_DATA) || !c->write_data) {
-    MK_WARN("ofi: a completion without an operation (flags 0x%llx)", (unsigned long long)e->flags);
-    return -EPROTO;
-  }
-  return ofi_write_landed(c, 0, e->data);
-}
-
 static int ofi_cq_error(struct ofi_comm* c) {
   struct fi_cq_err_entry e;
   memset(&e, 0, sizeof(e));
@@ -169,7 +160,7 @@ int ofi_cq_progress(struct ofi_comm* c) {
     }
     for (ssize_t i = 0; i < n; i++)
       MK_CHECK_GOTO(e[i].op_context ? ofi_op_done(c, e[i].op_context, e[i].tag, e[i].len, 0)
-                                    : ofi_remote_done(c, &e[i]), rc, fail);
+                                    : ofi_write_landed(c, 0, e[i].flags, e[i].data), rc, fail);
     handled += (int)n;
     if (n < OFI_CQ_BATCH) break;
   }

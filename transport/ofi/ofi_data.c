@@ -293,13 +293,18 @@ int ofi_cts_post(struct ofi_comm* c, struct ofi_req* r) {
   return 0;
 }
 
-/* The stripes of entry i (ofi_stripe_plan), each posted on its own stream. first: this is
+void ofi_recv_plan(const struct ofi_comm* c, struct mk_ofi_cts* cts, int i, size_t size) {
+  mk_ofi_stripe_plan(size, c->nstreams, c->stripe_min, &cts->nstripes[i], &cts->chunk[i]);
+  cts->stream0[i] = 0;
+}
+
+/* The stripes of entry i (ofi_recv_plan), each posted on its own stream. first: this is
  * the first post of the receive, which may still be abandoned on EAGAIN (returns 1). */
 static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* data,
                             size_t size, void* desc, int first) {
-  uint8_t nst;
-  uint64_t chunk;
-  mk_ofi_stripe_plan(size, c->nstreams, c->stripe_min, &nst, &chunk);
+  ofi_recv_plan(c, &r->cts, i, size);
+  const uint8_t nst = r->cts.nstripes[i];
+  const uint64_t chunk = r->cts.chunk[i];
   /* stripe k on stream k (stream0 = 0): a message shorter than a stripe travels on stream 0
    * alone */
   for (unsigned k = 0; k < nst; k++) {
@@ -316,9 +321,6 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
       return rc;
     }
   }
-  r->cts.nstripes[i] = nst;
-  r->cts.chunk[i] = chunk;
-  r->cts.stream0[i] = 0;
   return 0;
 }
 
@@ -375,8 +377,6 @@ static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** da
   }
   if (rc != 0) return rc;
   r->cts.magic = MK_OFI_CTS_MAGIC;
-  r->cts.seq = c->seq;
-  r->cts.n = (uint32_t)n;
   r->cts.msn = r->msn0;
   r->cts.credits = mk_ofi_owed_take(&c->owed);
   r->ops[OFI_OP_CTS_AT] = (struct ofi_op){.req = r, .kind = OFI_OP_CTS_SEND, .idx = (uint8_t)n};

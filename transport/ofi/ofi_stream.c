@@ -193,9 +193,7 @@ int ofi_stream_poll(struct ofi_stream* st, int block) {
   for (ssize_t i = 0; i < n; i++) {
     struct ofi_op* op = e[i].op_context;
     if (!op) { /* the remote CQ data of a stripe written into a receive */
-      int rc = st->comm->write_data && (e[i].flags & FI_REMOTE_CQ_DATA)
-                   ? ofi_write_landed(st->comm, (unsigned)(st - st->comm->st), e[i].data)
-                   : -EPROTO;
+      int rc = ofi_write_landed(st->comm, (unsigned)(st - st->comm->st), e[i].flags, e[i].data);
       if (rc < 0) ofi_stream_fail(st, rc);
       continue;
     }

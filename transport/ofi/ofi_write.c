@@ -38,14 +38,10 @@ int ofi_write_wanted(const struct ofi_comm* c, const void* data, size_t size, st
 
 int ofi_write_expect(struct ofi_comm* c, struct ofi_req* r, int i, void* data, size_t size,
                      struct mk_mr* mr) {
-  uint8_t nst;
-  uint64_t chunk;
   MK_CHECK(ofi_mr_remote(mr, data, &r->cts.raddr[i], &r->cts.rkey[i]));
-  mk_ofi_stripe_plan(size, c->nstreams, c->stripe_min, &nst, &chunk);
+  ofi_recv_plan(c, &r->cts, i, size);
   r->cts.write[i] = 1;
-  r->cts.nstripes[i] = nst;
-  r->cts.chunk[i] = chunk;
-  r->cts.stream0[i] = 0;
+  const unsigned nst = r->cts.nstripes[i];
   /* stripe k lands on stream k: its thread reads that CQ while it expects something */
   __atomic_add_fetch(&r->pending, (int)nst, __ATOMIC_RELAXED);
   for (unsigned k = 0; k < nst; k++) ofi_stream_busy(&c->st[k]);
@@ -54,7 +50,11 @@ int ofi_write_expect(struct ofi_comm* c, struct ofi_req* r, int i, void* data, s
   return 0;
 }
 
-int ofi_write_landed(struct ofi_comm* c, unsigned k, uint64_t imm) {
+int ofi_write_landed(struct ofi_comm* c, unsigned k, uint64_t flags, uint64_t imm) {
+  if (!(flags & FI_REMOTE_CQ_DATA) || !c->write_data) {
+    MK_WARN("ofi: a completion without an operation (flags 0x%llx)", (unsigned long long)flags);
+    return -EPROTO;
+  }
   const struct mk_ofi_imm m = mk_ofi_imm_parse(imm);
   struct ofi_req* r = __atomic_load_n(&c->written_rx[m.seq16 % MK_OFI_WRITTEN_SLOTS], __ATOMIC_ACQUIRE);
   const struct mk_ofi_cts* cts = r ? &r->cts : NULL;
