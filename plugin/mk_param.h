@@ -30,9 +30,10 @@
   X(INT, OFI_STREAM_THREADS, "NCCL_MK_OFI_STREAM_THREADS", "1", 0, 1, "",                    \
     "ofi: 1 gives streams 1.. a progress thread each; 0 leaves them all to NCCL's thread")    \
   X(INT, OFI_STREAM_POSTS, "NCCL_MK_OFI_STREAM_POSTS", "1", 0, 1, "",                        \
-    "ofi: 1 posts a put's stripes on streams 1.. from those streams' threads (over tcp a post "  \
-    "copies its data into the socket; from one thread the proxy moved 4.6-4.7 GB/s each way "  \
-    "on the GPU host, from the streams' threads 11-13); 0 posts them from the caller's thread")   \
+    "ofi: 1 posts a put's and a written message's stripes on streams 1.. from those streams' " \
+    "threads (over tcp a post copies its data into the socket; from one thread the proxy "     \
+    "moved 4.6-4.7 GB/s each way on the GPU host, from the streams' threads 11-13); 0 posts "  \
+    "them from the caller's thread")                                                           \
   X(INT, OFI_PROGRESS_THREAD, "NCCL_MK_OFI_PROGRESS_THREAD", "-1", -1, 2, "",               \
     "ofi: 1 gives each comm a thread that reads stream 0's completions while it has work, so " \
     "NCCL's proxy thread only posts and checks; 2: one such thread per device serves all its " \
@@ -54,6 +55,10 @@
     "(its clear-to-send carries the address) instead of sent to a posted receive, which over " \
     "tcp;ofi_rxm takes a rendezvous above 16 KiB; needs 8 bytes of remote CQ data from the "   \
     "provider and eager sends off at both ends; 0 posts receives for every message")          \
+  X(INT, OFI_WRITE_PIECE_MIN, "NCCL_MK_OFI_WRITE_PIECE_MIN", "65536", 0, 1099511627776, "",  \
+    "ofi: a written message is cut evenly over the receive buffer's stripes (one stream each) " \
+    "in pieces of at least this many bytes; a large value uses as few stripes as the buffer's " \
+    "cut allows")                                                                              \
   X(INT, OFI_EAGER_BUFS, "NCCL_MK_OFI_EAGER_BUFS", "16", 1, 256, "",                          \
     "ofi: bounce buffers per receive comm, each NCCL_MK_OFI_EAGER_BYTES: the eager messages "  \
     "a sender may have in flight or unreceived (its credits)")                                 \

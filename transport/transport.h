@@ -170,6 +170,8 @@ int mk_ofi_progress_auto(const char* provider, int cores);
 uint64_t mk_ofi_sends_resumed(const struct mk_comm* comm);
 /* ofi: messages this comm sent (send) or expected (recv) as RMA writes (protocol version 5). */
 uint64_t mk_ofi_messages_written(const struct mk_comm* comm);
+/* ofi: the pieces of written messages this comm posted (send) or counted landed (recv). */
+uint64_t mk_ofi_pieces_written(const struct mk_comm* comm);
 /* The streams of a comm whose fabric connection was formed ahead (the hint connect_ahead)
  * and has carried its 0-byte message; for tests. */
 int mk_ofi_streams_connected_ahead(const struct mk_comm* comm);

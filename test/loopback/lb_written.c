@@ -1,7 +1,7 @@
-/* Messages written with RMA (ofi protocol version 5) over the real transport: every size and
- * stripe shape lands exact, grouped receives mix written and posted entries, both ends count
- * the written messages, and writes off at one end are off for both. meson runs these with
- * one stream and with four. */
+/* Messages written with RMA (ofi protocol versions 5, 6) over the real transport: every size
+ * and stripe shape lands exact, cut evenly over the stripes; grouped receives mix written
+ * and posted entries; both ends count the written messages and their pieces; writes off at
+ * one end are off for both. meson runs these with one stream and with four. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +92,15 @@ static int written_recv(struct lb_ctx* ctx) {
   const uint64_t n = mk_ofi_messages_written(ctx->comm);
   printf("  receiver: %llu of %d entries written\n", (unsigned long long)n, NMSG + NGROUP);
   LB_EXPECT(n == (writes_expected() ? (uint64_t)NMSG + NGROUP / 2 : 0));
+  /* cut evenly over the stripes (version 6): with several streams the large messages land
+   * in several pieces, with one each in one */
+  const uint64_t pieces = mk_ofi_pieces_written(ctx->comm);
+  const int64_t streams = mk_param_int(MK_PARAM_OFI_STREAMS);
+  printf("  receiver: %llu pieces landed\n", (unsigned long long)pieces);
+  if (streams == 1) LB_EXPECT(pieces == n);
+  if (streams > 1 && n) LB_EXPECT(pieces > n);
   lb_tell(ctx, n);
+  lb_tell(ctx, pieces);
   return lb_close(ctx);
 }
 
@@ -101,6 +109,7 @@ static int written_send(struct lb_ctx* ctx) {
   for (int m = 0; m < NMSG; m++) LB_OK(send_one(ctx, lens[m], 7, (uint64_t)m));
   for (int j = NGROUP - 1; j >= 0; j--) LB_OK(send_one(ctx, group_len(j), 20 + j, 100 + (uint64_t)j));
   LB_EXPECT(mk_ofi_messages_written(ctx->comm) == lb_hear(ctx));
+  LB_EXPECT(mk_ofi_pieces_written(ctx->comm) == lb_hear(ctx));
   return lb_close(ctx);
 }
 

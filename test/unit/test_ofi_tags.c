@@ -117,38 +117,82 @@ static void put_streams(void) {
   CHECK_EQ(first, 1);
 }
 
-/* A written stripe's remote CQ data (version 5) round-trips, and the receiver takes it only
- * when it names a live receive's written entry, a stripe of its plan and no more bytes than
- * that stripe holds: anything else is refused (the comm fails), never counted. */
+/* A written stripe's remote CQ data (versions 5, 6) round-trips, and the receiver takes it
+ * only when it names a live receive's written entry, a stripe of its plan and no more bytes
+ * than a chunk or the buffer: anything else is refused (the comm fails), never counted. */
 static void written_stripes(void) {
   const uint32_t seqs[] = {0, 1, 63, 64, 0xffffu, 0x10000u, 0xfffffffeu};
   const uint64_t lens[] = {0, 1, 4096, (1ull << 40) - 1};
   for (unsigned s = 0; s < 7; s++)
     for (unsigned i = 0; i < MK_MAX_RECVS; i++)
       for (unsigned k = 0; k < MK_OFI_MAX_STREAMS; k++)
-        for (unsigned l = 0; l < 4; l++) {
-          struct mk_ofi_imm m = mk_ofi_imm_parse(mk_ofi_imm(seqs[s], i, k, lens[l]));
+        for (unsigned l = 0; l < 8; l++) {
+          struct mk_ofi_imm m = mk_ofi_imm_parse(mk_ofi_imm(seqs[s], l & 1, i, k, lens[l / 2]));
           CHECK_EQ(m.seq16, seqs[s] & 0xffffu);
+          CHECK_EQ(m.last, l & 1);
           CHECK_EQ(m.idx, i);
           CHECK_EQ(m.stripe, k);
-          CHECK_EQ(m.len, lens[l]);
+          CHECK_EQ(m.len, lens[l / 2]);
         }
   /* receive 70: entry 0 written, 3 stripes of 4096 over 10000 bytes; entry 1 posted */
   const uint8_t write[MK_MAX_RECVS] = {1, 0}, nst[MK_MAX_RECVS] = {3, 1};
   const uint64_t sizes[MK_MAX_RECVS] = {10000, 50}, chunk[MK_MAX_RECVS] = {4096, 50};
-  struct mk_ofi_imm ok = mk_ofi_imm_parse(mk_ofi_imm(70, 0, 2, 10000 - 8192));
+  struct mk_ofi_imm ok = mk_ofi_imm_parse(mk_ofi_imm(70, 1, 0, 2, 4096));
   CHECK(mk_ofi_imm_fits(&ok, 70, 2, write, sizes, chunk, nst));
   CHECK(mk_ofi_imm_fits(&ok, 70 + 0x10000, 2, write, sizes, chunk, nst)); /* 16 bits carried */
   const struct mk_ofi_imm bad[] = {
-      mk_ofi_imm_parse(mk_ofi_imm(71, 0, 0, 10)),           /* another receive */
-      mk_ofi_imm_parse(mk_ofi_imm(70, 1, 0, 10)),           /* a posted entry */
-      mk_ofi_imm_parse(mk_ofi_imm(70, 2, 0, 10)),           /* past the receive's entries */
-      mk_ofi_imm_parse(mk_ofi_imm(70, 0, 3, 0)),            /* past the plan's stripes */
-      mk_ofi_imm_parse(mk_ofi_imm(70, 0, 2, 10000 - 8191)), /* more than the last stripe holds */
-      mk_ofi_imm_parse(mk_ofi_imm(70, 0, 0, 4097)),         /* more than a stripe holds */
+      mk_ofi_imm_parse(mk_ofi_imm(71, 0, 0, 0, 10)),   /* another receive */
+      mk_ofi_imm_parse(mk_ofi_imm(70, 0, 1, 0, 10)),   /* a posted entry */
+      mk_ofi_imm_parse(mk_ofi_imm(70, 0, 2, 0, 10)),   /* past the receive's entries */
+      mk_ofi_imm_parse(mk_ofi_imm(70, 1, 0, 3, 0)),    /* past the plan's stripes */
+      mk_ofi_imm_parse(mk_ofi_imm(70, 0, 0, 0, 4097)), /* more than a chunk */
   };
   for (unsigned b = 0; b < sizeof(bad) / sizeof(bad[0]); b++)
     CHECK(!mk_ofi_imm_fits(&bad[b], 70, 2, write, sizes, chunk, nst));
+  const uint8_t one[MK_MAX_RECVS] = {1};
+  const uint64_t small[MK_MAX_RECVS] = {50}, whole[MK_MAX_RECVS] = {50};
+  struct mk_ofi_imm over = mk_ofi_imm_parse(mk_ofi_imm(70, 1, 0, 0, 51));
+  CHECK(!mk_ofi_imm_fits(&over, 70, 1, write, small, whole, one)); /* more than the buffer */
+}
+
+/* How a sender cuts a written message (version 6): evenly over the stripes, no piece below
+ * the minimum (but a lone one) nor above the chunk, the pieces adding up to the message. */
+static void write_cut_is_even_and_bounded(void) {
+  const uint64_t K = 1024, M = 1024 * 1024;
+  uint64_t q;
+  CHECK_EQ(mk_ofi_write_cut(M, 4, 512 * K, 64 * K, &q), 4u); /* a 1 MiB message in a 2 MiB slot */
+  CHECK_EQ(q, 256 * K);
+  CHECK_EQ(mk_ofi_write_cut(256 * K, 2, 256 * K, 64 * K, &q), 2u); /* NCCL's 512 KiB slot */
+  CHECK_EQ(q, 128 * K);
+  CHECK_EQ(mk_ofi_write_cut(100, 4, 512 * K, 64 * K, &q), 1u);
+  CHECK_EQ(q, 100u);
+  CHECK_EQ(mk_ofi_write_cut(0, 4, 512 * K, 64 * K, &q), 1u);
+  CHECK_EQ(q, 0u);
+  CHECK_EQ(mk_ofi_write_cut(100 * K, 2, 256 * K, 64 * K, &q), 1u); /* two would be under 64 KiB */
+  CHECK_EQ(mk_ofi_write_cut(M, 4, 512 * K, 1ull << 40, &q), 2u);   /* as few as the chunks allow */
+  CHECK_EQ(q, 512 * K);
+  CHECK_EQ(mk_ofi_write_cut(3000, 1, 3000, 0, &q), 1u);
+  const uint64_t sizes[] = {0, 1, 4095, 4096, 65537, 200 * K, 256 * K + 1, M - 1, 3 * M + 7};
+  const uint64_t mins[] = {0, 4096, 64 * K, 1ull << 40};
+  for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+    for (int streams = 1; streams <= MK_OFI_MAX_STREAMS; streams++)
+      for (unsigned m = 0; m < 4; m++) {
+        uint8_t nst;
+        uint64_t chunk, total = 0;
+        const uint64_t buf = sizes[s] + 4 * K; /* the receiver's buffer, a little larger */
+        mk_ofi_stripe_plan(buf, streams, 0, &nst, &chunk);
+        const unsigned n = mk_ofi_write_cut(sizes[s], nst, chunk, mins[m], &q);
+        CHECK(n >= 1 && n <= nst);
+        for (unsigned k = 0; k < n; k++) {
+          const uint64_t len = k * q >= sizes[s] ? 0 : sizes[s] - k * q < q ? sizes[s] - k * q : q;
+          CHECK(len <= chunk);
+          CHECK(len > 0 || sizes[s] == 0); /* no empty piece */
+          total += len;
+        }
+        CHECK_EQ(total, sizes[s]);
+        /* below the minimum only where the chunks need that many pieces */
+        if (n > 1) CHECK(q % 4096 == 0 && (q >= mins[m] || n == (sizes[s] + chunk - 1) / chunk));
+      }
 }
 
 int main(void) {
@@ -157,6 +201,7 @@ int main(void) {
   stripes_sent_end_at_the_message();
   put_streams();
   written_stripes();
+  write_cut_is_even_and_bounded();
   CHECK_EQ(sizeof(struct mk_ofi_cts), 336);
   CHECK_EQ(sizeof(struct mk_ofi_hello), 536);
   return MK_TEST_RESULT();

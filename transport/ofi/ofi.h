@@ -130,6 +130,7 @@ struct ofi_op {
   uint8_t idx;            /* entry of a grouped receive */
   uint8_t stripe;         /* stripe of that entry = the stream it was posted on */
   uint8_t cancelled;      /* a recv whose message came eager: its FI_ECANCELED is no error */
+  uint8_t last;           /* a written send's last piece (its remote CQ data says so) */
   /* a put stripe handed to its stream's thread (ofi_stream_post_later): what to write */
   void* buf;
   size_t len;
@@ -298,6 +299,8 @@ struct ofi_comm {
    * recv: eager ones that waited for their receive, and that crossed its clear-to-send */
   uint64_t n_eager, n_cts, n_queued, n_crossed;
   uint64_t n_written;         /* messages sent (send) or announced (recv) as written */
+  uint64_t n_pieces;          /* their pieces posted (send) or landed (recv; atomic) */
+  uint64_t write_piece_min;   /* send: NCCL_MK_OFI_WRITE_PIECE_MIN, read once */
   uint64_t n_resumed;         /* deferred sends resumed after a later stripe found no room */
   struct ofi_comm *live_prev, *live_next; /* every comm not yet destroyed (ofi_ep.c) */
 };
@@ -442,8 +445,10 @@ int ofi_write_expect(struct ofi_comm* c, struct ofi_req* r, int i, void* data, s
 int ofi_write_landed(struct ofi_comm* c, unsigned k, uint64_t flags, uint64_t imm);
 /* A receive is over: no write may name it any more. */
 void ofi_write_forget(struct ofi_comm* c, struct ofi_req* r);
-/* Send side: the writes of entry i of cts from data (r->flags, the source and target). */
-void ofi_write_send_prepare(struct ofi_req* r, const struct mk_ofi_cts* cts, int i, const void* data);
+/* Send side: the pieces of a written send of size bytes from data into entry i of cts, from
+ * piece k0 on; returns as the data path's stripes do (ofi_data.c, ofi_send_stripes). */
+int ofi_write_send_pieces(struct ofi_comm* c, struct ofi_req* r, const struct mk_ofi_cts* cts,
+                          int i, char* data, size_t size, void* desc, unsigned k0, int resumable);
 /* ofi_eager.c. Handshake: what our hello offers, then what both ends agreed on. */
 void ofi_eager_offer(const struct ofi_comm* c, struct mk_ofi_hello* out);
 int ofi_eager_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,

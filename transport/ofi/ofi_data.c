@@ -80,11 +80,10 @@ int ofi_stripe_post_in_turn(struct ofi_comm* c, enum ofi_post_mode mode, unsigne
  * not resumable waits out a later stripe's EAGAIN here (ofi_stripe_post_retry). */
 static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct mk_ofi_cts* cts,
                             int i, char* data, size_t size, void* desc, unsigned k0, int resumable) {
+  if (cts->write[i]) return ofi_write_send_pieces(c, r, cts, i, data, size, desc, k0, resumable);
   unsigned nst = cts->nstripes[i], s0 = cts->stream0[i];
   uint64_t chunk = cts->chunk[i];
   unsigned nsend = mk_ofi_stripes_sent(size, chunk, (uint8_t)nst); /* the rest: cancelled */
-  const uint8_t kind = cts->write[i] ? OFI_OP_WRITE_SEND : OFI_OP_SEND;
-  if (cts->write[i]) ofi_write_send_prepare(r, cts, i, data);
   /* before any post: stream threads may complete stripes at once; atomic, as a deferred send
    * is set here by the progress thread while NCCL's test() may read it */
   if (k0 == 0) __atomic_store_n(&r->pending, (int)nsend, __ATOMIC_RELAXED);
@@ -92,7 +91,7 @@ static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct 
     size_t len = nst == 1 ? size : (size_t)mk_ofi_stripe_len(size, chunk, k);
     char* buf = len ? data + (size_t)k * chunk : data;
     struct ofi_op* op = &r->ops[OFI_OP_AT(0, k)];
-    *op = (struct ofi_op){.req = r, .kind = kind, .idx = (uint8_t)i, .stripe = (uint8_t)k};
+    *op = (struct ofi_op){.req = r, .kind = OFI_OP_SEND, .idx = (uint8_t)i, .stripe = (uint8_t)k};
     uint64_t tag = mk_ofi_tag_data(cts->seq, (unsigned)i, k);
     const unsigned stream = (s0 + k) % (unsigned)c->nstreams;
     const enum ofi_post_mode mode = k == 0 ? OFI_POST_FIRST : resumable ? OFI_POST_RESUMABLE : OFI_POST_WAITED;

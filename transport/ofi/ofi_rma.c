@@ -151,7 +151,9 @@ ssize_t ofi_put_stripe_write(struct ofi_stream* st, struct ofi_op* op, void* buf
                              void* desc) {
   const struct ofi_req* r = op->req;
   uint64_t addr = r->put_addr + (uint64_t)((const char*)buf - r->put_src);
-  uint64_t imm = op->kind == OFI_OP_WRITE_SEND ? mk_ofi_imm(r->write_seq, op->idx, op->stripe, len) : 0;
+  uint64_t imm = op->kind == OFI_OP_WRITE_SEND
+                     ? mk_ofi_imm(r->write_seq, op->last, op->idx, op->stripe, len)
+                     : 0;
   return ofi_write_on(st, op, buf, len, desc, addr, r->put_key, r->flags, imm);
 }
 

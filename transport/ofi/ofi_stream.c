@@ -238,7 +238,7 @@ static int ofi_stream_posts_run(struct ofi_stream* st) {
     if (!st->posts_head) st->posts_tail = NULL;
     pthread_mutex_unlock(&st->mu);
     if (rc != 0) {
-      MK_WARN("ofi: posting a put's stripe failed: %s", ofi_sym.strerror((int)-rc));
+      MK_WARN("ofi: posting a stripe of a put or written send failed: %s", ofi_sym.strerror((int)-rc));
       ofi_stream_op_failed(st, op, 0, (int)-rc);
     }
   }

@@ -58,8 +58,9 @@ int ofi_write_landed(struct ofi_comm* c, unsigned k, uint64_t flags, uint64_t im
   const struct mk_ofi_imm m = mk_ofi_imm_parse(imm);
   struct ofi_req* r = __atomic_load_n(&c->written_rx[m.seq16 % MK_OFI_WRITTEN_SLOTS], __ATOMIC_ACQUIRE);
   const struct mk_ofi_cts* cts = r ? &r->cts : NULL;
-  if (!r || !mk_ofi_imm_fits(&m, cts->seq, cts->n, cts->write, cts->sizes, cts->chunk,
-                             cts->nstripes) || (cts->stream0[m.idx] + m.stripe) % (unsigned)c->nstreams != k) {
+  if (!r ||
+      !mk_ofi_imm_fits(&m, cts->seq, cts->n, cts->write, cts->sizes, cts->chunk, cts->nstripes) ||
+      (cts->stream0[m.idx] + m.stripe) % (unsigned)c->nstreams != k) {
     MK_WARN("ofi: a write names no stripe this comm expects (receive %u, entry %u, stripe %u, "
             "%llu bytes, stream %u)", m.seq16, m.idx, m.stripe, (unsigned long long)m.len, k);
     return -EPROTO;
@@ -67,11 +68,16 @@ int ofi_write_landed(struct ofi_comm* c, unsigned k, uint64_t flags, uint64_t im
   const unsigned nst = cts->nstripes[m.idx];
   int done = 1;
   ofi_stream_idle(&c->st[k]);
-  /* a stripe shorter than its chunk ends the message: the later ones are never written */
-  if (mk_ofi_stripe_ends_message(m.stripe, (uint8_t)nst, m.len, cts->chunk[m.idx]))
+  /* the message's last piece: the later stripes are never written */
+  if (m.last)
     for (unsigned j = m.stripe + 1; j < nst; j++, done++)
       ofi_stream_idle(&c->st[(cts->stream0[m.idx] + j) % (unsigned)c->nstreams]);
-  __atomic_add_fetch(&r->sizes[m.idx], m.len, __ATOMIC_RELAXED);
+  if (__atomic_add_fetch(&r->sizes[m.idx], m.len, __ATOMIC_RELAXED) > cts->sizes[m.idx]) {
+    MK_WARN("ofi: written pieces add up to more than receive %u's %llu-byte buffer", m.seq16,
+            (unsigned long long)cts->sizes[m.idx]);
+    return -EPROTO;
+  }
+  __atomic_add_fetch(&c->n_pieces, 1, __ATOMIC_RELAXED);
   __atomic_sub_fetch(&r->pending, done, __ATOMIC_RELEASE);
   return 0;
 }
@@ -82,7 +88,8 @@ void ofi_write_forget(struct ofi_comm* c, struct ofi_req* r) {
 }
 
 /* A plain local completion is enough: the receiver learns of the data from its own. */
-void ofi_write_send_prepare(struct ofi_req* r, const struct mk_ofi_cts* cts, int i, const void* data) {
+static void ofi_write_send_prepare(struct ofi_req* r, const struct mk_ofi_cts* cts, int i,
+                                   const void* data) {
   r->put_src = data;
   r->put_addr = cts->raddr[i];
   r->put_key = cts->rkey[i];
@@ -90,6 +97,62 @@ void ofi_write_send_prepare(struct ofi_req* r, const struct mk_ofi_cts* cts, int
   r->flags = FI_REMOTE_CQ_DATA;
 }
 
+/* The pieces of a written send (mk_ofi_write_cut), from piece k0 on (k0 > 0: a resumed send).
+ * With NCCL_MK_OFI_STREAM_POSTS, the pieces whose stream has a thread are handed to it first,
+ * so that their copies into the sockets (a tcp post copies) run side by side, and the rest
+ * are then posted here with any EAGAIN waited out (the message can no longer be abandoned).
+ * Returns as ofi_send_stripes: 1 nothing posted, 2 resume from r->send_next later. */
+int ofi_write_send_pieces(struct ofi_comm* c, struct ofi_req* r, const struct mk_ofi_cts* cts,
+                          int i, char* data, size_t size, void* desc, unsigned k0, int resumable) {
+  uint64_t piece;
+  const unsigned n =
+      mk_ofi_write_cut(size, cts->nstripes[i], cts->chunk[i], c->write_piece_min, &piece);
+  const int hand = k0 == 0 && n > 1 && c->stream_posts;
+  int handed = 0;
+  ofi_write_send_prepare(r, cts, i, data);
+  if (k0 == 0) __atomic_store_n(&r->pending, (int)n, __ATOMIC_RELAXED); /* before any post */
+  for (int pass = hand ? 0 : 1; pass < 2; pass++)
+    for (unsigned k = k0; k < n; k++) {
+      struct ofi_stream* st = &c->st[(cts->stream0[i] + k) % (unsigned)c->nstreams];
+      const int threaded = hand && st->has_thread;
+      if (threaded != (pass == 0)) continue; /* pass 0 hands over, pass 1 posts the rest */
+      struct ofi_op* op = &r->ops[OFI_OP_AT(0, k)];
+      *op = (struct ofi_op){.req = r,
+                            .kind = OFI_OP_WRITE_SEND,
+                            .idx = (uint8_t)i,
+                            .stripe = (uint8_t)k,
+                            .last = k + 1 == n};
+      op->len = k * piece >= size ? 0 : size - k * piece < piece ? size - k * piece : piece;
+      op->buf = op->len ? data + k * piece : data;
+      op->desc = desc;
+      if (threaded) {
+        ofi_stream_post_later(st, op);
+        handed = 1;
+        __atomic_add_fetch(&c->n_pieces, 1, __ATOMIC_RELAXED);
+        continue;
+      }
+      const enum ofi_post_mode mode = handed || (k > 0 && !resumable) ? OFI_POST_WAITED
+                                      : k == 0                        ? OFI_POST_FIRST
+                                                                      : OFI_POST_RESUMABLE;
+      const int rc =
+          ofi_stripe_post_in_turn(c, mode, (unsigned)(st - c->st), op->buf, op->len, desc, 0, op);
+      if (rc == -FI_EAGAIN && mode == OFI_POST_FIRST) return 1;
+      if (rc == -FI_EAGAIN) {
+        r->send_next = (uint8_t)k;
+        return 2;
+      }
+      if (rc != 0) return rc;
+      __atomic_add_fetch(&c->n_pieces, 1, __ATOMIC_RELAXED);
+    }
+  return 0;
+}
+
 uint64_t mk_ofi_messages_written(const struct mk_comm* comm) {
   return comm && comm->ops == &mk_ofi_ops ? ((const struct ofi_comm*)comm)->n_written : 0;
+}
+
+uint64_t mk_ofi_pieces_written(const struct mk_comm* comm) {
+  return comm && comm->ops == &mk_ofi_ops
+             ? __atomic_load_n(&((const struct ofi_comm*)comm)->n_pieces, __ATOMIC_RELAXED)
+             : 0;
 }

@@ -44,6 +44,13 @@
  * of rxm's rendezvous (a request, a read and an acknowledgement above rxm's 16 KiB eager
  * size). Stripes that end a message early work as in version 4, except that the receiver has
  * nothing posted to cancel. An end offers writes only with eager sends off.
+ *
+ * Version 6 (written messages cut evenly): the sender cuts a written message into pieces of
+ * its own choosing (mk_ofi_write_cut: as many as the stripes allow, none below its
+ * NCCL_MK_OFI_WRITE_PIECE_MIN, none above the chunk), piece k at k * piece on stripe k's
+ * stream, and flags the last one in its remote CQ data; the receiver counts the stripes after
+ * the flagged one as done. NCCL posts 512 KiB slots for messages of any size: in version 5 a
+ * 256 KiB message filled stripe 0 alone and one thread copied all of it.
  */
 #ifndef MK_OFI_PROTO_H_
 #define MK_OFI_PROTO_H_
@@ -52,7 +59,7 @@
 
 #include "transport.h"
 
-#define MK_OFI_PROTO_VERSION 5
+#define MK_OFI_PROTO_VERSION 6
 #define MK_OFI_HELLO_MAGIC 0x4f4b4d48u /* "HMKO" */
 #define MK_OFI_CTS_MAGIC 0x5354434du   /* "MCTS" */
 #define MK_OFI_ADDR_MAX 64             /* fabric address bytes carried in the hello */
@@ -135,40 +142,62 @@ struct mk_ofi_cts {
 };
 
 /* The remote CQ data of a written stripe (version 5): the receive's sequence number (low 16
- * bits: the receiver finds the receive by them, in 2 * MK_MAX_REQUESTS slots), the entry,
- * the stripe and the bytes written. A stripe of 2^40 bytes or more is never written: a
- * receiver marks only buffers below MK_OFI_WRITE_MAX_BYTES. */
+ * bits: the receiver finds the receive by them, in 2 * MK_MAX_REQUESTS slots), whether it is
+ * the message's last piece (version 6), the entry, the stripe and the bytes written. A stripe
+ * of 2^40 bytes or more is never written: a receiver marks only buffers below
+ * MK_OFI_WRITE_MAX_BYTES. */
 #define MK_OFI_IMM_LEN_BITS 40
 #define MK_OFI_WRITE_MAX_BYTES (1ull << MK_OFI_IMM_LEN_BITS)
+#define MK_OFI_IMM_LAST (1ull << 47)
+_Static_assert(MK_MAX_RECVS <= 8 && MK_OFI_MAX_STREAMS <= 16, "entry in 3 bits, stripe in 4");
 struct mk_ofi_imm {
   uint32_t seq16;
-  unsigned idx, stripe;
+  unsigned last, idx, stripe;
   uint64_t len;
 };
-static inline uint64_t mk_ofi_imm(uint32_t seq, unsigned idx, unsigned stripe, uint64_t len) {
-  return ((uint64_t)(seq & 0xffffu) << 48) | ((uint64_t)(idx & 0xfu) << 44) |
-         ((uint64_t)(stripe & 0xfu) << 40) | (len & (MK_OFI_WRITE_MAX_BYTES - 1));
+static inline uint64_t mk_ofi_imm(uint32_t seq, unsigned last, unsigned idx, unsigned stripe,
+                                  uint64_t len) {
+  return ((uint64_t)(seq & 0xffffu) << 48) | (last ? MK_OFI_IMM_LAST : 0) |
+         ((uint64_t)(idx & 0x7u) << 44) | ((uint64_t)(stripe & 0xfu) << 40) |
+         (len & (MK_OFI_WRITE_MAX_BYTES - 1));
 }
 static inline struct mk_ofi_imm mk_ofi_imm_parse(uint64_t imm) {
-  return (struct mk_ofi_imm){.seq16 = (uint32_t)(imm >> 48), .idx = (unsigned)(imm >> 44) & 0xfu,
+  return (struct mk_ofi_imm){.seq16 = (uint32_t)(imm >> 48),
+                             .last = (imm & MK_OFI_IMM_LAST) != 0,
+                             .idx = (unsigned)(imm >> 44) & 0x7u,
                              .stripe = (unsigned)(imm >> 40) & 0xfu,
                              .len = imm & (MK_OFI_WRITE_MAX_BYTES - 1)};
 }
 
 /* Whether a written stripe's data fits the receive it names: a live receive with that seq,
- * an entry marked written, a stripe of its plan and no more bytes than that stripe holds.
- * n, write, sizes, chunk and nstripes are the receive's clear-to-send. */
+ * an entry marked written, a stripe of its plan and no more bytes than a chunk (the sender's
+ * pieces never exceed it, version 6) nor the buffer; that the pieces together fit the buffer
+ * the receiver checks as they add up. n, write, sizes, chunk and nstripes are the receive's
+ * clear-to-send. */
 static inline int mk_ofi_imm_fits(const struct mk_ofi_imm* m, uint32_t seq, uint32_t n,
                                   const uint8_t* write, const uint64_t* sizes,
                                   const uint64_t* chunk, const uint8_t* nstripes) {
   if (m->seq16 != (seq & 0xffffu) || m->idx >= n || !write[m->idx]) return 0;
   unsigned i = m->idx;
-  if (m->stripe >= nstripes[i]) return 0;
-  uint64_t cap = nstripes[i] == 1 ? sizes[i]
-                                  : (m->stripe + 1ull) * chunk[i] > sizes[i]
-                                        ? sizes[i] - m->stripe * chunk[i]
-                                        : chunk[i];
-  return m->len <= cap;
+  return m->stripe < nstripes[i] && m->len <= chunk[i] && m->len <= sizes[i];
+}
+
+/* How a sender cuts a size-byte message into a written entry of nstripes stripes of chunk
+ * bytes (version 6): into as many pieces as there are stripes, but none below piece_min
+ * bytes (except a lone piece) and none above the chunk; pieces of *piece bytes, a 4 KiB
+ * multiple, the last shorter. Returns how many (1 for an empty message). */
+static inline unsigned mk_ofi_write_cut(uint64_t size, uint8_t nstripes, uint64_t chunk,
+                                        uint64_t piece_min, uint64_t* piece) {
+  uint64_t n = nstripes;
+  if (piece_min && size / piece_min < n) n = size / piece_min;
+  if (nstripes > 1 && n * chunk < size) n = (size + chunk - 1) / chunk;
+  if (n <= 1) {
+    *piece = size;
+    return 1;
+  }
+  uint64_t q = ((size + n - 1) / n + 4095) & ~4095ull;
+  *piece = q;
+  return (unsigned)((size + q - 1) / q);
 }
 
 /* How a receiver cuts a buffer of size bytes over nstreams streams: not at all up to
