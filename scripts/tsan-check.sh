@@ -34,7 +34,8 @@ ordering_300_striped_messages
 grouped_recv_with_striped_buffers
 eager_crossing_posted_receives_3000_messages_in_order
 close_joins_every_stream_thread
-connection_hint_connect_ahead_forms_every_streams_connection_before_any_data"
+connection_hint_connect_ahead_forms_every_streams_connection_before_any_data
+written_messages_land_exact_and_both_ends_count_them"
 pass=0 fail=0
 # one case under ThreadSanitizer: run_case CASE LABEL LOG-SUFFIX [VAR=value ...]
 run_case() {
