@@ -55,7 +55,7 @@
     "(its clear-to-send carries the address) instead of sent to a posted receive, which over " \
     "tcp;ofi_rxm takes a rendezvous above 16 KiB; needs 8 bytes of remote CQ data from the "   \
     "provider and eager sends off at both ends; 0 posts receives for every message")          \
-  X(INT, OFI_WRITE_PIECE_MIN, "NCCL_MK_OFI_WRITE_PIECE_MIN", "65536", 0, 1099511627776, "",  \
+  X(INT, OFI_WRITE_PIECE_MIN, "NCCL_MK_OFI_WRITE_PIECE_MIN", "262144", 0, 1099511627776, "",  \
     "ofi: a written message is cut evenly over the receive buffer's stripes (one stream each) " \
     "in pieces of at least this many bytes; a large value uses as few stripes as the buffer's " \
     "cut allows")                                                                              \
