@@ -114,10 +114,7 @@ int ofi_write_send_pieces(struct ofi_comm* c, struct ofi_req* r, const struct mk
   for (int pass = hand ? 0 : 1; pass < 2; pass++)
     for (unsigned k = k0; k < n; k++) {
       struct ofi_stream* st = &c->st[(cts->stream0[i] + k) % (unsigned)c->nstreams];
-      /* mode 2: only a thread already at work takes a piece (a sleeping one's wake-up costs
-       * more than the copy it would take off this thread at latency-bound sizes) */
-      const int threaded = hand && st->has_thread &&
-                           (c->stream_posts == 1 || __atomic_load_n(&st->active, __ATOMIC_ACQUIRE) > 0);
+      const int threaded = hand && st->has_thread;
       if (threaded != (pass == 0)) continue; /* pass 0 hands over, pass 1 posts the rest */
       struct ofi_op* op = &r->ops[OFI_OP_AT(0, k)];
       *op = (struct ofi_op){.req = r,
