@@ -29,11 +29,12 @@
     "goes); more keeps more streams busy, less lands the first blocks sooner")                  \
   X(INT, OFI_STREAM_THREADS, "NCCL_MK_OFI_STREAM_THREADS", "1", 0, 1, "",                    \
     "ofi: 1 gives streams 1.. a progress thread each; 0 leaves them all to NCCL's thread")    \
-  X(INT, OFI_STREAM_POSTS, "NCCL_MK_OFI_STREAM_POSTS", "1", 0, 1, "",                        \
+  X(INT, OFI_STREAM_POSTS, "NCCL_MK_OFI_STREAM_POSTS", "1", 0, 2, "",                        \
     "ofi: 1 posts a put's and a written message's stripes on streams 1.. from those streams' " \
     "threads (over tcp a post copies its data into the socket; from one thread the proxy "     \
-    "moved 4.6-4.7 GB/s each way on the GPU host, from the streams' threads 11-13); 0 posts "  \
-    "them from the caller's thread")                                                           \
+    "moved 4.6-4.7 GB/s each way on the GPU host, from the streams' threads 11-13); 2: a "     \
+    "written message's only to threads that have operations in flight (not yet measured "     \
+    "under NCCL); 0 posts them all from the caller's thread")                                  \
   X(INT, OFI_PROGRESS_THREAD, "NCCL_MK_OFI_PROGRESS_THREAD", "-1", -1, 2, "",               \
     "ofi: 1 gives each comm a thread that reads stream 0's completions while it has work, so " \
     "NCCL's proxy thread only posts and checks; 2: one such thread per device serves all its " \

@@ -97,52 +97,69 @@ static void ofi_write_send_prepare(struct ofi_req* r, const struct mk_ofi_cts* c
   r->flags = FI_REMOTE_CQ_DATA;
 }
 
+static struct ofi_stream* ofi_piece_stream(struct ofi_comm* c, const struct mk_ofi_cts* cts,
+                                           int i, unsigned k) {
+  return &c->st[(cts->stream0[i] + k) % (unsigned)c->nstreams];
+}
+
+/* Which of a new written send's n pieces go to their stream's thread (a mask), decided once
+ * before any post: with NCCL_MK_OFI_STREAM_POSTS=1 every piece whose stream has a thread; with
+ * 2 only those whose thread has operations in flight (one that sleeps takes a wake-up per
+ * message, which latency-bound sizes feel: 1 MiB -17% with 1, bench/NOTES.md session 51). */
+static uint32_t ofi_pieces_to_threads(struct ofi_comm* c, const struct mk_ofi_cts* cts, int i,
+                                      unsigned n) {
+  uint32_t mask = 0;
+  if (n < 2 || !c->stream_posts) return 0;
+  for (unsigned k = 0; k < n; k++) {
+    const struct ofi_stream* st = ofi_piece_stream(c, cts, i, k);
+    if (st->has_thread &&
+        (c->stream_posts == 1 || __atomic_load_n(&st->active, __ATOMIC_ACQUIRE) > 0))
+      mask |= 1u << k;
+  }
+  return mask;
+}
+
 /* The pieces of a written send (mk_ofi_write_cut), from piece k0 on (k0 > 0: a resumed send).
- * With NCCL_MK_OFI_STREAM_POSTS, the pieces whose stream has a thread are handed to it first,
- * so that their copies into the sockets (a tcp post copies) run side by side, and the rest
- * are then posted here with any EAGAIN waited out (the message can no longer be abandoned).
- * Returns as ofi_send_stripes: 1 nothing posted, 2 resume from r->send_next later. */
+ * The pieces for the streams' threads (ofi_pieces_to_threads) are handed over first, so that
+ * their copies into the sockets (a tcp post copies) run side by side; the rest are then
+ * posted here, any EAGAIN waited out once something was handed over (the message can no
+ * longer be abandoned). Returns as ofi_send_stripes: 1 nothing posted, 2 resume from
+ * r->send_next later. */
 int ofi_write_send_pieces(struct ofi_comm* c, struct ofi_req* r, const struct mk_ofi_cts* cts,
                           int i, char* data, size_t size, void* desc, unsigned k0, int resumable) {
   uint64_t piece;
   const unsigned n =
       mk_ofi_write_cut(size, cts->nstripes[i], cts->chunk[i], c->write_piece_min, &piece);
-  const int hand = k0 == 0 && n > 1 && c->stream_posts;
-  int handed = 0;
+  const uint32_t to_threads = k0 == 0 ? ofi_pieces_to_threads(c, cts, i, n) : 0;
   ofi_write_send_prepare(r, cts, i, data);
   if (k0 == 0) __atomic_store_n(&r->pending, (int)n, __ATOMIC_RELAXED); /* before any post */
-  for (int pass = hand ? 0 : 1; pass < 2; pass++)
+  for (int pass = 0; pass < 2; pass++) /* pass 0 hands over, pass 1 posts the rest */
     for (unsigned k = k0; k < n; k++) {
-      struct ofi_stream* st = &c->st[(cts->stream0[i] + k) % (unsigned)c->nstreams];
-      const int threaded = hand && st->has_thread;
-      if (threaded != (pass == 0)) continue; /* pass 0 hands over, pass 1 posts the rest */
+      const int threaded = (to_threads >> k) & 1u;
+      if (threaded != (pass == 0)) continue;
+      struct ofi_stream* st = ofi_piece_stream(c, cts, i, k);
       struct ofi_op* op = &r->ops[OFI_OP_AT(0, k)];
-      *op = (struct ofi_op){.req = r,
-                            .kind = OFI_OP_WRITE_SEND,
-                            .idx = (uint8_t)i,
-                            .stripe = (uint8_t)k,
-                            .last = k + 1 == n};
+      *op = (struct ofi_op){.req = r, .kind = OFI_OP_WRITE_SEND, .idx = (uint8_t)i,
+                            .stripe = (uint8_t)k, .last = k + 1 == n, .desc = desc};
       op->len = k * piece >= size ? 0 : size - k * piece < piece ? size - k * piece : piece;
       op->buf = op->len ? data + k * piece : data;
-      op->desc = desc;
+      __atomic_add_fetch(&c->n_pieces, 1, __ATOMIC_RELAXED);
       if (threaded) {
         ofi_stream_post_later(st, op);
-        handed = 1;
-        __atomic_add_fetch(&c->n_pieces, 1, __ATOMIC_RELAXED);
         continue;
       }
-      const enum ofi_post_mode mode = handed || (k > 0 && !resumable) ? OFI_POST_WAITED
-                                      : k == 0                        ? OFI_POST_FIRST
-                                                                      : OFI_POST_RESUMABLE;
+      const enum ofi_post_mode mode = to_threads || (k > 0 && !resumable) ? OFI_POST_WAITED
+                                      : k == 0                            ? OFI_POST_FIRST
+                                                                          : OFI_POST_RESUMABLE;
       const int rc =
           ofi_stripe_post_in_turn(c, mode, (unsigned)(st - c->st), op->buf, op->len, desc, 0, op);
+      if (rc != 0) __atomic_sub_fetch(&c->n_pieces, 1, __ATOMIC_RELAXED); /* not posted */
       if (rc == -FI_EAGAIN && mode == OFI_POST_FIRST) return 1;
       if (rc == -FI_EAGAIN) {
         r->send_next = (uint8_t)k;
         return 2;
       }
       if (rc != 0) return rc;
-      __atomic_add_fetch(&c->n_pieces, 1, __ATOMIC_RELAXED);
     }
   return 0;
 }
