@@ -97,8 +97,8 @@ static void ofi_write_send_prepare(struct ofi_req* r, const struct mk_ofi_cts* c
   r->flags = FI_REMOTE_CQ_DATA;
 }
 
-static struct ofi_stream* ofi_piece_stream(struct ofi_comm* c, const struct mk_ofi_cts* cts,
-                                           int i, unsigned k) {
+static struct ofi_stream* ofi_piece_stream(struct ofi_comm* c, const struct mk_ofi_cts* cts, int i,
+                                           unsigned k) {
   return &c->st[(cts->stream0[i] + k) % (unsigned)c->nstreams];
 }
 
@@ -139,8 +139,12 @@ int ofi_write_send_pieces(struct ofi_comm* c, struct ofi_req* r, const struct mk
       if (threaded != (pass == 0)) continue;
       struct ofi_stream* st = ofi_piece_stream(c, cts, i, k);
       struct ofi_op* op = &r->ops[OFI_OP_AT(0, k)];
-      *op = (struct ofi_op){.req = r, .kind = OFI_OP_WRITE_SEND, .idx = (uint8_t)i,
-                            .stripe = (uint8_t)k, .last = k + 1 == n, .desc = desc};
+      *op = (struct ofi_op){.req = r,
+                            .kind = OFI_OP_WRITE_SEND,
+                            .idx = (uint8_t)i,
+                            .stripe = (uint8_t)k,
+                            .last = k + 1 == n,
+                            .desc = desc};
       op->len = k * piece >= size ? 0 : size - k * piece < piece ? size - k * piece : piece;
       op->buf = op->len ? data + k * piece : data;
       __atomic_add_fetch(&c->n_pieces, 1, __ATOMIC_RELAXED);
