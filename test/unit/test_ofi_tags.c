@@ -184,7 +184,7 @@ static void write_cut_is_even_and_bounded(void) {
         const unsigned n = mk_ofi_write_cut(sizes[s], nst, chunk, mins[m], &q);
         CHECK(n >= 1 && n <= nst);
         for (unsigned k = 0; k < n; k++) {
-          const uint64_t len = k * q >= sizes[s] ? 0 : sizes[s] - k * q < q ? sizes[s] - k * q : q;
+          const uint64_t len = mk_ofi_stripe_len(sizes[s], q, k);
           CHECK(len <= chunk);
           CHECK(len > 0 || sizes[s] == 0); /* no empty piece */
           total += len;

@@ -53,6 +53,12 @@ int ofi_write_expect(struct ofi_comm* c, struct ofi_req* r, int i, void* data, s
   return 0;
 }
 
+/* The stream that carries stripe (piece) k of entry i. */
+static struct ofi_stream* ofi_piece_stream(struct ofi_comm* c, const struct mk_ofi_cts* cts, int i,
+                                           unsigned k) {
+  return &c->st[(cts->stream0[i] + k) % (unsigned)c->nstreams];
+}
+
 int ofi_write_landed(struct ofi_comm* c, unsigned k, uint64_t flags, uint64_t imm) {
   if (!(flags & FI_REMOTE_CQ_DATA) || !c->write_data) {
     MK_WARN("ofi: a completion without an operation (flags 0x%llx)", (unsigned long long)flags);
@@ -63,7 +69,7 @@ int ofi_write_landed(struct ofi_comm* c, unsigned k, uint64_t flags, uint64_t im
   const struct mk_ofi_cts* cts = r ? &r->cts : NULL;
   if (!r ||
       !mk_ofi_imm_fits(&m, cts->seq, cts->n, cts->write, cts->sizes, cts->chunk, cts->nstripes) ||
-      (cts->stream0[m.idx] + m.stripe) % (unsigned)c->nstreams != k) {
+      ofi_piece_stream(c, cts, (int)m.idx, m.stripe) != &c->st[k]) {
     MK_WARN("ofi: a write names no stripe this comm expects (receive %u, entry %u, stripe %u, "
             "%llu bytes, stream %u)", m.seq16, m.idx, m.stripe, (unsigned long long)m.len, k);
     return -EPROTO;
@@ -74,7 +80,7 @@ int ofi_write_landed(struct ofi_comm* c, unsigned k, uint64_t flags, uint64_t im
   /* the message's last piece: the later stripes are never written */
   if (m.last)
     for (unsigned j = m.stripe + 1; j < nst; j++, done++)
-      ofi_stream_idle(&c->st[(cts->stream0[m.idx] + j) % (unsigned)c->nstreams]);
+      ofi_stream_idle(ofi_piece_stream(c, cts, (int)m.idx, j));
   if (__atomic_add_fetch(&r->sizes[m.idx], m.len, __ATOMIC_RELAXED) > cts->sizes[m.idx]) {
     MK_WARN("ofi: written pieces add up to more than receive %u's %llu-byte buffer", m.seq16,
             (unsigned long long)cts->sizes[m.idx]);
@@ -98,11 +104,6 @@ static void ofi_write_send_prepare(struct ofi_req* r, const struct mk_ofi_cts* c
   r->put_key = cts->rkey[i];
   r->write_seq = cts->seq;
   r->flags = FI_REMOTE_CQ_DATA;
-}
-
-static struct ofi_stream* ofi_piece_stream(struct ofi_comm* c, const struct mk_ofi_cts* cts, int i,
-                                           unsigned k) {
-  return &c->st[(cts->stream0[i] + k) % (unsigned)c->nstreams];
 }
 
 /* Which of a new written send's n pieces go to their stream's thread (a mask), decided once
@@ -148,7 +149,7 @@ int ofi_write_send_pieces(struct ofi_comm* c, struct ofi_req* r, const struct mk
                             .stripe = (uint8_t)k,
                             .last = k + 1 == n,
                             .desc = desc};
-      op->len = k * piece >= size ? 0 : size - k * piece < piece ? size - k * piece : piece;
+      op->len = (size_t)mk_ofi_stripe_len(size, piece, k);
       op->buf = op->len ? data + k * piece : data;
       __atomic_add_fetch(&c->n_pieces, 1, __ATOMIC_RELAXED);
       if (threaded) {
