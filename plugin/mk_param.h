@@ -35,6 +35,10 @@
     "moved 4.6-4.7 GB/s each way on the GPU host, from the streams' threads 11-13); 2: a "     \
     "written message's only to threads that have operations in flight (not yet measured "     \
     "under NCCL); 0 posts them all from the caller's thread")                                  \
+  X(INT, OFI_STREAM_LINGER_US, "NCCL_MK_OFI_STREAM_LINGER_US", "0", 0, 1000000, "",         \
+    "ofi: a stream's thread keeps polling this many microseconds after its last operation "   \
+    "before it sleeps (a sleeping thread takes a wake-up per message, which latency-bound "   \
+    "sizes feel); 0 sleeps at once")                                                           \
   X(INT, OFI_PROGRESS_THREAD, "NCCL_MK_OFI_PROGRESS_THREAD", "-1", -1, 2, "",               \
     "ofi: 1 gives each comm a thread that reads stream 0's completions while it has work, so " \
     "NCCL's proxy thread only posts and checks; 2: one such thread per device serves all its " \

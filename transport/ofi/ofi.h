@@ -286,6 +286,7 @@ struct ofi_comm {
   uint32_t nrx;
   int connect_ahead;          /* the hint: form the streams' connections after the handshake */
   int stream_posts;           /* NCCL_MK_OFI_STREAM_POSTS: streams' threads post put stripes */
+  uint64_t stream_linger_ns;  /* NCCL_MK_OFI_STREAM_LINGER_US, in ns: the threads poll on */
   /* the progress thread (ofi_progress.c): while runner is set, stream 0's CQ is read by it
    * (always under lock) and NCCL's calls only post and look at their requests */
   int progress_wanted;        /* decided at creation (hint, parameter, provider): an

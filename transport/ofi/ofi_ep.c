@@ -149,6 +149,7 @@ int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
   c->nstreams = hinted >= 1 && hinted <= MK_OFI_MAX_STREAMS ? hinted : ofi_streams_default(dev);
   c->connect_ahead = hints->connect_ahead;
   c->stream_posts = (int)mk_param_int(MK_PARAM_OFI_STREAM_POSTS);
+  c->stream_linger_ns = (uint64_t)mk_param_int(MK_PARAM_OFI_STREAM_LINGER_US) * 1000u;
   c->progress_wanted = hints->progress_thread < 0   ? OFI_PROGRESS_NCCL
                        : hints->progress_thread > 0 ? hints->progress_thread
                        : mk_ofi_progress_thread_on(dev->info->fabric_attr->prov_name);

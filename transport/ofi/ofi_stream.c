@@ -127,10 +127,12 @@ void ofi_streams_keep_awake(struct ofi_comm* c) {
   for (int k = 1; k < c->nstreams; k++) ofi_stream_busy(&c->st[k]);
 }
 
-/* 1 when there is work, 0 when asked to stop. */
-static int ofi_stream_wait(struct ofi_stream* st) {
+/* 1 when there is work (or the thread still lingers: until linger_until, in ofi_now_ns),
+ * 0 when asked to stop. */
+static int ofi_stream_wait(struct ofi_stream* st, uint64_t linger_until) {
   if (__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE)) return 0;
   if (__atomic_load_n(&st->active, __ATOMIC_ACQUIRE) > 0) return 1;
+  if (linger_until && ofi_now_ns() < linger_until) return 1;
   pthread_mutex_lock(&st->mu);
   while (!__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) &&
          __atomic_load_n(&st->active, __ATOMIC_ACQUIRE) == 0)
@@ -259,19 +261,25 @@ static void ofi_stream_connect_step(struct ofi_stream* st) {
   }
 }
 
+/* While lingering (no operation posted, NCCL_MK_OFI_STREAM_LINGER_US not yet past) the
+ * thread polls without blocking, so that the next message's post finds it awake. */
 static void* ofi_stream_thread(void* arg) {
   struct ofi_stream* st = arg;
+  const uint64_t linger_ns = st->comm->stream_linger_ns;
+  uint64_t linger_until = 0;
   int spins = 0;
-  while (ofi_stream_wait(st)) {
+  while (ofi_stream_wait(st, linger_until)) {
     if (__atomic_load_n(&st->connect_deadline_ns, __ATOMIC_ACQUIRE)) {
       ofi_stream_connect_step(st);
       ofi_stream_poll(st, 0);
       sched_yield();
       continue;
     }
+    const int busy = __atomic_load_n(&st->active, __ATOMIC_ACQUIRE) > 0;
+    if (busy && linger_ns) linger_until = ofi_now_ns() + linger_ns;
     const int queued = ofi_stream_posts_run(st);
-    if (ofi_stream_poll(st, !queued && spins >= OFI_STREAM_SPINS) > 0) spins = 0;
-    else if (++spins >= OFI_STREAM_SPINS && !st->can_wait) sched_yield(), spins = 0;
+    if (ofi_stream_poll(st, busy && !queued && spins >= OFI_STREAM_SPINS) > 0) spins = 0;
+    else if (++spins >= OFI_STREAM_SPINS && (!st->can_wait || !busy)) sched_yield(), spins = 0;
   }
   return NULL;
 }
