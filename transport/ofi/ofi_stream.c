@@ -278,8 +278,10 @@ static void* ofi_stream_thread(void* arg) {
     const int busy = __atomic_load_n(&st->active, __ATOMIC_ACQUIRE) > 0;
     if (busy && linger_ns) linger_until = ofi_now_ns() + linger_ns;
     const int queued = ofi_stream_posts_run(st);
-    if (ofi_stream_poll(st, busy && !queued && spins >= OFI_STREAM_SPINS) > 0) spins = 0;
-    else if (++spins >= OFI_STREAM_SPINS && (!st->can_wait || !busy)) sched_yield(), spins = 0;
+    if (ofi_stream_poll(st, busy && !queued && spins >= OFI_STREAM_SPINS) > 0)
+      spins = 0;
+    else if (++spins >= OFI_STREAM_SPINS && (!st->can_wait || !busy))
+      sched_yield(), spins = 0;
   }
   return NULL;
 }
