@@ -305,8 +305,12 @@ ncclResult_t mk_net_make_vdevice(int* d, ncclNetVDeviceProps_v11_t* props) {
 ncclResult_t mk_net_set_net_attr(void* ctx, ncclNetAttr_v11_t* attr) {
   struct mk_net_ctx* c = ctx;
   if (!c || !attr) return ncclInvalidArgument;
+  /* NCCL 2.28 calls this before every collective: a line only when the hints change */
+  const int changed = !c->attr_set || memcmp(&c->attr, attr, sizeof(*attr)) != 0;
   c->attr = *attr;
-  MK_INFO(MK_NCCL_SUBSYS_NET, "comm %lx hints: send peers %d-%d flows %d-%d, op 0x%x algo 0x%x "
+  c->attr_set = 1;
+  if (changed)
+    MK_INFO(MK_NCCL_SUBSYS_NET, "comm %lx hints: send peers %d-%d flows %d-%d, op 0x%x algo 0x%x "
           "proto 0x%x", (unsigned long)c->comm_id, attr->sendCommAttr.minConcurrentPeers,
           attr->sendCommAttr.maxConcurrentPeers, attr->sendCommAttr.minFlowsPerPeer,
           attr->sendCommAttr.maxFlowsPerPeer, attr->op, attr->algo, attr->proto);

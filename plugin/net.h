@@ -12,6 +12,7 @@ struct mk_net_ctx {
   uint64_t comm_id;
   int traffic_class;          /* NCCL_NET_TRAFFIC_CLASS_UNDEF unless the app set one */
   ncclNetAttr_v11_t attr;     /* last hints from setNetAttr */
+  int attr_set;               /* attr holds a call's hints */
 };
 
 ncclResult_t mk_net_init(void** ctx, uint64_t comm_id, ncclNetCommConfig_v11_t* config,
