@@ -310,10 +310,12 @@ ncclResult_t mk_net_set_net_attr(void* ctx, ncclNetAttr_v11_t* attr) {
   c->attr = *attr;
   c->attr_set = 1;
   if (changed)
-    MK_INFO(MK_NCCL_SUBSYS_NET, "comm %lx hints: send peers %d-%d flows %d-%d, op 0x%x algo 0x%x "
-          "proto 0x%x", (unsigned long)c->comm_id, attr->sendCommAttr.minConcurrentPeers,
-          attr->sendCommAttr.maxConcurrentPeers, attr->sendCommAttr.minFlowsPerPeer,
-          attr->sendCommAttr.maxFlowsPerPeer, attr->op, attr->algo, attr->proto);
+    MK_INFO(MK_NCCL_SUBSYS_NET,
+            "comm %lx hints: send peers %d-%d flows %d-%d, op 0x%x algo 0x%x "
+            "proto 0x%x",
+            (unsigned long)c->comm_id, attr->sendCommAttr.minConcurrentPeers,
+            attr->sendCommAttr.maxConcurrentPeers, attr->sendCommAttr.minFlowsPerPeer,
+            attr->sendCommAttr.maxFlowsPerPeer, attr->op, attr->algo, attr->proto);
   return ncclSuccess;
 }
 
