@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "lb.h"
+#include "mk_param.h"
 
 #define PROGRESS_MSG_BYTES (4u << 20) /* above rxm's eager size: a rendezvous, several hops */
 #define PROGRESS_WAIT_S 10.0
@@ -210,7 +211,56 @@ static int threshold_role(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* Sends asked for before their receives are posted, as NCCL's proxy asks: again and again
+ * until a request comes. Every message still lands whole, in order; and with the progress
+ * thread reading for the clear-to-send (eager off), the repeated "not yet" answers are given
+ * without the comm's lock (ofi_isend_still_waiting), which the sender counts. */
+#define EARLY_ROUNDS 12
+#define EARLY_BYTES 4096
+
+static int early_send_role(struct lb_ctx* ctx) {
+  LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
+  unsigned char* buf = lb_alloc(EARLY_BYTES);
+  for (int round = 1; round <= EARLY_ROUNDS; round++) {
+    const uint64_t stream = 70 + (uint64_t)round;
+    struct mk_request* req = NULL;
+    size_t len = EARLY_BYTES, got = 0;
+    int tag = 3;
+    if (ctx->is_sender) {
+      lb_fill(buf, len, ctx->seed, stream);
+      LB_OK(ctx->ops->isend(ctx->comm, buf, len, tag, NULL, &req));
+      LB_EXPECT(req == NULL); /* the receive is not posted yet */
+      lb_tell(ctx, round);    /* asked once: now post it */
+      LB_OK(lb_send(ctx, buf, len, tag, NULL, &req));
+    } else {
+      memset(buf, 0, len);
+      void* d = buf;
+      LB_EXPECT(lb_hear(ctx) == round);
+      usleep(3000); /* the sender keeps asking meanwhile */
+      LB_OK(lb_recv(ctx, 1, &d, &len, &tag, NULL, &req));
+    }
+    LB_OK(lb_wait(ctx, req, &got));
+    LB_EXPECT(ctx->is_sender || (got == EARLY_BYTES &&
+                                 lb_check(buf, got, ctx->seed, stream, "early send") == 0));
+  }
+#if MK_HAVE_OFI
+  if (ctx->is_sender && strcmp(ctx->ops->name, "ofi") == 0 && lb_ofi_progress_thread() &&
+      mk_param_int(MK_PARAM_OFI_EAGER_BYTES) == 0) {
+    const uint64_t unlocked = mk_ofi_sends_asked_unlocked(ctx->comm);
+    fprintf(stderr, "[sender] %llu isend calls answered without the lock\n",
+            (unsigned long long)unlocked);
+    LB_EXPECT(unlocked > 0);
+  }
+#endif
+  lb_tell(ctx, 100); /* both done before either closes */
+  LB_EXPECT(lb_hear(ctx) == 100);
+  free(buf);
+  return lb_close(ctx);
+}
+
 const struct lb_case lb_cases_progress[] = {
+    {"sends_asked_before_their_receive_land_and_not_yet_needs_no_lock", early_send_role,
+     early_send_role, 30, 0},
     {"several_comms_carry_messages_at_once_and_after_idling", several_role, several_role, 40, 0},
     {"progress_thread_moves_a_message_no_test_asks_about", untested_recv, untested_send, 30, 0},
     {"idle_comm_threads_burn_no_cpu", idle_role, idle_role, 30, 0},
