@@ -36,7 +36,7 @@ eager_crossing_posted_receives_3000_messages_in_order
 close_joins_every_stream_thread
 connection_hint_connect_ahead_forms_every_streams_connection_before_any_data
 written_messages_land_exact_and_both_ends_count_them
-sends_asked_before_their_receive_land_and_not_yet_needs_no_lock"
+sends_asked_before_their_receive_is_posted_land_whole"
 pass=0 fail=0
 # one case under ThreadSanitizer: run_case CASE LABEL LOG-SUFFIX [VAR=value ...]
 run_case() {

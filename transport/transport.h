@@ -168,9 +168,6 @@ int mk_ofi_progress_auto(const char* provider, int cores);
 /* A send comm's sends that found no room in the provider after their first stripe and were
  * resumed later by the progress thread (0 for any other comm); for tests. */
 uint64_t mk_ofi_sends_resumed(const struct mk_comm* comm);
-/* ofi: isend calls answered "no clear-to-send yet" without the comm lock (a send comm with a
- * progress thread; 0 for any other comm); for tests. */
-uint64_t mk_ofi_sends_asked_unlocked(const struct mk_comm* comm);
 /* ofi: messages this comm sent (send) or expected (recv) as RMA writes (protocol version 5). */
 uint64_t mk_ofi_messages_written(const struct mk_comm* comm);
 /* ofi: the pieces of written messages this comm posted (send) or counted landed (recv). */

@@ -295,11 +295,7 @@ struct ofi_comm {
   struct ofi_runner own_runner;
   int runner_idle;            /* atomic: its runner found nothing to do (a post clears it) */
   int callers;                /* atomic: calls waiting for the lock (the thread lets them in) */
-  int asking;                 /* send: NCCL asked for a send whose clear-to-send is missing
-                                 (atomic: ofi_isend reads it without the lock) */
-  uint32_t cts_gen;           /* send: clear-to-sends arrived (atomic; bumped under lock) */
-  uint32_t asked_gen;         /* send: cts_gen when `asking` was last set (atomic) */
-  uint64_t n_asked_unlocked;  /* send: isends answered "not yet" without the lock (atomic) */
+  int asking;                 /* send: NCCL asked for a send whose clear-to-send is missing */
   /* counts, logged at close: messages sent or received eager and through a clear-to-send;
    * recv: eager ones that waited for their receive, and that crossed its clear-to-send */
   uint64_t n_eager, n_cts, n_queued, n_crossed;

@@ -40,7 +40,6 @@ static int ofi_cts_arrived(struct ofi_comm* c, unsigned k) {
   }
   MK_CHECK(ofi_cts_check_stripes(c, cts));
   MK_CHECK(ofi_eager_cts(c, cts, s));
-  __atomic_add_fetch(&c->cts_gen, 1, __ATOMIC_RELEASE); /* ends ofi_isend's lock-free no */
   return ofi_ctrl_post(c, k);
 }
 

@@ -145,13 +145,6 @@ static int ofi_send_resume_later(struct ofi_comm* c, struct ofi_req* r) {
   return 1;
 }
 
-uint64_t mk_ofi_sends_asked_unlocked(const struct mk_comm* comm) {
-  const struct ofi_comm* c = (const struct ofi_comm*)comm;
-  return comm && comm->ops == &mk_ofi_ops && c->is_send
-             ? __atomic_load_n(&c->n_asked_unlocked, __ATOMIC_RELAXED)
-             : 0;
-}
-
 uint64_t mk_ofi_sends_resumed(const struct mk_comm* comm) {
   const struct ofi_comm* c = (const struct ofi_comm*)comm;
   return comm && comm->ops == &mk_ofi_ops && c->is_send ? c->n_resumed : 0;
@@ -242,29 +235,17 @@ static int ofi_isend_locked(struct ofi_comm* c, void* data, size_t size, int tag
     case MK_OFI_PATH_EAGER:
       MK_CHECK(ofi_eager_send(c, data, size, tag, mr, out));
       break;
-    case MK_OFI_PATH_WAIT: /* the progress thread keeps reading until the clear-to-send comes */
-      __atomic_store_n(&c->asked_gen, c->cts_gen, __ATOMIC_RELAXED);
-      __atomic_store_n(&c->asking, 1, __ATOMIC_RELEASE);
+    case MK_OFI_PATH_WAIT:
+      c->asking = 1; /* the progress thread keeps reading until the clear-to-send comes */
       ofi_progress_wake(c);
       return rc > 0 ? 0 : ofi_peer_check(c);
   }
   if (*out) {
     c->sent_tags[c->msn++ % MK_OFI_TAG_RING] = tag;
-    __atomic_store_n(&c->asking, 0, __ATOMIC_RELAXED);
+    c->asking = 0;
     ofi_progress_wake(c);
   }
   return 0;
-}
-
-/* NCCL asks again and again for a send whose clear-to-send has not come (18k such calls
- * beside 12k sends in an 8-byte all_reduce loop, 2.5 us each waiting for the lock the progress
- * thread reads the CQ under; bench/NOTES.md session 52). The answer stays "not yet" while
- * the progress thread reads for it (asking) and no clear-to-send has arrived since it was
- * asked (cts_gen): that is known without the lock. Eager sends need the lock (credits). */
-static int ofi_isend_still_waiting(struct ofi_comm* c) {
-  return c->runner && !c->eager_bytes && __atomic_load_n(&c->asking, __ATOMIC_ACQUIRE) &&
-         __atomic_load_n(&c->cts_gen, __ATOMIC_ACQUIRE) ==
-             __atomic_load_n(&c->asked_gen, __ATOMIC_RELAXED);
 }
 
 int ofi_isend(struct mk_comm* comm, void* data, size_t size, int tag, struct mk_mr* mr,
@@ -276,12 +257,6 @@ int ofi_isend(struct mk_comm* comm, void* data, size_t size, int tag, struct mk_
     MK_WARN("ofi isend: bad argument (comm %p, data %p, size %zu, mr %p)", (void*)comm, data,
             size, (void*)mr);
     return -EINVAL;
-  }
-  const int error = __atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
-  if (error) return error;
-  if (ofi_isend_still_waiting(c)) {
-    __atomic_add_fetch(&c->n_asked_unlocked, 1, __ATOMIC_RELAXED);
-    return 0;
   }
   struct ofi_req* r = NULL;
   ofi_comm_lock(c);

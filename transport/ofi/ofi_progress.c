@@ -60,7 +60,7 @@ void ofi_runner_destroy(struct ofi_runner* r) {
 
 /* Whether the thread has something to drive on c (caller holds c->lock). */
 static int ofi_progress_has_work(const struct ofi_comm* c) {
-  return !c->error && (mk_req_pool_in_use(&c->pool) > 0 || __atomic_load_n(&c->asking, __ATOMIC_RELAXED) || c->cts_waiting ||
+  return !c->error && (mk_req_pool_in_use(&c->pool) > 0 || c->asking || c->cts_waiting ||
                        c->sends_waiting || c->signals_waiting || c->ctrl_unposted ||
                        c->bounce_unposted);
 }
