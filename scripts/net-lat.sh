@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One message's cost over the ofi transport on this host (lo): two-sided ping-pong latency
-# (median, mean, p90, p99, and the median time inside the send's post; one and four endpoints; rxm's eager buffer at its default and 256
-# KiB) and one-sided puts one at a time. usage: scripts/net-lat.sh (MK_BUILD names the build)
+# (median, mean, p90, p99, then the median time inside the send's post; one and four
+# endpoints; rxm's eager buffer at its default and 256 KiB) and one-sided puts one at a time.
+# usage: scripts/net-lat.sh (MK_BUILD names the build)
 B=${MK_BUILD:-build}
 export NCCL_MK_SOCKET_IFNAME=lo LB_BENCH_ITERS=400
 
