@@ -137,7 +137,7 @@ int ofi_write_send_pieces(struct ofi_comm* c, struct ofi_req* r, const struct mk
   const uint32_t to_threads = k0 == 0 ? ofi_pieces_to_threads(c, cts, i, n) : 0;
   ofi_write_send_prepare(r, cts, i, data);
   if (k0 == 0) __atomic_store_n(&r->pending, (int)n, __ATOMIC_RELAXED); /* before any post */
-  for (int pass = 0; pass < 2; pass++) /* pass 0 hands over, pass 1 posts the rest */
+  for (int pass = to_threads ? 0 : 1; pass < 2; pass++) /* 0 hands over, 1 posts the rest */
     for (unsigned k = k0; k < n; k++) {
       const int threaded = (to_threads >> k) & 1u;
       if (threaded != (pass == 0)) continue;
@@ -151,9 +151,9 @@ int ofi_write_send_pieces(struct ofi_comm* c, struct ofi_req* r, const struct mk
                             .desc = desc};
       op->len = (size_t)mk_ofi_stripe_len(size, piece, k);
       op->buf = op->len ? data + k * piece : data;
-      __atomic_add_fetch(&c->n_pieces, 1, __ATOMIC_RELAXED);
       if (threaded) {
         ofi_stream_post_later(st, op);
+        __atomic_add_fetch(&c->n_pieces, 1, __ATOMIC_RELAXED);
         continue;
       }
       const enum ofi_post_mode mode = to_threads || (k > 0 && !resumable) ? OFI_POST_WAITED
@@ -161,13 +161,13 @@ int ofi_write_send_pieces(struct ofi_comm* c, struct ofi_req* r, const struct mk
                                                                           : OFI_POST_RESUMABLE;
       const int rc =
           ofi_stripe_post_in_turn(c, mode, (unsigned)(st - c->st), op->buf, op->len, desc, 0, op);
-      if (rc != 0) __atomic_sub_fetch(&c->n_pieces, 1, __ATOMIC_RELAXED); /* not posted */
       if (rc == -FI_EAGAIN && mode == OFI_POST_FIRST) return 1;
       if (rc == -FI_EAGAIN) {
         r->send_next = (uint8_t)k;
         return 2;
       }
       if (rc != 0) return rc;
+      __atomic_add_fetch(&c->n_pieces, 1, __ATOMIC_RELAXED);
     }
   return 0;
 }
