@@ -165,9 +165,19 @@ int mk_ofi_auto_streams(const char* provider);
 int mk_ofi_progress_thread_on(const char* provider);
 /* The automatic rule alone: over tcp with at least 8 usable cores. */
 int mk_ofi_progress_auto(const char* provider, int cores);
+/* Who drives a comm that has a progress thread, after one of its requests of bytes bytes
+ * completed (NCCL_MK_OFI_CALLER_PROGRESS_MAX = max; 0 keeps the thread): returns the new run
+ * of small requests from streak, and sets *callers to 1 once MK_OFI_SMALL_STREAK requests in a
+ * row were each below max (NCCL's own calls then read the comm's completions), to 0 on a
+ * request of max bytes or more (the thread again). */
+#define MK_OFI_SMALL_STREAK 16
+uint32_t mk_ofi_caller_progress_step(uint32_t streak, uint64_t bytes, uint64_t max, int* callers);
 /* A send comm's sends that found no room in the provider after their first stripe and were
  * resumed later by the progress thread (0 for any other comm); for tests. */
 uint64_t mk_ofi_sends_resumed(const struct mk_comm* comm);
+/* ofi: 1 while NCCL's calls read this comm's completions instead of its progress thread
+ * (mk_ofi_caller_progress_step); for tests. */
+int mk_ofi_caller_progress(const struct mk_comm* comm);
 /* ofi: messages this comm sent (send) or expected (recv) as RMA writes (protocol version 5). */
 uint64_t mk_ofi_messages_written(const struct mk_comm* comm);
 /* ofi: the pieces of written messages this comm posted (send) or counted landed (recv). */

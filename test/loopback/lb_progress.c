@@ -247,7 +247,56 @@ static int early_send_role(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* Progress handed to NCCL's calls and back (NCCL_MK_OFI_CALLER_PROGRESS_MAX, 16 KiB by
+ * default): after a run of small messages both ends' calls read their comm themselves; a
+ * large message gives the sender's comm back to its thread as it is posted and the
+ * receiver's once it has landed; small ones hand both over again. Every message lands whole,
+ * whoever moved it. */
+#define HANDOVER_SMALL 20 /* more than MK_OFI_SMALL_STREAK */
+#define HANDOVER_LARGE (1u << 20)
+
+static int handover_one(struct lb_ctx* ctx, unsigned char* buf, size_t len, uint64_t stream) {
+  struct mk_request* req;
+  size_t got = 0;
+  int tag = 9;
+  void* d = buf;
+  if (ctx->is_sender) {
+    lb_fill(buf, len, ctx->seed, stream);
+    LB_EXPECT(lb_hear(ctx) == stream); /* the receive is posted */
+    LB_OK(lb_send(ctx, buf, len, tag, NULL, &req));
+    if (len >= HANDOVER_LARGE) LB_EXPECT(!mk_ofi_caller_progress(ctx->comm));
+  } else {
+    memset(buf, 0, len);
+    LB_OK(lb_recv(ctx, 1, &d, &len, &tag, NULL, &req));
+    lb_tell(ctx, stream);
+  }
+  LB_OK(lb_wait(ctx, req, &got));
+  LB_EXPECT(ctx->is_sender || (got == len && lb_check(buf, len, ctx->seed, stream, "message") == 0));
+  return 0;
+}
+
+static int handover_role(struct lb_ctx* ctx) {
+  LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
+  unsigned char* buf = lb_alloc(HANDOVER_LARGE);
+  uint64_t stream = 100;
+  for (int phase = 0; phase < 2; phase++) {
+    for (int i = 0; i < HANDOVER_SMALL; i++) LB_OK(handover_one(ctx, buf, 8u << (i % 10), stream++));
+    const int callers = mk_ofi_caller_progress(ctx->comm);
+    fprintf(stderr, "[%s] after %d small messages: %s\n", ctx->is_sender ? "sender" : "receiver",
+            HANDOVER_SMALL, callers ? "NCCL's calls progress the comm" : "its thread does");
+    LB_EXPECT(callers);
+    LB_OK(handover_one(ctx, buf, HANDOVER_LARGE, stream++));
+    LB_EXPECT(!mk_ofi_caller_progress(ctx->comm));
+  }
+  lb_tell(ctx, 1); /* both done before either closes */
+  LB_EXPECT(lb_hear(ctx) == 1);
+  free(buf);
+  return lb_close(ctx);
+}
+
 const struct lb_case lb_cases_progress[] = {
+    {"progress_goes_to_the_callers_after_small_messages_and_back_for_a_large_one", handover_role,
+     handover_role, 30, 0},
     {"sends_asked_before_their_receive_is_posted_land_whole", early_send_role,
      early_send_role, 30, 0},
     {"several_comms_carry_messages_at_once_and_after_idling", several_role, several_role, 40, 0},

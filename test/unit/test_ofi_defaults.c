@@ -20,7 +20,27 @@ static void test_progress_thread_over_tcp_with_eight_cores(void) {
   CHECK(!mk_ofi_progress_auto(NULL, 128));
 }
 
+static void test_callers_progress_after_a_run_of_small_requests_until_a_large_one(void) {
+  int callers = -1;
+  uint32_t streak = 0;
+  for (int i = 1; i < MK_OFI_SMALL_STREAK; i++) {
+    streak = mk_ofi_caller_progress_step(streak, 16383, 16384, &callers);
+    CHECK(!callers);
+  }
+  streak = mk_ofi_caller_progress_step(streak, 8, 16384, &callers);
+  CHECK(callers && streak == MK_OFI_SMALL_STREAK);
+  streak = mk_ofi_caller_progress_step(streak, 0, 16384, &callers); /* stays, no wrap */
+  CHECK(callers && streak == MK_OFI_SMALL_STREAK);
+  streak = mk_ofi_caller_progress_step(streak, 16384, 16384, &callers); /* large: the thread */
+  CHECK(!callers && streak == 0);
+  streak = mk_ofi_caller_progress_step(streak, 8, 16384, &callers);
+  CHECK(!callers && streak == 1); /* a new run starts */
+  streak = mk_ofi_caller_progress_step(MK_OFI_SMALL_STREAK, 8, 0, &callers); /* 0: off */
+  CHECK(!callers && streak == 0);
+}
+
 int main(void) {
+  test_callers_progress_after_a_run_of_small_requests_until_a_large_one();
   test_two_endpoints_over_tcp_one_elsewhere();
   test_progress_thread_over_tcp_with_eight_cores();
   return MK_TEST_RESULT();

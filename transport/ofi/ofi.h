@@ -294,6 +294,12 @@ struct ofi_comm {
   struct ofi_runner* runner;  /* own_runner, the device's, or NULL (NCCL's thread reads) */
   struct ofi_runner own_runner;
   int runner_idle;            /* atomic: its runner found nothing to do (a post clears it) */
+  /* atomic: the runner stands aside and NCCL's calls read stream 0's CQ themselves, as with
+   * no thread: its last requests were all small (ofi_progress_observe), where sharing the
+   * comm (our lock, the provider's) with a spinning thread costs more than it saves */
+  int caller_progress;
+  uint32_t small_streak;      /* requests in a row below caller_progress_max (under lock) */
+  uint64_t caller_progress_max; /* NCCL_MK_OFI_CALLER_PROGRESS_MAX */
   int callers;                /* atomic: calls waiting for the lock (the thread lets them in) */
   int asking;                 /* send: NCCL asked for a send whose clear-to-send is missing */
   /* counts, logged at close: messages sent or received eager and through a clear-to-send;
@@ -338,6 +344,14 @@ int ofi_errno_of(int fi_err);
 int ofi_progress_start(struct ofi_comm* c);
 void ofi_progress_stop(struct ofi_comm* c);
 void ofi_progress_wake(struct ofi_comm* c);
+/* A request of bytes bytes completed, or a send that the thread posts was asked for (caller
+ * holds c->lock): moves the comm between its thread and NCCL's calls
+ * (mk_ofi_caller_progress_step). */
+void ofi_progress_observe(struct ofi_comm* c, uint64_t bytes);
+/* Whether c's progress thread reads its completions now (else NCCL's calls do). */
+static inline int ofi_runner_drives(const struct ofi_comm* c) {
+  return c->runner && !__atomic_load_n(&c->caller_progress, __ATOMIC_ACQUIRE);
+}
 /* Asks a helper thread that sleeps on (mu, cv) when idle to leave (*stop = 1 under mu, so it
  * cannot miss the wake-up between its check and its wait), wakes it, and joins it. */
 static inline void ofi_thread_stop_join(pthread_mutex_t* mu, pthread_cond_t* cv, int* stop, pthread_t thread) {

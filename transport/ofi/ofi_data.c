@@ -20,6 +20,12 @@ static struct ofi_comm* ofi_comm_of(struct mk_comm* comm, int is_send) {
   return comm && comm->ops == &mk_ofi_ops && c->is_send == is_send ? c : NULL;
 }
 
+static uint64_t ofi_req_bytes(const struct ofi_req* r) {
+  uint64_t n = 0;
+  for (int i = 0; i < r->n; i++) n += r->sizes[i];
+  return n;
+}
+
 void ofi_req_release(struct ofi_comm* c, struct ofi_req* r) {
   if (mk_req_pool_free(&c->pool, r) < 0) MK_WARN("ofi: request %p freed twice", (void*)r);
 }
@@ -145,6 +151,11 @@ static int ofi_send_resume_later(struct ofi_comm* c, struct ofi_req* r) {
   return 1;
 }
 
+int mk_ofi_caller_progress(const struct mk_comm* comm) {
+  const struct ofi_comm* c = (const struct ofi_comm*)comm;
+  return comm && comm->ops == &mk_ofi_ops && __atomic_load_n(&c->caller_progress, __ATOMIC_ACQUIRE);
+}
+
 uint64_t mk_ofi_sends_resumed(const struct mk_comm* comm) {
   const struct ofi_comm* c = (const struct ofi_comm*)comm;
   return comm && comm->ops == &mk_ofi_ops && c->is_send ? c->n_resumed : 0;
@@ -175,8 +186,10 @@ static int ofi_send_post(struct ofi_comm* c, struct ofi_cts_slot* s, int i, void
   r->n = 1;
   r->sizes[0] = size;
   int rc = 0;
-  if (c->runner && size >= c->thread_send_min)
+  if (c->runner && size >= c->thread_send_min) {
+    ofi_progress_observe(c, size); /* a large message: the thread drives the comm again */
     ofi_send_defer(c, r, &s->cts, i, data, ofi_mr_desc(mr));
+  }
   else rc = ofi_send_stripes(c, r, &s->cts, i, data, size, ofi_mr_desc(mr), 0, 0);
   if (rc == 1 || (rc < 0 && !c->error)) mk_req_pool_free(&c->pool, r); /* nothing posted */
   if (rc == 1) return 0;
@@ -222,9 +235,9 @@ static int ofi_send_cts(struct ofi_comm* c, struct ofi_cts_slot* s, void* data, 
 
 static int ofi_isend_locked(struct ofi_comm* c, void* data, size_t size, int tag,
                             struct mk_mr* mr, struct ofi_req** out) {
-  /* with a progress thread the clear-to-send has usually been filed already: the CQ is read
-   * here only when it has not */
-  struct ofi_cts_slot* s = c->runner ? ofi_slot_for(c, c->msn) : NULL;
+  /* the clear-to-send has usually been filed already (by the progress thread, or by an
+   * earlier call's read): the CQ is read here only when it has not */
+  struct ofi_cts_slot* s = ofi_slot_for(c, c->msn);
   int rc = s ? 0 : ofi_cq_progress(c);
   if (rc < 0) return rc;
   if (!s) s = ofi_slot_for(c, c->msn);
@@ -380,7 +393,7 @@ static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** da
   r->cts.credits = mk_ofi_owed_take(&c->owed);
   r->ops[OFI_OP_CTS_AT] = (struct ofi_op){.req = r, .kind = OFI_OP_CTS_SEND, .idx = (uint8_t)n};
   __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED);
-  if (c->runner) ofi_cts_wait(c, r); /* the progress thread posts it: a syscall off NCCL's thread */
+  if (ofi_runner_drives(c)) ofi_cts_wait(c, r); /* the thread posts it: a syscall off NCCL's */
   else MK_CHECK(ofi_cts_post(c, r));
   c->seq++;
   c->n_cts += (uint64_t)(n - r->eager_done);
@@ -410,7 +423,7 @@ int ofi_irecv(struct mk_comm* comm, int n, void** data, const size_t* sizes, con
   }
   ofi_comm_lock(c);
   /* eager arrivals first: fewer cancels (the progress thread reads them when there is one) */
-  int rc = c->nbounce && !c->runner ? ofi_cq_progress(c) : c->error;
+  int rc = c->nbounce && !ofi_runner_drives(c) ? ofi_cq_progress(c) : c->error;
   if (rc > 0) rc = 0;
   struct ofi_req* r = rc ? NULL : mk_req_pool_alloc(&c->pool);
   if (r) {
@@ -462,7 +475,7 @@ int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
   struct ofi_req* r = (struct ofi_req*)req;
   struct ofi_comm* c = (struct ofi_comm*)req->comm;
   *done = 0;
-  if (c->runner && __atomic_load_n(&r->pending, __ATOMIC_ACQUIRE) != 0)
+  if (ofi_runner_drives(c) && __atomic_load_n(&r->pending, __ATOMIC_ACQUIRE) != 0)
     return ofi_test_pending(c);
   ofi_comm_lock(c);
   /* A request that an earlier call's progress already completed needs no CQ read: NCCL and
@@ -477,6 +490,7 @@ int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
      * streams: a lost connection still makes the whole comm fail from here on. */
     if (rc == -ECONNRESET) ofi_comm_fail(c, rc);
     if (r->kind == OFI_REQ_RECV) ofi_rx_remove(c, r), ofi_write_forget(c, r);
+    ofi_progress_observe(c, ofi_req_bytes(r));
     ofi_req_release(c, r);
   } else if (rc == 0) {
     rc = ofi_peer_check(c); /* waiting without progress: is the peer still there? */

@@ -19,6 +19,13 @@
  * OFI_PROGRESS_DEVICE mode (one thread however many comms NCCL opens); the same loop runs
  * both. Lock order: list_mu, then a comm's lock; NCCL's calls hold a comm's lock and take
  * only sleep_mu (to wake the thread).
+ *
+ * Latency-bound traffic is the exception: a comm whose last requests were all small
+ * (NCCL_MK_OFI_CALLER_PROGRESS_MAX) is read by NCCL's own calls, as with no thread, and the
+ * thread leaves it alone until a large one comes. A small message is one hop, which NCCL's
+ * calls read in time; sharing the comm with a thread that spins on its CQ cost each of NCCL's
+ * posts a wait for our lock and the provider's (8-byte all_reduce under NCCL on one H200:
+ * 59 us with the thread, 42 without; from 32 KiB the thread wins, bench/NOTES.md session 53).
  */
 #include <sched.h>
 #include <stdlib.h>
@@ -70,6 +77,10 @@ static int ofi_progress_has_work(const struct ofi_comm* c) {
  * clears the mark in ofi_progress_wake, is never lost). */
 static int ofi_runner_step(struct ofi_comm* c, int* work) {
   pthread_mutex_lock(&c->lock);
+  if (__atomic_load_n(&c->caller_progress, __ATOMIC_RELAXED)) { /* handed over meanwhile */
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+  }
   int n = ofi_cq_progress(c);
   int w = ofi_progress_has_work(c);
   if (n == 0 && w) ofi_peer_check(c); /* rate-limited; an error ends the work */
@@ -97,6 +108,7 @@ static void ofi_runner_sleep(struct ofi_runner* r, unsigned seen) {
  * reads pick up the next clear-to-send early); else when c is not idle, or at the periodic
  * sweep (a device runner would otherwise pay a CQ read, syscalls over tcp, per idle comm). */
 static int ofi_runner_wants(const struct ofi_runner* r, struct ofi_comm* c, int sweep) {
+  if (__atomic_load_n(&c->caller_progress, __ATOMIC_ACQUIRE)) return 0; /* NCCL's calls read it */
   return r->ncomms == 1 || sweep || !__atomic_load_n(&c->runner_idle, __ATOMIC_ACQUIRE);
 }
 
@@ -131,13 +143,33 @@ static void* ofi_runner_main(void* arg) {
 
 void ofi_progress_wake(struct ofi_comm* c) {
   struct ofi_runner* r = c->runner;
-  if (!r) return;
+  if (!r || __atomic_load_n(&c->caller_progress, __ATOMIC_ACQUIRE)) return;
   __atomic_store_n(&c->runner_idle, 0, __ATOMIC_RELEASE);
   __atomic_add_fetch(&r->gen, 1, __ATOMIC_SEQ_CST);
   if (!__atomic_load_n(&r->sleeping, __ATOMIC_SEQ_CST)) return;
   pthread_mutex_lock(&r->sleep_mu);
   pthread_cond_signal(&r->cv);
   pthread_mutex_unlock(&r->sleep_mu);
+}
+
+uint32_t mk_ofi_caller_progress_step(uint32_t streak, uint64_t bytes, uint64_t max, int* callers) {
+  if (!max || bytes >= max) {
+    *callers = 0;
+    return 0;
+  }
+  if (streak < MK_OFI_SMALL_STREAK) streak++;
+  *callers = streak >= MK_OFI_SMALL_STREAK;
+  return streak;
+}
+
+void ofi_progress_observe(struct ofi_comm* c, uint64_t bytes) {
+  if (!c->runner) return;
+  int callers;
+  c->small_streak = mk_ofi_caller_progress_step(c->small_streak, bytes, c->caller_progress_max,
+                                                &callers);
+  if (callers == __atomic_load_n(&c->caller_progress, __ATOMIC_RELAXED)) return;
+  __atomic_store_n(&c->caller_progress, callers, __ATOMIC_RELEASE);
+  if (!callers) ofi_progress_wake(c); /* the thread's again: it may be asleep */
 }
 
 static int ofi_runner_add(struct ofi_runner* r, struct ofi_comm* c) {
