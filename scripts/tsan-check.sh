@@ -36,7 +36,8 @@ eager_crossing_posted_receives_3000_messages_in_order
 close_joins_every_stream_thread
 connection_hint_connect_ahead_forms_every_streams_connection_before_any_data
 written_messages_land_exact_and_both_ends_count_them
-sends_asked_before_their_receive_is_posted_land_whole"
+sends_asked_before_their_receive_is_posted_land_whole
+progress_goes_to_the_callers_after_small_messages_and_back_for_a_large_one"
 pass=0 fail=0
 # one case under ThreadSanitizer: run_case CASE LABEL LOG-SUFFIX [VAR=value ...]
 run_case() {
