@@ -52,7 +52,8 @@ for c in $cases; do
   fi
   # as the loopback suite runs them: its progress-thread cases only with the thread
   case $c in
-    progress_thread_moves_*|idle_comm_threads_*|sends_either_side_of_the_thread_*|several_comms_carry_*) ;;
+    progress_thread_moves_*|idle_comm_threads_*|sends_either_side_of_the_thread_*|several_comms_carry_*|\
+    progress_goes_to_the_callers_*) ;;
     *) run_case loopback "$c" streams1 NCCL_MK_OFI_STREAMS=1 NCCL_MK_OFI_PROGRESS_THREAD=0 ;;
   esac
   run_case loopback "$c" streams4 NCCL_MK_OFI_STREAMS=4 NCCL_MK_OFI_PROGRESS_THREAD=1
