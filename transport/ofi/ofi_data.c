@@ -189,8 +189,9 @@ static int ofi_send_post(struct ofi_comm* c, struct ofi_cts_slot* s, int i, void
   if (c->runner && size >= c->thread_send_min) {
     ofi_progress_observe(c, size); /* a large message: the thread drives the comm again */
     ofi_send_defer(c, r, &s->cts, i, data, ofi_mr_desc(mr));
+  } else {
+    rc = ofi_send_stripes(c, r, &s->cts, i, data, size, ofi_mr_desc(mr), 0, 0);
   }
-  else rc = ofi_send_stripes(c, r, &s->cts, i, data, size, ofi_mr_desc(mr), 0, 0);
   if (rc == 1 || (rc < 0 && !c->error)) mk_req_pool_free(&c->pool, r); /* nothing posted */
   if (rc == 1) return 0;
   if (rc < 0) {
