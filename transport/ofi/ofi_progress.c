@@ -142,8 +142,8 @@ static void* ofi_runner_main(void* arg) {
 }
 
 void ofi_progress_wake(struct ofi_comm* c) {
+  if (!ofi_runner_drives(c)) return; /* no thread, or NCCL's calls read this comm */
   struct ofi_runner* r = c->runner;
-  if (!r || __atomic_load_n(&c->caller_progress, __ATOMIC_ACQUIRE)) return;
   __atomic_store_n(&c->runner_idle, 0, __ATOMIC_RELEASE);
   __atomic_add_fetch(&r->gen, 1, __ATOMIC_SEQ_CST);
   if (!__atomic_load_n(&r->sleeping, __ATOMIC_SEQ_CST)) return;
