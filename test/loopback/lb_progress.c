@@ -272,7 +272,8 @@ static int handover_one(struct lb_ctx* ctx, unsigned char* buf, size_t len, uint
     lb_tell(ctx, stream);
   }
   LB_OK(lb_wait(ctx, req, &got));
-  LB_EXPECT(ctx->is_sender || (got == len && lb_check(buf, len, ctx->seed, stream, "message") == 0));
+  LB_EXPECT(ctx->is_sender ||
+            (got == len && lb_check(buf, len, ctx->seed, stream, "message") == 0));
   return 0;
 }
 
@@ -281,7 +282,8 @@ static int handover_role(struct lb_ctx* ctx) {
   unsigned char* buf = lb_alloc(HANDOVER_LARGE);
   uint64_t stream = 100;
   for (int phase = 0; phase < 2; phase++) {
-    for (int i = 0; i < HANDOVER_SMALL; i++) LB_OK(handover_one(ctx, buf, 8u << (i % 10), stream++));
+    for (int i = 0; i < HANDOVER_SMALL; i++)
+      LB_OK(handover_one(ctx, buf, 8u << (i % 10), stream++));
     const int callers = mk_ofi_caller_progress(ctx->comm);
     fprintf(stderr, "[%s] after %d small messages: %s\n", ctx->is_sender ? "sender" : "receiver",
             HANDOVER_SMALL, callers ? "NCCL's calls progress the comm" : "its thread does");
