@@ -58,15 +58,21 @@
     "-2..-46% under NCCL on one H200); 0: the thread always drives")                           \
   X(INT, OFI_STRIPE_MIN, "NCCL_MK_OFI_STRIPE_MIN", "262144", 0, 1099511627776, "",            \
     "ofi: receive buffers larger than this many bytes are striped over the streams")           \
-  X(INT, OFI_EAGER_BYTES, "NCCL_MK_OFI_EAGER_BYTES", "0", 0, 1048576, "",                   \
+  X(INT, OFI_EAGER_BYTES, "NCCL_MK_OFI_EAGER_BYTES", "65536", 0, 1048576, "",               \
     "ofi: a send of at most this many bytes whose clear-to-send has not arrived goes at once "  \
-    "into a receiver bounce buffer; 0 (the default: under NCCL on 2xH200, 16-256 KiB changed " \
-    "nothing beyond the spread) turns eager off; both ends use the smaller value")             \
+    "into a receiver bounce buffer, and receives whose buffers all fit one send no "           \
+    "clear-to-send (NCCL_MK_OFI_NO_CTS_MS; 64 KiB covers NCCL's LL steps: 8 B-4 KiB "          \
+    "all_reduce -13..-22% under NCCL on one H200); 0 turns eager off; both ends use the "      \
+    "smaller value")                                                                           \
   X(INT, OFI_WRITES, "NCCL_MK_OFI_WRITES", "1", 0, 1, "",                                    \
     "ofi: 1 lets a receiver have each message written into its buffer with one RMA write "    \
     "(its clear-to-send carries the address) instead of sent to a posted receive, which over " \
     "tcp;ofi_rxm takes a rendezvous above 16 KiB; needs 8 bytes of remote CQ data from the "   \
-    "provider and eager sends off at both ends; 0 posts receives for every message")          \
+    "provider; 0 posts receives for every message")                                           \
+  X(INT, OFI_NO_CTS_MS, "NCCL_MK_OFI_NO_CTS_MS", "100", 0, 3600000, "",                       \
+    "ofi, with eager on: a receive whose buffers all fit a bounce buffer sends no "           \
+    "clear-to-send (its messages come eager) unless nothing has arrived after this many ms; " \
+    "0: every receive sends one at once")                                                      \
   X(INT, OFI_WRITE_PIECE_MIN, "NCCL_MK_OFI_WRITE_PIECE_MIN", "262144", 0, 1099511627776, "",  \
     "ofi: a written message is cut evenly over the receive buffer's stripes (one stream each) " \
     "in pieces of at least this many bytes (64 KiB measured the same under NCCL on one H200); " \

@@ -182,6 +182,11 @@ int mk_ofi_caller_progress(const struct mk_comm* comm);
 uint64_t mk_ofi_messages_written(const struct mk_comm* comm);
 /* ofi: the pieces of written messages this comm posted (send) or counted landed (recv). */
 uint64_t mk_ofi_pieces_written(const struct mk_comm* comm);
+/* ofi receive comm: receives posted without a clear-to-send (protocol version 7), and those
+ * of them that sent it late (NCCL_MK_OFI_NO_CTS_MS passed first); 0 for any other comm. */
+uint64_t mk_ofi_receives_unannounced(const struct mk_comm* comm, uint64_t* late);
+/* ofi: messages this comm sent (send) or delivered (recv) eager. */
+uint64_t mk_ofi_messages_eager(const struct mk_comm* comm);
 /* The streams of a comm whose fabric connection was formed ahead (the hint connect_ahead)
  * and has carried its 0-byte message; for tests. */
 int mk_ofi_streams_connected_ahead(const struct mk_comm* comm);

@@ -18,8 +18,8 @@ static void set_param(const char* name, const char* value) {
   mk_param_reload();
 }
 
-/* Eager is off by default (NCCL_MK_OFI_EAGER_BYTES=0): every case here turns it on at both
- * ends, before its comm is made, at the size the parameter's help suggests. */
+/* Every case here sets the eager size at both ends, before its comm is made: 16 KiB (the
+ * default is 64 KiB), so that the cases' sizes straddle it. */
 static void eager_on(void) { set_param("NCCL_MK_OFI_EAGER_BYTES", "16384"); }
 
 static size_t eager_bytes(void) { return (size_t)mk_param_int(MK_PARAM_OFI_EAGER_BYTES); }
@@ -254,13 +254,23 @@ static void jitter(uint64_t seed, int m) {
   double until = lb_now() + (double)(x % 30) * 1e-6;
   while (lb_now() < until) {}
 }
-static int cross_recv(struct lb_ctx* ctx) {
+/* mixed (version 7): both ends register their buffers, so receives larger than the eager
+ * size have their entries written and an eager message can cross a written entry; and every
+ * other run of five receives takes the eager size as its capacity where its messages fit it,
+ * so those receives send no clear-to-send at all. */
+static size_t cross_cap(int m, int mixed) {
+  return mixed && m % 5 < 3 && (m / 5) % 2 ? eager_bytes() : 256 * KiB;
+}
+static int cross_run_recv(struct lb_ctx* ctx, int mixed) {
   eager_on();
   LB_OK(lb_accept(ctx));
-  size_t cap = 256 * KiB;
   unsigned char* bufs[CROSS_WINDOW];
+  struct mk_mr* mrs[CROSS_WINDOW] = {0};
   struct mk_request* reqs[CROSS_WINDOW];
-  for (int w = 0; w < CROSS_WINDOW; w++) bufs[w] = lb_alloc(cap);
+  for (int w = 0; w < CROSS_WINDOW; w++) {
+    bufs[w] = lb_alloc(256 * KiB);
+    if (mixed) LB_OK(ctx->ops->reg_mr(ctx->comm, bufs[w], 256 * KiB, MK_PTR_HOST, &mrs[w]));
+  }
   int tag = 3;
   for (int m = 0; m < CROSS_COUNT + CROSS_WINDOW; m++) {
     int w = m % CROSS_WINDOW;
@@ -274,30 +284,50 @@ static int cross_recv(struct lb_ctx* ctx) {
     if (m < CROSS_COUNT) {
       jitter(ctx->seed, m);
       void* d = bufs[w];
-      LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &reqs[w]));
+      size_t cap = cross_cap(m, mixed);
+      LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, &mrs[w], &reqs[w]));
     }
   }
-  for (int w = 0; w < CROSS_WINDOW; w++) free(bufs[w]);
+  uint64_t late = 0, unannounced = mk_ofi_receives_unannounced(ctx->comm, &late);
+  printf("  receiver: %llu receives without a clear-to-send, %llu written, %llu eager\n",
+         (unsigned long long)unannounced, (unsigned long long)mk_ofi_messages_written(ctx->comm),
+         (unsigned long long)mk_ofi_messages_eager(ctx->comm));
+  if (mixed && mk_param_int(MK_PARAM_OFI_NO_CTS_MS) > 0) LB_EXPECT(unannounced >= CROSS_COUNT / 5);
+  for (int w = 0; w < CROSS_WINDOW; w++) {
+    if (mrs[w]) LB_OK(ctx->ops->dereg_mr(ctx->comm, mrs[w]));
+    free(bufs[w]);
+  }
   return lb_close(ctx);
 }
-static int cross_send(struct lb_ctx* ctx) {
+static int cross_run_send(struct lb_ctx* ctx, int mixed) {
   eager_on();
   LB_OK(lb_connect(ctx));
   unsigned char* bufs[CROSS_WINDOW];
+  struct mk_mr* mrs[CROSS_WINDOW] = {0};
   struct mk_request* reqs[CROSS_WINDOW];
-  for (int w = 0; w < CROSS_WINDOW; w++) bufs[w] = lb_alloc(256 * KiB);
+  for (int w = 0; w < CROSS_WINDOW; w++) {
+    bufs[w] = lb_alloc(256 * KiB);
+    if (mixed) LB_OK(ctx->ops->reg_mr(ctx->comm, bufs[w], 256 * KiB, MK_PTR_HOST, &mrs[w]));
+  }
   for (int m = 0; m < CROSS_COUNT + CROSS_WINDOW; m++) {
     int w = m % CROSS_WINDOW;
     if (m >= CROSS_WINDOW) LB_OK(lb_wait(ctx, reqs[w], NULL));
     if (m < CROSS_COUNT) {
       jitter(ctx->seed + 1, m);
       lb_fill(bufs[w], cross_len(m), ctx->seed, (uint64_t)m);
-      LB_OK(lb_send(ctx, bufs[w], cross_len(m), 3, NULL, &reqs[w]));
+      LB_OK(lb_send(ctx, bufs[w], cross_len(m), 3, mrs[w], &reqs[w]));
     }
   }
-  for (int w = 0; w < CROSS_WINDOW; w++) free(bufs[w]);
+  for (int w = 0; w < CROSS_WINDOW; w++) {
+    if (mrs[w]) LB_OK(ctx->ops->dereg_mr(ctx->comm, mrs[w]));
+    free(bufs[w]);
+  }
   return lb_close(ctx);
 }
+static int cross_recv(struct lb_ctx* ctx) { return cross_run_recv(ctx, 0); }
+static int cross_send(struct lb_ctx* ctx) { return cross_run_send(ctx, 0); }
+static int cross_mixed_recv(struct lb_ctx* ctx) { return cross_run_recv(ctx, 1); }
+static int cross_mixed_send(struct lb_ctx* ctx) { return cross_run_send(ctx, 1); }
 
 /* The receiver closes with eager messages it never received (in its bounce buffers or on
  * the way), then accepts a new connection on the same listen comm: the new comm starts
@@ -366,6 +396,169 @@ static int off_send(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* Receives whose buffers all fit a bounce buffer send no clear-to-send (version 7): their
+ * messages come eager whether the receive was posted first or the send. With
+ * NCCL_MK_OFI_NO_CTS_MS=0 (meson runs the case that way too) every receive sends one, as
+ * before, and a message whose receive is posted first goes through it. */
+#define NOCTS_COUNT 24
+static size_t nocts_cap(int m) {
+  const size_t caps[4] = {1, 100, 4096, eager_bytes()};
+  return caps[m % 4];
+}
+static int nocts_recv(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_accept(ctx));
+  LB_OK(warm(ctx));
+  for (int m = 0; m < NOCTS_COUNT; m++) {
+    if (m % 2) LB_EXPECT(lb_hear(ctx) == (uint64_t)m); /* the send went first */
+    unsigned char* buf = lb_alloc(nocts_cap(m));
+    void* d = buf;
+    size_t cap = nocts_cap(m), got = 0;
+    int tag = 6;
+    struct mk_request* req;
+    LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
+    if (m % 2 == 0) lb_tell(ctx, (uint64_t)m); /* posted: now the send */
+    LB_OK(lb_wait(ctx, req, &got));
+    LB_EXPECT(got == nocts_cap(m));
+    LB_EXPECT(lb_check(buf, got, ctx->seed, 300 + (uint64_t)m, "small receive") == 0);
+    free(buf);
+  }
+  uint64_t late = 0, unannounced = mk_ofi_receives_unannounced(ctx->comm, &late);
+  const int on = mk_param_int(MK_PARAM_OFI_NO_CTS_MS) > 0;
+  printf("  receiver: %llu of %d receives without a clear-to-send (%llu late)\n",
+         (unsigned long long)unannounced, NOCTS_COUNT + 1, (unsigned long long)late);
+  /* those posted before their send, and the warm-up's; a send that went first may have
+   * arrived before its receive (then it needs no clear-to-send either) or not */
+  if (on) LB_EXPECT(unannounced >= NOCTS_COUNT / 2 + 1 && unannounced <= NOCTS_COUNT + 1);
+  else LB_EXPECT(unannounced == 0);
+  LB_EXPECT(late == 0);
+  lb_tell(ctx, (uint64_t)on);
+  return lb_close(ctx);
+}
+static int nocts_send(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_connect(ctx));
+  LB_OK(warm(ctx));
+  for (int m = 0; m < NOCTS_COUNT; m++) {
+    if (m % 2 == 0) LB_EXPECT(lb_hear(ctx) == (uint64_t)m);
+    unsigned char* b;
+    struct mk_request* r;
+    LB_OK(send_start(ctx, nocts_cap(m), 300 + (uint64_t)m, 6, &b, &r));
+    if (m % 2) lb_tell(ctx, (uint64_t)m);
+    LB_OK(lb_wait(ctx, r, NULL));
+    free(b);
+  }
+  const uint64_t on = lb_hear(ctx), eager = mk_ofi_messages_eager(ctx->comm);
+  printf("  sender: %llu of %d messages eager\n", (unsigned long long)eager, NOCTS_COUNT + 1);
+  if (on) LB_EXPECT(eager == NOCTS_COUNT + 1); /* no clear-to-send ever came */
+  else LB_EXPECT(eager < NOCTS_COUNT + 1);     /* those whose receive went first used it */
+  return lb_close(ctx);
+}
+
+/* A small receive whose message does not come within NCCL_MK_OFI_NO_CTS_MS sends its
+ * clear-to-send after all (its registered buffers then written): the messages sent after that
+ * land whole, through it or eager if they crossed it. */
+#define SLOW_COUNT 3
+static int slow_recv(struct lb_ctx* ctx) {
+  eager_on();
+  set_param("NCCL_MK_OFI_NO_CTS_MS", "20");
+  LB_OK(lb_accept(ctx));
+  LB_OK(warm(ctx));
+  unsigned char* bufs[SLOW_COUNT];
+  struct mk_mr* mrs[SLOW_COUNT];
+  struct mk_request* reqs[SLOW_COUNT];
+  int tag = 8, done = 0;
+  uint64_t late0 = 0, late = 0; /* the warm-up's may have been late too (a first connection) */
+  mk_ofi_receives_unannounced(ctx->comm, &late0);
+  for (int m = 0; m < SLOW_COUNT; m++) {
+    size_t cap = 4096;
+    bufs[m] = lb_alloc(cap);
+    void* d = bufs[m];
+    LB_OK(ctx->ops->reg_mr(ctx->comm, bufs[m], cap, MK_PTR_HOST, &mrs[m]));
+    LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, &mrs[m], &reqs[m]));
+  }
+  const double t0 = lb_now(); /* test() meanwhile: the late clear-to-sends go out from it */
+  while (lb_now() - t0 < 0.1) {
+    LB_OK(ctx->ops->test(reqs[0], &done, NULL));
+    LB_EXPECT(!done);
+  }
+  mk_ofi_receives_unannounced(ctx->comm, &late);
+  printf("  receiver: %llu of %d receives sent their clear-to-send late\n",
+         (unsigned long long)(late - late0), SLOW_COUNT);
+  LB_EXPECT(late - late0 == SLOW_COUNT);
+  lb_tell(ctx, 1);
+  for (int m = 0; m < SLOW_COUNT; m++) {
+    size_t got = 0;
+    LB_OK(lb_wait(ctx, reqs[m], &got));
+    LB_EXPECT(got == 1000 + (size_t)m);
+    LB_EXPECT(lb_check(bufs[m], got, ctx->seed, 400 + (uint64_t)m, "late receive") == 0);
+    LB_OK(ctx->ops->dereg_mr(ctx->comm, mrs[m]));
+    free(bufs[m]);
+  }
+  lb_tell(ctx, 2);
+  return lb_close(ctx);
+}
+static int slow_send(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_connect(ctx));
+  LB_OK(warm(ctx));
+  LB_EXPECT(lb_hear(ctx) == 1);
+  for (int m = 0; m < SLOW_COUNT; m++) {
+    unsigned char* b = lb_alloc(1000 + (size_t)m);
+    struct mk_mr* mr;
+    struct mk_request* r;
+    lb_fill(b, 1000 + (size_t)m, ctx->seed, 400 + (uint64_t)m);
+    LB_OK(ctx->ops->reg_mr(ctx->comm, b, 1000 + (size_t)m, MK_PTR_HOST, &mr));
+    LB_OK(lb_send(ctx, b, 1000 + (size_t)m, 8, mr, &r));
+    LB_OK(lb_wait(ctx, r, NULL));
+    LB_OK(ctx->ops->dereg_mr(ctx->comm, mr));
+    free(b);
+  }
+  LB_EXPECT(lb_hear(ctx) == 2);
+  return lb_close(ctx);
+}
+
+/* A send larger than the eager size into a small receive (which sends no clear-to-send, and
+ * takes only eager messages): the sender waits, and gets -EMSGSIZE once the receive's late
+ * clear-to-send shows the buffer, instead of waiting forever. */
+static int oversized_recv(struct lb_ctx* ctx) {
+  eager_on();
+  set_param("NCCL_MK_OFI_NO_CTS_MS", "20");
+  LB_OK(lb_accept(ctx));
+  LB_OK(warm(ctx));
+  unsigned char buf[1024];
+  void* d = buf;
+  size_t cap = sizeof(buf);
+  int tag = 9, done = 0;
+  struct mk_request* req;
+  LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
+  lb_tell(ctx, 1);
+  while (!lb_peer_spoke(ctx)) { /* test() meanwhile: the late clear-to-send goes out from it */
+    LB_OK(ctx->ops->test(req, &done, NULL));
+    LB_EXPECT(!done);
+  }
+  LB_EXPECT(lb_hear(ctx) == 2);
+  return lb_close(ctx); /* with the receive still pending: its message never comes */
+}
+static int oversized_send(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_connect(ctx));
+  LB_OK(warm(ctx));
+  LB_EXPECT(lb_hear(ctx) == 1);
+  const size_t len = 4 * eager_bytes();
+  unsigned char* b = lb_alloc(len);
+  struct mk_request* r = NULL;
+  const double t0 = lb_now();
+  int rc;
+  while ((rc = ctx->ops->isend(ctx->comm, b, len, 9, NULL, &r)) == 0 && !r && lb_now() - t0 < 10) {}
+  printf("  %zu bytes into a 1024-byte receive: rc=%d (%s) after %.0f ms\n", len, rc,
+         strerror(-rc), (lb_now() - t0) * 1e3);
+  LB_EXPECT(r == NULL && rc == -EMSGSIZE);
+  lb_tell(ctx, 2);
+  free(b);
+  return lb_close(ctx);
+}
+
 const struct lb_case lb_cases_eager[] = {
     {"eager_sends_taken_before_any_receive_is_posted", late_recv, late_send, 30, 0},
     {"eager_credits_exhausted_sender_waits_then_all_arrive_in_order", credits_recv,
@@ -373,6 +566,14 @@ const struct lb_case lb_cases_eager[] = {
     {"eager_and_clear_to_send_mixed_in_grouped_receives", mix_recv, mix_send, 60, 0},
     {"eager_message_too_large_fails_its_receive_emsgsize", toolarge_recv, toolarge_send, 30, 0},
     {"eager_crossing_posted_receives_3000_messages_in_order", cross_recv, cross_send, 90, 0},
+    {"eager_crossing_written_and_unannounced_receives_3000_messages_in_order", cross_mixed_recv,
+     cross_mixed_send, 90, 0},
+    {"small_receives_send_no_clear_to_send_and_their_messages_come_eager", nocts_recv,
+     nocts_send, 30, 0},
+    {"a_small_receive_whose_message_is_late_sends_its_clear_to_send_after_all", slow_recv,
+     slow_send, 30, 0},
+    {"a_send_too_large_for_a_small_receive_fails_emsgsize_instead_of_waiting", oversized_recv,
+     oversized_send, 30, 0},
     {"eager_unreceived_at_close_then_reconnect_clean", unreceived_recv, unreceived_send, 30, 0},
     {"eager_off_at_one_end_is_off_for_both", off_recv, off_send, 30, 0},
     {NULL, NULL, NULL, 0, 0},

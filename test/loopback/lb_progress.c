@@ -212,11 +212,14 @@ static int threshold_role(struct lb_ctx* ctx) {
 
 /* Sends asked for before their receives are posted, as NCCL's proxy asks: again and again
  * until a request comes (the progress thread reads for the clear-to-send meanwhile). Every
- * message still lands whole, in its receive. */
+ * message still lands whole, in its receive. Eager off at both ends: it would take the sends
+ * at once. */
 #define EARLY_ROUNDS 12
 #define EARLY_BYTES 4096
 
 static int early_send_role(struct lb_ctx* ctx) {
+  setenv("NCCL_MK_OFI_EAGER_BYTES", "0", 1);
+  mk_param_reload();
   LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
   unsigned char* buf = lb_alloc(EARLY_BYTES);
   for (int round = 1; round <= EARLY_ROUNDS; round++) {

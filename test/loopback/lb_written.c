@@ -22,9 +22,16 @@ static const size_t lens[] = {1, 64 * KiB + 3, 100, 1 * MiB, 0, 3 * MiB + 7, 1};
 #define NGROUP 4
 static size_t group_len(int j) { return (size_t)(j + 1) * 200 * KiB + 13; }
 
-static int writes_expected(void) {
-  return mk_param_int(MK_PARAM_OFI_WRITES) && mk_param_int(MK_PARAM_OFI_EAGER_BYTES) == 0;
+/* Eager off at both ends (lb_eager.c has eager crossing written entries): with it on, a
+ * small message may go eager before its receive's clear-to-send arrives (the receiver
+ * expected a write, the sender made none), and receives that fit a bounce buffer expect no
+ * write at all (protocol version 7), so the counts below would not be exact. */
+static void eager_off(void) {
+  setenv("NCCL_MK_OFI_EAGER_BYTES", "0", 1);
+  mk_param_reload();
 }
+static int eager_on(void) { return mk_param_int(MK_PARAM_OFI_EAGER_BYTES) != 0; }
+static int writes_expected(void) { return mk_param_int(MK_PARAM_OFI_WRITES) && !eager_on(); }
 
 static int recv_one(struct lb_ctx* ctx, size_t cap, size_t len, uint64_t stream) {
   unsigned char* buf = lb_alloc(cap + 1);
@@ -86,30 +93,34 @@ static int send_one(struct lb_ctx* ctx, size_t len, int tag, uint64_t stream) {
 /* The receiver reports how many of its entries it had written; both ends must count the
  * same number, every registered entry when writes are on, none when off. */
 static int written_recv(struct lb_ctx* ctx) {
+  eager_off();
   LB_OK(lb_accept(ctx));
   for (int m = 0; m < NMSG; m++) LB_OK(recv_one(ctx, caps[m], lens[m], (uint64_t)m));
   LB_OK(recv_group(ctx));
   const uint64_t n = mk_ofi_messages_written(ctx->comm);
   printf("  receiver: %llu of %d entries written\n", (unsigned long long)n, NMSG + NGROUP);
-  LB_EXPECT(n == (writes_expected() ? (uint64_t)NMSG + NGROUP / 2 : 0));
+  if (eager_on()) LB_EXPECT(n <= (mk_param_int(MK_PARAM_OFI_WRITES) ? (uint64_t)NMSG + NGROUP / 2 : 0));
+  else LB_EXPECT(n == (writes_expected() ? (uint64_t)NMSG + NGROUP / 2 : 0));
   /* cut evenly over the stripes (version 6): with several streams the large messages land
    * in several pieces, with one each in one */
   const uint64_t pieces = mk_ofi_pieces_written(ctx->comm);
   const int64_t streams = mk_param_int(MK_PARAM_OFI_STREAMS);
   printf("  receiver: %llu pieces landed\n", (unsigned long long)pieces);
-  if (streams == 1) LB_EXPECT(pieces == n);
-  if (streams > 1 && n) LB_EXPECT(pieces > n);
+  if (streams == 1) LB_EXPECT(eager_on() ? pieces <= n : pieces == n);
+  if (streams > 1 && n && !eager_on()) LB_EXPECT(pieces > n);
   lb_tell(ctx, n);
   lb_tell(ctx, pieces);
   return lb_close(ctx);
 }
 
 static int written_send(struct lb_ctx* ctx) {
+  eager_off();
   LB_OK(lb_connect(ctx));
   for (int m = 0; m < NMSG; m++) LB_OK(send_one(ctx, lens[m], 7, (uint64_t)m));
   for (int j = NGROUP - 1; j >= 0; j--) LB_OK(send_one(ctx, group_len(j), 20 + j, 100 + (uint64_t)j));
-  LB_EXPECT(mk_ofi_messages_written(ctx->comm) == lb_hear(ctx));
-  LB_EXPECT(mk_ofi_pieces_written(ctx->comm) == lb_hear(ctx));
+  const uint64_t n = lb_hear(ctx), pieces = lb_hear(ctx);
+  LB_EXPECT(eager_on() ? mk_ofi_messages_written(ctx->comm) <= n : mk_ofi_messages_written(ctx->comm) == n);
+  LB_EXPECT(mk_ofi_pieces_written(ctx->comm) == pieces);
   return lb_close(ctx);
 }
 
@@ -123,8 +134,8 @@ static int off_recv(struct lb_ctx* ctx) {
 
 static int off_send(struct lb_ctx* ctx) {
   setenv("NCCL_MK_OFI_WRITES", "1", 1);
-  mk_param_reload();
-  LB_EXPECT(writes_expected() || mk_param_int(MK_PARAM_OFI_EAGER_BYTES) != 0);
+  eager_off();
+  LB_EXPECT(writes_expected());
   return written_send(ctx);
 }
 

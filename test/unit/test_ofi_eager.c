@@ -39,6 +39,19 @@ static void msn_expand_finds_the_number_nearest_the_reference(void) {
   CHECK(mk_ofi_msn_diff(2, 0xffffffffu) == 3);
 }
 
+/* Version 7: a receive goes without a clear-to-send only when eager is on, the receiver
+ * allows it, and every buffer fits a bounce buffer (any message for it then goes eager). */
+static void receives_that_fit_bounce_buffers_send_no_clear_to_send(void) {
+  const size_t small[3] = {0, 8, 65536}, mixed[3] = {8, 65537, 8};
+  CHECK_EQ(mk_ofi_recv_announces(small, 3, 65536, 1), 0);
+  CHECK_EQ(mk_ofi_recv_announces(small, 1, 8, 1), 0);
+  CHECK_EQ(mk_ofi_recv_announces(mixed, 3, 65536, 1), 1); /* one buffer is larger */
+  CHECK_EQ(mk_ofi_recv_announces(mixed, 1, 65536, 1), 0);
+  CHECK_EQ(mk_ofi_recv_announces(small, 3, 0, 1), 1);     /* eager off */
+  CHECK_EQ(mk_ofi_recv_announces(small, 3, 65536, 0), 1); /* NCCL_MK_OFI_NO_CTS_MS=0 */
+  CHECK_EQ(mk_ofi_recv_announces(small, 3, 4096, 1), 1);  /* 64 KiB > a 4 KiB bounce */
+}
+
 static void send_path_prefers_the_clear_to_send_then_eager_within_size_and_credits(void) {
   CHECK_EQ(mk_ofi_send_path(1, 1u << 30, 65536, 0), MK_OFI_PATH_CTS);
   CHECK_EQ(mk_ofi_send_path(1, 8, 65536, 16), MK_OFI_PATH_CTS);
@@ -160,6 +173,7 @@ int main(void) {
   eager_tags_round_trip_and_never_look_like_data_or_control();
   msn_expand_finds_the_number_nearest_the_reference();
   send_path_prefers_the_clear_to_send_then_eager_within_size_and_credits();
+  receives_that_fit_bounce_buffers_send_no_clear_to_send();
   credits_never_exceed_the_pool_nor_go_below_zero();
   matching_and_replay_agree_on_every_buffer();
   eager_next_delivers_a_receive_prefix_in_order_only();

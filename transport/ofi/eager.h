@@ -71,6 +71,17 @@ static inline enum mk_ofi_path mk_ofi_send_path(int have_cts, uint64_t size, uin
   return MK_OFI_PATH_WAIT;
 }
 
+/* Whether a receive of n buffers of these sizes sends its clear-to-send when posted (version
+ * 7): not when eager is on (eager_bytes > 0), small receives may go without one (no_cts) and
+ * every buffer fits a bounce buffer; then no message it can take needs one. */
+static inline int mk_ofi_recv_announces(const size_t* sizes, int n, uint32_t eager_bytes,
+                                        int no_cts) {
+  if (!eager_bytes || !no_cts) return 1;
+  for (int i = 0; i < n; i++)
+    if (sizes[i] > eager_bytes) return 1;
+  return 0;
+}
+
 /* The first of n entries not in the bitmap taken whose tag is tag, or -1. */
 int mk_ofi_match_entry(const int32_t* tags, uint32_t n, uint32_t taken, int32_t tag);
 

@@ -182,6 +182,10 @@ struct ofi_req {
   uint8_t eager_mask;          /* the entries they took */
   uint8_t posted_mask;         /* entries whose stripes are posted (cancelled on eager) */
   uint8_t posting;             /* stripes being posted: eager arrivals wait in the queue */
+  uint8_t unannounced;         /* no clear-to-send sent yet (version 7): its messages come
+                                  eager, each counted in pending until it is delivered */
+  uint64_t announce_ns;        /* unannounced: when it sends its clear-to-send after all */
+  struct mk_mr* mrs[MK_MAX_RECVS]; /* unannounced: the buffers' registrations, for then */
   uint8_t tail_from[MK_MAX_RECVS]; /* recv: entry i's message ended before stripe
                                       tail_from[i] (atomic; 0: not seen) */
   uint8_t tail_cancelled;      /* recv: entries whose later stripes were cancelled */
@@ -277,6 +281,9 @@ struct ofi_comm {
   struct ofi_ctrl_buf* credit_msg; /* recv: inside bounce_mem */
   int credit_busy;            /* the credit-only message is in flight */
   struct ofi_req* rx[MK_MAX_REQUESTS]; /* recv: live receives in posting order */
+  uint64_t no_cts_ns;         /* recv: NCCL_MK_OFI_NO_CTS_MS in ns (0: every receive sends
+                                 its clear-to-send at once) */
+  int unannounced;            /* recv: receives without a clear-to-send still waiting */
   /* messages written with RMA (ofi_write.c): both ends offered them */
   int write_data;
   struct ofi_req* written_rx[MK_OFI_WRITTEN_SLOTS]; /* recv: by seq % MK_OFI_WRITTEN_SLOTS,
@@ -305,6 +312,8 @@ struct ofi_comm {
   /* counts, logged at close: messages sent or received eager and through a clear-to-send;
    * recv: eager ones that waited for their receive, and that crossed its clear-to-send */
   uint64_t n_eager, n_cts, n_queued, n_crossed;
+  uint64_t n_unannounced, n_late; /* recv: receives posted without a clear-to-send, and those
+                                     of them that sent it after all */
   uint64_t n_written;         /* messages sent (send) or announced (recv) as written */
   uint64_t n_pieces;          /* their pieces posted (send) or landed (recv; atomic) */
   uint64_t write_piece_min;   /* send: NCCL_MK_OFI_WRITE_PIECE_MIN, read once */
@@ -439,6 +448,9 @@ void ofi_req_release(struct ofi_comm* c, struct ofi_req* r);
  * entries alike. */
 void ofi_recv_plan(const struct ofi_comm* c, struct mk_ofi_cts* cts, int i, size_t size);
 int ofi_cts_post(struct ofi_comm* c, struct ofi_req* r);
+/* Receives posted without a clear-to-send (version 7) whose NCCL_MK_OFI_NO_CTS_MS has passed
+ * with messages still missing post their buffers and send it after all. */
+int ofi_recv_announce_late(struct ofi_comm* c);
 /* The progress thread posts a send left to it; 1: not now (EAGAIN, nothing posted). */
 int ofi_send_deferred_post(struct ofi_comm* c, struct ofi_req* r);
 /* ofi_write.c: messages written with RMA (protocol version 5). Handshake: what our hello
@@ -454,6 +466,9 @@ int ofi_write_wanted(const struct ofi_comm* c, const void* data, size_t size, st
  * count and streams are set up (call once every posted entry is in, before the clear-to-send). */
 int ofi_write_expect(struct ofi_comm* c, struct ofi_req* r, int i, void* data, size_t size,
                      struct mk_mr* mr);
+/* Written entry i's message came eager instead (it crossed the clear-to-send): no write
+ * will come for it. */
+void ofi_write_unexpect(struct ofi_comm* c, struct ofi_req* r, int i);
 /* A completion with no operation of ours arrived on stream k (any thread), with its CQ flags
  * and data: a written stripe's remote CQ data, counted. <0: it is not one, or it names no
  * stripe we expect (the comm is out of step). */

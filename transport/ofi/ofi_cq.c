@@ -105,12 +105,14 @@ static int ofi_cq_error(struct ofi_comm* c) {
 }
 
 /* Retries what could not be posted earlier (EAGAIN): control receives, clear-to-sends, bounce
- * buffers and credit returns; posts the signals of puts whose last stripe completed on a
+ * buffers and credit returns; sends the clear-to-sends of small receives that waited too long
+ * for their eager messages; posts the signals of puts whose last stripe completed on a
  * stream thread; and, on the progress thread, the clear-to-sends and sends left to it. */
 static int ofi_retry_deferred(struct ofi_comm* c) {
   for (unsigned k = 0; c->ctrl_unposted && k < MK_OFI_CTRL_BUFS; k++)
     if (c->ctrl_unposted & (1ull << k)) MK_CHECK(ofi_ctrl_post(c, k));
   if (c->nbounce) MK_CHECK(ofi_eager_retry(c));
+  if (c->unannounced) MK_CHECK(ofi_recv_announce_late(c));
   /* a posted signal leaves sig_wait (the last entry moves into its place) */
   for (int i = 0; i < c->signals_waiting;) {
     struct ofi_req* r = c->sig_wait[i];

@@ -340,11 +340,11 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
 /* The stripes of every entry no eager message has taken and that is not to be written;
  * then, once nothing can be abandoned any more, the written ones (ofi_write.c). 1: the very
  * first post met EAGAIN and nothing is posted (the receive can still be abandoned). */
-static int ofi_recv_post_entries(struct ofi_comm* c, struct ofi_req* r, struct mk_mr** mrs) {
+static int ofi_recv_post_entries(struct ofi_comm* c, struct ofi_req* r) {
   int first = r->eager_done == 0, writable = ofi_write_slot_free(c, r->cts.seq);
   uint8_t written = 0;
   for (int i = 0; i < r->n; i++) {
-    struct mk_mr* mr = mrs ? mrs[i] : NULL;
+    struct mk_mr* mr = r->mrs[i];
     if (r->eager_mask & (1u << i)) {
       r->cts.nstripes[i] = 1; /* never used: its message is in already */
       r->cts.chunk[i] = r->cts.sizes[i];
@@ -360,13 +360,71 @@ static int ofi_recv_post_entries(struct ofi_comm* c, struct ofi_req* r, struct m
     r->posted_mask |= (uint8_t)(1u << i);
   }
   for (int i = 0; i < r->n; i++)
-    if (written & (1u << i)) MK_CHECK(ofi_write_expect(c, r, i, r->data[i], r->cts.sizes[i], mrs[i]));
+    if (written & (1u << i))
+      MK_CHECK(ofi_write_expect(c, r, i, r->data[i], r->cts.sizes[i], r->mrs[i]));
+  return 0;
+}
+
+/* The buffers of r that no eager message has filled yet are posted (or marked written) and
+ * its clear-to-send goes out with the credits owed. 1: the very first post met EAGAIN and
+ * nothing is posted. Eager arrivals meanwhile wait in the queue (r->posting). */
+static int ofi_recv_announce(struct ofi_comm* c, struct ofi_req* r) {
+  r->cts.seq = c->seq; /* before the entries: a written one is found by it */
+  r->cts.n = (uint32_t)r->n;
+  r->posting = 1;
+  int rc = ofi_recv_post_entries(c, r);
+  r->posting = 0;
+  if (rc != 0) return rc;
+  r->cts.magic = MK_OFI_CTS_MAGIC;
+  r->cts.msn = r->msn0;
+  r->cts.credits = mk_ofi_owed_take(&c->owed);
+  r->ops[OFI_OP_CTS_AT] = (struct ofi_op){.req = r, .kind = OFI_OP_CTS_SEND, .idx = (uint8_t)r->n};
+  __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED);
+  if (ofi_runner_drives(c)) ofi_cts_wait(c, r); /* the thread posts it: a syscall off NCCL's */
+  else MK_CHECK(ofi_cts_post(c, r));
+  c->seq++;
+  c->n_cts += (uint64_t)(r->n - r->eager_done);
+  return 0;
+}
+
+/* A receive whose messages all come eager (version 7): each one still missing counts in
+ * pending until it is delivered; the clear-to-send waits until announce_ns. */
+static void ofi_recv_unannounced(struct ofi_comm* c, struct ofi_req* r) {
+  __atomic_add_fetch(&r->pending, r->n - r->eager_done, __ATOMIC_RELAXED);
+  r->unannounced = 1;
+  r->announce_ns = ofi_now_ns() + c->no_cts_ns;
+  c->unannounced++;
+  c->n_unannounced++;
+}
+
+int ofi_recv_announce_late(struct ofi_comm* c) {
+  const uint64_t now = ofi_now_ns();
+  for (uint32_t j = 0; c->unannounced && j < c->nrx; j++) {
+    struct ofi_req* r = c->rx[j];
+    if (!r->unannounced || now < r->announce_ns) continue;
+    const int missing = r->n - r->eager_done;
+    /* off the list first: the posts below may progress the comm and come back here */
+    r->unannounced = 0;
+    c->unannounced--;
+    int rc = ofi_recv_announce(c, r);
+    if (rc == 1) { /* the provider had no room: next time */
+      r->unannounced = 1;
+      c->unannounced++;
+      continue;
+    }
+    if (rc < 0) return rc;
+    c->n_late++;
+    /* after the announce's own counts, so that a test() never sees 0 in between */
+    __atomic_sub_fetch(&r->pending, missing, __ATOMIC_RELEASE);
+    MK_CHECK(ofi_eager_drain(c));
+  }
   return 0;
 }
 
 /* The receive takes message numbers [msn0, msn0 + n). Those that already came eager are
  * copied in; if any is still missing, the other buffers are posted and the clear-to-send
- * (with the credits owed) goes out. Eager arrivals meanwhile wait in the queue. */
+ * goes out, unless every buffer fits a bounce buffer (mk_ofi_recv_announces). Eager
+ * arrivals meanwhile wait in the queue. */
 static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** data,
                          const size_t* sizes, const int* tags, struct mk_mr** mrs) {
   r->msn0 = c->msn;
@@ -374,30 +432,22 @@ static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** da
     r->data[i] = data[i];
     r->cts.sizes[i] = sizes[i];
     r->cts.tags[i] = tags[i];
+    r->mrs[i] = mrs ? mrs[i] : NULL;
   }
   MK_CHECK(ofi_rx_add(c, r));
   c->msn += (uint32_t)n;
   MK_CHECK(ofi_eager_drain(c));
   if (r->eager_done == n) return 0; /* all in: no clear-to-send */
-  r->cts.seq = c->seq; /* before the entries: a written one is found by it */
-  r->cts.n = (uint32_t)n;
-  r->posting = 1;
-  int rc = ofi_recv_post_entries(c, r, mrs);
-  r->posting = 0;
+  if (!mk_ofi_recv_announces(sizes, n, c->eager_bytes, c->no_cts_ns != 0)) {
+    ofi_recv_unannounced(c, r);
+    return 0;
+  }
+  int rc = ofi_recv_announce(c, r);
   if (rc == 1) { /* nothing posted, nothing delivered: as if never called */
     ofi_rx_remove(c, r);
     c->msn -= (uint32_t)n;
   }
   if (rc != 0) return rc;
-  r->cts.magic = MK_OFI_CTS_MAGIC;
-  r->cts.msn = r->msn0;
-  r->cts.credits = mk_ofi_owed_take(&c->owed);
-  r->ops[OFI_OP_CTS_AT] = (struct ofi_op){.req = r, .kind = OFI_OP_CTS_SEND, .idx = (uint8_t)n};
-  __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED);
-  if (ofi_runner_drives(c)) ofi_cts_wait(c, r); /* the thread posts it: a syscall off NCCL's */
-  else MK_CHECK(ofi_cts_post(c, r));
-  c->seq++;
-  c->n_cts += (uint64_t)(n - r->eager_done);
   return ofi_eager_drain(c);
 }
 

@@ -7,7 +7,9 @@
  * delivered, is then copied into the user buffer, and the bounce buffer is reposted (its
  * credit goes back in the next clear-to-send, or in a credit-only message once a quarter of
  * the buffers are owed). When the receive had already posted that buffer and sent its
- * clear-to-send (the message crossed it), the buffer's posted stripes are cancelled.
+ * clear-to-send (the message crossed it), the buffer's posted stripes are cancelled, or, for
+ * a written buffer, the write it expected is let go. A receive whose buffers all fit a
+ * bounce buffer sends no clear-to-send (version 7): its messages can only come eager.
  * Send side: an eager send, and what an arriving clear-to-send means for the messages that
  * went eager before it. Everything here runs under the comm lock.
  */
@@ -89,6 +91,7 @@ int ofi_eager_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,
     mk_ofi_credits_init(&c->credits, nbufs);
     return 0;
   }
+  c->no_cts_ns = (uint64_t)mk_param_int(MK_PARAM_OFI_NO_CTS_MS) * 1000000ull;
   return ofi_bounce_setup(c, nbufs);
 }
 
@@ -100,10 +103,12 @@ void ofi_eager_close_fabric(struct ofi_comm* c) {
 void ofi_eager_destroy(struct ofi_comm* c) {
   if (c->eager_bytes)
     MK_INFO(MK_NCCL_SUBSYS_NET, "ofi %s comm %p: %llu messages eager (%llu waited for their "
-            "receive, %llu crossed its clear-to-send), %llu through a clear-to-send",
+            "receive, %llu crossed its clear-to-send), %llu through a clear-to-send; %llu "
+            "receives without one (%llu sent it late)",
             c->is_send ? "send" : "recv", (void*)c, (unsigned long long)c->n_eager,
             (unsigned long long)c->n_queued, (unsigned long long)c->n_crossed,
-            (unsigned long long)c->n_cts);
+            (unsigned long long)c->n_cts, (unsigned long long)c->n_unannounced,
+            (unsigned long long)c->n_late);
   if (c->uq.count)
     MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: comm %p closed with %u eager messages never received",
             (void*)c, c->uq.count);
@@ -226,6 +231,12 @@ static int ofi_eager_deliver(struct ofi_comm* c, struct ofi_req* r, const struct
   if (r->posted_mask & (1u << i)) {
     c->n_crossed++;
     MK_CHECK(ofi_entry_cancel(c, r, i));
+  } else if (r->cts.write[i]) {
+    c->n_crossed++;
+    ofi_write_unexpect(c, r, i);
+  } else if (r->unannounced) { /* its sender never waits for a clear-to-send (version 7) */
+    if (r->eager_done == r->n) r->unannounced = 0, c->unannounced--;
+    __atomic_sub_fetch(&r->pending, 1, __ATOMIC_RELEASE);
   }
   b->credit_due = 1;
   MK_CHECK(ofi_bounce_post(c, b));
@@ -316,4 +327,15 @@ int ofi_eager_cts(struct ofi_comm* c, const struct mk_ofi_cts* cts, struct ofi_c
   if (rc < 0)
     MK_WARN("ofi: the eager messages of receive %u do not match its buffers' tags", cts->seq);
   return rc;
+}
+
+uint64_t mk_ofi_receives_unannounced(const struct mk_comm* comm, uint64_t* late) {
+  const struct ofi_comm* c = (const struct ofi_comm*)comm;
+  int ours = comm && comm->ops == &mk_ofi_ops && !c->is_send;
+  if (late) *late = ours ? c->n_late : 0;
+  return ours ? c->n_unannounced : 0;
+}
+
+uint64_t mk_ofi_messages_eager(const struct mk_comm* comm) {
+  return comm && comm->ops == &mk_ofi_ops ? ((const struct ofi_comm*)comm)->n_eager : 0;
 }

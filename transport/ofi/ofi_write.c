@@ -16,11 +16,10 @@
 #include "mk_param.h"
 #include "ofi.h"
 
-/* Eager sends need posted receives to cancel when an eager message crosses one: an end
- * that sends or takes eager messages offers no writes, so the two are never on together. */
+/* Eager sends and writes may be on together since version 7: an eager message that crosses
+ * a written entry's clear-to-send lets its write go (ofi_write_unexpect). */
 void ofi_write_offer(const struct ofi_comm* c, struct mk_ofi_hello* out) {
-  int on = c->dev->can_write_data && mk_param_int(MK_PARAM_OFI_WRITES) &&
-           mk_param_int(MK_PARAM_OFI_EAGER_BYTES) == 0;
+  int on = c->dev->can_write_data && mk_param_int(MK_PARAM_OFI_WRITES);
   out->features = on ? MK_OFI_FEATURE_WRITE : 0;
 }
 
@@ -51,6 +50,12 @@ int ofi_write_expect(struct ofi_comm* c, struct ofi_req* r, int i, void* data, s
   __atomic_store_n(&c->written_rx[r->cts.seq % MK_OFI_WRITTEN_SLOTS], r, __ATOMIC_RELEASE);
   c->n_written++;
   return 0;
+}
+
+void ofi_write_unexpect(struct ofi_comm* c, struct ofi_req* r, int i) {
+  const unsigned nst = r->cts.nstripes[i];
+  for (unsigned k = 0; k < nst; k++) ofi_stream_idle(&c->st[k]);
+  __atomic_sub_fetch(&r->pending, (int)nst, __ATOMIC_RELEASE);
 }
 
 /* The stream that carries stripe (piece) k of entry i. */

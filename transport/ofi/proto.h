@@ -59,7 +59,7 @@
 
 #include "transport.h"
 
-#define MK_OFI_PROTO_VERSION 6
+#define MK_OFI_PROTO_VERSION 7
 #define MK_OFI_HELLO_MAGIC 0x4f4b4d48u /* "HMKO" */
 #define MK_OFI_CTS_MAGIC 0x5354434du   /* "MCTS" */
 #define MK_OFI_ADDR_MAX 64             /* fabric address bytes carried in the hello */
