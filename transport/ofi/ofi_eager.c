@@ -329,13 +329,26 @@ int ofi_eager_cts(struct ofi_comm* c, const struct mk_ofi_cts* cts, struct ofi_c
   return rc;
 }
 
+/* Under the lock: the progress thread counts too. */
 uint64_t mk_ofi_receives_unannounced(const struct mk_comm* comm, uint64_t* late) {
-  const struct ofi_comm* c = (const struct ofi_comm*)comm;
-  int ours = comm && comm->ops == &mk_ofi_ops && !c->is_send;
-  if (late) *late = ours ? c->n_late : 0;
-  return ours ? c->n_unannounced : 0;
+  struct ofi_comm* c = (struct ofi_comm*)comm;
+  uint64_t n = 0, l = 0;
+  if (comm && comm->ops == &mk_ofi_ops && !c->is_send) {
+    pthread_mutex_lock(&c->lock);
+    n = c->n_unannounced, l = c->n_late;
+    pthread_mutex_unlock(&c->lock);
+  }
+  if (late) *late = l;
+  return n;
 }
 
 uint64_t mk_ofi_messages_eager(const struct mk_comm* comm) {
-  return comm && comm->ops == &mk_ofi_ops ? ((const struct ofi_comm*)comm)->n_eager : 0;
+  struct ofi_comm* c = (struct ofi_comm*)comm;
+  uint64_t n = 0;
+  if (comm && comm->ops == &mk_ofi_ops) {
+    pthread_mutex_lock(&c->lock);
+    n = c->n_eager;
+    pthread_mutex_unlock(&c->lock);
+  }
+  return n;
 }
