@@ -58,12 +58,12 @@
     "-2..-46% under NCCL on one H200); 0: the thread always drives")                           \
   X(INT, OFI_STRIPE_MIN, "NCCL_MK_OFI_STRIPE_MIN", "262144", 0, 1099511627776, "",            \
     "ofi: receive buffers larger than this many bytes are striped over the streams")           \
-  X(INT, OFI_EAGER_BYTES, "NCCL_MK_OFI_EAGER_BYTES", "65536", 0, 1048576, "",               \
-    "ofi: a send of at most this many bytes whose clear-to-send has not arrived goes at once "  \
-    "into a receiver bounce buffer, and receives whose buffers all fit one send no "           \
-    "clear-to-send (NCCL_MK_OFI_NO_CTS_MS; 64 KiB covers NCCL's LL steps: 8 B-4 KiB "          \
-    "all_reduce -13..-22% under NCCL on one H200); 0 turns eager off; both ends use the "      \
-    "smaller value")                                                                           \
+  X(INT, OFI_EAGER_BYTES, "NCCL_MK_OFI_EAGER_BYTES", "0", 0, 1048576, "",                   \
+    "ofi: a send of at most this many bytes whose clear-to-send has not arrived goes at once " \
+    "into the receiver's bounce buffers (16 KiB pieces), and receives whose buffers all fit " \
+    "send no clear-to-send (NCCL_MK_OFI_NO_CTS_MS); 0 (the default) turns eager off; both "  \
+    "ends use the smaller value. 65536 under NCCL on one H200: 8 B-4 KiB all_reduce "        \
+    "-8..-17%, 32 KiB +49%, 256 KiB +11% (bench/NOTES.md session 54)")                       \
   X(INT, OFI_WRITES, "NCCL_MK_OFI_WRITES", "1", 0, 1, "",                                    \
     "ofi: 1 lets a receiver have each message written into its buffer with one RMA write "    \
     "(its clear-to-send carries the address) instead of sent to a posted receive, which over " \
@@ -77,9 +77,9 @@
     "ofi: a written message is cut evenly over the receive buffer's stripes (one stream each) " \
     "in pieces of at least this many bytes (64 KiB measured the same under NCCL on one H200); " \
     "a large value uses as few stripes as the buffer's cut allows")                           \
-  X(INT, OFI_EAGER_BUFS, "NCCL_MK_OFI_EAGER_BUFS", "16", 1, 256, "",                          \
-    "ofi: bounce buffers per receive comm, each NCCL_MK_OFI_EAGER_BYTES: the eager messages "  \
-    "a sender may have in flight or unreceived (its credits)")                                 \
+  X(INT, OFI_EAGER_BUFS, "NCCL_MK_OFI_EAGER_BUFS", "32", 1, 256, "",                          \
+    "ofi: bounce buffers per receive comm, each one 16 KiB piece of an eager message: the "    \
+    "pieces a sender may have in flight or unreceived (its credits)")                          \
   X(STR, SOCKET_IFNAME, "NCCL_MK_SOCKET_IFNAME", "", 0, 0, "",                                 \
     "interfaces (NCCL_SOCKET_IFNAME syntax: prefixes, =exact, ^ for all but) for connection "  \
     "setup and, with ofi tcp, the only devices NCCL sees; empty: all but loopback")           \

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lb.h"
 #include "mk_param.h"
@@ -559,6 +560,41 @@ static int oversized_send(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* A sender whose eager sends have all completed closes at once, before the receiver has
+ * posted their receives: its close waits (bounded) until the receiver has taken every piece,
+ * so none is lost (session 54: closing under them lost up to 7 of 32). */
+#define CLOSE_COUNT 40
+static int close_recv(struct lb_ctx* ctx) {
+  eager_on();
+  set_param("NCCL_MK_OFI_EAGER_BUFS", "64"); /* every message eager, no credit wait */
+  LB_OK(lb_accept(ctx));
+  LB_OK(warm(ctx));
+  LB_EXPECT(lb_hear(ctx) == 1); /* its sends are complete, its close under way */
+  usleep(20000);
+  for (int m = 0; m < CLOSE_COUNT; m++)
+    LB_OK(recv_check(ctx, 4096, 100 + (size_t)m * 50, 500 + (uint64_t)m, 5));
+  lb_tell(ctx, 2);
+  return lb_close(ctx);
+}
+static int close_send(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_connect(ctx));
+  LB_OK(warm(ctx));
+  for (int m = 0; m < CLOSE_COUNT; m++) {
+    unsigned char* b;
+    struct mk_request* r;
+    LB_OK(send_start(ctx, 100 + (size_t)m * 50, 500 + (uint64_t)m, 5, &b, &r));
+    LB_OK(lb_wait(ctx, r, NULL));
+    free(b);
+  }
+  LB_EXPECT(mk_ofi_messages_eager(ctx->comm) == CLOSE_COUNT + 1);
+  lb_tell(ctx, 1);
+  LB_OK(ctx->ops->close(ctx->comm)); /* before the receiver has posted anything */
+  ctx->comm = NULL;
+  LB_EXPECT(lb_hear(ctx) == 2); /* the process stays until the receiver has them all */
+  return lb_close(ctx);
+}
+
 const struct lb_case lb_cases_eager[] = {
     {"eager_sends_taken_before_any_receive_is_posted", late_recv, late_send, 30, 0},
     {"eager_credits_exhausted_sender_waits_then_all_arrive_in_order", credits_recv,
@@ -575,6 +611,7 @@ const struct lb_case lb_cases_eager[] = {
     {"a_send_too_large_for_a_small_receive_fails_emsgsize_instead_of_waiting", oversized_recv,
      oversized_send, 30, 0},
     {"eager_unreceived_at_close_then_reconnect_clean", unreceived_recv, unreceived_send, 30, 0},
+    {"a_sender_closing_after_its_eager_sends_completed_loses_none", close_recv, close_send, 30, 0},
     {"eager_off_at_one_end_is_off_for_both", off_recv, off_send, 30, 0},
     {NULL, NULL, NULL, 0, 0},
 };

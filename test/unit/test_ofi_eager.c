@@ -9,13 +9,18 @@ static void eager_tags_round_trip_and_never_look_like_data_or_control(void) {
   int32_t tags[] = {0, 1, -1, 0x7fffffff, (int32_t)0x80000000u};
   for (unsigned m = 0; m < 5; m++)
     for (unsigned t = 0; t < 5; t++) {
-      uint64_t tag = mk_ofi_tag_eager(msns[m], tags[t]);
-      CHECK(mk_ofi_tag_is_eager(tag));
-      CHECK(!mk_ofi_tag_is_ctrl(tag));
-      CHECK_EQ(mk_ofi_tag_eager_msn(tag), msns[m] & MK_OFI_MSN_MASK);
-      CHECK_EQ(mk_ofi_tag_eager_user(tag), tags[t]);
-      /* a bounce buffer (tag EAGER, ignore mask) matches it */
-      CHECK_EQ(tag | MK_OFI_EAGER_IGNORE, MK_OFI_TAG_EAGER | MK_OFI_EAGER_IGNORE);
+      for (unsigned piece = 0; piece < MK_OFI_EAGER_MAX_PIECES; piece += 7) {
+        const int last = piece == 7;
+        uint64_t tag = mk_ofi_tag_eager(msns[m], piece, last, tags[t]);
+        CHECK(mk_ofi_tag_is_eager(tag));
+        CHECK(!mk_ofi_tag_is_ctrl(tag));
+        CHECK_EQ(mk_ofi_tag_eager_msn(tag), msns[m] & MK_OFI_MSN_MASK);
+        CHECK_EQ(mk_ofi_tag_eager_user(tag), tags[t]);
+        CHECK_EQ(mk_ofi_tag_eager_piece(tag), piece);
+        CHECK_EQ(mk_ofi_tag_eager_last(tag), last);
+        /* a bounce buffer (tag EAGER, ignore mask) matches it */
+        CHECK_EQ(tag | MK_OFI_EAGER_IGNORE, MK_OFI_TAG_EAGER | MK_OFI_EAGER_IGNORE);
+      }
     }
   /* data and control never match a bounce buffer */
   uint64_t data = mk_ofi_tag_data(0xffffffffu, MK_MAX_RECVS - 1, MK_OFI_MAX_STREAMS - 1);
@@ -56,7 +61,14 @@ static void send_path_prefers_the_clear_to_send_then_eager_within_size_and_credi
   CHECK_EQ(mk_ofi_send_path(1, 1u << 30, 65536, 0), MK_OFI_PATH_CTS);
   CHECK_EQ(mk_ofi_send_path(1, 8, 65536, 16), MK_OFI_PATH_CTS);
   CHECK_EQ(mk_ofi_send_path(0, 0, 65536, 1), MK_OFI_PATH_EAGER); /* 0 bytes go eager */
-  CHECK_EQ(mk_ofi_send_path(0, 65536, 65536, 1), MK_OFI_PATH_EAGER);
+  CHECK_EQ(mk_ofi_send_path(0, 16384, 65536, 1), MK_OFI_PATH_EAGER); /* one piece */
+  CHECK_EQ(mk_ofi_send_path(0, 16385, 65536, 1), MK_OFI_PATH_WAIT);  /* two pieces, one credit */
+  CHECK_EQ(mk_ofi_send_path(0, 65536, 65536, 4), MK_OFI_PATH_EAGER);
+  CHECK_EQ(mk_ofi_send_path(0, 65536, 65536, 3), MK_OFI_PATH_WAIT);
+  CHECK_EQ(mk_ofi_eager_pieces(0), 1);
+  CHECK_EQ(mk_ofi_eager_pieces(16384), 1);
+  CHECK_EQ(mk_ofi_eager_pieces(16385), 2);
+  CHECK_EQ(mk_ofi_eager_pieces(65536), 4);
   CHECK_EQ(mk_ofi_send_path(0, 65537, 65536, 16), MK_OFI_PATH_WAIT); /* too large */
   CHECK_EQ(mk_ofi_send_path(0, 8, 65536, 0), MK_OFI_PATH_WAIT);      /* no credit */
   CHECK_EQ(mk_ofi_send_path(0, 0, 0, 16), MK_OFI_PATH_WAIT);         /* eager off */
@@ -64,13 +76,36 @@ static void send_path_prefers_the_clear_to_send_then_eager_within_size_and_credi
   CHECK_EQ(mk_ofi_eager_negotiate(4096, 65536, 16), 4096);
   CHECK_EQ(mk_ofi_eager_negotiate(65536, 0, 16), 0);
   CHECK_EQ(mk_ofi_eager_negotiate(65536, 65536, 0), 0); /* no bounce buffers: off */
+  CHECK_EQ(mk_ofi_eager_negotiate(65536, 65536, 2), 32768); /* a message fits the buffers */
+  CHECK_EQ(mk_ofi_eager_negotiate(1048576, 1048576, 256), 8 * 16384); /* 8 pieces at most */
+}
+
+/* Version 7: the pieces of one eager message arrive in any order; it is whole when the last
+ * one and every one before it are in; contradictions are protocol errors. */
+static void eager_pieces_make_a_message_whole_in_any_order_and_reject_contradictions(void) {
+  struct mk_ofi_pieces p = {0};
+  CHECK_EQ(mk_ofi_pieces_add(&p, 0, 1), 1); /* a one-piece message */
+  p = (struct mk_ofi_pieces){0};
+  CHECK_EQ(mk_ofi_pieces_add(&p, 2, 1), 0); /* the last first */
+  CHECK_EQ(mk_ofi_pieces_add(&p, 0, 0), 0);
+  CHECK_EQ(mk_ofi_pieces_add(&p, 1, 0), 1);
+  p = (struct mk_ofi_pieces){0};
+  CHECK_EQ(mk_ofi_pieces_add(&p, 1, 0), 0);
+  CHECK_EQ(mk_ofi_pieces_add(&p, 1, 0), -EPROTO); /* twice */
+  CHECK_EQ(mk_ofi_pieces_add(&p, 0, 1), -EPROTO); /* a piece after the last came */
+  CHECK_EQ(mk_ofi_pieces_add(&p, 3, 1), 0);
+  CHECK_EQ(mk_ofi_pieces_add(&p, 5, 0), -EPROTO); /* past the last */
+  CHECK_EQ(mk_ofi_pieces_add(&p, 4, 1), -EPROTO); /* a second last */
+  CHECK_EQ(mk_ofi_pieces_add(&p, MK_OFI_EAGER_MAX_PIECES, 0), -EPROTO);
+  CHECK_EQ(mk_ofi_pieces_add(&p, 0, 0), 0);
+  CHECK_EQ(mk_ofi_pieces_add(&p, 2, 0), 1);
 }
 
 static void credits_never_exceed_the_pool_nor_go_below_zero(void) {
   struct mk_ofi_credits c;
   mk_ofi_credits_init(&c, 4);
-  for (int i = 0; i < 4; i++) CHECK_EQ(mk_ofi_credits_take(&c), 0);
-  CHECK_EQ(mk_ofi_credits_take(&c), -EAGAIN);
+  for (int i = 0; i < 4; i++) CHECK_EQ(mk_ofi_credits_take(&c, 1), 0);
+  CHECK_EQ(mk_ofi_credits_take(&c, 1), -EAGAIN);
   CHECK_EQ(c.avail, 0);
   CHECK_EQ(mk_ofi_credits_give(&c, 3), 0);
   CHECK_EQ(mk_ofi_credits_give(&c, 2), -EPROTO); /* more than were lent */
@@ -174,6 +209,7 @@ int main(void) {
   msn_expand_finds_the_number_nearest_the_reference();
   send_path_prefers_the_clear_to_send_then_eager_within_size_and_credits();
   receives_that_fit_bounce_buffers_send_no_clear_to_send();
+  eager_pieces_make_a_message_whole_in_any_order_and_reject_contradictions();
   credits_never_exceed_the_pool_nor_go_below_zero();
   matching_and_replay_agree_on_every_buffer();
   eager_next_delivers_a_receive_prefix_in_order_only();

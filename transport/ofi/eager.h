@@ -18,7 +18,8 @@
  * buffers the rest of the receive goes to.
  *
  * Credits: the receiver has nbufs bounce buffers; the sender starts with nbufs credits,
- * spends one per eager send, and gets them back when the receiver has copied the message
+ * spends one per piece of an eager send (version 7: a message goes in pieces of
+ * MK_OFI_EAGER_PIECE bytes, all at once, only with a credit for each), and gets them back when the receiver has copied the message
  * out and reposted the buffer (in a clear-to-send, or a credit-only message once
  * owed >= threshold). A sender can therefore never overrun the bounce buffers, and the
  * receiver holds at most nbufs unexpected messages (mk_ofi_uq).
@@ -40,7 +41,7 @@ static inline int32_t mk_ofi_msn_diff(uint32_t a, uint32_t b) { return (int32_t)
 /* The full message number whose low 30 bits an eager tag carries, taken nearest ref. */
 static inline uint32_t mk_ofi_msn_expand(uint32_t ref, uint32_t low) {
   uint32_t d = (low - ref) & MK_OFI_MSN_MASK;
-  if (d & ((MK_OFI_MSN_MASK >> 1) + 1)) d |= ~MK_OFI_MSN_MASK; /* sign-extend 30 bits */
+  if (d & ((MK_OFI_MSN_MASK >> 1) + 1)) d |= ~MK_OFI_MSN_MASK; /* sign-extend the carried bits */
   return ref + d;
 }
 
@@ -50,11 +51,20 @@ static inline int mk_ofi_msn_in(uint32_t m, uint32_t msn0, uint32_t n) {
   return d >= 0 && (uint32_t)d < n;
 }
 
-/* Both ends' eager size: the smaller one, 0 (off) when either is 0 or the receiver posts
- * no bounce buffers. */
+/* Pieces of an eager message of size bytes (version 7): one per MK_OFI_EAGER_PIECE bytes, at
+ * least one. */
+static inline uint32_t mk_ofi_eager_pieces(uint64_t size) {
+  return size ? (uint32_t)((size + MK_OFI_EAGER_PIECE - 1) / MK_OFI_EAGER_PIECE) : 1;
+}
+
+/* Both ends' eager size: the smaller one, at most the pieces one message may have and the
+ * receiver's bounce buffers hold (a piece each); 0 (off) when either is 0 or the receiver
+ * posts no bounce buffers. */
 static inline uint32_t mk_ofi_eager_negotiate(uint32_t ours, uint32_t theirs, uint32_t nbufs) {
   if (!nbufs) return 0;
-  return ours < theirs ? ours : theirs;
+  uint32_t e = ours < theirs ? ours : theirs;
+  uint32_t pieces = nbufs < MK_OFI_EAGER_MAX_PIECES ? nbufs : MK_OFI_EAGER_MAX_PIECES;
+  return e < pieces * MK_OFI_EAGER_PIECE ? e : pieces * MK_OFI_EAGER_PIECE;
 }
 
 /* A message of len bytes into a buffer of cap bytes: -EMSGSIZE when it does not fit. */
@@ -64,10 +74,12 @@ static inline int mk_ofi_eager_fits(uint64_t len, uint64_t cap) {
 
 enum mk_ofi_path { MK_OFI_PATH_WAIT, MK_OFI_PATH_CTS, MK_OFI_PATH_EAGER };
 
+/* Eager takes a credit for each of the message's pieces, all at once. */
 static inline enum mk_ofi_path mk_ofi_send_path(int have_cts, uint64_t size, uint32_t eager_bytes,
                                                 uint32_t credits) {
   if (have_cts) return MK_OFI_PATH_CTS;
-  if (eager_bytes && size <= eager_bytes && credits) return MK_OFI_PATH_EAGER;
+  if (eager_bytes && size <= eager_bytes && credits >= mk_ofi_eager_pieces(size))
+    return MK_OFI_PATH_EAGER;
   return MK_OFI_PATH_WAIT;
 }
 
@@ -96,6 +108,24 @@ int mk_ofi_replay(const int32_t* ring, uint32_t msn0, uint32_t count, const int3
  * when it is not the receive's (or is one already delivered). */
 int mk_ofi_eager_next(uint32_t m, uint32_t msn0, uint32_t n, uint32_t done);
 
+/* A receive's eager message arriving in pieces (version 7), in any order: the pieces here so
+ * far, and total once the last one has come (0 before). */
+struct mk_ofi_pieces {
+  uint8_t mask, total;
+};
+/* Piece `piece` arrived (last: the flagged one): 1 when the message is whole now, 0 when
+ * pieces are still missing, -EPROTO when the pieces contradict each other (a piece twice, one
+ * past the last, two last ones). */
+static inline int mk_ofi_pieces_add(struct mk_ofi_pieces* p, unsigned piece, int last) {
+  const unsigned bit = 1u << piece;
+  if (piece >= MK_OFI_EAGER_MAX_PIECES || (p->mask & bit)) return -EPROTO;
+  if (last && (p->total || (p->mask >> piece) != 0)) return -EPROTO;
+  if (!last && p->total && piece >= p->total) return -EPROTO;
+  if (last) p->total = (uint8_t)(piece + 1);
+  p->mask |= (uint8_t)bit;
+  return p->total && p->mask == (1u << p->total) - 1;
+}
+
 /* Sender credits: avail of cap bounce buffers may be filled. */
 struct mk_ofi_credits {
   uint32_t avail, cap;
@@ -103,9 +133,9 @@ struct mk_ofi_credits {
 static inline void mk_ofi_credits_init(struct mk_ofi_credits* c, uint32_t cap) {
   c->avail = c->cap = cap;
 }
-static inline int mk_ofi_credits_take(struct mk_ofi_credits* c) {
-  if (!c->avail) return -EAGAIN;
-  c->avail--;
+static inline int mk_ofi_credits_take(struct mk_ofi_credits* c, uint32_t n) {
+  if (c->avail < n) return -EAGAIN;
+  c->avail -= n;
   return 0;
 }
 /* More than were ever taken: the peer is out of step. */
@@ -137,7 +167,9 @@ struct mk_ofi_uq_ent {
   uint32_t msn;
   int32_t tag;
   uint32_t len;
-  uint32_t buf; /* bounce buffer index */
+  uint32_t buf;  /* bounce buffer index */
+  uint8_t piece; /* which piece of message msn it holds (version 7) */
+  uint8_t last;  /* the message's last piece */
 };
 struct mk_ofi_uq {
   struct mk_ofi_uq_ent* e;

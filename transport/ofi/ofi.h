@@ -179,6 +179,10 @@ struct ofi_req {
   void* data[MK_MAX_RECVS];    /* where each entry's bytes go */
   uint32_t msn0;               /* message number of entry 0's message */
   uint8_t eager_done;          /* leading messages of this receive delivered from bounces */
+  uint8_t eager_active;        /* its next one has pieces in, not all (version 7): */
+  uint8_t eager_entry;         /*   the entry it took */
+  uint8_t eager_bad;           /*   it does not fit that buffer (-EMSGSIZE) */
+  struct mk_ofi_pieces eager_pieces; /* its pieces so far */
   uint8_t eager_mask;          /* the entries they took */
   uint8_t posted_mask;         /* entries whose stripes are posted (cancelled on eager) */
   uint8_t posting;             /* stripes being posted: eager arrivals wait in the queue */
@@ -194,7 +198,7 @@ struct ofi_req {
 /* A receive comm's bounce buffer for one eager message. */
 struct ofi_bounce {
   struct ofi_op op;            /* first: the CQ entry's context */
-  char* buf;                   /* eager_bytes bytes inside the comm's bounce region */
+  char* buf;                   /* a piece (ofi_bounce_len) inside the comm's bounce region */
   int unposted;                /* its repost met EAGAIN: retried from progress */
   int credit_due;              /* held a consumed message: a credit once reposted */
 };
@@ -272,7 +276,7 @@ struct ofi_comm {
   int32_t sent_tags[MK_OFI_TAG_RING]; /* send: user tag of message m at m % MK_OFI_TAG_RING */
   uint32_t nbounce;           /* recv: bounce buffers */
   struct ofi_bounce* bounce;
-  char* bounce_mem;           /* nbounce * eager_bytes, then the credit-only message */
+  char* bounce_mem;           /* nbounce pieces, then the credit-only message */
   struct fid_mr* bounce_mr;
   void* bounce_desc;
   int bounce_unposted;        /* bounces whose repost met EAGAIN */
@@ -483,6 +487,8 @@ int ofi_write_send_pieces(struct ofi_comm* c, struct ofi_req* r, const struct mk
 void ofi_eager_offer(const struct ofi_comm* c, struct mk_ofi_hello* out);
 int ofi_eager_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,
                     const struct mk_ofi_hello* theirs);
+/* A send comm closing waits (bounded) until the receiver has taken its eager pieces. */
+void ofi_eager_close_drain(struct ofi_comm* c);
 void ofi_eager_close_fabric(struct ofi_comm* c);
 void ofi_eager_destroy(struct ofi_comm* c);
 /* Receive side: a bounce buffer completed; the leading messages of a receive being posted;

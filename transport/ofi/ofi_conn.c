@@ -228,6 +228,7 @@ int ofi_close(struct mk_comm* comm) {
     MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: closing a comm with %u requests in flight (cancelled)",
             inflight);
   int peer_dead = c->error == -ECONNRESET || mk_sock_peer_state(c->sock) == MK_PEER_DEAD;
+  if (!peer_dead) ofi_eager_close_drain(c);
   mk_sock_close_graceful(c->sock); /* "bye": the peer lets in-flight data drain */
   c->sock = -1;
   ofi_streams_stop(c); /* joined in both cases: no thread outlives its comm */

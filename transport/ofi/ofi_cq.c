@@ -90,13 +90,15 @@ static int ofi_cq_error(struct ofi_comm* c) {
     ofi_req_complete(op->req, op, 0, 0); /* its message came eager */
     return 0;
   }
-  if (op && (op->kind == OFI_OP_CTS_SEND || op->kind == OFI_OP_CREDIT_SEND) && ofi_peer_bye(c)) {
+  if (op && (op->kind == OFI_OP_CTS_SEND || op->kind == OFI_OP_CREDIT_SEND ||
+             op->kind == OFI_OP_EAGER_RECV) && ofi_peer_bye(c)) {
     /* With eager sends a sender may finish, say "bye" and close while a clear-to-send or
-     * credit return to it is on the way: that loss is no error. Whatever the receive still
-     * waits for fails after the bye grace (ofi_peer_check). */
-    MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: comm %p: control message to a peer that closed dropped",
-            (void*)c);
-    return ofi_op_done(c, op, e.tag, e.len, 0);
+     * credit return to it is on the way, or with our bounce buffers still posted: that loss
+     * is no error. Whatever a receive still waits for fails after the bye grace
+     * (ofi_peer_check). */
+    MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: comm %p: %s to a peer that closed dropped", (void*)c,
+            op->kind == OFI_OP_EAGER_RECV ? "a bounce buffer" : "a control message");
+    return op->kind == OFI_OP_EAGER_RECV ? 0 : ofi_op_done(c, op, e.tag, e.len, 0);
   }
   MK_WARN("ofi: operation (kind %d) failed: %s (provider: %s)", op ? op->kind : -1,
           ofi_sym.strerror(e.err), fi_cq_strerror(c->st[0].cq, e.prov_errno, e.err_data, NULL, 0));

@@ -341,7 +341,7 @@ static int ofi_recv_stripes(struct ofi_comm* c, struct ofi_req* r, int i, char* 
  * then, once nothing can be abandoned any more, the written ones (ofi_write.c). 1: the very
  * first post met EAGAIN and nothing is posted (the receive can still be abandoned). */
 static int ofi_recv_post_entries(struct ofi_comm* c, struct ofi_req* r) {
-  int first = r->eager_done == 0, writable = ofi_write_slot_free(c, r->cts.seq);
+  int first = r->eager_mask == 0, writable = ofi_write_slot_free(c, r->cts.seq);
   uint8_t written = 0;
   for (int i = 0; i < r->n; i++) {
     struct mk_mr* mr = r->mrs[i];
@@ -390,7 +390,8 @@ static int ofi_recv_announce(struct ofi_comm* c, struct ofi_req* r) {
 /* A receive whose messages all come eager (version 7): each one still missing counts in
  * pending until it is delivered; the clear-to-send waits until announce_ns. */
 static void ofi_recv_unannounced(struct ofi_comm* c, struct ofi_req* r) {
-  __atomic_add_fetch(&r->pending, r->n - r->eager_done, __ATOMIC_RELAXED);
+  /* a message with some pieces in counts already (ofi_eager_begin) */
+  __atomic_add_fetch(&r->pending, r->n - r->eager_done - r->eager_active, __ATOMIC_RELAXED);
   r->unannounced = 1;
   r->announce_ns = ofi_now_ns() + c->no_cts_ns;
   c->unannounced++;
@@ -402,7 +403,7 @@ int ofi_recv_announce_late(struct ofi_comm* c) {
   for (uint32_t j = 0; c->unannounced && j < c->nrx; j++) {
     struct ofi_req* r = c->rx[j];
     if (!r->unannounced || now < r->announce_ns) continue;
-    const int missing = r->n - r->eager_done;
+    const int missing = r->n - r->eager_done - r->eager_active; /* not begun */
     /* off the list first: the posts below may progress the comm and come back here */
     r->unannounced = 0;
     c->unannounced--;
@@ -518,6 +519,14 @@ static int ofi_test_pending(struct ofi_comm* c) {
   return rc < 0 ? rc : 0;
 }
 
+/* A receive is over; with none left live, the credits owed go back now (ofi_credit_send). */
+static void ofi_recv_done(struct ofi_comm* c, struct ofi_req* r) {
+  ofi_rx_remove(c, r);
+  ofi_write_forget(c, r);
+  int rc = c->nbounce && c->nrx == 0 ? ofi_eager_retry(c) : 0;
+  if (rc < 0) ofi_comm_fail(c, rc);
+}
+
 int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
   if (!req || !done || !req->comm || req->comm->ops != &mk_ofi_ops) {
     MK_WARN("ofi test: bad request %p", (void*)req);
@@ -540,7 +549,7 @@ int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
     /* A stripe's stream thread may fail the request after this thread last looked at the
      * streams: a lost connection still makes the whole comm fail from here on. */
     if (rc == -ECONNRESET) ofi_comm_fail(c, rc);
-    if (r->kind == OFI_REQ_RECV) ofi_rx_remove(c, r), ofi_write_forget(c, r);
+    if (r->kind == OFI_REQ_RECV) ofi_recv_done(c, r);
     ofi_progress_observe(c, ofi_req_bytes(r));
     ofi_req_release(c, r);
   } else if (rc == 0) {

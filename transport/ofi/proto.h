@@ -4,7 +4,9 @@
  *
  * 64-bit tags (every bit is matched, ignore mask 0, except for eager bounce buffers):
  *   bit 63      control (clear-to-send, credit return)
- *   bit 62      eager: bits 61..32 the message number (low 30 bits), bits 31..0 the user tag
+ *   bit 62      eager: bits 61..59 the piece, bit 58 set on the message's last piece, bits
+ *               57..32 the message number (low 26 bits), bits 31..0 the user tag (version 7;
+ *               before it bits 61..32 were the message number)
  *   data (bits 63, 62 clear):
  *   bits 39..36 stripe index of a striped entry (0 when not striped; stripe k rides stream k)
  *   bits 35..32 entry index inside a grouped receive (0..MK_MAX_RECVS-1)
@@ -43,7 +45,7 @@
  * receiver counts the stripe when that completion arrives, so one message is one hop instead
  * of rxm's rendezvous (a request, a read and an acknowledgement above rxm's 16 KiB eager
  * size). Stripes that end a message early work as in version 4, except that the receiver has
- * nothing posted to cancel. An end offers writes only with eager sends off.
+ * nothing posted to cancel. An end offers writes only with eager sends off (until version 7).
  *
  * Version 6 (written messages cut evenly): the sender cuts a written message into pieces of
  * its own choosing (mk_ofi_write_cut: as many as the stripes allow, none below its
@@ -51,6 +53,23 @@
  * stream, and flags the last one in its remote CQ data; the receiver counts the stripes after
  * the flagged one as done. NCCL posts 512 KiB slots for messages of any size: in version 5 a
  * 256 KiB message filled stripe 0 alone and one thread copied all of it.
+ *
+ * Version 7 (small receives without a clear-to-send; eager.h has the rules): a receive whose
+ * every buffer fits the eager size sends no clear-to-send when it is posted. Any message it can
+ * take fits the eager size too, so its sender, which never sees a clear-to-send for it, sends
+ * eager as soon as it holds the credits. Only if a message is still missing after the
+ * receiver's NCCL_MK_OFI_NO_CTS_MS does the receive post its buffers and send its
+ * clear-to-send after all, as in version 6 (a sender whose message is too large for the
+ * buffer learns it from that clear-to-send); the messages that went eager meanwhile are the
+ * receive's eager prefix as before. Eager and written messages may be on together: an eager
+ * message that crosses the clear-to-send of a written entry is delivered from the bounce
+ * buffers and the entry expects no write any more. An eager message travels in pieces of
+ * MK_OFI_EAGER_PIECE bytes, one per bounce buffer and credit, each a tagged send naming its
+ * piece, the last one flagged: over tcp;ofi_rxm a tagged message above 16 KiB takes rxm's
+ * rendezvous (a 32 KiB message one way 25 us against 11-14 us written, bench/NOTES.md session
+ * 54), and raising rxm's buffer size costs every endpoint a larger receive pool (a loopback
+ * process 0.3 -> 1.2 GB at 64 KiB). Receives' sequence numbers no longer follow their
+ * message numbers (only announced receives take one).
  */
 #ifndef MK_OFI_PROTO_H_
 #define MK_OFI_PROTO_H_
@@ -67,7 +86,11 @@
 
 #define MK_OFI_TAG_CTRL (1ull << 63)
 #define MK_OFI_TAG_EAGER (1ull << 62)
-#define MK_OFI_MSN_MASK 0x3fffffffu /* the msn bits an eager tag carries */
+#define MK_OFI_MSN_MASK 0x03ffffffu /* the msn bits an eager tag carries */
+#define MK_OFI_EAGER_PIECE 16384u   /* bytes of an eager piece: rxm's default eager size */
+#define MK_OFI_EAGER_MAX_PIECES 8u  /* pieces of one eager message (3 bits) */
+#define MK_OFI_EAGER_PIECE_SHIFT 59
+#define MK_OFI_EAGER_LAST (1ull << 58)
 /* Bounce buffers match every eager tag: only bits 63 and 62 are compared. */
 #define MK_OFI_EAGER_IGNORE (~(MK_OFI_TAG_CTRL | MK_OFI_TAG_EAGER))
 /* The 0-byte message that forms a stream's connection ahead (ofi_streams_connect_ahead): on
@@ -90,9 +113,17 @@ static inline int mk_ofi_tag_is_ctrl(uint64_t tag) { return (tag & MK_OFI_TAG_CT
 static inline int mk_ofi_tag_is_eager(uint64_t tag) {
   return (tag & (MK_OFI_TAG_CTRL | MK_OFI_TAG_EAGER)) == MK_OFI_TAG_EAGER;
 }
-static inline uint64_t mk_ofi_tag_eager(uint32_t msn, int32_t user_tag) {
-  return MK_OFI_TAG_EAGER | ((uint64_t)(msn & MK_OFI_MSN_MASK) << 32) | (uint32_t)user_tag;
+static inline uint64_t mk_ofi_tag_eager(uint32_t msn, unsigned piece, int last,
+                                        int32_t user_tag) {
+  return MK_OFI_TAG_EAGER |
+         ((uint64_t)(piece & (MK_OFI_EAGER_MAX_PIECES - 1)) << MK_OFI_EAGER_PIECE_SHIFT) |
+         (last ? MK_OFI_EAGER_LAST : 0) | ((uint64_t)(msn & MK_OFI_MSN_MASK) << 32) |
+         (uint32_t)user_tag;
 }
+static inline unsigned mk_ofi_tag_eager_piece(uint64_t tag) {
+  return (unsigned)(tag >> MK_OFI_EAGER_PIECE_SHIFT) & (MK_OFI_EAGER_MAX_PIECES - 1);
+}
+static inline int mk_ofi_tag_eager_last(uint64_t tag) { return (tag & MK_OFI_EAGER_LAST) != 0; }
 static inline uint32_t mk_ofi_tag_eager_msn(uint64_t tag) {
   return (uint32_t)(tag >> 32) & MK_OFI_MSN_MASK;
 }
