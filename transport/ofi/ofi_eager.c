@@ -100,9 +100,9 @@ int ofi_eager_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,
   return ofi_bounce_setup(c, nbufs);
 }
 
-/* A send comm closing: its eager sends completed once handed to the provider (and over
- * tcp;ofi_rxm delivery-complete ones were still lost when the endpoint closed under them, 7
- * of 32 messages in 20-45% of runs of a test that closes at once, session 54). So it waits
+/* A send comm closing: its eager sends completed once handed to the provider, and closing the
+ * endpoint under them lost some (7 of 32 messages in 20-45% of runs of a test that closes at
+ * once, session 54; delivery-complete sends alone did not help). So it waits
  * until the receiver has taken every eager piece (all credits back; the receiver returns
  * them once its receives are done), bounded by OFI_EAGER_CLOSE_NS. */
 #define OFI_EAGER_CLOSE_NS 200000000ull
@@ -342,17 +342,12 @@ int ofi_eager_arrived(struct ofi_comm* c, struct ofi_bounce* b, uint64_t tag, si
   return 0;
 }
 
-/* One piece, delivery-complete where the provider has it: the send's completion then means
- * the piece is in the receiver's bounce buffer, not only in our provider's queue. A sender
- * closing after its last completion otherwise lost pieces still queued or in the peer's
- * socket (a close with unread credit returns resets the connection). */
+/* One piece. Its completion means only that the provider took it (delivery-complete sends
+ * cost 1.3 us a post and 1.4 us one way at 8 B on the CPU host, session 54): a closing send
+ * comm waits for its credits instead (ofi_eager_close_drain). */
 static ssize_t ofi_eager_piece_post(struct ofi_comm* c, struct ofi_op* op, void* buf, size_t len,
                                     void* desc, uint64_t tag) {
-  struct iovec iov = {.iov_base = buf, .iov_len = len};
-  struct fi_msg_tagged msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1,
-                              .addr = c->st[0].peer, .tag = tag, .context = &op->ctx};
-  return fi_tsendmsg(c->st[0].ep, &msg,
-                     FI_COMPLETION | (c->dev->delivery_complete ? FI_DELIVERY_COMPLETE : 0));
+  return fi_tsend(c->st[0].ep, buf, len, desc, c->st[0].peer, tag, &op->ctx);
 }
 
 /* Sender: the message in pieces of MK_OFI_EAGER_PIECE bytes, all posted now (the caller
