@@ -325,10 +325,18 @@ static int cross_run_send(struct lb_ctx* ctx, int mixed) {
   }
   return lb_close(ctx);
 }
-static int cross_recv(struct lb_ctx* ctx) { return cross_run_recv(ctx, 0); }
-static int cross_send(struct lb_ctx* ctx) { return cross_run_send(ctx, 0); }
-static int cross_mixed_recv(struct lb_ctx* ctx) { return cross_run_recv(ctx, 1); }
-static int cross_mixed_send(struct lb_ctx* ctx) { return cross_run_send(ctx, 1); }
+static int cross_recv(struct lb_ctx* ctx) {
+  return cross_run_recv(ctx, 0);
+}
+static int cross_send(struct lb_ctx* ctx) {
+  return cross_run_send(ctx, 0);
+}
+static int cross_mixed_recv(struct lb_ctx* ctx) {
+  return cross_run_recv(ctx, 1);
+}
+static int cross_mixed_send(struct lb_ctx* ctx) {
+  return cross_run_send(ctx, 1);
+}
 
 /* The receiver closes with eager messages it never received (in its bounce buffers or on
  * the way), then accepts a new connection on the same listen comm: the new comm starts
@@ -430,8 +438,10 @@ static int nocts_recv(struct lb_ctx* ctx) {
          (unsigned long long)unannounced, NOCTS_COUNT + 1, (unsigned long long)late);
   /* those posted before their send, and the warm-up's; a send that went first may have
    * arrived before its receive (then it needs no clear-to-send either) or not */
-  if (on) LB_EXPECT(unannounced >= NOCTS_COUNT / 2 + 1 && unannounced <= NOCTS_COUNT + 1);
-  else LB_EXPECT(unannounced == 0);
+  if (on)
+    LB_EXPECT(unannounced >= NOCTS_COUNT / 2 + 1 && unannounced <= NOCTS_COUNT + 1);
+  else
+    LB_EXPECT(unannounced == 0);
   LB_EXPECT(late == 0);
   lb_tell(ctx, (uint64_t)on);
   return lb_close(ctx);
@@ -451,8 +461,10 @@ static int nocts_send(struct lb_ctx* ctx) {
   }
   const uint64_t on = lb_hear(ctx), eager = mk_ofi_messages_eager(ctx->comm);
   printf("  sender: %llu of %d messages eager\n", (unsigned long long)eager, NOCTS_COUNT + 1);
-  if (on) LB_EXPECT(eager == NOCTS_COUNT + 1); /* no clear-to-send ever came */
-  else LB_EXPECT(eager < NOCTS_COUNT + 1);     /* those whose receive went first used it */
+  if (on)
+    LB_EXPECT(eager == NOCTS_COUNT + 1); /* no clear-to-send ever came */
+  else
+    LB_EXPECT(eager < NOCTS_COUNT + 1); /* those whose receive went first used it */
   return lb_close(ctx);
 }
 
@@ -551,9 +563,10 @@ static int oversized_send(struct lb_ctx* ctx) {
   struct mk_request* r = NULL;
   const double t0 = lb_now();
   int rc;
-  while ((rc = ctx->ops->isend(ctx->comm, b, len, 9, NULL, &r)) == 0 && !r && lb_now() - t0 < 10) {}
-  printf("  %zu bytes into a 1024-byte receive: rc=%d (%s) after %.0f ms\n", len, rc,
-         strerror(-rc), (lb_now() - t0) * 1e3);
+  while ((rc = ctx->ops->isend(ctx->comm, b, len, 9, NULL, &r)) == 0 && !r && lb_now() - t0 < 10) {
+  }
+  printf("  %zu bytes into a 1024-byte receive: rc=%d (%s) after %.0f ms\n", len, rc, strerror(-rc),
+         (lb_now() - t0) * 1e3);
   LB_EXPECT(r == NULL && rc == -EMSGSIZE);
   lb_tell(ctx, 2);
   free(b);
@@ -597,15 +610,15 @@ static int close_send(struct lb_ctx* ctx) {
 
 const struct lb_case lb_cases_eager[] = {
     {"eager_sends_taken_before_any_receive_is_posted", late_recv, late_send, 30, 0},
-    {"eager_credits_exhausted_sender_waits_then_all_arrive_in_order", credits_recv,
-     credits_send, 30, 0},
+    {"eager_credits_exhausted_sender_waits_then_all_arrive_in_order", credits_recv, credits_send,
+     30, 0},
     {"eager_and_clear_to_send_mixed_in_grouped_receives", mix_recv, mix_send, 60, 0},
     {"eager_message_too_large_fails_its_receive_emsgsize", toolarge_recv, toolarge_send, 30, 0},
     {"eager_crossing_posted_receives_3000_messages_in_order", cross_recv, cross_send, 90, 0},
     {"eager_crossing_written_and_unannounced_receives_3000_messages_in_order", cross_mixed_recv,
      cross_mixed_send, 90, 0},
-    {"small_receives_send_no_clear_to_send_and_their_messages_come_eager", nocts_recv,
-     nocts_send, 30, 0},
+    {"small_receives_send_no_clear_to_send_and_their_messages_come_eager", nocts_recv, nocts_send,
+     30, 0},
     {"a_small_receive_whose_message_is_late_sends_its_clear_to_send_after_all", slow_recv,
      slow_send, 30, 0},
     {"a_send_too_large_for_a_small_receive_fails_emsgsize_instead_of_waiting", oversized_recv,

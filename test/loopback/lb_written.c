@@ -30,8 +30,12 @@ static void eager_off(void) {
   setenv("NCCL_MK_OFI_EAGER_BYTES", "0", 1);
   mk_param_reload();
 }
-static int eager_on(void) { return mk_param_int(MK_PARAM_OFI_EAGER_BYTES) != 0; }
-static int writes_expected(void) { return mk_param_int(MK_PARAM_OFI_WRITES) && !eager_on(); }
+static int eager_on(void) {
+  return mk_param_int(MK_PARAM_OFI_EAGER_BYTES) != 0;
+}
+static int writes_expected(void) {
+  return mk_param_int(MK_PARAM_OFI_WRITES) && !eager_on();
+}
 
 static int recv_one(struct lb_ctx* ctx, size_t cap, size_t len, uint64_t stream) {
   unsigned char* buf = lb_alloc(cap + 1);
@@ -99,8 +103,10 @@ static int written_recv(struct lb_ctx* ctx) {
   LB_OK(recv_group(ctx));
   const uint64_t n = mk_ofi_messages_written(ctx->comm);
   printf("  receiver: %llu of %d entries written\n", (unsigned long long)n, NMSG + NGROUP);
-  if (eager_on()) LB_EXPECT(n <= (mk_param_int(MK_PARAM_OFI_WRITES) ? (uint64_t)NMSG + NGROUP / 2 : 0));
-  else LB_EXPECT(n == (writes_expected() ? (uint64_t)NMSG + NGROUP / 2 : 0));
+  if (eager_on())
+    LB_EXPECT(n <= (mk_param_int(MK_PARAM_OFI_WRITES) ? (uint64_t)NMSG + NGROUP / 2 : 0));
+  else
+    LB_EXPECT(n == (writes_expected() ? (uint64_t)NMSG + NGROUP / 2 : 0));
   /* cut evenly over the stripes (version 6): with several streams the large messages land
    * in several pieces, with one each in one */
   const uint64_t pieces = mk_ofi_pieces_written(ctx->comm);
@@ -119,7 +125,8 @@ static int written_send(struct lb_ctx* ctx) {
   for (int m = 0; m < NMSG; m++) LB_OK(send_one(ctx, lens[m], 7, (uint64_t)m));
   for (int j = NGROUP - 1; j >= 0; j--) LB_OK(send_one(ctx, group_len(j), 20 + j, 100 + (uint64_t)j));
   const uint64_t n = lb_hear(ctx), pieces = lb_hear(ctx);
-  LB_EXPECT(eager_on() ? mk_ofi_messages_written(ctx->comm) <= n : mk_ofi_messages_written(ctx->comm) == n);
+  LB_EXPECT(eager_on() ? mk_ofi_messages_written(ctx->comm) <= n
+                       : mk_ofi_messages_written(ctx->comm) == n);
   LB_EXPECT(mk_ofi_pieces_written(ctx->comm) == pieces);
   return lb_close(ctx);
 }

@@ -19,9 +19,9 @@
  *
  * Credits: the receiver has nbufs bounce buffers; the sender starts with nbufs credits,
  * spends one per piece of an eager send (version 7: a message goes in pieces of
- * MK_OFI_EAGER_PIECE bytes, all at once, only with a credit for each), and gets them back when the receiver has copied the message
- * out and reposted the buffer (in a clear-to-send, or a credit-only message once
- * owed >= threshold). A sender can therefore never overrun the bounce buffers, and the
+ * MK_OFI_EAGER_PIECE bytes, all at once, only with a credit for each), and gets them back when the
+ * receiver has copied the message out and reposted the buffer (in a clear-to-send, or a credit-only
+ * message once owed >= threshold). A sender can therefore never overrun the bounce buffers, and the
  * receiver holds at most nbufs unexpected messages (mk_ofi_uq).
  */
 #ifndef MK_OFI_EAGER_H_

@@ -276,7 +276,7 @@ struct ofi_comm {
   int32_t sent_tags[MK_OFI_TAG_RING]; /* send: user tag of message m at m % MK_OFI_TAG_RING */
   uint32_t nbounce;           /* recv: bounce buffers */
   struct ofi_bounce* bounce;
-  char* bounce_mem;           /* nbounce pieces, then the credit-only message */
+  char* bounce_mem; /* nbounce pieces, then the credit-only message */
   struct fid_mr* bounce_mr;
   void* bounce_desc;
   int bounce_unposted;        /* bounces whose repost met EAGAIN */
@@ -285,9 +285,9 @@ struct ofi_comm {
   struct ofi_ctrl_buf* credit_msg; /* recv: inside bounce_mem */
   int credit_busy;            /* the credit-only message is in flight */
   struct ofi_req* rx[MK_MAX_REQUESTS]; /* recv: live receives in posting order */
-  uint64_t no_cts_ns;         /* recv: NCCL_MK_OFI_NO_CTS_MS in ns (0: every receive sends
-                                 its clear-to-send at once) */
-  int unannounced;            /* recv: receives without a clear-to-send still waiting */
+  uint64_t no_cts_ns;                  /* recv: NCCL_MK_OFI_NO_CTS_MS in ns (0: every receive sends
+                                          its clear-to-send at once) */
+  int unannounced;                     /* recv: receives without a clear-to-send still waiting */
   /* messages written with RMA (ofi_write.c): both ends offered them */
   int write_data;
   struct ofi_req* written_rx[MK_OFI_WRITTEN_SLOTS]; /* recv: by seq % MK_OFI_WRITTEN_SLOTS,

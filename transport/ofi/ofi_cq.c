@@ -90,8 +90,10 @@ static int ofi_cq_error(struct ofi_comm* c) {
     ofi_req_complete(op->req, op, 0, 0); /* its message came eager */
     return 0;
   }
-  if (op && (op->kind == OFI_OP_CTS_SEND || op->kind == OFI_OP_CREDIT_SEND ||
-             op->kind == OFI_OP_EAGER_RECV) && ofi_peer_bye(c)) {
+  if (op &&
+      (op->kind == OFI_OP_CTS_SEND || op->kind == OFI_OP_CREDIT_SEND ||
+       op->kind == OFI_OP_EAGER_RECV) &&
+      ofi_peer_bye(c)) {
     /* With eager sends a sender may finish, say "bye" and close while a clear-to-send or
      * credit return to it is on the way, or with our bounce buffers still posted: that loss
      * is no error. Whatever a receive still waits for fails after the bye grace

@@ -380,8 +380,10 @@ static int ofi_recv_announce(struct ofi_comm* c, struct ofi_req* r) {
   r->cts.credits = mk_ofi_owed_take(&c->owed);
   r->ops[OFI_OP_CTS_AT] = (struct ofi_op){.req = r, .kind = OFI_OP_CTS_SEND, .idx = (uint8_t)r->n};
   __atomic_add_fetch(&r->pending, 1, __ATOMIC_RELAXED);
-  if (ofi_runner_drives(c)) ofi_cts_wait(c, r); /* the thread posts it: a syscall off NCCL's */
-  else MK_CHECK(ofi_cts_post(c, r));
+  if (ofi_runner_drives(c))
+    ofi_cts_wait(c, r); /* the thread posts it: a syscall off NCCL's */
+  else
+    MK_CHECK(ofi_cts_post(c, r));
   c->seq++;
   c->n_cts += (uint64_t)(r->n - r->eager_done);
   return 0;

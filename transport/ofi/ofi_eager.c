@@ -112,8 +112,10 @@ void ofi_eager_close_drain(struct ofi_comm* c) {
   while (c->credits.avail < c->credits.cap && !c->error && ofi_now_ns() < deadline)
     if (ofi_cq_progress(c) == 0 && ofi_peer_check(c) < 0) break;
   if (c->credits.avail < c->credits.cap)
-    MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: comm %p closed with %u eager pieces not taken by the "
-            "receiver", (void*)c, c->credits.cap - c->credits.avail);
+    MK_INFO(MK_NCCL_SUBSYS_NET,
+            "ofi: comm %p closed with %u eager pieces not taken by the "
+            "receiver",
+            (void*)c, c->credits.cap - c->credits.avail);
 }
 
 void ofi_eager_close_fabric(struct ofi_comm* c) {
@@ -123,7 +125,8 @@ void ofi_eager_close_fabric(struct ofi_comm* c) {
 
 void ofi_eager_destroy(struct ofi_comm* c) {
   if (c->eager_bytes)
-    MK_INFO(MK_NCCL_SUBSYS_NET, "ofi %s comm %p: %llu messages eager (%llu waited for their "
+    MK_INFO(MK_NCCL_SUBSYS_NET,
+            "ofi %s comm %p: %llu messages eager (%llu waited for their "
             "receive, %llu crossed its clear-to-send), %llu through a clear-to-send; %llu "
             "receives without one (%llu sent it late)",
             c->is_send ? "send" : "recv", (void*)c, (unsigned long long)c->n_eager,
@@ -278,9 +281,10 @@ static int ofi_eager_deliver(struct ofi_comm* c, struct ofi_req* r, const struct
   const uint64_t off = (uint64_t)e->piece * MK_OFI_EAGER_PIECE;
   int fits = mk_ofi_eager_fits(off + e->len, r->cts.sizes[i]);
   if (fits < 0 && !r->eager_bad) {
-    MK_WARN("ofi irecv: an eager message (tag %d) longer than %llu bytes does not fit the "
-            "posted %llu-byte buffer", e->tag, (unsigned long long)(off + e->len - 1),
-            (unsigned long long)r->cts.sizes[i]);
+    MK_WARN(
+        "ofi irecv: an eager message (tag %d) longer than %llu bytes does not fit the "
+        "posted %llu-byte buffer",
+        e->tag, (unsigned long long)(off + e->len - 1), (unsigned long long)r->cts.sizes[i]);
     int expected = 0;
     __atomic_compare_exchange_n(&r->error, &expected, fits, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     r->eager_bad = 1;
@@ -290,8 +294,8 @@ static int ofi_eager_deliver(struct ofi_comm* c, struct ofi_req* r, const struct
   }
   int whole = mk_ofi_pieces_add(&r->eager_pieces, e->piece, e->last);
   if (whole < 0) {
-    MK_WARN("ofi: eager message %u: piece %u%s contradicts the pieces before it", e->msn,
-            e->piece, e->last ? " (the last)" : "");
+    MK_WARN("ofi: eager message %u: piece %u%s contradicts the pieces before it", e->msn, e->piece,
+            e->last ? " (the last)" : "");
     return whole;
   }
   b->credit_due = 1;
@@ -329,7 +333,8 @@ int ofi_eager_arrived(struct ofi_comm* c, struct ofi_bounce* b, uint64_t tag, si
     return -EPROTO;
   }
   struct mk_ofi_uq_ent e = {.msn = mk_ofi_msn_expand(c->msn, mk_ofi_tag_eager_msn(tag)),
-                            .tag = mk_ofi_tag_eager_user(tag), .len = (uint32_t)len,
+                            .tag = mk_ofi_tag_eager_user(tag),
+                            .len = (uint32_t)len,
                             .buf = (uint32_t)(b - c->bounce),
                             .piece = (uint8_t)mk_ofi_tag_eager_piece(tag),
                             .last = (uint8_t)mk_ofi_tag_eager_last(tag)};
@@ -383,8 +388,10 @@ int ofi_eager_send(struct ofi_comm* c, void* data, size_t size, int tag, struct 
       if (p >= 0) continue;
       rc = p;
     }
-    if (k == 0) mk_req_pool_free(&c->pool, r);
-    else ofi_comm_fail(c, rc == -FI_EAGAIN ? -ETIMEDOUT : ofi_rc(rc)); /* half posted */
+    if (k == 0)
+      mk_req_pool_free(&c->pool, r);
+    else
+      ofi_comm_fail(c, rc == -FI_EAGAIN ? -ETIMEDOUT : ofi_rc(rc)); /* half posted */
     MK_WARN("ofi: posting piece %u of an eager send of %zu bytes failed: %s", k, size,
             rc == -FI_EAGAIN ? "the provider had no room" : ofi_sym.strerror((int)-rc));
     return rc == -FI_EAGAIN ? -ETIMEDOUT : ofi_rc(rc);

@@ -113,8 +113,7 @@ static inline int mk_ofi_tag_is_ctrl(uint64_t tag) { return (tag & MK_OFI_TAG_CT
 static inline int mk_ofi_tag_is_eager(uint64_t tag) {
   return (tag & (MK_OFI_TAG_CTRL | MK_OFI_TAG_EAGER)) == MK_OFI_TAG_EAGER;
 }
-static inline uint64_t mk_ofi_tag_eager(uint32_t msn, unsigned piece, int last,
-                                        int32_t user_tag) {
+static inline uint64_t mk_ofi_tag_eager(uint32_t msn, unsigned piece, int last, int32_t user_tag) {
   return MK_OFI_TAG_EAGER |
          ((uint64_t)(piece & (MK_OFI_EAGER_MAX_PIECES - 1)) << MK_OFI_EAGER_PIECE_SHIFT) |
          (last ? MK_OFI_EAGER_LAST : 0) | ((uint64_t)(msn & MK_OFI_MSN_MASK) << 32) |
@@ -123,7 +122,9 @@ static inline uint64_t mk_ofi_tag_eager(uint32_t msn, unsigned piece, int last,
 static inline unsigned mk_ofi_tag_eager_piece(uint64_t tag) {
   return (unsigned)(tag >> MK_OFI_EAGER_PIECE_SHIFT) & (MK_OFI_EAGER_MAX_PIECES - 1);
 }
-static inline int mk_ofi_tag_eager_last(uint64_t tag) { return (tag & MK_OFI_EAGER_LAST) != 0; }
+static inline int mk_ofi_tag_eager_last(uint64_t tag) {
+  return (tag & MK_OFI_EAGER_LAST) != 0;
+}
 static inline uint32_t mk_ofi_tag_eager_msn(uint64_t tag) {
   return (uint32_t)(tag >> 32) & MK_OFI_MSN_MASK;
 }
