@@ -189,7 +189,9 @@ struct ofi_req {
   uint8_t unannounced;         /* no clear-to-send sent yet (version 7): its messages come
                                   eager, each counted in pending until it is delivered */
   uint64_t announce_ns;        /* unannounced: when it sends its clear-to-send after all */
-  struct mk_mr* mrs[MK_MAX_RECVS]; /* unannounced: the buffers' registrations, for then */
+  struct mk_mr* mrs[MK_MAX_RECVS]; /* the buffers' registrations: their stripes are posted
+                                      (or written) when the receive is announced, which an
+                                      unannounced one does late */
   uint8_t tail_from[MK_MAX_RECVS]; /* recv: entry i's message ended before stripe
                                       tail_from[i] (atomic; 0: not seen) */
   uint8_t tail_cancelled;      /* recv: entries whose later stripes were cancelled */
@@ -276,7 +278,7 @@ struct ofi_comm {
   int32_t sent_tags[MK_OFI_TAG_RING]; /* send: user tag of message m at m % MK_OFI_TAG_RING */
   uint32_t nbounce;           /* recv: bounce buffers */
   struct ofi_bounce* bounce;
-  char* bounce_mem; /* nbounce pieces, then the credit-only message */
+  char* bounce_mem;           /* nbounce pieces, then the credit-only message */
   struct fid_mr* bounce_mr;
   void* bounce_desc;
   int bounce_unposted;        /* bounces whose repost met EAGAIN */

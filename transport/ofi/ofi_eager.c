@@ -102,9 +102,9 @@ int ofi_eager_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,
 
 /* A send comm closing: its eager sends completed once handed to the provider, and closing the
  * endpoint under them lost some (7 of 32 messages in 20-45% of runs of a test that closes at
- * once, session 54; delivery-complete sends alone did not help). So it waits
- * until the receiver has taken every eager piece (all credits back; the receiver returns
- * them once its receives are done), bounded by OFI_EAGER_CLOSE_NS. */
+ * once, session 54; delivery-complete sends alone did not help). So it waits until the
+ * receiver has taken every eager piece (all credits back; the receiver returns them once its
+ * receives are done), bounded by OFI_EAGER_CLOSE_NS. */
 #define OFI_EAGER_CLOSE_NS 200000000ull
 void ofi_eager_close_drain(struct ofi_comm* c) {
   if (!c->is_send || !c->eager_bytes || c->error) return;
@@ -113,9 +113,8 @@ void ofi_eager_close_drain(struct ofi_comm* c) {
     if (ofi_cq_progress(c) == 0 && ofi_peer_check(c) < 0) break;
   if (c->credits.avail < c->credits.cap)
     MK_INFO(MK_NCCL_SUBSYS_NET,
-            "ofi: comm %p closed with %u eager pieces not taken by the "
-            "receiver",
-            (void*)c, c->credits.cap - c->credits.avail);
+            "ofi: comm %p closed with %u eager pieces not taken by the receiver", (void*)c,
+            c->credits.cap - c->credits.avail);
 }
 
 void ofi_eager_close_fabric(struct ofi_comm* c) {
@@ -347,54 +346,35 @@ int ofi_eager_arrived(struct ofi_comm* c, struct ofi_bounce* b, uint64_t tag, si
   return 0;
 }
 
-/* One piece. Its completion means only that the provider took it (delivery-complete sends
- * cost 1.3 us a post and 1.4 us one way at 8 B on the CPU host, session 54): a closing send
- * comm waits for its credits instead (ofi_eager_close_drain). */
-static ssize_t ofi_eager_piece_post(struct ofi_comm* c, struct ofi_op* op, void* buf, size_t len,
-                                    void* desc, uint64_t tag) {
-  return fi_tsend(c->st[0].ep, buf, len, desc, c->st[0].peer, tag, &op->ctx);
-}
-
 /* Sender: the message in pieces of MK_OFI_EAGER_PIECE bytes, all posted now (the caller
- * holds a credit for each). 1 when nothing could be posted (no request, or the provider said
- * EAGAIN for the first piece); a later piece's EAGAIN is waited out (progressing), bounded. */
+ * holds a credit for each), as a send's stripes are (ofi_stripe_post_in_turn on stream 0):
+ * 1 when nothing could be posted (no request, or the provider said EAGAIN for the first
+ * piece); a later piece's EAGAIN is waited out, bounded. A piece's completion means only
+ * that the provider took it (delivery-complete pieces cost 1.3 us a post at 8 B on the CPU
+ * host, session 54): a closing send comm waits for its credits instead. */
 int ofi_eager_send(struct ofi_comm* c, void* data, size_t size, int tag, struct mk_mr* mr,
                    struct ofi_req** out) {
   struct ofi_req* r = mk_req_pool_alloc(&c->pool);
   if (!r) return 1;
   const uint32_t pieces = mk_ofi_eager_pieces(size);
-  const uint64_t deadline = ofi_now_ns() + mk_connect_timeout_ns();
   r->kind = OFI_REQ_SEND;
   r->n = 1;
   r->sizes[0] = size;
   r->pending = (int)pieces;
-  for (uint32_t k = 0; k < pieces;) {
+  for (uint32_t k = 0; k < pieces; k++) {
     const size_t off = (size_t)k * MK_OFI_EAGER_PIECE;
     const size_t len = size - off < MK_OFI_EAGER_PIECE ? size - off : MK_OFI_EAGER_PIECE;
     struct ofi_op* op = &r->ops[OFI_OP_AT(0, k)];
     *op = (struct ofi_op){.req = r, .kind = OFI_OP_SEND, .stripe = (uint8_t)k};
-    ssize_t rc = ofi_eager_piece_post(c, op, (char*)data + off, len, ofi_mr_desc(mr),
-                                      mk_ofi_tag_eager(c->msn, k, k + 1 == pieces, tag));
-    if (rc == 0) {
-      k++;
-      continue;
-    }
-    if (rc == -FI_EAGAIN && k == 0) {
-      mk_req_pool_free(&c->pool, r);
-      return 1;
-    }
-    if (rc == -FI_EAGAIN && ofi_now_ns() < deadline) {
-      int p = ofi_cq_progress(c);
-      if (p >= 0) continue;
-      rc = p;
-    }
-    if (k == 0)
-      mk_req_pool_free(&c->pool, r);
-    else
-      ofi_comm_fail(c, rc == -FI_EAGAIN ? -ETIMEDOUT : ofi_rc(rc)); /* half posted */
+    int rc = ofi_stripe_post_in_turn(c, k == 0 ? OFI_POST_FIRST : OFI_POST_WAITED, 0,
+                                     (char*)data + off, len, ofi_mr_desc(mr),
+                                     mk_ofi_tag_eager(c->msn, k, k + 1 == pieces, tag), op);
+    if (rc == 0) continue;
+    if (k == 0) mk_req_pool_free(&c->pool, r); /* nothing posted; else the comm has failed */
+    if (rc == -FI_EAGAIN && k == 0) return 1;
     MK_WARN("ofi: posting piece %u of an eager send of %zu bytes failed: %s", k, size,
-            rc == -FI_EAGAIN ? "the provider had no room" : ofi_sym.strerror((int)-rc));
-    return rc == -FI_EAGAIN ? -ETIMEDOUT : ofi_rc(rc);
+            strerror(-rc));
+    return rc;
   }
   mk_ofi_credits_take(&c->credits, pieces);
   c->n_eager++;
