@@ -61,6 +61,9 @@ int lb_connect(struct lb_ctx* ctx);
  * accepts, the sender connects again. */
 int lb_reconnect(struct lb_ctx* ctx);
 int lb_close(struct lb_ctx* ctx);
+/* Sets an NCCL_MK_* parameter for this process and reloads the registry (before the comm
+ * it is meant for is made). */
+void lb_set_param(const char* name, const char* value);
 /* Small messages between the two processes, outside the transport. */
 void lb_tell(struct lb_ctx* ctx, uint64_t v);
 uint64_t lb_hear(struct lb_ctx* ctx);

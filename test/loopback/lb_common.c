@@ -92,6 +92,11 @@ int lb_reconnect(struct lb_ctx* ctx) {
   return rc;
 }
 
+void lb_set_param(const char* name, const char* value) {
+  setenv(name, value, 1);
+  mk_param_reload();
+}
+
 int lb_close(struct lb_ctx* ctx) {
   int rc = ctx->comm ? ctx->ops->close(ctx->comm) : 0;
   ctx->comm = NULL;

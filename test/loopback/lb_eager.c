@@ -14,14 +14,11 @@
 #define KiB 1024ull
 #define MiB (1024ull * 1024)
 
-static void set_param(const char* name, const char* value) {
-  setenv(name, value, 1);
-  mk_param_reload();
-}
-
 /* Every case here sets the eager size at both ends, before its comm is made: 16 KiB (the
- * default is 64 KiB), so that the cases' sizes straddle it. */
-static void eager_on(void) { set_param("NCCL_MK_OFI_EAGER_BYTES", "16384"); }
+ * default is 0, off), so that the cases' sizes straddle it. */
+static void eager_on(void) {
+  lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "16384");
+}
 
 static size_t eager_bytes(void) { return (size_t)mk_param_int(MK_PARAM_OFI_EAGER_BYTES); }
 
@@ -103,7 +100,7 @@ static int late_send(struct lb_ctx* ctx) {
 #define CREDIT_COUNT 12
 static int credits_recv(struct lb_ctx* ctx) {
   eager_on();
-  set_param("NCCL_MK_OFI_EAGER_BUFS", "4");
+  lb_set_param("NCCL_MK_OFI_EAGER_BUFS", "4");
   LB_OK(lb_accept(ctx));
   LB_OK(warm(ctx));
   LB_EXPECT(lb_hear(ctx) == 4); /* the sender got exactly 4 out, then had to wait */
@@ -380,7 +377,7 @@ static int unreceived_send(struct lb_ctx* ctx) {
 /* Eager off on one side (NCCL_MK_OFI_EAGER_BYTES=0 at the receiver) turns it off for both:
  * a small send waits for the clear-to-send. */
 static int off_recv(struct lb_ctx* ctx) {
-  set_param("NCCL_MK_OFI_EAGER_BYTES", "0");
+  lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "0");
   LB_OK(lb_accept(ctx));
   LB_EXPECT(lb_hear(ctx) == 1);
   LB_OK(recv_check(ctx, 64, 8, 1, 0));
@@ -474,7 +471,7 @@ static int nocts_send(struct lb_ctx* ctx) {
 #define SLOW_COUNT 3
 static int slow_recv(struct lb_ctx* ctx) {
   eager_on();
-  set_param("NCCL_MK_OFI_NO_CTS_MS", "20");
+  lb_set_param("NCCL_MK_OFI_NO_CTS_MS", "20");
   LB_OK(lb_accept(ctx));
   LB_OK(warm(ctx));
   unsigned char* bufs[SLOW_COUNT];
@@ -536,7 +533,7 @@ static int slow_send(struct lb_ctx* ctx) {
  * clear-to-send shows the buffer, instead of waiting forever. */
 static int oversized_recv(struct lb_ctx* ctx) {
   eager_on();
-  set_param("NCCL_MK_OFI_NO_CTS_MS", "20");
+  lb_set_param("NCCL_MK_OFI_NO_CTS_MS", "20");
   LB_OK(lb_accept(ctx));
   LB_OK(warm(ctx));
   unsigned char buf[1024];
@@ -579,7 +576,7 @@ static int oversized_send(struct lb_ctx* ctx) {
 #define CLOSE_COUNT 40
 static int close_recv(struct lb_ctx* ctx) {
   eager_on();
-  set_param("NCCL_MK_OFI_EAGER_BUFS", "64"); /* every message eager, no credit wait */
+  lb_set_param("NCCL_MK_OFI_EAGER_BUFS", "64"); /* every message eager, no credit wait */
   LB_OK(lb_accept(ctx));
   LB_OK(warm(ctx));
   LB_EXPECT(lb_hear(ctx) == 1); /* its sends are complete, its close under way */

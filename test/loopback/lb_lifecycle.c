@@ -122,8 +122,7 @@ static int timeout_recv(struct lb_ctx* ctx) {
 }
 
 static int timeout_send(struct lb_ctx* ctx) {
-  setenv("NCCL_MK_CONNECT_TIMEOUT_MS", "500", 1);
-  mk_param_reload();
+  lb_set_param("NCCL_MK_CONNECT_TIMEOUT_MS", "500");
   LB_EXPECT(lb_hear(ctx) == 0);
   for (size_t off = 0; off < sizeof(ctx->handle); off += 8) {
     uint64_t w = lb_hear(ctx);
@@ -148,8 +147,7 @@ static int timeout_send(struct lb_ctx* ctx) {
  * sender: with ofi eager off (set here, at the receiver, it is off for both ends), since an
  * eager message is found too large at the receiver instead (lb_eager.c). */
 static int badargs_recv(struct lb_ctx* ctx) {
-  setenv("NCCL_MK_OFI_EAGER_BYTES", "0", 1);
-  mk_param_reload();
+  lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "0");
   LB_OK(lb_accept(ctx));
   const struct mk_transport_ops* o = ctx->ops;
   static unsigned char canary[4096];

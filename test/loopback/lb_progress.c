@@ -218,8 +218,7 @@ static int threshold_role(struct lb_ctx* ctx) {
 #define EARLY_BYTES 4096
 
 static int early_send_role(struct lb_ctx* ctx) {
-  setenv("NCCL_MK_OFI_EAGER_BYTES", "0", 1);
-  mk_param_reload();
+  lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "0");
   LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
   unsigned char* buf = lb_alloc(EARLY_BYTES);
   for (int round = 1; round <= EARLY_ROUNDS; round++) {

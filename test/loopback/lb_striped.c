@@ -188,8 +188,7 @@ static int order_send_resumed(struct lb_ctx* ctx) {
 static int mismatch_recv(struct lb_ctx* ctx) { return exact_recv(ctx); }
 static int mismatch_send(struct lb_ctx* ctx) {
   int mine = lb_ofi_streams();
-  setenv("NCCL_MK_OFI_STREAMS", mine > 2 ? "2" : "3", 1);
-  mk_param_reload();
+  lb_set_param("NCCL_MK_OFI_STREAMS", mine > 2 ? "2" : "3");
   return exact_send(ctx);
 }
 

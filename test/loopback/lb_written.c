@@ -27,8 +27,7 @@ static size_t group_len(int j) { return (size_t)(j + 1) * 200 * KiB + 13; }
  * expected a write, the sender made none), and receives that fit a bounce buffer expect no
  * write at all (protocol version 7), so the counts below would not be exact. */
 static void eager_off(void) {
-  setenv("NCCL_MK_OFI_EAGER_BYTES", "0", 1);
-  mk_param_reload();
+  lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "0");
 }
 static int eager_on(void) {
   return mk_param_int(MK_PARAM_OFI_EAGER_BYTES) != 0;
@@ -134,13 +133,12 @@ static int written_send(struct lb_ctx* ctx) {
 /* NCCL_MK_OFI_WRITES=0 at the receiver only: the sender offered writes, and still none is
  * made (the receiver must then post every receive). */
 static int off_recv(struct lb_ctx* ctx) {
-  setenv("NCCL_MK_OFI_WRITES", "0", 1);
-  mk_param_reload();
+  lb_set_param("NCCL_MK_OFI_WRITES", "0");
   return written_recv(ctx);
 }
 
 static int off_send(struct lb_ctx* ctx) {
-  setenv("NCCL_MK_OFI_WRITES", "1", 1);
+  lb_set_param("NCCL_MK_OFI_WRITES", "1");
   eager_off();
   LB_EXPECT(writes_expected());
   return written_send(ctx);
