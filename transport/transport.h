@@ -187,6 +187,8 @@ uint64_t mk_ofi_pieces_written(const struct mk_comm* comm);
 uint64_t mk_ofi_receives_unannounced(const struct mk_comm* comm, uint64_t* late);
 /* ofi: messages this comm sent (send) or delivered (recv) eager. */
 uint64_t mk_ofi_messages_eager(const struct mk_comm* comm);
+/* ofi: messages this comm sent (send) or announced (recv) through a clear-to-send. */
+uint64_t mk_ofi_messages_announced(const struct mk_comm* comm);
 /* The streams of a comm whose fabric connection was formed ahead (the hint connect_ahead)
  * and has carried its 0-byte message; for tests. */
 int mk_ofi_streams_connected_ahead(const struct mk_comm* comm);

@@ -235,7 +235,7 @@ static int early_send_role(struct lb_ctx* ctx) {
     } else {
       memset(buf, 0, len);
       void* d = buf;
-      LB_EXPECT(lb_hear(ctx) == round);
+      LB_EXPECT(lb_hear(ctx) == (uint64_t)round);
       usleep(3000); /* the sender keeps asking meanwhile */
       LB_OK(lb_recv(ctx, 1, &d, &len, &tag, NULL, &req));
     }

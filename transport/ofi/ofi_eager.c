@@ -13,6 +13,7 @@
  * Send side: an eager send, and what an arriving clear-to-send means for the messages that
  * went eager before it. Everything here runs under the comm lock.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -416,13 +417,21 @@ uint64_t mk_ofi_receives_unannounced(const struct mk_comm* comm, uint64_t* late)
   return n;
 }
 
-uint64_t mk_ofi_messages_eager(const struct mk_comm* comm) {
+static uint64_t ofi_count_locked(const struct mk_comm* comm, size_t offset) {
   struct ofi_comm* c = (struct ofi_comm*)comm;
   uint64_t n = 0;
   if (comm && comm->ops == &mk_ofi_ops) {
     pthread_mutex_lock(&c->lock);
-    n = c->n_eager;
+    n = *(const uint64_t*)((const char*)c + offset);
     pthread_mutex_unlock(&c->lock);
   }
   return n;
+}
+
+uint64_t mk_ofi_messages_eager(const struct mk_comm* comm) {
+  return ofi_count_locked(comm, offsetof(struct ofi_comm, n_eager));
+}
+
+uint64_t mk_ofi_messages_announced(const struct mk_comm* comm) {
+  return ofi_count_locked(comm, offsetof(struct ofi_comm, n_cts));
 }
