@@ -293,11 +293,12 @@ static int cross_run_recv(struct lb_ctx* ctx, int mixed) {
   }
   uint64_t late = 0, unannounced = mk_ofi_receives_unannounced(ctx->comm, &late);
   const uint64_t announced = mk_ofi_messages_announced(ctx->comm);
-  printf("  receiver: %llu receives without a clear-to-send (%llu late), %llu announced, %llu "
-         "written, %llu eager\n",
-         (unsigned long long)unannounced, (unsigned long long)late, (unsigned long long)announced,
-         (unsigned long long)mk_ofi_messages_written(ctx->comm),
-         (unsigned long long)mk_ofi_messages_eager(ctx->comm));
+  printf(
+      "  receiver: %llu receives without a clear-to-send (%llu late), %llu announced, %llu "
+      "written, %llu eager\n",
+      (unsigned long long)unannounced, (unsigned long long)late, (unsigned long long)announced,
+      (unsigned long long)mk_ofi_messages_written(ctx->comm),
+      (unsigned long long)mk_ofi_messages_eager(ctx->comm));
   /* a receive of eager capacity sends no clear-to-send, unless late: whether its message came
    * before it was posted or after, which timing decides, does not matter */
   if (mixed && mk_param_int(MK_PARAM_OFI_NO_CTS_MS) > 0)
