@@ -189,6 +189,11 @@ uint64_t mk_ofi_receives_unannounced(const struct mk_comm* comm, uint64_t* late)
 uint64_t mk_ofi_messages_eager(const struct mk_comm* comm);
 /* ofi: messages this comm sent (send) or announced (recv) through a clear-to-send. */
 uint64_t mk_ofi_messages_announced(const struct mk_comm* comm);
+/* ofi receive comm: credit-only messages it sent back to its sender. */
+uint64_t mk_ofi_credit_messages(const struct mk_comm* comm);
+/* ofi: send comms of this process whose close stopped waiting for their eager credits at the
+ * bound while the receiver was still there (ofi_eager_close.c). */
+uint64_t mk_ofi_close_drains_short(void);
 /* The streams of a comm whose fabric connection was formed ahead (the hint connect_ahead)
  * and has carried its 0-byte message; for tests. */
 int mk_ofi_streams_connected_ahead(const struct mk_comm* comm);

@@ -61,6 +61,9 @@ int lb_connect(struct lb_ctx* ctx);
  * accepts, the sender connects again. */
 int lb_reconnect(struct lb_ctx* ctx);
 int lb_close(struct lb_ctx* ctx);
+/* A second comm the other way round: the sender listens, the receiver connects; *back is
+ * the sender's receive comm and the receiver's send comm; *lc the sender's listen comm. */
+int lb_open_reverse(struct lb_ctx* ctx, void** lc, struct mk_comm** back);
 /* Sets an NCCL_MK_* parameter for this process and reloads the registry (before the comm
  * it is meant for is made). */
 void lb_set_param(const char* name, const char* value);

@@ -173,28 +173,6 @@ static int put_bw_initiator(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
-/* The reverse comm: this side listens, the peer connects (handle through the pipe). */
-static int lat_reverse(struct lb_ctx* ctx, void** lc, struct mk_comm** back) {
-  unsigned char h[MK_HANDLE_MAX];
-  *back = NULL;
-  if (ctx->is_sender) {
-    LB_OK(ctx->ops->listen(ctx->dev, h, lc));
-    for (size_t off = 0; off < sizeof(h); off += 8) {
-      uint64_t w;
-      memcpy(&w, h + off, 8);
-      lb_tell(ctx, w);
-    }
-    while (!*back) LB_OK(ctx->ops->accept(*lc, back));
-  } else {
-    for (size_t off = 0; off < sizeof(h); off += 8) {
-      uint64_t w = lb_hear(ctx);
-      memcpy(h + off, &w, 8);
-    }
-    while (!*back) LB_OK(ctx->ops->connect(ctx->dev, h, -1, back));
-  }
-  return 0;
-}
-
 /* One side of the ping-pong: `rx` receives, `tx` sends; the initiator sends first. */
 static int lat_side(struct lb_ctx* ctx, struct mk_comm* rx, struct mk_comm* tx, int initiator) {
   size_t len = lb_env_size("LB_BENCH_SIZE", 2), iters = lb_env_size("LB_BENCH_ITERS", 1000);
@@ -260,7 +238,7 @@ static int lat_run(struct lb_ctx* ctx) {
   LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
   void* lc = NULL;
   struct mk_comm* back;
-  LB_OK(lat_reverse(ctx, &lc, &back));
+  LB_OK(lb_open_reverse(ctx, &lc, &back));
   int rc = ctx->is_sender ? lat_side(ctx, back, ctx->comm, 1) : lat_side(ctx, ctx->comm, back, 0);
   lb_tell(ctx, 9);
   LB_EXPECT(lb_hear(ctx) == 9);

@@ -307,3 +307,25 @@ int lb_cmp_double(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return x < y ? -1 : x > y;
 }
+
+/* The reverse comm: this side listens, the peer connects (handle through the pipe). */
+int lb_open_reverse(struct lb_ctx* ctx, void** lc, struct mk_comm** back) {
+  unsigned char h[MK_HANDLE_MAX];
+  *back = NULL;
+  if (ctx->is_sender) {
+    LB_OK(ctx->ops->listen(ctx->dev, h, lc));
+    for (size_t off = 0; off < sizeof(h); off += 8) {
+      uint64_t w;
+      memcpy(&w, h + off, 8);
+      lb_tell(ctx, w);
+    }
+    while (!*back) LB_OK(ctx->ops->accept(*lc, back));
+  } else {
+    for (size_t off = 0; off < sizeof(h); off += 8) {
+      uint64_t w = lb_hear(ctx);
+      memcpy(h + off, &w, 8);
+    }
+    while (!*back) LB_OK(ctx->ops->connect(ctx->dev, h, -1, back));
+  }
+  return 0;
+}

@@ -617,6 +617,85 @@ static int close_send(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* Version 8: one message at a time, each receive done before the next is posted (NCCL's small
+ * collectives): the receiver returns credits only at the threshold, not whenever it idles. */
+#define STEADY_COUNT 40
+static int steady_recv(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_accept(ctx));
+  LB_OK(warm(ctx));
+  for (int m = 0; m < STEADY_COUNT; m++) {
+    LB_OK(recv_check(ctx, 4096, 8 + (size_t)m, 900 + (uint64_t)m, 4));
+    lb_tell(ctx, (uint64_t)m);
+  }
+  const uint64_t credit_msgs = mk_ofi_credit_messages(ctx->comm);
+  const uint64_t threshold = (uint64_t)mk_param_int(MK_PARAM_OFI_EAGER_BUFS) / 4;
+  printf("  %llu credit-only messages for %d messages, threshold %llu\n",
+         (unsigned long long)credit_msgs, STEADY_COUNT + 1, (unsigned long long)threshold);
+  LB_EXPECT(threshold > 1 && credit_msgs <= (STEADY_COUNT + 1) / threshold);
+  return lb_close(ctx);
+}
+static int steady_send(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(lb_connect(ctx));
+  LB_OK(warm(ctx));
+  for (int m = 0; m < STEADY_COUNT; m++) {
+    unsigned char* b;
+    struct mk_request* r;
+    LB_OK(send_start(ctx, 8 + (size_t)m, 900 + (uint64_t)m, 4, &b, &r));
+    LB_OK(lb_wait(ctx, r, NULL));
+    free(b);
+    LB_EXPECT(lb_hear(ctx) == (uint64_t)m); /* its receive is done: the comm idles */
+  }
+  return lb_close(ctx);
+}
+
+/* Both ends send a few eager messages (fewer than the threshold: credits stay out), then
+ * close their send comm at the same moment, as NCCL frees a channel's send connector first.
+ * Neither reads its receive comm meanwhile, yet each close gets its credits: the waiting close
+ * reads the process's other comms, which answers the peer's flush request. */
+#define BOTH_COUNT 5
+static int both_close_side(struct lb_ctx* ctx) {
+  eager_on();
+  LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
+  void* lc = NULL;
+  struct mk_comm* back = NULL;
+  LB_OK(lb_open_reverse(ctx, &lc, &back));
+  struct mk_comm* rx = ctx->is_sender ? back : ctx->comm;
+  struct mk_comm* tx = ctx->is_sender ? ctx->comm : back;
+  LB_OK(warm(ctx)); /* each way in turn: rxm connects on first use, with the peer reading */
+  ctx->comm = back;
+  ctx->is_sender = !ctx->is_sender;
+  int rc = warm(ctx);
+  ctx->is_sender = !ctx->is_sender;
+  LB_OK(rc);
+  const uint64_t base = ctx->is_sender ? 100 : 200, peer = ctx->is_sender ? 200 : 100;
+  for (int m = 0; m < BOTH_COUNT; m++) {
+    unsigned char* out;
+    struct mk_request* s;
+    ctx->comm = tx;
+    LB_OK(send_start(ctx, 64, base + (uint64_t)m, 6, &out, &s));
+    ctx->comm = rx;
+    LB_OK(recv_check(ctx, 4096, 64, peer + (uint64_t)m, 6));
+    ctx->comm = tx;
+    LB_OK(lb_wait(ctx, s, NULL));
+    free(out);
+  }
+  LB_EXPECT(mk_ofi_credit_messages(rx) == 0); /* nothing owed went back on its own */
+  lb_tell(ctx, 1);
+  LB_EXPECT(lb_hear(ctx) == 1);
+  LB_OK(ctx->ops->close(tx));
+  const uint64_t short_drains = mk_ofi_close_drains_short();
+  printf("  %s: send comm closed; closes that gave up on their credits: %llu\n",
+         ctx->is_sender ? "child" : "parent", (unsigned long long)short_drains);
+  LB_EXPECT(short_drains == 0);
+  ctx->comm = rx;
+  LB_OK(ctx->ops->close(rx));
+  ctx->comm = NULL;
+  if (lc) ctx->ops->close_listen(lc);
+  return lb_close(ctx);
+}
+
 const struct lb_case lb_cases_eager[] = {
     {"eager_sends_taken_before_any_receive_is_posted", late_recv, late_send, 30, 0},
     {"eager_credits_exhausted_sender_waits_then_all_arrive_in_order", credits_recv, credits_send,
@@ -635,5 +714,8 @@ const struct lb_case lb_cases_eager[] = {
     {"eager_unreceived_at_close_then_reconnect_clean", unreceived_recv, unreceived_send, 30, 0},
     {"a_sender_closing_after_its_eager_sends_completed_loses_none", close_recv, close_send, 30, 0},
     {"eager_off_at_one_end_is_off_for_both", off_recv, off_send, 30, 0},
+    {"an_idle_receiver_returns_credits_only_at_the_threshold", steady_recv, steady_send, 30, 0},
+    {"both_ends_closing_their_send_comms_at_once_get_their_credits_back", both_close_side,
+     both_close_side, 30, 0},
     {NULL, NULL, NULL, 0, 0},
 };

@@ -114,7 +114,7 @@ static void credits_never_exceed_the_pool_nor_go_below_zero(void) {
   CHECK_EQ(mk_ofi_credits_give(&c, 0), 0);
   CHECK_EQ(c.avail, 4);
   struct mk_ofi_owed o;
-  mk_ofi_owed_init(&o, 16);
+  mk_ofi_owed_init(&o, 16, 4);
   CHECK_EQ(o.threshold, 4);
   o.owed = 3;
   CHECK(!mk_ofi_owed_due(&o));
@@ -122,7 +122,7 @@ static void credits_never_exceed_the_pool_nor_go_below_zero(void) {
   CHECK(mk_ofi_owed_due(&o));
   CHECK_EQ(mk_ofi_owed_take(&o), 4);
   CHECK_EQ(o.owed, 0);
-  mk_ofi_owed_init(&o, 1); /* one buffer: every repost is reported */
+  mk_ofi_owed_init(&o, 1, 1); /* one buffer: every repost is reported */
   o.owed = 1;
   CHECK(mk_ofi_owed_due(&o));
 }
@@ -197,6 +197,48 @@ static void unexpected_queue_is_bounded_keeps_arrival_order_and_finds_by_msn(voi
   CHECK_EQ(q.count, 0);
 }
 
+/* With fewer than the threshold owed, the sender still holds credits for its largest message:
+ * a receive that sends no clear-to-send waits for that message (version 8 returns owed credits
+ * only at the threshold, in a clear-to-send, or when the closing sender asks). */
+static void owed_threshold_leaves_the_sender_credits_for_its_largest_message(void) {
+  struct mk_ofi_owed o;
+  mk_ofi_owed_init(&o, 32, 4);
+  CHECK_EQ(o.threshold, 8);
+  mk_ofi_owed_init(&o, 8, 8);
+  CHECK_EQ(o.threshold, 1);
+  mk_ofi_owed_init(&o, 8, 6);
+  CHECK_EQ(o.threshold, 2);
+  for (uint32_t nbufs = 1; nbufs <= 64; nbufs++)
+    for (uint32_t pieces = 1; pieces <= MK_OFI_EAGER_MAX_PIECES && pieces <= nbufs; pieces++) {
+      mk_ofi_owed_init(&o, nbufs, pieces);
+      CHECK(o.threshold >= 1);
+      CHECK(nbufs - (o.threshold - 1) >= pieces); /* credits left with threshold - 1 owed */
+    }
+}
+
+/* The closing sender's request is told apart from every piece of every message. */
+static void flush_request_is_no_piece_of_any_message(void) {
+  CHECK(mk_ofi_tag_is_eager(mk_ofi_tag_eager_flush()));
+  CHECK(mk_ofi_eager_is_flush(mk_ofi_tag_eager_flush(), 0));
+  const uint64_t sizes[] = {0,
+                            1,
+                            4096,
+                            MK_OFI_EAGER_PIECE - 1,
+                            MK_OFI_EAGER_PIECE,
+                            MK_OFI_EAGER_PIECE + 1,
+                            4 * MK_OFI_EAGER_PIECE,
+                            MK_OFI_EAGER_MAX_PIECES * MK_OFI_EAGER_PIECE};
+  for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+    const uint32_t pieces = mk_ofi_eager_pieces(sizes[s]);
+    for (uint32_t k = 0; k < pieces; k++) {
+      const uint64_t off = (uint64_t)k * MK_OFI_EAGER_PIECE;
+      const size_t len =
+          (size_t)(sizes[s] - off < MK_OFI_EAGER_PIECE ? sizes[s] - off : MK_OFI_EAGER_PIECE);
+      CHECK(!mk_ofi_eager_is_flush(mk_ofi_tag_eager(0, k, k + 1 == pieces, 0), len));
+    }
+  }
+}
+
 static void size_check_refuses_only_what_does_not_fit(void) {
   CHECK_EQ(mk_ofi_eager_fits(0, 0), 0);
   CHECK_EQ(mk_ofi_eager_fits(100, 100), 0);
@@ -215,6 +257,8 @@ int main(void) {
   eager_next_delivers_a_receive_prefix_in_order_only();
   unexpected_queue_is_bounded_keeps_arrival_order_and_finds_by_msn();
   size_check_refuses_only_what_does_not_fit();
+  owed_threshold_leaves_the_sender_credits_for_its_largest_message();
+  flush_request_is_no_piece_of_any_message();
   CHECK_EQ(sizeof(struct mk_ofi_hello), 536); /* unchanged: a v2 peer reads it and says why */
   CHECK_EQ(sizeof(struct mk_ofi_cts), 336); /* version 5: written entries */
   return MK_TEST_RESULT();

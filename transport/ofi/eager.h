@@ -149,9 +149,15 @@ static inline int mk_ofi_credits_give(struct mk_ofi_credits* c, uint32_t n) {
 struct mk_ofi_owed {
   uint32_t owed, threshold;
 };
-static inline void mk_ofi_owed_init(struct mk_ofi_owed* o, uint32_t nbufs) {
+/* A quarter of the buffers, but never so many that a sender left with the rest could not
+ * send its largest message (max_pieces): owed credits are returned only at the threshold, in a
+ * clear-to-send, or once the sender asks at close (version 8), and a receive that sends no
+ * clear-to-send waits for exactly such a message. */
+static inline void mk_ofi_owed_init(struct mk_ofi_owed* o, uint32_t nbufs, uint32_t max_pieces) {
+  uint32_t t = nbufs / 4;
+  if (max_pieces <= nbufs && t > nbufs + 1 - max_pieces) t = nbufs + 1 - max_pieces;
   o->owed = 0;
-  o->threshold = nbufs / 4 ? nbufs / 4 : 1;
+  o->threshold = t ? t : 1;
 }
 static inline int mk_ofi_owed_due(const struct mk_ofi_owed* o) { return o->owed >= o->threshold; }
 static inline uint32_t mk_ofi_owed_take(struct mk_ofi_owed* o) {

@@ -119,9 +119,19 @@ int ofi_dev_open(struct ofi_dev* dev);
 struct ofi_req;
 
 /* What a completion means; one per posted libfabric operation. */
-enum ofi_op_kind { OFI_OP_SEND, OFI_OP_RECV, OFI_OP_CTS_SEND, OFI_OP_CTRL_RECV, OFI_OP_PUT,
-                   OFI_OP_SIGNAL, OFI_OP_EAGER_RECV, OFI_OP_CREDIT_SEND, OFI_OP_WRITE_SEND,
-                   OFI_OP_CONNECT /* a stream's connection formed ahead: no request */ };
+enum ofi_op_kind {
+  OFI_OP_SEND,
+  OFI_OP_RECV,
+  OFI_OP_CTS_SEND,
+  OFI_OP_CTRL_RECV,
+  OFI_OP_PUT,
+  OFI_OP_SIGNAL,
+  OFI_OP_EAGER_RECV,
+  OFI_OP_CREDIT_SEND,
+  OFI_OP_WRITE_SEND,
+  OFI_OP_CONNECT,   /* a stream's connection formed ahead: no request */
+  OFI_OP_FLUSH_SEND /* a closing sender's request for its credits */
+};
 
 struct ofi_op {
   struct fi_context2 ctx; /* first: libfabric hands this pointer back in the CQ entry */
@@ -286,6 +296,9 @@ struct ofi_comm {
   struct mk_ofi_owed owed;    /* recv: credits to return */
   struct ofi_ctrl_buf* credit_msg; /* recv: inside bounce_mem */
   int credit_busy;            /* the credit-only message is in flight */
+  int flush_asked;            /* recv: the sender is closing: owed credits go back at once */
+  struct ofi_op flush_op;     /* send: the flush request (ofi_eager_close.c) */
+  uint64_t n_credit_msgs;     /* recv: credit-only messages sent */
   struct ofi_req* rx[MK_MAX_REQUESTS]; /* recv: live receives in posting order */
   uint64_t no_cts_ns;                  /* recv: NCCL_MK_OFI_NO_CTS_MS in ns (0: every receive sends
                                           its clear-to-send at once) */
@@ -417,6 +430,9 @@ void ofi_comm_destroy(struct ofi_comm* c);
 /* Stops the progress and stream threads of every comm not yet destroyed (joined): at fini,
  * for comms NCCL never closed (an abort), before the domain and libfabric go. */
 void ofi_comms_stop_threads(void);
+/* Calls fn on every other comm not yet closed whose lock is free, under that lock; skips the
+ * rest, and does nothing when the list is busy: never blocks, whatever locks the caller holds. */
+void ofi_comms_visit_idle(const struct ofi_comm* self, void (*fn)(struct ofi_comm*));
 int ofi_comm_set_peer(struct ofi_comm* c, int k, const uint8_t* addr, size_t len);
 int ofi_ctrl_post(struct ofi_comm* c, unsigned k);
 /* FI_MR_LOCAL: registers a buffer of ours (no-op otherwise). */
@@ -426,6 +442,8 @@ uint64_t ofi_now_ns(void);
 int ofi_cq_progress(struct ofi_comm* c);
 /* Rate-limited dead-peer check for an op that is waiting; returns c->error. */
 int ofi_peer_check(struct ofi_comm* c);
+/* The peer closed its end on purpose (its side channel said "bye"). */
+int ofi_peer_bye(struct ofi_comm* c);
 /* ofi_rma.c: the signal write of a put_signal, once its data write has completed. */
 int ofi_signal_post(struct ofi_comm* c, struct ofi_req* r);
 /* ofi_rma.c: the RMA write of one stripe of a put (buf inside the put's source) on stream st. */
@@ -490,6 +508,7 @@ void ofi_eager_offer(const struct ofi_comm* c, struct mk_ofi_hello* out);
 int ofi_eager_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,
                     const struct mk_ofi_hello* theirs);
 /* A send comm closing waits (bounded) until the receiver has taken its eager pieces. */
+/* ofi_eager_close.c: a send comm's close waits for its credits, asking for them. */
 void ofi_eager_close_drain(struct ofi_comm* c);
 void ofi_eager_close_fabric(struct ofi_comm* c);
 void ofi_eager_destroy(struct ofi_comm* c);

@@ -43,8 +43,7 @@ static int ofi_cts_arrived(struct ofi_comm* c, unsigned k) {
   return ofi_ctrl_post(c, k);
 }
 
-/* The peer closed its end on purpose (its side channel said "bye"). */
-static int ofi_peer_bye(struct ofi_comm* c) {
+int ofi_peer_bye(struct ofi_comm* c) {
   if (c->peer_state != MK_PEER_BYE && c->sock >= 0) c->peer_state = mk_sock_peer_state(c->sock);
   return c->peer_state == MK_PEER_BYE;
 }
@@ -67,8 +66,8 @@ static int ofi_op_done(struct ofi_comm* c, struct ofi_op* op, uint64_t tag, size
     return op->kind == OFI_OP_CTRL_RECV ? ofi_cts_arrived(c, op->idx)
                                         : ofi_eager_arrived(c, (struct ofi_bounce*)op, tag, len);
   }
-  if (op->kind == OFI_OP_CREDIT_SEND) {
-    c->credit_busy = 0;
+  if (op->kind == OFI_OP_CREDIT_SEND || op->kind == OFI_OP_FLUSH_SEND) {
+    if (op->kind == OFI_OP_CREDIT_SEND) c->credit_busy = 0;
     return err ? ofi_completion_errno(c, -err) : 0;
   }
   /* data stripes, put stripes and signals: stream threads may complete the same request */
@@ -92,7 +91,7 @@ static int ofi_cq_error(struct ofi_comm* c) {
   }
   if (op &&
       (op->kind == OFI_OP_CTS_SEND || op->kind == OFI_OP_CREDIT_SEND ||
-       op->kind == OFI_OP_EAGER_RECV) &&
+       op->kind == OFI_OP_FLUSH_SEND || op->kind == OFI_OP_EAGER_RECV) &&
       ofi_peer_bye(c)) {
     /* With eager sends a sender may finish, say "bye" and close while a clear-to-send or
      * credit return to it is on the way, or with our bounce buffers still posted: that loss

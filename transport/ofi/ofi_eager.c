@@ -5,13 +5,13 @@
  * number and user tag ignored by the match); an arrived message waits in the unexpected
  * queue until its receive is posted and every earlier message of that receive has been
  * delivered, is then copied into the user buffer, and the bounce buffer is reposted (its
- * credit goes back in the next clear-to-send, or in a credit-only message once a quarter of
- * the buffers are owed). When the receive had already posted that buffer and sent its
- * clear-to-send (the message crossed it), the buffer's posted stripes are cancelled, or, for
- * a written buffer, the write it expected is let go. A receive whose buffers all fit a
- * bounce buffer sends no clear-to-send (version 7): its messages can only come eager.
- * Send side: an eager send, and what an arriving clear-to-send means for the messages that
- * went eager before it. Everything here runs under the comm lock.
+ * credit goes back in the next clear-to-send, in a credit-only message once a quarter of
+ * the buffers are owed, or at once after the closing sender's flush request). When the receive had
+ * already posted that buffer and sent its clear-to-send (the message crossed it), the buffer's
+ * posted stripes are cancelled, or, for a written buffer, the write it expected is let go. A
+ * receive whose buffers all fit a bounce buffer sends no clear-to-send (version 7): its messages
+ * can only come eager. Send side: an eager send, and what an arriving clear-to-send means for the
+ * messages that went eager before it. Everything here runs under the comm lock.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -73,7 +73,7 @@ static int ofi_bounce_setup(struct ofi_comm* c, uint32_t nbufs) {
   c->bounce = calloc(nbufs, sizeof(*c->bounce));
   if (!c->bounce) return -ENOMEM;
   MK_CHECK(mk_ofi_uq_init(&c->uq, nbufs));
-  mk_ofi_owed_init(&c->owed, nbufs);
+  mk_ofi_owed_init(&c->owed, nbufs, mk_ofi_eager_pieces(c->eager_bytes));
   MK_CHECK(ofi_internal_reg(c, c->bounce_mem, len, &c->bounce_mr, &c->bounce_desc));
   c->nbounce = nbufs;
   for (uint32_t i = 0; i < nbufs; i++) {
@@ -101,23 +101,6 @@ int ofi_eager_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,
   return ofi_bounce_setup(c, nbufs);
 }
 
-/* A send comm closing: its eager sends completed once handed to the provider, and closing the
- * endpoint under them lost some (7 of 32 messages in 20-45% of runs of a test that closes at
- * once, session 54; delivery-complete sends alone did not help). So it waits until the
- * receiver has taken every eager piece (all credits back; the receiver returns them once its
- * receives are done), bounded by OFI_EAGER_CLOSE_NS. */
-#define OFI_EAGER_CLOSE_NS 200000000ull
-void ofi_eager_close_drain(struct ofi_comm* c) {
-  if (!c->is_send || !c->eager_bytes || c->error) return;
-  const uint64_t deadline = ofi_now_ns() + OFI_EAGER_CLOSE_NS;
-  while (c->credits.avail < c->credits.cap && !c->error && ofi_now_ns() < deadline)
-    if (ofi_cq_progress(c) == 0 && ofi_peer_check(c) < 0) break;
-  if (c->credits.avail < c->credits.cap)
-    MK_INFO(MK_NCCL_SUBSYS_NET,
-            "ofi: comm %p closed with %u eager pieces not taken by the receiver", (void*)c,
-            c->credits.cap - c->credits.avail);
-}
-
 void ofi_eager_close_fabric(struct ofi_comm* c) {
   if (c->bounce_mr) fi_close(&c->bounce_mr->fid);
   c->bounce_mr = NULL;
@@ -142,11 +125,10 @@ void ofi_eager_destroy(struct ofi_comm* c) {
   c->bounce = NULL, c->bounce_mem = NULL, c->credit_msg = NULL, c->nbounce = 0;
 }
 
-/* Returns the owed credits on their own once enough are owed, or any owed once no receive is
- * live (one message in flight): a sender that closes waits for all of its credits, so that
- * no eager message it counted sent is still on the way (ofi_eager_close_drain). */
+/* Returns the owed credits on their own once enough are owed (one message in flight), or any
+ * owed once the sender has asked for them at its close (version 8). */
 static int ofi_credit_send(struct ofi_comm* c) {
-  if (c->credit_busy || !(mk_ofi_owed_due(&c->owed) || (c->nrx == 0 && c->owed.owed))) return 0;
+  if (c->credit_busy || !(mk_ofi_owed_due(&c->owed) || (c->flush_asked && c->owed.owed))) return 0;
   struct ofi_ctrl_buf* m = c->credit_msg;
   memset(&m->cts, 0, sizeof(m->cts));
   m->cts.magic = MK_OFI_CTS_MAGIC;
@@ -161,7 +143,17 @@ static int ofi_credit_send(struct ofi_comm* c) {
   }
   mk_ofi_owed_take(&c->owed);
   c->credit_busy = 1;
+  c->n_credit_msgs++;
   return 0;
+}
+
+/* The sender is closing (ofi_eager_close.c): the flush request's buffer is free again at once,
+ * and from now on every credit goes back as soon as it is owed. */
+static int ofi_eager_flush_arrived(struct ofi_comm* c, struct ofi_bounce* b) {
+  c->flush_asked = 1;
+  b->credit_due = 1;
+  MK_CHECK(ofi_bounce_post(c, b));
+  return ofi_credit_send(c);
 }
 
 int ofi_eager_retry(struct ofi_comm* c) {
@@ -332,6 +324,7 @@ int ofi_eager_arrived(struct ofi_comm* c, struct ofi_bounce* b, uint64_t tag, si
             (unsigned long long)tag, len);
     return -EPROTO;
   }
+  if (mk_ofi_eager_is_flush(tag, len)) return ofi_eager_flush_arrived(c, b);
   struct mk_ofi_uq_ent e = {.msn = mk_ofi_msn_expand(c->msn, mk_ofi_tag_eager_msn(tag)),
                             .tag = mk_ofi_tag_eager_user(tag),
                             .len = (uint32_t)len,
@@ -434,4 +427,8 @@ uint64_t mk_ofi_messages_eager(const struct mk_comm* comm) {
 
 uint64_t mk_ofi_messages_announced(const struct mk_comm* comm) {
   return ofi_count_locked(comm, offsetof(struct ofi_comm, n_cts));
+}
+
+uint64_t mk_ofi_credit_messages(const struct mk_comm* comm) {
+  return ofi_count_locked(comm, offsetof(struct ofi_comm, n_credit_msgs));
 }

@@ -119,6 +119,16 @@ void ofi_comms_stop_threads(void) {
   pthread_mutex_unlock(&ofi_live_mu);
 }
 
+void ofi_comms_visit_idle(const struct ofi_comm* self, void (*fn)(struct ofi_comm*)) {
+  if (pthread_mutex_trylock(&ofi_live_mu) != 0) return;
+  for (struct ofi_comm* c = ofi_live; c; c = c->live_next) {
+    if (c == self || pthread_mutex_trylock(&c->lock) != 0) continue;
+    if (c->base.ops == &mk_ofi_ops) fn(c); /* a closed comm's ops are cleared under its lock */
+    pthread_mutex_unlock(&c->lock);
+  }
+  pthread_mutex_unlock(&ofi_live_mu);
+}
+
 int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
   int rc;
   *out = NULL;
