@@ -49,7 +49,7 @@ static void ofi_eager_serve(struct ofi_comm* other) {
 
 void ofi_eager_close_drain(struct ofi_comm* c) {
   if (!c->is_send || !c->eager_bytes || c->error) return;
-  const uint64_t deadline = ofi_now_ns() + OFI_EAGER_CLOSE_NS;
+  const uint64_t start = ofi_now_ns(), deadline = start + OFI_EAGER_CLOSE_NS;
   int asked = 0;
   while (c->credits.avail < c->credits.cap && !c->error && ofi_now_ns() < deadline) {
     if (!asked && c->credits.avail > 0) {
@@ -61,9 +61,21 @@ void ofi_eager_close_drain(struct ofi_comm* c) {
     if (ofi_peer_check(c) < 0 || ofi_peer_bye(c)) break; /* nothing left to deliver to */
     ofi_comms_visit_idle(c, ofi_eager_serve);
   }
-  if (c->credits.avail == c->credits.cap) return;
-  if (!c->error && !ofi_peer_bye(c))
-    __atomic_add_fetch(&ofi_close_drains_short, 1, __ATOMIC_RELAXED);
-  MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: comm %p closed with %u eager pieces not taken by the receiver",
-          (void*)c, c->credits.cap - c->credits.avail);
+  const unsigned out = c->credits.cap - c->credits.avail;
+  const double ms = (double)(ofi_now_ns() - start) / 1e6;
+  if (!out) return;
+  /* A receiver that closed first reported any message it never received itself. */
+  if (c->error || ofi_peer_bye(c)) {
+    MK_INFO(MK_NCCL_SUBSYS_NET,
+            "ofi: comm %p closed with %u eager credits out after %.1f ms: its receiver %s", (void*)c,
+            out, ms, c->error ? "failed" : "closed first");
+    return;
+  }
+  /* INFO, not WARN: under NCCL every message was received before the close (NCCL waited for
+   * each receive), so what is out is credits the receiver had not returned yet. */
+  __atomic_add_fetch(&ofi_close_drains_short, 1, __ATOMIC_RELAXED);
+  MK_INFO(MK_NCCL_SUBSYS_NET,
+          "ofi: comm %p gave up after %.1f ms waiting for its receiver to take or return %u "
+          "eager pieces",
+          (void*)c, ms, out);
 }
