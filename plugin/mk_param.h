@@ -58,12 +58,13 @@
     "-2..-46% under NCCL on one H200); 0: the thread always drives")                           \
   X(INT, OFI_STRIPE_MIN, "NCCL_MK_OFI_STRIPE_MIN", "262144", 0, 1099511627776, "",            \
     "ofi: receive buffers larger than this many bytes are striped over the streams")           \
-  X(INT, OFI_EAGER_BYTES, "NCCL_MK_OFI_EAGER_BYTES", "0", 0, 1048576, "",                   \
+  X(INT, OFI_EAGER_BYTES, "NCCL_MK_OFI_EAGER_BYTES", "65536", 0, 1048576, "",               \
     "ofi: a send of at most this many bytes whose clear-to-send has not arrived goes at once " \
-    "into the receiver's bounce buffers (16 KiB pieces), and receives whose buffers all fit " \
-    "send no clear-to-send (NCCL_MK_OFI_NO_CTS_MS); 0 (the default) turns eager off; both "  \
-    "ends use the smaller value. 65536 under NCCL on one H200: 8 B-4 KiB all_reduce "        \
-    "-8..-17%, 32 KiB +49%, 256 KiB +11% (bench/NOTES.md session 54)")                       \
+    "into the receiver's bounce buffers (16 KiB pieces, NCCL_MK_OFI_EAGER_BUFS of them per "  \
+    "receive comm), and receives whose buffers all fit send no clear-to-send "                \
+    "(NCCL_MK_OFI_NO_CTS_MS); both ends use the smaller value; 0 turns eager off. 65536 "     \
+    "against 0 under NCCL on one H200: 8 B-4 KiB all_reduce -31..-40%, 32 KiB +5%, 256 KiB " \
+    "+8% (within the runs' spread; bench/NOTES.md session 55)")                               \
   X(INT, OFI_WRITES, "NCCL_MK_OFI_WRITES", "1", 0, 1, "",                                    \
     "ofi: 1 lets a receiver have each message written into its buffer with one RMA write "    \
     "(its clear-to-send carries the address) instead of sent to a posted receive, which over " \

@@ -390,7 +390,7 @@ tier_net() {
   step net_gpu_tests env MK_CHECK_LOGS="$LOGS/net" "$(dirname "$0")/net-gpu-tests.sh"
   grep -E '^(pass|FAIL) ' "$LOGS/net_gpu_tests.log" | grep -c '^pass' | sed 's/^/net checks passed: /'
   # the default endpoints per comm (2 over tcp) and one; eager sends and the progress thread at
-  # their defaults (eager off: session 23 measured no gain under NCCL). MK_STREAMS / MK_EAGER /
+  # their defaults (eager 64 KiB since session 55, protocol v8). MK_STREAMS / MK_EAGER /
   # MK_PROGRESS override.
   # two interleaved runs each: Socket 4x4 alone swung 2-9 GB/s between runs (session 24)
   step bench_net env OUT="$LOGS/bench-net" MK_SKIP_BUILD=1 MK_STREAMS="${MK_STREAMS:-default 1}" \
