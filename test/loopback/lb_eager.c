@@ -15,7 +15,7 @@
 #define MiB (1024ull * 1024)
 
 /* Every case here sets the eager size at both ends, before its comm is made: 16 KiB (the
- * default is 0, off), so that the cases' sizes straddle it. */
+ * default is 64 KiB), so that the cases' sizes straddle it. */
 static void eager_on(void) {
   lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "16384");
 }
@@ -259,9 +259,14 @@ static void jitter(uint64_t seed, int m) {
 static size_t cross_cap(int m, int mixed) {
   return mixed && m % 5 < 3 && (m / 5) % 2 ? eager_bytes() : 256 * KiB;
 }
+/* Receives of eager capacity that go without a clear-to-send: all but those posted right after
+ * a receive whose message took more than one eager piece of 16 KiB (the receive before is
+ * m - CROSS_WINDOW, waited for just before m is posted). */
 static uint64_t cross_small_receives(void) {
   uint64_t n = 0;
-  for (int m = 0; m < CROSS_COUNT; m++) n += cross_cap(m, 1) == eager_bytes();
+  for (int m = 0; m < CROSS_COUNT; m++)
+    n += cross_cap(m, 1) == eager_bytes() &&
+         !(m >= CROSS_WINDOW && cross_len(m - CROSS_WINDOW) > 16 * KiB);
   return n;
 }
 static int cross_run_recv(struct lb_ctx* ctx, int mixed) {
@@ -299,8 +304,9 @@ static int cross_run_recv(struct lb_ctx* ctx, int mixed) {
       (unsigned long long)unannounced, (unsigned long long)late, (unsigned long long)announced,
       (unsigned long long)mk_ofi_messages_written(ctx->comm),
       (unsigned long long)mk_ofi_messages_eager(ctx->comm));
-  /* a receive of eager capacity sends no clear-to-send, unless late: whether its message came
-   * before it was posted or after, which timing decides, does not matter */
+  /* a receive of eager capacity sends no clear-to-send, unless late or after a multi-piece
+   * message: whether its message came before it was posted or after, which timing decides,
+   * does not matter */
   if (mixed && mk_param_int(MK_PARAM_OFI_NO_CTS_MS) > 0)
     LB_EXPECT(announced <= CROSS_COUNT - cross_small_receives() + late);
   for (int w = 0; w < CROSS_WINDOW; w++) {
@@ -735,6 +741,52 @@ static int first_close_send(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* NCCL posts its 64 KiB LL slots for messages of any size: after a receive whose message took
+ * more than one piece, the next receive announces itself (its message is then written once
+ * into the buffer); after a one-piece message, the next goes without a clear-to-send again.
+ * Each receive is posted before its send starts, so which it does is not left to timing. */
+static const size_t pieces_lens[] = {8, 3 * 16384 - 100, 8, 8, 20000, 64};
+static const int pieces_announced[] = {0, 0, 1, 0, 0, 1}; /* by the message before */
+#define PIECES_COUNT (int)(sizeof(pieces_lens) / sizeof(pieces_lens[0]))
+static int pieces_recv(struct lb_ctx* ctx) {
+  lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "65536");
+  LB_OK(lb_accept(ctx));
+  LB_OK(warm(ctx));
+  for (int m = 0; m < PIECES_COUNT; m++) {
+    uint64_t late = 0, before = mk_ofi_receives_unannounced(ctx->comm, &late);
+    size_t cap = 65536, got = 0;
+    unsigned char* buf = lb_alloc(cap);
+    void* d = buf;
+    int tag = 8;
+    struct mk_request* req;
+    LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
+    const uint64_t after = mk_ofi_receives_unannounced(ctx->comm, &late);
+    lb_tell(ctx, (uint64_t)m); /* posted: now the send */
+    LB_OK(lb_wait(ctx, req, &got));
+    LB_EXPECT(got == pieces_lens[m]);
+    LB_EXPECT(lb_check(buf, got, ctx->seed, 600 + (uint64_t)m, "after pieces") == 0);
+    free(buf);
+    printf("  receive %d (message %zu B): %s\n", m, pieces_lens[m],
+           after == before ? "announced" : "no clear-to-send");
+    LB_EXPECT((after == before) == pieces_announced[m]);
+  }
+  return lb_close(ctx);
+}
+static int pieces_send(struct lb_ctx* ctx) {
+  lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "65536");
+  LB_OK(lb_connect(ctx));
+  LB_OK(warm(ctx));
+  for (int m = 0; m < PIECES_COUNT; m++) {
+    LB_EXPECT(lb_hear(ctx) == (uint64_t)m);
+    unsigned char* b;
+    struct mk_request* r;
+    LB_OK(send_start(ctx, pieces_lens[m], 600 + (uint64_t)m, 8, &b, &r));
+    LB_OK(lb_wait(ctx, r, NULL));
+    free(b);
+  }
+  return lb_close(ctx);
+}
+
 const struct lb_case lb_cases_eager[] = {
     {"eager_sends_taken_before_any_receive_is_posted", late_recv, late_send, 30, 0},
     {"eager_credits_exhausted_sender_waits_then_all_arrive_in_order", credits_recv, credits_send,
@@ -758,5 +810,7 @@ const struct lb_case lb_cases_eager[] = {
      both_close_side, 30, 0},
     {"a_sender_closing_after_its_receiver_closed_stops_at_the_bye", first_close_recv,
      first_close_send, 30, 0},
+    {"after_a_multi_piece_message_the_next_small_receive_sends_a_clear_to_send", pieces_recv,
+     pieces_send, 30, 0},
     {NULL, NULL, NULL, 0, 0},
 };

@@ -48,13 +48,22 @@ static void msn_expand_finds_the_number_nearest_the_reference(void) {
  * allows it, and every buffer fits a bounce buffer (any message for it then goes eager). */
 static void receives_that_fit_bounce_buffers_send_no_clear_to_send(void) {
   const size_t small[3] = {0, 8, 65536}, mixed[3] = {8, 65537, 8};
-  CHECK_EQ(mk_ofi_recv_announces(small, 3, 65536, 1), 0);
-  CHECK_EQ(mk_ofi_recv_announces(small, 1, 8, 1), 0);
-  CHECK_EQ(mk_ofi_recv_announces(mixed, 3, 65536, 1), 1); /* one buffer is larger */
-  CHECK_EQ(mk_ofi_recv_announces(mixed, 1, 65536, 1), 0);
-  CHECK_EQ(mk_ofi_recv_announces(small, 3, 0, 1), 1);     /* eager off */
-  CHECK_EQ(mk_ofi_recv_announces(small, 3, 65536, 0), 1); /* NCCL_MK_OFI_NO_CTS_MS=0 */
-  CHECK_EQ(mk_ofi_recv_announces(small, 3, 4096, 1), 1);  /* 64 KiB > a 4 KiB bounce */
+  CHECK_EQ(mk_ofi_recv_announces(small, 3, 65536, 1, 0), 0);
+  CHECK_EQ(mk_ofi_recv_announces(small, 1, 8, 1, 0), 0);
+  CHECK_EQ(mk_ofi_recv_announces(mixed, 3, 65536, 1, 0), 1); /* one buffer is larger */
+  CHECK_EQ(mk_ofi_recv_announces(mixed, 1, 65536, 1, 0), 0);
+  CHECK_EQ(mk_ofi_recv_announces(small, 3, 0, 1, 0), 1);     /* eager off */
+  CHECK_EQ(mk_ofi_recv_announces(small, 3, 65536, 0, 0), 1); /* NCCL_MK_OFI_NO_CTS_MS=0 */
+  CHECK_EQ(mk_ofi_recv_announces(small, 3, 4096, 1, 0), 1);  /* 64 KiB > a 4 KiB bounce */
+  CHECK_EQ(mk_ofi_recv_announces(small, 3, 65536, 1, 1), 1); /* after a multi-piece message */
+}
+
+/* A receive that took a message of more than one piece makes the next one announce itself. */
+static void a_receive_that_took_a_multi_piece_message_makes_the_next_announce(void) {
+  const size_t one[2] = {MK_OFI_EAGER_PIECE, 8}, two[2] = {8, MK_OFI_EAGER_PIECE + 1};
+  CHECK_EQ(mk_ofi_recv_took_pieces(one, 2), 0);
+  CHECK_EQ(mk_ofi_recv_took_pieces(two, 2), 1);
+  CHECK_EQ(mk_ofi_recv_took_pieces(two, 1), 0);
 }
 
 static void send_path_prefers_the_clear_to_send_then_eager_within_size_and_credits(void) {
@@ -251,6 +260,7 @@ int main(void) {
   msn_expand_finds_the_number_nearest_the_reference();
   send_path_prefers_the_clear_to_send_then_eager_within_size_and_credits();
   receives_that_fit_bounce_buffers_send_no_clear_to_send();
+  a_receive_that_took_a_multi_piece_message_makes_the_next_announce();
   eager_pieces_make_a_message_whole_in_any_order_and_reject_contradictions();
   credits_never_exceed_the_pool_nor_go_below_zero();
   matching_and_replay_agree_on_every_buffer();
