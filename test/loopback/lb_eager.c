@@ -260,13 +260,14 @@ static size_t cross_cap(int m, int mixed) {
   return mixed && m % 5 < 3 && (m / 5) % 2 ? eager_bytes() : 256 * KiB;
 }
 /* Receives of eager capacity that go without a clear-to-send: all but those posted right after
- * a receive whose message took more than one eager piece of 16 KiB (the receive before is
+ * a receive whose message was above NCCL_MK_OFI_ANNOUNCE_AFTER (the receive before is
  * m - CROSS_WINDOW, waited for just before m is posted). */
 static uint64_t cross_small_receives(void) {
   uint64_t n = 0;
   for (int m = 0; m < CROSS_COUNT; m++)
     n += cross_cap(m, 1) == eager_bytes() &&
-         !(m >= CROSS_WINDOW && cross_len(m - CROSS_WINDOW) > 16 * KiB);
+         !(m >= CROSS_WINDOW &&
+           cross_len(m - CROSS_WINDOW) > (size_t)mk_param_int(MK_PARAM_OFI_ANNOUNCE_AFTER));
   return n;
 }
 static int cross_run_recv(struct lb_ctx* ctx, int mixed) {
@@ -304,7 +305,7 @@ static int cross_run_recv(struct lb_ctx* ctx, int mixed) {
       (unsigned long long)unannounced, (unsigned long long)late, (unsigned long long)announced,
       (unsigned long long)mk_ofi_messages_written(ctx->comm),
       (unsigned long long)mk_ofi_messages_eager(ctx->comm));
-  /* a receive of eager capacity sends no clear-to-send, unless late or after a multi-piece
+  /* a receive of eager capacity sends no clear-to-send, unless late or after a large
    * message: whether its message came before it was posted or after, which timing decides,
    * does not matter */
   if (mixed && mk_param_int(MK_PARAM_OFI_NO_CTS_MS) > 0)
@@ -431,6 +432,8 @@ static size_t nocts_cap(int m) {
 }
 static int nocts_recv(struct lb_ctx* ctx) {
   eager_on();
+  /* messages up to the eager size, none followed by a clear-to-send (see pieces_recv) */
+  lb_set_param("NCCL_MK_OFI_ANNOUNCE_AFTER", "1048576");
   LB_OK(lb_accept(ctx));
   LB_OK(warm(ctx));
   for (int m = 0; m < NOCTS_COUNT; m++) {
@@ -741,15 +744,17 @@ static int first_close_send(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
-/* NCCL posts its 64 KiB LL slots for messages of any size: after a receive whose message took
- * more than one piece, the next receive announces itself (its message is then written once
- * into the buffer); after a one-piece message, the next goes without a clear-to-send again.
- * Each receive is posted before its send starts, so which it does is not left to timing. */
-static const size_t pieces_lens[] = {8, 3 * 16384 - 100, 8, 8, 20000, 64};
+/* NCCL posts its 64 KiB LL slots for messages of any size: after a receive that took a message
+ * above NCCL_MK_OFI_ANNOUNCE_AFTER (8 KiB here), the next receive announces itself (its message
+ * is then written once into the buffer); after a small one, the next goes without a
+ * clear-to-send again. Each receive is posted before its send starts, so which it does is not
+ * left to timing. */
+static const size_t pieces_lens[] = {8, 3 * 16384 - 100, 8, 8192, 8193, 64};
 static const int pieces_announced[] = {0, 0, 1, 0, 0, 1}; /* by the message before */
 #define PIECES_COUNT (int)(sizeof(pieces_lens) / sizeof(pieces_lens[0]))
 static int pieces_recv(struct lb_ctx* ctx) {
   lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "65536");
+  lb_set_param("NCCL_MK_OFI_ANNOUNCE_AFTER", "8192");
   LB_OK(lb_accept(ctx));
   LB_OK(warm(ctx));
   for (int m = 0; m < PIECES_COUNT; m++) {
@@ -810,7 +815,7 @@ const struct lb_case lb_cases_eager[] = {
      both_close_side, 30, 0},
     {"a_sender_closing_after_its_receiver_closed_stops_at_the_bye", first_close_recv,
      first_close_send, 30, 0},
-    {"after_a_multi_piece_message_the_next_small_receive_sends_a_clear_to_send", pieces_recv,
+    {"after_a_large_message_the_next_small_receive_sends_a_clear_to_send", pieces_recv,
      pieces_send, 30, 0},
     {NULL, NULL, NULL, 0, 0},
 };

@@ -55,15 +55,16 @@ static void receives_that_fit_bounce_buffers_send_no_clear_to_send(void) {
   CHECK_EQ(mk_ofi_recv_announces(small, 3, 0, 1, 0), 1);     /* eager off */
   CHECK_EQ(mk_ofi_recv_announces(small, 3, 65536, 0, 0), 1); /* NCCL_MK_OFI_NO_CTS_MS=0 */
   CHECK_EQ(mk_ofi_recv_announces(small, 3, 4096, 1, 0), 1);  /* 64 KiB > a 4 KiB bounce */
-  CHECK_EQ(mk_ofi_recv_announces(small, 3, 65536, 1, 1), 1); /* after a multi-piece message */
+  CHECK_EQ(mk_ofi_recv_announces(small, 3, 65536, 1, 1), 1); /* after a large message */
 }
 
-/* A receive that took a message of more than one piece makes the next one announce itself. */
-static void a_receive_that_took_a_multi_piece_message_makes_the_next_announce(void) {
-  const size_t one[2] = {MK_OFI_EAGER_PIECE, 8}, two[2] = {8, MK_OFI_EAGER_PIECE + 1};
-  CHECK_EQ(mk_ofi_recv_took_pieces(one, 2), 0);
-  CHECK_EQ(mk_ofi_recv_took_pieces(two, 2), 1);
-  CHECK_EQ(mk_ofi_recv_took_pieces(two, 1), 0);
+/* A receive that took a message above the limit makes the next one announce itself. */
+static void a_receive_that_took_a_large_message_makes_the_next_announce(void) {
+  const size_t small[2] = {8192, 8}, large[2] = {8, 8193};
+  CHECK_EQ(mk_ofi_recv_took_large(small, 2, 8192), 0);
+  CHECK_EQ(mk_ofi_recv_took_large(large, 2, 8192), 1);
+  CHECK_EQ(mk_ofi_recv_took_large(large, 1, 8192), 0);
+  CHECK_EQ(mk_ofi_recv_took_large(large, 2, 65536), 0);
 }
 
 static void send_path_prefers_the_clear_to_send_then_eager_within_size_and_credits(void) {
@@ -260,7 +261,7 @@ int main(void) {
   msn_expand_finds_the_number_nearest_the_reference();
   send_path_prefers_the_clear_to_send_then_eager_within_size_and_credits();
   receives_that_fit_bounce_buffers_send_no_clear_to_send();
-  a_receive_that_took_a_multi_piece_message_makes_the_next_announce();
+  a_receive_that_took_a_large_message_makes_the_next_announce();
   eager_pieces_make_a_message_whole_in_any_order_and_reject_contradictions();
   credits_never_exceed_the_pool_nor_go_below_zero();
   matching_and_replay_agree_on_every_buffer();

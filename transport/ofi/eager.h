@@ -86,24 +86,23 @@ static inline enum mk_ofi_path mk_ofi_send_path(int have_cts, uint64_t size, uin
 /* Whether a receive of n buffers of these sizes sends its clear-to-send when posted (version
  * 7): not when eager is on (eager_bytes > 0), small receives may go without one (no_cts) and
  * every buffer fits a bounce buffer; then no message it can take needs one. Nor after a
- * receive whose messages took more than one piece (after_pieces, mk_ofi_recv_took_pieces):
- * NCCL's LL slots are 64 KiB whatever the message, and a 32-64 KiB message costs 2-4 tagged
- * pieces, each copied by rxm on both sides and by us, where the clear-to-send lets it be
- * written once into the user's buffer (+5..+40% per all_reduce at 32 KiB under NCCL,
- * bench/NOTES.md session 55). The receiver alone decides: nothing changes on the wire. */
+ * receive that took a large message (after_large, mk_ofi_recv_took_large): NCCL posts its
+ * 64 KiB LL slots for messages of any size, and a message that went through a bounce buffer
+ * is copied by rxm on both sides and by us, where the clear-to-send lets it be written once
+ * into the user's buffer. The receiver alone decides: nothing changes on the wire. */
 static inline int mk_ofi_recv_announces(const size_t* sizes, int n, uint32_t eager_bytes,
-                                        int no_cts, int after_pieces) {
-  if (!eager_bytes || !no_cts || after_pieces) return 1;
+                                        int no_cts, int after_large) {
+  if (!eager_bytes || !no_cts || after_large) return 1;
   for (int i = 0; i < n; i++)
     if (sizes[i] > eager_bytes) return 1;
   return 0;
 }
 
-/* Whether a finished receive (the sizes its messages had) took a message of more than one
- * eager piece, which makes the next receive announce itself. */
-static inline int mk_ofi_recv_took_pieces(const size_t* sizes, int n) {
+/* Whether a finished receive (the sizes its messages had) took a message of more than limit
+ * bytes (NCCL_MK_OFI_ANNOUNCE_AFTER), which makes the next receive announce itself. */
+static inline int mk_ofi_recv_took_large(const size_t* sizes, int n, uint64_t limit) {
   for (int i = 0; i < n; i++)
-    if (sizes[i] > MK_OFI_EAGER_PIECE) return 1;
+    if (sizes[i] > limit) return 1;
   return 0;
 }
 

@@ -441,7 +441,7 @@ static int ofi_recv_post(struct ofi_comm* c, struct ofi_req* r, int n, void** da
   c->msn += (uint32_t)n;
   MK_CHECK(ofi_eager_drain(c));
   if (r->eager_done == n) return 0; /* all in: no clear-to-send */
-  if (!mk_ofi_recv_announces(sizes, n, c->eager_bytes, c->no_cts_ns != 0, c->recv_took_pieces)) {
+  if (!mk_ofi_recv_announces(sizes, n, c->eager_bytes, c->no_cts_ns != 0, c->recv_took_large)) {
     ofi_recv_unannounced(c, r);
     return 0;
   }
@@ -525,7 +525,7 @@ static int ofi_test_pending(struct ofi_comm* c) {
  * none left live, bounce buffers the provider had no room for are posted again and credits
  * due go back (ofi_eager_retry). */
 static void ofi_recv_done(struct ofi_comm* c, struct ofi_req* r) {
-  c->recv_took_pieces = mk_ofi_recv_took_pieces(r->sizes, r->n);
+  c->recv_took_large = mk_ofi_recv_took_large(r->sizes, r->n, c->announce_after);
   ofi_rx_remove(c, r);
   ofi_write_forget(c, r);
   int rc = c->nbounce && c->nrx == 0 ? ofi_eager_retry(c) : 0;

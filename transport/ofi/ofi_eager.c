@@ -98,6 +98,7 @@ int ofi_eager_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,
     return 0;
   }
   c->no_cts_ns = (uint64_t)mk_param_int(MK_PARAM_OFI_NO_CTS_MS) * 1000000ull;
+  c->announce_after = (uint64_t)mk_param_int(MK_PARAM_OFI_ANNOUNCE_AFTER);
   return ofi_bounce_setup(c, nbufs);
 }
 
