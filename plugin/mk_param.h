@@ -63,13 +63,15 @@
     "into the receiver's bounce buffers (16 KiB pieces, NCCL_MK_OFI_EAGER_BUFS of them per "  \
     "receive comm), and receives whose buffers all fit send no clear-to-send "                \
     "(NCCL_MK_OFI_NO_CTS_MS); both ends use the smaller value; 0 turns eager off. 65536 "     \
-    "against 0 under NCCL on one H200: 8 B-4 KiB all_reduce -31..-40%, 32 KiB +5%, 256 KiB " \
-    "+8% (within the runs' spread; bench/NOTES.md session 55)")                               \
+    "against 0 under NCCL on one H200 (5 calls, bench/NOTES.md session 55): 8 B-4 KiB "       \
+    "all_reduce 13-40% lower, 32 KiB (with NCCL_MK_OFI_ANNOUNCE_AFTER) and 256 KiB within "  \
+    "the spread")                                                                             \
   X(INT, OFI_ANNOUNCE_AFTER, "NCCL_MK_OFI_ANNOUNCE_AFTER", "8192", 0, 1048576, "",          \
     "ofi, with eager on: after a receive that took a message of more than this many bytes, "  \
     "the next receive sends its clear-to-send even when its buffers fit the eager size (its " \
     "message is then written into the buffer instead of copied through a bounce buffer); "   \
-    "the eager size or more: only NCCL_MK_OFI_NO_CTS_MS decides")                             \
+    "the eager size or more: only NCCL_MK_OFI_NO_CTS_MS decides (32 KiB all_reduce under "   \
+    "NCCL: 113 us against 156-169 with 1048576, session 55)")                                \
   X(INT, OFI_WRITES, "NCCL_MK_OFI_WRITES", "1", 0, 1, "",                                    \
     "ofi: 1 lets a receiver have each message written into its buffer with one RMA write "    \
     "(its clear-to-send carries the address) instead of sent to a posted receive, which over " \
