@@ -48,17 +48,22 @@ static int send_start(struct lb_ctx* ctx, size_t len, uint64_t stream, int tag,
   return lb_send(ctx, *buf, len, tag, NULL, req);
 }
 
+/* One message of len bytes (`stream`'s bytes), sent and waited for. */
+static int send_whole(struct lb_ctx* ctx, size_t len, uint64_t stream, int tag) {
+  unsigned char* b;
+  struct mk_request* r;
+  LB_OK(send_start(ctx, len, stream, tag, &b, &r));
+  int rc = lb_wait(ctx, r, NULL);
+  free(b);
+  return rc;
+}
+
 /* One message the ordinary way first: tcp;ofi_rxm opens its connection on the first send,
  * which needs the receiver to progress; only once it is open can sends complete while the
  * receiver does nothing. */
 static int warm(struct lb_ctx* ctx) {
   if (!ctx->is_sender) return recv_check(ctx, 64, 8, 777, 0);
-  unsigned char* b;
-  struct mk_request* r;
-  LB_OK(send_start(ctx, 8, 777, 0, &b, &r));
-  LB_OK(lb_wait(ctx, r, NULL));
-  free(b);
-  return 0;
+  return send_whole(ctx, 8, 777, 0);
 }
 
 /* The sender starts 10 small sends (0 B to the eager size) before the receiver has posted
@@ -612,11 +617,7 @@ static int close_send(struct lb_ctx* ctx) {
   LB_OK(lb_connect(ctx));
   LB_OK(warm(ctx));
   for (int m = 0; m < CLOSE_COUNT; m++) {
-    unsigned char* b;
-    struct mk_request* r;
-    LB_OK(send_start(ctx, 100 + (size_t)m * 50, 500 + (uint64_t)m, 5, &b, &r));
-    LB_OK(lb_wait(ctx, r, NULL));
-    free(b);
+    LB_OK(send_whole(ctx, 100 + (size_t)m * 50, 500 + (uint64_t)m, 5));
   }
   LB_EXPECT(mk_ofi_messages_eager(ctx->comm) == CLOSE_COUNT + 1);
   lb_tell(ctx, 1);
@@ -649,11 +650,7 @@ static int steady_send(struct lb_ctx* ctx) {
   LB_OK(lb_connect(ctx));
   LB_OK(warm(ctx));
   for (int m = 0; m < STEADY_COUNT; m++) {
-    unsigned char* b;
-    struct mk_request* r;
-    LB_OK(send_start(ctx, 8 + (size_t)m, 900 + (uint64_t)m, 4, &b, &r));
-    LB_OK(lb_wait(ctx, r, NULL));
-    free(b);
+    LB_OK(send_whole(ctx, 8 + (size_t)m, 900 + (uint64_t)m, 4));
     LB_EXPECT(lb_hear(ctx) == (uint64_t)m); /* its receive is done: the comm idles */
   }
   return lb_close(ctx);
@@ -727,11 +724,7 @@ static int first_close_send(struct lb_ctx* ctx) {
   LB_OK(lb_connect(ctx));
   LB_OK(warm(ctx));
   for (int m = 0; m < FIRST_COUNT; m++) {
-    unsigned char* b;
-    struct mk_request* r;
-    LB_OK(send_start(ctx, 32 + (size_t)m, 300 + (uint64_t)m, 7, &b, &r));
-    LB_OK(lb_wait(ctx, r, NULL));
-    free(b);
+    LB_OK(send_whole(ctx, 32 + (size_t)m, 300 + (uint64_t)m, 7));
   }
   LB_EXPECT(lb_hear(ctx) == 1);
   const double t0 = lb_now();
@@ -783,11 +776,7 @@ static int pieces_send(struct lb_ctx* ctx) {
   LB_OK(warm(ctx));
   for (int m = 0; m < PIECES_COUNT; m++) {
     LB_EXPECT(lb_hear(ctx) == (uint64_t)m);
-    unsigned char* b;
-    struct mk_request* r;
-    LB_OK(send_start(ctx, pieces_lens[m], 600 + (uint64_t)m, 8, &b, &r));
-    LB_OK(lb_wait(ctx, r, NULL));
-    free(b);
+    LB_OK(send_whole(ctx, pieces_lens[m], 600 + (uint64_t)m, 8));
   }
   return lb_close(ctx);
 }

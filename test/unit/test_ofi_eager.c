@@ -61,10 +61,10 @@ static void receives_that_fit_bounce_buffers_send_no_clear_to_send(void) {
 /* A receive that took a message above the limit makes the next one announce itself. */
 static void a_receive_that_took_a_large_message_makes_the_next_announce(void) {
   const size_t small[2] = {8192, 8}, large[2] = {8, 8193};
-  CHECK_EQ(mk_ofi_recv_took_large(small, 2, 8192), 0);
-  CHECK_EQ(mk_ofi_recv_took_large(large, 2, 8192), 1);
-  CHECK_EQ(mk_ofi_recv_took_large(large, 1, 8192), 0);
-  CHECK_EQ(mk_ofi_recv_took_large(large, 2, 65536), 0);
+  CHECK_EQ(mk_ofi_sizes_above(small, 2, 8192), 0);
+  CHECK_EQ(mk_ofi_sizes_above(large, 2, 8192), 1);
+  CHECK_EQ(mk_ofi_sizes_above(large, 1, 8192), 0);
+  CHECK_EQ(mk_ofi_sizes_above(large, 2, 65536), 0);
 }
 
 static void send_path_prefers_the_clear_to_send_then_eager_within_size_and_credits(void) {

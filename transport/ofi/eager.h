@@ -83,27 +83,25 @@ static inline enum mk_ofi_path mk_ofi_send_path(int have_cts, uint64_t size, uin
   return MK_OFI_PATH_WAIT;
 }
 
+/* Whether any of n sizes is above limit: a finished receive's message sizes against
+ * NCCL_MK_OFI_ANNOUNCE_AFTER (then the next receive announces itself), or a receive's buffer
+ * sizes against the eager size. */
+static inline int mk_ofi_sizes_above(const size_t* sizes, int n, uint64_t limit) {
+  for (int i = 0; i < n; i++)
+    if (sizes[i] > limit) return 1;
+  return 0;
+}
+
 /* Whether a receive of n buffers of these sizes sends its clear-to-send when posted (version
  * 7): not when eager is on (eager_bytes > 0), small receives may go without one (no_cts) and
  * every buffer fits a bounce buffer; then no message it can take needs one. Nor after a
- * receive that took a large message (after_large, mk_ofi_recv_took_large): NCCL posts its
+ * receive that took a large message (after_large, mk_ofi_sizes_above): NCCL posts its
  * 64 KiB LL slots for messages of any size, and a message that went through a bounce buffer
  * is copied by rxm on both sides and by us, where the clear-to-send lets it be written once
  * into the user's buffer. The receiver alone decides: nothing changes on the wire. */
 static inline int mk_ofi_recv_announces(const size_t* sizes, int n, uint32_t eager_bytes,
                                         int no_cts, int after_large) {
-  if (!eager_bytes || !no_cts || after_large) return 1;
-  for (int i = 0; i < n; i++)
-    if (sizes[i] > eager_bytes) return 1;
-  return 0;
-}
-
-/* Whether a finished receive (the sizes its messages had) took a message of more than limit
- * bytes (NCCL_MK_OFI_ANNOUNCE_AFTER), which makes the next receive announce itself. */
-static inline int mk_ofi_recv_took_large(const size_t* sizes, int n, uint64_t limit) {
-  for (int i = 0; i < n; i++)
-    if (sizes[i] > limit) return 1;
-  return 0;
+  return !eager_bytes || !no_cts || after_large || mk_ofi_sizes_above(sizes, n, eager_bytes);
 }
 
 /* The first of n entries not in the bitmap taken whose tag is tag, or -1. */

@@ -509,8 +509,7 @@ int ofi_write_send_pieces(struct ofi_comm* c, struct ofi_req* r, const struct mk
 void ofi_eager_offer(const struct ofi_comm* c, struct mk_ofi_hello* out);
 int ofi_eager_agree(struct ofi_comm* c, const struct mk_ofi_hello* ours,
                     const struct mk_ofi_hello* theirs);
-/* A send comm closing waits (bounded) until the receiver has taken its eager pieces. */
-/* ofi_eager_close.c: a send comm's close waits for its credits, asking for them. */
+/* ofi_eager_close.c: a send comm's close waits (bounded) for its credits, asking for them. */
 void ofi_eager_close_drain(struct ofi_comm* c);
 void ofi_eager_close_fabric(struct ofi_comm* c);
 void ofi_eager_destroy(struct ofi_comm* c);

@@ -525,7 +525,7 @@ static int ofi_test_pending(struct ofi_comm* c) {
  * none left live, bounce buffers the provider had no room for are posted again and credits
  * due go back (ofi_eager_retry). */
 static void ofi_recv_done(struct ofi_comm* c, struct ofi_req* r) {
-  c->recv_took_large = mk_ofi_recv_took_large(r->sizes, r->n, c->announce_after);
+  c->recv_took_large = mk_ofi_sizes_above(r->sizes, r->n, c->announce_after);
   ofi_rx_remove(c, r);
   ofi_write_forget(c, r);
   int rc = c->nbounce && c->nrx == 0 ? ofi_eager_retry(c) : 0;
