@@ -72,10 +72,6 @@
     "message is then written into the buffer instead of copied through a bounce buffer); "   \
     "the eager size or more: only NCCL_MK_OFI_NO_CTS_MS decides (32 KiB all_reduce under "   \
     "NCCL: 113 us against 156-169 with 1048576, session 55)")                                \
-  X(INT, OFI_INJECT_BYTES, "NCCL_MK_OFI_INJECT_BYTES", "65536", 0, 1048576, "",           \
-    "ofi: a send piece of at most this many bytes, and at most the provider's inject size "  \
-    "(64 over tcp;ofi_rxm), is injected: the provider copies it and reports no completion, "  \
-    "which over tcp saves a wake-up write and its read per message; 0 turns it off")         \
   X(INT, OFI_WRITES, "NCCL_MK_OFI_WRITES", "1", 0, 1, "",                                    \
     "ofi: 1 lets a receiver have each message written into its buffer with one RMA write "    \
     "(its clear-to-send carries the address) instead of sent to a posted receive, which over " \

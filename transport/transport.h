@@ -187,8 +187,6 @@ uint64_t mk_ofi_pieces_written(const struct mk_comm* comm);
 uint64_t mk_ofi_receives_unannounced(const struct mk_comm* comm, uint64_t* late);
 /* ofi: messages this comm sent (send) or delivered (recv) eager. */
 uint64_t mk_ofi_messages_eager(const struct mk_comm* comm);
-/* ofi send comm: send pieces it injected (no completion from the provider). */
-uint64_t mk_ofi_pieces_injected(const struct mk_comm* comm);
 /* ofi: messages this comm sent (send) or announced (recv) through a clear-to-send. */
 uint64_t mk_ofi_messages_announced(const struct mk_comm* comm);
 /* ofi receive comm: credit-only messages it sent back to its sender. */

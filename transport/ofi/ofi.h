@@ -263,7 +263,6 @@ struct ofi_comm {
   struct ofi_stream st[MK_OFI_MAX_STREAMS];
   uint64_t stripe_min;        /* recv: NCCL_MK_OFI_STRIPE_MIN, read once */
   uint64_t thread_send_min;   /* send: NCCL_MK_OFI_THREAD_SEND_MIN, read once */
-  size_t inject_max;          /* send: NCCL_MK_OFI_INJECT_BYTES capped by the inject size */
   int sock;
   int error;                  /* sticky: once the peer is gone every op returns it */
   enum mk_peer_state peer_state;
@@ -332,7 +331,6 @@ struct ofi_comm {
   /* counts, logged at close: messages sent or received eager and through a clear-to-send;
    * recv: eager ones that waited for their receive, and that crossed its clear-to-send */
   uint64_t n_eager, n_cts, n_queued, n_crossed;
-  uint64_t n_injected;      /* send, atomic: send pieces injected (NCCL_MK_OFI_INJECT_BYTES) */
   int recv_took_large;      /* recv: its last finished receive took a message > announce_after */
   uint64_t announce_after; /* recv: NCCL_MK_OFI_ANNOUNCE_AFTER */
   uint64_t n_unannounced, n_late; /* recv: receives posted without a clear-to-send, and those

@@ -37,18 +37,6 @@ static int ofi_cts_match(const struct ofi_cts_slot* s, int tag) {
   return -1;
 }
 
-/* An injected send has no completion: once the provider has taken the bytes the operation is
- * over, here (ofi_op_done's part for a send stripe). */
-static ssize_t ofi_send_inject(struct ofi_stream* st, void* buf, size_t len, uint64_t tag,
-                               struct ofi_op* op) {
-  ssize_t rc = fi_tinject(st->ep, buf, len, st->peer, tag);
-  ofi_stream_idle(st);
-  if (rc != 0) return rc;
-  __atomic_add_fetch(&st->comm->n_injected, 1, __ATOMIC_RELAXED); /* stream threads post too */
-  ofi_req_complete(op->req, op, len, 0);
-  return 0;
-}
-
 /* Posts one operation on stream k, telling its thread (if any) that work is coming. What is
  * posted follows op->kind: a tagged send or receive, or the RMA write of a put or of a
  * written send (tag unused; the remote address comes from the request, ofi_rma.c). */
@@ -59,8 +47,6 @@ static ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, void* buf, size_t
   ssize_t rc;
   if (op->kind == OFI_OP_PUT || op->kind == OFI_OP_WRITE_SEND)
     rc = ofi_put_stripe_write(st, op, buf, len, desc);
-  else if (op->kind == OFI_OP_SEND && c->inject_max && len <= c->inject_max)
-    return ofi_send_inject(st, buf, len, tag, op);
   else if (op->kind == OFI_OP_SEND) rc = fi_tsend(st->ep, buf, len, desc, st->peer, tag, &op->ctx);
   else rc = fi_trecv(st->ep, buf, len, desc, FI_ADDR_UNSPEC, tag, 0, &op->ctx);
   if (rc != 0) ofi_stream_idle(st);
@@ -576,9 +562,4 @@ int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
   }
   pthread_mutex_unlock(&c->lock);
   return rc < 0 ? rc : 0;
-}
-
-uint64_t mk_ofi_pieces_injected(const struct mk_comm* comm) {
-  const struct ofi_comm* c = (const struct ofi_comm*)comm;
-  return comm && comm->ops == &mk_ofi_ops ? __atomic_load_n(&c->n_injected, __ATOMIC_RELAXED) : 0;
 }

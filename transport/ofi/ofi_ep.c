@@ -165,9 +165,6 @@ int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
                        : mk_ofi_progress_thread_on(dev->info->fabric_attr->prov_name);
   c->stripe_min = (uint64_t)mk_param_int(MK_PARAM_OFI_STRIPE_MIN);
   c->thread_send_min = (uint64_t)mk_param_int(MK_PARAM_OFI_THREAD_SEND_MIN);
-  c->inject_max = (size_t)mk_param_int(MK_PARAM_OFI_INJECT_BYTES);
-  if (c->inject_max > dev->info->tx_attr->inject_size)
-    c->inject_max = dev->info->tx_attr->inject_size;
   c->caller_progress_max = (uint64_t)mk_param_int(MK_PARAM_OFI_CALLER_PROGRESS_MAX);
   c->write_piece_min = (uint64_t)mk_param_int(MK_PARAM_OFI_WRITE_PIECE_MIN);
   for (int k = 0; k < c->nstreams; k++) {
