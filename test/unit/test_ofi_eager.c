@@ -67,6 +67,21 @@ static void a_receive_that_took_a_large_message_makes_the_next_announce(void) {
   CHECK_EQ(mk_ofi_sizes_above(large, 2, 65536), 0);
 }
 
+/* An isend reads for its clear-to-send until 8 reads in a row found none; then eager sends go
+ * without the read but for one message in 8; a send that cannot go eager always reads. */
+static void isend_skips_its_cq_read_once_reads_keep_finding_no_clear_to_send(void) {
+  for (uint32_t idle = 0; idle < MK_OFI_CTS_IDLE_READS; idle++)
+    CHECK_EQ(mk_ofi_isend_reads_cq(MK_OFI_PATH_EAGER, idle, 5), 1);
+  CHECK_EQ(mk_ofi_isend_reads_cq(MK_OFI_PATH_EAGER, MK_OFI_CTS_IDLE_READS, 5), 0);
+  CHECK_EQ(mk_ofi_isend_reads_cq(MK_OFI_PATH_EAGER, 1000, 7), 0);
+  CHECK_EQ(mk_ofi_isend_reads_cq(MK_OFI_PATH_EAGER, 1000, 8), 1); /* the probe */
+  CHECK_EQ(mk_ofi_isend_reads_cq(MK_OFI_PATH_EAGER, 1000, 0), 1);
+  CHECK_EQ(mk_ofi_isend_reads_cq(MK_OFI_PATH_WAIT, 1000, 7), 1); /* no credit, or too large */
+  int skipped = 0;
+  for (uint32_t msn = 0; msn < 64; msn++) skipped += !mk_ofi_isend_reads_cq(MK_OFI_PATH_EAGER, 8, msn);
+  CHECK_EQ(skipped, 56);
+}
+
 static void send_path_prefers_the_clear_to_send_then_eager_within_size_and_credits(void) {
   CHECK_EQ(mk_ofi_send_path(1, 1u << 30, 65536, 0), MK_OFI_PATH_CTS);
   CHECK_EQ(mk_ofi_send_path(1, 8, 65536, 16), MK_OFI_PATH_CTS);
@@ -260,6 +275,7 @@ int main(void) {
   eager_tags_round_trip_and_never_look_like_data_or_control();
   msn_expand_finds_the_number_nearest_the_reference();
   send_path_prefers_the_clear_to_send_then_eager_within_size_and_credits();
+  isend_skips_its_cq_read_once_reads_keep_finding_no_clear_to_send();
   receives_that_fit_bounce_buffers_send_no_clear_to_send();
   a_receive_that_took_a_large_message_makes_the_next_announce();
   eager_pieces_make_a_message_whole_in_any_order_and_reject_contradictions();

@@ -83,6 +83,19 @@ static inline enum mk_ofi_path mk_ofi_send_path(int have_cts, uint64_t size, uin
   return MK_OFI_PATH_WAIT;
 }
 
+/* Sender: whether an isend that finds its clear-to-send not filed reads the CQ first to look
+ * for it (a CQ read is a poll of the sockets over tcp, ~1-2 us before the send goes out). Once
+ * MK_OFI_CTS_IDLE_READS reads in a row found none, the receiver is not announcing (its
+ * receives fit the eager size) and an eager send goes without the read, but for one message
+ * in MK_OFI_CTS_IDLE_READS, until a clear-to-send arrives again (idle_reads back to 0). A
+ * clear-to-send the skip misses is crossed, which the protocol allows for any eager send. */
+#define MK_OFI_CTS_IDLE_READS 8
+static inline int mk_ofi_isend_reads_cq(enum mk_ofi_path unread_path, uint32_t idle_reads,
+                                        uint32_t msn) {
+  return unread_path != MK_OFI_PATH_EAGER || idle_reads < MK_OFI_CTS_IDLE_READS ||
+         msn % MK_OFI_CTS_IDLE_READS == 0;
+}
+
 /* Whether any of n sizes is above limit: a finished receive's message sizes against
  * NCCL_MK_OFI_ANNOUNCE_AFTER (then the next receive announces itself), or a receive's buffer
  * sizes against the eager size. */

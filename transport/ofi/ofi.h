@@ -331,6 +331,8 @@ struct ofi_comm {
   /* counts, logged at close: messages sent or received eager and through a clear-to-send;
    * recv: eager ones that waited for their receive, and that crossed its clear-to-send */
   uint64_t n_eager, n_cts, n_queued, n_crossed;
+  uint32_t cts_idle_reads;  /* send: isend CQ reads in a row that found no clear-to-send */
+  uint64_t n_reads_skipped; /* send: isends that went eager without that read */
   int recv_took_large;      /* recv: its last finished receive took a message > announce_after */
   uint64_t announce_after; /* recv: NCCL_MK_OFI_ANNOUNCE_AFTER */
   uint64_t n_unannounced, n_late; /* recv: receives posted without a clear-to-send, and those

@@ -239,9 +239,16 @@ static int ofi_isend_locked(struct ofi_comm* c, void* data, size_t size, int tag
   /* the clear-to-send has usually been filed already (by the progress thread, or by an
    * earlier call's read): the CQ is read here only when it has not */
   struct ofi_cts_slot* s = ofi_slot_for(c, c->msn);
-  int rc = s ? 0 : ofi_cq_progress(c);
-  if (rc < 0) return rc;
-  if (!s) s = ofi_slot_for(c, c->msn);
+  int rc = 0;
+  if (!s && mk_ofi_isend_reads_cq(mk_ofi_send_path(0, size, c->eager_bytes, c->credits.avail),
+                                  c->cts_idle_reads, c->msn)) {
+    rc = ofi_cq_progress(c);
+    if (rc < 0) return rc;
+    s = ofi_slot_for(c, c->msn);
+    c->cts_idle_reads = s ? 0 : c->cts_idle_reads + (c->cts_idle_reads < UINT32_MAX);
+  } else if (!s) {
+    c->n_reads_skipped++;
+  }
   switch (mk_ofi_send_path(s != NULL, size, c->eager_bytes, c->credits.avail)) {
     case MK_OFI_PATH_CTS:
       MK_CHECK(ofi_send_cts(c, s, data, size, tag, mr, out));
@@ -476,8 +483,12 @@ int ofi_irecv(struct mk_comm* comm, int n, void** data, const size_t* sizes, con
     return -EINVAL;
   }
   ofi_comm_lock(c);
-  /* eager arrivals first: fewer cancels (the progress thread reads them when there is one) */
-  int rc = c->nbounce && !ofi_runner_drives(c) ? ofi_cq_progress(c) : c->error;
+  /* eager arrivals first where the receive would announce itself: fewer cancels (the progress
+   * thread reads them when there is one); one that will not is matched by the next read */
+  const int read_first = c->nbounce && !ofi_runner_drives(c) &&
+                         mk_ofi_recv_announces(sizes, n, c->eager_bytes, c->no_cts_ns != 0,
+                                               c->recv_took_large);
+  int rc = read_first ? ofi_cq_progress(c) : c->error;
   if (rc > 0) rc = 0;
   struct ofi_req* r = rc ? NULL : mk_req_pool_alloc(&c->pool);
   if (r) {

@@ -386,6 +386,7 @@ int ofi_eager_cts(struct ofi_comm* c, const struct mk_ofi_cts* cts, struct ofi_c
     return -EPROTO;
   }
   if (cts->n == 0) return 0;
+  c->cts_idle_reads = 0; /* the receiver announces again: isends read for it first */
   int32_t sent = mk_ofi_msn_diff(c->msn, cts->msn);
   if (sent >= (int32_t)cts->n) return 0;
   s->cts = *cts;
@@ -428,6 +429,10 @@ uint64_t mk_ofi_messages_eager(const struct mk_comm* comm) {
 
 uint64_t mk_ofi_messages_announced(const struct mk_comm* comm) {
   return ofi_count_locked(comm, offsetof(struct ofi_comm, n_cts));
+}
+
+uint64_t mk_ofi_isend_reads_skipped(const struct mk_comm* comm) {
+  return ofi_count_locked(comm, offsetof(struct ofi_comm, n_reads_skipped));
 }
 
 uint64_t mk_ofi_credit_messages(const struct mk_comm* comm) {
