@@ -159,6 +159,8 @@ extern const struct mk_transport_ops mk_ofi_ops;
 /* The endpoints per comm ofi opens with NCCL_MK_OFI_STREAMS=0 (auto) over this libfabric
  * provider: 2 over tcp, 1 elsewhere. */
 int mk_ofi_auto_streams(const char* provider);
+/* ofi: the endpoints per comm a provider is given when want are asked for. */
+int mk_ofi_streams_cap(const char* provider, int want);
 /* Which progress thread a comm gets (NCCL_MK_OFI_PROGRESS_THREAD: 0 none, 1 its own, 2 its
  * device's; -1, auto: its own over tcp, whose progress costs syscalls, with 8 or more usable
  * cores, none elsewhere). */

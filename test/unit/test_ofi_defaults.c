@@ -11,6 +11,16 @@ static void test_two_endpoints_over_tcp_one_elsewhere(void) {
   CHECK(mk_ofi_auto_streams(NULL) == 1);
 }
 
+static void test_net_provider_gets_one_endpoint_whatever_is_asked(void) {
+  CHECK(mk_ofi_streams_cap("net", 4) == 1);
+  CHECK(mk_ofi_streams_cap("net", 1) == 1);
+  CHECK(mk_ofi_streams_cap("net;ofi_rxm", 2) == 1);
+  CHECK(mk_ofi_streams_cap("netdev", 2) == 2);
+  CHECK(mk_ofi_streams_cap("tcp;ofi_rxm", 4) == 4);
+  CHECK(mk_ofi_streams_cap("efa", 2) == 2);
+  CHECK(mk_ofi_streams_cap(NULL, 3) == 3);
+}
+
 static void test_progress_thread_over_tcp_with_eight_cores(void) {
   CHECK(mk_ofi_progress_auto("tcp;ofi_rxm", 8));
   CHECK(mk_ofi_progress_auto("tcp;ofi_rxm", 128));
@@ -42,6 +52,7 @@ static void test_callers_progress_after_a_run_of_small_requests_until_a_large_on
 int main(void) {
   test_callers_progress_after_a_run_of_small_requests_until_a_large_one();
   test_two_endpoints_over_tcp_one_elsewhere();
+  test_net_provider_gets_one_endpoint_whatever_is_asked();
   test_progress_thread_over_tcp_with_eight_cores();
   return MK_TEST_RESULT();
 }

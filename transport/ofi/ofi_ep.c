@@ -62,6 +62,28 @@ static int ofi_is_tcp(const char* provider) { return provider && strstr(provider
  * is a cost there until it is shown to pay). */
 int mk_ofi_auto_streams(const char* provider) { return ofi_is_tcp(provider) ? 2 : 1; }
 
+/* libfabric's net provider (alone or under rxm: NCCL_MK_OFI_PROVIDER=net gets "net;ofi_rxm")
+ * completed receives we never cancelled with FI_ECANCELED when several endpoints of one comm
+ * connected at once (1 striped loopback run in 21 on the CPU host, bench/NOTES.md session 55): one
+ * endpoint there. */
+int mk_ofi_streams_cap(const char* provider, int want) {
+  const int net =
+      provider && strncmp(provider, "net", 3) == 0 && (provider[3] == '\0' || provider[3] == ';');
+  return net && want > 1 ? 1 : want;
+}
+
+static int ofi_streams_capped(const struct ofi_dev* dev, int want) {
+  static int warned;
+  const char* prov = dev->info->fabric_attr->prov_name;
+  int n = mk_ofi_streams_cap(prov, want);
+  if (n != want && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    MK_WARN(
+        "ofi: provider %s takes one endpoint per comm, not %d (its receives were seen "
+        "cancelled when several connect at once)",
+        prov, want);
+  return n;
+}
+
 /* The cores the calling thread may run on; threads it starts inherit them (under NCCL the
  * proxy thread's, which NCCL may have bound to the GPU's NUMA node). */
 int ofi_thread_cores(void) {
@@ -156,7 +178,8 @@ int ofi_comm_create(struct ofi_dev* dev, int is_send, struct ofi_comm** out) {
   }
   const struct mk_conn_hints* hints = mk_conn_hints_get();
   int hinted = hints->streams;
-  c->nstreams = hinted >= 1 && hinted <= MK_OFI_MAX_STREAMS ? hinted : ofi_streams_default(dev);
+  c->nstreams = ofi_streams_capped(
+      dev, hinted >= 1 && hinted <= MK_OFI_MAX_STREAMS ? hinted : ofi_streams_default(dev));
   c->connect_ahead = hints->connect_ahead;
   c->stream_posts = (int)mk_param_int(MK_PARAM_OFI_STREAM_POSTS);
   c->stream_linger_ns = (uint64_t)mk_param_int(MK_PARAM_OFI_STREAM_LINGER_US) * 1000u;
