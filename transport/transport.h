@@ -191,8 +191,8 @@ uint64_t mk_ofi_receives_unannounced(const struct mk_comm* comm, uint64_t* late)
 uint64_t mk_ofi_messages_eager(const struct mk_comm* comm);
 /* ofi: messages this comm sent (send) or announced (recv) through a clear-to-send. */
 uint64_t mk_ofi_messages_announced(const struct mk_comm* comm);
-/* ofi send comm: isends whose clear-to-send was not filed that did not read the CQ for it
- * themselves (mk_ofi_isend_reads_cq, or the comm's progress thread reads for them). */
+/* ofi send comm: isends that went eager without first reading the CQ for their
+ * clear-to-send (mk_ofi_isend_reads_cq). */
 uint64_t mk_ofi_isend_reads_skipped(const struct mk_comm* comm);
 /* ofi receive comm: credit-only messages it sent back to its sender. */
 uint64_t mk_ofi_credit_messages(const struct mk_comm* comm);

@@ -239,18 +239,15 @@ static int ofi_isend_locked(struct ofi_comm* c, void* data, size_t size, int tag
   /* the clear-to-send has usually been filed already (by the progress thread, or by an
    * earlier call's read): the CQ is read here only when it has not */
   struct ofi_cts_slot* s = ofi_slot_for(c, c->msn);
-  int rc = 0, skipped = 0;
-  /* a comm its progress thread drives has its clear-to-sends filed by that thread: a read
-   * here would only contend with it for the CQ (a 0-byte send posted 13 us, session 56 c7) */
-  if (!s && !ofi_runner_drives(c) &&
-      mk_ofi_isend_reads_cq(mk_ofi_send_path(0, size, c->eager_bytes, c->credits.avail),
-                            c->cts_idle_reads, c->msn)) {
+  int rc = 0;
+  if (!s && mk_ofi_isend_reads_cq(mk_ofi_send_path(0, size, c->eager_bytes, c->credits.avail),
+                                  c->cts_idle_reads, c->msn)) {
     rc = ofi_cq_progress(c);
     if (rc < 0) return rc;
     s = ofi_slot_for(c, c->msn);
     c->cts_idle_reads = s ? 0 : c->cts_idle_reads + (c->cts_idle_reads < UINT32_MAX);
-  } else {
-    skipped = !s;
+  } else if (!s) {
+    c->n_reads_skipped++;
   }
   switch (mk_ofi_send_path(s != NULL, size, c->eager_bytes, c->credits.avail)) {
     case MK_OFI_PATH_CTS:
@@ -265,7 +262,6 @@ static int ofi_isend_locked(struct ofi_comm* c, void* data, size_t size, int tag
       return rc > 0 ? 0 : ofi_peer_check(c);
   }
   if (*out) {
-    c->n_reads_skipped += (uint64_t)skipped;
     c->sent_tags[c->msn++ % MK_OFI_TAG_RING] = tag;
     c->asking = 0;
     ofi_progress_wake(c);
