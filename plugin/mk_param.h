@@ -48,8 +48,9 @@
     "under NCCL on 2xH200), off elsewhere")                                                    \
   X(INT, OFI_THREAD_SEND_MIN, "NCCL_MK_OFI_THREAD_SEND_MIN", "16384", 0, 1099511627776, "",     \
     "ofi, with a progress thread: sends of at least this many bytes are posted by that thread "  \
-    "(off NCCL's; 32 KiB all_reduce +29% under NCCL on 2xH200), smaller ones at once (2-8 KiB " \
-    "lost 15-25% when the thread posted them)")                                                \
+    "(off NCCL's; 32 KiB all_reduce +29% under NCCL on 2xH200), and smaller ones while the "   \
+    "thread drives the comm (see NCCL_MK_OFI_CALLER_PROGRESS_MAX; 64 KiB all_reduce -8..-11% "  \
+    "under NCCL on one H200), else at once (2-8 KiB lost 15-25% when the thread posted them)") \
   X(INT, OFI_CALLER_PROGRESS_MAX, "NCCL_MK_OFI_CALLER_PROGRESS_MAX", "16384", 0,             \
     1099511627776, "",                                                                         \
     "ofi, with a progress thread: a comm whose last 16 requests each moved fewer bytes than "  \

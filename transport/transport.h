@@ -174,6 +174,12 @@ int mk_ofi_progress_auto(const char* provider, int cores);
  * request of max bytes or more (the thread again). */
 #define MK_OFI_SMALL_STREAK 16
 uint32_t mk_ofi_caller_progress_step(uint32_t streak, uint64_t bytes, uint64_t max, int* callers);
+/* Whether a send of size bytes on a comm with a progress thread is posted by that thread:
+ * from NCCL_MK_OFI_THREAD_SEND_MIN = min bytes always, a smaller one while the thread drives
+ * the comm (thread_drives; else at once, by the caller). */
+int mk_ofi_thread_posts_send(uint64_t size, uint64_t min, int thread_drives);
+/* ofi send comm: sends its progress thread posted (mk_ofi_thread_posts_send). */
+uint64_t mk_ofi_sends_by_thread(const struct mk_comm* comm);
 /* A send comm's sends that found no room in the provider after their first stripe and were
  * resumed later by the progress thread (0 for any other comm); for tests. */
 uint64_t mk_ofi_sends_resumed(const struct mk_comm* comm);

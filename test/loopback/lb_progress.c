@@ -299,6 +299,58 @@ static int handover_role(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* Sends below NCCL_MK_OFI_THREAD_SEND_MIN into receives that announce themselves (eager off,
+ * as NCCL's Simple buffers are above the eager size): while the thread drives the sender's
+ * comm (after a large message) it posts them too, as it does the large ones; once a run of
+ * small messages has handed the comm to NCCL's calls they are posted at once. Without a
+ * thread nothing is. Every message lands whole in its receive. */
+#define SMALL_POST_BYTES 8
+
+static int small_post_one(struct lb_ctx* ctx, unsigned char* buf, size_t len, uint64_t stream,
+                          uint64_t* by_thread) {
+  struct mk_request* req;
+  size_t got = 0, cap = HANDOVER_LARGE;
+  int tag = 11;
+  void* d = buf;
+  *by_thread = 0;
+  if (ctx->is_sender) {
+    lb_fill(buf, len, ctx->seed, stream);
+    LB_EXPECT(lb_hear(ctx) == stream); /* the receive is posted */
+    const uint64_t before = mk_ofi_sends_by_thread(ctx->comm);
+    LB_OK(lb_send(ctx, buf, len, tag, NULL, &req));
+    *by_thread = mk_ofi_sends_by_thread(ctx->comm) - before;
+  } else {
+    memset(buf, 0, cap);
+    LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
+    lb_tell(ctx, stream);
+  }
+  LB_OK(lb_wait(ctx, req, &got));
+  LB_EXPECT(ctx->is_sender ||
+            (got == len && lb_check(buf, len, ctx->seed, stream, "message") == 0));
+  return 0;
+}
+
+static int small_posts_role(struct lb_ctx* ctx) {
+  lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "0");
+  LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
+  const int thread = lb_ofi_progress_thread();
+  unsigned char* buf = lb_alloc(HANDOVER_LARGE);
+  uint64_t stream = 200, large = 0, first = 0, last = 0;
+  LB_OK(small_post_one(ctx, buf, HANDOVER_LARGE, stream++, &large));
+  LB_OK(small_post_one(ctx, buf, SMALL_POST_BYTES, stream++, &first));
+  for (int i = 1; i < HANDOVER_SMALL; i++)
+    LB_OK(small_post_one(ctx, buf, SMALL_POST_BYTES, stream++, &last));
+  if (ctx->is_sender) {
+    fprintf(stderr, "[sender] posted by the thread: large %llu, first small %llu, last small %llu\n",
+            (unsigned long long)large, (unsigned long long)first, (unsigned long long)last);
+    LB_EXPECT(large == (uint64_t)thread && first == (uint64_t)thread && last == 0);
+  }
+  lb_tell(ctx, 1); /* both done before either closes */
+  LB_EXPECT(lb_hear(ctx) == 1);
+  free(buf);
+  return lb_close(ctx);
+}
+
 const struct lb_case lb_cases_progress[] = {
     {"progress_goes_to_the_callers_after_small_messages_and_back_for_a_large_one", handover_role,
      handover_role, 30, 0},
@@ -309,5 +361,7 @@ const struct lb_case lb_cases_progress[] = {
     {"idle_comm_threads_burn_no_cpu", idle_role, idle_role, 30, 0},
     {"sends_either_side_of_the_thread_send_threshold_land_in_their_receives", threshold_role,
      threshold_role, 30, 0},
+    {"small_sends_are_posted_by_the_thread_while_it_drives_the_comm_and_at_once_after_small_runs",
+     small_posts_role, small_posts_role, 30, 0},
     {NULL, NULL, NULL, 0, 0},
 };

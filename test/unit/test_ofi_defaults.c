@@ -49,7 +49,18 @@ static void test_callers_progress_after_a_run_of_small_requests_until_a_large_on
   CHECK(!callers && streak == 0);
 }
 
+static void test_thread_posts_large_sends_and_small_ones_while_it_drives(void) {
+  CHECK(mk_ofi_thread_posts_send(16384, 16384, 0));
+  CHECK(mk_ofi_thread_posts_send(1u << 20, 16384, 1));
+  CHECK(mk_ofi_thread_posts_send(0, 16384, 1)); /* NCCL's 0-byte Simple steps */
+  CHECK(mk_ofi_thread_posts_send(16383, 16384, 1));
+  CHECK(!mk_ofi_thread_posts_send(16383, 16384, 0)); /* NCCL's calls drive: at once */
+  CHECK(!mk_ofi_thread_posts_send(0, 16384, 0));
+  CHECK(mk_ofi_thread_posts_send(0, 0, 0)); /* min 0: every send */
+}
+
 int main(void) {
+  test_thread_posts_large_sends_and_small_ones_while_it_drives();
   test_callers_progress_after_a_run_of_small_requests_until_a_large_one();
   test_two_endpoints_over_tcp_one_elsewhere();
   test_net_provider_gets_one_endpoint_whatever_is_asked();

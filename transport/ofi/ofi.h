@@ -341,6 +341,7 @@ struct ofi_comm {
   uint64_t n_pieces;          /* their pieces posted (send) or landed (recv; atomic) */
   uint64_t write_piece_min;   /* send: NCCL_MK_OFI_WRITE_PIECE_MIN, read once */
   uint64_t n_resumed;         /* deferred sends resumed after a later stripe found no room */
+  uint64_t n_thread_sends;    /* send: sends left to the progress thread to post */
   struct ofi_comm *live_prev, *live_next; /* every comm not yet destroyed (ofi_ep.c) */
 };
 

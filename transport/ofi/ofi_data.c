@@ -114,8 +114,10 @@ static int ofi_send_stripes(struct ofi_comm* c, struct ofi_req* r, const struct 
 
 /* With a progress thread, a send of NCCL_MK_OFI_THREAD_SEND_MIN bytes or more is posted there
  * (a post is a syscall over tcp, 7-18 us of NCCL's proxy thread per message, bench/NOTES.md
- * session 24; smaller ones measured faster posted at once, session 26): the request keeps a
- * copy of the clear-to-send and counts as in flight until then. */
+ * session 24; smaller ones measured faster posted at once, session 26), and so is a smaller
+ * one while the thread drives the comm (the 0-1 byte steps of NCCL's Simple protocol waited
+ * ~13 us each for the comm's lock there, session 57): the request keeps a copy of the
+ * clear-to-send and counts as in flight until then. */
 static void ofi_send_wait(struct ofi_comm* c, struct ofi_req* r) {
   __atomic_store_n(&r->pending, 1, __ATOMIC_RELAXED); /* not done before it is posted */
   r->send_waiting = 1;
@@ -186,9 +188,10 @@ static int ofi_send_post(struct ofi_comm* c, struct ofi_cts_slot* s, int i, void
   r->n = 1;
   r->sizes[0] = size;
   int rc = 0;
-  if (c->runner && size >= c->thread_send_min) {
-    ofi_progress_observe(c, size); /* a large message: the thread drives the comm again */
+  if (c->runner && mk_ofi_thread_posts_send(size, c->thread_send_min, ofi_runner_drives(c))) {
+    if (size >= c->thread_send_min) ofi_progress_observe(c, size); /* the thread drives again */
     ofi_send_defer(c, r, &s->cts, i, data, ofi_mr_desc(mr));
+    c->n_thread_sends++;
   } else {
     rc = ofi_send_stripes(c, r, &s->cts, i, data, size, ofi_mr_desc(mr), 0, 0);
   }

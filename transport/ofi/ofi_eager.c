@@ -435,6 +435,10 @@ uint64_t mk_ofi_isend_reads_skipped(const struct mk_comm* comm) {
   return ofi_count_locked(comm, offsetof(struct ofi_comm, n_reads_skipped));
 }
 
+uint64_t mk_ofi_sends_by_thread(const struct mk_comm* comm) {
+  return ofi_count_locked(comm, offsetof(struct ofi_comm, n_thread_sends));
+}
+
 uint64_t mk_ofi_credit_messages(const struct mk_comm* comm) {
   return ofi_count_locked(comm, offsetof(struct ofi_comm, n_credit_msgs));
 }

@@ -162,6 +162,10 @@ uint32_t mk_ofi_caller_progress_step(uint32_t streak, uint64_t bytes, uint64_t m
   return streak;
 }
 
+int mk_ofi_thread_posts_send(uint64_t size, uint64_t min, int thread_drives) {
+  return size >= min || thread_drives;
+}
+
 void ofi_progress_observe(struct ofi_comm* c, uint64_t bytes) {
   if (!c->runner) return;
   int callers;
