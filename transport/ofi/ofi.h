@@ -327,6 +327,8 @@ struct ofi_comm {
   uint32_t small_streak;      /* requests in a row below caller_progress_max (under lock) */
   uint64_t caller_progress_max; /* NCCL_MK_OFI_CALLER_PROGRESS_MAX */
   int callers;                /* atomic: calls waiting for the lock (the thread lets them in) */
+  int lock_wanted;            /* atomic: a call that went back without the lock (ofi_call_lock) */
+  uint64_t n_sent_back;       /* atomic: NCCL's calls that went back without the lock */
   int asking;                 /* send: NCCL asked for a send whose clear-to-send is missing */
   /* counts, logged at close: messages sent or received eager and through a clear-to-send;
    * recv: eager ones that waited for their receive, and that crossed its clear-to-send */
@@ -417,6 +419,29 @@ static inline void ofi_comm_lock(struct ofi_comm* c) {
   }
   if (!got) pthread_mutex_lock(&c->lock);
   __atomic_sub_fetch(&c->callers, 1, __ATOMIC_ACQ_REL);
+}
+
+/* The lock for NCCL's isend, irecv and test: on a comm the progress thread drives, only if
+ * it comes within a short spin; else 0, and the thread lets the call in at its next turn
+ * (lock_wanted): NCCL repeats a post that gave no request and a test that found nothing, and
+ * meanwhile serves its other requests instead of waiting here while the thread posts a large
+ * write (12.5 us per 128 KiB isend at 1 MiB, bench/NOTES.md session 57). */
+#define OFI_CALL_LOCK_SPINS 64
+static inline int ofi_call_lock(struct ofi_comm* c) {
+  if (!ofi_runner_drives(c)) {
+    ofi_comm_lock(c);
+    return 1;
+  }
+  for (int i = 0; i < OFI_CALL_LOCK_SPINS; i++) {
+    if (pthread_mutex_trylock(&c->lock) == 0) {
+      __atomic_store_n(&c->lock_wanted, 0, __ATOMIC_RELEASE);
+      return 1;
+    }
+    ofi_cpu_relax();
+  }
+  __atomic_store_n(&c->lock_wanted, 1, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&c->n_sent_back, 1, __ATOMIC_RELAXED);
+  return 0;
 }
 
 /* The comm fails with rc; its first error stays. Callers hold c->lock; the store is atomic

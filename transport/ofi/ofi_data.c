@@ -272,6 +272,14 @@ static int ofi_isend_locked(struct ofi_comm* c, void* data, size_t size, int tag
   return 0;
 }
 
+/* test() of a request still in flight while the progress thread drives the comm (and checks
+ * on the peer), or a call that went back without the lock: no CQ read, no lock; the comm's
+ * error if it has one. */
+static int ofi_test_pending(struct ofi_comm* c) {
+  int rc = __atomic_load_n(&c->error, __ATOMIC_RELAXED);
+  return rc < 0 ? rc : 0;
+}
+
 int ofi_isend(struct mk_comm* comm, void* data, size_t size, int tag, struct mk_mr* mr,
               struct mk_request** req) {
   struct ofi_comm* c = ofi_comm_of(comm, 1);
@@ -283,7 +291,7 @@ int ofi_isend(struct mk_comm* comm, void* data, size_t size, int tag, struct mk_
     return -EINVAL;
   }
   struct ofi_req* r = NULL;
-  ofi_comm_lock(c);
+  if (!ofi_call_lock(c)) return ofi_test_pending(c); /* NCCL asks again */
   int rc = c->error ? c->error : ofi_isend_locked(c, data, size, tag, mr, &r);
   if (r) r->base.comm = comm;
   pthread_mutex_unlock(&c->lock);
@@ -485,7 +493,7 @@ int ofi_irecv(struct mk_comm* comm, int n, void** data, const size_t* sizes, con
             (void*)data, (const void*)sizes, (const void*)tags);
     return -EINVAL;
   }
-  ofi_comm_lock(c);
+  if (!ofi_call_lock(c)) return ofi_test_pending(c); /* NCCL asks again */
   /* eager arrivals first where the receive would announce itself: fewer cancels (the progress
    * thread reads them when there is one); one that will not is matched by the next read */
   const int read_first = c->nbounce && !ofi_runner_drives(c) &&
@@ -528,13 +536,6 @@ int ofi_iflush(struct mk_comm* comm, int n, void** data, const int* sizes, struc
   return 0;
 }
 
-/* test() of a request still in flight while the progress thread drives the comm (and checks
- * on the peer): no CQ read, no lock. */
-static int ofi_test_pending(struct ofi_comm* c) {
-  int rc = __atomic_load_n(&c->error, __ATOMIC_RELAXED);
-  return rc < 0 ? rc : 0;
-}
-
 /* A receive is over: its message sizes decide whether the next one announces itself; with
  * none left live, bounce buffers the provider had no room for are posted again and credits
  * due go back (ofi_eager_retry). */
@@ -556,7 +557,7 @@ int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
   *done = 0;
   if (ofi_runner_drives(c) && __atomic_load_n(&r->pending, __ATOMIC_ACQUIRE) != 0)
     return ofi_test_pending(c);
-  ofi_comm_lock(c);
+  if (!ofi_call_lock(c)) return ofi_test_pending(c); /* done, but told at the next test */
   /* A request that an earlier call's progress already completed needs no CQ read: NCCL and
    * the loopback harness test the requests of a batch in turn, and the first test's read
    * usually completes the rest (each read costs rxm/tcp a poll of every socket). */

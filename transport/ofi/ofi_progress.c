@@ -72,6 +72,18 @@ static int ofi_progress_has_work(const struct ofi_comm* c) {
                        c->bounce_unposted);
 }
 
+/* A call of NCCL's went back without the lock (ofi_call_lock): the thread stays out until
+ * that call has come back and taken it, or OFI_LET_IN_NS passed (NCCL may be busy with its
+ * other requests), and then stops waiting for it. */
+#define OFI_LET_IN_NS 50000
+static void ofi_runner_let_in(struct ofi_comm* c) {
+  const uint64_t t0 = ofi_now_ns();
+  while (__atomic_load_n(&c->lock_wanted, __ATOMIC_ACQUIRE)) {
+    if (ofi_now_ns() - t0 > OFI_LET_IN_NS) __atomic_store_n(&c->lock_wanted, 0, __ATOMIC_RELEASE);
+    ofi_cpu_relax();
+  }
+}
+
 /* One look at comm c: its completions read and dispatched; *work set when it has any. A comm
  * found with nothing to do is marked idle (under its lock, so that a post after it, which
  * clears the mark in ofi_progress_wake, is never lost). */
@@ -87,6 +99,7 @@ static int ofi_runner_step(struct ofi_comm* c, int* work) {
   __atomic_store_n(&c->runner_idle, n <= 0 && !w, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&c->lock);
   while (__atomic_load_n(&c->callers, __ATOMIC_ACQUIRE) > 0) sched_yield();
+  if (__atomic_load_n(&c->lock_wanted, __ATOMIC_ACQUIRE)) ofi_runner_let_in(c);
   *work |= w;
   return n > 0 ? n : 0;
 }
