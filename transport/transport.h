@@ -178,6 +178,12 @@ uint32_t mk_ofi_caller_progress_step(uint32_t streak, uint64_t bytes, uint64_t m
  * from NCCL_MK_OFI_THREAD_SEND_MIN = min bytes always, a smaller one while the thread drives
  * the comm (thread_drives; else at once, by the caller). */
 int mk_ofi_thread_posts_send(uint64_t size, uint64_t min, int thread_drives);
+/* ofi: NCCL's calls that went back without the comm's lock while its progress thread held
+ * it (isend gave no request, test() said not yet); for tests. */
+uint64_t mk_ofi_calls_sent_back(const struct mk_comm* comm);
+/* ofi, for tests: the calling thread takes (hold 1) or lets go of (0) the comm's lock, as
+ * the progress thread holds it while it posts. */
+void mk_ofi_hold_lock(struct mk_comm* comm, int hold);
 /* ofi send comm: sends its progress thread posted (mk_ofi_thread_posts_send). */
 uint64_t mk_ofi_sends_by_thread(const struct mk_comm* comm);
 /* A send comm's sends that found no room in the provider after their first stripe and were

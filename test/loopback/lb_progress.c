@@ -351,6 +351,62 @@ static int small_posts_role(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* NCCL's calls on a comm its progress thread drives (after a large message) do not wait for
+ * the lock while the thread holds it (the test holds it here, as the thread does while it
+ * posts): isend gives no request and test() says not yet, both at once, and each counts a
+ * call sent back; once the lock is free the same calls go through and the message lands
+ * whole. With the thread off, no call is ever sent back (the case then holds no lock). */
+static int sent_back_role(struct lb_ctx* ctx) {
+  lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "0");
+  LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
+  const int thread = lb_ofi_progress_thread();
+  unsigned char* buf = lb_alloc(HANDOVER_LARGE);
+  uint64_t stream = 300, ignored = 0;
+  LB_OK(small_post_one(ctx, buf, HANDOVER_LARGE, stream++, &ignored)); /* the thread drives */
+  struct mk_request* req = NULL;
+  size_t got = 0, cap = HANDOVER_LARGE;
+  int tag = 12;
+  void* d = buf;
+  if (ctx->is_sender) {
+    lb_fill(buf, HANDOVER_LARGE, ctx->seed, stream);
+    LB_EXPECT(lb_hear(ctx) == stream); /* the receive is posted */
+    usleep(20000);                      /* and its clear-to-send filed by the thread */
+    const uint64_t back0 = mk_ofi_calls_sent_back(ctx->comm);
+    if (thread) {
+      mk_ofi_hold_lock(ctx->comm, 1);
+      const double t0 = lb_now();
+      LB_OK(ctx->ops->isend(ctx->comm, buf, HANDOVER_LARGE, tag, NULL, &req));
+      const double waited = lb_now() - t0;
+      mk_ofi_hold_lock(ctx->comm, 0);
+      LB_EXPECT(req == NULL && waited < 0.1);
+      LB_EXPECT(mk_ofi_calls_sent_back(ctx->comm) == back0 + 1);
+    }
+    LB_OK(lb_send(ctx, buf, HANDOVER_LARGE, tag, NULL, &req));
+    int done = 0;
+    if (thread) {
+      mk_ofi_hold_lock(ctx->comm, 1);
+      LB_OK(ctx->ops->test(req, &done, NULL));
+      mk_ofi_hold_lock(ctx->comm, 0);
+      LB_EXPECT(!done); /* in flight, or done but not told while the lock is held */
+    }
+    LB_OK(lb_wait(ctx, req, NULL));
+    fprintf(stderr, "[sender] calls sent back: %llu\n",
+            (unsigned long long)(mk_ofi_calls_sent_back(ctx->comm) - back0));
+    LB_EXPECT(thread ? mk_ofi_calls_sent_back(ctx->comm) > back0 : mk_ofi_calls_sent_back(ctx->comm) == 0);
+  } else {
+    memset(buf, 0, cap);
+    LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
+    lb_tell(ctx, stream);
+    LB_OK(lb_wait(ctx, req, &got));
+    LB_EXPECT(got == HANDOVER_LARGE &&
+              lb_check(buf, got, ctx->seed, stream, "message") == 0);
+  }
+  lb_tell(ctx, 1); /* both done before either closes */
+  LB_EXPECT(lb_hear(ctx) == 1);
+  free(buf);
+  return lb_close(ctx);
+}
+
 const struct lb_case lb_cases_progress[] = {
     {"progress_goes_to_the_callers_after_small_messages_and_back_for_a_large_one", handover_role,
      handover_role, 30, 0},
@@ -363,5 +419,7 @@ const struct lb_case lb_cases_progress[] = {
      threshold_role, 30, 0},
     {"small_sends_are_posted_by_the_thread_while_it_drives_the_comm_and_at_once_after_small_runs",
      small_posts_role, small_posts_role, 30, 0},
+    {"calls_on_a_comm_the_thread_drives_go_back_instead_of_waiting_for_its_lock", sent_back_role,
+     sent_back_role, 30, 0},
     {NULL, NULL, NULL, 0, 0},
 };

@@ -435,6 +435,18 @@ uint64_t mk_ofi_isend_reads_skipped(const struct mk_comm* comm) {
   return ofi_count_locked(comm, offsetof(struct ofi_comm, n_reads_skipped));
 }
 
+uint64_t mk_ofi_calls_sent_back(const struct mk_comm* comm) {
+  const struct ofi_comm* c = (const struct ofi_comm*)comm;
+  return comm && comm->ops == &mk_ofi_ops ? __atomic_load_n(&c->n_sent_back, __ATOMIC_RELAXED) : 0;
+}
+
+void mk_ofi_hold_lock(struct mk_comm* comm, int hold) {
+  struct ofi_comm* c = (struct ofi_comm*)comm;
+  if (!comm || comm->ops != &mk_ofi_ops) return;
+  if (hold) pthread_mutex_lock(&c->lock);
+  else pthread_mutex_unlock(&c->lock);
+}
+
 uint64_t mk_ofi_sends_by_thread(const struct mk_comm* comm) {
   return ofi_count_locked(comm, offsetof(struct ofi_comm, n_thread_sends));
 }
