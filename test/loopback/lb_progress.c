@@ -370,7 +370,7 @@ static int sent_back_role(struct lb_ctx* ctx) {
   if (ctx->is_sender) {
     lb_fill(buf, HANDOVER_LARGE, ctx->seed, stream);
     LB_EXPECT(lb_hear(ctx) == stream); /* the receive is posted */
-    usleep(20000);                      /* and its clear-to-send filed by the thread */
+    usleep(20000);                     /* and its clear-to-send filed by the thread */
     const uint64_t back0 = mk_ofi_calls_sent_back(ctx->comm);
     if (thread) {
       mk_ofi_hold_lock(ctx->comm, 1);
@@ -392,14 +392,14 @@ static int sent_back_role(struct lb_ctx* ctx) {
     LB_OK(lb_wait(ctx, req, NULL));
     fprintf(stderr, "[sender] calls sent back: %llu\n",
             (unsigned long long)(mk_ofi_calls_sent_back(ctx->comm) - back0));
-    LB_EXPECT(thread ? mk_ofi_calls_sent_back(ctx->comm) > back0 : mk_ofi_calls_sent_back(ctx->comm) == 0);
+    LB_EXPECT(thread ? mk_ofi_calls_sent_back(ctx->comm) > back0
+                     : mk_ofi_calls_sent_back(ctx->comm) == 0);
   } else {
     memset(buf, 0, cap);
     LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
     lb_tell(ctx, stream);
     LB_OK(lb_wait(ctx, req, &got));
-    LB_EXPECT(got == HANDOVER_LARGE &&
-              lb_check(buf, got, ctx->seed, stream, "message") == 0);
+    LB_EXPECT(got == HANDOVER_LARGE && lb_check(buf, got, ctx->seed, stream, "message") == 0);
   }
   lb_tell(ctx, 1); /* both done before either closes */
   LB_EXPECT(lb_hear(ctx) == 1);
@@ -410,8 +410,8 @@ static int sent_back_role(struct lb_ctx* ctx) {
 const struct lb_case lb_cases_progress[] = {
     {"progress_goes_to_the_callers_after_small_messages_and_back_for_a_large_one", handover_role,
      handover_role, 30, 0},
-    {"sends_asked_before_their_receive_is_posted_land_whole", early_send_role,
-     early_send_role, 30, 0},
+    {"sends_asked_before_their_receive_is_posted_land_whole", early_send_role, early_send_role, 30,
+     0},
     {"several_comms_carry_messages_at_once_and_after_idling", several_role, several_role, 40, 0},
     {"progress_thread_moves_a_message_no_test_asks_about", untested_recv, untested_send, 30, 0},
     {"idle_comm_threads_burn_no_cpu", idle_role, idle_role, 30, 0},

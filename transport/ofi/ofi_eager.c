@@ -443,8 +443,10 @@ uint64_t mk_ofi_calls_sent_back(const struct mk_comm* comm) {
 void mk_ofi_hold_lock(struct mk_comm* comm, int hold) {
   struct ofi_comm* c = (struct ofi_comm*)comm;
   if (!comm || comm->ops != &mk_ofi_ops) return;
-  if (hold) pthread_mutex_lock(&c->lock);
-  else pthread_mutex_unlock(&c->lock);
+  if (hold)
+    pthread_mutex_lock(&c->lock);
+  else
+    pthread_mutex_unlock(&c->lock);
 }
 
 uint64_t mk_ofi_sends_by_thread(const struct mk_comm* comm) {
