@@ -117,6 +117,10 @@
     "under 64 tiles per SM) or head by head; N: in chunks of N tiles, head by head inside "      \
     "(16 took the persistent core +2.2% over head by head at 64K causal on one GPU; not yet "    \
     "run on 2 GPUs)")                                                                            \
+  X(INT, RA_FWD_PERSISTENT, "NCCL_MK_RA_FWD_PERSISTENT", "0", 0, 1, "",                     \
+    "ring attention forward: 1 runs one attention CTA per SM, each claiming query tiles in "    \
+    "turn from a counter (the next tile's loads overlap the last one's end; 2-4% slower with "  \
+    "two ranks under MPS on one H200, not yet run on 2 GPUs); 0: one CTA per query tile")     \
   X(INT, TIMEOUT_MS, "NCCL_MK_TIMEOUT_MS", "60000", 1, 86400000, "",                           \
     "bound on every wait inside a fused kernel (an attention kernel's waits on its own "       \
     "warps: 1.5x, so that the error names the peer's missing flag); expiry breaks the "         \

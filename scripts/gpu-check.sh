@@ -7,8 +7,9 @@
 #          ring_bwd_emul (the ring backward's core calls on one GPU) and the cores against cuDNN
 #          in the same iterations (scripts/bench-torch-attn.py)
 #   fused: the fused-op tests on 2 GPUs, then ag_gemm_perf, gemm_rs_perf, gemm_ar_perf
-#   ring:  ncclMkRingAttention's tests on 2 GPUs (the backward's also with its split plan), then
-#          ring_attn_perf (64K causal also with NCCL_MK_RA_FWD_CHUNK=16; the backward also
+#   ring:  ncclMkRingAttention's tests on 2 GPUs (the forward's also with persistent CTAs, the
+#          backward's with its split plan), then ring_attn_perf (the forward also with
+#          persistent CTAs, 64K causal also with NCCL_MK_RA_FWD_CHUNK=16; the backward also
 #          split), ring_bwd_emul and PyTorch's cuDNN attention (scripts/bench-torch-attn.py)
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
 #          (also with the overlap, and with the fp8 dispatch: moe_perf -q)
@@ -225,6 +226,7 @@ tier_pairs() {
   scenarios "$MOE_TESTS" "$B/test/gpu/test_moe"
   step moe_ops_busy_sms_with_overlap env NCCL_MK_MOE_OVERLAP=1 "$B/test/gpu/test_moe" busy_sms
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
+  NCCL_MK_RA_FWD_PERSISTENT=1 scenarios "$RING_PERSISTENT_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_MERGED=0 NCCL_MK_RA_BWD_OWN_LAST=0 scenarios "$RING_BWD_SPLIT_TESTS" "$B/test/gpu/test_ring_attn_bwd"
 }
@@ -432,6 +434,16 @@ late_peer:ring_attention_of_a_late_peer_ends_in_an_error_or_the_right_output
 peer_dies_mid_call:ring_attention_whose_peer_died_mid_call_ends_in_an_async_error_without_a_fault
 busy_sms:ring_attention_finishes_correct_while_another_kernel_holds_a_quarter_of_the_sms
 busy_sms_most:ring_attention_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
+# The forward with persistent attention CTAs claiming the query tiles (NCCL_MK_RA_FWD_PERSISTENT=1;
+# session 58, not the default: 2-4% slower under MPS on one H200).
+RING_PERSISTENT_TESTS="small:ring_attention_persistent_matches_float64_causal_noncausal_gqa_d64_d128
+large:ring_attention_persistent_matches_the_core_on_the_whole_sequence
+graph:ring_attention_persistent_replays_in_cuda_graphs_with_fresh_inputs
+one_kernel:ring_attention_persistent_is_one_kernel_per_call
+back_to_back:ring_attention_persistent_back_to_back_with_a_delayed_rank
+late_peer:ring_attention_persistent_of_a_late_peer_ends_in_an_error_or_the_right_output
+busy_sms:ring_attention_persistent_finishes_correct_while_another_kernel_holds_a_quarter_of_the_sms
+busy_sms_most:ring_attention_persistent_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
 # ncclMkRingAttentionBackward on 2 GPUs (test/gpu/test_ring_attn_bwd.cu).
 RING_BWD_TESTS="small:ring_attention_backward_matches_float64_causal_noncausal_gqa_d64_d128
 large:ring_attention_backward_matches_the_core_on_the_whole_sequence
@@ -461,10 +473,14 @@ busy_sms_most:ring_attention_backward_split_plan_finishes_correct_while_another_
 
 tier_ring() {
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
+  NCCL_MK_RA_FWD_PERSISTENT=1 scenarios "$RING_PERSISTENT_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_MERGED=0 NCCL_MK_RA_BWD_OWN_LAST=0 scenarios "$RING_BWD_SPLIT_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   step ring_attn_perf "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -J "$LOGS/ring_attn_perf.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
+  # persistent attention CTAs (NCCL_MK_RA_FWD_PERSISTENT=1, session 58): an A/B within this call
+  step ring_attn_perf_persistent env NCCL_MK_RA_FWD_PERSISTENT=1 "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2
+  grep -A 8 '^#  B' "$LOGS/ring_attn_perf_persistent.log" || true
   # the forward's CTAs in chunks of 16 query tiles (NCCL_MK_RA_FWD_CHUNK; session 33's lead for
   # 64K causal, case 2), then the default (0) again: an A/B within this call
   local c

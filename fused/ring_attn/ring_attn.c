@@ -133,6 +133,8 @@ static int ra_fused(struct mk_fused_comm* fc, const void* q, const void* k, cons
   mk_ra_fill_args(fc, MK_OP_RING_ATTN, k, v, batch, s_local, heads, kv_heads, d_head, causal, chunk_rows, kv_bytes,
                   &a);
   a.q = q, a.out = out, a.lse = lse;
+  a.persistent = (int)mk_param_int(MK_PARAM_RA_FWD_PERSISTENT);
+  if (a.persistent) mk_ag_call_claims(&a.call, (uint64_t*)fc->sym); /* the items' counter */
   return mk_ra_launch(&a, stream);
 }
 

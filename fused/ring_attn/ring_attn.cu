@@ -27,6 +27,11 @@ extern "C" {
  * on 2 H200s (bench/NOTES.md, session 32), so the ring keeps 128-key tiles. */
 typedef mk_attn_cfg<128, 3, 1> mk_ra_cfg_d128;
 typedef mk_attn_cfg<64, 3, 1> mk_ra_cfg_d64;
+/* The same tiles with persistent attention CTAs (mk_ra_args.persistent): one per SM, each
+ * claiming items in turn, the next item's Q and K/V loaded while the consumers finish the last
+ * one (attn_fwd.cuh PERSISTENT). */
+typedef mk_attn_cfg<128, 3, 1, 1> mk_ra_cfg_d128_persistent;
+typedef mk_attn_cfg<64, 3, 1, 1> mk_ra_cfg_d64_persistent;
 
 #define MK_RA_PUSH_UNROLL 4 /* 16-byte vectors in flight per thread (gemm_push.cuh's); 16 measured the same (FORWARD_PLAN.md) */
 #define MK_RA_DEFAULT_TIMEOUT_MS 10000u
@@ -37,6 +42,7 @@ struct mk_ra_params {
   int chunk_rows, chunks_per_batch;
   int q_segs, seg_rows, seg_tiles; /* query segments (zigzag halves or the whole), their rows, tiles */
   int chunk;                       /* the items' order: attn.h mk_attn_item_work's chunk */
+  int n_items; /* query tiles x heads x batch; persistent CTAs take them in turn */
   const uint4* k_src;
   const uint4* v_src;
   uint4* dst_k[MK_RA_MAX_RANKS]; /* on peer d: this rank's slot, k then v */
@@ -166,16 +172,29 @@ static __device__ __forceinline__ struct ra_item ra_item_of(const struct mk_ra_p
   return it;
 }
 
-/* The producer thread: the item's Q tile, then every source's KV tiles in ring order, each
- * peer tile after a bounded wait for the chunk flags that cover it. */
+/* The persistent CTAs' next item from the call's counter (its value: an item, or n_items and
+ * beyond at the end); the producer's thread issues it an item ahead. */
+static __device__ __forceinline__ uint32_t ra_claim(const struct mk_ra_params& p) {
+  return atomicAdd((unsigned int*)p.call.claims, 1u);
+}
+
+/* The KV tiles an item sees of segment ks of the block from ring step s. */
 template <class Cfg>
-__device__ __forceinline__ void ra_produce(const struct mk_ra_maps& maps, const struct mk_ra_params& p,
-                                           const struct mk_attn_smem& sm, const struct ra_item& it, uint32_t item,
-                                           const struct mk_attn_wait_ctx& w) {
-  struct mk_attn_ring ring = {0, 0}, v_ring = {0, 0}; /* v_ring: SPLIT_KV's V positions */
-  const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
-  prefetch_tensormap(&maps.q);
-  attn_load_q<Cfg>(&maps.q, sm, it.b, it.h, it.q_row);
+static __device__ __forceinline__ int ra_seg_tiles(const struct mk_ra_params& p,
+                                                   const struct ra_item& it, int s, int ks) {
+  const struct ra_seg g = ra_kv_seg(p, mk_ra_kv_source(p.rank, p.nranks, s), ks);
+  return mk_attn_kv_tiles(it.q_last, g.pos0, g.rows, Cfg::BN, p.causal);
+}
+
+/* The producer's KV loads of one item: every source's tiles in ring order, each peer tile
+ * after a bounded wait for the chunk flags that cover it. 0 when a wait gave up. */
+template <class Cfg>
+__device__ __forceinline__ int ra_produce_kv(const struct mk_ra_maps& maps,
+                                             const struct mk_ra_params& p,
+                                             const struct mk_attn_smem& sm,
+                                             const struct ra_item& it, struct mk_attn_ring* ring,
+                                             struct mk_attn_ring* v_ring, uint64_t e, uint32_t item,
+                                             const struct mk_attn_wait_ctx& w) {
   const long flags_per_slot = (long)p.batch * p.chunks_per_batch;
   int ok = 1;
   for (int s = 0; s < p.nranks && ok; s++) {
@@ -195,46 +214,148 @@ __device__ __forceinline__ void ra_produce(const struct mk_ra_maps& maps, const 
           if (!ok) break;
         }
         if constexpr (Cfg::SPLIT_KV)
-          ok = attn_load_split_step<Cfg>(&maps.k[mi], &maps.v[mi], sm, &ring, &v_ring, it.b, it.hk, g.row0, t, n, w);
+          ok = attn_load_split_step<Cfg>(&maps.k[mi], &maps.v[mi], sm, ring, v_ring, it.b, it.hk,
+                                         g.row0, t, n, w);
         else
-          ok = attn_load_kv_block<Cfg>(&maps.k[mi], &maps.v[mi], sm, &ring, it.b, it.hk, row, 1, w);
+          ok = attn_load_kv_block<Cfg>(&maps.k[mi], &maps.v[mi], sm, ring, it.b, it.hk, row, 1, w);
       }
     }
   }
+  return ok;
 }
 
-/* Consumer warp group c: every source's KV tiles into the running state, in the producer's
- * order, then out and lse. */
+/* The producer thread's one item: its Q tile, then its KV tiles. 0 when a wait gave up. */
 template <class Cfg>
-__device__ __forceinline__ void ra_consume(const struct mk_ra_params& p, const struct mk_attn_smem& sm, int c,
-                                           const struct ra_item& it, const struct mk_attn_wait_ctx& w) {
-  struct mk_attn_ring ring = {0, 0};
-  struct mk_attn_state<Cfg> st;
-  attn_state_init<Cfg>(st);
-  attn_turns_start<Cfg>(sm, c);
-  int ok = attn_wait(sm.q_full, 0, w, MK_ATTN_WAIT_Q);
+__device__ __forceinline__ int ra_produce_item(const struct mk_ra_maps& maps,
+                                               const struct mk_ra_params& p,
+                                               const struct mk_attn_smem& sm, int item,
+                                               struct mk_attn_ring* ring,
+                                               struct mk_attn_ring* v_ring, uint64_t e,
+                                               struct mk_attn_wait_ctx& w) {
+  const struct ra_item it = ra_item_of(p, item, Cfg::BM);
+  w.tile = (uint32_t)item;
+  attn_load_q<Cfg>(&maps.q, sm, it.b, it.h, it.q_row);
+  return ra_produce_kv<Cfg>(maps, p, sm, it, ring, v_ring, e, (uint32_t)item, w);
+}
+
+/* The persistent producer: it claims each item while the previous one loads, and hands it to
+ * the consumers in *next once their last S product of the previous one is done (the Q tile
+ * free); they read it once q_full completes: -1, with a plain arrival, when no item is left.
+ * The stage ring runs on across items. */
+template <class Cfg>
+__device__ __forceinline__ void ra_produce_items(const struct mk_ra_maps& maps,
+                                                 const struct mk_ra_params& p,
+                                                 const struct mk_attn_smem& sm, int* next,
+                                                 struct mk_attn_wait_ctx& w) {
+  struct mk_attn_ring ring = {0, 0}, v_ring = {0, 0};
+  const uint64_t e = *(volatile uint64_t*)p.call.done + 1;
+  uint32_t claim = ra_claim(p);
+  for (int k = 0;; k++) {
+    const int item = claim < (uint32_t)p.n_items ? (int)claim : -1;
+    if (k > 0 && !attn_wait(sm.q_empty, (k - 1) & 1, w, MK_ATTN_WAIT_Q_EMPTY)) return;
+    *(volatile int*)next = item;
+    if (item < 0) {
+      mbarrier_arrive(sm.q_full);
+      return;
+    }
+    claim = ra_claim(p);
+    if (!ra_produce_item<Cfg>(maps, p, sm, item, &ring, &v_ring, e, w)) return;
+  }
+}
+
+/* Consumer warp group c, one item: every source's KV tiles into the running state, in the
+ * producer's order; persistent, the last segment with tiles releases the Q tile. */
+template <class Cfg>
+__device__ __forceinline__ int ra_consume_kv(
+    const struct mk_ra_params& p, const struct mk_attn_smem& sm, int c, const struct ra_item& it,
+    struct mk_attn_state<Cfg>& st, struct mk_attn_ring* ring, const struct mk_attn_wait_ctx& w) {
+  int last = -1; /* s * 2 + ks of the last segment with tiles */
+  if (Cfg::PERSISTENT)
+    for (int s = 0; s < p.nranks; s++)
+      for (int ks = 0; ks < (p.causal ? 2 : 1); ks++)
+        if (ra_seg_tiles<Cfg>(p, it, s, ks) > 0) last = 2 * s + ks;
+  if (Cfg::PERSISTENT && last < 0 && (threadIdx.x & 31) == 0) mbarrier_arrive(sm.q_empty);
+  int ok = 1;
   for (int s = 0; s < p.nranks && ok; s++) {
     const int src = mk_ra_kv_source(p.rank, p.nranks, s);
     for (int ks = 0; ks < (p.causal ? 2 : 1) && ok; ks++) {
       const struct ra_seg g = ra_kv_seg(p, src, ks);
       const int n = mk_attn_kv_tiles(it.q_last, g.pos0, g.rows, Cfg::BN, p.causal);
-      ok = attn_consume_kv_block<Cfg>(st, sm, &ring, c, it.q_first + 64 * c, g.pos0, g.rows, n, p.causal,
-                                      p.scale_log2, w);
+      ok = attn_consume_kv_block<Cfg>(st, sm, ring, c, it.q_first + 64 * c, g.pos0, g.rows, n,
+                                      p.causal, p.scale_log2, w,
+                                      2 * s + ks == last ? sm.q_empty : nullptr);
     }
   }
-  if (!ok) return;
+  return ok;
+}
+
+/* Consumer warp group c's one item: its KV blocks into the (fresh) state, then out and lse
+ * (persistent: from registers, the Q tile already holding the next item's rows). */
+template <class Cfg>
+__device__ __forceinline__ int ra_consume_item(
+    const struct mk_ra_params& p, const struct mk_attn_smem& sm, int c, const struct ra_item& it,
+    struct mk_attn_state<Cfg>& st, struct mk_attn_ring* ring, const struct mk_attn_wait_ctx& w) {
+  if (!ra_consume_kv<Cfg>(p, sm, c, it, st, ring, w)) return 0;
   const int row = it.q_row + 64 * c; /* the warp group's first row */
   const size_t row_stride = (size_t)p.heads * Cfg::D;
   __nv_bfloat16* out = p.out + (((size_t)it.b * p.s_local + row) * p.heads + it.h) * Cfg::D;
   float* lse = p.lse ? p.lse + ((size_t)it.b * p.heads + it.h) * p.s_local + row : NULL;
-  attn_finish<Cfg>(st, sm, c, out, row_stride, lse, it.rows_valid - 64 * c, p.scale);
+  if (Cfg::PERSISTENT)
+    attn_finish_direct<Cfg>(st, out, row_stride, lse, it.rows_valid - 64 * c, p.scale);
+  else
+    attn_finish<Cfg>(st, sm, c, out, row_stride, lse, it.rows_valid - 64 * c, p.scale);
+  return 1;
 }
 
-/* Push CTAs first, then one attention CTA per item; every CTA ends the call's count. */
+/* The persistent consumers: per item (from *next, once q_full completes) a fresh state. */
+template <class Cfg>
+__device__ __forceinline__ void ra_consume_items(const struct mk_ra_params& p,
+                                                 const struct mk_attn_smem& sm, int c,
+                                                 const int* next, struct mk_attn_wait_ctx& w) {
+  struct mk_attn_ring ring = {0, 0};
+  struct mk_attn_state<Cfg> st;
+  attn_state_init<Cfg>(st);
+  attn_turns_start<Cfg>(sm, c);
+  for (int k = 0;; k++) {
+    if (!attn_wait(sm.q_full, k & 1, w, MK_ATTN_WAIT_Q)) return;
+    const int item = *(volatile const int*)next;
+    if (item < 0) return;
+    w.tile = (uint32_t)item;
+    if (k > 0) attn_state_reset<Cfg>(st);
+    if (!ra_consume_item<Cfg>(p, sm, c, ra_item_of(p, item, Cfg::BM), st, &ring, w)) return;
+  }
+}
+
+/* The one-item CTA's roles (not persistent). */
+template <class Cfg>
+__device__ __forceinline__ void ra_produce_one(const struct mk_ra_maps& maps,
+                                               const struct mk_ra_params& p,
+                                               const struct mk_attn_smem& sm, int item,
+                                               struct mk_attn_wait_ctx& w) {
+  struct mk_attn_ring ring = {0, 0}, v_ring = {0, 0}; /* v_ring: SPLIT_KV's V positions */
+  prefetch_tensormap(&maps.q);
+  ra_produce_item<Cfg>(maps, p, sm, item, &ring, &v_ring, *(volatile uint64_t*)p.call.done + 1, w);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void ra_consume_one(const struct mk_ra_params& p,
+                                               const struct mk_attn_smem& sm, int c,
+                                               const struct ra_item& it,
+                                               struct mk_attn_wait_ctx& w) {
+  struct mk_attn_ring ring = {0, 0};
+  struct mk_attn_state<Cfg> st;
+  attn_state_init<Cfg>(st);
+  attn_turns_start<Cfg>(sm, c);
+  if (attn_wait(sm.q_full, 0, w, MK_ATTN_WAIT_Q)) ra_consume_item<Cfg>(p, sm, c, it, st, &ring, w);
+}
+
+/* Push CTAs first, then the attention CTAs (one per item, or persistent over the items); every
+ * CTA ends the call's count. */
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
 mk_ra_kernel(const __grid_constant__ struct mk_ra_maps maps, const __grid_constant__ struct mk_ra_params p) {
   extern __shared__ uint8_t smem_raw[];
+  __shared__ int next_item; /* persistent: the producer's claimed item for the consumers */
   if (blockIdx.x == 0 && threadIdx.x == 0 && p.call.call) *p.call.call = *(volatile uint64_t*)p.call.done + 1;
   if ((int)blockIdx.x < p.push_ctas) {
     ra_push_cta(p);
@@ -245,8 +366,7 @@ mk_ra_kernel(const __grid_constant__ struct mk_ra_maps maps, const __grid_consta
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) attn_smem_init<Cfg>(sm);
   __syncthreads();
-  const int item = (int)blockIdx.x - p.push_ctas;
-  const struct ra_item it = ra_item_of(p, item, Cfg::BM);
+  const int item = (int)blockIdx.x - p.push_ctas; /* not persistent: this CTA's one item */
   struct mk_attn_wait_ctx w;
   w.err = p.err;
   w.err_tag = p.err_tag;
@@ -259,11 +379,19 @@ mk_ra_kernel(const __grid_constant__ struct mk_ra_maps maps, const __grid_consta
    * consumers want their 232. */
   if (wg == 0) {
     setmaxnreg_dec<Cfg::REGS_PRODUCER>();
-    if (threadIdx.x == 0) ra_produce<Cfg>(maps, p, sm, it, (uint32_t)item, w);
+    if (threadIdx.x == 0) {
+      if (Cfg::PERSISTENT)
+        ra_produce_items<Cfg>(maps, p, sm, &next_item, w);
+      else
+        ra_produce_one<Cfg>(maps, p, sm, item, w);
+    }
     mk_call_end(p.call, p.err);
   } else {
     setmaxnreg_inc<Cfg::REGS_CONSUMER>();
-    ra_consume<Cfg>(p, sm, wg - 1, it, w);
+    if (Cfg::PERSISTENT)
+      ra_consume_items<Cfg>(p, sm, wg - 1, &next_item, w);
+    else
+      ra_consume_one<Cfg>(p, sm, wg - 1, ra_item_of(p, item, Cfg::BM), w);
     mk_call_end(p.call, p.err);
   }
 }
@@ -337,9 +465,14 @@ static int ra_launch_cfg(const struct mk_ra_args* a, int sms, cudaStream_t strea
   p.chunk = a->item_chunk > 0                                  ? a->item_chunk
             : mk_ra_items_tiles_outer(p.causal, items, sms) ? 1
                                                             : MK_ATTN_CHUNK_HEADS;
+  p.n_items = (int)items;
+  /* persistent: one attention CTA per SM; those that start once the push CTAs end take their
+   * SMs (items are claimed, so a CTA that starts late finds fewer or none) */
+  const long attn_ctas = !Cfg::PERSISTENT || items < sms ? items : sms;
   cudaError_t e = ra_prepare_cfg<Cfg>();
   if (e == cudaSuccess) {
-    mk_ra_kernel<Cfg><<<(unsigned)(items + a->push_ctas), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(maps, p);
+    mk_ra_kernel<Cfg>
+        <<<(unsigned)(attn_ctas + a->push_ctas), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(maps, p);
     e = cudaGetLastError();
   }
   if (e != cudaSuccess) {
@@ -353,11 +486,16 @@ extern "C" int mk_ra_launch(const struct mk_ra_args* a, cudaStream_t stream) {
   int sms = 0;
   MK_CHECK(mk_sm90_sms("ncclMkRingAttention", &sms));
   if (a->nranks < 1 || a->nranks > MK_RA_MAX_RANKS || a->push_ctas < 1 || a->chunk_rows < 128 ||
-      a->chunk_rows % 128) {
-    MK_WARN("ncclMkRingAttention: internal: nranks %d, push_ctas %d, chunk_rows %d", a->nranks, a->push_ctas,
-            a->chunk_rows);
+      a->chunk_rows % 128 || (a->persistent && !a->call.claims)) {
+    MK_WARN(
+        "ncclMkRingAttention: internal: nranks %d, push_ctas %d, chunk_rows %d, persistent %d, "
+        "claims %p",
+        a->nranks, a->push_ctas, a->chunk_rows, a->persistent, (void*)a->call.claims);
     return -EINVAL;
   }
+  if (a->persistent)
+    return a->d_head == 128 ? ra_launch_cfg<mk_ra_cfg_d128_persistent>(a, sms, stream)
+                            : ra_launch_cfg<mk_ra_cfg_d64_persistent>(a, sms, stream);
   return a->d_head == 128 ? ra_launch_cfg<mk_ra_cfg_d128>(a, sms, stream) : ra_launch_cfg<mk_ra_cfg_d64>(a, sms, stream);
 }
 
@@ -547,8 +685,12 @@ extern "C" int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cu
 /* Every kernel of the ring attention's forward and backward but the backward core's
  * (attn_bwd.cu mk_attn_bwd_load). */
 extern "C" int mk_ra_load(void) {
+  /* every configuration a call may launch: a first launch's lazy load would wait for the
+   * kernels then running (test_ring_attn busy_sms with NCCL_MK_RA_FWD_PERSISTENT=1 hung on it) */
   cudaError_t e = ra_prepare_cfg<mk_ra_cfg_d128>();
   if (e == cudaSuccess) e = ra_prepare_cfg<mk_ra_cfg_d64>();
+  if (e == cudaSuccess) e = ra_prepare_cfg<mk_ra_cfg_d128_persistent>();
+  if (e == cudaSuccess) e = ra_prepare_cfg<mk_ra_cfg_d64_persistent>();
   if (e != cudaSuccess) {
     MK_WARN("loading the ring attention kernels: %s", cudaGetErrorString(e));
     return -EIO;

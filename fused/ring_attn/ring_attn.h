@@ -9,16 +9,22 @@
  *                mk_sched_rs_slot(r, d) of every peer d at once (one read, n-1 writes); per
  *                chunk: bar.sync, fence.sys, st.release.sys of d's flag for (slot, chunk) to e.
  *                CTA i takes chunks i, i + push_ctas, ...: no counters between CTAs.
- *   attention    one CTA per (128-row query tile of one zigzag half, head, batch), the core's
- *   CTAs         roles (attn_fwd.cuh): per ring step s the KV block of rank
+ *   attention    one CTA per work item (a 128-row query tile of one zigzag half, head,
+ *   CTAs         batch), or with persistent = 1 one CTA per SM (up to the items' count), each
+ *                claiming items one after another from the call's counter (call.claims,
+ *                zeroed by the call's end), in attn.h's item order. The core's roles
+ *                (attn_fwd.cuh): per ring step s the KV block of rank
  *                mk_ra_kv_source(r, n, s) (step 0: the own k, v in place; later: its slot),
  *                as one segment (non-causal) or its two zigzag halves at their global
  *                positions (causal), merged in registers; before each KV tile of a slot the
  *                producer waits (bounded, acquire.sys, then fence.proxy.async.global) for the
- *                flags of the chunks that hold its rows. Causal items longest first.
+ *                flags of the chunks that hold its rows. Causal items longest first. The
+ *                next item's Q and K/V load while the consumers finish the last one.
  *   end          every CTA counts its exit; the last sets done = e (call_end.cuh).
- * The attention CTAs are not persistent yet (one per item, as the core): progress needs only
- * that the push CTAs are resident, which their lowest block indices give.
+ * Progress needs only that the push CTAs are resident, which their lowest block indices give:
+ * an attention CTA waits for nothing but the pushes, and no item belongs to a CTA before it
+ * runs (a CTA that cannot start while other kernels hold SMs leaves its share to the running
+ * ones, and the SMs the push CTAs free take attention CTAs).
  *
  * Workspace (fused_comm.h's data area at MK_AG_DATA_OFFSET): n-1 slots, slot j = [k | v], each
  * bf16 [batch, s_local, kv_heads, d_head]; flags: u64 words from MK_AG_FLAG0 (call numbers, as
@@ -50,6 +56,7 @@ struct mk_ra_args {
   int rank, nranks;
   int push_ctas;  /* >= 1 */
   int item_chunk; /* the forward's CTA order: 0 ra_schedule.h's rule, N chunks of N query tiles */
+  int persistent; /* the forward: 1 attention CTAs claim the items from call.claims in turn */
   int chunk_rows; /* rows per flag, a multiple of 128 */
   void* slots;    /* this rank's n-1 slots */
   void* peer_slot[MK_RA_MAX_RANKS];       /* on peer d: the slot this rank writes */
