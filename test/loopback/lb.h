@@ -91,6 +91,23 @@ int lb_check_quiet(const void* buf, size_t len, uint64_t seed, uint64_t stream);
 void* lb_alloc(size_t len);
 double lb_now(void);
 
+/* The eager cases (lb_eager.c, lb_unannounced.c). Most set the eager size at both ends,
+ * before their comm is made: 16 KiB (the default is 64 KiB), so that their sizes straddle it;
+ * lb_eager_bytes is the size in force. */
+void lb_eager_on(void);
+size_t lb_eager_bytes(void);
+/* One receive of one buffer of cap bytes; checks the size and bytes of message `stream`. */
+int lb_recv_check(struct lb_ctx* ctx, size_t cap, size_t len, uint64_t stream, int tag);
+/* Starts a send of message `stream` (len bytes, tag); *buf must be freed after the wait. */
+int lb_send_start(struct lb_ctx* ctx, size_t len, uint64_t stream, int tag, unsigned char** buf,
+                  struct mk_request** req);
+/* One message of len bytes (`stream`'s bytes), sent and waited for. */
+int lb_send_whole(struct lb_ctx* ctx, size_t len, uint64_t stream, int tag);
+/* One message the ordinary way first: tcp;ofi_rxm opens its connection on the first send,
+ * which needs the receiver to progress; only once it is open can sends complete while the
+ * receiver does nothing. */
+int lb_warm(struct lb_ctx* ctx);
+
 #define LB_EXPECT(cond)                                                         \
   do {                                                                          \
     if (!(cond)) {                                                              \

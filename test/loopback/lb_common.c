@@ -329,3 +329,51 @@ int lb_open_reverse(struct lb_ctx* ctx, void** lc, struct mk_comm** back) {
   }
   return 0;
 }
+
+/* The eager cases' helpers (lb_eager.c, lb_unannounced.c). */
+void lb_eager_on(void) {
+  lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "16384");
+}
+
+size_t lb_eager_bytes(void) {
+  return (size_t)mk_param_int(MK_PARAM_OFI_EAGER_BYTES);
+}
+
+int lb_recv_check(struct lb_ctx* ctx, size_t cap, size_t len, uint64_t stream, int tag) {
+  unsigned char* buf = lb_alloc(cap + 1);
+  memset(buf, 0xee, cap + 1);
+  void* d = buf;
+  size_t got = 0;
+  struct mk_request* req;
+  LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
+  LB_OK(lb_wait(ctx, req, &got));
+  if (got != len)
+    fprintf(stderr, "  message %llu: got %zu bytes, sent %zu\n", (unsigned long long)stream, got,
+            len);
+  LB_EXPECT(got == len);
+  LB_EXPECT(lb_check(buf, len, ctx->seed, stream, "eager payload") == 0);
+  LB_EXPECT(buf[len] == 0xee);
+  free(buf);
+  return 0;
+}
+
+int lb_send_start(struct lb_ctx* ctx, size_t len, uint64_t stream, int tag, unsigned char** buf,
+                  struct mk_request** req) {
+  *buf = lb_alloc(len);
+  lb_fill(*buf, len, ctx->seed, stream);
+  return lb_send(ctx, *buf, len, tag, NULL, req);
+}
+
+int lb_send_whole(struct lb_ctx* ctx, size_t len, uint64_t stream, int tag) {
+  unsigned char* b;
+  struct mk_request* r;
+  LB_OK(lb_send_start(ctx, len, stream, tag, &b, &r));
+  int rc = lb_wait(ctx, r, NULL);
+  free(b);
+  return rc;
+}
+
+int lb_warm(struct lb_ctx* ctx) {
+  if (!ctx->is_sender) return lb_recv_check(ctx, 64, 8, 777, 0);
+  return lb_send_whole(ctx, 8, 777, 0);
+}

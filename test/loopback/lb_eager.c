@@ -1,7 +1,9 @@
 /* The ofi eager path (transport/ofi/eager.h) over the real transport: messages that go
- * before their receive is posted, credits running out, a receive mixing eager and
- * clear-to-send messages, 0-byte and oversized eager messages, crossing posts, and a close
- * with eager messages never received. meson runs these with one stream and with four. */
+ * before their receive is posted, credits running out and coming back, a receive mixing eager
+ * and clear-to-send messages, 0-byte and oversized eager messages, crossing posts, eager off at
+ * one end, and closes with eager messages or credits still out. meson runs these with one
+ * stream and with four. Receives that send no clear-to-send are in lb_unannounced.c; the
+ * helpers both use (lb_eager_on, lb_warm, ...) in lb_common.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,84 +16,34 @@
 #define KiB 1024ull
 #define MiB (1024ull * 1024)
 
-/* Every case here sets the eager size at both ends, before its comm is made: 16 KiB (the
- * default is 64 KiB), so that the cases' sizes straddle it. */
-static void eager_on(void) {
-  lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "16384");
-}
-
-static size_t eager_bytes(void) { return (size_t)mk_param_int(MK_PARAM_OFI_EAGER_BYTES); }
-
-/* One receive of one buffer of cap bytes; checks the size and bytes of message `stream`. */
-static int recv_check(struct lb_ctx* ctx, size_t cap, size_t len, uint64_t stream, int tag) {
-  unsigned char* buf = lb_alloc(cap + 1);
-  memset(buf, 0xee, cap + 1);
-  void* d = buf;
-  size_t got = 0;
-  struct mk_request* req;
-  LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
-  LB_OK(lb_wait(ctx, req, &got));
-  if (got != len) fprintf(stderr, "  message %llu: got %zu bytes, sent %zu\n",
-                          (unsigned long long)stream, got, len);
-  LB_EXPECT(got == len);
-  LB_EXPECT(lb_check(buf, len, ctx->seed, stream, "eager payload") == 0);
-  LB_EXPECT(buf[len] == 0xee);
-  free(buf);
-  return 0;
-}
-
-/* Starts a send of message `stream` (len bytes, tag); *buf must be freed after the wait. */
-static int send_start(struct lb_ctx* ctx, size_t len, uint64_t stream, int tag,
-                      unsigned char** buf, struct mk_request** req) {
-  *buf = lb_alloc(len);
-  lb_fill(*buf, len, ctx->seed, stream);
-  return lb_send(ctx, *buf, len, tag, NULL, req);
-}
-
-/* One message of len bytes (`stream`'s bytes), sent and waited for. */
-static int send_whole(struct lb_ctx* ctx, size_t len, uint64_t stream, int tag) {
-  unsigned char* b;
-  struct mk_request* r;
-  LB_OK(send_start(ctx, len, stream, tag, &b, &r));
-  int rc = lb_wait(ctx, r, NULL);
-  free(b);
-  return rc;
-}
-
-/* One message the ordinary way first: tcp;ofi_rxm opens its connection on the first send,
- * which needs the receiver to progress; only once it is open can sends complete while the
- * receiver does nothing. */
-static int warm(struct lb_ctx* ctx) {
-  if (!ctx->is_sender) return recv_check(ctx, 64, 8, 777, 0);
-  return send_whole(ctx, 8, 777, 0);
-}
-
 /* The sender starts 10 small sends (0 B to the eager size) before the receiver has posted
  * anything, and isend takes every one (only eager can: no clear-to-send exists yet); the
  * receiver then gets them, intact, in order. (Their completion may need the receiver: rxm
  * itself moves messages above 16 KiB by rendezvous.) */
 #define LATE_COUNT 10
 static size_t late_len(int m) {
-  size_t e = eager_bytes();
+  size_t e = lb_eager_bytes();
   size_t lens[LATE_COUNT] = {0, 1, 8, 100, 4096, 4097, e / 2, e - 1, e, 3};
   return lens[m];
 }
 static int late_recv(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_accept(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   LB_EXPECT(lb_hear(ctx) == 1); /* every send has been taken */
-  for (int m = 0; m < LATE_COUNT; m++) LB_OK(recv_check(ctx, eager_bytes(), late_len(m), m, 4));
+  for (int m = 0; m < LATE_COUNT; m++)
+    LB_OK(lb_recv_check(ctx, lb_eager_bytes(), late_len(m), m, 4));
   lb_tell(ctx, 2);
   return lb_close(ctx);
 }
 static int late_send(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_connect(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   unsigned char* bufs[LATE_COUNT];
   struct mk_request* reqs[LATE_COUNT];
-  for (int m = 0; m < LATE_COUNT; m++) LB_OK(send_start(ctx, late_len(m), m, 4, &bufs[m], &reqs[m]));
+  for (int m = 0; m < LATE_COUNT; m++)
+    LB_OK(lb_send_start(ctx, late_len(m), m, 4, &bufs[m], &reqs[m]));
   lb_tell(ctx, 1);
   for (int m = 0; m < LATE_COUNT; m++) LB_OK(lb_wait(ctx, reqs[m], NULL));
   for (int m = 0; m < LATE_COUNT; m++) free(bufs[m]);
@@ -104,23 +56,23 @@ static int late_send(struct lb_ctx* ctx) {
  * credits. */
 #define CREDIT_COUNT 12
 static int credits_recv(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   lb_set_param("NCCL_MK_OFI_EAGER_BUFS", "4");
   LB_OK(lb_accept(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   LB_EXPECT(lb_hear(ctx) == 4); /* the sender got exactly 4 out, then had to wait */
-  for (int m = 0; m < CREDIT_COUNT; m++) LB_OK(recv_check(ctx, 4096, 1000 + (size_t)m, m, 1));
+  for (int m = 0; m < CREDIT_COUNT; m++) LB_OK(lb_recv_check(ctx, 4096, 1000 + (size_t)m, m, 1));
   lb_tell(ctx, 1);
   return lb_close(ctx);
 }
 static int credits_send(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_connect(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   unsigned char* bufs[CREDIT_COUNT];
   struct mk_request* reqs[CREDIT_COUNT];
   int m = 0;
-  for (; m < 4; m++) LB_OK(send_start(ctx, 1000 + (size_t)m, m, 1, &bufs[m], &reqs[m]));
+  for (; m < 4; m++) LB_OK(lb_send_start(ctx, 1000 + (size_t)m, m, 1, &bufs[m], &reqs[m]));
   for (int k = 0; k < 4; k++) LB_OK(lb_wait(ctx, reqs[k], NULL));
   unsigned char* extra = lb_alloc(1004);
   lb_fill(extra, 1004, ctx->seed, 4);
@@ -134,7 +86,8 @@ static int credits_send(struct lb_ctx* ctx) {
   reqs[4] = NULL;
   LB_OK(lb_send(ctx, extra, 1004, 1, NULL, &reqs[4]));
   bufs[4] = extra;
-  for (m = 5; m < CREDIT_COUNT; m++) LB_OK(send_start(ctx, 1000 + (size_t)m, m, 1, &bufs[m], &reqs[m]));
+  for (m = 5; m < CREDIT_COUNT; m++)
+    LB_OK(lb_send_start(ctx, 1000 + (size_t)m, m, 1, &bufs[m], &reqs[m]));
   for (m = 4; m < CREDIT_COUNT; m++) LB_OK(lb_wait(ctx, reqs[m], NULL));
   for (m = 0; m < CREDIT_COUNT; m++) free(bufs[m]);
   LB_EXPECT(lb_hear(ctx) == 1);
@@ -150,12 +103,12 @@ static int credits_send(struct lb_ctx* ctx) {
 static const int mix_tags[4] = {5, 6, 5, 7};
 static const int mix_order[4] = {2, 1, 0, 3}; /* sends go to these buffers, in this order */
 static size_t mix_len(int j) {
-  size_t lens[4] = {0, 100, eager_bytes(), 512 * KiB};
+  size_t lens[4] = {0, 100, lb_eager_bytes(), 512 * KiB};
   return lens[j];
 }
 #define MIX_ROUNDS 6
 static int mix_recv(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_accept(ctx));
   for (int round = 0; round < MIX_ROUNDS; round++) {
     void* data[4];
@@ -181,7 +134,7 @@ static int mix_recv(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 static int mix_send(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_connect(ctx));
   for (int round = 0; round < MIX_ROUNDS; round++) {
     unsigned char* bufs[4];
@@ -189,8 +142,8 @@ static int mix_send(struct lb_ctx* ctx) {
     for (int k = 0; k < 4; k++) {
       int j = mix_order[k];
       if (round % 2 && k == 3) lb_tell(ctx, (uint64_t)round); /* small ones are out */
-      LB_OK(send_start(ctx, mix_len(j), (uint64_t)(round * 10 + j), mix_tags[j], &bufs[k],
-                       &reqs[k]));
+      LB_OK(lb_send_start(ctx, mix_len(j), (uint64_t)(round * 10 + j), mix_tags[j], &bufs[k],
+                          &reqs[k]));
     }
     for (int k = 0; k < 4; k++) {
       LB_OK(lb_wait(ctx, reqs[k], NULL));
@@ -203,9 +156,9 @@ static int mix_send(struct lb_ctx* ctx) {
 /* A message larger than the buffer it goes to fails that receive with -EMSGSIZE, also when
  * it went eager (found out at the receiver); the next message lands where it should. */
 static int toolarge_recv(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_accept(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   LB_EXPECT(lb_hear(ctx) == 1); /* the 1000-byte message is out */
   unsigned char buf[100];
   void* d = buf;
@@ -216,20 +169,20 @@ static int toolarge_recv(struct lb_ctx* ctx) {
   while (!done && rc == 0) rc = ctx->ops->test(req, &done, &got);
   printf("  oversized eager message: rc=%d (%s), done=%d\n", rc, strerror(-rc), done);
   LB_EXPECT(rc == -EMSGSIZE);
-  LB_OK(recv_check(ctx, 100, 50, 2, 2));
+  LB_OK(lb_recv_check(ctx, 100, 50, 2, 2));
   lb_tell(ctx, 2);
   return lb_close(ctx);
 }
 static int toolarge_send(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_connect(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   unsigned char *big, *small;
   struct mk_request *r1, *r2;
-  LB_OK(send_start(ctx, 1000, 1, 2, &big, &r1));
+  LB_OK(lb_send_start(ctx, 1000, 1, 2, &big, &r1));
   LB_OK(lb_wait(ctx, r1, NULL)); /* completed: it went eager */
   lb_tell(ctx, 1);
-  LB_OK(send_start(ctx, 50, 2, 2, &small, &r2));
+  LB_OK(lb_send_start(ctx, 50, 2, 2, &small, &r2));
   LB_OK(lb_wait(ctx, r2, NULL));
   free(big);
   free(small);
@@ -243,7 +196,7 @@ static int toolarge_send(struct lb_ctx* ctx) {
 #define CROSS_COUNT 3000
 #define CROSS_WINDOW 4
 static size_t cross_len(int m) {
-  size_t e = eager_bytes();
+  size_t e = lb_eager_bytes();
   switch (m % 5) {
     case 0: return 0;
     case 1: return 1 + (size_t)(m * 7919) % 4000;
@@ -262,7 +215,7 @@ static void jitter(uint64_t seed, int m) {
  * other run of five receives takes the eager size as its capacity where its messages fit it,
  * so those receives send no clear-to-send at all. */
 static size_t cross_cap(int m, int mixed) {
-  return mixed && m % 5 < 3 && (m / 5) % 2 ? eager_bytes() : 256 * KiB;
+  return mixed && m % 5 < 3 && (m / 5) % 2 ? lb_eager_bytes() : 256 * KiB;
 }
 /* Receives of eager capacity that go without a clear-to-send: all but those posted right after
  * a receive whose message was above NCCL_MK_OFI_ANNOUNCE_AFTER (the receive before is
@@ -270,13 +223,13 @@ static size_t cross_cap(int m, int mixed) {
 static uint64_t cross_small_receives(void) {
   uint64_t n = 0;
   for (int m = 0; m < CROSS_COUNT; m++)
-    n += cross_cap(m, 1) == eager_bytes() &&
+    n += cross_cap(m, 1) == lb_eager_bytes() &&
          !(m >= CROSS_WINDOW &&
            cross_len(m - CROSS_WINDOW) > (size_t)mk_param_int(MK_PARAM_OFI_ANNOUNCE_AFTER));
   return n;
 }
 static int cross_run_recv(struct lb_ctx* ctx, int mixed) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_accept(ctx));
   unsigned char* bufs[CROSS_WINDOW];
   struct mk_mr* mrs[CROSS_WINDOW] = {0};
@@ -322,7 +275,7 @@ static int cross_run_recv(struct lb_ctx* ctx, int mixed) {
   return lb_close(ctx);
 }
 static int cross_run_send(struct lb_ctx* ctx, int mixed) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_connect(ctx));
   unsigned char* bufs[CROSS_WINDOW];
   struct mk_mr* mrs[CROSS_WINDOW] = {0};
@@ -363,25 +316,25 @@ static int cross_mixed_send(struct lb_ctx* ctx) {
  * the way), then accepts a new connection on the same listen comm: the new comm starts
  * clean (its first receive gets the new connection's first message). */
 static int unreceived_recv(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_accept(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   LB_EXPECT(lb_hear(ctx) == 1); /* three eager messages are out */
   LB_OK(ctx->ops->close(ctx->comm));
   ctx->comm = NULL;
   lb_tell(ctx, 1);
   LB_OK(lb_reconnect(ctx));
-  LB_OK(recv_check(ctx, 4096, 300, 9, 1));
+  LB_OK(lb_recv_check(ctx, 4096, 300, 9, 1));
   lb_tell(ctx, 2);
   return lb_close(ctx);
 }
 static int unreceived_send(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_connect(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   unsigned char* bufs[3];
   struct mk_request* reqs[3];
-  for (int m = 0; m < 3; m++) LB_OK(send_start(ctx, 100 + (size_t)m, m, 1, &bufs[m], &reqs[m]));
+  for (int m = 0; m < 3; m++) LB_OK(lb_send_start(ctx, 100 + (size_t)m, m, 1, &bufs[m], &reqs[m]));
   for (int m = 0; m < 3; m++) LB_OK(lb_wait(ctx, reqs[m], NULL));
   lb_tell(ctx, 1);
   LB_EXPECT(lb_hear(ctx) == 1); /* the receiver's comm is closed */
@@ -390,7 +343,7 @@ static int unreceived_send(struct lb_ctx* ctx) {
   LB_OK(lb_reconnect(ctx));
   unsigned char* b;
   struct mk_request* r;
-  LB_OK(send_start(ctx, 300, 9, 1, &b, &r));
+  LB_OK(lb_send_start(ctx, 300, 9, 1, &b, &r));
   LB_OK(lb_wait(ctx, r, NULL));
   for (int m = 0; m < 3; m++) free(bufs[m]);
   free(b);
@@ -404,12 +357,12 @@ static int off_recv(struct lb_ctx* ctx) {
   lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "0");
   LB_OK(lb_accept(ctx));
   LB_EXPECT(lb_hear(ctx) == 1);
-  LB_OK(recv_check(ctx, 64, 8, 1, 0));
+  LB_OK(lb_recv_check(ctx, 64, 8, 1, 0));
   lb_tell(ctx, 2);
   return lb_close(ctx);
 }
 static int off_send(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_connect(ctx));
   unsigned char buf[8];
   lb_fill(buf, sizeof(buf), ctx->seed, 1);
@@ -426,198 +379,28 @@ static int off_send(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
-/* Receives whose buffers all fit a bounce buffer send no clear-to-send (version 7): their
- * messages come eager whether the receive was posted first or the send. With
- * NCCL_MK_OFI_NO_CTS_MS=0 (meson runs the case that way too) every receive sends one, as
- * before, and a message whose receive is posted first goes through it. */
-#define NOCTS_COUNT 24
-static size_t nocts_cap(int m) {
-  const size_t caps[4] = {1, 100, 4096, eager_bytes()};
-  return caps[m % 4];
-}
-static int nocts_recv(struct lb_ctx* ctx) {
-  eager_on();
-  /* messages up to the eager size, none followed by a clear-to-send (see pieces_recv) */
-  lb_set_param("NCCL_MK_OFI_ANNOUNCE_AFTER", "1048576");
-  LB_OK(lb_accept(ctx));
-  LB_OK(warm(ctx));
-  for (int m = 0; m < NOCTS_COUNT; m++) {
-    if (m % 2) LB_EXPECT(lb_hear(ctx) == (uint64_t)m); /* the send went first */
-    unsigned char* buf = lb_alloc(nocts_cap(m));
-    void* d = buf;
-    size_t cap = nocts_cap(m), got = 0;
-    int tag = 6;
-    struct mk_request* req;
-    LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
-    if (m % 2 == 0) lb_tell(ctx, (uint64_t)m); /* posted: now the send */
-    LB_OK(lb_wait(ctx, req, &got));
-    LB_EXPECT(got == nocts_cap(m));
-    LB_EXPECT(lb_check(buf, got, ctx->seed, 300 + (uint64_t)m, "small receive") == 0);
-    free(buf);
-  }
-  uint64_t late = 0, unannounced = mk_ofi_receives_unannounced(ctx->comm, &late);
-  const int on = mk_param_int(MK_PARAM_OFI_NO_CTS_MS) > 0;
-  printf("  receiver: %llu of %d receives without a clear-to-send (%llu late)\n",
-         (unsigned long long)unannounced, NOCTS_COUNT + 1, (unsigned long long)late);
-  /* those posted before their send, and the warm-up's; a send that went first may have
-   * arrived before its receive (then it needs no clear-to-send either) or not */
-  if (on)
-    LB_EXPECT(unannounced >= NOCTS_COUNT / 2 + 1 && unannounced <= NOCTS_COUNT + 1);
-  else
-    LB_EXPECT(unannounced == 0);
-  LB_EXPECT(late == 0);
-  lb_tell(ctx, (uint64_t)on);
-  return lb_close(ctx);
-}
-static int nocts_send(struct lb_ctx* ctx) {
-  eager_on();
-  LB_OK(lb_connect(ctx));
-  LB_OK(warm(ctx));
-  for (int m = 0; m < NOCTS_COUNT; m++) {
-    if (m % 2 == 0) LB_EXPECT(lb_hear(ctx) == (uint64_t)m);
-    unsigned char* b;
-    struct mk_request* r;
-    LB_OK(send_start(ctx, nocts_cap(m), 300 + (uint64_t)m, 6, &b, &r));
-    if (m % 2) lb_tell(ctx, (uint64_t)m);
-    LB_OK(lb_wait(ctx, r, NULL));
-    free(b);
-  }
-  const uint64_t on = lb_hear(ctx), eager = mk_ofi_messages_eager(ctx->comm);
-  printf("  sender: %llu of %d messages eager\n", (unsigned long long)eager, NOCTS_COUNT + 1);
-  if (on)
-    LB_EXPECT(eager == NOCTS_COUNT + 1); /* no clear-to-send ever came */
-  else
-    LB_EXPECT(eager < NOCTS_COUNT + 1); /* those whose receive went first used it */
-  return lb_close(ctx);
-}
-
-/* A small receive whose message does not come within NCCL_MK_OFI_NO_CTS_MS sends its
- * clear-to-send after all (its registered buffers then written): the messages sent after that
- * land whole, through it or eager if they crossed it. */
-#define SLOW_COUNT 3
-static int slow_recv(struct lb_ctx* ctx) {
-  eager_on();
-  lb_set_param("NCCL_MK_OFI_NO_CTS_MS", "20");
-  LB_OK(lb_accept(ctx));
-  LB_OK(warm(ctx));
-  unsigned char* bufs[SLOW_COUNT];
-  struct mk_mr* mrs[SLOW_COUNT];
-  struct mk_request* reqs[SLOW_COUNT];
-  int tag = 8, done = 0;
-  uint64_t late0 = 0, late = 0; /* the warm-up's may have been late too (a first connection) */
-  mk_ofi_receives_unannounced(ctx->comm, &late0);
-  for (int m = 0; m < SLOW_COUNT; m++) {
-    size_t cap = 4096;
-    bufs[m] = lb_alloc(cap);
-    void* d = bufs[m];
-    LB_OK(ctx->ops->reg_mr(ctx->comm, bufs[m], cap, MK_PTR_HOST, &mrs[m]));
-    LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, &mrs[m], &reqs[m]));
-  }
-  const double t0 = lb_now(); /* test() meanwhile: the late clear-to-sends go out from it */
-  while (lb_now() - t0 < 0.1) {
-    LB_OK(ctx->ops->test(reqs[0], &done, NULL));
-    LB_EXPECT(!done);
-  }
-  mk_ofi_receives_unannounced(ctx->comm, &late);
-  printf("  receiver: %llu of %d receives sent their clear-to-send late\n",
-         (unsigned long long)(late - late0), SLOW_COUNT);
-  LB_EXPECT(late - late0 == SLOW_COUNT);
-  lb_tell(ctx, 1);
-  for (int m = 0; m < SLOW_COUNT; m++) {
-    size_t got = 0;
-    LB_OK(lb_wait(ctx, reqs[m], &got));
-    LB_EXPECT(got == 1000 + (size_t)m);
-    LB_EXPECT(lb_check(bufs[m], got, ctx->seed, 400 + (uint64_t)m, "late receive") == 0);
-    LB_OK(ctx->ops->dereg_mr(ctx->comm, mrs[m]));
-    free(bufs[m]);
-  }
-  lb_tell(ctx, 2);
-  return lb_close(ctx);
-}
-static int slow_send(struct lb_ctx* ctx) {
-  eager_on();
-  LB_OK(lb_connect(ctx));
-  LB_OK(warm(ctx));
-  LB_EXPECT(lb_hear(ctx) == 1);
-  for (int m = 0; m < SLOW_COUNT; m++) {
-    unsigned char* b = lb_alloc(1000 + (size_t)m);
-    struct mk_mr* mr;
-    struct mk_request* r;
-    lb_fill(b, 1000 + (size_t)m, ctx->seed, 400 + (uint64_t)m);
-    LB_OK(ctx->ops->reg_mr(ctx->comm, b, 1000 + (size_t)m, MK_PTR_HOST, &mr));
-    LB_OK(lb_send(ctx, b, 1000 + (size_t)m, 8, mr, &r));
-    LB_OK(lb_wait(ctx, r, NULL));
-    LB_OK(ctx->ops->dereg_mr(ctx->comm, mr));
-    free(b);
-  }
-  LB_EXPECT(lb_hear(ctx) == 2);
-  return lb_close(ctx);
-}
-
-/* A send larger than the eager size into a small receive (which sends no clear-to-send, and
- * takes only eager messages): the sender waits, and gets -EMSGSIZE once the receive's late
- * clear-to-send shows the buffer, instead of waiting forever. */
-static int oversized_recv(struct lb_ctx* ctx) {
-  eager_on();
-  lb_set_param("NCCL_MK_OFI_NO_CTS_MS", "20");
-  LB_OK(lb_accept(ctx));
-  LB_OK(warm(ctx));
-  unsigned char buf[1024];
-  void* d = buf;
-  size_t cap = sizeof(buf);
-  int tag = 9, done = 0;
-  struct mk_request* req;
-  LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
-  lb_tell(ctx, 1);
-  while (!lb_peer_spoke(ctx)) { /* test() meanwhile: the late clear-to-send goes out from it */
-    LB_OK(ctx->ops->test(req, &done, NULL));
-    LB_EXPECT(!done);
-  }
-  LB_EXPECT(lb_hear(ctx) == 2);
-  return lb_close(ctx); /* with the receive still pending: its message never comes */
-}
-static int oversized_send(struct lb_ctx* ctx) {
-  eager_on();
-  LB_OK(lb_connect(ctx));
-  LB_OK(warm(ctx));
-  LB_EXPECT(lb_hear(ctx) == 1);
-  const size_t len = 4 * eager_bytes();
-  unsigned char* b = lb_alloc(len);
-  struct mk_request* r = NULL;
-  const double t0 = lb_now();
-  int rc;
-  while ((rc = ctx->ops->isend(ctx->comm, b, len, 9, NULL, &r)) == 0 && !r && lb_now() - t0 < 10) {
-  }
-  printf("  %zu bytes into a 1024-byte receive: rc=%d (%s) after %.0f ms\n", len, rc, strerror(-rc),
-         (lb_now() - t0) * 1e3);
-  LB_EXPECT(r == NULL && rc == -EMSGSIZE);
-  lb_tell(ctx, 2);
-  free(b);
-  return lb_close(ctx);
-}
-
 /* A sender whose eager sends have all completed closes at once, before the receiver has
  * posted their receives: its close waits (bounded) until the receiver has taken every piece,
  * so none is lost (session 54: closing under them lost up to 7 of 32). */
 #define CLOSE_COUNT 40
 static int close_recv(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   lb_set_param("NCCL_MK_OFI_EAGER_BUFS", "64"); /* every message eager, no credit wait */
   LB_OK(lb_accept(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   LB_EXPECT(lb_hear(ctx) == 1); /* its sends are complete, its close under way */
   usleep(20000);
   for (int m = 0; m < CLOSE_COUNT; m++)
-    LB_OK(recv_check(ctx, 4096, 100 + (size_t)m * 50, 500 + (uint64_t)m, 5));
+    LB_OK(lb_recv_check(ctx, 4096, 100 + (size_t)m * 50, 500 + (uint64_t)m, 5));
   lb_tell(ctx, 2);
   return lb_close(ctx);
 }
 static int close_send(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_connect(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   for (int m = 0; m < CLOSE_COUNT; m++) {
-    LB_OK(send_whole(ctx, 100 + (size_t)m * 50, 500 + (uint64_t)m, 5));
+    LB_OK(lb_send_whole(ctx, 100 + (size_t)m * 50, 500 + (uint64_t)m, 5));
   }
   LB_EXPECT(mk_ofi_messages_eager(ctx->comm) == CLOSE_COUNT + 1);
   lb_tell(ctx, 1);
@@ -631,11 +414,11 @@ static int close_send(struct lb_ctx* ctx) {
  * collectives): the receiver returns credits only at the threshold, not whenever it idles. */
 #define STEADY_COUNT 40
 static int steady_recv(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_accept(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   for (int m = 0; m < STEADY_COUNT; m++) {
-    LB_OK(recv_check(ctx, 4096, 8 + (size_t)m, 900 + (uint64_t)m, 4));
+    LB_OK(lb_recv_check(ctx, 4096, 8 + (size_t)m, 900 + (uint64_t)m, 4));
     lb_tell(ctx, (uint64_t)m);
   }
   const uint64_t credit_msgs = mk_ofi_credit_messages(ctx->comm);
@@ -646,11 +429,11 @@ static int steady_recv(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 static int steady_send(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_connect(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   for (int m = 0; m < STEADY_COUNT; m++) {
-    LB_OK(send_whole(ctx, 8 + (size_t)m, 900 + (uint64_t)m, 4));
+    LB_OK(lb_send_whole(ctx, 8 + (size_t)m, 900 + (uint64_t)m, 4));
     LB_EXPECT(lb_hear(ctx) == (uint64_t)m); /* its receive is done: the comm idles */
   }
   return lb_close(ctx);
@@ -662,17 +445,17 @@ static int steady_send(struct lb_ctx* ctx) {
  * reads the process's other comms, which answers the peer's flush request. */
 #define BOTH_COUNT 5
 static int both_close_side(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
   void* lc = NULL;
   struct mk_comm* back = NULL;
   LB_OK(lb_open_reverse(ctx, &lc, &back));
   struct mk_comm* rx = ctx->is_sender ? back : ctx->comm;
   struct mk_comm* tx = ctx->is_sender ? ctx->comm : back;
-  LB_OK(warm(ctx)); /* each way in turn: rxm connects on first use, with the peer reading */
+  LB_OK(lb_warm(ctx)); /* each way in turn: rxm connects on first use, with the peer reading */
   ctx->comm = back;
   ctx->is_sender = !ctx->is_sender;
-  int rc = warm(ctx);
+  int rc = lb_warm(ctx);
   ctx->is_sender = !ctx->is_sender;
   LB_OK(rc);
   const uint64_t base = ctx->is_sender ? 100 : 200, peer = ctx->is_sender ? 200 : 100;
@@ -680,9 +463,9 @@ static int both_close_side(struct lb_ctx* ctx) {
     unsigned char* out;
     struct mk_request* s;
     ctx->comm = tx;
-    LB_OK(send_start(ctx, 64, base + (uint64_t)m, 6, &out, &s));
+    LB_OK(lb_send_start(ctx, 64, base + (uint64_t)m, 6, &out, &s));
     ctx->comm = rx;
-    LB_OK(recv_check(ctx, 4096, 64, peer + (uint64_t)m, 6));
+    LB_OK(lb_recv_check(ctx, 4096, 64, peer + (uint64_t)m, 6));
     ctx->comm = tx;
     LB_OK(lb_wait(ctx, s, NULL));
     free(out);
@@ -707,11 +490,11 @@ static int both_close_side(struct lb_ctx* ctx) {
  * which says every message was taken or reported lost, not wait out its bound. */
 #define FIRST_COUNT 5
 static int first_close_recv(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_accept(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   for (int m = 0; m < FIRST_COUNT; m++)
-    LB_OK(recv_check(ctx, 4096, 32 + (size_t)m, 300 + (uint64_t)m, 7));
+    LB_OK(lb_recv_check(ctx, 4096, 32 + (size_t)m, 300 + (uint64_t)m, 7));
   LB_EXPECT(mk_ofi_credit_messages(ctx->comm) == 0); /* the credits are still out */
   LB_OK(ctx->ops->close(ctx->comm));
   ctx->comm = NULL;
@@ -720,11 +503,11 @@ static int first_close_recv(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 static int first_close_send(struct lb_ctx* ctx) {
-  eager_on();
+  lb_eager_on();
   LB_OK(lb_connect(ctx));
-  LB_OK(warm(ctx));
+  LB_OK(lb_warm(ctx));
   for (int m = 0; m < FIRST_COUNT; m++) {
-    LB_OK(send_whole(ctx, 32 + (size_t)m, 300 + (uint64_t)m, 7));
+    LB_OK(lb_send_whole(ctx, 32 + (size_t)m, 300 + (uint64_t)m, 7));
   }
   LB_EXPECT(lb_hear(ctx) == 1);
   const double t0 = lb_now();
@@ -737,50 +520,6 @@ static int first_close_send(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
-/* NCCL posts its 64 KiB LL slots for messages of any size: after a receive that took a message
- * above NCCL_MK_OFI_ANNOUNCE_AFTER (8 KiB here), the next receive announces itself (its message
- * is then written once into the buffer); after a small one, the next goes without a
- * clear-to-send again. Each receive is posted before its send starts, so which it does is not
- * left to timing. */
-static const size_t pieces_lens[] = {8, 3 * 16384 - 100, 8, 8192, 8193, 64};
-static const int pieces_announced[] = {0, 0, 1, 0, 0, 1}; /* by the message before */
-#define PIECES_COUNT (int)(sizeof(pieces_lens) / sizeof(pieces_lens[0]))
-static int pieces_recv(struct lb_ctx* ctx) {
-  lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "65536");
-  lb_set_param("NCCL_MK_OFI_ANNOUNCE_AFTER", "8192");
-  LB_OK(lb_accept(ctx));
-  LB_OK(warm(ctx));
-  for (int m = 0; m < PIECES_COUNT; m++) {
-    uint64_t late = 0, before = mk_ofi_receives_unannounced(ctx->comm, &late);
-    size_t cap = 65536, got = 0;
-    unsigned char* buf = lb_alloc(cap);
-    void* d = buf;
-    int tag = 8;
-    struct mk_request* req;
-    LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
-    const uint64_t after = mk_ofi_receives_unannounced(ctx->comm, &late);
-    lb_tell(ctx, (uint64_t)m); /* posted: now the send */
-    LB_OK(lb_wait(ctx, req, &got));
-    LB_EXPECT(got == pieces_lens[m]);
-    LB_EXPECT(lb_check(buf, got, ctx->seed, 600 + (uint64_t)m, "after pieces") == 0);
-    free(buf);
-    printf("  receive %d (message %zu B): %s\n", m, pieces_lens[m],
-           after == before ? "announced" : "no clear-to-send");
-    LB_EXPECT((after == before) == pieces_announced[m]);
-  }
-  return lb_close(ctx);
-}
-static int pieces_send(struct lb_ctx* ctx) {
-  lb_set_param("NCCL_MK_OFI_EAGER_BYTES", "65536");
-  LB_OK(lb_connect(ctx));
-  LB_OK(warm(ctx));
-  for (int m = 0; m < PIECES_COUNT; m++) {
-    LB_EXPECT(lb_hear(ctx) == (uint64_t)m);
-    LB_OK(send_whole(ctx, pieces_lens[m], 600 + (uint64_t)m, 8));
-  }
-  return lb_close(ctx);
-}
-
 const struct lb_case lb_cases_eager[] = {
     {"eager_sends_taken_before_any_receive_is_posted", late_recv, late_send, 30, 0},
     {"eager_credits_exhausted_sender_waits_then_all_arrive_in_order", credits_recv, credits_send,
@@ -790,12 +529,6 @@ const struct lb_case lb_cases_eager[] = {
     {"eager_crossing_posted_receives_3000_messages_in_order", cross_recv, cross_send, 90, 0},
     {"eager_crossing_written_and_unannounced_receives_3000_messages_in_order", cross_mixed_recv,
      cross_mixed_send, 90, 0},
-    {"small_receives_send_no_clear_to_send_and_their_messages_come_eager", nocts_recv, nocts_send,
-     30, 0},
-    {"a_small_receive_whose_message_is_late_sends_its_clear_to_send_after_all", slow_recv,
-     slow_send, 30, 0},
-    {"a_send_too_large_for_a_small_receive_fails_emsgsize_instead_of_waiting", oversized_recv,
-     oversized_send, 30, 0},
     {"eager_unreceived_at_close_then_reconnect_clean", unreceived_recv, unreceived_send, 30, 0},
     {"a_sender_closing_after_its_eager_sends_completed_loses_none", close_recv, close_send, 30, 0},
     {"eager_off_at_one_end_is_off_for_both", off_recv, off_send, 30, 0},
@@ -804,7 +537,5 @@ const struct lb_case lb_cases_eager[] = {
      both_close_side, 30, 0},
     {"a_sender_closing_after_its_receiver_closed_stops_at_the_bye", first_close_recv,
      first_close_send, 30, 0},
-    {"after_a_large_message_the_next_small_receive_sends_a_clear_to_send", pieces_recv,
-     pieces_send, 30, 0},
     {NULL, NULL, NULL, 0, 0},
 };
