@@ -128,6 +128,7 @@ negative_control:attn_backward_checker_rejects_one_bad_element_and_a_wrong_lse
 ready_flags:attn_backward_waits_for_its_key_tiles_ready_flags_and_times_out_naming_a_missing_one
 addends:attn_backward_adds_peer_partials_once_ready_and_times_out_naming_a_missing_one
 pdl:attn_backward_main_kernel_starts_beside_the_kernel_before_it_with_pdl
+one_launch:attn_backward_with_phase_words_is_one_kernel_correct_in_graphs_and_beside_held_sms
 bad_input:attn_backward_rejects_bad_input_untouched"
 
 tier_quick() {
@@ -228,6 +229,7 @@ tier_pairs() {
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
   NCCL_MK_RA_FWD_PERSISTENT=1 scenarios "$RING_PERSISTENT_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
+  NCCL_MK_RA_BWD_ONE_LAUNCH=1 scenarios "$RING_BWD_ONE_LAUNCH_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_MERGED=0 NCCL_MK_RA_BWD_OWN_LAST=0 scenarios "$RING_BWD_SPLIT_TESTS" "$B/test/gpu/test_ring_attn_bwd"
 }
 
@@ -458,6 +460,15 @@ late_peer_noncausal:ring_attention_backward_of_a_late_peer_ends_in_an_error_not_
 busy_sms:ring_attention_backward_finishes_correct_while_another_kernel_holds_a_quarter_of_the_sms
 busy_sms_most:ring_attention_backward_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
 
+# The backward's core calls as one kernel each (NCCL_MK_RA_BWD_ONE_LAUNCH=1, session 59; not the
+# default: 2-4% slower): the default plans (merged causal, own-last non-causal) again.
+RING_BWD_ONE_LAUNCH_TESTS="small:ring_attention_backward_one_launch_matches_float64
+large:ring_attention_backward_one_launch_matches_the_core
+graph:ring_attention_backward_one_launch_replays_in_cuda_graphs
+absent_peer:ring_attention_backward_one_launch_without_its_peer_ends_in_an_async_error
+late_peer_noncausal:ring_attention_backward_one_launch_of_a_late_peer_ends_in_an_error_not_in_stale_partials
+busy_sms_most:ring_attention_backward_one_launch_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
+
 # The backward's split plan (NCCL_MK_RA_BWD_MERGED=0 NCCL_MK_RA_BWD_OWN_LAST=0; the default
 # until session 43, which made the merged plan the causal default and the own-last plan the
 # non-causal one): the own block's calls beside the gather, then the peers', then the reduce.
@@ -475,6 +486,7 @@ tier_ring() {
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
   NCCL_MK_RA_FWD_PERSISTENT=1 scenarios "$RING_PERSISTENT_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
+  NCCL_MK_RA_BWD_ONE_LAUNCH=1 scenarios "$RING_BWD_ONE_LAUNCH_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_MERGED=0 NCCL_MK_RA_BWD_OWN_LAST=0 scenarios "$RING_BWD_SPLIT_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   step ring_attn_perf "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -J "$LOGS/ring_attn_perf.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true
@@ -492,6 +504,9 @@ tier_ring() {
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd.log" || true
   step ring_attn_perf_bwd_split env NCCL_MK_RA_BWD_MERGED=0 NCCL_MK_RA_BWD_OWN_LAST=0 "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd_split.log" || true
+  # each core call one kernel (NCCL_MK_RA_BWD_ONE_LAUNCH=1, session 59): an A/B within this call
+  step ring_attn_perf_bwd_one_launch env NCCL_MK_RA_BWD_ONE_LAUNCH=1 "$B/test/perf/fused/ring_attn_perf" -b -n 5 -w 1
+  grep -A 8 '^#  B' "$LOGS/ring_attn_perf_bwd_one_launch.log" || true
   # each rank's backward core calls emulated on one GPU, every plan (test/perf/attn/ring_bwd_emul.cu)
   step ring_bwd_emul "$B/test/perf/attn/ring_bwd_emul" 10
   grep -A 8 '^#  B' "$LOGS/ring_bwd_emul.log" || true
@@ -511,6 +526,8 @@ bench_attn_vs_cudnn() {
 tier_attn() {
   scenarios "$ATTN_CORE_TESTS" "$B/test/gpu/test_attn"
   scenarios "$ATTN_BWD_TESTS" "$B/test/gpu/test_attn_bwd"
+  # every backward behaviour's calls as one launch too (the phase words zero after each)
+  SCENARIO_ENV="MK_ATTN_ONE_LAUNCH=1" scenarios "$ATTN_BWD_TESTS" "$B/test/gpu/test_attn_bwd" _one_launch
   # the other compiled variants that attn_perf times beside the default (attn.h
   # MK_ATTN_VARIANTS, MK_ATTN_BWD_VARIANTS) against the float64 reference too
   local v

@@ -21,7 +21,8 @@
  *
  * Workspace of each rank (symmetric, mapped by its local peers):
  *   words:    32 KiB of u64   [0] done, [1] call (shared by all ops), [2] exits, [3] the
- *             claimed walk's tiles (gemm.h call.claims; 0 between calls),
+ *             claimed walk's tiles (gemm.h call.claims; 0 between calls), [4 .. 7] the ring
+ *             attention backward's core calls' phase words (attn.h; 0 between calls),
  *             [MK_AG_FLAG0 + mb] flags (all zero at init: the first call is 1)
  *   counts:   MK_AG_MAX_BLOCKS x 4 B   CTAs done with each push item (own CTAs only; the
  *                                      last one resets it to 0)
@@ -49,6 +50,8 @@ extern "C" {
 #define MK_AG_WORD_EXITS 2            /* one-kernel calls: CTAs finished (u32; 0 between calls) */
 /* the claimed walk's tiles taken (0 between calls), by AllGather+GEMM and the MoE GEMMs */
 #define MK_AG_WORD_CLAIMS 3
+/* the ring attention backward's core calls, one launch each (attn.h mk_attn_bwd_args.phase_words) */
+#define MK_AG_WORD_ATTN_PHASE 4
 #define MK_AG_FLAG0 64                /* first flag word */
 #define MK_AG_MAX_BLOCKS 4032         /* flags in the 32 KiB word area */
 #define MK_AG_WORDS_BYTES (32u << 10)

@@ -174,7 +174,15 @@ struct mk_attn_bwd_args {
    * CTAs. Nothing may then run before the main kernel: needs delta_ready and dq_accumulate
    * (mk_attn_bwd_prep_launch does that part earlier) and no dkv_ws. */
   int pdl;
+  /* optional, device memory: MK_ATTN_BWD_PHASE_WORDS words, zero before the first call and
+   * left zero by each (a call that gave up on a wait too). Given, the call is one launch: the
+   * main kernel's grid is three parts in index order (delta and dq_acc's zeroing, the key
+   * tiles, dq's conversion and split's write-out), each waiting for the one before
+   * (attn_bwd_phase.cuh), instead of three to five kernels. Calls on one stream may share
+   * them; calls that can overlap may not. */
+  uint64_t* phase_words;
 };
+#define MK_ATTN_BWD_PHASE_WORDS 4
 
 #define MK_ATTN_ACC_GATE_CLOSED (1ull << 63)
 

@@ -146,6 +146,8 @@ extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
   }
   if (tiles > INT_MAX) BWD_REJECT("mk_attn_bwd: %lld key tiles, too many", tiles);
   if (bwd_misaligned(a->dkv_ws, 16)) BWD_REJECT("mk_attn_bwd: dkv_ws = %p, must be 16-byte aligned", (void*)a->dkv_ws);
+  if (bwd_misaligned(a->phase_words, 8))
+    BWD_REJECT("mk_attn_bwd: phase_words = %p, must be 8-byte aligned", (void*)a->phase_words);
   return bwd_check_addends_pdl(a);
 }
 
@@ -173,6 +175,23 @@ static int bwd_split(const struct mk_attn_bwd_args* a) {
          (a->dkv_ws || mk_attn_bwd_dkv_ws_floats(a) == 0);
 }
 
+/* What the elementwise passes read and write (attn_bwd_passes.cuh); dkv_ws: split's. */
+static void attn_bwd_rows_of(const struct mk_attn_bwd_args* a, struct mk_attn_bwd_rows* r) {
+  memset(r, 0, sizeof *r);
+  r->out = (const __nv_bfloat16*)a->out, r->dout = (const __nv_bfloat16*)a->dout;
+  r->delta = a->delta, r->dq_acc = a->dq_acc, r->dq = (__nv_bfloat16*)a->dq;
+  r->batch = a->batch, r->seq_q = a->seq_q, r->heads = a->heads, r->q_row0 = a->q_row0, r->q_rows = bwd_q_rows(a);
+  r->do_delta = !a->delta_ready, r->zero_dq = !a->dq_accumulate;
+  r->dkv_ws = bwd_split(a) ? a->dkv_ws : NULL;
+  r->ws_floats = r->dkv_ws ? mk_attn_bwd_dkv_ws_floats(a) : 0;
+}
+
+/* Blocks of 256 threads for `units` thread units of a pass, at most `cap`. */
+static unsigned bwd_pass_blocks(size_t units, unsigned cap) {
+  return (unsigned)(units / 256 + 1 < cap ? units / 256 + 1 : cap);
+}
+
+/* Both main kernels of Cfg (multi-launch and one-launch) loaded, their shared memory set. */
 template <class Cfg>
 static cudaError_t attn_bwd_prepare_cfg(void) {
   static int done[64];
@@ -180,9 +199,12 @@ static cudaError_t attn_bwd_prepare_cfg(void) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   if (dev < 64 && __atomic_load_n(&done[dev], __ATOMIC_ACQUIRE)) return cudaSuccess;
-  e = cudaFuncSetAttribute(mk_attn_bwd_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
-  cudaFuncAttributes fa;
-  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, mk_attn_bwd_kernel<Cfg>);
+  const void* kernels[2] = {(const void*)mk_attn_bwd_kernel<Cfg, false>, (const void*)mk_attn_bwd_kernel<Cfg, true>};
+  for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+    e = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+    cudaFuncAttributes fa;
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, kernels[i]);
+  }
   if (e == cudaSuccess && dev < 64) __atomic_store_n(&done[dev], 1, __ATOMIC_RELEASE);
   return e;
 }
@@ -243,6 +265,8 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
   p->scale_log2 = (float)(1.4426950408889634 / sqrt((double)Cfg::D));
   p->acc_gate = a->acc_gate, p->ready_done = a->ready_done, p->err = a->err, p->err_tag = a->err_tag;
   p->addends = a->addends;
+  p->grid_tiles = tiles, p->grid_heads = split ? a->heads : a->kv_heads, p->batch = a->batch;
+  attn_bwd_rows_of(a, &p->pass);
   p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
   *tiles_out = tiles;
   return 0;
@@ -257,9 +281,9 @@ static cudaError_t attn_bwd_write_ws_blocks(const struct mk_attn_bwd_args* a, co
     if (b->dk_red == b->dk_acc) continue; /* added there directly */
     const size_t n2 = (size_t)a->batch * b->rows * a->kv_heads * Cfg::D / 2;
     const unsigned blocks = (unsigned)(n2 / 256 + 1 < 4096 ? n2 / 256 + 1 : 4096);
-    mk_attn_bwd_dkv_kernel<Cfg::D><<<blocks, 256, 0, stream>>>(b->dk_red, b->dv_red, b->dk, b->dv, b->dk_acc, b->dv_acc,
-                                                              b->acc_overwrite, a->acc_gate, a->batch, b->seq, b->row0,
-                                                              b->rows, a->kv_heads);
+    const struct mk_attn_bwd_ws_block w = {b->dk_red, b->dv_red,         b->dk,  b->dv,   b->dk_acc,
+                                           b->dv_acc, b->acc_overwrite, b->seq, b->row0, b->rows};
+    mk_attn_bwd_dkv_kernel<Cfg::D><<<blocks, 256, 0, stream>>>(w, a->acc_gate, a->batch, a->kv_heads);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
@@ -270,12 +294,10 @@ static cudaError_t attn_bwd_write_ws_blocks(const struct mk_attn_bwd_args* a, co
 template <int D>
 static cudaError_t attn_bwd_prep(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
   if (a->delta_ready && a->dq_accumulate) return cudaSuccess;
-  const int q_rows = bwd_q_rows(a);
-  const size_t rows_all = (size_t)a->batch * q_rows * a->heads;
-  const unsigned blocks = (unsigned)(rows_all / 8 + 1 < 8192 ? rows_all / 8 + 1 : 8192);
-  mk_attn_bwd_prep_kernel<D><<<blocks, 256, 0, stream>>>((const __nv_bfloat16*)a->out, (const __nv_bfloat16*)a->dout,
-                                                         a->delta, a->dq_acc, a->batch, a->seq_q, a->heads, a->q_row0,
-                                                         q_rows, !a->delta_ready, !a->dq_accumulate);
+  struct mk_attn_bwd_rows r;
+  attn_bwd_rows_of(a, &r);
+  const size_t units = (size_t)r.batch * r.q_rows * r.heads * (D / 8);
+  mk_attn_bwd_prep_kernel<D><<<bwd_pass_blocks(units, 8192), 256, 0, stream>>>(r);
   return cudaGetLastError();
 }
 
@@ -291,8 +313,10 @@ static cudaError_t attn_bwd_prepare_and_prep(const struct mk_attn_bwd_args* a, c
 template <class Cfg>
 static cudaError_t attn_bwd_launch_main(const struct mk_attn_bwd_args* a, const struct mk_attn_bwd_maps* maps,
                                         const struct mk_attn_bwd_params* p, dim3 grid, cudaStream_t stream) {
+  void (*kernel)(const struct mk_attn_bwd_maps, const struct mk_attn_bwd_params) =
+      p->phase ? mk_attn_bwd_kernel<Cfg, true> : mk_attn_bwd_kernel<Cfg, false>;
   if (!a->pdl) {
-    mk_attn_bwd_kernel<Cfg><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*maps, *p);
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*maps, *p);
     return cudaGetLastError();
   }
   cudaLaunchConfig_t cfg;
@@ -303,16 +327,39 @@ static cudaError_t attn_bwd_launch_main(const struct mk_attn_bwd_args* a, const 
   at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &at, cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, mk_attn_bwd_kernel<Cfg>, *maps, *p);
+  return cudaLaunchKernelEx(&cfg, kernel, *maps, *p);
+}
+
+/* The one-launch call (attn_bwd_phase.cuh): a start item per SM if there is anything to
+ * zero or compute first, the key tiles, an end item per SM if there is anything to write out. */
+template <class Cfg>
+static int attn_bwd_launch_one(const struct mk_attn_bwd_args* a, const struct mk_attn_bwd_maps* maps,
+                               struct mk_attn_bwd_params* p, int sms, cudaStream_t stream) {
+  const long long n_main = (long long)p->grid_tiles * p->grid_heads * p->batch;
+  p->phase = a->phase_words;
+  p->n_start = p->pass.do_delta || p->pass.zero_dq || p->pass.ws_floats ? sms : 0;
+  p->n_end = p->pass.dq || p->pass.ws_floats ? sms : 0;
+  if (n_main + p->n_start + p->n_end > INT_MAX)
+    BWD_REJECT("mk_attn_bwd: %lld CTAs of key tiles, too many for one launch", n_main);
+  p->n_main = (int)n_main;
+  cudaError_t e = attn_bwd_prepare_cfg<Cfg>();
+  if (e == cudaSuccess)
+    e = attn_bwd_launch_main<Cfg>(a, maps, p, dim3((unsigned)(p->n_start + p->n_main + p->n_end)), stream);
+  if (e != cudaSuccess) {
+    MK_WARN("mk_attn_bwd: launch failed: %s", cudaGetErrorString(e));
+    return -EIO;
+  }
+  return 0;
 }
 
 template <class Cfg>
-static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
+static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, int sms, cudaStream_t stream) {
   struct mk_attn_bwd_maps maps;
   struct mk_attn_bwd_params p;
   const int split = bwd_split(a);
   int tiles = 0;
   MK_CHECK(attn_bwd_fill<Cfg>(a, split, &maps, &p, &tiles));
+  if (a->phase_words) return attn_bwd_launch_one<Cfg>(a, &maps, &p, sms, stream);
   const int q_rows = p.q_rows;
   const size_t ws_floats = split ? mk_attn_bwd_dkv_ws_floats(a) : 0;
 
@@ -324,10 +371,8 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
   }
   if (e == cudaSuccess && ws_floats) e = attn_bwd_write_ws_blocks<Cfg>(a, &p, stream);
   if (e == cudaSuccess && a->dq) {
-    const size_t n4 = (size_t)a->batch * q_rows * a->heads * Cfg::D / 4;
-    const unsigned blocks = (unsigned)(n4 / 256 + 1 < 8192 ? n4 / 256 + 1 : 8192);
-    mk_attn_bwd_dq_kernel<Cfg::D><<<blocks, 256, 0, stream>>>(a->dq_acc, (__nv_bfloat16*)a->dq, a->batch, a->seq_q,
-                                                             a->heads, a->q_row0, q_rows);
+    const size_t units = (size_t)a->batch * q_rows * a->heads * Cfg::D / 8;
+    mk_attn_bwd_dq_kernel<Cfg::D><<<bwd_pass_blocks(units, 8192), 256, 0, stream>>>(p.pass);
     e = cudaGetLastError();
   }
   if (e != cudaSuccess) {
@@ -339,8 +384,8 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, cudaStream_t st
 
 /* The configuration of a variant for the call's head dimension. */
 template <class Cfg128, class Cfg64>
-static int attn_bwd_launch_d(const struct mk_attn_bwd_args* a, cudaStream_t stream) {
-  return a->d_head == 128 ? attn_bwd_launch_cfg<Cfg128>(a, stream) : attn_bwd_launch_cfg<Cfg64>(a, stream);
+static int attn_bwd_launch_d(const struct mk_attn_bwd_args* a, int sms, cudaStream_t stream) {
+  return a->d_head == 128 ? attn_bwd_launch_cfg<Cfg128>(a, sms, stream) : attn_bwd_launch_cfg<Cfg64>(a, sms, stream);
 }
 
 extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cudaStream_t stream, int variant) {
@@ -349,12 +394,12 @@ extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cuda
   int sms = 0;
   MK_CHECK(mk_sm90_sms("mk_attn_bwd", &sms));
   switch (variant) {
-    case 1: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_red, mk_attn_bwd_cfg_d64_red>(a, stream);
-    case 2: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_defer, mk_attn_bwd_cfg_d64_defer>(a, stream);
-    case 3: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_now, mk_attn_bwd_cfg_d64_now>(a, stream);
-    case 4: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_late_alt, mk_attn_bwd_cfg_d64_late_alt>(a, stream);
-    case 5: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_pair, mk_attn_bwd_cfg_d64>(a, stream);
-    default: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128, mk_attn_bwd_cfg_d64>(a, stream);
+    case 1: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_red, mk_attn_bwd_cfg_d64_red>(a, sms, stream);
+    case 2: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_defer, mk_attn_bwd_cfg_d64_defer>(a, sms, stream);
+    case 3: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_now, mk_attn_bwd_cfg_d64_now>(a, sms, stream);
+    case 4: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_late_alt, mk_attn_bwd_cfg_d64_late_alt>(a, sms, stream);
+    case 5: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128_pair, mk_attn_bwd_cfg_d64>(a, sms, stream);
+    default: return attn_bwd_launch_d<mk_attn_bwd_cfg_d128, mk_attn_bwd_cfg_d64>(a, sms, stream);
   }
 }
 

@@ -2,8 +2,8 @@
  * The backward attention core for sm_90a (FlashAttention-2/3 style: P recomputed from q, k and
  * lse), as kernels that attn_bwd.cu launches; attn.h has the layouts, positions and arguments.
  *
- * mk_attn_bwd_prep_kernel: delta = rowsum(dout * out) per query row (fp32, [B, H, S]) and the
- * rows of dq_acc zeroed; one warp per (row, head, batch).
+ * The elementwise passes before and after (delta, dq_acc's zeroing, dq's conversion) are in
+ * attn_bwd_passes.cuh; with phase words the main kernel runs them too (attn_bwd_phase.cuh).
  *
  * mk_attn_bwd_kernel: one CTA per (128-key tile of a KV block, kv head, batch), or with split
  * grouped-query heads per (key tile, query head, batch). Warp 0 is the
@@ -32,13 +32,13 @@
  * group's heads' partials are added (red.add) into fp32 dk_red, dv_red.
  * Every wait is bounded (attn_wait, attn_fwd.cuh): on expiry the error record is filled and
  * every CTA's waits give up, so a bug ends in a wrong result and an error, never in a hang.
- *
- * mk_attn_bwd_dq_kernel: dq = bf16(dq_acc) over the rows.
+
  */
 #ifndef MK_ATTN_BWD_CUH_
 #define MK_ATTN_BWD_CUH_
 
 #include "attn_bwd_dq.cuh"
+#include "attn_bwd_phase.cuh"
 #include "wait.cuh"
 
 /* S^T (or dP^T) = A_rows . B^T for this warp group's 64 keys (a: the K or V tile at the warp
@@ -637,12 +637,20 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
   attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0, w.tile);
 }
 
-/* grid (key tiles of all blocks, kv heads or, split, heads, batch). */
-template <class Cfg>
+/* grid (key tiles of all blocks, kv heads or, split, heads, batch). PHASED (the one-launch
+ * call, p.phase): one dimension, its three parts (attn_bwd_phase.cuh); an instantiation of
+ * its own, so that the multi-launch kernel is compiled as it was (sharing one, session 59
+ * measured the multi-launch call 2-3% slower at 16K causal with split heads). */
+template <class Cfg, bool PHASED>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
 mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
                    const __grid_constant__ struct mk_attn_bwd_params p) {
   extern __shared__ uint8_t smem_raw[];
+  int c = (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
+  if constexpr (PHASED) { /* c stays a function of blockIdx: kept in registers instead, the consumers spilled */
+    if (!attn_bwd_phase_is_main<Cfg>(p, c)) return;
+    c -= p.n_start;
+  }
   const struct mk_attn_bwd_smem sm = attn_bwd_smem_carve<Cfg>(smem_raw);
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -661,92 +669,23 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
   }
   __syncthreads();
 
-  const struct attn_bwd_tile tile = attn_bwd_tile_of<Cfg>(p);
+  const struct attn_bwd_tile tile = PHASED ? attn_bwd_tile_of<Cfg>(p, c, p.grid_tiles, p.grid_heads, p.batch)
+                                           : attn_bwd_tile_of<Cfg>(p, c, gridDim.x, gridDim.y, gridDim.z);
   struct mk_attn_wait_ctx w;
   w.err = p.err;
   w.err_tag = p.err_tag;
-  w.tile = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  w.tile = (uint32_t)c;
   w.timeout_ns = mk_wait_inner_timeout_ns(p.timeout_ns);
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x >= 32 || tile.steps == 0) return;
-    attn_bwd_produce<Cfg>(maps, p, sm, tile, w);
+    if (!PHASED && (threadIdx.x >= 32 || tile.steps == 0)) return;
+    if (threadIdx.x < 32 && tile.steps != 0) attn_bwd_produce<Cfg>(maps, p, sm, tile, w);
   } else {
     setmaxnreg_inc<232>();
     attn_bwd_consume<Cfg>(maps, p, sm, tile, wg - 1, w);
   }
-}
-
-/* delta[b, h, q_row0 + r] = sum_d dout * out (unless delta_ready), dq_acc's row zeroed (unless
- * dq_accumulate): one warp per (row r of the range, head, batch); grid-stride. */
-template <int D>
-__global__ void mk_attn_bwd_prep_kernel(const __nv_bfloat16* out, const __nv_bfloat16* dout, float* delta,
-                                        float* dq_acc, int batch, int seq_q, int heads, int q_row0, int q_rows,
-                                        int do_delta, int zero_dq) {
-  const int lane = threadIdx.x & 31;
-  const size_t rows = (size_t)batch * q_rows * heads;
-  for (size_t e = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32; e < rows;
-       e += (size_t)gridDim.x * blockDim.x / 32) {
-    const int h = (int)(e % heads), r = (int)(e / heads % q_rows), b = (int)(e / heads / q_rows);
-    const size_t at = (((size_t)b * seq_q + q_row0 + r) * heads + h) * D;
-    if (do_delta) {
-      float acc = 0.f;
-      for (int d = 2 * lane; d < D; d += 64) {
-        const __nv_bfloat162 o = *(const __nv_bfloat162*)(out + at + d);
-        const __nv_bfloat162 g = *(const __nv_bfloat162*)(dout + at + d);
-        acc += __bfloat162float(o.x) * __bfloat162float(g.x) + __bfloat162float(o.y) * __bfloat162float(g.y);
-      }
-#pragma unroll
-      for (int m = 16; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
-      if (lane == 0) delta[((size_t)b * heads + h) * seq_q + q_row0 + r] = acc;
-    }
-    if (zero_dq)
-      for (int d = 4 * lane; d < D; d += 128) *(float4*)(dq_acc + at + d) = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-}
-
-/* dq = bf16(dq_acc) over the rows of the range, 4 elements per thread step. */
-template <int D>
-__global__ void mk_attn_bwd_dq_kernel(const float* dq_acc, __nv_bfloat16* dq, int batch, int seq_q, int heads,
-                                      int q_row0, int q_rows) {
-  const size_t per_batch = (size_t)q_rows * heads * D / 4, n = (size_t)batch * per_batch;
-  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
-    const size_t b = e / per_batch, in = e % per_batch;
-    const size_t at = ((size_t)b * seq_q + q_row0) * heads * D + 4 * in;
-    const float4 x = *(const float4*)(dq_acc + at);
-    uint2 y;
-    y.x = pack_bf16x2(x.x, x.y);
-    y.y = pack_bf16x2(x.z, x.w);
-    *(uint2*)(dq + at) = y;
-  }
-}
-
-/* Split, a block whose partials were added into the workspace (ws_k, ws_v: [batch, rows,
- * kv_heads, D] fp32): dk, dv = bf16 of the sums (where given), dk_acc, dv_acc = or += them (where
- * given and the gate is open); the block's rows of [batch, seq, kv_heads, D], 2 elements per
- * thread step (the alignment mk_attn_bwd_check asks of the outputs). */
-template <int D>
-__global__ void mk_attn_bwd_dkv_kernel(const float* ws_k, const float* ws_v, __nv_bfloat16* dk, __nv_bfloat16* dv,
-                                       float* dk_acc, float* dv_acc, int overwrite, const uint64_t* gate, int batch,
-                                       int seq, int row0, int rows, int kv_heads) {
-  const size_t per_batch = (size_t)rows * kv_heads * D / 2, n = (size_t)batch * per_batch;
-  const bool acc_on = mk_attn_acc_gate_open(gate);
-  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
-    const size_t at = ((e / per_batch) * seq + row0) * kv_heads * D + 2 * (e % per_batch);
-    const float2 x = *(const float2*)(ws_k + 2 * e), y = *(const float2*)(ws_v + 2 * e);
-    if (dk) *(uint32_t*)(dk + at) = pack_bf16x2(x.x, x.y);
-    if (dv) *(uint32_t*)(dv + at) = pack_bf16x2(y.x, y.y);
-    if (!acc_on) continue;
-    if (dk_acc) {
-      const float2 o = overwrite ? make_float2(0.f, 0.f) : *(const float2*)(dk_acc + at);
-      *(float2*)(dk_acc + at) = make_float2(o.x + x.x, o.y + x.y);
-    }
-    if (dv_acc) {
-      const float2 o = overwrite ? make_float2(0.f, 0.f) : *(const float2*)(dv_acc + at);
-      *(float2*)(dv_acc + at) = make_float2(o.x + y.x, o.y + y.y);
-    }
-  }
+  if constexpr (PHASED) attn_bwd_main_part_done(p);
 }
 
 #endif /* MK_ATTN_BWD_CUH_ */

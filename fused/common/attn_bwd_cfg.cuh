@@ -5,6 +5,7 @@
 #ifndef MK_ATTN_BWD_CFG_CUH_
 #define MK_ATTN_BWD_CFG_CUH_
 
+#include "attn_bwd_passes.cuh"
 #include "attn_fwd.cuh"
 
 /* DQ_TMA: each warp group stages its dQ tile (64 queries x 64 columns, fp32) in shared memory,
@@ -120,6 +121,13 @@ struct mk_attn_bwd_params {
   uint64_t timeout_ns;
   const uint64_t* ready_done; /* mk_attn_bwd_args's */
   struct mk_attn_bwd_addends addends; /* mk_attn_bwd_args's */
+  int grid_tiles, grid_heads, batch; /* the main part's CTAs: (key tiles, kv heads or heads, batch) */
+  /* the one-launch call (attn_bwd_phase.cuh; phase NULL: the kernel is the main part only):
+   * its words, its parts' CTAs (start: delta, dq_acc, dkv_ws zeroed; end: dq, split's
+   * write-out) and what they read and write */
+  uint64_t* phase;
+  int n_start, n_main, n_end;
+  struct mk_attn_bwd_rows pass;
 };
 
 struct mk_attn_bwd_maps {
@@ -128,7 +136,7 @@ struct mk_attn_bwd_maps {
   CUtensorMap k[MK_ATTN_MAX_KV_BLOCKS], v[MK_ATTN_MAX_KV_BLOCKS]; /* the block's rows, box BN */
 };
 
-/* A CTA's key tile: tile t of KV block bi, kv head hk, batch b; its valid keys and first key's
+/* CTA c's key tile (of a grid of grid_x key tiles, grid_y heads, grid_z batches): tile t of KV block bi, kv head hk, batch b; its valid keys and first key's
  * position; its query heads (h0 on: the kv head's group, or one head when split); the query
  * tiles that see the key tile (i0 on, per_head per query head, from the rot-th on: non-causal
  * at D = 128, CTAs of neighbouring key tiles start apart, so that they do not all add into one
@@ -169,10 +177,10 @@ __device__ __forceinline__ int attn_bwd_loop_steps(const struct attn_bwd_tile& k
 }
 
 template <class Cfg>
-__device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk_attn_bwd_params& p) {
+__device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk_attn_bwd_params& p, int c, int grid_x,
+                                                                 int grid_y, int grid_z) {
   struct attn_bwd_tile k;
-  const int c = (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
-  const struct mk_attn_work cw = mk_attn_bwd_cta_work(c, (int)gridDim.x, (int)gridDim.y, (int)gridDim.z, p.chunk);
+  const struct mk_attn_work cw = mk_attn_bwd_cta_work(c, grid_x, grid_y, grid_z, p.chunk);
   k.bi = 0;
   while (k.bi + 1 < p.num_kv_blocks && cw.tile >= p.kv[k.bi + 1].tile0) k.bi++;
   const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];

@@ -40,7 +40,9 @@
  * partials) (the core's addends), and the call's end (the reduce kernel's last part). It
  * saves the reduce's pass over every partial and the own partial's fp32 round trip (one GPU,
  * ring_bwd_emul: +7.5% at B=16 H=16 S_local=4096).
- * So 4 + (kernels of the core calls) launches, not one persistent kernel: the door stays open
+ * So 4 + (kernels of the core calls) launches, not one persistent kernel (each core call is
+ * one kernel with NCCL_MK_RA_BWD_ONE_LAUNCH=1: attn.h phase_words; 2-4% slower, so not the
+ * default): the door stays open
  * as AllGather+GEMM's was (the gather is the forward's push CTAs; the core's CTAs can take its
  * flag waits, as the forward's producer does, and the reduce can become the core's epilogue).
  * A peer reads acc[r] of this rank only after r's announcement, and r zeroes its accumulators
@@ -62,6 +64,7 @@
 
 #define MK_RA_BWD_NAME "ncclMkRingAttentionBackward"
 _Static_assert(MK_RA_BWD_MAX_RANKS == MK_RA_MAX_RANKS, "ra_bwd_plan.h plans for every rank count the op takes");
+_Static_assert(MK_AG_WORD_ATTN_PHASE + MK_ATTN_BWD_PHASE_WORDS <= MK_AG_FLAG0, "the core's phase words fit before the flags");
 
 int mk_ra_bwd_args_check(const void* q, const void* k, const void* v, const void* out, const float* lse,
                          const void* dout, const void* dq, const void* dk, const void* dv, size_t batch,
@@ -243,8 +246,11 @@ static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra
   }
   if (kind == RA_BWD_OWN_LAST)
     areas.ready = ra_bwd_word(fc->sym, l->ready0), areas.ready_index0 = (uint32_t)l->ready0;
+  /* every core call of this rank is on the caller's stream, one after the other: one set of words */
+  uint64_t* phase = mk_param_int(MK_PARAM_RA_BWD_ONE_LAUNCH) ? (uint64_t*)fc->sym + MK_AG_WORD_ATTN_PHASE : NULL;
   for (int i = 0; i < ncalls; i++) {
     mk_ra_bwd_core_args(&areas, l, &plan[i], t, &core[i]);
+    core[i].phase_words = phase;
     MK_CHECK(mk_attn_bwd_check(&core[i]));
   }
   if (kind == RA_BWD_OWN_LAST) { /* its prep is launched apart (ra_bwd_run_own_last) */

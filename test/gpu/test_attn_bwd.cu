@@ -30,6 +30,12 @@
  *     it still runs (that kernel waits for the call's CTAs to touch dq_acc before it raises the
  *     flags they need; without pdl, the control, it gives up), also captured in a CUDA graph;
  *     correct gradients every time.
+ *   one_launch: the call with phase words (mk_attn_bwd_args.phase_words) is one kernel in a
+ *     CUDA graph (without them, the control, 3 to 5), its replays give the gradients and leave
+ *     the words zero, and it finishes correct while another kernel holds three quarters of
+ *     the SMs; split GQA (dkv_ws zeroed and written out inside), D = 64, causal and not.
+ *     MK_ATTN_ONE_LAUNCH=1 runs every other behaviour's calls as one launch too (the words
+ *     zero after each, a call that timed out included).
  *   bad_input: refused with -EINVAL, outputs untouched.
  * Checker (host, float64): ||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3 + 2^-8 mag, nothing non-finite (the poison never
@@ -41,6 +47,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <vector>
@@ -50,6 +57,7 @@
 #include "expect.h"
 #include "gemm.h"
 #include "late_raise.cuh"
+#include "sm_hold.cuh"
 
 
 struct bwd_bufs {
@@ -138,7 +146,38 @@ static struct mk_attn_bwd_args whole_args(const struct bwd_bufs* t) {
 /* MK_ATTN_VARIANT (attn.h mk_attn_bwd_launch_variant; default 0) picks the compiled variant. */
 static int variant;
 
-static int run_bwd(const struct mk_attn_bwd_args* a) {
+/* MK_ATTN_ONE_LAUNCH=1: every call that run_bwd and expect_timeout_named make is one launch
+ * (mk_attn_bwd_args.phase_words, these words) and must leave the words zero. */
+static int one_launch;
+static uint64_t* g_phase_words;
+
+static uint64_t* phase_words(void) {
+  if (!g_phase_words) {
+    CUDA_OK(cudaMalloc(&g_phase_words, MK_ATTN_BWD_PHASE_WORDS * sizeof(uint64_t)));
+    CUDA_OK(cudaMemset(g_phase_words, 0, MK_ATTN_BWD_PHASE_WORDS * sizeof(uint64_t)));
+  }
+  return g_phase_words;
+}
+
+/* After a one-launch call (synchronized): its words back at zero, for the next call. */
+static int phase_words_zero(const uint64_t* words, const char* what) {
+  uint64_t h[MK_ATTN_BWD_PHASE_WORDS];
+  CUDA_OK(cudaMemcpy(h, words, sizeof h, cudaMemcpyDeviceToHost));
+  int zero = 1;
+  for (int i = 0; i < MK_ATTN_BWD_PHASE_WORDS; i++) zero &= h[i] == 0;
+  EXPECT(zero, "%s: phase words left at %llu %llu %llu %llu", what, (unsigned long long)h[0],
+         (unsigned long long)h[1], (unsigned long long)h[2], (unsigned long long)h[3]);
+  return zero;
+}
+
+static struct mk_attn_bwd_args with_one_launch(const struct mk_attn_bwd_args* a) {
+  struct mk_attn_bwd_args b = *a;
+  if (one_launch && !b.phase_words) b.phase_words = phase_words();
+  return b;
+}
+
+static int run_bwd(const struct mk_attn_bwd_args* a0) {
+  const struct mk_attn_bwd_args b = with_one_launch(a0), *a = &b;
   const int rc = mk_attn_bwd_launch_variant(a, 0, variant);
   EXPECT(rc == 0, "mk_attn_bwd_launch returned %d", rc);
   CUDA_OK(cudaDeviceSynchronize());
@@ -146,6 +185,7 @@ static int run_bwd(const struct mk_attn_bwd_args* a) {
   CUDA_OK(cudaMemcpy(&e, a->err, sizeof e, cudaMemcpyDeviceToHost));
   EXPECT(!e.aborted, "a wait timed out: tile %u barrier %u parity %llu", e.tile, e.flag_index,
          (unsigned long long)e.expected);
+  if (a->phase_words && !phase_words_zero(a->phase_words, "after a call")) return 0;
   return rc == 0 && !e.aborted;
 }
 
@@ -382,7 +422,8 @@ static void test_split(void) {
 
 /* A launch whose wait for flag `flag` of call `call` cannot succeed (it holds call - 1): it
  * returns (every wait is bounded) with the error record naming that flag and call. */
-static void expect_timeout_named(const struct mk_attn_bwd_args* a, const char* what, uint32_t flag, uint64_t call) {
+static void expect_timeout_named(const struct mk_attn_bwd_args* a0, const char* what, uint32_t flag, uint64_t call) {
+  const struct mk_attn_bwd_args b = with_one_launch(a0), *a = &b;
   const int rc = mk_attn_bwd_launch_variant(a, 0, variant);
   EXPECT(rc == 0, "%s: launch returned %d", what, rc);
   CUDA_OK(cudaDeviceSynchronize());
@@ -392,6 +433,7 @@ static void expect_timeout_named(const struct mk_attn_bwd_args* a, const char* w
          (unsigned long long)e.expected, (unsigned long long)e.seen);
   EXPECT(e.aborted && e.flag_index == flag && e.expected == call && e.seen == call - 1,
          "%s: the error record does not name flag %u of call %llu", what, flag, (unsigned long long)call);
+  if (a->phase_words) phase_words_zero(a->phase_words, what); /* a call that gave up too */
 }
 
 static void test_ready_flags(void) {
@@ -577,6 +619,82 @@ static void test_pdl(void) {
   bufs_free(&t);
 }
 
+/* Kernel nodes of the call captured alone on `st`. */
+static size_t captured_kernels(const struct mk_attn_bwd_args* a, cudaStream_t st, cudaGraph_t* graph) {
+  CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  const int rc = mk_attn_bwd_launch_variant(a, st, variant);
+  CUDA_OK(cudaStreamEndCapture(st, graph));
+  EXPECT(rc == 0, "launch refused under capture (%d)", rc);
+  size_t nodes = 0, kernels = 0;
+  CUDA_OK(cudaGraphGetNodes(*graph, NULL, &nodes));
+  std::vector<cudaGraphNode_t> list(nodes);
+  CUDA_OK(cudaGraphGetNodes(*graph, list.data(), &nodes));
+  for (size_t i = 0; i < nodes; i++) {
+    cudaGraphNodeType t;
+    CUDA_OK(cudaGraphNodeGetType(list[i], &t));
+    kernels += t == cudaGraphNodeTypeKernel;
+  }
+  return kernels;
+}
+
+/* See the top: the call with phase words is one kernel (without, the control, 3 to 5), and
+ * its graph replayed gives the gradients each time and leaves the words zero; then the same
+ * call with all but a quarter of the SMs held by another kernel (its parts wait only for CTAs
+ * before them in index order). */
+static void one_launch_case(int batch, int seq, int heads, int kv_heads, int d, int causal, uint64_t seed) {
+  struct bwd_bufs t;
+  bufs_alloc(&t, batch, seq, heads, kv_heads, d, causal, seed);
+  struct mk_attn_bwd_args a = whole_args(&t);
+  const size_t ws_floats = mk_attn_bwd_dkv_ws_floats(&a);
+  if (ws_floats) {
+    CUDA_OK(cudaMalloc(&a.dkv_ws, ws_floats * 4));
+    poison(a.dkv_ws, ws_floats * 4); /* the call zeroes it */
+  }
+  char what[128];
+  snprintf(what, sizeof what, "B=%d S=%4d H=%d H_kv=%d D=%3d %s%s", batch, seq, heads, kv_heads, d,
+           causal ? "causal" : "non-causal", ws_floats ? " split" : "");
+  cudaStream_t st;
+  CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  const size_t multi = captured_kernels(&a, st, &graph);
+  cudaGraphDestroy(graph);
+  a.phase_words = phase_words();
+  const size_t one = captured_kernels(&a, st, &graph);
+  printf("  %s: %zu kernels, one launch %zu\n", what, multi, one);
+  EXPECT(one == 1 && multi >= 3, "%s: %zu kernels with phase words (%zu without)", what, one, multi);
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; replay++) {
+    poison(t.dq, t.nq * 2), poison(t.dk, t.nkv * 2), poison(t.dv, t.nkv * 2), poison(t.dq_acc, t.nq * 4);
+    CUDA_OK(cudaGraphLaunch(exec, st));
+    CUDA_OK(cudaStreamSynchronize(st));
+    check_err(t.err, what);
+    if (phase_words_zero(a.phase_words, what)) EXPECT(check_all(what, &t), "%s: replay %d wrong", what, replay);
+  }
+  cudaGraphExecDestroy(exec), cudaGraphDestroy(graph);
+  struct sm_hold h;
+  const int held = sm_hold_start(&h, 0, 3);
+  poison(t.dq, t.nq * 2), poison(t.dk, t.nkv * 2), poison(t.dv, t.nkv * 2);
+  const double t0 = sm_hold_now_ms();
+  const int rc = mk_attn_bwd_launch_variant(&a, st, variant);
+  CUDA_OK(cudaStreamSynchronize(st));
+  const double ms = sm_hold_now_ms() - t0;
+  const int still = sm_hold_end(&h);
+  printf("  %s: %d of %d SMs held: %.1f ms, held to the end by %d\n", what, held, h.sms, ms, still);
+  EXPECT(rc == 0, "launch refused (%d)", rc);
+  check_err(t.err, "SMs held");
+  if (phase_words_zero(a.phase_words, what)) EXPECT(check_all(what, &t), "%s: wrong with the SMs held", what);
+  cudaStreamDestroy(st);
+  cudaFree(a.dkv_ws);
+  bufs_free(&t);
+}
+
+static void test_one_launch(void) {
+  one_launch_case(2, 300, 8, 1, 128, 1, 0x0e1a); /* split: dkv_ws zeroed and written out in the call */
+  one_launch_case(2, 300, 8, 2, 64, 0, 0x0e1b);
+  one_launch_case(1, 1024, 4, 4, 128, 1, 0x0e1c);
+}
+
 static void test_bad_input(void) {
   struct bwd_bufs t;
   bufs_alloc(&t, 1, 256, 4, 2, 64, 1, 42);
@@ -620,11 +738,13 @@ int main(int argc, char** argv) {
   gpu_or_skip();
   const char* what = argc > 1 ? argv[1] : "";
   variant = attn_test_variant();
-  printf("%s (variant %d)\n", what, variant);
+  one_launch = getenv("MK_ATTN_ONE_LAUNCH") && atoi(getenv("MK_ATTN_ONE_LAUNCH")) != 0;
+  printf("%s (variant %d%s)\n", what, variant, one_launch ? ", one launch" : "");
   static const struct named_test tests[] = {{"backward", test_backward},     {"offsets", test_offsets},
                                             {"negative_control", test_negative_control},
                                             {"split", test_split},           {"ready_flags", test_ready_flags},
                                             {"addends", test_addends},       {"pdl", test_pdl},
+                                            {"one_launch", test_one_launch},
                                             {"bad_input", test_bad_input}};
   return run_named_tests(what, tests, (int)(sizeof tests / sizeof *tests));
 }

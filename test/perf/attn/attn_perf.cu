@@ -10,7 +10,8 @@
  * the main kernel and dq's conversion, timed together; FLOPs = 2.5x the forward's, 10 B H S S_kv D,
  * halved for causal; out and lse from one forward run; #nonfinite over the first dq, dk, dv;
  * grouped-query heads at D = 128: each variant with the dkv_ws workspace, "bN", a CTA per query
- * head, and without, "bNg", a CTA per kv head's group). MK_ATTN_VARIANTS=0,1,.. (default: every
+ * head, and without, "bNg", a CTA per kv head's group; each also as one launch, "bNo" and "bNgo":
+ * mk_attn_bwd_args.phase_words). MK_ATTN_VARIANTS=0,1,.. (default: every
  * compiled variant, attn.h; with -b the backward's) are timed interleaved, one row each.
  */
 #include <algorithm>
@@ -139,14 +140,19 @@ static void bench_bwd(struct shape sh, int iters) {
   float* ws = NULL;
   const size_t ws_floats = mk_attn_bwd_dkv_ws_floats(&a);
   if (ws_floats) CUDA_OK(cudaMalloc(&ws, ws_floats * 4));
-  const int modes = ws_floats ? 2 : 1, runs = num_variants * modes;
+  /* and each of those as one launch too ("o": phase words), interleaved */
+  uint64_t* words;
+  CUDA_OK(cudaMalloc(&words, MK_ATTN_BWD_PHASE_WORDS * sizeof(uint64_t)));
+  CUDA_OK(cudaMemset(words, 0, MK_ATTN_BWD_PHASE_WORDS * sizeof(uint64_t)));
+  const int modes = ws_floats ? 4 : 2, runs = num_variants * modes;
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
   std::vector<std::vector<float>> ms(runs);
   for (int it = -2; it < iters; it++) {
     for (int vi = 0; vi < runs; vi++) {
-      a.dkv_ws = vi % modes ? NULL : ws;
+      a.dkv_ws = vi % modes / 2 ? NULL : ws;
+      a.phase_words = vi % 2 ? words : NULL;
       CUDA_OK(cudaEventRecord(e0));
       if (mk_attn_bwd_launch_variant(&a, 0, variants[vi / modes]) != 0) exit(1);
       CUDA_OK(cudaEventRecord(e1));
@@ -171,11 +177,11 @@ static void bench_bwd(struct shape sh, int iters) {
   const double flops = 10.0 * sh.b * sh.h * (double)sh.s * sh.skv * sh.d / (sh.causal ? 2 : 1);
   for (int vi = 0; vi < runs; vi++) {
     char var[8];
-    snprintf(var, sizeof var, "b%d%s", variants[vi / modes], vi % modes ? "g" : "");
+    snprintf(var, sizeof var, "b%d%s%s", variants[vi / modes], vi % modes / 2 ? "g" : "", vi % 2 ? "o" : "");
     print_row(sh, var, ms[vi], flops, hbad, he.aborted);
   }
   fflush(stdout);
-  cudaFree(ws);
+  cudaFree(ws), cudaFree(words);
   cudaFree(q), cudaFree(out), cudaFree(dout), cudaFree(dq), cudaFree(k), cudaFree(v), cudaFree(dk), cudaFree(dv);
   cudaFree(lse), cudaFree(delta), cudaFree(dq_acc), cudaFree(err), cudaFree(bad);
   cudaEventDestroy(e0), cudaEventDestroy(e1);

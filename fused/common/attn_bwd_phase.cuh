@@ -1,0 +1,114 @@
+/*
+ * The backward core's call as one launch (mk_attn_bwd_args.phase_words): the main kernel's
+ * grid is three parts in index order: n_start CTAs of the start part (delta, dq_acc's and
+ * dkv_ws's zeroing, slice i of n_start each), the n_main CTAs of the key tiles, n_end CTAs of
+ * the end part (dq's conversion, split's write-out). A CTA of a part waits (bounded) until every
+ * CTA of the part before it is done. CTAs start in index order, so a CTA waits only for CTAs
+ * that started before it (the forward's push CTAs first rely on that too); were that ever not
+ * so, the bounded wait ends the call in an error, not a hang. Index-ordered, not claimed from
+ * a counter (tried first, session 59): a claimed key tile cannot be recomputed from blockIdx,
+ * and kept in registers it made the consumers spill 60-90 bytes.
+ * Words: [0] start CTAs done, [1] main CTAs done, [2] end CTAs done. The last CTA to touch them
+ * zeroes them (the last end CTA; without an end part the last main CTA), so the next call
+ * (stream-ordered after this one) finds them zero; every CTA counts itself done whether or not
+ * its waits gave up. A CTA's count is one release by its thread 0 after a barrier (CUTLASS's
+ * semaphore): no fence per thread.
+ */
+#ifndef MK_ATTN_BWD_PHASE_CUH_
+#define MK_ATTN_BWD_PHASE_CUH_
+
+#include "attn_bwd_cfg.cuh"
+#include "wait.cuh"
+
+#define MK_ATTN_WAIT_PHASE 6u /* the error record's flag: a part's wait for the one before */
+
+enum { ATTN_BWD_START_DONE, ATTN_BWD_MAIN_DONE, ATTN_BWD_END_DONE };
+
+__device__ __forceinline__ void attn_bwd_phase_reset(uint64_t* words) {
+  for (int i = 0; i < MK_ATTN_BWD_PHASE_WORDS; i++) *(volatile uint64_t*)&words[i] = 0;
+}
+
+/* Every thread: until words[word] >= want (thread 0, bounded at twice the call's timeout, so
+ * that the waits inside the part before, the cause, expire first), then the async proxy
+ * fenced (the main part reads what the start part wrote through TMA). 0 when it gave up. */
+__device__ __noinline__ int attn_bwd_part_wait(const struct mk_attn_bwd_params& p, int word, uint64_t want, int c) {
+  __shared__ int ok_s;
+  if (threadIdx.x == 0) {
+    ok_s = mk_wait_geq_inline(&p.phase[word], want, p.err, p.err_tag, (uint32_t)c, MK_ATTN_WAIT_PHASE,
+                              2 * p.timeout_ns) >= want;
+    fence_proxy_async_global();
+  }
+  __syncthreads();
+  return ok_s;
+}
+
+/* Thread 0, after a barrier: the CTA's part done (every thread's writes before it). */
+__device__ __forceinline__ void attn_bwd_count_main(const struct mk_attn_bwd_params& p) {
+  if (p.n_end) {
+    red_release_gpu_add_u64(&p.phase[ATTN_BWD_MAIN_DONE], 1ull);
+  } else if (atom_add_acq_rel_gpu_u64(&p.phase[ATTN_BWD_MAIN_DONE], 1ull) + 1 == (uint64_t)p.n_main) {
+    attn_bwd_phase_reset(p.phase);
+  }
+}
+
+/* The start part's slice i: delta and dq_acc's rows, dkv_ws. */
+template <class Cfg>
+__device__ __noinline__ void attn_bwd_start_part(const struct mk_attn_bwd_params& p, int i) {
+  const size_t first = (size_t)i * Cfg::THREADS + threadIdx.x, stride = (size_t)p.n_start * Cfg::THREADS;
+  if (p.pass.do_delta || p.pass.zero_dq) attn_bwd_prep_slice<Cfg::D>(p.pass, first, stride);
+  if (p.pass.ws_floats) attn_bwd_ws_zero_slice(p.pass, first, stride);
+}
+
+/* The end part's slice i: split's blocks out of dkv_ws, dq. */
+template <class Cfg>
+__device__ __noinline__ void attn_bwd_end_part(const struct mk_attn_bwd_params& p, int i) {
+  const size_t first = (size_t)i * Cfg::THREADS + threadIdx.x, stride = (size_t)p.n_end * Cfg::THREADS;
+  for (int bi = 0; p.split && bi < p.num_kv_blocks; bi++) {
+    const struct mk_attn_bwd_block_params& b = p.kv[bi];
+    if (b.dk_red == b.dk_acc) continue; /* added there directly */
+    const struct mk_attn_bwd_ws_block w = {b.dk_red, b.dv_red,    b.dk,  b.dv,  b.dk_acc,
+                                           b.dv_acc, b.acc_overwrite, b.seq, b.row0, b.rows};
+    attn_bwd_ws_block_slice<Cfg::D>(w, p.acc_gate, p.batch, p.kv_heads, first, stride);
+  }
+  if (p.pass.dq) attn_bwd_dq_slice<Cfg::D>(p.pass, first, stride);
+}
+
+/* CTA `c` (its grid index): a start or end CTA runs its slice here (0 back); a main CTA
+ * (1 back) once the start part is done (0 if that wait gave up: it counts as done). */
+template <class Cfg>
+__device__ __forceinline__ int attn_bwd_phase_is_main(const struct mk_attn_bwd_params& p, int c) {
+  if (c < p.n_start) {
+    attn_bwd_start_part<Cfg>(p, c);
+    __syncthreads();
+    if (threadIdx.x == 0) red_release_gpu_add_u64(&p.phase[ATTN_BWD_START_DONE], 1ull);
+    return 0;
+  }
+  if (c >= p.n_start + p.n_main) {
+    if (attn_bwd_part_wait(p, ATTN_BWD_MAIN_DONE, (uint64_t)p.n_main, c))
+      attn_bwd_end_part<Cfg>(p, c - p.n_start - p.n_main);
+    __syncthreads();
+    if (threadIdx.x == 0 &&
+        atom_add_acq_rel_gpu_u64(&p.phase[ATTN_BWD_END_DONE], 1ull) + 1 == (uint64_t)p.n_end)
+      attn_bwd_phase_reset(p.phase);
+    return 0;
+  }
+  if (p.n_start && !attn_bwd_part_wait(p, ATTN_BWD_START_DONE, (uint64_t)p.n_start, c)) {
+    if (threadIdx.x == 0) attn_bwd_count_main(p);
+    return 0;
+  }
+  return 1;
+}
+
+/* A main item's end, every thread of the CTA: the TMA reductions of each issuing lane (the
+ * consumers' and the producer's) complete and fenced for the generic proxy (the end part reads
+ * dq_acc with plain loads), then counted. */
+__device__ __forceinline__ void attn_bwd_main_part_done(const struct mk_attn_bwd_params& p) {
+  if ((threadIdx.x & 31) == 0) {
+    cp_async_bulk_wait_group_0();
+    fence_proxy_async_global();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) attn_bwd_count_main(p);
+}
+
+#endif /* MK_ATTN_BWD_PHASE_CUH_ */
