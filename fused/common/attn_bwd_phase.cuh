@@ -30,12 +30,16 @@ __device__ __forceinline__ void attn_bwd_phase_reset(uint64_t* words) {
 
 /* Every thread: until words[word] >= want (thread 0, bounded at twice the call's timeout, so
  * that the waits inside the part before, the cause, expire first), then the async proxy
- * fenced (the main part reads what the start part wrote through TMA). 0 when it gave up. */
+ * fenced (the main part reads what the start part wrote through TMA). 0 when it gave up.
+ * It does not give up early when another wait of the call raised the abort word: the part
+ * before always ends (its waits are bounded), and a CTA that left first could zero the words
+ * before the last of it counted itself. */
 __device__ __noinline__ int attn_bwd_part_wait(const struct mk_attn_bwd_params& p, int word, uint64_t want, int c) {
   __shared__ int ok_s;
   if (threadIdx.x == 0) {
-    ok_s = mk_wait_geq_inline(&p.phase[word], want, p.err, p.err_tag, (uint32_t)c, MK_ATTN_WAIT_PHASE,
-                              2 * p.timeout_ns) >= want;
+    const uint64_t seen = mk_wait_geq_inline(&p.phase[word], want, NULL, 0, 0, 0, 2 * p.timeout_ns);
+    ok_s = seen >= want;
+    if (!ok_s && p.err) mk_gemm_error_raise(p.err, p.err_tag, (uint32_t)c, MK_ATTN_WAIT_PHASE, want, seen);
     fence_proxy_async_global();
   }
   __syncthreads();
