@@ -224,6 +224,10 @@ static void bwd_bad_arguments_are_refused(void) {
   CHECK_EQ(mk_attn_bwd_check(&a), 0);
   a = g, a.dkv_ws = (float*)((char*)fake(12) + 8);
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.phase_words = (uint64_t*)fake(14); /* the one-launch call */
+  CHECK_EQ(mk_attn_bwd_check(&a), 0);
+  a = g, a.phase_words = (uint64_t*)((char*)fake(14) + 4);
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.lse = (const float*)((const char*)fake(4) + 2);
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.kv[0].k = NULL;
