@@ -536,6 +536,8 @@ tier_attn() {
   done
   for v in 1 2 3 4 5; do
     step "attn_backward_matches_float64_variant_$v" env MK_ATTN_VARIANT=$v "$B/test/gpu/test_attn_bwd" backward
+    step "attn_backward_one_launch_matches_float64_variant_$v" env MK_ATTN_VARIANT=$v MK_ATTN_ONE_LAUNCH=1 \
+      "$B/test/gpu/test_attn_bwd" backward
   done
   step attn_perf "$B/test/perf/attn/attn_perf" 20
   grep -A 14 '^#  B' "$LOGS/attn_perf.log" || true
