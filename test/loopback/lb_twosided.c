@@ -70,7 +70,11 @@ static int depth_recv(struct lb_ctx* ctx) {
       sizes[j] = DEPTH_BYTES;
       tags[j] = j;
     }
-    LB_OK(ctx->ops->irecv(ctx->comm, MK_MAX_RECVS, data, sizes, tags, NULL, 0, &reqs[k]));
+    /* NULL is also "not now" while the comm's thread holds its lock (a call goes back instead
+     * of waiting for it, as NCCL expects): asked again, for up to 5 s, then 32 must fit */
+    const double t0 = lb_now();
+    do LB_OK(ctx->ops->irecv(ctx->comm, MK_MAX_RECVS, data, sizes, tags, NULL, 0, &reqs[k]));
+    while (!reqs[k] && lb_now() - t0 < 5.0);
     LB_EXPECT(reqs[k] != NULL); /* 32 must fit */
   }
   void* d = buf;
