@@ -230,10 +230,10 @@ static void attn_bwd_block_params(const struct mk_attn_bwd_args* a, const struct
   }
 }
 
-/* The main kernel's tensor maps and parameters; its key tiles over all blocks. */
+/* The main kernel's tensor maps and parameters, its grid (grid_tiles: the key tiles of all blocks). */
 template <class Cfg>
 static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_attn_bwd_maps* maps,
-                         struct mk_attn_bwd_params* p, int* tiles_out) {
+                         struct mk_attn_bwd_params* p) {
   memset(maps, 0, sizeof *maps);
   memset(p, 0, sizeof *p);
   const int q_rows = bwd_q_rows(a);
@@ -268,7 +268,6 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
   p->grid_tiles = tiles, p->grid_heads = split ? a->heads : a->kv_heads, p->batch = a->batch;
   attn_bwd_rows_of(a, &p->pass);
   p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
-  *tiles_out = tiles;
   return 0;
 }
 
@@ -278,12 +277,10 @@ static cudaError_t attn_bwd_write_ws_blocks(const struct mk_attn_bwd_args* a, co
                                             cudaStream_t stream) {
   for (int i = 0; i < a->num_kv_blocks; i++) {
     const struct mk_attn_bwd_block_params* b = &p->kv[i];
-    if (b->dk_red == b->dk_acc) continue; /* added there directly */
+    if (!attn_bwd_block_in_ws(*b)) continue; /* added into its accumulators directly */
     const size_t n2 = (size_t)a->batch * b->rows * a->kv_heads * Cfg::D / 2;
-    const unsigned blocks = (unsigned)(n2 / 256 + 1 < 4096 ? n2 / 256 + 1 : 4096);
-    const struct mk_attn_bwd_ws_block w = {b->dk_red, b->dv_red,         b->dk,  b->dv,   b->dk_acc,
-                                           b->dv_acc, b->acc_overwrite, b->seq, b->row0, b->rows};
-    mk_attn_bwd_dkv_kernel<Cfg::D><<<blocks, 256, 0, stream>>>(w, a->acc_gate, a->batch, a->kv_heads);
+    mk_attn_bwd_dkv_kernel<Cfg::D>
+        <<<bwd_pass_blocks(n2, 4096), 256, 0, stream>>>(attn_bwd_ws_block_of(*b), a->acc_gate, a->batch, a->kv_heads);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
@@ -296,8 +293,7 @@ static cudaError_t attn_bwd_prep(const struct mk_attn_bwd_args* a, cudaStream_t 
   if (a->delta_ready && a->dq_accumulate) return cudaSuccess;
   struct mk_attn_bwd_rows r;
   attn_bwd_rows_of(a, &r);
-  const size_t units = (size_t)r.batch * r.q_rows * r.heads * (D / 8);
-  mk_attn_bwd_prep_kernel<D><<<bwd_pass_blocks(units, 8192), 256, 0, stream>>>(r);
+  mk_attn_bwd_prep_kernel<D><<<bwd_pass_blocks(attn_bwd_row_units(r, D), 8192), 256, 0, stream>>>(r);
   return cudaGetLastError();
 }
 
@@ -357,22 +353,19 @@ static int attn_bwd_launch_cfg(const struct mk_attn_bwd_args* a, int sms, cudaSt
   struct mk_attn_bwd_maps maps;
   struct mk_attn_bwd_params p;
   const int split = bwd_split(a);
-  int tiles = 0;
-  MK_CHECK(attn_bwd_fill<Cfg>(a, split, &maps, &p, &tiles));
+  MK_CHECK(attn_bwd_fill<Cfg>(a, split, &maps, &p));
   if (a->phase_words) return attn_bwd_launch_one<Cfg>(a, &maps, &p, sms, stream);
-  const int q_rows = p.q_rows;
-  const size_t ws_floats = split ? mk_attn_bwd_dkv_ws_floats(a) : 0;
+  const size_t ws_floats = p.pass.ws_floats;
 
   cudaError_t e = attn_bwd_prepare_and_prep<Cfg>(a, stream);
   if (e == cudaSuccess && ws_floats) e = cudaMemsetAsync(a->dkv_ws, 0, ws_floats * sizeof(float), stream);
   if (e == cudaSuccess) {
-    const dim3 grid((unsigned)tiles, (unsigned)(split ? a->heads : a->kv_heads), (unsigned)a->batch);
+    const dim3 grid((unsigned)p.grid_tiles, (unsigned)p.grid_heads, (unsigned)p.batch);
     e = attn_bwd_launch_main<Cfg>(a, &maps, &p, grid, stream);
   }
   if (e == cudaSuccess && ws_floats) e = attn_bwd_write_ws_blocks<Cfg>(a, &p, stream);
   if (e == cudaSuccess && a->dq) {
-    const size_t units = (size_t)a->batch * q_rows * a->heads * Cfg::D / 8;
-    mk_attn_bwd_dq_kernel<Cfg::D><<<bwd_pass_blocks(units, 8192), 256, 0, stream>>>(p.pass);
+    mk_attn_bwd_dq_kernel<Cfg::D><<<bwd_pass_blocks(attn_bwd_row_units(p.pass, Cfg::D), 8192), 256, 0, stream>>>(p.pass);
     e = cudaGetLastError();
   }
   if (e != cudaSuccess) {

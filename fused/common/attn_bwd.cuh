@@ -32,7 +32,6 @@
  * group's heads' partials are added (red.add) into fp32 dk_red, dv_red.
  * Every wait is bounded (attn_wait, attn_fwd.cuh): on expiry the error record is filled and
  * every CTA's waits give up, so a bug ends in a wrong result and an error, never in a hang.
-
  */
 #ifndef MK_ATTN_BWD_CUH_
 #define MK_ATTN_BWD_CUH_
@@ -679,7 +678,6 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (!PHASED && (threadIdx.x >= 32 || tile.steps == 0)) return;
     if (threadIdx.x < 32 && tile.steps != 0) attn_bwd_produce<Cfg>(maps, p, sm, tile, w);
   } else {
     setmaxnreg_inc<232>();

@@ -103,6 +103,18 @@ struct mk_attn_bwd_block_params {
   int ready_chunk_rows, ready_chunks; /* chunks per batch */
 };
 
+/* Split, a block whose partials meet in dkv_ws (not added straight into its accumulators):
+ * its write-out's view (attn_bwd_passes.cuh), for its own kernel and the one-launch end part. */
+__host__ __device__ __forceinline__ int attn_bwd_block_in_ws(const struct mk_attn_bwd_block_params& b) {
+  return b.dk_red != b.dk_acc;
+}
+__host__ __device__ __forceinline__ struct mk_attn_bwd_ws_block attn_bwd_ws_block_of(
+    const struct mk_attn_bwd_block_params& b) {
+  const struct mk_attn_bwd_ws_block w = {b.dk_red, b.dv_red,         b.dk,  b.dv,   b.dk_acc,
+                                         b.dv_acc, b.acc_overwrite, b.seq, b.row0, b.rows};
+  return w;
+}
+
 struct mk_attn_bwd_params {
   int seq_q, heads, kv_heads, causal;
   int chunk; /* mk_attn_bwd_cta_work's */
@@ -136,8 +148,8 @@ struct mk_attn_bwd_maps {
   CUtensorMap k[MK_ATTN_MAX_KV_BLOCKS], v[MK_ATTN_MAX_KV_BLOCKS]; /* the block's rows, box BN */
 };
 
-/* CTA c's key tile (of a grid of grid_x key tiles, grid_y heads, grid_z batches): tile t of KV block bi, kv head hk, batch b; its valid keys and first key's
- * position; its query heads (h0 on: the kv head's group, or one head when split); the query
+/* CTA c's key tile (of a grid of grid_x key tiles, grid_y heads, grid_z batches): tile t of
+ * KV block bi, kv head hk, batch b; its valid keys and first key's position; its query heads (h0 on: the kv head's group, or one head when split); the query
  * tiles that see the key tile (i0 on, per_head per query head, from the rot-th on: non-causal
  * at D = 128, CTAs of neighbouring key tiles start apart, so that they do not all add into one
  * dq_acc tile at once) and its steps. */

@@ -29,6 +29,12 @@ struct mk_attn_bwd_rows {
   size_t ws_floats;
 };
 
+/* Thread units of a pass over the rows: 8 of a row's D elements each (the prep pass's D/8
+ * threads per row, the dq pass's 8-element steps). */
+__host__ __device__ __forceinline__ size_t attn_bwd_row_units(const struct mk_attn_bwd_rows& a, int d) {
+  return (size_t)a.batch * a.q_rows * a.heads * (size_t)(d / 8);
+}
+
 /* Element offset of row r (of the range), head h, batch b. */
 template <int D>
 __device__ __forceinline__ size_t attn_bwd_row_at(const struct mk_attn_bwd_rows& a, size_t b, size_t r, size_t h) {
@@ -46,7 +52,7 @@ template <int D>
 __device__ __forceinline__ void attn_bwd_prep_slice(const struct mk_attn_bwd_rows& a, size_t first, size_t stride) {
   constexpr int TPR = D / 8, U = MK_ATTN_BWD_PASS_UNROLL; /* threads per row: 16 or 8, a divisor of 32 */
   const int lane = threadIdx.x & 31;
-  const size_t rows = (size_t)a.batch * a.q_rows * a.heads, units = rows * TPR;
+  const size_t units = attn_bwd_row_units(a, D);
   for (size_t base = first - lane; base < units; base += U * stride) {
     uint4 o[U], g[U];
     size_t at[U], drow[U];
@@ -95,7 +101,7 @@ __device__ __forceinline__ void attn_bwd_ws_zero_slice(const struct mk_attn_bwd_
 template <int D>
 __device__ __forceinline__ void attn_bwd_dq_slice(const struct mk_attn_bwd_rows& a, size_t first, size_t stride) {
   constexpr int U = MK_ATTN_BWD_PASS_UNROLL;
-  const size_t per_batch = (size_t)a.q_rows * a.heads * D / 8, n = (size_t)a.batch * per_batch;
+  const size_t n = attn_bwd_row_units(a, D), per_batch = n / a.batch;
   for (size_t u0 = first; u0 < n; u0 += U * stride) {
     float4 x[U], y[U];
     size_t at[U];

@@ -67,13 +67,9 @@ __device__ __noinline__ void attn_bwd_start_part(const struct mk_attn_bwd_params
 template <class Cfg>
 __device__ __noinline__ void attn_bwd_end_part(const struct mk_attn_bwd_params& p, int i) {
   const size_t first = (size_t)i * Cfg::THREADS + threadIdx.x, stride = (size_t)p.n_end * Cfg::THREADS;
-  for (int bi = 0; p.split && bi < p.num_kv_blocks; bi++) {
-    const struct mk_attn_bwd_block_params& b = p.kv[bi];
-    if (b.dk_red == b.dk_acc) continue; /* added there directly */
-    const struct mk_attn_bwd_ws_block w = {b.dk_red, b.dv_red,    b.dk,  b.dv,  b.dk_acc,
-                                           b.dv_acc, b.acc_overwrite, b.seq, b.row0, b.rows};
-    attn_bwd_ws_block_slice<Cfg::D>(w, p.acc_gate, p.batch, p.kv_heads, first, stride);
-  }
+  for (int bi = 0; p.split && bi < p.num_kv_blocks; bi++)
+    if (attn_bwd_block_in_ws(p.kv[bi]))
+      attn_bwd_ws_block_slice<Cfg::D>(attn_bwd_ws_block_of(p.kv[bi]), p.acc_gate, p.batch, p.kv_heads, first, stride);
   if (p.pass.dq) attn_bwd_dq_slice<Cfg::D>(p.pass, first, stride);
 }
 

@@ -19,6 +19,12 @@ static inline int attn_test_variant(void) {
   return v ? atoi(v) : 0;
 }
 
+/* MK_ATTN_ONE_LAUNCH=1: the backward tests' calls as one launch (mk_attn_bwd_args.phase_words). */
+static inline int attn_test_one_launch(void) {
+  const char* v = getenv("MK_ATTN_ONE_LAUNCH");
+  return v && atoi(v) != 0;
+}
+
 static inline struct mk_attn_args attn_whole_fwd_args(const void* q, const void* k, const void* v, void* out,
                                                       float* lse, int batch, int seq_q, int seq_kv, int heads,
                                                       int kv_heads, int d, int causal) {

@@ -47,7 +47,6 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <vector>
@@ -56,6 +55,7 @@
 #include "attn_run.h"
 #include "expect.h"
 #include "gemm.h"
+#include "graph_kernels.cuh"
 #include "late_raise.cuh"
 #include "sm_hold.cuh"
 
@@ -201,6 +201,12 @@ static int check_all(const char* what, const struct bwd_bufs* t) {
   return ok;
 }
 
+/* A case's name: its shape, its mask, and whether a CTA takes one query head (split). */
+static void case_name(char* what, size_t n, const struct bwd_bufs* t, int split) {
+  snprintf(what, n, "B=%d S=%4d H=%d H_kv=%d D=%3d %s%s", t->batch, t->seq, t->heads, t->kv_heads, t->d,
+           t->causal ? "causal" : "non-causal", split ? " split" : "");
+}
+
 /* Grouped-query heads at D = 128 run twice: a CTA per kv head's group (no workspace), then a
  * CTA per query head (split) with the dkv_ws workspace, outputs poisoned between. */
 static void backward_case(int batch, int seq, int heads, int kv_heads, int d, int causal, uint64_t seed) {
@@ -212,8 +218,7 @@ static void backward_case(int batch, int seq, int heads, int kv_heads, int d, in
          heads, kv_heads, d);
   for (int split = 0; split <= (ws_floats > 0); split++) {
     char what[128];
-    snprintf(what, sizeof what, "B=%d S=%4d H=%d H_kv=%d D=%3d %s%s", batch, seq, heads, kv_heads, d,
-             causal ? "causal" : "non-causal", split ? " split" : "");
+    case_name(what, sizeof what, &t, split);
     if (split) {
       CUDA_OK(cudaMalloc(&a.dkv_ws, ws_floats * 4));
       poison(a.dkv_ws, ws_floats * 4); /* the core zeroes it */
@@ -625,16 +630,7 @@ static size_t captured_kernels(const struct mk_attn_bwd_args* a, cudaStream_t st
   const int rc = mk_attn_bwd_launch_variant(a, st, variant);
   CUDA_OK(cudaStreamEndCapture(st, graph));
   EXPECT(rc == 0, "launch refused under capture (%d)", rc);
-  size_t nodes = 0, kernels = 0;
-  CUDA_OK(cudaGraphGetNodes(*graph, NULL, &nodes));
-  std::vector<cudaGraphNode_t> list(nodes);
-  CUDA_OK(cudaGraphGetNodes(*graph, list.data(), &nodes));
-  for (size_t i = 0; i < nodes; i++) {
-    cudaGraphNodeType t;
-    CUDA_OK(cudaGraphNodeGetType(list[i], &t));
-    kernels += t == cudaGraphNodeTypeKernel;
-  }
-  return kernels;
+  return graph_kernel_nodes(*graph, NULL);
 }
 
 /* See the top: the call with phase words is one kernel (without, the control, 3 to 5), and
@@ -651,8 +647,7 @@ static void one_launch_case(int batch, int seq, int heads, int kv_heads, int d, 
     poison(a.dkv_ws, ws_floats * 4); /* the call zeroes it */
   }
   char what[128];
-  snprintf(what, sizeof what, "B=%d S=%4d H=%d H_kv=%d D=%3d %s%s", batch, seq, heads, kv_heads, d,
-           causal ? "causal" : "non-causal", ws_floats ? " split" : "");
+  case_name(what, sizeof what, &t, ws_floats > 0);
   cudaStream_t st;
   CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cudaGraph_t graph;
@@ -738,7 +733,7 @@ int main(int argc, char** argv) {
   gpu_or_skip();
   const char* what = argc > 1 ? argv[1] : "";
   variant = attn_test_variant();
-  one_launch = getenv("MK_ATTN_ONE_LAUNCH") && atoi(getenv("MK_ATTN_ONE_LAUNCH")) != 0;
+  one_launch = attn_test_one_launch();
   printf("%s (variant %d%s)\n", what, variant, one_launch ? ", one launch" : "");
   static const struct named_test tests[] = {{"backward", test_backward},     {"offsets", test_offsets},
                                             {"negative_control", test_negative_control},

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "gemm_check.cuh"
+#include "graph_kernels.cuh"
 #include "mk_param.h"
 #include "nccl_mk.h"
 #include "nccl_ok.h"
@@ -291,15 +292,7 @@ static void capture_op(struct rank_env* e, struct op_bufs* o, struct shape s, in
   CUDA_OK(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeGlobal));
   run_op(e, o, s, op, NULL);
   CUDA_OK(cudaStreamEndCapture(e->stream, &graph));
-  cudaGraphNode_t list[16];
-  *nodes = 16;
-  CUDA_OK(cudaGraphGetNodes(graph, list, nodes));
-  *kernels = 0;
-  for (size_t i = 0; i < *nodes && i < 16; i++) {
-    cudaGraphNodeType t;
-    CUDA_OK(cudaGraphNodeGetType(list[i], &t));
-    *kernels += t == cudaGraphNodeTypeKernel;
-  }
+  *kernels = graph_kernel_nodes(graph, nodes);
   cudaGraphDestroy(graph);
 }
 

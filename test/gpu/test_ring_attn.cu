@@ -31,6 +31,7 @@
 #include "attn.h"
 #include "attn_check.cuh"
 #include "expect.h"
+#include "graph_kernels.cuh"
 #include "nccl_mk.h"
 #include "nccl_ok.h"
 #include "perf_launch.h"
@@ -234,14 +235,8 @@ static void scenario_one_kernel(struct rank_env* e) {
     b.c.causal = causal;
     cudaGraph_t graph;
     capture(e, &b, &graph);
-    cudaGraphNode_t list[16];
-    size_t nodes = 16, kernels = 0;
-    CUDA_OK(cudaGraphGetNodes(graph, list, &nodes));
-    for (size_t i = 0; i < nodes && i < 16; i++) {
-      cudaGraphNodeType t;
-      CUDA_OK(cudaGraphNodeGetType(list[i], &t));
-      kernels += t == cudaGraphNodeTypeKernel;
-    }
+    size_t nodes = 0;
+    const size_t kernels = graph_kernel_nodes(graph, &nodes);
     cudaGraphDestroy(graph);
     printf("rank %d: ncclMkRingAttention (%s) captured as %zu node(s), %zu kernel(s)\n", e->rank,
            causal ? "causal" : "non-causal", nodes, kernels);
