@@ -115,8 +115,8 @@
   X(INT, RA_BWD_ONE_LAUNCH, "NCCL_MK_RA_BWD_ONE_LAUNCH", "0", 0, 1, "",                     \
     "ring attention backward: 1 runs each backward core call as one kernel (delta and dq_acc's " \
     "zeroing, the key tiles, dq's conversion: three parts of one grid, each waiting for the "   \
-    "one before; 2-4% slower at D = 128 on one H200, the core alone and two ranks under MPS); "  \
-    "0: three to five kernels per core call")                                                   \
+    "one before; session 60, one H200: the core alone 0-1% faster, two ranks under MPS 0-1.6% " \
+    "slower); 0: three to five kernels per core call")                                          \
   X(INT, RA_FWD_CHUNK, "NCCL_MK_RA_FWD_CHUNK", "0", 0, 1048576, "",                          \
     "ring attention forward: the order of its query tiles' CTAs; 0: tiles outermost (causal, "  \
     "under 64 tiles per SM) or head by head; N: in chunks of N tiles, head by head inside "      \

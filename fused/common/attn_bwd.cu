@@ -191,7 +191,17 @@ static unsigned bwd_pass_blocks(size_t units, unsigned cap) {
   return (unsigned)(units / 256 + 1 < cap ? units / 256 + 1 : cap);
 }
 
-/* Both main kernels of Cfg (multi-launch and one-launch) loaded, their shared memory set. */
+typedef void (*attn_bwd_main_fn)(const struct mk_attn_bwd_maps, const struct mk_attn_bwd_params);
+
+/* The main kernel of Cfg for a call: one-launch (phase words) or not, with addends or not. */
+template <class Cfg>
+static attn_bwd_main_fn attn_bwd_main_kernel(int phased, int addends) {
+  static const attn_bwd_main_fn kernels[4] = {mk_attn_bwd_kernel<Cfg, false, false>, mk_attn_bwd_kernel<Cfg, false, true>,
+                                              mk_attn_bwd_kernel<Cfg, true, false>, mk_attn_bwd_kernel<Cfg, true, true>};
+  return kernels[2 * (phased != 0) + (addends != 0)];
+}
+
+/* Every main kernel of Cfg loaded, their shared memory set. */
 template <class Cfg>
 static cudaError_t attn_bwd_prepare_cfg(void) {
   static int done[64];
@@ -199,8 +209,9 @@ static cudaError_t attn_bwd_prepare_cfg(void) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   if (dev < 64 && __atomic_load_n(&done[dev], __ATOMIC_ACQUIRE)) return cudaSuccess;
-  const void* kernels[2] = {(const void*)mk_attn_bwd_kernel<Cfg, false>, (const void*)mk_attn_bwd_kernel<Cfg, true>};
-  for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+  const void* kernels[4];
+  for (int i = 0; i < 4; i++) kernels[i] = (const void*)attn_bwd_main_kernel<Cfg>(i >> 1, i & 1);
+  for (int i = 0; i < 4 && e == cudaSuccess; i++) {
     e = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
     cudaFuncAttributes fa;
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, kernels[i]);
@@ -309,8 +320,7 @@ static cudaError_t attn_bwd_prepare_and_prep(const struct mk_attn_bwd_args* a, c
 template <class Cfg>
 static cudaError_t attn_bwd_launch_main(const struct mk_attn_bwd_args* a, const struct mk_attn_bwd_maps* maps,
                                         const struct mk_attn_bwd_params* p, dim3 grid, cudaStream_t stream) {
-  void (*kernel)(const struct mk_attn_bwd_maps, const struct mk_attn_bwd_params) =
-      p->phase ? mk_attn_bwd_kernel<Cfg, true> : mk_attn_bwd_kernel<Cfg, false>;
+  const attn_bwd_main_fn kernel = attn_bwd_main_kernel<Cfg>(p->phase != NULL, p->addends.n > 0);
   if (!a->pdl) {
     kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*maps, *p);
     return cudaGetLastError();

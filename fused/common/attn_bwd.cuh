@@ -373,14 +373,14 @@ __device__ __forceinline__ void attn_bwd_load_acc(const float* acc, size_t o, fl
 
 /* The tile's dK (times scale) and dV rows, this thread's fragments (keys kr0, kr0 + 8 of warp
  * group c's 64), into the block's bf16 outputs and / or fp32 accumulators, the addends added
- * when this is their block; split, added into dk_red, dv_red (the CTAs of the group's other
- * heads add theirs). */
-template <class Cfg>
+ * when this is their block (ADDENDS: only the kernels launched for calls with addends have
+ * that path); split, added into dk_red, dv_red (the CTAs of the group's other heads add theirs). */
+template <class Cfg, bool ADDENDS>
 __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_params& p, const struct attn_bwd_tile& k,
                                                     const float* dk, const float* dv, int c, int kr0, uint32_t tile) {
   const int lane = threadIdx.x & 31;
   const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
-  const bool add = p.addends.n && k.bi == p.addends.block; /* never split (mk_attn_bwd_check) */
+  const bool add = ADDENDS && p.addends.n && k.bi == p.addends.block; /* never split (mk_attn_bwd_check) */
   if (add && !attn_bwd_wait_addends(p, tile)) return;
   /* The accumulators may be read by a peer (the ring's reduce); once the ring's gather gave up
    * on a wait (the peer may be late, still reading them for its previous call) nothing goes
@@ -559,7 +559,7 @@ __device__ __forceinline__ int attn_bwd_pair_dq(const struct mk_attn_bwd_maps& m
 
 /* PAIR_DQ's consumer warp group c: per pair two steps' products, then one whole dQ; then the
  * tile's dK and dV. */
-template <class Cfg>
+template <class Cfg, bool ADDENDS>
 __device__ __forceinline__ void attn_bwd_consume_pairs(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
                                                        const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
                                                        int c, const struct mk_attn_wait_ctx& w) {
@@ -576,16 +576,16 @@ __device__ __forceinline__ void attn_bwd_consume_pairs(const struct mk_attn_bwd_
         !attn_bwd_pair_dq<Cfg>(maps, p, sm, tile, c, base, pr, w))
       return attn_bwd_drain_dq<Cfg>();
   attn_bwd_drain_dq<Cfg>();
-  attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0, w.tile);
+  attn_bwd_write_dkdv<Cfg, ADDENDS>(p, tile, dk, dv, c, kr0, w.tile);
 }
 
 /* Consumer warp group c: per step S^T and dP^T, P^T and dS^T, dV += P^T dO, dK += dS^T Q and
  * dQ = dS K (added into dq_acc), then the tile's dK and dV. */
-template <class Cfg>
+template <class Cfg, bool ADDENDS>
 __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
                                                  const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
                                                  int c, const struct mk_attn_wait_ctx& w) {
-  if constexpr (Cfg::PAIR_DQ) return attn_bwd_consume_pairs<Cfg>(maps, p, sm, tile, c, w);
+  if constexpr (Cfg::PAIR_DQ) return attn_bwd_consume_pairs<Cfg, ADDENDS>(maps, p, sm, tile, c, w);
   const int steps = tile.steps;
   struct mk_attn_ring ring = {0, 0};
   const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
@@ -633,14 +633,16 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
     return attn_bwd_drain_dq<Cfg>();
   attn_bwd_drain_dq<Cfg>();
 
-  attn_bwd_write_dkdv<Cfg>(p, tile, dk, dv, c, kr0, w.tile);
+  attn_bwd_write_dkdv<Cfg, ADDENDS>(p, tile, dk, dv, c, kr0, w.tile);
 }
 
 /* grid (key tiles of all blocks, kv heads or, split, heads, batch). PHASED (the one-launch
- * call, p.phase): one dimension, its three parts (attn_bwd_phase.cuh); an instantiation of
- * its own, so that the multi-launch kernel is compiled as it was (sharing one, session 59
- * measured the multi-launch call 2-3% slower at 16K causal with split heads). */
-template <class Cfg, bool PHASED>
+ * call, p.phase): one dimension, its three parts (attn_bwd_phase.cuh). ADDENDS: the call has
+ * addends (p.addends.n > 0). Each an instantiation of its own: ptxas's order of the same
+ * step loop moves the kernel's time by up to 4% with any code beside it (session 60: the
+ * addends' epilogue cost the one-launch kernel 5%), so a rarely used path stays out of the
+ * kernels that do not take it. */
+template <class Cfg, bool PHASED, bool ADDENDS>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
 mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
                    const __grid_constant__ struct mk_attn_bwd_params p) {
@@ -681,7 +683,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
     if (threadIdx.x < 32 && tile.steps != 0) attn_bwd_produce<Cfg>(maps, p, sm, tile, w);
   } else {
     setmaxnreg_inc<232>();
-    attn_bwd_consume<Cfg>(maps, p, sm, tile, wg - 1, w);
+    attn_bwd_consume<Cfg, ADDENDS>(maps, p, sm, tile, wg - 1, w);
   }
   if constexpr (PHASED) attn_bwd_main_part_done(p);
 }

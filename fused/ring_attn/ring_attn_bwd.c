@@ -41,8 +41,8 @@
  * saves the reduce's pass over every partial and the own partial's fp32 round trip (one GPU,
  * ring_bwd_emul: +7.5% at B=16 H=16 S_local=4096).
  * So 4 + (kernels of the core calls) launches, not one persistent kernel (each core call is
- * one kernel with NCCL_MK_RA_BWD_ONE_LAUNCH=1: attn.h phase_words; 2-4% slower, so not the
- * default): the door stays open
+ * one kernel with NCCL_MK_RA_BWD_ONE_LAUNCH=1: attn.h phase_words; as fast for the core alone,
+ * 0-1.6% slower for two ranks under MPS, so not the default): the door stays open
  * as AllGather+GEMM's was (the gather is the forward's push CTAs; the core's CTAs can take its
  * flag waits, as the forward's producer does, and the reduce can become the core's epilogue).
  * A peer reads acc[r] of this rank only after r's announcement, and r zeroes its accumulators
