@@ -193,12 +193,23 @@ static unsigned bwd_pass_blocks(size_t units, unsigned cap) {
 
 typedef void (*attn_bwd_main_fn)(const struct mk_attn_bwd_maps, const struct mk_attn_bwd_params);
 
-/* The main kernel of Cfg for a call: one-launch (phase words) or not, with addends or not. */
+/* The main kernel of Cfg for a call: one-launch (phase words) or not, and its epilogue. */
 template <class Cfg>
-static attn_bwd_main_fn attn_bwd_main_kernel(int phased, int addends) {
-  static const attn_bwd_main_fn kernels[4] = {mk_attn_bwd_kernel<Cfg, false, false>, mk_attn_bwd_kernel<Cfg, false, true>,
-                                              mk_attn_bwd_kernel<Cfg, true, false>, mk_attn_bwd_kernel<Cfg, true, true>};
-  return kernels[2 * (phased != 0) + (addends != 0)];
+static attn_bwd_main_fn attn_bwd_main_kernel(int phased, int epi) {
+  static const attn_bwd_main_fn kernels[2][MK_ATTN_BWD_EPIS] = {
+      {mk_attn_bwd_kernel<Cfg, false, MK_ATTN_BWD_EPI_PLAIN>, mk_attn_bwd_kernel<Cfg, false, MK_ATTN_BWD_EPI_ACC>,
+       mk_attn_bwd_kernel<Cfg, false, MK_ATTN_BWD_EPI_ADDENDS>},
+      {mk_attn_bwd_kernel<Cfg, true, MK_ATTN_BWD_EPI_PLAIN>, mk_attn_bwd_kernel<Cfg, true, MK_ATTN_BWD_EPI_ACC>,
+       mk_attn_bwd_kernel<Cfg, true, MK_ATTN_BWD_EPI_ADDENDS>}};
+  return kernels[phased != 0][epi];
+}
+
+/* The epilogue a call needs: the addends', or (not split) accumulators added to. */
+static int bwd_epilogue(const struct mk_attn_bwd_args* a, int split) {
+  if (a->addends.n > 0) return MK_ATTN_BWD_EPI_ADDENDS;
+  for (int i = 0; !split && i < a->num_kv_blocks; i++)
+    if ((a->kv[i].dk_acc || a->kv[i].dv_acc) && !a->kv[i].acc_overwrite) return MK_ATTN_BWD_EPI_ACC;
+  return MK_ATTN_BWD_EPI_PLAIN;
 }
 
 /* Every main kernel of Cfg loaded, their shared memory set. */
@@ -209,9 +220,10 @@ static cudaError_t attn_bwd_prepare_cfg(void) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   if (dev < 64 && __atomic_load_n(&done[dev], __ATOMIC_ACQUIRE)) return cudaSuccess;
-  const void* kernels[4];
-  for (int i = 0; i < 4; i++) kernels[i] = (const void*)attn_bwd_main_kernel<Cfg>(i >> 1, i & 1);
-  for (int i = 0; i < 4 && e == cudaSuccess; i++) {
+  const void* kernels[2 * MK_ATTN_BWD_EPIS];
+  for (int i = 0; i < 2 * MK_ATTN_BWD_EPIS; i++)
+    kernels[i] = (const void*)attn_bwd_main_kernel<Cfg>(i / MK_ATTN_BWD_EPIS, i % MK_ATTN_BWD_EPIS);
+  for (int i = 0; i < 2 * MK_ATTN_BWD_EPIS && e == cudaSuccess; i++) {
     e = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
     cudaFuncAttributes fa;
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, kernels[i]);
@@ -320,7 +332,7 @@ static cudaError_t attn_bwd_prepare_and_prep(const struct mk_attn_bwd_args* a, c
 template <class Cfg>
 static cudaError_t attn_bwd_launch_main(const struct mk_attn_bwd_args* a, const struct mk_attn_bwd_maps* maps,
                                         const struct mk_attn_bwd_params* p, dim3 grid, cudaStream_t stream) {
-  const attn_bwd_main_fn kernel = attn_bwd_main_kernel<Cfg>(p->phase != NULL, p->addends.n > 0);
+  const attn_bwd_main_fn kernel = attn_bwd_main_kernel<Cfg>(p->phase != NULL, bwd_epilogue(a, p->split));
   if (!a->pdl) {
     kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*maps, *p);
     return cudaGetLastError();

@@ -372,15 +372,16 @@ __device__ __forceinline__ void attn_bwd_load_acc(const float* acc, size_t o, fl
 }
 
 /* The tile's dK (times scale) and dV rows, this thread's fragments (keys kr0, kr0 + 8 of warp
- * group c's 64), into the block's bf16 outputs and / or fp32 accumulators, the addends added
- * when this is their block (ADDENDS: only the kernels launched for calls with addends have
- * that path); split, added into dk_red, dv_red (the CTAs of the group's other heads add theirs). */
-template <class Cfg, bool ADDENDS>
+ * group c's 64), into the block's bf16 outputs and / or fp32 accumulators (added to their old
+ * values unless overwritten: EPI ACC), the addends added when this is their block (EPI
+ * ADDENDS); split, added into dk_red, dv_red (the CTAs of the group's other heads add theirs).
+ * Only the kernels of calls that need them have the old values' and the addends' loads. */
+template <class Cfg, int EPI>
 __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_params& p, const struct attn_bwd_tile& k,
                                                     const float* dk, const float* dv, int c, int kr0, uint32_t tile) {
   const int lane = threadIdx.x & 31;
   const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
-  const bool add = ADDENDS && p.addends.n && k.bi == p.addends.block; /* never split (mk_attn_bwd_check) */
+  const bool add = EPI == MK_ATTN_BWD_EPI_ADDENDS && p.addends.n && k.bi == p.addends.block; /* never split */
   if (add && !attn_bwd_wait_addends(p, tile)) return;
   /* The accumulators may be read by a peer (the ring's reduce); once the ring's gather gave up
    * on a wait (the peer may be late, still reading them for its previous call) nothing goes
@@ -398,8 +399,8 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
     float2 sk[Cfg::D / 8], sv[Cfg::D / 8]; /* the addends' sums, or the accumulators' old values */
     if (add) {
       attn_bwd_sum_addends<Cfg::D / 8>(p.addends, off, sk, sv);
-    } else if (!p.split) { /* the accumulators are a peer's memory only when overwritten (the ring) */
-      const bool old = acc_on && !blk.acc_overwrite;
+    } else { /* the accumulators are a peer's memory only when overwritten (the ring) */
+      const bool old = EPI == MK_ATTN_BWD_EPI_ACC && !p.split && acc_on && !blk.acc_overwrite;
       attn_bwd_load_acc<Cfg::D / 8>(old ? blk.dk_acc : NULL, off, sk);
       attn_bwd_load_acc<Cfg::D / 8>(old ? blk.dv_acc : NULL, off, sv);
     }
@@ -559,7 +560,7 @@ __device__ __forceinline__ int attn_bwd_pair_dq(const struct mk_attn_bwd_maps& m
 
 /* PAIR_DQ's consumer warp group c: per pair two steps' products, then one whole dQ; then the
  * tile's dK and dV. */
-template <class Cfg, bool ADDENDS>
+template <class Cfg, int EPI>
 __device__ __forceinline__ void attn_bwd_consume_pairs(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
                                                        const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
                                                        int c, const struct mk_attn_wait_ctx& w) {
@@ -576,16 +577,16 @@ __device__ __forceinline__ void attn_bwd_consume_pairs(const struct mk_attn_bwd_
         !attn_bwd_pair_dq<Cfg>(maps, p, sm, tile, c, base, pr, w))
       return attn_bwd_drain_dq<Cfg>();
   attn_bwd_drain_dq<Cfg>();
-  attn_bwd_write_dkdv<Cfg, ADDENDS>(p, tile, dk, dv, c, kr0, w.tile);
+  attn_bwd_write_dkdv<Cfg, EPI>(p, tile, dk, dv, c, kr0, w.tile);
 }
 
 /* Consumer warp group c: per step S^T and dP^T, P^T and dS^T, dV += P^T dO, dK += dS^T Q and
  * dQ = dS K (added into dq_acc), then the tile's dK and dV. */
-template <class Cfg, bool ADDENDS>
+template <class Cfg, int EPI>
 __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
                                                  const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
                                                  int c, const struct mk_attn_wait_ctx& w) {
-  if constexpr (Cfg::PAIR_DQ) return attn_bwd_consume_pairs<Cfg, ADDENDS>(maps, p, sm, tile, c, w);
+  if constexpr (Cfg::PAIR_DQ) return attn_bwd_consume_pairs<Cfg, EPI>(maps, p, sm, tile, c, w);
   const int steps = tile.steps;
   struct mk_attn_ring ring = {0, 0};
   const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
@@ -633,16 +634,16 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
     return attn_bwd_drain_dq<Cfg>();
   attn_bwd_drain_dq<Cfg>();
 
-  attn_bwd_write_dkdv<Cfg, ADDENDS>(p, tile, dk, dv, c, kr0, w.tile);
+  attn_bwd_write_dkdv<Cfg, EPI>(p, tile, dk, dv, c, kr0, w.tile);
 }
 
 /* grid (key tiles of all blocks, kv heads or, split, heads, batch). PHASED (the one-launch
- * call, p.phase): one dimension, its three parts (attn_bwd_phase.cuh). ADDENDS: the call has
- * addends (p.addends.n > 0). Each an instantiation of its own: ptxas's order of the same
+ * call, p.phase): one dimension, its three parts (attn_bwd_phase.cuh). EPI: the epilogue the
+ * call needs (attn_bwd_cfg.cuh). Each an instantiation of its own: ptxas's order of the same
  * step loop moves the kernel's time by up to 4% with any code beside it (session 60: the
- * addends' epilogue cost the one-launch kernel 5%), so a rarely used path stays out of the
- * kernels that do not take it. */
-template <class Cfg, bool PHASED, bool ADDENDS>
+ * addends' epilogue cost the one-launch kernel 5%, the accumulators' loads D = 64 3-4%), so
+ * a path a call does not take stays out of its kernel. */
+template <class Cfg, bool PHASED, int EPI>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
 mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
                    const __grid_constant__ struct mk_attn_bwd_params p) {
@@ -683,7 +684,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
     if (threadIdx.x < 32 && tile.steps != 0) attn_bwd_produce<Cfg>(maps, p, sm, tile, w);
   } else {
     setmaxnreg_inc<232>();
-    attn_bwd_consume<Cfg, ADDENDS>(maps, p, sm, tile, wg - 1, w);
+    attn_bwd_consume<Cfg, EPI>(maps, p, sm, tile, wg - 1, w);
   }
   if constexpr (PHASED) attn_bwd_main_part_done(p);
 }
