@@ -226,6 +226,17 @@ int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* args, cudaStream_t
 /* The floats of dkv_ws that a call with these arguments uses (0: none). */
 size_t mk_attn_bwd_dkv_ws_floats(const struct mk_attn_bwd_args* args);
 
+/* The main kernel's epilogue kinds (attn_bwd.cuh attn_bwd_write_dkdv), each compiled into
+ * kernels of its own (a path beside the step loop costs the loop 2-4% though never taken:
+ * bench/NOTES.md, session 60). PLAIN: bf16 outputs, accumulators overwritten, or (split heads)
+ * partials added by red.add; ACC: also accumulators added to their old values; ADDENDS: the
+ * peers' partials added into the outputs (mk_attn_bwd_addends). */
+enum { MK_ATTN_BWD_EPI_PLAIN, MK_ATTN_BWD_EPI_ACC, MK_ATTN_BWD_EPI_ADDENDS, MK_ATTN_BWD_EPIS };
+
+/* The epilogue a valid call needs: ADDENDS with addends, ACC when a block's accumulators are
+ * added to (not overwritten) and its heads are not split, else PLAIN. */
+int mk_attn_bwd_epilogue(const struct mk_attn_bwd_args* args);
+
 /* The first query tile (bm rows, counted from the range's first query at q_pos0) holding a
  * query that sees a key at key_first (causal: the tiles before it see nothing of a key tile
  * that starts there); 0 non-causal. */

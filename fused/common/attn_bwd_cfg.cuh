@@ -63,11 +63,6 @@ struct mk_attn_bwd_cfg {
   static_assert(SMEM_BYTES <= 232448, "over the 227 KB of dynamic shared memory per block");
 };
 
-/* The main kernel's epilogue (attn_bwd_write_dkdv): outputs, or accumulators overwritten or
- * added into by red.add (split); ACC, also accumulators added to their old values; ADDENDS,
- * the peers' partials added into the outputs (mk_attn_bwd_addends). */
-enum { MK_ATTN_BWD_EPI_PLAIN, MK_ATTN_BWD_EPI_ACC, MK_ATTN_BWD_EPI_ADDENDS, MK_ATTN_BWD_EPIS };
-
 struct mk_attn_bwd_smem {
   uint8_t* base;      /* 1024-aligned */
   uint64_t* kv_full;  /* 1: K and V */

@@ -182,6 +182,30 @@ static void bwd_addends_and_pdl_rules(void) {
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
 }
 
+/* Which epilogue kernel a call takes (attn.h mk_attn_bwd_epilogue): the one with the loads it
+ * needs, and no call whose accumulators are added to without them (it would drop their old
+ * values). */
+static void bwd_epilogue_kernel_has_the_loads_the_call_needs(void) {
+  struct mk_attn_bwd_args a = base_bwd_args(); /* GQA 8:2, D = 128, bf16 outputs, no dkv_ws: not split */
+  CHECK_EQ(mk_attn_bwd_epilogue(&a), MK_ATTN_BWD_EPI_PLAIN);
+  a.kv[0].dk = a.kv[0].dv = NULL, a.kv[0].dk_acc = (float*)fake(13), a.kv[0].dv_acc = (float*)fake(14);
+  CHECK_EQ(mk_attn_bwd_epilogue(&a), MK_ATTN_BWD_EPI_PLAIN); /* added straight in by split heads' red.add */
+  a.heads = a.kv_heads; /* not split: added to their old values */
+  CHECK_EQ(mk_attn_bwd_epilogue(&a), MK_ATTN_BWD_EPI_ACC);
+  a.kv[0].acc_overwrite = 1; /* stored, nothing read */
+  CHECK_EQ(mk_attn_bwd_epilogue(&a), MK_ATTN_BWD_EPI_PLAIN);
+  a = base_bwd_args(), a.d_head = 64, a.kv[0].dk_acc = (float*)fake(13); /* D = 64 never splits */
+  CHECK_EQ(mk_attn_bwd_epilogue(&a), MK_ATTN_BWD_EPI_ACC);
+  a = base_bwd_args(), a.num_kv_blocks = 2, a.kv[1] = a.kv[0], a.kv[1].dv_acc = (float*)fake(14);
+  a.heads = a.kv_heads; /* one block of two */
+  CHECK_EQ(mk_attn_bwd_epilogue(&a), MK_ATTN_BWD_EPI_ACC);
+  a = base_bwd_args(), a.ready_done = (const uint64_t*)fake(20), a.addends.n = 1;
+  a.addends.dk[0] = (const float*)fake(21), a.addends.dv[0] = (const float*)fake(23);
+  a.addends.ready[0] = (const uint64_t*)fake(25);
+  CHECK_EQ(mk_attn_bwd_check(&a), 0);
+  CHECK_EQ(mk_attn_bwd_epilogue(&a), MK_ATTN_BWD_EPI_ADDENDS);
+}
+
 static void bwd_bad_arguments_are_refused(void) {
   struct mk_attn_bwd_args g = base_bwd_args(), a;
   CHECK_EQ(mk_attn_bwd_check(&g), 0);
@@ -490,6 +514,7 @@ int main(void) {
   tile_rules_match_brute_force();
   bwd_bad_arguments_are_refused();
   bwd_addends_and_pdl_rules();
+  bwd_epilogue_kernel_has_the_loads_the_call_needs();
   bwd_tile_rules_match_brute_force();
   persistent_items_cover_every_tile_once();
   bwd_cta_chunks_visit_every_cta_once();
