@@ -82,6 +82,11 @@ int lb_send(struct lb_ctx* ctx, void* buf, size_t size, int tag, struct mk_mr* m
             struct mk_request** req);
 int lb_recv(struct lb_ctx* ctx, int n, void** bufs, const size_t* sizes, const int* tags,
             struct mk_mr** mrs, struct mk_request** req);
+/* The same for at most `seconds`: *req still NULL after them means "not now" all along. */
+int lb_send_within(struct lb_ctx* ctx, void* buf, size_t size, int tag, struct mk_mr* mr,
+                   double seconds, struct mk_request** req);
+int lb_recv_within(struct lb_ctx* ctx, int n, void** bufs, const size_t* sizes, const int* tags,
+                   struct mk_mr** mrs, double seconds, struct mk_request** req);
 /* Deterministic pseudo-random bytes from (seed, stream); check returns the number of
  * wrong bytes and prints the first. */
 void lb_fill(void* buf, size_t len, uint64_t seed, uint64_t stream);

@@ -4,6 +4,7 @@
 #include "mk_config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -111,20 +112,33 @@ int lb_wait(struct lb_ctx* ctx, struct mk_request* req, size_t* sizes) {
   return rc;
 }
 
-int lb_send(struct lb_ctx* ctx, void* buf, size_t size, int tag, struct mk_mr* mr,
-            struct mk_request** req) {
+int lb_send_within(struct lb_ctx* ctx, void* buf, size_t size, int tag, struct mk_mr* mr,
+                   double seconds, struct mk_request** req) {
+  const double t0 = lb_now();
   int rc;
   *req = NULL;
-  while ((rc = ctx->ops->isend(ctx->comm, buf, size, tag, mr, req)) == 0 && !*req) {}
+  while ((rc = ctx->ops->isend(ctx->comm, buf, size, tag, mr, req)) == 0 && !*req && lb_now() - t0 < seconds) {}
   return rc;
+}
+
+int lb_recv_within(struct lb_ctx* ctx, int n, void** bufs, const size_t* sizes, const int* tags,
+                   struct mk_mr** mrs, double seconds, struct mk_request** req) {
+  const double t0 = lb_now();
+  int rc;
+  *req = NULL;
+  while ((rc = ctx->ops->irecv(ctx->comm, n, bufs, sizes, tags, mrs, 0, req)) == 0 && !*req &&
+         lb_now() - t0 < seconds) {}
+  return rc;
+}
+
+int lb_send(struct lb_ctx* ctx, void* buf, size_t size, int tag, struct mk_mr* mr,
+            struct mk_request** req) {
+  return lb_send_within(ctx, buf, size, tag, mr, HUGE_VAL, req);
 }
 
 int lb_recv(struct lb_ctx* ctx, int n, void** bufs, const size_t* sizes, const int* tags,
             struct mk_mr** mrs, struct mk_request** req) {
-  int rc;
-  *req = NULL;
-  while ((rc = ctx->ops->irecv(ctx->comm, n, bufs, sizes, tags, mrs, 0, req)) == 0 && !*req) {}
-  return rc;
+  return lb_recv_within(ctx, n, bufs, sizes, tags, mrs, HUGE_VAL, req);
 }
 
 /* splitmix64 over (seed, stream, word index): cheap, fast, and seekable. */

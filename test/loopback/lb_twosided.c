@@ -72,9 +72,7 @@ static int depth_recv(struct lb_ctx* ctx) {
     }
     /* NULL is also "not now" while the comm's thread holds its lock (a call goes back instead
      * of waiting for it, as NCCL expects): asked again, for up to 5 s, then 32 must fit */
-    const double t0 = lb_now();
-    do LB_OK(ctx->ops->irecv(ctx->comm, MK_MAX_RECVS, data, sizes, tags, NULL, 0, &reqs[k]));
-    while (!reqs[k] && lb_now() - t0 < 5.0);
+    LB_OK(lb_recv_within(ctx, MK_MAX_RECVS, data, sizes, tags, NULL, 5.0, &reqs[k]));
     LB_EXPECT(reqs[k] != NULL); /* 32 must fit */
   }
   void* d = buf;

@@ -170,9 +170,7 @@ static int oversized_send(struct lb_ctx* ctx) {
   unsigned char* b = lb_alloc(len);
   struct mk_request* r = NULL;
   const double t0 = lb_now();
-  int rc;
-  while ((rc = ctx->ops->isend(ctx->comm, b, len, 9, NULL, &r)) == 0 && !r && lb_now() - t0 < 10) {
-  }
+  const int rc = lb_send_within(ctx, b, len, 9, NULL, 10.0, &r);
   printf("  %zu bytes into a 1024-byte receive: rc=%d (%s) after %.0f ms\n", len, rc, strerror(-rc),
          (lb_now() - t0) * 1e3);
   LB_EXPECT(r == NULL && rc == -EMSGSIZE);
