@@ -211,7 +211,6 @@ static attn_bwd_main_fn attn_bwd_main_kernel(int phased, int epi) {
   return kernels[phased != 0][epi];
 }
 
-
 /* Every main kernel of Cfg loaded, their shared memory set. */
 template <class Cfg>
 static cudaError_t attn_bwd_prepare_cfg(void) {

@@ -639,7 +639,7 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
 
 /* grid (key tiles of all blocks, kv heads or, split, heads, batch). PHASED (the one-launch
  * call, p.phase): one dimension, its three parts (attn_bwd_phase.cuh). EPI: the epilogue the
- * call needs (attn_bwd_cfg.cuh). Each an instantiation of its own: ptxas's order of the same
+ * call needs (attn.h MK_ATTN_BWD_EPI_*). Each an instantiation of its own: ptxas's order of the same
  * step loop moves the kernel's time by up to 4% with any code beside it (session 60: the
  * addends' epilogue cost the one-launch kernel 5%, the accumulators' loads D = 64 3-4%), so
  * a path a call does not take stays out of its kernel. */
