@@ -175,12 +175,15 @@ static int bwd_split(const struct mk_attn_bwd_args* a) {
          (a->dkv_ws || mk_attn_bwd_dkv_ws_floats(a) == 0);
 }
 
-extern "C" int mk_attn_bwd_epilogue(const struct mk_attn_bwd_args* a) {
+/* mk_attn_bwd_epilogue for a call whose split (bwd_split) is known. */
+static int bwd_epilogue(const struct mk_attn_bwd_args* a, int split) {
   if (a->addends.n > 0) return MK_ATTN_BWD_EPI_ADDENDS;
-  for (int i = 0; !bwd_split(a) && i < a->num_kv_blocks; i++)
+  for (int i = 0; !split && i < a->num_kv_blocks; i++)
     if ((a->kv[i].dk_acc || a->kv[i].dv_acc) && !a->kv[i].acc_overwrite) return MK_ATTN_BWD_EPI_ACC;
   return MK_ATTN_BWD_EPI_PLAIN;
 }
+
+extern "C" int mk_attn_bwd_epilogue(const struct mk_attn_bwd_args* a) { return bwd_epilogue(a, bwd_split(a)); }
 
 /* What the elementwise passes read and write (attn_bwd_passes.cuh); dkv_ws: split's. */
 static void attn_bwd_rows_of(const struct mk_attn_bwd_args* a, struct mk_attn_bwd_rows* r) {
@@ -331,7 +334,7 @@ static cudaError_t attn_bwd_prepare_and_prep(const struct mk_attn_bwd_args* a, c
 template <class Cfg>
 static cudaError_t attn_bwd_launch_main(const struct mk_attn_bwd_args* a, const struct mk_attn_bwd_maps* maps,
                                         const struct mk_attn_bwd_params* p, dim3 grid, cudaStream_t stream) {
-  const attn_bwd_main_fn kernel = attn_bwd_main_kernel<Cfg>(p->phase != NULL, mk_attn_bwd_epilogue(a));
+  const attn_bwd_main_fn kernel = attn_bwd_main_kernel<Cfg>(p->phase != NULL, bwd_epilogue(a, p->split));
   if (!a->pdl) {
     kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*maps, *p);
     return cudaGetLastError();
