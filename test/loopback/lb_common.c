@@ -112,22 +112,31 @@ int lb_wait(struct lb_ctx* ctx, struct mk_request* req, size_t* sizes) {
   return rc;
 }
 
+/* After a "not now" of a call first asked at *t0 (< 0: not yet read, read now): whether to ask
+ * again. The clock is read only once a call went back, so a send that is taken at once (the
+ * benchmarks' timed ones) costs no clock read. */
+static int lb_ask_again(double* t0, double seconds) {
+  const double now = lb_now();
+  if (*t0 < 0) *t0 = now;
+  return now - *t0 < seconds;
+}
+
 int lb_send_within(struct lb_ctx* ctx, void* buf, size_t size, int tag, struct mk_mr* mr,
                    double seconds, struct mk_request** req) {
-  const double t0 = lb_now();
+  double t0 = -1;
   int rc;
   *req = NULL;
-  while ((rc = ctx->ops->isend(ctx->comm, buf, size, tag, mr, req)) == 0 && !*req && lb_now() - t0 < seconds) {}
+  while ((rc = ctx->ops->isend(ctx->comm, buf, size, tag, mr, req)) == 0 && !*req && lb_ask_again(&t0, seconds)) {}
   return rc;
 }
 
 int lb_recv_within(struct lb_ctx* ctx, int n, void** bufs, const size_t* sizes, const int* tags,
                    struct mk_mr** mrs, double seconds, struct mk_request** req) {
-  const double t0 = lb_now();
+  double t0 = -1;
   int rc;
   *req = NULL;
   while ((rc = ctx->ops->irecv(ctx->comm, n, bufs, sizes, tags, mrs, 0, req)) == 0 && !*req &&
-         lb_now() - t0 < seconds) {}
+         lb_ask_again(&t0, seconds)) {}
   return rc;
 }
 
