@@ -222,13 +222,11 @@ static cudaError_t attn_bwd_prepare_cfg(void) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   if (dev < 64 && __atomic_load_n(&done[dev], __ATOMIC_ACQUIRE)) return cudaSuccess;
-  const void* kernels[2 * MK_ATTN_BWD_EPIS];
-  for (int i = 0; i < 2 * MK_ATTN_BWD_EPIS; i++)
-    kernels[i] = (const void*)attn_bwd_main_kernel<Cfg>(i / MK_ATTN_BWD_EPIS, i % MK_ATTN_BWD_EPIS);
   for (int i = 0; i < 2 * MK_ATTN_BWD_EPIS && e == cudaSuccess; i++) {
-    e = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+    const void* kernel = (const void*)attn_bwd_main_kernel<Cfg>(i / MK_ATTN_BWD_EPIS, i % MK_ATTN_BWD_EPIS);
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
     cudaFuncAttributes fa;
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, kernels[i]);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, kernel);
   }
   if (e == cudaSuccess && dev < 64) __atomic_store_n(&done[dev], 1, __ATOMIC_RELEASE);
   return e;
