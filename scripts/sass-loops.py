@@ -6,11 +6,17 @@ normalised. Session 60 found that ptxas's order of an unchanged step loop moves 
 backward's time by up to 4% with code beside it (bench/NOTES.md): compare the loops of two
 builds before reading a figure as a change's effect.
 
-usage: sass-loops.py FILE [--function SUBSTR]
+With --spills, per function the loops that hold local-memory instructions (LDL/STL: spills,
+and arrays the compiler keeps in local memory), innermost first, each with its count and what
+else it holds (HGMMA: a tensor-core loop; UTMALDG: a TMA-loading producer; SYS: system-scope
+accesses, i.e. flag waits or their abort checks), and the function's total: ptxas -v gives only
+a kernel's spill bytes, not whether they sit in a hot loop.
+
+usage: sass-loops.py FILE [--function SUBSTR] [--spills]
        sass-loops.py FILE --function SUBSTR --diff FILE2 [--function2 SUBSTR2]
-FILE: `cuobjdump -sass <binary>` output (this machine has no cuobjdump: make it on the GPU
-machine, e.g. `cuobjdump -sass build-dev/test/perf/attn/attn_perf | xz > $OUT/a.sass.xz`;
-.xz files are read as they are).
+FILE: `cuobjdump -sass` output, e.g. `cuobjdump -sass build-dev/test/perf/attn/attn_perf | xz >
+$OUT/a.sass.xz` on the GPU machine, or here with scripts/sass-tools.sh's cuobjdump on an object
+or binary built here; .xz files are read as they are.
 """
 import argparse
 import collections
@@ -91,6 +97,28 @@ def report(funcs, names):
             print(f"  loop {first:#x}-{last:#x}: {len(body)} instructions  {top}")
 
 
+def is_spill(op):
+    return op.startswith(("LDL", "STL"))
+
+
+SPILL_MARKS = (("HGMMA", lambda op, t: op.startswith("HGMMA")),
+               ("UTMALDG", lambda op, t: op.startswith("UTMALDG")),
+               ("SYS", lambda op, t: ".SYS" in op))
+
+
+def spill_report(funcs, names):
+    for n in names:
+        insns = funcs[n]
+        print(f"{n}: {sum(1 for _, op, _ in insns if is_spill(op))} local-memory instructions")
+        for first, last in dict.fromkeys(loops(insns)):
+            body = [i for i in insns if first <= i[0] <= last]
+            k = sum(1 for _, op, _ in body if is_spill(op))
+            if not k:
+                continue
+            marks = [m for m, hit in SPILL_MARKS if any(hit(op, t) for _, op, t in body)]
+            print(f"  loop {first:#x}-{last:#x}: {len(body)} instructions, {k} LDL/STL  {' '.join(marks)}".rstrip())
+
+
 def diff(fa, fb):
     """Lines of the hottest (innermost) MMA loop of a and b that the other lacks, counted."""
     la, lb = mma_loops(fa), mma_loops(fb)
@@ -110,9 +138,13 @@ def main():
     ap.add_argument("--function", default="")
     ap.add_argument("--diff")
     ap.add_argument("--function2")
+    ap.add_argument("--spills", action="store_true")
     a = ap.parse_args()
     fa = functions(read_text(a.file))
     names = pick(fa, a.function, a.file)
+    if a.spills:
+        spill_report(fa, names)
+        return
     if not a.diff:
         report(fa, names)
         return

@@ -2,7 +2,8 @@
 """scripts/sass-loops.py on synthetic `cuobjdump -sass` text: it finds the loop that holds the
 wgmma (not the wait loop inside it, not code after it), counts its instructions, reads .xz
 files, and --diff names the instructions one build's loop has and the other's lacks, with
-registers and constants normalised away (so a mere renaming is no difference).
+registers and constants normalised away (so a mere renaming is no difference); --spills lists
+the loops that hold local-memory instructions (and only those), marked by what else they hold.
 
 usage: test_sass_loops.py <scripts/sass-loops.py>
 """
@@ -58,6 +59,15 @@ def main():
         check(rc == 0 and "loop sizes: 7 / 8" in out, "both loops' sizes", out)
         check("+   1  LDS.64 R, [R+X]" in out, "the extra load named", out)
         check("FADD" not in out, "a renamed register is no difference", out)
+        c = pathlib.Path(d, "c.sass")  # a spill in the step loop, one after it, none in _Z5other
+        c.write_text(kernel("_Z1kILi2EE", ["LDL R11, [R1+0x8] ;", "STL [R1+0x8], R11 ;"]).replace(
+            "STG.E desc", "STL [R1+0x10], R9 ;\n        /*0000*/  STG.E desc", 1) +
+            kernel("_Z5otherv", ["LDG.E.64.STRONG.SYS R2, desc[UR4][R4.64] ;"]))
+        rc, out = run(tool, str(c), "--spills")
+        check(rc == 0 and "_Z1kILi2EE: 3 local-memory instructions" in out, "the kernel's LDL/STL counted", out)
+        check("loop 0x10-0x80: 8 instructions, 2 LDL/STL  HGMMA" in out, "the step loop's two, marked HGMMA", out)
+        check("_Z5otherv: 0 local-memory instructions" in out and "SYS" not in out,
+              "a loop without LDL/STL is not listed", out)
         rc, out = run(tool, str(a), "--function", "nothing")
         check(rc != 0 and "no function matching 'nothing'" in out, "an unknown function is an error", out)
         rc, out = run(tool, str(a), "--diff", str(b))
