@@ -6,7 +6,7 @@
 # usage: scripts/spills.sh SOURCE [FUNCTION_SUBSTR]
 #   SOURCE: a .cu file of the build (fused/ring_attn/ring_attn.cu), or a modified copy of one
 #           given as COPY=ORIGINAL (/tmp/ra.cu=fused/ring_attn/ring_attn.cu): compiled with the
-#           original's command, its folder first on the include path
+#           original's command, the original's folder on the include path (its own headers)
 #   FUNCTION_SUBSTR: only the kernels whose mangled names hold it
 # The object and its SASS stay in ${TMPDIR:-/tmp}/mk-spills/ (x.o, x.sass).
 set -euo pipefail
