@@ -1,13 +1,16 @@
-"""The Python unit tests' assertion: expect() prints "ok" or "FAIL" and the behaviour, and
-counts the failures; finish() prints the count and exits 1 if there was any."""
+"""The Python unit tests' assertion: expect() prints "ok" or "FAIL" and the behaviour (on a
+failure also `detail`, e.g. the output of the command under test), and counts the failures;
+finish() prints the count and exits 1 if there was any."""
 import sys
 
 FAILURES = []
 
 
-def expect(cond, what):
+def expect(cond, what, detail=""):
     print(("ok   " if cond else "FAIL ") + what)
     if not cond:
+        if detail:
+            print(detail)
         FAILURES.append(what)
 
 

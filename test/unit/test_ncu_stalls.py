@@ -12,6 +12,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import expect, finish  # test/unit/checks.py, beside this file
+
 HEAD = ["Address", "Source", "# Samples", "Instructions Executed", "stall_barrier", "stall_short_sb",
         "stall_wait", "stall_short_sb (Not Issued)"]
 
@@ -31,13 +33,6 @@ def run(tool, *args):
 
 def main():
     tool = sys.argv[1]
-    fails = 0
-
-    def check(cond, what, out=""):
-        nonlocal fails
-        if not cond:
-            fails += 1
-            print(f"FAIL: {what}\n{out}")
 
     rows = [  # address, source, samples, executed, barrier, short_sb, wait, short_sb not issued
         ["0x7f0000001000", "      LDS.64 R4, [R2]", "10", "100", "0", "0", "10", "0"],
@@ -48,26 +43,25 @@ def main():
         a = pathlib.Path(d, "a.csv")
         a.write_text(page(rows))
         rc, out = run(tool, str(a), "--top", "2")
-        check(rc == 0 and "2000 samples, 3 instructions" in out, "the totals", out)
-        check("short_sb 57.5%  barrier 35.0%  wait 7.5%" in out, "each reason's share, largest first", out)
+        expect(rc == 0 and "2000 samples, 3 instructions" in out, "the totals", out)
+        expect("short_sb 57.5%  barrier 35.0%  wait 7.5%" in out, "each reason's share, largest first", out)
         lines = [l for l in out.splitlines() if l.strip().startswith("0x")]
-        check(len(lines) == 2 and "0x10" in lines[0] and "BRA" in lines[0] and "DEPBAR" in lines[1],
-              "the two instructions with the most samples, in order, offsets from the first", out)
-        check("short_sb 1100, wait 100" in lines[0] if lines else False, "an instruction's two largest reasons", out)
-        check("Not Issued" not in out and "900" not in out, "the not-issued columns are not reasons", out)
+        expect(len(lines) == 2 and "0x10" in lines[0] and "BRA" in lines[0] and "DEPBAR" in lines[1],
+               "the two instructions with the most samples, in order, offsets from the first", out)
+        expect("short_sb 1100, wait 100" in lines[0] if lines else False, "an instruction's two largest reasons", out)
+        expect("Not Issued" not in out and "900" not in out, "the not-issued columns are not reasons", out)
         rc, out = run(tool, str(a), "--top", "1", "--reason", "barrier")
-        check(rc == 0 and "DEPBAR" in out and "BRA" not in out.split("\n", 2)[2], "--reason ranks by that reason", out)
+        expect(rc == 0 and "DEPBAR" in out and "BRA" not in out.split("\n", 2)[2], "--reason ranks by that reason", out)
         b = pathlib.Path(d, "b.csv.xz")
         with lzma.open(b, "wt") as f:
             f.write(page(rows[:1]))
         rc, out = run(tool, str(a), str(b), "--top", "1")
-        check(rc == 0 and out.count("== ") == 2 and "b.csv.xz: 10 samples" in out, "two files, .xz read", out)
+        expect(rc == 0 and out.count("== ") == 2 and "b.csv.xz: 10 samples" in out, "two files, .xz read", out)
         c = pathlib.Path(d, "c.csv")
         c.write_text('"ID","Kernel Name","Metric Name"\n"0","k","gpu__time_duration.sum"\n')
         rc, out = run(tool, str(c))
-        check(rc != 0 and "no 'Address','Source' header" in out, "a CSV of another page is refused", out)
-    print("ncu-stalls:", "ok" if not fails else f"{fails} failed")
-    return 1 if fails else 0
+        expect(rc != 0 and "no 'Address','Source' header" in out, "a CSV of another page is refused", out)
+    finish()
 
 
 if __name__ == "__main__":

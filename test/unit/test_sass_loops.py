@@ -13,6 +13,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import expect, finish  # test/unit/checks.py, beside this file
+
 
 def kernel(name, extra):
     """A function: a prologue, a step loop (HGMMA, a wait loop inside it, `extra` lines),
@@ -38,13 +40,6 @@ def run(tool, *args):
 
 def main():
     tool = sys.argv[1]
-    fails = 0
-
-    def check(cond, what, out=""):
-        nonlocal fails
-        if not cond:
-            fails += 1
-            print(f"FAIL: {what}\n{out}")
 
     with tempfile.TemporaryDirectory() as d:
         a = pathlib.Path(d, "a.sass")
@@ -53,27 +48,26 @@ def main():
         with lzma.open(b, "wt") as f:  # the same loop with other registers, and one more LDS
             f.write(kernel("_Z1kILi1EE", ["FADD R18, R19, R20 ;", "LDS.64 R12, [R4+0x40] ;"]))
         rc, out = run(tool, str(a), "--function", "_Z1k")
-        check(rc == 0 and "loop 0x10-0x70: 7 instructions" in out, "the step loop, 7 instructions", out)
-        check("HGMMA:1" in out and "_Z5other" not in out, "its histogram, only the function asked", out)
+        expect(rc == 0 and "loop 0x10-0x70: 7 instructions" in out, "the step loop, 7 instructions", out)
+        expect("HGMMA:1" in out and "_Z5other" not in out, "its histogram, only the function asked", out)
         rc, out = run(tool, str(a), "--function", "_Z1k", "--diff", str(b))
-        check(rc == 0 and "loop sizes: 7 / 8" in out, "both loops' sizes", out)
-        check("+   1  LDS.64 R, [R+X]" in out, "the extra load named", out)
-        check("FADD" not in out, "a renamed register is no difference", out)
+        expect(rc == 0 and "loop sizes: 7 / 8" in out, "both loops' sizes", out)
+        expect("+   1  LDS.64 R, [R+X]" in out, "the extra load named", out)
+        expect("FADD" not in out, "a renamed register is no difference", out)
         c = pathlib.Path(d, "c.sass")  # a spill in the step loop, one after it, none in _Z5other
         c.write_text(kernel("_Z1kILi2EE", ["LDL R11, [R1+0x8] ;", "STL [R1+0x8], R11 ;"]).replace(
             "STG.E desc", "STL [R1+0x10], R9 ;\n        /*0000*/  STG.E desc", 1) +
             kernel("_Z5otherv", ["LDG.E.64.STRONG.SYS R2, desc[UR4][R4.64] ;"]))
         rc, out = run(tool, str(c), "--spills")
-        check(rc == 0 and "_Z1kILi2EE: 3 local-memory instructions" in out, "the kernel's LDL/STL counted", out)
-        check("loop 0x10-0x80: 8 instructions, 2 LDL/STL  HGMMA" in out, "the step loop's two, marked HGMMA", out)
-        check("_Z5otherv: 0 local-memory instructions" in out and "SYS" not in out,
-              "a loop without LDL/STL is not listed", out)
+        expect(rc == 0 and "_Z1kILi2EE: 3 local-memory instructions" in out, "the kernel's LDL/STL counted", out)
+        expect("loop 0x10-0x80: 8 instructions, 2 LDL/STL  HGMMA" in out, "the step loop's two, marked HGMMA", out)
+        expect("_Z5otherv: 0 local-memory instructions" in out and "SYS" not in out,
+               "a loop without LDL/STL is not listed", out)
         rc, out = run(tool, str(a), "--function", "nothing")
-        check(rc != 0 and "no function matching 'nothing'" in out, "an unknown function is an error", out)
+        expect(rc != 0 and "no function matching 'nothing'" in out, "an unknown function is an error", out)
         rc, out = run(tool, str(a), "--diff", str(b))
-        check(rc != 0 and "one function on each side" in out, "--diff needs one function", out)
-    print("sass-loops:", "ok" if not fails else f"{fails} failed")
-    return 1 if fails else 0
+        expect(rc != 0 and "one function on each side" in out, "--diff needs one function", out)
+    finish()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import expect, finish  # test/unit/checks.py, beside this file
+
 
 def main():
     tool, build = sys.argv[1], sys.argv[2]
@@ -29,13 +31,6 @@ def main():
         return 77
     env = dict(os.environ, MK_BUILD=str(pathlib.Path(build).resolve()), PATH=os.environ["PATH"])
     env["PATH"] = ":".join(p for p in env["PATH"].split(":") if not os.path.exists(os.path.join(p, "cuobjdump")))
-    fails = 0
-
-    def check(cond, what, out=""):
-        nonlocal fails
-        if not cond:
-            fails += 1
-            print(f"FAIL: {what}\n{out}")
 
     def run(*args):
         p = subprocess.run(["bash", tool, *args], capture_output=True, text=True, env=env, cwd=root)
@@ -43,8 +38,8 @@ def main():
 
     src = root / "fused/common/trace_clock.cu"
     rc, out = run(str(src))
-    check(rc == 0 and re.search(r"trace_read_timer\S*: 0 bytes stack frame, 0 bytes spill stores", out),
-          "the build's kernel and its spill line", out)
+    expect(rc == 0 and re.search(r"trace_read_timer\S*: 0 bytes stack frame, 0 bytes spill stores", out),
+           "the build's kernel and its spill line", out)
     with tempfile.TemporaryDirectory() as d:
         copy = pathlib.Path(d, "trace_clock.cu")
         copy.write_text(src.read_text() + """
@@ -56,14 +51,13 @@ __global__ void local_array_kernel(float* out, int i) {
 """)
         rc, out = run(f"{copy}={src}", "local_array")
         m = re.search(r"local_array_kernel\S*: (\d+) bytes stack frame", out)
-        check(rc == 0 and m and int(m.group(1)) >= 256, "the copy's local array: a 256-byte frame", out)
-        check("trace_read_timer" not in out, "the filter leaves the other kernel out", out)
+        expect(rc == 0 and m and int(m.group(1)) >= 256, "the copy's local array: a 256-byte frame", out)
+        expect("trace_read_timer" not in out, "the filter leaves the other kernel out", out)
         other = pathlib.Path(d, "other.cu")
         other.write_text("__global__ void k() {}\n")
         rc, out = run(str(other))
-        check(rc != 0 and "is not compiled by the build" in out, "a source outside the build is refused", out)
-    print("spills.sh:", "ok" if not fails else f"{fails} failed")
-    return 1 if fails else 0
+        expect(rc != 0 and "is not compiled by the build" in out, "a source outside the build is refused", out)
+    finish()
 
 
 if __name__ == "__main__":
