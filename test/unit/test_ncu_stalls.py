@@ -8,11 +8,10 @@ usage: test_ncu_stalls.py <scripts/ncu-stalls.py>
 """
 import lzma
 import pathlib
-import subprocess
 import sys
 import tempfile
 
-from checks import expect, finish  # test/unit/checks.py, beside this file
+from checks import expect, finish, run_python as run  # test/unit/checks.py, beside this file
 
 HEAD = ["Address", "Source", "# Samples", "Instructions Executed", "stall_barrier", "stall_short_sb",
         "stall_wait", "stall_short_sb (Not Issued)"]
@@ -24,11 +23,6 @@ def page(rows):
     for r in rows:
         lines.append(",".join(f'"{v}"' for v in r))
     return "\n".join(lines) + "\n"
-
-
-def run(tool, *args):
-    p = subprocess.run([sys.executable, tool, *args], capture_output=True, text=True)
-    return p.returncode, p.stdout + p.stderr
 
 
 def main():

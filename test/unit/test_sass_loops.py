@@ -9,11 +9,10 @@ usage: test_sass_loops.py <scripts/sass-loops.py>
 """
 import lzma
 import pathlib
-import subprocess
 import sys
 import tempfile
 
-from checks import expect, finish  # test/unit/checks.py, beside this file
+from checks import expect, finish, run_python as run  # test/unit/checks.py, beside this file
 
 
 def kernel(name, extra):
@@ -31,11 +30,6 @@ def kernel(name, extra):
     lines.append(f"        /*{addr:04x}*/                   STG.E desc[UR6][R2.64], R9 ;")
     lines.append(f"        /*{addr + 0x10:04x}*/                   EXIT ;")
     return "\n".join(lines) + "\n"
-
-
-def run(tool, *args):
-    p = subprocess.run([sys.executable, tool, *args], capture_output=True, text=True)
-    return p.returncode, p.stdout + p.stderr
 
 
 def main():
