@@ -62,11 +62,15 @@ def loops(insns):
     return sorted(found, key=lambda r: r[1] - r[0])
 
 
+def loop_body(insns, first, last):
+    return [i for i in insns if first <= i[0] <= last]
+
+
 def mma_loops(insns):
     """[(first, last, [insns])] of the loops that hold an HGMMA, the innermost first."""
     res = []
     for first, last in loops(insns):
-        body = [i for i in insns if first <= i[0] <= last]
+        body = loop_body(insns, first, last)
         if any(op.startswith("HGMMA") for _, op, _ in body):
             res.append((first, last, body))
     return res
@@ -110,8 +114,8 @@ def spill_report(funcs, names):
     for n in names:
         insns = funcs[n]
         print(f"{n}: {sum(1 for _, op, _ in insns if is_spill(op))} local-memory instructions")
-        for first, last in dict.fromkeys(loops(insns)):
-            body = [i for i in insns if first <= i[0] <= last]
+        for first, last in loops(insns):  # one per backward branch: no range twice
+            body = loop_body(insns, first, last)
             k = sum(1 for _, op, _ in body if is_spill(op))
             if not k:
                 continue

@@ -29,8 +29,8 @@ def main():
     if not db.exists() or "trace_clock.cu" not in db.read_text():
         print("SKIP: this build compiles no CUDA source")
         return 77
-    env = dict(os.environ, MK_BUILD=str(pathlib.Path(build).resolve()), PATH=os.environ["PATH"])
-    env["PATH"] = ":".join(p for p in env["PATH"].split(":") if not os.path.exists(os.path.join(p, "cuobjdump")))
+    path = ":".join(p for p in os.environ["PATH"].split(":") if not os.path.exists(os.path.join(p, "cuobjdump")))
+    env = dict(os.environ, MK_BUILD=str(pathlib.Path(build).resolve()), PATH=path)
 
     def run(*args):
         p = subprocess.run(["bash", tool, *args], capture_output=True, text=True, env=env, cwd=root)
