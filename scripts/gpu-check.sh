@@ -230,6 +230,7 @@ tier_pairs() {
   NCCL_MK_RA_FWD_PERSISTENT=1 scenarios "$RING_PERSISTENT_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_ONE_LAUNCH=1 scenarios "$RING_BWD_ONE_LAUNCH_TESTS" "$B/test/gpu/test_ring_attn_bwd"
+  NCCL_MK_RA_BWD_ONE_KERNEL=1 scenarios "$RING_BWD_ONE_KERNEL_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_MERGED=0 NCCL_MK_RA_BWD_OWN_LAST=0 scenarios "$RING_BWD_SPLIT_TESTS" "$B/test/gpu/test_ring_attn_bwd"
 }
 
@@ -458,7 +459,19 @@ absent_peer_noncausal:ring_attention_backward_that_times_out_stores_nothing_into
 late_peer:ring_attention_backward_of_a_late_peer_ends_in_an_error_not_in_stale_partials
 late_peer_noncausal:ring_attention_backward_of_a_late_peer_ends_in_an_error_not_in_stale_partials_noncausal
 busy_sms:ring_attention_backward_finishes_correct_while_another_kernel_holds_a_quarter_of_the_sms
-busy_sms_most:ring_attention_backward_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
+busy_sms_most:ring_attention_backward_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms
+one_kernel:ring_attention_backward_noncausal_in_one_kernel_is_one_node_and_matches_float64"
+
+# The whole non-causal call as one kernel (NCCL_MK_RA_BWD_ONE_KERNEL=1, session 62; not the
+# default: not yet run on 2 GPUs): the non-causal scenarios again (causal calls keep their plan).
+RING_BWD_ONE_KERNEL_TESTS="small:ring_attention_backward_one_kernel_matches_float64
+large:ring_attention_backward_one_kernel_matches_the_core
+graph:ring_attention_backward_one_kernel_replays_in_cuda_graphs
+bad_input:ring_attention_backward_one_kernel_rejects_bad_input_untouched
+absent_peer_noncausal:ring_attention_backward_one_kernel_that_times_out_stores_nothing_into_its_peers_accumulator
+late_peer_noncausal:ring_attention_backward_one_kernel_of_a_late_peer_ends_in_an_error_not_in_stale_partials
+peer_dies_mid_call:ring_attention_backward_one_kernel_whose_peer_died_mid_call_ends_in_an_async_error
+busy_sms_most:ring_attention_backward_one_kernel_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
 
 # The backward's core calls as one kernel each (NCCL_MK_RA_BWD_ONE_LAUNCH=1, session 59; not the
 # default: 0-1.6% slower under MPS, session 60): the default plans (merged causal, own-last
@@ -488,6 +501,7 @@ tier_ring() {
   NCCL_MK_RA_FWD_PERSISTENT=1 scenarios "$RING_PERSISTENT_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_ONE_LAUNCH=1 scenarios "$RING_BWD_ONE_LAUNCH_TESTS" "$B/test/gpu/test_ring_attn_bwd"
+  NCCL_MK_RA_BWD_ONE_KERNEL=1 scenarios "$RING_BWD_ONE_KERNEL_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_MERGED=0 NCCL_MK_RA_BWD_OWN_LAST=0 scenarios "$RING_BWD_SPLIT_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   step ring_attn_perf "$B/test/perf/fused/ring_attn_perf" -n 10 -w 2 -J "$LOGS/ring_attn_perf.json"
   grep -A 8 '^#  B' "$LOGS/ring_attn_perf.log" || true

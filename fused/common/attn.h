@@ -117,6 +117,39 @@ struct mk_attn_bwd_kv_block {
    * call's timeout) for the chunks of its key tile before loading it. */
   const uint64_t* ready_flags;
   int ready_chunk_rows;
+  /* optional, one launch only (phase_words): once every CTA of this block has written its
+   * dK/dV partials (made visible at system scope), *announce = the call number (*ready_done +
+   * 1; release, system scope): the ring's owner of the block adds them (its addends). Not when
+   * a wait of the call gave up (acc_gate closed, or err's abort raised). */
+  uint64_t* announce;
+};
+
+/* A rank's K/V block pushed into its slot on each peer (the ring attention's gather), chunk by
+ * chunk, by `ctas` CTAs (kv_push.cuh; the forward's push CTAs, the backward's gather kernel and
+ * the first CTAs of a one-launch backward call). With e = *done + 1 (the call number), every
+ * CTA first waits (bounded) for each peer to have ended call e - 1 (its done >= e - 1: it no
+ * longer reads the slot), then copies chunk i (chunk_rows rows of one batch; CTA j takes i = j,
+ * j + ctas, ..) of k and v into every peer's slot and raises that peer's flag i to e (release,
+ * system scope). A wait that gives up is recorded in err (tag | MK_GEMM_ERR_TAG_PUSH, the peer
+ * as its flag index) and closes *gave_up (MK_ATTN_ACC_GATE_CLOSED | e) when given. */
+#define MK_ATTN_PUSH_MAX_RANKS 8 /* the arrays are indexed by rank */
+struct mk_kv_push {
+  int ctas; /* 0: no push */
+  int rank, nranks;
+  int batch, s_local, chunk_rows, chunks_per_batch;
+  int row_vecs; /* 16-byte vectors per row: kv_heads x d_head / 8 */
+  const void* k; /* bf16 [batch, s_local, kv_heads, d_head] */
+  const void* v;
+  void* dst_k[MK_ATTN_PUSH_MAX_RANKS]; /* on peer d: this rank's slot, k then v */
+  void* dst_v[MK_ATTN_PUSH_MAX_RANKS];
+  uint64_t* dst_flags[MK_ATTN_PUSH_MAX_RANKS];
+  const uint64_t* peer_done[MK_ATTN_PUSH_MAX_RANKS];
+  const uint64_t* done; /* this rank's: the last call it ended */
+  uint64_t* call;       /* optional: = e (the call in progress), by CTA 0 */
+  uint64_t* gave_up;    /* optional */
+  struct mk_gemm_error* err;
+  uint32_t err_tag;
+  uint64_t timeout_ns;
 };
 
 #define MK_ATTN_MAX_ADDENDS 7 /* a ring of 8 ranks: every peer's partial of the own block */
@@ -181,8 +214,18 @@ struct mk_attn_bwd_args {
    * (attn_bwd_phase.cuh), instead of three to five kernels. Calls on one stream may share
    * them; calls that can overlap may not. */
   uint64_t* phase_words;
+  /* optional, one launch only: the ring's whole call in the launch. push.ctas CTAs first push
+   * this rank's K/V to its peers (struct mk_kv_push; the blocks' ready_flags are the peers'
+   * pushes); with addends and other blocks, the addends' block must be the last and every
+   * block the same rows (the CTAs take the blocks in turn, so the CTAs that wait for the
+   * peers' announcements start after every CTA whose announcement a peer waits for);
+   * call_done, the call's done word, is raised to *call_done + 1 (release, system scope) by the
+   * call's last CTA, once the push's CTAs are done too. */
+  struct mk_kv_push push;
+  uint64_t* call_done;
 };
-#define MK_ATTN_BWD_PHASE_WORDS 4
+/* [0] start CTAs done, [1] main, [2] end, [3] push, [4 + b] block b's main CTAs (announce) */
+#define MK_ATTN_BWD_PHASE_WORDS (4 + MK_ATTN_MAX_KV_BLOCKS)
 
 #define MK_ATTN_ACC_GATE_CLOSED (1ull << 63)
 

@@ -92,6 +92,61 @@ static int bwd_check_addends_pdl(const struct mk_attn_bwd_args* a) {
   return 0;
 }
 
+/* A block's key tiles. */
+static int bwd_block_tiles(const struct mk_attn_bwd_kv_block* kv) {
+  return (bwd_block_rows(kv) + MK_ATTN_BWD_BLOCK_N - 1) / MK_ATTN_BWD_BLOCK_N;
+}
+
+/* Whether the call has the ring's parts (push, announcements, the call's end). */
+static int bwd_ring_parts(const struct mk_attn_bwd_args* a) {
+  int any = a->push.ctas != 0 || a->call_done != NULL;
+  for (int i = 0; i < a->num_kv_blocks && i < MK_ATTN_MAX_KV_BLOCKS; i++) any |= a->kv[i].announce != NULL;
+  return any;
+}
+
+/* The push: a rank of 2..8, its words and every peer's slot, flags and done word. */
+static int bwd_check_push(const struct mk_kv_push* p) {
+  if (p->ctas < 0) BWD_REJECT("mk_attn_bwd: push.ctas = %d, must be >= 0", p->ctas);
+  if (!p->ctas) return 0;
+  if (p->nranks < 2 || p->nranks > MK_ATTN_PUSH_MAX_RANKS || p->rank < 0 || p->rank >= p->nranks)
+    BWD_REJECT("mk_attn_bwd: push: rank %d of %d, must be one of 2 to %d ranks", p->rank, p->nranks,
+               MK_ATTN_PUSH_MAX_RANKS);
+  if (!p->done || !p->k || !p->v || bwd_misaligned(p->k, 16) || bwd_misaligned(p->v, 16))
+    BWD_REJECT("mk_attn_bwd: push: done %p, k %p, v %p must be non-NULL (k, v 16-byte aligned)", (const void*)p->done,
+               p->k, p->v);
+  if (p->batch < 1 || p->s_local < 1 || p->chunk_rows < 1 || p->row_vecs < 1 ||
+      p->chunks_per_batch != (p->s_local + p->chunk_rows - 1) / p->chunk_rows)
+    BWD_REJECT("mk_attn_bwd: push: batch %d, s_local %d, chunk_rows %d (%d per batch), row_vecs %d", p->batch,
+               p->s_local, p->chunk_rows, p->chunks_per_batch, p->row_vecs);
+  for (int d = 0; d < p->nranks; d++)
+    if (d != p->rank && (!p->dst_k[d] || !p->dst_v[d] || !p->dst_flags[d] || !p->peer_done[d]))
+      BWD_REJECT("mk_attn_bwd: push: peer %d's slot, flags or done word is NULL", d);
+  return 0;
+}
+
+/* The ring's parts: one launch; announcements need the call number; addends beside other
+ * blocks need their block last and blocks of one size (the CTAs then take the blocks in turn). */
+static int bwd_check_ring(const struct mk_attn_bwd_args* a) {
+  MK_CHECK(bwd_check_push(&a->push));
+  if (bwd_ring_parts(a) && !a->phase_words)
+    BWD_REJECT("mk_attn_bwd: push, announce and call_done need phase_words (the call as one launch)");
+  for (int i = 0; i < a->num_kv_blocks; i++)
+    if (a->kv[i].announce && (!a->ready_done || bwd_misaligned(a->kv[i].announce, 8)))
+      BWD_REJECT("mk_attn_bwd: kv block %d: announce %p needs ready_done (%p) and 8-byte alignment", i,
+                 (void*)a->kv[i].announce, (const void*)a->ready_done);
+  if (bwd_misaligned(a->call_done, 8)) BWD_REJECT("mk_attn_bwd: call_done = %p, must be 8-byte aligned", (void*)a->call_done);
+  if (a->addends.n && a->num_kv_blocks > 1) {
+    if (a->addends.block != a->num_kv_blocks - 1)
+      BWD_REJECT("mk_attn_bwd: addends.block = %d: beside other blocks it must be the last (%d)", a->addends.block,
+                 a->num_kv_blocks - 1);
+    for (int i = 1; i < a->num_kv_blocks; i++)
+      if (bwd_block_tiles(&a->kv[i]) != bwd_block_tiles(&a->kv[0]))
+        BWD_REJECT("mk_attn_bwd: addends beside other blocks: kv block %d has %d key tiles, block 0 %d (one size)", i,
+                   bwd_block_tiles(&a->kv[i]), bwd_block_tiles(&a->kv[0]));
+  }
+  return 0;
+}
+
 extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
   if (!a) BWD_REJECT("mk_attn_bwd: args is NULL");
   if (a->d_head != 64 && a->d_head != 128) BWD_REJECT("mk_attn_bwd: d_head = %d, must be 64 or 128", a->d_head);
@@ -148,7 +203,8 @@ extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
   if (bwd_misaligned(a->dkv_ws, 16)) BWD_REJECT("mk_attn_bwd: dkv_ws = %p, must be 16-byte aligned", (void*)a->dkv_ws);
   if (bwd_misaligned(a->phase_words, 8))
     BWD_REJECT("mk_attn_bwd: phase_words = %p, must be 8-byte aligned", (void*)a->phase_words);
-  return bwd_check_addends_pdl(a);
+  MK_CHECK(bwd_check_addends_pdl(a));
+  return bwd_check_ring(a);
 }
 
 /* Split, a block whose partials go straight into its accumulators (nothing else to write). */
@@ -203,15 +259,40 @@ static unsigned bwd_pass_blocks(size_t units, unsigned cap) {
 
 typedef void (*attn_bwd_main_fn)(const struct mk_attn_bwd_maps, const struct mk_attn_bwd_params);
 
-/* The main kernel of Cfg for a call: one-launch (phase words) or not, and its epilogue. */
+/* The configurations the ring's parts are compiled for: the default variant's (the ring's). */
 template <class Cfg>
-static attn_bwd_main_fn attn_bwd_main_kernel(int phased, int epi) {
+struct attn_bwd_ring_cfg {
+  static constexpr bool value = false;
+};
+template <>
+struct attn_bwd_ring_cfg<mk_attn_bwd_cfg_d128> {
+  static constexpr bool value = true;
+};
+template <>
+struct attn_bwd_ring_cfg<mk_attn_bwd_cfg_d64> {
+  static constexpr bool value = true;
+};
+
+/* The main kernel of Cfg for a call: its launch (attn_bwd_phase.cuh ATTN_BWD_LAUNCH_*) and its
+ * epilogue; NULL when Cfg has no such kernel (the ring's parts of another variant). */
+template <class Cfg>
+static attn_bwd_main_fn attn_bwd_main_kernel(int launch, int epi) {
   static const attn_bwd_main_fn kernels[2][MK_ATTN_BWD_EPIS] = {
-      {mk_attn_bwd_kernel<Cfg, false, MK_ATTN_BWD_EPI_PLAIN>, mk_attn_bwd_kernel<Cfg, false, MK_ATTN_BWD_EPI_ACC>,
-       mk_attn_bwd_kernel<Cfg, false, MK_ATTN_BWD_EPI_ADDENDS>},
-      {mk_attn_bwd_kernel<Cfg, true, MK_ATTN_BWD_EPI_PLAIN>, mk_attn_bwd_kernel<Cfg, true, MK_ATTN_BWD_EPI_ACC>,
-       mk_attn_bwd_kernel<Cfg, true, MK_ATTN_BWD_EPI_ADDENDS>}};
-  return kernels[phased != 0][epi];
+      {mk_attn_bwd_kernel<Cfg, ATTN_BWD_LAUNCH_MAIN, MK_ATTN_BWD_EPI_PLAIN>,
+       mk_attn_bwd_kernel<Cfg, ATTN_BWD_LAUNCH_MAIN, MK_ATTN_BWD_EPI_ACC>,
+       mk_attn_bwd_kernel<Cfg, ATTN_BWD_LAUNCH_MAIN, MK_ATTN_BWD_EPI_ADDENDS>},
+      {mk_attn_bwd_kernel<Cfg, ATTN_BWD_LAUNCH_ONE, MK_ATTN_BWD_EPI_PLAIN>,
+       mk_attn_bwd_kernel<Cfg, ATTN_BWD_LAUNCH_ONE, MK_ATTN_BWD_EPI_ACC>,
+       mk_attn_bwd_kernel<Cfg, ATTN_BWD_LAUNCH_ONE, MK_ATTN_BWD_EPI_ADDENDS>}};
+  if (launch != ATTN_BWD_LAUNCH_RING) return kernels[launch][epi];
+  if constexpr (attn_bwd_ring_cfg<Cfg>::value) {
+    static const attn_bwd_main_fn ring[MK_ATTN_BWD_EPIS] = {
+        mk_attn_bwd_kernel<Cfg, ATTN_BWD_LAUNCH_RING, MK_ATTN_BWD_EPI_PLAIN>,
+        mk_attn_bwd_kernel<Cfg, ATTN_BWD_LAUNCH_RING, MK_ATTN_BWD_EPI_ACC>,
+        mk_attn_bwd_kernel<Cfg, ATTN_BWD_LAUNCH_RING, MK_ATTN_BWD_EPI_ADDENDS>};
+    return ring[epi];
+  }
+  return NULL;
 }
 
 /* Every main kernel of Cfg loaded, their shared memory set. */
@@ -222,8 +303,9 @@ static cudaError_t attn_bwd_prepare_cfg(void) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   if (dev < 64 && __atomic_load_n(&done[dev], __ATOMIC_ACQUIRE)) return cudaSuccess;
-  for (int i = 0; i < 2 * MK_ATTN_BWD_EPIS && e == cudaSuccess; i++) {
+  for (int i = 0; i < 3 * MK_ATTN_BWD_EPIS && e == cudaSuccess; i++) {
     const void* kernel = (const void*)attn_bwd_main_kernel<Cfg>(i / MK_ATTN_BWD_EPIS, i % MK_ATTN_BWD_EPIS);
+    if (!kernel) continue;
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
     cudaFuncAttributes fa;
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, kernel);
@@ -289,6 +371,13 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
   p->acc_gate = a->acc_gate, p->ready_done = a->ready_done, p->err = a->err, p->err_tag = a->err_tag;
   p->addends = a->addends;
   p->grid_tiles = tiles, p->grid_heads = split ? a->heads : a->kv_heads, p->batch = a->batch;
+  for (int i = 0; i < a->num_kv_blocks; i++) {
+    p->kv[i].announce = a->kv[i].announce;
+    p->kv[i].ctas = bwd_block_tiles(&a->kv[i]) * p->grid_heads * a->batch;
+  }
+  /* addends beside other blocks (their block last, blocks of one size): block by block */
+  if (a->addends.n && a->num_kv_blocks > 1) p->chunk = bwd_block_tiles(&a->kv[0]);
+  p->push = a->push, p->call_done = a->call_done;
   attn_bwd_rows_of(a, &p->pass);
   p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
   return 0;
@@ -332,7 +421,9 @@ static cudaError_t attn_bwd_prepare_and_prep(const struct mk_attn_bwd_args* a, c
 template <class Cfg>
 static cudaError_t attn_bwd_launch_main(const struct mk_attn_bwd_args* a, const struct mk_attn_bwd_maps* maps,
                                         const struct mk_attn_bwd_params* p, dim3 grid, cudaStream_t stream) {
-  const attn_bwd_main_fn kernel = attn_bwd_main_kernel<Cfg>(p->phase != NULL, bwd_epilogue(a, p->split));
+  const int launch = !p->phase ? ATTN_BWD_LAUNCH_MAIN : bwd_ring_parts(a) ? ATTN_BWD_LAUNCH_RING : ATTN_BWD_LAUNCH_ONE;
+  const attn_bwd_main_fn kernel = attn_bwd_main_kernel<Cfg>(launch, bwd_epilogue(a, p->split));
+  if (!kernel) return cudaErrorInvalidDeviceFunction; /* the ring's parts: the default variant only */
   if (!a->pdl) {
     kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*maps, *p);
     return cudaGetLastError();
@@ -356,13 +447,14 @@ static int attn_bwd_launch_one(const struct mk_attn_bwd_args* a, const struct mk
   const long long n_main = (long long)p->grid_tiles * p->grid_heads * p->batch;
   p->phase = a->phase_words;
   p->n_start = p->pass.do_delta || p->pass.zero_dq || p->pass.ws_floats ? sms : 0;
-  p->n_end = p->pass.dq || p->pass.ws_floats ? sms : 0;
-  if (n_main + p->n_start + p->n_end > INT_MAX)
+  p->n_end = p->pass.dq || p->pass.ws_floats ? sms : bwd_ring_parts(a) ? 1 : 0; /* the ring's: the call's end */
+  if (n_main + p->push.ctas + p->n_start + p->n_end > INT_MAX)
     BWD_REJECT("mk_attn_bwd: %lld CTAs of key tiles, too many for one launch", n_main);
   p->n_main = (int)n_main;
   cudaError_t e = attn_bwd_prepare_cfg<Cfg>();
   if (e == cudaSuccess)
-    e = attn_bwd_launch_main<Cfg>(a, maps, p, dim3((unsigned)(p->n_start + p->n_main + p->n_end)), stream);
+    e = attn_bwd_launch_main<Cfg>(a, maps, p, dim3((unsigned)(p->push.ctas + p->n_start + p->n_main + p->n_end)),
+                                  stream);
   if (e != cudaSuccess) {
     MK_WARN("mk_attn_bwd: launch failed: %s", cudaGetErrorString(e));
     return -EIO;

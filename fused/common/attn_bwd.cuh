@@ -637,21 +637,22 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
   attn_bwd_write_dkdv<Cfg, EPI>(p, tile, dk, dv, c, kr0, w.tile);
 }
 
-/* grid (key tiles of all blocks, kv heads or, split, heads, batch). PHASED (the one-launch
- * call, p.phase): one dimension, its three parts (attn_bwd_phase.cuh). EPI: the epilogue the
- * call needs (attn.h MK_ATTN_BWD_EPI_*). Each an instantiation of its own: ptxas's order of the same
+/* grid (key tiles of all blocks, kv heads or, split, heads, batch). LAUNCH ONE (the one-launch
+ * call, p.phase): one dimension, its three parts; RING: the ring's parts too (attn_bwd_phase.cuh).
+ * EPI: the epilogue the call needs (attn.h MK_ATTN_BWD_EPI_*). Each an instantiation of its own: ptxas's order of the same
  * step loop moves the kernel's time by up to 4% with any code beside it (session 60: the
  * addends' epilogue cost the one-launch kernel 5%, the accumulators' loads D = 64 3-4%), so
  * a path a call does not take stays out of its kernel. */
-template <class Cfg, bool PHASED, int EPI>
+template <class Cfg, int LAUNCH, int EPI>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
 mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
                    const __grid_constant__ struct mk_attn_bwd_params p) {
+  constexpr bool PHASED = LAUNCH != ATTN_BWD_LAUNCH_MAIN;
   extern __shared__ uint8_t smem_raw[];
   int c = (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
   if constexpr (PHASED) { /* c stays a function of blockIdx: kept in registers instead, the consumers spilled */
-    if (!attn_bwd_phase_is_main<Cfg>(p, c)) return;
-    c -= p.n_start;
+    if (!attn_bwd_phase_is_main<Cfg, LAUNCH>(p, c)) return;
+    c -= LAUNCH == ATTN_BWD_LAUNCH_RING ? p.push.ctas + p.n_start : p.n_start;
   }
   const struct mk_attn_bwd_smem sm = attn_bwd_smem_carve<Cfg>(smem_raw);
   const int wg = threadIdx.x / 128;
@@ -686,7 +687,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
     setmaxnreg_inc<232>();
     attn_bwd_consume<Cfg, EPI>(maps, p, sm, tile, wg - 1, w);
   }
-  if constexpr (PHASED) attn_bwd_main_part_done(p);
+  if constexpr (PHASED) attn_bwd_main_part_done<LAUNCH>(p, c);
 }
 
 #endif /* MK_ATTN_BWD_CUH_ */

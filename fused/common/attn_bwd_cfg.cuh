@@ -101,6 +101,8 @@ struct mk_attn_bwd_block_params {
   int seq;
   const uint64_t* ready_flags; /* mk_attn_bwd_kv_block's */
   int ready_chunk_rows, ready_chunks; /* chunks per batch */
+  uint64_t* announce; /* mk_attn_bwd_kv_block's (the ring call's one launch) */
+  int ctas;           /* the block's main CTAs: its key tiles x grid_heads x batch */
 };
 
 /* Split, a block whose partials meet in dkv_ws (not added straight into its accumulators):
@@ -140,6 +142,10 @@ struct mk_attn_bwd_params {
   uint64_t* phase;
   int n_start, n_main, n_end;
   struct mk_attn_bwd_rows pass;
+  /* the ring's call in the launch (mk_attn_bwd_args's; the kernel's RING phase): push.ctas
+   * CTAs before the start part, the blocks' announcements, the call's end */
+  struct mk_kv_push push;
+  uint64_t* call_done;
 };
 
 struct mk_attn_bwd_maps {

@@ -13,16 +13,26 @@
  * (stream-ordered after this one) finds them zero; every CTA counts itself done whether or not
  * its waits gave up. A CTA's count is one release by its thread 0 after a barrier (CUTLASS's
  * semaphore): no fence per thread.
+ * The ring's call in the launch (ATTN_BWD_LAUNCH_RING: mk_attn_bwd_args push, announce,
+ * call_done): push.ctas push CTAs come before the start part (they count word [3]); a main CTA
+ * of a block that announces counts word [4 + block] too, after a system-scope fence, and the
+ * block's last one raises the announcement; there is always an end part, whose last CTA waits
+ * for the push CTAs, zeroes the words and ends the call.
  */
 #ifndef MK_ATTN_BWD_PHASE_CUH_
 #define MK_ATTN_BWD_PHASE_CUH_
 
 #include "attn_bwd_cfg.cuh"
+#include "kv_push.cuh"
 #include "wait.cuh"
 
 #define MK_ATTN_WAIT_PHASE 6u /* the error record's flag: a part's wait for the one before */
 
-enum { ATTN_BWD_START_DONE, ATTN_BWD_MAIN_DONE, ATTN_BWD_END_DONE };
+enum { ATTN_BWD_START_DONE, ATTN_BWD_MAIN_DONE, ATTN_BWD_END_DONE, ATTN_BWD_PUSH_DONE, ATTN_BWD_BLOCK_DONE0 };
+
+/* The main kernel's launches: the main part alone (a call is several launches), the call's
+ * three parts in one, and that with the ring's parts. */
+enum { ATTN_BWD_LAUNCH_MAIN, ATTN_BWD_LAUNCH_ONE, ATTN_BWD_LAUNCH_RING };
 
 __device__ __forceinline__ void attn_bwd_phase_reset(uint64_t* words) {
   for (int i = 0; i < MK_ATTN_BWD_PHASE_WORDS; i++) *(volatile uint64_t*)&words[i] = 0;
@@ -34,16 +44,49 @@ __device__ __forceinline__ void attn_bwd_phase_reset(uint64_t* words) {
  * It does not give up early when another wait of the call raised the abort word: the part
  * before always ends (its waits are bounded), and a CTA that left first could zero the words
  * before the last of it counted itself. */
+__device__ __forceinline__ int attn_bwd_word_wait(const struct mk_attn_bwd_params& p, int word, uint64_t want, int c) {
+  const uint64_t seen = mk_wait_geq_inline(&p.phase[word], want, NULL, 0, 0, 0, 2 * p.timeout_ns);
+  if (seen < want && p.err) mk_gemm_error_raise(p.err, p.err_tag, (uint32_t)c, MK_ATTN_WAIT_PHASE, want, seen);
+  return seen >= want;
+}
+
 __device__ __noinline__ int attn_bwd_part_wait(const struct mk_attn_bwd_params& p, int word, uint64_t want, int c) {
   __shared__ int ok_s;
   if (threadIdx.x == 0) {
-    const uint64_t seen = mk_wait_geq_inline(&p.phase[word], want, NULL, 0, 0, 0, 2 * p.timeout_ns);
-    ok_s = seen >= want;
-    if (!ok_s && p.err) mk_gemm_error_raise(p.err, p.err_tag, (uint32_t)c, MK_ATTN_WAIT_PHASE, want, seen);
+    ok_s = attn_bwd_word_wait(p, word, want, c);
     fence_proxy_async_global();
   }
   __syncthreads();
   return ok_s;
+}
+
+/* Thread 0 of the call's last CTA (RING): once the push CTAs are done (they write the peers'
+ * slots; bounded), the words zeroed and the call ended (done = e, release at system scope: the
+ * peers may write this rank's workspace for call e + 1). Inlined: as a call (noinline) ptxas
+ * failed to fit the D = 128 addends kernel's consumers in their 232 registers. */
+__device__ __forceinline__ void attn_bwd_end_ring_call(const struct mk_attn_bwd_params& p, int c) {
+  attn_bwd_word_wait(p, ATTN_BWD_PUSH_DONE, (uint64_t)p.push.ctas, c);
+  attn_bwd_phase_reset(p.phase);
+  const uint64_t e = *(volatile const uint64_t*)p.call_done + 1;
+  fence_acq_rel_sys();
+  st_release_sys_u64(p.call_done, e);
+}
+
+/* Thread 0 of main CTA c (RING), after a barrier, when its block announces: its partials
+ * visible at system scope, then counted; the block's last CTA raises the announcement unless
+ * a wait of the call gave up (its partials may be missing: the owner must time out, not add
+ * them). The block is found again from c here, not kept live from the tile through the roles. */
+__device__ __forceinline__ void attn_bwd_announce(const struct mk_attn_bwd_params& p, int c) {
+  const int tile = mk_attn_bwd_cta_work(c, p.grid_tiles, p.grid_heads, p.batch, p.chunk).tile;
+  int bi = 0;
+  while (bi + 1 < p.num_kv_blocks && tile >= p.kv[bi + 1].tile0) bi++;
+  const struct mk_attn_bwd_block_params& b = p.kv[bi];
+  if (!b.announce) return;
+  fence_acq_rel_sys();
+  if (atom_add_acq_rel_gpu_u64(&p.phase[ATTN_BWD_BLOCK_DONE0 + bi], 1ull) + 1 != (uint64_t)b.ctas) return;
+  if (!mk_attn_acc_gate_open(p.acc_gate) || (p.err && ld_relaxed_sys_u32(&p.err->aborted))) return;
+  fence_acq_rel_sys(); /* the other CTAs' partials (their counts, acquired above) before the raise */
+  st_release_sys_u64(b.announce, *(volatile const uint64_t*)p.ready_done + 1);
 }
 
 /* Thread 0, after a barrier: the CTA's part done (every thread's writes before it). */
@@ -73,10 +116,19 @@ __device__ __noinline__ void attn_bwd_end_part(const struct mk_attn_bwd_params& 
   if (p.pass.dq) attn_bwd_dq_slice<Cfg::D>(p.pass, first, stride);
 }
 
-/* CTA `c` (its grid index): a start or end CTA runs its slice here (0 back); a main CTA
+/* CTA `c` (its grid index): a push, start or end CTA runs its part here (0 back); a main CTA
  * (1 back) once the start part is done (0 if that wait gave up: it counts as done). */
-template <class Cfg>
+template <class Cfg, int LAUNCH>
 __device__ __forceinline__ int attn_bwd_phase_is_main(const struct mk_attn_bwd_params& p, int c) {
+  if constexpr (LAUNCH == ATTN_BWD_LAUNCH_RING) {
+    if (c < p.push.ctas) {
+      mk_kv_push_cta(p.push, c);
+      __syncthreads();
+      if (threadIdx.x == 0) red_release_gpu_add_u64(&p.phase[ATTN_BWD_PUSH_DONE], 1ull);
+      return 0;
+    }
+    c -= p.push.ctas;
+  }
   if (c < p.n_start) {
     attn_bwd_start_part<Cfg>(p, c);
     __syncthreads();
@@ -88,8 +140,10 @@ __device__ __forceinline__ int attn_bwd_phase_is_main(const struct mk_attn_bwd_p
       attn_bwd_end_part<Cfg>(p, c - p.n_start - p.n_main);
     __syncthreads();
     if (threadIdx.x == 0 &&
-        atom_add_acq_rel_gpu_u64(&p.phase[ATTN_BWD_END_DONE], 1ull) + 1 == (uint64_t)p.n_end)
-      attn_bwd_phase_reset(p.phase);
+        atom_add_acq_rel_gpu_u64(&p.phase[ATTN_BWD_END_DONE], 1ull) + 1 == (uint64_t)p.n_end) {
+      if constexpr (LAUNCH == ATTN_BWD_LAUNCH_RING) attn_bwd_end_ring_call(p, c);
+      else attn_bwd_phase_reset(p.phase);
+    }
     return 0;
   }
   if (p.n_start && !attn_bwd_part_wait(p, ATTN_BWD_START_DONE, (uint64_t)p.n_start, c)) {
@@ -99,16 +153,20 @@ __device__ __forceinline__ int attn_bwd_phase_is_main(const struct mk_attn_bwd_p
   return 1;
 }
 
-/* A main item's end, every thread of the CTA: the TMA reductions of each issuing lane (the
+/* Main CTA c's end, every thread of the CTA: the TMA reductions of each issuing lane (the
  * consumers' and the producer's) complete and fenced for the generic proxy (the end part reads
- * dq_acc with plain loads), then counted. */
-__device__ __forceinline__ void attn_bwd_main_part_done(const struct mk_attn_bwd_params& p) {
+ * dq_acc with plain loads), then counted (RING: for its block's announcement too). */
+template <int LAUNCH>
+__device__ __forceinline__ void attn_bwd_main_part_done(const struct mk_attn_bwd_params& p, int c) {
   if ((threadIdx.x & 31) == 0) {
     cp_async_bulk_wait_group_0();
     fence_proxy_async_global();
   }
   __syncthreads();
-  if (threadIdx.x == 0) attn_bwd_count_main(p);
+  if (threadIdx.x == 0) {
+    if (LAUNCH == ATTN_BWD_LAUNCH_RING) attn_bwd_announce(p, c);
+    attn_bwd_count_main(p);
+  }
 }
 
 #endif /* MK_ATTN_BWD_PHASE_CUH_ */

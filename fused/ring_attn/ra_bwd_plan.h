@@ -139,6 +139,19 @@ static inline int mk_ra_bwd_plan_own_last(int rank, int nranks, int causal, stru
   return n;
 }
 
+/* Non-causal, every block in one call, the own block last (the one-kernel call: the core
+ * takes addends beside other blocks only with their block last). -1 when causal, on one rank,
+ * with more than MK_RA_BWD_MAX_SEGS blocks, or max < 1. */
+static inline int mk_ra_bwd_plan_one(int rank, int nranks, int causal, struct mk_ra_bwd_call* calls, int max) {
+  struct mk_ra_bwd_call two[2];
+  if (causal || nranks < 2 || nranks > MK_RA_BWD_MAX_SEGS || max < 1) return -1;
+  if (mk_ra_bwd_plan_own_last(rank, nranks, 0, two, 2) != 2) return -1;
+  calls[0] = two[0];
+  calls[0].seg[calls[0].nseg++] = two[1].seg[0];
+  calls[0].first = calls[0].last = 1;
+  return 1;
+}
+
 struct mk_ra_bwd_layout {
   size_t kv_elems;            /* B x S_local x H_kv x D */
   size_t slots, acc, delta, dq_acc, total; /* byte offsets in the data area; total: bytes needed */

@@ -126,6 +126,28 @@ void mk_ra_fill_args(struct mk_fused_comm* fc, int op, const void* k, const void
   fc->ra_flags_per_slot = (int)fps;
 }
 
+_Static_assert(MK_RA_MAX_RANKS <= MK_ATTN_PUSH_MAX_RANKS, "the push reaches every peer");
+
+void mk_ra_kv_push(const struct mk_ra_args* a, size_t kv_elems, struct mk_kv_push* p) {
+  memset(p, 0, sizeof *p);
+  p->ctas = a->push_ctas, p->rank = a->rank, p->nranks = a->nranks;
+  p->batch = a->batch, p->s_local = a->s_local, p->chunk_rows = a->chunk_rows;
+  p->chunks_per_batch = (a->s_local + a->chunk_rows - 1) / a->chunk_rows;
+  p->row_vecs = a->kv_heads * a->d_head / 8;
+  p->k = a->k, p->v = a->v;
+  for (int d = 0; d < a->nranks; d++) {
+    if (d == a->rank) continue;
+    p->dst_k[d] = a->peer_slot[d];
+    p->dst_v[d] = (uint16_t*)a->peer_slot[d] + kv_elems; /* bf16 */
+    p->dst_flags[d] = a->peer_flags[d];
+    p->peer_done[d] = a->call.peer_done[d];
+  }
+  p->done = a->call.done;
+  p->gave_up = a->gave_up;
+  p->err = a->err, p->err_tag = a->err_tag;
+  p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_RA_DEFAULT_TIMEOUT_MS) * 1000000ull;
+}
+
 static int ra_fused(struct mk_fused_comm* fc, const void* q, const void* k, const void* v, void* out, float* lse,
                     int batch, int s_local, int heads, int kv_heads, int d_head, int causal, int chunk_rows,
                     size_t kv_bytes, cudaStream_t stream) {

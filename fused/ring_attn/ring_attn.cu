@@ -10,7 +10,7 @@
 
 #include "attn_fwd.cuh"
 #include "call_end.cuh"
-#include "copy_vec.cuh"
+#include "kv_push.cuh"
 #include "ra_schedule.h"
 #include "ring_attn.h"
 #include "schedule.h"
@@ -33,8 +33,6 @@ typedef mk_attn_cfg<64, 3, 1> mk_ra_cfg_d64;
 typedef mk_attn_cfg<128, 3, 1, 1> mk_ra_cfg_d128_persistent;
 typedef mk_attn_cfg<64, 3, 1, 1> mk_ra_cfg_d64_persistent;
 
-#define MK_RA_PUSH_UNROLL 4 /* 16-byte vectors in flight per thread (gemm_push.cuh's); 16 measured the same (FORWARD_PLAN.md) */
-#define MK_RA_DEFAULT_TIMEOUT_MS 10000u
 
 struct mk_ra_params {
   int batch, s_local, heads, kv_heads, d_head, causal;
@@ -43,11 +41,7 @@ struct mk_ra_params {
   int q_segs, seg_rows, seg_tiles; /* query segments (zigzag halves or the whole), their rows, tiles */
   int chunk;                       /* the items' order: attn.h mk_attn_item_work's chunk */
   int n_items; /* query tiles x heads x batch; persistent CTAs take them in turn */
-  const uint4* k_src;
-  const uint4* v_src;
-  uint4* dst_k[MK_RA_MAX_RANKS]; /* on peer d: this rank's slot, k then v */
-  uint4* dst_v[MK_RA_MAX_RANKS];
-  uint64_t* dst_flags[MK_RA_MAX_RANKS];
+  struct mk_kv_push push; /* the push CTAs' (kv_push.cuh) */
   const uint64_t* flags;
   __nv_bfloat16* out;
   float* lse;
@@ -65,44 +59,6 @@ struct mk_ra_maps {
   CUtensorMap k[MK_RA_MAX_RANKS];
   CUtensorMap v[MK_RA_MAX_RANKS];
 };
-
-/* ---- push CTAs ------------------------------------------------------------------------------ */
-
-/* Not inlined (gemm_push_cta's reason: the consumers' register budget). */
-static __device__ __noinline__ void ra_push_cta(const struct mk_ra_params& p) {
-  const uint64_t e = *(volatile uint64_t*)p.call.done + 1; /* done moves only at the call's end */
-  __shared__ int ok;
-  if (threadIdx.x == 0) {
-    int good = 1;
-    for (int d = 0; d < p.nranks && good; d++)
-      if (d != p.rank)
-        good = mk_wait_geq_inline(p.call.peer_done[d], e - 1, p.err, p.err_tag | MK_GEMM_ERR_TAG_PUSH,
-                                  (uint32_t)blockIdx.x, (uint32_t)d, p.timeout_ns) >= e - 1;
-    ok = good;
-  }
-  __syncthreads();
-  if (!ok) return;
-  const int nchunks = p.batch * p.chunks_per_batch, ndst = p.nranks - 1;
-  const size_t row_vecs = (size_t)p.kv_heads * p.d_head / 8;
-  for (int i = blockIdx.x; i < nchunks; i += p.push_ctas) {
-    const int b = i / p.chunks_per_batch, c = i % p.chunks_per_batch;
-    const int r0 = c * p.chunk_rows, r1 = r0 + p.chunk_rows < p.s_local ? r0 + p.chunk_rows : p.s_local;
-    const size_t v0 = ((size_t)b * p.s_local + r0) * row_vecs;
-    const int nv = (int)((size_t)(r1 - r0) * row_vecs);
-    uint4* dk[MK_RA_MAX_RANKS];
-    uint4* dv[MK_RA_MAX_RANKS];
-    for (int j = 0, d = 0; d < p.nranks; d++)
-      if (d != p.rank) dk[j] = p.dst_k[d] + v0, dv[j] = p.dst_v[d] + v0, j++;
-    mk_copy_vecs<MK_RA_PUSH_UNROLL, false>(dk, ndst, p.k_src + v0, 0, nv, threadIdx.x, blockDim.x);
-    mk_copy_vecs<MK_RA_PUSH_UNROLL, false>(dv, ndst, p.v_src + v0, 0, nv, threadIdx.x, blockDim.x);
-    __syncthreads(); /* every thread's stores happen before thread 0's fence */
-    if (threadIdx.x == 0) {
-      fence_acq_rel_sys();
-      for (int d = 0; d < p.nranks; d++)
-        if (d != p.rank) st_release_sys_u64(p.dst_flags[d] + i, e);
-    }
-  }
-}
 
 /* ---- attention CTAs ------------------------------------------------------------------------- */
 
@@ -358,7 +314,7 @@ mk_ra_kernel(const __grid_constant__ struct mk_ra_maps maps, const __grid_consta
   __shared__ int next_item; /* persistent: the producer's claimed item for the consumers */
   if (blockIdx.x == 0 && threadIdx.x == 0 && p.call.call) *p.call.call = *(volatile uint64_t*)p.call.done + 1;
   if ((int)blockIdx.x < p.push_ctas) {
-    ra_push_cta(p);
+    mk_kv_push_cta(p.push, (int)blockIdx.x);
     mk_call_end(p.call, p.err);
     return;
   }
@@ -405,13 +361,7 @@ static void ra_fill_push_params(const struct mk_ra_args* a, size_t kv_elems, str
   p->rank = a->rank, p->nranks = a->nranks, p->push_ctas = a->push_ctas;
   p->chunk_rows = a->chunk_rows;
   p->chunks_per_batch = (a->s_local + a->chunk_rows - 1) / a->chunk_rows;
-  p->k_src = (const uint4*)a->k, p->v_src = (const uint4*)a->v;
-  for (int d = 0; d < a->nranks; d++) {
-    if (d == a->rank) continue;
-    p->dst_k[d] = (uint4*)a->peer_slot[d];
-    p->dst_v[d] = (uint4*)((__nv_bfloat16*)a->peer_slot[d] + kv_elems);
-    p->dst_flags[d] = a->peer_flags[d];
-  }
+  mk_ra_kv_push(a, kv_elems, &p->push);
   p->flags = a->flags;
   p->call = a->call;
   p->gave_up = a->gave_up;
@@ -511,7 +461,7 @@ __global__ void __launch_bounds__(MK_RA_BWD_THREADS, 1) mk_ra_bwd_gather_kernel(
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const uint64_t e = *(volatile uint64_t*)p.call.done + 1; /* done moves only at the call's end */
   if (blockIdx.x == 0 && threadIdx.x == 0 && p.call.call) *p.call.call = e;
-  ra_push_cta(p);
+  mk_kv_push_cta(p.push, (int)blockIdx.x);
   if (threadIdx.x == 0) {
     const long total = (long)(p.nranks - 1) * p.batch * p.chunks_per_batch;
     bool ok = true;

@@ -38,6 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attn.h"
 #include "gemm.h"
 
 #ifdef __cplusplus
@@ -45,6 +46,7 @@ extern "C" {
 #endif
 
 #define MK_RA_MAX_RANKS 8
+#define MK_RA_DEFAULT_TIMEOUT_MS 10000u /* mk_ra_args.timeout_ms 0 */
 
 struct mk_ra_args {
   const void* q; /* bf16 [batch, s_local, heads, d_head] */
@@ -68,6 +70,10 @@ struct mk_ra_args {
   uint32_t err_tag;
   uint32_t timeout_ms;
 };
+
+/* The push of a's k and v into this rank's slot on every peer (attn.h struct mk_kv_push; its
+ * call word left to the kernel), kv_elems elements each. */
+void mk_ra_kv_push(const struct mk_ra_args* a, size_t kv_elems, struct mk_kv_push* p);
 
 /* Launches on `stream`. 0, -EINVAL (a shape the kernel cannot do, nothing launched), -ENOTSUP
  * (no sm_90 device) or -EIO (launch failure). The caller checked the arguments. */

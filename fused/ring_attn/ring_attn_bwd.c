@@ -40,11 +40,18 @@
  * partials) (the core's addends), and the call's end (the reduce kernel's last part). It
  * saves the reduce's pass over every partial and the own partial's fp32 round trip (one GPU,
  * ring_bwd_emul: +7.5% at B=16 H=16 S_local=4096).
- * So 4 + (kernels of the core calls) launches, not one persistent kernel (each core call is
- * one kernel with NCCL_MK_RA_BWD_ONE_LAUNCH=1: attn.h phase_words; as fast for the core alone,
- * 0-1.6% slower for two ranks under MPS, so not the default): the door stays open
- * as AllGather+GEMM's was (the gather is the forward's push CTAs; the core's CTAs can take its
- * flag waits, as the forward's producer does, and the reduce can become the core's epilogue).
+ * So 4 + (kernels of the core calls) launches (each core call is one kernel with
+ * NCCL_MK_RA_BWD_ONE_LAUNCH=1: attn.h phase_words; as fast for the core alone, 0-1.6% slower
+ * for two ranks under MPS, so not the default).
+ * NCCL_MK_RA_BWD_ONE_KERNEL=1 (non-causal, 2-4 ranks; session 62, not yet run on a GPU, so
+ * not the default): the own-last plan's work as one core call of every block, the own block
+ * last (mk_ra_bwd_plan_one), in one kernel with the ring's parts (attn.h mk_attn_bwd_args push,
+ * announce, call_done; attn_bwd_phase.cuh): the push CTAs (kv_push.cuh, the gather's push
+ * without its waits: the peers' blocks' CTAs wait for their chunks), delta and dq_acc, the
+ * peers' blocks (partials stored into the owners' acc[rank]; each block's last CTA raises the
+ * announcement the reduce kernel's first part raised), the own block (the peers' partials
+ * added once announced), dq, and the call's end (done = e) by the last CTA. Causal calls keep
+ * their plans (two query ranges, the core takes one per call).
  * A peer reads acc[r] of this rank only after r's announcement, and r zeroes its accumulators
  * (step 2 of the next call) only after step 1 saw every peer's done >= e: no second buffer.
  */
@@ -211,11 +218,23 @@ static int ra_bwd_gather_beside(struct mk_fused_comm* fc, const struct mk_ra_arg
 /* Which plan a call takes (ra_bwd_plan.h): the own block's calls beside the gather, then the
  * peers'; one merged call per query range beside the gather; or (non-causal) the peers' blocks
  * first and the own block last, with no reduce pass. */
-enum ra_bwd_plan_kind { RA_BWD_SPLIT, RA_BWD_MERGED, RA_BWD_OWN_LAST };
+enum ra_bwd_plan_kind { RA_BWD_SPLIT, RA_BWD_MERGED, RA_BWD_OWN_LAST, RA_BWD_ONE_KERNEL };
 
-static enum ra_bwd_plan_kind ra_bwd_plan_kind(int causal) {
-  if (!causal && mk_param_int(MK_PARAM_RA_BWD_OWN_LAST)) return RA_BWD_OWN_LAST;
+static enum ra_bwd_plan_kind ra_bwd_plan_kind(int causal, int nranks) {
+  if (!causal && mk_param_int(MK_PARAM_RA_BWD_OWN_LAST))
+    return mk_param_int(MK_PARAM_RA_BWD_ONE_KERNEL) && nranks >= 2 && nranks <= MK_RA_BWD_MAX_SEGS ? RA_BWD_ONE_KERNEL
+                                                                                                  : RA_BWD_OWN_LAST;
   return mk_param_int(MK_PARAM_RA_BWD_MERGED) ? RA_BWD_MERGED : RA_BWD_SPLIT;
+}
+
+/* The one-kernel call's peers' blocks: each announced to its owner (the "partials ready" word
+ * of this rank on it, as the reduce kernel's announcement) by its last CTA. */
+static void ra_bwd_announce_blocks(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l,
+                                   const struct mk_ra_bwd_call* c, struct mk_attn_bwd_args* a) {
+  for (int i = 0; i < c->nseg; i++) {
+    const int src = c->seg[i].src;
+    if (src != fc->rank) a->kv[i].announce = ra_bwd_word(fc->peer_sym[src], l->ready0 + mk_sched_rs_slot(fc->rank, src));
+  }
 }
 
 /* The plan's core calls and their arguments, every one checked before anything is launched.
@@ -227,9 +246,10 @@ static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra
                               int chunk_rows, enum ra_bwd_plan_kind kind, const struct mk_ra_bwd_tensors* t,
                               struct mk_ra_bwd_call* plan, struct mk_attn_bwd_args* core, int* own_calls) {
   const int n = fc->nranks;
-  const int ncalls = kind == RA_BWD_OWN_LAST ? mk_ra_bwd_plan_own_last(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
-                     : kind == RA_BWD_MERGED ? mk_ra_bwd_plan_merged(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
-                                             : mk_ra_bwd_plan(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS, own_calls);
+  const int ncalls = kind == RA_BWD_ONE_KERNEL ? mk_ra_bwd_plan_one(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
+                     : kind == RA_BWD_OWN_LAST ? mk_ra_bwd_plan_own_last(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
+                     : kind == RA_BWD_MERGED   ? mk_ra_bwd_plan_merged(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
+                                               : mk_ra_bwd_plan(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS, own_calls);
   if (ncalls < 1) {
     MK_WARN(MK_RA_BWD_NAME ": internal: no plan for rank %d of %d", fc->rank, n);
     return -EPROTO;
@@ -244,13 +264,16 @@ static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra
     areas.flags = ra_bwd_word(fc->sym, 0), areas.fps = l->fps, areas.chunk_rows = chunk_rows;
     areas.done = (const uint64_t*)fc->sym + MK_AG_WORD_DONE;
   }
-  if (kind == RA_BWD_OWN_LAST)
+  if (kind == RA_BWD_OWN_LAST || kind == RA_BWD_ONE_KERNEL)
     areas.ready = ra_bwd_word(fc->sym, l->ready0), areas.ready_index0 = (uint32_t)l->ready0;
   /* every core call of this rank is on the caller's stream, one after the other: one set of words */
-  uint64_t* phase = mk_param_int(MK_PARAM_RA_BWD_ONE_LAUNCH) ? (uint64_t*)fc->sym + MK_AG_WORD_ATTN_PHASE : NULL;
+  uint64_t* phase = mk_param_int(MK_PARAM_RA_BWD_ONE_LAUNCH) || kind == RA_BWD_ONE_KERNEL
+                        ? (uint64_t*)fc->sym + MK_AG_WORD_ATTN_PHASE
+                        : NULL;
   for (int i = 0; i < ncalls; i++) {
     mk_ra_bwd_core_args(&areas, l, &plan[i], t, &core[i]);
     core[i].phase_words = phase;
+    if (kind == RA_BWD_ONE_KERNEL) ra_bwd_announce_blocks(fc, l, &plan[i], &core[i]);
     MK_CHECK(mk_attn_bwd_check(&core[i]));
   }
   if (kind == RA_BWD_OWN_LAST) { /* its prep is launched apart (ra_bwd_run_own_last) */
@@ -280,6 +303,20 @@ static int ra_bwd_run_own_last(struct mk_fused_comm* fc, const struct mk_ra_args
   MK_CHECK(mk_attn_bwd_launch(&core[ncalls - 1], stream));
   ra.mode = MK_RA_REDUCE_END;
   return mk_ra_bwd_reduce_launch(&ra, stream);
+}
+
+/* The one-kernel call: the core call of every block with the ring's parts (attn.h
+ * mk_attn_bwd_args push, announce, call_done): this rank's K/V pushed by its first CTAs, the
+ * peers' blocks (their CTAs waiting for each chunk; partials stored into the owners' acc[rank]
+ * and announced by each block's last CTA), the own block (the peers' partials added once
+ * announced), dq, the call's end. */
+static int ra_bwd_run_one_kernel(const struct mk_ra_args* ga, const struct mk_ra_bwd_layout* l,
+                                 struct mk_attn_bwd_args* core, cudaStream_t stream) {
+  mk_ra_kv_push(ga, l->kv_elems, &core->push);
+  core->push.call = ga->call.call;
+  core->call_done = ga->call.done;
+  MK_CHECK(mk_attn_bwd_check(core));
+  return mk_attn_bwd_launch(core, stream);
 }
 
 /* The split and merged plans: the gather (and, causal and not merged, the peers' accumulators
@@ -327,7 +364,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
 
   struct mk_ra_bwd_call plan[MK_RA_BWD_MAX_CALLS];
   struct mk_attn_bwd_args core[MK_RA_BWD_MAX_CALLS];
-  const enum ra_bwd_plan_kind kind = ra_bwd_plan_kind(causal);
+  const enum ra_bwd_plan_kind kind = ra_bwd_plan_kind(causal, n);
   const struct mk_ra_bwd_tensors tensors = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .dout = dout, .dq = dq,
                                             .batch = B, .s_local = S, .heads = H, .kv_heads = Hkv, .d_head = D,
                                             .causal = causal, .dk = dk, .dv = dv};
@@ -343,9 +380,10 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
     ga.gave_up = ra_bwd_word(fc->sym, l.gave_up);
   }
   if (!rc)
-    rc = kind == RA_BWD_OWN_LAST ? ra_bwd_run_own_last(fc, &ga, &l, data, core, ncalls, dk, dv, stream)
-                                 : ra_bwd_run_beside(fc, &ga, &l, data, kind == RA_BWD_MERGED, core, ncalls, own_calls,
-                                                     dk, dv, stream);
+    rc = kind == RA_BWD_ONE_KERNEL ? ra_bwd_run_one_kernel(&ga, &l, &core[0], stream)
+         : kind == RA_BWD_OWN_LAST ? ra_bwd_run_own_last(fc, &ga, &l, data, core, ncalls, dk, dv, stream)
+                                   : ra_bwd_run_beside(fc, &ga, &l, data, kind == RA_BWD_MERGED, core, ncalls,
+                                                       own_calls, dk, dv, stream);
   mk_op_device_leave(prev);
   return mk_result_from_errno(rc);
 }

@@ -27,6 +27,12 @@
  *                     no timeout, checked gradients, the SMs held to the end.
  *   peer_dies_mid_call: after a forward, rank 1's process dies with its backward kernel in
  *                     flight: rank 0's calls end in ncclRemoteError, its GPU healthy.
+ *   one_kernel:       NCCL_MK_RA_BWD_ONE_KERNEL=1 (set for this scenario before anything reads
+ *                     it): non-causal calls against the float64 reference (H = H_kv and GQA,
+ *                     D 64 and 128, a short last tile), a captured call that is exactly one
+ *                     node, a kernel, replayed with fresh inputs and checked; a causal call
+ *                     (not one kernel) still right.
+ *                     The other scenarios run the one-kernel call too when the variable is set.
  * Checker: test_attn_bwd.cu's (||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3, nothing non-finite).
  * usage: test_ring_attn_bwd <scenario>; exit 77 with fewer than 2 GPUs.
@@ -45,6 +51,7 @@
 #include "ra_bwd_plan.h"
 #include "attn_check.cuh"
 #include "expect.h"
+#include "graph_kernels.cuh"
 #include "nccl_mk.h"
 #include "nccl_ok.h"
 #include "perf_launch.h"
@@ -511,6 +518,41 @@ static void busy_sms_run(struct rank_env* e, int held_of_4) {
 static void scenario_busy_sms(struct rank_env* e) { busy_sms_run(e, 1); }
 static void scenario_busy_sms_most(struct rank_env* e) { busy_sms_run(e, 3); }
 
+static void scenario_one_kernel(struct rank_env* e) {
+  EXPECT(mk_param_int(MK_PARAM_RA_BWD_ONE_KERNEL) == 1, "NCCL_MK_RA_BWD_ONE_KERNEL was read before it was set");
+  const struct rb_case cases[] = {{2, 128, 4, 4, 64, 0}, {1, 200, 8, 1, 128, 0}, {2, 77, 4, 2, 128, 0},
+                                  {1, 1024, 8, 1, 64, 0}, {2, 1024, 4, 4, 128, 0}, {1, 1024, 8, 1, 128, 1}};
+  int i = 0;
+  for (const struct rb_case& c : cases) run_case(e, c, g_seed + 10 * i++);
+  struct rb_bufs b;
+  bufs_alloc(&b, {1, 384, 8, 1, 128, 0}, e->rank);
+  bufs_fill(&b, g_seed, 0);
+  NCCL_OK(fwd_call(e, &b));
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeGlobal));
+  NCCL_OK(bwd_call(e, &b));
+  CUDA_OK(cudaStreamEndCapture(e->stream, &graph));
+  size_t nodes = 0;
+  const size_t kernels = graph_kernel_nodes(graph, &nodes);
+  printf("rank %d: ncclMkRingAttentionBackward (non-causal) captured as %zu node(s), %zu kernel(s)\n", e->rank,
+         nodes, kernels);
+  EXPECT(nodes == 1 && kernels == 1, "rank %d: not exactly one kernel", e->rank);
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 2; rep++) {
+    bufs_fill(&b, g_seed + 100 + 10 * rep, 1);
+    NCCL_OK(fwd_call(e, &b));
+    CUDA_OK(cudaGraphLaunch(exec, e->stream));
+    CUDA_OK(cudaStreamSynchronize(e->stream));
+    EXPECT(rb_check(&b, "one kernel, replay: "), "rank %d: replay %d wrong", e->rank, rep);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  bufs_free(&b);
+  expect_healthy(e);
+}
+
 static const struct named_scenario scenarios[] = {
     {"small", scenario_small},
     {"large", scenario_large},
@@ -524,13 +566,14 @@ static const struct named_scenario scenarios[] = {
     {"peer_dies_mid_call", scenario_peer_dies_mid_call},
     {"busy_sms", scenario_busy_sms},
     {"busy_sms_most", scenario_busy_sms_most},
+    {"one_kernel", scenario_one_kernel},
 };
 
 /* A workspace for the largest case at g_nranks ranks: the peers' K/V and the fp32 partials grow
  * with the rank count, and the default (sized for 2 ranks) refused large's last case at 8
  * (201 of 134 MB prepared; the rank that refused left, and its peers' kernels faulted). */
 static void rb_config(const char* scenario, ncclMkConfig* cfg) {
-  (void)scenario;
+  if (!strcmp(scenario, "one_kernel")) setenv("NCCL_MK_RA_BWD_ONE_KERNEL", "1", 1);
   size_t need = 0;
   for (const struct rb_case& c : large_cases) {
     struct mk_ra_bwd_layout l;

@@ -182,6 +182,52 @@ static void bwd_addends_and_pdl_rules(void) {
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
 }
 
+/* The ring's parts in one launch (push, announcements, the call's end): what the core takes
+ * and what it refuses. */
+static void bwd_ring_parts_rules(void) {
+  struct mk_attn_bwd_args g = base_bwd_args(), a;
+  g.causal = 0, g.num_kv_blocks = 2, g.ready_done = (const uint64_t*)fake(20);
+  g.kv[1] = g.kv[0];
+  g.kv[0].dk = g.kv[0].dv = NULL, g.kv[0].dk_acc = (float*)fake(12), g.kv[0].dv_acc = (float*)fake(13);
+  g.kv[0].acc_overwrite = 1, g.kv[0].announce = (uint64_t*)fake(14);
+  g.addends.n = 1, g.addends.block = 1;
+  g.addends.dk[0] = (const float*)fake(21), g.addends.dv[0] = (const float*)fake(23);
+  g.addends.ready[0] = (const uint64_t*)fake(25);
+  g.phase_words = (uint64_t*)fake(26), g.call_done = (uint64_t*)fake(27);
+  struct mk_kv_push* p = &g.push;
+  p->ctas = 4, p->rank = 0, p->nranks = 2, p->batch = 2, p->s_local = 300, p->chunk_rows = 128;
+  p->chunks_per_batch = 3, p->row_vecs = 2 * 128 / 8, p->k = fake(8), p->v = fake(9), p->done = (const uint64_t*)fake(28);
+  p->dst_k[1] = fake(29), p->dst_v[1] = fake(30), p->dst_flags[1] = (uint64_t*)fake(31);
+  p->peer_done[1] = (const uint64_t*)fake(32);
+  CHECK_EQ(mk_attn_bwd_check(&g), 0);
+  a = g, a.phase_words = NULL; /* every part needs the one launch */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.push.ctas = 0, a.kv[0].announce = NULL, a.phase_words = NULL, a.call_done = (uint64_t*)fake(27);
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.push.ctas = 0, a.call_done = NULL, a.kv[0].announce = NULL; /* no ring part: a plain one launch */
+  CHECK_EQ(mk_attn_bwd_check(&a), 0);
+  a = g, a.push.ctas = -1;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.push.nranks = MK_ATTN_PUSH_MAX_RANKS + 1;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.push.rank = 2;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.push.dst_flags[1] = NULL;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.push.chunks_per_batch = 2; /* 300 rows in 128-row chunks are 3 */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.push.k = (const char*)fake(8) + 8;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.kv[0].announce = (uint64_t*)((char*)fake(14) + 4);
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.call_done = (uint64_t*)((char*)fake(27) + 4);
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.kv[0].rows = 100; /* blocks of one size: its CTAs take them in turn */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.kv[0] = g.kv[1], a.kv[1] = g.kv[0], a.addends.block = 0; /* the addends' block not last */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+}
+
 /* Which epilogue kernel a call takes (attn.h mk_attn_bwd_epilogue): the one with the loads it
  * needs, and no call whose accumulators are added to without them (it would drop their old
  * values). */
@@ -514,6 +560,7 @@ int main(void) {
   tile_rules_match_brute_force();
   bwd_bad_arguments_are_refused();
   bwd_addends_and_pdl_rules();
+  bwd_ring_parts_rules();
   bwd_epilogue_kernel_has_the_loads_the_call_needs();
   bwd_tile_rules_match_brute_force();
   persistent_items_cover_every_tile_once();
