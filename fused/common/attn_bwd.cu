@@ -128,14 +128,7 @@ static int bwd_check_push(const struct mk_kv_push* p) {
  * blocks need their block last and blocks of one size (the CTAs then take the blocks in turn). */
 static int bwd_check_ring(const struct mk_attn_bwd_args* a) {
   MK_CHECK(bwd_check_push(&a->push));
-  if (bwd_ring_parts(a) && !a->phase_words)
-    BWD_REJECT("mk_attn_bwd: push, announce and call_done need phase_words (the call as one launch)");
-  for (int i = 0; i < a->num_kv_blocks; i++)
-    if (a->kv[i].announce && (!a->ready_done || bwd_misaligned(a->kv[i].announce, 8)))
-      BWD_REJECT("mk_attn_bwd: kv block %d: announce %p needs ready_done (%p) and 8-byte alignment", i,
-                 (void*)a->kv[i].announce, (const void*)a->ready_done);
-  if (bwd_misaligned(a->call_done, 8)) BWD_REJECT("mk_attn_bwd: call_done = %p, must be 8-byte aligned", (void*)a->call_done);
-  if (a->addends.n && a->num_kv_blocks > 1) {
+  if (a->addends.n && a->num_kv_blocks > 1) { /* any launch: the CTAs take the blocks in turn */
     if (a->addends.block != a->num_kv_blocks - 1)
       BWD_REJECT("mk_attn_bwd: addends.block = %d: beside other blocks it must be the last (%d)", a->addends.block,
                  a->num_kv_blocks - 1);
@@ -144,6 +137,19 @@ static int bwd_check_ring(const struct mk_attn_bwd_args* a) {
         BWD_REJECT("mk_attn_bwd: addends beside other blocks: kv block %d has %d key tiles, block 0 %d (one size)", i,
                    bwd_block_tiles(&a->kv[i]), bwd_block_tiles(&a->kv[0]));
   }
+  if (!bwd_ring_parts(a)) return 0;
+  if (!a->phase_words || !a->call_done)
+    BWD_REJECT("mk_attn_bwd: push and announce need phase_words (the call as one launch) and call_done (its end): "
+               "%p, %p", (void*)a->phase_words, (void*)a->call_done);
+  if (bwd_misaligned(a->call_done, 8)) BWD_REJECT("mk_attn_bwd: call_done = %p, must be 8-byte aligned", (void*)a->call_done);
+  if (a->pdl) /* it would start beside the call before it, whose done word it reads */
+    BWD_REJECT("mk_attn_bwd: push, announce and call_done do not take pdl");
+  if (a->dkv_ws) /* split blocks are written by the end part, after their CTAs would announce them */
+    BWD_REJECT("mk_attn_bwd: push, announce and call_done do not take dkv_ws (split heads)");
+  for (int i = 0; i < a->num_kv_blocks; i++)
+    if (a->kv[i].announce && (!a->ready_done || bwd_misaligned(a->kv[i].announce, 8)))
+      BWD_REJECT("mk_attn_bwd: kv block %d: announce %p needs ready_done (%p) and 8-byte alignment", i,
+                 (void*)a->kv[i].announce, (const void*)a->ready_done);
   return 0;
 }
 
@@ -380,6 +386,9 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
   p->push = a->push, p->call_done = a->call_done;
   attn_bwd_rows_of(a, &p->pass);
   p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
+  int chain = a->addends.n > 1 ? a->addends.n : 1; /* waits one after another inside a part */
+  if (a->push.ctas && a->push.nranks - 1 > chain) chain = a->push.nranks - 1;
+  p->part_timeout_ns = (uint64_t)(chain + 1) * p->timeout_ns;
   return 0;
 }
 
@@ -498,6 +507,8 @@ static int attn_bwd_launch_d(const struct mk_attn_bwd_args* a, int sms, cudaStre
 extern "C" int mk_attn_bwd_launch_variant(const struct mk_attn_bwd_args* a, cudaStream_t stream, int variant) {
   MK_CHECK(mk_attn_bwd_check(a));
   if (variant < 0 || variant >= MK_ATTN_BWD_VARIANTS) BWD_REJECT("mk_attn_bwd: variant %d unknown", variant);
+  if (variant && bwd_ring_parts(a)) /* compiled for the default variant only (attn_bwd_ring_cfg) */
+    BWD_REJECT("mk_attn_bwd: push, announce and call_done need variant 0 (got %d)", variant);
   int sms = 0;
   MK_CHECK(mk_sm90_sms("mk_attn_bwd", &sms));
   switch (variant) {

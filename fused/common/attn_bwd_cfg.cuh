@@ -133,6 +133,10 @@ struct mk_attn_bwd_params {
   struct mk_gemm_error* err;
   uint32_t err_tag; /* mk_attn_bwd_args's */
   uint64_t timeout_ns;
+  /* a one-launch part's wait for the one before (attn_bwd_phase.cuh): longer than the longest
+   * chain of bounded waits inside that part (the addends' and the push's peers are waited for
+   * one after another), so that those, the cause, expire first */
+  uint64_t part_timeout_ns;
   const uint64_t* ready_done; /* mk_attn_bwd_args's */
   struct mk_attn_bwd_addends addends; /* mk_attn_bwd_args's */
   int grid_tiles, grid_heads, batch; /* the main part's CTAs: (key tiles, kv heads or heads, batch) */

@@ -38,14 +38,14 @@ __device__ __forceinline__ void attn_bwd_phase_reset(uint64_t* words) {
   for (int i = 0; i < MK_ATTN_BWD_PHASE_WORDS; i++) *(volatile uint64_t*)&words[i] = 0;
 }
 
-/* Every thread: until words[word] >= want (thread 0, bounded at twice the call's timeout, so
- * that the waits inside the part before, the cause, expire first), then the async proxy
+/* Every thread: until words[word] >= want (thread 0, bounded by part_timeout_ns, so that the
+ * waits inside the part before, the cause, expire first), then the async proxy
  * fenced (the main part reads what the start part wrote through TMA). 0 when it gave up.
  * It does not give up early when another wait of the call raised the abort word: the part
  * before always ends (its waits are bounded), and a CTA that left first could zero the words
  * before the last of it counted itself. */
 __device__ __forceinline__ int attn_bwd_word_wait(const struct mk_attn_bwd_params& p, int word, uint64_t want, int c) {
-  const uint64_t seen = mk_wait_geq_inline(&p.phase[word], want, NULL, 0, 0, 0, 2 * p.timeout_ns);
+  const uint64_t seen = mk_wait_geq_inline(&p.phase[word], want, NULL, 0, 0, 0, p.part_timeout_ns);
   if (seen < want && p.err) mk_gemm_error_raise(p.err, p.err_tag, (uint32_t)c, MK_ATTN_WAIT_PHASE, want, seen);
   return seen >= want;
 }

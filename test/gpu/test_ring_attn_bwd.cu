@@ -30,8 +30,9 @@
  *   one_kernel:       NCCL_MK_RA_BWD_ONE_KERNEL=1 (set for this scenario before anything reads
  *                     it): non-causal calls against the float64 reference (H = H_kv and GQA,
  *                     D 64 and 128, a short last tile), a captured call that is exactly one
- *                     node, a kernel, replayed with fresh inputs and checked; a causal call
- *                     (not one kernel) still right.
+ *                     node, a kernel, replayed with fresh inputs and checked; three calls
+ *                     back to back, checked, and the phase words zero after them; a causal
+ *                     call (not one kernel) still right.
  *                     The other scenarios run the one-kernel call too when the variable is set.
  * Checker: test_attn_bwd.cu's (||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3, nothing non-finite).
@@ -549,6 +550,16 @@ static void scenario_one_kernel(struct rank_env* e) {
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+  /* back to back: each call's last CTA leaves the phase words (its counters) zero for the next */
+  for (int rep = 0; rep < 3; rep++) NCCL_OK(bwd_call(e, &b));
+  CUDA_OK(cudaStreamSynchronize(e->stream));
+  EXPECT(rb_check(&b, "one kernel, back to back: "), "rank %d: back-to-back calls wrong", e->rank);
+  struct mk_fused_comm* fc = NULL;
+  EXPECT(mk_fused_comm_get(e->comm, e->stream, &fc) == 0 && fc, "rank %d: no fused comm", e->rank);
+  uint64_t words[MK_ATTN_BWD_PHASE_WORDS];
+  CUDA_OK(cudaMemcpy(words, (uint64_t*)fc->sym + MK_AG_WORD_ATTN_PHASE, sizeof words, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < MK_ATTN_BWD_PHASE_WORDS; i++)
+    EXPECT(words[i] == 0, "rank %d: phase word %d = %llu after the calls", e->rank, i, (unsigned long long)words[i]);
   bufs_free(&b);
   expect_healthy(e);
 }

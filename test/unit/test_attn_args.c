@@ -222,9 +222,17 @@ static void bwd_ring_parts_rules(void) {
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.call_done = (uint64_t*)((char*)fake(27) + 4);
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.call_done = NULL; /* the push and the announcements need the call's end */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.pdl = 1, a.delta_ready = a.dq_accumulate = 1;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.dkv_ws = (float*)fake(33);
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.kv[0].rows = 100; /* blocks of one size: its CTAs take them in turn */
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.kv[0] = g.kv[1], a.kv[1] = g.kv[0], a.addends.block = 0; /* the addends' block not last */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a.push.ctas = 0, a.kv[1].announce = NULL, a.call_done = NULL, a.phase_words = NULL; /* in any launch */
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
 }
 
