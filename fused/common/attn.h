@@ -110,6 +110,11 @@ struct mk_attn_bwd_kv_block {
   int seq;        /* rows of the k, v tensors */
   int row0, rows; /* rows 0: all of [row0, seq) */
   long long pos0; /* global position of row row0 */
+  /* optional (0: none), with the ring's parts only (their kernels are the ones compiled with
+   * it): rows from row0 + split on are at pos1 + (row - row0 - split), a zigzag rank's two
+   * chunks in one block; a multiple of MK_ATTN_BWD_BLOCK_N inside the rows */
+  int split;
+  long long pos1;
   /* optional: the block's rows arrive while the call runs (the ring's slots, written by a peer).
    * Chunk c of batch b (rows [c ready_chunk_rows, +ready_chunk_rows) of seq) is there once
    * ready_flags[b ceil(seq / ready_chunk_rows) + c] >= the call number, *ready_done + 1 (a
@@ -179,6 +184,10 @@ struct mk_attn_bwd_args {
   int causal;
   int q_row0, q_rows; /* q_rows 0: all of [q_row0, seq_q) */
   long long q_pos0;   /* global position of row q_row0 */
+  /* optional (0: none), as a block's split (a multiple of MK_ATTN_BWD_BLOCK_M): query rows from
+   * q_row0 + q_split on at q_pos1 + (row - q_row0 - q_split) */
+  int q_split;
+  long long q_pos1;
   int num_kv_blocks;  /* 1 .. MK_ATTN_MAX_KV_BLOCKS */
   struct mk_attn_bwd_kv_block kv[MK_ATTN_MAX_KV_BLOCKS];
   int dq_accumulate; /* 0: dq_acc's rows are zeroed first; 1: added to (an earlier call's) */

@@ -124,6 +124,25 @@ static int bwd_check_push(const struct mk_kv_push* p) {
   return 0;
 }
 
+/* Positions in two pieces (q_split, a block's split): inside the rows, whole tiles, and only
+ * in the ring's kernels (the others keep their loops as they were). */
+static int bwd_check_two_pieces(const struct mk_attn_bwd_args* a) {
+  int any = a->q_split != 0;
+  for (int i = 0; i < a->num_kv_blocks; i++) any |= a->kv[i].split != 0;
+  if (!any) return 0;
+  if (!bwd_ring_parts(a)) BWD_REJECT("mk_attn_bwd: q_split and a block's split come with the ring's parts only");
+  if (a->q_split < 0 || a->q_split % MK_ATTN_BWD_BLOCK_M || a->q_split >= bwd_q_rows(a) || a->q_pos1 < 0)
+    BWD_REJECT("mk_attn_bwd: q_split = %d must be a multiple of %d inside the %d query rows (q_pos1 %lld >= 0)",
+               a->q_split, MK_ATTN_BWD_BLOCK_M, bwd_q_rows(a), a->q_pos1);
+  for (int i = 0; i < a->num_kv_blocks; i++) {
+    const struct mk_attn_bwd_kv_block* kv = &a->kv[i];
+    if (kv->split < 0 || kv->split % MK_ATTN_BWD_BLOCK_N || kv->split >= bwd_block_rows(kv) || kv->pos1 < 0)
+      BWD_REJECT("mk_attn_bwd: kv block %d: split = %d must be a multiple of %d inside its %d rows (pos1 %lld >= 0)",
+                 i, kv->split, MK_ATTN_BWD_BLOCK_N, bwd_block_rows(kv), kv->pos1);
+  }
+  return 0;
+}
+
 /* The ring's parts: one launch; announcements need the call number; addends beside other
  * blocks need their block last and blocks of one size (the CTAs then take the blocks in turn). */
 static int bwd_check_ring(const struct mk_attn_bwd_args* a) {
@@ -137,6 +156,7 @@ static int bwd_check_ring(const struct mk_attn_bwd_args* a) {
         BWD_REJECT("mk_attn_bwd: addends beside other blocks: kv block %d has %d key tiles, block 0 %d (one size)", i,
                    bwd_block_tiles(&a->kv[i]), bwd_block_tiles(&a->kv[0]));
   }
+  MK_CHECK(bwd_check_two_pieces(a));
   if (!bwd_ring_parts(a)) return 0;
   if (!a->phase_words || !a->call_done)
     BWD_REJECT("mk_attn_bwd: push and announce need phase_words (the call as one launch) and call_done (its end): "
@@ -380,7 +400,9 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
   for (int i = 0; i < a->num_kv_blocks; i++) {
     p->kv[i].announce = a->kv[i].announce;
     p->kv[i].ctas = bwd_block_tiles(&a->kv[i]) * p->grid_heads * a->batch;
+    p->kv[i].split_tiles = a->kv[i].split ? a->kv[i].split / Cfg::BN : INT_MAX, p->kv[i].pos1 = a->kv[i].pos1;
   }
+  p->q_tiles0 = a->q_split ? a->q_split / Cfg::BM : INT_MAX, p->q_pos1 = a->q_pos1;
   /* addends beside other blocks (their block last, blocks of one size): block by block */
   if (a->addends.n && a->num_kv_blocks > 1) p->chunk = bwd_block_tiles(&a->kv[0]);
   p->push = a->push, p->call_done = a->call_done;

@@ -581,8 +581,9 @@ __device__ __forceinline__ void attn_bwd_consume_pairs(const struct mk_attn_bwd_
 }
 
 /* Consumer warp group c: per step S^T and dP^T, P^T and dS^T, dV += P^T dO, dK += dS^T Q and
- * dQ = dS K (added into dq_acc), then the tile's dK and dV. */
-template <class Cfg, int EPI>
+ * dQ = dS K (added into dq_acc), then the tile's dK and dV. TWO_PIECE: the query rows in two
+ * pieces of positions (attn_bwd_q_first). */
+template <class Cfg, int EPI, bool TWO_PIECE>
 __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
                                                  const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
                                                  int c, const struct mk_attn_wait_ctx& w) {
@@ -601,7 +602,7 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
 
   for (int it = 0; it < steps; it++) {
     const int qi = attn_bwd_step_of(tile, it).qi;
-    const long long q_first = p.q_pos0 + (long long)qi * Cfg::BM;
+    const long long q_first = attn_bwd_q_first<Cfg, TWO_PIECE>(p, qi);
     const struct attn_bwd_stage_at at = attn_bwd_stage_of<Cfg>(base, ring.stage);
     const int buf = it % Cfg::DS_BUFS;
     const uint32_t ds_base = base + Cfg::OFF_DS + buf * Cfg::DS_BYTES;
@@ -672,7 +673,8 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
   }
   __syncthreads();
 
-  const struct attn_bwd_tile tile = PHASED ? attn_bwd_tile_of<Cfg>(p, c, p.grid_tiles, p.grid_heads, p.batch)
+  constexpr bool TWO_PIECE = LAUNCH == ATTN_BWD_LAUNCH_RING; /* the zigzag positions: the ring's kernels only */
+  const struct attn_bwd_tile tile = PHASED ? attn_bwd_tile_of<Cfg, TWO_PIECE>(p, c, p.grid_tiles, p.grid_heads, p.batch)
                                            : attn_bwd_tile_of<Cfg>(p, c, gridDim.x, gridDim.y, gridDim.z);
   struct mk_attn_wait_ctx w;
   w.err = p.err;
@@ -685,7 +687,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
     if (threadIdx.x < 32 && tile.steps != 0) attn_bwd_produce<Cfg>(maps, p, sm, tile, w);
   } else {
     setmaxnreg_inc<232>();
-    attn_bwd_consume<Cfg, EPI>(maps, p, sm, tile, wg - 1, w);
+    attn_bwd_consume<Cfg, EPI, TWO_PIECE>(maps, p, sm, tile, wg - 1, w);
   }
   if constexpr (PHASED) attn_bwd_main_part_done<LAUNCH>(p, c);
 }

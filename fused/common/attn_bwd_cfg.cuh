@@ -103,6 +103,8 @@ struct mk_attn_bwd_block_params {
   int ready_chunk_rows, ready_chunks; /* chunks per batch */
   uint64_t* announce; /* mk_attn_bwd_kv_block's (the ring call's one launch) */
   int ctas;           /* the block's main CTAs: its key tiles x grid_heads x batch */
+  int split_tiles;    /* two pieces (the ring's kernels): tiles from this one on at pos1; else INT_MAX */
+  long long pos1;
 };
 
 /* Split, a block whose partials meet in dkv_ws (not added straight into its accumulators):
@@ -123,6 +125,8 @@ struct mk_attn_bwd_params {
   int split; /* 1: a CTA per query head (grid y = heads), its dK, dV added into dk_red, dv_red */
   int q_row0, q_rows;
   long long q_pos0;
+  int q_tiles0; /* two pieces (the ring's kernels): query tiles from this one on at q_pos1; else INT_MAX */
+  long long q_pos1;
   int num_kv_blocks;
   struct mk_attn_bwd_block_params kv[MK_ATTN_MAX_KV_BLOCKS];
   const float* lse;
@@ -198,7 +202,25 @@ __device__ __forceinline__ int attn_bwd_loop_steps(const struct attn_bwd_tile& k
   return Cfg::PAIR_DQ ? mk_attn_pair_steps(k.steps) : k.steps;
 }
 
-template <class Cfg>
+/* Query tile qi's first position; TWO_PIECE (the ring's kernels): the tiles from q_tiles0 on
+ * at q_pos1 (a zigzag rank's second chunk). */
+template <class Cfg, bool TWO_PIECE>
+__device__ __forceinline__ long long attn_bwd_q_first(const struct mk_attn_bwd_params& p, int qi) {
+  if (TWO_PIECE && qi >= p.q_tiles0) return p.q_pos1 + (long long)(qi - p.q_tiles0) * Cfg::BM;
+  return p.q_pos0 + (long long)qi * Cfg::BM;
+}
+
+/* The first query tile that sees keys from key_first on: positions rise with the tile in
+ * both pieces and the second piece lies after the first (zigzag: chunk 2n-1-r after chunk r),
+ * so the tiles that see a key tile are always the ones from this one to the last. */
+template <class Cfg, bool TWO_PIECE>
+__device__ __forceinline__ int attn_bwd_first_q_tile_of(const struct mk_attn_bwd_params& p, long long key_first) {
+  const int i0 = mk_attn_bwd_first_q_tile(p.q_pos0, key_first, Cfg::BM, p.causal);
+  if (!TWO_PIECE || i0 < p.q_tiles0) return i0;
+  return p.q_tiles0 + mk_attn_bwd_first_q_tile(p.q_pos1, key_first, Cfg::BM, p.causal);
+}
+
+template <class Cfg, bool TWO_PIECE = false>
 __device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk_attn_bwd_params& p, int c, int grid_x,
                                                                  int grid_y, int grid_z) {
   struct attn_bwd_tile k;
@@ -211,9 +233,10 @@ __device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk
   k.hk = p.split ? cw.head / group : cw.head, k.b = cw.batch;
   k.h0 = p.split ? cw.head : cw.head * group;
   k.keys_left = blk.rows - k.t * Cfg::BN; /* valid keys of the tile (up to BN) */
-  k.key_first = blk.pos0 + (long long)k.t * Cfg::BN;
+  k.key_first = TWO_PIECE && k.t >= blk.split_tiles ? blk.pos1 + (long long)(k.t - blk.split_tiles) * Cfg::BN
+                                                    : blk.pos0 + (long long)k.t * Cfg::BN;
   const int nqt = (p.q_rows + Cfg::BM - 1) / Cfg::BM;
-  k.i0 = mk_attn_bwd_first_q_tile(p.q_pos0, k.key_first, Cfg::BM, p.causal);
+  k.i0 = attn_bwd_first_q_tile_of<Cfg, TWO_PIECE>(p, k.key_first);
   if (k.i0 > nqt) k.i0 = nqt;
   k.per_head = nqt - k.i0, k.steps = heads * k.per_head;
   /* causal CTAs start at their key tile's diagonal (i0), two query tiles apart already. D = 128

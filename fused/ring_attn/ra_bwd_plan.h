@@ -139,16 +139,18 @@ static inline int mk_ra_bwd_plan_own_last(int rank, int nranks, int causal, stru
   return n;
 }
 
-/* Non-causal, every block in one call, the own block last (the one-kernel call: the core
- * takes addends beside other blocks only with their block last). -1 when causal, on one rank,
- * with more than MK_RA_BWD_MAX_SEGS blocks, or max < 1. */
-static inline int mk_ra_bwd_plan_one(int rank, int nranks, int causal, struct mk_ra_bwd_call* calls, int max) {
-  struct mk_ra_bwd_call two[2];
-  if (causal || nranks < 2 || nranks > MK_RA_BWD_MAX_SEGS || max < 1) return -1;
-  if (mk_ra_bwd_plan_own_last(rank, nranks, 0, two, 2) != 2) return -1;
-  calls[0] = two[0];
-  calls[0].seg[calls[0].nseg++] = two[1].seg[0];
-  calls[0].first = calls[0].last = 1;
+/* Every block in one call, the peers' in ring order and the own block last (the one-kernel
+ * call: the core takes addends beside other blocks only with their block last); causal, all
+ * query rows and whole blocks, each in its two zigzag chunks (the core's two-piece positions).
+ * -1 on one rank, with more than MK_RA_BWD_MAX_SEGS blocks, or max < 1. */
+static inline int mk_ra_bwd_plan_one(int rank, int nranks, struct mk_ra_bwd_call* calls, int max) {
+  if (nranks < 2 || nranks > MK_RA_BWD_MAX_SEGS || max < 1) return -1;
+  struct mk_ra_bwd_call* c = &calls[0];
+  c->q_half = -1, c->nseg = 0, c->first = c->last = 1;
+  for (int s = 1; s <= nranks; s++) {
+    c->seg[c->nseg].src = mk_ra_kv_source(rank, nranks, s % nranks);
+    c->seg[c->nseg++].k_half = -1;
+  }
   return 1;
 }
 

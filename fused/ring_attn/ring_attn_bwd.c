@@ -43,15 +43,17 @@
  * So 4 + (kernels of the core calls) launches (each core call is one kernel with
  * NCCL_MK_RA_BWD_ONE_LAUNCH=1: attn.h phase_words; as fast for the core alone, 0-1.6% slower
  * for two ranks under MPS, so not the default).
- * NCCL_MK_RA_BWD_ONE_KERNEL=1 (non-causal, 2-4 ranks; session 62, not yet run on a GPU, so
- * not the default): the own-last plan's work as one core call of every block, the own block
- * last (mk_ra_bwd_plan_one), in one kernel with the ring's parts (attn.h mk_attn_bwd_args push,
+ * NCCL_MK_RA_BWD_ONE_KERNEL=1 (2-4 ranks, causal with S_local a multiple of 256; session 62,
+ * not yet run on a GPU, so not the default): the own-last plan's work as one core call of
+ * every whole block, the own block last (mk_ra_bwd_plan_one; causal, the queries and each block
+ * in their two zigzag chunks: the core's two-piece positions, q_split and a block's split, so
+ * each block's partial is whole in this one call and is stored, as non-causal ones are), in
+ * one kernel with the ring's parts (attn.h mk_attn_bwd_args push,
  * announce, call_done; attn_bwd_phase.cuh): the push CTAs (kv_push.cuh, the gather's push
  * without its waits: the peers' blocks' CTAs wait for their chunks), delta and dq_acc, the
  * peers' blocks (partials stored into the owners' acc[rank]; each block's last CTA raises the
  * announcement the reduce kernel's first part raised), the own block (the peers' partials
- * added once announced), dq, and the call's end (done = e) by the last CTA. Causal calls keep
- * their plans (two query ranges, the core takes one per call).
+ * added once announced), dq, and the call's end (done = e) by the last CTA.
  * A peer reads acc[r] of this rank only after r's announcement, and r zeroes its accumulators
  * (step 2 of the next call) only after step 1 saw every peer's done >= e: no second buffer.
  */
@@ -122,6 +124,9 @@ void mk_ra_bwd_core_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bw
   if (c->q_half >= 0) {
     a->q_row0 = c->q_half * half, a->q_rows = half;
     a->q_pos0 = (long long)mk_ra_zigzag_chunk(r, n, c->q_half) * half;
+  } else if (t->causal) { /* the one-kernel call: both zigzag chunks, each at its position */
+    a->q_row0 = 0, a->q_rows = s_local, a->q_split = half;
+    a->q_pos0 = (long long)mk_ra_zigzag_chunk(r, n, 0) * half, a->q_pos1 = (long long)mk_ra_zigzag_chunk(r, n, 1) * half;
   } else {
     a->q_row0 = 0, a->q_rows = s_local, a->q_pos0 = (long long)r * s_local;
   }
@@ -144,9 +149,9 @@ void mk_ra_bwd_core_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bw
     }
     if (ar->ready && src == r) { /* the own-last plan */
       ra_bwd_own_block_last(ar, l, t, i, a);
-    } else if (t->causal) { /* a block's halves meet several query ranges: added here, read by the owner */
+    } else if (kh >= 0) { /* a block's halves meet several query ranges: added here, read by the owner */
       b->dk_acc = mk_ra_bwd_acc(ar->data, l, src);
-    } else { /* one call per block: stored straight into the owner's acc[r] */
+    } else { /* the whole block in one call: stored straight into the owner's acc[r] */
       b->dk_acc = mk_ra_bwd_acc(src == r ? ar->data : ar->peer_data[src], l, r);
       b->acc_overwrite = 1;
     }
@@ -155,6 +160,9 @@ void mk_ra_bwd_core_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bw
     if (kh >= 0) {
       b->row0 = kh * half, b->rows = half;
       b->pos0 = (long long)mk_ra_zigzag_chunk(src, n, kh) * half;
+    } else if (t->causal) { /* both chunks of the block */
+      b->row0 = 0, b->rows = s_local, b->split = half;
+      b->pos0 = (long long)mk_ra_zigzag_chunk(src, n, 0) * half, b->pos1 = (long long)mk_ra_zigzag_chunk(src, n, 1) * half;
     } else {
       b->row0 = 0, b->rows = s_local, b->pos0 = (long long)src * s_local;
     }
@@ -220,10 +228,16 @@ static int ra_bwd_gather_beside(struct mk_fused_comm* fc, const struct mk_ra_arg
  * first and the own block last, with no reduce pass. */
 enum ra_bwd_plan_kind { RA_BWD_SPLIT, RA_BWD_MERGED, RA_BWD_OWN_LAST, RA_BWD_ONE_KERNEL };
 
-static enum ra_bwd_plan_kind ra_bwd_plan_kind(int causal, int nranks) {
-  if (!causal && mk_param_int(MK_PARAM_RA_BWD_OWN_LAST))
-    return mk_param_int(MK_PARAM_RA_BWD_ONE_KERNEL) && nranks >= 2 && nranks <= MK_RA_BWD_MAX_SEGS ? RA_BWD_ONE_KERNEL
-                                                                                                  : RA_BWD_OWN_LAST;
+/* The one-kernel call: 2 to MK_RA_BWD_MAX_SEGS ranks (every block in one core call); causal,
+ * zigzag chunks of whole 128-key tiles (the core's two-piece positions cut between tiles). */
+static int ra_bwd_one_kernel_fits(int causal, int nranks, int s_local) {
+  return nranks >= 2 && nranks <= MK_RA_BWD_MAX_SEGS && (!causal || s_local % (2 * MK_ATTN_BWD_BLOCK_N) == 0);
+}
+
+static enum ra_bwd_plan_kind ra_bwd_plan_kind(int causal, int nranks, int s_local) {
+  if (mk_param_int(MK_PARAM_RA_BWD_ONE_KERNEL) && ra_bwd_one_kernel_fits(causal, nranks, s_local))
+    return RA_BWD_ONE_KERNEL;
+  if (!causal && mk_param_int(MK_PARAM_RA_BWD_OWN_LAST)) return RA_BWD_OWN_LAST;
   return mk_param_int(MK_PARAM_RA_BWD_MERGED) ? RA_BWD_MERGED : RA_BWD_SPLIT;
 }
 
@@ -246,7 +260,7 @@ static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra
                               int chunk_rows, enum ra_bwd_plan_kind kind, const struct mk_ra_bwd_tensors* t,
                               struct mk_ra_bwd_call* plan, struct mk_attn_bwd_args* core, int* own_calls) {
   const int n = fc->nranks;
-  const int ncalls = kind == RA_BWD_ONE_KERNEL ? mk_ra_bwd_plan_one(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
+  const int ncalls = kind == RA_BWD_ONE_KERNEL ? mk_ra_bwd_plan_one(fc->rank, n, plan, MK_RA_BWD_MAX_CALLS)
                      : kind == RA_BWD_OWN_LAST ? mk_ra_bwd_plan_own_last(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
                      : kind == RA_BWD_MERGED   ? mk_ra_bwd_plan_merged(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
                                                : mk_ra_bwd_plan(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS, own_calls);
@@ -364,7 +378,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
 
   struct mk_ra_bwd_call plan[MK_RA_BWD_MAX_CALLS];
   struct mk_attn_bwd_args core[MK_RA_BWD_MAX_CALLS];
-  const enum ra_bwd_plan_kind kind = ra_bwd_plan_kind(causal, n);
+  const enum ra_bwd_plan_kind kind = ra_bwd_plan_kind(causal, n, S);
   const struct mk_ra_bwd_tensors tensors = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .dout = dout, .dq = dq,
                                             .batch = B, .s_local = S, .heads = H, .kv_heads = Hkv, .d_head = D,
                                             .causal = causal, .dk = dk, .dv = dv};

@@ -28,11 +28,11 @@
  *   peer_dies_mid_call: after a forward, rank 1's process dies with its backward kernel in
  *                     flight: rank 0's calls end in ncclRemoteError, its GPU healthy.
  *   one_kernel:       NCCL_MK_RA_BWD_ONE_KERNEL=1 (set for this scenario before anything reads
- *                     it): non-causal calls against the float64 reference (H = H_kv and GQA,
- *                     D 64 and 128, a short last tile), a captured call that is exactly one
- *                     node, a kernel, replayed with fresh inputs and checked; three calls
- *                     back to back, checked, and the phase words zero after them; a causal
- *                     call (not one kernel) still right.
+ *                     it): calls against the float64 reference (non-causal: H = H_kv and GQA,
+ *                     D 64 and 128, a short last tile; causal: S_local 256, 512, 1024, and 384,
+ *                     which takes the merged plan); a captured causal and non-causal call that
+ *                     is exactly one node, a kernel, replayed with fresh inputs and checked,
+ *                     then three calls back to back, checked, and the phase words zero after.
  *                     The other scenarios run the one-kernel call too when the variable is set.
  * Checker: test_attn_bwd.cu's (||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3, nothing non-finite).
@@ -519,48 +519,59 @@ static void busy_sms_run(struct rank_env* e, int held_of_4) {
 static void scenario_busy_sms(struct rank_env* e) { busy_sms_run(e, 1); }
 static void scenario_busy_sms_most(struct rank_env* e) { busy_sms_run(e, 3); }
 
-static void scenario_one_kernel(struct rank_env* e) {
-  EXPECT(mk_param_int(MK_PARAM_RA_BWD_ONE_KERNEL) == 1, "NCCL_MK_RA_BWD_ONE_KERNEL was read before it was set");
-  const struct rb_case cases[] = {{2, 128, 4, 4, 64, 0}, {1, 200, 8, 1, 128, 0}, {2, 77, 4, 2, 128, 0},
-                                  {1, 1024, 8, 1, 64, 0}, {2, 1024, 4, 4, 128, 0}, {1, 1024, 8, 1, 128, 1}};
-  int i = 0;
-  for (const struct rb_case& c : cases) run_case(e, c, g_seed + 10 * i++);
-  struct rb_bufs b;
-  bufs_alloc(&b, {1, 384, 8, 1, 128, 0}, e->rank);
-  bufs_fill(&b, g_seed, 0);
-  NCCL_OK(fwd_call(e, &b));
-  CUDA_OK(cudaStreamSynchronize(e->stream));
-  cudaGraph_t graph;
+/* one_kernel's captured call: replayed with fresh inputs and checked, then three calls back to
+ * back, checked, and the phase words zero after them (each call's last CTA leaves its counters
+ * zero for the next). Destroys graph. */
+static void one_kernel_replays_and_back_to_back(struct rank_env* e, struct rb_bufs* b, cudaGraph_t graph) {
   cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeGlobal));
-  NCCL_OK(bwd_call(e, &b));
-  CUDA_OK(cudaStreamEndCapture(e->stream, &graph));
-  size_t nodes = 0;
-  const size_t kernels = graph_kernel_nodes(graph, &nodes);
-  printf("rank %d: ncclMkRingAttentionBackward (non-causal) captured as %zu node(s), %zu kernel(s)\n", e->rank,
-         nodes, kernels);
-  EXPECT(nodes == 1 && kernels == 1, "rank %d: not exactly one kernel", e->rank);
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (int rep = 0; rep < 2; rep++) {
-    bufs_fill(&b, g_seed + 100 + 10 * rep, 1);
-    NCCL_OK(fwd_call(e, &b));
+    bufs_fill(b, g_seed + 100 + 10 * rep, 1);
+    NCCL_OK(fwd_call(e, b));
     CUDA_OK(cudaGraphLaunch(exec, e->stream));
     CUDA_OK(cudaStreamSynchronize(e->stream));
-    EXPECT(rb_check(&b, "one kernel, replay: "), "rank %d: replay %d wrong", e->rank, rep);
+    EXPECT(rb_check(b, "one kernel, replay: "), "rank %d: replay %d wrong", e->rank, rep);
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  /* back to back: each call's last CTA leaves the phase words (its counters) zero for the next */
-  for (int rep = 0; rep < 3; rep++) NCCL_OK(bwd_call(e, &b));
+  for (int rep = 0; rep < 3; rep++) NCCL_OK(bwd_call(e, b));
   CUDA_OK(cudaStreamSynchronize(e->stream));
-  EXPECT(rb_check(&b, "one kernel, back to back: "), "rank %d: back-to-back calls wrong", e->rank);
+  EXPECT(rb_check(b, "one kernel, back to back: "), "rank %d: back-to-back calls wrong", e->rank);
   struct mk_fused_comm* fc = NULL;
   EXPECT(mk_fused_comm_get(e->comm, e->stream, &fc) == 0 && fc, "rank %d: no fused comm", e->rank);
   uint64_t words[MK_ATTN_BWD_PHASE_WORDS];
   CUDA_OK(cudaMemcpy(words, (uint64_t*)fc->sym + MK_AG_WORD_ATTN_PHASE, sizeof words, cudaMemcpyDeviceToHost));
   for (int i = 0; i < MK_ATTN_BWD_PHASE_WORDS; i++)
     EXPECT(words[i] == 0, "rank %d: phase word %d = %llu after the calls", e->rank, i, (unsigned long long)words[i]);
-  bufs_free(&b);
+}
+
+static void scenario_one_kernel(struct rank_env* e) {
+  EXPECT(mk_param_int(MK_PARAM_RA_BWD_ONE_KERNEL) == 1, "NCCL_MK_RA_BWD_ONE_KERNEL was read before it was set");
+  /* causal one kernel: S_local a multiple of 256 (its zigzag chunks whole 128-key tiles); 384
+   * takes the merged plan */
+  const struct rb_case cases[] = {{2, 128, 4, 4, 64, 0},   {1, 200, 8, 1, 128, 0},  {2, 77, 4, 2, 128, 0},
+                                  {1, 1024, 8, 1, 64, 0},  {2, 1024, 4, 4, 128, 0}, {1, 1024, 8, 1, 128, 1},
+                                  {2, 512, 4, 4, 64, 1},   {1, 256, 8, 1, 128, 1},  {1, 384, 8, 1, 128, 1}};
+  int i = 0;
+  for (const struct rb_case& c : cases) run_case(e, c, g_seed + 10 * i++);
+  for (int causal = 1; causal >= 0; causal--) {
+    struct rb_bufs b;
+    bufs_alloc(&b, {1, 512, 8, 1, 128, causal}, e->rank);
+    bufs_fill(&b, g_seed, 0);
+    NCCL_OK(fwd_call(e, &b));
+    CUDA_OK(cudaStreamSynchronize(e->stream));
+    cudaGraph_t graph;
+    CUDA_OK(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeGlobal));
+    NCCL_OK(bwd_call(e, &b));
+    CUDA_OK(cudaStreamEndCapture(e->stream, &graph));
+    size_t nodes = 0;
+    const size_t kernels = graph_kernel_nodes(graph, &nodes);
+    printf("rank %d: ncclMkRingAttentionBackward (%s) captured as %zu node(s), %zu kernel(s)\n", e->rank,
+           causal ? "causal" : "non-causal", nodes, kernels);
+    EXPECT(nodes == 1 && kernels == 1, "rank %d: not exactly one kernel", e->rank);
+    one_kernel_replays_and_back_to_back(e, &b, graph);
+    bufs_free(&b);
+  }
   expect_healthy(e);
 }
 

@@ -234,6 +234,20 @@ static void bwd_ring_parts_rules(void) {
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a.push.ctas = 0, a.kv[1].announce = NULL, a.call_done = NULL, a.phase_words = NULL; /* in any launch */
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  /* positions in two pieces (a zigzag rank's chunks): whole tiles inside the rows, ring only */
+  g.causal = 1, g.seq_q = 512, g.kv[0].seq = g.kv[1].seq = 512, g.push.s_local = 512, g.push.chunks_per_batch = 4;
+  g.q_split = 256, g.q_pos1 = 1536, g.kv[0].split = g.kv[1].split = 256, g.kv[0].pos1 = 1024, g.kv[1].pos1 = 1280;
+  CHECK_EQ(mk_attn_bwd_check(&g), 0);
+  a = g, a.q_split = 96; /* not whole 64-row query tiles */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.q_split = 512; /* not inside the rows */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.kv[1].split = 192; /* not whole 128-key tiles */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.kv[0].pos1 = -1;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.push.ctas = 0, a.kv[0].announce = NULL, a.call_done = NULL, a.addends.n = 0; /* no ring part */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
 }
 
 /* Which epilogue kernel a call takes (attn.h mk_attn_bwd_epilogue): the one with the loads it

@@ -17,8 +17,9 @@
  *     block alone in the last call; its core arguments write dk, dv with every peer's partial
  *     (acc[d], ready word slot(d)) as an addend, the peers' blocks store into their owners and
  *     wait for their chunks, and the core's own check takes every call;
- *   - the one-kernel plan (mk_ra_bwd_plan_one, non-causal, 2-4 ranks): every block in one call,
- *     the own block last; its core arguments (with the blocks' announcements and the push)
+ *   - the one-kernel plan (mk_ra_bwd_plan_one, 2-4 ranks): every block in one call, whole,
+ *     the own block last; its core arguments (with the blocks' announcements and the push),
+ *     non-causal and causal (both zigzag chunks of q and of each block, at their positions),
  *     pass the core's check, and a call with the own block elsewhere does not;
  *   - the workspace layout: regions in order, 256-byte aligned, disjoint, sized as documented.
  */
@@ -281,58 +282,77 @@ static void own_last_core_args_add_every_peers_partial_into_the_own_block(void) 
 static void one_kernel_plan_puts_every_block_in_one_call_the_own_last(void) {
   for (int n = 2; n <= MK_RA_MAX_RANKS; n++)
     for (int r = 0; r < n; r++) {
-      struct mk_ra_bwd_call a[MK_RA_BWD_MAX_CALLS], b[MK_RA_BWD_MAX_CALLS];
-      CHECK_EQ(mk_ra_bwd_plan_one(r, n, 1, b, MK_RA_BWD_MAX_CALLS), -1); /* non-causal only */
-      CHECK_EQ(mk_ra_bwd_plan_one(r, n, 0, b, 0), -1);
-      const int m = mk_ra_bwd_plan(r, n, 0, a, MK_RA_BWD_MAX_CALLS, NULL);
-      const int mo = mk_ra_bwd_plan_one(r, n, 0, b, MK_RA_BWD_MAX_CALLS);
+      struct mk_ra_bwd_call b[MK_RA_BWD_MAX_CALLS];
+      CHECK_EQ(mk_ra_bwd_plan_one(r, n, b, 0), -1);
+      const int mo = mk_ra_bwd_plan_one(r, n, b, MK_RA_BWD_MAX_CALLS);
       if (n > MK_RA_BWD_MAX_SEGS) { /* more blocks than one call takes */
         CHECK_EQ(mo, -1);
         continue;
       }
       CHECK_EQ(mo, 1);
-      int sa[2][16][2], sb[2][16][2];
-      plan_segments(a, m, 0, sa);
-      plan_segments(b, 1, 0, sb);
-      CHECK(!memcmp(sa, sb, sizeof sa)); /* every block once */
+      int seen[MK_RA_MAX_RANKS] = {0};
+      for (int j = 0; j < b[0].nseg; j++) {
+        seen[b[0].seg[j].src]++;
+        CHECK_EQ(b[0].seg[j].k_half, -1);
+      }
+      for (int d = 0; d < n; d++) CHECK_EQ(seen[d], 1); /* every block once, whole */
       CHECK(b[0].nseg == n && b[0].seg[n - 1].src == r && b[0].first && b[0].last && b[0].q_half == -1);
+      for (int j = 0; j + 1 < n; j++) CHECK_EQ(b[0].seg[j].src, mk_ra_kv_source(r, n, j + 1)); /* ring order */
     }
   struct mk_ra_bwd_call one;
-  CHECK_EQ(mk_ra_bwd_plan_one(0, 1, 0, &one, 1), -1); /* one rank: no ring */
+  CHECK_EQ(mk_ra_bwd_plan_one(0, 1, &one, 1), -1); /* one rank: no ring */
 }
 
 /* The one-kernel call's core arguments as ring_attn_bwd.c builds them: the core takes them, and
  * refuses the same call as several launches or with the own block (the addends') not last. */
 static void one_kernel_core_args_pass_the_cores_check(void) {
-  struct mk_ra_bwd_layout l;
-  mk_ra_bwd_layout(3, 1, 256, 8, 2, 128, 128, &l);
-  struct mk_ra_bwd_areas ar;
-  areas_of_rank1(&ar, 3);
-  ar.flags = (const uint64_t*)fake(40), ar.fps = 2, ar.chunk_rows = 128, ar.done = (const uint64_t*)fake(41);
-  ar.ready = (const uint64_t*)fake(50), ar.ready_index0 = 77;
-  const struct mk_ra_bwd_tensors t = {fake(1), fake(2), fake(3), fake(4), (const float*)fake(5), fake(6), fake(7),
-                                      1, 256, 8, 2, 128, 0, fake(8), fake(9)};
-  struct mk_ra_bwd_call c;
-  CHECK_EQ(mk_ra_bwd_plan_one(1, 3, 0, &c, 1), 1);
-  struct mk_attn_bwd_args a;
-  mk_ra_bwd_core_args(&ar, &l, &c, &t, &a);
-  CHECK(a.num_kv_blocks == 3 && a.addends.n == 2 && a.addends.block == 2 && !a.delta_ready && !a.dq_accumulate);
-  for (int j = 0; j < 2; j++) a.kv[j].announce = (uint64_t*)fake(60 + j);
-  a.phase_words = (uint64_t*)fake(70);
-  a.push.ctas = 8, a.push.rank = 1, a.push.nranks = 3, a.push.batch = 1, a.push.s_local = 256;
-  a.push.chunk_rows = 128, a.push.chunks_per_batch = 2, a.push.row_vecs = 2 * 128 / 8;
-  a.push.k = fake(2), a.push.v = fake(3), a.push.done = (const uint64_t*)fake(41);
-  for (int d = 0; d < 3; d += 2)
-    a.push.dst_k[d] = fake(80 + d), a.push.dst_v[d] = fake(90 + d), a.push.dst_flags[d] = (uint64_t*)fake(100 + d),
-    a.push.peer_done[d] = (const uint64_t*)fake(110 + d);
-  a.call_done = (uint64_t*)fake(41);
-  CHECK_EQ(mk_attn_bwd_check(&a), 0);
-  CHECK_EQ(mk_attn_bwd_epilogue(&a), MK_ATTN_BWD_EPI_ADDENDS);
-  struct mk_attn_bwd_args b = a;
-  b.phase_words = NULL; /* the ring's parts need the one launch */
-  CHECK_EQ(mk_attn_bwd_check(&b), -EINVAL);
-  b = a, b.kv[0] = a.kv[2], b.kv[2] = a.kv[0], b.addends.block = 0; /* the own block first */
-  CHECK_EQ(mk_attn_bwd_check(&b), -EINVAL);
+  for (int causal = 0; causal < 2; causal++) {
+    struct mk_ra_bwd_layout l;
+    mk_ra_bwd_layout(3, 1, 256, 8, 2, 128, 128, &l);
+    struct mk_ra_bwd_areas ar;
+    areas_of_rank1(&ar, 3);
+    ar.flags = (const uint64_t*)fake(40), ar.fps = 2, ar.chunk_rows = 128, ar.done = (const uint64_t*)fake(41);
+    ar.ready = (const uint64_t*)fake(50), ar.ready_index0 = 77;
+    const struct mk_ra_bwd_tensors t = {fake(1), fake(2), fake(3), fake(4), (const float*)fake(5), fake(6), fake(7),
+                                        1, 256, 8, 2, 128, causal, fake(8), fake(9)};
+    struct mk_ra_bwd_call c;
+    CHECK_EQ(mk_ra_bwd_plan_one(1, 3, &c, 1), 1);
+    struct mk_attn_bwd_args a;
+    mk_ra_bwd_core_args(&ar, &l, &c, &t, &a);
+    CHECK(a.num_kv_blocks == 3 && a.addends.n == 2 && a.addends.block == 2 && !a.delta_ready && !a.dq_accumulate);
+    CHECK(a.q_row0 == 0 && (a.q_rows == 0 || a.q_rows == 256));
+    for (int j = 0; j < 3; j++) { /* whole blocks; causal at the zigzag chunks' positions */
+      const int src = c.seg[j].src;
+      CHECK(a.kv[j].row0 == 0 && (a.kv[j].rows == 0 || a.kv[j].rows == 256));
+      if (causal)
+        CHECK(a.kv[j].split == 128 && a.kv[j].pos0 == 128LL * mk_ra_zigzag_chunk(src, 3, 0) &&
+              a.kv[j].pos1 == 128LL * mk_ra_zigzag_chunk(src, 3, 1));
+      else
+        CHECK(a.kv[j].split == 0 && a.kv[j].pos0 == 256LL * src);
+      if (j < 2) CHECK(a.kv[j].acc_overwrite && a.kv[j].dk_acc == mk_ra_bwd_acc(fake(20 + 5 * src), &l, 1));
+    }
+    if (causal)
+      CHECK(a.q_split == 128 && a.q_pos0 == 128LL * mk_ra_zigzag_chunk(1, 3, 0) &&
+            a.q_pos1 == 128LL * mk_ra_zigzag_chunk(1, 3, 1));
+    else
+      CHECK(a.q_split == 0 && a.q_pos0 == 256);
+    for (int j = 0; j < 2; j++) a.kv[j].announce = (uint64_t*)fake(60 + j);
+    a.phase_words = (uint64_t*)fake(70);
+    a.push.ctas = 8, a.push.rank = 1, a.push.nranks = 3, a.push.batch = 1, a.push.s_local = 256;
+    a.push.chunk_rows = 128, a.push.chunks_per_batch = 2, a.push.row_vecs = 2 * 128 / 8;
+    a.push.k = fake(2), a.push.v = fake(3), a.push.done = (const uint64_t*)fake(41);
+    for (int d = 0; d < 3; d += 2)
+      a.push.dst_k[d] = fake(80 + d), a.push.dst_v[d] = fake(90 + d), a.push.dst_flags[d] = (uint64_t*)fake(100 + d),
+      a.push.peer_done[d] = (const uint64_t*)fake(110 + d);
+    a.call_done = (uint64_t*)fake(41);
+    CHECK_EQ(mk_attn_bwd_check(&a), 0);
+    CHECK_EQ(mk_attn_bwd_epilogue(&a), MK_ATTN_BWD_EPI_ADDENDS);
+    struct mk_attn_bwd_args b = a;
+    b.phase_words = NULL; /* the ring's parts need the one launch */
+    CHECK_EQ(mk_attn_bwd_check(&b), -EINVAL);
+    b = a, b.kv[0] = a.kv[2], b.kv[2] = a.kv[0], b.addends.block = 0; /* the own block first */
+    CHECK_EQ(mk_attn_bwd_check(&b), -EINVAL);
+  }
 }
 
 static void layout_is_aligned_disjoint_and_sized(void) {
