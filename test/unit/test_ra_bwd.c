@@ -159,6 +159,20 @@ static void areas_of_rank1(struct mk_ra_bwd_areas* ar, int n) {
   ar->err = (struct mk_gemm_error*)fake(60), ar->err_tag = 0x1107, ar->timeout_ms = 1234;
 }
 
+/* Rank 1 of 3 with the own-last plan's words: chunk flags (2 per slot), done, ready words. */
+static void own_last_areas_of_rank1_of_3(struct mk_ra_bwd_areas* ar) {
+  areas_of_rank1(ar, 3);
+  ar->flags = (const uint64_t*)fake(40), ar->fps = 2, ar->chunk_rows = 128, ar->done = (const uint64_t*)fake(41);
+  ar->ready = (const uint64_t*)fake(50), ar->ready_index0 = 77;
+}
+
+/* B = 1, S_local = 256, H = 8, H_kv = 2, D = 128: q, k, v, out, lse, dout, dq, then dk, dv. */
+static struct mk_ra_bwd_tensors tensors_1x256(int causal) {
+  const struct mk_ra_bwd_tensors t = {fake(1), fake(2), fake(3), fake(4), (const float*)fake(5), fake(6), fake(7),
+                                      1, 256, 8, 2, 128, causal, fake(8), fake(9)};
+  return t;
+}
+
 static void core_args_point_at_the_range_the_blocks_and_the_partials_owner(void) {
   struct mk_ra_bwd_layout l;
   mk_ra_bwd_layout(2, 1, 256, 8, 2, 128, 128, &l);
@@ -244,11 +258,8 @@ static void own_last_core_args_add_every_peers_partial_into_the_own_block(void) 
   struct mk_ra_bwd_layout l;
   mk_ra_bwd_layout(3, 1, 256, 8, 2, 128, 128, &l);
   struct mk_ra_bwd_areas ar;
-  areas_of_rank1(&ar, 3);
-  ar.flags = (const uint64_t*)fake(40), ar.fps = 2, ar.chunk_rows = 128, ar.done = (const uint64_t*)fake(41);
-  ar.ready = (const uint64_t*)fake(50), ar.ready_index0 = 77;
-  const struct mk_ra_bwd_tensors t = {fake(1), fake(2), fake(3), fake(4), (const float*)fake(5), fake(6), fake(7),
-                                      1, 256, 8, 2, 128, 0, fake(8), fake(9)};
+  own_last_areas_of_rank1_of_3(&ar);
+  const struct mk_ra_bwd_tensors t = tensors_1x256(0);
   struct mk_ra_bwd_call c[MK_RA_BWD_MAX_CALLS];
   const int m = mk_ra_bwd_plan_own_last(1, 3, 0, c, MK_RA_BWD_MAX_CALLS);
   CHECK_EQ(m, 2);
@@ -310,11 +321,8 @@ static void one_kernel_core_args_pass_the_cores_check(void) {
     struct mk_ra_bwd_layout l;
     mk_ra_bwd_layout(3, 1, 256, 8, 2, 128, 128, &l);
     struct mk_ra_bwd_areas ar;
-    areas_of_rank1(&ar, 3);
-    ar.flags = (const uint64_t*)fake(40), ar.fps = 2, ar.chunk_rows = 128, ar.done = (const uint64_t*)fake(41);
-    ar.ready = (const uint64_t*)fake(50), ar.ready_index0 = 77;
-    const struct mk_ra_bwd_tensors t = {fake(1), fake(2), fake(3), fake(4), (const float*)fake(5), fake(6), fake(7),
-                                        1, 256, 8, 2, 128, causal, fake(8), fake(9)};
+    own_last_areas_of_rank1_of_3(&ar);
+    const struct mk_ra_bwd_tensors t = tensors_1x256(causal);
     struct mk_ra_bwd_call c;
     CHECK_EQ(mk_ra_bwd_plan_one(1, 3, &c, 1), 1);
     struct mk_attn_bwd_args a;
