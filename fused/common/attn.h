@@ -95,7 +95,8 @@ int mk_attn_tmap_encode_rows_f32(void* map, const float* ptr, int batch, int seq
  * written once. Then (optional) dq = bf16(dq_acc).
  *
  * Positions as the forward's: query row q_row0 + i at q_pos0 + i, key row row0 + j of a block
- * at pos0 + j; lse is the forward's (over every block the forward merged), so several calls
+ * at pos0 + j (with the ring's parts, either may come in two pieces: q_split, a block's split);
+ * lse is the forward's (over every block the forward merged), so several calls
  * (ring steps, zigzag chunks) add up to the gradients of the whole attention: dq_acc
  * accumulates across calls (dq_accumulate), dk_acc / dv_acc too. Rows outside the ranges are
  * neither read (the tensor maps stop at them) nor written. */
@@ -296,6 +297,15 @@ MK_HD int mk_attn_bwd_first_q_tile(long long q_pos0, long long key_first, int bm
   if (!causal || key_first <= q_pos0) return 0;
   const long long t = (key_first - q_pos0) / bm;
   return t > 0x3fffffff ? 0x3fffffff : (int)t;
+}
+
+/* The same with the queries in two pieces (the ring's kernels: a zigzag rank's two chunks):
+ * tiles [0, q_tiles0) from q_pos0, the rest from q_pos1, which lies after the first piece. Its
+ * positions rise with the tile, so the tiles that see a key tile are this one to the last. */
+MK_HD int mk_attn_bwd_first_q_tile2(long long q_pos0, int q_tiles0, long long q_pos1, long long key_first, int bm,
+                                    int causal) {
+  const int i0 = mk_attn_bwd_first_q_tile(q_pos0, key_first, bm, causal);
+  return i0 < q_tiles0 ? i0 : q_tiles0 + mk_attn_bwd_first_q_tile(q_pos1, key_first, bm, causal);
 }
 
 /* Whether a (bm-query tile from q_first, key tile of bn keys from key_first with keys_left

@@ -131,14 +131,19 @@ static int bwd_check_two_pieces(const struct mk_attn_bwd_args* a) {
   for (int i = 0; i < a->num_kv_blocks; i++) any |= a->kv[i].split != 0;
   if (!any) return 0;
   if (!bwd_ring_parts(a)) BWD_REJECT("mk_attn_bwd: q_split and a block's split come with the ring's parts only");
-  if (a->q_split < 0 || a->q_split % MK_ATTN_BWD_BLOCK_M || a->q_split >= bwd_q_rows(a) || a->q_pos1 < 0)
-    BWD_REJECT("mk_attn_bwd: q_split = %d must be a multiple of %d inside the %d query rows (q_pos1 %lld >= 0)",
-               a->q_split, MK_ATTN_BWD_BLOCK_M, bwd_q_rows(a), a->q_pos1);
+  /* the second piece after the first: the query tiles that see a key tile stay a suffix */
+  if (a->q_split < 0 || a->q_split % MK_ATTN_BWD_BLOCK_M || a->q_split >= bwd_q_rows(a) ||
+      (a->q_split && a->q_pos1 < a->q_pos0 + a->q_split))
+    BWD_REJECT("mk_attn_bwd: q_split = %d must be a multiple of %d inside the %d query rows, q_pos1 = %lld at or "
+               "after the first piece's end (%lld)", a->q_split, MK_ATTN_BWD_BLOCK_M, bwd_q_rows(a), a->q_pos1,
+               a->q_pos0 + a->q_split);
   for (int i = 0; i < a->num_kv_blocks; i++) {
     const struct mk_attn_bwd_kv_block* kv = &a->kv[i];
-    if (kv->split < 0 || kv->split % MK_ATTN_BWD_BLOCK_N || kv->split >= bwd_block_rows(kv) || kv->pos1 < 0)
-      BWD_REJECT("mk_attn_bwd: kv block %d: split = %d must be a multiple of %d inside its %d rows (pos1 %lld >= 0)",
-                 i, kv->split, MK_ATTN_BWD_BLOCK_N, bwd_block_rows(kv), kv->pos1);
+    if (kv->split < 0 || kv->split % MK_ATTN_BWD_BLOCK_N || kv->split >= bwd_block_rows(kv) ||
+        (kv->split && kv->pos1 < kv->pos0 + kv->split))
+      BWD_REJECT("mk_attn_bwd: kv block %d: split = %d must be a multiple of %d inside its %d rows, pos1 = %lld at "
+                 "or after the first piece's end (%lld)", i, kv->split, MK_ATTN_BWD_BLOCK_N, bwd_block_rows(kv),
+                 kv->pos1, kv->pos0 + kv->split);
   }
   return 0;
 }

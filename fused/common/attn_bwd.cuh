@@ -587,6 +587,7 @@ template <class Cfg, int EPI, bool TWO_PIECE>
 __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
                                                  const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
                                                  int c, const struct mk_attn_wait_ctx& w) {
+  static_assert(!(TWO_PIECE && Cfg::PAIR_DQ), "the pairs' steps take query positions in one piece");
   if constexpr (Cfg::PAIR_DQ) return attn_bwd_consume_pairs<Cfg, EPI>(maps, p, sm, tile, c, w);
   const int steps = tile.steps;
   struct mk_attn_ring ring = {0, 0};

@@ -210,14 +210,12 @@ __device__ __forceinline__ long long attn_bwd_q_first(const struct mk_attn_bwd_p
   return p.q_pos0 + (long long)qi * Cfg::BM;
 }
 
-/* The first query tile that sees keys from key_first on: positions rise with the tile in
- * both pieces and the second piece lies after the first (zigzag: chunk 2n-1-r after chunk r),
- * so the tiles that see a key tile are always the ones from this one to the last. */
+/* The first query tile that sees keys from key_first on (attn.h mk_attn_bwd_first_q_tile2:
+ * with two pieces the tiles that see a key tile are still this one to the last). */
 template <class Cfg, bool TWO_PIECE>
 __device__ __forceinline__ int attn_bwd_first_q_tile_of(const struct mk_attn_bwd_params& p, long long key_first) {
-  const int i0 = mk_attn_bwd_first_q_tile(p.q_pos0, key_first, Cfg::BM, p.causal);
-  if (!TWO_PIECE || i0 < p.q_tiles0) return i0;
-  return p.q_tiles0 + mk_attn_bwd_first_q_tile(p.q_pos1, key_first, Cfg::BM, p.causal);
+  if (!TWO_PIECE) return mk_attn_bwd_first_q_tile(p.q_pos0, key_first, Cfg::BM, p.causal);
+  return mk_attn_bwd_first_q_tile2(p.q_pos0, p.q_tiles0, p.q_pos1, key_first, Cfg::BM, p.causal);
 }
 
 template <class Cfg, bool TWO_PIECE = false>

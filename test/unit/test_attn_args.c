@@ -246,6 +246,10 @@ static void bwd_ring_parts_rules(void) {
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.kv[0].pos1 = -1;
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.q_pos1 = g.q_pos0 + 128; /* the second piece inside the first: no longer a suffix */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.kv[1].pos1 = a.kv[1].pos0;
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.push.ctas = 0, a.kv[0].announce = NULL, a.call_done = NULL, a.addends.n = 0; /* no ring part */
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
 }
@@ -362,6 +366,39 @@ static void bwd_bad_arguments_are_refused(void) {
 
 /* The backward's rules against brute force: query tiles before mk_attn_bwd_first_q_tile see
  * no key of the tile; a pair left unmasked has every (query, key) visible. */
+/* A zigzag rank's queries (chunks r and 2n-1-r) against every key tile of every rank's block
+ * (its two chunks): the query tiles that see a key tile (any query at or after its first key)
+ * are exactly those from mk_attn_bwd_first_q_tile2 on, brute force over the tiles' positions. */
+static void bwd_two_piece_first_tile_matches_brute_force(void) {
+  const int bm = MK_ATTN_BWD_BLOCK_M, bn = MK_ATTN_BWD_BLOCK_N;
+  for (int n = 2; n <= 4; n++)
+    for (int s_local = 256; s_local <= 1024; s_local *= 2) {
+      const int half = s_local / 2, nqt = s_local / bm, q_tiles0 = half / bm;
+      for (int r = 0; r < n; r++) {
+        const long long q_pos0 = (long long)r * half, q_pos1 = (long long)(2 * n - 1 - r) * half;
+        for (int src = 0; src < n; src++)
+          for (int t = 0; t < s_local / bn; t++) {
+            const long long kf = t < half / bn ? (long long)src * half + (long long)t * bn
+                                               : (long long)(2 * n - 1 - src) * half + (long long)(t - half / bn) * bn;
+            int first = nqt; /* brute force: the first tile whose last query is at or after kf */
+            for (int qi = nqt - 1; qi >= 0; qi--) {
+              const long long last = (qi < q_tiles0 ? q_pos0 + (long long)qi * bm : q_pos1 + (long long)(qi - q_tiles0) * bm) + bm - 1;
+              if (last >= kf) first = qi;
+              else break; /* a suffix: no earlier tile sees it either */
+            }
+            int i0 = mk_attn_bwd_first_q_tile2(q_pos0, q_tiles0, q_pos1, kf, bm, 1);
+            if (i0 > nqt) i0 = nqt;
+            CHECK_EQ(i0, first);
+            for (int qi = 0; qi < first; qi++) { /* and none before it sees it */
+              const long long last = (qi < q_tiles0 ? q_pos0 + (long long)qi * bm : q_pos1 + (long long)(qi - q_tiles0) * bm) + bm - 1;
+              CHECK(last < kf);
+            }
+            CHECK_EQ(mk_attn_bwd_first_q_tile2(q_pos0, q_tiles0, q_pos1, kf, bm, 0), 0);
+          }
+      }
+    }
+}
+
 static void bwd_tile_rules_match_brute_force(void) {
   const int bm = 64, bn = 128;
   const long long q_pos0s[] = {0, 5, 64, 127, 128, 300, 1000};
@@ -585,6 +622,7 @@ int main(void) {
   bwd_ring_parts_rules();
   bwd_epilogue_kernel_has_the_loads_the_call_needs();
   bwd_tile_rules_match_brute_force();
+  bwd_two_piece_first_tile_matches_brute_force();
   persistent_items_cover_every_tile_once();
   bwd_cta_chunks_visit_every_cta_once();
   bwd_dkv_workspace_covers_the_blocks_that_need_it();
