@@ -111,62 +111,73 @@ static void ra_bwd_own_block_last(const struct mk_ra_bwd_areas* ar, const struct
   a->ready_done = ar->done;
 }
 
+/* Rank owner's local rows as a core call sees them: one zigzag half (which = 0, 1) at its
+ * chunk's position, or all of them (-1): causal, the two chunks (a split at half); non-causal,
+ * one piece at owner x s_local. */
+struct ra_bwd_rows {
+  int row0, rows, split;
+  long long pos0, pos1;
+};
+
+static struct ra_bwd_rows ra_bwd_rows_of(int owner, int n, int which, int causal, int s_local) {
+  const int half = s_local / 2;
+  struct ra_bwd_rows x = {0, s_local, 0, (long long)owner * s_local, 0};
+  if (which >= 0) {
+    x.row0 = which * half, x.rows = half, x.pos0 = (long long)mk_ra_zigzag_chunk(owner, n, which) * half;
+  } else if (causal) {
+    x.split = half;
+    x.pos0 = (long long)mk_ra_zigzag_chunk(owner, n, 0) * half, x.pos1 = (long long)mk_ra_zigzag_chunk(owner, n, 1) * half;
+  }
+  return x;
+}
+
+/* Segment i of the call: its K/V (own, or the peer's slot with its chunk flags), where its
+ * partials go, its rows and positions. */
+static void ra_bwd_segment_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bwd_layout* l,
+                                const struct mk_ra_bwd_tensors* t, const struct mk_ra_bwd_seg* seg, int i,
+                                struct mk_attn_bwd_args* a) {
+  const int r = ar->rank, src = seg->src;
+  struct mk_attn_bwd_kv_block* b = &a->kv[i];
+  if (src == r) {
+    b->k = t->k, b->v = t->v;
+  } else {
+    const uint16_t* slot = /* bf16 */
+        (const uint16_t*)((char*)ar->data + l->slots) + (size_t)mk_sched_rs_slot(src, r) * 2 * l->kv_elems;
+    b->k = slot, b->v = slot + l->kv_elems;
+    if (ar->flags) {
+      b->ready_flags = ar->flags + (long)mk_sched_rs_slot(src, r) * ar->fps;
+      b->ready_chunk_rows = ar->chunk_rows;
+      a->ready_done = ar->done;
+    }
+  }
+  if (ar->ready && src == r) { /* the own-last plan */
+    ra_bwd_own_block_last(ar, l, t, i, a);
+  } else if (seg->k_half >= 0) { /* a block's halves meet several query ranges: added here, read by the owner */
+    b->dk_acc = mk_ra_bwd_acc(ar->data, l, src);
+  } else { /* the whole block in one call: stored straight into the owner's acc[r] */
+    b->dk_acc = mk_ra_bwd_acc(src == r ? ar->data : ar->peer_data[src], l, r);
+    b->acc_overwrite = 1;
+  }
+  if (b->dk_acc) b->dv_acc = b->dk_acc + l->kv_elems;
+  const struct ra_bwd_rows x = ra_bwd_rows_of(src, ar->nranks, seg->k_half, t->causal, t->s_local);
+  b->seq = t->s_local, b->row0 = x.row0, b->rows = x.rows, b->split = x.split, b->pos0 = x.pos0, b->pos1 = x.pos1;
+}
+
 void mk_ra_bwd_core_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bwd_layout* l,
                          const struct mk_ra_bwd_call* c, const struct mk_ra_bwd_tensors* t, struct mk_attn_bwd_args* a) {
-  const int n = ar->nranks, r = ar->rank, s_local = t->s_local, half = s_local / 2;
   memset(a, 0, sizeof *a);
   a->q = t->q, a->out = t->out, a->dout = t->dout, a->lse = t->lse;
   a->delta = (float*)((char*)ar->data + l->delta);
   a->dq_acc = (float*)((char*)ar->data + l->dq_acc);
   a->dq = c->last ? t->dq : NULL;
-  a->batch = t->batch, a->seq_q = s_local, a->heads = t->heads, a->kv_heads = t->kv_heads, a->d_head = t->d_head;
+  a->batch = t->batch, a->seq_q = t->s_local, a->heads = t->heads, a->kv_heads = t->kv_heads, a->d_head = t->d_head;
   a->causal = t->causal;
-  if (c->q_half >= 0) {
-    a->q_row0 = c->q_half * half, a->q_rows = half;
-    a->q_pos0 = (long long)mk_ra_zigzag_chunk(r, n, c->q_half) * half;
-  } else if (t->causal) { /* the one-kernel call: both zigzag chunks, each at its position */
-    a->q_row0 = 0, a->q_rows = s_local, a->q_split = half;
-    a->q_pos0 = (long long)mk_ra_zigzag_chunk(r, n, 0) * half, a->q_pos1 = (long long)mk_ra_zigzag_chunk(r, n, 1) * half;
-  } else {
-    a->q_row0 = 0, a->q_rows = s_local, a->q_pos0 = (long long)r * s_local;
-  }
+  /* causal, all rows (q_half -1): the one-kernel call, both zigzag chunks at their positions */
+  const struct ra_bwd_rows q = ra_bwd_rows_of(ar->rank, ar->nranks, c->q_half, t->causal, t->s_local);
+  a->q_row0 = q.row0, a->q_rows = q.rows, a->q_split = q.split, a->q_pos0 = q.pos0, a->q_pos1 = q.pos1;
   a->dq_accumulate = a->delta_ready = !c->first;
   a->num_kv_blocks = c->nseg;
-  for (int i = 0; i < c->nseg; i++) {
-    const int src = c->seg[i].src, kh = c->seg[i].k_half;
-    struct mk_attn_bwd_kv_block* b = &a->kv[i];
-    if (src == r) {
-      b->k = t->k, b->v = t->v;
-    } else {
-      const uint16_t* slot = /* bf16 */
-          (const uint16_t*)((char*)ar->data + l->slots) + (size_t)mk_sched_rs_slot(src, r) * 2 * l->kv_elems;
-      b->k = slot, b->v = slot + l->kv_elems;
-      if (ar->flags) {
-        b->ready_flags = ar->flags + (long)mk_sched_rs_slot(src, r) * ar->fps;
-        b->ready_chunk_rows = ar->chunk_rows;
-        a->ready_done = ar->done;
-      }
-    }
-    if (ar->ready && src == r) { /* the own-last plan */
-      ra_bwd_own_block_last(ar, l, t, i, a);
-    } else if (kh >= 0) { /* a block's halves meet several query ranges: added here, read by the owner */
-      b->dk_acc = mk_ra_bwd_acc(ar->data, l, src);
-    } else { /* the whole block in one call: stored straight into the owner's acc[r] */
-      b->dk_acc = mk_ra_bwd_acc(src == r ? ar->data : ar->peer_data[src], l, r);
-      b->acc_overwrite = 1;
-    }
-    if (b->dk_acc) b->dv_acc = b->dk_acc + l->kv_elems;
-    b->seq = s_local;
-    if (kh >= 0) {
-      b->row0 = kh * half, b->rows = half;
-      b->pos0 = (long long)mk_ra_zigzag_chunk(src, n, kh) * half;
-    } else if (t->causal) { /* both chunks of the block */
-      b->row0 = 0, b->rows = s_local, b->split = half;
-      b->pos0 = (long long)mk_ra_zigzag_chunk(src, n, 0) * half, b->pos1 = (long long)mk_ra_zigzag_chunk(src, n, 1) * half;
-    } else {
-      b->row0 = 0, b->rows = s_local, b->pos0 = (long long)src * s_local;
-    }
-  }
+  for (int i = 0; i < c->nseg; i++) ra_bwd_segment_args(ar, l, t, &c->seg[i], i, a);
   a->acc_gate = ar->acc_gate;
   a->err = ar->err, a->err_tag = ar->err_tag;
   a->timeout_ms = ar->timeout_ms;

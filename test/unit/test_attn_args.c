@@ -182,10 +182,10 @@ static void bwd_addends_and_pdl_rules(void) {
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
 }
 
-/* The ring's parts in one launch (push, announcements, the call's end): what the core takes
- * and what it refuses. */
-static void bwd_ring_parts_rules(void) {
-  struct mk_attn_bwd_args g = base_bwd_args(), a;
+/* A valid one-launch call with the ring's parts: a peer's block (stored into its owner's
+ * accumulator, announced) and the own block last with one addend, the push, the call's end. */
+static struct mk_attn_bwd_args ring_parts_args(void) {
+  struct mk_attn_bwd_args g = base_bwd_args();
   g.causal = 0, g.num_kv_blocks = 2, g.ready_done = (const uint64_t*)fake(20);
   g.kv[1] = g.kv[0];
   g.kv[0].dk = g.kv[0].dv = NULL, g.kv[0].dk_acc = (float*)fake(12), g.kv[0].dv_acc = (float*)fake(13);
@@ -199,6 +199,14 @@ static void bwd_ring_parts_rules(void) {
   p->chunks_per_batch = 3, p->row_vecs = 2 * 128 / 8, p->k = fake(8), p->v = fake(9), p->done = (const uint64_t*)fake(28);
   p->dst_k[1] = fake(29), p->dst_v[1] = fake(30), p->dst_flags[1] = (uint64_t*)fake(31);
   p->peer_done[1] = (const uint64_t*)fake(32);
+  return g;
+}
+
+/* The ring's parts in one launch (push, announcements, the call's end): what the core takes
+ * and what it refuses. */
+static void bwd_ring_parts_rules(void) {
+  const struct mk_attn_bwd_args g = ring_parts_args();
+  struct mk_attn_bwd_args a;
   CHECK_EQ(mk_attn_bwd_check(&g), 0);
   a = g, a.phase_words = NULL; /* every part needs the one launch */
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
@@ -234,7 +242,12 @@ static void bwd_ring_parts_rules(void) {
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a.push.ctas = 0, a.kv[1].announce = NULL, a.call_done = NULL, a.phase_words = NULL; /* in any launch */
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
-  /* positions in two pieces (a zigzag rank's chunks): whole tiles inside the rows, ring only */
+}
+
+/* Positions in two pieces (a zigzag rank's chunks): whole tiles inside the rows, the second
+ * piece after the first, with the ring's parts only. */
+static void bwd_two_piece_rules(void) {
+  struct mk_attn_bwd_args g = ring_parts_args(), a;
   g.causal = 1, g.seq_q = 512, g.kv[0].seq = g.kv[1].seq = 512, g.push.s_local = 512, g.push.chunks_per_batch = 4;
   g.q_split = 256, g.q_pos1 = 1536, g.kv[0].split = g.kv[1].split = 256, g.kv[0].pos1 = 1024, g.kv[1].pos1 = 1280;
   CHECK_EQ(mk_attn_bwd_check(&g), 0);
@@ -620,6 +633,7 @@ int main(void) {
   bwd_bad_arguments_are_refused();
   bwd_addends_and_pdl_rules();
   bwd_ring_parts_rules();
+  bwd_two_piece_rules();
   bwd_epilogue_kernel_has_the_loads_the_call_needs();
   bwd_tile_rules_match_brute_force();
   bwd_two_piece_first_tile_matches_brute_force();
