@@ -107,6 +107,11 @@ int mk_ag_gemm_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e
 /* ring_attn.c: the same for ncclMkRingAttention's waits (chunk flags, a peer's done word). */
 int mk_ra_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uint64_t* progress, char* what,
                     size_t what_len);
+/* Its pure part: the peer a ring attention wait on rank `rank` of nranks depended on (fps: K/V
+ * chunk flags per slot) and what it waited for (*kind), or -1 with none (a wait on the call's
+ * own CTAs, or a flag past the ranks). */
+enum mk_ra_hang_kind { MK_RA_HANG_DONE, MK_RA_HANG_READY, MK_RA_HANG_CHUNK };
+int mk_ra_hang_source(const struct mk_gemm_error* e, int rank, int nranks, int fps, enum mk_ra_hang_kind* kind);
 
 /* peer_mem.c: the exchange of workspaces between the ranks of a host. */
 int mk_peer_exchange_post(struct mk_fused_comm* fc);

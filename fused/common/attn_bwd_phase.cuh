@@ -26,7 +26,6 @@
 #include "kv_push.cuh"
 #include "wait.cuh"
 
-#define MK_ATTN_WAIT_PHASE 6u /* the error record's flag: a part's wait for the one before */
 
 enum { ATTN_BWD_START_DONE, ATTN_BWD_MAIN_DONE, ATTN_BWD_END_DONE, ATTN_BWD_PUSH_DONE, ATTN_BWD_BLOCK_DONE0 };
 
@@ -44,16 +43,19 @@ __device__ __forceinline__ void attn_bwd_phase_reset(uint64_t* words) {
  * It does not give up early when another wait of the call raised the abort word: the part
  * before always ends (its waits are bounded), and a CTA that left first could zero the words
  * before the last of it counted itself. */
-__device__ __forceinline__ int attn_bwd_word_wait(const struct mk_attn_bwd_params& p, int word, uint64_t want, int c) {
+/* Thread 0: until words[word] >= want, bounded; a timeout is recorded as a wait for this
+ * call's other CTAs (gemm.h MK_GEMM_ERR_TILE_OWN_CTAS, flag_index = the word): no peer owes it,
+ * so the hang report names none. */
+__device__ __forceinline__ int attn_bwd_word_wait(const struct mk_attn_bwd_params& p, int word, uint64_t want) {
   const uint64_t seen = mk_wait_geq_inline(&p.phase[word], want, NULL, 0, 0, 0, p.part_timeout_ns);
-  if (seen < want && p.err) mk_gemm_error_raise(p.err, p.err_tag, (uint32_t)c, MK_ATTN_WAIT_PHASE, want, seen);
+  if (seen < want && p.err) mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_OWN_CTAS, (uint32_t)word, want, seen);
   return seen >= want;
 }
 
-__device__ __noinline__ int attn_bwd_part_wait(const struct mk_attn_bwd_params& p, int word, uint64_t want, int c) {
+__device__ __noinline__ int attn_bwd_part_wait(const struct mk_attn_bwd_params& p, int word, uint64_t want) {
   __shared__ int ok_s;
   if (threadIdx.x == 0) {
-    ok_s = attn_bwd_word_wait(p, word, want, c);
+    ok_s = attn_bwd_word_wait(p, word, want);
     fence_proxy_async_global();
   }
   __syncthreads();
@@ -64,8 +66,8 @@ __device__ __noinline__ int attn_bwd_part_wait(const struct mk_attn_bwd_params& 
  * slots; bounded), the words zeroed and the call ended (done = e, release at system scope: the
  * peers may write this rank's workspace for call e + 1). Inlined: as a call (noinline) ptxas
  * failed to fit the D = 128 addends kernel's consumers in their 232 registers. */
-__device__ __forceinline__ void attn_bwd_end_ring_call(const struct mk_attn_bwd_params& p, int c) {
-  attn_bwd_word_wait(p, ATTN_BWD_PUSH_DONE, (uint64_t)p.push.ctas, c);
+__device__ __forceinline__ void attn_bwd_end_ring_call(const struct mk_attn_bwd_params& p) {
+  attn_bwd_word_wait(p, ATTN_BWD_PUSH_DONE, (uint64_t)p.push.ctas);
   attn_bwd_phase_reset(p.phase);
   const uint64_t e = *(volatile const uint64_t*)p.call_done + 1;
   fence_acq_rel_sys();
@@ -136,17 +138,17 @@ __device__ __forceinline__ int attn_bwd_phase_is_main(const struct mk_attn_bwd_p
     return 0;
   }
   if (c >= p.n_start + p.n_main) {
-    if (attn_bwd_part_wait(p, ATTN_BWD_MAIN_DONE, (uint64_t)p.n_main, c))
+    if (attn_bwd_part_wait(p, ATTN_BWD_MAIN_DONE, (uint64_t)p.n_main))
       attn_bwd_end_part<Cfg>(p, c - p.n_start - p.n_main);
     __syncthreads();
     if (threadIdx.x == 0 &&
         atom_add_acq_rel_gpu_u64(&p.phase[ATTN_BWD_END_DONE], 1ull) + 1 == (uint64_t)p.n_end) {
-      if constexpr (LAUNCH == ATTN_BWD_LAUNCH_RING) attn_bwd_end_ring_call(p, c);
+      if constexpr (LAUNCH == ATTN_BWD_LAUNCH_RING) attn_bwd_end_ring_call(p);
       else attn_bwd_phase_reset(p.phase);
     }
     return 0;
   }
-  if (p.n_start && !attn_bwd_part_wait(p, ATTN_BWD_START_DONE, (uint64_t)p.n_start, c)) {
+  if (p.n_start && !attn_bwd_part_wait(p, ATTN_BWD_START_DONE, (uint64_t)p.n_start)) {
     if (threadIdx.x == 0) attn_bwd_count_main(p);
     return 0;
   }

@@ -161,35 +161,46 @@ static int ra_fused(struct mk_fused_comm* fc, const void* q, const void* k, cons
 }
 
 /* A timed-out wait's peer. A push wait (MK_GEMM_ERR_TAG_PUSH) waited for peer flag_index's done
- * word: progress = the last call it finished. An attention CTA's wait (flag_index = slot x
- * flags per slot + chunk) owed its chunk to the slot's source: progress = its chunks arrived. */
+ * word; the backward's "partials ready" word (flag_index from ready0 on) for its slot's source;
+ * an attention CTA's wait (flag_index = slot x flags per slot + chunk) for the slot's source; a
+ * one-launch call's part wait (MK_GEMM_ERR_TILE_OWN_CTAS) for this call's own CTAs: nobody. */
+int mk_ra_hang_source(const struct mk_gemm_error* e, int rank, int nranks, int fps, enum mk_ra_hang_kind* kind) {
+  if (mk_gemm_err_tile_is_own_wait(e->tile)) return -1;
+  if (e->tag & MK_GEMM_ERR_TAG_PUSH) {
+    *kind = MK_RA_HANG_DONE;
+    return e->flag_index < (uint32_t)nranks ? (int)e->flag_index : -1;
+  }
+  if (fps <= 0) return -1;
+  const uint32_t ready0 = (uint32_t)(nranks - 1) * (uint32_t)fps;
+  const int ready = mk_err_tag_op(e->tag) == MK_OP_RING_ATTN_BWD && e->flag_index >= ready0;
+  const int slot = ready ? (int)(e->flag_index - ready0) : (int)(e->flag_index / (uint32_t)fps);
+  const int peer = slot < rank ? slot : slot + 1; /* the inverse of mk_sched_rs_slot */
+  *kind = ready ? MK_RA_HANG_READY : MK_RA_HANG_CHUNK;
+  return peer < nranks ? peer : -1;
+}
+
+/* The peer (mk_ra_hang_source) and its progress: the last call it finished, the last call whose
+ * partials it announced, or how many of its K/V chunks arrived. */
 int mk_ra_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uint64_t* progress, char* what,
                     size_t what_len) {
   const int fps = fc->ra_flags_per_slot;
-  if (e->tag & MK_GEMM_ERR_TAG_PUSH) {
-    const int peer = (int)e->flag_index;
-    if (peer >= fc->nranks || !fc->peer_sym[peer] ||
-        cudaMemcpy(progress, (uint64_t*)fc->peer_sym[peer] + MK_AG_WORD_DONE, 8, cudaMemcpyDeviceToHost) !=
-            cudaSuccess)
+  enum mk_ra_hang_kind kind;
+  const int peer = mk_ra_hang_source(e, fc->rank, fc->nranks, fps, &kind);
+  if (peer < 0) return -1;
+  if (kind == MK_RA_HANG_DONE) {
+    if (!fc->peer_sym[peer] ||
+        cudaMemcpy(progress, (uint64_t*)fc->peer_sym[peer] + MK_AG_WORD_DONE, 8, cudaMemcpyDeviceToHost) != cudaSuccess)
       return -1;
     snprintf(what, what_len, "the last call it finished");
     return peer;
   }
-  if (fps <= 0) return -1;
-  const uint32_t ready0 = (uint32_t)(fc->nranks - 1) * (uint32_t)fps;
-  if (mk_err_tag_op(e->tag) == MK_OP_RING_ATTN_BWD && e->flag_index >= ready0) {
-    /* the backward's "partials ready" word of the slot's source (ra_bwd_plan.h) */
-    const int slot = (int)(e->flag_index - ready0);
-    const int peer = slot < fc->rank ? slot : slot + 1;
-    if (peer >= fc->nranks || cudaMemcpy(progress, (uint64_t*)fc->sym + MK_AG_FLAG0 + e->flag_index, 8,
-                                         cudaMemcpyDeviceToHost) != cudaSuccess)
+  if (kind == MK_RA_HANG_READY) {
+    if (cudaMemcpy(progress, (uint64_t*)fc->sym + MK_AG_FLAG0 + e->flag_index, 8, cudaMemcpyDeviceToHost) != cudaSuccess)
       return -1;
     snprintf(what, what_len, "the last call whose partial dK/dV it announced");
     return peer;
   }
   const int slot = (int)(e->flag_index / (uint32_t)fps);
-  const int peer = slot < fc->rank ? slot : slot + 1; /* the inverse of mk_sched_rs_slot */
-  if (peer >= fc->nranks) return -1;
   uint64_t* flags = malloc((size_t)fps * 8);
   if (!flags || cudaMemcpy(flags, (uint64_t*)fc->sym + MK_AG_FLAG0 + (size_t)slot * fps, (size_t)fps * 8,
                            cudaMemcpyDeviceToHost) != cudaSuccess) {

@@ -21,6 +21,7 @@
  *     the own block last; its core arguments (with the blocks' announcements and the push),
  *     non-causal and causal (both zigzag chunks of q and of each block, at their positions),
  *     pass the core's check, and a call with the own block elsewhere does not;
+ *   - the hang report's peer for each kind of wait, none for a one-launch call's part waits;
  *   - the workspace layout: regions in order, 256-byte aligned, disjoint, sized as documented.
  */
 #include <errno.h>
@@ -28,6 +29,8 @@
 #include <string.h>
 
 #include "attn.h"
+#include "fused_comm.h"
+#include "op_check.h"
 #include "mk_test.h"
 #include "ra_bwd_plan.h"
 #include "ring_attn.h"
@@ -363,6 +366,34 @@ static void one_kernel_core_args_pass_the_cores_check(void) {
   }
 }
 
+/* Which peer the hang report names for each wait of the ring attention (mk_ra_hang_source):
+ * the push's wait for a peer's previous call, the backward's "partials ready" word, a K/V
+ * chunk flag; none for a one-launch call's part waits (its own CTAs), which read as a chunk
+ * flag would have named slot 0's source. */
+static void hang_report_names_the_peer_each_wait_depended_on(void) {
+  const int n = 3, fps = 4; /* rank 1: slot 0 holds rank 0's block, slot 1 rank 2's */
+  struct mk_gemm_error e;
+  enum mk_ra_hang_kind kind = MK_RA_HANG_DONE;
+  memset(&e, 0, sizeof e);
+  e.tag = MK_OP_RING_ATTN_BWD | MK_GEMM_ERR_TAG_PUSH;
+  e.tile = 5;
+  e.flag_index = 2;
+  CHECK(mk_ra_hang_source(&e, 1, n, fps, &kind) == 2 && kind == MK_RA_HANG_DONE);
+  e.tag = MK_OP_RING_ATTN_BWD;
+  e.flag_index = 1 * fps + 3; /* slot 1's last chunk */
+  CHECK(mk_ra_hang_source(&e, 1, n, fps, &kind) == 2 && kind == MK_RA_HANG_CHUNK);
+  e.flag_index = 3; /* slot 0's */
+  CHECK(mk_ra_hang_source(&e, 1, n, fps, &kind) == 0 && kind == MK_RA_HANG_CHUNK);
+  e.flag_index = (n - 1) * fps + 1; /* the "partials ready" word of slot 1 */
+  CHECK(mk_ra_hang_source(&e, 1, n, fps, &kind) == 2 && kind == MK_RA_HANG_READY);
+  e.tag = MK_OP_RING_ATTN; /* the forward has no ready words: a flag past the slots */
+  CHECK_EQ(mk_ra_hang_source(&e, 1, n, fps, &kind), -1);
+  e.tag = MK_OP_RING_ATTN_BWD;
+  e.tile = MK_GEMM_ERR_TILE_OWN_CTAS; /* a part wait */
+  e.flag_index = 3;
+  CHECK_EQ(mk_ra_hang_source(&e, 1, n, fps, &kind), -1);
+}
+
 static void layout_is_aligned_disjoint_and_sized(void) {
   const int shapes[][6] = {{1, 256, 8, 1, 128, 128}, {2, 77, 4, 2, 64, 128}, {3, 1000, 16, 2, 128, 256}};
   for (int n = 2; n <= MK_RA_MAX_RANKS; n++)
@@ -395,6 +426,7 @@ int main(void) {
   own_last_core_args_add_every_peers_partial_into_the_own_block();
   one_kernel_plan_puts_every_block_in_one_call_the_own_last();
   one_kernel_core_args_pass_the_cores_check();
+  hang_report_names_the_peer_each_wait_depended_on();
   layout_is_aligned_disjoint_and_sized();
   return MK_TEST_RESULT();
 }
