@@ -228,7 +228,7 @@ extern "C" int mk_attn_bwd_check(const struct mk_attn_bwd_args* a) {
     if (kv->ready_flags && (!a->ready_done || kv->ready_chunk_rows < 1 || bwd_misaligned(kv->ready_flags, 8)))
       BWD_REJECT("mk_attn_bwd: kv block %d: ready_flags %p need ready_done (%p), ready_chunk_rows >= 1 (%d) and "
                  "8-byte alignment", i, (const void*)kv->ready_flags, (const void*)a->ready_done, kv->ready_chunk_rows);
-    tiles += (rows + MK_ATTN_BWD_BLOCK_N - 1) / MK_ATTN_BWD_BLOCK_N;
+    tiles += bwd_block_tiles(kv);
   }
   if (tiles > INT_MAX) BWD_REJECT("mk_attn_bwd: %lld key tiles, too many", tiles);
   if (bwd_misaligned(a->dkv_ws, 16)) BWD_REJECT("mk_attn_bwd: dkv_ws = %p, must be 16-byte aligned", (void*)a->dkv_ws);
@@ -357,6 +357,9 @@ static void attn_bwd_block_params(const struct mk_attn_bwd_args* a, const struct
   b->ready_flags = kv->ready_flags;
   b->ready_chunk_rows = kv->ready_chunk_rows;
   b->ready_chunks = kv->ready_flags ? (kv->seq + kv->ready_chunk_rows - 1) / kv->ready_chunk_rows : 0;
+  b->announce = kv->announce;
+  b->ctas = bwd_block_tiles(kv) * (split ? a->heads : a->kv_heads) * a->batch; /* grid_heads */
+  b->split_tiles = kv->split ? kv->split / Cfg::BN : INT_MAX, b->pos1 = kv->pos1;
   if (split && bwd_block_direct(kv)) {
     b->dk_red = kv->dk_acc, b->dv_red = kv->dv_acc, b->red_seq = kv->seq, b->red_row0 = kv->row0;
   } else if (split) {
@@ -389,7 +392,7 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
     MK_CHECK(mk_attn_tmap_encode_rows(&maps->v[i], kv->v, a->batch, kv->seq, kv->row0, rows, a->kv_heads,
                                       Cfg::D, Cfg::BN));
     attn_bwd_block_params<Cfg>(a, kv, split, tiles, &ws, &p->kv[i]);
-    tiles += (rows + Cfg::BN - 1) / Cfg::BN;
+    tiles += bwd_block_tiles(kv);
   }
   p->seq_q = a->seq_q, p->heads = a->heads, p->kv_heads = a->kv_heads, p->causal = a->causal ? 1 : 0;
   p->split = split;
@@ -402,11 +405,6 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
   p->acc_gate = a->acc_gate, p->ready_done = a->ready_done, p->err = a->err, p->err_tag = a->err_tag;
   p->addends = a->addends;
   p->grid_tiles = tiles, p->grid_heads = split ? a->heads : a->kv_heads, p->batch = a->batch;
-  for (int i = 0; i < a->num_kv_blocks; i++) {
-    p->kv[i].announce = a->kv[i].announce;
-    p->kv[i].ctas = bwd_block_tiles(&a->kv[i]) * p->grid_heads * a->batch;
-    p->kv[i].split_tiles = a->kv[i].split ? a->kv[i].split / Cfg::BN : INT_MAX, p->kv[i].pos1 = a->kv[i].pos1;
-  }
   p->q_tiles0 = a->q_split ? a->q_split / Cfg::BM : INT_MAX, p->q_pos1 = a->q_pos1;
   /* addends beside other blocks (their block last, blocks of one size): block by block */
   if (a->addends.n && a->num_kv_blocks > 1) p->chunk = bwd_block_tiles(&a->kv[0]);

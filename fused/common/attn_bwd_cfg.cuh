@@ -218,13 +218,19 @@ __device__ __forceinline__ int attn_bwd_first_q_tile_of(const struct mk_attn_bwd
   return mk_attn_bwd_first_q_tile2(p.q_pos0, p.q_tiles0, p.q_pos1, key_first, Cfg::BM, p.causal);
 }
 
+/* The block that key tile `tile` of the grid's x (all blocks' tiles in turn) belongs to. */
+__device__ __forceinline__ int attn_bwd_block_of(const struct mk_attn_bwd_params& p, int tile) {
+  int bi = 0;
+  while (bi + 1 < p.num_kv_blocks && tile >= p.kv[bi + 1].tile0) bi++;
+  return bi;
+}
+
 template <class Cfg, bool TWO_PIECE = false>
 __device__ __forceinline__ struct attn_bwd_tile attn_bwd_tile_of(const struct mk_attn_bwd_params& p, int c, int grid_x,
                                                                  int grid_y, int grid_z) {
   struct attn_bwd_tile k;
   const struct mk_attn_work cw = mk_attn_bwd_cta_work(c, grid_x, grid_y, grid_z, p.chunk);
-  k.bi = 0;
-  while (k.bi + 1 < p.num_kv_blocks && cw.tile >= p.kv[k.bi + 1].tile0) k.bi++;
+  k.bi = attn_bwd_block_of(p, cw.tile);
   const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
   k.t = cw.tile - blk.tile0;
   const int group = p.heads / p.kv_heads, heads = p.split ? 1 : group;

@@ -26,7 +26,6 @@
 #include "kv_push.cuh"
 #include "wait.cuh"
 
-
 enum { ATTN_BWD_START_DONE, ATTN_BWD_MAIN_DONE, ATTN_BWD_END_DONE, ATTN_BWD_PUSH_DONE, ATTN_BWD_BLOCK_DONE0 };
 
 /* The main kernel's launches: the main part alone (a call is several launches), the call's
@@ -37,21 +36,21 @@ __device__ __forceinline__ void attn_bwd_phase_reset(uint64_t* words) {
   for (int i = 0; i < MK_ATTN_BWD_PHASE_WORDS; i++) *(volatile uint64_t*)&words[i] = 0;
 }
 
-/* Every thread: until words[word] >= want (thread 0, bounded by part_timeout_ns, so that the
- * waits inside the part before, the cause, expire first), then the async proxy
- * fenced (the main part reads what the start part wrote through TMA). 0 when it gave up.
- * It does not give up early when another wait of the call raised the abort word: the part
- * before always ends (its waits are bounded), and a CTA that left first could zero the words
- * before the last of it counted itself. */
-/* Thread 0: until words[word] >= want, bounded; a timeout is recorded as a wait for this
- * call's other CTAs (gemm.h MK_GEMM_ERR_TILE_OWN_CTAS, flag_index = the word): no peer owes it,
- * so the hang report names none. */
+/* Thread 0: until words[word] >= want, bounded by part_timeout_ns (so that the waits inside the
+ * part before, the cause, expire first); a timeout is recorded as a wait for this call's other
+ * CTAs (gemm.h MK_GEMM_ERR_TILE_OWN_CTAS, flag_index = the word): no peer owes it, so the hang
+ * report names none. */
 __device__ __forceinline__ int attn_bwd_word_wait(const struct mk_attn_bwd_params& p, int word, uint64_t want) {
   const uint64_t seen = mk_wait_geq_inline(&p.phase[word], want, NULL, 0, 0, 0, p.part_timeout_ns);
   if (seen < want && p.err) mk_gemm_error_raise(p.err, p.err_tag, MK_GEMM_ERR_TILE_OWN_CTAS, (uint32_t)word, want, seen);
   return seen >= want;
 }
 
+/* Every thread: attn_bwd_word_wait by thread 0, then the async proxy fenced (the main part
+ * reads what the start part wrote through TMA). 0 when it gave up. It does not give up early
+ * when another wait of the call raised the abort word: the part before always ends (its waits
+ * are bounded), and a CTA that left first could zero the words before the last of it counted
+ * itself. */
 __device__ __noinline__ int attn_bwd_part_wait(const struct mk_attn_bwd_params& p, int word, uint64_t want) {
   __shared__ int ok_s;
   if (threadIdx.x == 0) {
@@ -79,9 +78,7 @@ __device__ __forceinline__ void attn_bwd_end_ring_call(const struct mk_attn_bwd_
  * a wait of the call gave up (its partials may be missing: the owner must time out, not add
  * them). The block is found again from c here, not kept live from the tile through the roles. */
 __device__ __forceinline__ void attn_bwd_announce(const struct mk_attn_bwd_params& p, int c) {
-  const int tile = mk_attn_bwd_cta_work(c, p.grid_tiles, p.grid_heads, p.batch, p.chunk).tile;
-  int bi = 0;
-  while (bi + 1 < p.num_kv_blocks && tile >= p.kv[bi + 1].tile0) bi++;
+  const int bi = attn_bwd_block_of(p, mk_attn_bwd_cta_work(c, p.grid_tiles, p.grid_heads, p.batch, p.chunk).tile);
   const struct mk_attn_bwd_block_params& b = p.kv[bi];
   if (!b.announce) return;
   fence_acq_rel_sys();

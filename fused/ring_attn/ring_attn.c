@@ -145,7 +145,7 @@ void mk_ra_kv_push(const struct mk_ra_args* a, size_t kv_elems, struct mk_kv_pus
   p->done = a->call.done;
   p->gave_up = a->gave_up;
   p->err = a->err, p->err_tag = a->err_tag;
-  p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_RA_DEFAULT_TIMEOUT_MS) * 1000000ull;
+  p->timeout_ns = mk_ra_timeout_ns(a->timeout_ms);
 }
 
 static int ra_fused(struct mk_fused_comm* fc, const void* q, const void* k, const void* v, void* out, float* lse,

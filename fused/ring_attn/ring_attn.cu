@@ -33,7 +33,6 @@ typedef mk_attn_cfg<64, 3, 1> mk_ra_cfg_d64;
 typedef mk_attn_cfg<128, 3, 1, 1> mk_ra_cfg_d128_persistent;
 typedef mk_attn_cfg<64, 3, 1, 1> mk_ra_cfg_d64_persistent;
 
-
 struct mk_ra_params {
   int batch, s_local, heads, kv_heads, d_head, causal;
   int rank, nranks, push_ctas;
@@ -366,7 +365,7 @@ static void ra_fill_push_params(const struct mk_ra_args* a, size_t kv_elems, str
   p->call = a->call;
   p->gave_up = a->gave_up;
   p->err = a->err, p->err_tag = a->err_tag;
-  p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_RA_DEFAULT_TIMEOUT_MS) * 1000000ull;
+  p->timeout_ns = mk_ra_timeout_ns(a->timeout_ms);
 }
 
 template <class Cfg>
@@ -620,7 +619,7 @@ extern "C" int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cu
   p.rank = a->rank, p.nranks = a->nranks;
   p.call = a->call;
   p.err = a->err, p.err_tag = a->err_tag, p.gave_up = a->gave_up;
-  p.timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_RA_DEFAULT_TIMEOUT_MS) * 1000000ull;
+  p.timeout_ns = mk_ra_timeout_ns(a->timeout_ms);
   const size_t want = a->mode == MK_RA_REDUCE_ALL ? (2 * p.n4 + MK_RA_BWD_THREADS - 1) / MK_RA_BWD_THREADS : 1;
   const unsigned grid = (unsigned)(want < (size_t)sms ? (want ? want : 1) : (size_t)sms);
   mk_ra_bwd_reduce_kernel<<<grid, MK_RA_BWD_THREADS, 0, stream>>>(p);

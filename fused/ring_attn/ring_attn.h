@@ -48,6 +48,11 @@ extern "C" {
 #define MK_RA_MAX_RANKS 8
 #define MK_RA_DEFAULT_TIMEOUT_MS 10000u /* mk_ra_args.timeout_ms 0 */
 
+/* A kernel's bound on each wait, from mk_ra_args.timeout_ms (0: the default). */
+static inline uint64_t mk_ra_timeout_ns(uint32_t timeout_ms) {
+  return (uint64_t)(timeout_ms ? timeout_ms : MK_RA_DEFAULT_TIMEOUT_MS) * 1000000ull;
+}
+
 struct mk_ra_args {
   const void* q; /* bf16 [batch, s_local, heads, d_head] */
   const void* k; /* bf16 [batch, s_local, kv_heads, d_head] */

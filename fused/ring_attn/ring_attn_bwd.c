@@ -95,6 +95,12 @@ int mk_ra_bwd_args_check(const void* q, const void* k, const void* v, const void
 /* Flag word `index` of ra_bwd_plan.h's layout in the workspace at `sym` (this rank's or a peer's). */
 static uint64_t* ra_bwd_word(void* sym, long index) { return (uint64_t*)sym + MK_AG_FLAG0 + index; }
 
+/* Peer d's "partials ready" word of this rank: raised when this rank's partial of d's block is
+ * in (the reduce kernel's announcement, or the one-kernel call's last CTA of that block). */
+static uint64_t* ra_bwd_peer_ready(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l, int d) {
+  return ra_bwd_word(fc->peer_sym[d], l->ready0 + mk_sched_rs_slot(fc->rank, d));
+}
+
 /* The own-last plan's own block (segment i of its call): dk, dv written whole, with every peer
  * d's partial (acc[d] here, stored by d) added once d has announced it (ready word slot(d)). */
 static void ra_bwd_own_block_last(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bwd_layout* l,
@@ -194,7 +200,7 @@ static void ra_bwd_reduce_args(const struct mk_fused_comm* fc, const struct mk_r
     void* peer_data = (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
     /* causal: d's partial of this block is in d's acc[rank]; non-causal: d stored it in ours, acc[d] */
     ra->peer_acc[d] = ga->causal ? mk_ra_bwd_acc(peer_data, l, fc->rank) : mk_ra_bwd_acc(data, l, d);
-    ra->peer_ready[d] = ra_bwd_word(fc->peer_sym[d], l->ready0 + mk_sched_rs_slot(fc->rank, d));
+    ra->peer_ready[d] = ra_bwd_peer_ready(fc, l, d);
   }
   ra->ready = ra_bwd_word(fc->sym, l->ready0);
   ra->ready_index0 = (uint32_t)l->ready0;
@@ -258,7 +264,7 @@ static void ra_bwd_announce_blocks(const struct mk_fused_comm* fc, const struct 
                                    const struct mk_ra_bwd_call* c, struct mk_attn_bwd_args* a) {
   for (int i = 0; i < c->nseg; i++) {
     const int src = c->seg[i].src;
-    if (src != fc->rank) a->kv[i].announce = ra_bwd_word(fc->peer_sym[src], l->ready0 + mk_sched_rs_slot(fc->rank, src));
+    if (src != fc->rank) a->kv[i].announce = ra_bwd_peer_ready(fc, l, src);
   }
 }
 
