@@ -232,93 +232,118 @@ static void backward_case(int batch, int seq, int heads, int kv_heads, int d, in
 
 static void test_backward(void) { attn_small_shape_sweep(backward_case); }
 
+/* One emulated rank of `offsets`: its rows of the whole problem's inputs, and its outputs. */
+struct offsets_rank {
+  void *q, *out, *dout, *k, *v, *dq;
+  float *lse, *delta, *dq_acc, *dk_acc, *dv_acc;
+};
+
+static void offsets_rank_alloc(struct offsets_rank* o, const struct bwd_bufs* t, int r, int n) {
+  const size_t nq_l = t->nq / n, nkv_l = t->nkv / n, nl_l = t->nl / n;
+  const long qw = (long)t->heads * t->d, kw = (long)t->kv_heads * t->d;
+  const int zz = t->causal;
+  CUDA_OK(cudaMalloc(&o->q, nq_l * 2));
+  CUDA_OK(cudaMalloc(&o->out, nq_l * 2));
+  CUDA_OK(cudaMalloc(&o->dout, nq_l * 2));
+  CUDA_OK(cudaMalloc(&o->dq, nq_l * 2));
+  CUDA_OK(cudaMalloc(&o->k, nkv_l * 2));
+  CUDA_OK(cudaMalloc(&o->v, nkv_l * 2));
+  CUDA_OK(cudaMalloc(&o->lse, nl_l * 4));
+  CUDA_OK(cudaMalloc(&o->delta, nl_l * 4));
+  CUDA_OK(cudaMalloc(&o->dq_acc, nq_l * 4));
+  CUDA_OK(cudaMalloc(&o->dk_acc, nkv_l * 4));
+  CUDA_OK(cudaMalloc(&o->dv_acc, nkv_l * 4));
+  attn_take_rank_rows((const __nv_bfloat16*)t->q, (__nv_bfloat16*)o->q, t->batch, t->seq, qw, r, n, zz);
+  attn_take_rank_rows((const __nv_bfloat16*)t->out, (__nv_bfloat16*)o->out, t->batch, t->seq, qw, r, n, zz);
+  attn_take_rank_rows((const __nv_bfloat16*)t->dout, (__nv_bfloat16*)o->dout, t->batch, t->seq, qw, r, n, zz);
+  attn_take_rank_rows((const __nv_bfloat16*)t->k, (__nv_bfloat16*)o->k, t->batch, t->seq, kw, r, n, zz);
+  attn_take_rank_rows((const __nv_bfloat16*)t->v, (__nv_bfloat16*)o->v, t->batch, t->seq, kw, r, n, zz);
+  attn_take_rank_lse(t->lse, o->lse, t->batch, t->heads, t->seq, r, n, zz);
+  poison(o->dq, nq_l * 2);
+  poison(o->delta, nl_l * 4);
+  poison(o->dq_acc, nq_l * 4);
+  memset_now(o->dk_acc, 0, nkv_l * 4);
+  memset_now(o->dv_acc, 0, nkv_l * 4);
+}
+
+static void offsets_rank_free(struct offsets_rank* o) {
+  cudaFree(o->q), cudaFree(o->out), cudaFree(o->dout), cudaFree(o->dq), cudaFree(o->k), cudaFree(o->v);
+  cudaFree(o->lse), cudaFree(o->delta), cudaFree(o->dq_acc), cudaFree(o->dk_acc), cudaFree(o->dv_acc);
+}
+
+/* Rank r's call for its query half qh at ring step `step`: the source rank's two KV chunks as
+ * two blocks at their global positions. */
+static struct mk_attn_bwd_args offsets_step_args(const struct bwd_bufs* t, const struct offsets_rank* rk, int r,
+                                                 int n, int chunk, int qh, int step) {
+  const int src = mk_ra_kv_source(r, n, step), s_local = t->seq / n, zz = t->causal;
+  const struct offsets_rank* o = &rk[r];
+  struct mk_attn_bwd_args a;
+  memset(&a, 0, sizeof a);
+  a.q = o->q, a.out = o->out, a.dout = o->dout, a.lse = o->lse, a.delta = o->delta, a.dq_acc = o->dq_acc;
+  a.dq = step == n - 1 ? o->dq : NULL;
+  a.batch = t->batch, a.seq_q = s_local, a.heads = t->heads, a.kv_heads = t->kv_heads, a.d_head = t->d;
+  a.causal = t->causal;
+  a.q_row0 = qh * chunk, a.q_rows = chunk;
+  a.q_pos0 = attn_global_row(r, n, s_local, qh * chunk, zz);
+  a.dq_accumulate = a.delta_ready = step > 0;
+  a.num_kv_blocks = 2;
+  for (int kh = 0; kh < 2; kh++) {
+    struct mk_attn_bwd_kv_block* b = &a.kv[kh];
+    b->k = rk[src].k, b->v = rk[src].v, b->seq = s_local;
+    b->dk_acc = rk[src].dk_acc, b->dv_acc = rk[src].dv_acc;
+    b->row0 = kh * chunk, b->rows = chunk;
+    b->pos0 = attn_global_row(src, n, s_local, kh * chunk, zz);
+  }
+  a.err = t->err;
+  a.timeout_ms = 5000;
+  return a;
+}
+
+/* Rank r's dq and its dk_acc, dv_acc against the reference's rows of that rank; ref_l and mag_l
+ * hold a rank's rows of the larger of q and kv. */
+static void offsets_check_rank(const struct bwd_bufs* t, const struct offsets_rank* o, int r, int n, int chunk,
+                               double* ref_l, double* mag_l) {
+  const size_t nq_l = t->nq / n, nkv_l = t->nkv / n;
+  const long qw = (long)t->heads * t->d, kw = (long)t->kv_heads * t->d;
+  const int zz = t->causal;
+  char what[160], w[200];
+  snprintf(what, sizeof what, "rank %d/2 B=%d chunk=%3d H=%d H_kv=%d D=%3d %s", r, t->batch, chunk, t->heads,
+           t->kv_heads, t->d, t->causal ? "causal zigzag" : "non-causal");
+  attn_take_rank_rows(t->ref_dq, ref_l, t->batch, t->seq, qw, r, n, zz);
+  attn_take_rank_rows(t->mag.dq, mag_l, t->batch, t->seq, qw, r, n, zz);
+  snprintf(w, sizeof w, "%s dq", what);
+  EXPECT(attn_grad_check(w, (const __nv_bfloat16*)o->dq, ref_l, mag_l, nq_l), "%s", w);
+  attn_take_rank_rows(t->ref_dk, ref_l, t->batch, t->seq, kw, r, n, zz);
+  attn_take_rank_rows(t->mag.dk, mag_l, t->batch, t->seq, kw, r, n, zz);
+  snprintf(w, sizeof w, "%s dk_acc", what);
+  EXPECT(attn_grad_check(w, o->dk_acc, ref_l, mag_l, nkv_l), "%s", w);
+  attn_take_rank_rows(t->ref_dv, ref_l, t->batch, t->seq, kw, r, n, zz);
+  attn_take_rank_rows(t->mag.dv, mag_l, t->batch, t->seq, kw, r, n, zz);
+  snprintf(w, sizeof w, "%s dv_acc", what);
+  EXPECT(attn_grad_check(w, o->dv_acc, ref_l, mag_l, nkv_l), "%s", w);
+}
+
 /* See the top: a 2-rank ring's calls, emulated on one GPU. */
 static void offsets_case(int batch, int chunk, int heads, int kv_heads, int d, int causal, uint64_t seed) {
-  const int n = 2, seq = 2 * n * chunk, s_local = seq / n, zz = causal;
+  enum { n = 2 };
+  const int seq = 2 * n * chunk;
   struct bwd_bufs t;
   bufs_alloc(&t, batch, seq, heads, kv_heads, d, causal, seed);
-  const size_t nq_l = t.nq / n, nkv_l = t.nkv / n, nl_l = t.nl / n;
-  const long qw = (long)heads * d, kw = (long)kv_heads * d;
-  void *q_l[2], *out_l[2], *dout_l[2], *k_l[2], *v_l[2], *dq_l[2];
-  float *lse_l[2], *delta_l[2], *dq_acc_l[2], *dk_acc[2], *dv_acc[2];
+  struct offsets_rank rk[n];
+  for (int r = 0; r < n; r++) offsets_rank_alloc(&rk[r], &t, r, n);
+  const size_t most = t.nq > t.nkv ? t.nq / n : t.nkv / n;
   double *ref_l, *mag_l;
-  for (int r = 0; r < n; r++) {
-    CUDA_OK(cudaMalloc(&q_l[r], nq_l * 2));
-    CUDA_OK(cudaMalloc(&out_l[r], nq_l * 2));
-    CUDA_OK(cudaMalloc(&dout_l[r], nq_l * 2));
-    CUDA_OK(cudaMalloc(&dq_l[r], nq_l * 2));
-    CUDA_OK(cudaMalloc(&k_l[r], nkv_l * 2));
-    CUDA_OK(cudaMalloc(&v_l[r], nkv_l * 2));
-    CUDA_OK(cudaMalloc(&lse_l[r], nl_l * 4));
-    CUDA_OK(cudaMalloc(&delta_l[r], nl_l * 4));
-    CUDA_OK(cudaMalloc(&dq_acc_l[r], nq_l * 4));
-    CUDA_OK(cudaMalloc(&dk_acc[r], nkv_l * 4));
-    CUDA_OK(cudaMalloc(&dv_acc[r], nkv_l * 4));
-    attn_take_rank_rows((const __nv_bfloat16*)t.q, (__nv_bfloat16*)q_l[r], batch, seq, qw, r, n, zz);
-    attn_take_rank_rows((const __nv_bfloat16*)t.out, (__nv_bfloat16*)out_l[r], batch, seq, qw, r, n, zz);
-    attn_take_rank_rows((const __nv_bfloat16*)t.dout, (__nv_bfloat16*)dout_l[r], batch, seq, qw, r, n, zz);
-    attn_take_rank_rows((const __nv_bfloat16*)t.k, (__nv_bfloat16*)k_l[r], batch, seq, kw, r, n, zz);
-    attn_take_rank_rows((const __nv_bfloat16*)t.v, (__nv_bfloat16*)v_l[r], batch, seq, kw, r, n, zz);
-    attn_take_rank_lse(t.lse, lse_l[r], batch, heads, seq, r, n, zz);
-    poison(dq_l[r], nq_l * 2);
-    poison(delta_l[r], nl_l * 4);
-    poison(dq_acc_l[r], nq_l * 4);
-    memset_now(dk_acc[r], 0, nkv_l * 4);
-    memset_now(dv_acc[r], 0, nkv_l * 4);
-  }
-  CUDA_OK(cudaMalloc(&ref_l, (nq_l > nkv_l ? nq_l : nkv_l) * 8));
-  CUDA_OK(cudaMalloc(&mag_l, (nq_l > nkv_l ? nq_l : nkv_l) * 8));
+  CUDA_OK(cudaMalloc(&ref_l, most * 8));
+  CUDA_OK(cudaMalloc(&mag_l, most * 8));
   int ok = 1;
   for (int r = 0; r < n; r++)
     for (int qh = 0; qh < 2; qh++)
       for (int step = 0; step < n; step++) {
-        const int src = mk_ra_kv_source(r, n, step);
-        struct mk_attn_bwd_args a;
-        memset(&a, 0, sizeof a);
-        a.q = q_l[r], a.out = out_l[r], a.dout = dout_l[r], a.lse = lse_l[r], a.delta = delta_l[r];
-        a.dq_acc = dq_acc_l[r];
-        a.dq = step == n - 1 ? dq_l[r] : NULL;
-        a.batch = batch, a.seq_q = s_local, a.heads = heads, a.kv_heads = kv_heads, a.d_head = d;
-        a.causal = causal;
-        a.q_row0 = qh * chunk, a.q_rows = chunk;
-        a.q_pos0 = attn_global_row(r, n, s_local, qh * chunk, zz);
-        a.dq_accumulate = a.delta_ready = step > 0;
-        a.num_kv_blocks = 2;
-        for (int kh = 0; kh < 2; kh++) {
-          struct mk_attn_bwd_kv_block* b = &a.kv[kh];
-          b->k = k_l[src], b->v = v_l[src], b->seq = s_local;
-          b->dk_acc = dk_acc[src], b->dv_acc = dv_acc[src];
-          b->row0 = kh * chunk, b->rows = chunk;
-          b->pos0 = attn_global_row(src, n, s_local, kh * chunk, zz);
-        }
-        a.err = t.err;
-        a.timeout_ms = 5000;
+        struct mk_attn_bwd_args a = offsets_step_args(&t, rk, r, n, chunk, qh, step);
         ok &= run_bwd(&a);
       }
-  if (ok)
-    for (int r = 0; r < n; r++) {
-      char what[160];
-      snprintf(what, sizeof what, "rank %d/2 B=%d chunk=%3d H=%d H_kv=%d D=%3d %s", r, batch, chunk, heads, kv_heads,
-               d, causal ? "causal zigzag" : "non-causal");
-      char w[200];
-      attn_take_rank_rows(t.ref_dq, ref_l, batch, seq, qw, r, n, zz);
-      attn_take_rank_rows(t.mag.dq, mag_l, batch, seq, qw, r, n, zz);
-      snprintf(w, sizeof w, "%s dq", what);
-      EXPECT(attn_grad_check(w, (const __nv_bfloat16*)dq_l[r], ref_l, mag_l, nq_l), "%s", w);
-      attn_take_rank_rows(t.ref_dk, ref_l, batch, seq, kw, r, n, zz);
-      attn_take_rank_rows(t.mag.dk, mag_l, batch, seq, kw, r, n, zz);
-      snprintf(w, sizeof w, "%s dk_acc", what);
-      EXPECT(attn_grad_check(w, dk_acc[r], ref_l, mag_l, nkv_l), "%s", w);
-      attn_take_rank_rows(t.ref_dv, ref_l, batch, seq, kw, r, n, zz);
-      attn_take_rank_rows(t.mag.dv, mag_l, batch, seq, kw, r, n, zz);
-      snprintf(w, sizeof w, "%s dv_acc", what);
-      EXPECT(attn_grad_check(w, dv_acc[r], ref_l, mag_l, nkv_l), "%s", w);
-    }
-  for (int r = 0; r < n; r++) {
-    cudaFree(q_l[r]), cudaFree(out_l[r]), cudaFree(dout_l[r]), cudaFree(dq_l[r]), cudaFree(k_l[r]);
-    cudaFree(v_l[r]), cudaFree(lse_l[r]), cudaFree(delta_l[r]), cudaFree(dq_acc_l[r]), cudaFree(dk_acc[r]);
-    cudaFree(dv_acc[r]);
-  }
+  for (int r = 0; ok && r < n; r++) offsets_check_rank(&t, &rk[r], r, n, chunk, ref_l, mag_l);
+  for (int r = 0; r < n; r++) offsets_rank_free(&rk[r]);
   cudaFree(ref_l), cudaFree(mag_l);
   bufs_free(&t);
 }

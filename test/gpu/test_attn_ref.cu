@@ -345,23 +345,9 @@ static void rank_rows_case(int nranks, long seq, int zigzag, const long* const* 
   cudaFree(l);
 }
 
-static void test_rank_rows(void) {
-  /* S = 8 over 2 ranks (chunks of 2), S = 12 over 3 (chunks of 2), S = 12 over 2 (chunks of 3). */
-  const long z2_0[] = {0, 1, 6, 7}, z2_1[] = {2, 3, 4, 5};
-  const long* z2[] = {z2_0, z2_1};
-  rank_rows_case(2, 8, 1, z2);
-  const long z3_0[] = {0, 1, 10, 11}, z3_1[] = {2, 3, 8, 9}, z3_2[] = {4, 5, 6, 7};
-  const long* z3[] = {z3_0, z3_1, z3_2};
-  rank_rows_case(3, 12, 1, z3);
-  const long z23_0[] = {0, 1, 2, 9, 10, 11}, z23_1[] = {3, 4, 5, 6, 7, 8};
-  const long* z23[] = {z23_0, z23_1};
-  rank_rows_case(2, 12, 1, z23);
-  const long c3_0[] = {0, 1, 2, 3}, c3_1[] = {4, 5, 6, 7}, c3_2[] = {8, 9, 10, 11};
-  const long* c3[] = {c3_0, c3_1, c3_2};
-  rank_rows_case(3, 12, 0, c3);
-
-  /* On a real reference: rank 1's rows pass against rank 1's reference rows and fail against
-   * rank 0's (a test comparing the wrong rows cannot pass by accident). */
+/* On a real reference: rank 1's rows pass against rank 1's reference rows and fail against
+ * rank 0's (a test comparing the wrong rows cannot pass by accident). */
+static void rank_rows_on_a_real_reference(void) {
   const int batch = 1, seq = 256, heads = 4, kv_heads = 2, d_head = 64, n = 2;
   const size_t nq = (size_t)batch * seq * heads * d_head, nkv = (size_t)batch * seq * kv_heads * d_head;
   void *q, *k, *v;
@@ -406,6 +392,23 @@ static void test_rank_rows(void) {
   cudaFree(q1);
   cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(out); cudaFree(lse);
   cudaFree(own); cudaFree(other); cudaFree(own_lse); cudaFree(other_lse);
+}
+
+static void test_rank_rows(void) {
+  /* S = 8 over 2 ranks (chunks of 2), S = 12 over 3 (chunks of 2), S = 12 over 2 (chunks of 3). */
+  const long z2_0[] = {0, 1, 6, 7}, z2_1[] = {2, 3, 4, 5};
+  const long* z2[] = {z2_0, z2_1};
+  rank_rows_case(2, 8, 1, z2);
+  const long z3_0[] = {0, 1, 10, 11}, z3_1[] = {2, 3, 8, 9}, z3_2[] = {4, 5, 6, 7};
+  const long* z3[] = {z3_0, z3_1, z3_2};
+  rank_rows_case(3, 12, 1, z3);
+  const long z23_0[] = {0, 1, 2, 9, 10, 11}, z23_1[] = {3, 4, 5, 6, 7, 8};
+  const long* z23[] = {z23_0, z23_1};
+  rank_rows_case(2, 12, 1, z23);
+  const long c3_0[] = {0, 1, 2, 3}, c3_1[] = {4, 5, 6, 7}, c3_2[] = {8, 9, 10, 11};
+  const long* c3[] = {c3_0, c3_1, c3_2};
+  rank_rows_case(3, 12, 0, c3);
+  rank_rows_on_a_real_reference();
 }
 
 int main(int argc, char** argv) {

@@ -68,6 +68,34 @@ static int launch_sync(const struct mk_gemm_args* g) {
   if (rc == 0) CUDA_OK(cudaDeviceSynchronize());
   return rc;
 }
+/* Argument sets a launch must refuse, each the good set with one change: bad_args_add gives the
+ * next one. The list is bounded, and an add past its end fails the test (a fixed array of 26
+ * once took 27 sets, the last written past its end). */
+enum { BAD_ARGS_MAX = 40 };
+struct bad_args {
+  struct mk_gemm_args ok, set[BAD_ARGS_MAX + 1]; /* set[BAD_ARGS_MAX]: scratch past the end */
+  const char* why[BAD_ARGS_MAX];
+  int n;
+};
+static void bad_args_init(struct bad_args* b, const struct mk_gemm_args* ok) {
+  b->ok = *ok;
+  b->n = 0;
+}
+static struct mk_gemm_args* bad_args_add(struct bad_args* b, const char* why) {
+  EXPECT(b->n < BAD_ARGS_MAX, "more than %d bad argument sets (%s)", BAD_ARGS_MAX, why);
+  const int i = b->n < BAD_ARGS_MAX ? b->n++ : BAD_ARGS_MAX;
+  b->set[i] = b->ok;
+  if (i < BAD_ARGS_MAX) b->why[i] = why;
+  return &b->set[i];
+}
+/* Every set refused with -EINVAL by `launch`; the count back. */
+static int bad_args_expect_refused(const struct bad_args* b, int (*launch)(const struct mk_gemm_args*, cudaStream_t)) {
+  for (int i = 0; i < b->n; i++) {
+    const int rc = launch(&b->set[i], 0);
+    EXPECT(rc == -EINVAL, "%s: rc = %d, want -EINVAL", b->why[i], rc);
+  }
+  return b->n;
+}
 static void expect_close_bf16(const struct problem* p, const char* what) {
   struct check_result r = check_close((const __nv_bfloat16*)p->c, p->ref, (size_t)p->m * p->n, TOL);
   printf("  %-28s m=%5d n=%5d k=%5d seed=%016llx rel=%.3e nonfinite=%ld %s\n", what, p->m, p->n, p->k,

@@ -238,21 +238,16 @@ static void test_fp8_bad_input(void) {
   struct problem p;
   problem_alloc_e4m3(&p, 256, 256, 256, 1, 2, 0);
   const struct mk_gemm_args ok = problem_args(&p);
-  struct mk_gemm_args bad[8];
-  const char* why[8];
-  int nb = 0;
-  for (int i = 0; i < 8; i++) bad[i] = ok;
-  bad[nb].k = 24; why[nb++] = "e4m3 k = 24 (not a multiple of 16)";
-  bad[nb].k = 8; why[nb++] = "e4m3 k = 8";
-  bad[nb].dtype = 2; why[nb++] = "dtype = 2";
-  bad[nb].dtype = -1; why[nb++] = "dtype = -1";
-  bad[nb].scale_a = (const float*)((const char*)p.scales + 2); why[nb++] = "scale_a misaligned";
-  bad[nb].dtype = MK_GEMM_BF16; why[nb++] = "bf16 with scales";
-  bad[nb].a = (const char*)p.a + 8; why[nb++] = "e4m3 a 8-byte aligned only";
-  for (int i = 0; i < nb; i++) {
-    const int rc = mk_gemm_launch(&bad[i], 0);
-    EXPECT(rc == -EINVAL, "%s: rc = %d, want -EINVAL", why[i], rc);
-  }
+  static struct bad_args bad;
+  bad_args_init(&bad, &ok);
+  bad_args_add(&bad, "e4m3 k = 24 (not a multiple of 16)")->k = 24;
+  bad_args_add(&bad, "e4m3 k = 8")->k = 8;
+  bad_args_add(&bad, "dtype = 2")->dtype = 2;
+  bad_args_add(&bad, "dtype = -1")->dtype = -1;
+  bad_args_add(&bad, "scale_a misaligned")->scale_a = (const float*)((const char*)p.scales + 2);
+  bad_args_add(&bad, "bf16 with scales")->dtype = MK_GEMM_BF16;
+  bad_args_add(&bad, "e4m3 a 8-byte aligned only")->a = (const char*)p.a + 8;
+  const int nb = bad_args_expect_refused(&bad, mk_gemm_launch);
   const int rc = mk_gemm_launch_variant(&ok, 0, 1);
   EXPECT(rc == -EINVAL, "e4m3 on configuration 1: rc = %d, want -EINVAL", rc);
   CUDA_OK(cudaDeviceSynchronize());

@@ -434,60 +434,69 @@ static void test_block_m64(void) {
   test_block_m = 0;
 }
 
+/* The fused epilogues' and the call bracket's rules (gemm.h); `spare` is device memory that
+ * stands in for the peers' buffers and words (never written: every set is refused). */
+struct bad_epilogue_parts {
+  struct mk_gemm_rs rs_ok, rs_bad_shard, rs_missing;
+  struct mk_gemm_call call_bad;
+  struct mk_gemm_scatter sc_ok, sc_bad;
+};
+static void add_bad_epilogue_sets(struct bad_args* b, struct bad_epilogue_parts* e, void* spare) {
+  memset(e, 0, sizeof *e);
+  e->rs_ok.shard_rows = 128, e->rs_ok.rank = 0, e->rs_ok.nranks = 2;
+  e->rs_ok.out[1] = spare, e->rs_ok.out_counts[1] = (uint64_t*)spare, e->rs_ok.in[1] = spare;
+  e->rs_ok.in_counts[1] = (uint64_t*)spare;
+  e->rs_bad_shard = e->rs_ok, e->rs_bad_shard.shard_rows = 64;
+  e->rs_missing = e->rs_ok, e->rs_missing.in[1] = NULL;
+  e->call_bad.rank = 0, e->call_bad.nranks = 2, e->call_bad.done = (uint64_t*)spare, e->call_bad.exits = (uint32_t*)spare;
+  e->sc_ok.row_dest = (const int*)spare, e->sc_ok.base[0] = spare;
+  e->sc_bad = e->sc_ok, e->sc_bad.base[0] = (char*)spare + 2;
+  struct mk_gemm_args* g;
+  bad_args_add(b, "rs shard_rows 64 (not a row-block, m != 2 x shard)")->rs = &e->rs_bad_shard;
+  bad_args_add(b, "rs without a peer's partial slot")->rs = &e->rs_missing;
+  g = bad_args_add(b, "rs with an add epilogue"), g->rs = &e->rs_ok, g->epilogue = MK_GEMM_ADD_BF16;
+  bad_args_add(b, "call without the peer's done word")->call = &e->call_bad;
+  bad_args_add(b, "scatter base misaligned")->scatter = &e->sc_bad;
+  g = bad_args_add(b, "scatter with rs"), g->scatter = &e->sc_ok, g->rs = &e->rs_ok;
+}
+
+/* The core's rules: shapes, pointers, row-block order and groups, a_local, block_m. */
+static void add_bad_core_sets(struct bad_args* b, const struct problem* p) {
+  struct mk_gemm_args* g;
+  bad_args_add(b, "row_block_rotate past the row-blocks")->row_block_rotate = 2;
+  bad_args_add(b, "row_block_rotate < 0")->row_block_rotate = -1;
+  bad_args_add(b, "m = 0")->m = 0;
+  bad_args_add(b, "n = 12")->n = 12;
+  bad_args_add(b, "n = 0")->n = 0;
+  bad_args_add(b, "k = 7")->k = 7;
+  bad_args_add(b, "a = NULL")->a = NULL;
+  bad_args_add(b, "a misaligned")->a = (const char*)p->a + 2;
+  bad_args_add(b, "b misaligned")->b = (const char*)p->b + 8;
+  bad_args_add(b, "c misaligned")->c = (char*)p->c + 4;
+  bad_args_add(b, "epilogue = 7")->epilogue = 7;
+  bad_args_add(b, "num_sms = -1")->num_sms = -1;
+  g = bad_args_add(b, "num_groups = 0"), g->group_offsets = (const int*)p->ref, g->num_groups = 0;
+  bad_args_add(b, "ready_flags misaligned")->ready_flags = (const uint64_t*)((char*)p->ref + 4);
+  g = bad_args_add(b, "row_block_order with groups"), g->group_offsets = (const int*)p->ref, g->num_groups = 2;
+  g->row_block_order = (const int*)p->ref;
+  g = bad_args_add(b, "a_local off a row-block"), g->a_local = p->a, g->a_local_row0 = 64, g->a_local_rows = 128;
+  g = bad_args_add(b, "a_local past m"), g->a_local = p->a, g->a_local_row0 = 128, g->a_local_rows = 256;
+  g = bad_args_add(b, "a_local with 0 rows"), g->a_local = p->a, g->a_local_row0 = 0, g->a_local_rows = 0;
+  g = bad_args_add(b, "a_local misaligned"), g->a_local = (const char*)p->a + 2, g->a_local_rows = 128;
+  bad_args_add(b, "block_m = 32")->block_m = 32;
+  g = bad_args_add(b, "block_m 64 with a_local"), g->block_m = 64, g->a_local = p->a, g->a_local_rows = 128;
+}
+
 static void test_bad_input(void) {
   struct problem p;
   problem_alloc(&p, 256, 256, 256, 1, 2);
   const struct mk_gemm_args ok = problem_args(&p);
-  struct mk_gemm_args bad[26];
-  const char* why[26];
-  int nb = 0;
-  for (int i = 0; i < 26; i++) bad[i] = ok;
-  /* the fused epilogues' and the call bracket's rules (gemm.h) */
-  struct mk_gemm_rs rs_ok, rs_bad_shard, rs_missing;
-  memset(&rs_ok, 0, sizeof rs_ok);
-  rs_ok.shard_rows = 128, rs_ok.rank = 0, rs_ok.nranks = 2;
-  rs_ok.out[1] = p.ref, rs_ok.out_counts[1] = (uint64_t*)p.ref, rs_ok.in[1] = p.ref, rs_ok.in_counts[1] = (uint64_t*)p.ref;
-  rs_bad_shard = rs_ok, rs_bad_shard.shard_rows = 64;
-  rs_missing = rs_ok, rs_missing.in[1] = NULL;
-  struct mk_gemm_call call_bad;
-  memset(&call_bad, 0, sizeof call_bad);
-  call_bad.rank = 0, call_bad.nranks = 2, call_bad.done = (uint64_t*)p.ref, call_bad.exits = (uint32_t*)p.ref;
-  struct mk_gemm_scatter sc_ok, sc_bad;
-  memset(&sc_ok, 0, sizeof sc_ok);
-  sc_ok.row_dest = (const int*)p.ref, sc_ok.base[0] = p.ref;
-  sc_bad = sc_ok, sc_bad.base[0] = (char*)p.ref + 2;
-  bad[nb].rs = &rs_bad_shard; why[nb++] = "rs shard_rows 64 (not a row-block, m != 2 x shard)";
-  bad[nb].rs = &rs_missing; why[nb++] = "rs without a peer's partial slot";
-  bad[nb].rs = &rs_ok; bad[nb].epilogue = MK_GEMM_ADD_BF16; why[nb++] = "rs with an add epilogue";
-  bad[nb].call = &call_bad; why[nb++] = "call without the peer's done word";
-  bad[nb].scatter = &sc_bad; why[nb++] = "scatter base misaligned";
-  bad[nb].scatter = &sc_ok; bad[nb].rs = &rs_ok; why[nb++] = "scatter with rs";
-  bad[nb].row_block_rotate = 2; why[nb++] = "row_block_rotate past the row-blocks";
-  bad[nb].row_block_rotate = -1; why[nb++] = "row_block_rotate < 0";
-  bad[nb].m = 0; why[nb++] = "m = 0";
-  bad[nb].n = 12; why[nb++] = "n = 12";
-  bad[nb].n = 0; why[nb++] = "n = 0";
-  bad[nb].k = 7; why[nb++] = "k = 7";
-  bad[nb].a = NULL; why[nb++] = "a = NULL";
-  bad[nb].a = (const char*)p.a + 2; why[nb++] = "a misaligned";
-  bad[nb].b = (const char*)p.b + 8; why[nb++] = "b misaligned";
-  bad[nb].c = (char*)p.c + 4; why[nb++] = "c misaligned";
-  bad[nb].epilogue = 7; why[nb++] = "epilogue = 7";
-  bad[nb].num_sms = -1; why[nb++] = "num_sms = -1";
-  bad[nb].group_offsets = (const int*)p.ref; bad[nb].num_groups = 0; why[nb++] = "num_groups = 0";
-  bad[nb].ready_flags = (const uint64_t*)((char*)p.ref + 4); why[nb++] = "ready_flags misaligned";
-  bad[nb].group_offsets = (const int*)p.ref; bad[nb].num_groups = 2;
-  bad[nb].row_block_order = (const int*)p.ref; why[nb++] = "row_block_order with groups";
-  bad[nb].a_local = p.a; bad[nb].a_local_row0 = 64; bad[nb].a_local_rows = 128; why[nb++] = "a_local off a row-block";
-  bad[nb].a_local = p.a; bad[nb].a_local_row0 = 128; bad[nb].a_local_rows = 256; why[nb++] = "a_local past m";
-  bad[nb].a_local = p.a; bad[nb].a_local_row0 = 0; bad[nb].a_local_rows = 0; why[nb++] = "a_local with 0 rows";
-  bad[nb].a_local = (const char*)p.a + 2; bad[nb].a_local_rows = 128; why[nb++] = "a_local misaligned";
-  bad[nb].block_m = 32; why[nb++] = "block_m = 32";
-  bad[nb].block_m = 64; bad[nb].a_local = p.a; bad[nb].a_local_rows = 128; why[nb++] = "block_m 64 with a_local";
-  for (int i = 0; i < nb; i++) {
-    int rc = gemm_launch(&bad[i], 0);
-    EXPECT(rc == -EINVAL, "%s: rc = %d, want -EINVAL", why[i], rc);
-  }
+  static struct bad_args bad;
+  struct bad_epilogue_parts parts;
+  bad_args_init(&bad, &ok);
+  add_bad_epilogue_sets(&bad, &parts, p.ref);
+  add_bad_core_sets(&bad, &p);
+  const int nb = bad_args_expect_refused(&bad, gemm_launch);
   EXPECT(gemm_launch(NULL, 0) == -EINVAL, "NULL args");
   CUDA_OK(cudaDeviceSynchronize());
   int untouched = all_bytes_are(p.c, (size_t)256 * 256 * 2, 0xFF);

@@ -231,70 +231,74 @@ static void test_rs_epilogue(void) {
   run_rs_missing_case(1);
 }
 
-/* Row-scatter epilogue with a call bracket (the MoE combine's GEMM): row r goes to rank
- * dest[3r] at row dest[3r+1] * mult + dest[3r+2] (a third of the rows dropped), and the last
- * CTA raises both notify words to e without touching done; then with the peer's previous call
- * not done, the call gives up (the record names it) and raises no notify word. */
-static void test_scatter_epilogue(void) {
-  const int m = 300, n = 264, k = 128, mult = 4, ranks = 2;
+/* The row-scatter epilogue's case (test_scatter_epilogue): row r goes to rank dest[3r] at row
+ * dest[3r+1] * mult + dest[3r+2] (a third of the rows dropped). */
+enum { SCATTER_M = 300, SCATTER_N = 264, SCATTER_K = 128, SCATTER_MULT = 4, SCATTER_RANKS = 2 };
+struct scatter_case {
   struct problem p;
-  problem_alloc(&p, m, n, k, 1, 2);
-  std::vector<int> dest((size_t)m * 3);
-  for (int r = 0; r < m; r++) { /* a permutation of (rank, i, j) over the kept rows */
-    dest[3 * r] = r % 3 == 0 ? -1 : r % 2;
-    dest[3 * r + 1] = (m - 1 - r) / mult, dest[3 * r + 2] = (m - 1 - r) % mult;
-  }
+  std::vector<int> dest;
   int* d_dest;
-  void* base[ranks];
+  void* base[SCATTER_RANKS];
   uint64_t* words; /* [0] done [1] peer done [2] exits [3..4] notify */
-  CUDA_OK(cudaMalloc(&d_dest, dest.size() * 4));
-  CUDA_OK(cudaMemcpy(d_dest, dest.data(), dest.size() * 4, cudaMemcpyHostToDevice));
-  for (int d = 0; d < ranks; d++) {
-    CUDA_OK(cudaMalloc(&base[d], (size_t)m * n * 2));
-    poison(base[d], (size_t)m * n * 2);
-  }
-  CUDA_OK(cudaMalloc(&words, 5 * 8));
-  const uint64_t w0[5] = {3, 3, 0, 0, 0}; /* call 4; the peer finished 3 */
-  CUDA_OK(cudaMemcpy(words, w0, sizeof w0, cudaMemcpyHostToDevice));
   struct mk_gemm_scatter sc;
   struct mk_gemm_call call;
-  memset(&sc, 0, sizeof sc), memset(&call, 0, sizeof call);
-  sc.row_dest = d_dest, sc.row_mult = mult, sc.base[0] = base[0], sc.base[1] = base[1];
-  call.rank = 0, call.nranks = ranks, call.done = words, call.peer_done[1] = words + 1;
-  call.exits = (uint32_t*)(words + 2), call.notify[0] = words + 3, call.notify[1] = words + 4;
-  struct mk_gemm_args g = problem_args(&p);
-  g.scatter = &sc, g.call = &call;
-  EXPECT(launch_sync(&g) == 0, "launch");
-  ref_gemm_f64<double>(p.a, p.b, NULL, NULL, p.ref, m, n, k);
-  std::vector<double> ref((size_t)m * n);
-  CUDA_OK(cudaMemcpy(ref.data(), p.ref, ref.size() * 8, cudaMemcpyDeviceToHost));
-  std::vector<__nv_bfloat16> out[ranks];
-  for (int d = 0; d < ranks; d++) {
-    out[d].resize((size_t)m * n);
-    CUDA_OK(cudaMemcpy(out[d].data(), base[d], (size_t)m * n * 2, cudaMemcpyDeviceToHost));
+};
+
+static void scatter_case_alloc(struct scatter_case* t) {
+  const int m = SCATTER_M, n = SCATTER_N;
+  problem_alloc(&t->p, m, n, SCATTER_K, 1, 2);
+  t->dest.resize((size_t)m * 3);
+  for (int r = 0; r < m; r++) { /* a permutation of (rank, i, j) over the kept rows */
+    t->dest[3 * r] = r % 3 == 0 ? -1 : r % 2;
+    t->dest[3 * r + 1] = (m - 1 - r) / SCATTER_MULT, t->dest[3 * r + 2] = (m - 1 - r) % SCATTER_MULT;
   }
-  long bad = 0, kept = 0;
+  CUDA_OK(cudaMalloc(&t->d_dest, t->dest.size() * 4));
+  CUDA_OK(cudaMemcpy(t->d_dest, t->dest.data(), t->dest.size() * 4, cudaMemcpyHostToDevice));
+  for (int d = 0; d < SCATTER_RANKS; d++) {
+    CUDA_OK(cudaMalloc(&t->base[d], (size_t)m * n * 2));
+    poison(t->base[d], (size_t)m * n * 2);
+  }
+  CUDA_OK(cudaMalloc(&t->words, 5 * 8));
+  memset(&t->sc, 0, sizeof t->sc), memset(&t->call, 0, sizeof t->call);
+  t->sc.row_dest = t->d_dest, t->sc.row_mult = SCATTER_MULT, t->sc.base[0] = t->base[0], t->sc.base[1] = t->base[1];
+  t->call.rank = 0, t->call.nranks = SCATTER_RANKS, t->call.done = t->words, t->call.peer_done[1] = t->words + 1;
+  t->call.exits = (uint32_t*)(t->words + 2), t->call.notify[0] = t->words + 3, t->call.notify[1] = t->words + 4;
+}
+
+static void scatter_case_free(struct scatter_case* t) {
+  cudaFree(t->d_dest), cudaFree(t->base[0]), cudaFree(t->base[1]), cudaFree(t->words);
+  problem_free(&t->p);
+}
+
+/* The kept rows against the reference where dest sends them; the count of elements off. */
+static long scatter_rows_off(const struct scatter_case* t) {
+  const int m = SCATTER_M, n = SCATTER_N;
+  ref_gemm_f64<double>(t->p.a, t->p.b, NULL, NULL, t->p.ref, m, n, SCATTER_K);
+  std::vector<double> ref((size_t)m * n);
+  CUDA_OK(cudaMemcpy(ref.data(), t->p.ref, ref.size() * 8, cudaMemcpyDeviceToHost));
+  std::vector<__nv_bfloat16> out[SCATTER_RANKS];
+  for (int d = 0; d < SCATTER_RANKS; d++) {
+    out[d].resize((size_t)m * n);
+    CUDA_OK(cudaMemcpy(out[d].data(), t->base[d], (size_t)m * n * 2, cudaMemcpyDeviceToHost));
+  }
+  long bad = 0;
   for (int r = 0; r < m; r++) {
-    if (dest[3 * r] < 0) continue;
-    kept++;
-    const size_t row = (size_t)dest[3 * r + 1] * mult + dest[3 * r + 2];
+    if (t->dest[3 * r] < 0) continue;
+    const size_t row = (size_t)t->dest[3 * r + 1] * SCATTER_MULT + t->dest[3 * r + 2];
     for (int c = 0; c < n; c++) {
-      const double o = __bfloat162float(out[dest[3 * r]][row * n + c]), e = ref[(size_t)r * n + c];
+      const double o = __bfloat162float(out[t->dest[3 * r]][row * n + c]), e = ref[(size_t)r * n + c];
       bad += !(fabs(o - e) <= 0.02 * fabs(e) + 0.05);
     }
   }
-  uint64_t w[5];
-  CUDA_OK(cudaMemcpy(w, words, sizeof w, cudaMemcpyDeviceToHost));
-  printf("  scatter: %ld rows kept, %ld elements off; done %llu exits %llu notify %llu %llu\n", kept, bad,
-         (unsigned long long)w[0], (unsigned long long)w[2], (unsigned long long)w[3], (unsigned long long)w[4]);
-  EXPECT(bad == 0, "scattered rows differ from the reference (%ld elements)", bad);
-  EXPECT(w[0] == 3 && w[2] == 0 && w[3] == 4 && w[4] == 4, "bracket words: done 3 (not set), exits 0, notify 4");
-  EXPECT(all_bytes_are(p.c, (size_t)m * n * 2, 0xFF), "c must not be written with the scatter epilogue");
+  return bad;
+}
 
-  /* the peer has not finished its previous call (done 2 of 3): the call gives up before any
-   * store into it and must raise no notify word (a late peer would sum the stale rows) */
+/* The peer has not finished its previous call (done 2 of 3): the call gives up before any store
+ * into it and must raise no notify word (a late peer would sum the stale rows). */
+static void scatter_peer_late(struct scatter_case* t, struct mk_gemm_args g) {
   const uint64_t w1[5] = {3, 2, 0, 0, 0};
-  CUDA_OK(cudaMemcpy(words, w1, sizeof w1, cudaMemcpyHostToDevice));
+  uint64_t w[5];
+  CUDA_OK(cudaMemcpy(t->words, w1, sizeof w1, cudaMemcpyHostToDevice));
   struct mk_gemm_error* err;
   CUDA_OK(cudaMalloc(&err, sizeof *err));
   memset_now(err, 0, sizeof *err);
@@ -302,7 +306,7 @@ static void test_scatter_epilogue(void) {
   EXPECT(launch_sync(&g) == 0, "launch");
   struct mk_gemm_error e;
   CUDA_OK(cudaMemcpy(&e, err, sizeof e, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(w, words, sizeof w, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(w, t->words, sizeof w, cudaMemcpyDeviceToHost));
   printf("  scatter, the peer late: aborted %u tile %x flag %u; done %llu exits %llu notify %llu %llu\n", e.aborted,
          e.tile, e.flag_index, (unsigned long long)w[0], (unsigned long long)w[2], (unsigned long long)w[3],
          (unsigned long long)w[4]);
@@ -310,6 +314,31 @@ static void test_scatter_epilogue(void) {
          "the record must name the late peer's previous call");
   EXPECT(w[2] == 0 && w[3] == 0 && w[4] == 0, "a call that gave up raised its notify words (%llu %llu)",
          (unsigned long long)w[3], (unsigned long long)w[4]);
-  cudaFree(err), cudaFree(d_dest), cudaFree(base[0]), cudaFree(base[1]), cudaFree(words);
-  problem_free(&p);
+  cudaFree(err);
+}
+
+/* Row-scatter epilogue with a call bracket (the MoE combine's GEMM): the kept rows land where
+ * dest says, and the last CTA raises both notify words to e without touching done; then with
+ * the peer's previous call not done, the call gives up (the record names it) and raises no
+ * notify word. */
+static void test_scatter_epilogue(void) {
+  struct scatter_case t;
+  scatter_case_alloc(&t);
+  const uint64_t w0[5] = {3, 3, 0, 0, 0}; /* call 4; the peer finished 3 */
+  CUDA_OK(cudaMemcpy(t.words, w0, sizeof w0, cudaMemcpyHostToDevice));
+  struct mk_gemm_args g = problem_args(&t.p);
+  g.scatter = &t.sc, g.call = &t.call;
+  EXPECT(launch_sync(&g) == 0, "launch");
+  long kept = 0;
+  for (int r = 0; r < SCATTER_M; r++) kept += t.dest[3 * r] >= 0;
+  const long bad = scatter_rows_off(&t);
+  uint64_t w[5];
+  CUDA_OK(cudaMemcpy(w, t.words, sizeof w, cudaMemcpyDeviceToHost));
+  printf("  scatter: %ld rows kept, %ld elements off; done %llu exits %llu notify %llu %llu\n", kept, bad,
+         (unsigned long long)w[0], (unsigned long long)w[2], (unsigned long long)w[3], (unsigned long long)w[4]);
+  EXPECT(bad == 0, "scattered rows differ from the reference (%ld elements)", bad);
+  EXPECT(w[0] == 3 && w[2] == 0 && w[3] == 4 && w[4] == 4, "bracket words: done 3 (not set), exits 0, notify 4");
+  EXPECT(all_bytes_are(t.p.c, (size_t)SCATTER_M * SCATTER_N * 2, 0xFF), "c must not be written with the scatter epilogue");
+  scatter_peer_late(&t, g);
+  scatter_case_free(&t);
 }

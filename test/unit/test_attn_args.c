@@ -26,7 +26,7 @@ static struct mk_attn_args base_args(void) {
   return a;
 }
 
-static void bad_arguments_are_refused(void) {
+static void bad_shapes_are_refused(void) {
   struct mk_attn_args g = base_args(), a;
   CHECK_EQ(mk_attn_fwd_check(&g), 0);
   CHECK_EQ(mk_attn_fwd_check(NULL), -EINVAL);
@@ -48,6 +48,10 @@ static void bad_arguments_are_refused(void) {
   CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
   a = g, a.kv[0].seq = 0;
   CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
+}
+
+static void bad_pointers_are_refused(void) {
+  struct mk_attn_args g = base_args(), a;
   a = g, a.q = NULL;
   CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
   a = g, a.out = NULL;
@@ -68,6 +72,10 @@ static void bad_arguments_are_refused(void) {
   CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
   a = g, a.batch = 32768, a.heads = 65535, a.kv_heads = 1, a.seq_q = 128, a.kv[0].seq = 128; /* 1 tile: just under */
   CHECK_EQ(mk_attn_fwd_check(&a), 0);
+}
+
+static void bad_blocks_and_rows_are_refused(void) {
+  struct mk_attn_args g = base_args(), a;
   a = g, a.num_kv_blocks = 0;
   CHECK_EQ(mk_attn_fwd_check(&a), -EINVAL);
   a = g, a.num_kv_blocks = MK_ATTN_MAX_KV_BLOCKS + 1;
@@ -291,7 +299,7 @@ static void bwd_epilogue_kernel_has_the_loads_the_call_needs(void) {
   CHECK_EQ(mk_attn_bwd_epilogue(&a), MK_ATTN_BWD_EPI_ADDENDS);
 }
 
-static void bwd_bad_arguments_are_refused(void) {
+static void bwd_bad_shapes_are_refused(void) {
   struct mk_attn_bwd_args g = base_bwd_args(), a;
   CHECK_EQ(mk_attn_bwd_check(&g), 0);
   CHECK_EQ(mk_attn_bwd_check(NULL), -EINVAL);
@@ -309,6 +317,10 @@ static void bwd_bad_arguments_are_refused(void) {
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.seq_q = 0;
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+}
+
+static void bwd_bad_pointers_are_refused(void) {
+  struct mk_attn_bwd_args g = base_bwd_args(), a;
   a = g, a.q = NULL;
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.dout = NULL;
@@ -351,6 +363,10 @@ static void bwd_bad_arguments_are_refused(void) {
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.kv[0].dv_acc = (float*)((char*)fake(13) + 4);
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+}
+
+static void bwd_bad_blocks_and_rows_are_refused(void) {
+  struct mk_attn_bwd_args g = base_bwd_args(), a;
   a = g, a.kv[0].seq = 0;
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.num_kv_blocks = 0;
@@ -377,8 +393,6 @@ static void bwd_bad_arguments_are_refused(void) {
   CHECK_EQ(mk_attn_bwd_launch(&a, 0), -EINVAL);
 }
 
-/* The backward's rules against brute force: query tiles before mk_attn_bwd_first_q_tile see
- * no key of the tile; a pair left unmasked has every (query, key) visible. */
 /* A zigzag rank's queries (chunks r and 2n-1-r) against every key tile of every rank's block
  * (its two chunks): the query tiles that see a key tile (any query at or after its first key)
  * are exactly those from mk_attn_bwd_first_q_tile2 on, brute force over the tiles' positions. */
@@ -412,6 +426,8 @@ static void bwd_two_piece_first_tile_matches_brute_force(void) {
     }
 }
 
+/* The backward's rules against brute force: query tiles before mk_attn_bwd_first_q_tile see
+ * no key of the tile; a pair left unmasked has every (query, key) visible. */
 static void bwd_tile_rules_match_brute_force(void) {
   const int bm = 64, bn = 128;
   const long long q_pos0s[] = {0, 5, 64, 127, 128, 300, 1000};
@@ -628,9 +644,13 @@ static void dq_staging_is_the_tma_swizzle_at_4_wavefronts_per_store(void) {
 }
 
 int main(void) {
-  bad_arguments_are_refused();
+  bad_shapes_are_refused();
+  bad_pointers_are_refused();
+  bad_blocks_and_rows_are_refused();
   tile_rules_match_brute_force();
-  bwd_bad_arguments_are_refused();
+  bwd_bad_shapes_are_refused();
+  bwd_bad_pointers_are_refused();
+  bwd_bad_blocks_and_rows_are_refused();
   bwd_addends_and_pdl_rules();
   bwd_ring_parts_rules();
   bwd_two_piece_rules();
