@@ -466,6 +466,9 @@ extern "C" int mk_gemm_launch_variant(const struct mk_gemm_args* a, cudaStream_t
   if (a) MK_CHECK(gemm_validate_block_m(a));
   if (a && a->block_m == 64 && variant != 4)
     GEMM_REJECT("mk_gemm_launch_variant: block_m = 64 is configuration 4, not %d", variant);
+  /* and back: its flags, order and claims count 64-row blocks, which the caller must know */
+  if (a && a->block_m != 64 && variant == 4)
+    GEMM_REJECT("mk_gemm_launch_variant: configuration 4 tiles 64 rows: it needs block_m = 64, not %d", a->block_m);
   if (a && a->dtype == MK_GEMM_E4M3) {
     if (variant == 0) return gemm_launch_cfg<mk_gemm_fp8_cfg>(a, stream);
     GEMM_REJECT("mk_gemm_launch_variant: e4m3 is compiled for configuration 0 only, not %d", variant);

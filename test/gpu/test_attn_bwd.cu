@@ -164,9 +164,12 @@ static int phase_words_zero(const uint64_t* words, const char* what) {
   uint64_t h[MK_ATTN_BWD_PHASE_WORDS];
   CUDA_OK(cudaMemcpy(h, words, sizeof h, cudaMemcpyDeviceToHost));
   int zero = 1;
-  for (int i = 0; i < MK_ATTN_BWD_PHASE_WORDS; i++) zero &= h[i] == 0;
-  EXPECT(zero, "%s: phase words left at %llu %llu %llu %llu", what, (unsigned long long)h[0],
-         (unsigned long long)h[1], (unsigned long long)h[2], (unsigned long long)h[3]);
+  char left[MK_ATTN_BWD_PHASE_WORDS * 22] = "";
+  for (int i = 0, at = 0; i < MK_ATTN_BWD_PHASE_WORDS; i++) {
+    zero &= h[i] == 0;
+    at += snprintf(left + at, sizeof left - at, " %llu", (unsigned long long)h[i]);
+  }
+  EXPECT(zero, "%s: phase words left at%s", what, left);
   return zero;
 }
 

@@ -214,11 +214,30 @@ static void test_checker_negative_control(void) {
 #include "test_gemm_fp8.cuh"
 #include "test_error_record.cuh"
 
+/* Configuration 4 is the 64-row tiles (gemm_tune.h: args.block_m = 64 with it). The tests that
+ * lay flags, orders or shards out in 128-row blocks do not run on it; these do. */
+static int runs_on_64_row_tiles(const char* what) {
+  static const char* const tests[] = {"odd_shapes", "cublas", "negative_control", "epilogues", "num_sms",
+                                      "grouped", "grouped_few_rows", "block_m64"};
+  for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
+    if (!strcmp(what, tests[i])) return 1;
+  return 0;
+}
+
 int main(int argc, char** argv) {
   gpu_or_skip();
   const char* what = argc > 1 ? argv[1] : "";
   const int large = argc > 2 && !strcmp(argv[2], "large");
   if (argc > 3) test_variant = atoi(argv[3]); /* test_gemm <test> small|large <configuration> */
+  if (test_variant == 4) {
+    if (!runs_on_64_row_tiles(what)) {
+      fprintf(stderr, "test_gemm: '%s' lays its flags out in 128-row blocks; configuration 4 tiles 64 rows "
+              "(its tests: test_gemm block_m64, or odd_shapes cublas negative_control epilogues num_sms "
+              "grouped grouped_few_rows on it)\n", what);
+      return 2;
+    }
+    test_block_m = 64;
+  }
   printf("%s%s, configuration %d\n", what, large ? " (large)" : "", test_variant);
   if (!strcmp(what, "odd_shapes")) test_odd_shapes(large);
   else if (!strcmp(what, "cublas")) test_cublas(large);

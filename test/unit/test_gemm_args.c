@@ -232,7 +232,8 @@ static void e4m3_takes_the_hooks_and_only_configuration_0(void) {
 }
 
 /* Rows per tile (gemm.h args.block_m): 0, 64 or 128; 64 for bf16 without a_local, push or
- * rs, and by number only as configuration 4. */
+ * rs, and by number only as configuration 4, which takes no other (its row-blocks are 64 rows:
+ * a caller's 128-row flags would be read past their end). */
 static void block_m_rules(void) {
   struct mk_gemm_args g = base_args();
   int offsets[3] = {0, 100, 256};
@@ -255,6 +256,12 @@ static void block_m_rules(void) {
   CHECK_EQ(mk_gemm_launch_variant(&g, 0, 1), -EINVAL);
   CHECK(strstr(last_warn, "configuration 4") != NULL);
   if (no_gpu) CHECK_EQ(mk_gemm_launch_variant(&g, 0, 4), -ENOTSUP);
+  for (int bm = 0; bm <= 128; bm += 128) {
+    g.block_m = bm;
+    last_warn[0] = '\0';
+    CHECK_EQ(mk_gemm_launch_variant(&g, 0, 4), -EINVAL);
+    CHECK(strstr(last_warn, "needs block_m = 64") != NULL);
+  }
 }
 
 /* The all-gather push (gemm.h struct mk_gemm_push): a call bracket, ready flags, plain bf16

@@ -46,6 +46,7 @@ static void claimed_call_init(struct mk_gemm_call* call, uint64_t* words) {
 
 static int launch_variant(struct mk_gemm_args* g, const struct mk_gemm_call* call, int variant) {
   g->call = variant >= CLAIMED_VARIANT ? call : NULL;
+  g->block_m = variant % CLAIMED_VARIANT == 4 ? 64 : 0; /* configuration 4 is the 64-row tiles */
   return mk_gemm_launch_variant(g, 0, variant % CLAIMED_VARIANT);
 }
 
@@ -190,24 +191,42 @@ static int trace_overhead(int iters, int sms) {
   return 0;
 }
 
-int main(int argc, char** argv) {
-  gpu_or_skip();
-  if (argc > 1 && !strcmp(argv[1], "trace")) {
-    cudaDeviceProp p;
-    CUDA_OK(cudaGetDeviceProperties(&p, 0));
-    return trace_overhead(argc > 2 ? atoi(argv[2]) : 20, p.multiProcessorCount);
+/* The arguments, checked before the GPU is looked for (unit-tested without one); 0 or the
+ * exit status of a refusal. */
+static int parse_args(int argc, char** argv, int* iters, int* tracing, int* quick) {
+  *tracing = argc > 1 && !strcmp(argv[1], "trace");
+  *quick = argc > 1 && !strcmp(argv[1], "quick");
+  *iters = argc > 2 ? atoi(argv[2]) : *tracing ? 20 : 25;
+  if (*iters < 1) { /* the medians need a timed iteration */
+    fprintf(stderr, "gemm_perf: iters must be at least 1, not '%s'\n", argv[2]);
+    return 2;
   }
-  const int quick = argc > 1 && !strcmp(argv[1], "quick");
   fp8 = argc > 1 && !strcmp(argv[1], "fp8");
-  const int iters = argc > 2 ? atoi(argv[2]) : 25;
   if (fp8) lt_fast_accum = !(argc > 3 && !strcmp(argv[3], "precise"));
   else if (argc > 3) {
     num_variants = 0;
     for (const char* p = argv[3]; *p && num_variants < MAX_VARIANTS; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
       variants[num_variants++] = atoi(p);
+    if (num_variants == 0) { /* ours[0] is the one reported */
+      fprintf(stderr, "gemm_perf: no configuration in '%s' (e.g. 0 or 0,4)\n", argv[3]);
+      return 2;
+    }
   }
   group_m = argc > 4 ? atoi(argv[4]) : 0;
   num_sms = argc > 5 ? atoi(argv[5]) : 0;
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  int iters, tracing, quick;
+  const int bad = parse_args(argc, argv, &iters, &tracing, &quick);
+  if (bad) return bad;
+  gpu_or_skip();
+  if (tracing) {
+    cudaDeviceProp p;
+    CUDA_OK(cudaGetDeviceProperties(&p, 0));
+    return trace_overhead(iters, p.multiProcessorCount);
+  }
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   std::vector<struct shape> shapes;
