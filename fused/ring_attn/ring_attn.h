@@ -192,8 +192,24 @@ struct mk_attn_bwd_args;
 void mk_ra_bwd_core_args(const struct mk_ra_bwd_areas* ar, const struct mk_ra_bwd_layout* l,
                          const struct mk_ra_bwd_call* c, const struct mk_ra_bwd_tensors* t, struct mk_attn_bwd_args* a);
 
-/* ---- shared by the forward and the backward (ring_attn.c) ------------------------------- */
+/* Which plan a backward call takes (ra_bwd_plan.h): the own block's calls beside the gather,
+ * then the peers'; one merged call per query range beside the gather; (non-causal) the peers'
+ * blocks first and the own block last, with no reduce pass; or all of it in one kernel. */
+enum mk_ra_bwd_plan_kind { MK_RA_BWD_SPLIT, MK_RA_BWD_MERGED, MK_RA_BWD_OWN_LAST, MK_RA_BWD_ONE_KERNEL };
+
 struct mk_fused_comm;
+/* The plan's core calls and their whole arguments, every one checked before anything is
+ * launched (ring_attn_bwd.c); ga: the call's ring arguments (mk_ra_fill_args with gave_up),
+ * which the one-kernel call's push and words come from. Merged and own-last: the calls' CTAs
+ * on a peer's block wait for their chunks (so all of them may run before the gather ends);
+ * own-last: the first call launched beside the gather (pdl, its delta and dq_acc zeroing
+ * launched before it). Returns the number of calls (*own_calls of them before the join with
+ * the gather), or a negative errno. */
+int mk_ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra_args* ga, const struct mk_ra_bwd_layout* l,
+                          void* data, int chunk_rows, enum mk_ra_bwd_plan_kind kind, const struct mk_ra_bwd_tensors* t,
+                          struct mk_ra_bwd_call* plan, struct mk_attn_bwd_args* core, int* own_calls);
+
+/* ---- shared by the forward and the backward (ring_attn.c) ------------------------------- */
 int mk_ra_shape_check(const char* name, const void* lse, size_t batch, size_t s_local, size_t heads, size_t kv_heads,
                       size_t d_head, int causal);
 int mk_ra_comm_check(const struct mk_fused_comm* fc, const char* name, size_t need, int batch, int s_local,

@@ -240,74 +240,69 @@ static int ra_bwd_gather_beside(struct mk_fused_comm* fc, const struct mk_ra_arg
   return mk_cuda_check(cudaEventRecord(fc->ev_join, fc->side), "cudaEventRecord (join)");
 }
 
-/* Which plan a call takes (ra_bwd_plan.h): the own block's calls beside the gather, then the
- * peers'; one merged call per query range beside the gather; or (non-causal) the peers' blocks
- * first and the own block last, with no reduce pass. */
-enum ra_bwd_plan_kind { RA_BWD_SPLIT, RA_BWD_MERGED, RA_BWD_OWN_LAST, RA_BWD_ONE_KERNEL };
-
 /* The one-kernel call: 2 to MK_RA_BWD_MAX_SEGS ranks (every block in one core call); causal,
  * zigzag chunks of whole 128-key tiles (the core's two-piece positions cut between tiles). */
 static int ra_bwd_one_kernel_fits(int causal, int nranks, int s_local) {
   return nranks >= 2 && nranks <= MK_RA_BWD_MAX_SEGS && (!causal || s_local % (2 * MK_ATTN_BWD_BLOCK_N) == 0);
 }
 
-static enum ra_bwd_plan_kind ra_bwd_plan_kind(int causal, int nranks, int s_local) {
+static enum mk_ra_bwd_plan_kind ra_bwd_plan_kind(int causal, int nranks, int s_local) {
   if (mk_param_int(MK_PARAM_RA_BWD_ONE_KERNEL) && ra_bwd_one_kernel_fits(causal, nranks, s_local))
-    return RA_BWD_ONE_KERNEL;
-  if (!causal && mk_param_int(MK_PARAM_RA_BWD_OWN_LAST)) return RA_BWD_OWN_LAST;
-  return mk_param_int(MK_PARAM_RA_BWD_MERGED) ? RA_BWD_MERGED : RA_BWD_SPLIT;
+    return MK_RA_BWD_ONE_KERNEL;
+  if (!causal && mk_param_int(MK_PARAM_RA_BWD_OWN_LAST)) return MK_RA_BWD_OWN_LAST;
+  return mk_param_int(MK_PARAM_RA_BWD_MERGED) ? MK_RA_BWD_MERGED : MK_RA_BWD_SPLIT;
 }
 
-/* The one-kernel call's peers' blocks: each announced to its owner (the "partials ready" word
- * of this rank on it, as the reduce kernel's announcement) by its last CTA. */
-static void ra_bwd_announce_blocks(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l,
-                                   const struct mk_ra_bwd_call* c, struct mk_attn_bwd_args* a) {
+/* The one-kernel call's ring parts: each peer's block announced to its owner (the "partials
+ * ready" word of this rank on it, as the reduce kernel's announcement) by its last CTA; this
+ * rank's K/V pushed by the first CTAs (ga's slots and words); the call ended by the last CTA. */
+static void ra_bwd_one_kernel_parts(const struct mk_fused_comm* fc, const struct mk_ra_args* ga,
+                                    const struct mk_ra_bwd_layout* l, const struct mk_ra_bwd_call* c,
+                                    struct mk_attn_bwd_args* a) {
   for (int i = 0; i < c->nseg; i++) {
     const int src = c->seg[i].src;
     if (src != fc->rank) a->kv[i].announce = ra_bwd_peer_ready(fc, l, src);
   }
+  mk_ra_kv_push(ga, l->kv_elems, &a->push);
+  a->push.call = ga->call.call;
+  a->call_done = ga->call.done;
 }
 
-/* The plan's core calls and their arguments, every one checked before anything is launched.
- * Merged and own-last: the calls' CTAs on a peer's block wait for their chunks (so all of them
- * may run before the gather ends); own-last: the first call launched beside the gather (pdl,
- * its delta and dq_acc zeroing launched before the gather: ra_bwd_run_own_last). Returns the
- * number of calls (*own_calls of them before the join with the gather), or a negative errno. */
-static int ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l, void* data,
-                              int chunk_rows, enum ra_bwd_plan_kind kind, const struct mk_ra_bwd_tensors* t,
-                              struct mk_ra_bwd_call* plan, struct mk_attn_bwd_args* core, int* own_calls) {
+int mk_ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra_args* ga, const struct mk_ra_bwd_layout* l,
+                          void* data, int chunk_rows, enum mk_ra_bwd_plan_kind kind, const struct mk_ra_bwd_tensors* t,
+                          struct mk_ra_bwd_call* plan, struct mk_attn_bwd_args* core, int* own_calls) {
   const int n = fc->nranks;
-  const int ncalls = kind == RA_BWD_ONE_KERNEL ? mk_ra_bwd_plan_one(fc->rank, n, plan, MK_RA_BWD_MAX_CALLS)
-                     : kind == RA_BWD_OWN_LAST ? mk_ra_bwd_plan_own_last(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
-                     : kind == RA_BWD_MERGED   ? mk_ra_bwd_plan_merged(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
+  const int ncalls = kind == MK_RA_BWD_ONE_KERNEL ? mk_ra_bwd_plan_one(fc->rank, n, plan, MK_RA_BWD_MAX_CALLS)
+                     : kind == MK_RA_BWD_OWN_LAST ? mk_ra_bwd_plan_own_last(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
+                     : kind == MK_RA_BWD_MERGED   ? mk_ra_bwd_plan_merged(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS)
                                                : mk_ra_bwd_plan(fc->rank, n, t->causal, plan, MK_RA_BWD_MAX_CALLS, own_calls);
   if (ncalls < 1) {
     MK_WARN(MK_RA_BWD_NAME ": internal: no plan for rank %d of %d", fc->rank, n);
     return -EPROTO;
   }
-  if (kind != RA_BWD_SPLIT) *own_calls = ncalls; /* every call before the join */
+  if (kind != MK_RA_BWD_SPLIT) *own_calls = ncalls; /* every call before the join */
   struct mk_ra_bwd_areas areas = {.rank = fc->rank, .nranks = n, .data = data,
                                    .acc_gate = ra_bwd_word(fc->sym, l->gave_up), /* the gather's "gave up" */
                                    .err = fc->err, .err_tag = mk_op_err_tag(fc, MK_OP_RING_ATTN_BWD),
                                    .timeout_ms = (uint32_t)fc->cfg.timeout_ms};
   for (int d = 0; d < n; d++) areas.peer_data[d] = d == fc->rank ? data : (char*)fc->peer_sym[d] + MK_AG_DATA_OFFSET;
-  if (kind != RA_BWD_SPLIT) {
+  if (kind != MK_RA_BWD_SPLIT) {
     areas.flags = ra_bwd_word(fc->sym, 0), areas.fps = l->fps, areas.chunk_rows = chunk_rows;
     areas.done = (const uint64_t*)fc->sym + MK_AG_WORD_DONE;
   }
-  if (kind == RA_BWD_OWN_LAST || kind == RA_BWD_ONE_KERNEL)
+  if (kind == MK_RA_BWD_OWN_LAST || kind == MK_RA_BWD_ONE_KERNEL)
     areas.ready = ra_bwd_word(fc->sym, l->ready0), areas.ready_index0 = (uint32_t)l->ready0;
   /* every core call of this rank is on the caller's stream, one after the other: one set of words */
-  uint64_t* phase = mk_param_int(MK_PARAM_RA_BWD_ONE_LAUNCH) || kind == RA_BWD_ONE_KERNEL
+  uint64_t* phase = mk_param_int(MK_PARAM_RA_BWD_ONE_LAUNCH) || kind == MK_RA_BWD_ONE_KERNEL
                         ? (uint64_t*)fc->sym + MK_AG_WORD_ATTN_PHASE
                         : NULL;
   for (int i = 0; i < ncalls; i++) {
     mk_ra_bwd_core_args(&areas, l, &plan[i], t, &core[i]);
     core[i].phase_words = phase;
-    if (kind == RA_BWD_ONE_KERNEL) ra_bwd_announce_blocks(fc, l, &plan[i], &core[i]);
+    if (kind == MK_RA_BWD_ONE_KERNEL) ra_bwd_one_kernel_parts(fc, ga, l, &plan[i], &core[i]);
     MK_CHECK(mk_attn_bwd_check(&core[i]));
   }
-  if (kind == RA_BWD_OWN_LAST) { /* its prep is launched apart (ra_bwd_run_own_last) */
+  if (kind == MK_RA_BWD_OWN_LAST) { /* its prep is launched apart (ra_bwd_run_own_last) */
     core[0].delta_ready = core[0].dq_accumulate = 1, core[0].pdl = 1;
     MK_CHECK(mk_attn_bwd_check(&core[0]));
   }
@@ -334,20 +329,6 @@ static int ra_bwd_run_own_last(struct mk_fused_comm* fc, const struct mk_ra_args
   MK_CHECK(mk_attn_bwd_launch(&core[ncalls - 1], stream));
   ra.mode = MK_RA_REDUCE_END;
   return mk_ra_bwd_reduce_launch(&ra, stream);
-}
-
-/* The one-kernel call: the core call of every block with the ring's parts (attn.h
- * mk_attn_bwd_args push, announce, call_done): this rank's K/V pushed by its first CTAs, the
- * peers' blocks (their CTAs waiting for each chunk; partials stored into the owners' acc[rank]
- * and announced by each block's last CTA), the own block (the peers' partials added once
- * announced), dq, the call's end. */
-static int ra_bwd_run_one_kernel(const struct mk_ra_args* ga, const struct mk_ra_bwd_layout* l,
-                                 struct mk_attn_bwd_args* core, cudaStream_t stream) {
-  mk_ra_kv_push(ga, l->kv_elems, &core->push);
-  core->push.call = ga->call.call;
-  core->call_done = ga->call.done;
-  MK_CHECK(mk_attn_bwd_check(core));
-  return mk_attn_bwd_launch(core, stream);
 }
 
 /* The split and merged plans: the gather (and, causal and not merged, the peers' accumulators
@@ -395,25 +376,23 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
 
   struct mk_ra_bwd_call plan[MK_RA_BWD_MAX_CALLS];
   struct mk_attn_bwd_args core[MK_RA_BWD_MAX_CALLS];
-  const enum ra_bwd_plan_kind kind = ra_bwd_plan_kind(causal, n, S);
+  const enum mk_ra_bwd_plan_kind kind = ra_bwd_plan_kind(causal, n, S);
   const struct mk_ra_bwd_tensors tensors = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .dout = dout, .dq = dq,
                                             .batch = B, .s_local = S, .heads = H, .kv_heads = Hkv, .d_head = D,
                                             .causal = causal, .dk = dk, .dv = dv};
+  struct mk_ra_args ga; /* the gather's, and the one-kernel call's push and words */
+  mk_ra_fill_args(fc, MK_OP_RING_ATTN_BWD, k, v, B, S, H, Hkv, D, causal, chunk_rows, l.kv_elems * 2, &ga);
+  ga.gave_up = ra_bwd_word(fc->sym, l.gave_up);
   int own_calls = 0;
-  const int ncalls = ra_bwd_build_calls(fc, &l, data, chunk_rows, kind, &tensors, plan, core, &own_calls);
+  const int ncalls = mk_ra_bwd_build_calls(fc, &ga, &l, data, chunk_rows, kind, &tensors, plan, core, &own_calls);
   if (ncalls < 0) return mk_result_from_errno(ncalls);
 
   int prev;
   rc = mk_op_device_enter(fc, &prev);
-  struct mk_ra_args ga;
-  if (!rc) {
-    mk_ra_fill_args(fc, MK_OP_RING_ATTN_BWD, k, v, B, S, H, Hkv, D, causal, chunk_rows, l.kv_elems * 2, &ga);
-    ga.gave_up = ra_bwd_word(fc->sym, l.gave_up);
-  }
   if (!rc)
-    rc = kind == RA_BWD_ONE_KERNEL ? ra_bwd_run_one_kernel(&ga, &l, &core[0], stream)
-         : kind == RA_BWD_OWN_LAST ? ra_bwd_run_own_last(fc, &ga, &l, data, core, ncalls, dk, dv, stream)
-                                   : ra_bwd_run_beside(fc, &ga, &l, data, kind == RA_BWD_MERGED, core, ncalls,
+    rc = kind == MK_RA_BWD_ONE_KERNEL ? mk_attn_bwd_launch(&core[0], stream) /* ring parts in, checked */
+         : kind == MK_RA_BWD_OWN_LAST ? ra_bwd_run_own_last(fc, &ga, &l, data, core, ncalls, dk, dv, stream)
+                                   : ra_bwd_run_beside(fc, &ga, &l, data, kind == MK_RA_BWD_MERGED, core, ncalls,
                                                        own_calls, dk, dv, stream);
   mk_op_device_leave(prev);
   return mk_result_from_errno(rc);

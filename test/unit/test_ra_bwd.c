@@ -21,6 +21,8 @@
  *     the own block last; its core arguments (with the blocks' announcements and the push),
  *     non-causal and causal (both zigzag chunks of q and of each block, at their positions),
  *     pass the core's check, and a call with the own block elsewhere does not;
+ *   - the op's own builder of every plan's calls (mk_ra_bwd_build_calls, the one-kernel call's
+ *     ring parts included) on a stand-in communicator: every call passes the core's check;
  *   - the hang report's peer for each kind of wait, none for a one-launch call's part waits;
  *   - the workspace layout: regions in order, 256-byte aligned, disjoint, sized as documented.
  */
@@ -28,6 +30,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ag_push.h" /* MK_AG_DATA_OFFSET */
 #include "attn.h"
 #include "fused_comm.h"
 #include "op_check.h"
@@ -366,6 +369,49 @@ static void one_kernel_core_args_pass_the_cores_check(void) {
   }
 }
 
+/* The op's own call builder (mk_ra_bwd_build_calls) on a stand-in communicator (addresses
+ * only: nothing is read): every plan's calls come back whole and pass the core's check, for
+ * every rank count the plan takes, every rank, causal and not, grouped heads or not, D 64 and
+ * 128. The one-kernel call carries its ring parts (session 62's builder checked it before the
+ * push and call_done were set, so every such call was refused as bad arguments). */
+static void every_plans_calls_are_built_whole_and_pass_the_cores_check(void) {
+  void* peer_sym[MK_RA_MAX_RANKS];
+  for (int d = 0; d < MK_RA_MAX_RANKS; d++) peer_sym[d] = fake(200 + 100 * d);
+  const enum mk_ra_bwd_plan_kind kinds[] = {MK_RA_BWD_SPLIT, MK_RA_BWD_MERGED, MK_RA_BWD_OWN_LAST, MK_RA_BWD_ONE_KERNEL};
+  for (int ki = 0; ki < 4; ki++)
+    for (int n = 2; n <= (kinds[ki] == MK_RA_BWD_ONE_KERNEL ? MK_RA_BWD_MAX_SEGS : MK_RA_MAX_RANKS); n++)
+      for (int r = 0; r < n; r++)
+        for (int causal = 0; causal < 2; causal++)
+          for (int v = 0; v < 4; v++) {
+            if (kinds[ki] == MK_RA_BWD_OWN_LAST && causal) continue; /* non-causal only */
+            const int hkv = v & 1 ? 2 : 8, d = v & 2 ? 128 : 64, B = 2, S = 512, H = 8;
+            struct mk_fused_comm fc;
+            memset(&fc, 0, sizeof fc);
+            fc.rank = r, fc.nranks = n, fc.sym = peer_sym[r], fc.peer_sym = peer_sym, fc.num_sms = 132;
+            fc.cfg.timeout_ms = 1000;
+            struct mk_ra_bwd_layout l;
+            mk_ra_bwd_layout(n, B, S, H, hkv, d, 128, &l);
+            const struct mk_ra_bwd_tensors t = {.q = fake(1), .k = fake(2), .v = fake(3), .out = fake(4),
+                                                .lse = (const float*)fake(5), .dout = fake(6), .dq = fake(7),
+                                                .batch = B, .s_local = S, .heads = H, .kv_heads = hkv, .d_head = d,
+                                                .causal = causal, .dk = fake(8), .dv = fake(9)};
+            struct mk_ra_args ga;
+            mk_ra_fill_args(&fc, MK_OP_RING_ATTN_BWD, t.k, t.v, B, S, H, hkv, d, causal, 128, l.kv_elems * 2, &ga);
+            ga.gave_up = (uint64_t*)fake(10);
+            struct mk_ra_bwd_call plan[MK_RA_BWD_MAX_CALLS];
+            struct mk_attn_bwd_args core[MK_RA_BWD_MAX_CALLS];
+            int own = 0;
+            void* data = (char*)peer_sym[r] + MK_AG_DATA_OFFSET;
+            const int m = mk_ra_bwd_build_calls(&fc, &ga, &l, data, 128, kinds[ki], &t, plan, core, &own);
+            CHECK(m >= 1);
+            for (int i = 0; i < m; i++) CHECK_EQ(mk_attn_bwd_check(&core[i]), 0);
+            if (kinds[ki] != MK_RA_BWD_ONE_KERNEL || m != 1) continue;
+            CHECK(core[0].call_done == ga.call.done && core[0].push.ctas >= 1 && core[0].push.call == ga.call.call);
+            for (int j = 0; j < core[0].num_kv_blocks; j++) /* each peer's block announced to it, the own not */
+              CHECK_EQ(core[0].kv[j].announce != NULL, plan[0].seg[j].src != r);
+          }
+}
+
 /* Which peer the hang report names for each wait of the ring attention (mk_ra_hang_source):
  * the push's wait for a peer's previous call, the backward's "partials ready" word, a K/V
  * chunk flag; none for a one-launch call's part waits (its own CTAs), which read as a chunk
@@ -426,6 +472,7 @@ int main(void) {
   own_last_core_args_add_every_peers_partial_into_the_own_block();
   one_kernel_plan_puts_every_block_in_one_call_the_own_last();
   one_kernel_core_args_pass_the_cores_check();
+  every_plans_calls_are_built_whole_and_pass_the_cores_check();
   hang_report_names_the_peer_each_wait_depended_on();
   layout_is_aligned_disjoint_and_sized();
   return MK_TEST_RESULT();
