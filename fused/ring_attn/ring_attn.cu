@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(MK_RA_BWD_THREADS) mk_ra_bwd_zero_kernel(const
     bool ok = true;
     if (threadIdx.x == 0) {
       const uint64_t prev = *(volatile const uint64_t*)a.done; /* e - 1 */
-      ok = mk_wait_geq_inline(a.peer_done, prev, a.err, a.err_tag, (uint32_t)blockIdx.x, a.flag_index,
+      ok = mk_wait_geq_inline(a.peer_done, prev, a.err, a.err_tag, MK_GEMM_ERR_TILE_PEER_FREE, a.flag_index,
                               (uint64_t)a.timeout_ms * 1000000ull) >= prev;
       if (!ok) *(volatile uint64_t*)a.gave_up = MK_ATTN_ACC_GATE_CLOSED | (prev + 1);
     }

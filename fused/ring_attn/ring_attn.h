@@ -116,6 +116,12 @@ struct mk_ra_bwd_zero_args {
 };
 int mk_ra_bwd_zero_launch(const struct mk_ra_bwd_zero_args* a, cudaStream_t stream);
 
+struct mk_ra_args;
+/* The wait of a zero of peer d's accumulator (the merged plan): for d's done word, recorded as
+ * a push wait (err_tag | MK_GEMM_ERR_TAG_PUSH, flag_index d; the kernel's tile is
+ * MK_GEMM_ERR_TILE_PEER_FREE), so the hang report and the error text name d. */
+void mk_ra_bwd_zero_wait(const struct mk_ra_args* ga, int d, struct mk_ra_bwd_zero_args* z);
+
 #define MK_RA_REDUCE_ALL 0      /* announce, wait for the peers', sum, end the call */
 #define MK_RA_REDUCE_ANNOUNCE 1 /* only the announcement (the own-last plan, before its last call) */
 #define MK_RA_REDUCE_END 2      /* only the call's end (the own-last plan, after its last call) */

@@ -211,6 +211,11 @@ static void ra_bwd_reduce_args(const struct mk_fused_comm* fc, const struct mk_r
   ra->err = fc->err, ra->err_tag = ga->err_tag, ra->timeout_ms = ga->timeout_ms, ra->gave_up = ga->gave_up;
 }
 
+void mk_ra_bwd_zero_wait(const struct mk_ra_args* ga, int d, struct mk_ra_bwd_zero_args* z) {
+  z->peer_done = ga->call.peer_done[d], z->done = ga->call.done, z->err = ga->err;
+  z->err_tag = ga->err_tag | MK_GEMM_ERR_TAG_PUSH, z->flag_index = (uint32_t)d, z->timeout_ms = ga->timeout_ms;
+}
+
 /* The peers' accumulators in this rank's memory zeroed on `stream` (causal: each call adds into
  * them). wait (the merged plan, on the caller's stream): each zero first waits, bounded, for
  * its owner to have ended its previous call (its reduce read them); else (step 1, after the
@@ -221,9 +226,7 @@ static int ra_bwd_zero_peers(const struct mk_fused_comm* fc, const struct mk_ra_
     if (d == fc->rank) continue;
     struct mk_ra_bwd_zero_args z = {.acc = mk_ra_bwd_acc(data, l, d), .bytes = mk_ra_bwd_acc_bytes(l),
                                     .gave_up = ga->gave_up};
-    if (wait)
-      z.peer_done = ga->call.peer_done[d], z.done = ga->call.done, z.err = ga->err, z.err_tag = ga->err_tag,
-      z.flag_index = (uint32_t)d, z.timeout_ms = ga->timeout_ms;
+    if (wait) mk_ra_bwd_zero_wait(ga, d, &z);
     MK_CHECK(mk_ra_bwd_zero_launch(&z, stream));
   }
   return 0;

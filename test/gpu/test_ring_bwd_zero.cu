@@ -98,7 +98,8 @@ int main(void) {
            e.aborted, e.flag_index, (unsigned long long)e.expected, (unsigned long long)e.seen);
     EXPECT(nonzero(b.acc) == ZERO_FLOATS, "owner never done: values were written");
     EXPECT(gate == (MK_ATTN_ACC_GATE_CLOSED | 5), "the gate is not closed with call 5");
-    EXPECT(e.aborted && e.flag_index == 1 && e.expected == 4 && e.seen == 3, "the error record does not name the wait");
+    EXPECT(e.aborted && e.tile == MK_GEMM_ERR_TILE_PEER_FREE && e.flag_index == 1 && e.expected == 4 && e.seen == 3,
+           "the error record does not name the wait (a peer's previous call: tile %#x)", e.tile);
   }
 
   cudaFree(b.acc), cudaFree(b.words), cudaFree(b.err);

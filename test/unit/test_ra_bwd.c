@@ -28,10 +28,12 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ag_push.h" /* MK_AG_DATA_OFFSET */
 #include "attn.h"
+#include "err_text.h"
 #include "fused_comm.h"
 #include "op_check.h"
 #include "mk_test.h"
@@ -440,6 +442,33 @@ static void hang_report_names_the_peer_each_wait_depended_on(void) {
   CHECK_EQ(mk_ra_hang_source(&e, 1, n, fps, &kind), -1);
 }
 
+/* The merged plan's zero of peer d's accumulator waits for d's previous call: its record names
+ * d (it was once tagged as a chunk-flag wait, so rank 0 of 4 named rank 1 for a wait on 3). */
+static void accumulator_zero_wait_names_its_peer(void) {
+  void* peer_sym[4] = {fake(200), fake(300), fake(400), fake(500)};
+  struct mk_fused_comm fc;
+  memset(&fc, 0, sizeof fc);
+  fc.rank = 0, fc.nranks = 4, fc.sym = peer_sym[0], fc.peer_sym = peer_sym, fc.num_sms = 132;
+  fc.cfg.timeout_ms = 1000;
+  struct mk_ra_args ga;
+  mk_ra_fill_args(&fc, MK_OP_RING_ATTN_BWD, fake(2), fake(3), 1, 2048, 8, 8, 128, 1, 128, 1 << 20, &ga);
+  for (int d = 1; d < 4; d++) {
+    struct mk_ra_bwd_zero_args z;
+    memset(&z, 0, sizeof z);
+    mk_ra_bwd_zero_wait(&ga, d, &z);
+    CHECK(z.peer_done == ga.call.peer_done[d] && z.done == ga.call.done && z.timeout_ms == 1000);
+    struct mk_gemm_error e; /* as the zero kernel raises it */
+    memset(&e, 0, sizeof e);
+    e.tag = z.err_tag, e.tile = MK_GEMM_ERR_TILE_PEER_FREE, e.flag_index = z.flag_index;
+    enum mk_ra_hang_kind kind = MK_RA_HANG_CHUNK;
+    CHECK(mk_ra_hang_source(&e, 0, 4, 16, &kind) == d && kind == MK_RA_HANG_DONE);
+    char text[256], want[64];
+    mk_err_record_text(0, &e, text, sizeof text);
+    snprintf(want, sizeof want, "for rank %d's previous call to end", d);
+    CHECK(strstr(text, want) != NULL);
+  }
+}
+
 static void layout_is_aligned_disjoint_and_sized(void) {
   const int shapes[][6] = {{1, 256, 8, 1, 128, 128}, {2, 77, 4, 2, 64, 128}, {3, 1000, 16, 2, 128, 256}};
   for (int n = 2; n <= MK_RA_MAX_RANKS; n++)
@@ -474,6 +503,7 @@ int main(void) {
   one_kernel_core_args_pass_the_cores_check();
   every_plans_calls_are_built_whole_and_pass_the_cores_check();
   hang_report_names_the_peer_each_wait_depended_on();
+  accumulator_zero_wait_names_its_peer();
   layout_is_aligned_disjoint_and_sized();
   return MK_TEST_RESULT();
 }
