@@ -73,6 +73,13 @@ struct mk_fused_comm {
   struct mk_xnode* xn;          /* ranks outside the local team: the proxy (xnode.c); else NULL */
 };
 
+/* The data area's bytes: after the flags, before the MoE area (which follows it when the
+ * config asks for MoE): what the overlapped paths' slots may fill. */
+static inline size_t mk_fused_data_bytes(const struct mk_fused_comm* fc) {
+  const size_t end = fc->moe_bytes ? fc->moe_offset : fc->sym_bytes;
+  return end > MK_FUSED_FLAG_BYTES ? end - MK_FUSED_FLAG_BYTES : 0;
+}
+
 /* ncclMkCommInit's work; 0 or negative errno. */
 int mk_fused_comm_create(ncclComm_t comm, const ncclMkConfig* cfg);
 /* ncclMkCommRelease's work. */

@@ -52,13 +52,16 @@ static int gemm_rs_reachable(const struct mk_fused_comm* fc, size_t m, size_t n,
          mk_xn_rs_bytes(fc->nranks, blocks, (uint64_t)MK_AG_BLOCK_ROWS * n * 2, gather) <= xv.bounce_bytes;
 }
 
+/* The overlapped path: 2 or more ranks (the epilogue's peers; one rank takes the reference),
+ * every one reachable, whole row-blocks per shard inside the tables, the shape inside the
+ * prepared maxima, and the slots inside the data area (not into the MoE area after it). */
 int mk_gemm_rs_fits(const struct mk_fused_comm* fc, size_t m, size_t n, size_t k, int gather) {
   const size_t shard = m / (size_t)fc->nranks, blocks_all = m / MK_AG_BLOCK_ROWS;
-  return fc->fused && gemm_rs_reachable(fc, m, n, gather) && fc->nranks <= MK_RS_MAX_RANKS &&
+  return fc->fused && fc->nranks >= 2 && gemm_rs_reachable(fc, m, n, gather) && fc->nranks <= MK_RS_MAX_RANKS &&
          m % (size_t)fc->nranks == 0 &&
          shard % MK_AG_BLOCK_ROWS == 0 && blocks_all <= MK_AG_MAX_BLOCKS &&
          blocks_all * (gather ? 2 : 1) + MK_GEMM_RS_CLAIM_WORDS <= MK_RS_MAX_COUNTERS && m <= fc->cfg.max_m && n <= fc->cfg.max_n &&
-         k <= fc->cfg.max_k && gemm_rs_data_bytes(fc, m, n, gather) <= fc->sym_bytes - MK_FUSED_FLAG_BYTES;
+         k <= fc->cfg.max_k && gemm_rs_data_bytes(fc, m, n, gather) <= mk_fused_data_bytes(fc);
 }
 
 /* Remote peer d's pointers (gemm.h rs.xn): this rank's bounce slots and flags; the counters

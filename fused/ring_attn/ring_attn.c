@@ -51,12 +51,6 @@ int mk_ra_shape_check(const char* name, const void* lse, size_t batch, size_t s_
   return 0;
 }
 
-/* The data area's bytes (fused_comm.h: between the flags and the MoE area). */
-static size_t ra_data_bytes(const struct mk_fused_comm* fc) {
-  const size_t end = fc->moe_bytes ? fc->moe_offset : fc->sym_bytes;
-  return end > MK_AG_DATA_OFFSET ? end - MK_AG_DATA_OFFSET : 0;
-}
-
 /* The rules that need the communicator (ncclInvalidUsage): 2..8 ranks on one host, the fused
  * workspace, need_bytes of it; and the flags' chunk: the smallest multiple of 128 rows (doubling)
  * whose flags (n-1 slots of them, plus extra_words) fit the word area. */
@@ -72,9 +66,9 @@ int mk_ra_comm_check(const struct mk_fused_comm* fc, const char* name, size_t ne
             "reference path yet", name);
     return -ENOTSUP;
   }
-  if (need > ra_data_bytes(fc)) {
+  if (need > mk_fused_data_bytes(fc)) {
     MK_WARN("%s: needs %zu bytes of workspace, %zu are prepared: raise ncclMkConfig's max_m x max(max_n, max_k) "
-            "x 2 bytes", name, need, ra_data_bytes(fc));
+            "x 2 bytes", name, need, mk_fused_data_bytes(fc));
     return -ENOTSUP;
   }
   int rows = 128;

@@ -3,7 +3,7 @@
  * (mk_gemm_rs_fits), without a GPU: every rank on the host, 128-row shards, the shapes inside
  * the prepared maxima, the row-blocks inside the counters and order tables, and the slots in
  * the data area (n - 1 partial slots, and as many gather slots for the all-reduce: on 2 ranks
- * both fit where one m x n copy of C does).
+ * both fit where one m x n copy of C does), never in the MoE area after it; one rank never.
  */
 #include <string.h>
 
@@ -62,7 +62,28 @@ static void row_blocks_stay_inside_the_tables(void) {
   CHECK_EQ(mk_gemm_rs_fits(&fc, 2048 * 128, 64, 64, 1), 0);  /* 4099 */
 }
 
+/* The slots fill the data area only: a MoE area after it is not room (it once was, and a
+ * 4-rank GEMM+AllReduce's gather slots overwrote the MoE counts and flags). */
+static void slots_never_reach_into_the_moe_area(void) {
+  struct mk_fused_comm fc = comm_for(4, 8192, 8192, 8192);
+  CHECK_EQ(mk_gemm_rs_fits(&fc, 8192, 8192, 8192, 1), 0); /* 6/4 of C */
+  fc.moe_offset = (fc.sym_bytes + 255) & ~(size_t)255, fc.moe_bytes = (size_t)512 << 20;
+  fc.sym_bytes = fc.moe_offset + fc.moe_bytes;
+  CHECK_EQ(mk_gemm_rs_fits(&fc, 8192, 8192, 8192, 1), 0);
+  CHECK_EQ(mk_gemm_rs_fits(&fc, 8192, 8192, 8192, 0), 1); /* 3/4 of C: inside the data area */
+  CHECK_EQ(mk_fused_data_bytes(&fc), (size_t)8192 * 8192 * 2);
+}
+
+/* One rank has no peer for the epilogue (whose rules need 2 or more): the reference path. */
+static void one_rank_takes_the_reference_path(void) {
+  struct mk_fused_comm fc = comm_for(1, 8192, 8192, 8192);
+  CHECK_EQ(mk_gemm_rs_fits(&fc, 256, 64, 64, 0), 0);
+  CHECK_EQ(mk_gemm_rs_fits(&fc, 256, 64, 64, 1), 0);
+}
+
 int main(void) {
+  slots_never_reach_into_the_moe_area();
+  one_rank_takes_the_reference_path();
   two_ranks_fit_both_where_c_fits();
   eight_ranks_gather_needs_more_than_one_c();
   shapes_outside_the_rules_do_not_fit();
