@@ -65,7 +65,8 @@ typedef struct {
   unsigned int version;   /* NCCL_MK_VERSION of the header the caller compiled with */
   size_t max_m;           /* largest M (total rows of C) any call will use; default 8192 */
   size_t max_n;           /* largest per-rank N; default 8192 */
-  size_t max_k;           /* largest per-rank K; default 8192 */
+  size_t max_k;           /* largest per-rank K; default 8192 (each below 2^31, and
+                           * max_m x max(max_n, max_k) at most 2^44) */
   int comm_sms;           /* SMs given to communication; 0: chosen per shape */
   size_t chunk_bytes;     /* communication chunk; 0: chosen per shape */
   int timeout_ms;         /* bound on every wait inside a kernel; 0: NCCL_MK_TIMEOUT_MS */

@@ -2,6 +2,7 @@
  * to ncclResult_t. */
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "fused_comm.h"
@@ -43,6 +44,11 @@ static int moe_config_check(const ncclMkConfig* c) {
   return 0;
 }
 
+/* max_m x max(max_n, max_k): 2^44 elements, a 32 TiB workspace (no GPU has one), so every
+ * size computed from the config fits a size_t many times over. */
+#define MK_CONFIG_MAX_ELEMS_LOG2 44
+#define MK_CONFIG_MAX_ELEMS ((size_t)1 << MK_CONFIG_MAX_ELEMS_LOG2)
+
 static int config_check(const ncclMkConfig* c) {
   if (c->size != sizeof(ncclMkConfig)) {
     MK_WARN("ncclMkCommInit: config.size is %zu, this library expects %zu: fill the config "
@@ -52,6 +58,14 @@ static int config_check(const ncclMkConfig* c) {
   if (!c->max_m || !c->max_n || !c->max_k || c->max_n % 8 || c->max_k % 8) {
     MK_WARN("ncclMkCommInit: config max_m/max_n/max_k (%zu/%zu/%zu) must be positive, max_n "
             "and max_k multiples of 8", c->max_m, c->max_n, c->max_k);
+    return -EINVAL;
+  }
+  /* the GEMM's shapes are ints; the buffers they size (max_m x 3 max(max_n, max_k) x 2 bytes at
+   * most) stay far from size_t's end */
+  const size_t widest = c->max_n > c->max_k ? c->max_n : c->max_k;
+  if (c->max_m > INT32_MAX || widest > INT32_MAX || c->max_m * widest > MK_CONFIG_MAX_ELEMS) {
+    MK_WARN("ncclMkCommInit: config max_m/max_n/max_k (%zu/%zu/%zu): each must be below 2^31 and "
+            "max_m x max(max_n, max_k) at most 2^%d", c->max_m, c->max_n, c->max_k, MK_CONFIG_MAX_ELEMS_LOG2);
     return -EINVAL;
   }
   if (c->comm_sms < 0 || c->timeout_ms < 0) {

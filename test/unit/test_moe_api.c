@@ -1,14 +1,31 @@
 /*
- * The MoE API's refusals that need no GPU: bad ncclMkConfig MoE fields (ncclMkCommInit checks
+ * The MoE API's refusals that need no GPU: bad ncclMkConfig MoE fields and sizes (ncclMkCommInit checks
  * the config before it touches the communicator), NULL and misaligned arguments, layouts of a
  * communicator that has no ncclMkCommInit; tokens = 0 passing the argument checks (token-side
  * pointers NULL) while the dense ops still refuse M = 0. Every refusal is an ncclResult_t,
  * never a crash; the communicator handle is a made-up pointer that must never be dereferenced.
  */
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
+#include "mk_log.h"
 #include "mk_test.h"
 #include "nccl_mk.h"
+
+/* The last WARN, so that a refusal can be checked to name its reason. */
+static char last_warn[1024];
+static void capture_logger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
+                           const char* fmt, ...) {
+  (void)flags, (void)file, (void)line;
+  if (level != NCCL_LOG_WARN) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_warn, sizeof last_warn, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "WARN %s\n", last_warn);
+}
 
 static ncclComm_t fake_comm(void) { return (ncclComm_t)(uintptr_t)0x10000; }
 static void* fake_ptr(uintptr_t i) { return (void*)(uintptr_t)(0x100000 + 0x1000 * i); }
@@ -34,6 +51,34 @@ static void config_fields_are_checked(void) {
   void (*bad[])(ncclMkConfig*) = {fp8_two,     tokens_negative, recv_rows_negative, hidden_zero,
                                   hidden_not_8, topk_zero,      topk_17,            tokens_huge};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) CHECK_EQ(init_with(bad[i]), ncclInvalidArgument);
+}
+
+/* The dense sizes: each below 2^31 (the GEMM's ints), and max_m x max(max_n, max_k) at most
+ * 2^44, so the workspaces sized from them cannot wrap (2^32 x 2^31 x 2 bytes once wrapped to
+ * 0 and gave a 128 KiB workspace to a fused path that takes 2^64). */
+static ncclResult_t init_sized(size_t m, size_t n, size_t k) {
+  ncclMkConfig cfg;
+  ncclMkConfigDefaults(&cfg);
+  cfg.max_m = m, cfg.max_n = n, cfg.max_k = k;
+  return ncclMkCommInit(fake_comm(), &cfg);
+}
+
+static void config_sizes_are_bounded(void) {
+  CHECK_EQ(init_sized((size_t)1 << 32, (size_t)1 << 31, (size_t)1 << 31), ncclInvalidArgument);
+  CHECK_EQ(init_sized((size_t)1 << 31, 8, 8), ncclInvalidArgument);
+  CHECK_EQ(init_sized(8192, (size_t)1 << 31, 8192), ncclInvalidArgument);
+  CHECK_EQ(init_sized(8192, 8192, (size_t)1 << 31), ncclInvalidArgument);
+  CHECK_EQ(init_sized((size_t)1 << 23, (size_t)1 << 22, 8), ncclInvalidArgument); /* 2^45 elements */
+  CHECK_EQ(init_sized(0, 8192, 8192), ncclInvalidArgument);
+  CHECK_EQ(init_sized(8192, 12, 8192), ncclInvalidArgument);
+  /* at the bound the sizes pass: the refusal is then the next rule's (a negative comm_sms; a
+   * good config would reach the made-up communicator) */
+  ncclMkConfig cfg;
+  ncclMkConfigDefaults(&cfg);
+  cfg.max_m = (size_t)1 << 22, cfg.max_n = (size_t)1 << 22, cfg.max_k = 8, cfg.comm_sms = -1;
+  last_warn[0] = '\0';
+  CHECK_EQ(ncclMkCommInit(fake_comm(), &cfg), ncclInvalidArgument);
+  CHECK(strstr(last_warn, "comm_sms") != NULL);
 }
 
 static void layouts_refuse_bad_arguments(void) {
@@ -110,7 +155,9 @@ static void dense_ops_refuse_zero_m(void) {
 }
 
 int main(void) {
+  mk_log_set_logger(capture_logger);
   config_fields_are_checked();
+  config_sizes_are_bounded();
   layouts_refuse_bad_arguments();
   ops_refuse_bad_arguments();
   moe_ops_accept_zero_tokens();
