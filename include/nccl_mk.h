@@ -245,7 +245,8 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
 typedef struct ncclMkMoeLayout* ncclMkMoeLayout_t;
 
 /* A routing layout for `comm` (device memory sized from its config): written by a dispatch,
- * read by the combine of the same tokens. Not collective. ncclSuccess, ncclInvalidArgument
+ * read by the combine of the same tokens; refused by the ops after a later ncclMkCommInit of
+ * the communicator (create it again then). Not collective. ncclSuccess, ncclInvalidArgument
  * (NULL argument), ncclInvalidUsage (no ncclMkCommInit or no MoE workspace configured),
  * ncclSystemError (allocation). */
 NCCL_MK_API ncclResult_t ncclMkMoeLayoutCreate(ncclComm_t comm, ncclMkMoeLayout_t* layout);

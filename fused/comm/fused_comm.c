@@ -51,13 +51,14 @@ static struct mk_fused_comm** registry_slot(ncclComm_t comm) {
 }
 
 static int registry_add(struct mk_fused_comm* fc) {
+  static uint64_t generations;
   pthread_mutex_lock(&registry_lock);
   int rc = -ENOSPC;
   if (registry_slot(fc->nccl)) {
     rc = -EEXIST;
   } else {
     for (int i = 0; i < MK_FUSED_MAX_COMMS && rc == -ENOSPC; i++)
-      if (!registry[i]) registry[i] = fc, rc = 0;
+      if (!registry[i]) registry[i] = fc, fc->generation = ++generations, rc = 0;
   }
   pthread_mutex_unlock(&registry_lock);
   return rc;

@@ -71,6 +71,8 @@ struct mk_fused_comm {
   int rs_shard_blocks;          /* the same for the last overlapped GEMM+ReduceScatter/AllReduce */
   int ra_flags_per_slot;        /* chunk flags per K/V slot of the last ring attention call */
   struct mk_xnode* xn;          /* ranks outside the local team: the proxy (xnode.c); else NULL */
+  uint64_t generation;          /* this init's number in the process (registry_add): what a MoE
+                                 * layout was sized from, even at a reused comm address */
 };
 
 /* The data area's bytes: after the flags, before the MoE area (which follows it when the

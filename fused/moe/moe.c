@@ -25,6 +25,7 @@
 
 struct ncclMkMoeLayout {
   ncclComm_t comm;
+  uint64_t generation;            /* the comm's init it was sized from (fused_comm.h) */
   int* group_offsets;             /* [MK_MOE_MAX_LOCAL_EXPERTS + 1] */
   int* row_source;                /* [max_recv_rows][3] */
   int* slot_dest;                 /* [max_tokens][max_topk] */
@@ -81,7 +82,7 @@ NCCL_MK_API ncclResult_t ncclMkMoeLayoutCreate(ncclComm_t comm, ncclMkMoeLayout_
   }
   struct ncclMkMoeLayout* l = calloc(1, sizeof(*l));
   if (!l) return ncclSystemError;
-  l->comm = comm;
+  l->comm = comm, l->generation = fc->generation;
   l->max_recv_rows = fc->cfg.moe_max_recv_rows;
   rc = mk_op_device_enter(fc, &prev);
   const size_t slots = (size_t)fc->cfg.moe_max_tokens * fc->cfg.moe_max_topk;
@@ -139,6 +140,10 @@ static int moe_check(const char* op, const struct mk_fused_comm* fc, ncclMkMoeLa
   const ncclMkConfig* c = &fc->cfg;
   if (!l || l->comm != comm) {
     MK_WARN("%s: layout %s", op, l ? "was made for another communicator" : "is NULL");
+    return -EINVAL;
+  }
+  if (l->generation != fc->generation) { /* its buffers were sized from an earlier config */
+    MK_WARN("%s: layout was made before this communicator's last ncclMkCommInit: create it again", op);
     return -EINVAL;
   }
   if (fc->local_size != fc->nranks || fc->nranks > MK_MOE_MAX_RANKS) {

@@ -215,8 +215,36 @@ static void bad_combines(struct rank_env* e, struct moe_bufs* b, const struct mo
   expect(e, count_not_ff(out, out_bytes) == 0, "out untouched after bad combines", 0);
 }
 
+static void moe_config(const char* scenario, ncclMkConfig* cfg);
+
+/* One dispatch of case c (rank_harness.cuh's call shape). */
+struct dispatch_arg { struct moe_bufs* b; const struct moe_case* c; };
+
+static ncclResult_t dispatch_call(void* env, void* arg) {
+  struct rank_env* e = (struct rank_env*)env;
+  const struct dispatch_arg* a = (const struct dispatch_arg*)arg;
+  const struct moe_case* c = a->c;
+  return ncclMkMoeDispatchGemm(a->b->x, a->b->topk_idx, a->b->w1, a->b->act, c->tokens, c->hidden, c->inter, c->topk,
+                               c->experts, e->layout, ncclBfloat16, e->comm, e->stream);
+}
+
+/* A layout of an earlier init is refused after the communicator's next ncclMkCommInit (its
+ * buffers were sized from that init's config); a new one takes its place. Every rank. */
+static void layout_of_an_earlier_init_is_refused(struct rank_env* e, struct dispatch_arg* arg) {
+  CUDA_OK(cudaDeviceSynchronize());
+  NCCL_OK(ncclMkCommRelease(e->comm));
+  ncclMkConfig cfg;
+  NCCL_OK(ncclMkConfigDefaults(&cfg));
+  moe_config("bad_input", &cfg);
+  NCCL_OK(ncclMkCommInit(e->comm, &cfg));
+  const ncclResult_t rc = dispatch_call(e, arg);
+  expect(e, rc == ncclInvalidArgument, "a layout made before the last ncclMkCommInit is refused", 0);
+  NCCL_OK(ncclMkMoeLayoutDestroy(e->layout));
+  NCCL_OK(ncclMkMoeLayoutCreate(e->comm, &e->layout));
+}
+
 /* Every bad call returns its error before launching anything; then the good calls still
- * work on the same layout and communicator. */
+ * work on the same layout and communicator; last, a layout of the previous init is refused. */
 static void scenario_bad_input(struct rank_env* e) {
   const struct moe_case c = {64, 128, 64, 64, 2, 8, UNIFORM};
   const struct moe_case big = {MAX_TOKENS + 8, MAX_HIDDEN + 8, 72, 72, MAX_TOPK + 1, 8, UNIFORM};
@@ -232,6 +260,8 @@ static void scenario_bad_input(struct rank_env* e) {
   bad_combines(e, &b, &c, out_bytes);
   run_combine(e, &b, &c);
   check_case(e, &b, &c, g_seed, 0);
+  struct dispatch_arg arg = {&b, &c};
+  layout_of_an_earlier_init_is_refused(e, &arg);
   bufs_free(&b);
 }
 
@@ -240,17 +270,6 @@ static void scenario_bad_input(struct rank_env* e) {
 static void scenario_negative_control(struct rank_env* e) {
   const struct moe_case c = {300, 136, 64, 64, 2, 8, UNIFORM}; /* rows on both ranks */
   run_case(e, &c, g_seed, 1);
-}
-
-/* One dispatch of case c (rank_harness.cuh's call shape). */
-struct dispatch_arg { struct moe_bufs* b; const struct moe_case* c; };
-
-static ncclResult_t dispatch_call(void* env, void* arg) {
-  struct rank_env* e = (struct rank_env*)env;
-  const struct dispatch_arg* a = (const struct dispatch_arg*)arg;
-  const struct moe_case* c = a->c;
-  return ncclMkMoeDispatchGemm(a->b->x, a->b->topk_idx, a->b->w1, a->b->act, c->tokens, c->hidden, c->inter, c->topk,
-                               c->experts, e->layout, ncclBfloat16, e->comm, e->stream);
 }
 
 /* Rank 1 never dispatches (NCCL_MK_TIMEOUT_MS=2000, set by rank_main): rank 0's dispatch
