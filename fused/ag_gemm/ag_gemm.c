@@ -131,8 +131,11 @@ static int ag_gemm_fused(struct mk_fused_comm* fc, const void* a_shard, const vo
   g.push = &push, g.call = &call, g.trace = trace;
   MK_CHECK(mk_gemm_launch(&g, stream));
   if (a_gathered) {
-    MK_CHECK(ag_gemm_copy_gathered(fc, a_shard, ws + MK_AG_DATA_OFFSET, a_gathered, m, k, stream));
+    /* the call ends (done = e) even when a copy fails: with done behind, this rank's next call
+     * would take flags the peers raised for it as this one's rows, and multiply stale A */
+    const int copied = ag_gemm_copy_gathered(fc, a_shard, ws + MK_AG_DATA_OFFSET, a_gathered, m, k, stream);
     MK_CHECK(mk_ag_finish_launch(ws, stream));
+    MK_CHECK(copied);
   }
   return mk_trace_comm_end(fc, stream);
 }
@@ -145,8 +148,11 @@ int mk_ag_gemm_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e
   const int blocks = fc->ag_shard_blocks;
   if (blocks <= 0 || mk_gemm_err_tile_is_own_wait(e->tile)) return -1;
   if (e->tag & MK_GEMM_ERR_TAG_PUSH) {
-    int peer = mk_sched_ag_dest(fc->rank, fc->nranks, (int)(e->tile / (uint32_t)blocks));
-    if (!fc->peer_sym[peer] || cudaMemcpy(progress, (uint64_t*)fc->peer_sym[peer] + MK_AG_WORD_DONE, 8,
+    /* blocks is the last call's: an earlier call's item may lie past its steps */
+    const uint32_t step = e->tile / (uint32_t)blocks;
+    if (step >= (uint32_t)fc->nranks) return -1;
+    const int peer = mk_sched_ag_dest(fc->rank, fc->nranks, (int)step);
+    if (peer < 0 || peer >= fc->nranks || !fc->peer_sym[peer] || cudaMemcpy(progress, (uint64_t*)fc->peer_sym[peer] + MK_AG_WORD_DONE, 8,
                                           cudaMemcpyDeviceToHost) != cudaSuccess)
       return -1;
     snprintf(what, what_len, "the last call it finished");
