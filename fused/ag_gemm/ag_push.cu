@@ -17,7 +17,7 @@ static __global__ void ag_finish_kernel(uint64_t* words) {
 
 extern "C" int mk_ag_finish_launch(void* own_ws, cudaStream_t stream) {
   ag_finish_kernel<<<1, 1, 0, stream>>>((uint64_t*)own_ws);
-  return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+  return mk_kernel_launched("ag_finish_kernel");
 }
 
 extern "C" int mk_ag_load(void) { return mk_kernel_load((const void*)ag_finish_kernel, "ag_finish_kernel"); }

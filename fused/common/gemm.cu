@@ -241,6 +241,13 @@ extern "C" int mk_kernel_load(const void* kernel, const char* name) {
   return -EIO;
 }
 
+extern "C" int mk_kernel_launched(const char* name) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return 0;
+  MK_WARN("launching kernel %s: %s", name, cudaGetErrorString(e));
+  return -EIO;
+}
+
 extern "C" void mk_gemm_tile_shape(int* block_m, int* block_n) {
   *block_m = mk_gemm_default_cfg::BM;
   *block_n = mk_gemm_default_cfg::BN;

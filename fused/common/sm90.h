@@ -25,6 +25,10 @@ int mk_sm90_sms(const char* who, int* sms);
  * progress those kernels wait for. 0, or -EIO with a WARN naming `name`. */
 int mk_kernel_load(const void* kernel, const char* name);
 
+/* Right after launching kernel `name`: 0 when the launch was taken, else -EIO with a WARN
+ * naming the kernel and CUDA's error (cudaGetLastError, which also clears it). */
+int mk_kernel_launched(const char* name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -51,14 +51,12 @@ static __global__ void __launch_bounds__(MOE_THREADS) moe_reduce_kernel(const st
   }
 }
 
-static int moe_launched(void) { return cudaGetLastError() == cudaSuccess ? 0 : -EIO; }
-
 /* At least one CTA: with no tokens (0 CTAs would be a launch error) it still waits for every
  * rank's flag like any rank, so a peer that never scatters is reported here too. */
 extern "C" int mk_moe_reduce_launch(const struct mk_moe_args* a, cudaStream_t stream) {
   const int ctas = a->tokens > 0 ? (a->tokens + MOE_WARPS - 1) / MOE_WARPS : 1;
   moe_reduce_kernel<<<ctas, MOE_THREADS, 0, stream>>>(*a);
-  return moe_launched();
+  return mk_kernel_launched("moe_reduce_kernel");
 }
 
 extern "C" int mk_moe_combine_load(void) { return mk_kernel_load((const void*)moe_reduce_kernel, "moe_reduce_kernel"); }

@@ -490,21 +490,19 @@ static __global__ void moe_finish_kernel(uint64_t* words) {
   st_release_sys_u64(words + MK_AG_WORD_DONE, words[MK_AG_WORD_CALL]);
 }
 
-static int moe_launched(void) { return cudaGetLastError() == cudaSuccess ? 0 : -EIO; }
-
 extern "C" int mk_moe_begin_launch(const struct mk_moe_args* a, int zero_counters, cudaStream_t stream) {
   moe_begin_kernel<<<1, 256, 0, stream>>>(*a, zero_counters);
-  return moe_launched();
+  return mk_kernel_launched("moe_begin_kernel");
 }
 
 extern "C" int mk_moe_dispatch_launch(const struct mk_moe_args* a, int phases, int ctas, cudaStream_t stream) {
   moe_dispatch_kernel<<<ctas, MOE_THREADS, 0, stream>>>(*a, phases);
-  return moe_launched();
+  return mk_kernel_launched("moe_dispatch_kernel");
 }
 
 extern "C" int mk_moe_finish_launch(const struct mk_moe_args* a, cudaStream_t stream) {
   moe_finish_kernel<<<1, 1, 0, stream>>>(a->words[a->rank]);
-  return moe_launched();
+  return mk_kernel_launched("moe_finish_kernel");
 }
 
 extern "C" int mk_moe_dispatch_load(void) {
