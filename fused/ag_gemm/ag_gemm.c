@@ -152,8 +152,8 @@ int mk_ag_gemm_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e
     const uint32_t step = e->tile / (uint32_t)blocks;
     if (step >= (uint32_t)fc->nranks) return -1;
     const int peer = mk_sched_ag_dest(fc->rank, fc->nranks, (int)step);
-    if (peer < 0 || peer >= fc->nranks || !fc->peer_sym[peer] || cudaMemcpy(progress, (uint64_t*)fc->peer_sym[peer] + MK_AG_WORD_DONE, 8,
-                                          cudaMemcpyDeviceToHost) != cudaSuccess)
+    if (peer < 0 || peer >= fc->nranks || !fc->peer_sym[peer] ||
+        mk_fused_read(fc, progress, (uint64_t*)fc->peer_sym[peer] + MK_AG_WORD_DONE, 8) != cudaSuccess)
       return -1;
     snprintf(what, what_len, "the last call it finished");
     return peer;
@@ -161,8 +161,8 @@ int mk_ag_gemm_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e
   const int peer = (int)(e->flag_index / (uint32_t)blocks);
   if (peer >= fc->nranks) return -1;
   uint64_t* flags = malloc((size_t)blocks * 8);
-  if (!flags || cudaMemcpy(flags, (uint64_t*)fc->sym + MK_AG_FLAG0 + (size_t)peer * blocks, (size_t)blocks * 8,
-                           cudaMemcpyDeviceToHost) != cudaSuccess) {
+  if (!flags ||
+      mk_fused_read(fc, flags, (uint64_t*)fc->sym + MK_AG_FLAG0 + (size_t)peer * blocks, (size_t)blocks * 8) != cudaSuccess) {
     free(flags);
     return -1;
   }

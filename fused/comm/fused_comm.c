@@ -253,6 +253,11 @@ int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm
   return 0;
 }
 
+cudaError_t mk_fused_read(const struct mk_fused_comm* fc, void* dst, const void* src, size_t bytes) {
+  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, fc->internal);
+  return e == cudaSuccess ? cudaStreamSynchronize(fc->internal) : e;
+}
+
 int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {
   volatile struct mk_gemm_error* e = fc->err;
   if (!fc->broken && !e->aborted) return 0;

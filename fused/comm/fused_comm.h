@@ -156,6 +156,10 @@ int mk_xnode_error(const struct mk_fused_comm* fc, char* msg, size_t len);
 int mk_stream_capturing(cudaStream_t stream);
 /* CUDA error as negative errno with a WARN naming the call. */
 int mk_cuda_check(cudaError_t err, const char* what);
+/* Copies `bytes` of device memory to the host on fc's internal stream, which waits for no
+ * other stream (a plain cudaMemcpy waits for the legacy stream, where a caller's work may be
+ * stuck behind a dead peer: the hang report must not wait on it). cudaSuccess or the error. */
+cudaError_t mk_fused_read(const struct mk_fused_comm* fc, void* dst, const void* src, size_t bytes);
 
 #ifdef __cplusplus
 }

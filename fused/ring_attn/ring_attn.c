@@ -183,21 +183,21 @@ int mk_ra_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uin
   if (peer < 0) return -1;
   if (kind == MK_RA_HANG_DONE) {
     if (!fc->peer_sym[peer] ||
-        cudaMemcpy(progress, (uint64_t*)fc->peer_sym[peer] + MK_AG_WORD_DONE, 8, cudaMemcpyDeviceToHost) != cudaSuccess)
+        mk_fused_read(fc, progress, (uint64_t*)fc->peer_sym[peer] + MK_AG_WORD_DONE, 8) != cudaSuccess)
       return -1;
     snprintf(what, what_len, "the last call it finished");
     return peer;
   }
   if (kind == MK_RA_HANG_READY) {
-    if (cudaMemcpy(progress, (uint64_t*)fc->sym + MK_AG_FLAG0 + e->flag_index, 8, cudaMemcpyDeviceToHost) != cudaSuccess)
+    if (mk_fused_read(fc, progress, (uint64_t*)fc->sym + MK_AG_FLAG0 + e->flag_index, 8) != cudaSuccess)
       return -1;
     snprintf(what, what_len, "the last call whose partial dK/dV it announced");
     return peer;
   }
   const int slot = (int)(e->flag_index / (uint32_t)fps);
   uint64_t* flags = malloc((size_t)fps * 8);
-  if (!flags || cudaMemcpy(flags, (uint64_t*)fc->sym + MK_AG_FLAG0 + (size_t)slot * fps, (size_t)fps * 8,
-                           cudaMemcpyDeviceToHost) != cudaSuccess) {
+  if (!flags ||
+      mk_fused_read(fc, flags, (uint64_t*)fc->sym + MK_AG_FLAG0 + (size_t)slot * fps, (size_t)fps * 8) != cudaSuccess) {
     free(flags);
     return -1;
   }
