@@ -142,7 +142,9 @@ NCCL_MK_API ncclResult_t ncclMkCommGetAsyncError(ncclComm_t comm, ncclResult_t* 
  * M must be a multiple of the number of ranks.
  * Not between ncclGroupStart and ncclGroupEnd: inside a group NCCL defers its collectives to
  * ncclGroupEnd (NCCL's rule for every stream operation that depends on one), which would
- * put the gather after the GEMM. GEMM+ReduceScatter and GEMM+AllReduce may be grouped.
+ * put the gather after the GEMM. GEMM+ReduceScatter and GEMM+AllReduce may be grouped, one
+ * call per communicator in a group (the reference path's partial C is the communicator's
+ * scratch: a second call would overwrite it before the deferred collective read it).
  */
 NCCL_MK_API ncclResult_t ncclMkAllGatherGemm(const void* a_shard, const void* b, void* c,
                                              void* a_gathered, size_t m, size_t n, size_t k,
