@@ -50,11 +50,6 @@ static int moe_config_check(const ncclMkConfig* c) {
 #define MK_CONFIG_MAX_ELEMS ((size_t)1 << MK_CONFIG_MAX_ELEMS_LOG2)
 
 static int config_check(const ncclMkConfig* c) {
-  if (c->size != sizeof(ncclMkConfig)) {
-    MK_WARN("ncclMkCommInit: config.size is %zu, this library expects %zu: fill the config "
-            "with ncclMkConfigDefaults", c->size, sizeof(ncclMkConfig));
-    return -EINVAL;
-  }
   if (!c->max_m || !c->max_n || !c->max_k || c->max_n % 8 || c->max_k % 8) {
     MK_WARN("ncclMkCommInit: config max_m/max_n/max_k (%zu/%zu/%zu) must be positive, max_n "
             "and max_k multiples of 8", c->max_m, c->max_n, c->max_k);
@@ -80,6 +75,11 @@ NCCL_MK_API ncclResult_t ncclMkCommInit(ncclComm_t comm, const ncclMkConfig* con
   ncclMkConfig cfg;
   if (!comm) {
     MK_WARN("ncclMkCommInit: comm is NULL");
+    return ncclInvalidArgument;
+  }
+  if (config && config->size != sizeof(ncclMkConfig)) { /* before the copy: an older, smaller struct */
+    MK_WARN("ncclMkCommInit: config.size is %zu, this library expects %zu: fill the config "
+            "with ncclMkConfigDefaults", config->size, sizeof(ncclMkConfig));
     return ncclInvalidArgument;
   }
   if (config) cfg = *config; else ncclMkConfigDefaults(&cfg);

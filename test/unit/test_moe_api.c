@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "mk_log.h"
 #include "mk_test.h"
@@ -79,6 +81,24 @@ static void config_sizes_are_bounded(void) {
   last_warn[0] = '\0';
   CHECK_EQ(ncclMkCommInit(fake_comm(), &cfg), ncclInvalidArgument);
   CHECK(strstr(last_warn, "comm_sms") != NULL);
+}
+
+/* A config of another size (an older library's, smaller) is refused after reading its size
+ * alone: here it ends where an unreadable page begins, so a copy of the whole struct faults. */
+static void config_of_another_size_is_refused_before_it_is_read(void) {
+  const long page = sysconf(_SC_PAGESIZE);
+  char* two = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(two != MAP_FAILED);
+  if (two == MAP_FAILED) return;
+  CHECK_EQ(mprotect(two + page, (size_t)page, PROT_NONE), 0);
+  const size_t old_size = 2 * sizeof(size_t);
+  char* at = two + page - old_size; /* size, then one more field: then the unreadable page */
+  memcpy(at, &old_size, sizeof old_size);
+  memset(at + sizeof old_size, 0, sizeof(size_t));
+  last_warn[0] = '\0';
+  CHECK_EQ(ncclMkCommInit(fake_comm(), (const ncclMkConfig*)(void*)at), ncclInvalidArgument);
+  CHECK(strstr(last_warn, "config.size") != NULL);
+  munmap(two, 2 * (size_t)page);
 }
 
 static void layouts_refuse_bad_arguments(void) {
@@ -158,6 +178,7 @@ int main(void) {
   mk_log_set_logger(capture_logger);
   config_fields_are_checked();
   config_sizes_are_bounded();
+  config_of_another_size_is_refused_before_it_is_read();
   layouts_refuse_bad_arguments();
   ops_refuse_bad_arguments();
   moe_ops_accept_zero_tokens();
