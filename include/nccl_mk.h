@@ -205,7 +205,8 @@ NCCL_MK_API ncclResult_t ncclMkRingAttention(const void* q, const void* k, const
  * gets dq [B, S_local, H, D] of its query rows and dk, dv [B, S_local, H_kv, D] of the keys and
  * values it holds (summed over every rank's queries). Same shapes, split (causal: zigzag,
  * S_local even), rank rules and workspace as the forward, and the same arguments: bf16 and
- * 16-byte aligned q, k, v, out, dout, dq, dk, dv (the outputs must not overlap the inputs);
+ * 16-byte aligned q, k, v, out, dout, dq, dk, dv (the outputs must not overlap the inputs or
+ * each other: refused);
  * lse fp32, 4-byte aligned, required. Every rank calls it with the same shapes, as a collective.
  * Workspace (ncclMkConfig: max_m x max(max_n, max_k) x 2 bytes) of at least, in bytes, with
  * KV = B x S_local x H_kv x D: (nranks - 1) x 2 x KV x 2 (the peers' K and V) + nranks x 2 x KV

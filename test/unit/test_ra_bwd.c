@@ -43,10 +43,13 @@
 
 static void* fake(uintptr_t i) { return (void*)(uintptr_t)(0x100000 + 0x10000 * i); }
 
+/* Tensors 256 MiB apart: no shape below overlaps the next. */
+static void* far(uintptr_t i) { return (void*)(uintptr_t)(i << 28); }
+
 static void bad_arguments_are_refused(void) {
-  void *q = fake(1), *k = fake(2), *v = fake(3), *o = fake(4), *dout = fake(5), *dq = fake(6), *dk = fake(7),
-       *dv = fake(8);
-  float* l = (float*)fake(9);
+  void *q = far(1), *k = far(2), *v = far(3), *o = far(4), *dout = far(5), *dq = far(6), *dk = far(7),
+       *dv = far(8);
+  float* l = (float*)far(9);
   CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 1, 256, 8, 2, 128, 1), 0);
   CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 2, 77, 4, 4, 64, 0), 0);
   CHECK_EQ(mk_ra_bwd_args_check(NULL, k, v, o, l, dout, dq, dk, dv, 1, 256, 8, 2, 128, 1), -EINVAL);
@@ -66,6 +69,15 @@ static void bad_arguments_are_refused(void) {
   CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 0, 256, 8, 2, 128, 1), -EINVAL);
   CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 1, 0, 8, 2, 128, 0), -EINVAL);
   CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dv, 1, 256, 8, 2, 128, 2), -EINVAL);
+  /* the outputs overlap no input and no other output (B=1 S=256 H=8 H_kv=2 D=128: q 512 KiB, k 128 KiB) */
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, q, dk, dv, 1, 256, 8, 2, 128, 1), -EINVAL);  /* dq = q */
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, (char*)v + 131056, dv, 1, 256, 8, 2, 128, 1),
+           -EINVAL);                                                                              /* dk's start in v */
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, (char*)l - 524272, dk, dv, 1, 256, 8, 2, 128, 1),
+           -EINVAL);                                                                              /* dq's last 16 bytes on lse */
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, dk, 1, 256, 8, 2, 128, 1), -EINVAL); /* dv = dk */
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, dq, dk, (char*)dk + 131072, 1, 256, 8, 2, 128, 1), 0);
+  CHECK_EQ(mk_ra_bwd_args_check(q, k, v, o, l, dout, (char*)dout + 524288, dk, dv, 1, 256, 8, 2, 128, 1), 0);
 }
 
 static void plan_covers_every_visible_pair_own_block_first(void) {
