@@ -253,7 +253,8 @@ typedef struct ncclMkMoeLayout* ncclMkMoeLayout_t;
  * (NULL argument), ncclInvalidUsage (no ncclMkCommInit or no MoE workspace configured),
  * ncclSystemError (allocation). */
 NCCL_MK_API ncclResult_t ncclMkMoeLayoutCreate(ncclComm_t comm, ncclMkMoeLayout_t* layout);
-/* Frees a layout; its last dispatch and combine must have completed. */
+/* Frees a layout; its last dispatch and combine must have completed. ncclInvalidArgument for
+ * NULL or a handle that is not a live layout (destroyed already: nothing is freed twice). */
 NCCL_MK_API ncclResult_t ncclMkMoeLayoutDestroy(ncclMkMoeLayout_t layout);
 
 /* What a layout holds after a dispatch, as device pointers (valid once the dispatch ran). */

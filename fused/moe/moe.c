@@ -10,6 +10,7 @@
  * and the GEMM then runs on 120 SMs throughout.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +33,48 @@ struct ncclMkMoeLayout {
   unsigned long long* rows_sent;
   int max_recv_rows;
   int dispatched, tokens, topk, num_experts, e_local; /* the last dispatch's (host) */
+  struct ncclMkMoeLayout* next;   /* in the live layouts */
 };
+
+/* The live layouts (made by ncclMkMoeLayoutCreate, not yet destroyed): a handle not among them
+ * (destroyed already, or never made) is refused before it is read or freed. */
+static pthread_mutex_t layouts_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ncclMkMoeLayout* layouts;
+
+static void layout_add(struct ncclMkMoeLayout* l) {
+  pthread_mutex_lock(&layouts_lock);
+  l->next = layouts, layouts = l;
+  pthread_mutex_unlock(&layouts_lock);
+}
+
+/* 1 when l is live; with `take`, it is no longer (the caller frees it). */
+static int layout_find(const struct ncclMkMoeLayout* l, int take) {
+  pthread_mutex_lock(&layouts_lock);
+  struct ncclMkMoeLayout** at = &layouts;
+  while (*at && *at != l) at = &(*at)->next;
+  const int live = *at != NULL;
+  if (live && take) *at = l->next;
+  pthread_mutex_unlock(&layouts_lock);
+  return live;
+}
+
+static int layout_live(const char* op, ncclMkMoeLayout_t l) {
+  if (!l) {
+    MK_WARN("%s: layout is NULL", op);
+    return 0;
+  }
+  if (layout_find(l, 0)) return 1;
+  MK_WARN("%s: layout %p is not one of ncclMkMoeLayoutCreate's live layouts (destroyed already?)", op, (void*)l);
+  return 0;
+}
+
+static void layout_free(struct ncclMkMoeLayout* l) {
+  cudaFree(l->group_offsets);
+  cudaFree(l->row_source);
+  cudaFree(l->slot_dest);
+  cudaFree(l->rows_sent);
+  free(l);
+}
 
 static size_t moe_take(size_t* at, size_t bytes) {
   size_t off = *at;
@@ -101,31 +143,27 @@ NCCL_MK_API ncclResult_t ncclMkMoeLayoutCreate(ncclComm_t comm, ncclMkMoeLayout_
     rc = mk_cuda_check(cudaStreamSynchronize(fc->internal), "cudaStreamSynchronize (layout)");
   mk_op_device_leave(prev);
   if (rc) {
-    ncclMkMoeLayoutDestroy(l);
+    layout_free(l);
     return mk_result_from_errno(rc);
   }
+  layout_add(l);
   *layout = l;
   return ncclSuccess;
 }
 
 NCCL_MK_API ncclResult_t ncclMkMoeLayoutDestroy(ncclMkMoeLayout_t l) {
-  if (!l) {
-    MK_WARN("ncclMkMoeLayoutDestroy: layout is NULL");
-    return ncclInvalidArgument;
-  }
-  cudaFree(l->group_offsets);
-  cudaFree(l->row_source);
-  cudaFree(l->slot_dest);
-  cudaFree(l->rows_sent);
-  free(l);
+  if (!layout_live("ncclMkMoeLayoutDestroy", l)) return ncclInvalidArgument;
+  if (!layout_find(l, 1)) return ncclInvalidArgument; /* another thread destroyed it just now */
+  layout_free(l);
   return ncclSuccess;
 }
 
 NCCL_MK_API ncclResult_t ncclMkMoeLayoutGetInfo(ncclMkMoeLayout_t l, ncclMkMoeLayoutInfo* info) {
-  if (!l || !info) {
-    MK_WARN("ncclMkMoeLayoutGetInfo: %s is NULL", l ? "info" : "layout");
+  if (!info) {
+    MK_WARN("ncclMkMoeLayoutGetInfo: info is NULL");
     return ncclInvalidArgument;
   }
+  if (!layout_live("ncclMkMoeLayoutGetInfo", l)) return ncclInvalidArgument;
   info->group_offsets = l->group_offsets;
   info->row_source = l->row_source;
   info->rows_sent = l->rows_sent;
@@ -138,8 +176,9 @@ NCCL_MK_API ncclResult_t ncclMkMoeLayoutGetInfo(ncclMkMoeLayout_t l, ncclMkMoeLa
 static int moe_check(const char* op, const struct mk_fused_comm* fc, ncclMkMoeLayout_t l, ncclComm_t comm,
                      size_t tokens, size_t hidden, int topk, int num_experts) {
   const ncclMkConfig* c = &fc->cfg;
-  if (!l || l->comm != comm) {
-    MK_WARN("%s: layout %s", op, l ? "was made for another communicator" : "is NULL");
+  if (!layout_live(op, l)) return -EINVAL;
+  if (l->comm != comm) {
+    MK_WARN("%s: layout was made for another communicator", op);
     return -EINVAL;
   }
   if (l->generation != fc->generation) { /* its buffers were sized from an earlier config */
@@ -314,13 +353,13 @@ NCCL_MK_API ncclResult_t ncclMkMoeGemmCombine(const void* act, const void* w2, c
       .comm = comm, .stream = stream};
   struct mk_fused_comm* fc;
   int prev, rc = mk_op_check(&call, &fc);
-  if (!rc && layout && (!layout->dispatched || (size_t)layout->tokens != tokens)) {
+  if (!rc && !layout_live(call.name, layout)) rc = -EINVAL;
+  if (!rc && (!layout->dispatched || (size_t)layout->tokens != tokens)) {
     MK_WARN("%s: tokens %zu, but the layout's dispatch %s %d", call.name, tokens,
             layout->dispatched ? "had" : "has not run: tokens", layout->tokens);
     rc = -EINVAL;
   }
-  if (!rc) rc = moe_check(call.name, fc, layout, comm, tokens, hidden, layout ? layout->topk : 1,
-                          layout ? layout->num_experts : fc->nranks);
+  if (!rc) rc = moe_check(call.name, fc, layout, comm, tokens, hidden, layout->topk, layout->num_experts);
   if (rc) return mk_result_from_errno(rc);
   struct mk_moe_args a;
   moe_args_fill(fc, layout, MK_OP_MOE_COMBINE, &a);

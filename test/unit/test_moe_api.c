@@ -110,6 +110,13 @@ static void layouts_refuse_bad_arguments(void) {
   CHECK(l == NULL);
   CHECK_EQ(ncclMkMoeLayoutDestroy(NULL), ncclInvalidArgument);
   CHECK_EQ(ncclMkMoeLayoutGetInfo(NULL, &info), ncclInvalidArgument);
+  /* a handle ncclMkMoeLayoutCreate never made (or destroyed already) is refused, not read or
+   * freed: the made-up pointer would fault on either */
+  last_warn[0] = '\0';
+  CHECK_EQ(ncclMkMoeLayoutDestroy((ncclMkMoeLayout_t)fake_ptr(4)), ncclInvalidArgument);
+  CHECK(strstr(last_warn, "live layouts") != NULL);
+  CHECK_EQ(ncclMkMoeLayoutGetInfo((ncclMkMoeLayout_t)fake_ptr(4), &info), ncclInvalidArgument);
+  CHECK_EQ(ncclMkMoeLayoutGetInfo((ncclMkMoeLayout_t)fake_ptr(4), NULL), ncclInvalidArgument);
 }
 
 static ncclResult_t dispatch_of(const void* x, const int* idx, const void* w1, void* act,
