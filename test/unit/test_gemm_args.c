@@ -17,19 +17,7 @@
 #include "gemm_tune.h"
 #include "mk_log.h"
 #include "mk_test.h"
-
-/* The last WARN, so that a refusal can be checked to name its reason. */
-static char last_warn[1024];
-static void capture_logger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
-                           const char* fmt, ...) {
-  (void)flags, (void)file, (void)line;
-  if (level != NCCL_LOG_WARN) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(last_warn, sizeof last_warn, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "WARN %s\n", last_warn);
-}
+#include "warn_capture.h"
 
 /* Launching g is refused (-EINVAL) with a WARN that contains every non-NULL needle. */
 static void expect_refused(const struct mk_gemm_args* g, const char* needle1, const char* needle2) {
@@ -324,7 +312,7 @@ static void cross_node_rs_rules(void) {
 }
 
 int main(void) {
-  mk_log_set_logger(capture_logger);
+  warn_capture_on();
   no_gpu = mk_gemm_prepare() == -ENOTSUP;
   printf("%s\n", no_gpu ? "no sm_90 GPU: good sets launched (expect -ENOTSUP)" : "a GPU: good sets not launched");
   claimed_walk_rules();

@@ -5,29 +5,15 @@
  * pointers NULL) while the dense ops still refuse M = 0. Every refusal is an ncclResult_t,
  * never a crash; the communicator handle is a made-up pointer that must never be dereferenced.
  */
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "mk_log.h"
 #include "mk_test.h"
 #include "nccl_mk.h"
-
-/* The last WARN, so that a refusal can be checked to name its reason. */
-static char last_warn[1024];
-static void capture_logger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
-                           const char* fmt, ...) {
-  (void)flags, (void)file, (void)line;
-  if (level != NCCL_LOG_WARN) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(last_warn, sizeof last_warn, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "WARN %s\n", last_warn);
-}
+#include "warn_capture.h"
 
 static ncclComm_t fake_comm(void) { return (ncclComm_t)(uintptr_t)0x10000; }
 static void* fake_ptr(uintptr_t i) { return (void*)(uintptr_t)(0x100000 + 0x1000 * i); }
@@ -182,7 +168,7 @@ static void dense_ops_refuse_zero_m(void) {
 }
 
 int main(void) {
-  mk_log_set_logger(capture_logger);
+  warn_capture_on();
   config_fields_are_checked();
   config_sizes_are_bounded();
   config_of_another_size_is_refused_before_it_is_read();
