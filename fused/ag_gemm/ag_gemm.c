@@ -152,7 +152,7 @@ int mk_ag_gemm_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e
     const uint32_t step = e->tile / (uint32_t)blocks;
     if (step >= (uint32_t)fc->nranks) return -1;
     const int peer = mk_sched_ag_dest(fc->rank, fc->nranks, (int)step);
-    if (peer < 0 || peer >= fc->nranks || !fc->peer_sym[peer] ||
+    if (!fc->peer_sym[peer] ||
         mk_fused_read(fc, progress, (uint64_t*)fc->peer_sym[peer] + MK_AG_WORD_DONE, 8) != cudaSuccess)
       return -1;
     snprintf(what, what_len, "the last call it finished");

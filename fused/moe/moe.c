@@ -58,12 +58,13 @@ static int layout_find(const struct ncclMkMoeLayout* l, int take) {
   return live;
 }
 
-static int layout_live(const char* op, ncclMkMoeLayout_t l) {
+/* 1 when l is live (with `take`, no longer: the caller frees it); else 0 after a WARN. */
+static int layout_live(const char* op, ncclMkMoeLayout_t l, int take) {
   if (!l) {
     MK_WARN("%s: layout is NULL", op);
     return 0;
   }
-  if (layout_find(l, 0)) return 1;
+  if (layout_find(l, take)) return 1;
   MK_WARN("%s: layout %p is not one of ncclMkMoeLayoutCreate's live layouts (destroyed already?)", op, (void*)l);
   return 0;
 }
@@ -152,8 +153,7 @@ NCCL_MK_API ncclResult_t ncclMkMoeLayoutCreate(ncclComm_t comm, ncclMkMoeLayout_
 }
 
 NCCL_MK_API ncclResult_t ncclMkMoeLayoutDestroy(ncclMkMoeLayout_t l) {
-  if (!layout_live("ncclMkMoeLayoutDestroy", l)) return ncclInvalidArgument;
-  if (!layout_find(l, 1)) return ncclInvalidArgument; /* another thread destroyed it just now */
+  if (!layout_live("ncclMkMoeLayoutDestroy", l, 1)) return ncclInvalidArgument;
   layout_free(l);
   return ncclSuccess;
 }
@@ -163,7 +163,7 @@ NCCL_MK_API ncclResult_t ncclMkMoeLayoutGetInfo(ncclMkMoeLayout_t l, ncclMkMoeLa
     MK_WARN("ncclMkMoeLayoutGetInfo: info is NULL");
     return ncclInvalidArgument;
   }
-  if (!layout_live("ncclMkMoeLayoutGetInfo", l)) return ncclInvalidArgument;
+  if (!layout_live("ncclMkMoeLayoutGetInfo", l, 0)) return ncclInvalidArgument;
   info->group_offsets = l->group_offsets;
   info->row_source = l->row_source;
   info->rows_sent = l->rows_sent;
@@ -176,7 +176,7 @@ NCCL_MK_API ncclResult_t ncclMkMoeLayoutGetInfo(ncclMkMoeLayout_t l, ncclMkMoeLa
 static int moe_check(const char* op, const struct mk_fused_comm* fc, ncclMkMoeLayout_t l, ncclComm_t comm,
                      size_t tokens, size_t hidden, int topk, int num_experts) {
   const ncclMkConfig* c = &fc->cfg;
-  if (!layout_live(op, l)) return -EINVAL;
+  if (!layout_live(op, l, 0)) return -EINVAL;
   if (l->comm != comm) {
     MK_WARN("%s: layout was made for another communicator", op);
     return -EINVAL;
@@ -353,7 +353,7 @@ NCCL_MK_API ncclResult_t ncclMkMoeGemmCombine(const void* act, const void* w2, c
       .comm = comm, .stream = stream};
   struct mk_fused_comm* fc;
   int prev, rc = mk_op_check(&call, &fc);
-  if (!rc && !layout_live(call.name, layout)) rc = -EINVAL;
+  if (!rc && !layout_live(call.name, layout, 0)) rc = -EINVAL;
   if (!rc && (!layout->dispatched || (size_t)layout->tokens != tokens)) {
     MK_WARN("%s: tokens %zu, but the layout's dispatch %s %d", call.name, tokens,
             layout->dispatched ? "had" : "has not run: tokens", layout->tokens);

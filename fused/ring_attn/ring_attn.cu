@@ -481,12 +481,7 @@ extern "C" int mk_ra_bwd_gather_launch(const struct mk_ra_args* a, cudaStream_t 
   memset(&p, 0, sizeof p);
   ra_fill_push_params(a, (size_t)a->batch * a->s_local * a->kv_heads * a->d_head, &p);
   mk_ra_bwd_gather_kernel<<<(unsigned)a->push_ctas, MK_RA_BWD_THREADS, 0, stream>>>(p);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    MK_WARN("ncclMkRingAttentionBackward: gather launch failed: %s", cudaGetErrorString(e));
-    return -EIO;
-  }
-  return 0;
+  return mk_kernel_launched("mk_ra_bwd_gather_kernel");
 }
 
 /* A grid-stride zero of a peer's accumulator in this rank's memory (the causal backward: the
@@ -523,12 +518,7 @@ extern "C" int mk_ra_bwd_zero_launch(const struct mk_ra_bwd_zero_args* a, cudaSt
   const size_t cap = (size_t)sms * 4;
   const unsigned grid = (unsigned)(want < cap ? (want ? want : 1) : cap);
   mk_ra_bwd_zero_kernel<<<grid, MK_RA_BWD_THREADS, 0, stream>>>(*a);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    MK_WARN("ncclMkRingAttentionBackward: accumulator zero launch failed: %s", cudaGetErrorString(e));
-    return -EIO;
-  }
-  return 0;
+  return mk_kernel_launched("mk_ra_bwd_zero_kernel");
 }
 
 struct mk_ra_reduce_params {
@@ -623,12 +613,7 @@ extern "C" int mk_ra_bwd_reduce_launch(const struct mk_ra_bwd_reduce_args* a, cu
   const size_t want = a->mode == MK_RA_REDUCE_ALL ? (2 * p.n4 + MK_RA_BWD_THREADS - 1) / MK_RA_BWD_THREADS : 1;
   const unsigned grid = (unsigned)(want < (size_t)sms ? (want ? want : 1) : (size_t)sms);
   mk_ra_bwd_reduce_kernel<<<grid, MK_RA_BWD_THREADS, 0, stream>>>(p);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    MK_WARN("ncclMkRingAttentionBackward: reduce launch failed: %s", cudaGetErrorString(e));
-    return -EIO;
-  }
-  return 0;
+  return mk_kernel_launched("mk_ra_bwd_reduce_kernel");
 }
 
 /* Every kernel of the ring attention's forward and backward but the backward core's

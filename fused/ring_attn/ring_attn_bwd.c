@@ -75,13 +75,13 @@
 _Static_assert(MK_RA_BWD_MAX_RANKS == MK_RA_MAX_RANKS, "ra_bwd_plan.h plans for every rank count the op takes");
 _Static_assert(MK_AG_WORD_ATTN_PHASE + MK_ATTN_BWD_PHASE_WORDS <= MK_AG_FLAG0, "the core's phase words fit before the flags");
 
-/* The outputs (dq, dk, dv) overlap no input and no other output: the kernels read the inputs
- * while they write the outputs. bytes[i]: tensor i's extent (the shapes were checked). */
+/* The outputs (tensors first_output on) overlap no input and no other output: the kernels
+ * read the inputs while they write the outputs. bytes[i]: tensor i's extent (the shapes were
+ * checked). Each output against every tensor before it: the inputs, the earlier outputs. */
 static int ra_bwd_overlap_check(const void* const* ptrs, const char* const* names, const size_t* bytes, int n,
                                 int first_output) {
   for (int o = first_output; o < n; o++)
-    for (int i = 0; i < n; i++) {
-      if (i == o || (i > o && i >= first_output)) continue; /* each pair of outputs once */
+    for (int i = 0; i < o; i++) {
       const uintptr_t a = (uintptr_t)ptrs[o], b = (uintptr_t)ptrs[i];
       if (a < b + bytes[i] && b < a + bytes[o]) {
         MK_WARN(MK_RA_BWD_NAME ": %s (%p, %zu bytes) overlaps %s (%p, %zu bytes): the outputs must not overlap "
