@@ -92,16 +92,21 @@ NCCL_MK_API ncclResult_t ncclMkConfigDefaults(ncclMkConfig* config);
  * 3 max_n) bf16; every rank falls back to the reference paths when some cannot start one).
  * It also loads every kernel the ops launch, so that no op's first call waits for a lazy
  * module load (which waits for every kernel running on the device).
- * Give every rank the same config sizes (max_m, max_n, max_k, moe_*): a rank of this host
- * whose workspace differs in size is reached as a remote rank, with a WARN naming it.
  * Collective over `comm`, like ncclCommInitRank: every rank calls it, with ranks on several
- * nodes each from its own thread or process. Must be called outside graph capture; safe
- * inside ncclGroupStart/End when one thread drives several GPUs of one node (the caller's
- * group is respected). Calling it again on the same comm
- * is ncclInvalidUsage. Returns ncclSuccess, ncclInvalidArgument (comm NULL, bad config
- * size/fields), ncclInvalidUsage (already initialised, inside capture, no NCCL 2.19+ in the
- * process, not a Hopper GPU), ncclSystemError/ncclUnhandledCudaError (allocation, IPC, kernel
- * load).
+ * nodes each from its own thread or process. It succeeds on every rank or fails on every rank:
+ * a rank whose init fails (a refused config, an allocation) still joins the ranks' exchange,
+ * and the others then fail with ncclRemoteError, their WARN naming it; configs that differ
+ * between ranks in what chooses a call's path (max_m/n/k, comm_sms, chunk_bytes, moe_*,
+ * NCCL_MK_FUSED; not timeout_ms) fail every rank with ncclInvalidArgument. Must be called
+ * outside graph capture; safe inside ncclGroupStart/End when one thread drives several GPUs of
+ * one node (the caller's group is respected: the exchange then ends at the group's end, and a
+ * peer's failure is reported by the first fused call; a rank that failed inside a group keeps
+ * its exchange buffers until ncclMkCommRelease, which it must call before another init).
+ * Calling it again on the same comm is ncclInvalidUsage. Returns ncclSuccess,
+ * ncclInvalidArgument (comm NULL, bad config size/fields, configs that differ),
+ * ncclInvalidUsage (already initialised, inside capture, no NCCL 2.19+ in the process, not a
+ * Hopper GPU), ncclRemoteError (another rank's init failed), ncclSystemError/
+ * ncclUnhandledCudaError (allocation, IPC, kernel load).
  */
 NCCL_MK_API ncclResult_t ncclMkCommInit(ncclComm_t comm, const ncclMkConfig* config);
 

@@ -71,22 +71,28 @@ static int config_check(const ncclMkConfig* c) {
   return moe_config_check(c);
 }
 
+int mk_config_read(const ncclMkConfig* config, ncclMkConfig* cfg) {
+  int rc = 0;
+  if (config && config->size != sizeof(ncclMkConfig)) { /* before the copy: an older, smaller struct */
+    MK_WARN("ncclMkCommInit: config.size is %zu, this library expects %zu: fill the config "
+            "with ncclMkConfigDefaults", config->size, sizeof(ncclMkConfig));
+    rc = -EINVAL;
+  }
+  if (config && !rc) *cfg = *config; else ncclMkConfigDefaults(cfg);
+  if (!rc) rc = config_check(cfg);
+  if (!cfg->timeout_ms) cfg->timeout_ms = (int)mk_param_int(MK_PARAM_TIMEOUT_MS);
+  return rc;
+}
+
 NCCL_MK_API ncclResult_t ncclMkCommInit(ncclComm_t comm, const ncclMkConfig* config) {
-  ncclMkConfig cfg;
   if (!comm) {
     MK_WARN("ncclMkCommInit: comm is NULL");
     return ncclInvalidArgument;
   }
-  if (config && config->size != sizeof(ncclMkConfig)) { /* before the copy: an older, smaller struct */
-    MK_WARN("ncclMkCommInit: config.size is %zu, this library expects %zu: fill the config "
-            "with ncclMkConfigDefaults", config->size, sizeof(ncclMkConfig));
-    return ncclInvalidArgument;
-  }
-  if (config) cfg = *config; else ncclMkConfigDefaults(&cfg);
-  int rc = config_check(&cfg);
-  if (!cfg.timeout_ms) cfg.timeout_ms = (int)mk_param_int(MK_PARAM_TIMEOUT_MS);
-  if (!rc) rc = mk_fused_comm_create(comm, &cfg);
-  return mk_result_from_errno(rc);
+  ncclMkConfig cfg;
+  const int config_rc = mk_config_read(config, &cfg);
+  /* a refused config still joins the ranks' exchange, which tells them (they would wait) */
+  return mk_result_from_errno(mk_fused_comm_create(comm, &cfg, config_rc));
 }
 
 NCCL_MK_API ncclResult_t ncclMkCommRelease(ncclComm_t comm) {

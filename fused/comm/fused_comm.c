@@ -81,15 +81,27 @@ static void fused_comm_free(struct mk_fused_comm* fc) {
   cudaFree(fc->err_claim);
   free(fc->peer_sym);
   free(fc->peer_opened);
+  pthread_mutex_destroy(&fc->exchange_lock);
   free(fc);
 }
 
-static int fused_comm_alloc(struct mk_fused_comm* fc) {
+/* What the workspace exchange needs, taken before anything sized from the config: an init
+ * that fails after this still joins the exchange, and its peers learn of the failure. */
+static int fused_comm_exchange_alloc(struct mk_fused_comm* fc) {
   size_t nr = (size_t)fc->nranks;
   fc->peer_sym = calloc(nr, sizeof(void*));
   fc->peer_opened = calloc(nr, sizeof(int));
   if (!fc->peer_sym || !fc->peer_opened) return -ENOMEM;
-  fc->fused = (int)mk_param_int(MK_PARAM_FUSED);
+  MK_CHECK(mk_cuda_check(cudaStreamCreateWithFlags(&fc->internal, cudaStreamNonBlocking),
+                         "cudaStreamCreate"));
+  MK_CHECK(mk_cuda_check(cudaMalloc((void**)&fc->records_dev,
+                                    (nr + 1) * sizeof(struct mk_peer_record)),
+                         "cudaMalloc (records)"));
+  return mk_cuda_check(cudaHostAlloc((void**)&fc->records_host, nr * sizeof(struct mk_peer_record),
+                                     cudaHostAllocDefault), "cudaHostAlloc (records)");
+}
+
+static int fused_comm_alloc(struct mk_fused_comm* fc) {
   size_t widest = fc->cfg.max_k > fc->cfg.max_n ? fc->cfg.max_k : fc->cfg.max_n;
   fc->sym_bytes = MK_FUSED_FLAG_BYTES + (fc->fused ? fc->cfg.max_m * widest * 2 : 0);
   if (fc->cfg.moe_max_tokens > 0 && fc->nranks <= MK_MOE_MAX_RANKS) {
@@ -102,8 +114,6 @@ static int fused_comm_alloc(struct mk_fused_comm* fc) {
     fc->moe_bytes = mk_moe_geom_layout(&fc->moe_geom);
     fc->sym_bytes = fc->moe_offset + fc->moe_bytes;
   }
-  MK_CHECK(mk_cuda_check(cudaStreamCreateWithFlags(&fc->internal, cudaStreamNonBlocking),
-                         "cudaStreamCreate"));
   MK_CHECK(mk_cuda_check(cudaStreamCreateWithFlags(&fc->side, cudaStreamNonBlocking),
                          "cudaStreamCreate (side)"));
   MK_CHECK(mk_cuda_check(cudaEventCreateWithFlags(&fc->ev_fork, cudaEventDisableTiming),
@@ -118,12 +128,6 @@ static int fused_comm_alloc(struct mk_fused_comm* fc) {
    * is asynchronous and unordered with the gather's non-blocking stream; with two ranks on one
    * GPU under MPS the fast rank's first MoE counts were wiped by the slow rank's zeroing. */
   MK_CHECK(mk_cuda_check(cudaMemsetAsync(fc->sym, 0, fc->sym_bytes, fc->internal), "cudaMemset (workspace)"));
-  MK_CHECK(mk_cuda_check(cudaMalloc((void**)&fc->records_dev,
-                                    (nr + 1) * sizeof(struct mk_peer_record)),
-                         "cudaMalloc (records)"));
-  MK_CHECK(mk_cuda_check(cudaHostAlloc((void**)&fc->records_host,
-                                       nr * sizeof(struct mk_peer_record), cudaHostAllocDefault),
-                         "cudaHostAlloc (records)"));
   MK_CHECK(mk_cuda_check(cudaHostAlloc((void**)&fc->err, sizeof(*fc->err),
                                        cudaHostAllocMapped), "cudaHostAlloc (error record)"));
   memset(fc->err, 0, sizeof(*fc->err));
@@ -170,32 +174,48 @@ static int fused_comm_identify(struct mk_fused_comm* fc) {
   const struct mk_nccl_api* api = fc->api;
   MK_CHECK(mk_nccl_check(api->comm_count(fc->nccl, &fc->nranks), "ncclCommCount"));
   MK_CHECK(mk_nccl_check(api->comm_user_rank(fc->nccl, &fc->rank), "ncclCommUserRank"));
-  MK_CHECK(mk_nccl_check(api->comm_cu_device(fc->nccl, &fc->dev), "ncclCommCuDevice"));
-  return device_is_hopper(fc->dev) ? 0 : -ENOTSUP;
+  return mk_nccl_check(api->comm_cu_device(fc->nccl, &fc->dev), "ncclCommCuDevice");
 }
 
-int mk_fused_comm_create(ncclComm_t comm, const ncclMkConfig* cfg) {
+/* This rank's part of the init once the exchange can be posted; its error goes to the peers. */
+static int fused_comm_prepare(struct mk_fused_comm* fc, int config_rc) {
+  if (config_rc) return config_rc;
+  if (!device_is_hopper(fc->dev)) return -ENOTSUP;
+  MK_CHECK(fused_comm_alloc(fc));
+  return fused_comm_load_kernels(fc);
+}
+
+int mk_fused_comm_create(ncclComm_t comm, const ncclMkConfig* cfg, int config_rc) {
   pthread_mutex_lock(&registry_lock);
   int known = registry_slot(comm) != NULL;
   pthread_mutex_unlock(&registry_lock);
   if (known) { /* before any collective: a second init must not post an exchange */
-    MK_WARN("ncclMkCommInit: communicator %p already has nccl-mk state: a second ncclMkCommInit, or "
-            "an earlier communicator at this address was destroyed without ncclMkCommRelease", (void*)comm);
+    MK_WARN("ncclMkCommInit: communicator %p already has nccl-mk state: a second ncclMkCommInit, an earlier "
+            "one that failed inside ncclGroupStart/End (ncclMkCommRelease it first), or an earlier "
+            "communicator at this address destroyed without ncclMkCommRelease", (void*)comm);
     return -ENOTSUP;
   }
   struct mk_fused_comm* fc = calloc(1, sizeof(*fc));
   if (!fc) return -ENOMEM;
   fc->nccl = comm;
   fc->cfg = *cfg;
+  fc->fused = (int)mk_param_int(MK_PARAM_FUSED);
+  pthread_mutex_init(&fc->exchange_lock, NULL);
   int rc, prev_dev = -1;
   cudaGetDevice(&prev_dev);
   MK_CHECK_GOTO(mk_nccl_api_get(&fc->api), rc, fail);
   MK_CHECK_GOTO(fused_comm_identify(fc), rc, fail);
   MK_CHECK_GOTO(mk_cuda_check(cudaSetDevice(fc->dev), "cudaSetDevice"), rc, fail);
-  MK_CHECK_GOTO(fused_comm_alloc(fc), rc, fail);
-  MK_CHECK_GOTO(fused_comm_load_kernels(fc), rc, fail);
-  MK_CHECK_GOTO(mk_peer_exchange_post(fc), rc, fail);
+  MK_CHECK_GOTO(fused_comm_exchange_alloc(fc), rc, fail);
+  const int local_rc = fused_comm_prepare(fc, config_rc);
+  MK_CHECK_GOTO(mk_peer_exchange_post(fc, local_rc), rc, fail);
   rc = mk_peer_exchange_finish(fc);
+  if (rc == -EAGAIN && local_rc) { /* the gather runs at the caller's group end: keep its buffers */
+    fc->exchange_failed = local_rc;
+    rc = registry_add(fc);
+    if (prev_dev >= 0) cudaSetDevice(prev_dev);
+    return rc ? rc : local_rc;
+  }
   if (rc == -EAGAIN) rc = 0; /* inside the caller's group: finished at first use */
   MK_CHECK_GOTO(rc, rc, fail);
   MK_CHECK_GOTO(registry_add(fc), rc, fail);
@@ -227,6 +247,31 @@ int mk_fused_comm_destroy(ncclComm_t comm) {
   return 0;
 }
 
+/* Finishes an exchange that ncclMkCommInit posted inside the caller's group, once, under the
+ * comm's lock: the first op and a watchdog thread's ncclMkCommGetAsyncError may come at once. */
+static int fused_comm_exchange_late(struct mk_fused_comm* fc, cudaStream_t stream) {
+  pthread_mutex_lock(&fc->exchange_lock);
+  int rc = fc->exchange_failed;
+  if (rc) {
+    MK_WARN("this communicator's ncclMkCommInit failed (%s; the first WARN says why): ncclMkCommRelease it "
+            "and init again", strerror(-rc));
+  } else if (fc->exchange_pending && mk_stream_capturing(stream)) {
+    MK_WARN("the first fused call after ncclMkCommInit inside ncclGroupStart/End must be "
+            "made outside graph capture");
+    rc = -ENOTSUP;
+  } else if (fc->exchange_pending) {
+    rc = mk_peer_exchange_finish(fc);
+    if (rc == -EAGAIN) {
+      MK_WARN("ncclMkCommInit's exchange has not run: was ncclGroupEnd called?");
+      rc = -ENOTSUP;
+    } else if (rc) {
+      fc->exchange_failed = rc;
+    }
+  }
+  pthread_mutex_unlock(&fc->exchange_lock);
+  return rc;
+}
+
 int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm** out) {
   pthread_mutex_lock(&registry_lock);
   struct mk_fused_comm** slot = registry_slot(comm);
@@ -236,19 +281,7 @@ int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm
     MK_WARN("communicator %p has no ncclMkCommInit", (void*)comm);
     return -ENOTSUP;
   }
-  if (fc->exchange_pending) {
-    if (mk_stream_capturing(stream)) {
-      MK_WARN("the first fused call after ncclMkCommInit inside ncclGroupStart/End must be "
-              "made outside graph capture");
-      return -ENOTSUP;
-    }
-    int rc = mk_peer_exchange_finish(fc);
-    if (rc == -EAGAIN) {
-      MK_WARN("ncclMkCommInit's exchange has not run: was ncclGroupEnd called?");
-      return -ENOTSUP;
-    }
-    MK_CHECK(rc);
-  }
+  if (__atomic_load_n(&fc->exchange_pending, __ATOMIC_ACQUIRE)) MK_CHECK(fused_comm_exchange_late(fc, stream));
   *out = fc;
   return 0;
 }

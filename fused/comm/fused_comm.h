@@ -16,6 +16,7 @@
 #ifndef MK_FUSED_COMM_H_
 #define MK_FUSED_COMM_H_
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,9 @@ struct mk_peer_record {
   uint64_t sym_ptr;   /* the workspace's address in its own process */
   uint64_t sym_bytes;
   cudaIpcMemHandle_t sym_handle;
+  int32_t init_error;          /* its ncclMkCommInit's own failure (positive errno), else 0 */
+  int32_t fused;               /* NCCL_MK_FUSED */
+  ncclMkConfig config;         /* every rank's must match (mk_peer_records_agree) */
 };
 
 struct mk_fused_comm {
@@ -55,7 +59,12 @@ struct mk_fused_comm {
   void** peer_sym;              /* [nranks]: a local peer's workspace, NULL if remote */
   int* peer_opened;             /* [nranks]: 1 when peer_sym came from cudaIpcOpenMemHandle */
   int local_size;               /* ranks reachable by load/store, self included */
-  int exchange_pending;         /* the gathered records are not read yet */
+  int exchange_pending;         /* the gathered records are not read yet (atomic: read
+                                 * without exchange_lock on every call's fast path) */
+  int exchange_failed;          /* a lazy exchange's error: every later call refuses (it
+                                 * may have mapped some peers, and must not run twice) */
+  pthread_mutex_t exchange_lock; /* one finisher of a lazy exchange: a watchdog's
+                                  * ncclMkCommGetAsyncError and the first op may race */
   struct mk_peer_record* records_dev;
   struct mk_peer_record* records_host; /* pinned, [nranks] */
   void* scratch;                /* local scratch of the reference path; grows outside capture */
@@ -82,8 +91,14 @@ static inline size_t mk_fused_data_bytes(const struct mk_fused_comm* fc) {
   return end > MK_FUSED_FLAG_BYTES ? end - MK_FUSED_FLAG_BYTES : 0;
 }
 
-/* ncclMkCommInit's work; 0 or negative errno. */
-int mk_fused_comm_create(ncclComm_t comm, const ncclMkConfig* cfg);
+/* ncclMkCommInit's config (api.c): the caller's (NULL: the defaults) checked into *cfg; 0 or
+ * -EINVAL with a WARN naming the field. *cfg is always usable (the defaults when the caller's
+ * cannot be read). Pure (unit-tested). */
+int mk_config_read(const ncclMkConfig* config, ncclMkConfig* cfg);
+/* ncclMkCommInit's work; 0 or negative errno. config_rc: the config's check (api.c); when it
+ * failed, the exchange still runs, carrying the failure to the peers (which would otherwise
+ * wait in it for ever), and nothing is sized from the config. */
+int mk_fused_comm_create(ncclComm_t comm, const ncclMkConfig* cfg, int config_rc);
 /* ncclMkCommRelease's work. */
 int mk_fused_comm_destroy(ncclComm_t comm);
 /* The state of `comm`, with the exchange finished if it still was pending (which needs to
@@ -122,8 +137,13 @@ int mk_ra_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uin
 enum mk_ra_hang_kind { MK_RA_HANG_DONE, MK_RA_HANG_READY, MK_RA_HANG_CHUNK };
 int mk_ra_hang_source(const struct mk_gemm_error* e, int rank, int nranks, int fps, enum mk_ra_hang_kind* kind);
 
-/* peer_mem.c: the exchange of workspaces between the ranks of a host. */
-int mk_peer_exchange_post(struct mk_fused_comm* fc);
+/* peer_mem.c: the exchange of workspaces between the ranks of a host. local_rc: this rank's
+ * init so far (0, or the negative errno that every rank's init then fails with). */
+int mk_peer_exchange_post(struct mk_fused_comm* fc, int local_rc);
+/* Every rank's record says its init went well and it has this rank's config (records: nranks,
+ * gathered): 0; this rank's own failure, -ECONNRESET for a peer's, -EINVAL for a config that
+ * differs (WARNs name the rank and the fields). Pure (unit-tested). */
+int mk_peer_records_agree(const struct mk_peer_record* records, int nranks, int rank);
 /* 0 when done (or already done), -EAGAIN when the caller's NCCL group has not launched the
  * exchange yet, other negative errno on failure. */
 int mk_peer_exchange_finish(struct mk_fused_comm* fc);

@@ -45,7 +45,7 @@ static uint64_t host_hash(void) {
  * this host hash. records_dev has nranks + 1 slots: the last is our send buffer. */
 static const uint64_t record_poison = ~0ULL;
 
-int mk_peer_exchange_post(struct mk_fused_comm* fc) {
+int mk_peer_exchange_post(struct mk_fused_comm* fc, int local_rc) {
   struct mk_peer_record mine;
   memset(&mine, 0, sizeof(mine));
   mine.host_hash = host_hash();
@@ -53,12 +53,16 @@ int mk_peer_exchange_post(struct mk_fused_comm* fc) {
   mine.dev = fc->dev;
   mine.sym_ptr = (uint64_t)(uintptr_t)fc->sym;
   mine.sym_bytes = fc->sym_bytes;
-  int rc = mk_cuda_check(cudaIpcGetMemHandle(&mine.sym_handle, fc->sym), "cudaIpcGetMemHandle");
+  mine.fused = fc->fused;
+  mine.config = fc->cfg;
+  int rc = 0;
+  if (!local_rc)
+    local_rc = mk_cuda_check(cudaIpcGetMemHandle(&mine.sym_handle, fc->sym), "cudaIpcGetMemHandle");
+  mine.init_error = -local_rc;
   size_t rec = sizeof(struct mk_peer_record);
   struct mk_peer_record* send = fc->records_dev + fc->nranks;
-  if (!rc)
-    rc = mk_cuda_check(cudaMemsetAsync(fc->records_dev, 0xff, (size_t)fc->nranks * rec, fc->internal),
-                       "record poison");
+  rc = mk_cuda_check(cudaMemsetAsync(fc->records_dev, 0xff, (size_t)fc->nranks * rec, fc->internal),
+                     "record poison");
   if (!rc) /* from pageable memory: returns once `mine` is staged */
     rc = mk_cuda_check(cudaMemcpyAsync(send, &mine, rec, cudaMemcpyHostToDevice, fc->internal), "record upload");
   if (rc) return rc;
@@ -67,8 +71,42 @@ int mk_peer_exchange_post(struct mk_fused_comm* fc) {
   rc = mk_nccl_check(fc->api->all_gather(send, fc->records_dev, rec, ncclUint8, fc->nccl,
                                          fc->internal), "ncclAllGather (workspace exchange)");
   int end = mk_nccl_check(fc->api->group_end(), "ncclGroupEnd");
-  fc->exchange_pending = 1;
+  __atomic_store_n(&fc->exchange_pending, 1, __ATOMIC_RELEASE);
   return rc ? rc : end;
+}
+
+/* The fields of ncclMkConfig that choose a call's path and layout (not timeout_ms). */
+static int config_differs(const ncclMkConfig* a, int a_fused, const ncclMkConfig* b, int b_fused) {
+  return a->max_m != b->max_m || a->max_n != b->max_n || a->max_k != b->max_k || a->comm_sms != b->comm_sms ||
+         a->chunk_bytes != b->chunk_bytes || a->moe_max_tokens != b->moe_max_tokens ||
+         a->moe_max_hidden != b->moe_max_hidden || a->moe_max_topk != b->moe_max_topk ||
+         a->moe_max_recv_rows != b->moe_max_recv_rows || a->moe_dispatch_fp8 != b->moe_dispatch_fp8 ||
+         a_fused != b_fused;
+}
+
+int mk_peer_records_agree(const struct mk_peer_record* records, int nranks, int rank) {
+  const struct mk_peer_record* mine = &records[rank];
+  if (mine->init_error) return -mine->init_error; /* WARNed where it failed */
+  for (int p = 0; p < nranks; p++) {
+    if (!records[p].init_error) continue;
+    MK_WARN("ncclMkCommInit failed on rank %d (%s), so it fails on every rank (rank %d here)", p,
+            strerror(records[p].init_error), rank);
+    return -ECONNRESET;
+  }
+  for (int p = 0; p < nranks; p++) {
+    const struct mk_peer_record* r = &records[p];
+    if (!config_differs(&r->config, r->fused, &mine->config, mine->fused)) continue;
+    const ncclMkConfig *a = &r->config, *b = &mine->config;
+    MK_WARN("ncclMkCommInit: rank %d's config differs from rank %d's (max_m/n/k %zu/%zu/%zu vs %zu/%zu/%zu, "
+            "comm_sms %d vs %d, chunk_bytes %zu vs %zu, moe tokens/hidden/topk/recv_rows/fp8 %d/%d/%d/%d/%d vs "
+            "%d/%d/%d/%d/%d, NCCL_MK_FUSED %d vs %d): give every rank the same ncclMkConfig and NCCL_MK_FUSED",
+            p, rank, a->max_m, a->max_n, a->max_k, b->max_m, b->max_n, b->max_k, a->comm_sms, b->comm_sms,
+            a->chunk_bytes, b->chunk_bytes, a->moe_max_tokens, a->moe_max_hidden, a->moe_max_topk,
+            a->moe_max_recv_rows, a->moe_dispatch_fp8, b->moe_max_tokens, b->moe_max_hidden, b->moe_max_topk,
+            b->moe_max_recv_rows, b->moe_dispatch_fp8, r->fused, mine->fused);
+    return -EINVAL;
+  }
+  return 0;
 }
 
 /* A peer is in the local team when it is on this host and, with NCCL_MK_LOCAL_SIZE > 0, in
@@ -78,13 +116,6 @@ static int peer_map(struct mk_fused_comm* fc, int p, const struct mk_peer_record
   const struct mk_peer_record* r = &fc->records_host[p];
   if (r->host_hash != mine->host_hash) return 0;
   if (!mk_local_team_same(fc->rank, p, (int)mk_param_int(MK_PARAM_LOCAL_SIZE))) return 0;
-  if (r->sym_bytes != fc->sym_bytes) { /* its offsets would not be ours: reached as if remote */
-    MK_WARN("ncclMkCommInit: rank %d's workspace is %llu bytes, rank %d's %llu: give every rank the same "
-            "ncclMkConfig sizes (max_m, max_n, max_k, moe_*); rank %d is reached as a remote rank (through "
-            "the proxy, or the reference paths), ring attention and MoE refuse this communicator",
-            p, (unsigned long long)r->sym_bytes, fc->rank, (unsigned long long)fc->sym_bytes, p);
-    return 0;
-  }
   if (r->pid == mine->pid) {
     if (r->dev != fc->dev) {
       cudaError_t err = cudaDeviceEnablePeerAccess(r->dev, 0);
@@ -124,6 +155,8 @@ static int peer_exchange_read(struct mk_fused_comm* fc) {
   if (rc) return rc;
   const struct mk_peer_record* mine = &fc->records_host[fc->rank];
   if (mine->host_hash == record_poison) return -EAGAIN; /* caller's group not ended yet */
+  rc = mk_peer_records_agree(fc->records_host, fc->nranks, fc->rank);
+  if (rc) return rc;
   fc->local_size = 0;
   for (int p = 0; p < fc->nranks; p++) {
     if (p == fc->rank) {
@@ -135,10 +168,13 @@ static int peer_exchange_read(struct mk_fused_comm* fc) {
     if (rc < 0) return rc;
     fc->local_size += rc;
   }
-  fc->exchange_pending = 0;
   MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d of %d, %d on this host reachable by "
           "load/store", fc->rank, fc->nranks, fc->local_size);
-  return mk_xnode_setup(fc); /* the others, through the proxy */
+  rc = mk_xnode_setup(fc); /* the others, through the proxy */
+  /* Done only when whole: a failed lazy exchange stays pending, and its error is kept
+   * (mk_fused_comm_get), so no call runs on a half-mapped communicator. */
+  if (!rc) __atomic_store_n(&fc->exchange_pending, 0, __ATOMIC_RELEASE);
+  return rc;
 }
 
 void mk_peer_close(struct mk_fused_comm* fc) {

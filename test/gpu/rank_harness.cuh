@@ -216,6 +216,35 @@ static int test_ranks(void) {
   return n;
 }
 
+/* A scenario of ncclMkCommInit itself: rank 1's config makes its init fail (a workspace no GPU
+ * has), be refused (comm_sms -1) or differ from the others' (max_m). */
+enum rank_init_fault { RANK_INIT_FAILS, RANK_INIT_REFUSED, RANK_INIT_DIFFERS };
+
+/* Every rank's init must then fail, none left waiting in the exchange: rank 1 with its own
+ * error, the others with ncclRemoteError (ncclInvalidArgument when the configs differ); then
+ * every rank inits again with the good config, which must work (a failed init leaves nothing
+ * behind). Returns the failures. */
+static int rank_init_fails(enum rank_init_fault fault, int rank, ncclComm_t comm, const ncclMkConfig* good) {
+  ncclMkConfig cfg = *good;
+  ncclResult_t own = ncclSystemError, peers = ncclRemoteError;
+  if (fault == RANK_INIT_FAILS && rank == 1) cfg.max_m = (size_t)1 << 22, cfg.max_n = (size_t)1 << 22; /* 32 TiB */
+  if (fault == RANK_INIT_REFUSED) own = ncclInvalidArgument;
+  if (fault == RANK_INIT_REFUSED && rank == 1) cfg.comm_sms = -1;
+  if (fault == RANK_INIT_DIFFERS) own = peers = ncclInvalidArgument;
+  if (fault == RANK_INIT_DIFFERS && rank == 1) cfg.max_m *= 2;
+  const ncclResult_t r = ncclMkCommInit(comm, &cfg), want = rank == 1 ? own : peers;
+  printf("rank %d: ncclMkCommInit returned %d (%s)\n", rank, (int)r, ncclGetErrorString(r));
+  int failures = 0;
+  if (r != want) {
+    fprintf(stderr, "FAIL: rank %d: ncclMkCommInit returned %d, not %d\n", rank, (int)r, (int)want);
+    failures++;
+  }
+  if (r == ncclSuccess) NCCL_OK(ncclMkCommRelease(comm));
+  NCCL_OK(ncclMkCommInit(comm, good));
+  NCCL_OK(ncclMkCommRelease(comm));
+  return failures;
+}
+
 struct rank_harness {
   int nranks;
   /* Optional: the scenario's environment (shorter timeouts, planted faults), set before
@@ -229,6 +258,9 @@ struct rank_harness {
   const char* const* two_rank_only;
   /* The scenario on the opened rank; returns its failure count. */
   int (*run)(const char* scenario, int rank, ncclComm_t comm, cudaStream_t stream);
+  /* Optional: a scenario of ncclMkCommInit itself, run in place of the init and `run`
+   * (rank_init_fails); returns its failure count, or -1 when `scenario` is not one. */
+  int (*init_scenario)(const char* scenario, int rank, ncclComm_t comm, const ncclMkConfig* cfg);
 };
 
 /* An MPS control daemon is listening where this process's CUDA would connect to it. */
@@ -264,9 +296,12 @@ static int rank_harness_child(const struct rank_harness* h, const char* scenario
   ncclMkConfig cfg;
   NCCL_OK(ncclMkConfigDefaults(&cfg));
   if (h->config) h->config(scenario, &cfg);
-  NCCL_OK(ncclMkCommInit(comm, &cfg));
-  const int failures = h->run(scenario, rank, comm, stream);
-  NCCL_OK(ncclMkCommRelease(comm));
+  int failures = h->init_scenario ? h->init_scenario(scenario, rank, comm, &cfg) : -1;
+  if (failures < 0) {
+    NCCL_OK(ncclMkCommInit(comm, &cfg));
+    failures = h->run(scenario, rank, comm, stream);
+    NCCL_OK(ncclMkCommRelease(comm));
+  }
   ncclCommDestroy(comm);
   printf("rank %d: %s: %d failure(s)\n", rank, scenario, failures);
   return failures ? 1 : 0;

@@ -568,6 +568,13 @@ static int fused_run(const char* scenario, int rank, ncclComm_t comm, cudaStream
   return e.failures;
 }
 
+static int fused_init_scenario(const char* scenario, int rank, ncclComm_t comm, const ncclMkConfig* cfg) {
+  if (!strcmp(scenario, "init_fails_on_one_rank")) return rank_init_fails(RANK_INIT_FAILS, rank, comm, cfg);
+  if (!strcmp(scenario, "init_config_refused_on_one_rank")) return rank_init_fails(RANK_INIT_REFUSED, rank, comm, cfg);
+  if (!strcmp(scenario, "init_configs_differ")) return rank_init_fails(RANK_INIT_DIFFERS, rank, comm, cfg);
+  return -1;
+}
+
 struct thread_arg { struct rank_env* e; const char* scenario; };
 
 static void* thread_main(void* p) {
@@ -621,6 +628,6 @@ int main(int argc, char** argv) {
   }
   NR = test_ranks();
   static const char* const two_rank_only[] = {"hang_report", "absent_peer", "absent_peer_graph", "killed_peer", NULL};
-  const struct rank_harness h = {NR, fused_scenario_env, fused_config, two_rank_only, fused_run};
+  const struct rank_harness h = {NR, fused_scenario_env, fused_config, two_rank_only, fused_run, fused_init_scenario};
   return rank_harness_main(argc, argv, &h);
 }

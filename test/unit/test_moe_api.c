@@ -1,6 +1,6 @@
 /*
- * The MoE API's refusals that need no GPU: bad ncclMkConfig MoE fields and sizes (ncclMkCommInit checks
- * the config before it touches the communicator), NULL and misaligned arguments, layouts of a
+ * The MoE API's refusals that need no GPU: bad ncclMkConfig MoE fields and sizes (mk_config_read,
+ * ncclMkCommInit's check before its exchange), NULL and misaligned arguments, layouts of a
  * communicator that has no ncclMkCommInit; tokens = 0 passing the argument checks (token-side
  * pointers NULL) while the dense ops still refuse M = 0. Every refusal is an ncclResult_t,
  * never a crash; the communicator handle is a made-up pointer that must never be dereferenced.
@@ -11,6 +11,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fused_comm.h"
+#include "mk_err.h"
 #include "mk_test.h"
 #include "nccl_mk.h"
 #include "warn_capture.h"
@@ -18,12 +20,19 @@
 static ncclComm_t fake_comm(void) { return (ncclComm_t)(uintptr_t)0x10000; }
 static void* fake_ptr(uintptr_t i) { return (void*)(uintptr_t)(0x100000 + 0x1000 * i); }
 
+/* ncclMkCommInit's reading of a config (mk_config_read), without the exchange that follows
+ * it on every rank even for a refused config (so that the peers learn of it). */
+static ncclResult_t config_read(const ncclMkConfig* config) {
+  ncclMkConfig cfg;
+  return mk_result_from_errno(mk_config_read(config, &cfg));
+}
+
 static ncclResult_t init_with(void (*change)(ncclMkConfig*)) {
   ncclMkConfig cfg;
   ncclMkConfigDefaults(&cfg);
   cfg.moe_max_tokens = 64, cfg.moe_max_hidden = 128, cfg.moe_max_topk = 2;
   change(&cfg);
-  return ncclMkCommInit(fake_comm(), &cfg);
+  return config_read(&cfg);
 }
 
 static void fp8_two(ncclMkConfig* c) { c->moe_dispatch_fp8 = 2; }
@@ -48,7 +57,7 @@ static ncclResult_t init_sized(size_t m, size_t n, size_t k) {
   ncclMkConfig cfg;
   ncclMkConfigDefaults(&cfg);
   cfg.max_m = m, cfg.max_n = n, cfg.max_k = k;
-  return ncclMkCommInit(fake_comm(), &cfg);
+  return config_read(&cfg);
 }
 
 static void config_sizes_are_bounded(void) {
@@ -65,7 +74,7 @@ static void config_sizes_are_bounded(void) {
   ncclMkConfigDefaults(&cfg);
   cfg.max_m = (size_t)1 << 22, cfg.max_n = (size_t)1 << 22, cfg.max_k = 8, cfg.comm_sms = -1;
   last_warn[0] = '\0';
-  CHECK_EQ(ncclMkCommInit(fake_comm(), &cfg), ncclInvalidArgument);
+  CHECK_EQ(config_read(&cfg), ncclInvalidArgument);
   CHECK(strstr(last_warn, "comm_sms") != NULL);
 }
 
@@ -82,7 +91,7 @@ static void config_of_another_size_is_refused_before_it_is_read(void) {
   memcpy(at, &old_size, sizeof old_size);
   memset(at + sizeof old_size, 0, sizeof(size_t));
   last_warn[0] = '\0';
-  CHECK_EQ(ncclMkCommInit(fake_comm(), (const ncclMkConfig*)(void*)at), ncclInvalidArgument);
+  CHECK_EQ(config_read((const ncclMkConfig*)(void*)at), ncclInvalidArgument);
   CHECK(strstr(last_warn, "config.size") != NULL);
   munmap(two, 2 * (size_t)page);
 }
