@@ -48,7 +48,7 @@ static int ag_gemm_reference(struct mk_fused_comm* fc, const void* a_shard, cons
   void* gathered = a_gathered;
   if (!gathered) MK_CHECK(mk_fused_scratch(fc, stream, m * k * 2, &gathered));
   size_t shard_elems = m / (size_t)fc->nranks * k;
-  MK_CHECK(mk_nccl_check(fc->api->all_gather(a_shard, gathered, shard_elems, ncclBfloat16,
+  MK_CHECK(mk_nccl_comm_check(fc->api, fc->nccl, fc->api->all_gather(a_shard, gathered, shard_elems, ncclBfloat16,
                                              fc->nccl, stream), "ncclAllGather"));
   struct mk_gemm_args g;
   mk_op_gemm_args(fc, MK_OP_AG_GEMM, &g);

@@ -172,6 +172,10 @@ static int device_is_hopper(int dev) {
 
 static int fused_comm_identify(struct mk_fused_comm* fc) {
   const struct mk_nccl_api* api = fc->api;
+  /* a non-blocking communicator's own init may still run: it ends first */
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t query = api->comm_get_async_error(fc->nccl, &state);
+  MK_CHECK(mk_nccl_comm_check(api, fc->nccl, query != ncclSuccess ? query : state, "the communicator's state"));
   MK_CHECK(mk_nccl_check(api->comm_count(fc->nccl, &fc->nranks), "ncclCommCount"));
   MK_CHECK(mk_nccl_check(api->comm_user_rank(fc->nccl, &fc->rank), "ncclCommUserRank"));
   return mk_nccl_check(api->comm_cu_device(fc->nccl, &fc->dev), "ncclCommCuDevice");

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 
 #include "mk_log.h"
@@ -41,6 +42,7 @@ static void api_resolve(void) {
       {"ncclCommCount", (void**)&api.comm_count},
       {"ncclCommUserRank", (void**)&api.comm_user_rank},
       {"ncclCommCuDevice", (void**)&api.comm_cu_device},
+      {"ncclCommGetAsyncError", (void**)&api.comm_get_async_error},
       {"ncclGroupStart", (void**)&api.group_start},
       {"ncclGroupEnd", (void**)&api.group_end},
       {"ncclAllGather", (void**)&api.all_gather},
@@ -77,4 +79,13 @@ int mk_nccl_check(ncclResult_t res, const char* what) {
     case ncclRemoteError: return -ECONNRESET;
     default: return -EIO;
   }
+}
+
+int mk_nccl_comm_check(const struct mk_nccl_api* a, ncclComm_t comm, ncclResult_t res, const char* what) {
+  while (res == ncclInProgress) {
+    sched_yield();
+    const ncclResult_t query = a->comm_get_async_error(comm, &res);
+    if (query != ncclSuccess) res = query;
+  }
+  return mk_nccl_check(res, what);
 }

@@ -18,6 +18,7 @@ struct mk_nccl_api {
   ncclResult_t (*comm_count)(const ncclComm_t comm, int* count);
   ncclResult_t (*comm_user_rank)(const ncclComm_t comm, int* rank);
   ncclResult_t (*comm_cu_device)(const ncclComm_t comm, int* device);
+  ncclResult_t (*comm_get_async_error)(ncclComm_t comm, ncclResult_t* async_error);
   ncclResult_t (*group_start)(void);
   ncclResult_t (*group_end)(void);
   ncclResult_t (*all_gather)(const void* send, void* recv, size_t count, ncclDataType_t type,
@@ -34,5 +35,10 @@ int mk_nccl_api_get(const struct mk_nccl_api** api);
 
 /* NCCL result of a resolved call as negative errno, with a WARN naming the call. */
 int mk_nccl_check(ncclResult_t res, const char* what);
+/* The same for a call on `comm`, which a non-blocking communicator (ncclConfig_t.blocking = 0,
+ * or NCCL_COMM_BLOCKING=0) may answer with ncclInProgress: the call is then finished here by
+ * polling ncclCommGetAsyncError, so such a communicator is used as a blocking one (the ops'
+ * collectives are enqueued when the op returns, as its caller expects). */
+int mk_nccl_comm_check(const struct mk_nccl_api* api, ncclComm_t comm, ncclResult_t res, const char* what);
 
 #endif /* MK_NCCL_API_H_ */

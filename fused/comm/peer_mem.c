@@ -68,9 +68,9 @@ int mk_peer_exchange_post(struct mk_fused_comm* fc, int local_rc) {
   if (rc) return rc;
   rc = mk_nccl_check(fc->api->group_start(), "ncclGroupStart");
   if (rc) return rc;
-  rc = mk_nccl_check(fc->api->all_gather(send, fc->records_dev, rec, ncclUint8, fc->nccl,
+  rc = mk_nccl_comm_check(fc->api, fc->nccl, fc->api->all_gather(send, fc->records_dev, rec, ncclUint8, fc->nccl,
                                          fc->internal), "ncclAllGather (workspace exchange)");
-  int end = mk_nccl_check(fc->api->group_end(), "ncclGroupEnd");
+  int end = mk_nccl_comm_check(fc->api, fc->nccl, fc->api->group_end(), "ncclGroupEnd");
   __atomic_store_n(&fc->exchange_pending, 1, __ATOMIC_RELEASE);
   return rc ? rc : end;
 }

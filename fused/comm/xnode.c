@@ -56,8 +56,8 @@ static int xnode_allgather(struct mk_fused_comm* fc, const void* mine, size_t by
   MK_CHECK(mk_cuda_check(
       cudaMemcpyAsync(buf + n * bytes, mine, bytes, cudaMemcpyHostToDevice, fc->internal),
       "proxy record upload"));
-  MK_CHECK(mk_nccl_check(
-      fc->api->all_gather(buf + n * bytes, buf, bytes, ncclUint8, fc->nccl, fc->internal),
+  MK_CHECK(mk_nccl_comm_check(
+      fc->api, fc->nccl, fc->api->all_gather(buf + n * bytes, buf, bytes, ncclUint8, fc->nccl, fc->internal),
       "ncclAllGather (proxy records)"));
   MK_CHECK(mk_cuda_check(cudaStreamSynchronize(fc->internal), "proxy record exchange"));
   return mk_cuda_check(cudaMemcpy(all, buf, n * bytes, cudaMemcpyDeviceToHost),

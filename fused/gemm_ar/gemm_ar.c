@@ -24,7 +24,7 @@ static int gemm_ar_split(struct mk_fused_comm* fc, const void* a, const void* b,
   const size_t shard_elems = m / (size_t)fc->nranks * n;
   char* own = (char*)c + (size_t)fc->rank * shard_elems * 2;
   MK_CHECK(mk_gemm_rs_overlapped(fc, a, b, own, m, n, k, 0, stream));
-  return mk_nccl_check(fc->api->all_gather(own, c, shard_elems, ncclBfloat16, fc->nccl, stream),
+  return mk_nccl_comm_check(fc->api, fc->nccl, fc->api->all_gather(own, c, shard_elems, ncclBfloat16, fc->nccl, stream),
                        "ncclAllGather");
 }
 
@@ -35,7 +35,7 @@ static int gemm_ar_reference(struct mk_fused_comm* fc, const void* a, const void
   g.m = (int)m, g.n = (int)n, g.k = (int)k;
   g.a = a, g.b = b, g.c = c;
   MK_CHECK(mk_gemm_launch(&g, stream));
-  return mk_nccl_check(fc->api->all_reduce(c, c, m * n, ncclBfloat16, ncclSum, fc->nccl,
+  return mk_nccl_comm_check(fc->api, fc->nccl, fc->api->all_reduce(c, c, m * n, ncclBfloat16, ncclSum, fc->nccl,
                                             stream), "ncclAllReduce");
 }
 

@@ -31,7 +31,7 @@ static int gemm_rs_reference(struct mk_fused_comm* fc, const void* a, const void
   g.a = a, g.b = b, g.c = partial;
   MK_CHECK(mk_gemm_launch(&g, stream));
   size_t shard_elems = m / (size_t)fc->nranks * n;
-  return mk_nccl_check(fc->api->reduce_scatter(partial, c_shard, shard_elems, ncclBfloat16,
+  return mk_nccl_comm_check(fc->api, fc->nccl, fc->api->reduce_scatter(partial, c_shard, shard_elems, ncclBfloat16,
                                                ncclSum, fc->nccl, stream),
                        "ncclReduceScatter");
 }

@@ -285,6 +285,49 @@ static void scenario_two_comms(struct rank_env* e) {
   CUDA_OK(cudaStreamDestroy(e2.stream));
 }
 
+/* A non-blocking communicator's pending work, waited out (its NCCL calls answer ncclInProgress). */
+static void nonblocking_settle(ncclComm_t comm) {
+  ncclResult_t state = ncclInProgress;
+  while (state == ncclInProgress) NCCL_OK(ncclCommGetAsyncError(comm, &state));
+  NCCL_OK(state);
+}
+
+/* The ops on a non-blocking communicator (ncclConfig_t.blocking = 0, split from the world):
+ * its NCCL calls may answer ncclInProgress, which the init and the reference paths' collectives
+ * wait out (they once took it for a failure). Every op on the odd shapes (reference paths) and
+ * on 128-row shards (the overlapped ones with NCCL_MK_FUSED=1), every output checked. */
+static void scenario_nonblocking_comm(struct rank_env* e) {
+  ncclConfig_t nb = NCCL_CONFIG_INITIALIZER;
+  nb.blocking = 0;
+  ncclComm_t comm2 = NULL;
+  const ncclResult_t split = ncclCommSplit(e->comm, 0, e->rank, &comm2, &nb);
+  if (split != ncclInProgress) NCCL_OK(split);
+  nonblocking_settle(comm2);
+  ncclMkConfig cfg;
+  NCCL_OK(ncclMkConfigDefaults(&cfg));
+  fused_config("nonblocking_comm", &cfg);
+  NCCL_OK(ncclMkCommInit(comm2, &cfg));
+  struct rank_env e2 = {e->rank, comm2, e->stream, 0};
+  for (size_t i = 0; i <= sizeof(odd_shapes) / sizeof(odd_shapes[0]); i++) {
+    const int last = i == sizeof(odd_shapes) / sizeof(odd_shapes[0]);
+    const struct shape s = last ? per_rank(128, 256, 512) : per_rank(odd_shapes[i].m, odd_shapes[i].n, odd_shapes[i].k);
+    struct op_bufs o;
+    bufs_alloc(&o, s);
+    const uint64_t base = g_seed + 300 + i;
+    bufs_fill(&e2, &o, s, base);
+    run_ops(&e2, &o, s);
+    check_ops(&e2, &o, s, base);
+    bufs_free(&o);
+  }
+  printf("rank %d: every op on a non-blocking communicator checked\n", e->rank);
+  e->failures += e2.failures;
+  NCCL_OK(ncclMkCommRelease(comm2));
+  const ncclResult_t fin = ncclCommFinalize(comm2);
+  if (fin != ncclInProgress) NCCL_OK(fin);
+  nonblocking_settle(comm2);
+  NCCL_OK(ncclCommDestroy(comm2));
+}
+
 /* One op captured alone: the graph's node count and how many of them are kernels. */
 static void capture_op(struct rank_env* e, struct op_bufs* o, struct shape s, int op, size_t* nodes,
                        size_t* kernels) {
@@ -541,6 +584,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
   else if (!strcmp(name, "negative_control")) scenario_negative_control(e);
   else if (!strcmp(name, "one_kernel")) scenario_one_kernel(e);
   else if (!strcmp(name, "two_comms")) scenario_two_comms(e);
+  else if (!strcmp(name, "nonblocking_comm")) scenario_nonblocking_comm(e);
   else if (!strcmp(name, "proxy_bytes")) scenario_proxy_bytes(e);
   else if (!strcmp(name, "no_proxy_fallback")) scenario_no_proxy_fallback(e);
   else if (!strcmp(name, "busy_sms")) scenario_busy_sms(e);
