@@ -37,6 +37,7 @@ struct proxy_peer {
   uint64_t sent_bytes, sent_ops; /* atomics */
   uint64_t posted_bytes;           /* data posted and not completed yet (the thread's) */
   uint64_t peak_posted;            /* the most posted_bytes ever was (atomic) */
+  int closed;                      /* it closed while the ranks were leaving: skipped since */
 };
 
 struct accepted {
@@ -68,7 +69,7 @@ struct mk_proxy {
   int stop;   /* atomic: asks the thread to drain and exit */
   int tid;    /* atomic */
   int failed; /* atomic: err is valid */
-  int leaving; /* atomic: the peers are closing; a transport error ends the thread quietly */
+  int leaving; /* atomic: the peers are closing; a transport error closes only its peer */
   struct mk_proxy_error err;
 };
 
@@ -318,13 +319,20 @@ int mk_proxy_keys(struct mk_proxy* p, struct mk_proxy_keys* mine) {
 
 /* ---- the thread ---- */
 
+/* A transport error with `peer` while the ranks are leaving is that peer's orderly close: it
+ * is skipped from then on (what was still for it is dropped) and the thread goes on for the
+ * others, whose goodbyes may still be on their way (3 or more nodes). 1 then, else 0. */
+static int proxy_peer_closed(struct mk_proxy* p, int err, int peer) {
+  if (!__atomic_load_n(&p->leaving, __ATOMIC_ACQUIRE) || peer < 0 || peer >= p->conf.nranks) return 0;
+  if (!p->peers[peer].closed)
+    MK_INFO(MK_NCCL_SUBSYS_NET, "proxy rank %d: peer %d closed while leaving (%s); the others go on",
+            p->conf.rank, peer, strerror(-err));
+  p->peers[peer].closed = 1;
+  return 1;
+}
+
 static void proxy_fail(struct mk_proxy* p, int err, uint32_t kind, int peer,
                        const struct proxy_op* op) {
-  if (__atomic_load_n(&p->leaving, __ATOMIC_ACQUIRE) && kind == MK_PROXY_ERR_TRANSPORT) {
-    MK_INFO(MK_NCCL_SUBSYS_NET, "proxy rank %d: peer %d closed while leaving (%s); the thread stops",
-            p->conf.rank, peer, strerror(-err));
-    return;
-  }
   struct mk_proxy_queue* q = p->conf.queue;
   uint64_t completed = __atomic_load_n(&q->completed, __ATOMIC_RELAXED);
   struct mk_proxy_error* e = &p->err;
@@ -417,7 +425,11 @@ static int proxy_post(struct mk_proxy* p) {
   for (uint64_t i = p->fifo_head; i < p->fifo_tail; i++) {
     struct proxy_op* op = fifo_at(p, i);
     if (op->state != OP_WAIT_POST || !proxy_may_post(p, i)) continue;
-    int rc = proxy_post_one(p, op);
+    int rc = p->peers[op->d.peer].closed ? -ECONNRESET : proxy_post_one(p, op);
+    if (rc < 0 && proxy_peer_closed(p, rc, op->d.peer)) {
+      op->state = OP_DONE; /* dropped: its peer is gone */
+      continue;
+    }
     if (rc < 0) {
       proxy_fail(p, rc, MK_PROXY_ERR_TRANSPORT, op->d.peer, op);
       return rc;
@@ -441,15 +453,20 @@ static int proxy_complete(struct mk_proxy* p) {
     if (op->state != OP_POSTED) continue;
     int done = 0;
     int rc = p->ops->test(op->req, &done, NULL);
+    struct proxy_peer* q = &p->peers[op->d.peer];
     if (rc < 0) {
       op->req = NULL; /* a failed request is the transport's again */
-      proxy_fail(p, rc, MK_PROXY_ERR_TRANSPORT, op->d.peer, op);
-      return rc;
+      if (!proxy_peer_closed(p, rc, op->d.peer)) {
+        proxy_fail(p, rc, MK_PROXY_ERR_TRANSPORT, op->d.peer, op);
+        return rc;
+      }
+      op->state = OP_DONE; /* dropped: its peer is gone */
+      q->posted_bytes -= proxy_data_bytes(op);
+      continue;
     }
     if (!done) continue;
     op->req = NULL;
     op->state = OP_DONE;
-    struct proxy_peer* q = &p->peers[op->d.peer];
     q->posted_bytes -= proxy_data_bytes(op);
     __atomic_fetch_add(&q->sent_bytes, proxy_data_bytes(op), __ATOMIC_RELAXED);
     __atomic_fetch_add(&q->sent_ops, 1, __ATOMIC_RELAXED);
@@ -471,10 +488,11 @@ static int proxy_complete(struct mk_proxy* p) {
  * notices dead peers even when nothing is in flight to them. */
 static int proxy_progress(struct mk_proxy* p) {
   for (int r = 0; r < p->conf.nranks; r++) {
-    if (!p->remote[r]) continue;
+    if (!p->remote[r] || p->peers[r].closed) continue;
     struct proxy_peer* q = &p->peers[r];
     int rc = p->ops->progress(q->recv);
     if (rc == 0) rc = p->ops->progress(q->send);
+    if (rc < 0 && proxy_peer_closed(p, rc, r)) continue;
     if (rc < 0) {
       /* name the oldest descriptor in flight to that peer, if any */
       const struct proxy_op* op = NULL;

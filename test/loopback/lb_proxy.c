@@ -464,6 +464,7 @@ static const struct lb_case cases[] = {
      lb_xnode_goodbye_rank, 60, 0},
     {"proxy_goodbye_without_the_peer_returns_within_its_bound", lb_xnode_goodbye_survivor,
      lb_xnode_goodbye_victim, 60, 1},
+    {"proxy_goodbye_of_three_ranks_outlives_the_first_ranks_close", lb_bye3_parent, lb_bye3_child, 60, 0},
     {"proxy_put_signal_stream_flags_never_before_data_and_byte_counters_exact", stream_rank,
      stream_rank, 150, 0},
     {"proxy_killed_peer_gives_async_error_within_bound_and_stops", killed_survivor, killed_victim,

@@ -50,12 +50,13 @@ int thread_gone_within(int tid, double seconds) {
   return 1;
 }
 
-int px_setup(struct lb_ctx* ctx, struct px* x, uint32_t depth, int inflight, size_t data_bytes,
-             size_t nflags) {
-  x->rank = ctx->is_sender ? 1 : 0;
-  x->peer = 1 - x->rank;
+int px_make(struct px* x, int rank, int nranks, int dev, uint32_t depth, int inflight, size_t data_bytes,
+            size_t nflags) {
+  x->rank = rank;
+  x->peer = 1 - rank; /* the 2-rank cases' one peer */
   x->q = lb_alloc(mk_proxy_queue_bytes(depth));
-  LB_OK(mk_proxy_queue_init(x->q, depth));
+  const int rc = mk_proxy_queue_init(x->q, depth);
+  if (rc) return rc;
   mk_proxy_producer_init(&x->prod, x->q, x->rank);
   x->data_bytes = data_bytes;
   x->data = lb_alloc(data_bytes);
@@ -63,12 +64,12 @@ int px_setup(struct lb_ctx* ctx, struct px* x, uint32_t depth, int inflight, siz
   x->flags_bytes = nflags * 8;
   x->flags = lb_alloc(x->flags_bytes);
   memset(x->flags, 0, x->flags_bytes);
-  unsigned char remote[2] = {1, 1}; /* NCCL_MK_LOCAL_SIZE=1: every peer is remote */
+  unsigned char remote[PX_MAX_RANKS] = {1, 1, 1}; /* NCCL_MK_LOCAL_SIZE=1: every peer is remote */
   struct mk_proxy_conf conf = {
       .ops = NULL,
-      .dev = ctx->dev,
+      .dev = dev,
       .rank = x->rank,
-      .nranks = 2,
+      .nranks = nranks,
       .remote = remote,
       .data = x->data,
       .data_bytes = data_bytes,
@@ -79,7 +80,15 @@ int px_setup(struct lb_ctx* ctx, struct px* x, uint32_t depth, int inflight, siz
       .queue = x->q,
       .max_inflight = inflight,
       .inflight_bytes = x->inflight_bytes};
-  LB_OK(mk_proxy_create(&conf, &x->p));
+  return mk_proxy_create(&conf, &x->p);
+}
+
+void px_tell(struct lb_ctx* ctx, const void* buf, size_t len) { tell_bytes(ctx, buf, len); }
+void px_hear(struct lb_ctx* ctx, void* buf, size_t len) { hear_bytes(ctx, buf, len); }
+
+int px_setup(struct lb_ctx* ctx, struct px* x, uint32_t depth, int inflight, size_t data_bytes,
+             size_t nflags) {
+  LB_OK(px_make(x, ctx->is_sender ? 1 : 0, 2, ctx->dev, depth, inflight, data_bytes, nflags));
   struct mk_proxy_addr addrs[2];
   LB_OK(mk_proxy_addr(x->p, &addrs[x->rank]));
   tell_bytes(ctx, &addrs[x->rank], sizeof(addrs[0]));

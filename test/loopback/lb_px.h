@@ -15,6 +15,7 @@
 
 #define SEC 1000000000ull
 #define WAIT_NS (30 * SEC) /* producer waits: generous, the machine is shared */
+#define PX_MAX_RANKS 3     /* lb_bye3.c's three ranks; the other cases have two */
 
 struct px {
   int rank, peer;
@@ -25,10 +26,16 @@ struct px {
   uint64_t* flags;
   size_t flags_bytes;
   struct mk_proxy* p;
-  struct mk_proxy_keys keys[2];
+  struct mk_proxy_keys keys[PX_MAX_RANKS];
   uint64_t inflight_bytes; /* set before px_setup: the proxy's per-peer cap (0: default) */
 };
 
+/* One rank's queue, regions and proxy (not connected), every peer remote. */
+int px_make(struct px* x, int rank, int nranks, int dev, uint32_t depth, int inflight, size_t data_bytes,
+            size_t nflags);
+/* Bytes over the harness's pipe (a multiple of 8). */
+void px_tell(struct lb_ctx* ctx, const void* buf, size_t len);
+void px_hear(struct lb_ctx* ctx, void* buf, size_t len);
 /* Both ranks: queue, regions, proxy, the two record exchanges. The thread is not started. */
 int px_setup(struct lb_ctx* ctx, struct px* x, uint32_t depth, int inflight, size_t data_bytes,
              size_t nflags);
@@ -44,5 +51,8 @@ int lb_xnode_allreduce_rank(struct lb_ctx* ctx);
 int lb_xnode_goodbye_rank(struct lb_ctx* ctx);
 int lb_xnode_goodbye_survivor(struct lb_ctx* ctx);
 int lb_xnode_goodbye_victim(struct lb_ctx* ctx);
+/* lb_bye3.c: the goodbye across three ranks, one of them closing first. */
+int lb_bye3_parent(struct lb_ctx* ctx);
+int lb_bye3_child(struct lb_ctx* ctx);
 
 #endif /* MK_LB_PX_H_ */
