@@ -117,7 +117,9 @@ NCCL_MK_API ncclResult_t ncclMkCommInit(ncclComm_t comm, const ncclMkConfig* con
  * NCCL_MK_LOCAL_SIZE) every rank must call it: it waits for the GPU, then up to
  * NCCL_MK_TIMEOUT_MS for the other ranks' release, then stops the proxy thread and closes its
  * connections (with a WARN, without waiting further, when a rank never came). Returns
- * ncclSuccess or ncclInvalidArgument (comm not initialised for fused ops). */
+ * ncclSuccess, ncclInvalidArgument (comm not initialised for fused ops), or ncclInvalidUsage
+ * when ncclMkCommInit ran inside ncclGroupStart/End and that group has not ended (its exchange
+ * would write into the freed buffers: call ncclGroupEnd first). */
 NCCL_MK_API ncclResult_t ncclMkCommRelease(ncclComm_t comm);
 
 /* ncclMkCommGetProxyBytes: the data bytes this rank's proxy has put to ranks outside its
@@ -135,7 +137,9 @@ NCCL_MK_API ncclResult_t ncclMkCommGetProxyBytes(ncclComm_t comm, uint64_t* byte
  *   rank 0: ncclMkAllGatherGemm (op 0x1) timed out at tile 2 waiting for flag 2: expected 2, seen 1
  * The account is of the first wait that gave up, all of its fields from that one wait, also
  * when many expired together. Every later fused call on the comm returns that error. Does not
- * synchronise the stream.
+ * synchronise the stream, and runs no collective (safe from a watchdog thread): after an init
+ * inside ncclGroupStart/End its exchange is finished by the first fused call, and a failure
+ * found there (a peer's init, a mapping) is reported in *result from then on.
  */
 NCCL_MK_API ncclResult_t ncclMkCommGetAsyncError(ncclComm_t comm, ncclResult_t* result,
                                                  char* msg, size_t msg_len);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "fused_comm.h"
@@ -109,7 +110,7 @@ NCCL_MK_API ncclResult_t ncclMkCommGetProxyBytes(ncclComm_t comm, uint64_t* byte
     MK_WARN("ncclMkCommGetProxyBytes: %s is NULL", comm ? "bytes" : "comm");
     return ncclInvalidArgument;
   }
-  int rc = mk_fused_comm_get(comm, NULL, &fc);
+  int rc = mk_fused_comm_lookup(comm, &fc);
   if (rc) return mk_result_from_errno(rc);
   *bytes = mk_xnode_sent_bytes(fc);
   return ncclSuccess;
@@ -123,8 +124,11 @@ NCCL_MK_API ncclResult_t ncclMkCommGetAsyncError(ncclComm_t comm, ncclResult_t* 
     return ncclInvalidArgument;
   }
   if (msg && msg_len) msg[0] = '\0';
-  int rc = mk_fused_comm_get(comm, NULL, &fc);
+  int rc = mk_fused_comm_lookup(comm, &fc);
   if (rc) return mk_result_from_errno(rc);
-  *result = mk_result_from_errno(mk_fused_comm_health(fc, msg, msg_len));
+  const int failed = __atomic_load_n(&fc->exchange_failed, __ATOMIC_ACQUIRE);
+  if (failed && msg && msg_len)
+    snprintf(msg, msg_len, "ncclMkCommInit failed (%s; its WARN says why)", strerror(-failed));
+  *result = mk_result_from_errno(failed ? failed : mk_fused_comm_health(fc, msg, msg_len));
   return ncclSuccess;
 }

@@ -211,14 +211,14 @@ int mk_fused_comm_create(ncclComm_t comm, const ncclMkConfig* cfg, int config_rc
   MK_CHECK_GOTO(fused_comm_identify(fc), rc, fail);
   MK_CHECK_GOTO(mk_cuda_check(cudaSetDevice(fc->dev), "cudaSetDevice"), rc, fail);
   MK_CHECK_GOTO(fused_comm_exchange_alloc(fc), rc, fail);
-  const int local_rc = fused_comm_prepare(fc, config_rc);
-  MK_CHECK_GOTO(mk_peer_exchange_post(fc, local_rc), rc, fail);
+  int local_rc = fused_comm_prepare(fc, config_rc);
+  MK_CHECK_GOTO(mk_peer_exchange_post(fc, &local_rc), rc, fail);
   rc = mk_peer_exchange_finish(fc);
   if (rc == -EAGAIN && local_rc) { /* the gather runs at the caller's group end: keep its buffers */
     fc->exchange_failed = local_rc;
-    rc = registry_add(fc);
+    rc = registry_add(fc); /* on failure fc is lost, not freed: the gather would write into it */
     if (prev_dev >= 0) cudaSetDevice(prev_dev);
-    return rc ? rc : local_rc;
+    return rc == -EEXIST ? -ENOTSUP : rc ? rc : local_rc;
   }
   if (rc == -EAGAIN) rc = 0; /* inside the caller's group: finished at first use */
   MK_CHECK_GOTO(rc, rc, fail);
@@ -232,12 +232,26 @@ fail:
   return rc == -EEXIST ? -ENOTSUP : rc;
 }
 
-int mk_fused_comm_destroy(ncclComm_t comm) {
+static struct mk_fused_comm* registry_find(ncclComm_t comm) {
   pthread_mutex_lock(&registry_lock);
   struct mk_fused_comm** slot = registry_slot(comm);
   struct mk_fused_comm* fc = slot ? *slot : NULL;
-  if (slot) *slot = NULL;
   pthread_mutex_unlock(&registry_lock);
+  return fc;
+}
+
+/* Takes fc out of the registry; 0 when another release took it first. */
+static int registry_take(struct mk_fused_comm* fc) {
+  pthread_mutex_lock(&registry_lock);
+  struct mk_fused_comm** slot = registry_slot(fc->nccl);
+  const int mine = slot && *slot == fc;
+  if (mine) *slot = NULL;
+  pthread_mutex_unlock(&registry_lock);
+  return mine;
+}
+
+int mk_fused_comm_destroy(ncclComm_t comm) {
+  struct mk_fused_comm* fc = registry_find(comm);
   if (!fc) {
     MK_WARN("ncclMkCommRelease: communicator %p has no ncclMkCommInit", (void*)comm);
     return -EINVAL;
@@ -245,10 +259,19 @@ int mk_fused_comm_destroy(ncclComm_t comm) {
   int prev_dev = -1;
   cudaGetDevice(&prev_dev);
   cudaSetDevice(fc->dev);
-  cudaStreamSynchronize(fc->internal);
-  fused_comm_free(fc);
+  /* inside the caller's group the exchange's gather is not launched yet: it would write into
+   * the buffers freed here */
+  const int ran = __atomic_load_n(&fc->exchange_pending, __ATOMIC_ACQUIRE) ? mk_peer_exchange_ran(fc) : 1;
+  if (ran == 0)
+    MK_WARN("ncclMkCommRelease: communicator %p's ncclMkCommInit exchange has not run yet: call ncclGroupEnd first",
+            (void*)comm);
+  const int rc = ran == 0 ? -ENOTSUP : registry_take(fc) ? 0 : -EINVAL;
+  if (!rc) {
+    cudaStreamSynchronize(fc->internal);
+    fused_comm_free(fc);
+  }
   if (prev_dev >= 0) cudaSetDevice(prev_dev);
-  return 0;
+  return rc;
 }
 
 /* Finishes an exchange that ncclMkCommInit posted inside the caller's group, once, under the
@@ -269,18 +292,22 @@ static int fused_comm_exchange_late(struct mk_fused_comm* fc, cudaStream_t strea
       MK_WARN("ncclMkCommInit's exchange has not run: was ncclGroupEnd called?");
       rc = -ENOTSUP;
     } else if (rc) {
-      fc->exchange_failed = rc;
+      __atomic_store_n(&fc->exchange_failed, rc, __ATOMIC_RELEASE);
     }
   }
   pthread_mutex_unlock(&fc->exchange_lock);
   return rc;
 }
 
+int mk_fused_comm_lookup(ncclComm_t comm, struct mk_fused_comm** out) {
+  struct mk_fused_comm* fc = registry_find(comm);
+  if (!fc) MK_WARN("communicator %p has no ncclMkCommInit", (void*)comm);
+  *out = fc;
+  return fc ? 0 : -ENOTSUP;
+}
+
 int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm** out) {
-  pthread_mutex_lock(&registry_lock);
-  struct mk_fused_comm** slot = registry_slot(comm);
-  struct mk_fused_comm* fc = slot ? *slot : NULL;
-  pthread_mutex_unlock(&registry_lock);
+  struct mk_fused_comm* fc = registry_find(comm);
   if (!fc) {
     MK_WARN("communicator %p has no ncclMkCommInit", (void*)comm);
     return -ENOTSUP;

@@ -31,7 +31,9 @@ extern "C" {
 
 #define MK_FUSED_FLAG_BYTES (128 << 10)
 
-/* What each rank tells the others at init (gathered with ncclAllGather). */
+/* What each rank tells the others at init (gathered with ncclAllGather). A build whose record
+ * differs says another version: its ranks are refused, not misread. */
+#define MK_PEER_RECORD_VERSION 2
 struct mk_peer_record {
   uint64_t host_hash; /* same value = same host (hostname and boot id) */
   int32_t pid;
@@ -39,8 +41,10 @@ struct mk_peer_record {
   uint64_t sym_ptr;   /* the workspace's address in its own process */
   uint64_t sym_bytes;
   cudaIpcMemHandle_t sym_handle;
+  uint32_t version;            /* MK_PEER_RECORD_VERSION */
   int32_t init_error;          /* its ncclMkCommInit's own failure (positive errno), else 0 */
   int32_t fused;               /* NCCL_MK_FUSED */
+  int32_t reserved;
   ncclMkConfig config;         /* every rank's must match (mk_peer_records_agree) */
 };
 
@@ -105,6 +109,10 @@ int mk_fused_comm_destroy(ncclComm_t comm);
  * be outside graph capture: `stream` is the caller's, used only to detect capture).
  * -ENOTSUP with a WARN when the comm was never initialised. */
 int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm** out);
+/* The state of `comm` as it is, for the queries (ncclMkCommGetAsyncError, GetProxyBytes): a
+ * pending exchange is left to the ops, which run the collectives in the caller's order (a
+ * watchdog thread's query must not run one). -ENOTSUP with a WARN when never initialised. */
+int mk_fused_comm_lookup(ncclComm_t comm, struct mk_fused_comm** out);
 /* -ECONNRESET once a kernel reported a timeout (and *msg describes it), else 0. */
 int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len);
 /* Grows the reference path's scratch to `bytes` (outside capture only). */
@@ -137,13 +145,21 @@ int mk_ra_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uin
 enum mk_ra_hang_kind { MK_RA_HANG_DONE, MK_RA_HANG_READY, MK_RA_HANG_CHUNK };
 int mk_ra_hang_source(const struct mk_gemm_error* e, int rank, int nranks, int fps, enum mk_ra_hang_kind* kind);
 
-/* peer_mem.c: the exchange of workspaces between the ranks of a host. local_rc: this rank's
- * init so far (0, or the negative errno that every rank's init then fails with). */
-int mk_peer_exchange_post(struct mk_fused_comm* fc, int local_rc);
-/* Every rank's record says its init went well and it has this rank's config (records: nranks,
- * gathered): 0; this rank's own failure, -ECONNRESET for a peer's, -EINVAL for a config that
- * differs (WARNs name the rank and the fields). Pure (unit-tested). */
+/* peer_mem.c: the exchange of workspaces between the ranks of a host. *local_rc: this rank's
+ * init so far (0, or the negative errno that every rank's init then fails with); the post's
+ * own failure to describe the workspace is added to it. */
+int mk_peer_exchange_post(struct mk_fused_comm* fc, int* local_rc);
+/* 1 once the exchange's gather has run (it may wait for the caller's ncclGroupEnd), 0 before,
+ * negative errno when that cannot be read. */
+int mk_peer_exchange_ran(struct mk_fused_comm* fc);
+/* Every rank's record says its init went well and it has this rank's config and build (records:
+ * nranks, gathered): 0; this rank's own failure, -ECONNRESET for a peer's, -EINVAL for a config,
+ * workspace or record version that differs (WARNs name the rank and the fields). Pure
+ * (unit-tested). */
 int mk_peer_records_agree(const struct mk_peer_record* records, int nranks, int rank);
+/* Each rank's error (positive errno, 0: none) at `base` + p x `stride` bytes: this rank's own
+ * (negative), -ECONNRESET with a WARN naming the first peer that failed `stage`, or 0. Pure. */
+int mk_peer_errors_agree(const void* base, size_t stride, int nranks, int rank, const char* stage);
 /* 0 when done (or already done), -EAGAIN when the caller's NCCL group has not launched the
  * exchange yet, other negative errno on failure. */
 int mk_peer_exchange_finish(struct mk_fused_comm* fc);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "fused_comm.h"
+#include "mk_err.h"
 #include "mk_log.h"
 #include "mk_param.h"
 #include "proxy.h"
@@ -45,7 +46,7 @@ static uint64_t host_hash(void) {
  * this host hash. records_dev has nranks + 1 slots: the last is our send buffer. */
 static const uint64_t record_poison = ~0ULL;
 
-int mk_peer_exchange_post(struct mk_fused_comm* fc, int local_rc) {
+int mk_peer_exchange_post(struct mk_fused_comm* fc, int* local_rc) {
   struct mk_peer_record mine;
   memset(&mine, 0, sizeof(mine));
   mine.host_hash = host_hash();
@@ -53,12 +54,13 @@ int mk_peer_exchange_post(struct mk_fused_comm* fc, int local_rc) {
   mine.dev = fc->dev;
   mine.sym_ptr = (uint64_t)(uintptr_t)fc->sym;
   mine.sym_bytes = fc->sym_bytes;
+  mine.version = MK_PEER_RECORD_VERSION;
   mine.fused = fc->fused;
   mine.config = fc->cfg;
   int rc = 0;
-  if (!local_rc)
-    local_rc = mk_cuda_check(cudaIpcGetMemHandle(&mine.sym_handle, fc->sym), "cudaIpcGetMemHandle");
-  mine.init_error = -local_rc;
+  if (!*local_rc)
+    *local_rc = mk_cuda_check(cudaIpcGetMemHandle(&mine.sym_handle, fc->sym), "cudaIpcGetMemHandle");
+  mine.init_error = -*local_rc;
   size_t rec = sizeof(struct mk_peer_record);
   struct mk_peer_record* send = fc->records_dev + fc->nranks;
   rc = mk_cuda_check(cudaMemsetAsync(fc->records_dev, 0xff, (size_t)fc->nranks * rec, fc->internal),
@@ -84,18 +86,38 @@ static int config_differs(const ncclMkConfig* a, int a_fused, const ncclMkConfig
          a_fused != b_fused;
 }
 
-int mk_peer_records_agree(const struct mk_peer_record* records, int nranks, int rank) {
-  const struct mk_peer_record* mine = &records[rank];
-  if (mine->init_error) return -mine->init_error; /* WARNed where it failed */
+int mk_peer_errors_agree(const void* base, size_t stride, int nranks, int rank, const char* stage) {
+  int32_t err;
+  memcpy(&err, (const char*)base + (size_t)rank * stride, sizeof err);
+  if (err) return -err; /* WARNed where it failed */
   for (int p = 0; p < nranks; p++) {
-    if (!records[p].init_error) continue;
-    MK_WARN("ncclMkCommInit failed on rank %d (%s), so it fails on every rank (rank %d here)", p,
-            strerror(records[p].init_error), rank);
+    memcpy(&err, (const char*)base + (size_t)p * stride, sizeof err);
+    if (!err) continue;
+    MK_WARN("ncclMkCommInit: %s failed on rank %d (%s), so it fails on every rank (rank %d here)", stage, p,
+            strerror(err), rank);
     return -ECONNRESET;
   }
+  return 0;
+}
+
+int mk_peer_records_agree(const struct mk_peer_record* records, int nranks, int rank) {
+  const struct mk_peer_record* mine = &records[rank];
+  for (int p = 0; p < nranks; p++) {
+    if (records[p].version == MK_PEER_RECORD_VERSION) continue;
+    MK_WARN("ncclMkCommInit: rank %d's init record is version %u, rank %d's %u: every rank must load the same "
+            "nccl-mk build", p, records[p].version, rank, MK_PEER_RECORD_VERSION);
+    return -EINVAL;
+  }
+  const int rc = mk_peer_errors_agree(&records[0].init_error, sizeof *records, nranks, rank, "the init");
+  if (rc) return rc;
   for (int p = 0; p < nranks; p++) {
     const struct mk_peer_record* r = &records[p];
-    if (!config_differs(&r->config, r->fused, &mine->config, mine->fused)) continue;
+    if (!config_differs(&r->config, r->fused, &mine->config, mine->fused)) {
+      if (r->sym_bytes == mine->sym_bytes) continue; /* equal configs of one build: equal workspaces */
+      MK_WARN("ncclMkCommInit: rank %d's workspace is %llu bytes, rank %d's %llu: every rank must load the same "
+              "nccl-mk build", p, (unsigned long long)r->sym_bytes, rank, (unsigned long long)mine->sym_bytes);
+      return -EINVAL;
+    }
     const ncclMkConfig *a = &r->config, *b = &mine->config;
     MK_WARN("ncclMkCommInit: rank %d's config differs from rank %d's (max_m/n/k %zu/%zu/%zu vs %zu/%zu/%zu, "
             "comm_sms %d vs %d, chunk_bytes %zu vs %zu, moe tokens/hidden/topk/recv_rows/fp8 %d/%d/%d/%d/%d vs "
@@ -135,6 +157,32 @@ static int peer_map(struct mk_fused_comm* fc, int p, const struct mk_peer_record
 
 static int peer_exchange_read(struct mk_fused_comm* fc);
 
+/* Every rank's result of mapping its peers' workspaces, gathered (the record buffers reused as
+ * int32 slots; the records are read by now): a rank that could not map them fails, and the
+ * others must not go on storing into its workspace. */
+static int peer_mapping_agree(struct mk_fused_comm* fc, int mine) {
+  int32_t* slots = (int32_t*)(void*)fc->records_dev;
+  int32_t* all = (int32_t*)(void*)fc->records_host;
+  const int32_t err = -mine;
+  const size_t n = (size_t)fc->nranks;
+  int rc = mk_cuda_check(cudaMemcpyAsync(slots + n, &err, sizeof err, cudaMemcpyHostToDevice, fc->internal),
+                         "mapping result upload"); /* from pageable memory: staged on return */
+  if (!rc)
+    rc = mk_nccl_comm_check(fc->api, fc->nccl,
+                            fc->api->all_gather(slots + n, slots, 1, ncclInt32, fc->nccl, fc->internal),
+                            "ncclAllGather (mapping results)");
+  if (!rc) rc = mk_cuda_check(mk_fused_read(fc, all, slots, n * sizeof *all), "mapping results");
+  return rc ? rc : mk_peer_errors_agree(all, sizeof *all, fc->nranks, fc->rank, "mapping the peers' workspaces");
+}
+
+int mk_peer_exchange_ran(struct mk_fused_comm* fc) {
+  uint64_t hash = 0;
+  int rc = mk_cuda_check(cudaStreamSynchronize(fc->internal), "workspace exchange");
+  if (!rc) rc = mk_cuda_check(mk_fused_read(fc, &hash, &fc->records_dev[fc->rank].host_hash, sizeof hash),
+                              "workspace record");
+  return rc ? rc : hash != record_poison;
+}
+
 /* Peer access is enabled from the current device: make it the comm's for the mapping. */
 int mk_peer_exchange_finish(struct mk_fused_comm* fc) {
   if (!fc->exchange_pending) return 0;
@@ -158,16 +206,16 @@ static int peer_exchange_read(struct mk_fused_comm* fc) {
   rc = mk_peer_records_agree(fc->records_host, fc->nranks, fc->rank);
   if (rc) return rc;
   fc->local_size = 0;
-  for (int p = 0; p < fc->nranks; p++) {
+  for (int p = 0; p < fc->nranks && rc >= 0; p++) {
     if (p == fc->rank) {
       fc->peer_sym[p] = fc->sym;
       fc->local_size++;
       continue;
     }
     rc = peer_map(fc, p, mine);
-    if (rc < 0) return rc;
-    fc->local_size += rc;
+    if (rc >= 0) fc->local_size += rc;
   }
+  MK_CHECK(peer_mapping_agree(fc, rc < 0 ? rc : 0));
   MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d of %d, %d on this host reachable by "
           "load/store", fc->rank, fc->nranks, fc->local_size);
   rc = mk_xnode_setup(fc); /* the others, through the proxy */

@@ -320,6 +320,10 @@ static void scenario_nonblocking_comm(struct rank_env* e) {
     bufs_free(&o);
   }
   printf("rank %d: every op on a non-blocking communicator checked\n", e->rank);
+  ncclResult_t async = ncclSuccess;
+  char msg[256] = "";
+  NCCL_OK(ncclMkCommGetAsyncError(comm2, &async, msg, sizeof msg));
+  expect(&e2, async == ncclSuccess, "no asynchronous error on the non-blocking communicator", 0);
   e->failures += e2.failures;
   NCCL_OK(ncclMkCommRelease(comm2));
   const ncclResult_t fin = ncclCommFinalize(comm2);

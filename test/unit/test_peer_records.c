@@ -19,6 +19,8 @@ static void records_fill(struct mk_peer_record* r) {
   for (int p = 0; p < RANKS; p++) {
     ncclMkConfigDefaults(&r[p].config);
     r[p].fused = 1;
+    r[p].version = MK_PEER_RECORD_VERSION;
+    r[p].sym_bytes = 1 << 20;
   }
 }
 
@@ -37,7 +39,7 @@ static void a_peers_failed_init_fails_every_rank_and_is_named(void) {
   for (int rank = 0; rank < 3; rank++) {
     last_warn[0] = '\0';
     CHECK_EQ(mk_peer_records_agree(r, RANKS, rank), -ECONNRESET);
-    CHECK(strstr(last_warn, "failed on rank 3") != NULL);
+    CHECK(strstr(last_warn, "the init failed on rank 3") != NULL);
   }
   CHECK_EQ(mk_peer_records_agree(r, RANKS, 3), -ENOMEM); /* its own error, as it was */
 }
@@ -61,10 +63,39 @@ static void a_config_that_differs_fails_every_rank_and_is_named(void) {
   CHECK_EQ(mk_peer_records_agree(r, RANKS, 1), -EINVAL);
 }
 
+/* Another build's record, or a workspace of another size from the same config (another build's
+ * layout), is refused rather than misread. */
+static void another_build_is_refused(void) {
+  struct mk_peer_record r[RANKS];
+  records_fill(r);
+  r[2].version = MK_PEER_RECORD_VERSION + 1;
+  last_warn[0] = '\0';
+  CHECK_EQ(mk_peer_records_agree(r, RANKS, 0), -EINVAL);
+  CHECK(strstr(last_warn, "rank 2's init record is version") != NULL);
+  records_fill(r);
+  r[1].sym_bytes += 256;
+  last_warn[0] = '\0';
+  CHECK_EQ(mk_peer_records_agree(r, RANKS, 3), -EINVAL);
+  CHECK(strstr(last_warn, "rank 1's workspace is") != NULL);
+}
+
+/* The mapping results' agreement over plain int32 slots: the first failed peer is named. */
+static void a_peers_failed_mapping_fails_every_rank(void) {
+  int32_t errs[RANKS] = {0, 0, 0, 0};
+  CHECK_EQ(mk_peer_errors_agree(errs, sizeof *errs, RANKS, 1, "mapping"), 0);
+  errs[2] = EIO;
+  last_warn[0] = '\0';
+  CHECK_EQ(mk_peer_errors_agree(errs, sizeof *errs, RANKS, 0, "mapping"), -ECONNRESET);
+  CHECK(strstr(last_warn, "mapping failed on rank 2") != NULL);
+  CHECK_EQ(mk_peer_errors_agree(errs, sizeof *errs, RANKS, 2, "mapping"), -EIO);
+}
+
 int main(void) {
   warn_capture_on();
   same_records_agree();
   a_peers_failed_init_fails_every_rank_and_is_named();
   a_config_that_differs_fails_every_rank_and_is_named();
+  another_build_is_refused();
+  a_peers_failed_mapping_fails_every_rank();
   return MK_TEST_RESULT();
 }
