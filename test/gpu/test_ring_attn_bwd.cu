@@ -291,6 +291,10 @@ static void scenario_graph(struct rank_env* e) {
   expect_healthy(e);
 }
 
+/* Tensor i of a call that is refused before it reads anything: 4 GiB past `base` per index,
+ * so that extents of up to 4 GiB overlap nothing. */
+static void* far(void* base, int i) { return (char*)base + (size_t)i * ((size_t)4 << 30); }
+
 static void scenario_bad_input(struct rank_env* e) {
   struct rb_bufs b;
   bufs_alloc(&b, {1, 256, 8, 2, 128, 1}, e->rank);
@@ -317,8 +321,11 @@ static void scenario_bad_input(struct rank_env* e) {
       {RB(q, k, v, o, l, g, dq, dk, dv, 1, 256, 8, 2, 128, 2, bf, cm, s), ncclInvalidArgument, "causal = 2"},
       {RB(q, k, v, o, l, g, dq, dk, dv, 1, 256, 8, 2, 128, 1, ncclFloat32, cm, s), ncclInvalidUsage, "fp32"},
       {RB(q, k, v, o, l, g, dq, dk, dv, 1, 256, 8, 2, 128, 1, bf, NULL, s), ncclInvalidArgument, "comm NULL"},
-      {RB(q, k, v, o, l, g, dq, dk, dv, 1, 65536, 64, 8, 128, 1, bf, cm, s), ncclInvalidUsage,
-       "workspace too small"},
+      {RB(q, k, v, o, l, g, dq, dk, dk, 1, 256, 8, 2, 128, 1, bf, cm, s), ncclInvalidArgument, "dv = dk"},
+      /* tensors of that shape would overlap the small buffers (refused first, as bad arguments):
+       * 4 GiB apart here, never dereferenced (the call is refused before any launch) */
+      {RB(far(q, 0), far(q, 1), far(q, 2), far(q, 3), (float*)far(q, 4), far(q, 5), far(q, 6), far(q, 7),
+          far(q, 8), 1, 65536, 64, 8, 128, 1, bf, cm, s), ncclInvalidUsage, "workspace too small"},
   };
 #undef RB
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
