@@ -247,6 +247,15 @@ static void scenario_graph(struct rank_env* e) {
 
 static void fused_config(const char* scenario, ncclMkConfig* cfg);
 
+/* e's communicator reports no asynchronous error (its text printed when it does). */
+static void expect_no_async_error(struct rank_env* e, const char* what) {
+  ncclResult_t async = ncclSuccess;
+  char msg[256] = "";
+  NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof msg));
+  if (async != ncclSuccess) fprintf(stderr, "rank %d: asynchronous error: %s\n", e->rank, msg);
+  expect(e, async == ncclSuccess, what, 0);
+}
+
 /* Two fused communicators on every rank (the world's and a split of it, as a job's tensor-
  * and data-parallel groups): AllGather+GEMM on one and GEMM+ReduceScatter on the other,
  * enqueued on two streams in the same order on every rank, so that they run at once where
@@ -274,10 +283,7 @@ static void scenario_two_comms(struct rank_env* e) {
     check_sum(&e2, s, b2, o2.c_rs, 1);
   }
   printf("rank %d: 10 rounds on two communicators checked\n", e->rank);
-  ncclResult_t async = ncclSuccess;
-  char msg[256] = "";
-  NCCL_OK(ncclMkCommGetAsyncError(comm2, &async, msg, sizeof msg));
-  expect(&e2, async == ncclSuccess, "no asynchronous error on the second communicator", 0);
+  expect_no_async_error(&e2, "no asynchronous error on the second communicator");
   e->failures += e2.failures;
   bufs_free(&o1), bufs_free(&o2);
   NCCL_OK(ncclMkCommRelease(comm2));
@@ -320,10 +326,7 @@ static void scenario_nonblocking_comm(struct rank_env* e) {
     bufs_free(&o);
   }
   printf("rank %d: every op on a non-blocking communicator checked\n", e->rank);
-  ncclResult_t async = ncclSuccess;
-  char msg[256] = "";
-  NCCL_OK(ncclMkCommGetAsyncError(comm2, &async, msg, sizeof msg));
-  expect(&e2, async == ncclSuccess, "no asynchronous error on the non-blocking communicator", 0);
+  expect_no_async_error(&e2, "no asynchronous error on the non-blocking communicator");
   e->failures += e2.failures;
   NCCL_OK(ncclMkCommRelease(comm2));
   const ncclResult_t fin = ncclCommFinalize(comm2);
@@ -579,8 +582,6 @@ static void run_scenario(struct rank_env* e, const char* name) {
       late_peer_run(e, late[i].op);
       return;
     }
-  ncclResult_t async = ncclSuccess;
-  char msg[256];
   if (!strcmp(name, "correctness") || !strcmp(name, "group_init")) scenario_correctness(e);
   else if (!strcmp(name, "bad_input")) scenario_bad_input(e);
   else if (!strcmp(name, "graph")) scenario_graph(e);
@@ -594,9 +595,7 @@ static void run_scenario(struct rank_env* e, const char* name) {
   else if (!strcmp(name, "busy_sms")) scenario_busy_sms(e);
   else if (!strcmp(name, "busy_sms_most")) scenario_busy_sms_most(e);
   else { fprintf(stderr, "unknown scenario %s\n", name); e->failures++; }
-  NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof(msg)));
-  if (async != ncclSuccess) fprintf(stderr, "rank %d: asynchronous error: %s\n", e->rank, msg);
-  expect(e, async == ncclSuccess, "no asynchronous error", 0);
+  expect_no_async_error(e, "no asynchronous error");
 }
 
 static void fused_scenario_env(const char* scenario, int rank) {
