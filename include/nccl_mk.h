@@ -100,7 +100,9 @@ NCCL_MK_API ncclResult_t ncclMkConfigDefaults(ncclMkConfig* config);
  * NCCL_MK_FUSED; not timeout_ms) fail every rank with ncclInvalidArgument. Must be called
  * outside graph capture; safe inside ncclGroupStart/End when one thread drives several GPUs of
  * one node (the caller's group is respected: the exchange then ends at the group's end, and a
- * peer's failure is reported by the first fused call; a rank that failed inside a group keeps
+ * peer's failed init is reported by the first fused call, which may sit in a group of the
+ * caller's and so runs no collective of its own: a failure to map the peers' workspaces found
+ * there fails that rank's calls only; a rank that failed inside a group keeps
  * its exchange buffers until ncclMkCommRelease, which it must call before another init).
  * Calling it again on the same comm is ncclInvalidUsage. Returns ncclSuccess,
  * ncclInvalidArgument (comm NULL, bad config size/fields, configs that differ),

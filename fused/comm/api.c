@@ -112,7 +112,8 @@ NCCL_MK_API ncclResult_t ncclMkCommGetProxyBytes(ncclComm_t comm, uint64_t* byte
   }
   int rc = mk_fused_comm_lookup(comm, &fc);
   if (rc) return mk_result_from_errno(rc);
-  *bytes = mk_xnode_sent_bytes(fc);
+  /* while the exchange is pending the first op may be setting the proxy up */
+  *bytes = __atomic_load_n(&fc->exchange_pending, __ATOMIC_ACQUIRE) ? 0 : mk_xnode_sent_bytes(fc);
   return ncclSuccess;
 }
 
@@ -129,6 +130,8 @@ NCCL_MK_API ncclResult_t ncclMkCommGetAsyncError(ncclComm_t comm, ncclResult_t* 
   const int failed = __atomic_load_n(&fc->exchange_failed, __ATOMIC_ACQUIRE);
   if (failed && msg && msg_len)
     snprintf(msg, msg_len, "ncclMkCommInit failed (%s; its WARN says why)", strerror(-failed));
-  *result = mk_result_from_errno(failed ? failed : mk_fused_comm_health(fc, msg, msg_len));
+  /* while the exchange is pending no kernel ran, and the first op may be setting the proxy up */
+  const int pending = __atomic_load_n(&fc->exchange_pending, __ATOMIC_ACQUIRE);
+  *result = mk_result_from_errno(failed ? failed : pending ? 0 : mk_fused_comm_health(fc, msg, msg_len));
   return ncclSuccess;
 }

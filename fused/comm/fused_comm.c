@@ -213,14 +213,13 @@ int mk_fused_comm_create(ncclComm_t comm, const ncclMkConfig* cfg, int config_rc
   MK_CHECK_GOTO(fused_comm_exchange_alloc(fc), rc, fail);
   int local_rc = fused_comm_prepare(fc, config_rc);
   MK_CHECK_GOTO(mk_peer_exchange_post(fc, &local_rc), rc, fail);
-  rc = mk_peer_exchange_finish(fc);
-  if (rc == -EAGAIN && local_rc) { /* the gather runs at the caller's group end: keep its buffers */
+  rc = mk_peer_exchange_finish(fc, 1);
+  if (rc == -EAGAIN) { /* inside the caller's group: the gather runs at its end, finished at first use */
     fc->exchange_failed = local_rc;
-    rc = registry_add(fc); /* on failure fc is lost, not freed: the gather would write into it */
+    rc = registry_add(fc); /* on failure fc is lost, never freed: the gather would write into it */
     if (prev_dev >= 0) cudaSetDevice(prev_dev);
     return rc == -EEXIST ? -ENOTSUP : rc ? rc : local_rc;
   }
-  if (rc == -EAGAIN) rc = 0; /* inside the caller's group: finished at first use */
   MK_CHECK_GOTO(rc, rc, fail);
   MK_CHECK_GOTO(registry_add(fc), rc, fail);
   if (prev_dev >= 0) cudaSetDevice(prev_dev);
@@ -240,18 +239,41 @@ static struct mk_fused_comm* registry_find(ncclComm_t comm) {
   return fc;
 }
 
-/* Takes fc out of the registry; 0 when another release took it first. */
-static int registry_take(struct mk_fused_comm* fc) {
+/* Takes comm's state out of the registry (one release gets it), or NULL. */
+static struct mk_fused_comm* registry_take(ncclComm_t comm) {
   pthread_mutex_lock(&registry_lock);
-  struct mk_fused_comm** slot = registry_slot(fc->nccl);
-  const int mine = slot && *slot == fc;
-  if (mine) *slot = NULL;
+  struct mk_fused_comm** slot = registry_slot(comm);
+  struct mk_fused_comm* fc = slot ? *slot : NULL;
+  if (slot) *slot = NULL;
   pthread_mutex_unlock(&registry_lock);
-  return mine;
+  return fc;
+}
+
+/* Puts a taken state back as it was (its generation kept: its MoE layouts stay valid). */
+static void registry_put_back(struct mk_fused_comm* fc) {
+  pthread_mutex_lock(&registry_lock);
+  for (int i = 0; i < MK_FUSED_MAX_COMMS; i++)
+    if (!registry[i]) {
+      registry[i] = fc;
+      break;
+    }
+  pthread_mutex_unlock(&registry_lock);
+}
+
+/* Whether fc's buffers may be freed: not while its exchange's gather is still to run (the
+ * caller's group has not ended: it would write into them), unless NCCL reports the
+ * communicator failed (then it never runs). */
+static int fused_comm_may_free(struct mk_fused_comm* fc) {
+  if (!__atomic_load_n(&fc->exchange_pending, __ATOMIC_ACQUIRE) || mk_peer_exchange_ran(fc) != 0) return 1;
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t query = fc->api->comm_get_async_error(fc->nccl, &state);
+  if (query == ncclSuccess && (state == ncclSuccess || state == ncclInProgress)) return 0;
+  MK_INFO(MK_NCCL_SUBSYS_INIT, "ncclMkCommRelease: the exchange never ran, the communicator failed: freeing");
+  return 1;
 }
 
 int mk_fused_comm_destroy(ncclComm_t comm) {
-  struct mk_fused_comm* fc = registry_find(comm);
+  struct mk_fused_comm* fc = registry_take(comm);
   if (!fc) {
     MK_WARN("ncclMkCommRelease: communicator %p has no ncclMkCommInit", (void*)comm);
     return -EINVAL;
@@ -259,19 +281,17 @@ int mk_fused_comm_destroy(ncclComm_t comm) {
   int prev_dev = -1;
   cudaGetDevice(&prev_dev);
   cudaSetDevice(fc->dev);
-  /* inside the caller's group the exchange's gather is not launched yet: it would write into
-   * the buffers freed here */
-  const int ran = __atomic_load_n(&fc->exchange_pending, __ATOMIC_ACQUIRE) ? mk_peer_exchange_ran(fc) : 1;
-  if (ran == 0)
-    MK_WARN("ncclMkCommRelease: communicator %p's ncclMkCommInit exchange has not run yet: call ncclGroupEnd first",
-            (void*)comm);
-  const int rc = ran == 0 ? -ENOTSUP : registry_take(fc) ? 0 : -EINVAL;
-  if (!rc) {
+  const int may_free = fused_comm_may_free(fc);
+  if (may_free) {
     cudaStreamSynchronize(fc->internal);
     fused_comm_free(fc);
+  } else {
+    MK_WARN("ncclMkCommRelease: communicator %p's ncclMkCommInit exchange has not run yet: call ncclGroupEnd first",
+            (void*)comm);
+    registry_put_back(fc);
   }
   if (prev_dev >= 0) cudaSetDevice(prev_dev);
-  return rc;
+  return may_free ? 0 : -ENOTSUP;
 }
 
 /* Finishes an exchange that ncclMkCommInit posted inside the caller's group, once, under the
@@ -287,7 +307,7 @@ static int fused_comm_exchange_late(struct mk_fused_comm* fc, cudaStream_t strea
             "made outside graph capture");
     rc = -ENOTSUP;
   } else if (fc->exchange_pending) {
-    rc = mk_peer_exchange_finish(fc);
+    rc = mk_peer_exchange_finish(fc, 0);
     if (rc == -EAGAIN) {
       MK_WARN("ncclMkCommInit's exchange has not run: was ncclGroupEnd called?");
       rc = -ENOTSUP;

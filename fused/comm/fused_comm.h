@@ -35,13 +35,15 @@ extern "C" {
  * differs says another version: its ranks are refused, not misread. */
 #define MK_PEER_RECORD_VERSION 2
 struct mk_peer_record {
+  uint32_t version;   /* MK_PEER_RECORD_VERSION: first, so that any other build's is seen (the
+                       * size stays while ncclMkConfig keeps its size: it grows into reserved) */
+  uint32_t reserved0;
   uint64_t host_hash; /* same value = same host (hostname and boot id) */
   int32_t pid;
   int32_t dev;
   uint64_t sym_ptr;   /* the workspace's address in its own process */
   uint64_t sym_bytes;
   cudaIpcMemHandle_t sym_handle;
-  uint32_t version;            /* MK_PEER_RECORD_VERSION */
   int32_t init_error;          /* its ncclMkCommInit's own failure (positive errno), else 0 */
   int32_t fused;               /* NCCL_MK_FUSED */
   int32_t reserved;
@@ -161,8 +163,10 @@ int mk_peer_records_agree(const struct mk_peer_record* records, int nranks, int 
  * (negative), -ECONNRESET with a WARN naming the first peer that failed `stage`, or 0. Pure. */
 int mk_peer_errors_agree(const void* base, size_t stride, int nranks, int rank, const char* stage);
 /* 0 when done (or already done), -EAGAIN when the caller's NCCL group has not launched the
- * exchange yet, other negative errno on failure. */
-int mk_peer_exchange_finish(struct mk_fused_comm* fc);
+ * exchange yet, other negative errno on failure. eager: ncclMkCommInit's own finish, which may
+ * run one more collective (every rank's mapping result); a finish at the first op may not (the
+ * op may sit inside the caller's group, which would hold that gather back). */
+int mk_peer_exchange_finish(struct mk_fused_comm* fc, int eager);
 void mk_peer_close(struct mk_fused_comm* fc);
 
 /* xnode.c: the cross-node state (fused/proxy/xnode.h). setup (collective, after the workspace

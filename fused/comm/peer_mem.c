@@ -155,7 +155,7 @@ static int peer_map(struct mk_fused_comm* fc, int p, const struct mk_peer_record
   return 1;
 }
 
-static int peer_exchange_read(struct mk_fused_comm* fc);
+static int peer_exchange_read(struct mk_fused_comm* fc, int eager);
 
 /* Every rank's result of mapping its peers' workspaces, gathered (the record buffers reused as
  * int32 slots; the records are read by now): a rank that could not map them fails, and the
@@ -184,17 +184,17 @@ int mk_peer_exchange_ran(struct mk_fused_comm* fc) {
 }
 
 /* Peer access is enabled from the current device: make it the comm's for the mapping. */
-int mk_peer_exchange_finish(struct mk_fused_comm* fc) {
+int mk_peer_exchange_finish(struct mk_fused_comm* fc, int eager) {
   if (!fc->exchange_pending) return 0;
   int prev = -1;
   cudaGetDevice(&prev);
   int rc = mk_cuda_check(cudaSetDevice(fc->dev), "cudaSetDevice");
-  if (!rc) rc = peer_exchange_read(fc);
+  if (!rc) rc = peer_exchange_read(fc, eager);
   if (prev >= 0) cudaSetDevice(prev);
   return rc;
 }
 
-static int peer_exchange_read(struct mk_fused_comm* fc) {
+static int peer_exchange_read(struct mk_fused_comm* fc, int eager) {
   int rc = mk_cuda_check(cudaStreamSynchronize(fc->internal), "workspace exchange");
   if (!rc)
     rc = mk_cuda_check(cudaMemcpy(fc->records_host, fc->records_dev,
@@ -215,7 +215,8 @@ static int peer_exchange_read(struct mk_fused_comm* fc) {
     rc = peer_map(fc, p, mine);
     if (rc >= 0) fc->local_size += rc;
   }
-  MK_CHECK(peer_mapping_agree(fc, rc < 0 ? rc : 0));
+  /* at the first op (after an init inside a group) a failure stays this rank's: its peers go on */
+  MK_CHECK(eager ? peer_mapping_agree(fc, rc < 0 ? rc : 0) : rc < 0 ? rc : 0);
   MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d of %d, %d on this host reachable by "
           "load/store", fc->rank, fc->nranks, fc->local_size);
   rc = mk_xnode_setup(fc); /* the others, through the proxy */
