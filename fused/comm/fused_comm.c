@@ -50,6 +50,18 @@ static struct mk_fused_comm** registry_slot(ncclComm_t comm) {
   return NULL;
 }
 
+/* comm's state, or NULL; with `take`, out of the registry (one release gets it). */
+static struct mk_fused_comm* registry_get(ncclComm_t comm, int take) {
+  pthread_mutex_lock(&registry_lock);
+  struct mk_fused_comm** slot = registry_slot(comm);
+  struct mk_fused_comm* fc = slot ? *slot : NULL;
+  if (slot && take) *slot = NULL;
+  pthread_mutex_unlock(&registry_lock);
+  return fc;
+}
+
+/* A new state gets the next generation; one put back after a refused release keeps its own
+ * (its MoE layouts stay valid). */
 static int registry_add(struct mk_fused_comm* fc) {
   static uint64_t generations;
   pthread_mutex_lock(&registry_lock);
@@ -58,7 +70,7 @@ static int registry_add(struct mk_fused_comm* fc) {
     rc = -EEXIST;
   } else {
     for (int i = 0; i < MK_FUSED_MAX_COMMS && rc == -ENOSPC; i++)
-      if (!registry[i]) registry[i] = fc, fc->generation = ++generations, rc = 0;
+      if (!registry[i]) registry[i] = fc, fc->generation = fc->generation ? fc->generation : ++generations, rc = 0;
   }
   pthread_mutex_unlock(&registry_lock);
   return rc;
@@ -173,9 +185,7 @@ static int device_is_hopper(int dev) {
 static int fused_comm_identify(struct mk_fused_comm* fc) {
   const struct mk_nccl_api* api = fc->api;
   /* a non-blocking communicator's own init may still run: it ends first */
-  ncclResult_t state = ncclSuccess;
-  const ncclResult_t query = api->comm_get_async_error(fc->nccl, &state);
-  MK_CHECK(mk_nccl_comm_check(api, fc->nccl, query != ncclSuccess ? query : state, "the communicator's state"));
+  MK_CHECK(mk_nccl_comm_check(api, fc->nccl, mk_nccl_comm_state(api, fc->nccl), "the communicator's state"));
   MK_CHECK(mk_nccl_check(api->comm_count(fc->nccl, &fc->nranks), "ncclCommCount"));
   MK_CHECK(mk_nccl_check(api->comm_user_rank(fc->nccl, &fc->rank), "ncclCommUserRank"));
   return mk_nccl_check(api->comm_cu_device(fc->nccl, &fc->dev), "ncclCommCuDevice");
@@ -190,10 +200,7 @@ static int fused_comm_prepare(struct mk_fused_comm* fc, int config_rc) {
 }
 
 int mk_fused_comm_create(ncclComm_t comm, const ncclMkConfig* cfg, int config_rc) {
-  pthread_mutex_lock(&registry_lock);
-  int known = registry_slot(comm) != NULL;
-  pthread_mutex_unlock(&registry_lock);
-  if (known) { /* before any collective: a second init must not post an exchange */
+  if (registry_get(comm, 0)) { /* before any collective: a second init must not post an exchange */
     MK_WARN("ncclMkCommInit: communicator %p already has nccl-mk state: a second ncclMkCommInit, an earlier "
             "one that failed inside ncclGroupStart/End (ncclMkCommRelease it first), or an earlier "
             "communicator at this address destroyed without ncclMkCommRelease", (void*)comm);
@@ -231,49 +238,19 @@ fail:
   return rc == -EEXIST ? -ENOTSUP : rc;
 }
 
-static struct mk_fused_comm* registry_find(ncclComm_t comm) {
-  pthread_mutex_lock(&registry_lock);
-  struct mk_fused_comm** slot = registry_slot(comm);
-  struct mk_fused_comm* fc = slot ? *slot : NULL;
-  pthread_mutex_unlock(&registry_lock);
-  return fc;
-}
-
-/* Takes comm's state out of the registry (one release gets it), or NULL. */
-static struct mk_fused_comm* registry_take(ncclComm_t comm) {
-  pthread_mutex_lock(&registry_lock);
-  struct mk_fused_comm** slot = registry_slot(comm);
-  struct mk_fused_comm* fc = slot ? *slot : NULL;
-  if (slot) *slot = NULL;
-  pthread_mutex_unlock(&registry_lock);
-  return fc;
-}
-
-/* Puts a taken state back as it was (its generation kept: its MoE layouts stay valid). */
-static void registry_put_back(struct mk_fused_comm* fc) {
-  pthread_mutex_lock(&registry_lock);
-  for (int i = 0; i < MK_FUSED_MAX_COMMS; i++)
-    if (!registry[i]) {
-      registry[i] = fc;
-      break;
-    }
-  pthread_mutex_unlock(&registry_lock);
-}
-
 /* Whether fc's buffers may be freed: not while its exchange's gather is still to run (the
  * caller's group has not ended: it would write into them), unless NCCL reports the
  * communicator failed (then it never runs). */
 static int fused_comm_may_free(struct mk_fused_comm* fc) {
   if (!__atomic_load_n(&fc->exchange_pending, __ATOMIC_ACQUIRE) || mk_peer_exchange_ran(fc) != 0) return 1;
-  ncclResult_t state = ncclSuccess;
-  const ncclResult_t query = fc->api->comm_get_async_error(fc->nccl, &state);
-  if (query == ncclSuccess && (state == ncclSuccess || state == ncclInProgress)) return 0;
+  const ncclResult_t state = mk_nccl_comm_state(fc->api, fc->nccl);
+  if (state == ncclSuccess || state == ncclInProgress) return 0;
   MK_INFO(MK_NCCL_SUBSYS_INIT, "ncclMkCommRelease: the exchange never ran, the communicator failed: freeing");
   return 1;
 }
 
 int mk_fused_comm_destroy(ncclComm_t comm) {
-  struct mk_fused_comm* fc = registry_take(comm);
+  struct mk_fused_comm* fc = registry_get(comm, 1);
   if (!fc) {
     MK_WARN("ncclMkCommRelease: communicator %p has no ncclMkCommInit", (void*)comm);
     return -EINVAL;
@@ -288,14 +265,14 @@ int mk_fused_comm_destroy(ncclComm_t comm) {
   } else {
     MK_WARN("ncclMkCommRelease: communicator %p's ncclMkCommInit exchange has not run yet: call ncclGroupEnd first",
             (void*)comm);
-    registry_put_back(fc);
+    registry_add(fc); /* back as it was: it was taken out, and keeps its generation */
   }
   if (prev_dev >= 0) cudaSetDevice(prev_dev);
   return may_free ? 0 : -ENOTSUP;
 }
 
 /* Finishes an exchange that ncclMkCommInit posted inside the caller's group, once, under the
- * comm's lock: the first op and a watchdog thread's ncclMkCommGetAsyncError may come at once. */
+ * comm's lock: first ops from several threads (one per stream) may come at once. */
 static int fused_comm_exchange_late(struct mk_fused_comm* fc, cudaStream_t stream) {
   pthread_mutex_lock(&fc->exchange_lock);
   int rc = fc->exchange_failed;
@@ -320,18 +297,15 @@ static int fused_comm_exchange_late(struct mk_fused_comm* fc, cudaStream_t strea
 }
 
 int mk_fused_comm_lookup(ncclComm_t comm, struct mk_fused_comm** out) {
-  struct mk_fused_comm* fc = registry_find(comm);
+  struct mk_fused_comm* fc = registry_get(comm, 0);
   if (!fc) MK_WARN("communicator %p has no ncclMkCommInit", (void*)comm);
   *out = fc;
   return fc ? 0 : -ENOTSUP;
 }
 
 int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm** out) {
-  struct mk_fused_comm* fc = registry_find(comm);
-  if (!fc) {
-    MK_WARN("communicator %p has no ncclMkCommInit", (void*)comm);
-    return -ENOTSUP;
-  }
+  struct mk_fused_comm* fc;
+  MK_CHECK(mk_fused_comm_lookup(comm, &fc));
   if (__atomic_load_n(&fc->exchange_pending, __ATOMIC_ACQUIRE)) MK_CHECK(fused_comm_exchange_late(fc, stream));
   *out = fc;
   return 0;
@@ -340,6 +314,18 @@ int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm
 cudaError_t mk_fused_read(const struct mk_fused_comm* fc, void* dst, const void* src, size_t bytes) {
   const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, fc->internal);
   return e == cudaSuccess ? cudaStreamSynchronize(fc->internal) : e;
+}
+
+int mk_fused_allgather(struct mk_fused_comm* fc, void* dev, const void* mine, size_t bytes, void* all, const char* what) {
+  char* buf = dev;
+  const size_t n = (size_t)fc->nranks;
+  /* from pageable memory: staged on return; on the internal stream, which waits for no other */
+  MK_CHECK(mk_cuda_check(cudaMemcpyAsync(buf + n * bytes, mine, bytes, cudaMemcpyHostToDevice, fc->internal),
+                         what));
+  MK_CHECK(mk_nccl_comm_check(fc->api, fc->nccl,
+                              fc->api->all_gather(buf + n * bytes, buf, bytes, ncclUint8, fc->nccl, fc->internal),
+                              what));
+  return mk_cuda_check(mk_fused_read(fc, all, buf, n * bytes), what);
 }
 
 int mk_fused_comm_health(struct mk_fused_comm* fc, char* msg, size_t len) {

@@ -67,10 +67,11 @@ struct mk_fused_comm {
   int local_size;               /* ranks reachable by load/store, self included */
   int exchange_pending;         /* the gathered records are not read yet (atomic: read
                                  * without exchange_lock on every call's fast path) */
-  int exchange_failed;          /* a lazy exchange's error: every later call refuses (it
+  int exchange_failed;          /* a deferred exchange's error, or this rank's init failure
+                                 * inside a group: every later call refuses (a failed exchange
                                  * may have mapped some peers, and must not run twice) */
-  pthread_mutex_t exchange_lock; /* one finisher of a lazy exchange: a watchdog's
-                                  * ncclMkCommGetAsyncError and the first op may race */
+  pthread_mutex_t exchange_lock; /* one finisher of a deferred exchange: first ops from
+                                  * several threads may race */
   struct mk_peer_record* records_dev;
   struct mk_peer_record* records_host; /* pinned, [nranks] */
   void* scratch;                /* local scratch of the reference path; grows outside capture */
@@ -200,6 +201,10 @@ int mk_cuda_check(cudaError_t err, const char* what);
  * other stream (a plain cudaMemcpy waits for the legacy stream, where a caller's work may be
  * stuck behind a dead peer: the hang report must not wait on it). cudaSuccess or the error. */
 cudaError_t mk_fused_read(const struct mk_fused_comm* fc, void* dst, const void* src, size_t bytes);
+/* Every rank's `bytes`-byte record (this rank's: mine) into all[nranks], by ncclAllGather on
+ * fc's comm through dev (device memory of nranks + 1 records) on the internal stream; what:
+ * the exchange's name in errors. 0 or negative errno. */
+int mk_fused_allgather(struct mk_fused_comm* fc, void* dev, const void* mine, size_t bytes, void* all, const char* what);
 
 #ifdef __cplusplus
 }

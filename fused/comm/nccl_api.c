@@ -81,11 +81,16 @@ int mk_nccl_check(ncclResult_t res, const char* what) {
   }
 }
 
+ncclResult_t mk_nccl_comm_state(const struct mk_nccl_api* a, ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t query = a->comm_get_async_error(comm, &state);
+  return query != ncclSuccess ? query : state;
+}
+
 int mk_nccl_comm_check(const struct mk_nccl_api* a, ncclComm_t comm, ncclResult_t res, const char* what) {
   while (res == ncclInProgress) {
     sched_yield();
-    const ncclResult_t query = a->comm_get_async_error(comm, &res);
-    if (query != ncclSuccess) res = query;
+    res = mk_nccl_comm_state(a, comm);
   }
   return mk_nccl_check(res, what);
 }

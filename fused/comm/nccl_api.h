@@ -40,5 +40,8 @@ int mk_nccl_check(ncclResult_t res, const char* what);
  * polling ncclCommGetAsyncError, so such a communicator is used as a blocking one (the ops'
  * collectives are enqueued when the op returns, as its caller expects). */
 int mk_nccl_comm_check(const struct mk_nccl_api* api, ncclComm_t comm, ncclResult_t res, const char* what);
+/* comm's state as ncclCommGetAsyncError gives it (ncclInProgress while a non-blocking call or
+ * init still runs), or that call's own failure. */
+ncclResult_t mk_nccl_comm_state(const struct mk_nccl_api* api, ncclComm_t comm);
 
 #endif /* MK_NCCL_API_H_ */

@@ -161,25 +161,16 @@ static int peer_exchange_read(struct mk_fused_comm* fc, int eager);
  * int32 slots; the records are read by now): a rank that could not map them fails, and the
  * others must not go on storing into its workspace. */
 static int peer_mapping_agree(struct mk_fused_comm* fc, int mine) {
-  int32_t* slots = (int32_t*)(void*)fc->records_dev;
   int32_t* all = (int32_t*)(void*)fc->records_host;
   const int32_t err = -mine;
-  const size_t n = (size_t)fc->nranks;
-  int rc = mk_cuda_check(cudaMemcpyAsync(slots + n, &err, sizeof err, cudaMemcpyHostToDevice, fc->internal),
-                         "mapping result upload"); /* from pageable memory: staged on return */
-  if (!rc)
-    rc = mk_nccl_comm_check(fc->api, fc->nccl,
-                            fc->api->all_gather(slots + n, slots, 1, ncclInt32, fc->nccl, fc->internal),
-                            "ncclAllGather (mapping results)");
-  if (!rc) rc = mk_cuda_check(mk_fused_read(fc, all, slots, n * sizeof *all), "mapping results");
-  return rc ? rc : mk_peer_errors_agree(all, sizeof *all, fc->nranks, fc->rank, "mapping the peers' workspaces");
+  MK_CHECK(mk_fused_allgather(fc, fc->records_dev, &err, sizeof err, all, "mapping results exchange"));
+  return mk_peer_errors_agree(all, sizeof *all, fc->nranks, fc->rank, "mapping the peers' workspaces");
 }
 
 int mk_peer_exchange_ran(struct mk_fused_comm* fc) {
-  uint64_t hash = 0;
-  int rc = mk_cuda_check(cudaStreamSynchronize(fc->internal), "workspace exchange");
-  if (!rc) rc = mk_cuda_check(mk_fused_read(fc, &hash, &fc->records_dev[fc->rank].host_hash, sizeof hash),
-                              "workspace record");
+  uint64_t hash = 0; /* read behind whatever the internal stream holds: the gather, if launched */
+  const int rc = mk_cuda_check(mk_fused_read(fc, &hash, &fc->records_dev[fc->rank].host_hash, sizeof hash),
+                               "workspace record");
   return rc ? rc : hash != record_poison;
 }
 

@@ -49,19 +49,7 @@ static void* device_view(void* host) {
 
 /* Every rank's `bytes`-byte record into all[nranks], through ncclAllGather on fc's comm. */
 static int xnode_allgather(struct mk_fused_comm* fc, const void* mine, size_t bytes, void* all) {
-  struct mk_xnode* xn = fc->xn;
-  char* buf = xn->exchange;
-  const size_t n = (size_t)fc->nranks;
-  /* on the internal stream: it does not wait for the legacy stream that cudaMemcpy uses */
-  MK_CHECK(mk_cuda_check(
-      cudaMemcpyAsync(buf + n * bytes, mine, bytes, cudaMemcpyHostToDevice, fc->internal),
-      "proxy record upload"));
-  MK_CHECK(mk_nccl_comm_check(
-      fc->api, fc->nccl, fc->api->all_gather(buf + n * bytes, buf, bytes, ncclUint8, fc->nccl, fc->internal),
-      "ncclAllGather (proxy records)"));
-  MK_CHECK(mk_cuda_check(cudaStreamSynchronize(fc->internal), "proxy record exchange"));
-  return mk_cuda_check(cudaMemcpy(all, buf, n * bytes, cudaMemcpyDeviceToHost),
-                       "proxy record download");
+  return mk_fused_allgather(fc, fc->xn->exchange, mine, bytes, all, "proxy record exchange");
 }
 
 /* A proxy failure (dead peer, transport error) is the communicator's asynchronous error:

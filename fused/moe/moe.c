@@ -172,10 +172,9 @@ NCCL_MK_API ncclResult_t ncclMkMoeLayoutGetInfo(ncclMkMoeLayout_t l, ncclMkMoeLa
   return ncclSuccess;
 }
 
-/* What both ops check beyond mk_op_check: the layout, the workspace, the MoE shape limits. */
-static int moe_check(const char* op, const struct mk_fused_comm* fc, ncclMkMoeLayout_t l, ncclComm_t comm,
-                     size_t tokens, size_t hidden, int topk, int num_experts) {
-  const ncclMkConfig* c = &fc->cfg;
+/* What both ops check of the layout before reading it: live, this communicator's, of its
+ * last init. */
+static int moe_layout_check(const char* op, const struct mk_fused_comm* fc, ncclMkMoeLayout_t l, ncclComm_t comm) {
   if (!layout_live(op, l, 0)) return -EINVAL;
   if (l->comm != comm) {
     MK_WARN("%s: layout was made for another communicator", op);
@@ -185,6 +184,13 @@ static int moe_check(const char* op, const struct mk_fused_comm* fc, ncclMkMoeLa
     MK_WARN("%s: layout was made before this communicator's last ncclMkCommInit: create it again", op);
     return -EINVAL;
   }
+  return 0;
+}
+
+/* What both ops check beyond mk_op_check and the layout: the workspace, the MoE shape limits. */
+static int moe_check(const char* op, const struct mk_fused_comm* fc, size_t tokens, size_t hidden, int topk,
+                     int num_experts) {
+  const ncclMkConfig* c = &fc->cfg;
   if (fc->local_size != fc->nranks || fc->nranks > MK_MOE_MAX_RANKS) {
     MK_WARN("%s: every rank must share this host (%d of %d do), at most %d ranks", op, fc->local_size,
             fc->nranks, MK_MOE_MAX_RANKS);
@@ -301,7 +307,8 @@ NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_id
       .nptrs = 4, .m_rows_ptrs = 0x3 /* x, topk_idx */, .comm = comm, .stream = stream};
   struct mk_fused_comm* fc;
   int prev, rc = mk_op_check(&call, &fc);
-  if (!rc) rc = moe_check(call.name, fc, layout, comm, tokens, hidden, topk, num_experts);
+  if (!rc) rc = moe_layout_check(call.name, fc, layout, comm);
+  if (!rc) rc = moe_check(call.name, fc, tokens, hidden, topk, num_experts);
   if (rc) return mk_result_from_errno(rc);
   layout->dispatched = 1, layout->tokens = (int)tokens, layout->topk = topk;
   layout->num_experts = num_experts, layout->e_local = num_experts / fc->nranks;
@@ -353,13 +360,13 @@ NCCL_MK_API ncclResult_t ncclMkMoeGemmCombine(const void* act, const void* w2, c
       .comm = comm, .stream = stream};
   struct mk_fused_comm* fc;
   int prev, rc = mk_op_check(&call, &fc);
-  if (!rc && !layout_live(call.name, layout, 0)) rc = -EINVAL;
+  if (!rc) rc = moe_layout_check(call.name, fc, layout, comm);
   if (!rc && (!layout->dispatched || (size_t)layout->tokens != tokens)) {
     MK_WARN("%s: tokens %zu, but the layout's dispatch %s %d", call.name, tokens,
             layout->dispatched ? "had" : "has not run: tokens", layout->tokens);
     rc = -EINVAL;
   }
-  if (!rc) rc = moe_check(call.name, fc, layout, comm, tokens, hidden, layout->topk, layout->num_experts);
+  if (!rc) rc = moe_check(call.name, fc, tokens, hidden, layout->topk, layout->num_experts);
   if (rc) return mk_result_from_errno(rc);
   struct mk_moe_args a;
   moe_args_fill(fc, layout, MK_OP_MOE_COMBINE, &a);
