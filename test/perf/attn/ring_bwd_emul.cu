@@ -11,13 +11,17 @@
  * ring's plan (own block first, then the peers'; then the reduce), the merged one
  * (mk_ra_bwd_plan_merged: fewer calls, each range against every block; then the reduce) and,
  * non-causal, the own-last one (mk_ra_bwd_plan_own_last: delta first, the peers' blocks, the
- * own block last with the peers' partials added as it writes dk, dv; no reduce), interleaved.
+ * own block last with the peers' partials added as it writes dk, dv; no reduce) and the
+ * one-kernel call (mk_ra_bwd_plan_one, NCCL_MK_RA_BWD_ONE_KERNEL's: every block in one launch
+ * with the ring's announcements and end, less its push CTAs), interleaved. Every plan but the
+ * ring's waits for its peer blocks' chunk flags as the op's do (here all already raised).
  * TFLOP/s
  * per GPU = (FLOPs of the whole sequence / n) / the slowest rank's time; FLOPs as attn_perf -b
  * (10 B H S S D, halved causal). Medians of ITERS after two warm-ups. A benchmark, not a test:
  * correctness is test_ring_attn_bwd's (2 GPUs); inputs random, lse zero (finite P), values
  * not checked.
- * Usage: ring_bwd_emul [-r ranks (2)] [iters] [shape ...] with shapes B,H,H_kv,D,S,causal;
+ * Usage: ring_bwd_emul [-r ranks (2)] [-p plan] [iters] [shape ...] with shapes B,H,H_kv,D,S,causal;
+ * -p ring|merged|own-last|one: that plan alone, without the whole-sequence core (for ncu);
  * MK_ATTN_VARIANT (the backward variant of every call, attn.h, attn_run.h's test knob; 0).
  */
 #include <algorithm>
@@ -35,7 +39,14 @@ struct shape {
   int b, h, hkv, d, s, causal;
 };
 
-#define EMUL_PLANS 3 /* the ring's plan, the merged plan, the own-last plan (non-causal) */
+/* the ring's plan, the merged plan, the own-last plan (non-causal), the one-kernel call */
+#define EMUL_PLANS 4
+#define EMUL_ONE 3
+
+/* The one-kernel call's words: its phase words, its done word (raised by every call; the
+ * call number its waits read is words[0]'s, which stays 0), then the words it announces to. */
+#define EMUL_ONE_DONE MK_ATTN_BWD_PHASE_WORDS
+#define EMUL_ONE_WORDS (MK_ATTN_BWD_PHASE_WORDS + 1 + MK_RA_MAX_RANKS)
 
 /* One rank's tensors and data area (ra_bwd_plan.h's layout), its calls per plan and its reduce
  * (every wait of it already satisfied: words[0] is done = 0, the ready words are 1). */
@@ -43,6 +54,8 @@ struct emul_rank {
   void *q, *k, *v, *out, *dout, *dq, *dk, *dv, *data;
   float* lse;
   uint64_t* words; /* done, then the ready words, then the peers' ready words it announces to */
+  uint64_t* flags; /* the chunk flags of every slot, all 1: the peers' K/V are there */
+  uint64_t* one_words; /* the one-kernel call's: phase words, then its done, then what it announces to */
   uint32_t* exits;
   struct mk_attn_bwd_args core[EMUL_PLANS][MK_RA_BWD_MAX_CALLS];
   int ncalls[EMUL_PLANS];
@@ -62,6 +75,12 @@ static void emul_alloc(struct emul_rank* e, const struct shape& sh, int s_local,
   CUDA_OK(cudaMalloc(&e->dv, nkv * 2));
   CUDA_OK(cudaMalloc(&e->words, 32 * sizeof(uint64_t)));
   CUDA_OK(cudaMalloc(&e->exits, sizeof(uint32_t)));
+  CUDA_OK(cudaMalloc(&e->one_words, EMUL_ONE_WORDS * sizeof(uint64_t)));
+  CUDA_OK(cudaMemset(e->one_words, 0, EMUL_ONE_WORDS * sizeof(uint64_t)));
+  const size_t nflags = (size_t)l->ready0 > 0 ? (size_t)l->ready0 : 1;
+  CUDA_OK(cudaMalloc(&e->flags, nflags * sizeof(uint64_t)));
+  std::vector<uint64_t> f(nflags, 1);
+  CUDA_OK(cudaMemcpy(e->flags, f.data(), nflags * sizeof(uint64_t), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(e->exits, 0, sizeof(uint32_t)));
   std::vector<uint64_t> w(32, 1);
   w[0] = 0; /* done: every call is call 1 */
@@ -81,7 +100,7 @@ static void emul_alloc(struct emul_rank* e, const struct shape& sh, int s_local,
 
 static void emul_free(struct emul_rank* e) {
   cudaFree(e->q), cudaFree(e->out), cudaFree(e->dout), cudaFree(e->dq), cudaFree(e->k), cudaFree(e->v);
-  cudaFree(e->dk), cudaFree(e->dv), cudaFree(e->words), cudaFree(e->exits), cudaFree(e->lse), cudaFree(e->data);
+  cudaFree(e->dk), cudaFree(e->dv), cudaFree(e->words), cudaFree(e->exits), cudaFree(e->flags), cudaFree(e->one_words), cudaFree(e->lse), cudaFree(e->data);
 }
 
 /* The compiled backward variant every call runs (MK_ATTN_VARIANT, attn_run.h; 0 the default). */
@@ -142,6 +161,22 @@ static float time_whole(const struct shape& sh, int iters, cudaEvent_t e0, cudaE
 /* The own-last plan's prep (delta, dq_acc zeroed) sits after its calls in core[2]. */
 #define EMUL_PREP (MK_RA_BWD_MAX_CALLS - 1)
 
+
+/* Rank r's one-kernel call as ring_attn_bwd.c's builder makes it, less the push (the slots
+ * hold the peers' K/V already) and with its waits satisfied: each peer block announced into a
+ * word of this rank's. */
+static void emul_one_parts(struct emul_rank* e, int r) {
+  struct mk_attn_bwd_args* a = &e->core[EMUL_ONE][0];
+  a->phase_words = e->one_words;
+  a->call_done = e->one_words + EMUL_ONE_DONE;
+  for (int i = 0; i < a->num_kv_blocks; i++)
+    if (i != a->addends.block || !a->addends.n) a->kv[i].announce = e->one_words + EMUL_ONE_DONE + 1 + i;
+  if (mk_attn_bwd_check(a) != 0) {
+    fprintf(stderr, "rank %d: the one-kernel call's arguments were refused\n", r);
+    exit(1);
+  }
+}
+
 /* Rank r's calls for each plan (the own-last one only non-causal) and its reduce. */
 static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const struct shape& sh, int s_local,
                        const struct mk_ra_bwd_layout* l, int r, int nranks, struct mk_gemm_error* err) {
@@ -156,15 +191,20 @@ static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const s
   e->ncalls[0] = mk_ra_bwd_plan(r, nranks, sh.causal, plan[0], MK_RA_BWD_MAX_CALLS, &own);
   e->ncalls[1] = mk_ra_bwd_plan_merged(r, nranks, sh.causal, plan[1], MK_RA_BWD_MAX_CALLS);
   e->ncalls[2] = sh.causal ? 0 : mk_ra_bwd_plan_own_last(r, nranks, 0, plan[2], EMUL_PREP);
+  const int one_fits = nranks <= MK_RA_BWD_MAX_SEGS && (!sh.causal || s_local % (2 * MK_ATTN_BWD_BLOCK_N) == 0);
+  e->ncalls[EMUL_ONE] = one_fits ? mk_ra_bwd_plan_one(r, nranks, plan[EMUL_ONE], MK_RA_BWD_MAX_CALLS) : 0;
   for (int pl = 0; pl < EMUL_PLANS; pl++) {
-    if (pl == 2) ar.done = e->words, ar.ready = e->words + 1;
-    if (e->ncalls[pl] < (pl == 2 && sh.causal ? 0 : 1)) exit(1);
+    if (pl >= 1) /* as ring_attn_bwd.c: the peers' segments wait for their chunks (here all there) */
+      ar.flags = e->flags, ar.fps = l->fps, ar.chunk_rows = 128, ar.done = e->words;
+    if (pl >= 2) ar.ready = e->words + 1, ar.ready_index0 = 1;
+    if (e->ncalls[pl] < (pl == 2 && sh.causal ? 0 : pl == EMUL_ONE && !one_fits ? 0 : 1)) exit(1);
     for (int i = 0; i < e->ncalls[pl]; i++) mk_ra_bwd_core_args(&ar, l, &plan[pl][i], &t, &e->core[pl][i]);
   }
   if (e->ncalls[2]) { /* as ring_attn_bwd.c: delta apart, then every call accumulates (no gather: no pdl) */
     e->core[2][EMUL_PREP] = e->core[2][0];
     e->core[2][0].delta_ready = e->core[2][0].dq_accumulate = 1;
   }
+  if (e->ncalls[EMUL_ONE]) emul_one_parts(e, r);
   struct mk_ra_bwd_reduce_args* ra = &e->reduce;
   memset(ra, 0, sizeof *ra);
   ra->mode = MK_RA_REDUCE_ALL, ra->own_acc = mk_ra_bwd_acc(e->data, l, r);
@@ -177,6 +217,11 @@ static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const s
   ra->call.done = e->words, ra->call.exits = e->exits; /* set_done 0: every call stays call 1 */
 }
 
+static const char* const plan_names[EMUL_PLANS] = {"ring", "merged", "own-last", "one"};
+
+/* -p: the one plan timed (-1: all of them, and the core on the whole sequence). */
+static int only_plan = -1;
+
 static void bench(const struct shape& sh, int nranks, int iters) {
   const int s_local = sh.s / nranks;
   cudaEvent_t e0, e1;
@@ -185,7 +230,7 @@ static void bench(const struct shape& sh, int nranks, int iters) {
   struct mk_gemm_error* err;
   CUDA_OK(cudaMalloc(&err, sizeof *err));
   CUDA_OK(cudaMemset(err, 0, sizeof *err));
-  const float whole = time_whole(sh, iters, e0, e1, err);
+  const float whole = only_plan < 0 ? time_whole(sh, iters, e0, e1, err) : 0.f;
 
   struct mk_ra_bwd_layout l;
   mk_ra_bwd_layout(nranks, sh.b, s_local, sh.h, sh.hkv, sh.d, 128, &l);
@@ -197,20 +242,20 @@ static void bench(const struct shape& sh, int nranks, int iters) {
     for (int r = 0; r < nranks; r++)
       for (int pl = 0; pl < EMUL_PLANS; pl++) {
         const struct emul_rank* e = &ranks[r];
-        if (!e->ncalls[pl]) continue;
-        const float t = pl == 2 ? time_calls(e->core[pl], e->ncalls[pl], e0, e1, &e->core[pl][EMUL_PREP])
-                                : time_calls(e->core[pl], e->ncalls[pl], e0, e1, NULL, &e->reduce);
+        if (!e->ncalls[pl] || (only_plan >= 0 && pl != only_plan)) continue;
+        const float t = pl == 2          ? time_calls(e->core[pl], e->ncalls[pl], e0, e1, &e->core[pl][EMUL_PREP])
+                        : pl == EMUL_ONE ? time_calls(e->core[pl], e->ncalls[pl], e0, e1)
+                                         : time_calls(e->core[pl], e->ncalls[pl], e0, e1, NULL, &e->reduce);
         if (it >= 0) ms[pl * nranks + r].push_back(t);
       }
   struct mk_gemm_error he;
   CUDA_OK(cudaMemcpy(&he, err, sizeof he, cudaMemcpyDeviceToHost));
   const double flops = 10.0 * sh.b * sh.h * (double)sh.s * sh.s * sh.d / (sh.causal ? 2 : 1);
-  static const char* const names[EMUL_PLANS] = {"ring", "merged", "own-last"};
   for (int pl = 0; pl < EMUL_PLANS; pl++) {
-    if (!ranks[0].ncalls[pl]) continue;
+    if (!ranks[0].ncalls[pl] || (only_plan >= 0 && pl != only_plan)) continue;
     float slowest = 0.f;
     printf("%3d %4d %4d %4d %6d %7d %-10s %-8s | %9.3f %8.1f |", sh.b, sh.h, sh.hkv, sh.d, sh.s, s_local,
-           sh.causal ? "causal" : "non-causal", names[pl], whole, flops / (whole * 1e-3) / 1e12);
+           sh.causal ? "causal" : "non-causal", plan_names[pl], whole, flops / (whole * 1e-3) / 1e12);
     for (int r = 0; r < nranks; r++) {
       const float m = (float)perf_median(ms[pl * nranks + r].data(), (int)ms[pl * nranks + r].size());
       slowest = std::max(slowest, m);
@@ -229,6 +274,15 @@ int main(int argc, char** argv) {
   gpu_or_skip();
   int nranks = 2;
   if (argc > 2 && !strcmp(argv[1], "-r")) nranks = atoi(argv[2]), argc -= 2, argv += 2;
+  if (argc > 2 && !strcmp(argv[1], "-p")) {
+    for (int pl = 0; pl < EMUL_PLANS; pl++)
+      if (!strcmp(argv[2], plan_names[pl])) only_plan = pl;
+    if (only_plan < 0) {
+      fprintf(stderr, "-p %s: one of ring, merged, own-last, one\n", argv[2]);
+      return 2;
+    }
+    argc -= 2, argv += 2;
+  }
   if (nranks < 2 || nranks > MK_RA_MAX_RANKS) {
     fprintf(stderr, "-r %d: 2 to %d ranks\n", nranks, MK_RA_MAX_RANKS);
     return 2;
