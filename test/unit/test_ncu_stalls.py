@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """scripts/ncu-stalls.py on synthetic `ncu --page source --csv` text: it finds the header after
 the kernel-name line, totals each stall reason over all samples, ranks the instructions by their
-samples (or by one reason's with --reason), names each one's largest reasons, reads .xz files, and
-refuses a CSV without the source page's columns.
+samples (or by one reason's with --reason), names each one's largest reasons, reads .xz files, sums
+a kernel's launches (ncu -c N) with each table's repeat dropped, and refuses a CSV without the
+source page's columns.
 
 usage: test_ncu_stalls.py <scripts/ncu-stalls.py>
 """
@@ -50,7 +51,17 @@ def main():
         with lzma.open(b, "wt") as f:
             f.write(page(rows[:1]))
         rc, out = run(tool, str(a), str(b), "--top", "1")
-        expect(rc == 0 and out.count("== ") == 2 and "b.csv.xz: 10 samples" in out, "two files, .xz read", out)
+        expect(rc == 0 and out.count("== ") == 2 and "b.csv.xz [void k(int)]: 10 samples" in out, "two files, .xz read",
+               out)
+        # ncu -c 2: each launch's table printed twice in a row; the repeat is dropped, the two
+        # launches of one kernel summed instruction by instruction, another kernel apart
+        m = pathlib.Path(d, "m.csv")
+        second = [[r[0], r[1], "5", "50", "0", "0", "5", "0"] for r in rows]
+        other = page(rows[:1]).replace("void k(int)", "void j(int)")
+        m.write_text(page(rows) + page(rows) + page(second) + page(second) + other)
+        rc, out = run(tool, str(m), "--top", "1")
+        expect(rc == 0 and "[void k(int)]: 2015 samples, 3 instructions" in out, "a kernel's launches summed", out)
+        expect("[void j(int)]: 10 samples" in out and out.count("== ") == 2, "another kernel apart", out)
         c = pathlib.Path(d, "c.csv")
         c.write_text('"ID","Kernel Name","Metric Name"\n"0","k","gpu__time_duration.sum"\n')
         rc, out = run(tool, str(c))
