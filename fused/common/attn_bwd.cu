@@ -65,6 +65,13 @@ static int bwd_misaligned(const void* p, uintptr_t a) { return ((uintptr_t)p & (
 static int bwd_block_rows(const struct mk_attn_bwd_kv_block* kv) { return kv->rows ? kv->rows : kv->seq - kv->row0; }
 static int bwd_q_rows(const struct mk_attn_bwd_args* a) { return a->q_rows ? a->q_rows : a->seq_q - a->q_row0; }
 
+/* Whether the call has the ring's parts (push, announcements, the call's end). */
+static int bwd_ring_parts(const struct mk_attn_bwd_args* a) {
+  int any = a->push.ctas != 0 || a->call_done != NULL;
+  for (int i = 0; i < a->num_kv_blocks && i < MK_ATTN_MAX_KV_BLOCKS; i++) any |= a->kv[i].announce != NULL;
+  return any;
+}
+
 /* The addends (their block writes bf16 dk and dv and nothing else; each addend complete and
  * 8-byte aligned; a call number to wait for) and pdl (nothing to launch before the main kernel). */
 static int bwd_check_addends_pdl(const struct mk_attn_bwd_args* a) {
@@ -78,8 +85,10 @@ static int bwd_check_addends_pdl(const struct mk_attn_bwd_args* a) {
     if (!kv->dk || !kv->dv || kv->dk_acc || kv->dv_acc)
       BWD_REJECT("mk_attn_bwd: addends: kv block %d must write bf16 dk and dv and no accumulators", ad->block);
     if (!a->ready_done) BWD_REJECT("mk_attn_bwd: addends need ready_done (the call number they wait for)");
-    if (a->dkv_ws) /* the CTAs add them as they write; with split heads the write-out kernel writes */
-      BWD_REJECT("mk_attn_bwd: addends with dkv_ws are not supported (leave dkv_ws NULL)");
+    /* the CTAs add them as they write; split, only the ring's call has a write-out that adds them
+     * (each tile's last warp group), the write-out kernel and end part do not */
+    if (a->dkv_ws && !bwd_ring_parts(a))
+      BWD_REJECT("mk_attn_bwd: addends with dkv_ws need the ring's parts (leave dkv_ws NULL)");
     for (int i = 0; i < ad->n; i++)
       if (!ad->dk[i] || !ad->dv[i] || !ad->ready[i] || bwd_misaligned(ad->dk[i], 8) || bwd_misaligned(ad->dv[i], 8) ||
           bwd_misaligned(ad->ready[i], 8))
@@ -95,13 +104,6 @@ static int bwd_check_addends_pdl(const struct mk_attn_bwd_args* a) {
 /* A block's key tiles. */
 static int bwd_block_tiles(const struct mk_attn_bwd_kv_block* kv) {
   return (bwd_block_rows(kv) + MK_ATTN_BWD_BLOCK_N - 1) / MK_ATTN_BWD_BLOCK_N;
-}
-
-/* Whether the call has the ring's parts (push, announcements, the call's end). */
-static int bwd_ring_parts(const struct mk_attn_bwd_args* a) {
-  int any = a->push.ctas != 0 || a->call_done != NULL;
-  for (int i = 0; i < a->num_kv_blocks && i < MK_ATTN_MAX_KV_BLOCKS; i++) any |= a->kv[i].announce != NULL;
-  return any;
 }
 
 /* The push: a rank of 2..8, its words and every peer's slot, flags and done word. */
@@ -169,8 +171,10 @@ static int bwd_check_ring(const struct mk_attn_bwd_args* a) {
   if (bwd_misaligned(a->call_done, 8)) BWD_REJECT("mk_attn_bwd: call_done = %p, must be 8-byte aligned", (void*)a->call_done);
   if (a->pdl) /* it would start beside the call before it, whose done word it reads */
     BWD_REJECT("mk_attn_bwd: push, announce and call_done do not take pdl");
-  if (a->dkv_ws) /* split blocks are written by the end part, after their CTAs would announce them */
-    BWD_REJECT("mk_attn_bwd: push, announce and call_done do not take dkv_ws (split heads)");
+  /* split: each tile's last warp group writes it out, in the addends' epilogue (the other
+   * epilogues' kernels keep that code out of their loops) */
+  if (a->dkv_ws && !a->addends.n)
+    BWD_REJECT("mk_attn_bwd: dkv_ws (split heads) with the ring's parts needs addends (the own block's)");
   for (int i = 0; i < a->num_kv_blocks; i++)
     if (a->kv[i].announce && (!a->ready_done || bwd_misaligned(a->kv[i].announce, 8)))
       BWD_REJECT("mk_attn_bwd: kv block %d: announce %p needs ready_done (%p) and 8-byte alignment", i,
@@ -243,6 +247,14 @@ static int bwd_block_direct(const struct mk_attn_bwd_kv_block* kv) {
   return kv->dk_acc && kv->dv_acc && !kv->dk && !kv->dv && !kv->acc_overwrite;
 }
 
+/* The ring's call, split (attn_bwd_group_write_out): a u32 per (key tile, kv head, batch) after
+ * the blocks' partials, in floats, a whole number of the zeroing's 4-float units. */
+static size_t bwd_group_count_floats(const struct mk_attn_bwd_args* a) {
+  size_t tiles = 0;
+  for (int i = 0; i < a->num_kv_blocks; i++) tiles += (size_t)bwd_block_tiles(&a->kv[i]);
+  return (tiles * a->kv_heads * a->batch + 3) & ~(size_t)3;
+}
+
 /* Split only at D = 128: at D = 64 (steps half as long) a CTA per query head ran 3.5% slower
  * than a CTA per group (16K causal, GQA 8:1; bench/NOTES.md, session 33). */
 extern "C" size_t mk_attn_bwd_dkv_ws_floats(const struct mk_attn_bwd_args* a) {
@@ -252,7 +264,7 @@ extern "C" size_t mk_attn_bwd_dkv_ws_floats(const struct mk_attn_bwd_args* a) {
   size_t n = 0;
   for (int i = 0; i < a->num_kv_blocks; i++)
     if (!bwd_block_direct(&a->kv[i])) n += 2 * (size_t)a->batch * bwd_block_rows(&a->kv[i]) * a->kv_heads * a->d_head;
-  return n;
+  return n && bwd_ring_parts(a) ? n + bwd_group_count_floats(a) : n;
 }
 
 /* Whether the call gives each CTA one query head (attn.h, dkv_ws): grouped-query heads at D =
@@ -409,6 +421,8 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
   /* addends beside other blocks (their block last, blocks of one size): block by block */
   if (a->addends.n && a->num_kv_blocks > 1) p->chunk = bwd_block_tiles(&a->kv[0]);
   p->push = a->push, p->call_done = a->call_done;
+  /* the ring's call, split: the tiles' warp-group counts after the blocks' partials */
+  p->group_counts = split && ws != a->dkv_ws && bwd_ring_parts(a) ? (uint32_t*)ws : NULL;
   attn_bwd_rows_of(a, &p->pass);
   p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
   int chain = a->addends.n > 1 ? a->addends.n : 1; /* waits one after another inside a part */

@@ -29,7 +29,9 @@
  *                           own 64 keys, all columns. Added into fp32 dq_acc by TMA
  *                           reductions from shared memory (DQ_TMA) or red.add.
  * dK (times scale) and dV are written once at the end, bf16 and/or added to fp32; split, the
- * group's heads' partials are added (red.add) into fp32 dk_red, dv_red.
+ * group's heads' partials are added (red.add) into fp32 dk_red, dv_red, and written out by a
+ * kernel after (or the one-launch call's end part, or, in the ring's call, the tile's last
+ * warp group: attn_bwd_group_write_out).
  * Every wait is bounded (attn_wait, attn_fwd.cuh): on expiry the error record is filled and
  * every CTA's waits give up, so a bug ends in a wrong result and an error, never in a hang.
  */
@@ -371,17 +373,58 @@ __device__ __forceinline__ void attn_bwd_load_acc(const float* acc, size_t o, fl
   for (int j = 0; j < N; j++) s[j] = acc ? __ldcg((const float2*)(acc + o + 8 * j)) : make_float2(0.f, 0.f);
 }
 
+/* Split in the ring's call (p.group_counts): warp group c's partials of the tile, added into the
+ * workspace, are counted on its (key tile, kv head, batch); the last of the tile's 2 x group
+ * warp groups writes the tile's outputs from the workspace: the own block's bf16 dk, dv with
+ * the peers' partials added (once they are there), a peer's block into its owner's accumulator.
+ * A warp group's barrier only: a group whose wait gave up never comes here, and the other must
+ * not wait for it (its tile is then never written: the call has failed, nothing is announced).
+ * Not inlined: once per warp group, after its loop. */
+template <class Cfg>
+__device__ __noinline__ void attn_bwd_group_write_out(const struct mk_attn_bwd_params& p, const struct attn_bwd_tile& k,
+                                                      int c, uint32_t tile) {
+  __shared__ int last_s[Cfg::CONSUMERS];
+  const int tid = threadIdx.x & 127;
+  const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
+  bar_sync(1 + c, 128); /* the group's adds before its count (CUTLASS's semaphore: one release after a barrier) */
+  if (tid == 0) {
+    const uint32_t want = (uint32_t)(Cfg::CONSUMERS * (p.heads / p.kv_heads));
+    uint32_t* count = p.group_counts + ((size_t)(blk.tile0 + k.t) * p.kv_heads + k.hk) * p.batch + k.b;
+    last_s[c] = atom_add_acq_rel_gpu_u32(count, 1u) + 1 == want;
+  }
+  bar_sync(1 + c, 128);
+  if (!last_s[c] || !attn_bwd_block_in_ws(blk)) return; /* a direct block's adds went into its accumulators */
+  const bool own = p.addends.n > 0 && k.bi == p.addends.block;
+  if (own && !attn_bwd_wait_addends(p, tile)) return;
+  const bool acc_on = mk_attn_acc_gate_open(p.acc_gate);
+  const struct mk_attn_bwd_ws_block w = attn_bwd_ws_block_of(blk);
+  const int keys = k.keys_left < Cfg::BN ? k.keys_left : Cfg::BN, pairs = Cfg::D / 2;
+  for (int u = tid; u < keys * pairs; u += 128) {
+    const size_t key = (size_t)k.t * Cfg::BN + u / pairs, col = 2 * (u % pairs);
+    const size_t at = (((size_t)k.b * blk.seq + blk.row0 + key) * p.kv_heads + k.hk) * Cfg::D + col;
+    const size_t ws = (((size_t)k.b * blk.red_seq + blk.red_row0 + key) * p.kv_heads + k.hk) * Cfg::D + col;
+    float2 x = __ldcg((const float2*)(blk.dk_red + ws)), y = __ldcg((const float2*)(blk.dv_red + ws));
+    for (int a = 0; own && a < p.addends.n; a++) {
+      const float2 ak = __ldcg((const float2*)(p.addends.dk[a] + at)), av = __ldcg((const float2*)(p.addends.dv[a] + at));
+      x.x += ak.x, x.y += ak.y, y.x += av.x, y.y += av.y;
+    }
+    attn_bwd_ws_out_pair(w, acc_on, at, x, y);
+  }
+}
+
 /* The tile's dK (times scale) and dV rows, this thread's fragments (keys kr0, kr0 + 8 of warp
  * group c's 64), into the block's bf16 outputs and / or fp32 accumulators (added to their old
  * values unless overwritten: EPI ACC), the addends added when this is their block (EPI
- * ADDENDS); split, added into dk_red, dv_red (the CTAs of the group's other heads add theirs).
- * Only the kernels of calls that need them have the old values' and the addends' loads. */
-template <class Cfg, int EPI>
+ * ADDENDS); split, added into dk_red, dv_red (the CTAs of the group's other heads add theirs;
+ * RING, the ring's kernels: then written out by the tile's last warp group). Only the kernels
+ * of calls that need them have the old values' and the addends' loads and the write-out. */
+template <class Cfg, int EPI, bool RING = false>
 __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_params& p, const struct attn_bwd_tile& k,
                                                     const float* dk, const float* dv, int c, int kr0, uint32_t tile) {
   const int lane = threadIdx.x & 31;
   const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
-  const bool add = EPI == MK_ATTN_BWD_EPI_ADDENDS && p.addends.n && k.bi == p.addends.block; /* never split */
+  /* split: the ring's call only (mk_attn_bwd_check), whose tile write-out adds them instead */
+  const bool add = EPI == MK_ATTN_BWD_EPI_ADDENDS && !(RING && p.split) && p.addends.n && k.bi == p.addends.block;
   if (add && !attn_bwd_wait_addends(p, tile)) return;
   /* The accumulators may be read by a peer (the ring's reduce); once the ring's gather gave up
    * on a wait (the peer may be late, still reading them for its previous call) nothing goes
@@ -422,6 +465,7 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
       if (blk.dv_acc && acc_on) *(float2*)(blk.dv_acc + o) = make_float2(v0 + sv[j].x, v1 + sv[j].y);
     }
   }
+  if (RING && EPI == MK_ATTN_BWD_EPI_ADDENDS && p.group_counts) attn_bwd_group_write_out<Cfg>(p, k, c, tile);
 }
 
 /* What a consumer warp group's step functions share: shared-memory addresses and its place. */
@@ -636,7 +680,7 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
     return attn_bwd_drain_dq<Cfg>();
   attn_bwd_drain_dq<Cfg>();
 
-  attn_bwd_write_dkdv<Cfg, EPI>(p, tile, dk, dv, c, kr0, w.tile);
+  attn_bwd_write_dkdv<Cfg, EPI, TWO_PIECE>(p, tile, dk, dv, c, kr0, w.tile); /* TWO_PIECE: the ring's kernels */
 }
 
 /* grid (key tiles of all blocks, kv heads or, split, heads, batch). LAUNCH ONE (the one-launch

@@ -154,6 +154,10 @@ struct mk_attn_bwd_params {
    * CTAs before the start part, the blocks' announcements, the call's end */
   struct mk_kv_push push;
   uint64_t* call_done;
+  /* the ring's call with split heads (attn.h dkv_ws beside the ring's parts): per (key tile of
+   * the grid, kv head, batch) the consumer warp groups whose partials are in the workspace; the
+   * last writes the tile's outputs (attn_bwd.cuh attn_bwd_group_write_out); NULL otherwise */
+  uint32_t* group_counts;
 };
 
 struct mk_attn_bwd_maps {

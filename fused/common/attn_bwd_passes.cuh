@@ -133,6 +133,23 @@ struct mk_attn_bwd_ws_block {
   int overwrite, seq, row0, rows;
 };
 
+/* One pair of a workspace block's outputs from its sums x (dk) and y (dv), at element `at` of
+ * [batch, seq, kv_heads, D]: dk, dv = bf16 where given; the accumulators (acc_on) = or += them. */
+__device__ __forceinline__ void attn_bwd_ws_out_pair(const struct mk_attn_bwd_ws_block& w, bool acc_on, size_t at,
+                                                     float2 x, float2 y) {
+  if (w.dk) *(uint32_t*)(w.dk + at) = pack_bf16x2(x.x, x.y);
+  if (w.dv) *(uint32_t*)(w.dv + at) = pack_bf16x2(y.x, y.y);
+  if (!acc_on) return;
+  if (w.dk_acc) {
+    const float2 o = w.overwrite ? make_float2(0.f, 0.f) : *(const float2*)(w.dk_acc + at);
+    *(float2*)(w.dk_acc + at) = make_float2(o.x + x.x, o.y + x.y);
+  }
+  if (w.dv_acc) {
+    const float2 o = w.overwrite ? make_float2(0.f, 0.f) : *(const float2*)(w.dv_acc + at);
+    *(float2*)(w.dv_acc + at) = make_float2(o.x + y.x, o.y + y.y);
+  }
+}
+
 template <int D>
 __device__ __forceinline__ void attn_bwd_ws_block_slice(const struct mk_attn_bwd_ws_block& w, const uint64_t* gate,
                                                         int batch, int kv_heads, size_t first, size_t stride) {
@@ -140,18 +157,7 @@ __device__ __forceinline__ void attn_bwd_ws_block_slice(const struct mk_attn_bwd
   const bool acc_on = mk_attn_acc_gate_open(gate);
   for (size_t e = first; e < n; e += stride) {
     const size_t at = ((e / per_batch) * w.seq + w.row0) * kv_heads * D + 2 * (e % per_batch);
-    const float2 x = *(const float2*)(w.ws_k + 2 * e), y = *(const float2*)(w.ws_v + 2 * e);
-    if (w.dk) *(uint32_t*)(w.dk + at) = pack_bf16x2(x.x, x.y);
-    if (w.dv) *(uint32_t*)(w.dv + at) = pack_bf16x2(y.x, y.y);
-    if (!acc_on) continue;
-    if (w.dk_acc) {
-      const float2 o = w.overwrite ? make_float2(0.f, 0.f) : *(const float2*)(w.dk_acc + at);
-      *(float2*)(w.dk_acc + at) = make_float2(o.x + x.x, o.y + x.y);
-    }
-    if (w.dv_acc) {
-      const float2 o = w.overwrite ? make_float2(0.f, 0.f) : *(const float2*)(w.dv_acc + at);
-      *(float2*)(w.dv_acc + at) = make_float2(o.x + y.x, o.y + y.y);
-    }
+    attn_bwd_ws_out_pair(w, acc_on, at, *(const float2*)(w.ws_k + 2 * e), *(const float2*)(w.ws_v + 2 * e));
   }
 }
 

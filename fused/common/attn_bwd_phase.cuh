@@ -17,7 +17,9 @@
  * call_done): push.ctas push CTAs come before the start part (they count word [3]); a main CTA
  * of a block that announces counts word [4 + block] too, after a system-scope fence, and the
  * block's last one raises the announcement; there is always an end part, whose last CTA waits
- * for the push CTAs, zeroes the words and ends the call.
+ * for the push CTAs, zeroes the words and ends the call. With split heads there (dkv_ws) each
+ * tile's outputs are written by its last warp group (attn_bwd.cuh attn_bwd_group_write_out)
+ * before its CTA counts for the announcement, not by the end part, which comes after it.
  */
 #ifndef MK_ATTN_BWD_PHASE_CUH_
 #define MK_ATTN_BWD_PHASE_CUH_
@@ -105,11 +107,13 @@ __device__ __noinline__ void attn_bwd_start_part(const struct mk_attn_bwd_params
   if (p.pass.ws_floats) attn_bwd_ws_zero_slice(p.pass, first, stride);
 }
 
-/* The end part's slice i: split's blocks out of dkv_ws, dq. */
-template <class Cfg>
+/* The end part's slice i: split's blocks out of dkv_ws (unless each tile's last warp group
+ * wrote its own: the ring's call, group_counts), dq. */
+template <class Cfg, int LAUNCH>
 __device__ __noinline__ void attn_bwd_end_part(const struct mk_attn_bwd_params& p, int i) {
   const size_t first = (size_t)i * Cfg::THREADS + threadIdx.x, stride = (size_t)p.n_end * Cfg::THREADS;
-  for (int bi = 0; p.split && bi < p.num_kv_blocks; bi++)
+  const bool ws_out = p.split && (LAUNCH != ATTN_BWD_LAUNCH_RING || !p.group_counts);
+  for (int bi = 0; ws_out && bi < p.num_kv_blocks; bi++)
     if (attn_bwd_block_in_ws(p.kv[bi]))
       attn_bwd_ws_block_slice<Cfg::D>(attn_bwd_ws_block_of(p.kv[bi]), p.acc_gate, p.batch, p.kv_heads, first, stride);
   if (p.pass.dq) attn_bwd_dq_slice<Cfg::D>(p.pass, first, stride);
@@ -136,7 +140,7 @@ __device__ __forceinline__ int attn_bwd_phase_is_main(const struct mk_attn_bwd_p
   }
   if (c >= p.n_start + p.n_main) {
     if (attn_bwd_part_wait(p, ATTN_BWD_MAIN_DONE, (uint64_t)p.n_main))
-      attn_bwd_end_part<Cfg>(p, c - p.n_start - p.n_main);
+      attn_bwd_end_part<Cfg, LAUNCH>(p, c - p.n_start - p.n_main);
     __syncthreads();
     if (threadIdx.x == 0 &&
         atom_add_acq_rel_gpu_u64(&p.phase[ATTN_BWD_END_DONE], 1ull) + 1 == (uint64_t)p.n_end) {

@@ -293,6 +293,17 @@ static void ra_bwd_one_kernel_parts(const struct mk_fused_comm* fc, const struct
   a->call_done = ga->call.done;
 }
 
+/* The one-kernel call's split-heads workspace (grouped-query heads at D = 128: a CTA per query
+ * head, attn.h dkv_ws), after the layout's regions, when the workspace holds it; else NULL: a
+ * CTA per kv head's group, with which the one kernel ran the issue's 16K causal GQA shape 7%
+ * below the merged plan on one GPU (ring_bwd_emul, bench/NOTES.md session 65). */
+static float* ra_bwd_one_kernel_ws(const struct mk_fused_comm* fc, const struct mk_ra_bwd_layout* l, void* data,
+                                   const struct mk_attn_bwd_args* a) {
+  const size_t floats = mk_attn_bwd_dkv_ws_floats(a), at = mk_ra_bwd_align(l->total);
+  if (!floats || at + floats * sizeof(float) > mk_fused_data_bytes(fc)) return NULL;
+  return (float*)((char*)data + at);
+}
+
 int mk_ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra_args* ga, const struct mk_ra_bwd_layout* l,
                           void* data, int chunk_rows, enum mk_ra_bwd_plan_kind kind, const struct mk_ra_bwd_tensors* t,
                           struct mk_ra_bwd_call* plan, struct mk_attn_bwd_args* core, int* own_calls) {
@@ -324,7 +335,10 @@ int mk_ra_bwd_build_calls(const struct mk_fused_comm* fc, const struct mk_ra_arg
   for (int i = 0; i < ncalls; i++) {
     mk_ra_bwd_core_args(&areas, l, &plan[i], t, &core[i]);
     core[i].phase_words = phase;
-    if (kind == MK_RA_BWD_ONE_KERNEL) ra_bwd_one_kernel_parts(fc, ga, l, &plan[i], &core[i]);
+    if (kind == MK_RA_BWD_ONE_KERNEL) {
+      ra_bwd_one_kernel_parts(fc, ga, l, &plan[i], &core[i]);
+      core[i].dkv_ws = ra_bwd_one_kernel_ws(fc, l, data, &core[i]);
+    }
     MK_CHECK(mk_attn_bwd_check(&core[i]));
   }
   if (kind == MK_RA_BWD_OWN_LAST) { /* its prep is launched apart (ra_bwd_run_own_last) */

@@ -28,12 +28,18 @@
  *   peer_dies_mid_call: after a forward, rank 1's process dies with its backward kernel in
  *                     flight: rank 0's calls end in ncclRemoteError, its GPU healthy.
  *   one_kernel:       NCCL_MK_RA_BWD_ONE_KERNEL=1 (set for this scenario before anything reads
- *                     it): calls against the float64 reference (non-causal: H = H_kv and GQA,
+ *                     it): grouped heads at D = 128 split (a CTA per query head; a small case
+ *                     against the float64 reference, S_local 4096 against the single-GPU core),
+ *                     every tile's warp groups counted in the split workspace; then calls
+ *                     against the float64 reference (non-causal: H = H_kv and GQA,
  *                     D 64 and 128, a short last tile; causal: S_local 256, 512, 1024, and 384,
  *                     which takes the merged plan); a captured causal and non-causal call that
  *                     is exactly one node, a kernel, replayed with fresh inputs and checked,
  *                     then three calls back to back, checked, and the phase words zero after.
  *                     The other scenarios run the one-kernel call too when the variable is set.
+ *   one_kernel_no_room: the same variable, a workspace that holds the call but not the split's
+ *                     partials: grouped heads at D = 128 then take a CTA per kv head's group
+ *                     (causal and not, against the float64 reference).
  * Checker: test_attn_bwd.cu's (||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3, nothing non-finite).
  * usage: test_ring_attn_bwd <scenario>; exit 77 with fewer than 2 GPUs.
@@ -552,8 +558,46 @@ static void one_kernel_replays_and_back_to_back(struct rank_env* e, struct rb_bu
     EXPECT(words[i] == 0, "rank %d: phase word %d = %llu after the calls", e->rank, i, (unsigned long long)words[i]);
 }
 
+/* The one-kernel call's split workspace (grouped heads at D = 128, when the communicator's holds
+ * it after the layout's regions): the partials of all n blocks, then a count per (key tile of
+ * the grid, kv head, batch). */
+static size_t one_kernel_ws_floats(struct rb_case c) {
+  return 2 * (size_t)g_nranks * c.batch * c.s_local * c.kv_heads * c.d;
+}
+static size_t one_kernel_ws_counts(struct rb_case c) {
+  return (size_t)g_nranks * ((c.s_local + MK_ATTN_BWD_BLOCK_N - 1) / MK_ATTN_BWD_BLOCK_N) * c.kv_heads * c.batch;
+}
+
+/* After a one-kernel call of c (grouped heads, D = 128) whose split workspace had room: every
+ * tile's count is both consumer warp groups of each of its group's query heads, i.e. the call
+ * took a CTA per query head and every tile's last warp group came to write it out. */
+static void expect_split_counts(struct rank_env* e, struct rb_case c) {
+  struct mk_fused_comm* fc = NULL;
+  EXPECT(mk_fused_comm_get(e->comm, e->stream, &fc) == 0 && fc, "rank %d: no fused comm", e->rank);
+  struct mk_ra_bwd_layout l;
+  mk_ra_bwd_layout(g_nranks, c.batch, c.s_local, c.heads, c.kv_heads, c.d, 128, &l);
+  const char* ws = (const char*)fc->sym + MK_AG_DATA_OFFSET + mk_ra_bwd_align(l.total);
+  std::vector<uint32_t> counts(one_kernel_ws_counts(c));
+  CUDA_OK(cudaMemcpy(counts.data(), ws + one_kernel_ws_floats(c) * sizeof(float), counts.size() * sizeof(uint32_t),
+                     cudaMemcpyDeviceToHost));
+  const uint32_t want = 2u * (uint32_t)(c.heads / c.kv_heads);
+  size_t bad = 0;
+  for (uint32_t n : counts) bad += n != want;
+  EXPECT(bad == 0, "rank %d: %zu of %zu tile counts of the split one-kernel call are not %u (first %u)", e->rank, bad,
+         counts.size(), want, counts[0]);
+}
+
+/* The largest one_kernel case that splits its heads (room for it: rb_config). */
+static const struct rb_case one_kernel_split_large = {1, 4096, 16, 2, 128, 1};
+
 static void scenario_one_kernel(struct rank_env* e) {
   EXPECT(mk_param_int(MK_PARAM_RA_BWD_ONE_KERNEL) == 1, "NCCL_MK_RA_BWD_ONE_KERNEL was read before it was set");
+  /* grouped heads at D = 128, a CTA per query head: against the float64 reference and the
+   * single-GPU core, each tile written out once by its last warp group */
+  run_case(e, {1, 1024, 8, 1, 128, 1}, g_seed + 200);
+  expect_split_counts(e, {1, 1024, 8, 1, 128, 1});
+  large_case(e, one_kernel_split_large, g_seed + 210);
+  expect_split_counts(e, one_kernel_split_large);
   /* causal one kernel: S_local a multiple of 256 (its zigzag chunks whole 128-key tiles); 384
    * takes the merged plan */
   const struct rb_case cases[] = {{2, 128, 4, 4, 64, 0},   {1, 200, 8, 1, 128, 0},  {2, 77, 4, 2, 128, 0},
@@ -582,6 +626,16 @@ static void scenario_one_kernel(struct rank_env* e) {
   expect_healthy(e);
 }
 
+/* Cases that would split their heads, in a workspace without room for it (rb_config). */
+static const struct rb_case one_kernel_no_room_cases[] = {{1, 1024, 8, 1, 128, 1}, {1, 1024, 8, 1, 128, 0}};
+
+static void scenario_one_kernel_no_room(struct rank_env* e) {
+  EXPECT(mk_param_int(MK_PARAM_RA_BWD_ONE_KERNEL) == 1, "NCCL_MK_RA_BWD_ONE_KERNEL was read before it was set");
+  int i = 0;
+  for (const struct rb_case& c : one_kernel_no_room_cases) run_case(e, c, g_seed + 10 * i++);
+  expect_healthy(e);
+}
+
 static const struct named_scenario scenarios[] = {
     {"small", scenario_small},
     {"large", scenario_large},
@@ -596,20 +650,38 @@ static const struct named_scenario scenarios[] = {
     {"busy_sms", scenario_busy_sms},
     {"busy_sms_most", scenario_busy_sms_most},
     {"one_kernel", scenario_one_kernel},
+    {"one_kernel_no_room", scenario_one_kernel_no_room},
 };
 
 /* A workspace for the largest case at g_nranks ranks: the peers' K/V and the fp32 partials grow
  * with the rank count, and the default (sized for 2 ranks) refused large's last case at 8
  * (201 of 134 MB prepared; the rank that refused left, and its peers' kernels faulted). */
 static void rb_config(const char* scenario, ncclMkConfig* cfg) {
-  if (!strcmp(scenario, "one_kernel")) setenv("NCCL_MK_RA_BWD_ONE_KERNEL", "1", 1);
+  if (!strncmp(scenario, "one_kernel", 10)) setenv("NCCL_MK_RA_BWD_ONE_KERNEL", "1", 1);
+  const size_t row_bytes = 2 * (cfg->max_n > cfg->max_k ? cfg->max_n : cfg->max_k);
+  if (!strcmp(scenario, "one_kernel_no_room")) { /* the call's regions and less than a row more */
+    size_t total = 0;
+    for (const struct rb_case& c : one_kernel_no_room_cases) {
+      struct mk_ra_bwd_layout l;
+      mk_ra_bwd_layout(g_nranks, c.batch, c.s_local, c.heads, c.kv_heads, c.d, 128, &l);
+      total = l.total > total ? l.total : total;
+    }
+    cfg->max_m = (total + row_bytes - 1) / row_bytes;
+    return;
+  }
   size_t need = 0;
   for (const struct rb_case& c : large_cases) {
     struct mk_ra_bwd_layout l;
     mk_ra_bwd_layout(g_nranks, c.batch, c.s_local, c.heads, c.kv_heads, c.d, 128, &l);
     need = l.total > need ? l.total : need;
   }
-  const size_t row_bytes = 2 * (cfg->max_n > cfg->max_k ? cfg->max_n : cfg->max_k);
+  if (!strcmp(scenario, "one_kernel")) { /* its large case splits its heads; elsewhere (large) the largest cannot */
+    const struct rb_case c = one_kernel_split_large;
+    struct mk_ra_bwd_layout l;
+    mk_ra_bwd_layout(g_nranks, c.batch, c.s_local, c.heads, c.kv_heads, c.d, 128, &l);
+    const size_t split = mk_ra_bwd_align(l.total) + one_kernel_ws_floats(c) * 4 + one_kernel_ws_counts(c) * 4 + 16;
+    need = split > need ? split : need;
+  }
   const size_t rows = (need + row_bytes - 1) / row_bytes;
   if (rows > cfg->max_m) cfg->max_m = rows;
 }

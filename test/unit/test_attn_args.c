@@ -242,8 +242,12 @@ static void bwd_ring_parts_rules(void) {
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.pdl = 1, a.delta_ready = a.dq_accumulate = 1;
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
-  a = g, a.dkv_ws = (float*)fake(33);
-  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.dkv_ws = (float*)fake(33); /* split heads: each tile written out by its last warp group */
+  CHECK_EQ(mk_attn_bwd_check(&a), 0);
+  a.addends.n = 0, a.kv[1].dk = a.kv[1].dv = NULL, a.kv[1].dk_acc = (float*)fake(15), a.kv[1].dv_acc = (float*)fake(16);
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL); /* that write-out is the addends' epilogue's */
+  a.dkv_ws = NULL;
+  CHECK_EQ(mk_attn_bwd_check(&a), 0);
   a = g, a.kv[0].rows = 100; /* blocks of one size: its CTAs take them in turn */
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.kv[0] = g.kv[1], a.kv[1] = g.kv[0], a.addends.block = 0; /* the addends' block not last */
@@ -525,7 +529,8 @@ static long long list_schedule_makespan(const int* steps, int n, int sms) {
 
 /* The split backward's workspace (attn.h dkv_ws): dk and dv of every block's rows (batch x rows
  * x kv_heads x D each) except a block whose outputs are only accumulators added to, which take
- * the partials directly; none without grouped-query heads or at D = 64. */
+ * the partials directly; none without grouped-query heads or at D = 64; in the ring's call
+ * also its tiles' warp-group counts. */
 static void bwd_dkv_workspace_covers_the_blocks_that_need_it(void) {
   struct mk_attn_bwd_args a = base_bwd_args(); /* B = 2, 300 rows, H_kv = 2, D = 128 */
   CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)2 * 2 * 300 * 2 * 128);
@@ -543,6 +548,18 @@ static void bwd_dkv_workspace_covers_the_blocks_that_need_it(void) {
   a.d_head = 128, a.heads = a.kv_heads;
   CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)0);
   CHECK_EQ(mk_attn_bwd_dkv_ws_floats(NULL), (size_t)0);
+  /* the ring's call: then also a count per (key tile, kv head, batch), whole 4-float units
+   * (2 blocks of 300 rows: 3 tiles each, x 2 kv heads x 2 batches = 24 counts) */
+  a = ring_parts_args(); /* B = 2, H_kv = 2, D = 128, two blocks of 300 rows */
+  CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)2 * 2 * (300 + 300) * 2 * 128 + 24);
+  a.batch = 1, a.push.batch = 1; /* 12 counts */
+  CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)2 * 1 * (300 + 300) * 2 * 128 + 12);
+  a.kv[0].rows = 50; /* 1 + 3 tiles x 2 kv heads = 8 */
+  CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)2 * 1 * (50 + 300) * 2 * 128 + 8);
+  a.kv_heads = 1; /* 4 */
+  CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)2 * 1 * (50 + 300) * 1 * 128 + 4);
+  a.heads = 1; /* no grouped heads: no workspace at all */
+  CHECK_EQ(mk_attn_bwd_dkv_ws_floats(&a), (size_t)0);
 }
 
 /* The backward's CTA order (attn.h mk_attn_bwd_cta_work) over any chunk: every (key tile,

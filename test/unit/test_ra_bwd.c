@@ -387,7 +387,8 @@ static void one_kernel_core_args_pass_the_cores_check(void) {
  * only: nothing is read): every plan's calls come back whole and pass the core's check, for
  * every rank count the plan takes, every rank, causal and not, grouped heads or not, D 64 and
  * 128. The one-kernel call carries its ring parts (session 62's builder checked it before the
- * push and call_done were set, so every such call was refused as bad arguments). */
+ * push and call_done were set, so every such call was refused as bad arguments), and with
+ * grouped heads at D = 128 its split workspace when the communicator's holds it. */
 static void every_plans_calls_are_built_whole_and_pass_the_cores_check(void) {
   void* peer_sym[MK_RA_MAX_RANKS];
   for (int d = 0; d < MK_RA_MAX_RANKS; d++) peer_sym[d] = fake(200 + 100 * d);
@@ -423,6 +424,14 @@ static void every_plans_calls_are_built_whole_and_pass_the_cores_check(void) {
             CHECK(core[0].call_done == ga.call.done && core[0].push.ctas >= 1 && core[0].push.call == ga.call.call);
             for (int j = 0; j < core[0].num_kv_blocks; j++) /* each peer's block announced to it, the own not */
               CHECK_EQ(core[0].kv[j].announce != NULL, plan[0].seg[j].src != r);
+            /* split heads (GQA at D = 128) once the workspace holds their partials after the
+             * layout's regions (a stand-in's workspace holds nothing: a CTA per group above) */
+            CHECK(core[0].dkv_ws == NULL);
+            fc.sym_bytes = MK_FUSED_FLAG_BYTES + mk_ra_bwd_align(l.total) + ((size_t)64 << 20);
+            CHECK_EQ(mk_ra_bwd_build_calls(&fc, &ga, &l, data, 128, kinds[ki], &t, plan, core, &own), 1);
+            CHECK_EQ(mk_attn_bwd_check(&core[0]), 0);
+            CHECK_EQ(core[0].dkv_ws != NULL, hkv < H && d == 128);
+            CHECK(!core[0].dkv_ws || (char*)core[0].dkv_ws == (char*)data + mk_ra_bwd_align(l.total));
           }
 }
 

@@ -13,7 +13,8 @@
  * non-causal, the own-last one (mk_ra_bwd_plan_own_last: delta first, the peers' blocks, the
  * own block last with the peers' partials added as it writes dk, dv; no reduce) and the
  * one-kernel call (mk_ra_bwd_plan_one, NCCL_MK_RA_BWD_ONE_KERNEL's: every block in one launch
- * with the ring's announcements and end, less its push CTAs), interleaved. Every plan but the
+ * with the ring's announcements and end, less its push CTAs; with grouped heads at D = 128
+ * also without its split workspace, "one-group"), interleaved. Every plan but the
  * ring's waits for its peer blocks' chunk flags as the op's do (here all already raised).
  * TFLOP/s
  * per GPU = (FLOPs of the whole sequence / n) / the slowest rank's time; FLOPs as attn_perf -b
@@ -21,7 +22,7 @@
  * correctness is test_ring_attn_bwd's (2 GPUs); inputs random, lse zero (finite P), values
  * not checked.
  * Usage: ring_bwd_emul [-r ranks (2)] [-p plan] [iters] [shape ...] with shapes B,H,H_kv,D,S,causal;
- * -p ring|merged|own-last|one: that plan alone, without the whole-sequence core (for ncu);
+ * -p ring|merged|own-last|one|one-group: that plan alone, without the whole-sequence core (for ncu);
  * MK_ATTN_VARIANT (the backward variant of every call, attn.h, attn_run.h's test knob; 0).
  */
 #include <algorithm>
@@ -39,9 +40,12 @@ struct shape {
   int b, h, hkv, d, s, causal;
 };
 
-/* the ring's plan, the merged plan, the own-last plan (non-causal), the one-kernel call */
-#define EMUL_PLANS 4
+/* the ring's plan, the merged plan, the own-last plan (non-causal), the one-kernel call (with
+ * grouped heads at D = 128, a CTA per query head: as the op makes it when its workspace holds
+ * the split's), the one-kernel call with a CTA per kv head's group (its fallback) */
+#define EMUL_PLANS 5
 #define EMUL_ONE 3
+#define EMUL_ONE_GROUP 4
 
 /* The one-kernel call's words: its phase words, its done word (raised by every call; the
  * call number its waits read is words[0]'s, which stays 0), then the words it announces to. */
@@ -57,6 +61,7 @@ struct emul_rank {
   uint64_t* flags; /* the chunk flags of every slot, all 1: the peers' K/V are there */
   uint64_t* one_words; /* the one-kernel call's: phase words, then its done, then what it announces to */
   uint32_t* exits;
+  float* one_ws; /* the one-kernel call's split workspace (NULL: it takes none) */
   struct mk_attn_bwd_args core[EMUL_PLANS][MK_RA_BWD_MAX_CALLS];
   int ncalls[EMUL_PLANS];
   struct mk_ra_bwd_reduce_args reduce;
@@ -100,7 +105,7 @@ static void emul_alloc(struct emul_rank* e, const struct shape& sh, int s_local,
 
 static void emul_free(struct emul_rank* e) {
   cudaFree(e->q), cudaFree(e->out), cudaFree(e->dout), cudaFree(e->dq), cudaFree(e->k), cudaFree(e->v);
-  cudaFree(e->dk), cudaFree(e->dv), cudaFree(e->words), cudaFree(e->exits), cudaFree(e->flags), cudaFree(e->one_words), cudaFree(e->lse), cudaFree(e->data);
+  cudaFree(e->dk), cudaFree(e->dv), cudaFree(e->words), cudaFree(e->exits), cudaFree(e->flags), cudaFree(e->one_words), cudaFree(e->one_ws), cudaFree(e->lse), cudaFree(e->data);
 }
 
 /* The compiled backward variant every call runs (MK_ATTN_VARIANT, attn_run.h; 0 the default). */
@@ -171,10 +176,17 @@ static void emul_one_parts(struct emul_rank* e, int r) {
   a->call_done = e->one_words + EMUL_ONE_DONE;
   for (int i = 0; i < a->num_kv_blocks; i++)
     if (i != a->addends.block || !a->addends.n) a->kv[i].announce = e->one_words + EMUL_ONE_DONE + 1 + i;
-  if (mk_attn_bwd_check(a) != 0) {
-    fprintf(stderr, "rank %d: the one-kernel call's arguments were refused\n", r);
-    exit(1);
-  }
+  e->core[EMUL_ONE_GROUP][0] = *a;
+  e->ncalls[EMUL_ONE_GROUP] = e->ncalls[EMUL_ONE];
+  const size_t ws = mk_attn_bwd_dkv_ws_floats(a);
+  if (ws) CUDA_OK(cudaMalloc(&e->one_ws, ws * sizeof(float)));
+  a->dkv_ws = e->one_ws;
+  if (!ws) e->ncalls[EMUL_ONE_GROUP] = 0; /* the same call */
+  for (int pl = EMUL_ONE; pl <= EMUL_ONE_GROUP; pl++)
+    if (e->ncalls[pl] && mk_attn_bwd_check(&e->core[pl][0]) != 0) {
+      fprintf(stderr, "rank %d: the one-kernel call's arguments were refused\n", r);
+      exit(1);
+    }
 }
 
 /* Rank r's calls for each plan (the own-last one only non-causal) and its reduce. */
@@ -193,7 +205,7 @@ static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const s
   e->ncalls[2] = sh.causal ? 0 : mk_ra_bwd_plan_own_last(r, nranks, 0, plan[2], EMUL_PREP);
   const int one_fits = nranks <= MK_RA_BWD_MAX_SEGS && (!sh.causal || s_local % (2 * MK_ATTN_BWD_BLOCK_N) == 0);
   e->ncalls[EMUL_ONE] = one_fits ? mk_ra_bwd_plan_one(r, nranks, plan[EMUL_ONE], MK_RA_BWD_MAX_CALLS) : 0;
-  for (int pl = 0; pl < EMUL_PLANS; pl++) {
+  for (int pl = 0; pl < EMUL_ONE_GROUP; pl++) { /* one-group: a copy of one's call (emul_one_parts) */
     if (pl >= 1) /* as ring_attn_bwd.c: the peers' segments wait for their chunks (here all there) */
       ar.flags = e->flags, ar.fps = l->fps, ar.chunk_rows = 128, ar.done = e->words;
     if (pl >= 2) ar.ready = e->words + 1, ar.ready_index0 = 1;
@@ -217,7 +229,7 @@ static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const s
   ra->call.done = e->words, ra->call.exits = e->exits; /* set_done 0: every call stays call 1 */
 }
 
-static const char* const plan_names[EMUL_PLANS] = {"ring", "merged", "own-last", "one"};
+static const char* const plan_names[EMUL_PLANS] = {"ring", "merged", "own-last", "one", "one-group"};
 
 /* -p: the one plan timed (-1: all of them, and the core on the whole sequence). */
 static int only_plan = -1;
@@ -244,7 +256,7 @@ static void bench(const struct shape& sh, int nranks, int iters) {
         const struct emul_rank* e = &ranks[r];
         if (!e->ncalls[pl] || (only_plan >= 0 && pl != only_plan)) continue;
         const float t = pl == 2          ? time_calls(e->core[pl], e->ncalls[pl], e0, e1, &e->core[pl][EMUL_PREP])
-                        : pl == EMUL_ONE ? time_calls(e->core[pl], e->ncalls[pl], e0, e1)
+                        : pl >= EMUL_ONE ? time_calls(e->core[pl], e->ncalls[pl], e0, e1)
                                          : time_calls(e->core[pl], e->ncalls[pl], e0, e1, NULL, &e->reduce);
         if (it >= 0) ms[pl * nranks + r].push_back(t);
       }
@@ -278,7 +290,7 @@ int main(int argc, char** argv) {
     for (int pl = 0; pl < EMUL_PLANS; pl++)
       if (!strcmp(argv[2], plan_names[pl])) only_plan = pl;
     if (only_plan < 0) {
-      fprintf(stderr, "-p %s: one of ring, merged, own-last, one\n", argv[2]);
+      fprintf(stderr, "-p %s: one of ring, merged, own-last, one, one-group\n", argv[2]);
       return 2;
     }
     argc -= 2, argv += 2;
