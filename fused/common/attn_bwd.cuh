@@ -373,42 +373,58 @@ __device__ __forceinline__ void attn_bwd_load_acc(const float* acc, size_t o, fl
   for (int j = 0; j < N; j++) s[j] = acc ? __ldcg((const float2*)(acc + o + 8 * j)) : make_float2(0.f, 0.f);
 }
 
-/* Split in the ring's call (p.group_counts): warp group c's partials of the tile, added into the
- * workspace, are counted on its (key tile, kv head, batch); the last of the tile's 2 x group
- * warp groups writes the tile's outputs from the workspace: the own block's bf16 dk, dv with
- * the peers' partials added (once they are there), a peer's block into its owner's accumulator.
- * A warp group's barrier only: a group whose wait gave up never comes here, and the other must
- * not wait for it (its tile is then never written: the call has failed, nothing is announced).
- * Not inlined: once per warp group, after its loop. */
+/* Split in the ring's call (p.group_counts), every thread of consumer warp group c after its
+ * loop, `wrote` its own: once all 128 wrote their partials of the tile into the workspace, the
+ * group counts on its (key tile, kv head, batch); the last of the tile's 2 x group warp groups
+ * writes the tile's outputs from the workspace: the own block's bf16 dk, dv with the peers'
+ * partials added (once they are there), a peer's block into its owner's accumulator. Every
+ * thread comes here whether or not its waits gave up (each thread decides that: a barrier
+ * inside the loop's exits could wait for a thread gone to another); a group one of whose
+ * threads gave up does not count, so its tile is never written (the call has failed and
+ * announces nothing). Not inlined: once per warp group, after its loop. */
 template <class Cfg>
 __device__ __noinline__ void attn_bwd_group_write_out(const struct mk_attn_bwd_params& p, const struct attn_bwd_tile& k,
-                                                      int c, uint32_t tile) {
+                                                      int c, int wrote, uint32_t tile) {
+  constexpr int U = 8; /* pairs per thread loaded before any is stored (stores may alias loads) */
   __shared__ int last_s[Cfg::CONSUMERS];
   const int tid = threadIdx.x & 127;
   const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
-  bar_sync(1 + c, 128); /* the group's adds before its count (CUTLASS's semaphore: one release after a barrier) */
+  if (!attn_bwd_block_in_ws(blk)) return; /* one answer for the group: the block's adds went straight in */
+  __syncwarp(); /* the lanes left the loop by different exits; bar.red is an aligned barrier */
+  /* the group's adds before its count (CUTLASS's semaphore: one release after a barrier) */
+  if (!bar_red_and(1 + c, 128, wrote)) return;
   if (tid == 0) {
     const uint32_t want = (uint32_t)(Cfg::CONSUMERS * (p.heads / p.kv_heads));
     uint32_t* count = p.group_counts + ((size_t)(blk.tile0 + k.t) * p.kv_heads + k.hk) * p.batch + k.b;
     last_s[c] = atom_add_acq_rel_gpu_u32(count, 1u) + 1 == want;
   }
   bar_sync(1 + c, 128);
-  if (!last_s[c] || !attn_bwd_block_in_ws(blk)) return; /* a direct block's adds went into its accumulators */
+  if (!last_s[c]) return;
   const bool own = p.addends.n > 0 && k.bi == p.addends.block;
   if (own && !attn_bwd_wait_addends(p, tile)) return;
   const bool acc_on = mk_attn_acc_gate_open(p.acc_gate);
   const struct mk_attn_bwd_ws_block w = attn_bwd_ws_block_of(blk);
-  const int keys = k.keys_left < Cfg::BN ? k.keys_left : Cfg::BN, pairs = Cfg::D / 2;
-  for (int u = tid; u < keys * pairs; u += 128) {
-    const size_t key = (size_t)k.t * Cfg::BN + u / pairs, col = 2 * (u % pairs);
-    const size_t at = (((size_t)k.b * blk.seq + blk.row0 + key) * p.kv_heads + k.hk) * Cfg::D + col;
-    const size_t ws = (((size_t)k.b * blk.red_seq + blk.red_row0 + key) * p.kv_heads + k.hk) * Cfg::D + col;
-    float2 x = __ldcg((const float2*)(blk.dk_red + ws)), y = __ldcg((const float2*)(blk.dv_red + ws));
-    for (int a = 0; own && a < p.addends.n; a++) {
-      const float2 ak = __ldcg((const float2*)(p.addends.dk[a] + at)), av = __ldcg((const float2*)(p.addends.dv[a] + at));
-      x.x += ak.x, x.y += ak.y, y.x += av.x, y.y += av.y;
+  const int pairs = Cfg::D / 2, units = (k.keys_left < Cfg::BN ? k.keys_left : Cfg::BN) * pairs;
+  for (int u0 = tid; u0 < units; u0 += U * 128) {
+    float2 x[U], y[U];
+    size_t at[U];
+#pragma unroll
+    for (int j = 0; j < U; j++) {
+      const int u = u0 + j * 128;
+      if (u >= units) continue;
+      const size_t key = (size_t)k.t * Cfg::BN + u / pairs, col = 2 * (u % pairs);
+      at[j] = (((size_t)k.b * blk.seq + blk.row0 + key) * p.kv_heads + k.hk) * Cfg::D + col;
+      const size_t ws = (((size_t)k.b * blk.red_seq + blk.red_row0 + key) * p.kv_heads + k.hk) * Cfg::D + col;
+      x[j] = __ldcg((const float2*)(blk.dk_red + ws)), y[j] = __ldcg((const float2*)(blk.dv_red + ws));
+      for (int a = 0; own && a < p.addends.n; a++) {
+        const float2 ak = __ldcg((const float2*)(p.addends.dk[a] + at[j]));
+        const float2 av = __ldcg((const float2*)(p.addends.dv[a] + at[j]));
+        x[j].x += ak.x, x[j].y += ak.y, y[j].x += av.x, y[j].y += av.y;
+      }
     }
-    attn_bwd_ws_out_pair(w, acc_on, at, x, y);
+#pragma unroll
+    for (int j = 0; j < U; j++)
+      if (u0 + j * 128 < units) attn_bwd_ws_out_pair(w, acc_on, at[j], x[j], y[j]);
   }
 }
 
@@ -416,8 +432,9 @@ __device__ __noinline__ void attn_bwd_group_write_out(const struct mk_attn_bwd_p
  * group c's 64), into the block's bf16 outputs and / or fp32 accumulators (added to their old
  * values unless overwritten: EPI ACC), the addends added when this is their block (EPI
  * ADDENDS); split, added into dk_red, dv_red (the CTAs of the group's other heads add theirs;
- * RING, the ring's kernels: then written out by the tile's last warp group). Only the kernels
- * of calls that need them have the old values' and the addends' loads and the write-out. */
+ * RING, the ring's kernels: then written out by the tile's last warp group, which adds the
+ * addends, attn_bwd_group_write_out). Only the kernels of calls that need them have the old
+ * values' and the addends' loads. */
 template <class Cfg, int EPI, bool RING = false>
 __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_params& p, const struct attn_bwd_tile& k,
                                                     const float* dk, const float* dv, int c, int kr0, uint32_t tile) {
@@ -465,7 +482,6 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
       if (blk.dv_acc && acc_on) *(float2*)(blk.dv_acc + o) = make_float2(v0 + sv[j].x, v1 + sv[j].y);
     }
   }
-  if (RING && EPI == MK_ATTN_BWD_EPI_ADDENDS && p.group_counts) attn_bwd_group_write_out<Cfg>(p, k, c, tile);
 }
 
 /* What a consumer warp group's step functions share: shared-memory addresses and its place. */
@@ -605,7 +621,7 @@ __device__ __forceinline__ int attn_bwd_pair_dq(const struct mk_attn_bwd_maps& m
 /* PAIR_DQ's consumer warp group c: per pair two steps' products, then one whole dQ; then the
  * tile's dK and dV. */
 template <class Cfg, int EPI>
-__device__ __forceinline__ void attn_bwd_consume_pairs(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+__device__ __forceinline__ int attn_bwd_consume_pairs(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
                                                        const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
                                                        int c, const struct mk_attn_wait_ctx& w) {
   const int tid = threadIdx.x & 127, kr0 = 16 * (tid >> 5) + ((tid & 31) >> 2);
@@ -622,13 +638,15 @@ __device__ __forceinline__ void attn_bwd_consume_pairs(const struct mk_attn_bwd_
       return attn_bwd_drain_dq<Cfg>();
   attn_bwd_drain_dq<Cfg>();
   attn_bwd_write_dkdv<Cfg, EPI>(p, tile, dk, dv, c, kr0, w.tile);
+  return 1;
 }
 
 /* Consumer warp group c: per step S^T and dP^T, P^T and dS^T, dV += P^T dO, dK += dS^T Q and
  * dQ = dS K (added into dq_acc), then the tile's dK and dV. TWO_PIECE: the query rows in two
- * pieces of positions (attn_bwd_q_first). */
+ * pieces of positions (attn_bwd_q_first). Returns 1 once this thread wrote its part of the
+ * tile, 0 when one of its waits gave up (each thread decides: its group may split). */
 template <class Cfg, int EPI, bool TWO_PIECE>
-__device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
+__device__ __forceinline__ int attn_bwd_consume(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
                                                  const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& tile,
                                                  int c, const struct mk_attn_wait_ctx& w) {
   static_assert(!(TWO_PIECE && Cfg::PAIR_DQ), "the pairs' steps take query positions in one piece");
@@ -681,6 +699,7 @@ __device__ __forceinline__ void attn_bwd_consume(const struct mk_attn_bwd_maps& 
   attn_bwd_drain_dq<Cfg>();
 
   attn_bwd_write_dkdv<Cfg, EPI, TWO_PIECE>(p, tile, dk, dv, c, kr0, w.tile); /* TWO_PIECE: the ring's kernels */
+  return 1;
 }
 
 /* grid (key tiles of all blocks, kv heads or, split, heads, batch). LAUNCH ONE (the one-launch
@@ -732,7 +751,10 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
     if (threadIdx.x < 32 && tile.steps != 0) attn_bwd_produce<Cfg>(maps, p, sm, tile, w);
   } else {
     setmaxnreg_inc<232>();
-    attn_bwd_consume<Cfg, EPI, TWO_PIECE>(maps, p, sm, tile, wg - 1, w);
+    const int wrote = attn_bwd_consume<Cfg, EPI, TWO_PIECE>(maps, p, sm, tile, wg - 1, w);
+    /* split heads in the ring's call (D = 128 only: attn_bwd.cu splits nothing else) */
+    if constexpr (LAUNCH == ATTN_BWD_LAUNCH_RING && EPI == MK_ATTN_BWD_EPI_ADDENDS && Cfg::D == 128)
+      if (p.group_counts) attn_bwd_group_write_out<Cfg>(p, tile, wg - 1, wrote, w.tile);
   }
   if constexpr (PHASED) attn_bwd_main_part_done<LAUNCH>(p, c);
 }

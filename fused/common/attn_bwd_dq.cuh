@@ -157,8 +157,9 @@ __device__ __forceinline__ void attn_bwd_hand_off_dq(const struct mk_attn_bwd_ma
  * on every exit of a consumer (one that gave up on a wait too: a reduction still reading freed
  * shared memory would add garbage to dq_acc). */
 template <class Cfg>
-__device__ __forceinline__ void attn_bwd_drain_dq() {
+__device__ __forceinline__ int attn_bwd_drain_dq() {
   if (Cfg::DQ_TMA && (threadIdx.x & 31) == 0) cp_async_bulk_wait_group_0();
+  return 0; /* what a consumer that gave up returns (attn_bwd.cuh attn_bwd_consume) */
 }
 
 #endif /* MK_ATTN_BWD_DQ_CUH_ */

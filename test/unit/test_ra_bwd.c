@@ -427,11 +427,15 @@ static void every_plans_calls_are_built_whole_and_pass_the_cores_check(void) {
             /* split heads (GQA at D = 128) once the workspace holds their partials after the
              * layout's regions (a stand-in's workspace holds nothing: a CTA per group above) */
             CHECK(core[0].dkv_ws == NULL);
-            fc.sym_bytes = MK_FUSED_FLAG_BYTES + mk_ra_bwd_align(l.total) + ((size_t)64 << 20);
-            CHECK_EQ(mk_ra_bwd_build_calls(&fc, &ga, &l, data, 128, kinds[ki], &t, plan, core, &own), 1);
-            CHECK_EQ(mk_attn_bwd_check(&core[0]), 0);
-            CHECK_EQ(core[0].dkv_ws != NULL, hkv < H && d == 128);
-            CHECK(!core[0].dkv_ws || (char*)core[0].dkv_ws == (char*)data + mk_ra_bwd_align(l.total));
+            const size_t ws_bytes = mk_attn_bwd_dkv_ws_floats(&core[0]) * sizeof(float); /* partials and counts */
+            CHECK_EQ(ws_bytes != 0, hkv < H && d == 128);
+            for (int room = 0; room < 2; room++) { /* one byte short of it, then exactly it */
+              fc.sym_bytes = MK_FUSED_FLAG_BYTES + mk_ra_bwd_align(l.total) + ws_bytes - (room ? 0 : 1);
+              CHECK_EQ(mk_ra_bwd_build_calls(&fc, &ga, &l, data, 128, kinds[ki], &t, plan, core, &own), 1);
+              CHECK_EQ(mk_attn_bwd_check(&core[0]), 0);
+              CHECK_EQ(core[0].dkv_ws != NULL, room && ws_bytes != 0);
+              CHECK(!core[0].dkv_ws || (char*)core[0].dkv_ws == (char*)data + mk_ra_bwd_align(l.total));
+            }
           }
 }
 
