@@ -14,7 +14,8 @@
  * own block last with the peers' partials added as it writes dk, dv; no reduce) and the
  * one-kernel call (mk_ra_bwd_plan_one, NCCL_MK_RA_BWD_ONE_KERNEL's: every block in one launch
  * with the ring's announcements and end, less its push CTAs; with grouped heads at D = 128
- * also without its split workspace, "one-group"), interleaved. Every plan but the
+ * also without its split workspace, "one-group"; and with its push CTAs, whose chunk flags its
+ * own peer-block CTAs wait for, "one-push"), interleaved. Every plan but the
  * ring's waits for its peer blocks' chunk flags as the op's do (here all already raised).
  * TFLOP/s
  * per GPU = (FLOPs of the whole sequence / n) / the slowest rank's time; FLOPs as attn_perf -b
@@ -22,7 +23,7 @@
  * correctness is test_ring_attn_bwd's (2 GPUs); inputs random, lse zero (finite P), values
  * not checked.
  * Usage: ring_bwd_emul [-r ranks (2)] [-p plan] [iters] [shape ...] with shapes B,H,H_kv,D,S,causal;
- * -p ring|merged|own-last|one|one-group: that plan alone, without the whole-sequence core (for ncu);
+ * -p ring|merged|own-last|one|one-group|one-push: that plan alone, without the whole-sequence core (for ncu);
  * MK_ATTN_VARIANT (the backward variant of every call, attn.h, attn_run.h's test knob; 0).
  */
 #include <algorithm>
@@ -35,6 +36,7 @@
 #include "perf_median.h"
 #include "ra_bwd_plan.h"
 #include "ring_attn.h"
+#include "schedule.h"
 
 struct shape {
   int b, h, hkv, d, s, causal;
@@ -42,15 +44,21 @@ struct shape {
 
 /* the ring's plan, the merged plan, the own-last plan (non-causal), the one-kernel call (with
  * grouped heads at D = 128, a CTA per query head: as the op makes it when its workspace holds
- * the split's), the one-kernel call with a CTA per kv head's group (its fallback) */
-#define EMUL_PLANS 5
+ * the split's), the one-kernel call with a CTA per kv head's group (its fallback), and the
+ * one-kernel call with its push (emul_one_push) */
+#define EMUL_PLANS 6
 #define EMUL_ONE 3
 #define EMUL_ONE_GROUP 4
+#define EMUL_ONE_PUSH 5
+#define EMUL_PUSH_CTAS 8 /* ring_attn.c MK_RA_DEFAULT_PUSH_CTAS */
 
 /* The one-kernel call's words: its phase words, its done word (raised by every call; the
  * call number its waits read is words[0]'s, which stays 0), then the words it announces to. */
 #define EMUL_ONE_DONE MK_ATTN_BWD_PHASE_WORDS
 #define EMUL_ONE_WORDS (MK_ATTN_BWD_PHASE_WORDS + 1 + MK_RA_MAX_RANKS)
+/* one-push's words after one's: the same layout, then MK_RA_MAX_RANKS "partials ready" words
+ * that never hold it back (1 << 62) */
+#define EMUL_PUSH_WORDS (2 * EMUL_ONE_WORDS + MK_RA_MAX_RANKS)
 
 /* One rank's tensors and data area (ra_bwd_plan.h's layout), its calls per plan and its reduce
  * (every wait of it already satisfied: words[0] is done = 0, the ready words are 1). */
@@ -80,8 +88,10 @@ static void emul_alloc(struct emul_rank* e, const struct shape& sh, int s_local,
   CUDA_OK(cudaMalloc(&e->dv, nkv * 2));
   CUDA_OK(cudaMalloc(&e->words, 32 * sizeof(uint64_t)));
   CUDA_OK(cudaMalloc(&e->exits, sizeof(uint32_t)));
-  CUDA_OK(cudaMalloc(&e->one_words, EMUL_ONE_WORDS * sizeof(uint64_t)));
-  CUDA_OK(cudaMemset(e->one_words, 0, EMUL_ONE_WORDS * sizeof(uint64_t)));
+  CUDA_OK(cudaMalloc(&e->one_words, EMUL_PUSH_WORDS * sizeof(uint64_t)));
+  std::vector<uint64_t> ow(EMUL_PUSH_WORDS, 0);
+  for (int i = 2 * EMUL_ONE_WORDS; i < EMUL_PUSH_WORDS; i++) ow[i] = 1ull << 62;
+  CUDA_OK(cudaMemcpy(e->one_words, ow.data(), EMUL_PUSH_WORDS * sizeof(uint64_t), cudaMemcpyHostToDevice));
   const size_t nflags = (size_t)l->ready0 > 0 ? (size_t)l->ready0 : 1;
   CUDA_OK(cudaMalloc(&e->flags, nflags * sizeof(uint64_t)));
   std::vector<uint64_t> f(nflags, 1);
@@ -177,16 +187,40 @@ static void emul_one_parts(struct emul_rank* e, int r) {
   for (int i = 0; i < a->num_kv_blocks; i++)
     if (i != a->addends.block || !a->addends.n) a->kv[i].announce = e->one_words + EMUL_ONE_DONE + 1 + i;
   e->core[EMUL_ONE_GROUP][0] = *a;
-  e->ncalls[EMUL_ONE_GROUP] = e->ncalls[EMUL_ONE];
+  e->ncalls[EMUL_ONE_GROUP] = e->ncalls[EMUL_ONE_PUSH] = e->ncalls[EMUL_ONE];
   const size_t ws = mk_attn_bwd_dkv_ws_floats(a);
   if (ws) CUDA_OK(cudaMalloc(&e->one_ws, ws * sizeof(float)));
   a->dkv_ws = e->one_ws;
   if (!ws) e->ncalls[EMUL_ONE_GROUP] = 0; /* the same call */
-  for (int pl = EMUL_ONE; pl <= EMUL_ONE_GROUP; pl++)
-    if (e->ncalls[pl] && mk_attn_bwd_check(&e->core[pl][0]) != 0) {
-      fprintf(stderr, "rank %d: the one-kernel call's arguments were refused\n", r);
-      exit(1);
-    }
+}
+
+/* one-push: rank r's one-kernel call with its push CTAs too, run alone: they write r's K/V into
+ * each peer's slot as the op's do, and raise the chunk flags that r's own CTAs wait for (the
+ * peer's push would raise them), so the peer blocks' CTAs start as the chunks land. The call
+ * number moves (its done word is its own), so the flags are waited for in every call; the
+ * peers' announcements never hold it back. */
+static void emul_one_push(struct emul_rank* e, const struct emul_rank* all, const struct shape& sh, int s_local,
+                          const struct mk_ra_bwd_layout* l, int r, int nranks, struct mk_gemm_error* err) {
+  struct mk_attn_bwd_args* a = &e->core[EMUL_ONE_PUSH][0];
+  *a = e->core[EMUL_ONE][0];
+  uint64_t* w = e->one_words + EMUL_ONE_WORDS; /* phase words, done, announcements */
+  a->phase_words = w, a->call_done = w + EMUL_ONE_DONE, a->ready_done = w + EMUL_ONE_DONE;
+  for (int i = 0; i < a->num_kv_blocks; i++)
+    if (a->kv[i].announce) a->kv[i].announce = w + EMUL_ONE_DONE + 1 + i;
+  for (int i = 0; i < a->addends.n; i++) a->addends.ready[i] = e->one_words + 2 * EMUL_ONE_WORDS + i;
+  struct mk_kv_push* p = &a->push;
+  memset(p, 0, sizeof *p);
+  p->ctas = EMUL_PUSH_CTAS, p->rank = r, p->nranks = nranks, p->batch = sh.b, p->s_local = s_local;
+  p->chunk_rows = 128, p->chunks_per_batch = (s_local + 127) / 128, p->row_vecs = sh.hkv * sh.d / 8;
+  p->k = e->k, p->v = e->v;
+  for (int d = 0; d < nranks; d++) {
+    if (d == r) continue;
+    uint16_t* slot = (uint16_t*)((char*)all[d].data + l->slots) + (size_t)mk_sched_rs_slot(r, d) * 2 * l->kv_elems;
+    p->dst_k[d] = slot, p->dst_v[d] = slot + l->kv_elems;
+    p->dst_flags[d] = e->flags + (long)mk_sched_rs_slot(d, r) * l->fps; /* the flags r waits for */
+    p->peer_done[d] = a->call_done; /* r's own: its previous call is done */
+  }
+  p->done = a->call_done, p->err = err, p->timeout_ns = 10ull * 1000000000ull;
 }
 
 /* Rank r's calls for each plan (the own-last one only non-causal) and its reduce. */
@@ -216,7 +250,12 @@ static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const s
     e->core[2][EMUL_PREP] = e->core[2][0];
     e->core[2][0].delta_ready = e->core[2][0].dq_accumulate = 1;
   }
-  if (e->ncalls[EMUL_ONE]) emul_one_parts(e, r);
+  if (e->ncalls[EMUL_ONE]) emul_one_parts(e, r), emul_one_push(e, all, sh, s_local, l, r, nranks, err);
+  for (int pl = EMUL_ONE; pl < EMUL_PLANS; pl++)
+    if (e->ncalls[pl] && mk_attn_bwd_check(&e->core[pl][0]) != 0) {
+      fprintf(stderr, "rank %d: the one-kernel call's arguments (%d) were refused\n", r, pl);
+      exit(1);
+    }
   struct mk_ra_bwd_reduce_args* ra = &e->reduce;
   memset(ra, 0, sizeof *ra);
   ra->mode = MK_RA_REDUCE_ALL, ra->own_acc = mk_ra_bwd_acc(e->data, l, r);
@@ -229,7 +268,7 @@ static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const s
   ra->call.done = e->words, ra->call.exits = e->exits; /* set_done 0: every call stays call 1 */
 }
 
-static const char* const plan_names[EMUL_PLANS] = {"ring", "merged", "own-last", "one", "one-group"};
+static const char* const plan_names[EMUL_PLANS] = {"ring", "merged", "own-last", "one", "one-group", "one-push"};
 
 /* -p: the one plan timed (-1: all of them, and the core on the whole sequence). */
 static int only_plan = -1;
@@ -290,7 +329,7 @@ int main(int argc, char** argv) {
     for (int pl = 0; pl < EMUL_PLANS; pl++)
       if (!strcmp(argv[2], plan_names[pl])) only_plan = pl;
     if (only_plan < 0) {
-      fprintf(stderr, "-p %s: one of ring, merged, own-last, one, one-group\n", argv[2]);
+      fprintf(stderr, "-p %s: one of ring, merged, own-last, one, one-group, one-push\n", argv[2]);
       return 2;
     }
     argc -= 2, argv += 2;
