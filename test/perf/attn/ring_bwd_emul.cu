@@ -237,7 +237,9 @@ static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const s
   e->ncalls[0] = mk_ra_bwd_plan(r, nranks, sh.causal, plan[0], MK_RA_BWD_MAX_CALLS, &own);
   e->ncalls[1] = mk_ra_bwd_plan_merged(r, nranks, sh.causal, plan[1], MK_RA_BWD_MAX_CALLS);
   e->ncalls[2] = sh.causal ? 0 : mk_ra_bwd_plan_own_last(r, nranks, 0, plan[2], EMUL_PREP);
-  const int one_fits = nranks <= MK_RA_BWD_MAX_SEGS && (!sh.causal || s_local % (2 * MK_ATTN_BWD_BLOCK_N) == 0);
+  /* the one-kernel call: 2-4 ranks, whole zigzag tiles, and the default variant (its ring kernels' only) */
+  const int one_fits = variant == 0 && nranks <= MK_RA_BWD_MAX_SEGS &&
+                       (!sh.causal || s_local % (2 * MK_ATTN_BWD_BLOCK_N) == 0);
   e->ncalls[EMUL_ONE] = one_fits ? mk_ra_bwd_plan_one(r, nranks, plan[EMUL_ONE], MK_RA_BWD_MAX_CALLS) : 0;
   for (int pl = 0; pl < EMUL_ONE_GROUP; pl++) { /* one-group: a copy of one's call (emul_one_parts) */
     if (pl >= 1) /* as ring_attn_bwd.c: the peers' segments wait for their chunks (here all there) */
