@@ -675,7 +675,7 @@ static void rb_config(const char* scenario, ncclMkConfig* cfg) {
     mk_ra_bwd_layout(g_nranks, c.batch, c.s_local, c.heads, c.kv_heads, c.d, 128, &l);
     need = l.total > need ? l.total : need;
   }
-  if (!strcmp(scenario, "one_kernel")) { /* its large case splits its heads; elsewhere (large) the largest cannot */
+  if (!strcmp(scenario, "one_kernel")) { /* its large case's split partials, past the call's regions */
     const struct rb_case c = one_kernel_split_large;
     struct mk_ra_bwd_layout l;
     mk_ra_bwd_layout(g_nranks, c.batch, c.s_local, c.heads, c.kv_heads, c.d, 128, &l);
