@@ -2,9 +2,9 @@
  * The cross-node state of a fused-op communicator (issue 13; regions and protocol in
  * fused/proxy/xnode.h): made after the workspace exchange when some rank is outside the
  * local team (another host, or another emulated node with NCCL_MK_LOCAL_SIZE), released with
- * the communicator. Setup is collective: two record exchanges (the proxy's listen addresses,
- * then its remote keys) as ncclAllGather on the caller's communicator, between which the
- * proxies connect to each other.
+ * the communicator. Setup is collective: three exchanges (the proxy's listen addresses, then
+ * its remote keys, then whether every rank took them) as ncclAllGather on the caller's
+ * communicator; the proxies connect to each other between the first two.
  */
 #include "fused_comm.h"
 
@@ -142,10 +142,25 @@ static int xnode_all_ready(const uint32_t* magic, size_t stride, int nranks) {
   return 1;
 }
 
-/* The two exchanges, which every rank joins whatever happened to it before (a rank that
+/* 1 when every rank's flag of the third exchange is set: each took the others' keys. */
+static int xnode_all_took_keys(struct mk_fused_comm* fc, int mine, int* all_took) {
+  int32_t* took = calloc((size_t)fc->nranks, sizeof(*took));
+  if (!took) return -ENOMEM;
+  const int32_t flag = mine ? 1 : 0;
+  const int rc = xnode_allgather(fc, &flag, sizeof(flag), took);
+  *all_took = !rc;
+  for (int r = 0; !rc && r < fc->nranks; r++) *all_took &= took[r] == 1;
+  free(took);
+  return rc;
+}
+
+/* The three exchanges, which every rank joins whatever happened to it before (a rank that
  * returned early would leave the others in NCCL's all-gather): addresses, connect, keys, then
- * the thread. *ready = 1 when every rank could get that far (*local: this rank's own error,
- * or 0); xn->started when the thread runs. <0 only when an exchange itself failed. */
+ * whether every rank took the others' keys, then the thread. The third comes before any
+ * thread runs: a rank whose proxy did not start would leave its peers' ops waiting for it
+ * (they time out), so then no rank starts one, and no running thread takes its peers' closes
+ * for errors. *ready = 1 when every rank got that far (*local: this rank's own error, or 0);
+ * xn->started when the thread runs. <0 only when an exchange itself failed. */
 static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int* local, int* ready) {
   const size_t n = (size_t)fc->nranks;
   struct mk_proxy_addr* addrs = calloc(n, sizeof(*addrs));
@@ -160,6 +175,8 @@ static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int* lo
   if (!rc && (!*ready || *local)) memset(&keys[fc->rank], 0, sizeof(*keys));
   if (!rc) rc = xnode_allgather(fc, &keys[fc->rank], sizeof(*keys), keys);
   *ready = !rc && *ready && xnode_all_ready(&keys[0].magic, sizeof(*keys), fc->nranks);
+  if (!rc && *ready) *local = mk_proxy_take_keys(xn->proxy, keys);
+  if (!rc && *ready) rc = xnode_all_took_keys(fc, !*local, ready); /* *ready alike on every rank */
   if (!rc && *ready) *local = mk_proxy_start(xn->proxy, keys);
   xn->started = !rc && *ready && !*local;
   free(addrs);

@@ -541,7 +541,7 @@ static void* proxy_main(void* arg) {
   return NULL;
 }
 
-int mk_proxy_start(struct mk_proxy* p, const struct mk_proxy_keys* all) {
+int mk_proxy_take_keys(struct mk_proxy* p, const struct mk_proxy_keys* all) {
   for (int r = 0; r < p->conf.nranks; r++) {
     if (!p->remote[r]) continue;
     if (all[r].magic != MK_PROXY_RECORD_MAGIC || all[r].rank != r || !p->peers[r].send ||
@@ -550,9 +550,14 @@ int mk_proxy_start(struct mk_proxy* p, const struct mk_proxy_keys* all) {
               p->conf.rank, r);
       return -EBADMSG;
     }
-    p->peers[r].data = all[r].data;
-    p->peers[r].flags = all[r].flags;
   }
+  for (int r = 0; r < p->conf.nranks; r++)
+    if (p->remote[r]) p->peers[r].data = all[r].data, p->peers[r].flags = all[r].flags;
+  return 0;
+}
+
+int mk_proxy_start(struct mk_proxy* p, const struct mk_proxy_keys* all) {
+  MK_CHECK(mk_proxy_take_keys(p, all));
   int rc = pthread_create(&p->thread, NULL, proxy_main, p);
   if (rc) return -rc;
   p->started = 1;

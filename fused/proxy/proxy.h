@@ -14,6 +14,7 @@
  *                                           register data and flag regions once
  *   mk_proxy_keys(p, &keys[rank])           record 2: our remote keys
  *     ... gather keys[nranks] ...
+ *   mk_proxy_take_keys(p, keys)             (optional) checked and taken, nothing started
  *   mk_proxy_start(p, keys)                 the thread runs
  *   mk_proxy_stop(p)                        joins it, closes, deregisters, frees
  *
@@ -97,6 +98,10 @@ int mk_proxy_addr(struct mk_proxy* p, struct mk_proxy_addr* mine);
 /* Bounded by NCCL_MK_CONNECT_TIMEOUT_MS (twice: connects and accepts run together). */
 int mk_proxy_connect(struct mk_proxy* p, const struct mk_proxy_addr* all);
 int mk_proxy_keys(struct mk_proxy* p, struct mk_proxy_keys* mine);
+/* The gathered key records checked (each remote rank's magic and rank, connected both ways)
+ * and taken, nothing started: 0 or -EBADMSG. mk_proxy_start does it first too; apart, every
+ * rank can learn whether every other's passed before any thread runs (xnode.c). */
+int mk_proxy_take_keys(struct mk_proxy* p, const struct mk_proxy_keys* all);
 int mk_proxy_start(struct mk_proxy* p, const struct mk_proxy_keys* all);
 /* Stops the thread (descriptors not yet consumed are dropped, operations in flight are
  * waited for up to NCCL_MK_TIMEOUT_MS), joins it, closes the connections and frees p.

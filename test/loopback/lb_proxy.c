@@ -453,6 +453,32 @@ static int proxy_bench_rank(struct lb_ctx* ctx) {
   return 0;
 }
 
+/* ---- a corrupt key record: refused before any thread runs ---- */
+
+/* The peer's key record damaged after the exchange (the rank it names, then its magic):
+ * mk_proxy_take_keys and mk_proxy_start refuse it with -EBADMSG and start no thread; the
+ * intact records are then taken and the thread runs. xnode.c takes the keys apart from the
+ * start, so that every rank learns whether every other's passed before any thread runs. */
+static int corrupt_keys_rank(struct lb_ctx* ctx) {
+  struct px x = {0};
+  LB_OK(px_setup(ctx, &x, DEPTH, INFLIGHT, 4096, 8));
+  const int threads_before = count_threads();
+  struct mk_proxy_keys bad[2];
+  memcpy(bad, x.keys, sizeof bad);
+  bad[x.peer].rank = x.rank;
+  LB_EXPECT(mk_proxy_take_keys(x.p, bad) == -EBADMSG);
+  bad[x.peer].rank = x.peer, bad[x.peer].magic ^= 1;
+  LB_EXPECT(mk_proxy_take_keys(x.p, bad) == -EBADMSG);
+  LB_EXPECT(mk_proxy_start(x.p, bad) == -EBADMSG);
+  LB_EXPECT(count_threads() == threads_before);
+  LB_OK(mk_proxy_take_keys(x.p, x.keys));
+  LB_OK(mk_proxy_start(x.p, x.keys));
+  LB_EXPECT(count_threads() == threads_before + 1);
+  LB_OK(px_stop(ctx, &x, threads_before + 1));
+  px_free(&x);
+  return 0;
+}
+
 static const struct lb_case cases[] = {
     {"proxy_reducescatter_protocol_several_producers_back_to_back_stay_correct",
      lb_xnode_reducescatter_rank, lb_xnode_reducescatter_rank, 90, 0},
@@ -470,6 +496,7 @@ static const struct lb_case cases[] = {
     {"proxy_killed_peer_gives_async_error_within_bound_and_stops", killed_survivor, killed_victim,
      90, 1},
     {"proxy_stop_joins_thread_with_puts_in_flight", stop_initiator, stop_target, 60, 0},
+    {"proxy_refuses_a_corrupt_key_record_before_any_thread_runs", corrupt_keys_rank, corrupt_keys_rank, 60, 0},
     {"bench_proxy_bw", proxy_bench_rank, proxy_bench_rank, 150, 0},
     {NULL, NULL, NULL, 0, 0},
 };
