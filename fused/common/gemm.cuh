@@ -387,17 +387,56 @@ __device__ __noinline__ void gemm_trace_storer_event(const struct mk_gemm_params
                 (uint32_t)owner, 0, 0);
 }
 
+/* ASYNC_EPI storers: consumer w's staged half of tile t (at `base`) into C, or into owner's
+ * slot of the reduce-scatter (c_row0: its first row there), 16-byte stores (clipped), plain or
+ * added (MK_GEMM_ADD_BF16). A peer's tile is written by one warp, so its stores spread over the
+ * tile's time: a burst of NVLink stores from all three warps slowed this SM's next tiles by
+ * ~12% (bench/NOTES.md, "Throttled peer stores"). */
+template <class Cfg>
+__device__ __forceinline__ void gemm_store_half(const struct mk_gemm_params& p, uint32_t base, int stid,
+                                                const struct mk_tile& t, int w, int c_row0, int owner) {
+  constexpr int CHUNKS_ROW = Cfg::BN / 8;
+  const int add = p.epilogue == MK_GEMM_ADD_BF16;
+  __nv_bfloat16* c_base = (__nv_bfloat16*)(owner >= 0 ? p.rs.out[owner] : p.c);
+  const int lanes = owner >= 0 ? p.peer_store_lanes : Cfg::STORER_THREADS;
+  for (int c = stid; stid < lanes && c < 64 * CHUNKS_ROW; c += lanes) {
+    const int r = c / CHUNKS_ROW, cc = c % CHUNKS_ROW;
+    const int gcol = t.col0 + cc * 8;
+    if (t.row0 + w * 64 + r < t.row_end && gcol < p.n) {
+      const uint4 v = ld_shared_v4_b32(base + stage_offset(r, cc * 8));
+      __nv_bfloat16* dst = c_base + (size_t)(c_row0 + r) * p.n + gcol;
+      if (add) red_global_add_noftz_v4_bf16x2(dst, v);
+      else st_global_v4_b32(dst, v);
+    }
+  }
+}
+
+/* ASYNC_EPI storers, a tile's end: every storer's stores before stid 0's fence, then the tile's
+ * flag (or, reduce-scatter, the owner's row-block word) raised at system scope. */
+template <class Cfg>
+__device__ __forceinline__ void gemm_storer_raise(const struct mk_gemm_params& p, const struct mk_tile& t, int stid,
+                                                  int owner, int shard_row0, int rs_failed) {
+  const int rs_raise = owner >= 0 && !rs_failed && (owner != p.rs.rank || p.rs_gather);
+  if (!p.tile_flags && !rs_raise) return;
+  bar_sync(4, Cfg::STORER_THREADS);
+  if (stid == 0) {
+    fence_acq_rel_sys();
+    if (rs_raise) gemm_rs_raise(p, owner, (t.row0 - shard_row0) / Cfg::BM);
+    else red_release_sys_add_u64(gemm_tile_flag(t, p), 1);
+  }
+}
+
 /* ASYNC_EPI, storer side (warps 1-3 of warp group 0): walk the same tiles, write each
- * consumer's staged half out with 16-byte stores (clipped), hand the buffer back, and raise the
- * tile's flag once both halves are visible at system scope. */
+ * consumer's staged half out (its own rows summed with the peers' partials with the
+ * reduce-scatter, scattered rows, or plain), hand the buffer back, and raise the tile's flag
+ * once both halves are visible at system scope. */
 template <class Cfg>
 __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint8_t* smem, uint64_t* c_full,
                                             uint64_t* c_empty, volatile uint32_t* abort_flag) {
   if (p.epilogue == MK_GEMM_ADD_F32) return;
   struct mk_sched s;
   const int rank = Cfg::CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;
-  const int stid = threadIdx.x - 32, add = p.epilogue == MK_GEMM_ADD_BF16;
-  constexpr int CHUNKS_ROW = Cfg::BN / 8;
+  const int stid = threadIdx.x - 32;
   uint32_t c_phase = 0;
   __shared__ uint64_t storer_traced_from; /* NCCL_MK_TRACE: shared, not a register of the storers */
   int rs_failed = 0; /* a peer's partial never came: drain the tiles, store nothing more */
@@ -432,35 +471,12 @@ __device__ __forceinline__ void gemm_storer(const struct mk_gemm_params& p, uint
         gemm_rs_store_own<Cfg>(p, base, stid, t.row0 + w * 64, t.row_end, t.col0, (size_t)c_row0 * p.n);
       else if (p.scatter.row_dest && !rs_failed)
         gemm_scatter_store_half<Cfg>(p, base, stid, t.row0 + w * 64, t.row_end, t.col0);
-      else if (!rs_failed) {
-        __nv_bfloat16* c_base = (__nv_bfloat16*)(owner >= 0 ? p.rs.out[owner] : p.c);
-        /* A peer's tile is written by one warp, so its stores spread over the tile's time: a
-         * burst of NVLink stores from all three warps slowed this SM's next tiles by ~12%
-         * (bench/NOTES.md, "Throttled peer stores"). */
-        const int lanes = owner >= 0 ? p.peer_store_lanes : Cfg::STORER_THREADS;
-        for (int c = stid; stid < lanes && c < 64 * CHUNKS_ROW; c += lanes) {
-          const int r = c / CHUNKS_ROW, cc = c % CHUNKS_ROW;
-          const int gcol = t.col0 + cc * 8;
-          if (t.row0 + w * 64 + r < t.row_end && gcol < p.n) {
-            const uint4 v = ld_shared_v4_b32(base + stage_offset(r, cc * 8));
-            __nv_bfloat16* dst = c_base + (size_t)(c_row0 + r) * p.n + gcol;
-            if (add) red_global_add_noftz_v4_bf16x2(dst, v);
-            else st_global_v4_b32(dst, v);
-          }
-        }
-      }
+      else if (!rs_failed)
+        gemm_store_half<Cfg>(p, base, stid, t, w, c_row0, owner);
       mbarrier_arrive(&c_empty[w]);
     }
     c_phase ^= 1;
-    const int rs_raise = owner >= 0 && !rs_failed && (owner != p.rs.rank || p.rs_gather);
-    if (p.tile_flags || rs_raise) {
-      bar_sync(4, Cfg::STORER_THREADS); /* every storer's stores before stid 0's fence */
-      if (stid == 0) {
-        fence_acq_rel_sys();
-        if (rs_raise) gemm_rs_raise(p, owner, (t.row0 - shard_row0) / Cfg::BM);
-        else red_release_sys_add_u64(gemm_tile_flag(t, p), 1);
-      }
-    }
+    gemm_storer_raise<Cfg>(p, t, stid, owner, shard_row0, rs_failed);
     if (p.trace && stid == 0) gemm_trace_storer_event(p, MK_TRACE_LANE_STORER, t.linear, owner, storer_traced_from);
   }
 }
