@@ -44,6 +44,7 @@
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3, nothing non-finite).
  * usage: test_ring_attn_bwd <scenario>; exit 77 with fewer than 2 GPUs.
  */
+#include <algorithm>
 #include <math.h>
 #include <nccl.h>
 #include <string.h>
@@ -558,6 +559,13 @@ static void one_kernel_replays_and_back_to_back(struct rank_env* e, struct rb_bu
     EXPECT(words[i] == 0, "rank %d: phase word %d = %llu after the calls", e->rank, i, (unsigned long long)words[i]);
 }
 
+/* The workspace bytes the calls of c take at g_nranks ranks (their regions, ra_bwd_plan.h). */
+static size_t rb_layout_total(struct rb_case c) {
+  struct mk_ra_bwd_layout l;
+  mk_ra_bwd_layout(g_nranks, c.batch, c.s_local, c.heads, c.kv_heads, c.d, 128, &l);
+  return l.total;
+}
+
 /* The one-kernel call's split workspace (grouped heads at D = 128, when the communicator's holds
  * it after the layout's regions): the partials of all n blocks, then a count per (key tile of
  * the grid, kv head, batch). */
@@ -574,9 +582,7 @@ static size_t one_kernel_ws_counts(struct rb_case c) {
 static void expect_split_counts(struct rank_env* e, struct rb_case c) {
   struct mk_fused_comm* fc = NULL;
   EXPECT(mk_fused_comm_get(e->comm, e->stream, &fc) == 0 && fc, "rank %d: no fused comm", e->rank);
-  struct mk_ra_bwd_layout l;
-  mk_ra_bwd_layout(g_nranks, c.batch, c.s_local, c.heads, c.kv_heads, c.d, 128, &l);
-  const char* ws = (const char*)fc->sym + MK_AG_DATA_OFFSET + mk_ra_bwd_align(l.total);
+  const char* ws = (const char*)fc->sym + MK_AG_DATA_OFFSET + mk_ra_bwd_align(rb_layout_total(c));
   std::vector<uint32_t> counts(one_kernel_ws_counts(c));
   CUDA_OK(cudaMemcpy(counts.data(), ws + one_kernel_ws_floats(c) * sizeof(float), counts.size() * sizeof(uint32_t),
                      cudaMemcpyDeviceToHost));
@@ -661,26 +667,17 @@ static void rb_config(const char* scenario, ncclMkConfig* cfg) {
   const size_t row_bytes = 2 * (cfg->max_n > cfg->max_k ? cfg->max_n : cfg->max_k);
   if (!strcmp(scenario, "one_kernel_no_room")) { /* the call's regions and less than a row more */
     size_t total = 0;
-    for (const struct rb_case& c : one_kernel_no_room_cases) {
-      struct mk_ra_bwd_layout l;
-      mk_ra_bwd_layout(g_nranks, c.batch, c.s_local, c.heads, c.kv_heads, c.d, 128, &l);
-      total = l.total > total ? l.total : total;
-    }
+    for (const struct rb_case& c : one_kernel_no_room_cases) total = std::max(total, rb_layout_total(c));
     cfg->max_m = (total + row_bytes - 1) / row_bytes;
     return;
   }
   size_t need = 0;
-  for (const struct rb_case& c : large_cases) {
-    struct mk_ra_bwd_layout l;
-    mk_ra_bwd_layout(g_nranks, c.batch, c.s_local, c.heads, c.kv_heads, c.d, 128, &l);
-    need = l.total > need ? l.total : need;
-  }
+  for (const struct rb_case& c : large_cases) need = std::max(need, rb_layout_total(c));
   if (!strcmp(scenario, "one_kernel")) { /* its large case's split partials, past the call's regions */
     const struct rb_case c = one_kernel_split_large;
-    struct mk_ra_bwd_layout l;
-    mk_ra_bwd_layout(g_nranks, c.batch, c.s_local, c.heads, c.kv_heads, c.d, 128, &l);
-    const size_t split = mk_ra_bwd_align(l.total) + one_kernel_ws_floats(c) * 4 + one_kernel_ws_counts(c) * 4 + 16;
-    need = split > need ? split : need;
+    const size_t split = mk_ra_bwd_align(rb_layout_total(c)) + one_kernel_ws_floats(c) * 4 +
+                         one_kernel_ws_counts(c) * 4 + 16;
+    need = std::max(need, split);
   }
   const size_t rows = (need + row_bytes - 1) / row_bytes;
   if (rows > cfg->max_m) cfg->max_m = rows;

@@ -176,7 +176,6 @@ static float time_whole(const struct shape& sh, int iters, cudaEvent_t e0, cudaE
 /* The own-last plan's prep (delta, dq_acc zeroed) sits after its calls in core[2]. */
 #define EMUL_PREP (MK_RA_BWD_MAX_CALLS - 1)
 
-
 /* Rank r's one-kernel call as ring_attn_bwd.c's builder makes it, less the push (the slots
  * hold the peers' K/V already) and with its waits satisfied: each peer block announced into a
  * word of this rank's. */
@@ -208,19 +207,18 @@ static void emul_one_push(struct emul_rank* e, const struct emul_rank* all, cons
   for (int i = 0; i < a->num_kv_blocks; i++)
     if (a->kv[i].announce) a->kv[i].announce = w + EMUL_ONE_DONE + 1 + i;
   for (int i = 0; i < a->addends.n; i++) a->addends.ready[i] = e->one_words + 2 * EMUL_ONE_WORDS + i;
-  struct mk_kv_push* p = &a->push;
-  memset(p, 0, sizeof *p);
-  p->ctas = EMUL_PUSH_CTAS, p->rank = r, p->nranks = nranks, p->batch = sh.b, p->s_local = s_local;
-  p->chunk_rows = 128, p->chunks_per_batch = (s_local + 127) / 128, p->row_vecs = sh.hkv * sh.d / 8;
-  p->k = e->k, p->v = e->v;
+  struct mk_ra_args ga; /* what the op's push is made from (mk_ra_kv_push) */
+  memset(&ga, 0, sizeof ga);
+  ga.k = e->k, ga.v = e->v, ga.batch = sh.b, ga.s_local = s_local, ga.kv_heads = sh.hkv, ga.d_head = sh.d;
+  ga.rank = r, ga.nranks = nranks, ga.push_ctas = EMUL_PUSH_CTAS, ga.chunk_rows = 128;
   for (int d = 0; d < nranks; d++) {
     if (d == r) continue;
-    uint16_t* slot = (uint16_t*)((char*)all[d].data + l->slots) + (size_t)mk_sched_rs_slot(r, d) * 2 * l->kv_elems;
-    p->dst_k[d] = slot, p->dst_v[d] = slot + l->kv_elems;
-    p->dst_flags[d] = e->flags + (long)mk_sched_rs_slot(d, r) * l->fps; /* the flags r waits for */
-    p->peer_done[d] = a->call_done; /* r's own: its previous call is done */
+    ga.peer_slot[d] = (char*)all[d].data + l->slots + (size_t)mk_sched_rs_slot(r, d) * 2 * l->kv_elems * 2;
+    ga.peer_flags[d] = e->flags + (long)mk_sched_rs_slot(d, r) * l->fps; /* the flags r waits for */
+    ga.call.peer_done[d] = a->call_done; /* r's own: its previous call is done */
   }
-  p->done = a->call_done, p->err = err, p->timeout_ns = 10ull * 1000000000ull;
+  ga.call.done = a->call_done, ga.err = err, ga.timeout_ms = 10000;
+  mk_ra_kv_push(&ga, l->kv_elems, &a->push);
 }
 
 /* Rank r's calls for each plan (the own-last one only non-causal) and its reduce. */
