@@ -134,7 +134,7 @@ static int xnode_create(struct mk_fused_comm* fc, struct mk_xnode* xn) {
 }
 
 /* 1 when every rank's record of this exchange carries the magic (a rank that failed sends
- * zeros); the records' own checks come later (mk_proxy_connect, mk_proxy_start). */
+ * zeros); the records' own checks come later (mk_proxy_connect, mk_proxy_arm). */
 static int xnode_all_ready(const uint32_t* magic, size_t stride, int nranks) {
   for (int r = 0; r < nranks; r++)
     if (*(const uint32_t*)((const char*)magic + (size_t)r * stride) != MK_PROXY_RECORD_MAGIC)
@@ -142,26 +142,28 @@ static int xnode_all_ready(const uint32_t* magic, size_t stride, int nranks) {
   return 1;
 }
 
-/* 1 when every rank's flag of the third exchange is set: each took the others' keys. */
-static int xnode_all_took_keys(struct mk_fused_comm* fc, int mine, int* all_took) {
-  int32_t* took = calloc((size_t)fc->nranks, sizeof(*took));
-  if (!took) return -ENOMEM;
+/* 1 when every rank's flag of the third exchange is set: each took the others' keys and
+ * has its thread, held. */
+static int xnode_all_armed(struct mk_fused_comm* fc, int mine, int* all_armed) {
+  int32_t* armed = calloc((size_t)fc->nranks, sizeof(*armed));
+  if (!armed) return -ENOMEM;
   const int32_t flag = mine ? 1 : 0;
-  const int rc = xnode_allgather(fc, &flag, sizeof(flag), took);
-  *all_took = !rc;
-  for (int r = 0; !rc && r < fc->nranks; r++) *all_took &= took[r] == 1;
-  free(took);
+  const int rc = xnode_allgather(fc, &flag, sizeof(flag), armed);
+  *all_armed = !rc;
+  for (int r = 0; !rc && r < fc->nranks; r++) *all_armed &= armed[r] == 1;
+  free(armed);
   return rc;
 }
 
 /* The three exchanges, which every rank joins whatever happened to it before (a rank that
  * returned early would leave the others in NCCL's all-gather): addresses, connect, keys, then
- * whether every rank took the others' keys, then the thread. The third comes before any
- * thread runs: a rank whose proxy did not start would leave its peers' ops waiting for it
- * (they time out), so then no rank starts one, and no running thread takes its peers' closes
- * for errors. *ready = 1 when every rank got that far (*local: this rank's own error, or 0);
- * xn->started when the thread runs. <0 only when an exchange itself failed. */
-static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int* local, int* ready) {
+ * whether every rank took the others' keys and created its thread (held), then the threads
+ * run. The third comes before any thread runs: a rank whose proxy did not start would leave
+ * its peers' ops waiting for it (they time out), so then no rank lets its thread run (a held
+ * thread exits at the stop without touching a connection), and no running thread takes its
+ * peers' closes for errors. *local: this rank's own error, or 0; xn->started when every rank's
+ * thread runs, alike on every rank. <0 only when an exchange itself failed. */
+static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int* local) {
   const size_t n = (size_t)fc->nranks;
   struct mk_proxy_addr* addrs = calloc(n, sizeof(*addrs));
   struct mk_proxy_keys* keys = calloc(n, sizeof(*keys));
@@ -169,16 +171,16 @@ static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int* lo
   if (!rc && !*local) *local = mk_proxy_addr(xn->proxy, &addrs[fc->rank]);
   if (!rc && *local) memset(&addrs[fc->rank], 0, sizeof(*addrs));
   if (!rc) rc = xnode_allgather(fc, &addrs[fc->rank], sizeof(*addrs), addrs);
-  *ready = !rc && xnode_all_ready(&addrs[0].magic, sizeof(*addrs), fc->nranks);
-  if (!rc && *ready) *local = mk_proxy_connect(xn->proxy, addrs);
-  if (!rc && *ready && !*local) *local = mk_proxy_keys(xn->proxy, &keys[fc->rank]);
-  if (!rc && (!*ready || *local)) memset(&keys[fc->rank], 0, sizeof(*keys));
+  int ready = !rc && xnode_all_ready(&addrs[0].magic, sizeof(*addrs), fc->nranks);
+  if (!rc && ready) *local = mk_proxy_connect(xn->proxy, addrs);
+  if (!rc && ready && !*local) *local = mk_proxy_keys(xn->proxy, &keys[fc->rank]);
+  if (!rc && (!ready || *local)) memset(&keys[fc->rank], 0, sizeof(*keys));
   if (!rc) rc = xnode_allgather(fc, &keys[fc->rank], sizeof(*keys), keys);
-  *ready = !rc && *ready && xnode_all_ready(&keys[0].magic, sizeof(*keys), fc->nranks);
-  if (!rc && *ready) *local = mk_proxy_take_keys(xn->proxy, keys);
-  if (!rc && *ready) rc = xnode_all_took_keys(fc, !*local, ready); /* *ready alike on every rank */
-  if (!rc && *ready) *local = mk_proxy_start(xn->proxy, keys);
-  xn->started = !rc && *ready && !*local;
+  ready = !rc && ready && xnode_all_ready(&keys[0].magic, sizeof(*keys), fc->nranks);
+  if (!rc && ready) *local = mk_proxy_arm(xn->proxy, keys);
+  if (!rc && ready) rc = xnode_all_armed(fc, !*local, &ready);
+  if (!rc && ready) mk_proxy_go(xn->proxy);
+  xn->started = !rc && ready && !*local;
   free(addrs);
   free(keys);
   return rc;
@@ -198,9 +200,9 @@ int mk_xnode_setup(struct mk_fused_comm* fc) {
   MK_CHECK(mk_cuda_check(
       cudaMalloc(&xn->exchange, ((size_t)fc->nranks + 1) * sizeof(struct mk_proxy_addr)),
       "cudaMalloc (proxy records)"));
-  int local = xnode_alloc(fc, xn), ready = 0;
+  int local = xnode_alloc(fc, xn);
   if (!local) local = xnode_create(fc, xn);
-  MK_CHECK(xnode_exchange(fc, xn, &local, &ready));
+  MK_CHECK(xnode_exchange(fc, xn, &local));
   if (xn->started) {
     MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d reaches %d rank(s) through the proxy",
             fc->rank, fc->nranks - fc->local_size);
@@ -209,8 +211,7 @@ int mk_xnode_setup(struct mk_fused_comm* fc) {
   if (local)
     MK_WARN("rank %d: its cross-node proxy could not start: %s", fc->rank, strerror(-local));
   mk_proxy_stop(xn->proxy);
-  xn->proxy = NULL;
-  if (ready) return local; /* every other rank's proxy runs: this rank cannot take another path */
+  xn->proxy = NULL; /* and so on every rank: the third exchange agreed */
   MK_WARN(
       "rank %d: not every rank could start its cross-node proxy; the fused ops use their reference "
       "paths (NCCL's collectives, then the GEMM) and MoE and ring attention are unavailable",

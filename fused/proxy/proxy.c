@@ -66,6 +66,7 @@ struct mk_proxy {
   uint64_t next_ticket;          /* the next descriptor to consume */
   pthread_t thread;
   int started, joined;
+  int go;     /* atomic: an armed thread may start its loop (mk_proxy_go) */
   int stop;   /* atomic: asks the thread to drain and exit */
   int tid;    /* atomic */
   int failed; /* atomic: err is valid */
@@ -505,9 +506,21 @@ static int proxy_progress(struct mk_proxy* p) {
   return 0;
 }
 
+/* An armed thread holds here, touching no connection, until mk_proxy_go (1) or a stop (0):
+ * the setup exchanges run meanwhile, so short naps. */
+static int proxy_wait_go(struct mk_proxy* p) {
+  while (!__atomic_load_n(&p->go, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) return 0;
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+  }
+  return 1;
+}
+
 static void* proxy_main(void* arg) {
   struct mk_proxy* p = arg;
   __atomic_store_n(&p->tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
+  if (!proxy_wait_go(p)) return NULL;
   uint64_t idle = 0, drain_deadline = 0;
   for (;;) {
     int stopping = __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE);
@@ -541,7 +554,7 @@ static void* proxy_main(void* arg) {
   return NULL;
 }
 
-int mk_proxy_take_keys(struct mk_proxy* p, const struct mk_proxy_keys* all) {
+static int proxy_take_keys(struct mk_proxy* p, const struct mk_proxy_keys* all) {
   for (int r = 0; r < p->conf.nranks; r++) {
     if (!p->remote[r]) continue;
     if (all[r].magic != MK_PROXY_RECORD_MAGIC || all[r].rank != r || !p->peers[r].send ||
@@ -556,11 +569,23 @@ int mk_proxy_take_keys(struct mk_proxy* p, const struct mk_proxy_keys* all) {
   return 0;
 }
 
-int mk_proxy_start(struct mk_proxy* p, const struct mk_proxy_keys* all) {
-  MK_CHECK(mk_proxy_take_keys(p, all));
+int mk_proxy_arm(struct mk_proxy* p, const struct mk_proxy_keys* all) {
+  if (p->started) return -EALREADY;
+  MK_CHECK(proxy_take_keys(p, all));
   int rc = pthread_create(&p->thread, NULL, proxy_main, p);
-  if (rc) return -rc;
+  if (rc) {
+    MK_WARN("proxy rank %d: its thread could not be created: %s", p->conf.rank, strerror(rc));
+    return -rc;
+  }
   p->started = 1;
+  return 0;
+}
+
+void mk_proxy_go(struct mk_proxy* p) { __atomic_store_n(&p->go, 1, __ATOMIC_RELEASE); }
+
+int mk_proxy_start(struct mk_proxy* p, const struct mk_proxy_keys* all) {
+  MK_CHECK(mk_proxy_arm(p, all));
+  mk_proxy_go(p);
   return 0;
 }
 

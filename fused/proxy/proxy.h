@@ -14,8 +14,8 @@
  *                                           register data and flag regions once
  *   mk_proxy_keys(p, &keys[rank])           record 2: our remote keys
  *     ... gather keys[nranks] ...
- *   mk_proxy_take_keys(p, keys)             (optional) checked and taken, nothing started
- *   mk_proxy_start(p, keys)                 the thread runs
+ *   mk_proxy_arm(p, keys)                   checked and taken; the thread exists, held
+ *   mk_proxy_go(p)                          the thread runs (mk_proxy_start: both)
  *   mk_proxy_stop(p)                        joins it, closes, deregisters, frees
  *
  * The connections are one send comm per remote rank (our puts) and one receive comm per
@@ -99,10 +99,13 @@ int mk_proxy_addr(struct mk_proxy* p, struct mk_proxy_addr* mine);
 int mk_proxy_connect(struct mk_proxy* p, const struct mk_proxy_addr* all);
 int mk_proxy_keys(struct mk_proxy* p, struct mk_proxy_keys* mine);
 /* The gathered key records checked (each remote rank's magic and rank, connected both ways)
- * and taken, nothing started: 0 or -EBADMSG. mk_proxy_start does it first too; apart, every
- * rank can learn whether every other's passed before any thread runs (xnode.c). */
-int mk_proxy_take_keys(struct mk_proxy* p, const struct mk_proxy_keys* all);
-int mk_proxy_start(struct mk_proxy* p, const struct mk_proxy_keys* all);
+ * and taken, and the thread created but held before its first transport call: 0, -EBADMSG
+ * (no thread), -EALREADY, or pthread_create's error. Apart from mk_proxy_go, every rank can
+ * learn whether every other's thread exists before any runs (xnode.c); a held thread that is
+ * stopped exits without touching a connection. */
+int mk_proxy_arm(struct mk_proxy* p, const struct mk_proxy_keys* all);
+void mk_proxy_go(struct mk_proxy* p); /* the armed thread runs */
+int mk_proxy_start(struct mk_proxy* p, const struct mk_proxy_keys* all); /* arm, then go */
 /* Stops the thread (descriptors not yet consumed are dropped, operations in flight are
  * waited for up to NCCL_MK_TIMEOUT_MS), joins it, closes the connections and frees p.
  * Returns 0, or the asynchronous error the proxy had failed with. NULL is a no-op. */

@@ -456,9 +456,8 @@ static int proxy_bench_rank(struct lb_ctx* ctx) {
 /* ---- a corrupt key record: refused before any thread runs ---- */
 
 /* The peer's key record damaged after the exchange (the rank it names, then its magic):
- * mk_proxy_take_keys and mk_proxy_start refuse it with -EBADMSG and start no thread; the
- * intact records are then taken and the thread runs. xnode.c takes the keys apart from the
- * start, so that every rank learns whether every other's passed before any thread runs. */
+ * mk_proxy_arm and mk_proxy_start refuse it with -EBADMSG and create no thread; the intact
+ * records are then taken and the thread runs. */
 static int corrupt_keys_rank(struct lb_ctx* ctx) {
   struct px x = {0};
   LB_OK(px_setup(ctx, &x, DEPTH, INFLIGHT, 4096, 8));
@@ -466,15 +465,65 @@ static int corrupt_keys_rank(struct lb_ctx* ctx) {
   struct mk_proxy_keys bad[2];
   memcpy(bad, x.keys, sizeof bad);
   bad[x.peer].rank = x.rank;
-  LB_EXPECT(mk_proxy_take_keys(x.p, bad) == -EBADMSG);
+  LB_EXPECT(mk_proxy_arm(x.p, bad) == -EBADMSG);
   bad[x.peer].rank = x.peer, bad[x.peer].magic ^= 1;
-  LB_EXPECT(mk_proxy_take_keys(x.p, bad) == -EBADMSG);
+  LB_EXPECT(mk_proxy_arm(x.p, bad) == -EBADMSG);
   LB_EXPECT(mk_proxy_start(x.p, bad) == -EBADMSG);
   LB_EXPECT(count_threads() == threads_before);
-  LB_OK(mk_proxy_take_keys(x.p, x.keys));
   LB_OK(mk_proxy_start(x.p, x.keys));
   LB_EXPECT(count_threads() == threads_before + 1);
+  LB_EXPECT(mk_proxy_arm(x.p, x.keys) == -EALREADY);
   LB_OK(px_stop(ctx, &x, threads_before + 1));
+  px_free(&x);
+  return 0;
+}
+
+/* ---- an armed thread is held until go ----
+ * xnode.c arms every rank's proxy, learns whether every rank could, and only then lets the
+ * threads run; if one rank could not, the others stop theirs held. Rank 0 arms and stops
+ * without go (its connections close). Rank 1 stays armed across that close and raises no
+ * error, because its held thread calls no transport; once it goes, the running thread takes the
+ * close for a dead peer (the control: the hold is what kept it quiet). */
+
+#define HELD_BOUND_S 10.0
+/* A running thread reports a peer's close within the transport's grace after its "bye" (1 s
+ * over ofi): hold twice that, so that a thread that was not held would be caught. */
+#define HELD_FOR_US 2000000
+
+static int armed_held_rank(struct lb_ctx* ctx) {
+  struct px x = {0};
+  LB_OK(px_setup(ctx, &x, DEPTH, INFLIGHT, 4096, 8));
+  const int threads_before = count_threads();
+  LB_OK(mk_proxy_arm(x.p, x.keys));
+  LB_EXPECT(count_threads() == threads_before + 1);
+  double t0 = lb_now();
+  while (!mk_proxy_tid(x.p) && lb_now() - t0 < HELD_BOUND_S) sched_yield();
+  const int tid = mk_proxy_tid(x.p);
+  LB_EXPECT(tid > 0);
+  if (x.rank == 0) {
+    LB_OK(mk_proxy_stop(x.p)); /* held: the thread exits at once, nothing in flight */
+    LB_EXPECT(thread_gone_within(tid, 1.0));
+    lb_tell(ctx, 1);
+    LB_EXPECT(lb_hear(ctx) == 2);
+    x.p = NULL;
+    px_free(&x);
+    return 0;
+  }
+  LB_EXPECT(lb_hear(ctx) == 1);
+  usleep(HELD_FOR_US);
+  char msg[256];
+  LB_EXPECT(mk_proxy_error(x.p, msg, sizeof msg) == 0);
+  mk_proxy_go(x.p);
+  t0 = lb_now();
+  int err = 0;
+  while (!(err = mk_proxy_error(x.p, msg, sizeof msg)) && lb_now() - t0 < HELD_BOUND_S)
+    usleep(1000);
+  fprintf(stderr, "  [rank 1] held through the peer's close with no error; after go: %s (%.3f s)\n",
+         err ? msg : "(no error)", lb_now() - t0);
+  LB_EXPECT(err < 0);
+  LB_EXPECT(mk_proxy_stop(x.p) == err);
+  x.p = NULL;
+  lb_tell(ctx, 2);
   px_free(&x);
   return 0;
 }
@@ -497,6 +546,7 @@ static const struct lb_case cases[] = {
      90, 1},
     {"proxy_stop_joins_thread_with_puts_in_flight", stop_initiator, stop_target, 60, 0},
     {"proxy_refuses_a_corrupt_key_record_before_any_thread_runs", corrupt_keys_rank, corrupt_keys_rank, 60, 0},
+    {"proxy_armed_thread_touches_no_connection_until_go", armed_held_rank, armed_held_rank, 60, 0},
     {"bench_proxy_bw", proxy_bench_rank, proxy_bench_rank, 150, 0},
     {NULL, NULL, NULL, 0, 0},
 };
