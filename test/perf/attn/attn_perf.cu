@@ -101,79 +101,102 @@ static void bench(struct shape sh, int iters) {
   cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
-/* The backward core on one shape: one call = delta + the main kernel + dq's conversion. */
-static void bench_bwd(struct shape sh, int iters) {
-  const size_t nq = (size_t)sh.b * sh.s * sh.h * sh.d, nkv = (size_t)sh.b * sh.skv * sh.hkv * sh.d;
-  const size_t nl = (size_t)sh.b * sh.h * sh.s;
+/* The backward core's tensors on one shape: inputs random, out and lse from one forward run,
+ * the gradients poisoned. */
+struct bwd_bufs {
+  size_t nq, nkv;
   void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
-  float *lse, *delta, *dq_acc;
+  float *lse, *delta, *dq_acc, *ws;
+  uint64_t* words;
   struct mk_gemm_error* err;
   unsigned long long* bad;
-  CUDA_OK(cudaMalloc(&q, nq * 2));
-  CUDA_OK(cudaMalloc(&out, nq * 2));
-  CUDA_OK(cudaMalloc(&dout, nq * 2));
-  CUDA_OK(cudaMalloc(&dq, nq * 2));
-  CUDA_OK(cudaMalloc(&k, nkv * 2));
-  CUDA_OK(cudaMalloc(&v, nkv * 2));
-  CUDA_OK(cudaMalloc(&dk, nkv * 2));
-  CUDA_OK(cudaMalloc(&dv, nkv * 2));
-  CUDA_OK(cudaMalloc(&lse, nl * 4));
-  CUDA_OK(cudaMalloc(&delta, nl * 4));
-  CUDA_OK(cudaMalloc(&dq_acc, nq * 4));
-  CUDA_OK(cudaMalloc(&err, sizeof *err));
-  CUDA_OK(cudaMalloc(&bad, sizeof *bad));
-  CUDA_OK(cudaMemset(err, 0, sizeof *err));
-  CUDA_OK(cudaMemset(bad, 0, sizeof *bad));
-  fill_random_bf16(q, nq, 11, 2.0f);
-  fill_random_bf16(k, nkv, 12, 2.0f);
-  fill_random_bf16(v, nkv, 13, 1.0f);
-  fill_random_bf16(dout, nq, 14, 1.0f);
-  poison(dq, nq * 2), poison(dk, nkv * 2), poison(dv, nkv * 2);
-  struct mk_attn_args f = attn_whole_fwd_args(q, k, v, out, lse, sh.b, sh.s, sh.skv, sh.h, sh.hkv, sh.d, sh.causal);
-  f.err = err;
+};
+
+static void bwd_bufs_alloc(struct bwd_bufs* t, const struct shape& sh) {
+  const size_t nq = t->nq = (size_t)sh.b * sh.s * sh.h * sh.d;
+  const size_t nkv = t->nkv = (size_t)sh.b * sh.skv * sh.hkv * sh.d;
+  const size_t nl = (size_t)sh.b * sh.h * sh.s;
+  void** half[] = {&t->q, &t->out, &t->dout, &t->dq, &t->k, &t->v, &t->dk, &t->dv};
+  for (int i = 0; i < 8; i++) CUDA_OK(cudaMalloc(half[i], (i < 4 ? nq : nkv) * 2));
+  CUDA_OK(cudaMalloc(&t->lse, nl * 4));
+  CUDA_OK(cudaMalloc(&t->delta, nl * 4));
+  CUDA_OK(cudaMalloc(&t->dq_acc, nq * 4));
+  CUDA_OK(cudaMalloc(&t->err, sizeof *t->err));
+  CUDA_OK(cudaMalloc(&t->bad, sizeof *t->bad));
+  CUDA_OK(cudaMemset(t->err, 0, sizeof *t->err));
+  CUDA_OK(cudaMemset(t->bad, 0, sizeof *t->bad));
+  CUDA_OK(cudaMalloc(&t->words, MK_ATTN_BWD_PHASE_WORDS * sizeof(uint64_t)));
+  CUDA_OK(cudaMemset(t->words, 0, MK_ATTN_BWD_PHASE_WORDS * sizeof(uint64_t)));
+  t->ws = NULL;
+  fill_random_bf16(t->q, nq, 11, 2.0f);
+  fill_random_bf16(t->k, nkv, 12, 2.0f);
+  fill_random_bf16(t->v, nkv, 13, 1.0f);
+  fill_random_bf16(t->dout, nq, 14, 1.0f);
+  poison(t->dq, nq * 2), poison(t->dk, nkv * 2), poison(t->dv, nkv * 2);
+  struct mk_attn_args f =
+      attn_whole_fwd_args(t->q, t->k, t->v, t->out, t->lse, sh.b, sh.s, sh.skv, sh.h, sh.hkv, sh.d, sh.causal);
+  f.err = t->err;
   if (mk_attn_fwd_launch(&f, 0) != 0) exit(1);
-  struct mk_attn_bwd_args a = attn_whole_bwd_args(q, k, v, out, lse, dout, dq, dk, dv, delta, dq_acc, sh.b, sh.s,
-                                                  sh.skv, sh.h, sh.hkv, sh.d, sh.causal);
-  a.err = err;
-  /* grouped-query heads: each variant with the workspace (a CTA per query head, "b0") and
-   * without (a CTA per kv head's group, "b0g"), interleaved */
-  float* ws = NULL;
-  const size_t ws_floats = mk_attn_bwd_dkv_ws_floats(&a);
-  if (ws_floats) CUDA_OK(cudaMalloc(&ws, ws_floats * 4));
-  /* and each of those as one launch too ("o": phase words), interleaved */
-  uint64_t* words;
-  CUDA_OK(cudaMalloc(&words, MK_ATTN_BWD_PHASE_WORDS * sizeof(uint64_t)));
-  CUDA_OK(cudaMemset(words, 0, MK_ATTN_BWD_PHASE_WORDS * sizeof(uint64_t)));
-  const int modes = ws_floats ? 4 : 2, runs = num_variants * modes;
+}
+
+static void bwd_bufs_free(struct bwd_bufs* t) {
+  void* all[] = {t->q, t->out, t->dout, t->dq, t->k, t->v, t->dk, t->dv, t->lse, t->delta,
+                 t->dq_acc, t->ws, t->words, t->err, t->bad};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) cudaFree(all[i]);
+}
+
+/* Counts the first dq, dk, dv's non-finite elements, then poisons them again. */
+static void bwd_check_written(const struct bwd_bufs* t) {
+  count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)t->dq, t->nq, t->bad);
+  count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)t->dk, t->nkv, t->bad);
+  count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)t->dv, t->nkv, t->bad);
+  CUDA_OK(cudaGetLastError());
+  poison(t->dq, t->nq * 2), poison(t->dk, t->nkv * 2), poison(t->dv, t->nkv * 2);
+}
+
+/* Every run (variant x mode) timed interleaved, two warm-up rounds; mode bit 1: without the
+ * workspace, bit 0: as one launch (phase words). */
+static void bwd_time_runs(const struct bwd_bufs* t, struct mk_attn_bwd_args a, int modes, int iters,
+                          std::vector<std::vector<float>>& ms) {
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
-  std::vector<std::vector<float>> ms(runs);
   for (int it = -2; it < iters; it++) {
-    for (int vi = 0; vi < runs; vi++) {
-      a.dkv_ws = vi % modes / 2 ? NULL : ws;
-      a.phase_words = vi % 2 ? words : NULL;
+    for (size_t vi = 0; vi < ms.size(); vi++) {
+      a.dkv_ws = vi % modes / 2 ? NULL : t->ws;
+      a.phase_words = vi % 2 ? t->words : NULL;
       CUDA_OK(cudaEventRecord(e0));
       if (mk_attn_bwd_launch_variant(&a, 0, variants[vi / modes]) != 0) exit(1);
       CUDA_OK(cudaEventRecord(e1));
       CUDA_OK(cudaEventSynchronize(e1));
-      if (it == -2) { /* every variant's first dq, dk, dv (poisoned before the first) */
-        count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)dq, nq, bad);
-        count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)dk, nkv, bad);
-        count_nonfinite<<<1024, 256>>>((const __nv_bfloat16*)dv, nkv, bad);
-        CUDA_OK(cudaGetLastError());
-        poison(dq, nq * 2), poison(dk, nkv * 2), poison(dv, nkv * 2);
-      }
-      float t;
-      CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
-      if (it >= 0) ms[vi].push_back(t);
+      if (it == -2) bwd_check_written(t); /* every run's first gradients */
+      float ms_one;
+      CUDA_OK(cudaEventElapsedTime(&ms_one, e0, e1));
+      if (it >= 0) ms[vi].push_back(ms_one);
     }
   }
   CUDA_OK(cudaDeviceSynchronize());
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+}
+
+/* The backward core on one shape: one call = delta + the main kernel + dq's conversion.
+ * Grouped-query heads: each variant with the workspace (a CTA per query head, "b0") and
+ * without (a CTA per kv head's group, "b0g"), and each of those as one launch too ("o"). */
+static void bench_bwd(struct shape sh, int iters) {
+  struct bwd_bufs t;
+  bwd_bufs_alloc(&t, sh);
+  struct mk_attn_bwd_args a = attn_whole_bwd_args(t.q, t.k, t.v, t.out, t.lse, t.dout, t.dq, t.dk, t.dv, t.delta,
+                                                  t.dq_acc, sh.b, sh.s, sh.skv, sh.h, sh.hkv, sh.d, sh.causal);
+  a.err = t.err;
+  const size_t ws_floats = mk_attn_bwd_dkv_ws_floats(&a);
+  if (ws_floats) CUDA_OK(cudaMalloc(&t.ws, ws_floats * 4));
+  const int modes = ws_floats ? 4 : 2, runs = num_variants * modes;
+  std::vector<std::vector<float>> ms(runs);
+  bwd_time_runs(&t, a, modes, iters, ms);
   struct mk_gemm_error he;
   unsigned long long hbad;
-  CUDA_OK(cudaMemcpy(&he, err, sizeof he, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(&hbad, bad, sizeof hbad, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&he, t.err, sizeof he, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&hbad, t.bad, sizeof hbad, cudaMemcpyDeviceToHost));
   const double flops = 10.0 * sh.b * sh.h * (double)sh.s * sh.skv * sh.d / (sh.causal ? 2 : 1);
   for (int vi = 0; vi < runs; vi++) {
     char var[8];
@@ -181,10 +204,7 @@ static void bench_bwd(struct shape sh, int iters) {
     print_row(sh, var, ms[vi], flops, hbad, he.aborted);
   }
   fflush(stdout);
-  cudaFree(ws), cudaFree(words);
-  cudaFree(q), cudaFree(out), cudaFree(dout), cudaFree(dq), cudaFree(k), cudaFree(v), cudaFree(dk), cudaFree(dv);
-  cudaFree(lse), cudaFree(delta), cudaFree(dq_acc), cudaFree(err), cudaFree(bad);
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  bwd_bufs_free(&t);
 }
 
 int main(int argc, char** argv) {

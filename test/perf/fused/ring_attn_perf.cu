@@ -416,26 +416,75 @@ static void time_case(struct rank* k, const struct opts* o, double med[NV]) {
   free(t);
 }
 
-static int rank_main(const struct opts* o) {
-  struct rank k;
-  memset(&k, 0, sizeof k);
+static void rank_setup(struct rank* k, const struct opts* o) {
+  memset(k, 0, sizeof *k);
   ncclUniqueId id;
   perf_hex_to_id(o->id, &id);
-  k.r = o->proc, k.n = o->nprocs;
-  CUDA_OK(cudaSetDevice(perf_rank_device(k.r)));
-  CUDA_OK(cudaStreamCreateWithFlags(&k.s, cudaStreamNonBlocking));
-  CUDA_OK(cudaStreamCreateWithFlags(&k.s2, cudaStreamNonBlocking));
-  CUDA_OK(cudaEventCreateWithFlags(&k.fork, cudaEventDisableTiming));
-  CUDA_OK(cudaEventCreateWithFlags(&k.join, cudaEventDisableTiming));
-  CUDA_OK(cudaMalloc((void**)&k.scratch, 8 * sizeof(double)));
-  NCCL_OK(ncclCommInitRank(&k.comm, k.n, id, k.r));
+  k->r = o->proc, k->n = o->nprocs;
+  CUDA_OK(cudaSetDevice(perf_rank_device(k->r)));
+  CUDA_OK(cudaStreamCreateWithFlags(&k->s, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&k->s2, cudaStreamNonBlocking));
+  CUDA_OK(cudaEventCreateWithFlags(&k->fork, cudaEventDisableTiming));
+  CUDA_OK(cudaEventCreateWithFlags(&k->join, cudaEventDisableTiming));
+  CUDA_OK(cudaMalloc((void**)&k->scratch, 8 * sizeof(double)));
+  NCCL_OK(ncclCommInitRank(&k->comm, k->n, id, k->r));
   ncclMkConfig cfg;
   NCCL_OK(ncclMkConfigDefaults(&cfg));
   /* the data area: 512 MiB hold the peer's K and V of every case; the backward's also the fp32
    * dK/dV partials, delta and dq (3.2 GB at B = 16, S_local = 4096, H = 16) */
   cfg.max_m = 16384, cfg.max_k = o->bwd ? 131072 : 16384;
   cfg.comm_sms = o->comm_sms;
-  NCCL_OK(ncclMkCommInit(k.comm, &cfg));
+  NCCL_OK(ncclMkCommInit(k->comm, &cfg));
+}
+
+/* One case's row (and JSON line): med in ms, acc = fused wrong, seq wrong, fused rel, seq rel. */
+static void print_case(const struct rank* k, const struct opts* o, const struct pcase& c, const double med[NV],
+                       const double acc[4], int async_error, FILE* json) {
+  const double half = (c.causal ? 0.5 : 1.0) * (o->bwd ? 2.5 : 1.0);
+  const double flop_gpu = 4.0 * c.batch * c.heads * (double)c.s_local * k->seq * c.d * half;
+  const double flop_core = 4.0 * c.batch * c.heads * (double)k->seq * k->seq * c.d * half;
+  const double tf_f = flop_gpu / (med[V_FUSED] * 1e9);
+  const double tf_s = med[V_SEQ] > 0 ? flop_gpu / (med[V_SEQ] * 1e9) : 0; /* 0: not run (-b) */
+  const double tf_c = flop_core / (med[V_CORE] * 1e9);
+  printf("%4d %7d %5ld %3d %4d %3d %6d | %6.3f %7.1f | %6.3f %7.1f | %8.3f %7.1f | %10.3f %9.3f | %.1e %5ld | %.1e %5ld%s\n",
+         c.batch, c.s_local, k->seq, c.heads, c.kv_heads, c.d, c.causal, med[V_FUSED], tf_f, med[V_SEQ], tf_s,
+         med[V_CORE], tf_c, tf_f / tf_c, med[V_SEQ] / med[V_FUSED], acc[2], (long)acc[0], acc[3], (long)acc[1],
+         async_error ? "  ASYNC ERROR" : "");
+  fflush(stdout);
+  if (json)
+    fprintf(json,
+            "{\"op\": \"%s\", \"ranks\": %d, \"batch\": %d, \"s_local\": %d, \"seq\": %ld, \"heads\": %d, "
+            "\"kv_heads\": %d, \"d\": %d, \"causal\": %d, \"fused_ms\": %.4f, \"fused_tflops\": %.1f, "
+            "\"seq_ms\": %.4f, \"seq_tflops\": %.1f, \"core_ms\": %.4f, \"core_tflops\": %.1f, "
+            "\"fused_rel\": %.3e, \"fused_wrong\": %ld, \"seq_rel\": %.3e, \"seq_wrong\": %ld}\n",
+            o->bwd ? "ring_attn_bwd" : "ring_attn", k->n, c.batch, c.s_local, k->seq, c.heads, c.kv_heads, c.d,
+            c.causal, med[V_FUSED], tf_f, med[V_SEQ], tf_s, med[V_CORE], tf_c, acc[2], (long)acc[0], acc[3],
+            (long)acc[1]);
+}
+
+/* One case on every rank: checked, timed, printed by rank 0. Returns its wrong count (an
+ * asynchronous error counts one). */
+static long run_case(struct rank* k, const struct opts* o, const struct pcase& c, FILE* json) {
+  alloc_case(k, c);
+  if (o->bwd) alloc_case_bwd(k);
+  double acc[4]; /* fused wrong, seq wrong, fused rel, seq rel */
+  if (o->bwd) check_bwd(k, acc);
+  else check_fwd(k, acc);
+  reduce(k, acc, 2, ncclSum);
+  reduce(k, acc + 2, 2, ncclMax);
+  double med[NV];
+  time_case(k, o, med);
+  ncclResult_t async = ncclSuccess;
+  NCCL_OK(ncclMkCommGetAsyncError(k->comm, &async, NULL, 0));
+  if (k->r == 0) print_case(k, o, c, med, acc, async != ncclSuccess, json);
+  if (o->bwd) free_case_bwd(k);
+  free_case(k);
+  return (long)acc[0] + (long)acc[1] + (async != ncclSuccess);
+}
+
+static int rank_main(const struct opts* o) {
+  struct rank k;
+  rank_setup(&k, o);
   FILE* json = k.r == 0 && o->json ? fopen(o->json, "w") : NULL;
   if (k.r == 0)
     printf("# ring_attn_perf%s on %d ranks, bf16, medians of %d (warm-up %d), ms, max over ranks; TFLOP/s per GPU\n"
@@ -443,46 +492,8 @@ static int rank_main(const struct opts* o) {
            "fused/core fused/seq | fused rel wrong | seq rel wrong\n",
            o->bwd ? " -b (backward)" : "", k.n, o->iters, o->warmup);
   long wrong_total = 0;
-  for (int ci = 0; ci < NCASES; ci++) {
-    if (!o->use[ci]) continue;
-    const struct pcase c = cases[ci];
-    alloc_case(&k, c);
-    if (o->bwd) alloc_case_bwd(&k);
-    double acc[4]; /* fused wrong, seq wrong, fused rel, seq rel */
-    if (o->bwd) check_bwd(&k, acc);
-    else check_fwd(&k, acc);
-    reduce(&k, acc, 2, ncclSum);
-    reduce(&k, acc + 2, 2, ncclMax);
-    double med[NV];
-    time_case(&k, o, med);
-    ncclResult_t async = ncclSuccess;
-    NCCL_OK(ncclMkCommGetAsyncError(k.comm, &async, NULL, 0));
-    const double half = (c.causal ? 0.5 : 1.0) * (o->bwd ? 2.5 : 1.0);
-    const double flop_gpu = 4.0 * c.batch * c.heads * (double)c.s_local * k.seq * c.d * half;
-    const double flop_core = 4.0 * c.batch * c.heads * (double)k.seq * k.seq * c.d * half;
-    const double tf_f = flop_gpu / (med[V_FUSED] * 1e9);
-    const double tf_s = med[V_SEQ] > 0 ? flop_gpu / (med[V_SEQ] * 1e9) : 0; /* 0: not run (-b) */
-    const double tf_c = flop_core / (med[V_CORE] * 1e9);
-    wrong_total += (long)acc[0] + (long)acc[1] + (async != ncclSuccess);
-    if (k.r == 0) {
-      printf("%4d %7d %5ld %3d %4d %3d %6d | %6.3f %7.1f | %6.3f %7.1f | %8.3f %7.1f | %10.3f %9.3f | %.1e %5ld | %.1e %5ld%s\n",
-             c.batch, c.s_local, k.seq, c.heads, c.kv_heads, c.d, c.causal, med[V_FUSED], tf_f, med[V_SEQ], tf_s,
-             med[V_CORE], tf_c, tf_f / tf_c, med[V_SEQ] / med[V_FUSED], acc[2], (long)acc[0], acc[3], (long)acc[1],
-             async != ncclSuccess ? "  ASYNC ERROR" : "");
-      fflush(stdout);
-      if (json)
-        fprintf(json,
-                "{\"op\": \"%s\", \"ranks\": %d, \"batch\": %d, \"s_local\": %d, \"seq\": %ld, \"heads\": %d, "
-                "\"kv_heads\": %d, \"d\": %d, \"causal\": %d, \"fused_ms\": %.4f, \"fused_tflops\": %.1f, "
-                "\"seq_ms\": %.4f, \"seq_tflops\": %.1f, \"core_ms\": %.4f, \"core_tflops\": %.1f, "
-                "\"fused_rel\": %.3e, \"fused_wrong\": %ld, \"seq_rel\": %.3e, \"seq_wrong\": %ld}\n",
-                o->bwd ? "ring_attn_bwd" : "ring_attn", k.n, c.batch, c.s_local, k.seq, c.heads, c.kv_heads, c.d,
-                c.causal, med[V_FUSED], tf_f, med[V_SEQ],
-                tf_s, med[V_CORE], tf_c, acc[2], (long)acc[0], acc[3], (long)acc[1]);
-    }
-    if (o->bwd) free_case_bwd(&k);
-    free_case(&k);
-  }
+  for (int ci = 0; ci < NCASES; ci++)
+    if (o->use[ci]) wrong_total += run_case(&k, o, cases[ci], json);
   if (json) fclose(json);
   NCCL_OK(ncclMkCommRelease(k.comm));
   ncclCommDestroy(k.comm);
