@@ -426,6 +426,25 @@ __device__ __forceinline__ void attn_visible(int* vis, long long q_pos_r0, long 
   }
 }
 
+/* A block's last P.V (stage r's V), then the stage given back. Returns 0 when a wait gave up. */
+template <class Cfg>
+__device__ __forceinline__ int attn_last_pv(struct mk_attn_state<Cfg>& st, const struct mk_attn_smem& sm,
+                                            const struct mk_attn_ring& r, uint32_t* p, uint32_t v_lo,
+                                            int wg, int lane, const struct mk_attn_wait_ctx& w) {
+  constexpr uint32_t STAGE_LO = Cfg::KV_BYTES >> 4;
+  if (!attn_wait(&sm.v_full[r.stage], r.phase, w, MK_ATTN_WAIT_V)) return 0;
+  if (!attn_turn_begin<Cfg>(st, sm, wg, w)) return 0;
+  wgmma_fence();
+  attn_issue_pv<Cfg>(st.o, p, v_lo + r.stage * STAGE_LO);
+  wgmma_commit_group();
+  attn_turn_end<Cfg>(sm, wg);
+  wgmma_wait_group<0>();
+  wgmma_fence_operands<Cfg::D / 2>(st.o);
+  wgmma_fence_operands_u32<Cfg::BN / 4>(p);
+  if (lane == 0) mbarrier_arrive(&sm.empty[r.stage]);
+  return 1;
+}
+
 /* One KV block (n_tiles tiles from the ring, mk_attn_kv_tiles of the CTA's queries) into the
  * running state. q_pos_wg: global position of the warp group's first row; pos0, rows: the
  * block's. q_release (optional; the item's last block): each warp arrives on it once its last
@@ -491,16 +510,7 @@ __device__ __forceinline__ int attn_consume_kv_block(struct mk_attn_state<Cfg>& 
     attn_rescale_and_pack<Cfg>(st, s, p, corr);
   }
 
-  if (!attn_wait(&sm.v_full[r.stage], r.phase, w, MK_ATTN_WAIT_V)) return 0;
-  if (!attn_turn_begin<Cfg>(st, sm, wg, w)) return 0;
-  wgmma_fence();
-  attn_issue_pv<Cfg>(st.o, p, v_lo + r.stage * STAGE_LO);
-  wgmma_commit_group();
-  attn_turn_end<Cfg>(sm, wg);
-  wgmma_wait_group<0>();
-  wgmma_fence_operands<Cfg::D / 2>(st.o);
-  wgmma_fence_operands_u32<Cfg::BN / 4>(p);
-  if (lane == 0) mbarrier_arrive(&sm.empty[r.stage]);
+  if (!attn_last_pv<Cfg>(st, sm, r, p, v_lo, wg, lane, w)) return 0;
   attn_ring_next(&r, Cfg::STAGES);
   *ring = r;
   return 1;
