@@ -605,6 +605,22 @@ __device__ __forceinline__ void gemm_consumers_store_last_tile(const float* acc,
     gemm_trace_storer_event(p, MK_TRACE_LANE_CONSUMER0, t.linear, gemm_rs_owner(p, t), traced_from[0]);
 }
 
+/* One tile's K loop for this warp group: its MMAs, or, where its rows are all past the group's
+ * end, only the stages given back. NOTES: skipped only in a group of at most 64 rows (the
+ * second consumer's rows are then all past its end): skipping in the partial last tile of a
+ * larger group measured 1.3-2.7% slower on the DeepSeek-like grouped GEMM (bench/NOTES.md,
+ * session 27). bf16 only: with e4m3's scaling of the accumulator after the skip, ptxas
+ * serialises that configuration's wgmmas (C7515). */
+template <class Cfg>
+__device__ __forceinline__ void gemm_tile_k_loop(float* acc, const struct mk_gemm_params& p, const struct mk_tile& t,
+                                                 int wg, uint32_t a_lo, uint32_t b_lo, uint64_t* full,
+                                                 uint64_t* empty, int* stage, uint32_t* phase) {
+  if (Cfg::DTYPE == MK_GEMM_BF16 && wg == 1 && t.mb == 0 && t.row_end - t.row0 <= 64)
+    gemm_skip_k_blocks<Cfg>(p, full, empty, stage, phase);
+  else
+    gemm_mma_k_blocks<Cfg>(acc, p, a_lo, b_lo, full, empty, stage, phase);
+}
+
 template <class Cfg>
 __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_params& p, uint8_t* smem,
                                               uint64_t* full, uint64_t* empty, uint64_t* c_full, uint64_t* c_empty,
@@ -646,15 +662,7 @@ __device__ __forceinline__ void gemm_consumer(int wg, const struct mk_gemm_param
       if (async_epi) gemm_stage_end(&c_full[wg], &c_empty[wg], c_phase, staged_slot);
       return;
     }
-    /* NOTES: only in a group of at most 64 rows (the second consumer's rows are then all past
-     * its end): skipping in the partial last tile of a larger group measured 1.3-2.7% slower on
-     * the DeepSeek-like grouped GEMM (bench/NOTES.md, session 27). bf16 only: with e4m3's
-     * scaling of the accumulator after the skip, ptxas serialises that configuration's wgmmas
-     * (C7515). */
-    if (Cfg::DTYPE == MK_GEMM_BF16 && wg == 1 && t.mb == 0 && t.row_end - t.row0 <= 64)
-      gemm_skip_k_blocks<Cfg>(p, full, empty, &stage, &phase);
-    else
-      gemm_mma_k_blocks<Cfg>(acc, p, a_lo, b_lo, full, empty, &stage, &phase);
+    gemm_tile_k_loop<Cfg>(acc, p, t, wg, a_lo, b_lo, full, empty, &stage, &phase);
     wgmma_fence_operands<Cfg::BN / 2>(acc);
     if (!t.valid) continue; /* a cluster partner past the last row-block */
     if constexpr (Cfg::DTYPE == MK_GEMM_E4M3) gemm_scale_acc<Cfg>(acc, ab_scale);
