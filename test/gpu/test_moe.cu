@@ -463,6 +463,6 @@ int main(int argc, char** argv) {
   }
   NR = test_ranks();
   static const char* const two_rank_only[] = {"dead_peer", NULL};
-  const struct rank_harness h = {NR, moe_scenario_env, moe_config, two_rank_only, moe_run};
+  const struct rank_harness h = {NR, moe_scenario_env, moe_config, two_rank_only, moe_run, NULL};
   return rank_harness_main(argc, argv, &h);
 }

@@ -30,12 +30,14 @@
  *   one_kernel:       NCCL_MK_RA_BWD_ONE_KERNEL=1 (set for this scenario before anything reads
  *                     it): grouped heads at D = 128 split (a CTA per query head; a small case
  *                     against the float64 reference, S_local 4096 against the single-GPU core),
- *                     every tile's warp groups counted in the split workspace; then calls
+ *                     every tile's warp groups counted in the split workspace (also at B = 2,
+ *                     causal, and after the replays and back-to-back calls below); then calls
  *                     against the float64 reference (non-causal: H = H_kv and GQA,
  *                     D 64 and 128, a short last tile; causal: S_local 256, 512, 1024, and 384,
  *                     which takes the merged plan); a captured causal and non-causal call that
  *                     is exactly one node, a kernel, replayed with fresh inputs and checked,
- *                     then three calls back to back, checked, and the phase words zero after.
+ *                     then three calls back to back (the gradients poisoned before each),
+ *                     checked, and the phase words zero after.
  *                     The other scenarios run the one-kernel call too when the variable is set.
  *   one_kernel_no_room: the same variable, a workspace that holds the call but not the split's
  *                     partials: grouped heads at D = 128 then take a CTA per kv head's group
@@ -533,9 +535,13 @@ static void busy_sms_run(struct rank_env* e, int held_of_4) {
 static void scenario_busy_sms(struct rank_env* e) { busy_sms_run(e, 1); }
 static void scenario_busy_sms_most(struct rank_env* e) { busy_sms_run(e, 3); }
 
+static void expect_split_counts(struct rank_env* e, struct rb_case c);
+
 /* one_kernel's captured call: replayed with fresh inputs and checked, then three calls back to
- * back, checked, and the phase words zero after them (each call's last CTA leaves its counters
- * zero for the next). Destroys graph. */
+ * back, the gradients poisoned on the stream before each (the check sees the last call's alone),
+ * checked, and the phase words zero after them (each call's last CTA leaves its counters zero
+ * for the next); the split's tile counts those of one call (each call's start zeroes them: a
+ * missing reset reads 3x). Destroys graph. */
 static void one_kernel_replays_and_back_to_back(struct rank_env* e, struct rb_bufs* b, cudaGraph_t graph) {
   cudaGraphExec_t exec;
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
@@ -548,7 +554,12 @@ static void one_kernel_replays_and_back_to_back(struct rank_env* e, struct rb_bu
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  for (int rep = 0; rep < 3; rep++) NCCL_OK(bwd_call(e, b));
+  for (int rep = 0; rep < 3; rep++) {
+    CUDA_OK(cudaMemsetAsync(b->dq, 0xFF, b->nq * 2, e->stream));
+    CUDA_OK(cudaMemsetAsync(b->dk, 0xFF, b->nkv * 2, e->stream));
+    CUDA_OK(cudaMemsetAsync(b->dv, 0xFF, b->nkv * 2, e->stream));
+    NCCL_OK(bwd_call(e, b));
+  }
   CUDA_OK(cudaStreamSynchronize(e->stream));
   EXPECT(rb_check(b, "one kernel, back to back: "), "rank %d: back-to-back calls wrong", e->rank);
   struct mk_fused_comm* fc = NULL;
@@ -557,6 +568,7 @@ static void one_kernel_replays_and_back_to_back(struct rank_env* e, struct rb_bu
   CUDA_OK(cudaMemcpy(words, (uint64_t*)fc->sym + MK_AG_WORD_ATTN_PHASE, sizeof words, cudaMemcpyDeviceToHost));
   for (int i = 0; i < MK_ATTN_BWD_PHASE_WORDS; i++)
     EXPECT(words[i] == 0, "rank %d: phase word %d = %llu after the calls", e->rank, i, (unsigned long long)words[i]);
+  expect_split_counts(e, b->c);
 }
 
 /* The workspace bytes the calls of c take at g_nranks ranks (their regions, ra_bwd_plan.h). */
@@ -604,6 +616,8 @@ static void scenario_one_kernel(struct rank_env* e) {
   expect_split_counts(e, {1, 1024, 8, 1, 128, 1});
   large_case(e, one_kernel_split_large, g_seed + 210);
   expect_split_counts(e, one_kernel_split_large);
+  run_case(e, {2, 512, 8, 2, 128, 1}, g_seed + 220); /* the counts' batch index */
+  expect_split_counts(e, {2, 512, 8, 2, 128, 1});
   /* causal one kernel: S_local a multiple of 256 (its zigzag chunks whole 128-key tiles); 384
    * takes the merged plan */
   const struct rb_case cases[] = {{2, 128, 4, 4, 64, 0},   {1, 200, 8, 1, 128, 0},  {2, 77, 4, 2, 128, 0},
