@@ -169,6 +169,8 @@ static int bwd_check_ring(const struct mk_attn_bwd_args* a) {
     BWD_REJECT("mk_attn_bwd: push and announce need phase_words (the call as one launch) and call_done (its end): "
                "%p, %p", (void*)a->phase_words, (void*)a->call_done);
   if (bwd_misaligned(a->call_done, 8)) BWD_REJECT("mk_attn_bwd: call_done = %p, must be 8-byte aligned", (void*)a->call_done);
+  /* a wait that gives up aborts it, which keeps a half-written block from being announced */
+  if (!a->err) BWD_REJECT("mk_attn_bwd: push and announce need err (the record a wait that gives up aborts)");
   if (a->pdl) /* it would start beside the call before it, whose done word it reads */
     BWD_REJECT("mk_attn_bwd: push, announce and call_done do not take pdl");
   /* split: each tile's last warp group writes it out, in the addends' epilogue (the other
@@ -476,11 +478,9 @@ static cudaError_t attn_bwd_launch_main(const struct mk_attn_bwd_args* a, const 
     kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*maps, *p);
     return cudaGetLastError();
   }
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
+  cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid, cfg.blockDim = dim3(Cfg::THREADS), cfg.dynamicSmemBytes = Cfg::SMEM_BYTES, cfg.stream = stream;
-  cudaLaunchAttribute at;
-  memset(&at, 0, sizeof at);
+  cudaLaunchAttribute at = {};
   at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &at, cfg.numAttrs = 1;

@@ -202,6 +202,7 @@ static struct mk_attn_bwd_args ring_parts_args(void) {
   g.addends.dk[0] = (const float*)fake(21), g.addends.dv[0] = (const float*)fake(23);
   g.addends.ready[0] = (const uint64_t*)fake(25);
   g.phase_words = (uint64_t*)fake(26), g.call_done = (uint64_t*)fake(27);
+  g.err = (struct mk_gemm_error*)fake(45);
   struct mk_kv_push* p = &g.push;
   p->ctas = 4, p->rank = 0, p->nranks = 2, p->batch = 2, p->s_local = 300, p->chunk_rows = 128;
   p->chunks_per_batch = 3, p->row_vecs = 2 * 128 / 8, p->k = fake(8), p->v = fake(9), p->done = (const uint64_t*)fake(28);
@@ -239,6 +240,9 @@ static void bwd_ring_parts_rules(void) {
   a = g, a.call_done = (uint64_t*)((char*)fake(27) + 4);
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.call_done = NULL; /* the push and the announcements need the call's end */
+  CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
+  a = g, a.err = NULL; /* and the record a wait that gives up aborts: else a block a warp group
+                         * gave up on could still be announced whole */
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);
   a = g, a.pdl = 1, a.delta_ready = a.dq_accumulate = 1;
   CHECK_EQ(mk_attn_bwd_check(&a), -EINVAL);

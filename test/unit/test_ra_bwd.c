@@ -403,6 +403,7 @@ static void every_plans_calls_are_built_whole_and_pass_the_cores_check(void) {
             struct mk_fused_comm fc;
             memset(&fc, 0, sizeof fc);
             fc.rank = r, fc.nranks = n, fc.sym = peer_sym[r], fc.peer_sym = peer_sym, fc.num_sms = 132;
+            fc.err = (struct mk_gemm_error*)fake(90); /* the op's record */
             fc.cfg.timeout_ms = 1000;
             struct mk_ra_bwd_layout l;
             mk_ra_bwd_layout(n, B, S, H, hkv, d, 128, &l);
@@ -419,7 +420,7 @@ static void every_plans_calls_are_built_whole_and_pass_the_cores_check(void) {
             void* data = (char*)peer_sym[r] + MK_AG_DATA_OFFSET;
             const int m = mk_ra_bwd_build_calls(&fc, &ga, &l, data, 128, kinds[ki], &t, plan, core, &own);
             CHECK(m >= 1);
-            for (int i = 0; i < m; i++) CHECK_EQ(mk_attn_bwd_check(&core[i]), 0);
+            for (int i = 0; i < m; i++) CHECK(mk_attn_bwd_check(&core[i]) == 0 && core[i].err == fc.err);
             if (kinds[ki] != MK_RA_BWD_ONE_KERNEL || m != 1) continue;
             CHECK(core[0].call_done == ga.call.done && core[0].push.ctas >= 1 && core[0].push.call == ga.call.call);
             for (int j = 0; j < core[0].num_kv_blocks; j++) /* each peer's block announced to it, the own not */
@@ -474,6 +475,7 @@ static void accumulator_zero_wait_names_its_peer(void) {
   struct mk_fused_comm fc;
   memset(&fc, 0, sizeof fc);
   fc.rank = 0, fc.nranks = 4, fc.sym = peer_sym[0], fc.peer_sym = peer_sym, fc.num_sms = 132;
+  fc.err = (struct mk_gemm_error*)fake(90); /* the op's record */
   fc.cfg.timeout_ms = 1000;
   struct mk_ra_args ga;
   mk_ra_fill_args(&fc, MK_OP_RING_ATTN_BWD, fake(2), fake(3), 1, 2048, 8, 8, 128, 1, 128, 1 << 20, &ga);
