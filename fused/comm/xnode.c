@@ -145,13 +145,11 @@ static int xnode_all_ready(const uint32_t* magic, size_t stride, int nranks) {
 /* 1 when every rank's flag of the third exchange is set: each took the others' keys and
  * has its thread, held. */
 static int xnode_all_armed(struct mk_fused_comm* fc, int mine, int* all_armed) {
-  int32_t* armed = calloc((size_t)fc->nranks, sizeof(*armed));
-  if (!armed) return -ENOMEM;
+  int32_t armed[MK_XN_MAX_RANKS]; /* no allocation that could fail before the others' gather */
   const int32_t flag = mine ? 1 : 0;
   const int rc = xnode_allgather(fc, &flag, sizeof(flag), armed);
   *all_armed = !rc;
   for (int r = 0; !rc && r < fc->nranks; r++) *all_armed &= armed[r] == 1;
-  free(armed);
   return rc;
 }
 
@@ -164,10 +162,12 @@ static int xnode_all_armed(struct mk_fused_comm* fc, int mine, int* all_armed) {
  * peers' closes for errors. *local: this rank's own error, or 0; xn->started when every rank's
  * thread runs, alike on every rank. <0 only when an exchange itself failed. */
 static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int* local) {
-  const size_t n = (size_t)fc->nranks;
-  struct mk_proxy_addr* addrs = calloc(n, sizeof(*addrs));
-  struct mk_proxy_keys* keys = calloc(n, sizeof(*keys));
-  int rc = addrs && keys ? 0 : -ENOMEM;
+  /* on the stack (13 KiB at most): an allocation that failed would skip gathers the others join */
+  struct mk_proxy_addr addrs[MK_XN_MAX_RANKS];
+  struct mk_proxy_keys keys[MK_XN_MAX_RANKS];
+  memset(addrs, 0, sizeof addrs);
+  memset(keys, 0, sizeof keys);
+  int rc = 0;
   if (!rc && !*local) *local = mk_proxy_addr(xn->proxy, &addrs[fc->rank]);
   if (!rc && *local) memset(&addrs[fc->rank], 0, sizeof(*addrs));
   if (!rc) rc = xnode_allgather(fc, &addrs[fc->rank], sizeof(*addrs), addrs);
@@ -181,8 +181,6 @@ static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int* lo
   if (!rc && ready) rc = xnode_all_armed(fc, !*local, &ready);
   if (!rc && ready) mk_proxy_go(xn->proxy);
   xn->started = !rc && ready && !*local;
-  free(addrs);
-  free(keys);
   return rc;
 }
 
@@ -202,7 +200,12 @@ int mk_xnode_setup(struct mk_fused_comm* fc) {
       "cudaMalloc (proxy records)"));
   int local = xnode_alloc(fc, xn);
   if (!local) local = xnode_create(fc, xn);
-  MK_CHECK(xnode_exchange(fc, xn, &local));
+  const int rc = xnode_exchange(fc, xn, &local);
+  if (rc) { /* a gather failed: the communicator is gone; a held thread must not outlive it */
+    mk_proxy_stop(xn->proxy);
+    xn->proxy = NULL;
+    return rc;
+  }
   if (xn->started) {
     MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d reaches %d rank(s) through the proxy",
             fc->rank, fc->nranks - fc->local_size);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "lb_px.h"
+#include "mk_err.h"
 #include "xnode.h"
 
 /* Shutdown in two steps, so that neither proxy sees the other's close as a death. */
@@ -480,47 +481,68 @@ static int corrupt_keys_rank(struct lb_ctx* ctx) {
 
 /* ---- an armed thread is held until go ----
  * xnode.c arms every rank's proxy, learns whether every rank could, and only then lets the
- * threads run; if one rank could not, the others stop theirs held. Rank 0 arms and stops
- * without go (its connections close). Rank 1 stays armed across that close and raises no
- * error, because its held thread calls no transport; once it goes, the running thread takes the
- * close for a dead peer (the control: the hold is what kept it quiet). */
+ * threads run; if one rank could not, the others stop theirs held. The proxies here run over
+ * the default transport wrapped to count the calls the thread makes on its connections (each
+ * loop of a running thread progresses every one). Rank 0 arms and stops without go (its
+ * connections close). Rank 1 stays armed across that close: no call, no error; once it goes,
+ * the calls start and the running thread takes the close for a dead peer (ofi reports it after
+ * a 1 s grace). */
 
 #define HELD_BOUND_S 10.0
-/* A running thread reports a peer's close within the transport's grace after its "bye" (1 s
- * over ofi): hold twice that, so that a thread that was not held would be caught. */
-#define HELD_FOR_US 2000000
+#define HELD_FOR_US 500000
+
+static struct mk_transport_ops counted_ops;
+static int (*uncounted_progress)(struct mk_comm* comm);
+static uint64_t progress_calls; /* atomic */
+
+static int counted_progress(struct mk_comm* comm) {
+  __atomic_fetch_add(&progress_calls, 1, __ATOMIC_RELAXED);
+  return uncounted_progress(comm);
+}
+
+static int counted_transport(const struct mk_transport_ops** out) {
+  const struct mk_transport_ops* ops;
+  MK_CHECK(mk_transport_get(&ops));
+  counted_ops = *ops;
+  uncounted_progress = ops->progress;
+  counted_ops.progress = counted_progress;
+  *out = &counted_ops;
+  return 0;
+}
 
 static int armed_held_rank(struct lb_ctx* ctx) {
   struct px x = {0};
+  LB_OK(counted_transport(&x.ops));
   LB_OK(px_setup(ctx, &x, DEPTH, INFLIGHT, 4096, 8));
   const int threads_before = count_threads();
   LB_OK(mk_proxy_arm(x.p, x.keys));
+  const uint64_t calls_at_arm = __atomic_load_n(&progress_calls, __ATOMIC_RELAXED); /* the setup's */
   LB_EXPECT(count_threads() == threads_before + 1);
-  double t0 = lb_now();
-  while (!mk_proxy_tid(x.p) && lb_now() - t0 < HELD_BOUND_S) sched_yield();
-  const int tid = mk_proxy_tid(x.p);
-  LB_EXPECT(tid > 0);
   if (x.rank == 0) {
-    LB_OK(mk_proxy_stop(x.p)); /* held: the thread exits at once, nothing in flight */
-    LB_EXPECT(thread_gone_within(tid, 1.0));
+    usleep(HELD_FOR_US);
+    LB_EXPECT(__atomic_load_n(&progress_calls, __ATOMIC_RELAXED) == calls_at_arm);
+    const int tid = mk_proxy_tid(x.p); /* its first statement, long done */
+    LB_OK(mk_proxy_stop(x.p)); /* held: the stop lets it out at once (a thread that stayed would hang this join) */
+    x.p = NULL;
+    LB_EXPECT(tid > 0 && thread_gone_within(tid, 1.0));
     lb_tell(ctx, 1);
     LB_EXPECT(lb_hear(ctx) == 2);
-    x.p = NULL;
     px_free(&x);
     return 0;
   }
   LB_EXPECT(lb_hear(ctx) == 1);
   usleep(HELD_FOR_US);
   char msg[256];
+  LB_EXPECT(__atomic_load_n(&progress_calls, __ATOMIC_RELAXED) == calls_at_arm);
   LB_EXPECT(mk_proxy_error(x.p, msg, sizeof msg) == 0);
   mk_proxy_go(x.p);
-  t0 = lb_now();
+  double t0 = lb_now();
   int err = 0;
-  while (!(err = mk_proxy_error(x.p, msg, sizeof msg)) && lb_now() - t0 < HELD_BOUND_S)
-    usleep(1000);
-  fprintf(stderr, "  [rank 1] held through the peer's close with no error; after go: %s (%.3f s)\n",
-         err ? msg : "(no error)", lb_now() - t0);
-  LB_EXPECT(err < 0);
+  while (!(err = mk_proxy_error(x.p, msg, sizeof msg)) && lb_now() - t0 < HELD_BOUND_S) usleep(1000);
+  const uint64_t calls = __atomic_load_n(&progress_calls, __ATOMIC_RELAXED) - calls_at_arm;
+  fprintf(stderr, "  [rank 1] held: no transport call, no error; after go: %llu progress calls, %s (%.3f s)\n",
+          (unsigned long long)calls, err ? msg : "(no error)", lb_now() - t0);
+  LB_EXPECT(calls > 0 && err < 0);
   LB_EXPECT(mk_proxy_stop(x.p) == err);
   x.p = NULL;
   lb_tell(ctx, 2);

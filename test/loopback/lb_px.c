@@ -66,7 +66,7 @@ int px_make(struct px* x, int rank, int nranks, int dev, uint32_t depth, int inf
   memset(x->flags, 0, x->flags_bytes);
   unsigned char remote[PX_MAX_RANKS] = {1, 1, 1}; /* NCCL_MK_LOCAL_SIZE=1: every peer is remote */
   struct mk_proxy_conf conf = {
-      .ops = NULL,
+      .ops = x->ops,
       .dev = dev,
       .rank = x->rank,
       .nranks = nranks,

@@ -28,6 +28,7 @@ struct px {
   struct mk_proxy* p;
   struct mk_proxy_keys keys[PX_MAX_RANKS];
   uint64_t inflight_bytes; /* set before px_setup: the proxy's per-peer cap (0: default) */
+  const struct mk_transport_ops* ops; /* set before px_setup: the proxy's transport (NULL: default) */
 };
 
 /* One rank's queue, regions and proxy (not connected), every peer remote. */
