@@ -3,8 +3,9 @@
  * fused/proxy/xnode.h): made after the workspace exchange when some rank is outside the
  * local team (another host, or another emulated node with NCCL_MK_LOCAL_SIZE), released with
  * the communicator. Setup is collective: three exchanges (the proxy's listen addresses, then
- * its remote keys, then whether every rank took them) as ncclAllGather on the caller's
- * communicator; the proxies connect to each other between the first two.
+ * its remote keys, then whether every rank took them and has its thread, held) as
+ * ncclAllGather on the caller's communicator; the proxies connect to each other between the
+ * first two.
  */
 #include "fused_comm.h"
 
@@ -167,10 +168,9 @@ static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int* lo
   struct mk_proxy_keys keys[MK_XN_MAX_RANKS];
   memset(addrs, 0, sizeof addrs);
   memset(keys, 0, sizeof keys);
-  int rc = 0;
-  if (!rc && !*local) *local = mk_proxy_addr(xn->proxy, &addrs[fc->rank]);
-  if (!rc && *local) memset(&addrs[fc->rank], 0, sizeof(*addrs));
-  if (!rc) rc = xnode_allgather(fc, &addrs[fc->rank], sizeof(*addrs), addrs);
+  if (!*local) *local = mk_proxy_addr(xn->proxy, &addrs[fc->rank]);
+  if (*local) memset(&addrs[fc->rank], 0, sizeof(*addrs));
+  int rc = xnode_allgather(fc, &addrs[fc->rank], sizeof(*addrs), addrs);
   int ready = !rc && xnode_all_ready(&addrs[0].magic, sizeof(*addrs), fc->nranks);
   if (!rc && ready) *local = mk_proxy_connect(xn->proxy, addrs);
   if (!rc && ready && !*local) *local = mk_proxy_keys(xn->proxy, &keys[fc->rank]);
