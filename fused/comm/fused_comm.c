@@ -311,6 +311,11 @@ int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm
   return 0;
 }
 
+void mk_fused_comm_settle(ncclComm_t comm, cudaStream_t stream) {
+  struct mk_fused_comm* fc = comm ? registry_get(comm, 0) : NULL;
+  if (fc && __atomic_load_n(&fc->exchange_pending, __ATOMIC_ACQUIRE)) (void)fused_comm_exchange_late(fc, stream);
+}
+
 cudaError_t mk_fused_read(const struct mk_fused_comm* fc, void* dst, const void* src, size_t bytes) {
   const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, fc->internal);
   return e == cudaSuccess ? cudaStreamSynchronize(fc->internal) : e;

@@ -70,6 +70,8 @@ struct mk_fused_comm {
   int exchange_failed;          /* a deferred exchange's error, or this rank's init failure
                                  * inside a group: every later call refuses (a failed exchange
                                  * may have mapped some peers, and must not run twice) */
+  int records_read;             /* the gathered records were read: records_dev's slots are
+                                 * free for later exchanges (xnode.c) */
   pthread_mutex_t exchange_lock; /* one finisher of a deferred exchange: first ops from
                                   * several threads may race */
   struct mk_peer_record* records_dev;
@@ -112,6 +114,12 @@ int mk_fused_comm_destroy(ncclComm_t comm);
  * be outside graph capture: `stream` is the caller's, used only to detect capture).
  * -ENOTSUP with a WARN when the comm was never initialised. */
 int mk_fused_comm_get(ncclComm_t comm, cudaStream_t stream, struct mk_fused_comm** out);
+/* For a call refused by its argument checks: finishes the exchange of an ncclMkCommInit made
+ * inside a group if it is still pending, as a valid first call would. Across nodes that
+ * exchange runs collectives (xnode.c) which the peers' first calls wait in, valid or not; a
+ * rank whose first call was refused must not leave them there. Its failure is kept for the
+ * next call (exchange_failed); nothing happens for a comm without ncclMkCommInit. */
+void mk_fused_comm_settle(ncclComm_t comm, cudaStream_t stream);
 /* The state of `comm` as it is, for the queries (ncclMkCommGetAsyncError, GetProxyBytes): a
  * pending exchange is left to the ops, which run the collectives in the caller's order (a
  * watchdog thread's query must not run one). -ENOTSUP with a WARN when never initialised. */
@@ -172,7 +180,8 @@ void mk_peer_close(struct mk_fused_comm* fc);
 
 /* xnode.c: the cross-node state (fused/proxy/xnode.h). setup (collective, after the workspace
  * exchange; a no-op when every rank is local) starts the proxy, or on every rank none when some
- * rank cannot (the ops then take their reference paths); release says goodbye to the peers (no
+ * rank cannot (the ops then take their reference paths); `failed` (negative errno): this rank
+ * has failed already and joins the exchanges only so that its peers do not wait in them; release says goodbye to the peers (no
  * collective) and stops it. view: the kernels' state, the remote ranks (< 32) as a bit mask and
  * the regions' GPU views; -ENOENT (all zero) when no proxy runs. sent_bytes: data bytes the
  * proxy's puts completed, all peers. error: the proxy's failure (0 while healthy), described
@@ -180,7 +189,7 @@ void mk_peer_close(struct mk_fused_comm* fc);
 #define MK_XNODE_ERR_TAG 0xFFFFFF00u
 struct mk_xnode;
 struct mk_xnode_dev;
-int mk_xnode_setup(struct mk_fused_comm* fc);
+int mk_xnode_setup(struct mk_fused_comm* fc, int failed);
 void mk_xnode_release(struct mk_fused_comm* fc);
 struct mk_xnode_view {
   struct mk_xnode_dev* dev;

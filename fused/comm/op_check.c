@@ -55,14 +55,20 @@ int mk_op_check(const struct mk_op_call* c, struct mk_fused_comm** out) {
   for (int i = 0; i < c->nptrs; i++) {
     if (c->m == 0 && (c->m_rows_ptrs >> i & 1)) continue; /* no rows: never dereferenced */
     int rc = pointer_check(c->name, c->ptr_names[i], c->ptrs[i], 1);
-    if (rc) return rc;
+    if (rc) return mk_op_refuse(c->comm, c->stream, rc);
   }
   int rc = pointer_check(c->name, c->optional_name, c->optional_ptr, 0);
   if (!rc) rc = shape_check(c);
-  if (!rc) rc = mk_fused_comm_get(c->comm, c->stream, &fc);
+  if (rc) return mk_op_refuse(c->comm, c->stream, rc);
+  rc = mk_fused_comm_get(c->comm, c->stream, &fc);
   if (!rc) rc = split_check(c, fc->nranks);
   if (!rc) rc = mk_fused_comm_health(fc, NULL, 0);
   if (!rc) *out = fc;
+  return rc;
+}
+
+int mk_op_refuse(ncclComm_t comm, cudaStream_t stream, int rc) {
+  mk_fused_comm_settle(comm, stream);
   return rc;
 }
 

@@ -36,6 +36,11 @@ struct mk_op_call {
 /* 0 with *fc set, or negative errno after a one-line WARN naming the problem. */
 int mk_op_check(const struct mk_op_call* call, struct mk_fused_comm** fc);
 
+/* A call refused by checks made before its comm was looked up: returns rc (negative errno)
+ * after mk_fused_comm_settle, so that a refused first call still joins the exchange its peers
+ * wait in. The ops' own checks that come before mk_op_check return through it. */
+int mk_op_refuse(ncclComm_t comm, cudaStream_t stream, int rc);
+
 /* Makes the comm's GPU current for the launch and restores the caller's afterwards. */
 int mk_op_device_enter(const struct mk_fused_comm* fc, int* prev);
 void mk_op_device_leave(int prev);

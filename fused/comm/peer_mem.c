@@ -133,11 +133,16 @@ int mk_peer_records_agree(const struct mk_peer_record* records, int nranks, int 
 
 /* A peer is in the local team when it is on this host and, with NCCL_MK_LOCAL_SIZE > 0, in
  * the same emulated node (consecutive groups of that many ranks); others are remote, for
- * the proxy (fused/proxy) to reach through the transport. */
+ * the proxy (fused/proxy) to reach through the transport. From the records alone, so that
+ * every rank counts the same team whether or not its mapping works. */
+static int peer_is_local(const struct mk_fused_comm* fc, int p, const struct mk_peer_record* mine) {
+  return fc->records_host[p].host_hash == mine->host_hash &&
+         mk_local_team_same(fc->rank, p, (int)mk_param_int(MK_PARAM_LOCAL_SIZE));
+}
+
+/* Maps local peer p's workspace: 0 or negative errno. */
 static int peer_map(struct mk_fused_comm* fc, int p, const struct mk_peer_record* mine) {
   const struct mk_peer_record* r = &fc->records_host[p];
-  if (r->host_hash != mine->host_hash) return 0;
-  if (!mk_local_team_same(fc->rank, p, (int)mk_param_int(MK_PARAM_LOCAL_SIZE))) return 0;
   if (r->pid == mine->pid) {
     if (r->dev != fc->dev) {
       cudaError_t err = cudaDeviceEnablePeerAccess(r->dev, 0);
@@ -145,14 +150,14 @@ static int peer_map(struct mk_fused_comm* fc, int p, const struct mk_peer_record
       else if (err != cudaSuccess) return mk_cuda_check(err, "cudaDeviceEnablePeerAccess");
     }
     fc->peer_sym[p] = (void*)(uintptr_t)r->sym_ptr;
-    return 1;
+    return 0;
   }
   int rc = mk_cuda_check(cudaIpcOpenMemHandle(&fc->peer_sym[p], r->sym_handle,
                                               cudaIpcMemLazyEnablePeerAccess),
                          "cudaIpcOpenMemHandle");
   if (rc) return rc;
   fc->peer_opened[p] = 1;
-  return 1;
+  return 0;
 }
 
 static int peer_exchange_read(struct mk_fused_comm* fc, int eager);
@@ -168,6 +173,7 @@ static int peer_mapping_agree(struct mk_fused_comm* fc, int mine) {
 }
 
 int mk_peer_exchange_ran(struct mk_fused_comm* fc) {
+  if (fc->records_read) return 1; /* the slots may hold the cross-node exchanges' records since */
   uint64_t hash = 0; /* read behind whatever the internal stream holds: the gather, if launched */
   const int rc = mk_cuda_check(mk_fused_read(fc, &hash, &fc->records_dev[fc->rank].host_hash, sizeof hash),
                                "workspace record");
@@ -194,23 +200,26 @@ static int peer_exchange_read(struct mk_fused_comm* fc, int eager) {
   if (rc) return rc;
   const struct mk_peer_record* mine = &fc->records_host[fc->rank];
   if (mine->host_hash == record_poison) return -EAGAIN; /* caller's group not ended yet */
-  rc = mk_peer_records_agree(fc->records_host, fc->nranks, fc->rank);
+  fc->records_read = 1;
+  rc = mk_peer_records_agree(fc->records_host, fc->nranks, fc->rank); /* alike on every rank */
   if (rc) return rc;
   fc->local_size = 0;
-  for (int p = 0; p < fc->nranks && rc >= 0; p++) {
-    if (p == fc->rank) {
-      fc->peer_sym[p] = fc->sym;
-      fc->local_size++;
-      continue;
-    }
-    rc = peer_map(fc, p, mine);
-    if (rc >= 0) fc->local_size += rc;
+  for (int p = 0; p < fc->nranks; p++) {
+    if (p == fc->rank) fc->peer_sym[p] = fc->sym;
+    if (p != fc->rank && !peer_is_local(fc, p, mine)) continue;
+    fc->local_size++;
+    if (p != fc->rank && !rc) rc = peer_map(fc, p, mine);
   }
-  /* at the first op (after an init inside a group) a failure stays this rank's: its peers go on */
-  MK_CHECK(eager ? peer_mapping_agree(fc, rc < 0 ? rc : 0) : rc < 0 ? rc : 0);
+  if (eager) MK_CHECK(peer_mapping_agree(fc, rc)); /* every rank fails its init alike */
+  if (rc) {
+    /* At the first op (after an init inside a group) a failure stays this rank's, but the
+     * rank still joins the cross-node exchange, as failed: its peers' first calls wait in it. */
+    mk_xnode_setup(fc, rc);
+    return rc;
+  }
   MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d of %d, %d on this host reachable by "
           "load/store", fc->rank, fc->nranks, fc->local_size);
-  rc = mk_xnode_setup(fc); /* the others, through the proxy */
+  rc = mk_xnode_setup(fc, 0); /* the others, through the proxy */
   /* Done only when whole: a failed lazy exchange stays pending, and its error is kept
    * (mk_fused_comm_get), so no call runs on a half-mapped communicator. */
   if (!rc) __atomic_store_n(&fc->exchange_pending, 0, __ATOMIC_RELEASE);

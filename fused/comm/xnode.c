@@ -32,7 +32,6 @@ struct mk_xnode {
   uint64_t* flags_dev;
   unsigned char* remote; /* [nranks] */
   uint32_t remote_mask;  /* the same, for ranks < 32 */
-  void* exchange;        /* device buffer of the record exchanges */
   int started;           /* the proxy thread runs: release meets the peers */
 };
 
@@ -49,8 +48,14 @@ static void* device_view(void* host) {
 }
 
 /* Every rank's `bytes`-byte record into all[nranks], through ncclAllGather on fc's comm. */
+/* Through the workspace exchange's device slots (read by now: records_read), which every
+ * rank has since its init: an allocation here could fail on one rank alone, and its peers
+ * would wait in the gather it skipped. */
+_Static_assert(sizeof(struct mk_peer_record) >= sizeof(struct mk_proxy_addr) &&
+                   sizeof(struct mk_peer_record) >= sizeof(struct mk_proxy_keys),
+               "the cross-node records fit the workspace exchange's slots");
 static int xnode_allgather(struct mk_fused_comm* fc, const void* mine, size_t bytes, void* all) {
-  return mk_fused_allgather(fc, fc->xn->exchange, mine, bytes, all, "proxy record exchange");
+  return mk_fused_allgather(fc, fc->records_dev, mine, bytes, all, "proxy record exchange");
 }
 
 /* A proxy failure (dead peer, transport error) is the communicator's asynchronous error:
@@ -184,7 +189,7 @@ static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int* lo
   return rc;
 }
 
-int mk_xnode_setup(struct mk_fused_comm* fc) {
+int mk_xnode_setup(struct mk_fused_comm* fc, int failed) {
   if (fc->local_size == fc->nranks || fc->xn) return 0;
   if (fc->nranks > MK_XN_MAX_RANKS) {
     MK_WARN(
@@ -193,13 +198,15 @@ int mk_xnode_setup(struct mk_fused_comm* fc) {
         fc->nranks, fc->local_size, MK_XN_MAX_RANKS);
     return 0;
   }
-  struct mk_xnode* xn = fc->xn = calloc(1, sizeof(*fc->xn));
-  if (!xn) return -ENOMEM;
-  MK_CHECK(mk_cuda_check(
-      cudaMalloc(&xn->exchange, ((size_t)fc->nranks + 1) * sizeof(struct mk_proxy_addr)),
-      "cudaMalloc (proxy records)"));
-  int local = xnode_alloc(fc, xn);
+  /* From here every failure of this rank goes into `local`, never an early return: the
+   * exchanges below are collectives its peers join. */
+  struct mk_xnode none;
+  memset(&none, 0, sizeof(none));
+  struct mk_xnode* xn = fc->xn = failed ? NULL : calloc(1, sizeof(*fc->xn));
+  int local = failed ? failed : xn ? 0 : -ENOMEM;
+  if (!local) local = xnode_alloc(fc, xn);
   if (!local) local = xnode_create(fc, xn);
+  if (!xn) xn = &none;
   const int rc = xnode_exchange(fc, xn, &local);
   if (rc) { /* a gather failed: the communicator is gone; a held thread must not outlive it */
     mk_proxy_stop(xn->proxy);
@@ -211,10 +218,10 @@ int mk_xnode_setup(struct mk_fused_comm* fc) {
             fc->rank, fc->nranks - fc->local_size);
     return 0;
   }
-  if (local)
-    MK_WARN("rank %d: its cross-node proxy could not start: %s", fc->rank, strerror(-local));
   mk_proxy_stop(xn->proxy);
   xn->proxy = NULL; /* and so on every rank: the third exchange agreed */
+  if (failed) return 0; /* its calls refuse: the caller keeps `failed` */
+  if (local) MK_WARN("rank %d: its cross-node proxy could not start: %s", fc->rank, strerror(-local));
   MK_WARN(
       "rank %d: not every rank could start its cross-node proxy; the fused ops use their reference "
       "paths (NCCL's collectives, then the GEMM) and MoE and ring attention are unavailable",
@@ -255,7 +262,6 @@ void mk_xnode_release(struct mk_fused_comm* fc) {
   cudaFreeHost(xn->bounce);
   cudaFreeHost(xn->flags);
   cudaFree(xn->dev);
-  cudaFree(xn->exchange);
   free(xn->remote);
   free(xn);
   fc->xn = NULL;

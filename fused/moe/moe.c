@@ -113,7 +113,7 @@ size_t mk_moe_geom_layout(struct mk_moe_geom* g) {
 NCCL_MK_API ncclResult_t ncclMkMoeLayoutCreate(ncclComm_t comm, ncclMkMoeLayout_t* layout) {
   if (!comm || !layout) {
     MK_WARN("ncclMkMoeLayoutCreate: %s is NULL", comm ? "layout" : "comm");
-    return ncclInvalidArgument;
+    return mk_result_from_errno(mk_op_refuse(comm, NULL, -EINVAL));
   }
   struct mk_fused_comm* fc;
   int prev, rc = mk_fused_comm_get(comm, NULL, &fc);

@@ -213,7 +213,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttention(const void* q, const void* k, const
                                              size_t d_head, int causal, ncclDataType_t type, ncclComm_t comm,
                                              cudaStream_t stream) {
   int rc = mk_ra_shape_check(MK_RA_NAME, lse, batch, s_local, heads, kv_heads, d_head, causal);
-  if (rc) return mk_result_from_errno(rc);
+  if (rc) return mk_result_from_errno(mk_op_refuse(comm, stream, rc));
   /* the shared checks on the [B x S_local, H x D] view of q and out, [.., H_kv x D] of k, v */
   struct mk_op_call call = {
       .op = MK_OP_RING_ATTN, .name = MK_RA_NAME, .m = batch * s_local, .n = heads * d_head,

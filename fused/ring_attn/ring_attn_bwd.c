@@ -396,7 +396,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
                                                      size_t d_head, int causal, ncclDataType_t type, ncclComm_t comm,
                                                      cudaStream_t stream) {
   int rc = mk_ra_bwd_args_check(q, k, v, out, lse, dout, dq, dk, dv, batch, s_local, heads, kv_heads, d_head, causal);
-  if (rc) return mk_result_from_errno(rc);
+  if (rc) return mk_result_from_errno(mk_op_refuse(comm, stream, rc));
   struct mk_op_call call = {
       .op = MK_OP_RING_ATTN_BWD, .name = MK_RA_BWD_NAME, .m = batch * s_local, .n = heads * d_head,
       .k = kv_heads * d_head, .type = type, .m_split = 0, .ptrs = {q, k, v, dout},

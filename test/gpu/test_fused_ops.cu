@@ -14,7 +14,7 @@
  * usage: test_fused_ops <correctness|bad_input|graph|back_to_back|negative_control|group_init|
  *                        hang_report|absent_peer[_graph]|late_peer[_rs|_ar]|one_kernel|two_comms|proxy_bytes|killed_peer|
  *                        peer_dies_mid_call[_rs|_ar]|
- *                        no_proxy_fallback|busy_sms|busy_sms_most>
+ *                        no_proxy_fallback|busy_sms|busy_sms_most|group_init_refused_first_call>
  * The binary starts one process per GPU itself (group_init: one process, two GPUs).
  */
 #include <glob.h>
@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fused_comm.h"
 #include "gemm_check.cuh"
 #include "graph_kernels.cuh"
 #include "mk_param.h"
@@ -615,7 +616,37 @@ static int fused_run(const char* scenario, int rank, ncclComm_t comm, cudaStream
   return e.failures;
 }
 
+/* ncclMkCommInit inside ncclGroupStart/End on each rank, then rank 1's first call refused by
+ * its argument checks (NULL a_shard): it still finishes the init's exchange, as a valid first
+ * call would (across emulated nodes its peers' first calls wait in that exchange's
+ * all-gathers; before session 67 it returned first and left them there). So its comm is no
+ * longer pending when the refusal returns, and then every rank's valid calls are checked. */
+static int group_init_refused_first_call(int rank, ncclComm_t comm, const ncclMkConfig* cfg) {
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclMkCommInit(comm, cfg));
+  NCCL_OK(ncclGroupEnd());
+  struct rank_env e = {rank, comm, NULL, 0};
+  CUDA_OK(cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking));
+  if (rank == 1) {
+    struct shape s = per_rank(64, 64, 64);
+    struct op_bufs o;
+    bufs_alloc(&o, s);
+    const ncclResult_t r = ncclMkAllGatherGemm(NULL, o.b, o.c_ag, NULL, s.m, s.n, s.k, ncclBfloat16, comm, e.stream);
+    expect(&e, r == ncclInvalidArgument, "the refused first call returns ncclInvalidArgument", (double)r);
+    struct mk_fused_comm* fc = NULL;
+    expect(&e, mk_fused_comm_lookup(comm, &fc) == 0 && !__atomic_load_n(&fc->exchange_pending, __ATOMIC_ACQUIRE),
+           "the refused first call finished the init's exchange", 0.0);
+    bufs_free(&o);
+  }
+  scenario_correctness(&e);
+  expect_no_async_error(&e, "no asynchronous error");
+  CUDA_OK(cudaStreamDestroy(e.stream));
+  NCCL_OK(ncclMkCommRelease(comm));
+  return e.failures;
+}
+
 static int fused_init_scenario(const char* scenario, int rank, ncclComm_t comm, const ncclMkConfig* cfg) {
+  if (!strcmp(scenario, "group_init_refused_first_call")) return group_init_refused_first_call(rank, comm, cfg);
   if (!strcmp(scenario, "init_fails_on_one_rank")) return rank_init_fails(RANK_INIT_FAILS, rank, comm, cfg);
   if (!strcmp(scenario, "init_config_refused_on_one_rank")) return rank_init_fails(RANK_INIT_REFUSED, rank, comm, cfg);
   if (!strcmp(scenario, "init_configs_differ")) return rank_init_fails(RANK_INIT_DIFFERS, rank, comm, cfg);
