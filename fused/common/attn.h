@@ -233,11 +233,26 @@ struct mk_attn_bwd_args {
    * call's last CTA, once the push's CTAs are done too. */
   struct mk_kv_push push;
   uint64_t* call_done;
+  /* optional, with the ring's parts only: NCCL_MK_TRACE's device buffer (fused/common/trace.h),
+   * its rings per SM (attn_bwd_trace.cuh); NULL: no events */
+  struct mk_trace_buf* trace;
 };
 /* [0] start CTAs done, [1] main, [2] end, [3] push, [4 + b] block b's main CTAs (announce) */
 #define MK_ATTN_BWD_PHASE_WORDS (4 + MK_ATTN_MAX_KV_BLOCKS)
 
 #define MK_ATTN_ACC_GATE_CLOSED (1ull << 63)
+
+/* MK_TRACE_PHASE ids of the ring's one-launch events (attn_bwd_trace.cuh; scripts/mktrace
+ * names them): the part waits are the phase words waited for (attn_bwd_phase.cuh), the parts'
+ * spans from 8 on. */
+enum mk_attn_bwd_trace_phase {
+  MK_ATTN_BWD_TRACE_WAIT_START = 0, /* a key tile's CTA waits for the start part */
+  MK_ATTN_BWD_TRACE_WAIT_MAIN = 1,  /* an end CTA waits for every key tile's CTA */
+  MK_ATTN_BWD_TRACE_WAIT_PUSH = 3,  /* the call's last CTA waits for the push CTAs */
+  MK_ATTN_BWD_TRACE_PUSH = 8,       /* a push CTA: its slice of this rank's K/V to its peers */
+  MK_ATTN_BWD_TRACE_START = 9,      /* a start CTA's slice (delta, dq_acc and the workspace zeroed) */
+  MK_ATTN_BWD_TRACE_END = 10,       /* an end CTA's slice (dq converted; split's write-out) */
+};
 
 /* Whether the accumulators behind `gate` (NULL: none) may be written: one volatile read of the
  * device word (device code only; the gate moves while kernels run). */

@@ -164,6 +164,8 @@ static int bwd_check_ring(const struct mk_attn_bwd_args* a) {
                    bwd_block_tiles(&a->kv[i]), bwd_block_tiles(&a->kv[0]));
   }
   MK_CHECK(bwd_check_two_pieces(a));
+  if (a->trace && !bwd_ring_parts(a)) /* only the RING kernel has the events (attn_bwd_trace.cuh) */
+    BWD_REJECT("mk_attn_bwd: trace needs the ring's parts (push, announce): its events are the one launch's");
   if (!bwd_ring_parts(a)) return 0;
   if (!a->phase_words || !a->call_done)
     BWD_REJECT("mk_attn_bwd: push and announce need phase_words (the call as one launch) and call_done (its end): "
@@ -425,6 +427,7 @@ static int attn_bwd_fill(const struct mk_attn_bwd_args* a, int split, struct mk_
   p->push = a->push, p->call_done = a->call_done;
   /* the ring's call, split: the tiles' warp-group counts after the blocks' partials */
   p->group_counts = split && ws != a->dkv_ws && bwd_ring_parts(a) ? (uint32_t*)ws : NULL;
+  p->trace = a->trace;
   attn_bwd_rows_of(a, &p->pass);
   p->timeout_ns = (uint64_t)(a->timeout_ms ? a->timeout_ms : MK_ATTN_BWD_DEFAULT_TIMEOUT_MS) * 1000000ull;
   int chain = a->addends.n > 1 ? a->addends.n : 1; /* waits one after another inside a part */

@@ -187,8 +187,10 @@ __device__ __forceinline__ void attn_bwd_load_kv(const struct mk_attn_bwd_maps& 
 /* The producer's lane 0, for a block whose rows arrive during the call (ready_flags): waits
  * (bounded) until the chunks holding the tile's rows are flagged with the call number, then
  * orders the writer's stores before the TMA reads. 0 when a wait gave up (recorded in p.err).
- * Not inlined: once per CTA, outside the producer's 40 registers. */
-template <class Cfg>
+ * Not inlined: once per CTA, outside the producer's 40 registers. TRACED (the ring's one launch,
+ * attn_bwd_trace.cuh): the wait is an event; a template parameter, so that the other kernels
+ * keep their code (session 60: any code beside the step loop moves ptxas's order of it). */
+template <class Cfg, bool TRACED>
 __device__ __noinline__ int attn_bwd_wait_tile_rows(const struct mk_attn_bwd_params& p, int bi, int t, int b,
                                                     int keys_left, uint32_t cta) {
   const struct mk_attn_bwd_block_params& blk = p.kv[bi];
@@ -196,7 +198,11 @@ __device__ __noinline__ int attn_bwd_wait_tile_rows(const struct mk_attn_bwd_par
   const int first = blk.row0 + t * Cfg::BN, last = first + min(keys_left, Cfg::BN) - 1;
   for (int c = first / blk.ready_chunk_rows; c <= last / blk.ready_chunk_rows; c++) {
     const uint32_t idx = (uint32_t)(b * blk.ready_chunks + c);
-    if (mk_wait_geq_inline(blk.ready_flags + idx, e, p.err, p.err_tag, cta, idx, p.timeout_ns) < e) return 0;
+    const uint64_t t0 = TRACED ? attn_bwd_trace_begin(p) : 0;
+    const uint64_t seen = mk_wait_geq_inline(blk.ready_flags + idx, e, p.err, p.err_tag, cta, idx, p.timeout_ns);
+    if (TRACED && p.trace) /* one event per chunk flag */
+      attn_bwd_trace_put(p.trace, MK_TRACE_LANE_PRODUCER, t0, MK_TRACE_PRODUCER, MK_TRACE_WAIT, cta, idx, e, seen);
+    if (seen < e) return 0;
   }
   fence_proxy_async_global();
   return 1;
@@ -243,7 +249,7 @@ __device__ __forceinline__ void attn_bwd_load_step(const struct mk_attn_bwd_maps
  * dO tiles with the step's lse and delta; DQ_BY_PRODUCER: before a stage is reloaded, the dQ
  * that its last step staged is added into dq_acc, and after the loop the last steps' dQ as each
  * of their stages comes back. */
-template <class Cfg>
+template <class Cfg, bool TRACED>
 __device__ __forceinline__ void attn_bwd_produce(const struct mk_attn_bwd_maps& maps, const struct mk_attn_bwd_params& p,
                                                  const struct mk_attn_bwd_smem& sm, const struct attn_bwd_tile& k,
                                                  const struct mk_attn_wait_ctx& w) {
@@ -251,7 +257,7 @@ __device__ __forceinline__ void attn_bwd_produce(const struct mk_attn_bwd_maps& 
   const int lane = threadIdx.x;
   int ok = 1;
   if (lane == 0) {
-    if (p.kv[k.bi].ready_flags) ok = attn_bwd_wait_tile_rows<Cfg>(p, k.bi, k.t, k.b, k.keys_left, w.tile);
+    if (p.kv[k.bi].ready_flags) ok = attn_bwd_wait_tile_rows<Cfg, TRACED>(p, k.bi, k.t, k.b, k.keys_left, w.tile);
     if (ok) attn_bwd_load_kv<Cfg>(maps, sm, k);
   }
   if (!__shfl_sync(0xffffffffu, ok, 0)) return; /* the consumers' waits give up on the error record */
@@ -335,14 +341,22 @@ __device__ __forceinline__ void attn_bwd_p_ds(const struct mk_attn_bwd_params& p
 
 /* Whether the addends (attn.h mk_attn_bwd_addends) of the call are all there: lane 0 of each
  * warp waits (bounded) for every ready word to reach the call number, then its lanes read them.
- * 0 when a wait gave up (recorded in p.err). Not inlined: once per CTA, at its end. */
+ * 0 when a wait gave up (recorded in p.err). Not inlined: once per CTA, at its end. TRACED:
+ * as attn_bwd_wait_tile_rows's. */
+template <bool TRACED>
 __device__ __noinline__ int attn_bwd_wait_addends(const struct mk_attn_bwd_params& p, uint32_t tile) {
   int ok = 1;
   if ((threadIdx.x & 31) == 0) {
     const uint64_t e = *(volatile const uint64_t*)p.ready_done + 1;
-    for (int i = 0; i < p.addends.n && ok; i++)
-      ok = mk_wait_geq_inline(p.addends.ready[i], e, p.err, p.err_tag, tile, p.addends.flag_index0 + (uint32_t)i,
-                              p.timeout_ns) >= e;
+    for (int i = 0; i < p.addends.n && ok; i++) {
+      const uint64_t t0 = TRACED ? attn_bwd_trace_begin(p) : 0;
+      const uint64_t seen = mk_wait_geq_inline(p.addends.ready[i], e, p.err, p.err_tag, tile,
+                                               p.addends.flag_index0 + (uint32_t)i, p.timeout_ns);
+      ok = seen >= e;
+      if (TRACED && p.trace && (threadIdx.x & 127) == 0) /* a group's first warp: its consumer lane */
+        attn_bwd_trace_put(p.trace, MK_TRACE_LANE_CONSUMER0 + threadIdx.x / 128 - 1, t0, MK_TRACE_CONSUMER,
+                           MK_TRACE_WAIT, tile, p.addends.flag_index0 + (uint32_t)i, e, seen);
+    }
   }
   ok = __shfl_sync(0xffffffffu, ok, 0);
   fence_acq_rel_sys(); /* each lane's reads of the addends after lane 0's acquire */
@@ -401,7 +415,7 @@ __device__ __noinline__ void attn_bwd_group_write_out(const struct mk_attn_bwd_p
   bar_sync(1 + c, 128);
   if (!last_s[c]) return;
   const bool own = p.addends.n > 0 && k.bi == p.addends.block;
-  if (own && !attn_bwd_wait_addends(p, tile)) return;
+  if (own && !attn_bwd_wait_addends<true>(p, tile)) return;
   const bool acc_on = mk_attn_acc_gate_open(p.acc_gate);
   const struct mk_attn_bwd_ws_block w = attn_bwd_ws_block_of(blk);
   const int pairs = Cfg::D / 2, units = (k.keys_left < Cfg::BN ? k.keys_left : Cfg::BN) * pairs;
@@ -442,7 +456,7 @@ __device__ __forceinline__ void attn_bwd_write_dkdv(const struct mk_attn_bwd_par
   const struct mk_attn_bwd_block_params& blk = p.kv[k.bi];
   /* split: the ring's call only (mk_attn_bwd_check), whose tile write-out adds them instead */
   const bool add = EPI == MK_ATTN_BWD_EPI_ADDENDS && !(RING && p.split) && p.addends.n && k.bi == p.addends.block;
-  if (add && !attn_bwd_wait_addends(p, tile)) return;
+  if (add && !attn_bwd_wait_addends<RING>(p, tile)) return;
   /* The accumulators may be read by a peer (the ring's reduce); once the ring's gather gave up
    * on a wait (the peer may be late, still reading them for its previous call) nothing goes
    * there. A device word: the error record is host-mapped, a read per thread crossed PCIe. */
@@ -715,8 +729,9 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
   constexpr bool PHASED = LAUNCH != ATTN_BWD_LAUNCH_MAIN;
   extern __shared__ uint8_t smem_raw[];
   int c = (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
+  __shared__ struct attn_bwd_traced_item traced; /* NCCL_MK_TRACE: the ring's call only */
   if constexpr (PHASED) { /* c stays a function of blockIdx: kept in registers instead, the consumers spilled */
-    if (!attn_bwd_phase_is_main<Cfg, LAUNCH>(p, c)) return;
+    if (!attn_bwd_phase_is_main<Cfg, LAUNCH>(p, c, &traced)) return;
     c -= LAUNCH == ATTN_BWD_LAUNCH_RING ? p.push.ctas + p.n_start : p.n_start;
   }
   const struct mk_attn_bwd_smem sm = attn_bwd_smem_carve<Cfg>(smem_raw);
@@ -740,6 +755,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
   constexpr bool TWO_PIECE = LAUNCH == ATTN_BWD_LAUNCH_RING; /* the zigzag positions: the ring's kernels only */
   const struct attn_bwd_tile tile = PHASED ? attn_bwd_tile_of<Cfg, TWO_PIECE>(p, c, p.grid_tiles, p.grid_heads, p.batch)
                                            : attn_bwd_tile_of<Cfg>(p, c, gridDim.x, gridDim.y, gridDim.z);
+  if constexpr (TWO_PIECE) attn_bwd_trace_item_begin(p, &traced, tile.bi, tile.steps);
   struct mk_attn_wait_ctx w;
   w.err = p.err;
   w.err_tag = p.err_tag;
@@ -748,7 +764,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x < 32 && tile.steps != 0) attn_bwd_produce<Cfg>(maps, p, sm, tile, w);
+    if (threadIdx.x < 32 && tile.steps != 0) attn_bwd_produce<Cfg, TWO_PIECE>(maps, p, sm, tile, w);
   } else {
     setmaxnreg_inc<232>();
     const int wrote = attn_bwd_consume<Cfg, EPI, TWO_PIECE>(maps, p, sm, tile, wg - 1, w);
@@ -756,7 +772,7 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
     if constexpr (LAUNCH == ATTN_BWD_LAUNCH_RING && EPI == MK_ATTN_BWD_EPI_ADDENDS && Cfg::D == 128)
       if (p.group_counts) attn_bwd_group_write_out<Cfg>(p, tile, wg - 1, wrote, w.tile);
   }
-  if constexpr (PHASED) attn_bwd_main_part_done<LAUNCH>(p, c);
+  if constexpr (PHASED) attn_bwd_main_part_done<LAUNCH>(p, c, &traced);
 }
 
 #endif /* MK_ATTN_BWD_CUH_ */

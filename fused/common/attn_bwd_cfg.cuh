@@ -158,6 +158,7 @@ struct mk_attn_bwd_params {
    * the grid, kv head, batch) the consumer warp groups whose partials are in the workspace; the
    * last writes the tile's outputs (attn_bwd.cuh attn_bwd_group_write_out); NULL otherwise */
   uint32_t* group_counts;
+  struct mk_trace_buf* trace; /* mk_attn_bwd_args's (the RING kernel's events: attn_bwd_trace.cuh) */
 };
 
 struct mk_attn_bwd_maps {

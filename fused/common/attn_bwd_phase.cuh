@@ -25,6 +25,7 @@
 #define MK_ATTN_BWD_PHASE_CUH_
 
 #include "attn_bwd_cfg.cuh"
+#include "attn_bwd_trace.cuh"
 #include "kv_push.cuh"
 #include "wait.cuh"
 
@@ -52,11 +53,14 @@ __device__ __forceinline__ int attn_bwd_word_wait(const struct mk_attn_bwd_param
  * reads what the start part wrote through TMA). 0 when it gave up. It does not give up early
  * when another wait of the call raised the abort word: the part before always ends (its waits
  * are bounded), and a CTA that left first could zero the words before the last of it counted
- * itself. */
+ * itself. TRACED: the ring's one launch, whose waits are events (attn_bwd_trace.cuh). */
+template <bool TRACED>
 __device__ __noinline__ int attn_bwd_part_wait(const struct mk_attn_bwd_params& p, int word, uint64_t want) {
   __shared__ int ok_s;
   if (threadIdx.x == 0) {
+    const uint64_t t0 = TRACED ? attn_bwd_trace_begin(p) : 0;
     ok_s = attn_bwd_word_wait(p, word, want);
+    if (TRACED) attn_bwd_trace_part_wait(p, t0, (uint32_t)word, want, ok_s);
     fence_proxy_async_global();
   }
   __syncthreads();
@@ -67,8 +71,11 @@ __device__ __noinline__ int attn_bwd_part_wait(const struct mk_attn_bwd_params& 
  * slots; bounded), the words zeroed and the call ended (done = e, release at system scope: the
  * peers may write this rank's workspace for call e + 1). Inlined: as a call (noinline) ptxas
  * failed to fit the D = 128 addends kernel's consumers in their 232 registers. */
-__device__ __forceinline__ void attn_bwd_end_ring_call(const struct mk_attn_bwd_params& p) {
-  attn_bwd_word_wait(p, ATTN_BWD_PUSH_DONE, (uint64_t)p.push.ctas);
+__device__ __forceinline__ void attn_bwd_end_ring_call(const struct mk_attn_bwd_params& p,
+                                                       struct attn_bwd_traced_item* traced) {
+  attn_bwd_trace_mark(p, traced);
+  const int pushed = attn_bwd_word_wait(p, ATTN_BWD_PUSH_DONE, (uint64_t)p.push.ctas);
+  attn_bwd_trace_wait_push(p, traced, pushed);
   attn_bwd_phase_reset(p.phase);
   const uint64_t e = *(volatile const uint64_t*)p.call_done + 1;
   fence_acq_rel_sys();
@@ -120,36 +127,49 @@ __device__ __noinline__ void attn_bwd_end_part(const struct mk_attn_bwd_params& 
 }
 
 /* CTA `c` (its grid index): a push, start or end CTA runs its part here (0 back); a main CTA
- * (1 back) once the start part is done (0 if that wait gave up: it counts as done). */
+ * (1 back) once the start part is done (0 if that wait gave up: it counts as done). TRACED (the
+ * ring's one launch): each part's span an event, its start time in the CTA's shared note
+ * (`traced`): held in registers across the parts' calls, with the waits' events, the kernel
+ * spilled. */
 template <class Cfg, int LAUNCH>
-__device__ __forceinline__ int attn_bwd_phase_is_main(const struct mk_attn_bwd_params& p, int c) {
+__device__ __forceinline__ int attn_bwd_phase_is_main(const struct mk_attn_bwd_params& p, int c,
+                                                      struct attn_bwd_traced_item* traced) {
+  constexpr bool TRACED = LAUNCH == ATTN_BWD_LAUNCH_RING; /* the other kernels keep their code as it was */
   if constexpr (LAUNCH == ATTN_BWD_LAUNCH_RING) {
     if (c < p.push.ctas) {
+      attn_bwd_trace_mark(p, traced);
       mk_kv_push_cta(p.push, c);
       __syncthreads();
       if (threadIdx.x == 0) red_release_gpu_add_u64(&p.phase[ATTN_BWD_PUSH_DONE], 1ull);
+      attn_bwd_trace_span(p, traced, MK_ATTN_BWD_TRACE_PUSH, (uint32_t)c);
       return 0;
     }
     c -= p.push.ctas;
   }
   if (c < p.n_start) {
+    if (TRACED) attn_bwd_trace_mark(p, traced);
     attn_bwd_start_part<Cfg>(p, c);
     __syncthreads();
     if (threadIdx.x == 0) red_release_gpu_add_u64(&p.phase[ATTN_BWD_START_DONE], 1ull);
+    if (TRACED) attn_bwd_trace_span(p, traced, MK_ATTN_BWD_TRACE_START, (uint32_t)c);
     return 0;
   }
   if (c >= p.n_start + p.n_main) {
-    if (attn_bwd_part_wait(p, ATTN_BWD_MAIN_DONE, (uint64_t)p.n_main))
+    const int ran = attn_bwd_part_wait<TRACED>(p, ATTN_BWD_MAIN_DONE, (uint64_t)p.n_main);
+    if (ran) {
+      if (TRACED) attn_bwd_trace_mark(p, traced);
       attn_bwd_end_part<Cfg, LAUNCH>(p, c - p.n_start - p.n_main);
+    }
     __syncthreads();
+    if (TRACED && ran) attn_bwd_trace_span(p, traced, MK_ATTN_BWD_TRACE_END, (uint32_t)c);
     if (threadIdx.x == 0 &&
         atom_add_acq_rel_gpu_u64(&p.phase[ATTN_BWD_END_DONE], 1ull) + 1 == (uint64_t)p.n_end) {
-      if constexpr (LAUNCH == ATTN_BWD_LAUNCH_RING) attn_bwd_end_ring_call(p);
+      if constexpr (LAUNCH == ATTN_BWD_LAUNCH_RING) attn_bwd_end_ring_call(p, traced);
       else attn_bwd_phase_reset(p.phase);
     }
     return 0;
   }
-  if (p.n_start && !attn_bwd_part_wait(p, ATTN_BWD_START_DONE, (uint64_t)p.n_start)) {
+  if (p.n_start && !attn_bwd_part_wait<TRACED>(p, ATTN_BWD_START_DONE, (uint64_t)p.n_start)) {
     if (threadIdx.x == 0) attn_bwd_count_main(p);
     return 0;
   }
@@ -160,7 +180,8 @@ __device__ __forceinline__ int attn_bwd_phase_is_main(const struct mk_attn_bwd_p
  * consumers' and the producer's) complete and fenced for the generic proxy (the end part reads
  * dq_acc with plain loads), then counted (RING: for its block's announcement too). */
 template <int LAUNCH>
-__device__ __forceinline__ void attn_bwd_main_part_done(const struct mk_attn_bwd_params& p, int c) {
+__device__ __forceinline__ void attn_bwd_main_part_done(const struct mk_attn_bwd_params& p, int c,
+                                                        const struct attn_bwd_traced_item* traced) {
   if ((threadIdx.x & 31) == 0) {
     cp_async_bulk_wait_group_0();
     fence_proxy_async_global();
@@ -169,6 +190,7 @@ __device__ __forceinline__ void attn_bwd_main_part_done(const struct mk_attn_bwd
   if (threadIdx.x == 0) {
     if (LAUNCH == ATTN_BWD_LAUNCH_RING) attn_bwd_announce(p, c);
     attn_bwd_count_main(p);
+    if (LAUNCH == ATTN_BWD_LAUNCH_RING) attn_bwd_trace_item_end(p, traced, (uint32_t)c);
   }
 }
 

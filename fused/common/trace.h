@@ -119,7 +119,9 @@ struct mk_trace_header {
   uint16_t version;         /* MK_TRACE_VERSION */
   uint16_t event_bytes;     /* sizeof(struct mk_trace_event), a check on the reader's layout */
   uint32_t rank, nranks;
-  uint32_t op;              /* enum mk_op_id: 1 AllGather+GEMM, 2 GEMM+RS, 3 GEMM+AR, 4 MoE dispatch */
+  uint32_t op;              /* enum mk_op_id: 1 AllGather+GEMM, 2 GEMM+RS, 3 GEMM+AR, 4 MoE dispatch,
+                               7 ring attention backward (its one launch: the rings are per SM,
+                               `cta` an SM index, its CTAs being one per item) */
   uint32_t nrings;          /* ctas x MK_TRACE_LANES */
   uint32_t capacity;        /* events per ring, a power of two */
   uint32_t ctas;
@@ -195,7 +197,10 @@ __device__ __forceinline__ struct mk_trace_writer mk_trace_open(struct mk_trace_
   r->opened = 1;
   w.ev = mk_trace_events(b) + (size_t)ring * b->h.capacity;
   w.count = &r->count;
-  w.n = r->count; /* a second open in the same call (a relaunch) appends */
+  /* a second open in the same call appends: a relaunch, or a later CTA on the same SM where
+   * the rings are per SM (the ring attention backward's one launch); volatile, so that its
+   * count is the one the CTA before stored, not a stale cached one */
+  w.n = *(volatile uint32_t*)&r->count;
   w.mask = b->h.capacity - 1;
   return w;
 }

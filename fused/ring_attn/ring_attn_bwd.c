@@ -390,6 +390,15 @@ static int ra_bwd_run_beside(struct mk_fused_comm* fc, const struct mk_ra_args* 
   return mk_ra_bwd_reduce_launch(&ra, stream);
 }
 
+/* The one kernel (its ring parts in, checked), traced with NCCL_MK_TRACE (the other plans'
+ * kernels have no events). */
+static int ra_bwd_run_one_kernel(struct mk_fused_comm* fc, struct mk_attn_bwd_args* a, cudaStream_t stream) {
+  MK_CHECK(mk_trace_comm_begin(fc, MK_OP_RING_ATTN_BWD, (uint32_t)(a->batch * a->seq_q), (uint32_t)a->heads, stream,
+                               &a->trace));
+  MK_CHECK(mk_attn_bwd_launch(a, stream));
+  return mk_trace_comm_end(fc, stream);
+}
+
 NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* k, const void* v, const void* out,
                                                      const float* lse, const void* dout, void* dq, void* dk, void* dv,
                                                      size_t batch, size_t s_local, size_t heads, size_t kv_heads,
@@ -429,7 +438,7 @@ NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* 
   int prev;
   rc = mk_op_device_enter(fc, &prev);
   if (!rc)
-    rc = kind == MK_RA_BWD_ONE_KERNEL ? mk_attn_bwd_launch(&core[0], stream) /* ring parts in, checked */
+    rc = kind == MK_RA_BWD_ONE_KERNEL ? ra_bwd_run_one_kernel(fc, &core[0], stream)
          : kind == MK_RA_BWD_OWN_LAST ? ra_bwd_run_own_last(fc, &ga, &l, data, core, ncalls, dk, dv, stream)
                                    : ra_bwd_run_beside(fc, &ga, &l, data, kind == MK_RA_BWD_MERGED, core, ncalls,
                                                        own_calls, dk, dv, stream);

@@ -129,8 +129,9 @@ def summarize(traces):
         roles = collections.defaultdict(lambda: collections.Counter())
         for e in t.events:
             c = roles[e.role]
-            c["wait_ns" if e.kind == "wait" else "busy_ns"] += e.dur
-            c["waits" if e.kind == "wait" else "items"] += 1
+            waited = e.kind == "wait" or (e.kind == "phase" and t.phase_name(e.id).startswith("wait:"))
+            c["wait_ns" if waited else "busy_ns"] += e.dur
+            c["waits" if waited else "items"] += 1
             c["timeouts"] += e.timed_out
         comp = _union([(e.start, e.end) for e in t.events
                        if e.role in ("consumer",) and e.kind == "tile"])
@@ -145,9 +146,10 @@ def summarize(traces):
 
 
 def phase_spans(trace):
-    """A multi-phase kernel's phases (kind "phase", MoE dispatch) and the GEMM's tiles after
-    it, on one rank: [(name, CTAs, first start, last end)] in ns from the rank's first event,
-    ordered by first start; empty when the trace has no phase events."""
+    """A multi-phase kernel's phases (kind "phase": MoE dispatch, the ring attention backward's
+    parts and part waits) and the GEMM's tiles after it, on one rank: [(name, CTAs, first
+    start, last end, summed duration)] in ns from the rank's first event, ordered by first
+    start; empty when the trace has no phase events."""
     evs = [e for e in trace.events if e.kind == "phase"]
     if not evs:
         return []
@@ -158,8 +160,8 @@ def phase_spans(trace):
     tiles = [e for e in trace.events if e.kind == "tile" and e.role == "consumer"]
     if tiles:
         groups["gemm tiles"] = tiles
-    rows = [(name, len({e.cta for e in g}), min(e.start for e in g) - t0, max(e.end for e in g) - t0)
-            for name, g in groups.items()]
+    rows = [(name, len({e.cta for e in g}), min(e.start for e in g) - t0, max(e.end for e in g) - t0,
+             sum(e.dur for e in g)) for name, g in groups.items()]
     return sorted(rows, key=lambda r: (r[2], r[3]))
 
 
@@ -228,9 +230,9 @@ def format_summary(traces):
                      f"communication hidden under compute: {ov}")
         spans = r["phases"]
         if spans:
-            lines.append(f"  {'phase':<12} {'CTAs':>5} {'from us':>9} {'to us':>9}")
-            for name, ctas, start, end in spans:
-                lines.append(f"  {name:<12} {ctas:>5} {start / 1e3:>9.1f} {end / 1e3:>9.1f}")
+            lines.append(f"  {'phase':<12} {'CTAs':>5} {'from us':>9} {'to us':>9} {'sum us':>10}")
+            for name, ctas, start, end, total in spans:
+                lines.append(f"  {name:<12} {ctas:>5} {start / 1e3:>9.1f} {end / 1e3:>9.1f} {total / 1e3:>10.1f}")
     path = critical_path(traces)
     if path:
         lines.append("critical path (oldest first; consecutive events of one lane folded):")

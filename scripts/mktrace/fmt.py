@@ -21,9 +21,13 @@ assert (HEADER.size, RING.size, EVENT.size) == (64, 16, 32)
 ROLES = ["producer", "consumer", "storer", "comm-send", "comm-recv", "proxy"]
 KINDS = ["tile", "chunk", "wait", "phase"]
 LANE_NAMES = ["producer", "consumer0", "consumer1", "storer", "comm"]
-OPS = {1: "AllGather+GEMM", 2: "GEMM+ReduceScatter", 3: "GEMM+AllReduce", 4: "MoE dispatch+GEMM"}
-# "phase" events' ids per op (fused/moe/moe.h enum mk_moe_trace_phase)
-PHASES = {4: ["route", "counts", "push", "expand"]}
+OPS = {1: "AllGather+GEMM", 2: "GEMM+ReduceScatter", 3: "GEMM+AllReduce", 4: "MoE dispatch+GEMM",
+       7: "ring attention backward"}
+# "phase" events' ids per op: fused/moe/moe.h enum mk_moe_trace_phase, and
+# fused/common/attn_bwd_trace.cuh enum mk_attn_bwd_trace_phase (its rings are per SM: `cta` is
+# the SM there, each SM running the one launch's CTAs one after another)
+PHASES = {4: {0: "route", 1: "counts", 2: "push", 3: "expand"},
+          7: {0: "wait:start", 1: "wait:main", 3: "wait:push", 8: "push", 9: "start", 10: "end"}}
 COMPUTE_ROLES = ("producer", "consumer", "storer")
 COMM_ROLES = ("comm-send", "comm-recv", "proxy")
 
@@ -79,8 +83,7 @@ class Trace:
         return OPS.get(self.op, f"op {self.op}")
 
     def phase_name(self, pid):
-        names = PHASES.get(self.op, [])
-        return names[pid] if pid < len(names) else f"phase {pid}"
+        return PHASES.get(self.op, {}).get(pid, f"phase {pid}")
 
 
 def parse(data, path="<bytes>"):

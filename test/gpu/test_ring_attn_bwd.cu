@@ -42,6 +42,8 @@
  *   one_kernel_no_room: the same variable, a workspace that holds the call but not the split's
  *                     partials: grouped heads at D = 128 then take a CTA per kv head's group
  *                     (causal and not, against the float64 reference).
+ *   one_kernel_trace: the same with NCCL_MK_TRACE=1: the call's trace file read back (every key
+ *                     tile's CTA once, the parts, satisfied chunk-flag waits), gradients right.
  * Checker: test_attn_bwd.cu's (||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3, nothing non-finite).
  * usage: test_ring_attn_bwd <scenario>; exit 77 with fewer than 2 GPUs.
@@ -59,6 +61,7 @@
 #include "gemm.h"
 #include "mk_param.h"
 #include "ra_bwd_plan.h"
+#include "trace.h"
 #include "attn_check.cuh"
 #include "expect.h"
 #include "graph_kernels.cuh"
@@ -656,6 +659,64 @@ static void scenario_one_kernel_no_room(struct rank_env* e) {
   expect_healthy(e);
 }
 
+/* The call's trace file of this rank (NCCL_MK_TRACE=1, rb_config): its events by kind. */
+struct rb_trace {
+  struct mk_trace_header h;
+  std::vector<struct mk_trace_event> ev;
+};
+
+static int rb_trace_read(const char* path, struct rb_trace* t) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return 0;
+  int ok = fread(&t->h, sizeof t->h, 1, f) == 1 && t->h.magic == MK_TRACE_MAGIC && t->h.nrings < (1u << 20);
+  std::vector<struct mk_trace_ring> rings(ok ? t->h.nrings : 0);
+  ok = ok && fread(rings.data(), sizeof(struct mk_trace_ring), rings.size(), f) == rings.size();
+  for (size_t i = 0; ok && i < rings.size(); i++)
+    for (uint32_t j = 0; ok && j < std::min(rings[i].count, t->h.capacity); j++) {
+      struct mk_trace_event e;
+      ok = fread(&e, sizeof e, 1, f) == 1;
+      t->ev.push_back(e);
+    }
+  fclose(f);
+  return ok;
+}
+
+/* NCCL_MK_TRACE with the one kernel (its rings per SM, fused/common/attn_bwd_trace.cuh): a
+ * causal GQA call's file holds every key tile's CTA exactly once (ids 0 .. n-1, none lost on
+ * an SM that ran several CTAs one after another), each push CTA's span, one wait for the push,
+ * start and end slices, and chunk-flag waits that all ended satisfied; the gradients are right. */
+static void scenario_one_kernel_trace(struct rank_env* e) {
+  const struct rb_case c = {1, 1024, 8, 1, 128, 1};
+  run_case(e, c, g_seed);
+  char path[512];
+  mk_trace_file_name(getenv("NCCL_MK_TRACE_DIR"), (uint32_t)e->rank, 0, path, sizeof path);
+  struct rb_trace t;
+  EXPECT(rb_trace_read(path, &t), "rank %d: %s is a whole trace file", e->rank, path);
+  EXPECT(t.h.op == 7 && t.h.rank == (uint32_t)e->rank && t.h.dropped == 0, "rank %d: op %u rank %u dropped %llu",
+         e->rank, t.h.op, t.h.rank, (unsigned long long)t.h.dropped);
+  std::vector<int> tiles;
+  int push = 0, wait_push = 0, start = 0, end = 0, flag_waits = 0, unsatisfied = 0;
+  for (const struct mk_trace_event& x : t.ev) {
+    if (x.kind == MK_TRACE_TILE && x.role == MK_TRACE_CONSUMER) tiles.push_back((int)x.id);
+    if (x.kind == MK_TRACE_PHASE) {
+      push += x.id == MK_ATTN_BWD_TRACE_PUSH, wait_push += x.id == MK_ATTN_BWD_TRACE_WAIT_PUSH;
+      start += x.id == MK_ATTN_BWD_TRACE_START, end += x.id == MK_ATTN_BWD_TRACE_END;
+    }
+    if (x.kind == MK_TRACE_WAIT && x.role == MK_TRACE_PRODUCER) flag_waits++, unsatisfied += x.seen < x.expected;
+  }
+  std::sort(tiles.begin(), tiles.end());
+  int once = !tiles.empty();
+  for (size_t i = 0; i < tiles.size(); i++) once &= tiles[i] == (int)i;
+  EXPECT(once, "rank %d: %zu tile events, not each key tile's CTA once", e->rank, tiles.size());
+  EXPECT(push > 0 && wait_push == 1 && start > 0 && end > 0, "rank %d: parts push %d, wait for the push %d, start %d, end %d",
+         e->rank, push, wait_push, start, end);
+  EXPECT(flag_waits > 0 && unsatisfied == 0, "rank %d: %d chunk-flag waits, %d unsatisfied", e->rank, flag_waits,
+         unsatisfied);
+  printf("rank %d: trace: %zu key tiles, %d push CTAs, %d start, %d end, %d chunk-flag waits\n", e->rank, tiles.size(),
+         push, start, end, flag_waits);
+  expect_healthy(e);
+}
+
 static const struct named_scenario scenarios[] = {
     {"small", scenario_small},
     {"large", scenario_large},
@@ -671,6 +732,7 @@ static const struct named_scenario scenarios[] = {
     {"busy_sms_most", scenario_busy_sms_most},
     {"one_kernel", scenario_one_kernel},
     {"one_kernel_no_room", scenario_one_kernel_no_room},
+    {"one_kernel_trace", scenario_one_kernel_trace},
 };
 
 /* A workspace for the largest case at g_nranks ranks: the peers' K/V and the fp32 partials grow
@@ -678,6 +740,12 @@ static const struct named_scenario scenarios[] = {
  * (201 of 134 MB prepared; the rank that refused left, and its peers' kernels faulted). */
 static void rb_config(const char* scenario, ncclMkConfig* cfg) {
   if (!strncmp(scenario, "one_kernel", 10)) setenv("NCCL_MK_RA_BWD_ONE_KERNEL", "1", 1);
+  if (!strcmp(scenario, "one_kernel_trace")) { /* read at ncclMkCommInit, after this */
+    static char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/mk-rb-trace.%d", (int)getppid());
+    setenv("NCCL_MK_TRACE", "1", 1);
+    setenv("NCCL_MK_TRACE_DIR", dir, 1);
+  }
   const size_t row_bytes = 2 * (cfg->max_n > cfg->max_k ? cfg->max_n : cfg->max_k);
   if (!strcmp(scenario, "one_kernel_no_room")) { /* the call's regions and less than a row more */
     size_t total = 0;

@@ -277,12 +277,53 @@ def summary_lists_moe_dispatch_phases(tmp):
     out = tool("summary", path).stdout
     rows = [l.split() for l in out.splitlines() if l.split()[:1] and l.split()[0] in
             ("route", "counts", "push", "expand", "gemm")]
-    want = [["route", "6", "0.0", "5.5"], ["counts", "1", "5.5", "20.0"], ["push", "2", "6.0", "9.0"],
-            ["expand", "4", "21.0", "35.0"], ["gemm", "tiles", "4", "40.0", "90.0"]]
-    check(rows == want, f"phase table in order with CTAs and spans:\n{out}")
+    want = [["route", "6", "0.0", "5.5", "30.0"], ["counts", "1", "5.5", "20.0", "14.5"],
+            ["push", "2", "6.0", "9.0", "6.0"], ["expand", "4", "21.0", "35.0", "50.0"],
+            ["gemm", "tiles", "4", "40.0", "90.0", "200.0"]]
+    check(rows == want, f"phase table in order with CTAs, spans and summed durations:\n{out}")
     check("rank 0 (MoE dispatch+GEMM)" in out, f"the op is named:\n{out}")
     paths, _, _ = synth_traces(tmp)
     check("phase" not in tool("summary", *paths).stdout, "no phase table without phase events")
+
+
+def summary_names_ring_attention_backward_parts_and_waits(tmp):
+    """A ring attention backward trace (op 7) as its one launch records it
+    (fused/common/attn_bwd_trace.cuh): rings per SM, each SM's CTAs one after another. SM 0: a
+    push CTA (comm lane), then a key tile whose producer waited 3 us for its K/V chunk flags
+    and whose consumers waited 20 us for the peers' partials; SM 1: a start CTA, a key tile
+    that waited 2 us for the start part, then an end CTA that waited 40 us for the key tiles.
+    The summary names the op and the parts, with each part's summed time, and counts the
+    producer's and consumers' waits, the part waits among them."""
+    us = 1000
+    ev = synth._ev
+    L = fmt.LANE_NAMES.index
+    lanes = [[[] for _ in range(fmt.LANES)] for _ in range(2)]
+    lanes[0][L("comm")].append(ev(0, 4 * us, "comm-send", "phase", 8, 0))
+    lanes[0][L("producer")].append(ev(4 * us, 7 * us, "producer", "wait", 5, 17, 3, 3))
+    for g in (0, 1):
+        lanes[0][L(f"consumer{g}")] += [ev(4 * us, 60 * us, "consumer", "tile", 5, 1, 32, 1),
+                                        ev(40 * us, 60 * us, "consumer", "wait", 5, 2, 3, 3)]
+    lanes[1][L("producer")] += [ev(0, 3 * us, "producer", "phase", 9, 0, 0, 0),
+                                ev(3 * us, 5 * us, "producer", "phase", 0, 0, 1, 1),
+                                ev(61 * us, 101 * us, "producer", "phase", 1, 0, 2, 2),
+                                ev(101 * us, 110 * us, "producer", "phase", 10, 2, 0, 0)]
+    lanes[1][L("consumer0")].append(ev(5 * us, 61 * us, "consumer", "tile", 6, 0, 32, 1))
+    path = os.path.join(tmp, "ra_bwd.trace")
+    fmt.write(path, 0, 2, 7, 2, lanes)
+    out = tool("summary", path).stdout
+    check("rank 0 (ring attention backward)" in out, f"the op is named:\n{out}")
+    rows = {l.split()[0]: l.split()[1:] for l in out.splitlines() if l.split()[:1] and l.split()[0] in
+            ("push", "start", "wait:start", "wait:main", "end")}
+    want = {"push": ["1", "0.0", "4.0", "4.0"], "start": ["1", "0.0", "3.0", "3.0"],
+            "wait:start": ["1", "3.0", "5.0", "2.0"], "wait:main": ["1", "61.0", "101.0", "40.0"],
+            "end": ["1", "101.0", "110.0", "9.0"]}
+    check(rows == want, f"every part and part wait with its SMs, span and summed time:\n{out}")
+    roles = {l.split()[0]: l.split()[1:] for l in out.splitlines() if l.split()[:1] and l.split()[0] in
+             ("producer", "consumer")}
+    check(roles.get("producer", [])[:4] == ["2", "12.0", "3", "45.0"],
+          f"the start and end slices; the chunk-flag wait and the part waits (phases named wait:):\n{out}")
+    check(roles.get("consumer", [])[:4] == ["3", "168.0", "2", "40.0"],
+          f"three tile spans and the two groups' waits for the partials:\n{out}")
 
 
 def arrivals_list_each_block_in_order_before_its_use(tmp):

@@ -179,7 +179,7 @@ static float time_whole(const struct shape& sh, int iters, cudaEvent_t e0, cudaE
 /* Rank r's one-kernel call as ring_attn_bwd.c's builder makes it, less the push (the slots
  * hold the peers' K/V already) and with its waits satisfied: each peer block announced into a
  * word of this rank's. */
-static void emul_one_parts(struct emul_rank* e, int r) {
+static void emul_one_parts(struct emul_rank* e) {
   struct mk_attn_bwd_args* a = &e->core[EMUL_ONE][0];
   a->phase_words = e->one_words;
   a->call_done = e->one_words + EMUL_ONE_DONE;
@@ -250,7 +250,7 @@ static void emul_plans(struct emul_rank* e, const struct emul_rank* all, const s
     e->core[2][EMUL_PREP] = e->core[2][0];
     e->core[2][0].delta_ready = e->core[2][0].dq_accumulate = 1;
   }
-  if (e->ncalls[EMUL_ONE]) emul_one_parts(e, r), emul_one_push(e, all, sh, s_local, l, r, nranks, err);
+  if (e->ncalls[EMUL_ONE]) emul_one_parts(e), emul_one_push(e, all, sh, s_local, l, r, nranks, err);
   for (int pl = EMUL_ONE; pl < EMUL_PLANS; pl++)
     if (e->ncalls[pl] && mk_attn_bwd_check(&e->core[pl][0]) != 0) {
       fprintf(stderr, "rank %d: the one-kernel call's arguments (%d) were refused\n", r, pl);
