@@ -180,8 +180,10 @@ void mk_peer_close(struct mk_fused_comm* fc);
 
 /* xnode.c: the cross-node state (fused/proxy/xnode.h). setup (collective, after the workspace
  * exchange; a no-op when every rank is local) starts the proxy, or on every rank none when some
- * rank cannot (the ops then take their reference paths); `failed` (negative errno): this rank
- * has failed already and joins the exchanges only so that its peers do not wait in them; release says goodbye to the peers (no
+ * rank cannot (the ops then take their reference paths); `failed` (negative errno): this rank's
+ * exchange failed already (its first call's mapping) and it joins the exchanges so that its
+ * peers do not wait in them; they learn of it there and fail too (-ECONNRESET), as an init
+ * outside a group fails every rank; release says goodbye to the peers (no
  * collective) and stops it. view: the kernels' state, the remote ranks (< 32) as a bit mask and
  * the regions' GPU views; -ENOENT (all zero) when no proxy runs. sent_bytes: data bytes the
  * proxy's puts completed, all peers. error: the proxy's failure (0 while healthy), described

@@ -212,8 +212,9 @@ static int peer_exchange_read(struct mk_fused_comm* fc, int eager) {
   }
   if (eager) MK_CHECK(peer_mapping_agree(fc, rc)); /* every rank fails its init alike */
   if (rc) {
-    /* At the first op (after an init inside a group) a failure stays this rank's, but the
-     * rank still joins the cross-node exchange, as failed: its peers' first calls wait in it. */
+    /* At the first op (after an init inside a group) the rank still joins the cross-node
+     * exchange, as failed: its peers' first calls wait in it, and fail there too. (On one
+     * node there is none, and its peers go on; their calls time out waiting for it.) */
     mk_xnode_setup(fc, rc);
     return rc;
   }

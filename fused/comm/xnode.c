@@ -148,6 +148,10 @@ static int xnode_all_ready(const uint32_t* magic, size_t stride, int nranks) {
   return 1;
 }
 
+/* The `reserved` word of a rank's address record (magic 0) whose own exchange failed before
+ * the cross-node one ("FAIL"): every rank's exchange then fails with it. */
+#define XNODE_RANK_FAILED 0x4c494146u
+
 /* 1 when every rank's flag of the third exchange is set: each took the others' keys and
  * has its thread, held. */
 static int xnode_all_armed(struct mk_fused_comm* fc, int mine, int* all_armed) {
@@ -166,8 +170,11 @@ static int xnode_all_armed(struct mk_fused_comm* fc, int mine, int* all_armed) {
  * its peers' ops waiting for it (they time out), so then no rank lets its thread run (a held
  * thread exits at the stop without touching a connection), and no running thread takes its
  * peers' closes for errors. *local: this rank's own error, or 0; xn->started when every rank's
- * thread runs, alike on every rank. <0 only when an exchange itself failed. */
-static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int* local) {
+ * thread runs, alike on every rank. failed: this rank's exchange failed before (its first
+ * call could not map its peers' workspaces), which its address record says; *failed_rank:
+ * the first rank whose record says so, or -1, alike on every rank. <0 only when an exchange
+ * itself failed. */
+static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int failed, int* local, int* failed_rank) {
   /* on the stack (13 KiB at most): an allocation that failed would skip gathers the others join */
   struct mk_proxy_addr addrs[MK_XN_MAX_RANKS];
   struct mk_proxy_keys keys[MK_XN_MAX_RANKS];
@@ -175,7 +182,11 @@ static int xnode_exchange(struct mk_fused_comm* fc, struct mk_xnode* xn, int* lo
   memset(keys, 0, sizeof keys);
   if (!*local) *local = mk_proxy_addr(xn->proxy, &addrs[fc->rank]);
   if (*local) memset(&addrs[fc->rank], 0, sizeof(*addrs));
+  if (failed) addrs[fc->rank].reserved = XNODE_RANK_FAILED; /* its magic stays 0: not ready */
   int rc = xnode_allgather(fc, &addrs[fc->rank], sizeof(*addrs), addrs);
+  *failed_rank = -1;
+  for (int r = 0; !rc && r < fc->nranks && *failed_rank < 0; r++)
+    if (!addrs[r].magic && addrs[r].reserved == XNODE_RANK_FAILED) *failed_rank = r;
   int ready = !rc && xnode_all_ready(&addrs[0].magic, sizeof(*addrs), fc->nranks);
   if (!rc && ready) *local = mk_proxy_connect(xn->proxy, addrs);
   if (!rc && ready && !*local) *local = mk_proxy_keys(xn->proxy, &keys[fc->rank]);
@@ -207,11 +218,19 @@ int mk_xnode_setup(struct mk_fused_comm* fc, int failed) {
   if (!local) local = xnode_alloc(fc, xn);
   if (!local) local = xnode_create(fc, xn);
   if (!xn) xn = &none;
-  const int rc = xnode_exchange(fc, xn, &local);
-  if (rc) { /* a gather failed: the communicator is gone; a held thread must not outlive it */
+  int failed_rank = -1;
+  const int rc = xnode_exchange(fc, xn, failed, &local, &failed_rank);
+  if (rc || failed_rank >= 0) { /* a held thread must not outlive either */
     mk_proxy_stop(xn->proxy);
     xn->proxy = NULL;
-    return rc;
+  }
+  if (rc) return rc; /* a gather failed: the communicator is gone */
+  if (failed_rank >= 0) { /* alike on every rank: the failed rank's calls refuse, and so do ours */
+    if (!failed)
+      MK_WARN("rank %d: rank %d could not map its peers' workspaces at its first fused call, so the "
+              "communicator's exchange fails on every rank; ncclMkCommRelease it and init again",
+              fc->rank, failed_rank);
+    return failed ? failed : -ECONNRESET;
   }
   if (xn->started) {
     MK_INFO(MK_NCCL_SUBSYS_INIT, "fused ops: rank %d reaches %d rank(s) through the proxy",
@@ -220,7 +239,6 @@ int mk_xnode_setup(struct mk_fused_comm* fc, int failed) {
   }
   mk_proxy_stop(xn->proxy);
   xn->proxy = NULL; /* and so on every rank: the third exchange agreed */
-  if (failed) return 0; /* its calls refuse: the caller keeps `failed` */
   if (local) MK_WARN("rank %d: its cross-node proxy could not start: %s", fc->rank, strerror(-local));
   MK_WARN(
       "rank %d: not every rank could start its cross-node proxy; the fused ops use their reference "

@@ -1,10 +1,11 @@
 /*
  * NCCL_MK_TRACE in the ring backward's one launch (attn_bwd.cuh's RING kernel; trace.h).
  *
- * That launch has a CTA per item (push slices, start slices, key tiles, end slices) and runs
- * one at a time per SM (one CTA per SM fits), so its trace rings are per SM, not per CTA: a
- * CTA opens its SM's lane and appends after the CTAs before it there (the file's `cta` is the
- * SM). Writers: thread 0 on the producer lane (the part waits, the start and end slices, the
+ * That launch has a CTA per item (push slices, start slices, key tiles, end slices), thousands
+ * of them, so its trace rings are per SM, not per CTA (the file's `cta` is the SM): each event
+ * takes its slot with an atomic on its ring's count (mk_trace_emit_shared), whichever CTA of
+ * the SM writes it. One CTA fits an SM (168 registers x 384 threads), so a lane's events of
+ * one SM still do not overlap in time. Writers: thread 0 on the producer lane (the part waits, the start and end slices, the
  * K/V chunk-flag waits), each consumer warp group's thread 0 on its consumer lane (the wait
  * for the peers' partials), thread 0 after a key tile CTA's closing barrier on the consumer0
  * lane (the CTA's span), thread 0 of a push CTA on the comm lane.
@@ -27,9 +28,8 @@ __device__ __forceinline__ void attn_bwd_trace_put(struct mk_trace_buf* b, uint3
                                                 uint64_t seen) {
   uint32_t sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  if (sm >= b->h.ctas) return; /* the rings are the device's SMs: never, but not past the buffer */
-  struct mk_trace_writer w = mk_trace_open(b, sm, lane);
-  mk_trace_put(&w, start, role, kind, MK_TRACE_NO_PEER, id, flag, expected, seen);
+  if (sm >= b->h.ctas) return; /* the rings are the device's SMs (MPS numbers its share from 0) */
+  mk_trace_emit_shared(b, sm * MK_TRACE_LANES + lane, start, role, kind, id, flag, expected, seen);
 }
 
 /* When an event begins (0 without a trace: the timer is not read). */

@@ -197,10 +197,7 @@ __device__ __forceinline__ struct mk_trace_writer mk_trace_open(struct mk_trace_
   r->opened = 1;
   w.ev = mk_trace_events(b) + (size_t)ring * b->h.capacity;
   w.count = &r->count;
-  /* a second open in the same call appends: a relaunch, or a later CTA on the same SM where
-   * the rings are per SM (the ring attention backward's one launch); volatile, so that its
-   * count is the one the CTA before stored, not a stale cached one */
-  w.n = *(volatile uint32_t*)&r->count;
+  w.n = r->count; /* a second open in the same call (a relaunch) appends */
   w.mask = b->h.capacity - 1;
   return w;
 }
@@ -210,15 +207,22 @@ __device__ __forceinline__ uint64_t mk_trace_begin(const struct mk_trace_writer*
   return w->ev ? mk_trace_timer_ns() : 0;
 }
 
-__device__ __forceinline__ void mk_trace_put(struct mk_trace_writer* w, uint64_t start, uint32_t role,
-                                             uint32_t kind, uint32_t peer, uint32_t id, uint32_t flag,
-                                             uint64_t expected, uint64_t seen) {
+/* An event that began at `start` and ends now. */
+__device__ __forceinline__ struct mk_trace_event mk_trace_event_now(uint64_t start, uint32_t role, uint32_t kind,
+                                                                   uint32_t peer, uint32_t id, uint32_t flag,
+                                                                   uint64_t expected, uint64_t seen) {
   struct mk_trace_event e;
   e.start_ns = start;
   e.dur_ns = mk_trace_dur(start, mk_trace_timer_ns());
   e.role = (uint8_t)role, e.kind = (uint8_t)kind, e.peer = (uint16_t)peer;
   e.id = id, e.flag = flag, e.expected = (uint32_t)expected, e.seen = (uint32_t)seen;
-  w->ev[w->n & w->mask] = e;
+  return e;
+}
+
+__device__ __forceinline__ void mk_trace_put(struct mk_trace_writer* w, uint64_t start, uint32_t role,
+                                             uint32_t kind, uint32_t peer, uint32_t id, uint32_t flag,
+                                             uint64_t expected, uint64_t seen) {
+  w->ev[w->n & w->mask] = mk_trace_event_now(start, role, kind, peer, id, flag, expected, seen);
   w->n++;
   /* Plain store after the event: the host reads both after the kernel ended (or exited on a
    * timeout), so no ordering beyond program order is needed. */
@@ -238,6 +242,23 @@ __device__ __forceinline__ void mk_trace_wait(struct mk_trace_writer* w, uint64_
                                               uint32_t id, uint32_t flag, uint64_t expected, uint64_t seen) {
   if (w->ev) mk_trace_put(w, start, role, MK_TRACE_WAIT, MK_TRACE_NO_PEER, id, flag, expected, seen);
 }
+/* One event into ring `ring` (owner x MK_TRACE_LANES + lane) that several writers fill one
+ * after another (the ring attention backward's rings are per SM, its CTAs one per item): the
+ * slot is taken with an atomic on the count, so no writer relies on seeing the count the one
+ * before it stored. */
+__device__ __forceinline__ void mk_trace_emit_shared(struct mk_trace_buf* b, uint32_t ring, uint64_t start,
+                                                     uint32_t role, uint32_t kind, uint32_t id, uint32_t flag,
+                                                     uint64_t expected, uint64_t seen) {
+  struct mk_trace_ring* r = mk_trace_rings(b) + ring;
+  uint32_t sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  r->sm = (uint16_t)sm;
+  r->opened = 1;
+  const uint32_t n = atomicAdd(&r->count, 1u);
+  mk_trace_events(b)[(size_t)ring * b->h.capacity + (n & (b->h.capacity - 1))] =
+      mk_trace_event_now(start, role, kind, MK_TRACE_NO_PEER, id, flag, expected, seen);
+}
+
 /* One event from a writer that keeps no handle (a role whose registers are scarce, such as
  * the GEMM's producer thread): opens its ring, appends, stores the count. One load more than
  * mk_trace_put; nothing at all when b is NULL. */

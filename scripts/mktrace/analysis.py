@@ -4,6 +4,9 @@ import collections
 from .fmt import COMM_ROLES, COMPUTE_ROLES
 
 
+RING_ATTN_BWD = 7  # fmt.OPS: its tiles are key tiles, their spans hold the consumers' waits
+
+
 def arrival_events(traces):
     """{(rank, flag): the chunk event whose end announced the data behind `flag` on `rank`}:
     a comm-send chunk of another rank aimed at it (peer = rank), or a comm-recv chunk the rank
@@ -132,6 +135,9 @@ def summarize(traces):
             waited = e.kind == "wait" or (e.kind == "phase" and t.phase_name(e.id).startswith("wait:"))
             c["wait_ns" if waited else "busy_ns"] += e.dur
             c["waits" if waited else "items"] += 1
+        if t.op == RING_ATTN_BWD and "consumer" in roles:
+            # its key tiles' spans hold their consumers' waits for the peers' partials
+            roles["consumer"]["busy_ns"] -= roles["consumer"]["wait_ns"]
             c["timeouts"] += e.timed_out
         comp = _union([(e.start, e.end) for e in t.events
                        if e.role in ("consumer",) and e.kind == "tile"])
@@ -159,7 +165,7 @@ def phase_spans(trace):
         groups[trace.phase_name(e.id)].append(e)
     tiles = [e for e in trace.events if e.kind == "tile" and e.role == "consumer"]
     if tiles:
-        groups["gemm tiles"] = tiles
+        groups["key tiles" if trace.op == RING_ATTN_BWD else "gemm tiles"] = tiles
     rows = [(name, len({e.cta for e in g}), min(e.start for e in g) - t0, max(e.end for e in g) - t0,
              sum(e.dur for e in g)) for name, g in groups.items()]
     return sorted(rows, key=lambda r: (r[2], r[3]))

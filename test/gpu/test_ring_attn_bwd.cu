@@ -668,7 +668,8 @@ struct rb_trace {
 static int rb_trace_read(const char* path, struct rb_trace* t) {
   FILE* f = fopen(path, "rb");
   if (!f) return 0;
-  int ok = fread(&t->h, sizeof t->h, 1, f) == 1 && t->h.magic == MK_TRACE_MAGIC && t->h.nrings < (1u << 20);
+  int ok = fread(&t->h, sizeof t->h, 1, f) == 1 && t->h.magic == MK_TRACE_MAGIC && t->h.version == MK_TRACE_VERSION &&
+           t->h.event_bytes == sizeof(struct mk_trace_event) && t->h.nrings < (1u << 20);
   std::vector<struct mk_trace_ring> rings(ok ? t->h.nrings : 0);
   ok = ok && fread(rings.data(), sizeof(struct mk_trace_ring), rings.size(), f) == rings.size();
   for (size_t i = 0; ok && i < rings.size(); i++)
@@ -682,9 +683,10 @@ static int rb_trace_read(const char* path, struct rb_trace* t) {
 }
 
 /* NCCL_MK_TRACE with the one kernel (its rings per SM, fused/common/attn_bwd_trace.cuh): a
- * causal GQA call's file holds every key tile's CTA exactly once (ids 0 .. n-1, none lost on
- * an SM that ran several CTAs one after another), each push CTA's span, one wait for the push,
- * start and end slices, and chunk-flag waits that all ended satisfied; the gradients are right. */
+ * causal GQA call's file holds every key tile's CTA exactly once (ids 0 .. n-1, n the count
+ * the end part's wait for them names; none lost on an SM that ran many CTAs one after
+ * another), each push CTA's span, one wait for the push, start and end slices, and chunk-flag
+ * waits that all ended satisfied; the gradients are right. */
 static void scenario_one_kernel_trace(struct rank_env* e) {
   const struct rb_case c = {1, 1024, 8, 1, 128, 1};
   run_case(e, c, g_seed);
@@ -696,24 +698,28 @@ static void scenario_one_kernel_trace(struct rank_env* e) {
          e->rank, t.h.op, t.h.rank, (unsigned long long)t.h.dropped);
   std::vector<int> tiles;
   int push = 0, wait_push = 0, start = 0, end = 0, flag_waits = 0, unsatisfied = 0;
+  uint32_t n_main = 0; /* the key tiles' CTAs, as every end CTA's wait for them names it */
   for (const struct mk_trace_event& x : t.ev) {
     if (x.kind == MK_TRACE_TILE && x.role == MK_TRACE_CONSUMER) tiles.push_back((int)x.id);
     if (x.kind == MK_TRACE_PHASE) {
       push += x.id == MK_ATTN_BWD_TRACE_PUSH, wait_push += x.id == MK_ATTN_BWD_TRACE_WAIT_PUSH;
       start += x.id == MK_ATTN_BWD_TRACE_START, end += x.id == MK_ATTN_BWD_TRACE_END;
+      if (x.id == MK_ATTN_BWD_TRACE_WAIT_MAIN) n_main = x.expected;
     }
     if (x.kind == MK_TRACE_WAIT && x.role == MK_TRACE_PRODUCER) flag_waits++, unsatisfied += x.seen < x.expected;
   }
   std::sort(tiles.begin(), tiles.end());
   int once = !tiles.empty();
   for (size_t i = 0; i < tiles.size(); i++) once &= tiles[i] == (int)i;
-  EXPECT(once, "rank %d: %zu tile events, not each key tile's CTA once", e->rank, tiles.size());
+  EXPECT(once && tiles.size() == n_main, "rank %d: %zu tile events, not each of the %u key tile CTAs once", e->rank,
+         tiles.size(), n_main);
   EXPECT(push > 0 && wait_push == 1 && start > 0 && end > 0, "rank %d: parts push %d, wait for the push %d, start %d, end %d",
          e->rank, push, wait_push, start, end);
   EXPECT(flag_waits > 0 && unsatisfied == 0, "rank %d: %d chunk-flag waits, %d unsatisfied", e->rank, flag_waits,
          unsatisfied);
   printf("rank %d: trace: %zu key tiles, %d push CTAs, %d start, %d end, %d chunk-flag waits\n", e->rank, tiles.size(),
          push, start, end, flag_waits);
+  unlink(path);
   expect_healthy(e);
 }
 
