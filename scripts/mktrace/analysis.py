@@ -136,8 +136,7 @@ def summarize(traces):
             c["wait_ns" if waited else "busy_ns"] += e.dur
             c["waits" if waited else "items"] += 1
         if t.op == RING_ATTN_BWD and "consumer" in roles:
-            # its key tiles' spans hold their consumers' waits for the peers' partials
-            roles["consumer"]["busy_ns"] -= roles["consumer"]["wait_ns"]
+            roles["consumer"]["busy_ns"] -= _key_tile_waits(t)
             c["timeouts"] += e.timed_out
         comp = _union([(e.start, e.end) for e in t.events
                        if e.role in ("consumer",) and e.kind == "tile"])
@@ -149,6 +148,22 @@ def summarize(traces):
                       "overlap": _overlap(comp, comm) / comm_ns if comm_ns else None,
                       "dropped": t.dropped, "phases": phase_spans(t)})
     return ranks
+
+
+def _key_tile_waits(trace):
+    """The ring attention backward's key tile spans (one per CTA, on its SM's consumer0 lane)
+    hold its warp groups' waits for the peers' partials, which the two groups often wait at
+    the same time: the time of each span covered by any of its SM's consumer waits, summed."""
+    waits = collections.defaultdict(list)
+    for e in trace.events:
+        if e.role == "consumer" and e.kind == "wait":
+            waits[e.cta].append((e.start, e.end))
+    merged = {cta: _union(iv) for cta, iv in waits.items()}
+    covered = 0
+    for e in trace.events:
+        if e.role == "consumer" and e.kind == "tile":
+            covered += _overlap([(e.start, e.end)], merged.get(e.cta, []))
+    return covered
 
 
 def phase_spans(trace):

@@ -289,9 +289,10 @@ def summary_lists_moe_dispatch_phases(tmp):
 def summary_names_ring_attention_backward_parts_and_waits(tmp):
     """A ring attention backward trace (op 7) as its one launch records it
     (fused/common/attn_bwd_trace.cuh): rings per SM, each SM's CTAs one after another. SM 0: a
-    push CTA (comm lane), then a key tile whose producer waited 3 us for its K/V chunk flags
-    and whose consumers waited 20 us for the peers' partials; SM 1: a start CTA, a key tile
-    that waited 2 us for the start part, then an end CTA that waited 40 us for the key tiles.
+    push CTA (comm lane), then a key tile (one span per CTA, on consumer0) whose producer
+    waited 3 us for its K/V chunk flags and whose two warp groups waited 20 us at the same time
+    for the peers' partials; SM 1: a start CTA, a key tile that waited 2 us for the start part,
+    then an end CTA that waited 40 us for the key tiles.
     The summary names the op and the parts, with each part's summed time, and counts the
     producer's and consumers' waits, the part waits among them."""
     us = 1000
@@ -300,9 +301,9 @@ def summary_names_ring_attention_backward_parts_and_waits(tmp):
     lanes = [[[] for _ in range(fmt.LANES)] for _ in range(2)]
     lanes[0][L("comm")].append(ev(0, 4 * us, "comm-send", "phase", 8, 0))
     lanes[0][L("producer")].append(ev(4 * us, 7 * us, "producer", "wait", 5, 17, 3, 3))
+    lanes[0][L("consumer0")].append(ev(4 * us, 60 * us, "consumer", "tile", 5, 1, 32, 32))
     for g in (0, 1):
-        lanes[0][L(f"consumer{g}")] += [ev(4 * us, 60 * us, "consumer", "tile", 5, 1, 32, 1),
-                                        ev(40 * us, 60 * us, "consumer", "wait", 5, 2, 3, 3)]
+        lanes[0][L(f"consumer{g}")].append(ev(40 * us, 60 * us, "consumer", "wait", 5, 2, 3, 3))
     lanes[1][L("producer")] += [ev(0, 3 * us, "producer", "phase", 9, 0, 0, 0),
                                 ev(3 * us, 5 * us, "producer", "phase", 0, 0, 1, 1),
                                 ev(61 * us, 101 * us, "producer", "phase", 1, 0, 2, 2),
@@ -322,8 +323,8 @@ def summary_names_ring_attention_backward_parts_and_waits(tmp):
              ("producer", "consumer")}
     check(roles.get("producer", [])[:4] == ["2", "12.0", "3", "45.0"],
           f"the start and end slices; the chunk-flag wait and the part waits (phases named wait:):\n{out}")
-    check(roles.get("consumer", [])[:4] == ["3", "128.0", "2", "40.0"],
-          f"three tile spans less the two groups' waits for the partials inside them:\n{out}")
+    check(roles.get("consumer", [])[:4] == ["2", "92.0", "2", "40.0"],
+          f"two key tile spans less the 20 us in which the groups waited for the partials:\n{out}")
     check("key tiles" in out and "gemm tiles" not in out, f"its tiles are key tiles:\n{out}")
 
 
