@@ -47,13 +47,14 @@ static void* device_view(void* host) {
   return cudaHostGetDevicePointer(&d, host, 0) == cudaSuccess ? d : NULL;
 }
 
-/* Every rank's `bytes`-byte record into all[nranks], through ncclAllGather on fc's comm. */
-/* Through the workspace exchange's device slots (read by now: records_read), which every
- * rank has since its init: an allocation here could fail on one rank alone, and its peers
- * would wait in the gather it skipped. */
 _Static_assert(sizeof(struct mk_peer_record) >= sizeof(struct mk_proxy_addr) &&
                    sizeof(struct mk_peer_record) >= sizeof(struct mk_proxy_keys),
                "the cross-node records fit the workspace exchange's slots");
+
+/* Every rank's `bytes`-byte record into all[nranks], through ncclAllGather on fc's comm and
+ * the workspace exchange's device slots (read by now: records_read), which every rank has
+ * since its init: an allocation here could fail on one rank alone, and its peers would wait
+ * in the gather it skipped. */
 static int xnode_allgather(struct mk_fused_comm* fc, const void* mine, size_t bytes, void* all) {
   return mk_fused_allgather(fc, fc->records_dev, mine, bytes, all, "proxy record exchange");
 }

@@ -5,10 +5,11 @@
  * of them, so its trace rings are per SM, not per CTA (the file's `cta` is the SM): each event
  * takes its slot with an atomic on its ring's count (mk_trace_emit_shared), whichever CTA of
  * the SM writes it. One CTA fits an SM (168 registers x 384 threads), so a lane's events of
- * one SM still do not overlap in time. Writers: thread 0 on the producer lane (the part waits, the start and end slices, the
- * K/V chunk-flag waits), each consumer warp group's thread 0 on its consumer lane (the wait
- * for the peers' partials), thread 0 after a key tile CTA's closing barrier on the consumer0
- * lane (the CTA's span), thread 0 of a push CTA on the comm lane.
+ * one SM still do not overlap in time. Writers: thread 0 on the producer lane (the part
+ * waits, the start and end slices, the K/V chunk-flag waits), each consumer warp group's
+ * thread 0 on its consumer lane (the wait for the peers' partials), thread 0 after a key tile
+ * CTA's closing barrier on the consumer0 lane (the CTA's span), thread 0 of a push CTA on the
+ * comm lane.
  *
  * Only the RING kernel has them (TRACED template parameters elsewhere), so the other kernels'
  * code is what it was; in it every step loop's SASS is the same as without the events, and
@@ -23,9 +24,10 @@
 #include "attn_bwd_cfg.cuh"
 #include "trace.h"
 
+/* One event on this SM's ring of `lane`. */
 __device__ __forceinline__ void attn_bwd_trace_put(struct mk_trace_buf* b, uint32_t lane, uint64_t start, uint32_t role,
-                                                uint32_t kind, uint32_t id, uint32_t flag, uint64_t expected,
-                                                uint64_t seen) {
+                                                   uint32_t kind, uint32_t id, uint32_t flag, uint64_t expected,
+                                                   uint64_t seen) {
   uint32_t sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   if (sm >= b->h.ctas) return; /* the rings are the device's SMs (MPS numbers its share from 0) */
