@@ -135,9 +135,9 @@ def summarize(traces):
             waited = e.kind == "wait" or (e.kind == "phase" and t.phase_name(e.id).startswith("wait:"))
             c["wait_ns" if waited else "busy_ns"] += e.dur
             c["waits" if waited else "items"] += 1
+            c["timeouts"] += e.timed_out
         if t.op == RING_ATTN_BWD and "consumer" in roles:
             roles["consumer"]["busy_ns"] -= _key_tile_waits(t)
-            c["timeouts"] += e.timed_out
         comp = _union([(e.start, e.end) for e in t.events
                        if e.role in ("consumer",) and e.kind == "tile"])
         comm = _union([(e.start, e.end) for e in t.events

@@ -691,7 +691,7 @@ static void scenario_one_kernel_trace(struct rank_env* e) {
   const struct rb_case c = {1, 1024, 8, 1, 128, 1};
   run_case(e, c, g_seed);
   char path[512];
-  mk_trace_file_name(getenv("NCCL_MK_TRACE_DIR"), (uint32_t)e->rank, 0, path, sizeof path);
+  mk_trace_file_name(mk_param_str(MK_PARAM_TRACE_DIR), (uint32_t)e->rank, 0, path, sizeof path);
   struct rb_trace t;
   EXPECT(rb_trace_read(path, &t), "rank %d: %s is a whole trace file", e->rank, path);
   EXPECT(t.h.op == 7 && t.h.rank == (uint32_t)e->rank && t.h.dropped == 0, "rank %d: op %u rank %u dropped %llu",

@@ -255,6 +255,18 @@ def summary_reports_overlap_and_critical_path(tmp):
           "this comm-bound synthetic run's critical path goes through the chunks")
 
 
+def summary_counts_each_timed_out_wait(tmp):
+    """A hung run (rank 1 never raises flag 5): the summary's timeouts per rank and role are
+    the waits that ended unsatisfied, each counted once (session 67 had moved the count out of
+    the event loop, where it counted one event per rank, or none)."""
+    _, traces, _ = synth_traces(tmp, hang=(1, 5))
+    for r, t in zip(analysis.summarize(traces), traces):
+        want = collections.Counter(e.role for e in t.events if e.timed_out)
+        got = {role: c["timeouts"] for role, c in r["roles"].items() if c["timeouts"]}
+        check(got == dict(want), f"rank {t.rank}: timeouts per role {got}, want {dict(want)}")
+    check(sum(e.timed_out for t in traces for e in t.events) > 0, "the hung run has timed-out waits")
+
+
 def summary_lists_moe_dispatch_phases(tmp):
     """A MoE dispatch trace (op 4) as the kernel records it (fused/moe/moe_dispatch.cu): every
     CTA's route phase, the last one's counts exchange, then push (2 CTAs) and expand (4), and
