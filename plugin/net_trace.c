@@ -7,9 +7,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "mk_clock.h"
 #include "mk_log.h"
 #include "mk_param.h"
 
@@ -63,12 +63,6 @@ static struct {
   struct trace_thread threads[TRACE_THREADS];
   uint32_t nthreads;
 } tr = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
-
-static uint64_t trace_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void trace_at_exit(void) { mk_net_trace_flush(); }
 
@@ -130,7 +124,7 @@ static struct trace_attempt* trace_attempt_of(const void* comm, int add) {
 }
 
 void mk_net_trace_attempt(const void* comm) {
-  uint64_t t = trace_now();
+  uint64_t t = mk_now_ns();
   pthread_mutex_lock(&tr.lock);
   struct trace_attempt* a = trace_attempt_of(comm, 1);
   if (a && !a->since) a->since = t;
@@ -139,7 +133,7 @@ void mk_net_trace_attempt(const void* comm) {
 
 void mk_net_trace_post(const void* comm, const void* req, enum mk_net_trace_kind kind, size_t size,
                        int n, int tag, uint64_t t0) {
-  uint64_t t = trace_now();
+  uint64_t t = mk_now_ns();
   pthread_mutex_lock(&tr.lock);
   uint64_t asked = t;
   struct trace_attempt* a = trace_attempt_of(comm, 0);
@@ -156,7 +150,7 @@ void mk_net_trace_post(const void* comm, const void* req, enum mk_net_trace_kind
 }
 
 void mk_net_trace_test(const void* req, int done, uint64_t t0) {
-  uint64_t t = trace_now();
+  uint64_t t = mk_now_ns();
   pthread_mutex_lock(&tr.lock);
   struct trace_slot* s = trace_slot_of(req);
   if (s && s->req == req) {
@@ -171,7 +165,7 @@ void mk_net_trace_test(const void* req, int done, uint64_t t0) {
   pthread_mutex_unlock(&tr.lock);
 }
 
-uint64_t mk_net_trace_clock(void) { return mk_net_trace_on() ? trace_now() : 0; }
+uint64_t mk_net_trace_clock(void) { return mk_net_trace_on() ? mk_now_ns() : 0; }
 
 static void trace_thread_rusage(struct trace_thread* th, int first) {
   struct rusage ru;
@@ -198,7 +192,7 @@ static unsigned trace_bucket(uint64_t ns) {
 
 void mk_net_trace_call(enum mk_net_call kind, uint64_t t0) {
   if (!t0 || (unsigned)kind >= MK_NET_CALL_KINDS) return;
-  uint64_t t = trace_now(), d = t - t0;
+  uint64_t t = mk_now_ns(), d = t - t0;
   pthread_mutex_lock(&tr.lock);
   struct trace_calls* c = &tr.calls[kind];
   c->count++, c->total_ns += d;

@@ -10,9 +10,9 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "mk_clock.h"
 #include "mk_err.h"
 #include "mk_log.h"
 #include "mk_param.h"
@@ -174,13 +174,11 @@ int mk_sock_recv_some(int fd, void* buf, size_t len, size_t* off) {
 
 static int xfer_all(int fd, void* buf, size_t len, int timeout_ms, int sending) {
   size_t off = 0;
-  struct timespec t0, t;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  const uint64_t t0 = mk_now_ns();
   for (;;) {
     int rc = sending ? mk_sock_send_some(fd, buf, len, &off) : mk_sock_recv_some(fd, buf, len, &off);
     if (rc != 0) return rc < 0 ? rc : 0;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    long left = timeout_ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+    const long left = timeout_ms - (long)((mk_now_ns() - t0) / 1000000);
     if (left <= 0) return -ETIMEDOUT;
     struct pollfd p = {.fd = fd, .events = sending ? POLLOUT : POLLIN};
     poll(&p, 1, (int)left);

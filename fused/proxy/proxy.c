@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mk_clock.h"
 #include "mk_err.h"
 #include "mk_log.h"
 #include "mk_param.h"
@@ -73,12 +74,6 @@ struct mk_proxy {
   int leaving; /* atomic: the peers are closing; a transport error closes only its peer */
   struct mk_proxy_error err;
 };
-
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 static const char* kind_name(uint32_t k) {
   switch (k) {
@@ -233,7 +228,7 @@ static int proxy_connect_all(struct mk_proxy* p, const struct mk_proxy_addr* all
   if (!acc) return -ENOMEM;
   int naccepted = 0, rc = 0;
   *nnamed = 0;
-  uint64_t deadline = now_ns() + 2 * mk_connect_timeout_ns();
+  uint64_t deadline = mk_now_ns() + 2 * mk_connect_timeout_ns();
   for (;;) {
     int pending = proxy_dial_step(p, all);
     if (pending < 0) rc = pending;
@@ -247,7 +242,7 @@ static int proxy_connect_all(struct mk_proxy* p, const struct mk_proxy_addr* all
       *nnamed += named > 0;
     }
     if (rc || (pending == 0 && *nnamed == p->nremote)) break;
-    if (now_ns() > deadline) {
+    if (mk_now_ns() > deadline) {
       rc = -ETIMEDOUT;
       break;
     }
@@ -526,7 +521,7 @@ static void* proxy_main(void* arg) {
     int stopping = __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE);
     if (stopping) {
       if (p->fifo_head == p->fifo_tail) break;
-      uint64_t now = now_ns();
+      uint64_t now = mk_now_ns();
       if (!drain_deadline)
         drain_deadline = now + (uint64_t)mk_param_int(MK_PARAM_TIMEOUT_MS) * 1000000;
       if (now > drain_deadline) {

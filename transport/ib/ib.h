@@ -27,6 +27,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "mk_clock.h"
 #include "mr_cache.h"
 #include "req_pool.h"
 #include "sock.h"
@@ -243,8 +244,6 @@ enum ib_wr_kind { IB_WR_GROUP = 1, IB_WR_RECV, IB_WR_CTS, IB_WR_PUT, IB_WR_FLUSH
 static inline uint64_t ib_wr_id(int kind, uint32_t idx) { return ((uint64_t)kind << 56) | idx; }
 static inline int ib_wr_kind(uint64_t id) { return (int)(id >> 56); }
 static inline uint32_t ib_wr_idx(uint64_t id) { return (uint32_t)id; }
-
-uint64_t ib_now_ns(void);
 
 /* ib_conn.c */
 int ib_listen(int dev, void* handle, void** listen_comm);

@@ -50,7 +50,7 @@ static struct ib_handshake* ib_hs_new(int fd, int dev, int tc, uint64_t nonce, i
   hs->nonce = nonce;
   hs->connector = hs->connecting = connector;
   hs->ready = IB_READY;
-  hs->deadline_ns = ib_now_ns() + mk_connect_timeout_ns();
+  hs->deadline_ns = mk_now_ns() + mk_connect_timeout_ns();
   return hs;
 }
 
@@ -120,7 +120,7 @@ static int ib_hs_step(void* state) {
     if (rc == 1) return 1;
   }
 wait:
-  if (ib_now_ns() > hs->deadline_ns) {
+  if (mk_now_ns() > hs->deadline_ns) {
     MK_WARN("ib: connection handshake did not finish within NCCL_MK_CONNECT_TIMEOUT_MS=%lld",
             (long long)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS));
     return -ETIMEDOUT;

@@ -107,7 +107,7 @@ int ib_cq_progress(struct ib_comm* c) {
 
 int ib_peer_check(struct ib_comm* c) {
   if (c->error) return c->error;
-  uint64_t now = ib_now_ns();
+  uint64_t now = mk_now_ns();
   if (now - c->last_check_ns < IB_PEER_CHECK_NS) return 0;
   c->last_check_ns = now;
   if (c->peer_state != MK_PEER_BYE) c->peer_state = mk_sock_peer_state(c->sock);

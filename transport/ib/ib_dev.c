@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <endian.h>
 
 #include "ib.h"
@@ -15,12 +14,6 @@
 #include "mk_param.h"
 
 struct ib_state ib = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-uint64_t ib_now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 /* NCCL_IB_HCA syntax: "^" excludes, "=" matches names exactly (else by prefix), entries are
  * name[:port] separated by commas. 1 when (name, port) is selected. */

@@ -27,6 +27,7 @@
 #include <rdma/fi_tagged.h>
 
 #include "eager.h"
+#include "mk_clock.h"
 #include "mr_cache.h"
 #include "proto.h"
 #include "req_pool.h"
@@ -467,7 +468,6 @@ int ofi_comm_set_peer(struct ofi_comm* c, int k, const uint8_t* addr, size_t len
 int ofi_ctrl_post(struct ofi_comm* c, unsigned k);
 /* FI_MR_LOCAL: registers a buffer of ours (no-op otherwise). */
 int ofi_internal_reg(struct ofi_comm* c, void* buf, size_t len, struct fid_mr** mr, void** desc);
-uint64_t ofi_now_ns(void);
 /* ofi_cq.c: reads the CQ and dispatches completions; returns how many it handled. */
 int ofi_cq_progress(struct ofi_comm* c);
 /* Rate-limited dead-peer check for an op that is waiting; returns c->error. */

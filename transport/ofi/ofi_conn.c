@@ -46,7 +46,7 @@ static struct ofi_handshake* ofi_hs_new(int fd, struct ofi_comm* c, uint64_t non
   hs->nonce = nonce;
   hs->connecting = connector;
   hs->out_ready = connector;
-  hs->deadline_ns = ofi_now_ns() + mk_connect_timeout_ns();
+  hs->deadline_ns = mk_now_ns() + mk_connect_timeout_ns();
   hs->ack = connector ? OFI_ACK_MAGIC : 0;
   hs->out = (struct mk_ofi_hello){.magic = MK_OFI_HELLO_MAGIC, .version = MK_OFI_PROTO_VERSION,
                                   .addr_len = (uint16_t)c->st[0].addr_len, .nonce = nonce,
@@ -131,7 +131,7 @@ static int ofi_hs_step(void* state) {
     }
   }
 wait:
-  if (ofi_now_ns() > hs->deadline_ns) {
+  if (mk_now_ns() > hs->deadline_ns) {
     MK_WARN("ofi: connection handshake did not finish within NCCL_MK_CONNECT_TIMEOUT_MS=%lld",
             (long long)mk_param_int(MK_PARAM_CONNECT_TIMEOUT_MS));
     return -ETIMEDOUT;

@@ -181,7 +181,7 @@ fail:
 
 int ofi_peer_check(struct ofi_comm* c) {
   if (c->error) return c->error;
-  uint64_t now = ofi_now_ns();
+  uint64_t now = mk_now_ns();
   if (now - c->last_check_ns < MK_OFI_PEER_CHECK_NS) return 0;
   c->last_check_ns = now;
   if (c->peer_state != MK_PEER_BYE) c->peer_state = mk_sock_peer_state(c->sock);

@@ -58,13 +58,13 @@ static ssize_t ofi_stripe_post(struct ofi_comm* c, unsigned k, void* buf, size_t
  * their threads), bounded. */
 static int ofi_stripe_post_retry(struct ofi_comm* c, unsigned k, void* buf, size_t len,
                                  void* desc, uint64_t tag, struct ofi_op* op) {
-  uint64_t deadline = ofi_now_ns() + mk_connect_timeout_ns();
+  uint64_t deadline = mk_now_ns() + mk_connect_timeout_ns();
   for (;;) {
     ssize_t rc = ofi_stripe_post(c, k, buf, len, desc, tag, op);
     if (rc != -FI_EAGAIN) return ofi_rc(rc);
     int p = ofi_cq_progress(c);
     if (p < 0) return p;
-    if (ofi_now_ns() > deadline) return -ETIMEDOUT;
+    if (mk_now_ns() > deadline) return -ETIMEDOUT;
   }
 }
 
@@ -138,7 +138,7 @@ static void ofi_send_defer(struct ofi_comm* c, struct ofi_req* r, const struct m
  * timeout. The thread meanwhile serves its other comms: with the device-wide thread
  * (NCCL_MK_OFI_PROGRESS_THREAD=2) waiting it out here held every comm of the device. */
 static int ofi_send_resume_later(struct ofi_comm* c, struct ofi_req* r) {
-  const uint64_t now = ofi_now_ns();
+  const uint64_t now = mk_now_ns();
   if (!r->send_deadline) {
     r->send_deadline = now + mk_connect_timeout_ns();
     c->n_resumed++;
@@ -413,13 +413,13 @@ static void ofi_recv_unannounced(struct ofi_comm* c, struct ofi_req* r) {
   /* a message with some pieces in counts already (ofi_eager_begin) */
   __atomic_add_fetch(&r->pending, r->n - r->eager_done - r->eager_active, __ATOMIC_RELAXED);
   r->unannounced = 1;
-  r->announce_ns = ofi_now_ns() + c->no_cts_ns;
+  r->announce_ns = mk_now_ns() + c->no_cts_ns;
   c->unannounced++;
   c->n_unannounced++;
 }
 
 int ofi_recv_announce_late(struct ofi_comm* c) {
-  const uint64_t now = ofi_now_ns();
+  const uint64_t now = mk_now_ns();
   for (uint32_t j = 0; c->unannounced && j < c->nrx; j++) {
     struct ofi_req* r = c->rx[j];
     if (!r->unannounced || now < r->announce_ns) continue;

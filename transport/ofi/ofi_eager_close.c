@@ -49,9 +49,9 @@ static void ofi_eager_serve(struct ofi_comm* other) {
 
 void ofi_eager_close_drain(struct ofi_comm* c) {
   if (!c->is_send || !c->eager_bytes || c->error) return;
-  const uint64_t start = ofi_now_ns(), deadline = start + OFI_EAGER_CLOSE_NS;
+  const uint64_t start = mk_now_ns(), deadline = start + OFI_EAGER_CLOSE_NS;
   int asked = 0;
-  while (c->credits.avail < c->credits.cap && !c->error && ofi_now_ns() < deadline) {
+  while (c->credits.avail < c->credits.cap && !c->error && mk_now_ns() < deadline) {
     if (!asked && c->credits.avail > 0) {
       int rc = ofi_eager_flush_ask(c);
       if (rc < 0) break;
@@ -62,7 +62,7 @@ void ofi_eager_close_drain(struct ofi_comm* c) {
     ofi_comms_visit_idle(c, ofi_eager_serve);
   }
   const unsigned out = c->credits.cap - c->credits.avail;
-  const double ms = (double)(ofi_now_ns() - start) / 1e6;
+  const double ms = (double)(mk_now_ns() - start) / 1e6;
   if (!out) return;
   /* A receiver that closed first reported any message it never received itself. */
   if (c->error || ofi_peer_bye(c)) {

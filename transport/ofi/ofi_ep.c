@@ -2,19 +2,12 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "mk_err.h"
 #include "mk_log.h"
 #include "mk_param.h"
 #include "ofi.h"
-
-uint64_t ofi_now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 /* FI_MR_LOCAL: buffers we hand to the provider ourselves need a descriptor too. */
 int ofi_internal_reg(struct ofi_comm* c, void* buf, size_t len, struct fid_mr** mr, void** desc) {

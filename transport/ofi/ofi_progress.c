@@ -77,9 +77,9 @@ static int ofi_progress_has_work(const struct ofi_comm* c) {
  * other requests), and then stops waiting for it. */
 #define OFI_LET_IN_NS 50000
 static void ofi_runner_let_in(struct ofi_comm* c) {
-  const uint64_t t0 = ofi_now_ns();
+  const uint64_t t0 = mk_now_ns();
   while (__atomic_load_n(&c->lock_wanted, __ATOMIC_ACQUIRE)) {
-    if (ofi_now_ns() - t0 > OFI_LET_IN_NS) __atomic_store_n(&c->lock_wanted, 0, __ATOMIC_RELEASE);
+    if (mk_now_ns() - t0 > OFI_LET_IN_NS) __atomic_store_n(&c->lock_wanted, 0, __ATOMIC_RELEASE);
     ofi_cpu_relax();
   }
 }
@@ -128,24 +128,24 @@ static int ofi_runner_wants(const struct ofi_runner* r, struct ofi_comm* c, int 
 static void* ofi_runner_main(void* arg) {
   struct ofi_runner* r = arg;
   int empty = 0;
-  uint64_t last_work = ofi_now_ns(), last_sweep = last_work;
+  uint64_t last_work = mk_now_ns(), last_sweep = last_work;
   while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
     unsigned gen = __atomic_load_n(&r->gen, __ATOMIC_SEQ_CST);
     int n = 0, work = 0;
-    uint64_t now = ofi_now_ns();
+    uint64_t now = mk_now_ns();
     int sweep = now - last_sweep > OFI_RUNNER_SWEEP_NS;
     if (sweep) last_sweep = now;
     pthread_mutex_lock(&r->list_mu);
     for (int i = 0; i < r->ncomms; i++)
       if (ofi_runner_wants(r, r->comms[i], sweep)) n += ofi_runner_step(r->comms[i], &work);
     pthread_mutex_unlock(&r->list_mu);
-    if (work || n > 0) last_work = ofi_now_ns();
+    if (work || n > 0) last_work = mk_now_ns();
     if (n > 0) {
       empty = 0;
-    } else if (!work && ofi_now_ns() - last_work > OFI_PROGRESS_LINGER_NS) {
+    } else if (!work && mk_now_ns() - last_work > OFI_PROGRESS_LINGER_NS) {
       ofi_runner_sleep(r, gen);
       empty = 0;
-      last_work = ofi_now_ns();
+      last_work = mk_now_ns();
     } else if (++empty >= OFI_PROGRESS_SPINS) {
       sched_yield(); /* lets NCCL's threads take the locks, and other threads the core */
       empty = 0;

@@ -127,12 +127,12 @@ void ofi_streams_keep_awake(struct ofi_comm* c) {
   for (int k = 1; k < c->nstreams; k++) ofi_stream_busy(&c->st[k]);
 }
 
-/* 1 when there is work (or the thread still lingers: until linger_until, in ofi_now_ns),
+/* 1 when there is work (or the thread still lingers: until linger_until, in mk_now_ns),
  * 0 when asked to stop. */
 static int ofi_stream_wait(struct ofi_stream* st, uint64_t linger_until) {
   if (__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE)) return 0;
   if (__atomic_load_n(&st->active, __ATOMIC_ACQUIRE) > 0) return 1;
-  if (linger_until && ofi_now_ns() < linger_until) return 1;
+  if (linger_until && mk_now_ns() < linger_until) return 1;
   pthread_mutex_lock(&st->mu);
   while (!__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) &&
          __atomic_load_n(&st->active, __ATOMIC_ACQUIRE) == 0)
@@ -229,7 +229,7 @@ static int ofi_stream_posts_run(struct ofi_stream* st) {
     if (!op) return 0;
     ssize_t rc = ofi_put_stripe_write(st, op, op->buf, op->len, op->desc);
     if (rc == -FI_EAGAIN) {
-      const uint64_t now = ofi_now_ns();
+      const uint64_t now = mk_now_ns();
       if (!st->posts_refused_since) st->posts_refused_since = now;
       if (now - st->posts_refused_since < mk_connect_timeout_ns()) return 1;
       rc = -FI_ETIMEDOUT;
@@ -252,7 +252,7 @@ static void ofi_stream_connect_step(struct ofi_stream* st) {
   const uint64_t deadline = __atomic_load_n(&st->connect_deadline_ns, __ATOMIC_ACQUIRE);
   if (!deadline) return;
   ssize_t rc = fi_tsend(st->ep, NULL, 0, NULL, st->peer, MK_OFI_TAG_CONNECT, &st->connect_op.ctx);
-  if (rc == -FI_EAGAIN && ofi_now_ns() < deadline) return;
+  if (rc == -FI_EAGAIN && mk_now_ns() < deadline) return;
   __atomic_store_n(&st->connect_deadline_ns, 0, __ATOMIC_RELEASE);
   if (rc != 0) { /* not formed ahead: the first write forms it, as without the hint */
     MK_INFO(MK_NCCL_SUBSYS_NET, "ofi: a stream's connection was not formed ahead: %s",
@@ -276,7 +276,7 @@ static void* ofi_stream_thread(void* arg) {
       continue;
     }
     const int busy = __atomic_load_n(&st->active, __ATOMIC_ACQUIRE) > 0;
-    if (busy && linger_ns) linger_until = ofi_now_ns() + linger_ns;
+    if (busy && linger_ns) linger_until = mk_now_ns() + linger_ns;
     const int queued = ofi_stream_posts_run(st);
     if (ofi_stream_poll(st, busy && !queued && spins >= OFI_STREAM_SPINS) > 0)
       spins = 0;
@@ -295,7 +295,7 @@ static void* ofi_stream_thread(void* arg) {
  * a 0-byte receive of MK_OFI_TAG_CONNECT (its thread reads the CQ until it lands), the
  * sender's thread retries a 0-byte send of it until rxm takes it. */
 void ofi_streams_connect_ahead(struct ofi_comm* c) {
-  const uint64_t deadline = ofi_now_ns() + mk_connect_timeout_ns();
+  const uint64_t deadline = mk_now_ns() + mk_connect_timeout_ns();
   for (int k = 1; k < c->nstreams; k++) {
     struct ofi_stream* st = &c->st[k];
     if (!st->has_thread) continue; /* NCCL_MK_OFI_STREAM_THREADS=0: the first write forms it */
