@@ -137,7 +137,8 @@
   X(INT, TIMEOUT_MS, "NCCL_MK_TIMEOUT_MS", "60000", 1, 86400000, "",                           \
     "bound on every wait inside a fused kernel (an attention kernel's waits on its own "       \
     "warps: 1.5x, so that the error names the peer's missing flag); expiry breaks the "         \
-    "communicator")                                                                             \
+    "communicator. Also how often a WARN says that a non-blocking communicator's "             \
+    "ncclInProgress still holds an op's NCCL call (that wait is unbounded, as NCCL's)")        \
   X(INT, LOCAL_SIZE, "NCCL_MK_LOCAL_SIZE", "0", 0, 1048576, "",                               \
     "ranks per emulated node, the others reached through the fused ops' proxy (1: each GPU "     \
     "its own node); 0 = every rank with peer access")                                           \

@@ -6,7 +6,9 @@
 #include <sched.h>
 #include <stddef.h>
 
+#include "mk_clock.h"
 #include "mk_log.h"
+#include "mk_param.h"
 
 static struct mk_nccl_api api;
 static int api_rc = -ENOTSUP;
@@ -87,8 +89,22 @@ ncclResult_t mk_nccl_comm_state(const struct mk_nccl_api* a, ncclComm_t comm) {
   return query != ncclSuccess ? query : state;
 }
 
+/* Unbounded, as NCCL's own calls on the communicator are (its call may still write our
+ * buffers, so giving up here could not free them), but not silent: a WARN every
+ * NCCL_MK_TIMEOUT_MS names what is still in progress. */
 int mk_nccl_comm_check(const struct mk_nccl_api* a, ncclComm_t comm, ncclResult_t res, const char* what) {
+  const uint64_t every_ns = (uint64_t)mk_param_int(MK_PARAM_TIMEOUT_MS) * 1000000ull;
+  uint64_t t0 = 0, next = 0;
   while (res == ncclInProgress) {
+    const uint64_t now = mk_now_ns();
+    if (!t0) {
+      t0 = now, next = now + every_ns;
+    } else if (now >= next) {
+      MK_WARN("%s: the communicator is still ncclInProgress after %.1f s; waiting on, as NCCL does (every rank "
+              "must make this call: has one failed or not reached it?)",
+              what, (double)(now - t0) / 1e9);
+      next = now + every_ns;
+    }
     sched_yield();
     res = mk_nccl_comm_state(a, comm);
   }

@@ -38,7 +38,8 @@ int mk_nccl_check(ncclResult_t res, const char* what);
 /* The same for a call on `comm`, which a non-blocking communicator (ncclConfig_t.blocking = 0,
  * or NCCL_COMM_BLOCKING=0) may answer with ncclInProgress: the call is then finished here by
  * polling ncclCommGetAsyncError, so such a communicator is used as a blocking one (the ops'
- * collectives are enqueued when the op returns, as its caller expects). */
+ * collectives are enqueued when the op returns, as its caller expects). The wait is unbounded,
+ * as NCCL's is; every NCCL_MK_TIMEOUT_MS a WARN names `what` and how long it has waited. */
 int mk_nccl_comm_check(const struct mk_nccl_api* api, ncclComm_t comm, ncclResult_t res, const char* what);
 /* comm's state as ncclCommGetAsyncError gives it (ncclInProgress while a non-blocking call or
  * init still runs), or that call's own failure. */

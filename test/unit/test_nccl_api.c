@@ -2,11 +2,16 @@
  * symbols are global: the lookup must take them (a null RTLD_DEFAULT handle once made it
  * report "no NCCL" here). ncclGetVersion needs no GPU. And a non-blocking communicator's
  * ncclInProgress is waited out through ncclCommGetAsyncError (a stand-in here), not taken
- * for a failure as it was. */
+ * for a failure as it was; a long wait says so (a WARN every NCCL_MK_TIMEOUT_MS) and waits on. */
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "mk_clock.h"
+#include "mk_param.h"
 #include "mk_test.h"
 #include "nccl_api.h"
+#include "warn_capture.h"
 
 static int polls_left, polls;
 static ncclResult_t polls_end;
@@ -34,8 +39,43 @@ static void in_progress_is_polled_to_its_end(void) {
   CHECK_EQ(polls, 0);
 }
 
+/* In progress until `until_ns`: a stand-in for a peer that joins late. */
+static uint64_t until_ns;
+
+static ncclResult_t fake_async_error_until(ncclComm_t comm, ncclResult_t* async_error) {
+  (void)comm;
+  polls++;
+  *async_error = mk_now_ns() < until_ns ? ncclInProgress : ncclSuccess;
+  return ncclSuccess;
+}
+
+static void long_in_progress_warns_and_waits_on(void) {
+  struct mk_nccl_api fake = {0};
+  fake.comm_get_async_error = fake_async_error_until;
+  ncclComm_t comm = (ncclComm_t)(void*)&fake;
+  setenv("NCCL_MK_TIMEOUT_MS", "5", 1);
+  mk_param_reload();
+  warn_capture_on();
+  last_warn[0] = 0;
+  until_ns = mk_now_ns() + 30 * 1000000ull; /* 30 ms: several 5 ms periods */
+  CHECK_EQ(mk_nccl_comm_check(&fake, comm, ncclInProgress, "ncclAllGather (workspace exchange)"), 0);
+  CHECK(mk_now_ns() >= until_ns); /* waited to the end, not given up */
+  CHECK(strstr(last_warn, "ncclAllGather (workspace exchange)") != NULL);
+  CHECK(strstr(last_warn, "still ncclInProgress") != NULL);
+  /* a short wait stays quiet */
+  last_warn[0] = 0;
+  setenv("NCCL_MK_TIMEOUT_MS", "60000", 1);
+  mk_param_reload();
+  until_ns = mk_now_ns() + 2 * 1000000ull;
+  CHECK_EQ(mk_nccl_comm_check(&fake, comm, ncclInProgress, "an enqueue"), 0);
+  CHECK_EQ(last_warn[0], 0);
+  unsetenv("NCCL_MK_TIMEOUT_MS");
+  mk_param_reload();
+}
+
 int main(void) {
   in_progress_is_polled_to_its_end();
+  long_in_progress_warns_and_waits_on();
   int linked = 0;
   REQUIRE(ncclGetVersion(&linked) == ncclSuccess);
   const struct mk_nccl_api* api = NULL;
