@@ -100,9 +100,9 @@ int mk_nccl_comm_check(const struct mk_nccl_api* a, ncclComm_t comm, ncclResult_
     if (!t0) {
       t0 = now, next = now + every_ns;
     } else if (now >= next) {
-      MK_WARN("%s: the communicator is still ncclInProgress after %.1f s; waiting on, as NCCL does (every rank "
+      MK_WARN("%s: the communicator is still ncclInProgress after %llu ms; waiting on, as NCCL does (every rank "
               "must make this call: has one failed or not reached it?)",
-              what, (double)(now - t0) / 1e9);
+              what, (unsigned long long)((now - t0) / 1000000));
       next = now + every_ns;
     }
     sched_yield();
