@@ -201,7 +201,7 @@ __device__ __noinline__ int attn_bwd_wait_tile_rows(const struct mk_attn_bwd_par
     const uint64_t t0 = TRACED ? attn_bwd_trace_begin(p) : 0;
     const uint64_t seen = mk_wait_geq_inline(blk.ready_flags + idx, e, p.err, p.err_tag, cta, idx, p.timeout_ns);
     if (TRACED && p.trace) /* one event per chunk flag */
-      attn_bwd_trace_put(p.trace, MK_TRACE_LANE_PRODUCER, t0, MK_TRACE_PRODUCER, MK_TRACE_WAIT, cta, idx, e, seen);
+      mk_trace_emit_per_sm(p.trace, MK_TRACE_LANE_PRODUCER, t0, MK_TRACE_PRODUCER, MK_TRACE_WAIT, cta, idx, e, seen);
     if (seen < e) return 0;
   }
   fence_proxy_async_global();
@@ -354,8 +354,8 @@ __device__ __noinline__ int attn_bwd_wait_addends(const struct mk_attn_bwd_param
                                                p.addends.flag_index0 + (uint32_t)i, p.timeout_ns);
       ok = seen >= e;
       if (TRACED && p.trace && (threadIdx.x & 127) == 0) /* a group's first warp: its consumer lane */
-        attn_bwd_trace_put(p.trace, MK_TRACE_LANE_CONSUMER0 + threadIdx.x / 128 - 1, t0, MK_TRACE_CONSUMER,
-                           MK_TRACE_WAIT, tile, p.addends.flag_index0 + (uint32_t)i, e, seen);
+        mk_trace_emit_per_sm(p.trace, MK_TRACE_LANE_CONSUMER0 + threadIdx.x / 128 - 1, t0, MK_TRACE_CONSUMER,
+                             MK_TRACE_WAIT, tile, p.addends.flag_index0 + (uint32_t)i, e, seen);
     }
   }
   ok = __shfl_sync(0xffffffffu, ok, 0);

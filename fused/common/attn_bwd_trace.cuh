@@ -3,7 +3,7 @@
  *
  * That launch has a CTA per item (push slices, start slices, key tiles, end slices), thousands
  * of them, so its trace rings are per SM, not per CTA (the file's `cta` is the SM): each event
- * takes its slot with an atomic on its ring's count (mk_trace_emit_shared), whichever CTA of
+ * takes its slot with an atomic on its ring's count (mk_trace_emit_per_sm), whichever CTA of
  * the SM writes it. One CTA fits an SM (168 registers x 384 threads), so a lane's events of
  * one SM still do not overlap in time. Writers: thread 0 on the producer lane (the part
  * waits, the start and end slices, the K/V chunk-flag waits), each consumer warp group's
@@ -23,16 +23,6 @@
 
 #include "attn_bwd_cfg.cuh"
 #include "trace.h"
-
-/* One event on this SM's ring of `lane`. */
-__device__ __forceinline__ void attn_bwd_trace_put(struct mk_trace_buf* b, uint32_t lane, uint64_t start, uint32_t role,
-                                                   uint32_t kind, uint32_t id, uint32_t flag, uint64_t expected,
-                                                   uint64_t seen) {
-  uint32_t sm;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  if (sm >= b->h.ctas) return; /* the rings are the device's SMs (MPS numbers its share from 0) */
-  mk_trace_emit_shared(b, sm * MK_TRACE_LANES + lane, start, role, kind, id, flag, expected, seen);
-}
 
 /* When an event begins (0 without a trace: the timer is not read). */
 __device__ __forceinline__ uint64_t attn_bwd_trace_begin(const struct mk_attn_bwd_params& p) {
@@ -57,17 +47,17 @@ __device__ __forceinline__ void attn_bwd_trace_mark(const struct mk_attn_bwd_par
 __device__ __forceinline__ void attn_bwd_trace_span(const struct mk_attn_bwd_params& p,
                                                     const struct attn_bwd_traced_item* t, uint32_t id, uint32_t item) {
   if (p.trace && threadIdx.x == 0)
-    attn_bwd_trace_put(p.trace, id == MK_ATTN_BWD_TRACE_PUSH ? MK_TRACE_LANE_COMM : MK_TRACE_LANE_PRODUCER, t->from,
-                       id == MK_ATTN_BWD_TRACE_PUSH ? MK_TRACE_COMM_SEND : MK_TRACE_PRODUCER, MK_TRACE_PHASE, id, item,
-                       0, 0);
+    mk_trace_emit_per_sm(p.trace, id == MK_ATTN_BWD_TRACE_PUSH ? MK_TRACE_LANE_COMM : MK_TRACE_LANE_PRODUCER, t->from,
+                         id == MK_ATTN_BWD_TRACE_PUSH ? MK_TRACE_COMM_SEND : MK_TRACE_PRODUCER, MK_TRACE_PHASE, id,
+                         item, 0, 0);
 }
 
 /* Thread 0 of the call's last CTA: its wait for the push CTAs (seen: how many were done). */
 __device__ __forceinline__ void attn_bwd_trace_wait_push(const struct mk_attn_bwd_params& p,
                                                          const struct attn_bwd_traced_item* t, int pushed) {
   if (p.trace)
-    attn_bwd_trace_put(p.trace, MK_TRACE_LANE_PRODUCER, t->from, MK_TRACE_PRODUCER, MK_TRACE_PHASE,
-                       MK_ATTN_BWD_TRACE_WAIT_PUSH, 0, (uint64_t)p.push.ctas, pushed ? (uint64_t)p.push.ctas : 0);
+    mk_trace_emit_per_sm(p.trace, MK_TRACE_LANE_PRODUCER, t->from, MK_TRACE_PRODUCER, MK_TRACE_PHASE,
+                         MK_ATTN_BWD_TRACE_WAIT_PUSH, 0, (uint64_t)p.push.ctas, pushed ? (uint64_t)p.push.ctas : 0);
 }
 
 /* A key tile's CTA: thread 0 notes the work's start and what it is (c or the tile kept in
@@ -83,16 +73,16 @@ __device__ __forceinline__ void attn_bwd_trace_item_begin(const struct mk_attn_b
 __device__ __forceinline__ void attn_bwd_trace_item_end(const struct mk_attn_bwd_params& p,
                                                         const struct attn_bwd_traced_item* t, uint32_t c) {
   if (p.trace)
-    attn_bwd_trace_put(p.trace, MK_TRACE_LANE_CONSUMER0, t->from, MK_TRACE_CONSUMER, MK_TRACE_TILE, c, t->block,
-                       t->steps, t->steps);
+    mk_trace_emit_per_sm(p.trace, MK_TRACE_LANE_CONSUMER0, t->from, MK_TRACE_CONSUMER, MK_TRACE_TILE, c, t->block,
+                         t->steps, t->steps);
 }
 
 /* A part wait of thread 0 (attn_bwd_part_wait), from `start` to now, id = the word waited for. */
 __device__ __forceinline__ void attn_bwd_trace_part_wait(const struct mk_attn_bwd_params& p, uint64_t start,
                                                          uint32_t word, uint64_t want, int ok) {
   if (p.trace)
-    attn_bwd_trace_put(p.trace, MK_TRACE_LANE_PRODUCER, start, MK_TRACE_PRODUCER, MK_TRACE_PHASE, word, 0, want,
-                       ok ? want : 0);
+    mk_trace_emit_per_sm(p.trace, MK_TRACE_LANE_PRODUCER, start, MK_TRACE_PRODUCER, MK_TRACE_PHASE, word, 0, want,
+                         ok ? want : 0);
 }
 
 #endif /* MK_ATTN_BWD_TRACE_CUH_ */

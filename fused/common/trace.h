@@ -242,16 +242,19 @@ __device__ __forceinline__ void mk_trace_wait(struct mk_trace_writer* w, uint64_
                                               uint32_t id, uint32_t flag, uint64_t expected, uint64_t seen) {
   if (w->ev) mk_trace_put(w, start, role, MK_TRACE_WAIT, MK_TRACE_NO_PEER, id, flag, expected, seen);
 }
-/* One event into ring `ring` (owner x MK_TRACE_LANES + lane) that several writers fill one
- * after another (the ring attention backward's rings are per SM, its CTAs one per item): the
- * slot is taken with an atomic on the count, so no writer relies on seeing the count the one
- * before it stored. */
-__device__ __forceinline__ void mk_trace_emit_shared(struct mk_trace_buf* b, uint32_t ring, uint64_t start,
+/* One event on this SM's ring of `lane`, for a kernel whose CTAs are one per item (the ring
+ * attention backward's one launch): the rings are per SM (`cta` is the SM) and several CTAs
+ * fill one after another, so the slot is taken with an atomic on the count, no writer relying
+ * on seeing the count the one before it stored. %smid is read once; an SM past the buffer's
+ * (MPS numbers its share from 0) drops the event. */
+__device__ __forceinline__ void mk_trace_emit_per_sm(struct mk_trace_buf* b, uint32_t lane, uint64_t start,
                                                      uint32_t role, uint32_t kind, uint32_t id, uint32_t flag,
                                                      uint64_t expected, uint64_t seen) {
-  struct mk_trace_ring* r = mk_trace_rings(b) + ring;
   uint32_t sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  if (sm >= b->h.ctas) return;
+  const uint32_t ring = sm * MK_TRACE_LANES + lane;
+  struct mk_trace_ring* r = mk_trace_rings(b) + ring;
   r->sm = (uint16_t)sm;
   r->opened = 1;
   const uint32_t n = atomicAdd(&r->count, 1u);
