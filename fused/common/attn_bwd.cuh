@@ -208,6 +208,16 @@ __device__ __noinline__ int attn_bwd_wait_tile_rows(const struct mk_attn_bwd_par
   return 1;
 }
 
+/* The ring's call (TWO_PIECE): a tile no query of the call sees (steps 0) of a block whose rows
+ * arrive during the call still stores its partials (zeros) into the block's owner, so it too
+ * waits for its rows' chunk flags, which the owner raises only in this call: nothing lands in a
+ * peer's memory before the peer ended its previous call (it may still read it; session 68). */
+template <bool TWO_PIECE>
+__device__ __forceinline__ bool attn_bwd_unread_tile_gated(const struct mk_attn_bwd_params& p,
+                                                           const struct attn_bwd_tile& k) {
+  return TWO_PIECE && k.steps == 0 && p.kv[k.bi].ready_flags != NULL;
+}
+
 /* The producer warp, step st into an empty stage: its lse (times log2 e; +inf past the range
  * or with no key, so P is 0) and delta stored by every lane, the Q and dO tiles by lane 0. */
 template <class Cfg>
@@ -675,7 +685,8 @@ __device__ __forceinline__ int attn_bwd_consume(const struct mk_attn_bwd_maps& m
   const uint32_t base = smem_addr(sm.base);
   const uint32_t k_base = base + Cfg::OFF_K, v_base = base + Cfg::OFF_V;
   const uint32_t k_wg = k_base + c * 64 * 128, v_wg = v_base + c * 64 * 128;
-  if (steps > 0 && !attn_wait(sm.kv_full, 0, w, MK_ATTN_WAIT_K)) return attn_bwd_drain_dq<Cfg>();
+  if ((steps > 0 || attn_bwd_unread_tile_gated<TWO_PIECE>(p, tile)) && !attn_wait(sm.kv_full, 0, w, MK_ATTN_WAIT_K))
+    return attn_bwd_drain_dq<Cfg>();
 
   for (int it = 0; it < steps; it++) {
     const int qi = attn_bwd_step_of(tile, it).qi;
@@ -765,6 +776,13 @@ mk_attn_bwd_kernel(const __grid_constant__ struct mk_attn_bwd_maps maps,
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x < 32 && tile.steps != 0) attn_bwd_produce<Cfg, TWO_PIECE>(maps, p, sm, tile, w);
+    /* a ring tile without steps: its chunk-flag wait, then kv_full raised without a load (on a
+     * timeout nothing: the consumers give up on the error record). The tile goes by value: by
+     * reference to a call it went to the stack, and the consumers' loop read it there */
+    else if constexpr (TWO_PIECE)
+      if (threadIdx.x == 0 && attn_bwd_unread_tile_gated<TWO_PIECE>(p, tile) &&
+          attn_bwd_wait_tile_rows<Cfg, true>(p, tile.bi, tile.t, tile.b, tile.keys_left, w.tile))
+        mbarrier_arrive(sm.kv_full);
   } else {
     setmaxnreg_inc<232>();
     const int wrote = attn_bwd_consume<Cfg, EPI, TWO_PIECE>(maps, p, sm, tile, wg - 1, w);

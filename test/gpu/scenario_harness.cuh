@@ -83,7 +83,7 @@ static int scenario_main(int argc, char** argv, const struct named_scenario* lis
   }
   g_scenarios = list, g_nscenarios = n;
   g_nranks = test_ranks();
-  static const char* const two_rank_only[] = {"absent_peer", "absent_peer_noncausal", NULL};
+  static const char* const two_rank_only[] = {"absent_peer", "absent_peer_noncausal", "one_kernel_absent_owner", NULL};
   const struct rank_harness h = {g_nranks, NULL, config, two_rank_only, scenario_run, NULL};
   return rank_harness_main(argc, argv, &h);
 }

@@ -44,6 +44,10 @@
  *                     (causal and not, against the float64 reference).
  *   one_kernel_trace: the same with NCCL_MK_TRACE=1: the call's trace file read back (every key
  *                     tile's CTA once, the parts, satisfied chunk-flag waits), gradients right.
+ *   one_kernel_absent_owner: the same variable, causal, 2 ranks: rank 0 completes a call and
+ *                     stays away; rank 1's call must end in ncclRemoteError and store nothing
+ *                     into rank 0's acc[1] (poisoned first), not even the zeros of the tiles
+ *                     that none of its queries sees.
  * Checker: test_attn_bwd.cu's (||x - ref|| <= 2e-2 ||ref|| + 3e-3 sqrt(n), every element
  * |x - ref| <= 2e-2 (|ref| + rms(ref)) + 3e-3, nothing non-finite).
  * usage: test_ring_attn_bwd <scenario>; exit 77 with fewer than 2 GPUs.
@@ -390,6 +394,17 @@ static std::vector<float> acc_snapshot(struct rank_env* e, struct rb_case c, int
   return host;
 }
 
+/* acc[src] in this rank's workspace (as acc_snapshot) filled with 0x7f bytes (3.4e38 each). */
+static void acc_poison(struct rank_env* e, struct rb_case c, int src) {
+  struct mk_fused_comm* fc = NULL;
+  EXPECT(mk_fused_comm_get(e->comm, e->stream, &fc) == 0 && fc, "rank %d: no fused comm", e->rank);
+  if (!fc) return;
+  struct mk_ra_bwd_layout l;
+  mk_ra_bwd_layout(g_nranks, c.batch, c.s_local, c.heads, c.kv_heads, c.d, 128, &l);
+  CUDA_OK(cudaMemset(mk_ra_bwd_acc((char*)fc->sym + MK_AG_DATA_OFFSET, &l, src), 0x7f, mk_ra_bwd_acc_bytes(&l)));
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
 /* An asynchronous error's message names what was missing: a flag of the call, waited for up to
  * a call number (>= 2 here), not a CTA's own barrier (its parity, 0 or 1: the symptom). */
 static void expect_cause_named(const char* msg) {
@@ -408,47 +423,56 @@ static void bufs_after_a_completed_call(struct rank_env* e, struct rb_bufs* b, s
   NCCL_OK(bwd_call(e, b));
 }
 
-/* Rank 1 completes one call, then stays away. Rank 0's next call (fresh inputs) must end in
- * ncclRemoteError naming it, the call after fail at once, and the failed call must leave the
- * accumulator that rank 1 reads for its completed call as it was: causal, rank 0's acc[1];
- * non-causal, rank 1's acc[0], which rank 0's core stores into. The causal merged plan zeroes
- * acc[1] once rank 1 has ended its previous call (here: it has), so there a value may only
- * have become 0: no partial of the failed call lands. */
-static void absent_peer_case(struct rank_env* e, struct rb_case c) {
+/* Every rank completes one call; then `lone` calls again alone (fresh inputs). Its call must end
+ * in ncclRemoteError naming it, the call after fail at once, and acc[src] in the watcher's
+ * workspace, which the watcher's completed call read, must stay as it was (poisoned first
+ * with poison: the completed call may have left zeros where the failed one would store them). */
+static void absent_case(struct rank_env* e, struct rb_case c, int lone, int watcher, int src, int poison) {
   struct rb_bufs b;
   bufs_after_a_completed_call(e, &b, c);
   CUDA_OK(cudaStreamSynchronize(e->stream));
   ranks_barrier(e);
-  const int watcher = c.causal ? 0 : 1, src = c.causal ? 1 : 0;
   std::vector<float> before;
+  if (e->rank == watcher && poison) acc_poison(e, c, src);
   if (e->rank == watcher) before = acc_snapshot(e, c, src);
   ranks_barrier(e);
-  if (e->rank == 0) {
+  if (e->rank == lone) {
     bufs_fill(&b, g_seed + 7, 0); /* other partials: a write into acc would show (out, lse stale) */
     NCCL_OK(bwd_call(e, &b));
     CUDA_OK(cudaStreamSynchronize(e->stream));
     ncclResult_t async = ncclSuccess;
     char msg[256] = "";
     NCCL_OK(ncclMkCommGetAsyncError(e->comm, &async, msg, sizeof msg));
-    printf("rank 0: asynchronous error %d: %s\n", (int)async, msg);
+    printf("rank %d: asynchronous error %d: %s\n", e->rank, (int)async, msg);
     EXPECT(async == ncclRemoteError, "a backward without its peer must end in ncclRemoteError");
-    EXPECT(strstr(msg, "rank 0: ncclMkRingAttentionBackward (op 0x7)") != NULL, "the error names rank 0 and the ring backward op");
+    char who[64];
+    snprintf(who, sizeof who, "rank %d: ncclMkRingAttentionBackward (op 0x7)", e->rank);
+    EXPECT(strstr(msg, who) != NULL, "the error names rank %d and the ring backward op", e->rank);
     expect_cause_named(msg);
     EXPECT(bwd_call(e, &b) == ncclRemoteError, "the next call must fail at once");
   }
   ranks_barrier(e);
   if (e->rank == watcher) {
     const std::vector<float> after = acc_snapshot(e, c, src);
-    const int zeroes = c.causal && mk_param_int(MK_PARAM_RA_BWD_MERGED);
+    const int zeroes = !poison && c.causal && mk_param_int(MK_PARAM_RA_BWD_MERGED);
     size_t changed = 0;
     for (size_t i = 0; i < before.size(); i++)
       changed += memcmp(&before[i], &after[i], sizeof(float)) != 0 && !(zeroes && after[i] == 0.f);
-    printf("rank %d: acc[%d] after rank 0's failed call: %zu of %zu values changed\n", e->rank, src, changed,
+    printf("rank %d: acc[%d] after rank %d's failed call: %zu of %zu values changed\n", e->rank, src, lone, changed,
            before.size());
-    EXPECT(before.size() > 0 && changed == 0, "rank %d: rank 0's failed call changed %zu values of acc[%d]",
-           e->rank, changed, src);
+    EXPECT(before.size() > 0 && changed == 0, "rank %d: rank %d's failed call changed %zu values of acc[%d]",
+           e->rank, lone, changed, src);
   }
   bufs_free(&b);
+}
+
+/* Rank 1 completes one call, then stays away: rank 0 calls alone. Its failed call must leave
+ * the accumulator that rank 1 reads for its completed call as it was: causal, rank 0's acc[1];
+ * non-causal, rank 1's acc[0], which rank 0's core stores into. The causal merged plan zeroes
+ * acc[1] once rank 1 has ended its previous call (here: it has), so there a value may only
+ * have become 0: no partial of the failed call lands. */
+static void absent_peer_case(struct rank_env* e, struct rb_case c) {
+  absent_case(e, c, 0, c.causal ? 0 : 1, c.causal ? 1 : 0, 0);
 }
 
 /* The ranks but 0 are late, not dead (rank_harness.cuh rank_late_peer): after a completed call,
@@ -511,6 +535,15 @@ static void scenario_peer_dies_mid_call(struct rank_env* e) {
 static void scenario_absent_peer(struct rank_env* e) { absent_peer_case(e, {1, 1024, 8, 1, 128, 1}); }
 
 static void scenario_absent_peer_noncausal(struct rank_env* e) { absent_peer_case(e, {1, 1024, 8, 1, 128, 0}); }
+
+/* The one kernel, causal: rank 0 completes one call, then stays away; rank 1 calls alone. Rank 1's
+ * queries (chunks 1, 2) see no key of rank 0's chunk 3, so those tiles have no step, and their
+ * partials (zeros) go into acc[1] on rank 0: they too must wait for rank 0's chunks of this
+ * call (before session 68 they were stored at once, into memory rank 0 may still have been
+ * reading for its previous call). acc[1] is poisoned first: the completed call left zeros there. */
+static void scenario_one_kernel_absent_owner(struct rank_env* e) { /* 2 ranks only (scenario_harness.cuh) */
+  absent_case(e, {1, 1024, 8, 1, 128, 1}, 1, 0, 1, 1);
+}
 
 static ncclResult_t fwd_bwd_call(void* env, void* bufs) {
   struct rank_env* e = (struct rank_env*)env;
@@ -739,6 +772,7 @@ static const struct named_scenario scenarios[] = {
     {"one_kernel", scenario_one_kernel},
     {"one_kernel_no_room", scenario_one_kernel_no_room},
     {"one_kernel_trace", scenario_one_kernel_trace},
+    {"one_kernel_absent_owner", scenario_one_kernel_absent_owner},
 };
 
 /* A workspace for the largest case at g_nranks ranks: the peers' K/V and the fp32 partials grow
@@ -746,6 +780,10 @@ static const struct named_scenario scenarios[] = {
  * (201 of 134 MB prepared; the rank that refused left, and its peers' kernels faulted). */
 static void rb_config(const char* scenario, ncclMkConfig* cfg) {
   if (!strncmp(scenario, "one_kernel", 10)) setenv("NCCL_MK_RA_BWD_ONE_KERNEL", "1", 1);
+  if (!strcmp(scenario, "one_kernel_absent_owner")) { /* rank 1's call times out within the test */
+    setenv("NCCL_MK_TIMEOUT_MS", "2000", 1);
+    cfg->timeout_ms = 2000;
+  }
   if (!strcmp(scenario, "one_kernel_trace")) { /* read at ncclMkCommInit, after this */
     static char dir[64];
     snprintf(dir, sizeof dir, "/tmp/mk-rb-trace.%d", (int)getppid());
