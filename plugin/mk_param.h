@@ -123,7 +123,8 @@
     "announced to its owner by its last CTA, the own block with the peers' partials added, dq, " \
     "the call's end; grouped heads at D = 128 take a CTA per query head when the workspace "    \
     "holds their fp32 partials past the call's regions; correct, but 6-27% slower than these "  \
-    "plans under MPS, sessions 64 and 66; before the plans above); 0: those plans, " \
+    "plans under MPS, sessions 64 and 66, 2-8% on a whole GPU, session 68; before the plans "  \
+    "above); 0: those plans, "                                                               \
     "4 kernels plus the core calls' (NCCL_MK_RA_BWD_ONE_LAUNCH)")                                 \
   X(INT, RA_FWD_CHUNK, "NCCL_MK_RA_FWD_CHUNK", "0", 0, 1048576, "",                          \
     "ring attention forward: the order of its query tiles' CTAs; 0: tiles outermost (causal, "  \
