@@ -425,8 +425,8 @@ static void bufs_after_a_completed_call(struct rank_env* e, struct rb_bufs* b, s
 
 /* Every rank completes one call; then `lone` calls again alone (fresh inputs). Its call must end
  * in ncclRemoteError naming it, the call after fail at once, and acc[src] in the watcher's
- * workspace, which the watcher's completed call read, must stay as it was (poisoned first
- * with poison: the completed call may have left zeros where the failed one would store them). */
+ * workspace, which the watcher's completed call read, must stay as it was (with `poison`, filled
+ * first: the completed call may have left zeros where the failed one would store zeros). */
 static void absent_case(struct rank_env* e, struct rb_case c, int lone, int watcher, int src, int poison) {
   struct rb_bufs b;
   bufs_after_a_completed_call(e, &b, c);
