@@ -64,6 +64,7 @@
 #include "fused_comm.h"
 #include "gemm.h"
 #include "mk_param.h"
+#include "op_check.h"
 #include "ra_bwd_plan.h"
 #include "trace.h"
 #include "attn_check.cuh"
@@ -727,7 +728,7 @@ static void scenario_one_kernel_trace(struct rank_env* e) {
   mk_trace_file_name(mk_param_str(MK_PARAM_TRACE_DIR), (uint32_t)e->rank, 0, path, sizeof path);
   struct rb_trace t;
   EXPECT(rb_trace_read(path, &t), "rank %d: %s is a whole trace file", e->rank, path);
-  EXPECT(t.h.op == 7 && t.h.rank == (uint32_t)e->rank && t.h.dropped == 0, "rank %d: op %u rank %u dropped %llu",
+  EXPECT(t.h.op == MK_OP_RING_ATTN_BWD && t.h.rank == (uint32_t)e->rank && t.h.dropped == 0, "rank %d: op %u rank %u dropped %llu",
          e->rank, t.h.op, t.h.rank, (unsigned long long)t.h.dropped);
   std::vector<int> tiles;
   int push = 0, wait_push = 0, start = 0, end = 0, flag_waits = 0, unsatisfied = 0;

@@ -13,19 +13,23 @@
 #include "nccl_api.h"
 #include "warn_capture.h"
 
+/* ncclCommGetAsyncError's stand-in: in progress for polls_left polls, or until until_ns (a peer
+ * that joins late), then polls_end. */
 static int polls_left, polls;
+static uint64_t until_ns;
 static ncclResult_t polls_end;
 
 static ncclResult_t fake_async_error(ncclComm_t comm, ncclResult_t* async_error) {
   (void)comm;
   polls++;
-  *async_error = --polls_left > 0 ? ncclInProgress : polls_end;
+  const int more = --polls_left > 0 || mk_now_ns() < until_ns;
+  *async_error = more ? ncclInProgress : polls_end;
   return ncclSuccess;
 }
 
+static struct mk_nccl_api fake = {.comm_get_async_error = fake_async_error};
+
 static void in_progress_is_polled_to_its_end(void) {
-  struct mk_nccl_api fake = {0};
-  fake.comm_get_async_error = fake_async_error;
   ncclComm_t comm = (ncclComm_t)(void*)&fake;
   polls = 0, polls_left = 3, polls_end = ncclSuccess;
   CHECK_EQ(mk_nccl_comm_check(&fake, comm, ncclInProgress, "an enqueue"), 0);
@@ -39,20 +43,9 @@ static void in_progress_is_polled_to_its_end(void) {
   CHECK_EQ(polls, 0);
 }
 
-/* In progress until `until_ns`: a stand-in for a peer that joins late. */
-static uint64_t until_ns;
-
-static ncclResult_t fake_async_error_until(ncclComm_t comm, ncclResult_t* async_error) {
-  (void)comm;
-  polls++;
-  *async_error = mk_now_ns() < until_ns ? ncclInProgress : ncclSuccess;
-  return ncclSuccess;
-}
-
 static void long_in_progress_warns_and_waits_on(void) {
-  struct mk_nccl_api fake = {0};
-  fake.comm_get_async_error = fake_async_error_until;
   ncclComm_t comm = (ncclComm_t)(void*)&fake;
+  polls_left = 0, polls_end = ncclSuccess;
   setenv("NCCL_MK_TIMEOUT_MS", "5", 1);
   mk_param_reload();
   warn_capture_on();
