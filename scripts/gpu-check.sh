@@ -238,6 +238,7 @@ tier_pairs() {
   NCCL_MK_RA_BWD_ONE_LAUNCH=1 scenarios "$RING_BWD_ONE_LAUNCH_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_ONE_KERNEL=1 scenarios "$RING_BWD_ONE_KERNEL_TESTS" "$B/test/gpu/test_ring_attn_bwd"
   NCCL_MK_RA_BWD_MERGED=0 NCCL_MK_RA_BWD_OWN_LAST=0 scenarios "$RING_BWD_SPLIT_TESTS" "$B/test/gpu/test_ring_attn_bwd"
+  ops_in_turn
 }
 
 # Issue 9 on a machine with 4 or 8 GPUs (skipped with fewer), at MK_SCALE_RANKS ranks (default
@@ -508,7 +509,16 @@ absent_peer_noncausal:ring_attention_backward_split_plan_without_its_peer_stores
 late_peer_noncausal:ring_attention_backward_split_plan_of_a_late_peer_ends_in_an_error_not_in_stale_partials
 busy_sms_most:ring_attention_backward_split_plan_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
 
+# Every fused op on one communicator in turn (test/gpu/test_ops_in_turn.cu), with the default
+# backward and with the one-kernel backward.
+ops_in_turn() {
+  step fused_ops_in_turn_on_one_communicator_match_float64 "$B/test/gpu/test_ops_in_turn" training_steps
+  step fused_ops_in_turn_with_the_one_kernel_backward_match_float64 env NCCL_MK_RA_BWD_ONE_KERNEL=1 \
+    "$B/test/gpu/test_ops_in_turn" training_steps
+}
+
 tier_ring() {
+  ops_in_turn
   scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn"
   NCCL_MK_RA_FWD_PERSISTENT=1 scenarios "$RING_PERSISTENT_TESTS" "$B/test/gpu/test_ring_attn"
   scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd"

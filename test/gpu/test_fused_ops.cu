@@ -26,6 +26,7 @@
 
 #include "fused_comm.h"
 #include "gemm_check.cuh"
+#include "gemm_ops_bufs.cuh"
 #include "graph_kernels.cuh"
 #include "mk_param.h"
 #include "nccl_mk.h"
@@ -37,7 +38,6 @@
 /* Ranks: 2, or MK_TEST_RANKS (4 and 8 on a larger machine, gpu-check's scale tier); every
  * shape below is a per-rank row count times NR, so M divides by the ranks whatever they are. */
 static int NR = 2;
-static const double TOL = 1e-2;
 
 struct rank_env {
   int rank;
@@ -46,7 +46,6 @@ struct rank_env {
   int failures;
 };
 
-struct shape { size_t m, n, k; };
 /* M per rank; the last takes GEMM+AllReduce's overlapped path (M = 8192 on 2 ranks). */
 static const struct shape odd_shapes[] = {{1, 8, 8}, {127, 72, 1000}, {64, 256, 256},
                                           {4097, 64, 72}, {256, 1000, 136}, {4096, 264, 136}};
@@ -57,8 +56,6 @@ static struct shape per_rank(size_t m_per_rank, size_t n, size_t k) {
   return s;
 }
 
-static uint64_t seed_of(uint64_t base, int rank, int which) { return base * 1000 + rank * 10 + which; }
-
 static void expect(struct rank_env* e, int ok, const char* what, double rel) {
   if (!ok) {
     fprintf(stderr, "rank %d: %s failed (rel err %g)\n", e->rank, what, rel);
@@ -66,94 +63,26 @@ static void expect(struct rank_env* e, int ok, const char* what, double rel) {
   }
 }
 
-/* C[M,N] = gather(A_p)[M,K] . B_r^T; also checks the gathered A bit for bit. */
-static void check_ag(struct rank_env* e, struct shape s, uint64_t base, void* c, void* ag,
-                     int corrupt) {
-  size_t rows = s.m / NR;
-  void *full, *b;
-  double* ref;
-  CUDA_OK(cudaMalloc(&full, s.m * s.k * 2));
-  CUDA_OK(cudaMalloc(&b, s.n * s.k * 2));
-  CUDA_OK(cudaMalloc(&ref, s.m * s.n * 8));
-  for (int p = 0; p < NR; p++)
-    fill_random_bf16((char*)full + p * rows * s.k * 2, rows * s.k, seed_of(base, p, 1), 1.0f);
-  fill_random_bf16(b, s.n * s.k, seed_of(base, e->rank, 2), 1.0f);
-  ref_gemm_f64<double>(full, b, NULL, NULL, ref, (int)s.m, (int)s.n, (int)s.k);
-  if (corrupt) { /* one element becomes 32768: far outside the tolerance */
-    const uint16_t big = 0x4700;
-    CUDA_OK(cudaMemcpy((char*)c + 2 * (s.m * s.n / 2), &big, 2, cudaMemcpyHostToDevice));
-  }
-  struct check_result r = check_close((const __nv_bfloat16*)c, ref, s.m * s.n, TOL);
+/* gemm_ops_bufs.cuh's checks, judged: AllGather+GEMM's C (and, with ag, the gathered A). */
+static void check_ag(struct rank_env* e, struct shape s, uint64_t base, void* c, void* ag, int corrupt) {
+  struct check_result g;
+  const struct check_result r = gemm_ops_check_ag(s, base, e->rank, NR, c, ag, &g, corrupt);
   expect(e, r.pass != corrupt, corrupt ? "negative control (AG)" : "AG+GEMM output", r.rel);
-  if (ag) {
-    struct check_result g = check_close((const __nv_bfloat16*)ag, (const __nv_bfloat16*)full,
-                                        s.m * s.k, 1e-12);
-    expect(e, g.pass, "AG+GEMM gathered A", g.rel);
-  }
-  cudaFree(full), cudaFree(b), cudaFree(ref);
-}
-
-/* Sum over ranks of A_p . B_p^T, rows [row0, row0 + rows). */
-static double* ref_sum(struct shape s, uint64_t base, size_t row0, size_t rows) {
-  void *a, *b;
-  double* ref;
-  CUDA_OK(cudaMalloc(&a, s.m * s.k * 2));
-  CUDA_OK(cudaMalloc(&b, s.n * s.k * 2));
-  CUDA_OK(cudaMalloc(&ref, rows * s.n * 8));
-  for (int p = 0; p < NR; p++) {
-    fill_random_bf16(a, s.m * s.k, seed_of(base, p, 1), 1.0f);
-    fill_random_bf16(b, s.n * s.k, seed_of(base, p, 2), 1.0f);
-    ref_gemm_f64<double>((char*)a + row0 * s.k * 2, b, p ? ref : NULL, NULL, ref, (int)rows,
-                         (int)s.n, (int)s.k);
-  }
-  CUDA_OK(cudaDeviceSynchronize());
-  cudaFree(a), cudaFree(b);
-  return ref;
+  if (ag) expect(e, g.pass, "AG+GEMM gathered A", g.rel);
 }
 
 static void check_sum(struct rank_env* e, struct shape s, uint64_t base, void* c, int rs) {
-  size_t rows = rs ? s.m / NR : s.m, row0 = rs ? e->rank * rows : 0;
-  double* ref = ref_sum(s, base, row0, rows);
-  struct check_result r = check_close((const __nv_bfloat16*)c, ref, rows * s.n, TOL);
+  const struct check_result r = gemm_ops_check_sum(s, base, e->rank, NR, c, rs);
   expect(e, r.pass, rs ? "GEMM+RS output" : "GEMM+AR output", r.rel);
-  cudaFree(ref);
 }
 
-struct op_bufs { void *a_shard, *a, *b, *c_ag, *ag, *c_rs, *c_ar; };
-
-static void bufs_alloc(struct op_bufs* o, struct shape s) {
-  CUDA_OK(cudaMalloc(&o->a_shard, s.m / NR * s.k * 2));
-  CUDA_OK(cudaMalloc(&o->a, s.m * s.k * 2));
-  CUDA_OK(cudaMalloc(&o->b, s.n * s.k * 2));
-  CUDA_OK(cudaMalloc(&o->c_ag, s.m * s.n * 2));
-  CUDA_OK(cudaMalloc(&o->ag, s.m * s.k * 2));
-  CUDA_OK(cudaMalloc(&o->c_rs, s.m / NR * s.n * 2));
-  CUDA_OK(cudaMalloc(&o->c_ar, s.m * s.n * 2));
-}
-
-static void bufs_free(struct op_bufs* o) {
-  cudaFree(o->a_shard), cudaFree(o->a), cudaFree(o->b), cudaFree(o->c_ag), cudaFree(o->ag);
-  cudaFree(o->c_rs), cudaFree(o->c_ar);
-}
-
-/* Fresh inputs for `base` and poisoned outputs; synchronous. */
+static void bufs_alloc(struct op_bufs* o, struct shape s) { gemm_ops_alloc(o, s, NR); }
+static void bufs_free(struct op_bufs* o) { gemm_ops_free(o); }
 static void bufs_fill(struct rank_env* e, struct op_bufs* o, struct shape s, uint64_t base) {
-  fill_random_bf16(o->a_shard, s.m / NR * s.k, seed_of(base, e->rank, 1), 1.0f);
-  fill_random_bf16(o->a, s.m * s.k, seed_of(base, e->rank, 1), 1.0f);
-  fill_random_bf16(o->b, s.n * s.k, seed_of(base, e->rank, 2), 1.0f);
-  poison(o->c_ag, s.m * s.n * 2), poison(o->ag, s.m * s.k * 2);
-  poison(o->c_rs, s.m / NR * s.n * 2), poison(o->c_ar, s.m * s.n * 2);
-  CUDA_OK(cudaDeviceSynchronize());
+  gemm_ops_fill(o, s, base, e->rank, NR);
 }
-
-/* Op 0 AllGather+GEMM (with the gathered A when ag is set), 1 GEMM+ReduceScatter, 2 GEMM+AllReduce. */
 static void run_op(struct rank_env* e, struct op_bufs* o, struct shape s, int op, void* ag) {
-  if (op == 0)
-    NCCL_OK(ncclMkAllGatherGemm(o->a_shard, o->b, o->c_ag, ag, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
-  else if (op == 1)
-    NCCL_OK(ncclMkGemmReduceScatter(o->a, o->b, o->c_rs, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
-  else
-    NCCL_OK(ncclMkGemmAllReduce(o->a, o->b, o->c_ar, s.m, s.n, s.k, ncclBfloat16, e->comm, e->stream));
+  NCCL_OK(gemm_ops_run(e->comm, e->stream, o, s, op, ag));
 }
 
 static void run_ops(struct rank_env* e, struct op_bufs* o, struct shape s) {
