@@ -511,10 +511,12 @@ busy_sms_most:ring_attention_backward_split_plan_finishes_correct_while_another_
 
 # Every fused op on one communicator in turn (test/gpu/test_ops_in_turn.cu), with the default
 # backward and with the one-kernel backward.
+OPS_IN_TURN_TESTS="training_steps:fused_ops_in_turn_on_one_communicator_match_float64
+training_steps_busy:fused_ops_in_turn_with_one_rank_slowed_match_float64"
 ops_in_turn() {
-  step fused_ops_in_turn_on_one_communicator_match_float64 "$B/test/gpu/test_ops_in_turn" training_steps
-  step fused_ops_in_turn_with_the_one_kernel_backward_match_float64 env NCCL_MK_RA_BWD_ONE_KERNEL=1 \
-    "$B/test/gpu/test_ops_in_turn" training_steps
+  scenarios "$OPS_IN_TURN_TESTS" "$B/test/gpu/test_ops_in_turn"
+  SCENARIO_ENV=NCCL_MK_RA_BWD_ONE_KERNEL=1 scenarios "$OPS_IN_TURN_TESTS" "$B/test/gpu/test_ops_in_turn" \
+    _with_the_one_kernel_backward
 }
 
 tier_ring() {

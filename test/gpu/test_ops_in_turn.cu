@@ -10,8 +10,11 @@
  *                   GEMM+AllReduce; every step's inputs its own, all calls on one stream with
  *                   no host wait between them, every rank but 0 a random 0-3 ms late before
  *                   each; then every output of every step against float64, and no
- *                   asynchronous error. gpu-check runs it again with the one-kernel backward
- *                   (NCCL_MK_RA_BWD_ONE_KERNEL=1).
+ *                   asynchronous error.
+ *   training_steps_busy: the same while another kernel holds three quarters of rank 1's SMs
+ *                   and a quarter of the others': rank 1 is still reading in an op when the
+ *                   others start the next one and write into its workspace.
+ * gpu-check runs both again with the one-kernel backward (NCCL_MK_RA_BWD_ONE_KERNEL=1).
  * usage: test_ops_in_turn <scenario>; exit 77 with fewer than 2 GPUs.
  */
 #include <stdlib.h>
@@ -73,7 +76,21 @@ static void step_check(struct rank_env* e, struct step_bufs* b, struct shape s, 
   EXPECT(rb_check(&b->plain, prefix), "rank %d step %d: non-causal ring attention's gradients", e->rank, step);
 }
 
-static void scenario_training_steps(struct rank_env* e) {
+struct steps_arg {
+  struct step_bufs* b;
+  struct shape s;
+};
+
+static ncclResult_t steps_enqueue(void* env, void* arg) {
+  const struct steps_arg* a = (const struct steps_arg*)arg;
+  for (int i = 0; i < STEPS; i++) step_enqueue((struct rank_env*)env, &a->b[i], a->s);
+  return ncclSuccess;
+}
+
+/* The steps; busy: while another kernel holds three quarters of rank 1's SMs and a quarter of
+ * the others' (scenario_harness.cuh held_call), so that rank 1 is still reading in an op when
+ * the others, done with it, start the next one and write into its workspace. */
+static void run_steps(struct rank_env* e, int busy) {
   const struct shape s = {(size_t)128 * g_nranks, 256, 512}; /* the GEMM ops' overlapped paths */
   static struct step_bufs b[STEPS];
   srand((unsigned)g_seed + e->rank);
@@ -83,15 +100,24 @@ static void scenario_training_steps(struct rank_env* e) {
     bufs_alloc(&b[i].causal, causal_case, e->rank), bufs_fill(&b[i].causal, g_seed + 10 * i, 1);
     bufs_alloc(&b[i].plain, plain_case, e->rank), bufs_fill(&b[i].plain, g_seed + 10 * i + 5, 1);
   }
-  for (int i = 0; i < STEPS; i++) step_enqueue(e, &b[i], s);
-  CUDA_OK(cudaStreamSynchronize(e->stream));
+  struct steps_arg arg = {b, s};
+  if (busy) {
+    held_call(e, e->rank == 1 ? 3 : 1, steps_enqueue, &arg);
+  } else {
+    steps_enqueue(e, &arg);
+    CUDA_OK(cudaStreamSynchronize(e->stream));
+  }
   expect_healthy(e);
   for (int i = 0; i < STEPS; i++) step_check(e, &b[i], s, g_seed + 100 + i, i);
   for (int i = 0; i < STEPS; i++) gemm_ops_free(&b[i].gemm), bufs_free(&b[i].causal), bufs_free(&b[i].plain);
 }
 
+static void scenario_training_steps(struct rank_env* e) { run_steps(e, 0); }
+static void scenario_training_steps_busy(struct rank_env* e) { run_steps(e, 1); }
+
 static const struct named_scenario scenarios[] = {
     {"training_steps", scenario_training_steps},
+    {"training_steps_busy", scenario_training_steps_busy},
 };
 
 int main(int argc, char** argv) {
