@@ -91,7 +91,7 @@ static ncclResult_t steps_enqueue(void* env, void* arg) {
  * the others' (scenario_harness.cuh held_call), so that rank 1 is still reading in an op when
  * the others, done with it, start the next one and write into its workspace. */
 static void run_steps(struct rank_env* e, int busy) {
-  const struct shape s = {(size_t)128 * g_nranks, 256, 512}; /* the GEMM ops' overlapped paths */
+  const struct shape s = {(size_t)1024 * g_nranks, 1024, 1024}; /* on the GEMM ops' overlapped paths */
   static struct step_bufs b[STEPS];
   srand((unsigned)g_seed + e->rank);
   for (int i = 0; i < STEPS; i++) {
