@@ -222,8 +222,10 @@ NCCL_MK_API ncclResult_t ncclMkRingAttention(const void* q, const void* k, const
  * Workspace (ncclMkConfig: max_m x max(max_n, max_k) x 2 bytes) of at least, in bytes, with
  * KV = B x S_local x H_kv x D: (nranks - 1) x 2 x KV x 2 (the peers' K and V) + nranks x 2 x KV
  * x 4 (fp32 dK/dV partials) + B x H x S_local x 4 + B x S_local x H x D x 4 (each rounded up to
- * 256). NOT one kernel yet: 4 launches plus 2 or 3 per backward-core call (about 4 to 20 in all,
- * graph capturable; fused/ring_attn/ring_attn_bwd.c).
+ * 256). By default not one kernel: 4 launches plus 2 or 3 per backward-core call (1 with
+ * NCCL_MK_RA_BWD_ONE_LAUNCH=1; graph capturable; fused/ring_attn/ring_attn_bwd.c).
+ * NCCL_MK_RA_BWD_ONE_KERNEL=1 makes a call on 2-4 ranks (causal: S_local a multiple of 256) one
+ * kernel, correct but slower (README).
  * Returns ncclSuccess; ncclInvalidArgument (NULL or misaligned pointer, a shape outside the
  * rules, comm NULL; nothing launched, outputs untouched); ncclInvalidUsage (no ncclMkCommInit,
  * a type other than bf16, a non-Hopper GPU, a rank count or placement outside the rules, no
