@@ -257,9 +257,9 @@ scale_ranks() {
   done
 }
 
-# MK_SCALE_PROGRAMS (default "fused xnode moe ring ring_bwd") picks the test programs: at 8
+# MK_SCALE_PROGRAMS (default "fused xnode moe ring ring_bwd turn") picks the test programs: at 8
 # ranks on one GPU the whole tier takes longer than one 10-minute device call (session 39).
-scale_program() { [[ " ${MK_SCALE_PROGRAMS:-fused xnode moe ring ring_bwd} " == *" $1 "* ]]; }
+scale_program() { [[ " ${MK_SCALE_PROGRAMS:-fused xnode moe ring ring_bwd turn} " == *" $1 "* ]]; }
 
 tier_scale() {
   local n
@@ -275,6 +275,7 @@ tier_scale() {
     scale_program ring && MK_TEST_RANKS=$n scenarios "$RING_TESTS" "$B/test/gpu/test_ring_attn" "_${n}_ranks"
     scale_program ring_bwd &&
       MK_TEST_RANKS=$n scenarios "$RING_BWD_TESTS" "$B/test/gpu/test_ring_attn_bwd" "_${n}_ranks"
+    scale_program turn && MK_TEST_RANKS=$n scenarios "$OPS_IN_TURN_TESTS" "$B/test/gpu/test_ops_in_turn" "_${n}_ranks"
   done
   return 0
 }
