@@ -21,7 +21,7 @@
 struct shape { size_t m, n, k; };
 
 /* Buffer `which` (1: A, 2: B) of `rank` for the inputs numbered base. */
-static uint64_t seed_of(uint64_t base, int rank, int which) { return base * 1000 + rank * 10 + which; }
+static uint64_t gemm_ops_seed(uint64_t base, int rank, int which) { return base * 1000 + rank * 10 + which; }
 
 struct op_bufs { void *a_shard, *a, *b, *c_ag, *ag, *c_rs, *c_ar; };
 
@@ -42,9 +42,9 @@ static void gemm_ops_free(struct op_bufs* o) {
 
 /* Fresh inputs for `base` and poisoned outputs; synchronous. */
 static void gemm_ops_fill(struct op_bufs* o, struct shape s, uint64_t base, int rank, int nranks) {
-  fill_random_bf16(o->a_shard, s.m / nranks * s.k, seed_of(base, rank, 1), 1.0f);
-  fill_random_bf16(o->a, s.m * s.k, seed_of(base, rank, 1), 1.0f);
-  fill_random_bf16(o->b, s.n * s.k, seed_of(base, rank, 2), 1.0f);
+  fill_random_bf16(o->a_shard, s.m / nranks * s.k, gemm_ops_seed(base, rank, 1), 1.0f);
+  fill_random_bf16(o->a, s.m * s.k, gemm_ops_seed(base, rank, 1), 1.0f);
+  fill_random_bf16(o->b, s.n * s.k, gemm_ops_seed(base, rank, 2), 1.0f);
   poison(o->c_ag, s.m * s.n * 2), poison(o->ag, s.m * s.k * 2);
   poison(o->c_rs, s.m / nranks * s.n * 2), poison(o->c_ar, s.m * s.n * 2);
   CUDA_OK(cudaDeviceSynchronize());
@@ -69,8 +69,8 @@ static struct check_result gemm_ops_check_ag(struct shape s, uint64_t base, int 
   CUDA_OK(cudaMalloc(&b, s.n * s.k * 2));
   CUDA_OK(cudaMalloc(&ref, s.m * s.n * 8));
   for (int p = 0; p < nranks; p++)
-    fill_random_bf16((char*)full + p * rows * s.k * 2, rows * s.k, seed_of(base, p, 1), 1.0f);
-  fill_random_bf16(b, s.n * s.k, seed_of(base, rank, 2), 1.0f);
+    fill_random_bf16((char*)full + p * rows * s.k * 2, rows * s.k, gemm_ops_seed(base, p, 1), 1.0f);
+  fill_random_bf16(b, s.n * s.k, gemm_ops_seed(base, rank, 2), 1.0f);
   ref_gemm_f64<double>(full, b, NULL, NULL, ref, (int)s.m, (int)s.n, (int)s.k);
   if (corrupt) {
     const uint16_t big = 0x4700;
@@ -90,8 +90,8 @@ static double* gemm_ops_ref_sum(struct shape s, uint64_t base, int nranks, size_
   CUDA_OK(cudaMalloc(&b, s.n * s.k * 2));
   CUDA_OK(cudaMalloc(&ref, rows * s.n * 8));
   for (int p = 0; p < nranks; p++) {
-    fill_random_bf16(a, s.m * s.k, seed_of(base, p, 1), 1.0f);
-    fill_random_bf16(b, s.n * s.k, seed_of(base, p, 2), 1.0f);
+    fill_random_bf16(a, s.m * s.k, gemm_ops_seed(base, p, 1), 1.0f);
+    fill_random_bf16(b, s.n * s.k, gemm_ops_seed(base, p, 2), 1.0f);
     ref_gemm_f64<double>((char*)a + row0 * s.k * 2, b, p ? ref : NULL, NULL, ref, (int)rows, (int)s.n, (int)s.k);
   }
   CUDA_OK(cudaDeviceSynchronize());

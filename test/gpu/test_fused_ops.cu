@@ -304,8 +304,8 @@ static void scenario_back_to_back(struct rank_env* e) {
     CUDA_OK(cudaMalloc(&a[i], s.m / NR * s.k * 2));
     CUDA_OK(cudaMalloc(&b[i], s.n * s.k * 2));
     CUDA_OK(cudaMalloc(&c[i], s.m * s.n * 2));
-    fill_random_bf16(a[i], s.m / NR * s.k, seed_of(g_seed + i, e->rank, 1), 1.0f);
-    fill_random_bf16(b[i], s.n * s.k, seed_of(g_seed + i, e->rank, 2), 1.0f);
+    fill_random_bf16(a[i], s.m / NR * s.k, gemm_ops_seed(g_seed + i, e->rank, 1), 1.0f);
+    fill_random_bf16(b[i], s.n * s.k, gemm_ops_seed(g_seed + i, e->rank, 2), 1.0f);
     poison(c[i], s.m * s.n * 2);
   }
   CUDA_OK(cudaDeviceSynchronize());

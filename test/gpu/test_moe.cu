@@ -15,6 +15,8 @@
  *                     read them (moe_peer_writes.cuh)
  *   busy_sms          both ops correct while another kernel holds a quarter of the SMs
  *                     (moe_busy_sms.cuh)
+ *   with_dense_ops    dispatch and combine between AllGather+GEMM, GEMM+ReduceScatter and
+ *                     GEMM+AllReduce on one communicator, a rank late at random: all checked
  *   dead_peer         rank 1 never dispatches: rank 0's dispatch ends in an asynchronous error
  *   recv_overflow     more rows routed to a rank than moe_max_recv_rows: ncclRemoteError
  *                     naming the limit, an empty layout
@@ -25,11 +27,13 @@
  *                     calls end in ncclRemoteError, its GPU healthy (rank_harness.cuh)
  *
  * usage: test_moe <correctness|fp8|graph|empty_rank_tokens|bad_input|negative_control|dead_peer|
- *                 late_peer|late_peer_combine|recv_overflow|peer_dies_mid_call|peer_writes|busy_sms>
+ *                 late_peer|late_peer_combine|recv_overflow|peer_dies_mid_call|peer_writes|busy_sms|
+ *                 with_dense_ops>
  * The binary starts one process per GPU itself.
  */
 #include <unistd.h>
 
+#include "gemm_ops_bufs.cuh"
 #include "moe_test_common.cuh"
 #include "perf_launch.h"
 #include "rank_harness.cuh"
@@ -326,6 +330,39 @@ static void scenario_recv_overflow(struct rank_env* e) {
   bufs_free(&b);
 }
 
+/* The MoE layer between the dense ops on one communicator, as a training step calls them
+ * (test_ops_in_turn.cu has the dense ops with ring attention): per round AllGather+GEMM, the
+ * dispatch, GEMM+ReduceScatter, the combine, GEMM+AllReduce, with no host wait between them
+ * and every rank but 0 a random 0-3 ms late before each; then the MoE case and the three GEMM
+ * outputs against float64 (gemm_ops_bufs.cuh). The ops share the communicator's done word. */
+static void scenario_with_dense_ops(struct rank_env* e) {
+  const struct moe_case c = {4096, 256, 128, 64, 2, 8, UNIFORM};
+  const struct shape s = {(size_t)1024 * NR, 1024, 1024};
+  struct moe_bufs b;
+  struct op_bufs o;
+  bufs_alloc(&b, &c), gemm_ops_alloc(&o, s, NR);
+  srand((unsigned)g_seed + e->rank);
+  for (int round = 0; round < 3; round++) {
+    const uint64_t base = g_seed + 7000 + 13 * round;
+    inputs_fill(e, &b, &c, base), gemm_ops_fill(&o, s, base, e->rank, NR);
+    for (int i = 0; i < 5; i++) { /* even i: dense op i / 2 */
+      if (e->rank) usleep((useconds_t)(rand() % 3000));
+      if (i == 1) run_dispatch(e, &b, &c);
+      else if (i == 3) run_combine(e, &b, &c);
+      else NCCL_OK(gemm_ops_run(e->comm, e->stream, &o, s, i / 2, i == 0 ? o.ag : NULL));
+    }
+    check_case(e, &b, &c, base, 0);
+    struct check_result gathered;
+    const struct check_result ag = gemm_ops_check_ag(s, base, e->rank, NR, o.c_ag, o.ag, &gathered, 0);
+    const struct check_result rs = gemm_ops_check_sum(s, base, e->rank, NR, o.c_rs, 1);
+    const struct check_result ar = gemm_ops_check_sum(s, base, e->rank, NR, o.c_ar, 0);
+    expect(e, ag.pass && gathered.pass, "AllGather+GEMM between the MoE ops", ag.rel);
+    expect(e, rs.pass, "GEMM+ReduceScatter between the MoE ops", rs.rel);
+    expect(e, ar.pass, "GEMM+AllReduce after the MoE ops", ar.rel);
+  }
+  bufs_free(&b), gemm_ops_free(&o);
+}
+
 /* rank_harness.cuh's rank_peer_dies_mid_call with a dispatch: rank 1's process dies while its
  * dispatch kernel waits for rank 0's counts. */
 static void scenario_peer_dies_mid_call(struct rank_env* e) {
@@ -422,7 +459,8 @@ static void run_scenario(struct rank_env* e, const char* name) {
                    {"bad_input", scenario_bad_input},
                    {"negative_control", scenario_negative_control},
                    {"peer_writes", scenario_peer_writes},
-                   {"busy_sms", scenario_busy_sms}};
+                   {"busy_sms", scenario_busy_sms},
+                   {"with_dense_ops", scenario_with_dense_ops}};
   size_t i = 0, n = sizeof(scenarios) / sizeof(scenarios[0]);
   while (i < n && strcmp(name, scenarios[i].name)) i++;
   if (i < n) scenarios[i].run(e);
@@ -458,7 +496,8 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr,
             "usage: %s <correctness|fp8|graph|empty_rank_tokens|bad_input|negative_control|"
-            "dead_peer|late_peer|late_peer_combine|recv_overflow|peer_dies_mid_call|peer_writes|busy_sms>\n", argv[0]);
+            "dead_peer|late_peer|late_peer_combine|recv_overflow|peer_dies_mid_call|peer_writes|busy_sms|"
+            "with_dense_ops>\n", argv[0]);
     return 2;
   }
   NR = test_ranks();
