@@ -109,4 +109,17 @@ static struct check_result gemm_ops_check_sum(struct shape s, uint64_t base, int
   return r;
 }
 
+/* Every output of the three ops in o against float64, named by gemm_ops_check_names: what a
+ * caller that ran all three judges, each with its own harness's assertion. */
+enum { GEMM_OPS_CHECKS = 4 };
+static const char* const gemm_ops_check_names[GEMM_OPS_CHECKS] = {"AG+GEMM output", "AG+GEMM gathered A",
+                                                                  "GEMM+RS output", "GEMM+AR output"};
+
+static void gemm_ops_check_all(struct op_bufs* o, struct shape s, uint64_t base, int rank, int nranks,
+                               struct check_result r[GEMM_OPS_CHECKS]) {
+  r[0] = gemm_ops_check_ag(s, base, rank, nranks, o->c_ag, o->ag, &r[1], 0);
+  r[2] = gemm_ops_check_sum(s, base, rank, nranks, o->c_rs, 1);
+  r[3] = gemm_ops_check_sum(s, base, rank, nranks, o->c_ar, 0);
+}
+
 #endif /* MK_GEMM_OPS_BUFS_CUH_ */

@@ -91,9 +91,9 @@ static void run_ops(struct rank_env* e, struct op_bufs* o, struct shape s) {
 
 static void check_ops(struct rank_env* e, struct op_bufs* o, struct shape s, uint64_t base) {
   CUDA_OK(cudaStreamSynchronize(e->stream));
-  check_ag(e, s, base, o->c_ag, o->ag, 0);
-  check_sum(e, s, base, o->c_rs, 1);
-  check_sum(e, s, base, o->c_ar, 0);
+  struct check_result r[GEMM_OPS_CHECKS];
+  gemm_ops_check_all(o, s, base, e->rank, NR, r);
+  for (int i = 0; i < GEMM_OPS_CHECKS; i++) expect(e, r[i].pass, gemm_ops_check_names[i], r[i].rel);
 }
 
 static void scenario_correctness(struct rank_env* e) {

@@ -352,13 +352,9 @@ static void scenario_with_dense_ops(struct rank_env* e) {
       else NCCL_OK(gemm_ops_run(e->comm, e->stream, &o, s, i / 2, i == 0 ? o.ag : NULL));
     }
     check_case(e, &b, &c, base, 0);
-    struct check_result gathered;
-    const struct check_result ag = gemm_ops_check_ag(s, base, e->rank, NR, o.c_ag, o.ag, &gathered, 0);
-    const struct check_result rs = gemm_ops_check_sum(s, base, e->rank, NR, o.c_rs, 1);
-    const struct check_result ar = gemm_ops_check_sum(s, base, e->rank, NR, o.c_ar, 0);
-    expect(e, ag.pass && gathered.pass, "AllGather+GEMM between the MoE ops", ag.rel);
-    expect(e, rs.pass, "GEMM+ReduceScatter between the MoE ops", rs.rel);
-    expect(e, ar.pass, "GEMM+AllReduce after the MoE ops", ar.rel);
+    struct check_result r[GEMM_OPS_CHECKS];
+    gemm_ops_check_all(&o, s, base, e->rank, NR, r);
+    for (int i = 0; i < GEMM_OPS_CHECKS; i++) expect(e, r[i].pass, gemm_ops_check_names[i], r[i].rel);
   }
   bufs_free(&b), gemm_ops_free(&o);
 }

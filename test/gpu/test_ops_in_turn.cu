@@ -62,14 +62,10 @@ static void step_enqueue(struct rank_env* e, struct step_bufs* b, struct shape s
 }
 
 static void step_check(struct rank_env* e, struct step_bufs* b, struct shape s, uint64_t base, int step) {
-  struct check_result gathered;
-  const struct check_result ag = gemm_ops_check_ag(s, base, e->rank, g_nranks, b->gemm.c_ag, b->gemm.ag, &gathered, 0);
-  const struct check_result rs = gemm_ops_check_sum(s, base, e->rank, g_nranks, b->gemm.c_rs, 1);
-  const struct check_result ar = gemm_ops_check_sum(s, base, e->rank, g_nranks, b->gemm.c_ar, 0);
-  EXPECT(ag.pass && gathered.pass, "rank %d step %d: AllGather+GEMM (rel err %g, gathered A %g)", e->rank, step,
-         ag.rel, gathered.rel);
-  EXPECT(rs.pass, "rank %d step %d: GEMM+ReduceScatter (rel err %g)", e->rank, step, rs.rel);
-  EXPECT(ar.pass, "rank %d step %d: GEMM+AllReduce (rel err %g)", e->rank, step, ar.rel);
+  struct check_result r[GEMM_OPS_CHECKS];
+  gemm_ops_check_all(&b->gemm, s, base, e->rank, g_nranks, r);
+  for (int i = 0; i < GEMM_OPS_CHECKS; i++)
+    EXPECT(r[i].pass, "rank %d step %d: %s (rel err %g)", e->rank, step, gemm_ops_check_names[i], r[i].rel);
   char prefix[32];
   snprintf(prefix, sizeof prefix, "step %d: ", step);
   EXPECT(rb_check(&b->causal, prefix), "rank %d step %d: causal ring attention's gradients", e->rank, step);

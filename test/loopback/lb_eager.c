@@ -480,7 +480,7 @@ static int both_close_side(struct lb_ctx* ctx) {
   /* scripts/tsan-check.sh sets LB_LAX_TIME_BOUNDS: under ThreadSanitizer's 5-15x slowdown on
    * two cores the close's 200 ms bound (ofi_eager_close.c) expired now and then (sessions 68,
    * 69); that run checks for races, the plain loopback runs check the bound. */
-  if (!getenv("LB_LAX_TIME_BOUNDS")) LB_EXPECT(short_drains == 0);
+  if (!lb_env("LB_LAX_TIME_BOUNDS")) LB_EXPECT(short_drains == 0);
   ctx->comm = rx;
   LB_OK(ctx->ops->close(rx));
   ctx->comm = NULL;
