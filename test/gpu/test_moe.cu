@@ -15,8 +15,10 @@
  *                     read them (moe_peer_writes.cuh)
  *   busy_sms          both ops correct while another kernel holds a quarter of the SMs
  *                     (moe_busy_sms.cuh)
- *   with_dense_ops    dispatch and combine between AllGather+GEMM, GEMM+ReduceScatter and
- *                     GEMM+AllReduce on one communicator, a rank late at random: all checked
+ *   with_dense_ops    a training step's every fused op on one communicator, 3 rounds:
+ *                     AllGather+GEMM, ring attention (causal, GQA), dispatch, GEMM+ReduceScatter,
+ *                     the attention's backward, combine, GEMM+AllReduce; a rank late at random
+ *                     before each call; every output checked
  *   dead_peer         rank 1 never dispatches: rank 0's dispatch ends in an asynchronous error
  *   recv_overflow     more rows routed to a rank than moe_max_recv_rows: ncclRemoteError
  *                     naming the limit, an empty layout
@@ -35,6 +37,7 @@
 
 #include "gemm_ops_bufs.cuh"
 #include "moe_test_common.cuh"
+#include "ring_bwd_bufs.cuh"
 #include "perf_launch.h"
 #include "rank_harness.cuh"
 #include "moe_peer_writes.cuh" /* after rank_harness.cuh: its rank_barrier */
@@ -335,28 +338,43 @@ static void scenario_recv_overflow(struct rank_env* e) {
  * dispatch, GEMM+ReduceScatter, the combine, GEMM+AllReduce, with no host wait between them
  * and every rank but 0 a random 0-3 ms late before each; then the MoE case and the three GEMM
  * outputs against float64 (gemm_ops_bufs.cuh). The ops share the communicator's done word. */
+/* Call i of a round of with_dense_ops, in a training step's order. */
+static void dense_round_call(struct rank_env* e, struct moe_bufs* b, const struct moe_case* c, struct op_bufs* o,
+                             struct shape s, struct rb_bufs* attn, int i) {
+  switch (i) {
+  case 0: NCCL_OK(gemm_ops_run(e->comm, e->stream, o, s, 0, o->ag)); break;
+  case 1: NCCL_OK(rb_fwd(e->comm, e->stream, attn)); break;
+  case 2: run_dispatch(e, b, c); break;
+  case 3: NCCL_OK(gemm_ops_run(e->comm, e->stream, o, s, 1, NULL)); break;
+  case 4: NCCL_OK(rb_bwd(e->comm, e->stream, attn)); break;
+  case 5: run_combine(e, b, c); break;
+  default: NCCL_OK(gemm_ops_run(e->comm, e->stream, o, s, 2, NULL)); break;
+  }
+}
+
 static void scenario_with_dense_ops(struct rank_env* e) {
   const struct moe_case c = {4096, 256, 128, 64, 2, 8, UNIFORM};
   const struct shape s = {(size_t)1024 * NR, 1024, 1024};
+  const struct rb_case attn_case = {1, 512, 8, 2, 128, 1}; /* causal GQA, S_local a multiple of 256 */
   struct moe_bufs b;
   struct op_bufs o;
-  bufs_alloc(&b, &c), gemm_ops_alloc(&o, s, NR);
+  struct rb_bufs attn;
+  bufs_alloc(&b, &c), gemm_ops_alloc(&o, s, NR), rb_alloc(&attn, attn_case, e->rank, NR);
   srand((unsigned)g_seed + e->rank);
   for (int round = 0; round < 3; round++) {
     const uint64_t base = g_seed + 7000 + 13 * round;
-    inputs_fill(e, &b, &c, base), gemm_ops_fill(&o, s, base, e->rank, NR);
-    for (int i = 0; i < 5; i++) { /* even i: dense op i / 2 */
+    inputs_fill(e, &b, &c, base), gemm_ops_fill(&o, s, base, e->rank, NR), rb_fill(&attn, base, 1);
+    for (int i = 0; i < 7; i++) {
       if (e->rank) usleep((useconds_t)(rand() % 3000));
-      if (i == 1) run_dispatch(e, &b, &c);
-      else if (i == 3) run_combine(e, &b, &c);
-      else NCCL_OK(gemm_ops_run(e->comm, e->stream, &o, s, i / 2, i == 0 ? o.ag : NULL));
+      dense_round_call(e, &b, &c, &o, s, &attn, i);
     }
     check_case(e, &b, &c, base, 0);
     struct check_result r[GEMM_OPS_CHECKS];
     gemm_ops_check_all(&o, s, base, e->rank, NR, r);
     for (int i = 0; i < GEMM_OPS_CHECKS; i++) expect(e, r[i].pass, gemm_ops_check_names[i], r[i].rel);
+    expect(e, rb_check(&attn, ""), "ring attention's gradients", 0);
   }
-  bufs_free(&b), gemm_ops_free(&o);
+  bufs_free(&b), gemm_ops_free(&o), rb_free(&attn);
 }
 
 /* rank_harness.cuh's rank_peer_dies_mid_call with a dispatch: rank 1's process dies while its

@@ -45,11 +45,11 @@ enum { STEP_CALLS = 7 };
 static ncclResult_t step_call(struct rank_env* e, struct step_bufs* b, struct shape s, int i) {
   switch (i) {
   case 0: return gemm_ops_run(e->comm, e->stream, &b->gemm, s, 0, b->gemm.ag);
-  case 1: return fwd_call(e, &b->causal);
+  case 1: return rb_fwd(e->comm, e->stream, &b->causal);
   case 2: return gemm_ops_run(e->comm, e->stream, &b->gemm, s, 1, NULL);
-  case 3: return bwd_call(e, &b->causal);
-  case 4: return fwd_call(e, &b->plain);
-  case 5: return bwd_call(e, &b->plain);
+  case 3: return rb_bwd(e->comm, e->stream, &b->causal);
+  case 4: return rb_fwd(e->comm, e->stream, &b->plain);
+  case 5: return rb_bwd(e->comm, e->stream, &b->plain);
   default: return gemm_ops_run(e->comm, e->stream, &b->gemm, s, 2, NULL);
   }
 }
@@ -93,8 +93,8 @@ static void run_steps(struct rank_env* e, int busy) {
   for (int i = 0; i < STEPS; i++) {
     gemm_ops_alloc(&b[i].gemm, s, g_nranks);
     gemm_ops_fill(&b[i].gemm, s, g_seed + 100 + i, e->rank, g_nranks);
-    bufs_alloc(&b[i].causal, causal_case, e->rank), bufs_fill(&b[i].causal, g_seed + 10 * i, 1);
-    bufs_alloc(&b[i].plain, plain_case, e->rank), bufs_fill(&b[i].plain, g_seed + 10 * i + 5, 1);
+    rb_alloc(&b[i].causal, causal_case, e->rank, g_nranks), rb_fill(&b[i].causal, g_seed + 10 * i, 1);
+    rb_alloc(&b[i].plain, plain_case, e->rank, g_nranks), rb_fill(&b[i].plain, g_seed + 10 * i + 5, 1);
   }
   struct steps_arg arg = {b, s};
   if (busy) {
@@ -105,7 +105,7 @@ static void run_steps(struct rank_env* e, int busy) {
   }
   expect_healthy(e);
   for (int i = 0; i < STEPS; i++) step_check(e, &b[i], s, g_seed + 100 + i, i);
-  for (int i = 0; i < STEPS; i++) gemm_ops_free(&b[i].gemm), bufs_free(&b[i].causal), bufs_free(&b[i].plain);
+  for (int i = 0; i < STEPS; i++) gemm_ops_free(&b[i].gemm), rb_free(&b[i].causal), rb_free(&b[i].plain);
 }
 
 static void scenario_training_steps(struct rank_env* e) { run_steps(e, 0); }

@@ -78,13 +78,13 @@
 
 static void run_case(struct rank_env* e, struct rb_case c, uint64_t seed) {
   struct rb_bufs b;
-  bufs_alloc(&b, c, e->rank);
-  bufs_fill(&b, seed, 1);
-  NCCL_OK(fwd_call(e, &b));
-  NCCL_OK(bwd_call(e, &b));
+  rb_alloc(&b, c, e->rank, g_nranks);
+  rb_fill(&b, seed, 1);
+  NCCL_OK(rb_fwd(e->comm, e->stream, &b));
+  NCCL_OK(rb_bwd(e->comm, e->stream, &b));
   CUDA_OK(cudaStreamSynchronize(e->stream));
   EXPECT(rb_check(&b, ""), "rank %d: dq, dk or dv wrong", e->rank);
-  bufs_free(&b);
+  rb_free(&b);
 }
 
 static void scenario_small(struct rank_env* e) {
@@ -108,8 +108,8 @@ static __global__ void bf16_to_double(const __nv_bfloat16* x, double* y, size_t 
 /* The single-GPU cores on the whole sequence (forward for out, lse; backward) are the reference. */
 static void large_case(struct rank_env* e, struct rb_case c, uint64_t seed) {
   struct rb_bufs b;
-  bufs_alloc(&b, c, e->rank);
-  bufs_fill(&b, seed, 0);
+  rb_alloc(&b, c, e->rank, g_nranks);
+  rb_fill(&b, seed, 0);
   const size_t nl_g = b.nl * g_nranks;
   void *out_g, *dq_g, *dk_g, *dv_g;
   float *lse_g, *delta_g, *dq_acc_g;
@@ -141,15 +141,15 @@ static void large_case(struct rank_env* e, struct rb_case c, uint64_t seed) {
   bf16_to_double<<<1024, 256>>>((const __nv_bfloat16*)dq_g, b.ref_dq_g, b.nq_g);
   bf16_to_double<<<1024, 256>>>((const __nv_bfloat16*)dk_g, b.ref_dk_g, b.nkv_g);
   bf16_to_double<<<1024, 256>>>((const __nv_bfloat16*)dv_g, b.ref_dv_g, b.nkv_g);
-  take_ref(&b);
+  rb_take_ref(&b);
   CUDA_OK(cudaDeviceSynchronize());
-  NCCL_OK(fwd_call(e, &b));
-  NCCL_OK(bwd_call(e, &b));
+  NCCL_OK(rb_fwd(e->comm, e->stream, &b));
+  NCCL_OK(rb_bwd(e->comm, e->stream, &b));
   CUDA_OK(cudaStreamSynchronize(e->stream));
   EXPECT(rb_check(&b, "vs core: "), "rank %d: the ring backward differs from the core on one GPU", e->rank);
   void* all[] = {out_g, dq_g, dk_g, dv_g, lse_g, delta_g, dq_acc_g, err};
   for (void* p : all) cudaFree(p);
-  bufs_free(&b);
+  rb_free(&b);
 }
 
 static const struct rb_case large_cases[] = {{1, 4096, 16, 2, 128, 1}, {1, 4096, 16, 2, 128, 0}, {2, 2048, 8, 8, 64, 1}};
@@ -161,30 +161,30 @@ static void scenario_large(struct rank_env* e) {
 
 static void scenario_graph(struct rank_env* e) {
   struct rb_bufs b;
-  bufs_alloc(&b, {1, 384, 8, 1, 128, 1}, e->rank);
-  bufs_fill(&b, g_seed, 0);
-  NCCL_OK(fwd_call(e, &b)); /* warm-up outside capture */
-  NCCL_OK(bwd_call(e, &b));
+  rb_alloc(&b, {1, 384, 8, 1, 128, 1}, e->rank, g_nranks);
+  rb_fill(&b, g_seed, 0);
+  NCCL_OK(rb_fwd(e->comm, e->stream, &b)); /* warm-up outside capture */
+  NCCL_OK(rb_bwd(e->comm, e->stream, &b));
   CUDA_OK(cudaStreamSynchronize(e->stream));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CUDA_OK(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeGlobal));
-  NCCL_OK(fwd_call(e, &b));
-  NCCL_OK(bwd_call(e, &b));
+  NCCL_OK(rb_fwd(e->comm, e->stream, &b));
+  NCCL_OK(rb_bwd(e->comm, e->stream, &b));
   CUDA_OK(cudaStreamEndCapture(e->stream, &graph));
   size_t nodes = 0;
   CUDA_OK(cudaGraphGetNodes(graph, NULL, &nodes));
   printf("rank %d: forward + backward captured as %zu nodes\n", e->rank, nodes);
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (int rep = 0; rep < 3; rep++) {
-    bufs_fill(&b, g_seed + 100 + 10 * rep, 1);
+    rb_fill(&b, g_seed + 100 + 10 * rep, 1);
     CUDA_OK(cudaGraphLaunch(exec, e->stream));
     CUDA_OK(cudaStreamSynchronize(e->stream));
     EXPECT(rb_check(&b, "replay: "), "rank %d: graph replay %d wrong", e->rank, rep);
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  bufs_free(&b);
+  rb_free(&b);
   expect_healthy(e);
 }
 
@@ -194,8 +194,8 @@ static void* far(void* base, int i) { return (char*)base + (size_t)i * ((size_t)
 
 static void scenario_bad_input(struct rank_env* e) {
   struct rb_bufs b;
-  bufs_alloc(&b, {1, 256, 8, 2, 128, 1}, e->rank);
-  bufs_fill(&b, g_seed, 0);
+  rb_alloc(&b, {1, 256, 8, 2, 128, 1}, e->rank, g_nranks);
+  rb_fill(&b, g_seed, 0);
   void *q = b.q, *k = b.k, *v = b.v, *o = b.out, *g = b.dout, *dq = b.dq, *dk = b.dk, *dv = b.dv;
   float* l = b.lse;
   ncclComm_t cm = e->comm;
@@ -233,7 +233,7 @@ static void scenario_bad_input(struct rank_env* e) {
   EXPECT(all_bytes_are(b.dk, b.nkv * 2, 0xFF), "rank %d: dk written by a refused call", e->rank);
   EXPECT(all_bytes_are(b.dv, b.nkv * 2, 0xFF), "rank %d: dv written by a refused call", e->rank);
   printf("rank %d: %zu bad calls refused, outputs untouched\n", e->rank, sizeof cases / sizeof cases[0]);
-  bufs_free(&b);
+  rb_free(&b);
   expect_healthy(e);
 }
 
@@ -246,10 +246,10 @@ static void nudge(void* p, size_t i, float delta) {
 
 static void scenario_negative_control(struct rank_env* e) {
   struct rb_bufs b;
-  bufs_alloc(&b, {1, 256, 8, 1, 128, 1}, e->rank);
-  bufs_fill(&b, g_seed, 1);
-  NCCL_OK(fwd_call(e, &b));
-  NCCL_OK(bwd_call(e, &b));
+  rb_alloc(&b, {1, 256, 8, 1, 128, 1}, e->rank, g_nranks);
+  rb_fill(&b, g_seed, 1);
+  NCCL_OK(rb_fwd(e->comm, e->stream, &b));
+  NCCL_OK(rb_bwd(e->comm, e->stream, &b));
   CUDA_OK(cudaStreamSynchronize(e->stream));
   EXPECT(rb_check(&b, "correct: "), "rank %d: the correct gradients must pass", e->rank);
   nudge(b.dk, b.nkv / 2 + 77, 0.25f);
@@ -257,7 +257,7 @@ static void scenario_negative_control(struct rank_env* e) {
   nudge(b.dk, b.nkv / 2 + 77, -0.25f);
   nudge(b.dq, b.nq / 3 + 5, 0.25f);
   EXPECT(!rb_check(&b, "dq + 0.25: "), "rank %d: one element of dq off by 0.25 passed", e->rank);
-  bufs_free(&b);
+  rb_free(&b);
   expect_healthy(e);
 }
 
@@ -298,10 +298,10 @@ static void expect_cause_named(const char* msg) {
 /* The case's buffers (inputs from g_seed, no reference) after a forward and a backward that
  * every rank called (enqueued on e's stream). */
 static void bufs_after_a_completed_call(struct rank_env* e, struct rb_bufs* b, struct rb_case c) {
-  bufs_alloc(b, c, e->rank);
-  bufs_fill(b, g_seed, 0);
-  NCCL_OK(fwd_call(e, b));
-  NCCL_OK(bwd_call(e, b));
+  rb_alloc(b, c, e->rank, g_nranks);
+  rb_fill(b, g_seed, 0);
+  NCCL_OK(rb_fwd(e->comm, e->stream, b));
+  NCCL_OK(rb_bwd(e->comm, e->stream, b));
 }
 
 /* Every rank completes one call; then `lone` calls again alone (fresh inputs). Its call must end
@@ -318,8 +318,8 @@ static void absent_case(struct rank_env* e, struct rb_case c, int lone, int watc
   if (e->rank == watcher) before = acc_snapshot(e, c, src);
   ranks_barrier(e);
   if (e->rank == lone) {
-    bufs_fill(&b, g_seed + 7, 0); /* other partials: a write into acc would show (out, lse stale) */
-    NCCL_OK(bwd_call(e, &b));
+    rb_fill(&b, g_seed + 7, 0); /* other partials: a write into acc would show (out, lse stale) */
+    NCCL_OK(rb_bwd(e->comm, e->stream, &b));
     CUDA_OK(cudaStreamSynchronize(e->stream));
     ncclResult_t async = ncclSuccess;
     char msg[256] = "";
@@ -330,7 +330,7 @@ static void absent_case(struct rank_env* e, struct rb_case c, int lone, int watc
     snprintf(who, sizeof who, "rank %d: ncclMkRingAttentionBackward (op 0x7)", e->rank);
     EXPECT(strstr(msg, who) != NULL, "the error names rank %d and the ring backward op", e->rank);
     expect_cause_named(msg);
-    EXPECT(bwd_call(e, &b) == ncclRemoteError, "the next call must fail at once");
+    EXPECT(rb_bwd(e->comm, e->stream, &b) == ncclRemoteError, "the next call must fail at once");
   }
   ranks_barrier(e);
   if (e->rank == watcher) {
@@ -344,7 +344,7 @@ static void absent_case(struct rank_env* e, struct rb_case c, int lone, int watc
     EXPECT(before.size() > 0 && changed == 0, "rank %d: rank %d's failed call changed %zu values of acc[%d]",
            e->rank, lone, changed, src);
   }
-  bufs_free(&b);
+  rb_free(&b);
 }
 
 /* Rank 1 completes one call, then stays away: rank 0 calls alone. Its failed call must leave
@@ -367,13 +367,13 @@ static void late_fill(void* env, void* arg) {
   (void)env;
   struct late_bufs* l = (struct late_bufs*)arg;
   l->seed += 7;
-  bufs_fill(&l->b, l->seed, 1);
+  rb_fill(&l->b, l->seed, 1);
 }
 
 /* The forward the backward needs (rank_late_op.setup: after every rank's float64 reference). */
 static void late_forward(void* env, void* arg) {
   struct rank_env* e = (struct rank_env*)env;
-  NCCL_OK(fwd_call(e, &((struct late_bufs*)arg)->b));
+  NCCL_OK(rb_fwd(e->comm, e->stream, &((struct late_bufs*)arg)->b));
   CUDA_OK(cudaStreamSynchronize(e->stream));
 }
 
@@ -387,27 +387,28 @@ static ncclResult_t bwd_call_bufs(void* e, void* bufs);
 static void late_peer_case(struct rank_env* e, struct rb_case c) {
   struct late_bufs l;
   l.seed = g_seed;
-  bufs_alloc(&l.b, c, e->rank);
+  rb_alloc(&l.b, c, e->rank, g_nranks);
   const struct rank_late_op op = {bwd_call_bufs, late_fill, late_check, expect_cause_named, late_forward};
   failures += rank_late_peer(e->rank, e->comm, e->stream, &op, e, &l);
-  bufs_free(&l.b);
+  rb_free(&l.b);
 }
 
 static void scenario_late_peer(struct rank_env* e) { late_peer_case(e, {1, 1024, 8, 1, 128, 1}); }
 
 static void scenario_late_peer_noncausal(struct rank_env* e) { late_peer_case(e, {1, 1024, 8, 1, 128, 0}); }
 
-static ncclResult_t bwd_call_bufs(void* e, void* bufs) {
-  return bwd_call((struct rank_env*)e, (struct rb_bufs*)bufs);
+static ncclResult_t bwd_call_bufs(void* env, void* bufs) {
+  struct rank_env* e = (struct rank_env*)env;
+  return rb_bwd(e->comm, e->stream, (struct rb_bufs*)bufs);
 }
 
 /* After a forward on both ranks, rank_harness.cuh's rank_peer_dies_mid_call with the backward:
  * rank 1's process dies while its backward kernel waits for rank 0's blocks. */
 static void scenario_peer_dies_mid_call(struct rank_env* e) {
   struct rb_bufs b;
-  bufs_alloc(&b, {1, 1024, 8, 1, 128, 1}, e->rank);
-  bufs_fill(&b, g_seed, 0);
-  NCCL_OK(fwd_call(e, &b));
+  rb_alloc(&b, {1, 1024, 8, 1, 128, 1}, e->rank, g_nranks);
+  rb_fill(&b, g_seed, 0);
+  NCCL_OK(rb_fwd(e->comm, e->stream, &b));
   CUDA_OK(cudaStreamSynchronize(e->stream));
   ranks_barrier(e);
   rank_peer_dies_mid_call(e->rank, e->comm, e->stream, "peer_dies_mid_call", bwd_call_bufs, e, &b, failures);
@@ -429,8 +430,8 @@ static void scenario_one_kernel_absent_owner(struct rank_env* e) { /* 2 ranks on
 static ncclResult_t fwd_bwd_call(void* env, void* bufs) {
   struct rank_env* e = (struct rank_env*)env;
   struct rb_bufs* b = (struct rb_bufs*)bufs;
-  const ncclResult_t r = fwd_call(e, b);
-  return r != ncclSuccess ? r : bwd_call(e, b);
+  const ncclResult_t r = rb_fwd(e->comm, e->stream, b);
+  return r != ncclSuccess ? r : rb_bwd(e->comm, e->stream, b);
 }
 
 /* The forward and backward while held_of_4 quarters of the SMs are held: the backward's CTAs
@@ -439,13 +440,13 @@ static void busy_sms_run(struct rank_env* e, int held_of_4) {
   const struct rb_case cases[] = {{1, 2048, 8, 1, 128, 1}, {1, 2048, 4, 4, 128, 0}, {1, 1024, 4, 2, 64, 1}};
   for (int i = 0; i < 3; i++) {
     struct rb_bufs b;
-    bufs_alloc(&b, cases[i], e->rank);
-    bufs_fill(&b, g_seed + 10 * i, 1);
+    rb_alloc(&b, cases[i], e->rank, g_nranks);
+    rb_fill(&b, g_seed + 10 * i, 1);
     const struct held_call h = held_call(e, held_of_4, fwd_bwd_call, &b);
     printf("rank %d: case %d with %d of %d SMs held: %.1f ms\n", e->rank, i, h.started, h.sms, h.ms);
     expect_healthy(e);
     EXPECT(rb_check(&b, ""), "rank %d: dq, dk or dv wrong with the SMs held", e->rank);
-    bufs_free(&b);
+    rb_free(&b);
   }
 }
 
@@ -463,8 +464,8 @@ static void one_kernel_replays_and_back_to_back(struct rank_env* e, struct rb_bu
   cudaGraphExec_t exec;
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (int rep = 0; rep < 2; rep++) {
-    bufs_fill(b, g_seed + 100 + 10 * rep, 1);
-    NCCL_OK(fwd_call(e, b));
+    rb_fill(b, g_seed + 100 + 10 * rep, 1);
+    NCCL_OK(rb_fwd(e->comm, e->stream, b));
     CUDA_OK(cudaGraphLaunch(exec, e->stream));
     CUDA_OK(cudaStreamSynchronize(e->stream));
     EXPECT(rb_check(b, "one kernel, replay: "), "rank %d: replay %d wrong", e->rank, rep);
@@ -475,7 +476,7 @@ static void one_kernel_replays_and_back_to_back(struct rank_env* e, struct rb_bu
     CUDA_OK(cudaMemsetAsync(b->dq, 0xFF, b->nq * 2, e->stream));
     CUDA_OK(cudaMemsetAsync(b->dk, 0xFF, b->nkv * 2, e->stream));
     CUDA_OK(cudaMemsetAsync(b->dv, 0xFF, b->nkv * 2, e->stream));
-    NCCL_OK(bwd_call(e, b));
+    NCCL_OK(rb_bwd(e->comm, e->stream, b));
   }
   CUDA_OK(cudaStreamSynchronize(e->stream));
   EXPECT(rb_check(b, "one kernel, back to back: "), "rank %d: back-to-back calls wrong", e->rank);
@@ -544,13 +545,13 @@ static void scenario_one_kernel(struct rank_env* e) {
   for (const struct rb_case& c : cases) run_case(e, c, g_seed + 10 * i++);
   for (int causal = 1; causal >= 0; causal--) {
     struct rb_bufs b;
-    bufs_alloc(&b, {1, 512, 8, 1, 128, causal}, e->rank);
-    bufs_fill(&b, g_seed, 0);
-    NCCL_OK(fwd_call(e, &b));
+    rb_alloc(&b, {1, 512, 8, 1, 128, causal}, e->rank, g_nranks);
+    rb_fill(&b, g_seed, 0);
+    NCCL_OK(rb_fwd(e->comm, e->stream, &b));
     CUDA_OK(cudaStreamSynchronize(e->stream));
     cudaGraph_t graph;
     CUDA_OK(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeGlobal));
-    NCCL_OK(bwd_call(e, &b));
+    NCCL_OK(rb_bwd(e->comm, e->stream, &b));
     CUDA_OK(cudaStreamEndCapture(e->stream, &graph));
     size_t nodes = 0;
     const size_t kernels = graph_kernel_nodes(graph, &nodes);
@@ -558,7 +559,7 @@ static void scenario_one_kernel(struct rank_env* e) {
            causal ? "causal" : "non-causal", nodes, kernels);
     EXPECT(nodes == 1 && kernels == 1, "rank %d: not exactly one kernel", e->rank);
     one_kernel_replays_and_back_to_back(e, &b, graph);
-    bufs_free(&b);
+    rb_free(&b);
   }
   expect_healthy(e);
 }
