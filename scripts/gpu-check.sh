@@ -349,7 +349,7 @@ late_peer_combine:moe_combine_of_a_late_peer_ends_in_an_error_or_the_right_outpu
 recv_overflow:moe_dispatch_past_moe_max_recv_rows_ends_in_an_error_naming_the_limit
 peer_dies_mid_call:moe_dispatch_whose_peer_died_mid_call_ends_in_an_async_error_without_a_fault
 peer_writes:moe_peer_writes_land_where_the_peer_reads_them busy_sms:moe_ops_finish_correct_while_another_kernel_holds_a_quarter_of_the_sms
-with_dense_ops:moe_ops_between_the_dense_ops_on_one_communicator_match_float64"
+with_dense_ops:every_fused_op_in_one_training_step_on_one_communicator_matches_float64"
 
 # The MoE ops on 2 GPUs (skipped with fewer), on the default dispatch and on the overlapped one
 # (NCCL_MK_MOE_OVERLAP=1), then moe_perf on the Mixtral, DeepSeek-V3 and decode shapes against
@@ -511,14 +511,17 @@ absent_peer_noncausal:ring_attention_backward_split_plan_without_its_peer_stores
 late_peer_noncausal:ring_attention_backward_split_plan_of_a_late_peer_ends_in_an_error_not_in_stale_partials
 busy_sms_most:ring_attention_backward_split_plan_finishes_correct_while_another_kernel_holds_three_quarters_of_the_sms"
 
-# Every fused op on one communicator in turn (test/gpu/test_ops_in_turn.cu), with the default
-# backward and with the one-kernel backward.
+# Every fused op on one communicator in turn (test/gpu/test_ops_in_turn.cu; test_moe
+# with_dense_ops, the MoE ops too), with the default backward and with the one-kernel backward.
 OPS_IN_TURN_TESTS="training_steps:fused_ops_in_turn_on_one_communicator_match_float64
 training_steps_busy:fused_ops_in_turn_with_one_rank_slowed_match_float64"
 ops_in_turn() {
   scenarios "$OPS_IN_TURN_TESTS" "$B/test/gpu/test_ops_in_turn"
   SCENARIO_ENV=NCCL_MK_RA_BWD_ONE_KERNEL=1 scenarios "$OPS_IN_TURN_TESTS" "$B/test/gpu/test_ops_in_turn" \
     _with_the_one_kernel_backward
+  SCENARIO_ENV=NCCL_MK_RA_BWD_ONE_KERNEL=1 scenarios \
+    "with_dense_ops:every_fused_op_in_one_training_step_on_one_communicator_matches_float64" \
+    "$B/test/gpu/test_moe" _with_the_one_kernel_backward
 }
 
 tier_ring() {
