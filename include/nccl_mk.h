@@ -51,8 +51,9 @@ NCCL_MK_API ncclResult_t ncclMkGetVersion(int* version);
  * for now; elsewhere ncclInvalidUsage.
  *
  * Return codes shared by the ops: ncclSuccess; ncclInvalidArgument (a NULL pointer, a
- * misaligned pointer, a shape that breaks the rules above; nothing was launched and the
- * outputs are untouched; a WARN names the argument); ncclInvalidUsage (the communicator
+ * misaligned pointer, an output overlapping an input or another output (inputs may share
+ * memory), a shape that breaks the rules above; nothing was launched and the outputs are
+ * untouched; a WARN names the argument); ncclInvalidUsage (the communicator
  * has no ncclMkCommInit, an unsupported type or GPU, or inside graph capture a shape larger
  * than the prepared workspace); ncclRemoteError (an earlier call timed out waiting for a
  * peer: the communicator is broken, see ncclMkCommGetAsyncError); ncclSystemError /
@@ -71,7 +72,8 @@ typedef struct {
   size_t chunk_bytes;     /* communication chunk; 0: chosen per shape */
   int timeout_ms;         /* bound on every wait inside a kernel; 0: NCCL_MK_TIMEOUT_MS */
   /* MoE (ncclMkMoeDispatchGemm / ncclMkMoeGemmCombine); 0 in moe_max_tokens: no MoE workspace */
-  int moe_max_tokens;     /* largest tokens per rank of a dispatch; default 0 */
+  int moe_max_tokens;     /* largest tokens per rank of a dispatch (moe_max_tokens x moe_max_topk
+                           * at most 2^20); default 0; ignored past 8 ranks (no MoE there) */
   int moe_max_hidden;     /* largest hidden size; default 0 */
   int moe_max_topk;       /* largest experts per token; default 0 */
   int moe_max_recv_rows;  /* bound on the (token, local expert) rows one rank receives; 0: the
@@ -191,17 +193,19 @@ NCCL_MK_API ncclResult_t ncclMkGemmAllReduce(const void* a, const void* b, void*
  *               tokens and rank r holds chunks r and 2 nranks - 1 - r, in that order, as its
  *               S_local rows (so every rank has the same work); a query sees the keys at or
  *               before its position. S_local must be even.
- * D = 64 or 128; B, H in [1, 65535]; H a multiple of H_kv; B x S_local below 2^31; q, k, v, out
- * 16-byte aligned, lse 4-byte aligned; type ncclBfloat16. Every rank calls it with the same
+ * D = 64 or 128; B, H in [1, 65535]; H a multiple of H_kv; B x S_local below 2^31; B at most
+ * 4032 / (nranks - 1) (the backward: (4032 - nranks) / (nranks - 1)): the communicator's K/V
+ * chunk flags, one per peer and sequence at the least; q, k, v, out 16-byte aligned, lse 4-byte
+ * aligned; out and lse must not overlap q, k, v or each other (refused); type ncclBfloat16. Every rank calls it with the same
  * shapes, as a collective. Needs 2 to 8 ranks, all on one host, NCCL_MK_FUSED=1 at
  * ncclMkCommInit, and a workspace (ncclMkConfig: max_m x max(max_n, max_k) x 2 bytes) of at
  * least (nranks - 1) x 2 x B x S_local x H_kv x D x 2 bytes for the peers' K and V.
- * Returns ncclSuccess; ncclInvalidArgument (NULL or misaligned pointer, a shape outside the
- * rules above, comm NULL; nothing launched, outputs untouched); ncclInvalidUsage (no
- * ncclMkCommInit, a type other than bf16, a non-Hopper GPU, a rank count or placement outside
- * the rules, no fused workspace, the workspace too small); ncclRemoteError (an earlier fused
- * call timed out: the communicator is broken, see ncclMkCommGetAsyncError); ncclSystemError
- * (launch failure). A wait for a peer's K/V is bounded by ncclMkConfig.timeout_ms: on expiry
+ * Returns ncclSuccess; ncclInvalidArgument (NULL or misaligned pointer, overlapping outputs, a
+ * shape outside the rules above, comm NULL; nothing launched, outputs untouched);
+ * ncclInvalidUsage (no ncclMkCommInit, a type other than bf16, a non-Hopper GPU, a rank count
+ * or placement outside the rules, no fused workspace, the workspace too small); ncclRemoteError
+ * (an earlier fused call timed out: the communicator is broken, see ncclMkCommGetAsyncError);
+ * ncclSystemError (launch failure). A wait for a peer's K/V is bounded by ncclMkConfig.timeout_ms: on expiry
  * the kernel ends, out is not valid, and the communicator reports ncclRemoteError.
  */
 NCCL_MK_API ncclResult_t ncclMkRingAttention(const void* q, const void* k, const void* v, void* out,
@@ -226,12 +230,12 @@ NCCL_MK_API ncclResult_t ncclMkRingAttention(const void* q, const void* k, const
  * NCCL_MK_RA_BWD_ONE_LAUNCH=1; graph capturable; fused/ring_attn/ring_attn_bwd.c).
  * NCCL_MK_RA_BWD_ONE_KERNEL=1 makes a call on 2-4 ranks (causal: S_local a multiple of 256) one
  * kernel, correct but slower (README).
- * Returns ncclSuccess; ncclInvalidArgument (NULL or misaligned pointer, a shape outside the
- * rules, comm NULL; nothing launched, outputs untouched); ncclInvalidUsage (no ncclMkCommInit,
- * a type other than bf16, a non-Hopper GPU, a rank count or placement outside the rules, no
- * fused workspace, the workspace too small); ncclRemoteError (an earlier fused call timed out:
- * the communicator is broken, see ncclMkCommGetAsyncError); ncclSystemError (launch failure).
- * A wait for a peer (its K/V, its dK/dV partials) is bounded by ncclMkConfig.timeout_ms: on
+ * Returns ncclSuccess; ncclInvalidArgument (NULL or misaligned pointer, overlapping outputs, a
+ * shape outside the rules, comm NULL; nothing launched, outputs untouched); ncclInvalidUsage
+ * (no ncclMkCommInit, a type other than bf16, a non-Hopper GPU, a rank count or placement
+ * outside the rules, no fused workspace, the workspace too small); ncclRemoteError (an earlier
+ * fused call timed out: the communicator is broken, see ncclMkCommGetAsyncError);
+ * ncclSystemError (launch failure). A wait for a peer (its K/V, its dK/dV partials) is bounded by ncclMkConfig.timeout_ms: on
  * expiry the kernels end, dq, dk, dv are not valid, and the communicator reports ncclRemoteError.
  */
 NCCL_MK_API ncclResult_t ncclMkRingAttentionBackward(const void* q, const void* k, const void* v,

@@ -3,7 +3,7 @@
  * MK_PARAM_LIST: kind, id, environment name, default, bounds (INT) or choices (STR, "a|b|c",
  * "" = any), and one line of doc. Values are read once, validated (a bad value is a WARN
  * naming the variable, and the default is kept), and printed at NCCL_DEBUG=INFO by
- * mk_param_dump. README's table is generated from this list (scripts/param-doc.sh) and a
+ * mk_param_dump. README's table is generated from this list (scripts/param-doc.py) and a
  * unit test checks that they agree.
  */
 #ifndef MK_PARAM_H_
@@ -97,8 +97,9 @@
   X(INT, NET_SPEED_MBPS, "NCCL_MK_NET_SPEED_MBPS", "0", 0, 100000000, "",                      \
     "link speed reported to NCCL; 0 reads it from the provider or sysfs")                      \
   X(INT, FUSED, "NCCL_MK_FUSED", "1", 0, 1, "",                                                \
-    "1: the fused ops overlap communication with the GEMM when all ranks share a host (a "     \
-    "max_m x max(max_k, max_n) bf16 workspace); 0: NCCL's collective, then the GEMM")           \
+    "1: the fused ops overlap communication with the GEMM (a max_m x max(max_k, max_n) bf16 "  \
+    "workspace; across hosts also the proxy's pinned host buffers); 0: NCCL's collective, "    \
+    "then the GEMM")                                                                           \
   X(INT, MOE_OVERLAP, "NCCL_MK_MOE_OVERLAP", "0", 0, 1, "",                                   \
     "0: the MoE dispatch on every SM, then the grouped GEMM on every SM (faster on 2 H200s); "  \
     "1: the dispatch on 12 SMs beside the GEMM, which starts each expert once its rows are in") \
@@ -147,7 +148,8 @@
     "1 records every CTA's tiles, chunks and waits in fused kernels (scripts/mk-trace)")      \
   X(STR, NET_TRACE_DIR, "NCCL_MK_NET_TRACE_DIR", "", 0, 0, "",                                \
     "net plugin: write every request's asked/posted/done times and test() count to "          \
-    "DIR/mk-net-trace.<pid>.csv at exit (scripts/mk-net-trace summarises); empty: off")       \
+    "DIR/mk-net-trace.<pid>.csv and each call's to DIR/mk-net-calls.<pid>.csv at exit "       \
+    "(scripts/mk-net-trace summarises); empty: off")                                           \
   X(STR, TRACE_DIR, "NCCL_MK_TRACE_DIR", "", 0, 0, "",                                        \
     "where NCCL_MK_TRACE writes mk-trace.rank<R>.call<C>.trace and hang reports (created "     \
     "if missing); empty: cwd")                                                                 \
@@ -174,7 +176,8 @@
   X(INT, IB_SL, "NCCL_MK_IB_SL", "0", 0, 15, "",                                               \
     "InfiniBand service level")                                                                \
   X(INT, IB_RELAXED_ORDERING, "NCCL_MK_IB_RELAXED_ORDERING", "2", 0, 2, "",                    \
-    "register data buffers with relaxed ordering: 0 never, 1 always, 2 when the library has it") \
+    "register data buffers with relaxed ordering: 0 never; 1 always, but host memory only "   \
+    "through ibv_reg_mr_iova2 (without it, as 0 there); 2 when libibverbs has that call")      \
   X(INT, IB_MERGE_NICS, "NCCL_MK_IB_MERGE_NICS", "1", 0, 1, "",                                \
     "present the ports of one NIC as one virtual device")                                      \
   X(STR, NCCL_DEBUG, "NCCL_DEBUG", "", 0, 0, "",                                               \

@@ -57,13 +57,18 @@ static int ag_gemm_reference(struct mk_fused_comm* fc, const void* a_shard, cons
   return mk_gemm_launch(&g, stream);
 }
 
+/* The push counts a row-block's 16-byte vectors in an int (gemm_push.cuh, gemm_push_xnode.cuh):
+ * MK_AG_BLOCK_ROWS x K / 8 of them, computed as MK_AG_BLOCK_ROWS x K, below 2^31. A larger K
+ * takes the reference path. */
+#define MK_AG_PUSH_MAX_K ((size_t)INT32_MAX / MK_AG_BLOCK_ROWS)
+
 static int ag_gemm_fused_fits(const struct mk_fused_comm* fc, size_t m, size_t k) {
   size_t shard_rows = m / (size_t)fc->nranks;
   struct mk_xnode_view xv;
   const int reachable = fc->local_size == fc->nranks || !mk_xnode_view(fc, &xv);
   return fc->fused && reachable && fc->nranks <= MK_AG_MAX_RANKS &&
          shard_rows % MK_AG_BLOCK_ROWS == 0 && m / MK_AG_BLOCK_ROWS <= MK_AG_MAX_BLOCKS &&
-         m <= fc->cfg.max_m && k <= fc->cfg.max_k;
+         m <= fc->cfg.max_m && k <= fc->cfg.max_k && k <= MK_AG_PUSH_MAX_K;
 }
 
 /* One kernel (gemm.h struct mk_gemm_push, mk_gemm_call): the push CTAs, then the GEMM's; the
@@ -184,6 +189,7 @@ NCCL_MK_API ncclResult_t ncclMkAllGatherGemm(const void* a_shard, const void* b,
       .optional_name = "a_gathered", .comm = comm, .stream = stream};
   struct mk_fused_comm* fc;
   int prev, rc = mk_op_check(&call, &fc);
+  if (!rc) rc = mk_op_gemm_overlap_check(call.name, a_shard, m / (size_t)fc->nranks, b, c, m, a_gathered, m, n, k);
   if (rc) return mk_result_from_errno(rc);
   rc = mk_op_device_enter(fc, &prev);
   if (!rc && ag_gemm_fused_fits(fc, m, k))

@@ -42,6 +42,13 @@ static int moe_config_check(const ncclMkConfig* c) {
             "multiple of 8 and moe_max_topk (%d) in 1..16", c->moe_max_tokens, c->moe_max_hidden, c->moe_max_topk);
     return -EINVAL;
   }
+  /* a dispatched row's place among its expert's rows from one rank has 20 bits (moe.h
+   * MK_MOE_POS_BITS): tokens x topk places, a token's slots naming one expert twice included */
+  if ((long long)c->moe_max_tokens * c->moe_max_topk > (1 << 20)) {
+    MK_WARN("ncclMkCommInit: moe_max_tokens x moe_max_topk = %d x %d, must be at most 2^20 (the rows one rank "
+            "can send one expert)", c->moe_max_tokens, c->moe_max_topk);
+    return -EINVAL;
+  }
   return 0;
 }
 

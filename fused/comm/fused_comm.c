@@ -125,6 +125,9 @@ static int fused_comm_alloc(struct mk_fused_comm* fc) {
     fc->moe_offset = (fc->sym_bytes + 255) & ~(size_t)255;
     fc->moe_bytes = mk_moe_geom_layout(&fc->moe_geom);
     fc->sym_bytes = fc->moe_offset + fc->moe_bytes;
+  } else if (fc->cfg.moe_max_tokens > 0) {
+    MK_WARN("ncclMkCommInit: the MoE ops take at most %d ranks, this communicator has %d: no MoE workspace "
+            "(moe_max_tokens ignored; ncclMkMoeLayoutCreate will refuse)", MK_MOE_MAX_RANKS, fc->nranks);
   }
   MK_CHECK(mk_cuda_check(cudaStreamCreateWithFlags(&fc->side, cudaStreamNonBlocking),
                          "cudaStreamCreate (side)"));

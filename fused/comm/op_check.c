@@ -67,6 +67,29 @@ int mk_op_check(const struct mk_op_call* c, struct mk_fused_comm** out) {
   return rc;
 }
 
+int mk_op_overlap_check(const char* op, const void* const* ptrs, const char* const* names, const size_t* bytes, int n,
+                        int first_output) {
+  for (int o = first_output; o < n; o++)
+    for (int i = 0; i < o; i++) {
+      if (!ptrs[o] || !ptrs[i] || !bytes[o] || !bytes[i]) continue;
+      const uintptr_t a = (uintptr_t)ptrs[o], b = (uintptr_t)ptrs[i];
+      if (a < b + bytes[i] && b < a + bytes[o]) {
+        MK_WARN("%s: %s (%p, %zu bytes) overlaps %s (%p, %zu bytes): the outputs must not overlap the inputs or "
+                "each other", op, names[o], ptrs[o], bytes[o], names[i], ptrs[i], bytes[i]);
+        return -EINVAL;
+      }
+    }
+  return 0;
+}
+
+int mk_op_gemm_overlap_check(const char* op, const void* a, size_t a_rows, const void* b, void* c, size_t c_rows,
+                             void* a_gathered, size_t m, size_t n, size_t k) {
+  const void* ptrs[] = {a, b, c, a_gathered};
+  const char* names[] = {a_rows == m ? "a" : "a_shard", "b", c_rows == m ? "c" : "c_shard", "a_gathered"};
+  const size_t bytes[] = {a_rows * k * 2, n * k * 2, c_rows * n * 2, m * k * 2};
+  return mk_op_overlap_check(op, ptrs, names, bytes, 4, 2);
+}
+
 int mk_op_refuse(ncclComm_t comm, cudaStream_t stream, int rc) {
   mk_fused_comm_settle(comm, stream);
   return rc;

@@ -41,6 +41,17 @@ int mk_op_check(const struct mk_op_call* call, struct mk_fused_comm** fc);
  * wait in. The ops' own checks that come before mk_op_check return through it. */
 int mk_op_refuse(ncclComm_t comm, cudaStream_t stream, int rc);
 
+/* The outputs, ptrs[first_output] on, overlap no input and no earlier output (bytes[i]: tensor
+ * i's extent; a NULL or empty tensor is skipped): the kernels read the inputs while they write
+ * the outputs. 0, or -EINVAL after a WARN naming both tensors. */
+int mk_op_overlap_check(const char* op, const void* const* ptrs, const char* const* names, const size_t* bytes, int n,
+                        int first_output);
+
+/* The dense ops' bf16 tensors: A [a_rows, K] and B [N, K] read, C [c_rows, N] and the optional
+ * gathered A [M, K] written (a_rows, c_rows: M, or M / nranks for a shard, named so). */
+int mk_op_gemm_overlap_check(const char* op, const void* a, size_t a_rows, const void* b, void* c, size_t c_rows,
+                             void* a_gathered, size_t m, size_t n, size_t k);
+
 /* Makes the comm's GPU current for the launch and restores the caller's afterwards. */
 int mk_op_device_enter(const struct mk_fused_comm* fc, int* prev);
 void mk_op_device_leave(int prev);

@@ -48,6 +48,7 @@ NCCL_MK_API ncclResult_t ncclMkGemmAllReduce(const void* a, const void* b, void*
       .nptrs = 3, .comm = comm, .stream = stream};
   struct mk_fused_comm* fc;
   int prev, rc = mk_op_check(&call, &fc);
+  if (!rc) rc = mk_op_gemm_overlap_check(call.name, a, m, b, c, m, NULL, m, n, k);
   if (rc) return mk_result_from_errno(rc);
   rc = mk_op_device_enter(fc, &prev);
   if (!rc && mk_gemm_rs_fits(fc, m, n, k, 1))

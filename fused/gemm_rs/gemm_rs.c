@@ -175,6 +175,7 @@ NCCL_MK_API ncclResult_t ncclMkGemmReduceScatter(const void* a, const void* b, v
       .ptr_names = {"a", "b", "c_shard"}, .nptrs = 3, .comm = comm, .stream = stream};
   struct mk_fused_comm* fc;
   int prev, rc = mk_op_check(&call, &fc);
+  if (!rc) rc = mk_op_gemm_overlap_check(call.name, a, m, b, c_shard, m / (size_t)fc->nranks, NULL, m, n, k);
   if (rc) return mk_result_from_errno(rc);
   rc = mk_op_device_enter(fc, &prev);
   if (!rc && mk_gemm_rs_fits(fc, m, n, k, 0)) rc = mk_gemm_rs_overlapped(fc, a, b, c_shard, m, n, k, 0, stream);

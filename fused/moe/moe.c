@@ -118,6 +118,11 @@ NCCL_MK_API ncclResult_t ncclMkMoeLayoutCreate(ncclComm_t comm, ncclMkMoeLayout_
   struct mk_fused_comm* fc;
   int prev, rc = mk_fused_comm_get(comm, NULL, &fc);
   if (rc) return mk_result_from_errno(rc);
+  if (!fc->moe_bytes && fc->nranks > MK_MOE_MAX_RANKS) {
+    MK_WARN("ncclMkMoeLayoutCreate: the MoE ops take at most %d ranks, this communicator has %d",
+            MK_MOE_MAX_RANKS, fc->nranks);
+    return ncclInvalidUsage;
+  }
   if (!fc->moe_bytes) {
     MK_WARN("ncclMkMoeLayoutCreate: the communicator has no MoE workspace: set ncclMkConfig.moe_max_tokens, "
             "moe_max_hidden and moe_max_topk before ncclMkCommInit");
@@ -297,6 +302,13 @@ static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, 
   return mk_trace_comm_end(fc, stream);
 }
 
+/* The four tensors of a MoE op, the fourth its output (op_check.h mk_op_overlap_check); x and
+ * out [tokens, hidden], act [max_recv_rows, inter], the weights [E_local, ..] of both GEMMs. */
+static int moe_overlap_check(const char* name, const void* const* ptrs, const char* const* names,
+                             const size_t* bytes) {
+  return mk_op_overlap_check(name, ptrs, names, bytes, 4, 3);
+}
+
 NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_idx, const void* w1, void* act,
                                                size_t tokens, size_t hidden, size_t inter, int topk,
                                                int num_experts, ncclMkMoeLayout_t layout, ncclDataType_t type,
@@ -309,6 +321,12 @@ NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_id
   int prev, rc = mk_op_check(&call, &fc);
   if (!rc) rc = moe_layout_check(call.name, fc, layout, comm);
   if (!rc) rc = moe_check(call.name, fc, tokens, hidden, topk, num_experts);
+  if (!rc) {
+    const size_t e_local = (size_t)(num_experts / fc->nranks);
+    const size_t bytes[] = {tokens * hidden * 2, tokens * (size_t)topk * 4, e_local * inter * hidden * 2,
+                            (size_t)layout->max_recv_rows * inter * 2};
+    rc = moe_overlap_check(call.name, call.ptrs, call.ptr_names, bytes);
+  }
   if (rc) return mk_result_from_errno(rc);
   layout->dispatched = 1, layout->tokens = (int)tokens, layout->topk = topk;
   layout->num_experts = num_experts, layout->e_local = num_experts / fc->nranks;
@@ -367,6 +385,12 @@ NCCL_MK_API ncclResult_t ncclMkMoeGemmCombine(const void* act, const void* w2, c
     rc = -EINVAL;
   }
   if (!rc) rc = moe_check(call.name, fc, tokens, hidden, layout->topk, layout->num_experts);
+  if (!rc) {
+    const size_t e_local = (size_t)(layout->num_experts / fc->nranks);
+    const size_t bytes[] = {(size_t)layout->max_recv_rows * inter * 2, e_local * hidden * inter * 2,
+                            tokens * (size_t)layout->topk * 4, tokens * hidden * 2};
+    rc = moe_overlap_check(call.name, call.ptrs, call.ptr_names, bytes);
+  }
   if (rc) return mk_result_from_errno(rc);
   struct mk_moe_args a;
   moe_args_fill(fc, layout, MK_OP_MOE_COMBINE, &a);

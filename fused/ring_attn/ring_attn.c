@@ -53,7 +53,8 @@ int mk_ra_shape_check(const char* name, const void* lse, size_t batch, size_t s_
 
 /* The rules that need the communicator (ncclInvalidUsage): 2..8 ranks on one host, the fused
  * workspace, need_bytes of it; and the flags' chunk: the smallest multiple of 128 rows (doubling)
- * whose flags (n-1 slots of them, plus extra_words) fit the word area. */
+ * whose flags (n-1 slots of them, plus extra_words) fit the word area (ncclInvalidArgument
+ * when none does: B too large for the rank count). */
 int mk_ra_comm_check(const struct mk_fused_comm* fc, const char* name, size_t need, int batch, int s_local,
                      long extra_words, int* chunk_rows) {
   if (fc->nranks < 2 || fc->nranks > MK_RA_MAX_RANKS || fc->local_size != fc->nranks) {
@@ -76,8 +77,11 @@ int mk_ra_comm_check(const struct mk_fused_comm* fc, const char* name, size_t ne
          rows < s_local)
     rows *= 2;
   if ((long)(fc->nranks - 1) * mk_ra_flags_per_slot(batch, s_local, rows) + extra_words > MK_AG_MAX_BLOCKS) {
-    MK_WARN("%s: B = %d needs more than the %d chunk flags of the workspace", name, batch, MK_AG_MAX_BLOCKS);
-    return -ENOTSUP;
+    /* a flag per (peer, sequence) at the least: a limit on B for the rank count, not the workspace's size */
+    MK_WARN("%s: B = %d, at most %ld on %d ranks: B x (nranks - 1) + %ld flag words must fit the %d the "
+            "communicator has (no setting raises it)", name, batch, (MK_AG_MAX_BLOCKS - extra_words) / (fc->nranks - 1),
+            fc->nranks, extra_words, MK_AG_MAX_BLOCKS);
+    return -EINVAL;
   }
   *chunk_rows = rows;
   return 0;
@@ -208,11 +212,21 @@ int mk_ra_hang_peer(struct mk_fused_comm* fc, const struct mk_gemm_error* e, uin
   return peer;
 }
 
+int mk_ra_args_check(const void* q, const void* k, const void* v, const void* out, const float* lse, size_t batch,
+                     size_t s_local, size_t heads, size_t kv_heads, size_t d_head, int causal) {
+  MK_CHECK(mk_ra_shape_check(MK_RA_NAME, lse, batch, s_local, heads, kv_heads, d_head, causal));
+  const size_t qb = batch * s_local * heads * d_head * 2, kb = batch * s_local * kv_heads * d_head * 2;
+  const void* all[] = {q, k, v, out, lse};
+  const char* names[] = {"q", "k", "v", "out", "lse"};
+  const size_t bytes[] = {qb, kb, kb, qb, batch * heads * s_local * 4};
+  return mk_op_overlap_check(MK_RA_NAME, all, names, bytes, 5, 3);
+}
+
 NCCL_MK_API ncclResult_t ncclMkRingAttention(const void* q, const void* k, const void* v, void* out, float* lse,
                                              size_t batch, size_t s_local, size_t heads, size_t kv_heads,
                                              size_t d_head, int causal, ncclDataType_t type, ncclComm_t comm,
                                              cudaStream_t stream) {
-  int rc = mk_ra_shape_check(MK_RA_NAME, lse, batch, s_local, heads, kv_heads, d_head, causal);
+  int rc = mk_ra_args_check(q, k, v, out, lse, batch, s_local, heads, kv_heads, d_head, causal);
   if (rc) return mk_result_from_errno(mk_op_refuse(comm, stream, rc));
   /* the shared checks on the [B x S_local, H x D] view of q and out, [.., H_kv x D] of k, v */
   struct mk_op_call call = {

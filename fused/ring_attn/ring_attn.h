@@ -224,6 +224,12 @@ void mk_ra_fill_args(struct mk_fused_comm* fc, int op, const void* k, const void
                      int heads, int kv_heads, int d_head, int causal, int chunk_rows, size_t kv_bytes,
                      struct mk_ra_args* a);
 
+/* The argument rules of ncclMkRingAttention that need no communicator and no GPU (ring_attn.c):
+ * the shapes, and out and lse overlapping no input and each other (NULL pointers are left to
+ * mk_op_check). 0 or -EINVAL after a WARN. */
+int mk_ra_args_check(const void* q, const void* k, const void* v, const void* out, const float* lse, size_t batch,
+                     size_t s_local, size_t heads, size_t kv_heads, size_t d_head, int causal);
+
 /* The argument rules of ncclMkRingAttentionBackward that need no communicator and no GPU
  * (ring_attn_bwd.c): 0 or -EINVAL after a WARN. */
 int mk_ra_bwd_args_check(const void* q, const void* k, const void* v, const void* out, const float* lse,

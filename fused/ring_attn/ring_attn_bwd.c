@@ -75,23 +75,6 @@
 _Static_assert(MK_RA_BWD_MAX_RANKS == MK_RA_MAX_RANKS, "ra_bwd_plan.h plans for every rank count the op takes");
 _Static_assert(MK_AG_WORD_ATTN_PHASE + MK_ATTN_BWD_PHASE_WORDS <= MK_AG_FLAG0, "the core's phase words fit before the flags");
 
-/* The outputs (tensors first_output on) overlap no input and no other output: the kernels
- * read the inputs while they write the outputs. bytes[i]: tensor i's extent (the shapes were
- * checked). Each output against every tensor before it: the inputs, the earlier outputs. */
-static int ra_bwd_overlap_check(const void* const* ptrs, const char* const* names, const size_t* bytes, int n,
-                                int first_output) {
-  for (int o = first_output; o < n; o++)
-    for (int i = 0; i < o; i++) {
-      const uintptr_t a = (uintptr_t)ptrs[o], b = (uintptr_t)ptrs[i];
-      if (a < b + bytes[i] && b < a + bytes[o]) {
-        MK_WARN(MK_RA_BWD_NAME ": %s (%p, %zu bytes) overlaps %s (%p, %zu bytes): the outputs must not overlap "
-                "the inputs or each other", names[o], ptrs[o], bytes[o], names[i], ptrs[i], bytes[i]);
-        return -EINVAL;
-      }
-    }
-  return 0;
-}
-
 int mk_ra_bwd_args_check(const void* q, const void* k, const void* v, const void* out, const float* lse,
                          const void* dout, const void* dq, const void* dk, const void* dv, size_t batch,
                          size_t s_local, size_t heads, size_t kv_heads, size_t d_head, int causal) {
@@ -111,7 +94,7 @@ int mk_ra_bwd_args_check(const void* q, const void* k, const void* v, const void
   const void* all[] = {q, k, v, out, dout, lse, dq, dk, dv};
   const char* all_names[] = {"q", "k", "v", "out", "dout", "lse", "dq", "dk", "dv"};
   const size_t bytes[] = {qb, kb, kb, qb, qb, batch * heads * s_local * 4, qb, kb, kb};
-  return ra_bwd_overlap_check(all, all_names, bytes, 9, 6);
+  return mk_op_overlap_check(MK_RA_BWD_NAME, all, all_names, bytes, 9, 6);
 }
 
 /* Flag word `index` of ra_bwd_plan.h's layout in the workspace at `sym` (this rank's or a peer's). */

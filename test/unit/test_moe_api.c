@@ -43,11 +43,19 @@ static void hidden_not_8(ncclMkConfig* c) { c->moe_max_hidden = 12; }
 static void topk_zero(ncclMkConfig* c) { c->moe_max_topk = 0; }
 static void topk_17(ncclMkConfig* c) { c->moe_max_topk = 17; }
 static void tokens_huge(ncclMkConfig* c) { c->moe_max_tokens = (1 << 20) + 1; }
+/* tokens x topk rows of one expert from one rank (a token naming it in every slot): 2^21 */
+static void slots_past_2_20(ncclMkConfig* c) { c->moe_max_tokens = 1 << 18, c->moe_max_topk = 8; }
+static void slots_at_2_20(ncclMkConfig* c) { c->moe_max_tokens = 1 << 17, c->moe_max_topk = 8; }
 
 static void config_fields_are_checked(void) {
   void (*bad[])(ncclMkConfig*) = {fp8_two,     tokens_negative, recv_rows_negative, hidden_zero,
-                                  hidden_not_8, topk_zero,      topk_17,            tokens_huge};
+                                  hidden_not_8, topk_zero,      topk_17,            tokens_huge,
+                                  slots_past_2_20};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) CHECK_EQ(init_with(bad[i]), ncclInvalidArgument);
+  last_warn[0] = '\0';
+  CHECK_EQ(init_with(slots_past_2_20), ncclInvalidArgument);
+  CHECK(strstr(last_warn, "moe_max_tokens x moe_max_topk") != NULL);
+  CHECK_EQ(init_with(slots_at_2_20), ncclSuccess);
 }
 
 /* The dense sizes: each below 2^31 (the GEMM's ints), and max_m x max(max_n, max_k) at most
