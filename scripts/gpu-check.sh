@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU suites and benchmarks, in tiers. Usage: scripts/gpu-check.sh [quick|gemm|attn|fused|ring|moe|net|torch|tune|tune-net|xnode|scale|scale-bench|pairs|all]
-#   quick: every GPU test once at small sizes (< 3 minutes)
+#   quick: the one-GPU test programs (GEMM, attention cores, the ring backward's zeroing) at
+#          small sizes (< 3 minutes)
 #   gemm:  the GEMM tests at large sizes (bf16 and fp8), then gemm_perf (bf16, then fp8)
 #   attn:  the attention cores' tests (forward, backward; the other compiled variants against the
 #          reference too), then attn_perf (forward, -b backward: every variant, interleaved),
@@ -14,7 +15,8 @@
 #   moe:   the MoE ops' tests on 2 GPUs (also with NCCL_MK_MOE_OVERLAP=1), then moe_perf
 #          (also with the overlap, and with the fp8 dispatch: moe_perf -q)
 #   net:   the net plugin under real NCCL on 2 GPUs (scripts/net-gpu-tests.sh), then
-#          scripts/bench-net.sh with the default endpoints and one (MK_STREAMS, MK_EAGER override),
+#          scripts/bench-net.sh with the default endpoints and one (MK_STREAMS, MK_EAGER,
+#          MK_PROGRESS override; MK_NET_REPS interleaved runs, default 2),
 #          then a traced 128 KiB all_reduce (NCCL_MK_NET_TRACE_DIR, scripts/mk-net-trace summary)
 #   torch: the PyTorch package on 2 GPUs (test/gpu/test_torch_ops.py), then
 #          scripts/bench-torch.py (MK_FUSED_SHAPES=small for M=4096 only)
@@ -30,7 +32,7 @@
 #          scripts/mps.sh the two ranks share the GPU (correctness only)
 #   scale: issue 9 on 4 or 8 GPUs (skips with fewer): at 4 and 8 ranks (MK_SCALE_RANKS) every
 #          GPU test program's scenarios (MK_TEST_RANKS; the fused ops also across emulated
-#          nodes) (not part of all); MK_SCALE_PROGRAMS="fused xnode moe ring ring_bwd" picks
+#          nodes) (not part of all); MK_SCALE_PROGRAMS="fused xnode moe ring ring_bwd turn" picks
 #          the programs (at 8 ranks on one GPU the whole tier needs more than one device call)
 #   scale-bench: the same rank counts: {ag_gemm,gemm_rs,gemm_ar}_perf on the 8192 shapes and
 #          bench-net (not part of all)
@@ -39,7 +41,8 @@
 #          nodes (not part of all)
 # The build is made elsewhere (no GPU needed) and carried: MK_BUILD names it (default build).
 # Logs go to MK_CHECK_LOGS (default $OUT/gpu-check when OUT is set, else /tmp/gpu-check).
-# MK_CHECK_PROGRESS=1 also prints each step's row as it ends.
+# MK_CHECK_PROGRESS=1 also prints each step's row as it ends. MK_STEP_TIMEOUT bounds each step
+# (seconds, default 480).
 # To add a tier: write a tier_NAME function that calls `step NAME COMMAND...` and add it to
 # the case at the bottom.
 set -u

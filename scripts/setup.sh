@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every system package the build and the tests need. Safe to run twice: it only
-# calls apt-get when something is missing.
+# Installs every system package the build and the tests need, but for the CUDA toolkit and
+# NCCL's header (nccl.h), which the machine image provides (checked below: a warning if
+# missing). Safe to run twice: it only calls apt-get when something is missing.
 set -euo pipefail
 
 pkgs=(meson ninja-build pkg-config gcc binutils python3 libfabric-dev libfabric-bin
