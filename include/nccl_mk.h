@@ -63,13 +63,15 @@ NCCL_MK_API ncclResult_t ncclMkGetVersion(int* version);
 /* Per-communicator configuration: fill with ncclMkConfigDefaults, then change fields. */
 typedef struct {
   size_t size;            /* sizeof(ncclMkConfig): lets later versions add fields */
-  unsigned int version;   /* NCCL_MK_VERSION of the header the caller compiled with */
+  unsigned int version;   /* NCCL_MK_VERSION of the header the caller compiled with (0 or
+                           * one later than the library's: refused) */
   size_t max_m;           /* largest M (total rows of C) any call will use; default 8192 */
   size_t max_n;           /* largest per-rank N; default 8192 */
   size_t max_k;           /* largest per-rank K; default 8192 (each below 2^31, and
                            * max_m x max(max_n, max_k) at most 2^44) */
   int comm_sms;           /* SMs given to communication; 0: chosen per shape */
-  size_t chunk_bytes;     /* communication chunk; 0: chosen per shape */
+  size_t chunk_bytes;     /* reserved: must agree across ranks, not used yet (the ops pick
+                           * their own chunks); 0 */
   int timeout_ms;         /* bound on every wait inside a kernel; 0: NCCL_MK_TIMEOUT_MS */
   /* MoE (ncclMkMoeDispatchGemm / ncclMkMoeGemmCombine); 0 in moe_max_tokens: no MoE workspace */
   int moe_max_tokens;     /* largest tokens per rank of a dispatch (moe_max_tokens x moe_max_topk

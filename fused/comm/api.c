@@ -87,6 +87,13 @@ int mk_config_read(const ncclMkConfig* config, ncclMkConfig* cfg) {
     rc = -EINVAL;
   }
   if (config && !rc) *cfg = *config; else ncclMkConfigDefaults(cfg);
+  /* made by a header at most this library's (same size): 0 or a later version means it was
+   * not filled by ncclMkConfigDefaults, or came from another library's header */
+  if (!rc && (cfg->version == 0 || cfg->version > NCCL_MK_VERSION)) {
+    MK_WARN("ncclMkCommInit: config.version is %u, this library is %d: fill the config with ncclMkConfigDefaults",
+            cfg->version, NCCL_MK_VERSION);
+    rc = -EINVAL;
+  }
   if (!rc) rc = config_check(cfg);
   if (!cfg->timeout_ms) cfg->timeout_ms = (int)mk_param_int(MK_PARAM_TIMEOUT_MS);
   return rc;

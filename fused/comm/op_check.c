@@ -22,17 +22,24 @@ static int pointer_check(const char* op, const char* name, const void* p, int re
 /* The shape rules that need no communicator: checked before it is looked up, so a bad shape
  * is ncclInvalidArgument whether or not the comm has ncclMkCommInit. */
 static int shape_check(const struct mk_op_call* c) {
+  const char* m = c->dims[0] ? c->dims[0] : "M";
+  const char* n = c->dims[1] ? c->dims[1] : "N";
+  const char* k = c->dims[2] ? c->dims[2] : "K";
   if (c->type != ncclBfloat16) {
     MK_WARN("%s: type %d is not supported; bf16 (ncclBfloat16) only", c->name, (int)c->type);
     return -ENOTSUP;
   }
   if ((c->m < 1 && !c->m_may_be_zero) || c->n < 8 || c->k < 8 || c->n % 8 || c->k % 8) {
-    MK_WARN("%s: M=%zu N=%zu K=%zu: %s positive multiples of 8", c->name, c->m, c->n, c->k,
-            c->m_may_be_zero ? "N and K must be" : "M must be at least 1, N and K");
+    if (c->m_may_be_zero)
+      MK_WARN("%s: %s=%zu %s=%zu %s=%zu: %s and %s must be positive multiples of 8", c->name, m, c->m, n, c->n, k,
+              c->k, n, k);
+    else
+      MK_WARN("%s: %s=%zu %s=%zu %s=%zu: %s must be at least 1, %s and %s positive multiples of 8", c->name, m, c->m,
+              n, c->n, k, c->k, m, n, k);
     return -EINVAL;
   }
   if (c->m > INT32_MAX || c->n > INT32_MAX || c->k > INT32_MAX) {
-    MK_WARN("%s: M=%zu N=%zu K=%zu: each must be below 2^31", c->name, c->m, c->n, c->k);
+    MK_WARN("%s: %s=%zu %s=%zu %s=%zu: each must be below 2^31", c->name, m, c->m, n, c->n, k, c->k);
     return -EINVAL;
   }
   return 0;

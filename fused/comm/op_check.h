@@ -20,6 +20,7 @@ struct mk_op_call {
   enum mk_op_id op;
   const char* name;          /* for messages: "ncclMkAllGatherGemm" */
   size_t m, n, k;
+  const char* dims[3];       /* the op's own names of m, n, k in messages (NULL: "M", "N", "K") */
   ncclDataType_t type;
   int m_split;               /* 1: M must be a multiple of the rank count */
   int m_may_be_zero;         /* 1: M == 0 is legal (MoE: a rank with no tokens in a micro-batch) */

@@ -315,7 +315,7 @@ NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_id
                                                ncclComm_t comm, cudaStream_t stream) {
   struct mk_op_call call = {
       .op = MK_OP_MOE_DISPATCH, .name = "ncclMkMoeDispatchGemm", .m = tokens, .n = inter, .k = hidden,
-      .type = type, .m_may_be_zero = 1, .ptrs = {x, topk_idx, w1, act}, .ptr_names = {"x", "topk_idx", "w1", "act"},
+      .dims = {"tokens", "inter", "hidden"}, .type = type, .m_may_be_zero = 1, .ptrs = {x, topk_idx, w1, act}, .ptr_names = {"x", "topk_idx", "w1", "act"},
       .nptrs = 4, .m_rows_ptrs = 0x3 /* x, topk_idx */, .comm = comm, .stream = stream};
   struct mk_fused_comm* fc;
   int prev, rc = mk_op_check(&call, &fc);
@@ -373,7 +373,7 @@ NCCL_MK_API ncclResult_t ncclMkMoeGemmCombine(const void* act, const void* w2, c
                                               ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
   struct mk_op_call call = {
       .op = MK_OP_MOE_COMBINE, .name = "ncclMkMoeGemmCombine", .m = tokens, .n = hidden, .k = inter,
-      .type = type, .m_may_be_zero = 1, .ptrs = {act, w2, topk_weights, out},
+      .dims = {"tokens", "hidden", "inter"}, .type = type, .m_may_be_zero = 1, .ptrs = {act, w2, topk_weights, out},
       .ptr_names = {"act", "w2", "topk_weights", "out"}, .nptrs = 4, .m_rows_ptrs = 0xc /* topk_weights, out */,
       .comm = comm, .stream = stream};
   struct mk_fused_comm* fc;

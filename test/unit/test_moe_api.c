@@ -46,11 +46,14 @@ static void tokens_huge(ncclMkConfig* c) { c->moe_max_tokens = (1 << 20) + 1; }
 /* tokens x topk rows of one expert from one rank (a token naming it in every slot): 2^21 */
 static void slots_past_2_20(ncclMkConfig* c) { c->moe_max_tokens = 1 << 18, c->moe_max_topk = 8; }
 static void slots_at_2_20(ncclMkConfig* c) { c->moe_max_tokens = 1 << 17, c->moe_max_topk = 8; }
+/* a config not filled by ncclMkConfigDefaults (version 0), or by a later library's header */
+static void version_zero(ncclMkConfig* c) { c->version = 0; }
+static void version_later(ncclMkConfig* c) { c->version = NCCL_MK_VERSION + 1; }
 
 static void config_fields_are_checked(void) {
   void (*bad[])(ncclMkConfig*) = {fp8_two,     tokens_negative, recv_rows_negative, hidden_zero,
                                   hidden_not_8, topk_zero,      topk_17,            tokens_huge,
-                                  slots_past_2_20};
+                                  slots_past_2_20, version_zero,    version_later};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) CHECK_EQ(init_with(bad[i]), ncclInvalidArgument);
   last_warn[0] = '\0';
   CHECK_EQ(init_with(slots_past_2_20), ncclInvalidArgument);
@@ -163,7 +166,9 @@ static void moe_ops_accept_zero_tokens(void) {
   CHECK_EQ(dispatch_of(NULL, NULL, w, act, 16, 128, comm), ncclInvalidArgument); /* x, tokens 16 */
   CHECK_EQ(dispatch_of(NULL, NULL, NULL, act, 0, 128, comm), ncclInvalidArgument); /* w1 */
   CHECK_EQ(dispatch_of(NULL, NULL, w, NULL, 0, 128, comm), ncclInvalidArgument);   /* act */
+  last_warn[0] = '\0';
   CHECK_EQ(dispatch_of(NULL, NULL, w, act, 0, 132, comm), ncclInvalidArgument);    /* hidden */
+  CHECK(strstr(last_warn, "hidden=132") && strstr(last_warn, "tokens=0")); /* the op's own names, not M, N, K */
   CHECK_EQ(combine_of(act, w, fake_ptr(5), fake_ptr(6), 0, comm), ncclInvalidUsage);
   CHECK_EQ(combine_of(act, w, NULL, NULL, 0, comm), ncclInvalidUsage);
   CHECK_EQ(combine_of(act, w, NULL, NULL, 16, comm), ncclInvalidArgument); /* weights, tokens 16 */
