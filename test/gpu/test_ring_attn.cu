@@ -264,6 +264,10 @@ static void scenario_back_to_back(struct rank_env* e) {
   expect_healthy(e);
 }
 
+/* Tensor i of a call that is refused before it reads anything: 4 GiB past `base` per index,
+ * so that extents of up to 4 GiB overlap nothing. */
+static void* far(void* base, int i) { return (char*)base + (size_t)i * ((size_t)4 << 30); }
+
 static void scenario_bad_input(struct rank_env* e) {
   struct ra_bufs b;
   bufs_alloc(&b, {1, 256, 8, 2, 128, 1}, e->rank);
@@ -294,9 +298,14 @@ static void scenario_bad_input(struct rank_env* e) {
       {ncclMkRingAttention(q, k, v, o, l, 1, 256, 8, 2, 128, 1, bf, NULL, s), ncclInvalidArgument, "comm NULL"},
       {ncclMkRingAttention(q, k, v, o, l, 1, 256, 8, 2, 128, 1, bf, (ncclComm_t)&b, s), ncclInvalidUsage,
        "comm without ncclMkCommInit"},
-      /* 2 x 65536 x 8 x 128 x 2 B of K/V from the peer: more than the default 128 MiB workspace */
-      {ncclMkRingAttention(q, k, v, o, l, 1, 65536, 64, 8, 128, 1, bf, cm, s), ncclInvalidUsage,
-       "workspace too small"},
+      {ncclMkRingAttention(q, k, v, q, l, 1, 256, 8, 2, 128, 1, bf, cm, s), ncclInvalidArgument, "out = q"},
+      {ncclMkRingAttention(q, k, v, o, (float*)v, 1, 256, 8, 2, 128, 1, bf, cm, s), ncclInvalidArgument,
+       "lse on v"},
+      /* 2 x 65536 x 8 x 128 x 2 B of K/V from the peer: more than the default 128 MiB workspace;
+       * tensors of that shape would overlap the small buffers (refused first, as bad arguments):
+       * 4 GiB apart here, never dereferenced (the call is refused before any launch) */
+      {ncclMkRingAttention(far(q, 0), far(q, 1), far(q, 2), far(q, 3), (float*)far(q, 4), 1, 65536, 64, 8, 128, 1,
+                           bf, cm, s), ncclInvalidUsage, "workspace too small"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     EXPECT(cases[i].got == cases[i].want, "rank %d: %s: got %d, want %d", e->rank, cases[i].what, (int)cases[i].got,

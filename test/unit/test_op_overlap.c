@@ -3,14 +3,18 @@
  * (op_check.c mk_op_overlap_check, mk_op_gemm_overlap_check; ring_attn.c mk_ra_args_check): the
  * kernels read the inputs while they write the outputs, so an overlap would be silent corruption.
  * Tensors that only touch, inputs that share memory, NULL and empty tensors are accepted; the
- * ring forward's out and lse are checked as the backward's outputs always were.
+ * ring forward's out and lse are checked as the backward's outputs always were. And ring
+ * attention's batch limit (the communicator's chunk flags) is an argument error naming it.
  */
 #include <errno.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "fused_comm.h"
 #include "mk_test.h"
 #include "op_check.h"
 #include "ring_attn.h"
+#include "warn_capture.h"
 
 /* Tensors 256 MiB apart: no shape below overlaps the next. */
 static void* far(uintptr_t i) { return (void*)(uintptr_t)(i << 28); }
@@ -70,9 +74,31 @@ static void ring_forward_refuses_out_or_lse_on_an_input(void) {
   CHECK_EQ(mk_ra_args_check(q, k, v, o, l, 1, 255, 8, 2, 128, 1), -EINVAL);
 }
 
+/* B past the communicator's chunk flags (one per peer and sequence at the least): an argument
+ * refused for the rank count, naming the largest B, not a workspace to enlarge (ring_attn.c
+ * mk_ra_comm_check, on a stand-in communicator of 8 ranks with room for any B below). */
+static void ring_batch_past_the_chunk_flags_is_an_argument_error(void) {
+  struct mk_fused_comm fc;
+  memset(&fc, 0, sizeof fc);
+  fc.nranks = 8, fc.local_size = 8, fc.fused = 1, fc.sym_bytes = MK_FUSED_FLAG_BYTES + ((size_t)1 << 40);
+  int rows = 0;
+  last_warn[0] = '\0';
+  CHECK_EQ(mk_ra_comm_check(&fc, "fwd", 1 << 20, 576, 256, 0, &rows), 0); /* 7 x 576 = 4032 flags */
+  CHECK_EQ(rows, 256);                                                       /* one chunk per sequence */
+  CHECK_EQ(mk_ra_comm_check(&fc, "fwd", 1 << 20, 577, 256, 0, &rows), -EINVAL);
+  CHECK(strstr(last_warn, "B = 577, at most 576 on 8 ranks") != NULL);
+  CHECK_EQ(mk_ra_comm_check(&fc, "bwd", 1 << 20, 575, 256, 8, &rows), -EINVAL); /* the backward's 8 words */
+  CHECK(strstr(last_warn, "at most 574") != NULL);
+  fc.nranks = 2, fc.local_size = 2;
+  CHECK_EQ(mk_ra_comm_check(&fc, "fwd", 1 << 20, 4032, 1024, 0, &rows), 0);
+  CHECK_EQ(rows, 1024);
+}
+
 int main(void) {
+  warn_capture_on();
   outputs_overlapping_inputs_or_each_other_are_refused();
   gemm_ops_outputs_are_checked_against_a_b_and_each_other();
   ring_forward_refuses_out_or_lse_on_an_input();
+  ring_batch_past_the_chunk_flags_is_an_argument_error();
   return MK_TEST_RESULT();
 }
