@@ -22,6 +22,7 @@ RA_HEAD_DIMS = (64, 128)
 RA_MAX_BH = 65535          # B and H (grid dimensions)
 RA_MAX_S_LOCAL = 2**30
 RA_MIN_RANKS, RA_MAX_RANKS = 2, 8
+RA_CHUNK_FLAGS = 4032      # the communicator's K/V chunk flags: one per peer and sequence at least
 
 
 class TensorInfo(NamedTuple):
@@ -243,6 +244,12 @@ def zigzag_positions(rank: int, nranks: int, s_local: int) -> List[int]:
             + list(range(second * half, second * half + half)))
 
 
+def ring_attention_max_batch(nranks: int, backward: bool = False) -> int:
+    """The largest B the communicator's chunk flags allow: B x (nranks - 1), plus the
+    backward's nranks words, at most RA_CHUNK_FLAGS (ring_attn.c mk_ra_comm_check)."""
+    return (RA_CHUNK_FLAGS - (nranks if backward else 0)) // (nranks - 1)
+
+
 def check_ring_attention(q: TensorInfo, k: TensorInfo, v: TensorInfo, out: Optional[TensorInfo],
                          lse: Optional[TensorInfo], causal: bool, nranks: int,
                          op: str = "ring_attention") -> Tuple[int, int, int, int, int]:
@@ -250,8 +257,9 @@ def check_ring_attention(q: TensorInfo, k: TensorInfo, v: TensorInfo, out: Optio
 
     q, out [B, S_local, H, D]; k, v [B, S_local, H_kv, D]; bf16, contiguous, 16-byte aligned;
     lse [B, H, S_local] fp32, 4-byte aligned; D 64 or 128; H a multiple of H_kv; B and H in
-    [1, 65535]; S_local in [1, 2^30], even when causal; B x S_local below 2^31; every tensor
-    on one GPU; 2 to 8 ranks (all on one host: checked by the library)."""
+    [1, 65535], B at most ring_attention_max_batch(nranks); S_local in [1, 2^30], even when
+    causal; B x S_local below 2^31; every tensor on one GPU; 2 to 8 ranks (all on one host:
+    checked by the library)."""
     _nranks(nranks)
     if not RA_MIN_RANKS <= nranks <= RA_MAX_RANKS:
         raise ArgumentError(op, "group", f"has {nranks} ranks; ring attention needs "
@@ -268,6 +276,10 @@ def check_ring_attention(q: TensorInfo, k: TensorInfo, v: TensorInfo, out: Optio
         if not 1 <= value <= RA_MAX_BH:
             raise ArgumentError(op, q.name, f"has {what}={value} (shape {tuple(q.shape)}); "
                                 f"{what} must be in [1, {RA_MAX_BH}]")
+    max_b = ring_attention_max_batch(nranks, op == "ring_attention_backward")
+    if b > max_b:
+        raise ArgumentError(op, q.name, f"has B={b}; on {nranks} ranks B must be at most {max_b} "
+                            "(the communicator's chunk flags; no setting raises it)")
     if not 1 <= s <= RA_MAX_S_LOCAL:
         raise ArgumentError(op, q.name, f"has S_local={s}; it must be in [1, 2^30]")
     if b * s > MAX_DIM:

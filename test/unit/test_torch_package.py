@@ -189,6 +189,20 @@ def test_ring_attention_rejects_bad_arguments_by_name():
                            lse=t("lse", RA_LSE, dtype="float32", ptr=0x400000 + 4096))
     ring_attention_rejects("group", "one rank", nranks=1)
     ring_attention_rejects("group", "nine ranks", nranks=9)
+    big = dict(q=t("q", (577, 2, 8, 64), ptr=None), k=t("k", (577, 2, 2, 64), ptr=None),
+               v=t("v", (577, 2, 2, 64), ptr=None), out=None, lse=None, nranks=8)
+    ring_attention_rejects("q", "B past the chunk flags on 8 ranks", **big)
+
+
+def test_ring_attention_batch_limit_is_the_chunk_flags():
+    from nccl_mk import _checks as c
+    expect(c.ring_attention_max_batch(8) == 576 and c.ring_attention_max_batch(8, True) == 574 and
+           c.ring_attention_max_batch(2) == 4032, "the largest B: 576 / 574 on 8 ranks, 4032 on 2")
+    ok = c.check_ring_attention(**ra_args(q=t("q", (576, 2, 8, 64), ptr=None),
+                                          k=t("k", (576, 2, 2, 64), ptr=None),
+                                          v=t("v", (576, 2, 2, 64), ptr=None), out=None, lse=None,
+                                          nranks=8))
+    expect(ok[0] == 576, "B = 576 on 8 ranks passes")
 
 
 def test_ring_attention_lse_only_needs_4_byte_alignment():
@@ -411,6 +425,7 @@ def main():
         test_ring_attention_good_calls_give_the_shape()
         test_ring_attention_rejects_bad_arguments_by_name()
         test_ring_attention_lse_only_needs_4_byte_alignment()
+        test_ring_attention_batch_limit_is_the_chunk_flags()
         test_ring_attention_backward_checks_name_the_argument()
         test_zigzag_positions_give_chunks_r_and_2n_minus_1_minus_r()
         test_shared_gpu_ranks_need_one_gpu_only_under_mk_share_gpu()
