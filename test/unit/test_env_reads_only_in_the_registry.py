@@ -11,6 +11,8 @@ import re
 import sys
 import tempfile
 
+from checks import expect, finish  # test/unit/checks.py, beside this file
+
 DIRS = ("fused", "plugin", "transport", "include")
 ALLOWED = {"plugin/param.c"}
 CALL = re.compile(r"\b(secure_getenv|getenv)\s*\(")
@@ -37,12 +39,8 @@ def stray_reads(root):
 
 
 def main():
-    root = pathlib.Path(sys.argv[1])
-    failures = 0
-    found = stray_reads(root)
-    for f in found:
-        print(f"FAIL {f}: read the variable through plugin/mk_param.h instead")
-    failures += bool(found)
+    found = stray_reads(pathlib.Path(sys.argv[1]))
+    expect(not found, "no getenv outside plugin/param.c (read through plugin/mk_param.h)", "\n".join(found))
     with tempfile.TemporaryDirectory() as d:
         fake = pathlib.Path(d)
         (fake / "plugin").mkdir()
@@ -50,11 +48,9 @@ def main():
         (fake / "transport").mkdir()
         (fake / "transport" / "x.c").write_text('/* getenv("A") */\nint f(void) {\n  return !!getenv ("B");\n}\n')
         stray = stray_reads(fake)
-        if stray != ["transport/x.c:3: getenv"]:
-            print(f"FAIL negative control: expected transport/x.c:3 only, got {stray}")
-            failures += 1
-    print("ok" if not failures else f"{failures} failed")
-    return 1 if failures else 0
+        expect(stray == ["transport/x.c:3: getenv"], "negative control: the stray call named, the comment and "
+               "param.c not", str(stray))
+    return finish()
 
 
 if __name__ == "__main__":
