@@ -180,6 +180,7 @@ ncclResult_t mk_net_reg_mr_dmabuf(void* comm, void* data, size_t size, int type,
                                   uint64_t offset, int fd, void** mhandle) {
   int rc = net_comm_check(comm, "regMrDmaBuf");
   if (rc == 0 && !mhandle) rc = -EINVAL;
+  if (rc == 0) rc = net_ptr_type_check(comm, type, "regMrDmaBuf");
   if (rc == 0 && !net_ops->reg_mr_dmabuf) {
     MK_WARN("regMrDmaBuf: transport %s has no DMA-BUF registration", net_ops->name);
     rc = -ENOTSUP;

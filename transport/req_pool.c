@@ -13,9 +13,10 @@ int mk_req_pool_init(struct mk_req_pool* pool, uint32_t count, size_t slot_size)
   pool->slot_size = (slot_size + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
   if (posix_memalign((void**)&pool->slots, SLOT_ALIGN, pool->slot_size * count)) return -ENOMEM;
   pool->free_idx = malloc(sizeof(uint32_t) * count);
-  if (!pool->free_idx) {
-    free(pool->slots);
-    pool->slots = NULL;
+  pool->live = calloc(count, 1);
+  if (!pool->free_idx || !pool->live) {
+    free(pool->slots), free(pool->free_idx), free(pool->live);
+    memset(pool, 0, sizeof(*pool));
     return -ENOMEM;
   }
   memset(pool->slots, 0, pool->slot_size * count);
@@ -30,6 +31,7 @@ void mk_req_pool_fini(struct mk_req_pool* pool) {
   if (!pool) return;
   free(pool->slots);
   free(pool->free_idx);
+  free(pool->live);
   memset(pool, 0, sizeof(*pool));
 }
 
@@ -38,20 +40,28 @@ void* mk_req_pool_alloc(struct mk_req_pool* pool) {
   uint32_t i = pool->free_idx[--pool->nfree];
   void* slot = pool->slots + (size_t)i * pool->slot_size;
   memset(slot, 0, pool->slot_size);
+  pool->live[i] = 1;
   return slot;
 }
 
+/* Slot index of p, or -1 if p is not the start of a slot of this pool. */
+static long req_pool_index(const struct mk_req_pool* pool, const void* p) {
+  const uint8_t* b = p;
+  if (!pool->slots || b < pool->slots || b >= pool->slots + pool->slot_size * pool->count) return -1;
+  const size_t off = (size_t)(b - pool->slots);
+  return off % pool->slot_size ? -1 : (long)(off / pool->slot_size);
+}
+
+int mk_req_pool_live(const struct mk_req_pool* pool, const void* slot) {
+  const long i = req_pool_index(pool, slot);
+  return i >= 0 && pool->live[i];
+}
+
 int mk_req_pool_free(struct mk_req_pool* pool, void* slot) {
-  uint8_t* p = slot;
-  if (!pool->slots || p < pool->slots || p >= pool->slots + pool->slot_size * pool->count)
-    return -EINVAL;
-  size_t off = (size_t)(p - pool->slots);
-  if (off % pool->slot_size) return -EINVAL;
-  uint32_t i = (uint32_t)(off / pool->slot_size);
-  if (pool->nfree >= pool->count) return -EINVAL;
-  for (uint32_t k = 0; k < pool->nfree; k++)
-    if (pool->free_idx[k] == i) return -EINVAL; /* double free */
-  pool->free_idx[pool->nfree++] = i;
+  const long i = req_pool_index(pool, slot);
+  if (i < 0 || !pool->live[i]) return -EINVAL; /* not ours, or a double free */
+  pool->live[i] = 0;
+  pool->free_idx[pool->nfree++] = (uint32_t)i;
   return 0;
 }
 

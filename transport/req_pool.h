@@ -12,6 +12,7 @@
 struct mk_req_pool {
   uint8_t* slots;     /* count * slot_size bytes, zeroed */
   uint32_t* free_idx; /* stack of free slot indices */
+  uint8_t* live;      /* per slot: 1 while allocated (a request in flight) */
   size_t slot_size;
   uint32_t count;
   uint32_t nfree;
@@ -23,6 +24,9 @@ void mk_req_pool_fini(struct mk_req_pool* pool);
 void* mk_req_pool_alloc(struct mk_req_pool* pool);
 /* -EINVAL if slot is not a slot of this pool or is already free. */
 int mk_req_pool_free(struct mk_req_pool* pool, void* slot);
+/* 1 if slot is a slot of this pool that is allocated now: a request handed out and not yet
+ * freed (a request tested again after it completed is not). */
+int mk_req_pool_live(const struct mk_req_pool* pool, const void* slot);
 /* Slot i (0 <= i < count), allocated or not: for walking in-flight requests at close. */
 void* mk_req_pool_slot(struct mk_req_pool* pool, uint32_t i);
 static inline uint32_t mk_req_pool_in_use(const struct mk_req_pool* pool) {

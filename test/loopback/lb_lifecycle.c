@@ -188,6 +188,10 @@ static int badargs_recv(struct lb_ctx* ctx) {
   LB_OK(lb_recv(ctx, 1, &d, &cap, &tag, NULL, &req));
   LB_OK(lb_wait(ctx, req, &got));
   LB_EXPECT(got == 100 && lb_check(buf, 100, ctx->seed, 5, "good message") == 0);
+  /* tested again after it completed (its slot free, nothing allocated since): refused, not
+   * reported done a second time with the old sizes */
+  done = 1;
+  LB_EXPECT(o->test(req, &done, NULL) == -EINVAL && !done);
   LB_EXPECT(lb_hear(ctx) == 2);
   return lb_close(ctx);
 }

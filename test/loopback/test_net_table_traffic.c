@@ -149,6 +149,13 @@ static void grouped_receive_matches_tags(const struct drive* d, const ncclNet_v8
   }
   for (int k = 0; k < NBUF; k++) wait_done(c, sreq[k], NULL);
   wait_done(c, rreq, got);
+  /* tested again after it completed: refused, not done twice (nothing allocated since) */
+  int again = 1;
+  CHECK_EQ(c->test(rreq, &again, NULL), ncclInvalidArgument);
+  CHECK_EQ(again, 0);
+  void* dmh = NULL; /* a DMA-BUF registration of an unknown pointer type: refused before the transport */
+  CHECK_EQ(c->regMrDmaBuf(rc, dst[0], CAP, 0x77, 0, -1, &dmh), ncclInvalidArgument);
+  CHECK(dmh == NULL);
   for (int i = 0; i < NBUF; i++) {
     CHECK_EQ(got[i], 1000 * (i + 1));
     CHECK(memcmp(src[i], dst[i], 1000u * (i + 1)) == 0);

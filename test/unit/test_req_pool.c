@@ -1,4 +1,5 @@
-/* Request pool: exactly count slots, the next alloc fails, frees make room, bad frees caught. */
+/* Request pool: exactly count slots, the next alloc fails, frees make room, bad frees caught,
+ * a slot is live (in flight) from its alloc to its free only. */
 #include <errno.h>
 #include <stdint.h>
 
@@ -19,13 +20,17 @@ int main(void) {
   }
   CHECK_EQ(mk_req_pool_in_use(&pool), MK_MAX_REQUESTS);
   CHECK(mk_req_pool_alloc(&pool) == NULL); /* the 33rd */
+  CHECK(mk_req_pool_live(&pool, slot[5]) && mk_req_pool_live(&pool, slot[6]));
   CHECK_EQ(mk_req_pool_free(&pool, slot[5]), 0);
+  CHECK(!mk_req_pool_live(&pool, slot[5]) && mk_req_pool_live(&pool, slot[6])); /* freed: not in flight */
+  CHECK(!mk_req_pool_live(&pool, (char*)slot[6] + 8));
   CHECK_EQ(mk_req_pool_free(&pool, slot[5]), -EINVAL); /* double free */
   CHECK_EQ(mk_req_pool_free(&pool, (char*)slot[6] + 1), -EINVAL); /* not a slot start */
   int outside;
   CHECK_EQ(mk_req_pool_free(&pool, &outside), -EINVAL);
+  CHECK(!mk_req_pool_live(&pool, &outside));
   unsigned char* again = mk_req_pool_alloc(&pool);
-  CHECK(again == slot[5]);
+  CHECK(again == slot[5] && mk_req_pool_live(&pool, again));
   int zero = 1;
   for (size_t i = 0; i < pool.slot_size; i++) zero &= again[i] == 0;
   CHECK(zero); /* a reused slot comes back zeroed */

@@ -22,6 +22,7 @@
 #ifndef MK_IB_H_
 #define MK_IB_H_
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 
@@ -245,6 +246,18 @@ static inline uint64_t ib_wr_id(int kind, uint32_t idx) { return ((uint64_t)kind
 static inline int ib_wr_kind(uint64_t id) { return (int)(id >> 56); }
 static inline uint32_t ib_wr_idx(uint64_t id) { return (uint32_t)id; }
 
+/* A completed receive's sizes, as the peer wrote them into the sizes slot, into out[]: -EPROTO
+ * (out left partly filled) when one is larger than the buffer its clear-to-send offered, else
+ * 0. The sender checks the same rule; a corrupt or mismatched peer must not make NCCL read
+ * past a buffer. */
+static inline int ib_recv_sizes_take(const uint64_t* reported, const struct ib_cts* posted, int n, size_t* out) {
+  for (int i = 0; i < n; i++) {
+    if (reported[i] > posted[i].size) return -EPROTO;
+    out[i] = (size_t)reported[i];
+  }
+  return 0;
+}
+
 /* ib_conn.c */
 int ib_listen(int dev, void* handle, void** listen_comm);
 int ib_connect(int dev, const void* handle, int traffic_class, struct mk_comm** send_comm);
@@ -275,6 +288,9 @@ int ib_reg_mr(struct mk_comm* comm, void* data, size_t size, int type, struct mk
 int ib_reg_mr_dmabuf(struct mk_comm* comm, void* data, size_t size, int type, uint64_t offset,
                      int fd, struct mk_mr** mr);
 int ib_dereg_mr(struct mk_comm* comm, struct mk_mr* mr);
+/* A request's temporary registration released without its comm (which a close has already
+ * taken out of use: ib_close). */
+int ib_mr_temp_release(struct mk_mr* mr);
 int ib_mr_check(struct mk_mr* mr, const void* data, size_t size);
 int ib_mr_keys(struct mk_mr* mr, int rail, uint32_t* lkey, uint32_t* rkey);
 int ib_mr_temp(struct ib_comm* c, void* data, size_t size, struct mk_mr** mr);

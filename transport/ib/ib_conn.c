@@ -200,13 +200,19 @@ int ib_accept(void* listen_comm, struct mk_comm** recv_comm) {
 
 int ib_close_listen(void* listen_comm) { return mk_listen_comm_close(listen_comm, IB_LISTEN_MAGIC, &ib_hs_ops); }
 
+/* NCCL may close a comm from its service thread while its proxy thread is still inside test()
+ * on it (ncclCommAbort after a peer died): the comm's lock lets that call end before the QPs
+ * and CQs go, and the cleared ops pointer fails any later call's check (as ofi_close). */
 int ib_close(struct mk_comm* comm) {
   struct ib_comm* c = (struct ib_comm*)comm;
   if (!comm || comm->ops != &mk_ib_ops) {
     MK_WARN("ib close: bad comm %p", (void*)comm);
     return -EINVAL;
   }
+  pthread_mutex_lock(&c->lock);
+  comm->ops = NULL;
   uint32_t inflight = mk_req_pool_in_use(&c->pool);
+  pthread_mutex_unlock(&c->lock);
   if (inflight)
     MK_INFO(MK_NCCL_SUBSYS_NET, "ib: closing a comm with %u requests in flight (cancelled)",
             inflight);

@@ -52,7 +52,13 @@ static void ib_group_done(struct ib_comm* c, uint32_t gidx, int err) {
  * come last, after the data); its sizes are read from the sizes slot only then. */
 static void ib_req_part_done(struct ib_comm* c, struct ib_req* r) {
   if (--r->pending > 0 || r->kind != IB_REQ_RECV || r->error) return;
-  for (int i = 0; i < r->n; i++) r->sizes[i] = c->ctrl->sizes[r->seq % IB_FIFO_DEPTH][i];
+  const uint32_t slot = r->seq % IB_FIFO_DEPTH; /* the receive holds its slot until it is tested */
+  if (ib_recv_sizes_take(c->ctrl->sizes[slot], c->ctrl->cts_out[slot], r->n, r->sizes) < 0) {
+    MK_WARN("ib: receive %u: the peer reports more bytes than a buffer offered (a corrupt or mismatched peer)",
+            r->seq);
+    r->error = -EPROTO;
+    if (!c->error) c->error = -EPROTO;
+  }
 }
 
 static void ib_recv_done(struct ib_comm* c, const struct ibv_wc* wc) {

@@ -329,6 +329,11 @@ int ib_test(struct mk_request* req, int* done, size_t* sizes) {
   struct ib_comm* c = (struct ib_comm*)req->comm;
   *done = 0;
   pthread_mutex_lock(&c->lock);
+  if (!mk_req_pool_live(&c->pool, r)) { /* completed and freed by an earlier test */
+    pthread_mutex_unlock(&c->lock);
+    MK_WARN("ib test: request %p is not in flight (tested again after it completed?)", (void*)req);
+    return -EINVAL;
+  }
   int rc = ib_cq_progress(c);
   if (rc >= 0 && r->pending == 0) {
     *done = 1;

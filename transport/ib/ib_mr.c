@@ -141,6 +141,11 @@ int ib_reg_mr_dmabuf(struct mk_comm* comm, void* data, size_t size, int type, ui
   return ib_reg_common(c, data, size, type | MK_PTR_DMABUF, fd, offset, out);
 }
 
+int ib_mr_temp_release(struct mk_mr* m) {
+  struct ib_mr* mr = ib_mr_get(m);
+  return mr ? ib_mr_release(mr) : -EINVAL;
+}
+
 int ib_dereg_mr(struct mk_comm* comm, struct mk_mr* m) {
   struct ib_mr* mr = ib_mr_get(m);
   if (!ib_comm_any(comm) || !mr) {

@@ -196,7 +196,7 @@ void ib_comm_destroy(struct ib_comm* c) {
   for (uint32_t i = 0; c->pool.slots && i < c->pool.count; i++) {
     struct ib_req* r = mk_req_pool_slot(&c->pool, i);
     for (int k = 0; r->kind && k < MK_MAX_RECVS; k++)
-      if (r->tmp_mr[k]) ib_dereg_mr(&c->base, r->tmp_mr[k]);
+      if (r->tmp_mr[k]) ib_mr_temp_release(r->tmp_mr[k]);
   }
   mk_req_pool_fini(&c->pool);
   if (c->sock >= 0) mk_sock_close_graceful(c->sock);

@@ -558,6 +558,11 @@ int ofi_test(struct mk_request* req, int* done, size_t* sizes) {
   if (ofi_runner_drives(c) && __atomic_load_n(&r->pending, __ATOMIC_ACQUIRE) != 0)
     return ofi_test_pending(c);
   if (!ofi_call_lock(c)) return ofi_test_pending(c); /* done, but told at the next test */
+  if (!mk_req_pool_live(&c->pool, r)) { /* completed and freed by an earlier test */
+    pthread_mutex_unlock(&c->lock);
+    MK_WARN("ofi test: request %p is not in flight (tested again after it completed?)", (void*)req);
+    return -EINVAL;
+  }
   /* A request that an earlier call's progress already completed needs no CQ read: NCCL and
    * the loopback harness test the requests of a batch in turn, and the first test's read
    * usually completes the rest (each read costs rxm/tcp a poll of every socket). */
