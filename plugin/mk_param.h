@@ -94,6 +94,9 @@
     "setup and, with ofi tcp, the only devices NCCL sees; empty: all but loopback")           \
   X(INT, CONNECT_TIMEOUT_MS, "NCCL_MK_CONNECT_TIMEOUT_MS", "30000", 1, 3600000, "",            \
     "give up on a connection handshake after this many milliseconds")                          \
+  X(INT, BYE_GRACE_MS, "NCCL_MK_BYE_GRACE_MS", "1000", 1, 3600000, "",                        \
+    "after a peer closed its comm gracefully, how long data it sent may still land before an " \
+    "operation still waiting on it fails")                                                     \
   X(INT, NET_SPEED_MBPS, "NCCL_MK_NET_SPEED_MBPS", "0", 0, 100000000, "",                      \
     "link speed reported to NCCL; 0 reads it from the provider or sysfs")                      \
   X(INT, FUSED, "NCCL_MK_FUSED", "1", 0, 1, "",                                                \

@@ -151,8 +151,19 @@ int mk_side_accept(void* listen_comm, uint32_t magic, const struct mk_handshake_
   int rc = ops->step(lc->hs);
   if (rc == 0) return 0;
   if (rc == 1) *out = ops->comm_of(lc->hs);
+  const int ours = rc < 0 && ops->heard(lc->hs);
   ops->free(lc->hs, rc == 1);
   lc->hs = NULL;
-  if (rc == -EBADMSG || rc == -ECONNRESET) return 0; /* not our peer: keep listening */
-  return rc < 0 ? rc : 0;
+  if (rc >= 0) return 0;
+  /* A caller whose hello never passed (junk, a reset, or silence until the connect timeout: a
+   * port scanner, a stale job) is dropped and the listener goes on, so that it cannot fail our
+   * peer's accept; once our peer's hello was in, its failure is the accept's (else a peer that
+   * died mid-handshake would leave NCCL calling accept forever). */
+  if (!ours && (rc == -EBADMSG || rc == -ECONNRESET || rc == -ETIMEDOUT)) {
+    MK_INFO(MK_NCCL_SUBSYS_NET, "%s accept: dropped a caller that is not our peer (%s); listening on", ops->name,
+            strerror(-rc));
+    return 0;
+  }
+  MK_WARN("%s accept: the handshake with %s failed: %s", ops->name, ours ? "our peer" : "a caller", strerror(-rc));
+  return rc;
 }

@@ -53,6 +53,7 @@ struct mk_handshake_ops {
   int (*step)(void* hs);                /* 1: done, 0: call again, < 0: failed */
   struct mk_comm* (*comm_of)(void* hs); /* once done: the comm, which keeps the socket */
   void (*free)(void* hs, int keep);     /* keep: the comm (and its socket) live on */
+  int (*heard)(const void* hs);         /* 1 once the caller's hello passed its checks */
 };
 
 /* One connect call with handle (decoded: h): steps the handshake in progress for this handle

@@ -246,6 +246,32 @@ static int foreign_send(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
+/* A caller that connects and says nothing (a stale job, a scanner) holds the listener's
+ * handshake only until the connect timeout (500 ms here): it is dropped, the listener goes on,
+ * and our peer, connecting after it, is accepted (before, the accept failed with ETIMEDOUT). */
+static int silent_recv(struct lb_ctx* ctx) {
+  lb_set_param("NCCL_MK_CONNECT_TIMEOUT_MS", "500");
+  LB_OK(lb_accept(ctx));
+  LB_OK(one_message(ctx, 8));
+  return lb_close(ctx);
+}
+
+static int silent_send(struct lb_ctx* ctx) {
+  struct mk_handle h;
+  int fd = -1;
+  LB_EXPECT(lb_hear_handle(ctx) == 0);
+  LB_OK(mk_handle_decode(ctx->handle, MK_HANDLE_MAX, &h));
+  LB_OK(mk_sock_connect_start(&h.addr, &fd));
+  int rc = 0;
+  while ((rc = mk_sock_connect_poll(fd)) == 0) {}
+  LB_EXPECT(rc == 1);
+  usleep(1500 * 1000); /* past the listener's 500 ms: it has given up on this caller */
+  LB_OK(lb_reconnect(ctx));
+  close(fd);
+  LB_OK(one_message(ctx, 8));
+  return lb_close(ctx);
+}
+
 /* NCCL calls connect again with the same handle buffer until a comm comes back; a buffer that
  * meanwhile holds another listener's handle must start over there, not finish the first
  * connection. The receiver listens twice (A, B) and accepts on B only; the sender connects
@@ -426,6 +452,7 @@ const struct lb_case lb_cases_lifecycle[] = {
     {"connect_times_out_when_never_accepted", timeout_recv, timeout_send, 30, 0},
     {"bad_arguments_einval_nothing_written", badargs_recv, badargs_send, 30, 0},
     {"accept_drops_a_caller_that_is_not_our_peer_and_keeps_listening", foreign_recv, foreign_send, 30, 0},
+    {"accept_drops_a_silent_caller_at_the_connect_timeout_and_keeps_listening", silent_recv, silent_send, 30, 0},
     {"connect_starts_over_when_its_handle_buffer_holds_another_handle", handle_change_recv, handle_change_send, 30, 0},
     {"fini_with_a_comm_still_open_stops_its_threads_first", fini_open_role, fini_open_role, 30, 0},
     {NULL, NULL, NULL, 0, 0},

@@ -48,7 +48,6 @@
 #define IB_CQ_DEPTH 4096
 #define IB_PROTO_VERSION 1
 #define IB_PEER_CHECK_NS 1000000ull
-#define IB_BYE_GRACE_NS 1000000000ull
 
 /* The libibverbs functions that are exported symbols (the header's inline helpers, such as
  * ibv_post_send and ibv_poll_cq, go through the context's ops and need no symbol). */

@@ -34,6 +34,7 @@ struct ib_handshake {
   struct ib_hello in;
   size_t in_off, out_off, ready_off;
   int out_ready;       /* our hello is prepared */
+  int heard;           /* the caller's hello passed its checks: our peer, not a stranger */
   char ready;
 };
 
@@ -105,6 +106,7 @@ static int ib_hs_step(void* state) {
     if (rc < 0) return rc;
     if (rc == 1) {
       MK_CHECK(ib_hs_hello_in(hs));
+      hs->heard = 1;
       if (hs->out_ready)
         MK_CHECK(mk_sock_send_some(hs->fd, &hs->comm->local, sizeof(struct ib_hello), &hs->out_off));
     }
@@ -146,7 +148,9 @@ static struct mk_comm* ib_hs_comm(void* state) {
   hs->comm->base.dev = hs->dev;
   return &hs->comm->base;
 }
-static const struct mk_handshake_ops ib_hs_ops = {"ib", ib_hs_step, ib_hs_comm, ib_hs_free};
+static int ib_hs_heard(const void* state) { return ((const struct ib_handshake*)state)->heard; }
+
+static const struct mk_handshake_ops ib_hs_ops = {"ib", ib_hs_step, ib_hs_comm, ib_hs_free, ib_hs_heard};
 
 struct ib_connect_ctx {
   int dev, tc;

@@ -5,6 +5,7 @@
 #include "ib.h"
 #include "mk_err.h"
 #include "mk_log.h"
+#include "mk_param.h"
 
 #define IB_CQ_BATCH 16
 
@@ -122,7 +123,7 @@ int ib_peer_check(struct ib_comm* c) {
     c->error = -ECONNRESET;
   } else if (c->peer_state == MK_PEER_BYE) {
     if (!c->bye_ns) c->bye_ns = now;
-    if (now - c->bye_ns > IB_BYE_GRACE_NS) {
+    if (now - c->bye_ns > (uint64_t)mk_param_int(MK_PARAM_BYE_GRACE_MS) * 1000000ull) {
       MK_WARN("ib: peer of comm %p closed its end with this operation still pending", (void*)c);
       c->error = -ECONNRESET;
     }

@@ -37,7 +37,6 @@
 #define MK_OFI_MAX_DEVS 16
 #define MK_OFI_MAX_P2P_BYTES (1ull << 40) /* 1 TiB cap on what we advertise */
 #define MK_OFI_FALLBACK_SPEED_MBPS 10000   /* NCCL's socket transport assumes the same */
-#define MK_OFI_BYE_GRACE_NS 1000000000ull  /* after "bye", in-flight data may still land */
 #define MK_OFI_PEER_CHECK_NS 1000000ull    /* dead-peer check at most once per ms */
 /* Control receives a send comm keeps posted: one clear-to-send per receive the peer can have
  * posted, plus the one credit-only message it can have in flight, plus slack. */

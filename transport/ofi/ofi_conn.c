@@ -26,6 +26,7 @@ struct ofi_handshake {
   int fd;
   int connecting;  /* connector: TCP connect still in progress */
   int out_ready;   /* acceptor: our hello is prepared once the peer's arrived */
+  int heard;       /* the caller's hello passed its checks: our peer, not a stranger */
   struct mk_ofi_hello out, in;
   size_t out_off, in_off;
   uint32_t ack;     /* third leg, connector to acceptor */
@@ -116,6 +117,7 @@ static int ofi_hs_step(void* state) {
       MK_CHECK(ofi_eager_agree(hs->comm, &hs->out, &hs->in));
       ofi_write_agree(hs->comm, &hs->out, &hs->in);
       hs->out_ready = 1; /* the acceptor answers once it knows who called */
+      hs->heard = 1;
     }
   }
   if (hs->out_ready) MK_CHECK(mk_sock_send_some(hs->fd, &hs->out, sizeof(hs->out), &hs->out_off));
@@ -162,7 +164,9 @@ static struct mk_comm* ofi_hs_comm(void* state) {
   hs->comm->sock = hs->fd;
   return &hs->comm->base;
 }
-static const struct mk_handshake_ops ofi_hs_ops = {"ofi", ofi_hs_step, ofi_hs_comm, ofi_hs_free};
+static int ofi_hs_heard(const void* state) { return ((const struct ofi_handshake*)state)->heard; }
+
+static const struct mk_handshake_ops ofi_hs_ops = {"ofi", ofi_hs_step, ofi_hs_comm, ofi_hs_free, ofi_hs_heard};
 
 /* The connector's handshake: a send comm on device ctx, TCP connect started. */
 static int ofi_connect_begin(void* ctx, const struct mk_handle* h, void** out) {

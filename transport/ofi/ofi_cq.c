@@ -4,6 +4,7 @@
 
 #include "mk_err.h"
 #include "mk_log.h"
+#include "mk_param.h"
 #include "ofi.h"
 
 #define OFI_CQ_BATCH 16
@@ -190,7 +191,7 @@ int ofi_peer_check(struct ofi_comm* c) {
     ofi_comm_fail(c, -ECONNRESET);
   } else if (c->peer_state == MK_PEER_BYE) {
     if (!c->bye_ns) c->bye_ns = now;
-    if (now - c->bye_ns > MK_OFI_BYE_GRACE_NS) {
+    if (now - c->bye_ns > (uint64_t)mk_param_int(MK_PARAM_BYE_GRACE_MS) * 1000000ull) {
       MK_WARN("ofi: peer of comm %p closed its end with this operation still pending", (void*)c);
       ofi_comm_fail(c, -ECONNRESET);
     }
