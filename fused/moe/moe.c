@@ -302,13 +302,6 @@ static int moe_dispatch_launch(struct mk_fused_comm* fc, struct mk_moe_args* a, 
   return mk_trace_comm_end(fc, stream);
 }
 
-/* The four tensors of a MoE op, the fourth its output (op_check.h mk_op_overlap_check); x and
- * out [tokens, hidden], act [max_recv_rows, inter], the weights [E_local, ..] of both GEMMs. */
-static int moe_overlap_check(const char* name, const void* const* ptrs, const char* const* names,
-                             const size_t* bytes) {
-  return mk_op_overlap_check(name, ptrs, names, bytes, 4, 3);
-}
-
 NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_idx, const void* w1, void* act,
                                                size_t tokens, size_t hidden, size_t inter, int topk,
                                                int num_experts, ncclMkMoeLayout_t layout, ncclDataType_t type,
@@ -323,9 +316,10 @@ NCCL_MK_API ncclResult_t ncclMkMoeDispatchGemm(const void* x, const int* topk_id
   if (!rc) rc = moe_check(call.name, fc, tokens, hidden, topk, num_experts);
   if (!rc) {
     const size_t e_local = (size_t)(num_experts / fc->nranks);
+    /* x, topk_idx, w1 [E_local, inter, hidden] read; act [max_recv_rows, inter] written */
     const size_t bytes[] = {tokens * hidden * 2, tokens * (size_t)topk * 4, e_local * inter * hidden * 2,
                             (size_t)layout->max_recv_rows * inter * 2};
-    rc = moe_overlap_check(call.name, call.ptrs, call.ptr_names, bytes);
+    rc = mk_op_overlap_check(call.name, call.ptrs, call.ptr_names, bytes, 4, 3);
   }
   if (rc) return mk_result_from_errno(rc);
   layout->dispatched = 1, layout->tokens = (int)tokens, layout->topk = topk;
@@ -387,9 +381,10 @@ NCCL_MK_API ncclResult_t ncclMkMoeGemmCombine(const void* act, const void* w2, c
   if (!rc) rc = moe_check(call.name, fc, tokens, hidden, layout->topk, layout->num_experts);
   if (!rc) {
     const size_t e_local = (size_t)(layout->num_experts / fc->nranks);
+    /* act, w2 [E_local, hidden, inter], topk_weights read; out [tokens, hidden] written */
     const size_t bytes[] = {(size_t)layout->max_recv_rows * inter * 2, e_local * hidden * inter * 2,
                             tokens * (size_t)layout->topk * 4, tokens * hidden * 2};
-    rc = moe_overlap_check(call.name, call.ptrs, call.ptr_names, bytes);
+    rc = mk_op_overlap_check(call.name, call.ptrs, call.ptr_names, bytes, 4, 3);
   }
   if (rc) return mk_result_from_errno(rc);
   struct mk_moe_args a;

@@ -228,17 +228,25 @@ static int foreign_recv(struct lb_ctx* ctx) {
   return lb_close(ctx);
 }
 
-static int foreign_send(struct lb_ctx* ctx) {
+/* A plain TCP connection to the listener whose handle the peer sent, as a stranger makes one:
+ * its socket in *fd once connected. */
+static int stranger_dial(struct lb_ctx* ctx, int* fd) {
   struct mk_handle h;
+  *fd = -1;
+  LB_EXPECT(lb_hear_handle(ctx) == 0);
+  LB_OK(mk_handle_decode(ctx->handle, MK_HANDLE_MAX, &h));
+  LB_OK(mk_sock_connect_start(&h.addr, fd));
+  int rc = 0;
+  while ((rc = mk_sock_connect_poll(*fd)) == 0) {}
+  LB_EXPECT(rc == 1);
+  return 0;
+}
+
+static int foreign_send(struct lb_ctx* ctx) {
   int fd = -1;
   unsigned char junk[1024];
   memset(junk, 0x11, sizeof(junk));
-  LB_EXPECT(lb_hear_handle(ctx) == 0);
-  LB_OK(mk_handle_decode(ctx->handle, MK_HANDLE_MAX, &h));
-  LB_OK(mk_sock_connect_start(&h.addr, &fd));
-  int rc = 0;
-  while ((rc = mk_sock_connect_poll(fd)) == 0) {}
-  LB_EXPECT(rc == 1);
+  LB_OK(stranger_dial(ctx, &fd));
   LB_EXPECT(write(fd, junk, sizeof(junk)) == (ssize_t)sizeof(junk));
   close(fd);
   LB_OK(lb_reconnect(ctx));
@@ -257,14 +265,8 @@ static int silent_recv(struct lb_ctx* ctx) {
 }
 
 static int silent_send(struct lb_ctx* ctx) {
-  struct mk_handle h;
   int fd = -1;
-  LB_EXPECT(lb_hear_handle(ctx) == 0);
-  LB_OK(mk_handle_decode(ctx->handle, MK_HANDLE_MAX, &h));
-  LB_OK(mk_sock_connect_start(&h.addr, &fd));
-  int rc = 0;
-  while ((rc = mk_sock_connect_poll(fd)) == 0) {}
-  LB_EXPECT(rc == 1);
+  LB_OK(stranger_dial(ctx, &fd));
   usleep(1500 * 1000); /* past the listener's 500 ms: it has given up on this caller */
   LB_OK(lb_reconnect(ctx));
   close(fd);
