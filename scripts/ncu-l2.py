@@ -52,10 +52,31 @@ def read_launches(path):
     return launches
 
 
+# ncu writes a column's unit with a prefix it picks by size ("ms", "Gbyte", "Ksector"; older
+# versions "msecond"): each figure is brought to its base unit (ms, byte, sector) before use.
+TO_MS = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0,
+         "s": 1e3, "second": 1e3}
+PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def in_base(value, unit, column):
+    """value in its column's base unit; None (with a warning) for a unit this tool does not know."""
+    if unit in TO_MS:
+        return value * TO_MS[unit]
+    for base in ("byte", "sector"):
+        if unit.endswith(base) and unit[: -len(base)] in PREFIX:
+            return value * PREFIX[unit[: -len(base)]]
+    if unit in ("", "%"):
+        return value
+    print(f"ncu-l2: {column}: unit '{unit}' not known, figure left out", file=sys.stderr)
+    return None
+
+
 def pick(launch, *columns):
     for c in columns:
-        if c in launch and number(launch[c]) is not None:
-            return c, number(launch[c])
+        v = number(launch[c]) if c in launch else None
+        if v is not None:
+            return c, in_base(v, launch["_units"].get(c, ""), c)
     return None, None
 
 
@@ -82,13 +103,8 @@ def short_name(name):
     return re.split(r"[<(]", name.replace("void ", "", 1), maxsplit=1)[0].strip()
 
 
-SECONDS = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
-
-
 def launch_line(launch):
     _, ms = pick(launch, "gpu__time_duration.sum")
-    if ms is not None:
-        ms *= SECONDS.get(launch["_units"].get("gpu__time_duration.sum", "nsecond"), 1e-6)
     tensor = next((number(v) for k, v in launch.items() if TENSOR.match(k) and number(v) is not None), None)
     parts = [short_name(launch.get("Kernel Name", "?")), f"grid {launch.get('Grid Size', '?')}"]
     if ms is not None:

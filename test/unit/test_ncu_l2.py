@@ -2,7 +2,8 @@
 """scripts/ncu-l2.py on synthetic `ncu --page raw --csv` text: it finds the header and the units
 row, gives each launch's L2 sectors by operation with their hits (from the lookup-hit counts, or
 from the hit rate where only that was collected), prefers every unit's sectors to the L1TEX unit's,
-converts the duration by its unit, sums several launches, reads .xz files, says when a launch has
+converts the duration, sectors and bytes by their units (the prefix ncu picks by size), names a
+unit it does not know and leaves that figure out, sums several launches, reads .xz files, says when a launch has
 no L2 metrics, and refuses a CSV without the raw page's columns.
 
 usage: test_ncu_l2.py <scripts/ncu-l2.py>
@@ -61,6 +62,22 @@ def main():
         loads = next((l for l in total.splitlines() if l.strip().startswith("loads")), "")
         expect("1500000" in loads and "70000" in loads and "95.3%" in loads, "the launches' loads summed", total)
         expect("DRAM read 2000.0 MB" in total, "DRAM summed over the launches that have it", total)
+
+        # ncu 2025's units, as the H100's page of session 71 had them: prefixes picked by size
+        real = pathlib.Path(d, "real.csv")
+        units = ["", "", "", "", "ms", "Ksector", "Ksector", "sector", "sector", "sector", "%",
+                 "Gbyte", "Mbyte", "%"]
+        real.write_text(page([one[:4] + ["13.9"] + one[5:11] + ["1.9", "1,576.3", "51.1"]], units))
+        rc, out = run(tool, str(real))
+        loads = next((l for l in out.splitlines() if l.strip().startswith("loads")), "")
+        expect(rc == 0 and "13.900 ms" in out and "1000000000" in loads and "60000000" in loads,
+               "ms and Ksector brought to ms and sectors", out)
+        expect("DRAM read 1900.0 MB, written 1576.3 MB" in out, "Gbyte and Mbyte brought to bytes", out)
+        odd = pathlib.Path(d, "odd.csv")
+        odd.write_text(page([one], units[:4] + ["fortnight"] + units[5:]))
+        rc, out = run(tool, str(odd))
+        expect(rc == 0 and "unit 'fortnight' not known" in out and " ms" not in out.split("grid", 1)[-1].split("\n")[0],
+               "a unit not known is named and its figure left out, not misread", out)
 
         bare = pathlib.Path(d, "bare.csv")
         bare.write_text(page([["0", "1", "void k()", "(1, 1, 1)", "5"]], ["", "", "", "", "msecond"], COLS[:5]))
