@@ -6,12 +6,23 @@
 
 #include "mk_log.h"
 
-/* Layout: magic u32 | version u16 | family u16 | port u16 (network order) | pad u16 |
- *         addr 16 bytes (IPv4 uses the first 4) | nonce u64 | checksum u32 over bytes 0..39 */
-enum { OFF_MAGIC = 0, OFF_VERSION = 4, OFF_FAMILY = 6, OFF_PORT = 8, OFF_ADDR = 12,
+/* Layout: magic u32 | version u16 | family u16 | port u16 (network order) | transport u16 |
+ *         addr 16 bytes (IPv4 uses the first 4) | nonce u64 | checksum u32 over bytes 0..35.
+ * transport was padding (zero) before session 71: the version stays 1, an old handle reads as
+ * unnamed. */
+enum { OFF_MAGIC = 0, OFF_VERSION = 4, OFF_FAMILY = 6, OFF_PORT = 8, OFF_TRANSPORT = 10, OFF_ADDR = 12,
        OFF_NONCE = 28, OFF_SUM = 36, SUM_LEN = 36, ENC_FAMILY_V4 = 4, ENC_FAMILY_V6 = 6 };
 
 _Static_assert(OFF_SUM + 4 == MK_HANDLE_ENCODED_SIZE, "handle layout");
+
+const char* mk_handle_transport_name(unsigned transport) {
+  switch (transport) {
+  case MK_HANDLE_TRANSPORT_UNNAMED: return "unnamed";
+  case MK_HANDLE_TRANSPORT_OFI: return "ofi";
+  case MK_HANDLE_TRANSPORT_IB: return "ib";
+  default: return "unknown";
+  }
+}
 
 uint32_t mk_fnv1a32(const void* data, size_t len) {
   const uint8_t* p = data;
@@ -49,6 +60,7 @@ int mk_handle_encode(const struct mk_handle* h, void* buf, size_t len) {
   } else {
     return -EINVAL;
   }
+  put_le(p + OFF_TRANSPORT, h->transport, 2);
   put_le(p + OFF_NONCE, h->nonce, 8);
   put_le(p + OFF_SUM, mk_fnv1a32(p, SUM_LEN), 4);
   return 0;
@@ -91,5 +103,6 @@ int mk_handle_decode(const void* buf, size_t len, struct mk_handle* h) {
     return -EBADMSG;
   }
   h->nonce = get_le(p + OFF_NONCE, 8);
+  h->transport = (uint16_t)get_le(p + OFF_TRANSPORT, 2);
   return 0;
 }

@@ -1,7 +1,9 @@
 /*
  * The listen handle that NCCL ships between ranks (MK_HANDLE_MAX bytes): where to reach the
- * listener's side-channel socket, and a nonce that the connector echoes so the listener can
- * tell its own peers from anything else that dials the port. Fixed little-endian layout with
+ * listener's side-channel socket, a nonce that the connector echoes so the listener can tell
+ * its own peers from anything else that dials the port, and the listener's transport, so that
+ * a rank on the other transport (NCCL_MK_TRANSPORT auto picks ib on a host with an RDMA device,
+ * ofi elsewhere) says so instead of failing a handshake it cannot read. Fixed little-endian layout with
  * a checksum, so a corrupt, short or foreign handle is rejected (-EBADMSG), never trusted.
  */
 #ifndef MK_HANDLE_H_
@@ -15,10 +17,18 @@
 #define MK_HANDLE_VERSION 1
 #define MK_HANDLE_ENCODED_SIZE 40   /* bytes actually used inside the MK_HANDLE_MAX buffer */
 
+/* The transport whose listener made a handle; 0: not named (a handle of a build before session
+ * 71, where these bytes were padding, zero). */
+enum { MK_HANDLE_TRANSPORT_UNNAMED = 0, MK_HANDLE_TRANSPORT_OFI = 1, MK_HANDLE_TRANSPORT_IB = 2 };
+
 struct mk_handle {
   struct sockaddr_storage addr; /* AF_INET or AF_INET6, with port */
   uint64_t nonce;
+  uint16_t transport; /* MK_HANDLE_TRANSPORT_* */
 };
+
+/* "ofi", "ib", "unnamed", or "unknown" for a value this build does not know. */
+const char* mk_handle_transport_name(unsigned transport);
 
 /* Writes the encoding into buf (len >= MK_HANDLE_ENCODED_SIZE); zeroes the rest of buf.
  * -EINVAL for an unsupported address family or a short buffer. */

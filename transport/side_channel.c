@@ -20,8 +20,9 @@ static uint64_t side_nonce(void) {
   return ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
 }
 
-int mk_side_listen_open(struct mk_side_listen* l, uint32_t magic, int dev, void* handle) {
+int mk_side_listen_open(struct mk_side_listen* l, uint32_t magic, int transport, int dev, void* handle) {
   struct mk_handle h;
+  h.transport = (uint16_t)transport;
   struct sockaddr_storage addr;
   MK_CHECK(mk_sock_pick_addr(&addr, NULL, 0));
   MK_CHECK(mk_sock_listen(&addr, &l->fd, &h.addr));
@@ -97,6 +98,12 @@ int mk_side_connect(struct mk_pending_list* pending, const struct mk_handshake_o
                     void* ctx, struct mk_comm** out) {
   struct mk_pending_connect* p;
   *out = NULL;
+  if (h->transport != MK_HANDLE_TRANSPORT_UNNAMED && h->transport != ops->transport) {
+    MK_WARN("%s connect: the listener's handle was made by its %s transport, this rank uses %s: set "
+            "NCCL_MK_TRANSPORT to the same value on every host (auto picks ib where an RDMA device is)",
+            ops->name, mk_handle_transport_name(h->transport), ops->name);
+    return -EPROTO;
+  }
   MK_CHECK(side_connect_state(pending, ops, handle, h, start, ctx, &p));
   int rc = ops->step(p->state);
   if (rc == 0) {
@@ -110,10 +117,10 @@ int mk_side_connect(struct mk_pending_list* pending, const struct mk_handshake_o
   return rc < 0 ? rc : 0;
 }
 
-int mk_listen_comm_open(uint32_t magic, int dev, void* handle, void** out) {
+int mk_listen_comm_open(uint32_t magic, int transport, int dev, void* handle, void** out) {
   struct mk_listen_comm* lc = calloc(1, sizeof(*lc));
   if (!lc) return -ENOMEM;
-  int rc = mk_side_listen_open(&lc->side, magic, dev, handle);
+  int rc = mk_side_listen_open(&lc->side, magic, transport, dev, handle);
   if (rc < 0) {
     free(lc);
     return rc;

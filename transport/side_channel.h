@@ -22,7 +22,7 @@ struct mk_side_listen {
 
 /* Opens the listening socket on the interface NCCL_MK_SOCKET_IFNAME picks and encodes the
  * handle (MK_HANDLE_MAX bytes). 0 or negative errno; nothing left open on failure. */
-int mk_side_listen_open(struct mk_side_listen* l, uint32_t magic, int dev, void* handle);
+int mk_side_listen_open(struct mk_side_listen* l, uint32_t magic, int transport, int dev, void* handle);
 /* 1 when l is an open listen comm of the transport owning `magic`. */
 int mk_side_listen_valid(const struct mk_side_listen* l, uint32_t magic);
 void mk_side_listen_close(struct mk_side_listen* l);
@@ -54,6 +54,7 @@ struct mk_handshake_ops {
   struct mk_comm* (*comm_of)(void* hs); /* once done: the comm, which keeps the socket */
   void (*free)(void* hs, int keep);     /* keep: the comm (and its socket) live on */
   int (*heard)(const void* hs);         /* 1 once the caller's hello passed its checks */
+  int transport;                        /* handle.h MK_HANDLE_TRANSPORT_*: its listeners' handles */
 };
 
 /* One connect call with handle (decoded: h): steps the handshake in progress for this handle
@@ -71,7 +72,7 @@ struct mk_listen_comm {
 };
 
 /* A listen comm for the transport owning `magic` (mk_side_listen_open). 0 or negative errno. */
-int mk_listen_comm_open(uint32_t magic, int dev, void* handle, void** out);
+int mk_listen_comm_open(uint32_t magic, int transport, int dev, void* handle, void** out);
 /* Closes lc (checked against magic: -EINVAL with a WARN otherwise), dropping the accept in
  * progress through ops. */
 int mk_listen_comm_close(void* lc, uint32_t magic, const struct mk_handshake_ops* ops);

@@ -1,4 +1,4 @@
-/* The listen handle: round trip, and every kind of damage rejected with -EBADMSG. */
+/* The listen handle: round trip (its transport too), and every kind of damage rejected with -EBADMSG. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <string.h>
@@ -14,6 +14,7 @@ static void make_v4(struct mk_handle* h) {
   a->sin_port = htons(43210);
   inet_pton(AF_INET, "127.0.0.1", &a->sin_addr);
   h->nonce = 0x0123456789abcdefull;
+  h->transport = MK_HANDLE_TRANSPORT_IB;
 }
 
 static void test_round_trip(void) {
@@ -24,6 +25,7 @@ static void test_round_trip(void) {
   CHECK_EQ(mk_handle_decode(buf, sizeof(buf), &back), 0);
   CHECK(memcmp(&h.addr, &back.addr, sizeof(struct sockaddr_in)) == 0);
   CHECK(back.nonce == h.nonce);
+  CHECK_EQ(back.transport, MK_HANDLE_TRANSPORT_IB);
   struct sockaddr_in6* a6 = (struct sockaddr_in6*)&h.addr;
   memset(&h.addr, 0, sizeof(h.addr));
   a6->sin6_family = AF_INET6;
@@ -64,8 +66,25 @@ static void test_rejects(void) {
   CHECK_EQ(mk_handle_encode(&h, good, sizeof(good)), -EINVAL);
 }
 
+/* A handle of a build before the transport was named had zeros there: it reads as unnamed, and
+ * the names say which transport made a handle. */
+static void a_handle_without_a_transport_reads_as_unnamed(void) {
+  struct mk_handle h, back;
+  unsigned char buf[MK_HANDLE_MAX];
+  make_v4(&h);
+  h.transport = MK_HANDLE_TRANSPORT_UNNAMED;
+  CHECK_EQ(mk_handle_encode(&h, buf, sizeof(buf)), 0);
+  CHECK_EQ(buf[10] | buf[11], 0); /* the old padding */
+  CHECK_EQ(mk_handle_decode(buf, sizeof(buf), &back), 0);
+  CHECK_EQ(back.transport, MK_HANDLE_TRANSPORT_UNNAMED);
+  CHECK(strcmp(mk_handle_transport_name(MK_HANDLE_TRANSPORT_OFI), "ofi") == 0);
+  CHECK(strcmp(mk_handle_transport_name(MK_HANDLE_TRANSPORT_IB), "ib") == 0);
+  CHECK(strcmp(mk_handle_transport_name(77), "unknown") == 0);
+}
+
 int main(void) {
   test_round_trip();
+  a_handle_without_a_transport_reads_as_unnamed();
   test_rejects();
   return MK_TEST_RESULT();
 }

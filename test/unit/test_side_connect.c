@@ -2,7 +2,7 @@
  * no network: a handshake in progress is kept per handle buffer and stepped again, a buffer
  * that now holds another handle starts over (the old handshake freed, not kept), a done one
  * hands its comm over and is freed keeping it, a failed one is freed and its error returned,
- * and a start that fails leaves nothing pending. */
+ * a start that fails leaves nothing pending, and a handle of the other transport is refused. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +32,8 @@ static void fake_free(void* p, int keep) {
   if (!keep) free(p); /* kept: the test frees it with its comm */
 }
 static int fake_heard(const void* p) { (void)p; return 0; }
-static const struct mk_handshake_ops fake_ops = {"fake", fake_step, fake_comm, fake_free, fake_heard};
+static const struct mk_handshake_ops fake_ops = {"fake",    fake_step,  fake_comm,
+                                                 fake_free, fake_heard, MK_HANDLE_TRANSPORT_OFI};
 
 static int fake_start(void* ctx, const struct mk_handle* h, void** out) {
   (void)ctx;
@@ -110,9 +111,31 @@ static void a_failed_handshake_is_freed_and_its_error_returned(void) {
   CHECK(comm == NULL && l.head == NULL);
 }
 
+/* A handle made by a listener of the other transport (an ib host's, dialled from an ofi rank)
+ * is refused with -EPROTO before any handshake starts; an unnamed one (an older build's) and
+ * one of this transport start theirs. */
+static void a_handle_from_the_other_transport_is_refused_before_any_handshake(void) {
+  struct mk_pending_list l = MK_PENDING_LIST_INIT;
+  unsigned char buf[8];
+  struct mk_comm* comm = NULL;
+  started = freed = freed_keeping = 0, next_steps = 1, next_result = 1, fail_start = 0;
+  struct mk_handle h = handle_of(9);
+  h.transport = MK_HANDLE_TRANSPORT_IB;
+  CHECK_EQ(mk_side_connect(&l, &fake_ops, buf, &h, fake_start, NULL, &comm), -EPROTO);
+  CHECK(comm == NULL && l.head == NULL);
+  CHECK_EQ(started, 0);
+  h.transport = MK_HANDLE_TRANSPORT_OFI;
+  CHECK_EQ(mk_side_connect(&l, &fake_ops, buf, &h, fake_start, NULL, &comm), 0);
+  CHECK_EQ(started, 1);
+  CHECK_EQ(mk_side_connect(&l, &fake_ops, buf, &h, fake_start, NULL, &comm), 0);
+  CHECK(comm != NULL);
+  free((char*)comm - offsetof(struct fake_hs, comm));
+}
+
 int main(void) {
   a_handshake_in_progress_is_stepped_again_then_hands_its_comm_over();
   a_buffer_holding_another_handle_starts_over();
   a_failed_handshake_is_freed_and_its_error_returned();
+  a_handle_from_the_other_transport_is_refused_before_any_handshake();
   return MK_TEST_RESULT();
 }

@@ -138,7 +138,7 @@ int ib_listen(int dev, void* handle, void** listen_comm) {
   }
   *listen_comm = NULL;
   MK_CHECK(ib_vdev_get(dev, &v));
-  return mk_listen_comm_open(IB_LISTEN_MAGIC, dev, handle, listen_comm);
+  return mk_listen_comm_open(IB_LISTEN_MAGIC, MK_HANDLE_TRANSPORT_IB, dev, handle, listen_comm);
 }
 
 /* A done handshake's comm, and the handshake ops (mk_side_connect, mk_side_accept). */
@@ -150,7 +150,8 @@ static struct mk_comm* ib_hs_comm(void* state) {
 }
 static int ib_hs_heard(const void* state) { return ((const struct ib_handshake*)state)->heard; }
 
-static const struct mk_handshake_ops ib_hs_ops = {"ib", ib_hs_step, ib_hs_comm, ib_hs_free, ib_hs_heard};
+static const struct mk_handshake_ops ib_hs_ops = {"ib",        ib_hs_step,  ib_hs_comm,
+                                                  ib_hs_free,  ib_hs_heard, MK_HANDLE_TRANSPORT_IB};
 
 struct ib_connect_ctx {
   int dev, tc;
