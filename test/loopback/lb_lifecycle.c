@@ -310,9 +310,16 @@ static int handle_change_send(struct lb_ctx* ctx) {
  * progress and stream threads must be stopped before the domain and libfabric go. Both roles
  * return without closing; the harness then calls fini (lb_role). Before the fix (session 45)
  * the sender died of SIGSEGV in ofi_cq_progress with streams and a progress thread. */
+/* Fini follows at once, the threads still polling. The sender waits until the receiver has
+ * its message: a send's completion means its buffer may be reused, not that the message
+ * landed, and a fini with the comm open closes it without a bye, so under load the receiver
+ * could see its peer vanish first (CI at db295d2; 10 of 30 runs beside 16 busy cores). */
 static int fini_open_role(struct lb_ctx* ctx) {
   LB_OK(ctx->is_sender ? lb_connect(ctx) : lb_accept(ctx));
-  return one_message(ctx, 11); /* fini follows at once: the threads are still polling */
+  LB_OK(one_message(ctx, 11));
+  if (ctx->is_sender) return lb_hear(ctx) == 11 ? 0 : -EPROTO;
+  lb_tell(ctx, 11);
+  return 0;
 }
 
 /* Threads of this process (/proc/self/task). */
