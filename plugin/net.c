@@ -13,6 +13,7 @@
 #include "mk_err.h"
 #include "mk_log.h"
 #include "mk_param.h"
+#include "net_live.h"
 #include "net_trace.h"
 #include "transport.h"
 
@@ -64,6 +65,27 @@ static int net_comm_check(const void* comm, const char* what) {
   }
   return 0;
 }
+
+/* An object NCCL takes back (close*, deregMr): refused unless this plugin handed it out and has
+ * not taken it back already, without reading it (net_live.h). */
+static int net_live_check_take(const void* p, const char* what, const char* kind) {
+  if (mk_net_live_take(p) == 0) return 0;
+  MK_WARN("%s: %p is not %s of this plugin (already taken back, or never given)", what, p, kind);
+  return -EINVAL;
+}
+
+/* A new object is made known (net_live.h); when that fails it is undone and the call fails. */
+static int net_live_add_or_undo(void* p, int (*undo)(void* p)) {
+  int rc = mk_net_live_add(p);
+  if (rc < 0) {
+    MK_WARN("out of memory recording %p", p);
+    undo(p);
+  }
+  return rc;
+}
+
+static int net_close_comm(void* comm) { return net_ops->close(comm); }
+static int net_close_listen_comm(void* lc) { return net_ops->close_listen(lc); }
 
 static int net_dev_check(int dev, const char* what) {
   if (dev < 0 || dev >= net_ndev) {
@@ -132,7 +154,9 @@ ncclResult_t mk_net_get_properties(int dev, ncclNetProperties_v11_t* props) {
 
 ncclResult_t mk_net_listen(void* ctx, int dev, void* handle, void** listen_comm) {
   if (!handle || !listen_comm || net_dev_check(dev, "listen") < 0) return ncclInvalidArgument;
-  return mk_result_from_errno(net_ops->listen(dev, handle, listen_comm));
+  int rc = net_ops->listen(dev, handle, listen_comm);
+  if (rc == 0 && (rc = net_live_add_or_undo(*listen_comm, net_close_listen_comm)) < 0) *listen_comm = NULL;
+  return mk_result_from_errno(rc);
 }
 
 ncclResult_t mk_net_connect(void* ctx, int dev, void* handle, void** send_comm,
@@ -141,6 +165,7 @@ ncclResult_t mk_net_connect(void* ctx, int dev, void* handle, void** send_comm,
   const struct mk_net_ctx* c = ctx ? ctx : mk_net_shared_ctx();
   struct mk_comm* sc = NULL;
   int rc = net_ops->connect(dev, handle, c->traffic_class, &sc);
+  if (rc == 0 && sc && (rc = net_live_add_or_undo(sc, net_close_comm)) < 0) sc = NULL;
   *send_comm = sc;
   /* Device offload is not offered: leave NCCL's device handle alone. */
   return mk_result_from_errno(rc);
@@ -151,6 +176,7 @@ ncclResult_t mk_net_accept(void* listen_comm, void** recv_comm,
   if (!listen_comm || !recv_comm || !net_ops) return ncclInvalidArgument;
   struct mk_comm* rc_comm = NULL;
   int rc = net_ops->accept(listen_comm, &rc_comm);
+  if (rc == 0 && rc_comm && (rc = net_live_add_or_undo(rc_comm, net_close_comm)) < 0) rc_comm = NULL;
   *recv_comm = rc_comm;
   return mk_result_from_errno(rc);
 }
@@ -168,11 +194,24 @@ static int net_ptr_type_check(const struct mk_comm* c, int type, const char* wha
   return 0;
 }
 
+/* A new registration made known; deregistered again when that fails. */
+static int net_mr_record(void* comm, void** mhandle) {
+  if (!*mhandle) return 0; /* nothing handed out */
+  int rc = mk_net_live_add(*mhandle);
+  if (rc < 0) {
+    MK_WARN("out of memory recording registration %p", *mhandle);
+    net_ops->dereg_mr(comm, *mhandle);
+    *mhandle = NULL;
+  }
+  return rc;
+}
+
 ncclResult_t mk_net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
   int rc = net_comm_check(comm, "regMr");
   if (rc == 0 && !mhandle) rc = -EINVAL;
   if (rc == 0) rc = net_ptr_type_check(comm, type, "regMr");
   if (rc == 0) rc = net_ops->reg_mr(comm, data, size, type, (struct mk_mr**)mhandle);
+  if (rc == 0) rc = net_mr_record(comm, mhandle);
   return mk_result_from_errno(rc);
 }
 
@@ -187,11 +226,13 @@ ncclResult_t mk_net_reg_mr_dmabuf(void* comm, void* data, size_t size, int type,
   }
   if (rc == 0)
     rc = net_ops->reg_mr_dmabuf(comm, data, size, type, offset, fd, (struct mk_mr**)mhandle);
+  if (rc == 0) rc = net_mr_record(comm, mhandle);
   return mk_result_from_errno(rc);
 }
 
 ncclResult_t mk_net_dereg_mr(void* comm, void* mhandle) {
   int rc = net_comm_check(comm, "deregMr");
+  if (rc == 0) rc = net_live_check_take(mhandle, "deregMr", "a registration");
   if (rc == 0) rc = net_ops->dereg_mr(comm, mhandle);
   return mk_result_from_errno(rc);
 }
@@ -266,17 +307,20 @@ ncclResult_t mk_net_test(void* request, int* done, int* sizes) {
 }
 
 ncclResult_t mk_net_close_send(void* send_comm) {
-  if (net_comm_check(send_comm, "closeSend") < 0) return ncclInvalidArgument;
+  if (net_live_check_take(send_comm, "closeSend", "an open comm") < 0 || net_comm_check(send_comm, "closeSend") < 0)
+    return ncclInvalidArgument;
   return mk_result_from_errno(net_ops->close(send_comm));
 }
 
 ncclResult_t mk_net_close_recv(void* recv_comm) {
-  if (net_comm_check(recv_comm, "closeRecv") < 0) return ncclInvalidArgument;
+  if (net_live_check_take(recv_comm, "closeRecv", "an open comm") < 0 || net_comm_check(recv_comm, "closeRecv") < 0)
+    return ncclInvalidArgument;
   return mk_result_from_errno(net_ops->close(recv_comm));
 }
 
 ncclResult_t mk_net_close_listen(void* listen_comm) {
-  if (!listen_comm || !net_ops) return ncclInvalidArgument;
+  if (!net_ops || net_live_check_take(listen_comm, "closeListen", "an open listen comm") < 0)
+    return ncclInvalidArgument;
   return mk_result_from_errno(net_ops->close_listen(listen_comm));
 }
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The transport and the proxy under AddressSanitizer and UndefinedBehaviorSanitizer: builds the
 # project without CUDA and verbs with -fsanitize=address,undefined in $MK_BUILD/asan, then runs
-# every two-process loopback case (one endpoint without, four with the progress thread) and
-# every proxy_loopback case, and fails on any report. Leaks are not judged: libfabric keeps
-# 62 bytes of its own after its module is gone (bench/NOTES.md, session 45). Ends with
-# "N passed, N failed, N skipped".
+# every two-process loopback case (one endpoint without, four with the progress thread), every
+# proxy_loopback case and the plugin's v11 table driven with traffic, and fails on any report.
+# Leaks are not judged: libfabric keeps 62 bytes of its own after its module is gone
+# (bench/NOTES.md, session 45). Ends with "N passed, N failed, N skipped".
 # usage: scripts/asan-check.sh (exit 77 where the compiler has no AddressSanitizer)
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
@@ -18,7 +18,8 @@ if [ ! -f "$asan/build.ninja" ]; then
   meson setup "$asan" "$MK_ROOT" -Dcuda=disabled -Dverbs=disabled -Db_sanitize=address,undefined \
     -Db_lundef=false >"$asan.setup.log" 2>&1 || { cat "$asan.setup.log"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 fi
-ninja -C "$asan" test/loopback/loopback test/loopback/proxy_loopback >"$asan.ninja.log" 2>&1 ||
+ninja -C "$asan" test/loopback/loopback test/loopback/proxy_loopback test/loopback/test_net_table_traffic \
+  libnccl-net-mk.so >"$asan.ninja.log" 2>&1 ||
   { tail -30 "$asan.ninja.log"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 [ -x "$asan/test/loopback/loopback" ] || { echo "SKIP asan-check: no loopback program (libfabric missing)"; exit 77; }
 
@@ -31,12 +32,14 @@ print(" ".join(c for c in seen if not c.startswith(("vdevice", "device_removed")
 PY
 )
 pass=0 fail=0
-# one case: run_case PROGRAM CASE LABEL [VAR=value ...]
-run_case() {
-  local prog=$1 c=$2 label=$3 log="$asan/asan.$2.$3.log" rc
-  shift 3
-  env NCCL_MK_TRANSPORT=ofi NCCL_MK_SOCKET_IFNAME=lo "$@" ASAN_OPTIONS=detect_leaks=0 \
-    UBSAN_OPTIONS=print_stacktrace=1 timeout 300 "$asan/test/loopback/$prog" "$c" >"$log" 2>&1
+# one run: run_judged NAME LABEL [VAR=value ...] -- COMMAND ...
+run_judged() {
+  local c=$1 label=$2 log="$asan/asan.$1.$2.log" rc vars=()
+  shift 2
+  while [ "$1" != -- ]; do vars+=("$1"); shift; done
+  shift
+  env NCCL_MK_TRANSPORT=ofi NCCL_MK_SOCKET_IFNAME=lo "${vars[@]}" ASAN_OPTIONS=detect_leaks=0 \
+    UBSAN_OPTIONS=print_stacktrace=1 timeout 300 "$@" >"$log" 2>&1
   rc=$?
   if [ $rc -eq 0 ] && ! grep -qE "ERROR: AddressSanitizer|runtime error:" "$log"; then
     pass=$((pass + 1)); echo "ok    $c ($label)"
@@ -45,6 +48,15 @@ run_case() {
     grep -m1 -A12 -E "ERROR: AddressSanitizer|runtime error:" "$log" | sed 's/^/      /'
   fi
 }
+# one loopback case: run_case PROGRAM CASE LABEL [VAR=value ...]
+run_case() {
+  local prog=$1 c=$2 label=$3
+  shift 3
+  run_judged "$c" "$label" "$@" -- "$asan/test/loopback/$prog" "$c"
+}
+# The plugin's table as NCCL drives it, from the instrumented shared object: a second deregMr
+# or close must be refused without reading the freed object (plugin/net_live.h)
+run_judged net_table_v11 table -- "$asan/test/loopback/test_net_table_traffic" "$asan/libnccl-net-mk.so" v11
 for c in $cases; do
   if [[ $c == proxy_* ]]; then
     run_case proxy_loopback "$c" streams4 NCCL_MK_OFI_STREAMS=4

@@ -2,7 +2,8 @@
  * Moves real bytes through one version's plugin table, as NCCL would drive it, inside one
  * process (connect/accept/isend/irecv/test are non-blocking, so one thread can play both
  * sides): listen, connect/accept, register, a grouped receive of 8 buffers whose tags the
- * sends hit in reverse order, integrity of every byte, the sizes test() reports, then close.
+ * sends hit in reverse order, integrity of every byte, the sizes test() reports, then close;
+ * a second deregMr or close is refused.
  *
  * usage: test_net_table_traffic <lib.so> <v11|v10|v9|v8>
  */
@@ -162,6 +163,8 @@ static void grouped_receive_matches_tags(const struct drive* d, const ncclNet_v8
     CHECK_EQ(dst[i][1000u * (i + 1)], 0xee); /* nothing past the message */
     CHECK_EQ(c->deregMr(sc, smh[i]), ncclSuccess);
     CHECK_EQ(c->deregMr(rc, rmh[i]), ncclSuccess);
+    /* a second deregMr is refused without reading the freed registration (net_live.h) */
+    CHECK_EQ(c->deregMr(sc, smh[i]), ncclInvalidArgument);
   }
 }
 
@@ -187,5 +190,9 @@ int main(int argc, char** argv) {
   if (sc) CHECK_EQ(c->closeSend(sc), ncclSuccess);
   if (rc) CHECK_EQ(c->closeRecv(rc), ncclSuccess);
   CHECK_EQ(c->closeListen(lc), ncclSuccess);
+  /* closed twice: refused, the freed comms not read (under ASan, a read would be reported) */
+  if (sc) CHECK_EQ(c->closeSend(sc), ncclInvalidArgument);
+  if (rc) CHECK_EQ(c->closeRecv(rc), ncclInvalidArgument);
+  CHECK_EQ(c->closeListen(lc), ncclInvalidArgument);
   return MK_TEST_RESULT();
 }
