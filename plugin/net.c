@@ -155,7 +155,8 @@ ncclResult_t mk_net_get_properties(int dev, ncclNetProperties_v11_t* props) {
 ncclResult_t mk_net_listen(void* ctx, int dev, void* handle, void** listen_comm) {
   if (!handle || !listen_comm || net_dev_check(dev, "listen") < 0) return ncclInvalidArgument;
   int rc = net_ops->listen(dev, handle, listen_comm);
-  if (rc == 0 && (rc = net_live_add_or_undo(*listen_comm, net_close_listen_comm)) < 0) *listen_comm = NULL;
+  if (rc == 0 && (rc = net_live_add_or_undo(*listen_comm, net_close_listen_comm)) < 0)
+    *listen_comm = NULL;
   return mk_result_from_errno(rc);
 }
 
@@ -176,7 +177,8 @@ ncclResult_t mk_net_accept(void* listen_comm, void** recv_comm,
   if (!listen_comm || !recv_comm || !net_ops) return ncclInvalidArgument;
   struct mk_comm* rc_comm = NULL;
   int rc = net_ops->accept(listen_comm, &rc_comm);
-  if (rc == 0 && rc_comm && (rc = net_live_add_or_undo(rc_comm, net_close_comm)) < 0) rc_comm = NULL;
+  if (rc == 0 && rc_comm && (rc = net_live_add_or_undo(rc_comm, net_close_comm)) < 0)
+    rc_comm = NULL;
   *recv_comm = rc_comm;
   return mk_result_from_errno(rc);
 }
@@ -307,13 +309,15 @@ ncclResult_t mk_net_test(void* request, int* done, int* sizes) {
 }
 
 ncclResult_t mk_net_close_send(void* send_comm) {
-  if (net_live_check_take(send_comm, "closeSend", "an open comm") < 0 || net_comm_check(send_comm, "closeSend") < 0)
+  if (net_live_check_take(send_comm, "closeSend", "an open comm") < 0 ||
+      net_comm_check(send_comm, "closeSend") < 0)
     return ncclInvalidArgument;
   return mk_result_from_errno(net_ops->close(send_comm));
 }
 
 ncclResult_t mk_net_close_recv(void* recv_comm) {
-  if (net_live_check_take(recv_comm, "closeRecv", "an open comm") < 0 || net_comm_check(recv_comm, "closeRecv") < 0)
+  if (net_live_check_take(recv_comm, "closeRecv", "an open comm") < 0 ||
+      net_comm_check(recv_comm, "closeRecv") < 0)
     return ncclInvalidArgument;
   return mk_result_from_errno(net_ops->close(recv_comm));
 }

@@ -18,8 +18,8 @@ if [ ! -f "$asan/build.ninja" ]; then
   meson setup "$asan" "$MK_ROOT" -Dcuda=disabled -Dverbs=disabled -Db_sanitize=address,undefined \
     -Db_lundef=false >"$asan.setup.log" 2>&1 || { cat "$asan.setup.log"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 fi
-ninja -C "$asan" test/loopback/loopback test/loopback/proxy_loopback test/loopback/test_net_table_traffic \
-  libnccl-net-mk.so >"$asan.ninja.log" 2>&1 ||
+ninja -C "$asan" test/loopback/loopback test/loopback/proxy_loopback \
+  test/loopback/test_net_table_traffic libnccl-net-mk.so >"$asan.ninja.log" 2>&1 ||
   { tail -30 "$asan.ninja.log"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 [ -x "$asan/test/loopback/loopback" ] || { echo "SKIP asan-check: no loopback program (libfabric missing)"; exit 77; }
 
@@ -56,7 +56,8 @@ run_case() {
 }
 # The plugin's table as NCCL drives it, from the instrumented shared object: a second deregMr
 # or close must be refused without reading the freed object (plugin/net_live.h)
-run_judged net_table_v11 table -- "$asan/test/loopback/test_net_table_traffic" "$asan/libnccl-net-mk.so" v11
+run_judged net_table_v11 table -- \
+  "$asan/test/loopback/test_net_table_traffic" "$asan/libnccl-net-mk.so" v11
 for c in $cases; do
   if [[ $c == proxy_* ]]; then
     run_case proxy_loopback "$c" streams4 NCCL_MK_OFI_STREAMS=4

@@ -10,8 +10,9 @@
  *         addr 16 bytes (IPv4 uses the first 4) | nonce u64 | checksum u32 over bytes 0..35.
  * transport was padding (zero) before session 71: the version stays 1, an old handle reads as
  * unnamed. */
-enum { OFF_MAGIC = 0, OFF_VERSION = 4, OFF_FAMILY = 6, OFF_PORT = 8, OFF_TRANSPORT = 10, OFF_ADDR = 12,
-       OFF_NONCE = 28, OFF_SUM = 36, SUM_LEN = 36, ENC_FAMILY_V4 = 4, ENC_FAMILY_V6 = 6 };
+enum { OFF_MAGIC = 0, OFF_VERSION = 4, OFF_FAMILY = 6, OFF_PORT = 8, OFF_TRANSPORT = 10,
+       OFF_ADDR = 12, OFF_NONCE = 28, OFF_SUM = 36, SUM_LEN = 36, ENC_FAMILY_V4 = 4,
+       ENC_FAMILY_V6 = 6 };
 
 _Static_assert(OFF_SUM + 4 == MK_HANDLE_ENCODED_SIZE, "handle layout");
 

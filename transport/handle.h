@@ -3,7 +3,8 @@
  * listener's side-channel socket, a nonce that the connector echoes so the listener can tell
  * its own peers from anything else that dials the port, and the listener's transport, so that
  * a rank on the other transport (NCCL_MK_TRANSPORT auto picks ib on a host with an RDMA device,
- * ofi elsewhere) says so instead of failing a handshake it cannot read. Fixed little-endian layout with
+ * ofi elsewhere) says so instead of failing a handshake it cannot read. Fixed little-endian
+ * layout with
  * a checksum, so a corrupt, short or foreign handle is rejected (-EBADMSG), never trusted.
  */
 #ifndef MK_HANDLE_H_

@@ -20,7 +20,8 @@ static uint64_t side_nonce(void) {
   return ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
 }
 
-int mk_side_listen_open(struct mk_side_listen* l, uint32_t magic, int transport, int dev, void* handle) {
+int mk_side_listen_open(struct mk_side_listen* l, uint32_t magic, int transport, int dev,
+                        void* handle) {
   struct mk_handle h;
   h.transport = (uint16_t)transport;
   struct sockaddr_storage addr;
@@ -99,8 +100,9 @@ int mk_side_connect(struct mk_pending_list* pending, const struct mk_handshake_o
   struct mk_pending_connect* p;
   *out = NULL;
   if (h->transport != MK_HANDLE_TRANSPORT_UNNAMED && h->transport != ops->transport) {
-    MK_WARN("%s connect: the listener's handle was made by its %s transport, this rank uses %s: set "
-            "NCCL_MK_TRANSPORT to the same value on every host (auto picks ib where an RDMA device is)",
+    MK_WARN("%s connect: the listener's handle was made by its %s transport, this rank uses %s: "
+            "set NCCL_MK_TRANSPORT to the same value on every host (auto picks ib where an RDMA "
+            "device is)",
             ops->name, mk_handle_transport_name(h->transport), ops->name);
     return -EPROTO;
   }

@@ -22,7 +22,8 @@ struct mk_side_listen {
 
 /* Opens the listening socket on the interface NCCL_MK_SOCKET_IFNAME picks and encodes the
  * handle (MK_HANDLE_MAX bytes). 0 or negative errno; nothing left open on failure. */
-int mk_side_listen_open(struct mk_side_listen* l, uint32_t magic, int transport, int dev, void* handle);
+int mk_side_listen_open(struct mk_side_listen* l, uint32_t magic, int transport, int dev,
+                        void* handle);
 /* 1 when l is an open listen comm of the transport owning `magic`. */
 int mk_side_listen_valid(const struct mk_side_listen* l, uint32_t magic);
 void mk_side_listen_close(struct mk_side_listen* l);

@@ -1,4 +1,5 @@
-/* The listen handle: round trip (its transport too), and every kind of damage rejected with -EBADMSG. */
+/* The listen handle: round trip (its transport too), and every kind of damage rejected with
+ * -EBADMSG. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <string.h>

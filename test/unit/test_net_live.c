@@ -45,7 +45,8 @@ static void random_adds_and_takes_agree_with_a_list(void) {
     }
     bad += mk_net_live_count() != live;
   }
-  for (int i = 0; i < POOL; i++) bad += mk_net_live_take(&pool[(size_t)i * 64]) != (in[i] ? 0 : -ENOENT);
+  for (int i = 0; i < POOL; i++)
+    bad += mk_net_live_take(&pool[(size_t)i * 64]) != (in[i] ? 0 : -ENOENT);
   CHECK_EQ(bad, 0);
   CHECK_EQ(mk_net_live_count(), 0);
 }

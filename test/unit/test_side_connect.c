@@ -32,8 +32,8 @@ static void fake_free(void* p, int keep) {
   if (!keep) free(p); /* kept: the test frees it with its comm */
 }
 static int fake_heard(const void* p) { (void)p; return 0; }
-static const struct mk_handshake_ops fake_ops = {"fake",    fake_step,  fake_comm,
-                                                 fake_free, fake_heard, MK_HANDLE_TRANSPORT_OFI};
+static const struct mk_handshake_ops fake_ops = {
+    "fake", fake_step, fake_comm, fake_free, fake_heard, MK_HANDLE_TRANSPORT_OFI};
 
 static int fake_start(void* ctx, const struct mk_handle* h, void** out) {
   (void)ctx;

@@ -150,8 +150,8 @@ static struct mk_comm* ib_hs_comm(void* state) {
 }
 static int ib_hs_heard(const void* state) { return ((const struct ib_handshake*)state)->heard; }
 
-static const struct mk_handshake_ops ib_hs_ops = {"ib",        ib_hs_step,  ib_hs_comm,
-                                                  ib_hs_free,  ib_hs_heard, MK_HANDLE_TRANSPORT_IB};
+static const struct mk_handshake_ops ib_hs_ops = {
+    "ib", ib_hs_step, ib_hs_comm, ib_hs_free, ib_hs_heard, MK_HANDLE_TRANSPORT_IB};
 
 struct ib_connect_ctx {
   int dev, tc;

@@ -166,8 +166,8 @@ static struct mk_comm* ofi_hs_comm(void* state) {
 }
 static int ofi_hs_heard(const void* state) { return ((const struct ofi_handshake*)state)->heard; }
 
-static const struct mk_handshake_ops ofi_hs_ops = {"ofi",        ofi_hs_step,  ofi_hs_comm,
-                                                   ofi_hs_free,  ofi_hs_heard, MK_HANDLE_TRANSPORT_OFI};
+static const struct mk_handshake_ops ofi_hs_ops = {
+    "ofi", ofi_hs_step, ofi_hs_comm, ofi_hs_free, ofi_hs_heard, MK_HANDLE_TRANSPORT_OFI};
 
 /* The connector's handshake: a send comm on device ctx, TCP connect started. */
 static int ofi_connect_begin(void* ctx, const struct mk_handle* h, void** out) {
