@@ -53,7 +53,8 @@ pass=0 fail=0
 run_case() {
   local c=$1 label=$2 log="$tsan/tsan.$1.$3.log" rc
   shift 3
-  env NCCL_MK_TRANSPORT=ofi NCCL_MK_SOCKET_IFNAME=lo LB_LAX_TIME_BOUNDS=1 NCCL_MK_BYE_GRACE_MS=30000 "$@" \
+  env NCCL_MK_TRANSPORT=ofi NCCL_MK_SOCKET_IFNAME=lo LB_LAX_TIME_BOUNDS=1 \
+    NCCL_MK_BYE_GRACE_MS=30000 "$@" \
     TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1" \
     timeout 300 "$tsan/test/loopback/loopback" "$c" >"$log" 2>&1
   rc=$?

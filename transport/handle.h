@@ -4,8 +4,8 @@
  * its own peers from anything else that dials the port, and the listener's transport, so that
  * a rank on the other transport (NCCL_MK_TRANSPORT auto picks ib on a host with an RDMA device,
  * ofi elsewhere) says so instead of failing a handshake it cannot read. Fixed little-endian
- * layout with
- * a checksum, so a corrupt, short or foreign handle is rejected (-EBADMSG), never trusted.
+ * layout with a checksum, so a corrupt, short or foreign handle is rejected (-EBADMSG), never
+ * trusted.
  */
 #ifndef MK_HANDLE_H_
 #define MK_HANDLE_H_

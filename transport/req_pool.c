@@ -47,7 +47,8 @@ void* mk_req_pool_alloc(struct mk_req_pool* pool) {
 /* Slot index of p, or -1 if p is not the start of a slot of this pool. */
 static long req_pool_index(const struct mk_req_pool* pool, const void* p) {
   const uint8_t* b = p;
-  if (!pool->slots || b < pool->slots || b >= pool->slots + pool->slot_size * pool->count) return -1;
+  if (!pool->slots || b < pool->slots || b >= pool->slots + pool->slot_size * pool->count)
+    return -1;
   const size_t off = (size_t)(b - pool->slots);
   return off % pool->slot_size ? -1 : (long)(off / pool->slot_size);
 }

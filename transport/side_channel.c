@@ -119,10 +119,11 @@ int mk_side_connect(struct mk_pending_list* pending, const struct mk_handshake_o
   return rc < 0 ? rc : 0;
 }
 
-int mk_listen_comm_open(uint32_t magic, int transport, int dev, void* handle, void** out) {
+int mk_listen_comm_open(uint32_t magic, const struct mk_handshake_ops* ops, int dev, void* handle,
+                        void** out) {
   struct mk_listen_comm* lc = calloc(1, sizeof(*lc));
   if (!lc) return -ENOMEM;
-  int rc = mk_side_listen_open(&lc->side, magic, transport, dev, handle);
+  int rc = mk_side_listen_open(&lc->side, magic, ops->transport, dev, handle);
   if (rc < 0) {
     free(lc);
     return rc;
@@ -169,10 +170,11 @@ int mk_side_accept(void* listen_comm, uint32_t magic, const struct mk_handshake_
    * peer's accept; once our peer's hello was in, its failure is the accept's (else a peer that
    * died mid-handshake would leave NCCL calling accept forever). */
   if (!ours && (rc == -EBADMSG || rc == -ECONNRESET || rc == -ETIMEDOUT)) {
-    MK_INFO(MK_NCCL_SUBSYS_NET, "%s accept: dropped a caller that is not our peer (%s); listening on", ops->name,
-            strerror(-rc));
+    MK_INFO(MK_NCCL_SUBSYS_NET, "%s accept: dropped a caller that is not our peer (%s); listening on",
+            ops->name, strerror(-rc));
     return 0;
   }
-  MK_WARN("%s accept: the handshake with %s failed: %s", ops->name, ours ? "our peer" : "a caller", strerror(-rc));
+  MK_WARN("%s accept: the handshake with %s failed: %s", ops->name, ours ? "our peer" : "a caller",
+          strerror(-rc));
   return rc;
 }

@@ -72,8 +72,10 @@ struct mk_listen_comm {
   void* hs; /* the transport's handshake, NULL when none is in progress */
 };
 
-/* A listen comm for the transport owning `magic` (mk_side_listen_open). 0 or negative errno. */
-int mk_listen_comm_open(uint32_t magic, int transport, int dev, void* handle, void** out);
+/* A listen comm for the transport owning `magic` and ops (mk_side_listen_open; the handle names
+ * ops->transport). 0 or negative errno. */
+int mk_listen_comm_open(uint32_t magic, const struct mk_handshake_ops* ops, int dev, void* handle,
+                        void** out);
 /* Closes lc (checked against magic: -EINVAL with a WARN otherwise), dropping the accept in
  * progress through ops. */
 int mk_listen_comm_close(void* lc, uint32_t magic, const struct mk_handshake_ops* ops);

@@ -249,7 +249,8 @@ static inline uint32_t ib_wr_idx(uint64_t id) { return (uint32_t)id; }
  * (out left partly filled) when one is larger than the buffer its clear-to-send offered, else
  * 0. The sender checks the same rule; a corrupt or mismatched peer must not make NCCL read
  * past a buffer. */
-static inline int ib_recv_sizes_take(const uint64_t* reported, const struct ib_cts* posted, int n, size_t* out) {
+static inline int ib_recv_sizes_take(const uint64_t* reported, const struct ib_cts* posted, int n,
+                                     size_t* out) {
   for (int i = 0; i < n; i++) {
     if (reported[i] > posted[i].size) return -EPROTO;
     out[i] = (size_t)reported[i];

@@ -130,17 +130,6 @@ wait:
   return 0;
 }
 
-int ib_listen(int dev, void* handle, void** listen_comm) {
-  struct ib_vdev* v;
-  if (!handle || !listen_comm) {
-    MK_WARN("ib listen: bad argument (handle %p, listen_comm %p)", handle, (void*)listen_comm);
-    return -EINVAL;
-  }
-  *listen_comm = NULL;
-  MK_CHECK(ib_vdev_get(dev, &v));
-  return mk_listen_comm_open(IB_LISTEN_MAGIC, MK_HANDLE_TRANSPORT_IB, dev, handle, listen_comm);
-}
-
 /* A done handshake's comm, and the handshake ops (mk_side_connect, mk_side_accept). */
 static struct mk_comm* ib_hs_comm(void* state) {
   struct ib_handshake* hs = state;
@@ -152,6 +141,17 @@ static int ib_hs_heard(const void* state) { return ((const struct ib_handshake*)
 
 static const struct mk_handshake_ops ib_hs_ops = {
     "ib", ib_hs_step, ib_hs_comm, ib_hs_free, ib_hs_heard, MK_HANDLE_TRANSPORT_IB};
+
+int ib_listen(int dev, void* handle, void** listen_comm) {
+  struct ib_vdev* v;
+  if (!handle || !listen_comm) {
+    MK_WARN("ib listen: bad argument (handle %p, listen_comm %p)", handle, (void*)listen_comm);
+    return -EINVAL;
+  }
+  *listen_comm = NULL;
+  MK_CHECK(ib_vdev_get(dev, &v));
+  return mk_listen_comm_open(IB_LISTEN_MAGIC, &ib_hs_ops, dev, handle, listen_comm);
+}
 
 struct ib_connect_ctx {
   int dev, tc;

@@ -55,7 +55,8 @@ static void ib_req_part_done(struct ib_comm* c, struct ib_req* r) {
   if (--r->pending > 0 || r->kind != IB_REQ_RECV || r->error) return;
   const uint32_t slot = r->seq % IB_FIFO_DEPTH; /* the receive holds its slot until it is tested */
   if (ib_recv_sizes_take(c->ctrl->sizes[slot], c->ctrl->cts_out[slot], r->n, r->sizes) < 0) {
-    MK_WARN("ib: receive %u: the peer reports more bytes than a buffer offered (a corrupt or mismatched peer)",
+    MK_WARN("ib: receive %u: the peer reports more bytes than a buffer offered (a corrupt or "
+            "mismatched peer)",
             r->seq);
     r->error = -EPROTO;
     if (!c->error) c->error = -EPROTO;

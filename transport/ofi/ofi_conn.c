@@ -150,14 +150,6 @@ static int ofi_dev_get(int dev, struct ofi_dev** out) {
   return 0;
 }
 
-int ofi_listen(int dev, void* handle, void** listen_comm) {
-  struct ofi_dev* d;
-  if (!handle || !listen_comm) return -EINVAL;
-  *listen_comm = NULL;
-  MK_CHECK(ofi_dev_get(dev, &d));
-  return mk_listen_comm_open(OFI_LISTEN_MAGIC, MK_HANDLE_TRANSPORT_OFI, dev, handle, listen_comm);
-}
-
 /* A done handshake's comm, and the handshake ops (mk_side_connect, mk_side_accept). */
 static struct mk_comm* ofi_hs_comm(void* state) {
   struct ofi_handshake* hs = state;
@@ -168,6 +160,14 @@ static int ofi_hs_heard(const void* state) { return ((const struct ofi_handshake
 
 static const struct mk_handshake_ops ofi_hs_ops = {
     "ofi", ofi_hs_step, ofi_hs_comm, ofi_hs_free, ofi_hs_heard, MK_HANDLE_TRANSPORT_OFI};
+
+int ofi_listen(int dev, void* handle, void** listen_comm) {
+  struct ofi_dev* d;
+  if (!handle || !listen_comm) return -EINVAL;
+  *listen_comm = NULL;
+  MK_CHECK(ofi_dev_get(dev, &d));
+  return mk_listen_comm_open(OFI_LISTEN_MAGIC, &ofi_hs_ops, dev, handle, listen_comm);
+}
 
 /* The connector's handshake: a send comm on device ctx, TCP connect started. */
 static int ofi_connect_begin(void* ctx, const struct mk_handle* h, void** out) {
